@@ -1,0 +1,64 @@
+"""Loads the IRDL definition of the `tile` dialect into an MLIR context, and converts its attributes.
+
+`tile.irdl.mlir` beside this file is the only definition of the dialect; `mlir-opt --irdl-file` reads the
+same file.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mlir import ir
+from mlir.dialects import irdl
+
+from mlir_tile.layout import Layout
+
+IRDL_FILE = Path(__file__).with_name("tile.irdl.mlir")
+OP_NAME = "tile.matrix_transfer"
+ATTRIBUTE_NAMES = ("opcode", "scope", "dst_layout", "src_layout")
+
+_LAYOUT_ATTR = re.compile(r'^#tile\.layout<"(.*)">$', re.S)
+_STRING_ATTR = re.compile(r'^"(.*)"$', re.S)
+
+
+def load_dialect(context: ir.Context) -> None:
+    """Registers `tile` in `context` (once per context)."""
+    with context, ir.Location.unknown():
+        if not is_loaded(context):
+            irdl.load_dialects(ir.Module.parse(IRDL_FILE.read_text()))
+
+
+def is_loaded(context: ir.Context) -> bool:
+    with context:
+        try:
+            ir.Attribute.parse('#tile.layout<"">')
+            return True
+        except ir.MLIRError:
+            return False
+
+
+def make_context() -> ir.Context:
+    """A context with the upstream dialects the bindings register and `tile`."""
+    context = ir.Context()
+    load_dialect(context)
+    return context
+
+
+def layout_attr(layout: Layout | str) -> ir.Attribute:
+    text = str(layout) if isinstance(layout, Layout) else layout
+    return ir.Attribute.parse('#tile.layout<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">')
+
+
+def layout_text(attr: ir.Attribute) -> str | None:
+    """The text of a `#tile.layout`, or None when the attribute is something else."""
+    match = _LAYOUT_ATTR.match(str(attr))
+    return match.group(1) if match else None
+
+
+def string_value(attr: ir.Attribute) -> str | None:
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    try:
+        return ir.StringAttr(attr).value
+    except (ValueError, TypeError):
+        return None

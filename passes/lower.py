@@ -1,0 +1,177 @@
+"""`tile-lower-matrix-transfer`: rewrites each legal `tile.matrix_transfer` into NVVM ldmatrix/stmatrix.
+
+The specification's code-generation rule, for each repeat t and every lane l:
+
+    address   = &smem[t, (l // 8) % N, l % 8, 0]
+    registers = [reg[t, i, l // 4, l % 4] for i in range(N)]
+
+Before (the specification's example):
+
+    "tile.matrix_transfer"(%regs, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(2,2,8,4):(8,2,4@laneid,1@laneid)">,
+        src_layout = #tile.layout<"(2,2,8,4):(128,8,16,1)">} : (memref<12xi32, 5>, memref<256xi32, 3>) -> ()
+
+After (lane part of the address computed once; each repeat adds a constant that the backend folds into
+the instruction's immediate offset; results go straight to constant register slots):
+
+    %lane = gpu.lane_id
+    %row = (%lane & 7) * 16 + ((%lane >> 3) & 1) * 8          (as arith ops on i32)
+    %base = llvm.extractvalue (unrealized_conversion_cast %sm)[1] : !llvm.ptr<3>
+    %p0 = llvm.getelementptr inbounds %base[%row] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
+    %r0 = nvvm.ldmatrix %p0 {num = 2, layout = row, ...} -> !llvm.struct<(i32, i32)>
+    memref.store (extractvalue %r0[0]), %regs[0] ; memref.store (extractvalue %r0[1]), %regs[2]
+    %p1 = llvm.getelementptr inbounds %p0[128] ...
+    %r1 = nvvm.ldmatrix %p1 ... ; stores to %regs[8], %regs[10]
+
+The pass re-checks the contract first (its precondition) and fails with the same diagnostics as
+`tile-verify-matrix-transfer` rather than lowering an illegal transfer.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, gpu, llvm, memref, nvvm
+
+from mlir_tile import contract
+from mlir_tile.dialect import OP_NAME
+from mlir_tile.passes.verify import UniformityCache, op_violations, transfer_ops
+
+ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
+ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
+
+
+def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
+    uniformity = UniformityCache()
+    failed = False
+    for op in transfer_ops(root):
+        transfer, violations = op_violations(op, uniformity(op))
+        if violations:
+            for violation in violations:
+                op.location.emit_error(f"'{OP_NAME}' op cannot be lowered: {violation}")
+            failed = True
+            continue
+        with op.location, ir.InsertionPoint(op):
+            _emit_transfer(transfer, op)
+        op.erase()
+    if failed:
+        pass_.signal_pass_failure()
+
+
+def _i32(value: int) -> ir.Value:
+    return arith.constant(ir.IntegerType.get_signless(32), value)
+
+
+def _emit_transfer(transfer: contract.Transfer, op: ir.Operation) -> None:
+    dst, src = op.operands
+    registers, shared = (dst, src) if transfer.opcode.is_load else (src, dst)
+    count = transfer.opcode.count
+    strides = transfer.shared.memory_strides
+    matrix_stride, row_stride = strides[-3], strides[-2]
+
+    lane = arith.index_cast(ir.IntegerType.get_signless(32), gpu.lane_id())
+    terms = [_scaled(arith.andi(lane, _i32(7)), row_stride)]
+    if count > 1:
+        matrix = arith.andi(arith.shrui(lane, _i32(3)), _i32(count - 1))
+        terms.append(_scaled(matrix, matrix_stride))
+    if transfer.group_rank:
+        terms.append(_scaled(_warp_in_group(transfer, op), strides[0]))
+    lane_offset = terms[0]
+    for term in terms[1:]:
+        lane_offset = arith.addi(lane_offset, term)
+
+    base = _aligned_pointer(shared)
+    element = ir.IntegerType.get_signless(32)
+    lane_pointer = _gep(base, lane_offset, element)
+    layout = ir.Attribute.parse(f"#nvvm.mma_layout<{'col' if transfer.opcode.trans else 'row'}>")
+    register_type = ir.MemRefType(registers.type)
+    container = register_type.element_type
+
+    for repeat in transfer.repeats():
+        constant = transfer.shared_offset(0, repeat, 0, 0)
+        pointer = _gep(lane_pointer, constant, element) if constant else lane_pointer
+        slots = [transfer.register_slot(repeat, i) for i in range(count)]
+        if transfer.opcode.is_load:
+            result_type = element if count == 1 else ir.Type.parse(f"!llvm.struct<({', '.join(['i32'] * count)})>")
+            result = nvvm.ldmatrix(result_type, pointer, count, layout, ir.Attribute.parse(ROW_SHAPE),
+                                   ir.Attribute.parse(ELEMENT))
+            for i, slot in enumerate(slots):
+                word = result if count == 1 else llvm.extractvalue(element, result, [i])
+                if word.type != container:
+                    word = arith.bitcast(container, word)
+                memref.store(word, registers, _indices(register_type, slot))
+        else:
+            words = []
+            for slot in slots:
+                word = memref.load(registers, _indices(register_type, slot))
+                words.append(word if word.type == element else arith.bitcast(element, word))
+            nvvm.stmatrix(pointer, words, layout, ir.Attribute.parse(ROW_SHAPE), ir.Attribute.parse(ELEMENT))
+
+
+def _scaled(value: ir.Value, factor: int) -> ir.Value:
+    if factor == 1:
+        return value
+    if factor > 0 and factor & (factor - 1) == 0:
+        return arith.shli(value, _i32(factor.bit_length() - 1))
+    return arith.muli(value, _i32(factor))
+
+
+def _warp_in_group(transfer: contract.Transfer, op: ir.Operation) -> ir.Value:
+    """The warp's index in its warpgroup or block, from the linear thread id."""
+    from mlir_tile.ir_facts import block_size
+
+    i32 = ir.IntegerType.get_signless(32)
+    known = block_size(op)
+    linear = arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x))
+    extents = [arith.index_cast(i32, gpu.block_dim(d)) for d in (gpu.Dimension.x, gpu.Dimension.y)] if (
+        known is None
+    ) else [_i32(known[0]), _i32(known[0] * known[1])]
+    for dimension, extent in zip((gpu.Dimension.y, gpu.Dimension.z), extents):
+        if known is not None and known[1 if dimension == gpu.Dimension.y else 2] == 1:
+            continue
+        index = arith.index_cast(i32, gpu.thread_id(dimension))
+        linear = arith.addi(linear, arith.muli(index, extent))
+    warp = arith.shrui(linear, _i32(5))
+    if transfer.scope.name == "warpgroup":
+        warp = arith.andi(warp, _i32(contract.WARPGROUP_WARPS - 1))
+    return warp
+
+
+def _aligned_pointer(buffer: ir.Value) -> ir.Value:
+    """The aligned base pointer of a shared memref, through its LLVM descriptor.
+
+    The unrealized cast meets the descriptor that the memref's producer becomes in convert-gpu-to-nvvm, and
+    reconcile-unrealized-casts removes the pair; staying in pointer arithmetic (rather than integer
+    arithmetic) lets the backend fold constant offsets into the ldmatrix/stmatrix address."""
+    rank = ir.MemRefType(buffer.type).rank
+    shape_fields = f", array<{rank} x i64>, array<{rank} x i64>" if rank else ""
+    descriptor_type = ir.Type.parse(f"!llvm.struct<(ptr<3>, ptr<3>, i64{shape_fields})>")
+    descriptor = ir.Operation.create(
+        "builtin.unrealized_conversion_cast", results=[descriptor_type], operands=[buffer]
+    ).result
+    return llvm.extractvalue(ir.Type.parse("!llvm.ptr<3>"), descriptor, [1])
+
+
+_DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
+_INBOUNDS = 3  # GEPNoWrapFlags: inbounds implies nusw (1 | 2), as `llvm.getelementptr inbounds` prints
+
+
+def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Value:
+    """`getelementptr inbounds element, pointer, offset`: offsets within the buffer stay in bounds."""
+    dynamic, constant = ([], [offset]) if isinstance(offset, int) else ([offset], [_DYNAMIC_INDEX])
+    return llvm.getelementptr(
+        pointer.type, pointer, dynamic, constant, element, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), _INBOUNDS)
+    )
+
+
+def _indices(memref_type: ir.MemRefType, slot: int) -> list[ir.Value]:
+    """Indices of the element at linear element offset `slot` (static memref offset included)."""
+    strides, offset = memref_type.get_strides_and_offset()
+    remaining = slot - offset
+    indices = [0] * memref_type.rank
+    for axis in sorted(range(memref_type.rank), key=lambda a: -strides[a]):
+        if strides[axis] > 0:
+            indices[axis], remaining = divmod(remaining, strides[axis])
+            indices[axis] = min(indices[axis], memref_type.shape[axis] - 1)
+            remaining = slot - offset - sum(i * s for i, s in zip(indices, strides))
+    if remaining != 0:
+        raise ValueError(f"register slot {slot} is not an element of {memref_type}")
+    return [arith.constant(ir.IndexType.get(), i) for i in indices]

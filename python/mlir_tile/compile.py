@@ -1,0 +1,34 @@
+"""From a module holding tile ops to PTX text, in-process."""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects.gpu import ObjectAttr
+
+from mlir_tile.pipeline import PipelineFailure, run_pipeline
+
+
+class CompileError(RuntimeError):
+    """The pipeline failed; the message holds the diagnostics, the failed pass and a tile-opt command."""
+
+
+def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str = "module.mlir") -> str:
+    """PTX for every gpu.module of `module` (tile-to-ptx{chip=...}); the module is lowered in place."""
+    op = module.operation
+    try:
+        run_pipeline(op, [f"tile-to-ptx{{chip={chip}}}"])
+    except PipelineFailure as failure:
+        raise CompileError(failure.report(source_name)) from None
+    return ptx_of(op)
+
+
+def ptx_of(module: ir.Operation) -> str:
+    """The PTX text of the gpu.binary ops that gpu-module-to-binary{format=isa} left in `module`."""
+    texts = []
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name != "gpu.binary":
+            continue
+        for attribute in ir.ArrayAttr(op.operation.attributes["objects"]):
+            texts.append(ObjectAttr(attribute).object.decode())
+    if not texts:
+        raise CompileError("no gpu.binary in the module: run gpu-module-to-binary{format=isa} first")
+    return "\n".join(texts)

@@ -1,0 +1,263 @@
+"""Facts the contract needs, read off MLIR: operand memory, provable base alignment, the kernel's block
+size and whether an op sits under thread-dependent control flow."""
+from __future__ import annotations
+
+import re
+
+from mlir import ir
+
+from mlir_tile.contract import Operand
+
+_SPACE_NAMES = {"workgroup": "shared", "private": "private", "global": "global"}
+_SPACE_NUMBERS = {3: "shared", 5: "private", 1: "global", 0: "global"}
+
+# Ops whose result is the same buffer at a (statically typed) offset: alignment of the base carries over.
+_VIEW_OPS = {
+    "memref.subview",
+    "memref.reinterpret_cast",
+    "memref.cast",
+    "memref.collapse_shape",
+    "memref.expand_shape",
+    "memref.memory_space_cast",
+}
+_THREAD_ID_OPS = {
+    "gpu.thread_id",
+    "gpu.lane_id",
+    "gpu.global_id",
+    "nvvm.read.ptx.sreg.tid.x",
+    "nvvm.read.ptx.sreg.tid.y",
+    "nvvm.read.ptx.sreg.tid.z",
+    "nvvm.read.ptx.sreg.laneid",
+}
+BLOCK_SIZE_ATTRIBUTES = ("known_block_size", "gpu.known_block_size")
+
+
+def memory_space(memref: ir.MemRefType) -> str:
+    space = memref.memory_space
+    if space is None:
+        return "global"
+    if isinstance(space, ir.IntegerAttr):
+        return _SPACE_NUMBERS.get(space.value, f"address space {space.value}")
+    text = str(space)
+    for name, role in _SPACE_NAMES.items():
+        if text == f"#gpu.address_space<{name}>":
+            return role
+    return text
+
+
+def operand_facts(value: ir.Value) -> Operand:
+    """The contract's view of a memref value (the caller checked it is a memref)."""
+    memref = ir.MemRefType(value.type)
+    element = memref.element_type
+    bits = element.width if hasattr(element, "width") else _element_width(element)
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    extent = offset = None
+    if ir.ShapedType(memref).has_static_shape:
+        try:
+            strides, static_offset = memref.get_strides_and_offset()
+        except (ValueError, RuntimeError):
+            strides, static_offset = [], dynamic
+        if static_offset != dynamic and dynamic not in strides:
+            offset = static_offset
+            extent = sum((n - 1) * s for n, s in zip(memref.shape, strides)) + 1 if memref.shape else 1
+    return Operand(
+        memory=memory_space(memref),
+        element_bits=bits,
+        element_type=str(element),
+        extent=extent,
+        offset=offset,
+        base_alignment=base_alignment(value),
+    )
+
+
+def _element_width(element: ir.Type) -> int:
+    for cast in (ir.IntegerType, ir.F32Type, ir.F16Type, ir.BF16Type, ir.F64Type):
+        try:
+            return cast(element).width
+        except (ValueError, TypeError):
+            continue
+    return 0
+
+
+def base_alignment(value: ir.Value) -> int | None:
+    """Bytes of alignment the IR proves for the buffer behind `value`, None when nothing is proved."""
+    while True:
+        owner = value.owner
+        if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
+            return None  # a block argument: nothing is known about who allocated it
+        op = owner.operation
+        if op.name in _VIEW_OPS:
+            value = op.operands[0]
+            continue
+        if op.name == "memref.assume_alignment":
+            return _int_attribute(op, "alignment")
+        if op.name in ("memref.alloca", "memref.alloc"):
+            return _int_attribute(op, "alignment") or _natural_alignment(value)
+        if op.name == "memref.get_global":
+            declaration = _lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
+            if declaration is None:
+                return None
+            return _int_attribute(declaration, "alignment") or _natural_alignment(value)
+        return None
+
+
+def _natural_alignment(value: ir.Value) -> int:
+    return max(1, _element_width(ir.MemRefType(value.type).element_type) // 8)
+
+
+def _int_attribute(op: ir.Operation, name: str) -> int | None:
+    if name not in op.attributes:
+        return None
+    return ir.IntegerAttr(op.attributes[name]).value
+
+
+def _lookup_symbol(op: ir.Operation, name: str) -> ir.Operation | None:
+    scope = op.parent
+    while scope is not None:
+        if "sym_name" in scope.attributes or scope.name in ("builtin.module", "gpu.module"):
+            for region in scope.regions:
+                for block in region.blocks:
+                    for candidate in block.operations:
+                        attrs = candidate.operation.attributes
+                        if "sym_name" in attrs and ir.StringAttr(attrs["sym_name"]).value == name:
+                            return candidate.operation
+        scope = scope.parent
+    return None
+
+
+def enclosing_kernel(op: ir.Operation) -> ir.Operation | None:
+    scope = op.parent
+    while scope is not None and scope.name not in ("gpu.func", "func.func", "llvm.func"):
+        scope = scope.parent
+    return scope
+
+
+def block_size(op: ir.Operation) -> tuple[int, ...] | None:
+    kernel = enclosing_kernel(op)
+    if kernel is None:
+        return None
+    for name in BLOCK_SIZE_ATTRIBUTES:
+        if name in kernel.attributes:
+            return tuple(ir.DenseI32ArrayAttr(kernel.attributes[name]))
+    return None
+
+
+_TARGET_CHIP = re.compile(r'#nvvm\.target(?:<[^>]*chip = "(?P<chip>[^"]+)")?')
+DEFAULT_NVVM_CHIP = "sm_50"  # what #nvvm.target means without a chip
+
+
+def target_chip(op: ir.Operation) -> str | None:
+    """The chip of the enclosing gpu.module's #nvvm.target; None when it has none."""
+    scope = op.parent
+    while scope is not None and scope.name != "gpu.module":
+        scope = scope.parent
+    if scope is None or "targets" not in scope.attributes:
+        return None
+    for target in ir.ArrayAttr(scope.attributes["targets"]):
+        match = _TARGET_CHIP.match(str(target))
+        if match:
+            return match.group("chip") or DEFAULT_NVVM_CHIP
+    return None
+
+
+class Uniformity:
+    """A conservative forward analysis: which values may differ between the threads of a warp.
+
+    Sources are the thread/lane id ops and loads from private memory; every op result with a divergent
+    operand is divergent; values merged by scf.for/scf.while/block arguments become divergent when any
+    incoming value is. Over-approximation only rejects more, never accepts a divergent transfer.
+    """
+
+    def __init__(self, function: ir.Operation):
+        self.divergent: set = set()
+        self.divergent_branches: list[ir.Operation] = []
+        changed = True
+        while changed:
+            self._changed = False
+            self._visit(function)
+            changed = self._changed
+
+    def is_divergent(self, value: ir.Value) -> bool:
+        return value in self.divergent
+
+    def _mark(self, values) -> None:
+        for value in values:
+            if value not in self.divergent:
+                self.divergent.add(value)
+                self._changed = True
+
+    def _visit(self, op: ir.Operation) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    self._visit_op(child.operation)
+
+    def _visit_op(self, op: ir.Operation) -> None:
+        name = op.name
+        divergent_operand = any(o in self.divergent for o in op.operands)
+        if name in _THREAD_ID_OPS or divergent_operand:
+            self._mark(op.results)
+        if name == "memref.load" and memory_space(ir.MemRefType(op.operands[0].type)) == "private":
+            self._mark(op.results)
+        if name in ("scf.for", "scf.while") and divergent_operand:
+            for region in op.regions:
+                for block in region.blocks:
+                    self._mark(block.arguments)
+        if name in ("scf.yield", "scf.condition") and any(o in self.divergent for o in op.operands):
+            parent = op.parent
+            self._mark(parent.results)
+            if parent.name in ("scf.for", "scf.while"):
+                for region in parent.regions:
+                    for block in region.blocks:
+                        self._mark(list(block.arguments)[1:] if parent.name == "scf.for" else block.arguments)
+        if name in ("cf.br", "cf.cond_br", "cf.switch"):
+            if name != "cf.br" and op.operands[0] in self.divergent and op not in self.divergent_branches:
+                self.divergent_branches.append(op)
+            for successor in op.successors:
+                if divergent_operand:
+                    self._mark(successor.arguments)
+        self._visit(op)
+
+    def divergence_reason(self, op: ir.Operation) -> str | None:
+        """Why `op` might run with some lanes inactive, or None."""
+        child = op
+        scope = op.parent
+        while scope is not None and scope.name not in ("gpu.func", "func.func"):
+            if scope.name == "scf.if" and scope.operands[0] in self.divergent:
+                return f"it is inside an scf.if (at {describe_location(scope.location)}) whose condition depends on the thread id"
+            if scope.name == "scf.for" and any(o in self.divergent for o in list(scope.operands)[:3]):
+                return f"it is inside an scf.for (at {describe_location(scope.location)}) whose bounds or step depend on the thread id"
+            if scope.name == "scf.while" and self._while_condition_divergent(scope):
+                return f"it is inside an scf.while (at {describe_location(scope.location)}) whose condition depends on the thread id"
+            child, scope = scope, scope.parent
+        if scope is not None:
+            for branch in self.divergent_branches:
+                if _same_region(branch, child) and not _in_entry_block(child):
+                    return (
+                        f"its block can be reached through a branch (at {describe_location(branch.location)}) "
+                        f"whose condition depends on the thread id"
+                    )
+        return None
+
+    def _while_condition_divergent(self, loop: ir.Operation) -> bool:
+        for block in loop.regions[0].blocks:
+            for inner in block.operations:
+                if inner.operation.name == "scf.condition" and inner.operation.operands[0] in self.divergent:
+                    return True
+        return False
+
+
+def _same_region(a: ir.Operation, b: ir.Operation) -> bool:
+    return a.parent == b.parent
+
+
+def _in_entry_block(op: ir.Operation) -> bool:
+    parent = op.parent
+    entry = parent.regions[0].blocks[0]
+    return any(candidate.operation == op for candidate in entry.operations)
+
+
+def describe_location(location: ir.Location) -> str:
+    if location.is_a_file():
+        return f"{location.filename}:{location.start_line}:{location.start_col}"
+    return str(location)

@@ -1,0 +1,77 @@
+"""What `tile-opt` and `tile-translate` share: splitting the input, parsing each part into a module with
+file locations the way mlir-opt does, and collecting the diagnostics that are not errors."""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_tile.dialect import make_context
+from mlir_tile.pipeline import Diag, PipelineFailure
+
+SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
+
+
+@dataclass
+class Chunk:
+    text: str  # padded with newlines so that line numbers are those of the whole file
+    first_line: int
+    last_line: int
+
+
+def split_buffer(text: str, split: bool) -> list[Chunk]:
+    if not split:
+        return [Chunk(text, 1, text.count("\n") + 1)]
+    chunks, start = [], 0
+    for match in list(SPLIT_MARKER.finditer(text)) + [None]:
+        end = match.start() if match else len(text)
+        first_line = text.count("\n", 0, start) + 1
+        chunks.append(Chunk("\n" * (first_line - 1) + text[start:end], first_line, text.count("\n", 0, end) + 1))
+        if match:
+            start = match.end()
+    return chunks
+
+
+class Session:
+    """One context (with `tile` loaded) and a collector for diagnostics that are not errors."""
+
+    def __init__(self, allow_unregistered: bool = False):
+        self.context = make_context()
+        self.context.allow_unregistered_dialects = allow_unregistered
+        self.collected: list[Diag] = []
+        self._owned_modules: list[ir.Module] = []
+        self.context.attach_diagnostic_handler(self._collect)
+
+    def _collect(self, diagnostic) -> bool:
+        self.collected.extend(Diag.from_mlir(diagnostic))
+        return True
+
+    def parse(self, text: str, source_name: str) -> ir.Operation:
+        """Parse like mlir-opt: one top-level builtin.module is the module; other ops get an implicit one.
+        Returns the builtin.module operation."""
+        with self.context:
+            try:
+                op = ir.Operation.parse(text, source_name=source_name)
+            except ir.MLIRError as error:
+                if "source must contain a single top-level operation" not in str(error):
+                    raise PipelineFailure(None, Diag.from_error(error)) from None
+                return self.parse(_wrap_in_module(text), source_name)
+            if op.operation.name == "builtin.module":
+                return op.operation
+            module = ir.Module.create(loc=ir.Location.file(source_name, 1, 1))
+            module.body.append(op.operation)
+            self._owned_modules.append(module)  # the Module object owns the IR its operation points into
+            return module.operation
+
+def _wrap_in_module(text: str) -> str:
+    """An explicit module around several top-level ops; only columns on the first line move."""
+    return "module {" + text + "\n}"
+
+
+def read_input(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    with open(path) as stream:
+        return stream.read(), path

@@ -1,0 +1,154 @@
+"""tile-opt: an mlir-opt for the tile dialect.
+
+    tile-opt [FILE|-] [-o OUT] [--pass-pipeline='builtin.module(...)'] [--<pass or pipeline>[{opts}] ...]
+             [--split-input-file] [--verify-diagnostics] [--mlir-print-ir-after-all]
+             [--allow-unregistered-dialect] [--list-passes]
+
+With no pass it parses, verifies and prints. Pass flags and --pass-pipeline may mix tile passes, the
+named pipelines tile-to-nvvm / tile-to-ptx and any upstream pass. Errors are MLIR diagnostics on stderr
+(file:line:col) and exit status 1.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
+from mlir_tile.tools.driver import Session, read_input, split_buffer
+from mlir_tile.passes import PASSES, PIPELINES, split_elements
+
+USAGE = __doc__.split("\n\n")[1]
+_EXPECTED = re.compile(
+    r"expected-(?P<kind>error|warning|note|remark)\s*(?:@(?P<where>above|below|unknown|[+-]\d+))?\s*\{\{(?P<text>.*?)\}\}"
+)
+
+
+def parse_arguments(argv: list[str]):
+    options = {"input": "-", "output": "-", "pipeline": [], "split": False, "verify": False,
+               "print_after_all": False, "allow_unregistered": False, "list": False}
+    arguments = iter(argv)
+    for argument in arguments:
+        flag, _, value = argument.partition("=")
+        if argument == "-o":
+            options["output"] = next(arguments, "-")
+        elif flag == "--pass-pipeline":
+            options["pipeline"] += split_elements(value if value else next(arguments, ""))
+        elif argument == "--split-input-file":
+            options["split"] = True
+        elif argument == "--verify-diagnostics":
+            options["verify"] = True
+        elif argument == "--mlir-print-ir-after-all":
+            options["print_after_all"] = True
+        elif argument == "--allow-unregistered-dialect":
+            options["allow_unregistered"] = True
+        elif argument == "--list-passes":
+            options["list"] = True
+        elif argument in ("-h", "--help"):
+            print(__doc__)
+            sys.exit(0)
+        elif argument.startswith("--"):
+            options["pipeline"].append(argument[2:])  # a pass or pipeline, with optional {options}
+        elif argument.startswith("-") and argument != "-":
+            raise SystemExit(f"tile-opt: unknown option '{argument}'\n{USAGE}")
+        else:
+            options["input"] = argument
+    return options
+
+
+def expected_diagnostics(chunk_text: str) -> list[dict]:
+    expectations = []
+    for number, line in enumerate(chunk_text.split("\n"), start=1):
+        for match in _EXPECTED.finditer(line):
+            where = match["where"]
+            target = {None: number, "above": number - 1, "below": number + 1, "unknown": None}.get(where)
+            if target is None and where not in (None, "unknown"):
+                target = number + int(where)
+            expectations.append({"kind": match["kind"], "line": target, "text": match["text"], "at": number})
+    return expectations
+
+
+def check_diagnostics(diagnostics: list[Diag], chunk, source_name: str) -> list[str]:
+    """mlir-opt's --verify-diagnostics: every diagnostic expected, every expectation produced."""
+    expectations = expected_diagnostics(chunk.text)
+    problems = []
+    for diagnostic in diagnostics:
+        for expectation in expectations:
+            if (
+                not expectation.get("matched")
+                and expectation["kind"] == diagnostic.severity
+                and expectation["line"] == (diagnostic.line if diagnostic.file == source_name else None)
+                and expectation["text"] in diagnostic.message
+            ):
+                expectation["matched"] = True
+                break
+        else:
+            problems.append(f"{diagnostic.file or source_name}:{diagnostic.line}:{diagnostic.column}: error: "
+                            f"unexpected {diagnostic.severity}: {diagnostic.message}")
+    for expectation in expectations:
+        if not expectation.get("matched"):
+            problems.append(f"{source_name}:{expectation['at']}: error: expected {expectation['kind']} "
+                            f"\"{expectation['text']}\" was not produced")
+    return problems
+
+
+def run_chunk(session: Session, chunk, source_name: str, options) -> tuple[str | None, list[Diag], str | None]:
+    """Returns (printed IR or None, diagnostics, reproducer hint)."""
+    session.collected.clear()
+    try:
+        module = session.parse(chunk.text, source_name)
+        run_pipeline(module, options["pipeline"], options["print_after_all"])
+    except PipelineFailure as failure:
+        hint = None
+        if failure.element is not None:
+            hint = f"tile-opt: pass '{failure.element}' failed; reproduce with: {failure.reproducer_command(source_name)}"
+        return None, session.collected + failure.diagnostics, hint
+    return str(module), list(session.collected), None
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options = parse_arguments(sys.argv[1:] if argv is None else argv)
+        if options["list"]:
+            for name, info in {**PASSES, **{k: v[1] for k, v in PIPELINES.items()}}.items():
+                print(f"  --{name:32} {info.description if hasattr(info, 'description') else info}")
+            return 0
+        text, source_name = read_input(options["input"])
+    except OSError as error:
+        print(f"tile-opt: cannot read input: {error}", file=sys.stderr)
+        return 1
+    try:
+        session = Session(options["allow_unregistered"])
+        outputs, status = [], 0
+        for chunk in split_buffer(text, options["split"]):
+            printed, diagnostics, hint = run_chunk(session, chunk, source_name, options)
+            if options["verify"]:
+                problems = check_diagnostics(diagnostics, chunk, source_name)
+                for problem in problems:
+                    print(problem, file=sys.stderr)
+                status |= 1 if problems else 0
+            else:
+                for diagnostic in diagnostics:
+                    print(diagnostic, file=sys.stderr)
+                if hint:
+                    print(hint, file=sys.stderr)
+                status |= 1 if printed is None else 0
+            if printed is not None:
+                outputs.append(printed)
+        result = "// -----\n".join(o if o.endswith("\n") else o + "\n" for o in outputs)
+        if options["output"] == "-":
+            sys.stdout.write(result)
+        else:
+            with open(options["output"], "w") as stream:
+                stream.write(result)
+        return status
+    except Exception as error:  # a bug in tile-opt itself: one line, not a traceback
+        if os.environ.get("TILE_DEBUG"):
+            raise
+        print(f"tile-opt: internal error: {type(error).__name__}: {error} (set TILE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

