@@ -6,14 +6,18 @@ even rows, second: odd rows, the last original axis selects the repeat) and load
 `ldmatrix...x2` into register slots 0, 2, 8, 10 of a 12-slot register array that starts out holding the
 sentinel -777. Each lane then writes its 12 slots to Out[lane, :].
 
-    python examples/seed_example.py          # prints the kernel's IR
+    python examples/seed_example.py               # the kernel's IR, from the builder
+    python examples/seed_example.py --demo        # IR, PTX, then the GPU run (or the emulator without a GPU)
+    python examples/seed_example.py --ptx-out F   # write the PTX
+    python examples/seed_example.py --run-ptx F   # run precompiled PTX on a GPU host (imports no MLIR)
 """
 from __future__ import annotations
 
-import numpy as np
-from mlir.dialects import arith
+import argparse
+import sys
 
-from mlir_tile.builder import Kernel, matrix_transfer
+import numpy as np
+
 from mlir_tile.layout import S, laneid
 
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x2.shared.b16"
@@ -27,6 +31,10 @@ SHARED_WORDS = 256
 
 def build_module():
     """kernel(A: memref<16x4x2xi32>, Out: memref<32x12xi32>), one warp."""
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import Kernel, matrix_transfer
+
     with Kernel(KERNEL_NAME, ["memref<16x4x2xi32>", "memref<32x12xi32>"], block=(32, 1, 1)) as k:
         a, out = k.arguments
         lane = k.lane_id()
@@ -64,9 +72,78 @@ def expected_table(x: np.ndarray) -> np.ndarray:
     return expected
 
 
-def main() -> None:
-    print(build_module())
+def shared_image(x: np.ndarray) -> np.ndarray:
+    """Shared memory after the kernel's initialisation: A laid out by SHARED."""
+    words = np.zeros(SHARED_WORDS, dtype=np.uint32)
+    for coordinate in SHARED.coordinates():
+        words[SHARED.offset(*coordinate)] = x[coordinate]
+    return words
+
+
+def emulated_table(x: np.ndarray) -> np.ndarray:
+    """Out as the reference model computes it: the sentinel-filled registers after the transfer."""
+    from mlir_tile.reference import emulate
+
+    registers = np.full((32, 12), SENTINEL, dtype=np.uint32)
+    return emulate(LDMATRIX, REGISTERS, SHARED_STD, registers, shared_image(x), scope="warp")
+
+
+def run_on_gpu(ptx: str) -> np.ndarray:
+    from mlir_tile.runtime import Runtime
+
+    with Runtime() as runtime:
+        module = runtime.load_ptx(ptx, name="seed_example")
+        _, out = module.launch(KERNEL_NAME, [inputs(), np.zeros((32, 12), dtype=np.uint32)], grid=1, block=32)
+        print(f"ran {KERNEL_NAME} on {runtime.name}")
+    return out
+
+
+def report(name: str, table: np.ndarray, expected: np.ndarray) -> bool:
+    same = np.array_equal(table, expected)
+    print(f"{name}: {'matches' if same else 'DIFFERS FROM'} the specification's expected table "
+          f"({int((table != expected).sum())} of {expected.size} words differ)")
+    if not same:
+        for lane, slot in np.argwhere(table != expected)[:8]:
+            print(f"  Out[{lane}, {slot}] = {table[lane, slot]}, expected {expected[lane, slot]}")
+    return same
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The specification's ldmatrix example with mlir-tile")
+    parser.add_argument("--demo", action="store_true", help="IR, PTX, then run it (GPU) or emulate it")
+    parser.add_argument("--ptx-out", help="write the PTX to this file")
+    parser.add_argument("--run-ptx", help="run this PTX on the GPU and check the table (no MLIR needed)")
+    arguments = parser.parse_args(argv)
+    expected = expected_table(inputs())
+    if arguments.run_ptx:
+        with open(arguments.run_ptx) as stream:
+            return 0 if report("GPU", run_on_gpu(stream.read()), expected) else 1
+    module = build_module()
+    if not (arguments.demo or arguments.ptx_out):
+        print(module)
+        return 0
+    from mlir_tile.compile import compile_to_ptx
+
+    if arguments.demo:
+        print("// ===== the kernel, built with the mlir-tile builder =====")
+        print(module)
+    ptx = compile_to_ptx(module)
+    if arguments.ptx_out:
+        with open(arguments.ptx_out, "w") as stream:
+            stream.write(ptx)
+    if not arguments.demo:
+        return 0
+    print("// ===== PTX (tile-to-ptx{chip=sm_90}) =====")
+    print(ptx)
+    ok = report("reference emulator", emulated_table(inputs()), expected)
+    from mlir_tile.runtime import gpu_available
+
+    available, why = gpu_available()
+    if not available:
+        print(f"no GPU here ({why}): the transfer was checked with the reference emulator only")
+        return 0 if ok else 1
+    return 0 if report("GPU", run_on_gpu(ptx), expected) and ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

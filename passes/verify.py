@@ -79,8 +79,10 @@ class UniformityCache:
         self._analyses: list[tuple[ir.Operation, Uniformity]] = []
 
     def __call__(self, op: ir.Operation) -> Uniformity | None:
+        """The kernel's analysis, or None when `op` cannot be divergent: it sits directly in the body of
+        a single-block kernel, so no branch or loop can leave lanes behind."""
         kernel = enclosing_kernel(op)
-        if kernel is None:
+        if kernel is None or (op.parent == kernel and len(kernel.regions[0].blocks) == 1):
             return None
         for known, analysis in self._analyses:
             if known == kernel:

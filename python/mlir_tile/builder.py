@@ -200,6 +200,16 @@ class Kernel:
         return value if isinstance(value, ir.Value) else self.index(value)
 
 
+_default_context: ir.Context | None = None
+
+
 def _current_context_or_new() -> ir.Context:
-    return ir.Context.current or ir.Context()
+    """The current context, else one shared default context (creating a context registers every
+    upstream dialect, which costs more than building a small kernel)."""
+    global _default_context
+    if ir.Context.current is not None:
+        return ir.Context.current
+    if _default_context is None:
+        _default_context = ir.Context()
+    return _default_context
 

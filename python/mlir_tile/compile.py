@@ -11,13 +11,14 @@ class CompileError(RuntimeError):
     """The pipeline failed; the message holds the diagnostics, the failed pass and a tile-opt command."""
 
 
-def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str = "module.mlir") -> str:
-    """PTX for every gpu.module of `module` (tile-to-ptx{chip=...}); the module is lowered in place."""
+def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str | None = None) -> str:
+    """PTX for every gpu.module of `module` (tile-to-ptx{chip=...}); the module is lowered in place.
+    `source_name` names the file the module was parsed from, if any (for the reproducer command)."""
     op = module.operation
     try:
-        run_pipeline(op, [f"tile-to-ptx{{chip={chip}}}"])
+        run_pipeline(op, [f"tile-to-ptx{{chip={chip}}}"], input_is_file=source_name is not None)
     except PipelineFailure as failure:
-        raise CompileError(failure.report(source_name)) from None
+        raise CompileError(failure.report(source_name or "<python module>")) from None
     return ptx_of(op)
 
 

@@ -7,9 +7,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from mlir import ir
+from mlir import ir, passmanager
 
-from mlir_tile.passes import expand, step_manager
+from mlir_tile.passes import add_element, expand, step_manager
 
 SEVERITY = {
     ir.DiagnosticSeverity.ERROR: "error",
@@ -70,17 +70,47 @@ class PipelineFailure(Exception):
         return "\n".join(lines)
 
 
-def run_pipeline(module: ir.Operation, elements: list[str], print_after_all: bool = False) -> None:
-    """Run each (expanded) pipeline element as its own step on a builtin.module operation."""
-    context = module.context
-    for position, element in enumerate(expand(elements)):
-        before = module.get_asm(enable_debug_info=True) if position else None
+def run_pipeline(
+    module: ir.Operation, elements: list[str], print_after_all: bool = False, input_is_file: bool = True
+) -> None:
+    """Run a pipeline of tile and upstream passes on a builtin.module operation, in place.
+
+    The input is verified first, so invalid IR is reported as such rather than blamed on a pass. The
+    pipeline runs in one pass manager; only when it fails is it replayed step by step on a copy of the
+    input, to name the failing pass and keep the IR that pass received (for the reproducer). When the
+    input is not a file (a module built in Python), even the first step's input is kept."""
+    steps = expand(elements)
+    try:
+        module.verify()
+    except ir.MLIRError as error:
+        raise PipelineFailure(None, Diag.from_error(error)) from None
+    if print_after_all:
+        _run_steps(module, steps, print_after_all=True, keep_first_input=not input_is_file)
+        return
+    saved = module.get_asm(enable_debug_info=True)
+    manager = passmanager.PassManager("builtin.module", context=module.context)
+    try:
+        for element in steps:
+            add_element(manager, element)
+    except ValueError as error:
+        raise PipelineFailure(None, [Diag("error", None, None, None, f"invalid pass pipeline: {error}")]) from None
+    try:
+        manager.run(module)
+        return
+    except (ir.MLIRError, RuntimeError):
+        pass
+    with module.context:
+        replay = ir.Operation.parse(saved)
+    _run_steps(replay, steps, print_after_all=False, keep_first_input=not input_is_file)
+    raise PipelineFailure(steps[-1], [Diag("error", None, None, None, "the pipeline failed, but no single step did")])
+
+
+def _run_steps(module: ir.Operation, steps: list[str], print_after_all: bool, keep_first_input: bool) -> None:
+    """Each element as its own step; raises PipelineFailure naming the first step that fails."""
+    for position, element in enumerate(steps):
+        before = module.get_asm(enable_debug_info=True) if position or keep_first_input else None
         try:
-            manager = step_manager(element, context)
-        except ValueError as error:
-            raise PipelineFailure(element, [Diag("error", None, None, None, str(error))]) from None
-        try:
-            manager.run(module)
+            step_manager(element, module.context).run(module)
         except ir.MLIRError as error:
             raise PipelineFailure(element, Diag.from_error(error), before) from None
         except RuntimeError as error:  # a Python pass raised: report it as that pass's failure

@@ -1,0 +1,36 @@
+# mlir-tile: `make demo` and `make test` are all a new user types; both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lit pytest cmake-check venv clean
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/seed_example.py --demo
+
+# The lit suite runs through CMake's check-tile target, which proves that target works.
+test: $(STAMP)
+	$(MAKE) cmake-check
+	$(BIN)/python -m pytest -q test/unit
+
+cmake-check: $(STAMP)
+	cmake -S . -B build -DPython3_EXECUTABLE=$(abspath $(BIN)/python) >/dev/null
+	cmake --build build --target check-tile
+
+lit: $(STAMP)
+	$(BIN)/lit -sv test
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q test/unit
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,126 @@
+"""GPU differential testing, build side (needs MLIR): random legal transfers -> kernels -> PTX, with
+inputs and the reference model's expected outputs, written as a bundle that `mlir_tile.difftest_runner`
+executes on any GPU host (cuda-python + numpy only).
+
+    python -m mlir_tile.difftest BUNDLE_DIR [--cases 500] [--seed 0] [--per-module 50]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, scf
+
+from mlir_tile.builder import Kernel, matrix_transfer
+from mlir_tile.compile import compile_to_ptx
+from mlir_tile.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.reference import emulate
+
+MAX_SHARED_WORDS = 8192  # 32 KiB: below the 48 KiB of static shared memory a kernel may declare
+
+
+def padded_words(case: RandomTransfer) -> int:
+    return -(-case.words // case.threads) * case.threads
+
+
+def kernel_name(index: int) -> str:
+    return f"case_{index}"
+
+
+def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
+    """Body: shared <- sm_in; registers <- regs_in[tid]; the transfer; regs_out[tid] <- registers;
+    sm_out <- shared."""
+    k = module_kernel
+    sm_in, regs_in, regs_out, sm_out = k.arguments
+    tid = k.thread_id("x")
+    words = padded_words(case)
+    sm = k.shared(f"{k.name}_sm", words)
+
+    def copy(source, destination):
+        loop = scf.ForOp(k.index(0), k.index(words // case.threads), k.index(1))
+        with ir.InsertionPoint(loop.body):
+            index = arith.addi(tid, arith.muli(loop.induction_variable, k.index(case.threads)))
+            k.store(k.load(source, [index]), destination, [index])
+            scf.YieldOp([])
+
+    copy(sm_in, sm)
+    k.barrier()
+    registers = k.registers(case.slots)
+    for slot in range(case.slots):
+        k.store(k.load(regs_in, [tid, slot]), registers, [slot])
+    matrix_transfer(case.opcode, registers if case.is_load else sm, sm if case.is_load else registers,
+                    dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
+    k.barrier()
+    for slot in range(case.slots):
+        k.store(k.load(registers, [slot]), regs_out, [tid, slot])
+    copy(sm, sm_out)
+
+
+def case_ptx(index: int, case: RandomTransfer) -> str:
+    words, threads = padded_words(case), case.threads
+    arguments = [f"memref<{words}xi32>", f"memref<{threads}x{case.slots}xi32>",
+                 f"memref<{threads}x{case.slots}xi32>", f"memref<{words}xi32>"]
+    with Kernel(kernel_name(index), arguments, block=(threads, 1, 1), context=ir.Context()) as k:
+        build_case_kernel(k, case)
+    return compile_to_ptx(k.module)
+
+
+def expected_outputs(case: RandomTransfer, registers: np.ndarray, shared: np.ndarray):
+    if case.is_load:
+        return emulate(case.opcode, case.dst_layout, case.src_layout, registers, shared, case.scope), shared
+    return registers, emulate(case.opcode, case.dst_layout, case.src_layout, shared, registers, case.scope)
+
+
+def draw_cases(count: int, seed: int) -> list[RandomTransfer]:
+    rng, cases = random.Random(seed), []
+    while len(cases) < count:
+        case = random_transfer(rng)
+        if padded_words(case) <= MAX_SHARED_WORDS:
+            cases.append(case)
+    return cases
+
+
+def write_bundle(directory: Path, count: int, seed: int) -> dict:
+    directory.mkdir(parents=True, exist_ok=True)
+    cases, manifest, arrays = draw_cases(count, seed), [], {}
+    data = np.random.default_rng(seed)
+    ptx_texts = []
+    for index, case in enumerate(cases):
+        registers = data.integers(0, 2**32, (case.threads, case.slots), dtype=np.uint32)
+        shared = data.integers(0, 2**32, padded_words(case), dtype=np.uint32)
+        expected_registers, expected_shared = expected_outputs(case, registers, shared)
+        arrays.update({f"{index}_regs": registers, f"{index}_sm": shared,
+                       f"{index}_regs_expected": expected_registers, f"{index}_sm_expected": expected_shared})
+        ptx_texts.append(case_ptx(index, case))
+        manifest.append({"index": index, "kernel": kernel_name(index), "opcode": case.opcode, "scope": case.scope,
+                         "dst_layout": str(case.dst_layout), "src_layout": str(case.src_layout),
+                         "threads": case.threads, "ptx": f"case_{index}.ptx"})
+    np.savez_compressed(directory / "arrays.npz", **arrays)
+    # One PTX per case keeps a failing case self-contained; the runner loads each once.
+    import tarfile
+
+    with tarfile.open(directory / "ptx.tar.gz", "w:gz") as archive:
+        for index, text in enumerate(ptx_texts):
+            path = directory / f"case_{index}.ptx"
+            path.write_text(text)
+            archive.add(path, arcname=path.name)
+            path.unlink()
+    (directory / "manifest.json").write_text(json.dumps({"seed": seed, "cases": manifest}, indent=1))
+    return {"cases": len(cases)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle")
+    parser.add_argument("--cases", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    arguments = parser.parse_args()
+    print(write_bundle(Path(arguments.bundle), arguments.cases, arguments.seed))
+
+
+if __name__ == "__main__":
+    main()

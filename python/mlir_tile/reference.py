@@ -1,0 +1,117 @@
+"""The reference model: what ldmatrix/stmatrix do, from the PTX ISA's description (no MLIR, no lowering).
+
+PTX ISA, warp-level matrix load/store (m8n8, .b16): an 8x8 matrix of 16-bit elements is stored as 8 rows
+of 16 bytes; for .xN, lanes 8*i .. 8*i+7 give the row addresses of matrix i (other lanes' addresses are
+ignored). Each lane l holds one 32-bit register per matrix with the fragment elements
+(row l//4, columns 2*(l%4) and 2*(l%4)+1) of that matrix, lower half first. With .trans the matrix is
+transposed at 16-bit granularity: the register of lane l holds elements (2*(l%4), l//4) and
+(2*(l%4)+1, l//4) of the stored matrix. stmatrix moves the same image the other way.
+
+Which lane gives which address, and which register slot receives a matrix, come from the transfer's
+layouts (the specification's code-generation rule): lane l of warp g provides &shared[g, t, (l//8)%N, l%8, 0]
+and receives matrix i in slot reg[g, t, i, l//4, l%4].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mlir_tile import contract
+from mlir_tile.layout import Layout
+
+LANES = 32
+
+
+def _as_text(layout: Layout | str) -> str:
+    return str(layout) if isinstance(layout, Layout) else layout
+
+
+def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarray, scope: str = "warp") -> np.ndarray:
+    """Apply one transfer. ldmatrix: dst = registers (threads, slots), src = flat shared words.
+    stmatrix: dst = flat shared words, src = registers. Returns the new dst (other values unchanged).
+    Raises ValueError (contract.ContractError) for an illegal transfer."""
+    opcode_info = contract.parse_opcode(opcode)
+    registers, shared = (dst, src) if opcode_info.is_load else (src, dst)
+    registers = np.asarray(registers, dtype=np.uint32)
+    shared = np.asarray(shared, dtype=np.uint32)
+    if registers.ndim != 2 or shared.ndim != 1:
+        raise ValueError("registers must be (threads, slots) and shared memory a flat array of words")
+    threads, slots = registers.shape
+    block = (threads, 1, 1) if scope == "cta" else None
+    register_operand = contract.Operand("private", extent=slots, offset=0)
+    shared_operand = contract.Operand("shared", extent=shared.size, offset=0, base_alignment=16)
+    transfer = contract.require(
+        opcode=opcode,
+        scope=scope,
+        dst_layout=_as_text(dst_layout),
+        src_layout=_as_text(src_layout),
+        dst=register_operand if opcode_info.is_load else shared_operand,
+        src=shared_operand if opcode_info.is_load else register_operand,
+        block_size=block,
+    )
+    if threads != transfer.scope.warps * LANES:
+        raise ValueError(
+            f"scope \"{scope}\" runs {transfer.scope.warps} warp(s): registers need "
+            f"{transfer.scope.warps * LANES} threads, got {threads}"
+        )
+    registers, shared = registers.copy(), shared.copy()
+    for warp in range(transfer.scope.warps):
+        for repeat in transfer.repeats():
+            if opcode_info.is_load:
+                _ldmatrix(transfer, warp, repeat, registers, shared)
+            else:
+                _stmatrix(transfer, warp, repeat, registers, shared)
+    return registers if opcode_info.is_load else shared
+
+
+def _provided_addresses(transfer: contract.Transfer, warp: int, repeat: tuple) -> list[int]:
+    """The word address each lane supplies (the code-generation rule)."""
+    count = transfer.opcode.count
+    return [transfer.shared_offset(warp, repeat, (lane // 8) % count, lane % 8) for lane in range(LANES)]
+
+
+def _receiving_slot(transfer: contract.Transfer, warp: int, repeat: tuple, matrix: int, lane: int) -> tuple[int, int]:
+    """(thread, slot) that holds lane `lane`'s register for `matrix`, read from the register layout."""
+    coordinate = ((warp,) if transfer.group_rank else ()) + repeat + (matrix, lane // 4, lane % 4)
+    point = transfer.registers(*coordinate)
+    thread = point.threads.get("warpid", 0) * LANES + point.threads.get("laneid", 0)
+    return thread, transfer.register_operand.offset + point.offset
+
+
+def _halves(word: int) -> tuple[int, int]:
+    return word & 0xFFFF, word >> 16
+
+
+def _fragment_position(lane: int, half: int, trans: bool) -> tuple[int, int]:
+    """(row, column) of the 8x8 b16 matrix held in half `half` of lane `lane`'s register."""
+    row, column = lane // 4, 2 * (lane % 4) + half
+    return (column, row) if trans else (row, column)
+
+
+def _ldmatrix(transfer, warp, repeat, registers, shared) -> None:
+    addresses = _provided_addresses(transfer, warp, repeat)
+    for matrix in range(transfer.opcode.count):
+        image = np.zeros((8, 8), dtype=np.uint32)
+        for row in range(8):
+            start = addresses[8 * matrix + row]  # only lanes 8*i..8*i+7 are read for matrix i
+            for word in range(4):
+                image[row, 2 * word], image[row, 2 * word + 1] = _halves(int(shared[start + word]))
+        for lane in range(LANES):
+            low = image[_fragment_position(lane, 0, transfer.opcode.trans)]
+            high = image[_fragment_position(lane, 1, transfer.opcode.trans)]
+            thread, slot = _receiving_slot(transfer, warp, repeat, matrix, lane)
+            registers[thread, slot] = int(low) | (int(high) << 16)
+
+
+def _stmatrix(transfer, warp, repeat, registers, shared) -> None:
+    addresses = _provided_addresses(transfer, warp, repeat)
+    for matrix in range(transfer.opcode.count):
+        image = np.zeros((8, 8), dtype=np.uint32)
+        for lane in range(LANES):
+            thread, slot = _receiving_slot(transfer, warp, repeat, matrix, lane)
+            low, high = _halves(int(registers[thread, slot]))
+            image[_fragment_position(lane, 0, transfer.opcode.trans)] = low
+            image[_fragment_position(lane, 1, transfer.opcode.trans)] = high
+        for row in range(8):
+            start = addresses[8 * matrix + row]
+            for word in range(4):
+                shared[start + word] = int(image[row, 2 * word]) | (int(image[row, 2 * word + 1]) << 16)

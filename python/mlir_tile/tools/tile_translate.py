@@ -1,0 +1,69 @@
+"""tile-translate: translations out of MLIR.
+
+    tile-translate --mlir-to-ptx [--chip=sm_90] [FILE|-] [-o OUT]
+
+Runs tile-to-ptx{chip=...} on the module and prints the PTX of its gpu.module(s). Errors are MLIR
+diagnostics on stderr, with the failed pass and a tile-opt command that reproduces it; exit status 1.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from mlir_tile.compile import CompileError, compile_to_ptx
+from mlir_tile.pipeline import PipelineFailure
+from mlir_tile.tools.driver import Session, read_input
+
+USAGE = "usage: tile-translate --mlir-to-ptx [--chip=sm_90] [FILE|-] [-o OUT]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    translation, chip, source, output = None, "sm_90", "-", "-"
+    arguments = iter(argv)
+    for argument in arguments:
+        if argument == "--mlir-to-ptx":
+            translation = argument
+        elif argument.startswith("--chip="):
+            chip = argument.split("=", 1)[1]
+        elif argument == "-o":
+            output = next(arguments, "-")
+        elif argument in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        elif argument.startswith("-") and argument != "-":
+            print(f"tile-translate: unknown option '{argument}'\n{USAGE}", file=sys.stderr)
+            return 1
+        else:
+            source = argument
+    if translation is None:
+        print(f"tile-translate: no translation selected\n{USAGE}", file=sys.stderr)
+        return 1
+    try:
+        text, source_name = read_input(source)
+        module = Session().parse(text, source_name)
+        ptx = compile_to_ptx(module, chip, source_name=source_name)
+    except OSError as error:
+        print(f"tile-translate: cannot read input: {error}", file=sys.stderr)
+        return 1
+    except PipelineFailure as failure:
+        print(failure.report(source_name), file=sys.stderr)
+        return 1
+    except CompileError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except Exception as error:  # a bug in tile-translate itself: one line, not a traceback
+        if os.environ.get("TILE_DEBUG"):
+            raise
+        print(f"tile-translate: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    if output == "-":
+        sys.stdout.write(ptx)
+    else:
+        with open(output, "w") as stream:
+            stream.write(ptx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Shared pytest setup: the `gpu` marker skips cleanly, with the reason shown, where no GPU is usable."""
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped, with the reason, where there is none)")
+
+
+def pytest_collection_modifyitems(config, items):
+    from mlir_tile.runtime import gpu_available
+
+    available, why = gpu_available()
+    if available:
+        return
+    skip = pytest.mark.skip(reason=f"no CUDA GPU: {why}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
