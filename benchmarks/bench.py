@@ -8,11 +8,15 @@
     python benchmarks/bench.py report DIR     # RESULTS.md from DIR/*.json
 
 Both kernels of a layout run the same loop: shared memory filled with its word indices, then per thread
-`iters` x UNROLL transfers, an empty `asm volatile("" ::: "memory")` after each one (so no transfer is
-hoisted or merged: the same device of defeating hoisting in both), loaded words XOR-accumulated, one
-word stored per thread at the end. Both go through the same ptxas, so the SASS differs only by what
-each front end emitted. The accumulated outputs of the two kernels must be equal: that checks the
-generated addressing against the hand-written one on every launch.
+`iterations` x UNROLL transfers and one word stored per thread at the end. Nothing may be hoisted or
+merged, and both kernels prevent it the same way:
+- loads: each transfer's region start is `(first loaded word & zero) * 4` words after the previous one,
+  with `zero` a kernel argument that is 0 at run time, so every address depends on the previous result
+  (ptxas sees through an LLVM-level memory clobber and merged identical loads: measured, 25x "peak");
+  loaded words are XOR-accumulated;
+- stores: an empty `asm volatile("" ::: "memory")` after each store (ptxas keeps every STSM).
+Both go through the same ptxas, so the SASS differs only by what each front end emitted. The outputs of
+the two kernels must be equal: a check of the generated addressing against the hand-written one.
 """
 from __future__ import annotations
 
@@ -115,7 +119,7 @@ def shared_words(config: Config) -> int:
 def generated_kernel(config: Config):
     """The benchmark kernel through the mlir-tile builder."""
     from mlir import ir
-    from mlir.dialects import arith, llvm, scf
+    from mlir.dialects import arith, llvm, memref, scf
 
     from mlir_tile.builder import Kernel, matrix_transfer
     from mlir_tile.contract import parse_opcode
@@ -124,36 +128,46 @@ def generated_kernel(config: Config):
     words = shared_words(config)
     registers_layout = Layout.parse(config.registers)
     used_slots = sorted({registers_layout.offset(*c) for c in registers_layout.coordinates()})
-    with Kernel("bench", ["memref<16777216xi32>", "i32"], block=(BLOCK, 1, 1), context=ir.Context()) as k:
-        out, iterations = k.arguments
-        i32 = ir.IntegerType.get_signless(32)
+    view_type = f"memref<{words}xi32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>"
+    with Kernel("bench", ["memref<16777216xi32>", "i32", "i32"], block=(BLOCK, 1, 1),
+                min_blocks_per_sm=BLOCKS_PER_SM, context=ir.Context()) as k:
+        out, iterations, zero = k.arguments
+        i32, index = ir.IntegerType.get_signless(32), ir.IndexType.get()
         tid = k.thread_id("x")
         sm = k.shared("sm", words)
         fill = scf.ForOp(k.index(0), k.index(words // BLOCK), k.index(1))
         with ir.InsertionPoint(fill.body):
-            index = arith.addi(tid, arith.muli(fill.induction_variable, k.index(BLOCK)))
-            k.store(arith.index_cast(i32, index), sm, [index])
+            position = arith.addi(tid, arith.muli(fill.induction_variable, k.index(BLOCK)))
+            k.store(arith.index_cast(i32, position), sm, [position])
             scf.YieldOp([])
         k.barrier()
         registers = k.registers(config.slots)
-        if not config.is_load:
+        lane = k.lane_id()
+        if not config.is_load:  # the same data in every warp: concurrent stores to one region agree
             for slot in used_slots:
-                k.store(arith.index_cast(i32, arith.addi(tid, k.index(slot))), registers, [slot])
-        zero = k.constant(0)
-        loop = scf.ForOp(k.index(0), arith.index_cast(ir.IndexType.get(), iterations), k.index(1),
-                         [zero] * len(used_slots))
+                k.store(arith.index_cast(i32, arith.addi(lane, k.index(slot))), registers, [slot])
+        start = k.constant(0)
+        # An i32 induction variable, like the C++ `int it`: the loop scaffolding is the same in both kernels.
+        loop = scf.ForOp(k.constant(0), iterations, k.constant(1),
+                         [start] + [start] * (len(used_slots) if config.is_load else 0))
         with ir.InsertionPoint(loop.body):
-            accumulators = list(loop.inner_iter_args)
+            offset, *accumulators = loop.inner_iter_args
             for _ in range(UNROLL):
-                dst, src = (registers, sm) if config.is_load else (sm, registers)
-                matrix_transfer(config.opcode, dst, src, dst_layout=config.registers if config.is_load else config.shared,
-                                src_layout=config.shared if config.is_load else config.registers, scope=config.scope)
-                llvm.inline_asm(None, [], "", "~{memory}", has_side_effects=True)
                 if config.is_load:
-                    accumulators = [arith.xori(a, k.load(registers, [s])) for a, s in zip(accumulators, used_slots)]
-            scf.YieldOp(accumulators)
-        total = zero
-        for value in loop.results:
+                    words_offset = arith.muli(arith.index_cast(index, offset), k.index(4))
+                    view = memref.subview(sm, [words_offset], [words], [1], result_type=ir.Type.parse(view_type))
+                    matrix_transfer(config.opcode, registers, view, dst_layout=config.registers,
+                                    src_layout=config.shared, scope=config.scope)
+                    loaded = [k.load(registers, [slot]) for slot in used_slots]
+                    accumulators = [arith.xori(a, v) for a, v in zip(accumulators, loaded)]
+                    offset = arith.andi(loaded[0], zero)
+                else:
+                    matrix_transfer(config.opcode, sm, registers, dst_layout=config.shared,
+                                    src_layout=config.registers, scope=config.scope)
+                    llvm.inline_asm(None, [], "", "~{memory}", has_side_effects=True)
+            scf.YieldOp([offset] + accumulators)
+        total = loop.results[0]
+        for value in list(loop.results)[1:]:
             total = arith.xori(total, value)
         if not config.is_load:  # stores: read back one word so the result depends on the stores
             total = arith.xori(total, k.load(sm, [tid]))
@@ -196,22 +210,27 @@ def hand_written_source(config: Config) -> str:
         names = ", ".join(f"%{i}" for i in range(count))
         if config.is_load:
             outputs = ", ".join(f'"=r"(r[{s}])' for s in slots)
-            body.append(f'asm volatile("{config.opcode} {{{names}}}, [%{count}+{offset}];" : {outputs} : "r"(base) : "memory");')
+            body.append(f'asm volatile("{config.opcode} {{{names}}}, [%{count}+{offset}];" : {outputs} : "r"(address));')
         else:
             inputs = ", ".join(f'"r"(r[{s}])' for s in slots)
             body.append(f'asm volatile("{config.opcode} [%0+{offset}], {{{", ".join(f"%{i + 1}" for i in range(count))}}};" :: "r"(base), {inputs} : "memory");')
-    accumulate = " ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots)) if config.is_load else ""
-    init = " ".join(f"r[{s}] = threadIdx.x + {s};" for s in used_slots) if not config.is_load else ""
+    if config.is_load:  # the next region start depends on this result, as in the generated kernel
+        body.insert(0, "address = base + (offset & zero) * 16;")
+        body.append(" ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots)) + f" offset = r[{used_slots[0]}];")
+    else:
+        body.append('asm volatile("" ::: "memory");')
+    init = " ".join(f"r[{s}] = lane + {s};" for s in used_slots) if not config.is_load else ""
     accumulators = " ".join(f"unsigned acc{j} = 0;" for j in range(len(used_slots))) if config.is_load else ""
     total = " ^ ".join(f"acc{j}" for j in range(len(used_slots)))
     words = shared_words(config)
     return f"""
-extern "C" __global__ void __launch_bounds__({BLOCK}) bench(unsigned *out, int iterations) {{
+extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) bench(unsigned *out, int iterations, unsigned zero) {{
   __shared__ __align__(16) unsigned sm[{words}];
   for (unsigned i = threadIdx.x; i < {words}; i += {BLOCK}) sm[i] = i;
   __syncthreads();
   const unsigned lane = threadIdx.x & 31;
   const unsigned base = (unsigned)__cvta_generic_to_shared(sm) + 4 * ({' + '.join(lane_terms)});
+  unsigned address = base, offset = 0;
   unsigned r[{config.slots}];
   {init}
   {accumulators}
@@ -219,10 +238,9 @@ extern "C" __global__ void __launch_bounds__({BLOCK}) bench(unsigned *out, int i
 #pragma unroll
     for (int u = 0; u < {UNROLL}; ++u) {{
       {' '.join(body)}
-      {accumulate}
     }}
   }}
-  unsigned total = {total if config.is_load else '0'};
+  unsigned total = {('offset & zero ^ ' + total) if config.is_load else '0'};
   {'' if config.is_load else 'total ^= sm[threadIdx.x];'}
   out[blockIdx.x * {BLOCK} + threadIdx.x] = total;
 }}
@@ -336,13 +354,13 @@ def run(directory: Path) -> None:
             index = config["index"]
             hand_source = (directory / f"hand_{index}.cu").read_text()
             hand_ptx_path = directory / f"hand_{index}.ptx"
-            hand_ptx_path.write_bytes(Program(hand_source, "c++", options).compile("ptx").code)
+            hand_ptx_path.write_bytes(Program(hand_source, "c++", options).compile("ptx").code.rstrip(b"\0"))  # NVRTC NUL-terminates
             cubins = {"generated": ptx_to_cubin(directory / f"gen_{index}.ptx"), "hand": ptx_to_cubin(hand_ptx_path)}
             entry = {"name": config["name"], "note": config["note"]}
             outputs = {}
             for kind, cubin in cubins.items():
                 module = runtime.load_cubin(cubin.read_bytes(), name=f"{kind}_{index}")
-                arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(ITERATIONS)]
+                arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(ITERATIONS), np.int32(0)]
                 outputs[kind] = module.launch("bench", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
                 timing = module.time("bench", arguments, grid=grid, block=BLOCK, warmup=3, repeats=25)
                 warps = grid * BLOCK // 32

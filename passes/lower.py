@@ -78,8 +78,11 @@ def _emit_transfer(transfer: contract.Transfer, op: ir.Operation) -> None:
     for term in terms[1:]:
         lane_offset = arith.addi(lane_offset, term)
 
-    base = _aligned_pointer(shared)
+    descriptor = _descriptor(shared)
     element = ir.IntegerType.get_signless(32)
+    base = llvm.extractvalue(ir.Type.parse("!llvm.ptr<3>"), descriptor, [1])
+    if transfer.shared_operand.offset is None:  # a dynamic region start, proven a multiple of 4 words
+        base = _gep(base, llvm.extractvalue(ir.IntegerType.get_signless(64), descriptor, [2]), element)
     lane_pointer = _gep(base, lane_offset, element)
     layout = ir.Attribute.parse(f"#nvvm.mma_layout<{'col' if transfer.opcode.trans else 'row'}>")
     register_type = ir.MemRefType(registers.type)
@@ -135,8 +138,8 @@ def _warp_in_group(transfer: contract.Transfer, op: ir.Operation) -> ir.Value:
     return warp
 
 
-def _aligned_pointer(buffer: ir.Value) -> ir.Value:
-    """The aligned base pointer of a shared memref, through its LLVM descriptor.
+def _descriptor(buffer: ir.Value) -> ir.Value:
+    """The LLVM memref descriptor of a shared memref: (allocated, aligned, offset, sizes, strides).
 
     The unrealized cast meets the descriptor that the memref's producer becomes in convert-gpu-to-nvvm, and
     reconcile-unrealized-casts removes the pair; staying in pointer arithmetic (rather than integer
@@ -144,10 +147,9 @@ def _aligned_pointer(buffer: ir.Value) -> ir.Value:
     rank = ir.MemRefType(buffer.type).rank
     shape_fields = f", array<{rank} x i64>, array<{rank} x i64>" if rank else ""
     descriptor_type = ir.Type.parse(f"!llvm.struct<(ptr<3>, ptr<3>, i64{shape_fields})>")
-    descriptor = ir.Operation.create(
+    return ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[descriptor_type], operands=[buffer]
     ).result
-    return llvm.extractvalue(ir.Type.parse("!llvm.ptr<3>"), descriptor, [1])
 
 
 _DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list

@@ -98,6 +98,9 @@ def transfer_attributes(op: ir.Operation | ir.OpView) -> TransferAttributes:
 class Kernel:
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
+    `min_blocks_per_sm` is CUDA's `__launch_bounds__(threads, min_blocks)`: ptxas limits registers so
+    that many blocks fit on one SM.
+
     Entering creates the module (in a new context with `tile` loaded, unless one is current) and sets the
     insertion point at the kernel's body; leaving terminates the kernel with `gpu.return`.
     Arguments are types or their text; static memrefs are passed to the kernel as bare pointers.
@@ -109,11 +112,13 @@ class Kernel:
         arguments: Sequence[ir.Type | str] = (),
         *,
         block: tuple[int, int, int] = (32, 1, 1),
+        min_blocks_per_sm: int | None = None,
         chip: str = "sm_90",
         module_name: str = "kernels",
         context: ir.Context | None = None,
     ):
         self.name, self.block, self.chip, self.module_name = name, tuple(block), chip, module_name
+        self.min_blocks_per_sm = min_blocks_per_sm
         self._argument_specs = list(arguments)
         self.context = context or _current_context_or_new()
         load_dialect(self.context)
@@ -133,6 +138,10 @@ class Kernel:
         with ir.InsertionPoint(self.gpu_module.bodyRegion.blocks[0]):
             self.func = gpu.GPUFuncOp(
                 ir.FunctionType.get(types, []), sym_name=self.name, kernel=True, known_block_size=list(self.block)
+            )
+        if self.min_blocks_per_sm:  # PTX .minnctapersm: registers are budgeted for this occupancy
+            self.func.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(32), self.min_blocks_per_sm
             )
         self.body = self.func.body.blocks.append(*types)
         self.arguments = list(self.body.arguments)

@@ -88,8 +88,9 @@ class Operand:
 
     memory: "private", "shared", "global" or another space's text. extent: elements reachable from the
     memref's first element (None when dynamic). offset: the memref's static offset in elements (None when
-    dynamic). base_alignment: bytes the IR proves for the address of offset 0 of the underlying buffer
-    (None when nothing is proved).
+    dynamic); offset_multiple: for a dynamic offset, what the IR proves it a multiple of (None: nothing).
+    base_alignment: bytes the IR proves for the address of offset 0 of the underlying buffer (None when
+    nothing is proved).
     """
 
     memory: str
@@ -98,6 +99,12 @@ class Operand:
     extent: int | None = None
     offset: int | None = 0
     base_alignment: int | None = None
+    offset_multiple: int | None = None
+
+    @property
+    def static_offset(self) -> int:
+        """The compile-time part of the offset: all of it, or 0 when the offset is dynamic."""
+        return self.offset if self.offset is not None else 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,7 @@ class Transfer:
     def shared_offset(self, group: int, repeat: tuple[int, ...], matrix: int, row: int, word: int = 0) -> int:
         """Element offset of a shared word from the memref's first element (static offset included)."""
         coord = ((group,) if self.group_rank else ()) + repeat + (matrix, row, word)
-        return self.shared_operand.offset + self.shared.offset(*coord)
+        return self.shared_operand.static_offset + self.shared.offset(*coord)
 
     def register_slot(self, repeat: tuple[int, ...], matrix: int) -> int:
         """Register storage slot of (repeat, matrix) in each thread (static offset included)."""
@@ -248,8 +255,7 @@ def check(
     transfer = Transfer(parsed_opcode, resolved_scope, register_layout, shared_layout, registers, shared)
     if registers.offset is not None:
         violations += _register_side(transfer, register_role)
-    if shared.offset is not None:
-        violations += _shared_side(transfer, shared_role)
+    violations += _shared_side(transfer, shared_role)
     return (None if violations else transfer), violations
 
 
@@ -344,12 +350,22 @@ def _operand_roles(opcode: Opcode, register_role, registers: Operand, shared_rol
                     f"{role} has a dynamic shape; the contract needs a static shape to prove every offset in bounds",
                 )
             )
-        if operand.offset is None:
+        if operand.offset is None and role == register_role:
             found.append(
                 Violation(
-                    "bounds",
-                    f"{role} has a dynamic offset; the contract needs a static memref offset to prove alignment "
-                    f"and bounds",
+                    "operands",
+                    f"{role} (register storage) has a dynamic offset; register slots are compile-time constants, "
+                    f"so use a register memref with a static offset",
+                )
+            )
+        elif operand.offset is None and (operand.offset_multiple or 1) % WORDS:
+            proven = f"a multiple of {operand.offset_multiple} elements" if operand.offset_multiple else "nothing"
+            found.append(
+                Violation(
+                    "row-alignment",
+                    f"{role} has a dynamic offset and the IR proves {proven} about it, but every row must start "
+                    f"16-byte aligned; make the offset a multiple of 4 words (e.g. arith.muli %i, %c4 or "
+                    f"arith.andi %i, %c-4) before the memref.subview / reinterpret_cast",
                 )
             )
     return found
@@ -531,15 +547,15 @@ def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
     rows: dict[int, tuple[int, ...]] = {}
     extent = operand.extent
     for coord in _row_coordinates(layout):
-        start = operand.offset + layout.offset(*coord)
+        relative = layout.offset(*coord)
+        start = operand.static_offset + relative  # a dynamic offset adds a multiple of 4 words
         text = _coordinate_text(layout.rank, bool(group), coord)
-        if extent is not None and not (0 <= start - operand.offset and start - operand.offset + WORDS <= extent):
+        if extent is not None and not (0 <= relative and relative + WORDS <= extent):
             found.append(
                 Violation(
                     "bounds",
-                    f"{role}_layout {layout}: shared row {text} covers elements {start - operand.offset}.."
-                    f"{start - operand.offset + WORDS - 1}, outside {role}'s {extent} elements; enlarge the "
-                    f"buffer or change the strides",
+                    f"{role}_layout {layout}: shared row {text} covers elements {relative}..{relative + WORDS - 1}, "
+                    f"outside {role}'s {extent} elements; enlarge the buffer or change the strides",
                 )
             )
             return found

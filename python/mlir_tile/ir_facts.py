@@ -2,6 +2,7 @@
 size and whether an op sits under thread-dependent control flow."""
 from __future__ import annotations
 
+import math
 import re
 
 from mlir import ir
@@ -51,15 +52,17 @@ def operand_facts(value: ir.Value) -> Operand:
     element = memref.element_type
     bits = element.width if hasattr(element, "width") else _element_width(element)
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-    extent = offset = None
-    if ir.ShapedType(memref).has_static_shape:
-        try:
-            strides, static_offset = memref.get_strides_and_offset()
-        except (ValueError, RuntimeError):
-            strides, static_offset = [], dynamic
-        if static_offset != dynamic and dynamic not in strides:
-            offset = static_offset
-            extent = sum((n - 1) * s for n, s in zip(memref.shape, strides)) + 1 if memref.shape else 1
+    extent = offset = multiple = None
+    try:
+        strides, static_offset = memref.get_strides_and_offset()
+    except (ValueError, RuntimeError):
+        strides, static_offset = [dynamic], dynamic
+    if ir.ShapedType(memref).has_static_shape and dynamic not in strides:
+        extent = sum((n - 1) * s for n, s in zip(memref.shape, strides)) + 1 if memref.shape else 1
+    if static_offset != dynamic:
+        offset = static_offset
+    else:
+        multiple = dynamic_offset_multiple(value)
     return Operand(
         memory=memory_space(memref),
         element_bits=bits,
@@ -67,7 +70,73 @@ def operand_facts(value: ir.Value) -> Operand:
         extent=extent,
         offset=offset,
         base_alignment=base_alignment(value),
+        offset_multiple=multiple,
     )
+
+
+def dynamic_offset_multiple(value: ir.Value) -> int | None:
+    """What the element offset of a memref view is provably a multiple of, from the view op that made it
+    (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its offset)."""
+    owner = value.owner
+    op = owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    if op is None:
+        return None
+    if op.name in ("memref.cast", "memref.memory_space_cast", "memref.assume_alignment"):
+        return _offset_multiple_of(op.operands[0])
+    if op.name not in ("memref.subview", "memref.reinterpret_cast"):
+        return None
+    static_offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    dynamic_offsets = iter(op.operands[1 : 1 + sum(1 for o in static_offsets if o == _DYNAMIC)])
+    if op.name == "memref.reinterpret_cast":
+        (only,) = static_offsets
+        return only if only != _DYNAMIC else value_multiple(next(dynamic_offsets))
+    source = op.operands[0]
+    source_strides, _ = ir.MemRefType(source.type).get_strides_and_offset()
+    result = _offset_multiple_of(source)
+    for static, stride in zip(static_offsets, source_strides):
+        part = value_multiple(next(dynamic_offsets)) if static == _DYNAMIC else static
+        if stride == _DYNAMIC:
+            return None
+        result = math.gcd(result, part * stride)
+    return result or None
+
+
+_DYNAMIC = -(2**63)  # ShapedType's dynamic marker for sizes, strides and offsets
+
+
+def _offset_multiple_of(memref_value: ir.Value) -> int:
+    """gcd-friendly: a static offset is a multiple of itself (0 of everything)."""
+    _, offset = ir.MemRefType(memref_value.type).get_strides_and_offset()
+    if offset != _DYNAMIC:
+        return offset
+    return dynamic_offset_multiple(memref_value) or 1
+
+
+def value_multiple(value: ir.Value) -> int:
+    """The largest power of two (or constant) an integer/index value is provably a multiple of; 0 means
+    the value is 0. Understands constants, muli, shli, andi with a constant mask, addi/subi and casts."""
+    owner = value.owner
+    op = owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    if op is None:
+        return 1
+    name = op.name
+    if name == "arith.constant":
+        return abs(ir.IntegerAttr(op.attributes["value"]).value)
+    if name in ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi"):
+        return value_multiple(op.operands[0])
+    if name == "arith.muli":
+        return value_multiple(op.operands[0]) * value_multiple(op.operands[1])
+    if name in ("arith.addi", "arith.subi"):
+        return math.gcd(value_multiple(op.operands[0]), value_multiple(op.operands[1]))
+    if name == "arith.shli":
+        shift = op.operands[1].owner
+        if isinstance(shift, (ir.OpView, ir.Operation)) and shift.operation.name == "arith.constant":
+            return value_multiple(op.operands[0]) << ir.IntegerAttr(shift.operation.attributes["value"]).value
+        return value_multiple(op.operands[0])
+    if name == "arith.andi":  # the result's low zero bits are those of either operand
+        parts = [value_multiple(operand) for operand in op.operands]
+        return 0 if 0 in parts else max(part & -part for part in parts)
+    return 1
 
 
 def _element_width(element: ir.Type) -> int:

@@ -174,7 +174,7 @@ class LoadedModule:
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
         launch_arguments = [b if b is not None else a for a, b in zip(arguments, buffers)]
         config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
-        timing = EventOptions(enable_timing=True)
+        timing = EventOptions(timing_enabled=True)
         try:
             for _ in range(warmup):
                 launch(runtime.stream, config, kernel, *launch_arguments)
