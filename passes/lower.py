@@ -17,10 +17,10 @@ the instruction's immediate offset; results go straight to constant register slo
     %lane = gpu.lane_id
     %row = (%lane & 7) * 16 + ((%lane >> 3) & 1) * 8          (as arith ops on i32)
     %base = llvm.extractvalue (unrealized_conversion_cast %sm)[1] : !llvm.ptr<3>
-    %p0 = llvm.getelementptr inbounds %base[%row] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
+    %p0 = llvm.getelementptr %base[%row] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
     %r0 = nvvm.ldmatrix %p0 {num = 2, layout = row, ...} -> !llvm.struct<(i32, i32)>
     memref.store (extractvalue %r0[0]), %regs[0] ; memref.store (extractvalue %r0[1]), %regs[2]
-    %p1 = llvm.getelementptr inbounds %p0[128] ...
+    %p1 = llvm.getelementptr %p0[128] ...
     %r1 = nvvm.ldmatrix %p1 ... ; stores to %regs[8], %regs[10]
 
 The pass re-checks the contract first (its precondition) and fails with the same diagnostics as
@@ -33,6 +33,7 @@ from mlir.dialects import arith, gpu, llvm, memref, nvvm
 
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
+from mlir_tile.ir_facts import block_size
 from mlir_tile.passes.verify import UniformityCache, op_violations, transfer_ops
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
@@ -118,20 +119,25 @@ def _scaled(value: ir.Value, factor: int) -> ir.Value:
 
 
 def _warp_in_group(transfer: contract.Transfer, op: ir.Operation) -> ir.Value:
-    """The warp's index in its warpgroup or block, from the linear thread id."""
-    from mlir_tile.ir_facts import block_size
-
+    """The warp's index in its warpgroup or block: linear thread id / 32 (mod 4 for a warpgroup). The
+    y and z terms use known_block_size when the kernel declares it, else gpu.block_dim."""
     i32 = ir.IntegerType.get_signless(32)
+
+    def thread(dimension):
+        return arith.index_cast(i32, gpu.thread_id(dimension))
+
     known = block_size(op)
-    linear = arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x))
-    extents = [arith.index_cast(i32, gpu.block_dim(d)) for d in (gpu.Dimension.x, gpu.Dimension.y)] if (
-        known is None
-    ) else [_i32(known[0]), _i32(known[0] * known[1])]
-    for dimension, extent in zip((gpu.Dimension.y, gpu.Dimension.z), extents):
-        if known is not None and known[1 if dimension == gpu.Dimension.y else 2] == 1:
-            continue
-        index = arith.index_cast(i32, gpu.thread_id(dimension))
-        linear = arith.addi(linear, arith.muli(index, extent))
+    linear = thread(gpu.Dimension.x)
+    if known is None:
+        width = arith.index_cast(i32, gpu.block_dim(gpu.Dimension.x))
+        plane = arith.muli(width, arith.index_cast(i32, gpu.block_dim(gpu.Dimension.y)))
+        linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.y), width))
+        linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), plane))
+    else:
+        if known[1] > 1:
+            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.y), _i32(known[0])))
+        if known[2] > 1:
+            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), _i32(known[0] * known[1])))
     warp = arith.shrui(linear, _i32(5))
     if transfer.scope.name == "warpgroup":
         warp = arith.andi(warp, _i32(contract.WARPGROUP_WARPS - 1))
@@ -153,15 +159,13 @@ def _descriptor(buffer: ir.Value) -> ir.Value:
 
 
 _DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
-_INBOUNDS = 3  # GEPNoWrapFlags: inbounds implies nusw (1 | 2), as `llvm.getelementptr inbounds` prints
 
 
 def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Value:
-    """`getelementptr inbounds element, pointer, offset`: offsets within the buffer stay in bounds."""
+    """`getelementptr element, pointer, offset` (the NVPTX backend folds constant offsets into the
+    instruction's immediate; `inbounds` is an enum property the Python API cannot set, and is not needed)."""
     dynamic, constant = ([], [offset]) if isinstance(offset, int) else ([offset], [_DYNAMIC_INDEX])
-    return llvm.getelementptr(
-        pointer.type, pointer, dynamic, constant, element, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), _INBOUNDS)
-    )
+    return llvm.getelementptr(pointer.type, pointer, dynamic, constant, element, None)
 
 
 def _indices(memref_type: ir.MemRefType, slot: int) -> list[ir.Value]:

@@ -17,7 +17,7 @@ repo = os.path.dirname(config.test_source_root)
 bin_dir = os.path.dirname(sys.executable)
 import mlir  # noqa: E402  (the bindings' package also carries mlir-opt)
 
-mlir_bin = os.path.join(os.path.dirname(mlir.__file__), "bin")
+mlir_bin = os.path.join(list(mlir.__path__)[0], "bin")
 config.environment["PATH"] = os.pathsep.join([bin_dir, mlir_bin, config.environment.get("PATH", "")])
 config.environment["PYTHONPATH"] = os.pathsep.join([os.path.join(repo, "examples"), repo])
 

@@ -242,6 +242,8 @@ def check(
     else:
         register_role, shared_role, registers, shared = "src", "dst", src, dst
     violations += _operand_roles(parsed_opcode, register_role, registers, shared_role, shared)
+    if registers.memory != "private" or shared.memory != "shared":
+        return None, violations  # which layout describes registers is unknown: checking them would mislead
 
     if len(layouts) < 2 or resolved_scope is None:
         return None, violations

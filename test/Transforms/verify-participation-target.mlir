@@ -1,0 +1,161 @@
+// Rule 8 (all 32 lanes participate) and the target architecture.
+// RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
+
+gpu.module @if_on_thread_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c16 = arith.constant 16 : index
+    %p = arith.cmpi ult, %t, %c16 : index
+    scf.if %p {
+      // expected-error@+1 {{[participation] all 32 lanes must execute the transfer, but it is inside an scf.if (at }}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @loop_bound_from_lane [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c3 = arith.constant 3 : index
+    %n = arith.andi %l, %c3 : index
+    scf.for %i = %c0 to %n step %c1 {
+      // expected-error@+1 {{[participation] all 32 lanes must execute the transfer, but it is inside an scf.for (at }}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @if_on_value_from_registers [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %c0 = arith.constant 0 : index
+    %v = memref.load %r[%c0] : memref<8xi32, 5>
+    %z = arith.constant 0 : i32
+    %p = arith.cmpi ne, %v, %z : i32
+    scf.if %p {
+      // expected-error@+1 {{but it is inside an scf.if (at }}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @while_on_thread_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c1 = arith.constant 1 : index
+    %w = scf.while (%i = %t) : (index) -> index {
+      %c = arith.cmpi ult, %i, %c1 : index
+      scf.condition(%c) %i : index
+    } do {
+    ^bb0(%j: index):
+      // expected-error@+1 {{but it is inside an scf.while (at }}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      %n = arith.addi %j, %c1 : index
+      scf.yield %n : index
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @cond_br_on_lane [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %c8 = arith.constant 8 : index
+    %p = arith.cmpi ult, %l, %c8 : index
+    cf.cond_br %p, ^bb1, ^bb2
+  ^bb1:
+    // expected-error@+1 {{[participation] all 32 lanes must execute the transfer, but its block can be reached through a branch (at }}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    cf.br ^bb2
+  ^bb2:
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @block_not_multiple_of_warp [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 48, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[participation] known_block_size (48, 1, 1) has 48 threads, not a multiple of 32: a partially populated warp cannot execute the transfer; round the block size up to a multiple of 32}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @warpgroup_block_96 [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 96, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    // expected-error@+1 {{[participation] known_block_size (96, 1, 1) has 96 threads, not a multiple of 128: a partially populated warpgroup cannot execute the transfer}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warpgroup",
+        dst_layout = #tile.layout<"(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @stmatrix_on_sm80 [#nvvm.target<chip = "sm_80">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80; compile for sm_90 or later (e.g. tile-to-ptx{chip=sm_90})}}
+    "tile.matrix_transfer"(%sm, %r) {opcode = "stmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(32,4,1)">, src_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">} : (memref<512xi32, 3>, memref<8xi32, 5>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @ldmatrix_on_sm70 [#nvvm.target<chip = "sm_70">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[target] ldmatrix needs sm_75 or newer, but the gpu.module targets sm_70}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
