@@ -19,7 +19,7 @@ from mlir.dialects import arith, gpu, memref
 
 from mlir_tile import contract
 from mlir_tile.dialect import ATTRIBUTE_NAMES, OP_NAME, layout_attr, layout_text, load_dialect, string_value
-from mlir_tile.ir_facts import block_size, operand_facts
+from mlir_tile.ir_facts import block_size, operand_facts, target_chip
 from mlir_tile.layout import Layout, as_layout
 
 WORKGROUP = "#gpu.address_space<workgroup>"
@@ -60,6 +60,7 @@ def matrix_transfer(
             dst=operand_facts(dst),
             src=operand_facts(src),
             block_size=block_size(owner.operation) if owner is not None else None,
+            chip=target_chip(owner.operation) if owner is not None else None,
         )
     attributes = {
         "opcode": ir.StringAttr.get(opcode),

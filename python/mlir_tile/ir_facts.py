@@ -195,7 +195,8 @@ def _lookup_symbol(op: ir.Operation, name: str) -> ir.Operation | None:
 
 
 def enclosing_kernel(op: ir.Operation) -> ir.Operation | None:
-    scope = op.parent
+    """The function holding `op`, or `op` itself when it is one."""
+    scope = op
     while scope is not None and scope.name not in ("gpu.func", "func.func", "llvm.func"):
         scope = scope.parent
     return scope
@@ -216,8 +217,8 @@ DEFAULT_NVVM_CHIP = "sm_50"  # what #nvvm.target means without a chip
 
 
 def target_chip(op: ir.Operation) -> str | None:
-    """The chip of the enclosing gpu.module's #nvvm.target; None when it has none."""
-    scope = op.parent
+    """The chip of the gpu.module holding `op` (or `op` itself)'s #nvvm.target; None when it has none."""
+    scope = op
     while scope is not None and scope.name != "gpu.module":
         scope = scope.parent
     if scope is None or "targets" not in scope.attributes:

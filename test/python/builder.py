@@ -1,0 +1,138 @@
+# RUN: %python %s | filecheck %s
+"""The Python builder API: ops from layout objects, attributes read back, early contract errors, the
+spec's kernel module, and compile_to_ptx."""
+from mlir import ir
+
+from mlir_tile.builder import Kernel, matrix_transfer, transfer_attributes
+from mlir_tile.contract import ContractError
+from mlir_tile.layout import S, laneid, pack_b16_as_b32
+
+
+def run(f):
+    print("\nTEST:", f.__name__)
+    f()
+    return f
+
+
+def kernel_with_buffers(words=512, slots=8, alignment=16, block=(32, 1, 1)):
+    kernel = Kernel("k", [], block=block, context=ir.Context())
+    kernel.__enter__()
+    return kernel, kernel.shared("sm", words, alignment=alignment), kernel.registers(slots)
+
+
+# CHECK-LABEL: TEST: test_build_from_layout_objects
+# CHECK: "tile.matrix_transfer"(%{{.*}}, %{{.*}}) {dst_layout = #tile.layout<"(2,2,8,4):(8,2,4@laneid,1@laneid)">, opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp", src_layout = #tile.layout<"(2,2,8,4):(128,8,16,1)">} : (memref<12xi32, #gpu.address_space<private>>, memref<256xi32, #gpu.address_space<workgroup>>) -> ()
+@run
+def test_build_from_layout_objects():
+    k, sm, _ = kernel_with_buffers(words=256)
+    regs = k.registers(12)
+    shared = S[(16, 4, 2):(8, 1, 128)].rearrange("(r m) w k -> k m r w", r=8, m=2)
+    op = matrix_transfer("ldmatrix.sync.aligned.m8n8.x2.shared.b16", regs, sm,
+                         dst_layout=S[(2, 2, 8, 4):(8, 2, 4 @ laneid, 1 @ laneid)], src_layout=shared)
+    print(op)
+    k.__exit__(None, None, None)
+
+
+# CHECK-LABEL: TEST: test_read_attributes_back
+# CHECK: opcode stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 scope warp
+# CHECK: dst (4,8,4):(32,4,1) rank 3 cosize 128
+# CHECK: src (4,8,4):(1,4@laneid,1@laneid) slot of matrix 3: 3 lane of (row 7, word 3): 31
+@run
+def test_read_attributes_back():
+    k, sm, regs = kernel_with_buffers()
+    op = matrix_transfer("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16", sm, regs,
+                         dst_layout="(4,8,4):(32,4,1)", src_layout="(4,8,4):(1,4@laneid,1@laneid)")
+    attributes = transfer_attributes(op)
+    print("opcode", attributes.opcode, "scope", attributes.scope)
+    print("dst", attributes.dst_layout, "rank", attributes.dst_layout.rank, "cosize", attributes.dst_layout.cosize)
+    src = attributes.src_layout
+    print("src", src, "slot of matrix 3:", src.offset(3, 0, 0), "lane of (row 7, word 3):", src(0, 7, 3).threads["laneid"])
+    k.__exit__(None, None, None)
+
+
+# CHECK-LABEL: TEST: test_builder_fails_early_with_the_contract_messages
+# CHECK: [row-alignment] src: the IR proves only 8-byte alignment for the shared buffer
+# CHECK: [row-alignment] src_layout (4,8,4):(32,6,1): shared row (matrix=0, row=1, word=0) starts at byte 24 (element 6), not a multiple of 16
+# CHECK: [scope] scope "thread" (the specification's default) cannot issue ldmatrix/stmatrix
+@run
+def test_builder_fails_early_with_the_contract_messages():
+    k, sm, regs = kernel_with_buffers(alignment=8)
+    for scope, shared in (("warp", "(4,8,4):(32,6,1)"), ("thread", "(4,8,4):(32,4,1)")):
+        try:
+            matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+                            dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout=shared, scope=scope)
+            print("built an illegal transfer")
+        except ContractError as error:
+            for violation in error.violations:
+                print(violation)
+    k.__exit__(None, None, None)
+
+
+# CHECK-LABEL: TEST: test_block_size_reaches_the_builder_check
+# CHECK: [participation] known_block_size (48, 1, 1) has 48 threads, not a multiple of 32
+@run
+def test_block_size_reaches_the_builder_check():
+    k, sm, regs = kernel_with_buffers(block=(48, 1, 1))
+    try:
+        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+                        dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="(4,8,4):(32,4,1)")
+    except ContractError as error:
+        print(error)
+    k.__exit__(None, None, None)
+
+
+# CHECK-LABEL: TEST: test_spec_example_module
+# CHECK: module attributes {gpu.container_module}
+# CHECK: gpu.module @kernels [#nvvm.target<chip = "sm_90">]
+# CHECK: memref.global "private" @sm : memref<256xi32, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+# CHECK: gpu.func @matrix_kernel(%{{.*}}: memref<16x4x2xi32>, %{{.*}}: memref<32x12xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>}
+# CHECK-COUNT-4: memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<256xi32, #gpu.address_space<workgroup>>
+# CHECK: gpu.barrier
+# CHECK: %[[RAW:.*]] = memref.alloca() : memref<12xi32, #gpu.address_space<private>>
+# CHECK: %[[SENTINEL:.*]] = arith.constant -777 : i32
+# CHECK-COUNT-12: memref.store %[[SENTINEL]], %[[RAW]]
+# CHECK: "tile.matrix_transfer"(%[[RAW]], %{{.*}}) {dst_layout = #tile.layout<"(2,2,8,4):(8,2,4@laneid,1@laneid)">, opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp", src_layout = #tile.layout<"(2,2,8,4):(128,8,16,1)">}
+# CHECK-COUNT-12: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<32x12xi32>
+@run
+def test_spec_example_module():
+    import seed_example
+
+    print(seed_example.build_module())
+
+
+# CHECK-LABEL: TEST: test_compile_to_ptx
+# CHECK: .target sm_90
+# CHECK: .entry matrix_kernel(
+# CHECK-COUNT-2: ldmatrix.sync.aligned.m8n8.x2.shared.b16
+# CHECK-NOT: ldmatrix
+@run
+def test_compile_to_ptx():
+    import seed_example
+    from mlir_tile.compile import compile_to_ptx
+
+    print(compile_to_ptx(seed_example.build_module(), chip="sm_90"))
+
+
+# CHECK-LABEL: TEST: test_compile_error_names_the_pass
+# CHECK: [target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80
+# CHECK: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}}tile-repro-{{.*}}.mlir --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+@run
+def test_compile_error_names_the_pass():
+    from mlir_tile.compile import CompileError, compile_to_ptx
+
+    with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
+        sm, regs = k.shared("sm", 128), k.registers(4)
+        matrix_transfer("stmatrix.sync.aligned.m8n8.x4.shared.b16", sm, regs, dst_layout="(4,8,4):(32,4,1)",
+                        src_layout="(4,8,4):(1,4@laneid,1@laneid)", check=False)
+    try:
+        compile_to_ptx(k.module, chip="sm_80")
+    except CompileError as error:
+        print(error)
+
+
+# CHECK-LABEL: TEST: test_packed_half_storage_as_words
+# CHECK: (16,8):(8,1) -> (16,4):(4,1)
+@run
+def test_packed_half_storage_as_words():
+    half = S[(16, 8):(8, 1)]
+    print(half, "->", pack_b16_as_b32(half))

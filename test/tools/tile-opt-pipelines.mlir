@@ -1,0 +1,50 @@
+// Pipelines mix tile passes, named pipelines and upstream passes; --split-input-file keeps chunks apart;
+// --mlir-print-ir-after-all dumps after every step.
+// RUN: tile-opt %s --split-input-file --pass-pipeline='builtin.module(tile-verify-matrix-transfer, canonicalize, tile-lower-matrix-transfer, cse)' | filecheck %s
+// RUN: tile-opt %s --split-input-file --tile-to-nvvm | filecheck %s --check-prefix=NVVM
+// RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-print-ir-after-all 2>&1 >/dev/null | filecheck %s --check-prefix=DUMP
+// RUN: tile-opt --list-passes | filecheck %s --check-prefix=LIST
+
+// CHECK-LABEL: gpu.module @first
+// CHECK: nvvm.ldmatrix %{{.*}} {{{.*}}num = 4 : i32{{.*}}}
+// CHECK: // -----
+// CHECK-LABEL: gpu.module @second
+// CHECK: nvvm.stmatrix
+// NVVM-LABEL: gpu.module @first
+// NVVM: llvm.func @k() attributes {gpu.kernel, {{.*}}nvvm.kernel, nvvm.maxntid = array<i32: 32, 1, 1>}
+// NVVM: nvvm.read.ptx.sreg.laneid
+// NVVM: nvvm.ldmatrix
+// NVVM-NOT: tile.matrix_transfer
+// NVVM-NOT: unrealized_conversion_cast
+// DUMP: // -----// IR Dump After tile-verify-matrix-transfer //----- //
+// DUMP: // -----// IR Dump After tile-verify-matrix-transfer //----- //
+// LIST-DAG: --tile-verify-matrix-transfer
+// LIST-DAG: --tile-lower-matrix-transfer
+// LIST-DAG: --tile-set-nvvm-target
+// LIST-DAG: --tile-to-nvvm
+// LIST-DAG: --tile-to-ptx
+gpu.module @first [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">}
+      : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @second [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    "tile.matrix_transfer"(%sm, %r) {opcode = "stmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(32,4,1)">, src_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">}
+      : (memref<512xi32, 3>, memref<4xi32, 5>) -> ()
+    gpu.return
+  }
+}

@@ -1,0 +1,41 @@
+// tile-translate --mlir-to-ptx prints PTX that ptxas accepts; stmatrix for a chip below sm_90 is a
+// diagnostic at the op, not a ptxas failure later.
+// RUN: tile-translate --mlir-to-ptx %s | filecheck %s
+// RUN: not tile-translate --mlir-to-ptx --chip=sm_80 %s 2>&1 | filecheck %s --check-prefix=SM80
+// RUN: not tile-translate %s 2>&1 | filecheck %s --check-prefix=USAGE
+// RUN: %if ptxas %{ tile-translate --mlir-to-ptx %s -o %t.ptx && ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
+
+// CHECK: .target sm_90
+// CHECK-LABEL: .visible .entry store_tile(
+// CHECK: stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%rd{{[0-9]+}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}};
+// CHECK-NOT: .local
+// SM80: error: 'tile.matrix_transfer' op [target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80
+// SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+// SM80-NOT: ptxas
+// USAGE: tile-translate: no translation selected
+module attributes {gpu.container_module} {
+  gpu.module @kernels [#nvvm.target<chip = "sm_90">] {
+    memref.global "private" @sm : memref<128xi32, 3> {alignment = 16 : i64}
+    gpu.func @store_tile(%out: memref<32xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+      %sm = memref.get_global @sm : memref<128xi32, 3>
+      %r = memref.alloca() : memref<4xi32, 5>
+      %lane = gpu.lane_id
+      %v = arith.index_cast %lane : index to i32
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %c3 = arith.constant 3 : index
+      memref.store %v, %r[%c0] : memref<4xi32, 5>
+      memref.store %v, %r[%c1] : memref<4xi32, 5>
+      memref.store %v, %r[%c2] : memref<4xi32, 5>
+      memref.store %v, %r[%c3] : memref<4xi32, 5>
+      "tile.matrix_transfer"(%sm, %r) {opcode = "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(32,4,1)">, src_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">}
+        : (memref<128xi32, 3>, memref<4xi32, 5>) -> ()
+      gpu.barrier
+      %w = memref.load %sm[%lane] : memref<128xi32, 3>
+      memref.store %w, %out[%lane] : memref<32xi32>
+      gpu.return
+    }
+  }
+}
