@@ -20,7 +20,7 @@ demo: $(STAMP)
 # The lit suite runs through CMake's check-tile target, which proves that target works.
 test: $(STAMP)
 	$(MAKE) cmake-check
-	$(BIN)/python -m pytest -q test/unit
+	$(BIN)/python -m pytest -q -rs test/unit
 
 cmake-check: $(STAMP)
 	cmake -S . -B build -DPython3_EXECUTABLE=$(abspath $(BIN)/python) >/dev/null
@@ -30,7 +30,7 @@ lit: $(STAMP)
 	$(BIN)/lit -sv test
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q test/unit
+	$(BIN)/python -m pytest -q -rs test/unit
 
 clean:
 	rm -rf build $(VENV)

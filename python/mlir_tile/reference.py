@@ -77,6 +77,23 @@ def _receiving_slot(transfer: contract.Transfer, warp: int, repeat: tuple, matri
     return thread, transfer.register_operand.offset + point.offset
 
 
+def _ldmatrix(transfer, warp, repeat, registers, shared) -> None:
+    words = ldmatrix_warp(transfer.opcode.count, transfer.opcode.trans, _provided_addresses(transfer, warp, repeat), shared)
+    for lane in range(LANES):
+        for matrix in range(transfer.opcode.count):
+            thread, slot = _receiving_slot(transfer, warp, repeat, matrix, lane)
+            registers[thread, slot] = words[lane][matrix]
+
+
+def _stmatrix(transfer, warp, repeat, registers, shared) -> None:
+    words = [[0] * transfer.opcode.count for _ in range(LANES)]
+    for lane in range(LANES):
+        for matrix in range(transfer.opcode.count):
+            words[lane][matrix] = int(registers[_receiving_slot(transfer, warp, repeat, matrix, lane)])
+    stmatrix_warp(transfer.opcode.count, transfer.opcode.trans, _provided_addresses(transfer, warp, repeat), words, shared)
+
+
+# ----- one warp-wide instruction, as the PTX ISA describes it -----
 def _halves(word: int) -> tuple[int, int]:
     return word & 0xFFFF, word >> 16
 
@@ -87,30 +104,32 @@ def _fragment_position(lane: int, half: int, trans: bool) -> tuple[int, int]:
     return (column, row) if trans else (row, column)
 
 
-def _ldmatrix(transfer, warp, repeat, registers, shared) -> None:
-    addresses = _provided_addresses(transfer, warp, repeat)
-    for matrix in range(transfer.opcode.count):
+def ldmatrix_warp(count: int, trans: bool, addresses: list[int], shared: np.ndarray) -> list[list[int]]:
+    """`ldmatrix...x{count}[.trans]` for one warp: lane l supplied word address `addresses[l]`; returns
+    each lane's `count` destination words. Only lanes 8*i..8*i+7 are read for matrix i."""
+    words = [[0] * count for _ in range(LANES)]
+    for matrix in range(count):
         image = np.zeros((8, 8), dtype=np.uint32)
         for row in range(8):
-            start = addresses[8 * matrix + row]  # only lanes 8*i..8*i+7 are read for matrix i
+            start = addresses[8 * matrix + row]
             for word in range(4):
                 image[row, 2 * word], image[row, 2 * word + 1] = _halves(int(shared[start + word]))
         for lane in range(LANES):
-            low = image[_fragment_position(lane, 0, transfer.opcode.trans)]
-            high = image[_fragment_position(lane, 1, transfer.opcode.trans)]
-            thread, slot = _receiving_slot(transfer, warp, repeat, matrix, lane)
-            registers[thread, slot] = int(low) | (int(high) << 16)
+            low = image[_fragment_position(lane, 0, trans)]
+            high = image[_fragment_position(lane, 1, trans)]
+            words[lane][matrix] = int(low) | (int(high) << 16)
+    return words
 
 
-def _stmatrix(transfer, warp, repeat, registers, shared) -> None:
-    addresses = _provided_addresses(transfer, warp, repeat)
-    for matrix in range(transfer.opcode.count):
+def stmatrix_warp(count: int, trans: bool, addresses: list[int], words: list[list[int]], shared: np.ndarray) -> None:
+    """`stmatrix...x{count}[.trans]` for one warp: lane l's `count` source words are `words[l]`; row r of
+    matrix i goes to the address lane 8*i+r supplied."""
+    for matrix in range(count):
         image = np.zeros((8, 8), dtype=np.uint32)
         for lane in range(LANES):
-            thread, slot = _receiving_slot(transfer, warp, repeat, matrix, lane)
-            low, high = _halves(int(registers[thread, slot]))
-            image[_fragment_position(lane, 0, transfer.opcode.trans)] = low
-            image[_fragment_position(lane, 1, transfer.opcode.trans)] = high
+            low, high = _halves(words[lane][matrix])
+            image[_fragment_position(lane, 0, trans)] = low
+            image[_fragment_position(lane, 1, trans)] = high
         for row in range(8):
             start = addresses[8 * matrix + row]
             for word in range(4):

@@ -1,0 +1,129 @@
+"""The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
+that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlir_tile import contract
+from mlir_tile.layout import Layout, ThreadStride
+from mlir_tile.random_transfers import RandomTransfer, random_transfer
+
+transfers = st.integers(0, 2**32 - 1).map(lambda seed: random_transfer(random.Random(seed)))
+
+
+def arguments(case: RandomTransfer, **changes):
+    """contract.check keyword arguments for a random transfer, with some replaced."""
+    registers = contract.Operand("private", extent=case.slots, offset=0)
+    shared = contract.Operand("shared", extent=case.words, offset=0, base_alignment=16)
+    values = dict(
+        opcode=case.opcode, scope=case.scope,
+        dst_layout=str(case.dst_layout), src_layout=str(case.src_layout),
+        dst=registers if case.is_load else shared, src=shared if case.is_load else registers,
+        block_size=(case.threads, 1, 1), chip="sm_90",
+    )
+    values.update(changes)
+    return values
+
+
+def rules(**kwargs) -> set:
+    return {v.rule for v in contract.check(**kwargs)[1]}
+
+
+def register_role(case):
+    return "dst" if case.is_load else "src"
+
+
+def shared_role(case):
+    return "src" if case.is_load else "dst"
+
+
+def with_stride(layout: Layout, axis: int, stride) -> str:
+    strides = list(layout.stride)
+    strides[axis] = stride
+    return str(Layout(layout.shape, tuple(strides)))
+
+
+@settings(max_examples=300)
+@given(transfers)
+def test_random_legal_transfers_pass(case):
+    transfer, violations = contract.check(**arguments(case))
+    assert violations == [] and transfer is not None
+
+
+# Each mutation breaks exactly one rule of a legal transfer; the checker must name that rule.
+MUTATIONS = {
+    "opcode": lambda c: dict(opcode=c.opcode.replace(".m8n8", ".m16n8")),
+    "attributes": lambda c: dict(extra_attributes=["pred"]),
+    "scope": lambda c: dict(scope="thread"),
+    "operands": lambda c: {register_role(c): contract.Operand("shared", extent=c.slots, base_alignment=16)},
+    "operands-16-bit": lambda c: {shared_role(c): contract.Operand("shared", element_bits=16, element_type="f16",
+                                                                   extent=c.words, base_alignment=16)},
+    "shape": lambda c: {f"{register_role(c)}_layout": str(c.register_layout).replace(",8,4)", ",8,2)", 1)},
+    "shared-row": lambda c: {f"{shared_role(c)}_layout": with_stride(c.shared_layout, -1, 2)},
+    "row-alignment": lambda c: {f"{shared_role(c)}_layout": with_stride(c.shared_layout, -2, c.shared_layout.stride[-2] + 1)},
+    "row-alignment-base": lambda c: {shared_role(c): contract.Operand("shared", extent=c.words, base_alignment=8)},
+    "bounds": lambda c: {shared_role(c): contract.Operand("shared", extent=c.shared_layout.cosize - 1, base_alignment=16)},
+    "register-owner": lambda c: {f"{register_role(c)}_layout": with_stride(c.register_layout, -2, ThreadStride(8, "laneid"))},
+    "register-bounds": lambda c: {register_role(c): contract.Operand("private", extent=c.slots - 3, offset=0)},
+    "participation": lambda c: dict(divergence="it is inside an scf.if whose condition depends on the thread id"),
+    "participation-block": lambda c: dict(block_size=(c.threads + 16, 1, 1)),
+    "target": lambda c: dict(chip="sm_80" if not c.is_load else "sm_70"),
+    "layout-syntax": lambda c: {f"{shared_role(c)}_layout": str(c.shared_layout)[:-1]},
+}
+EXPECTED_RULE = {"operands-16-bit": "operands", "row-alignment-base": "row-alignment", "register-bounds": "bounds",
+                 "participation-block": "participation"}
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@given(case=transfers)
+def test_each_single_rule_mutation_is_rejected_with_that_rule(mutation, case):
+    changes = MUTATIONS[mutation](case)
+    if mutation == "register-bounds" and case.slots <= 3:
+        changes = {register_role(case): contract.Operand("private", extent=0, offset=0)}
+    found = rules(**arguments(case, **changes))
+    assert EXPECTED_RULE.get(mutation, mutation) in found, found
+
+
+@settings(max_examples=100)
+@given(st.integers(0, 2**32 - 1))
+def test_overlapping_loaded_slots_and_stored_rows_are_rejected(seed):
+    case = random_transfer(random.Random(seed))
+    atom_axis = case.register_layout.rank - 3
+    if case.is_load and case.register_layout.shape[atom_axis] > 1:
+        broken = with_stride(case.register_layout, atom_axis, 0)
+        assert "register-overlap" in rules(**arguments(case, dst_layout=broken))
+    if not case.is_load:
+        broken = with_stride(case.shared_layout, -2, 0)
+        assert "store-race" in rules(**arguments(case, dst_layout=broken))
+
+
+layout_texts = st.text(alphabet="()0123456789,:@-lanidwrp x", max_size=24)
+scalars = st.one_of(st.none(), st.integers(), st.text(max_size=12), st.floats(allow_nan=False))
+
+
+@settings(max_examples=300)
+@given(opcode=st.one_of(st.sampled_from([
+           "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "stmatrix.sync.aligned.m8n8.x2.trans.shared::cta.b16"]),
+           st.text(max_size=40), scalars),
+       scope=st.one_of(st.sampled_from(contract.SCOPES + ("thread",)), scalars),
+       dst_layout=st.one_of(layout_texts, scalars), src_layout=st.one_of(layout_texts, scalars),
+       memories=st.tuples(*(st.sampled_from(["private", "shared", "global", "#foo"]),) * 2),
+       bits=st.tuples(*(st.sampled_from([8, 16, 32, 64]),) * 2),
+       extents=st.tuples(*(st.one_of(st.none(), st.integers(0, 600)),) * 2),
+       offsets=st.tuples(*(st.one_of(st.none(), st.integers(-8, 64)),) * 2),
+       alignment=st.one_of(st.none(), st.sampled_from([1, 4, 8, 16, 128])),
+       block=st.one_of(st.none(), st.tuples(st.integers(1, 300), st.integers(1, 4), st.just(1))),
+       chip=st.one_of(st.none(), st.sampled_from(["sm_70", "sm_80", "sm_90", "sm_90a", "gfx90a"])))
+def test_random_input_gives_diagnostics_never_exceptions(opcode, scope, dst_layout, src_layout, memories, bits,
+                                                         extents, offsets, alignment, block, chip):
+    operands = [contract.Operand(memory, element_bits=width, element_type=f"i{width}", extent=extent, offset=offset,
+                                 base_alignment=alignment)
+                for memory, width, extent, offset in zip(memories, bits, extents, offsets)]
+    transfer, violations = contract.check(opcode=opcode, scope=scope, dst_layout=dst_layout, src_layout=src_layout,
+                                          dst=operands[0], src=operands[1], block_size=block, chip=chip)
+    assert (transfer is None) == bool(violations)
+    assert all(isinstance(v, contract.Violation) and v.message for v in violations)

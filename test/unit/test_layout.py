@@ -1,0 +1,134 @@
+"""The layout algebra against brute-force definitions (hypothesis)."""
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlir_tile.layout import Layout, S, ThreadStride, laneid, pack_b16_as_b32, warpid
+
+strides = st.one_of(
+    st.integers(-64, 64),
+    st.builds(ThreadStride, st.integers(0, 16), st.sampled_from(["laneid", "warpid"])),
+)
+
+
+@st.composite
+def layouts(draw, max_rank=4):
+    rank = draw(st.integers(1, max_rank))
+    return Layout(tuple(draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank))),
+                  tuple(draw(st.lists(strides, min_size=rank, max_size=rank))))
+
+
+def test_spec_notation():
+    layout = S[(2, 2, 8, 4):(8, 2, 4 @ laneid, 1 @ laneid)]
+    assert str(layout) == "(2,2,8,4):(8,2,4@laneid,1@laneid)"
+    assert layout.rank == 4 and layout.size == 128 and layout.cosize == 11
+    point = layout(1, 1, 7, 3)
+    assert point.offset == 10 and point.threads == {"laneid": 31}
+    assert str(S[(4, 2):(1 @ warpid, 3)]) == "(4,2):(1@warpid,3)"
+
+
+def test_spec_rearrange():
+    shared = S[(16, 4, 2):(8, 1, 128)]
+    assert shared.rearrange("(r m) w k -> k m r w", r=8, m=2) == Layout.parse("(2,2,8,4):(128,8,16,1)")
+
+
+@given(layouts())
+def test_text_round_trip(layout):
+    assert Layout.parse(str(layout)) == layout
+
+
+@given(layouts())
+def test_evaluation_is_the_sum_of_coordinate_times_stride(layout):
+    for coordinate in itertools.islice(layout.coordinates(), 200):
+        point = layout(*coordinate)
+        memory = sum(c * s for c, s in zip(coordinate, layout.stride) if isinstance(s, int))
+        assert point.offset == memory == layout.offset(*coordinate)
+        for axis in ("laneid", "warpid"):
+            expected = sum(c * s.scale for c, s in zip(coordinate, layout.stride)
+                           if isinstance(s, ThreadStride) and s.axis == axis)
+            assert point.threads.get(axis, 0) == expected
+
+
+@given(layouts())
+def test_cosize_is_one_past_the_largest_offset(layout):
+    offsets = [layout.offset(*c) for c in layout.coordinates()]
+    assert layout.cosize == max(max(offsets), 0) + 1
+    assert layout.min_offset == min(min(offsets), 0)
+    assert layout.size == math.prod(layout.shape) == len(offsets)
+
+
+@st.composite
+def split_cases(draw):
+    """A layout, a split of its first axis into (a b), and a random permutation of the axes."""
+    outer, inner = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    rest = draw(layouts(max_rank=2))
+    layout = Layout((outer * inner,) + rest.shape, (draw(st.integers(-8, 8)),) + rest.stride)
+    names = ["a", "b"] + [f"x{i}" for i in range(rest.rank)]
+    order = draw(st.permutations(names))
+    return layout, outer, inner, names, order
+
+
+@given(split_cases())
+def test_rearrange_then_inverse_gives_the_layout_back(case):
+    layout, outer, inner, names, order = case
+    left = "(a b) " + " ".join(names[2:])
+    moved = layout.rearrange(f"{left} -> {' '.join(order)}", a=outer, b=inner)
+    assert moved.size == layout.size
+    # Evaluating the moved layout at the permuted coordinate gives the original offset.
+    for coordinate in itertools.islice(layout.coordinates(), 100):
+        a, b = divmod(coordinate[0], inner)
+        values = dict(zip(names, (a, b) + coordinate[1:]))
+        assert moved.offset(*(values[n] for n in order)) == layout.offset(*coordinate)
+    back = moved.rearrange(f"{' '.join(order)} -> (a b) {' '.join(names[2:])}")
+    assert back.shape == layout.shape
+    assert [back.offset(*c) for c in back.coordinates()] == [layout.offset(*c) for c in layout.coordinates()]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("(2,2):(1)", "at column 7: 2 extents but 1 strides"),
+    ("(2,2:(1,2)", "at column 5: expected ')' but found ':'"),
+    ("(2,x):(1,2)", "at column 4: expected an integer but found 'x'"),
+    ("(2,2):(1,2@lane)", "at column 12: unknown thread axis 'lane'"),
+    ("(2,0):(1,1)", "at column 4: extent 0 is not positive"),
+    ("(2,2):(1,2) z", "at column 13: unexpected 'z' after the strides"),
+    ("", "at column 1: expected '(' but found end of text"),
+    ("(2,2)", "at column 6: expected ':' but found end of text"),
+])
+def test_malformed_text_names_what_and_where(text, message):
+    with pytest.raises(ValueError, match=f"malformed layout '{text}'.*{message}".replace("(", r"\(").replace(")", r"\)")):
+        Layout.parse(text)
+
+
+@given(st.text(alphabet="()0123456789,:@-lanidwrp x", max_size=30))
+def test_any_text_parses_or_raises_value_error(text):
+    try:
+        layout = Layout.parse(text)
+    except ValueError as error:
+        assert "malformed layout" in str(error)
+    else:
+        assert Layout.parse(str(layout)) == layout
+
+
+@pytest.mark.parametrize("pattern, sizes, message", [
+    ("a b c -> a (b c)", {}, r"cannot merge \(b c\) into one axis: 'b' has stride 1 but merging needs 256"),
+    ("(r m) w k -> k m r w", {"r": 5}, "axis of extent 16 does not split by 5"),
+    ("(r m) w k -> k m r", {"r": 8}, "the right side must use each left axis once"),
+    ("a b -> a b", {}, "names 2 input axes but layout .* has rank 3"),
+    ("a b c", {}, "needs exactly one '->'"),
+])
+def test_rearrange_errors_say_why(pattern, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        S[(16, 4, 2):(8, 1, 128)].rearrange(pattern, **sizes) if "(r m)" in pattern else \
+            S[(8, 4, 2):(8, 1, 128)].rearrange(pattern, **sizes)
+
+
+def test_b32_view_of_packed_half_storage():
+    assert pack_b16_as_b32(S[(16, 16):(16, 1)]) == Layout.parse("(16,8):(8,1)")
+    assert pack_b16_as_b32(S[(2, 8, 8):(128, 8, 1)]) == Layout.parse("(2,8,4):(64,4,1)")
+    with pytest.raises(ValueError, match="odd stride 9"):
+        pack_b16_as_b32(S[(8, 8):(9, 1)])
+    with pytest.raises(ValueError, match="odd extent 7"):
+        pack_b16_as_b32(S[(8, 7):(8, 1)])
