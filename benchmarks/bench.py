@@ -412,7 +412,7 @@ def scaling(directory: Path, sizes=(100, 1000, 10000)) -> None:
     from mlir_tile.pipeline import run_pipeline
     from mlir_tile.tools.driver import Session
 
-    mlir_opt = Path(mlir.__file__).parent / "bin" / "mlir-opt"
+    mlir_opt = Path(list(mlir.__path__)[0]) / "bin" / "mlir-opt"
     results = []
     for count in sizes:
         tile_text = scaling_module(count, upstream=False)

@@ -10,8 +10,12 @@ from pathlib import Path
 
 from mlir import ir
 from mlir.dialects import irdl
+from mlir.dialects._ods_common import _cext
 
 from mlir_tile.layout import Layout
+
+# The bindings find the Python module of dialect `tile` as `mlir_tile.dialect.tile` (MatrixTransferOp).
+_cext.globals.append_dialect_search_prefix(__name__)
 
 IRDL_FILE = Path(__file__).with_name("tile.irdl.mlir")
 OP_NAME = "tile.matrix_transfer"

@@ -33,18 +33,18 @@ from mlir.dialects import arith, gpu, llvm, memref, nvvm
 
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
-from mlir_tile.ir_facts import block_size
-from mlir_tile.passes.verify import UniformityCache, op_violations, transfer_ops
+from mlir_tile.ir_facts import FactCache, block_size
+from mlir_tile.passes.verify import op_violations, transfer_ops
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
 ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
 
 
 def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
-    uniformity = UniformityCache()
+    facts = FactCache()
     failed = False
     for op in transfer_ops(root):
-        transfer, violations = op_violations(op, uniformity(op))
+        transfer, violations = op_violations(op, facts)
         if violations:
             for violation in violations:
                 op.location.emit_error(f"'{OP_NAME}' op cannot be lowered: {violation}")

@@ -19,7 +19,7 @@ from mlir import ir
 
 from mlir_tile import contract
 from mlir_tile.dialect import ATTRIBUTE_NAMES, OP_NAME, layout_text, string_value
-from mlir_tile.ir_facts import Uniformity, block_size, enclosing_kernel, operand_facts, target_chip
+from mlir_tile.ir_facts import FactCache, block_size, operand_facts, target_chip
 
 
 def transfer_ops(root: ir.Operation) -> list[ir.Operation]:
@@ -34,7 +34,7 @@ def transfer_ops(root: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def op_violations(op: ir.Operation, uniformity: Uniformity | None) -> tuple[contract.Transfer | None, list]:
+def op_violations(op: ir.Operation, facts: FactCache) -> tuple[contract.Transfer | None, list]:
     """The contract's verdict on one op, reading every fact from the IR."""
     structural = []
     attributes = {}
@@ -63,39 +63,20 @@ def op_violations(op: ir.Operation, uniformity: Uniformity | None) -> tuple[cont
         scope=attributes["scope"],
         dst_layout=attributes["dst_layout"],
         src_layout=attributes["src_layout"],
-        dst=operand_facts(memrefs[0]),
-        src=operand_facts(memrefs[1]),
+        dst=operand_facts(memrefs[0], facts),
+        src=operand_facts(memrefs[1], facts),
         extra_attributes=extra,
         block_size=block_size(op),
-        divergence=uniformity.divergence_reason(op) if uniformity else None,
+        divergence=uniformity.divergence_reason(op) if (uniformity := facts.uniformity(op)) else None,
         chip=target_chip(op),
     )
 
 
-class UniformityCache:
-    """One uniformity analysis per kernel, shared by all of its transfers."""
-
-    def __init__(self) -> None:
-        self._analyses: list[tuple[ir.Operation, Uniformity]] = []
-
-    def __call__(self, op: ir.Operation) -> Uniformity | None:
-        """The kernel's analysis, or None when `op` cannot be divergent: it sits directly in the body of
-        a single-block kernel, so no branch or loop can leave lanes behind."""
-        kernel = enclosing_kernel(op)
-        if kernel is None or (op.parent == kernel and len(kernel.regions[0].blocks) == 1):
-            return None
-        for known, analysis in self._analyses:
-            if known == kernel:
-                return analysis
-        self._analyses.append((kernel, Uniformity(kernel)))
-        return self._analyses[-1][1]
-
-
 def verify_matrix_transfer(root: ir.Operation, pass_) -> None:
-    uniformity = UniformityCache()
+    facts = FactCache()
     failed = False
     for op in transfer_ops(root):
-        _, violations = op_violations(op, uniformity(op))
+        _, violations = op_violations(op, facts)
         for violation in violations:
             op.location.emit_error(f"'{OP_NAME}' op {violation}")
         failed = failed or bool(violations)

@@ -11,14 +11,14 @@ the verifier pass), so a Python user sees an illegal transfer where it is writte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import arith, gpu, memref
 
 from mlir_tile import contract
-from mlir_tile.dialect import ATTRIBUTE_NAMES, OP_NAME, layout_attr, layout_text, load_dialect, string_value
+from mlir_tile.dialect import OP_NAME, layout_attr, load_dialect
+from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.ir_facts import block_size, operand_facts, target_chip
 from mlir_tile.layout import Layout, as_layout
 
@@ -44,9 +44,10 @@ def matrix_transfer(
     check: bool = True,
     loc: ir.Location | None = None,
     ip: ir.InsertionPoint | None = None,
-) -> ir.Operation:
-    """Build `"tile.matrix_transfer"(dst, src)`. Raises `contract.ContractError` for an illegal transfer
-    (pass check=False to build one on purpose, e.g. for a diagnostics test)."""
+) -> MatrixTransferOp:
+    """Build `"tile.matrix_transfer"(dst, src)`; the result reads its attributes back as Python values
+    (`op.dst_layout` is a Layout). Raises `contract.ContractError` for an illegal transfer (pass
+    check=False to build one on purpose, e.g. for a diagnostics test)."""
     context = (loc or ir.Location.current).context
     load_dialect(context)
     if check:
@@ -68,32 +69,7 @@ def matrix_transfer(
         "dst_layout": layout_attr(as_layout(dst_layout) if check else dst_layout),
         "src_layout": layout_attr(as_layout(src_layout) if check else src_layout),
     }
-    return ir.Operation.create(OP_NAME, operands=[dst, src], attributes=attributes, loc=loc, ip=ip)
-
-
-@dataclass(frozen=True)
-class TransferAttributes:
-    """A `tile.matrix_transfer`'s attributes read back as Python values."""
-
-    opcode: str
-    scope: str
-    dst_layout: Layout
-    src_layout: Layout
-
-
-def transfer_attributes(op: ir.Operation | ir.OpView) -> TransferAttributes:
-    op = op.operation
-    if op.name != OP_NAME:
-        raise ValueError(f"expected a {OP_NAME}, got {op.name}")
-    missing = [n for n in ATTRIBUTE_NAMES if n not in op.attributes]
-    if missing:
-        raise ValueError(f"{OP_NAME} is missing attribute(s) {', '.join(missing)}")
-    return TransferAttributes(
-        opcode=string_value(op.attributes["opcode"]),
-        scope=string_value(op.attributes["scope"]),
-        dst_layout=Layout.parse(layout_text(op.attributes["dst_layout"])),
-        src_layout=Layout.parse(layout_text(op.attributes["src_layout"])),
-    )
+    return ir.Operation.create(OP_NAME, operands=[dst, src], attributes=attributes, loc=loc, ip=ip).opview
 
 
 class Kernel:

@@ -9,6 +9,7 @@ the group axis exists only in scopes wider than a warp and selects the warp (`@w
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -193,7 +194,27 @@ def _coordinate_text(transfer_rank: int, group: bool, coord: tuple[int, ...]) ->
     return "(" + ", ".join(names) + ")"
 
 
-def check(
+def check(**arguments) -> tuple[Transfer | None, list[Violation]]:
+    """Check one transfer (see `_check` for the arguments). Returns the checked Transfer (None when any
+    rule fails) and the violations. The check is a pure function of its arguments, so repeated identical
+    transfers (unrolled loops hold thousands) are checked once."""
+    arguments["extra_attributes"] = tuple(arguments.get("extra_attributes", ()))
+    if arguments.get("block_size") is not None:
+        arguments["block_size"] = tuple(arguments["block_size"])
+    try:
+        transfer, violations = _check_cached(**arguments)
+    except TypeError:  # an unhashable argument (only from malformed input): check without the cache
+        transfer, violations = _check(**arguments)
+    return transfer, list(violations)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_cached(**arguments):
+    transfer, violations = _check(**arguments)
+    return transfer, tuple(violations)
+
+
+def _check(
     *,
     opcode,
     scope,
@@ -206,7 +227,6 @@ def check(
     divergence: str | None = None,
     chip: str | None = None,
 ) -> tuple[Transfer | None, list[Violation]]:
-    """Check one transfer. Returns the checked Transfer (None when any rule fails) and the violations."""
     violations: list[Violation] = []
     for name in extra_attributes:
         violations.append(
@@ -551,12 +571,12 @@ def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
     for coord in _row_coordinates(layout):
         relative = layout.offset(*coord)
         start = operand.static_offset + relative  # a dynamic offset adds a multiple of 4 words
-        text = _coordinate_text(layout.rank, bool(group), coord)
         if extent is not None and not (0 <= relative and relative + WORDS <= extent):
             found.append(
                 Violation(
                     "bounds",
-                    f"{role}_layout {layout}: shared row {text} covers elements {relative}..{relative + WORDS - 1}, "
+                    f"{role}_layout {layout}: shared row {_coordinate_text(layout.rank, bool(group), coord)} covers "
+                    f"elements {relative}..{relative + WORDS - 1}, "
                     f"outside {role}'s {extent} elements; enlarge the buffer or change the strides",
                 )
             )
@@ -565,7 +585,8 @@ def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
             found.append(
                 Violation(
                     "row-alignment",
-                    f"{role}_layout {layout}: shared row {text} starts at byte {start * WORD_BYTES} "
+                    f"{role}_layout {layout}: shared row {_coordinate_text(layout.rank, bool(group), coord)} starts at "
+                    f"byte {start * WORD_BYTES} "
                     f"(element {start}{', memref offset ' + str(operand.offset) + ' included' if operand.offset else ''}), "
                     f"not a multiple of 16; make every matrix/row/repeat stride and the region start a multiple "
                     f"of 4 words",
@@ -584,7 +605,7 @@ def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
             Violation(
                 "store-race",
                 f"{role}_layout {layout}: stmatrix rows {_coordinate_text(layout.rank, bool(group), writer)} and "
-                f"{text} both write elements {start}..{start + WORDS - 1} "
+                f"{_coordinate_text(layout.rank, bool(group), coord)} both write elements {start}..{start + WORDS - 1} "
                 f"{'in one instruction' if same_warp else 'from different warps'}; destination rows must not "
                 f"overlap",
             )

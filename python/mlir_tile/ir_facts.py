@@ -46,7 +46,7 @@ def memory_space(memref: ir.MemRefType) -> str:
     return text
 
 
-def operand_facts(value: ir.Value) -> Operand:
+def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
     """The contract's view of a memref value (the caller checked it is a memref)."""
     memref = ir.MemRefType(value.type)
     element = memref.element_type
@@ -69,7 +69,7 @@ def operand_facts(value: ir.Value) -> Operand:
         element_type=str(element),
         extent=extent,
         offset=offset,
-        base_alignment=base_alignment(value),
+        base_alignment=base_alignment(value, facts or FactCache()),
         offset_multiple=multiple,
     )
 
@@ -148,7 +148,7 @@ def _element_width(element: ir.Type) -> int:
     return 0
 
 
-def base_alignment(value: ir.Value) -> int | None:
+def base_alignment(value: ir.Value, facts: "FactCache") -> int | None:
     """Bytes of alignment the IR proves for the buffer behind `value`, None when nothing is proved."""
     while True:
         owner = value.owner
@@ -163,7 +163,7 @@ def base_alignment(value: ir.Value) -> int | None:
         if op.name in ("memref.alloca", "memref.alloc"):
             return _int_attribute(op, "alignment") or _natural_alignment(value)
         if op.name == "memref.get_global":
-            declaration = _lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
+            declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
             if declaration is None:
                 return None
             return _int_attribute(declaration, "alignment") or _natural_alignment(value)
@@ -180,18 +180,36 @@ def _int_attribute(op: ir.Operation, name: str) -> int | None:
     return ir.IntegerAttr(op.attributes[name]).value
 
 
-def _lookup_symbol(op: ir.Operation, name: str) -> ir.Operation | None:
-    scope = op.parent
-    while scope is not None:
-        if "sym_name" in scope.attributes or scope.name in ("builtin.module", "gpu.module"):
-            for region in scope.regions:
-                for block in region.blocks:
-                    for candidate in block.operations:
-                        attrs = candidate.operation.attributes
-                        if "sym_name" in attrs and ir.StringAttr(attrs["sym_name"]).value == name:
-                            return candidate.operation
-        scope = scope.parent
-    return None
+class FactCache:
+    """What one pass run computes once and asks many times: a symbol table per symbol scope, and a
+    uniformity analysis per kernel. (Looking symbols up by walking the module made verification
+    quadratic in the number of transfers.)"""
+
+    def __init__(self) -> None:
+        self._symbol_tables: dict = {}
+        self._uniformity: dict = {}
+
+    def lookup_symbol(self, op: ir.Operation, name: str) -> ir.Operation | None:
+        scope = op.parent
+        while scope is not None:
+            if scope.name in ("builtin.module", "gpu.module"):
+                if scope not in self._symbol_tables:
+                    self._symbol_tables[scope] = ir.SymbolTable(scope)
+                table = self._symbol_tables[scope]
+                if name in table:
+                    return table[name].operation
+            scope = scope.parent
+        return None
+
+    def uniformity(self, op: ir.Operation) -> "Uniformity | None":
+        """The kernel's analysis, or None when `op` cannot be divergent: it sits directly in the body of
+        a single-block kernel, so no branch or loop can leave lanes behind."""
+        kernel = enclosing_kernel(op)
+        if kernel is None or (op.parent == kernel and len(kernel.regions[0].blocks) == 1):
+            return None
+        if kernel not in self._uniformity:
+            self._uniformity[kernel] = Uniformity(kernel)
+        return self._uniformity[kernel]
 
 
 def enclosing_kernel(op: ir.Operation) -> ir.Operation | None:

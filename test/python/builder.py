@@ -3,7 +3,7 @@
 spec's kernel module, and compile_to_ptx."""
 from mlir import ir
 
-from mlir_tile.builder import Kernel, matrix_transfer, transfer_attributes
+from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.contract import ContractError
 from mlir_tile.layout import S, laneid, pack_b16_as_b32
 
@@ -34,7 +34,7 @@ def test_build_from_layout_objects():
 
 
 # CHECK-LABEL: TEST: test_read_attributes_back
-# CHECK: opcode stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 scope warp
+# CHECK: MatrixTransferOp opcode stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 scope warp
 # CHECK: dst (4,8,4):(32,4,1) rank 3 cosize 128
 # CHECK: src (4,8,4):(1,4@laneid,1@laneid) slot of matrix 3: 3 lane of (row 7, word 3): 31
 @run
@@ -42,10 +42,9 @@ def test_read_attributes_back():
     k, sm, regs = kernel_with_buffers()
     op = matrix_transfer("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16", sm, regs,
                          dst_layout="(4,8,4):(32,4,1)", src_layout="(4,8,4):(1,4@laneid,1@laneid)")
-    attributes = transfer_attributes(op)
-    print("opcode", attributes.opcode, "scope", attributes.scope)
-    print("dst", attributes.dst_layout, "rank", attributes.dst_layout.rank, "cosize", attributes.dst_layout.cosize)
-    src = attributes.src_layout
+    print(type(op).__name__, "opcode", op.opcode, "scope", op.scope)
+    print("dst", op.dst_layout, "rank", op.dst_layout.rank, "cosize", op.dst_layout.cosize)
+    src = op.src_layout
     print("src", src, "slot of matrix 3:", src.offset(3, 0, 0), "lane of (row 7, word 3):", src(0, 7, 3).threads["laneid"])
     k.__exit__(None, None, None)
 
