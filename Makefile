@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lit pytest cmake-check venv clean
+.PHONY: demo test lit pytest cmake-check bench venv clean
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ lit: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -rs test/unit
+
+# Benchmarks, build side (see benchmarks/bench.py): kernels, builder latency and pass scaling into DIR,
+# which then travels to a GPU host for `python3 benchmarks/bench.py run DIR`.
+DIR ?= benchmarks/out
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py build $(DIR)
+	$(BIN)/python benchmarks/bench.py scaling $(DIR)
 
 clean:
 	rm -rf build $(VENV)
