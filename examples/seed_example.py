@@ -98,7 +98,16 @@ def run_on_gpu(ptx: str) -> np.ndarray:
     return out
 
 
+def print_table(table: np.ndarray) -> None:
+    """Out[lane, slot] as int32, so untouched slots read -777."""
+    print("lane | Out[lane, 0..11]")
+    for lane, row in enumerate(table.view(np.int32)):
+        print(f"{lane:4} | " + " ".join(f"{v:4}" for v in row))
+
+
 def report(name: str, table: np.ndarray, expected: np.ndarray) -> bool:
+    print(f"// ===== Out from the {name} =====")
+    print_table(table)
     same = np.array_equal(table, expected)
     print(f"{name}: {'matches' if same else 'DIFFERS FROM'} the specification's expected table "
           f"({int((table != expected).sum())} of {expected.size} words differ)")
