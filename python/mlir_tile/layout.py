@@ -108,13 +108,6 @@ class Layout:
         """Each axis's memory stride; 0 for an axis mapped to a thread axis."""
         return tuple(0 if isinstance(s, ThreadStride) else s for s in self.stride)
 
-    def thread_strides(self, axis: str) -> tuple[int, ...]:
-        return tuple(s.scale if isinstance(s, ThreadStride) and s.axis == axis else 0 for s in self.stride)
-
-    @property
-    def thread_axes(self) -> frozenset[str]:
-        return frozenset(s.axis for s in self.stride if isinstance(s, ThreadStride))
-
     @property
     def min_offset(self) -> int:
         return sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.memory_strides))

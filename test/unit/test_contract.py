@@ -1,6 +1,5 @@
 """The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
-import dataclasses
 import random
 
 import pytest

@@ -3,7 +3,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mlir_tile.layout import Layout, S, ThreadStride, laneid, pack_b16_as_b32, warpid

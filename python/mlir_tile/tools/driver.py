@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 
 from mlir import ir
 
@@ -14,21 +13,15 @@ from mlir_tile.pipeline import Diag, PipelineFailure
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 
 
-@dataclass
-class Chunk:
-    text: str  # padded with newlines so that line numbers are those of the whole file
-    first_line: int
-    last_line: int
-
-
-def split_buffer(text: str, split: bool) -> list[Chunk]:
+def split_buffer(text: str, split: bool) -> list[str]:
+    """The input, or its `// -----` parts, each padded with newlines so that its line numbers are those of
+    the whole file (diagnostics then point into the file the user wrote)."""
     if not split:
-        return [Chunk(text, 1, text.count("\n") + 1)]
+        return [text]
     chunks, start = [], 0
     for match in list(SPLIT_MARKER.finditer(text)) + [None]:
         end = match.start() if match else len(text)
-        first_line = text.count("\n", 0, start) + 1
-        chunks.append(Chunk("\n" * (first_line - 1) + text[start:end], first_line, text.count("\n", 0, end) + 1))
+        chunks.append("\n" * text.count("\n", 0, start) + text[start:end])
         if match:
             start = match.end()
     return chunks

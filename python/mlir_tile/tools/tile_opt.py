@@ -24,9 +24,19 @@ _EXPECTED = re.compile(
 )
 
 
+# Flags that switch an option on, as mlir-opt spells them.
+SWITCHES = {
+    "--split-input-file": "split",
+    "--verify-diagnostics": "verify",
+    "--mlir-print-ir-after-all": "print_after_all",
+    "--mlir-print-op-generic": "generic",
+    "--allow-unregistered-dialect": "allow_unregistered",
+    "--list-passes": "list",
+}
+
+
 def parse_arguments(argv: list[str]):
-    options = {"input": "-", "output": "-", "pipeline": [], "split": False, "verify": False,
-               "print_after_all": False, "allow_unregistered": False, "list": False, "generic": False}
+    options = {"input": "-", "output": "-", "pipeline": [], **{name: False for name in SWITCHES.values()}}
     arguments = iter(argv)
     for argument in arguments:
         flag, _, value = argument.partition("=")
@@ -34,18 +44,8 @@ def parse_arguments(argv: list[str]):
             options["output"] = next(arguments, "-")
         elif flag == "--pass-pipeline":
             options["pipeline"] += split_elements(value if value else next(arguments, ""))
-        elif argument == "--split-input-file":
-            options["split"] = True
-        elif argument == "--verify-diagnostics":
-            options["verify"] = True
-        elif argument == "--mlir-print-ir-after-all":
-            options["print_after_all"] = True
-        elif argument == "--mlir-print-op-generic":
-            options["generic"] = True
-        elif argument == "--allow-unregistered-dialect":
-            options["allow_unregistered"] = True
-        elif argument == "--list-passes":
-            options["list"] = True
+        elif argument in SWITCHES:
+            options[SWITCHES[argument]] = True
         elif argument in ("-h", "--help"):
             print(__doc__)
             sys.exit(0)
@@ -70,9 +70,9 @@ def expected_diagnostics(chunk_text: str) -> list[dict]:
     return expectations
 
 
-def check_diagnostics(diagnostics: list[Diag], chunk, source_name: str) -> list[str]:
+def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str) -> list[str]:
     """mlir-opt's --verify-diagnostics: every diagnostic expected, every expectation produced."""
-    expectations = expected_diagnostics(chunk.text)
+    expectations = expected_diagnostics(chunk)
     problems = []
     # mlir-opt turns off printing the op on diagnostics in this mode; the bindings cannot, so drop the note.
     diagnostics = [d for d in diagnostics if not (d.severity == "note" and d.message.startswith("see current operation"))]
@@ -96,11 +96,11 @@ def check_diagnostics(diagnostics: list[Diag], chunk, source_name: str) -> list[
     return problems
 
 
-def run_chunk(session: Session, chunk, source_name: str, options) -> tuple[str | None, list[Diag], str | None]:
+def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[str | None, list[Diag], str | None]:
     """Returns (printed IR or None, diagnostics, reproducer hint)."""
     session.collected.clear()
     try:
-        module = session.parse(chunk.text, source_name)
+        module = session.parse(chunk, source_name)
         run_pipeline(module, options["pipeline"], options["print_after_all"])
     except PipelineFailure as failure:
         hint = None
@@ -114,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_arguments(sys.argv[1:] if argv is None else argv)
         if options["list"]:
-            for name, info in {**PASSES, **{k: v[1] for k, v in PIPELINES.items()}}.items():
-                print(f"  --{name:32} {info.description if hasattr(info, 'description') else info}")
+            descriptions = {name: info.description for name, info in PASSES.items()}
+            descriptions.update({name: description for name, (_, description) in PIPELINES.items()})
+            for name, description in descriptions.items():
+                print(f"  --{name:32} {description}")
             return 0
         text, source_name = read_input(options["input"])
     except OSError as error:
