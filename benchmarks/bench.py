@@ -6,6 +6,7 @@
                                               # cross-check, throughput, SASS, load/NVRTC latency
     python benchmarks/bench.py scaling DIR    # here: verify+lower time vs. upstream nvgpu->nvvm
     python benchmarks/bench.py report DIR     # RESULTS.md from DIR/*.json
+    python benchmarks/bench.py all    DIR     # all four, on a machine with both the GPU and the compiler
 
 Both kernels of a layout run the same loop: shared memory filled with its word indices, then per thread
 `iterations` x UNROLL transfers and one word stored per thread at the end. Nothing may be hoisted or
@@ -48,6 +49,7 @@ class Config:
     scope: str = "warp"
     slots: int = 4
     note: str = ""
+    chains: int = 1  # loads: independent dependency chains per warp (transfer u waits for u - chains)
 
     @property
     def count(self) -> int:
@@ -65,6 +67,8 @@ CONFIGS = [
     Config("ld.x4", X4, REG4, "(4,8,4):(32,4,1)", note="conflict-free: 512 contiguous bytes"),
     Config("ld.x2", X4.replace("x4", "x2"), "(2,8,4):(1,4@laneid,1@laneid)", "(2,8,4):(32,4,1)", slots=2),
     Config("ld.x1", X4.replace("x4", "x1"), "(1,8,4):(1,4@laneid,1@laneid)", "(1,8,4):(32,4,1)", slots=1),
+    Config("ld.x1 4 chains", X4.replace("x4", "x1"), "(1,8,4):(1,4@laneid,1@laneid)", "(1,8,4):(32,4,1)", slots=1,
+           chains=4, note="four loads in flight per warp"),
     Config("ld.x4.trans", X4.replace("x4", "x4.trans"), REG4, "(4,8,4):(32,4,1)"),
     Config("st.x4", ST4, REG4, "(4,8,4):(32,4,1)"),
     Config("st.x4.trans", ST4.replace("x4", "x4.trans"), REG4, "(4,8,4):(32,4,1)"),
@@ -134,11 +138,9 @@ def generated_kernel(config: Config):
         i32, index = ir.IntegerType.get_signless(32), ir.IndexType.get()
         tid = k.thread_id("x")
         sm = k.shared("sm", words)
-        fill = scf.ForOp(k.index(0), k.index(words // BLOCK), k.index(1))
-        with ir.InsertionPoint(fill.body):
-            position = arith.addi(tid, arith.muli(fill.induction_variable, k.index(BLOCK)))
+        with k.loop(0, words // BLOCK) as step:
+            position = arith.addi(tid, arith.muli(step, k.index(BLOCK)))
             k.store(arith.index_cast(i32, position), sm, [position])
-            scf.YieldOp([])
         k.barrier()
         registers = k.registers(config.slots)
         lane = k.lane_id()
@@ -146,27 +148,30 @@ def generated_kernel(config: Config):
             for slot in used_slots:
                 k.store(arith.index_cast(i32, arith.addi(lane, k.index(slot))), registers, [slot])
         start = k.constant(0)
+        chains = config.chains if config.is_load else 1
         # An i32 induction variable, like the C++ `int it`: the loop scaffolding is the same in both kernels.
         loop = scf.ForOp(k.constant(0), iterations, k.constant(1),
-                         [start] + [start] * (len(used_slots) if config.is_load else 0))
+                         [start] * chains + [start] * (len(used_slots) if config.is_load else 0))
         with ir.InsertionPoint(loop.body):
-            offset, *accumulators = loop.inner_iter_args
-            for _ in range(UNROLL):
+            carried = list(loop.inner_iter_args)
+            offsets, accumulators = carried[:chains], carried[chains:]
+            for unrolled in range(UNROLL):
                 if config.is_load:
+                    offset = offsets[unrolled % chains]
                     words_offset = arith.muli(arith.index_cast(index, offset), k.index(4))
                     view = memref.subview(sm, [words_offset], [words], [1], result_type=ir.Type.parse(view_type))
                     matrix_transfer(config.opcode, registers, view, dst_layout=config.registers,
                                     src_layout=config.shared, scope=config.scope)
                     loaded = [k.load(registers, [slot]) for slot in used_slots]
                     accumulators = [arith.xori(a, v) for a, v in zip(accumulators, loaded)]
-                    offset = arith.andi(loaded[0], zero)
+                    offsets[unrolled % chains] = arith.andi(loaded[0], zero)
                 else:
                     matrix_transfer(config.opcode, sm, registers, dst_layout=config.shared,
                                     src_layout=config.registers, scope=config.scope)
                     llvm.inline_asm(None, [], "", "~{memory}", has_side_effects=True)
-            scf.YieldOp([offset] + accumulators)
-        total = loop.results[0]
-        for value in list(loop.results)[1:]:
+            scf.YieldOp(offsets + accumulators)
+        total = zero if config.is_load else start
+        for value in loop.results:
             total = arith.xori(total, value)
         if not config.is_load:  # stores: read back one word so the result depends on the stores
             total = arith.xori(total, k.load(sm, [tid]))
@@ -201,6 +206,7 @@ def hand_written_source(config: Config) -> str:
     repeat_shape = shared.shape[group:-3]
     repeats = list(itertools.product(*(range(n) for n in repeat_shape)))
     used_slots = sorted({registers.offset(*c) for c in registers.coordinates()})
+    chains = config.chains if config.is_load else 1
     body = []
     for repeat in repeats:
         prefix = (0,) * group + repeat
@@ -213,9 +219,10 @@ def hand_written_source(config: Config) -> str:
         else:
             inputs = ", ".join(f'"r"(r[{s}])' for s in slots)
             body.append(f'asm volatile("{config.opcode} [%0+{offset}], {{{", ".join(f"%{i + 1}" for i in range(count))}}};" :: "r"(base), {inputs} : "memory");')
-    if config.is_load:  # the next region start depends on this result, as in the generated kernel
-        body.insert(0, "address = base + (offset & zero) * 16;")
-        body.append(" ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots)) + f" offset = r[{used_slots[0]}];")
+    if config.is_load:  # the next region start of this chain depends on this result, as in the generated kernel
+        body.insert(0, "address = base + offset[u % CHAINS] * 16;")
+        body.append(" ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots))
+                    + f" offset[u % CHAINS] = r[{used_slots[0]}] & zero;")
     else:
         body.append('asm volatile("" ::: "memory");')
     init = " ".join(f"r[{s}] = lane + {s};" for s in used_slots) if not config.is_load else ""
@@ -229,7 +236,8 @@ extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) bench(uns
   __syncthreads();
   const unsigned lane = threadIdx.x & 31;
   const unsigned base = (unsigned)__cvta_generic_to_shared(sm) + 4 * ({' + '.join(lane_terms)});
-  unsigned address = base, offset = 0;
+  const int CHAINS = {chains};
+  unsigned address = base, offset[CHAINS] = {{0}};
   unsigned r[{config.slots}];
   {init}
   {accumulators}
@@ -239,7 +247,8 @@ extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) bench(uns
       {' '.join(body)}
     }}
   }}
-  unsigned total = {('offset & zero ^ ' + total) if config.is_load else '0'};
+  unsigned total = {total if config.is_load else '0'};
+  {'for (int c = 0; c < CHAINS; ++c) total ^= offset[c];' if config.is_load else ''}
   {'' if config.is_load else 'total ^= sm[threadIdx.x];'}
   out[blockIdx.x * {BLOCK} + threadIdx.x] = total;
 }}
@@ -509,11 +518,14 @@ def report(directory: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 3 or sys.argv[1] not in ("build", "run", "scaling", "report"):
+    commands = {"build": [build], "run": [run], "scaling": [scaling], "report": [report],
+                "all": [build, scaling, run, report]}
+    if len(sys.argv) != 3 or sys.argv[1] not in commands:
         print(__doc__)
         sys.exit(2)
-    command, directory = sys.argv[1], Path(sys.argv[2])
-    {"build": build, "run": run, "scaling": scaling, "report": report}[command](directory)
+    directory = Path(sys.argv[2])
+    for step in commands[sys.argv[1]]:
+        step(directory)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ def build_module():
         a, out = k.arguments
         lane = k.lane_id()
         sm = k.shared("sm", SHARED_WORDS, alignment=16)
-        for q in range(4):  # each lane copies 4 of the 128 words of A into shared memory
-            n = arith.addi(lane, k.index(32 * q))
+        with k.loop(0, 4) as q:  # each lane copies 4 of the 128 words of A into shared memory
+            n = arith.addi(lane, arith.muli(q, k.index(32)))
             coordinate = [
                 arith.divui(n, k.index(8)),
                 arith.remui(arith.divui(n, k.index(2)), k.index(4)),

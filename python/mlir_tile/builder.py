@@ -11,10 +11,11 @@ the verifier pass), so a Python user sees an illegal transfer where it is writte
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, gpu, memref
+from mlir.dialects import arith, gpu, memref, scf
 
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME, layout_attr, load_dialect
@@ -163,6 +164,14 @@ class Kernel:
 
     def barrier(self) -> None:
         gpu.barrier()
+
+    @contextlib.contextmanager
+    def loop(self, lower: ir.Value | int, upper: ir.Value | int, step: ir.Value | int = 1):
+        """`with k.loop(0, n) as i:` builds the body inside an `scf.for` over index values."""
+        for_op = scf.ForOp(self._as_index(lower), self._as_index(upper), self._as_index(step))
+        with ir.InsertionPoint(for_op.body):
+            yield for_op.induction_variable
+            scf.YieldOp([])
 
     def offset(self, layout: Layout | str, coordinates: Sequence[ir.Value | int]) -> ir.Value:
         """The index `sum(coordinate * stride)` of a memory layout, as arith ops."""

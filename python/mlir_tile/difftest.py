@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, scf
+from mlir.dialects import arith
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
@@ -41,11 +41,9 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
     sm = k.shared(f"{k.name}_sm", words)
 
     def copy(source, destination):
-        loop = scf.ForOp(k.index(0), k.index(words // case.threads), k.index(1))
-        with ir.InsertionPoint(loop.body):
-            index = arith.addi(tid, arith.muli(loop.induction_variable, k.index(case.threads)))
+        with k.loop(0, words // case.threads) as step:
+            index = arith.addi(tid, arith.muli(step, k.index(case.threads)))
             k.store(k.load(source, [index]), destination, [index])
-            scf.YieldOp([])
 
     copy(sm_in, sm)
     k.barrier()

@@ -85,19 +85,36 @@ class Runtime:
     def name(self) -> str:
         return self.device.name
 
-    def load_ptx(self, ptx: str, name: str = "module") -> "LoadedModule":
+    def load_ptx(self, ptx: str | bytes, name: str = "module") -> "LoadedModule":
+        """PTX, compiled for this device by the driver when a kernel is first looked up."""
         from cuda.core import ObjectCode
 
+        text = ptx.encode() if isinstance(ptx, str) else ptx
         try:
-            code = ObjectCode.from_ptx(ptx.encode() if isinstance(ptx, str) else ptx, name=name)
+            code = ObjectCode.from_ptx(text, name=name)
         except Exception as error:
-            raise CudaError(f"cannot load PTX '{name}': {error}") from None
-        return LoadedModule(self, code, name)
+            raise CudaError(f"cannot load PTX '{name}': {error}{self._ptx_log(text)}") from None
+        return LoadedModule(self, code, name, ptx=text)
 
     def load_cubin(self, cubin: bytes, name: str = "module") -> "LoadedModule":
         from cuda.core import ObjectCode
 
         return LoadedModule(self, ObjectCode.from_cubin(cubin, name=name), name)
+
+    def _ptx_log(self, ptx: bytes) -> str:
+        """The PTX compiler's log for `ptx` (the driver's load error names no line), as a message suffix."""
+        import io
+
+        from cuda.core import Program, ProgramOptions
+
+        major, minor = self.device.compute_capability
+        log = io.StringIO()
+        try:
+            Program(ptx.decode(), code_type="ptx", options=ProgramOptions(arch=f"sm_{major}{minor}")).compile(
+                "cubin", logs=log)
+        except Exception as error:
+            return f"\nPTX compiler log:\n{(log.getvalue() or str(error)).strip()}"
+        return f"\nPTX compiler log:\n{log.getvalue().strip()}" if log.getvalue().strip() else ""
 
     # ----- memory -----
     def to_device(self, array: np.ndarray):
@@ -116,8 +133,8 @@ class Runtime:
 
 
 class LoadedModule:
-    def __init__(self, runtime: Runtime, code, name: str):
-        self.runtime, self.code, self.name = runtime, code, name
+    def __init__(self, runtime: Runtime, code, name: str, ptx: bytes | None = None):
+        self.runtime, self.code, self.name, self.ptx = runtime, code, name, ptx
         self._kernels: dict = {}
 
     def kernel(self, name: str):
@@ -125,7 +142,8 @@ class LoadedModule:
             try:
                 self._kernels[name] = self.code.get_kernel(name)
             except Exception as error:
-                raise CudaError(f"module '{self.name}': cannot get kernel '{name}': {error}") from None
+                log = self.runtime._ptx_log(self.ptx) if self.ptx is not None else ""
+                raise CudaError(f"module '{self.name}': cannot get kernel '{name}': {error}{log}") from None
         return self._kernels[name]
 
     def launch(

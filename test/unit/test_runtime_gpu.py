@@ -37,12 +37,13 @@ def test_launch_round_trips_numpy_arrays(runtime):
     np.testing.assert_array_equal(out, data * 3 + 7)
 
 
-def test_bad_ptx_raises_with_the_driver_message(runtime):
+def test_bad_ptx_raises_with_the_driver_message_and_the_compiler_log(runtime):
     from mlir_tile.runtime import CudaError
 
     with pytest.raises(CudaError) as error:
         runtime.load_ptx(SCALE_PTX.replace("mad.lo.u32 %r5", "bogus.op %r5"), name="broken").kernel("scale")
-    assert "broken" in str(error.value)
+    message = str(error.value)
+    assert "broken" in message and "PTX compiler log" in message and "bogus" in message, message
 
 
 def test_unknown_kernel_name_is_an_error(runtime):
