@@ -1,0 +1,16 @@
+"""mlir-tile: ldmatrix/stmatrix tile transfers described by layouts.
+
+`import mlir_tile` loads no MLIR: the layout notation is imported here, the compiler entry point on first
+use, so GPU hosts without the MLIR wheels can use `mlir_tile.runtime` and `mlir_tile.reference`.
+"""
+from mlir_tile.layout import Layout, S, laneid, warpid
+
+__all__ = ["Layout", "S", "compile_to_ptx", "laneid", "warpid"]
+
+
+def __getattr__(name: str):
+    if name == "compile_to_ptx":
+        from mlir_tile.compile import compile_to_ptx
+
+        return compile_to_ptx
+    raise AttributeError(f"module 'mlir_tile' has no attribute {name!r}")

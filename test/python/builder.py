@@ -109,10 +109,10 @@ def test_spec_example_module():
 # CHECK-NOT: ldmatrix
 @run
 def test_compile_to_ptx():
+    import mlir_tile
     import seed_example
-    from mlir_tile.compile import compile_to_ptx
 
-    print(compile_to_ptx(seed_example.build_module(), chip="sm_90"))
+    print(mlir_tile.compile_to_ptx(seed_example.build_module(), chip="sm_90"))
 
 
 # CHECK-LABEL: TEST: test_compile_error_names_the_pass
