@@ -25,6 +25,7 @@ WORD_BYTES = 4
 ATTRIBUTES = ("opcode", "scope", "dst_layout", "src_layout")
 SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
+MAX_REGISTERS = 255  # per thread on sm_75 and later
 
 _OPCODE = re.compile(
     r"^(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
@@ -407,6 +408,17 @@ def _shapes(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout, reg
                 )
             )
     if found:
+        return found
+    words = math.prod(registers.shape[(1 if scope.has_group_axis else 0):-3]) * opcode.count
+    if words > MAX_REGISTERS:
+        found.append(
+            Violation(
+                "shape",
+                f"the transfer moves {words} words per thread ({words // opcode.count} repeats x {opcode.count} "
+                f"matrices), but a thread has at most {MAX_REGISTERS} registers, so they would spill to local "
+                f"memory; split it into transfers of at most {MAX_REGISTERS} words",
+            )
+        )
         return found
     if registers.shape != shared.shape:
         found.append(

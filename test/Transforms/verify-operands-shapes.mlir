@@ -103,6 +103,34 @@ gpu.module @rows_of_eight_words [#nvvm.target<chip = "sm_90">] {
 
 // -----
 
+gpu.module @more_words_than_registers [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<8192xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<8192xi32, 3>
+    %r = memref.alloca() : memref<256xi32, 5>
+    // expected-error@+1 {{[shape] the transfer moves 256 words per thread (64 repeats x 4 matrices), but a thread has at most 255 registers, so they would spill to local memory}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(64,4,8,4):(4,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(64,4,8,4):(128,32,4,1)">} : (memref<256xi32, 5>, memref<8192xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @million_repeats [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[shape] the transfer moves 4000000 words per thread (1000000 repeats x 4 matrices)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(1000000,4,8,4):(4,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(1000000,4,8,4):(128,32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
 gpu.module @different_repeats [#nvvm.target<chip = "sm_90">] {
   memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
