@@ -5,6 +5,8 @@
 // RUN: not tile-opt %s '--tile-set-nvvm-target{chip=sm_80 speed=11}' 2>&1 | filecheck %s --check-prefix=OPTION
 // RUN: not tile-opt %S/Inputs/bad-return.mlir 2>&1 | filecheck %s --check-prefix=PARSE
 // RUN: not tile-opt %t.missing.mlir 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: not tile-opt %S/Inputs/not-utf8.mlir 2>&1 | filecheck %s --check-prefix=BYTES
+// RUN: not tile-translate --mlir-to-ptx %S/Inputs/not-utf8.mlir 2>&1 | filecheck %s --check-prefix=BYTES
 
 // CHECK: tile-opt-errors.mlir:{{[0-9]+}}:5: error:
 // CHECK-SAME: 'tile.matrix_transfer' op [row-alignment] src_layout (4,8,4):(32,6,1): shared row (matrix=0, row=1, word=0) starts at byte 24 (element 6), not a multiple of 16
@@ -28,3 +30,5 @@ gpu.module @m [#nvvm.target<chip = "sm_90">] {
 // PARSE: bad-return.mlir:3:3: error: 'func.return' op has 1 operands, but enclosing function (@f) returns 0
 // PARSE-NOT: Traceback
 // MISSING: tile-opt: cannot read input: [Errno 2] No such file or directory
+// BYTES: cannot read input: {{.*}}not-utf8.mlir is not UTF-8 text (byte 0xff at offset 9)
+// BYTES-NOT: Traceback

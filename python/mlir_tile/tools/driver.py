@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 from mlir import ir
 
@@ -63,8 +64,19 @@ def _wrap_in_module(text: str) -> str:
     return "module {" + text + "\n}"
 
 
+class InputError(Exception):
+    """The input cannot be read as MLIR text; the message says why."""
+
+
 def read_input(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    with open(path) as stream:
-        return stream.read(), path
+    """(text, name for locations) of a file, or of standard input for '-'."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read input: {error}") from None
+    try:
+        return data.decode("utf-8"), name
+    except UnicodeDecodeError as error:
+        raise InputError(f"cannot read input: {name} is not UTF-8 text (byte 0x{data[error.start]:02x} at "
+                         f"offset {error.start})") from None

@@ -15,7 +15,7 @@ import re
 import sys
 
 from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
-from mlir_tile.tools.driver import Session, read_input, split_buffer
+from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
 from mlir_tile.passes import PASSES, PIPELINES, split_elements
 
 USAGE = __doc__.split("\n\n")[1]
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  --{name:32} {description}")
             return 0
         text, source_name = read_input(options["input"])
-    except OSError as error:
-        print(f"tile-opt: cannot read input: {error}", file=sys.stderr)
+    except InputError as error:
+        print(f"tile-opt: {error}", file=sys.stderr)
         return 1
     try:
         session = Session(options["allow_unregistered"])

@@ -12,7 +12,7 @@ import sys
 
 from mlir_tile.compile import CompileError, compile_to_ptx
 from mlir_tile.pipeline import PipelineFailure
-from mlir_tile.tools.driver import Session, read_input
+from mlir_tile.tools.driver import InputError, Session, read_input
 
 USAGE = "usage: tile-translate --mlir-to-ptx [--chip=sm_90] [FILE|-] [-o OUT]"
 
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         text, source_name = read_input(source)
         module = Session().parse(text, source_name)
         ptx = compile_to_ptx(module, chip, source_name=source_name)
-    except OSError as error:
-        print(f"tile-translate: cannot read input: {error}", file=sys.stderr)
+    except InputError as error:
+        print(f"tile-translate: {error}", file=sys.stderr)
         return 1
     except PipelineFailure as failure:
         print(failure.report(source_name), file=sys.stderr)
