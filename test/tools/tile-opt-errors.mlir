@@ -30,5 +30,5 @@ gpu.module @m [#nvvm.target<chip = "sm_90">] {
 // PARSE: bad-return.mlir:3:3: error: 'func.return' op has 1 operands, but enclosing function (@f) returns 0
 // PARSE-NOT: Traceback
 // MISSING: tile-opt: cannot read input: [Errno 2] No such file or directory
-// BYTES: cannot read input: {{.*}}not-utf8.mlir is not UTF-8 text (byte 0xff at offset 9)
+// BYTES: cannot read input: {{.*}}not-utf8.mlir is not UTF-8 text (byte 0xff at offset 8)
 // BYTES-NOT: Traceback
