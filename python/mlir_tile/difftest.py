@@ -96,17 +96,11 @@ def write_bundle(directory: Path, count: int, seed: int) -> dict:
         ptx_texts.append(case_ptx(index, case))
         manifest.append({"index": index, "kernel": kernel_name(index), "opcode": case.opcode, "scope": case.scope,
                          "dst_layout": str(case.dst_layout), "src_layout": str(case.src_layout),
-                         "threads": case.threads, "ptx": f"case_{index}.ptx"})
+                         "threads": case.threads, "ptx": f"ptx/case_{index}.ptx"})
     np.savez_compressed(directory / "arrays.npz", **arrays)
-    # One PTX per case keeps a failing case self-contained; the runner loads each once.
-    import tarfile
-
-    with tarfile.open(directory / "ptx.tar.gz", "w:gz") as archive:
-        for index, text in enumerate(ptx_texts):
-            path = directory / f"case_{index}.ptx"
-            path.write_text(text)
-            archive.add(path, arcname=path.name)
-            path.unlink()
+    (directory / "ptx").mkdir(exist_ok=True)
+    for index, text in enumerate(ptx_texts):  # one PTX per case: a failing case is self-contained
+        (directory / "ptx" / f"case_{index}.ptx").write_text(text)
     (directory / "manifest.json").write_text(json.dumps({"seed": seed, "cases": manifest}, indent=1))
     return {"cases": len(cases)}
 

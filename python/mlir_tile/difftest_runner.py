@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +20,13 @@ from mlir_tile.runtime import Runtime
 def run_bundle(directory: Path) -> dict:
     manifest = json.loads((directory / "manifest.json").read_text())
     arrays = np.load(directory / "arrays.npz")
-    with tarfile.open(directory / "ptx.tar.gz") as archive:
-        ptx = {member.name: archive.extractfile(member).read().decode() for member in archive.getmembers()}
     results = {"cases": 0, "passed": 0, "mismatches": []}
     with Runtime() as runtime:
         results["device"] = runtime.name
         for case in manifest["cases"]:
             index = case["index"]
             registers, shared = arrays[f"{index}_regs"], arrays[f"{index}_sm"]
-            module = runtime.load_ptx(ptx[case["ptx"]], name=case["kernel"])
+            module = runtime.load_ptx((directory / case["ptx"]).read_text(), name=case["kernel"])
             _, _, registers_out, shared_out = module.launch(
                 case["kernel"], [shared, registers, np.zeros_like(registers), np.zeros_like(shared)],
                 grid=1, block=case["threads"])

@@ -50,7 +50,6 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
     """The contract's view of a memref value (the caller checked it is a memref)."""
     memref = ir.MemRefType(value.type)
     element = memref.element_type
-    bits = element.width if hasattr(element, "width") else _element_width(element)
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
     extent = offset = multiple = None
     try:
@@ -65,7 +64,7 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
         multiple = dynamic_offset_multiple(value)
     return Operand(
         memory=memory_space(memref),
-        element_bits=bits,
+        element_bits=_element_width(element),
         element_type=str(element),
         extent=extent,
         offset=offset,
@@ -140,12 +139,8 @@ def value_multiple(value: ir.Value) -> int:
 
 
 def _element_width(element: ir.Type) -> int:
-    for cast in (ir.IntegerType, ir.F32Type, ir.F16Type, ir.BF16Type, ir.F64Type):
-        try:
-            return cast(element).width
-        except (ValueError, TypeError):
-            continue
-    return 0
+    """Bits of an integer or float element type; 0 for anything else (index, vectors, ...)."""
+    return getattr(element, "width", 0)
 
 
 def base_alignment(value: ir.Value, facts: "FactCache") -> int | None:

@@ -63,11 +63,15 @@ class PipelineFailure(Exception):
                 stream.write(self.reproducer)
         return f"tile-opt {source} --pass-pipeline='builtin.module({self.element})'"
 
+    def hint(self, input_name: str) -> str | None:
+        """Which pass failed and the command that reproduces it; None for a failure before any pass."""
+        if self.element is None:
+            return None
+        return f"pass '{self.element}' failed; reproduce with: {self.reproducer_command(input_name)}"
+
     def report(self, input_name: str) -> str:
-        lines = [str(d) for d in self.diagnostics]
-        if self.element is not None:
-            lines.append(f"pass '{self.element}' failed; reproduce with: {self.reproducer_command(input_name)}")
-        return "\n".join(lines)
+        hint = self.hint(input_name)
+        return "\n".join([str(d) for d in self.diagnostics] + ([hint] if hint else []))
 
 
 def run_pipeline(

@@ -103,10 +103,8 @@ def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[
         module = session.parse(chunk, source_name)
         run_pipeline(module, options["pipeline"], options["print_after_all"])
     except PipelineFailure as failure:
-        hint = None
-        if failure.element is not None:
-            hint = f"tile-opt: pass '{failure.element}' failed; reproduce with: {failure.reproducer_command(source_name)}"
-        return None, session.collected + failure.diagnostics, hint
+        hint = failure.hint(source_name)
+        return None, session.collected + failure.diagnostics, f"tile-opt: {hint}" if hint else None
     return module.get_asm(print_generic_op_form=options["generic"]), list(session.collected), None
 
 
