@@ -21,7 +21,9 @@ the two kernels must be equal: a check of the generated addressing against the h
 """
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import subprocess
 import sys
@@ -31,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))  # the GPU host has only the MLIR-free modules
+
+from mlir_tile.layout import Layout  # noqa: E402  (imports no MLIR)
 
 UNROLL = 8
 ITERATIONS = 1024
@@ -83,11 +87,7 @@ CONFIGS = [
 
 def instructions_per_transfer(config: Config) -> int:
     """Warp instructions one transfer issues: one per repeat coordinate (the group axis is other warps)."""
-    from mlir_tile.layout import Layout
-
     shape = Layout.parse(config.shared).shape
-    import math
-
     return math.prod(shape[(1 if config.scope != "warp" else 0):-3])
 
 
@@ -112,8 +112,6 @@ extern "C" __global__ void __launch_bounds__(32) matrix_kernel(const unsigned *A
 
 
 def shared_words(config: Config) -> int:
-    from mlir_tile.layout import Layout
-
     cosize = Layout.parse(config.shared).cosize
     return -(-cosize // BLOCK) * BLOCK
 
@@ -126,8 +124,6 @@ def generated_kernel(config: Config):
 
     from mlir_tile.builder import Kernel, matrix_transfer
     from mlir_tile.contract import parse_opcode
-    from mlir_tile.layout import Layout
-
     words = shared_words(config)
     registers_layout = Layout.parse(config.registers)
     used_slots = sorted({registers_layout.offset(*c) for c in registers_layout.coordinates()})
@@ -189,8 +185,6 @@ def _block_id():
 
 def hand_written_source(config: Config) -> str:
     """The same kernel in CUDA C++ with inline PTX, addresses written by hand from the layout."""
-    from mlir_tile.layout import Layout
-
     shared = Layout.parse(config.shared)
     registers = Layout.parse(config.registers)
     count = config.count
@@ -201,8 +195,6 @@ def hand_written_source(config: Config) -> str:
         lane_terms.append(f"((lane >> 3) & {count - 1}) * {strides[-3]}")
     if group:
         lane_terms.append(f"((threadIdx.x >> 5) & 3) * {strides[0]}")
-    import itertools
-
     repeat_shape = shared.shape[group:-3]
     repeats = list(itertools.product(*(range(n) for n in repeat_shape)))
     used_slots = sorted({registers.offset(*c) for c in registers.coordinates()})
@@ -264,7 +256,7 @@ def build(directory: Path) -> None:
         ptx = compile_to_ptx(generated_kernel(config))
         (directory / f"gen_{index}.ptx").write_text(ptx)
         (directory / f"hand_{index}.cu").write_text(hand_written_source(config))
-        manifest.append({**asdict(config), "index": index, "words": shared_words(config),
+        manifest.append({**asdict(config), "index": index, "count": config.count, "words": shared_words(config),
                          "instructions_per_transfer": instructions_per_transfer(config)})
     (directory / "configs.json").write_text(json.dumps(manifest, indent=1))
     sys.path.insert(0, str(REPO / "examples"))
@@ -371,7 +363,7 @@ def run(directory: Path) -> None:
                 timing = module.time("bench", arguments, grid=grid, block=BLOCK, warmup=3, repeats=25)
                 warps = grid * BLOCK // 32
                 instructions = warps * ITERATIONS * UNROLL * config["instructions_per_transfer"]
-                bytes_moved = instructions * config_count(config) * LDSM_BYTES_PER_MATRIX
+                bytes_moved = instructions * config["count"] * LDSM_BYTES_PER_MATRIX
                 seconds = timing.median / 1e3
                 entry[kind] = {"ms": timing.median, "tb_s": bytes_moved / seconds / 1e12,
                                "percent_of_peak": 100 * bytes_moved / seconds / (results["device"]["peak_tb_s"] * 1e12),
@@ -385,9 +377,6 @@ def run(directory: Path) -> None:
         results["load_latency_ms"] = load_latency(runtime, directory)
     (directory / "results.json").write_text(json.dumps(results, indent=1))
 
-
-def config_count(config: dict) -> int:
-    return int(re.search(r"\.x(\d)", config["opcode"]).group(1))
 
 
 def load_latency(runtime, directory: Path, repeats: int = 10) -> dict:

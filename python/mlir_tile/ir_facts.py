@@ -73,11 +73,16 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
     )
 
 
+def _defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op that produces `value`; None for a block argument."""
+    owner = value.owner
+    return owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+
+
 def dynamic_offset_multiple(value: ir.Value) -> int | None:
     """What the element offset of a memref view is provably a multiple of, from the view op that made it
     (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its offset)."""
-    owner = value.owner
-    op = owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    op = _defining_op(value)
     if op is None:
         return None
     if op.name in ("memref.cast", "memref.memory_space_cast", "memref.assume_alignment"):
@@ -114,8 +119,7 @@ def _offset_multiple_of(memref_value: ir.Value) -> int:
 def value_multiple(value: ir.Value) -> int:
     """The largest power of two (or constant) an integer/index value is provably a multiple of; 0 means
     the value is 0. Understands constants, muli, shli, andi with a constant mask, addi/subi and casts."""
-    owner = value.owner
-    op = owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    op = _defining_op(value)
     if op is None:
         return 1
     name = op.name
@@ -128,9 +132,9 @@ def value_multiple(value: ir.Value) -> int:
     if name in ("arith.addi", "arith.subi"):
         return math.gcd(value_multiple(op.operands[0]), value_multiple(op.operands[1]))
     if name == "arith.shli":
-        shift = op.operands[1].owner
-        if isinstance(shift, (ir.OpView, ir.Operation)) and shift.operation.name == "arith.constant":
-            return value_multiple(op.operands[0]) << ir.IntegerAttr(shift.operation.attributes["value"]).value
+        shift = _defining_op(op.operands[1])
+        if shift is not None and shift.name == "arith.constant":
+            return value_multiple(op.operands[0]) << ir.IntegerAttr(shift.attributes["value"]).value
         return value_multiple(op.operands[0])
     if name == "arith.andi":  # the result's low zero bits are those of either operand
         parts = [value_multiple(operand) for operand in op.operands]
@@ -146,10 +150,9 @@ def _element_width(element: ir.Type) -> int:
 def base_alignment(value: ir.Value, facts: "FactCache") -> int | None:
     """Bytes of alignment the IR proves for the buffer behind `value`, None when nothing is proved."""
     while True:
-        owner = value.owner
-        if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
+        op = _defining_op(value)
+        if op is None:
             return None  # a block argument: nothing is known about who allocated it
-        op = owner.operation
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue

@@ -11,6 +11,7 @@ carrying the driver's message.
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -103,8 +104,6 @@ class Runtime:
 
     def _ptx_log(self, ptx: bytes) -> str:
         """The PTX compiler's log for `ptx` (the driver's load error names no line), as a message suffix."""
-        import io
-
         from cuda.core import Program, ProgramOptions
 
         major, minor = self.device.compute_capability
