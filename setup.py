@@ -26,8 +26,9 @@ setup(
         "filecheck",
         "numpy",
         "cuda-python",
+        "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
     ],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={"test": ["pytest", "hypothesis"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
     entry_points={
         "console_scripts": [
             "tile-opt=mlir_tile.tools.tile_opt:main",

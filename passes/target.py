@@ -19,11 +19,13 @@ import re
 
 from mlir import ir
 
-_CHIP = re.compile(r'chip = "[^"]*"')
+from mlir_tile.contract import CHIP
+
+_CHIP_FIELD = re.compile(r'chip = "[^"]*"')
 
 
 def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
-    if not re.fullmatch(r"sm_\d+[af]?", chip):
+    if not CHIP.fullmatch(chip):
         root.location.emit_error(f"tile-set-nvvm-target: chip '{chip}' is not of the form sm_XX (e.g. sm_90)")
         pass_.signal_pass_failure()
         return
@@ -38,8 +40,8 @@ def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
             texts.append(f'#nvvm.target<chip = "{chip}">')
         for i in nvvm:
             text = texts[i]
-            if _CHIP.search(text):
-                texts[i] = _CHIP.sub(f'chip = "{chip}"', text)
+            if _CHIP_FIELD.search(text):
+                texts[i] = _CHIP_FIELD.sub(f'chip = "{chip}"', text)
             elif text == "#nvvm.target":
                 texts[i] = f'#nvvm.target<chip = "{chip}">'
             else:

@@ -5,12 +5,12 @@ use, so GPU hosts without the MLIR wheels can use `mlir_tile.runtime` and `mlir_
 """
 from mlir_tile.layout import Layout, S, laneid, warpid
 
-__all__ = ["Layout", "S", "compile_to_ptx", "laneid", "warpid"]
+__all__ = ["Layout", "S", "compile_to_cubin", "compile_to_ptx", "laneid", "warpid"]
 
 
 def __getattr__(name: str):
-    if name == "compile_to_ptx":
-        from mlir_tile.compile import compile_to_ptx
+    if name in ("compile_to_ptx", "compile_to_cubin"):
+        from mlir_tile import compile
 
-        return compile_to_ptx
+        return getattr(compile, name)
     raise AttributeError(f"module 'mlir_tile' has no attribute {name!r}")

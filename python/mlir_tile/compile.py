@@ -1,14 +1,11 @@
-"""From a module holding tile ops to PTX text, in-process."""
+"""From a module holding tile ops to PTX text, and on to a cubin, in-process (no GPU needed)."""
 from __future__ import annotations
 
 from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
 from mlir_tile.pipeline import PipelineFailure, run_pipeline
-
-
-class CompileError(RuntimeError):
-    """The pipeline failed; the message holds the diagnostics, the failed pass and a tile-opt command."""
+from mlir_tile.ptx import CompileError, cubin_of_ptx
 
 
 def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str | None = None) -> str:
@@ -20,6 +17,12 @@ def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, sou
     except PipelineFailure as failure:
         raise CompileError(failure.report(source_name or "<python module>")) from None
     return ptx_of(op)
+
+
+def compile_to_cubin(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str | None = None) -> bytes:
+    """compile_to_ptx, then the PTX assembled for `chip` by nvJitLink (the ptxas of the CUDA toolkit, as a
+    library): a cubin that a GPU host loads without JIT-compiling anything."""
+    return cubin_of_ptx(compile_to_ptx(module, chip, source_name=source_name), chip)
 
 
 def ptx_of(module: ir.Operation) -> str:

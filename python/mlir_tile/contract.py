@@ -26,6 +26,7 @@ ATTRIBUTES = ("opcode", "scope", "dst_layout", "src_layout")
 SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
 MAX_REGISTERS = 255  # per thread on sm_75 and later
+CHIP = re.compile(r"sm_(\d{2,})[af]?")  # an NVIDIA GPU architecture name: sm_90, sm_90a, sm_100f
 
 _OPCODE = re.compile(
     r"^(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
@@ -286,7 +287,7 @@ MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
 
 
 def _architecture(opcode: Opcode, chip: str | None) -> list[Violation]:
-    match = re.fullmatch(r"sm_(\d+)[af]?", chip) if chip else None
+    match = CHIP.fullmatch(chip) if chip else None
     if match is None:
         return []
     needed = MINIMUM_ARCHITECTURE[opcode.instruction]

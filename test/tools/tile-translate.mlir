@@ -1,9 +1,12 @@
-// tile-translate --mlir-to-ptx prints PTX that ptxas accepts; stmatrix for a chip below sm_90 is a
-// diagnostic at the op, not a ptxas failure later.
+// tile-translate --mlir-to-ptx prints PTX that ptxas accepts, --mlir-to-cubin writes it assembled (an ELF
+// file with the kernel); stmatrix for a chip below sm_90 is a diagnostic at the op, not a ptxas failure later.
 // RUN: tile-translate --mlir-to-ptx %s | filecheck %s
 // RUN: not tile-translate --mlir-to-ptx --chip=sm_80 %s 2>&1 | filecheck %s --check-prefix=SM80
 // RUN: not tile-translate %s 2>&1 | filecheck %s --check-prefix=USAGE
 // RUN: %if ptxas %{ tile-translate --mlir-to-ptx %s -o %t.ptx && ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
+// RUN: tile-translate --mlir-to-cubin %s -o %t.nvjitlink.cubin
+// RUN: %python -c "import sys; image = open(sys.argv[1], 'rb').read(); print('elf', image[:4] == bytes([127, 69, 76, 70]), 'kernel', b'.text.store_tile' in image)" %t.nvjitlink.cubin | filecheck %s --check-prefix=CUBIN
+// RUN: not tile-translate --mlir-to-cubin %s 2>&1 | filecheck %s --check-prefix=CUBIN-NEEDS-FILE
 
 // CHECK: .target sm_90
 // CHECK-LABEL: .visible .entry store_tile(
@@ -13,6 +16,8 @@
 // SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
 // SM80-NOT: ptxas
 // USAGE: tile-translate: no translation selected
+// CUBIN: elf True kernel True
+// CUBIN-NEEDS-FILE: tile-translate: --mlir-to-cubin writes a binary file: give -o OUT
 module attributes {gpu.container_module} {
   gpu.module @kernels [#nvvm.target<chip = "sm_90">] {
     memref.global "private" @sm : memref<128xi32, 3> {alignment = 16 : i64}

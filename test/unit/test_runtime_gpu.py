@@ -37,6 +37,17 @@ def test_launch_round_trips_numpy_arrays(runtime):
     np.testing.assert_array_equal(out, data * 3 + 7)
 
 
+def test_cubin_assembled_by_nvjitlink_runs(runtime):
+    from mlir_tile.ptx import cubin_of_ptx
+
+    major, minor = runtime.device.compute_capability
+    module = runtime.load_cubin(cubin_of_ptx(SCALE_PTX, f"sm_{major}{minor}"), name="scale_cubin")
+    data = np.arange(1000, dtype=np.uint32)
+    _, out = module.launch("scale", [data, np.zeros_like(data), np.uint32(5), np.uint32(data.size)],
+                           grid=8, block=128)
+    np.testing.assert_array_equal(out, data * 3 + 5)
+
+
 def test_bad_ptx_raises_with_the_driver_message_and_the_compiler_log(runtime):
     from mlir_tile.runtime import CudaError
 

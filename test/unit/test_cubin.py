@@ -1,0 +1,67 @@
+"""compile_to_cubin: the spec example assembled by nvJitLink is an sm_90 cubin holding the kernel; bad input
+is a CompileError, never a crash. (That the cubin computes the spec's table is checked on the GPU host:
+`seed_example.py --run-cubin`.)"""
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlir_tile.compile import compile_to_cubin, compile_to_ptx
+from mlir_tile.ptx import CompileError, cubin_of_ptx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import seed_example  # noqa: E402
+
+EM_CUDA = 190
+
+
+def elf_sections(image: bytes) -> dict[str, bytes]:
+    """Section name -> contents of a 64-bit little-endian ELF file."""
+    assert image[:4] == b"\x7fELF" and image[4] == 2 and image[5] == 1, "not a 64-bit little-endian ELF file"
+    section_offset, = struct.unpack_from("<Q", image, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", image, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", image, section_offset + i * entry_size) for i in range(count)]
+    names = headers[names_index]
+    name_table = image[names[4]: names[4] + names[5]]
+    sections = {}
+    for name, kind, _, _, offset, size, *_ in headers:
+        label = name_table[name: name_table.index(b"\0", name)].decode()
+        sections[label] = b"" if kind == 8 else image[offset: offset + size]  # SHT_NOBITS has no bytes
+    return sections
+
+
+@pytest.fixture(scope="module")
+def spec_ptx() -> str:
+    return compile_to_ptx(seed_example.build_module())
+
+
+def test_cubin_is_an_sm90_elf_with_the_kernel(spec_ptx):
+    cubin = cubin_of_ptx(spec_ptx, "sm_90")
+    machine, = struct.unpack_from("<H", cubin, 0x12)
+    assert machine == EM_CUDA
+    sections = elf_sections(cubin)
+    assert ".text.matrix_kernel" in sections and len(sections[".text.matrix_kernel"]) > 0
+    assert ".nv.shared.matrix_kernel" in sections  # the kernel's 1 KiB of shared memory
+    assert b"matrix_kernel" in sections[".strtab"]
+
+
+def test_compile_to_cubin_is_compile_to_ptx_then_nvjitlink(spec_ptx):
+    assert elf_sections(compile_to_cubin(seed_example.build_module()))[".text.matrix_kernel"] == \
+        elf_sections(cubin_of_ptx(spec_ptx))[".text.matrix_kernel"]
+
+
+def test_ptx_errors_carry_the_assembler_log(spec_ptx):
+    with pytest.raises(CompileError, match=r"(?s)sm_90 failed: .*line \d+.*Not a name of any known instruction: 'ldmatrixx'"):
+        cubin_of_ptx(spec_ptx.replace("ldmatrix.", "ldmatrixx."), "sm_90")
+
+
+@pytest.mark.parametrize("chip", ["sm_9", "compute_90", "90", "sm_90 -O0"])
+def test_malformed_chip_is_an_error_not_a_crash(spec_ptx, chip):
+    with pytest.raises(CompileError, match=r"is not of the form sm_XX"):
+        cubin_of_ptx(spec_ptx, chip)
+
+
+def test_unknown_chip_is_reported(spec_ptx):
+    with pytest.raises(CompileError, match=r"PTX -> cubin for sm_99 failed: ERROR_UNRECOGNIZED_ARCH"):
+        cubin_of_ptx(spec_ptx, "sm_99")
