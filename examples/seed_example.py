@@ -9,7 +9,9 @@ sentinel -777. Each lane then writes its 12 slots to Out[lane, :].
     python examples/seed_example.py               # the kernel's IR, from the builder
     python examples/seed_example.py --demo        # IR, PTX, then the GPU run (or the emulator without a GPU)
     python examples/seed_example.py --ptx-out F   # write the PTX
+    python examples/seed_example.py --cubin-out F # write the cubin (PTX assembled by nvJitLink)
     python examples/seed_example.py --run-ptx F   # run precompiled PTX on a GPU host (imports no MLIR)
+    python examples/seed_example.py --run-cubin F # run a precompiled cubin on a GPU host
 """
 from __future__ import annotations
 
@@ -88,11 +90,13 @@ def emulated_table(x: np.ndarray) -> np.ndarray:
     return emulate(LDMATRIX, REGISTERS, SHARED_STD, registers, shared_image(x), scope="warp")
 
 
-def run_on_gpu(ptx: str) -> np.ndarray:
+def run_on_gpu(code: str | bytes) -> np.ndarray:
+    """Runs the kernel from PTX text or a cubin."""
     from mlir_tile.runtime import Runtime
 
     with Runtime() as runtime:
-        module = runtime.load_ptx(ptx, name="seed_example")
+        load = runtime.load_cubin if isinstance(code, bytes) else runtime.load_ptx
+        module = load(code, name="seed_example")
         _, out = module.launch(KERNEL_NAME, [inputs(), np.zeros((32, 12), dtype=np.uint32)], grid=1, block=32)
         print(f"ran {KERNEL_NAME} on {runtime.name}")
     return out
@@ -121,17 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The specification's ldmatrix example with mlir-tile")
     parser.add_argument("--demo", action="store_true", help="IR, PTX, then run it (GPU) or emulate it")
     parser.add_argument("--ptx-out", help="write the PTX to this file")
+    parser.add_argument("--cubin-out", help="write the cubin (the PTX assembled for sm_90 by nvJitLink)")
     parser.add_argument("--run-ptx", help="run this PTX on the GPU and check the table (no MLIR needed)")
+    parser.add_argument("--run-cubin", help="run this cubin on the GPU and check the table (no MLIR needed)")
     arguments = parser.parse_args(argv)
     expected = expected_table(inputs())
-    if arguments.run_ptx:
-        with open(arguments.run_ptx) as stream:
+    if arguments.run_ptx or arguments.run_cubin:
+        with open(arguments.run_ptx or arguments.run_cubin, "r" if arguments.run_ptx else "rb") as stream:
             return 0 if report("GPU", run_on_gpu(stream.read()), expected) else 1
     module = build_module()
-    if not (arguments.demo or arguments.ptx_out):
+    if not (arguments.demo or arguments.ptx_out or arguments.cubin_out):
         print(module)
         return 0
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compile import compile_to_ptx, cubin_of_ptx
 
     if arguments.demo:
         print("// ===== the kernel, built with the mlir-tile builder =====")
@@ -140,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.ptx_out:
         with open(arguments.ptx_out, "w") as stream:
             stream.write(ptx)
+    if arguments.cubin_out:
+        with open(arguments.cubin_out, "wb") as stream:
+            stream.write(cubin_of_ptx(ptx))
     if not arguments.demo:
         return 0
     print("// ===== PTX (tile-to-ptx{chip=sm_90}) =====")
