@@ -32,10 +32,12 @@ lit: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -rs test/unit
 
-# Benchmarks, build side (see benchmarks/bench.py): kernels, builder latency and pass scaling into DIR,
-# which then travels to a GPU host for `python3 benchmarks/bench.py run DIR`.
+# Benchmarks, build side (see benchmarks/bench.py): kernels, compile latency (against NVRTC, installed
+# here by the `bench` extra) and pass scaling into DIR, which then travels to a GPU host for
+# `python3 benchmarks/bench.py run DIR` and `profile DIR`.
 DIR ?= benchmarks/out
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python benchmarks/bench.py build $(DIR)
 	$(BIN)/python benchmarks/bench.py scaling $(DIR)
 

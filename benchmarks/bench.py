@@ -1,16 +1,18 @@
 """Transfer benchmarks: mlir-tile's generated code against hand-written CUDA C++ on the same layouts.
 
-    python benchmarks/bench.py build  DIR     # here (needs MLIR): generated PTX + hand-written CUDA C++,
-                                              # builder->PTX latency
-    python benchmarks/bench.py run    DIR     # GPU host (cuda-python, numpy, ptxas, cuobjdump): correctness
-                                              # cross-check, throughput, SASS, load/NVRTC latency
+    python benchmarks/bench.py build   DIR    # here (needs MLIR, NVRTC, nvJitLink): generated PTX, hand-written
+                                              # CUDA C++, compile latency of both compilers on this CPU
     python benchmarks/bench.py scaling DIR    # here: verify+lower time vs. upstream nvgpu->nvvm
-    python benchmarks/bench.py report DIR     # RESULTS.md from DIR/*.json
-    python benchmarks/bench.py all    DIR     # all four, on a machine with both the GPU and the compiler
+    python benchmarks/bench.py run     DIR    # GPU host (cuda-python, numpy, ptxas, cuobjdump): correctness
+                                              # cross-check, throughput, SASS, cubin load / driver JIT latency
+    python benchmarks/bench.py profile DIR    # GPU host with ncu: shared-pipe and stall metrics per kernel
+    python benchmarks/bench.py report  DIR    # RESULTS.md from DIR/*.json
+    python benchmarks/bench.py all     DIR    # build, scaling, run, report, on a machine with GPU and compiler
 
 Both kernels of a layout run the same loop: shared memory filled with its word indices, then per thread
-`iterations` x UNROLL transfers and one word stored per thread at the end. Nothing may be hoisted or
-merged, and both kernels prevent it the same way:
+`iterations` x UNROLL transfers and one word stored per thread at the end. `iterations` is chosen so that
+every kernel moves the same bytes (an x1 kernel runs 4x the iterations of an x4 one), which keeps launch
+overhead equally small for all. Nothing may be hoisted or merged, and both kernels prevent it the same way:
 - loads: each transfer's region start is `(first loaded word & zero) * 4` words after the previous one,
   with `zero` a kernel argument that is 0 at run time, so every address depends on the previous result
   (ptxas sees through an LLVM-level memory clobber and merged identical loads: measured, 25x "peak");
@@ -24,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -32,12 +35,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # the GPU host has only the MLIR-free modules
+sys.path[:0] = [str(REPO / "python"), str(REPO / "examples")]  # the GPU host uses only their MLIR-free parts
 
 from mlir_tile.layout import Layout  # noqa: E402  (imports no MLIR)
 
 UNROLL = 8
-ITERATIONS = 1024
+X4_ITERATIONS = 1024  # an x4 kernel's loop count; others move the same bytes per warp
 BLOCK = 256  # 8 warps
 BLOCKS_PER_SM = 8
 LDSM_BYTES_PER_MATRIX = 128
@@ -73,6 +76,8 @@ CONFIGS = [
     Config("ld.x1", X4.replace("x4", "x1"), "(1,8,4):(1,4@laneid,1@laneid)", "(1,8,4):(32,4,1)", slots=1),
     Config("ld.x1 4 chains", X4.replace("x4", "x1"), "(1,8,4):(1,4@laneid,1@laneid)", "(1,8,4):(32,4,1)", slots=1,
            chains=4, note="four loads in flight per warp"),
+    Config("ld.x1 8 chains", X4.replace("x4", "x1"), "(1,8,4):(1,4@laneid,1@laneid)", "(1,8,4):(32,4,1)", slots=1,
+           chains=8, note="eight loads in flight per warp"),
     Config("ld.x4.trans", X4.replace("x4", "x4.trans"), REG4, "(4,8,4):(32,4,1)"),
     Config("st.x4", ST4, REG4, "(4,8,4):(32,4,1)"),
     Config("st.x4.trans", ST4.replace("x4", "x4.trans"), REG4, "(4,8,4):(32,4,1)"),
@@ -89,6 +94,11 @@ def instructions_per_transfer(config: Config) -> int:
     """Warp instructions one transfer issues: one per repeat coordinate (the group axis is other warps)."""
     shape = Layout.parse(config.shared).shape
     return math.prod(shape[(1 if config.scope != "warp" else 0):-3])
+
+
+def iterations(config: Config) -> int:
+    """Loop iterations that move as many matrices per warp as X4_ITERATIONS iterations of an x4 load."""
+    return X4_ITERATIONS * 4 // (config.count * instructions_per_transfer(config))
 
 
 # The specification's example kernel written by hand, for the NVRTC side of the compile-latency comparison.
@@ -257,31 +267,61 @@ def build(directory: Path) -> None:
         (directory / f"gen_{index}.ptx").write_text(ptx)
         (directory / f"hand_{index}.cu").write_text(hand_written_source(config))
         manifest.append({**asdict(config), "index": index, "count": config.count, "words": shared_words(config),
-                         "instructions_per_transfer": instructions_per_transfer(config)})
+                         "instructions_per_transfer": instructions_per_transfer(config),
+                         "iterations": iterations(config)})
     (directory / "configs.json").write_text(json.dumps(manifest, indent=1))
-    sys.path.insert(0, str(REPO / "examples"))
-    import seed_example
+    (directory / "compile.json").write_text(json.dumps(compile_latency(directory), indent=1))
 
-    (directory / "spec_example.ptx").write_text(compile_to_ptx(seed_example.build_module()))
+
+# ------------------------------------------------------------------------------------ compile latency
+def compile_once(kind: str, tag: str, directory: Path | None = None) -> dict:
+    """One compile of the spec example to a cubin, of new text (`tag`: no cache can answer), in ms per step.
+    kind: "mlir-tile" (builder -> PTX -> cubin by nvJitLink) or "nvrtc" / "nvrtc-minimal" (C++ -> cubin)."""
+    from cuda.core import Program, ProgramOptions
+
+    if kind == "mlir-tile":
+        import seed_example
+        from mlir_tile.compile import compile_to_ptx, cubin_of_ptx
+
+        start = time.perf_counter()
+        ptx = compile_to_ptx(seed_example.build_module())
+        middle = time.perf_counter()
+        cubin = cubin_of_ptx(f"{ptx}\n// {tag}\n")
+        end = time.perf_counter()
+        steps = {"builder_to_ptx": (middle - start) * 1e3, "ptx_to_cubin": (end - middle) * 1e3}
+        if directory is not None:
+            (directory / "spec_example.ptx").write_text(ptx)
+    else:
+        options = ProgramOptions(arch="sm_90", minimal=kind == "nvrtc-minimal" or None)
+        start = time.perf_counter()
+        cubin = Program(f"{SPEC_EXAMPLE_CUDA}\n// {tag}\n", "c++", options).compile("cubin").code
+        steps = {"cpp_to_cubin": (time.perf_counter() - start) * 1e3}
+    if directory is not None:
+        (directory / f"spec_example.{kind}.cubin").write_bytes(cubin)
+    return {**steps, "total": sum(steps.values())}
+
+
+COMPILERS = ("mlir-tile", "nvrtc", "nvrtc-minimal")
+
+
+def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 9) -> dict:
+    """Both compilers on this CPU. first: the first compile in a fresh process that has imported its Python
+    modules (libraries such as NVRTC and nvJitLink load on first use, and that counts), median of
+    `fresh_processes`; warm: median of `repeats` compiles in one process. The compilers take turns in both."""
     (directory / "spec_example.cu").write_text(SPEC_EXAMPLE_CUDA)
-    (directory / "build.json").write_text(json.dumps({"builder_to_ptx_ms": builder_latency()}, indent=1))
-
-
-def builder_latency(repeats: int = 10) -> dict:
-    """The spec example from Python builder to PTX text, each in a fresh process: the imports (the MLIR
-    bindings load libMLIR), the first compile after them (contexts, dialects), and warm compiles."""
-    script = (
-        "import sys, time; sys.path.insert(0, %r); t0 = time.perf_counter(); import seed_example;"
-        "from mlir_tile.compile import compile_to_ptx; t1 = time.perf_counter();"
-        "compile_to_ptx(seed_example.build_module()); t2 = time.perf_counter(); warm = []\n"
-        "for _ in range(%d):\n t = time.perf_counter(); compile_to_ptx(seed_example.build_module());"
-        " warm.append((time.perf_counter() - t) * 1e3)\n"
-        "print((t1 - t0) * 1e3, (t2 - t1) * 1e3, sorted(warm)[len(warm) // 2])" % (str(REPO / "examples"), repeats)
-    )
-    runs = [list(map(float, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                           check=True).stdout.split())) for _ in range(3)]
-    median = lambda column: sorted(run[column] for run in runs)[1]
-    return {"imports": median(0), "first_compile": median(1), "warm_median": median(2)}
+    median = lambda values: sorted(values)[len(values) // 2]
+    first = {kind: [] for kind in COMPILERS}
+    for _ in range(fresh_processes):
+        for kind in COMPILERS:
+            first[kind].append(json.loads(subprocess.run([sys.executable, __file__, "compile-once", kind],
+                                                         capture_output=True, text=True, check=True).stdout))
+    warm = {kind: [] for kind in COMPILERS}
+    for attempt in range(repeats + 1):
+        for kind in COMPILERS:
+            warm[kind].append(compile_once(kind, f"warm {attempt}", directory))
+    return {kind: {"first": {step: median([run[step] for run in first[kind]]) for step in first[kind][0]},
+                   "warm": {step: median([run[step] for run in warm[kind][1:]]) for step in warm[kind][0]}}
+            for kind in COMPILERS}
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -333,6 +373,7 @@ def sass_of(cubin: Path) -> str:
 
 
 def run(directory: Path) -> None:
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")  # a loaded kernel is loaded, not deferred to its launch
     import numpy as np
     from cuda.core import Device, Program, ProgramOptions
 
@@ -358,11 +399,11 @@ def run(directory: Path) -> None:
             outputs = {}
             for kind, cubin in cubins.items():
                 module = runtime.load_cubin(cubin.read_bytes(), name=f"{kind}_{index}")
-                arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(ITERATIONS), np.int32(0)]
+                arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(config["iterations"]), np.int32(0)]
                 outputs[kind] = module.launch("bench", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
                 timing = module.time("bench", arguments, grid=grid, block=BLOCK, warmup=3, repeats=25)
                 warps = grid * BLOCK // 32
-                instructions = warps * ITERATIONS * UNROLL * config["instructions_per_transfer"]
+                instructions = warps * config["iterations"] * UNROLL * config["instructions_per_transfer"]
                 bytes_moved = instructions * config["count"] * LDSM_BYTES_PER_MATRIX
                 seconds = timing.median / 1e3
                 entry[kind] = {"ms": timing.median, "tb_s": bytes_moved / seconds / 1e12,
@@ -379,33 +420,38 @@ def run(directory: Path) -> None:
 
 
 
-def load_latency(runtime, directory: Path, repeats: int = 10) -> dict:
-    """PTX -> loaded kernel (driver JIT) for the spec example, and NVRTC C++ -> loaded kernel for the
-    equivalent hand-written kernel; cold = first in this process, warm = median of the rest. "new" appends
-    a unique comment to every text (no cache can answer); "same" compiles identical text again, where the
-    CUDA driver's default JIT cache answers for PTX (NVRTC has no cache)."""
-    from cuda.core import Program, ProgramOptions
+def load_latency(runtime, directory: Path, repeats: int = 20) -> dict:
+    """On the GPU host, for the spec example, median of `repeats` in ms: each compiler's cubin (built by
+    `build`) -> loaded kernel; for comparison, mlir-tile's PTX -> loaded kernel through the driver's JIT and
+    NVRTC C++ -> cubin -> loaded kernel on this host's CPU, each of new text (a comment unique to this process:
+    the driver's JIT cache persists between processes). Also checks that mlir-tile's cubin computes the
+    specification's table."""
+    from cuda.core import ObjectCode, Program, ProgramOptions
+
+    import seed_example
 
     ptx = (directory / "spec_example.ptx").read_text()
-    source = (directory / "spec_example.cu").read_text()
+    process_tag = f"{time.time_ns()}"
 
-    def load_ptx(text, attempt):
-        runtime.load_ptx(text, name=f"spec_{attempt}").kernel("matrix_kernel")
-
-    def nvrtc(text, attempt):
-        Program(text, "c++", ProgramOptions(arch="sm_90")).compile("cubin").get_kernel("matrix_kernel")
+    def timed(step) -> float:
+        times = []
+        for attempt in range(repeats):
+            start = time.perf_counter()
+            step(f"\n// load {process_tag} {attempt}\n")
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[repeats // 2]
 
     results = {}
-    for name, step, text in (("ptx_load", load_ptx, ptx), ("nvrtc_compile_and_load", nvrtc, source)):
-        for variant in ("new", "same"):
-            times = []
-            for attempt in range(repeats + 1):
-                unique = text + (f"\n// {variant} {attempt}\n" if variant == "new" else "")
-                start = time.perf_counter()
-                step(unique, attempt)
-                times.append((time.perf_counter() - start) * 1e3)
-            key = name if variant == "new" else f"{name}_same_text"
-            results[key] = {"cold": times[0], "warm_median": sorted(times[1:])[len(times[1:]) // 2]}
+    for kind in COMPILERS:
+        image = (directory / f"spec_example.{kind}.cubin").read_bytes()
+        results[f"{kind}_cubin_load"] = timed(lambda _: ObjectCode.from_cubin(image).get_kernel(seed_example.KERNEL_NAME))
+    results["ptx_driver_jit"] = timed(lambda tag: runtime.load_ptx(ptx + tag).kernel(seed_example.KERNEL_NAME))
+    for kind in ("nvrtc", "nvrtc-minimal"):
+        options = ProgramOptions(arch="sm_90", minimal=kind == "nvrtc-minimal" or None)
+        compile_and_load = lambda tag: Program(SPEC_EXAMPLE_CUDA + tag, "c++", options).compile("cubin")
+        results[f"{kind}_on_gpu_host"] = timed(lambda tag: compile_and_load(tag).get_kernel(seed_example.KERNEL_NAME))
+    table = seed_example.run_on_gpu((directory / "spec_example.mlir-tile.cubin").read_bytes())
+    results["mlir_tile_cubin_gives_the_spec_table"] = bool((table == seed_example.expected_table(seed_example.inputs())).all())
     return results
 
 
@@ -451,10 +497,104 @@ def scaling_module(count: int, upstream: bool) -> str:
     return head + "\n".join(body) + "\n    gpu.return\n  }\n}\n"
 
 
+# ------------------------------------------------------------------------------------------- profile
+NCU_STALLS = ("short_scoreboard", "mio_throttle", "not_selected", "math_pipe_throttle", "wait")
+NCU_METRICS = {
+    "shared_wavefronts_pct": "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed",
+    "lsu_instructions_pct": "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+    "warps_active_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "issue_active_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    **{f"stall_{name}": f"smsp__average_warps_issue_stalled_{name}_per_issue_active.ratio" for name in NCU_STALLS},
+}
+
+
+def launch_all(directory: Path) -> None:
+    """Each kernel that `run` compiled, launched once (what `profile` runs under ncu)."""
+    import numpy as np
+
+    from mlir_tile.runtime import Runtime
+
+    with Runtime() as runtime:
+        grid = runtime.device.properties.multiprocessor_count * BLOCKS_PER_SM
+        for config in json.loads((directory / "configs.json").read_text()):
+            for kind in ("gen", "hand"):
+                module = runtime.load_cubin((directory / f"{kind}_{config['index']}.cubin").read_bytes())
+                module.launch("bench", [np.zeros(16777216, dtype=np.uint32), np.int32(config["iterations"]),
+                                        np.int32(0)], grid=grid, block=BLOCK)
+
+
+def profile(directory: Path) -> None:
+    """ncu --clock-control none over launch_all: how busy the shared-memory pipe is and why warps stall."""
+    import csv
+    import io
+
+    command = ["ncu", "--clock-control", "none", "--csv", "--metrics", ",".join(NCU_METRICS.values()),
+               sys.executable, __file__, "launch", str(directory)]
+    rows = list(csv.DictReader(io.StringIO(_ncu_csv(command))))
+    by_launch: dict[int, dict] = {}
+    for row in rows:
+        value = row["Metric Value"].replace(",", "")
+        by_launch.setdefault(int(row["ID"]), {})[row["Metric Name"]] = float(value) if value.replace(".", "").isdigit() else math.nan
+    names = {metric: key for key, metric in NCU_METRICS.items()}
+    kernels = [(config["name"], kind) for config in json.loads((directory / "configs.json").read_text())
+               for kind in ("generated", "hand")]
+    profiles = [{"name": name, "kind": kind, **{names[m]: v for m, v in metrics.items()}}
+                for (name, kind), (_, metrics) in zip(kernels, sorted(by_launch.items()))]
+    (directory / "profile.json").write_text(json.dumps(profiles, indent=1))
+    for entry in profiles:
+        print(entry, flush=True)
+
+
+def _ncu_csv(command: list[str]) -> str:
+    """ncu's CSV table: its output from the header line on (the profiled program prints before it)."""
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return output[output.index('"ID"'):]
+
+
 # -------------------------------------------------------------------------------------------- report
+def compile_latency_lines(compile_info: dict, load: dict) -> list[str]:
+    """The compile-latency section: both compilers on the build machine's CPU, cubins loaded on the GPU host."""
+    ours, nvrtc, minimal = (compile_info[kind] for kind in COMPILERS)
+    ms = lambda value: f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+    row = lambda label, where, first, warm: f"| {label} | {where} | {ms(first)} | {ms(warm)} |"
+    total = lambda kind, info: {when: info[when]["total"] + load[f"{kind}_cubin_load"] for when in ("first", "warm")}
+    ours_total, nvrtc_total, minimal_total = (total(kind, compile_info[kind]) for kind in COMPILERS)
+    return [
+        "", "## Compile latency (the spec example, ms)", "",
+        "Compiling is CPU work, so both compilers run on one CPU: the build machine's (the MLIR wheels are too big "
+        "to go to the GPU host), taking turns, each compile of new text (a unique comment) so that no cache answers. "
+        "The GPU host then loads each cubin (median of 20). first = the first compile in a fresh process that has "
+        "imported its Python modules (the MLIR context, NVRTC and nvJitLink are set up on first use, and that "
+        "counts), median of 9 processes; warm = median of 20 in one process.", "",
+        "| step | where | first | warm |", "|---|---|---|---|",
+        row("mlir-tile: builder -> PTX", "build CPU", ours["first"]["builder_to_ptx"], ours["warm"]["builder_to_ptx"]),
+        row("mlir-tile: PTX -> cubin (nvJitLink 13.0)", "build CPU", ours["first"]["ptx_to_cubin"],
+            ours["warm"]["ptx_to_cubin"]),
+        row("cubin -> loaded kernel", "GPU host", load["mlir-tile_cubin_load"], load["mlir-tile_cubin_load"]),
+        row("**mlir-tile: builder -> loaded kernel**", "", ours_total["first"], ours_total["warm"]),
+        row("NVRTC 13.0: C++ -> cubin", "build CPU", nvrtc["first"]["cpp_to_cubin"], nvrtc["warm"]["cpp_to_cubin"]),
+        row("cubin -> loaded kernel", "GPU host", load["nvrtc_cubin_load"], load["nvrtc_cubin_load"]),
+        row("**NVRTC: C++ -> loaded kernel**", "", nvrtc_total["first"], nvrtc_total["warm"]),
+        row("NVRTC with `-minimal` (no CUDA headers): C++ -> loaded kernel", "build CPU + GPU host",
+            minimal_total["first"], minimal_total["warm"]),
+        "", f"mlir-tile / NVRTC: warm {ours_total['warm'] / nvrtc_total['warm']:.2f}, first "
+        f"{ours_total['first'] / nvrtc_total['first']:.2f}; mlir-tile / NVRTC `-minimal`: warm "
+        f"{ours_total['warm'] / minimal_total['warm']:.2f}, first {ours_total['first'] / minimal_total['first']:.2f}. "
+        f"mlir-tile's cubin computes the specification's table on the GPU: "
+        f"{'yes' if load['mlir_tile_cubin_gives_the_spec_table'] else 'NO'}.", "",
+        "For reference, on the GPU host (warm, median of 20; its CPU is faster: NVRTC takes "
+        f"{load['nvrtc_on_gpu_host']:.1f} ms there, {nvrtc['warm']['cpp_to_cubin']:.1f} here):", "",
+        "| path (GPU host) | warm |", "|---|---|",
+        f"| mlir-tile PTX -> loaded kernel through the driver's JIT | {load['ptx_driver_jit']:.1f} |",
+        f"| NVRTC C++ -> cubin -> loaded kernel | {load['nvrtc_on_gpu_host']:.1f} |",
+        f"| NVRTC `-minimal` C++ -> cubin -> loaded kernel | {load['nvrtc-minimal_on_gpu_host']:.1f} |",
+    ]
+
+
 def report(directory: Path) -> None:
     results = json.loads((directory / "results.json").read_text())
-    build_info = json.loads((directory / "build.json").read_text())
+    compile_info = json.loads((directory / "compile.json").read_text())
+    profiles = json.loads((directory / "profile.json").read_text()) if (directory / "profile.json").exists() else []
     scaling_rows = json.loads((directory / "scaling.json").read_text()) if (directory / "scaling.json").exists() else []
     device = results["device"]
     lines = [
@@ -462,12 +602,13 @@ def report(directory: Path) -> None:
         "",
         f"Measured {results['date']} on {device['name']} ({device['sms']} SMs, {device['clock_mhz']:.0f} MHz: "
         f"128 B/clock/SM = {device['peak_tb_s']:.1f} TB/s). Reproduce: `make bench DIR=...` on a machine with the "
-        "compiler (builds the kernels, measures builder latency and pass scaling), then "
-        "`python3 benchmarks/bench.py run DIR` on the GPU host (cuda-python, numpy, ptxas, cuobjdump; no MLIR), then "
-        "`python benchmarks/bench.py report DIR` here.",
+        "compiler (builds the kernels, measures compile latency and pass scaling), then "
+        "`python3 benchmarks/bench.py run DIR` (and `profile DIR`, with ncu) on the GPU host (cuda-python, numpy, "
+        "ptxas, cuobjdump; no MLIR), then `python benchmarks/bench.py report DIR` here.",
         "",
-        f"Each kernel: {BLOCK} threads/block, {BLOCKS_PER_SM} blocks/SM, {ITERATIONS}x{UNROLL} transfers per warp, "
-        "median of 25 timed launches (CUDA events) after 3 warm-ups. (a) generated by mlir-tile, (b) hand-written "
+        f"Each kernel: {BLOCK} threads/block, {BLOCKS_PER_SM} blocks/SM, {UNROLL} transfers per loop iteration and "
+        f"as many iterations as make {X4_ITERATIONS * UNROLL * 4} matrices per warp ({X4_ITERATIONS} for x4, "
+        f"{4 * X4_ITERATIONS} for x1), median of 25 timed launches (CUDA events) after 3 warm-ups. (a) generated by mlir-tile, (b) hand-written "
         "CUDA C++ with inline PTX (NVRTC); both through the same ptxas.",
         "",
         "## Throughput",
@@ -492,27 +633,20 @@ def report(directory: Path) -> None:
         lines.append(f"| {entry['name']} | {per(a, 'loop_instructions'):.2f} | {per(a, 'address_alu'):.2f} | "
                      f"{per(a, 'moves'):.2f} | {per(b, 'loop_instructions'):.2f} | {per(b, 'address_alu'):.2f} | "
                      f"{per(b, 'moves'):.2f} |")
-    latency = results["load_latency_ms"]
-    builder = build_info["builder_to_ptx_ms"]
-    lines += ["", "## Compile latency (the spec example, ms)", "",
-              "First = the first compile in a process that has imported its libraries; warm = median of the next 10. "
-              "Each load compiles new text (a comment is appended), so no cache answers.", "",
-              "| path | first | warm |", "|---|---|---|",
-              f"| builder -> PTX (CPU of the build machine; importing the MLIR bindings takes {builder['imports']:.0f} more) | "
-              f"{builder['first_compile']:.1f} | {builder['warm_median']:.1f} |",
-              f"| PTX -> loaded kernel (driver JIT, GPU host) | {latency['ptx_load']['cold']:.1f} | {latency['ptx_load']['warm_median']:.1f} |",
-              f"| **mlir-tile: builder -> loaded kernel** | {builder['first_compile'] + latency['ptx_load']['cold']:.1f} | "
-              f"{builder['warm_median'] + latency['ptx_load']['warm_median']:.1f} |",
-              f"| **NVRTC: C++ -> cubin -> loaded kernel** (GPU host) | {latency['nvrtc_compile_and_load']['cold']:.1f} | "
-              f"{latency['nvrtc_compile_and_load']['warm_median']:.1f} |"]
-    if "ptx_load_same_text" in latency:
-        same, nvrtc_same = latency["ptx_load_same_text"], latency["nvrtc_compile_and_load_same_text"]
-        lines += ["", "Compiling the same kernel again (identical text), where the CUDA driver's default JIT cache "
-                  "answers for PTX and NVRTC has no cache:", "",
-                  "| path | warm |", "|---|---|",
-                  f"| PTX -> loaded kernel, same PTX again | {same['warm_median']:.1f} |",
-                  f"| **mlir-tile: builder -> loaded kernel, same kernel again** | {builder['warm_median'] + same['warm_median']:.1f} |",
-                  f"| **NVRTC, same source again** | {nvrtc_same['warm_median']:.1f} |"]
+    lines += compile_latency_lines(compile_info, results["load_latency_ms"])
+    if profiles:
+        lines += ["", "## Where the time goes (ncu --clock-control none, one launch each)", "",
+                  "Shared wavefronts = the shared-memory data pipe's busy share (128 B per clock per SM); LSU "
+                  "instructions = the share of the one-instruction-per-clock LSU issue limit; stalls are warps "
+                  "stalled per issued instruction (short scoreboard: waiting for a shared-memory result).", "",
+                  "| layout | kernel | shared wavefronts % | LSU instructions % | warps active % | issue active % | "
+                  + " | ".join(f"stall: {name.replace('_', ' ')}" for name in NCU_STALLS) + " |",
+                  "|---|---|---|---|---|---|" + "---|" * len(NCU_STALLS)]
+        for entry in profiles:
+            lines.append(f"| {entry['name']} | {entry['kind']} | {entry['shared_wavefronts_pct']:.1f} | "
+                         f"{entry['lsu_instructions_pct']:.1f} | {entry['warps_active_pct']:.1f} | "
+                         f"{entry['issue_active_pct']:.1f} | "
+                         + " | ".join(f"{entry[f'stall_{name}']:.2f}" for name in NCU_STALLS) + " |")
     if scaling_rows:
         lines += ["", "## Pass scaling (CPU)", "",
                   "| transfers | tile verify + lower ms | us per transfer | upstream nvgpu.ldmatrix -> nvvm ms | ratio |",
@@ -525,8 +659,11 @@ def report(directory: Path) -> None:
 
 
 def main() -> None:
-    commands = {"build": [build], "run": [run], "scaling": [scaling], "report": [report],
-                "all": [build, scaling, run, report]}
+    commands = {"build": [build], "run": [run], "profile": [profile], "scaling": [scaling], "report": [report],
+                "all": [build, scaling, run, report], "launch": [launch_all]}
+    if len(sys.argv) == 3 and sys.argv[1] == "compile-once":  # internal: a fresh process's first compile
+        print(json.dumps(compile_once(sys.argv[2], "first")))
+        return
     if len(sys.argv) != 3 or sys.argv[1] not in commands:
         print(__doc__)
         sys.exit(2)
