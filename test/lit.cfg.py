@@ -20,6 +20,7 @@ import mlir  # noqa: E402  (the bindings' package also carries mlir-opt)
 mlir_bin = os.path.join(list(mlir.__path__)[0], "bin")
 config.environment["PATH"] = os.pathsep.join([bin_dir, mlir_bin, config.environment.get("PATH", "")])
 config.environment["PYTHONPATH"] = os.pathsep.join([os.path.join(repo, "examples"), repo])
+config.environment["MLIR_TILE_CACHE_DIR"] = os.path.join(config.test_exec_root, "cubin-cache")  # not ~/.cache
 
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%irdl", os.path.join(repo, "dialect", "tile.irdl.mlir")))

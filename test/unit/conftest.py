@@ -1,5 +1,9 @@
-"""Shared pytest setup: the `gpu` marker skips cleanly, with the reason shown, where no GPU is usable."""
+"""Shared pytest setup: the `gpu` marker skips cleanly, with the reason shown, where no GPU is usable;
+cubins are cached in a temporary folder, not the user's cache."""
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,7 +13,12 @@ sys.path.insert(0, str(REPO / "examples"))
 
 
 def pytest_configure(config):
+    os.environ["MLIR_TILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="mlir-tile-cubin-cache-")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped, with the reason, where there is none)")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ.pop("MLIR_TILE_CACHE_DIR"), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

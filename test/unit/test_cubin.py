@@ -65,3 +65,88 @@ def test_malformed_chip_is_an_error_not_a_crash(spec_ptx, chip):
 def test_unknown_chip_is_reported(spec_ptx):
     with pytest.raises(CompileError, match=r"PTX -> cubin for sm_99 failed: ERROR_UNRECOGNIZED_ARCH"):
         cubin_of_ptx(spec_ptx, "sm_99")
+
+
+# ----- the cubin cache -----
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder, and a count of the times nvJitLink really assembles."""
+    import mlir_tile.ptx as ptx_module
+
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MLIR_TILE_NO_CACHE", raising=False)
+    calls = []
+    assemble = ptx_module._assemble
+
+    def counting(ptx, chip):
+        calls.append(chip)
+        return assemble(ptx, chip)
+
+    monkeypatch.setattr(ptx_module, "_assemble", counting)
+    return tmp_path, calls
+
+
+def cached_files(folder):
+    return sorted(p.name for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_same_ptx_is_assembled_once(spec_ptx, cache):
+    folder, calls = cache
+    first = cubin_of_ptx(spec_ptx)
+    assert cubin_of_ptx(spec_ptx) == first
+    assert calls == ["sm_90"]
+    assert len(cached_files(folder)) == 1 and cached_files(folder)[0].endswith(".cubin")
+
+
+def test_the_chip_and_the_text_are_part_of_the_key(spec_ptx, cache):
+    folder, calls = cache
+    cubin_of_ptx(spec_ptx, "sm_90")
+    cubin_of_ptx(spec_ptx, "sm_90a")
+    cubin_of_ptx(spec_ptx + "\n// another kernel\n", "sm_90")
+    assert calls == ["sm_90", "sm_90a", "sm_90"] and len(cached_files(folder)) == 3
+
+
+def test_a_damaged_entry_is_assembled_again_and_replaced(spec_ptx, cache):
+    folder, calls = cache
+    good = cubin_of_ptx(spec_ptx)
+    (entry,) = folder.rglob("*.cubin")
+    entry.write_bytes(b"not a cubin")
+    assert cubin_of_ptx(spec_ptx) == good and entry.read_bytes() == good
+    assert len(calls) == 2
+
+
+def test_failures_are_not_cached(spec_ptx, cache):
+    folder, calls = cache
+    for _ in range(2):
+        with pytest.raises(CompileError):
+            cubin_of_ptx(spec_ptx.replace("ldmatrix.", "ldmatrixx."))
+    assert len(calls) == 2 and cached_files(folder) == []
+
+
+def test_no_cache_when_turned_off(spec_ptx, cache, monkeypatch):
+    folder, calls = cache
+    monkeypatch.setenv("MLIR_TILE_NO_CACHE", "1")
+    cubin_of_ptx(spec_ptx)
+    cubin_of_ptx(spec_ptx)
+    assert len(calls) == 2 and cached_files(folder) == []
+
+
+def test_an_unwritable_cache_is_no_error(spec_ptx, cache, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("the cache folder cannot be created below a file")
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(blocker))
+    assert cubin_of_ptx(spec_ptx).startswith(b"\x7fELF")
+    assert blocker.read_text().startswith("the cache folder")
+
+
+def test_default_cache_folder_follows_xdg(monkeypatch, tmp_path):
+    from mlir_tile.ptx import cache_directory
+
+    monkeypatch.delenv("MLIR_TILE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("MLIR_TILE_NO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_directory() == tmp_path / "mlir-tile"
+    monkeypatch.setenv("MLIR_TILE_NO_CACHE", "0")
+    assert cache_directory() == tmp_path / "mlir-tile"
+    monkeypatch.setenv("MLIR_TILE_NO_CACHE", "1")
+    assert cache_directory() is None
