@@ -28,8 +28,10 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -275,18 +277,20 @@ def build(directory: Path) -> None:
 
 # ------------------------------------------------------------------------------------ compile latency
 def compile_once(kind: str, tag: str, directory: Path | None = None) -> dict:
-    """One compile of the spec example to a cubin, of new text (`tag`: no cache can answer), in ms per step.
-    kind: "mlir-tile" (builder -> PTX -> cubin by nvJitLink) or "nvrtc" / "nvrtc-minimal" (C++ -> cubin)."""
+    """One compile of the spec example to a cubin, in ms per step. kind: "mlir-tile" (builder -> PTX -> cubin
+    by nvJitLink, the PTX made new by `tag` so that the cubin cache cannot answer), "mlir-tile-cached" (the
+    same, for the unchanged kernel: answered by the cache once assembled) or "nvrtc" / "nvrtc-minimal"
+    (C++ -> cubin, the source made new by `tag`)."""
     from cuda.core import Program, ProgramOptions
 
-    if kind == "mlir-tile":
+    if kind.startswith("mlir-tile"):
         import seed_example
         from mlir_tile.compile import compile_to_ptx, cubin_of_ptx
 
         start = time.perf_counter()
         ptx = compile_to_ptx(seed_example.build_module())
         middle = time.perf_counter()
-        cubin = cubin_of_ptx(f"{ptx}\n// {tag}\n")
+        cubin = cubin_of_ptx(ptx if kind == "mlir-tile-cached" else f"{ptx}\n// {tag}\n")
         end = time.perf_counter()
         steps = {"builder_to_ptx": (middle - start) * 1e3, "ptx_to_cubin": (end - middle) * 1e3}
         if directory is not None:
@@ -301,15 +305,18 @@ def compile_once(kind: str, tag: str, directory: Path | None = None) -> dict:
     return {**steps, "total": sum(steps.values())}
 
 
-COMPILERS = ("mlir-tile", "nvrtc", "nvrtc-minimal")
+COMPILERS = ("mlir-tile", "mlir-tile-cached", "nvrtc", "nvrtc-minimal")
 
 
-def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 9) -> dict:
+def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 21) -> dict:
     """Both compilers on this CPU. first: the first compile in a fresh process that has imported its Python
     modules (libraries such as NVRTC and nvJitLink load on first use, and that counts), median of
-    `fresh_processes`; warm: median of `repeats` compiles in one process. The compilers take turns in both."""
+    `fresh_processes`; warm: median of `repeats` compiles in one process. The compilers take turns in both.
+    The cubin cache starts empty, in a folder of its own."""
     (directory / "spec_example.cu").write_text(SPEC_EXAMPLE_CUDA)
+    os.environ["MLIR_TILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-cubin-cache-")
     median = lambda values: sorted(values)[len(values) // 2]
+    compile_once("mlir-tile-cached", "")  # the unchanged kernel, assembled once before any measurement
     first = {kind: [] for kind in COMPILERS}
     for _ in range(fresh_processes):
         for kind in COMPILERS:
@@ -319,6 +326,7 @@ def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 9
     for attempt in range(repeats + 1):
         for kind in COMPILERS:
             warm[kind].append(compile_once(kind, f"warm {attempt}", directory))
+    shutil.rmtree(os.environ.pop("MLIR_TILE_CACHE_DIR"))
     return {kind: {"first": {step: median([run[step] for run in first[kind]]) for step in first[kind][0]},
                    "warm": {step: median([run[step] for run in warm[kind][1:]]) for step in warm[kind][0]}}
             for kind in COMPILERS}
@@ -554,32 +562,38 @@ def _ncu_csv(command: list[str]) -> str:
 # -------------------------------------------------------------------------------------------- report
 def compile_latency_lines(compile_info: dict, load: dict) -> list[str]:
     """The compile-latency section: both compilers on the build machine's CPU, cubins loaded on the GPU host."""
-    ours, nvrtc, minimal = (compile_info[kind] for kind in COMPILERS)
     ms = lambda value: f"{value:.1f}" if value >= 1 else f"{value:.2f}"
     row = lambda label, where, first, warm: f"| {label} | {where} | {ms(first)} | {ms(warm)} |"
-    total = lambda kind, info: {when: info[when]["total"] + load[f"{kind}_cubin_load"] for when in ("first", "warm")}
-    ours_total, nvrtc_total, minimal_total = (total(kind, compile_info[kind]) for kind in COMPILERS)
+    total = {kind: {when: compile_info[kind][when]["total"] + load[f"{kind}_cubin_load"] for when in ("first", "warm")}
+             for kind in COMPILERS}
+    ours, nvrtc = compile_info["mlir-tile"], compile_info["nvrtc"]
+    ratio = lambda kind, when: total[kind][when] / total["nvrtc"][when]
     return [
         "", "## Compile latency (the spec example, ms)", "",
         "Compiling is CPU work, so both compilers run on one CPU: the build machine's (the MLIR wheels are too big "
-        "to go to the GPU host), taking turns, each compile of new text (a unique comment) so that no cache answers. "
-        "The GPU host then loads each cubin (median of 20). first = the first compile in a fresh process that has "
-        "imported its Python modules (the MLIR context, NVRTC and nvJitLink are set up on first use, and that "
-        "counts), median of 9 processes; warm = median of 20 in one process.", "",
+        "to go to the GPU host), taking turns. A new kernel is new text (a unique comment) so that no cache "
+        "answers. The GPU host then loads each cubin (median of 20). first = the first compile in a fresh process "
+        "that has imported its Python modules (the MLIR context, NVRTC and nvJitLink are set up on first use, and "
+        "that counts), median of 21 processes; warm = median of 20 in one process.", "",
         "| step | where | first | warm |", "|---|---|---|---|",
         row("mlir-tile: builder -> PTX", "build CPU", ours["first"]["builder_to_ptx"], ours["warm"]["builder_to_ptx"]),
         row("mlir-tile: PTX -> cubin (nvJitLink 13.0)", "build CPU", ours["first"]["ptx_to_cubin"],
             ours["warm"]["ptx_to_cubin"]),
         row("cubin -> loaded kernel", "GPU host", load["mlir-tile_cubin_load"], load["mlir-tile_cubin_load"]),
-        row("**mlir-tile: builder -> loaded kernel**", "", ours_total["first"], ours_total["warm"]),
+        row("**mlir-tile: builder -> loaded kernel, a new kernel**", "", total["mlir-tile"]["first"],
+            total["mlir-tile"]["warm"]),
+        row("**mlir-tile: builder -> loaded kernel, a kernel assembled before** (cubin cache)", "",
+            total["mlir-tile-cached"]["first"], total["mlir-tile-cached"]["warm"]),
         row("NVRTC 13.0: C++ -> cubin", "build CPU", nvrtc["first"]["cpp_to_cubin"], nvrtc["warm"]["cpp_to_cubin"]),
         row("cubin -> loaded kernel", "GPU host", load["nvrtc_cubin_load"], load["nvrtc_cubin_load"]),
-        row("**NVRTC: C++ -> loaded kernel**", "", nvrtc_total["first"], nvrtc_total["warm"]),
+        row("**NVRTC: C++ -> loaded kernel** (no cache)", "", total["nvrtc"]["first"], total["nvrtc"]["warm"]),
         row("NVRTC with `-minimal` (no CUDA headers): C++ -> loaded kernel", "build CPU + GPU host",
-            minimal_total["first"], minimal_total["warm"]),
-        "", f"mlir-tile / NVRTC: warm {ours_total['warm'] / nvrtc_total['warm']:.2f}, first "
-        f"{ours_total['first'] / nvrtc_total['first']:.2f}; mlir-tile / NVRTC `-minimal`: warm "
-        f"{ours_total['warm'] / minimal_total['warm']:.2f}, first {ours_total['first'] / minimal_total['first']:.2f}. "
+            total["nvrtc-minimal"]["first"], total["nvrtc-minimal"]["warm"]),
+        "", f"mlir-tile / NVRTC, a new kernel: warm {ratio('mlir-tile', 'warm'):.2f}, first "
+        f"{ratio('mlir-tile', 'first'):.2f}; a kernel assembled before: warm {ratio('mlir-tile-cached', 'warm'):.2f}, "
+        f"first {ratio('mlir-tile-cached', 'first'):.2f}; against NVRTC `-minimal`, a new kernel: warm "
+        f"{total['mlir-tile']['warm'] / total['nvrtc-minimal']['warm']:.2f}, first "
+        f"{total['mlir-tile']['first'] / total['nvrtc-minimal']['first']:.2f}. "
         f"mlir-tile's cubin computes the specification's table on the GPU: "
         f"{'yes' if load['mlir_tile_cubin_gives_the_spec_table'] else 'NO'}.", "",
         "For reference, on the GPU host (warm, median of 20; its CPU is faster: NVRTC takes "
@@ -662,7 +676,7 @@ def main() -> None:
     commands = {"build": [build], "run": [run], "profile": [profile], "scaling": [scaling], "report": [report],
                 "all": [build, scaling, run, report], "launch": [launch_all]}
     if len(sys.argv) == 3 and sys.argv[1] == "compile-once":  # internal: a fresh process's first compile
-        print(json.dumps(compile_once(sys.argv[2], "first")))
+        print(json.dumps(compile_once(sys.argv[2], f"first {time.time_ns()}")))
         return
     if len(sys.argv) != 3 or sys.argv[1] not in commands:
         print(__doc__)
