@@ -327,9 +327,23 @@ def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 2
         for kind in COMPILERS:
             warm[kind].append(compile_once(kind, f"warm {attempt}", directory))
     shutil.rmtree(os.environ.pop("MLIR_TILE_CACHE_DIR"))
-    return {kind: {"first": {step: median([run[step] for run in first[kind]]) for step in first[kind][0]},
-                   "warm": {step: median([run[step] for run in warm[kind][1:]]) for step in warm[kind][0]}}
-            for kind in COMPILERS}
+    result = {kind: {"first": {step: median([run[step] for run in first[kind]]) for step in first[kind][0]},
+                     "warm": {step: median([run[step] for run in warm[kind][1:]]) for step in warm[kind][0]}}
+              for kind in COMPILERS}
+    return {"cpu": _cpu_name(), **result}
+
+
+def _cpu_name() -> str:
+    """The build machine's CPU model and the cores this process may use."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -394,6 +408,7 @@ def run(directory: Path) -> None:
         sms = device.properties.multiprocessor_count
         clock_hz = device.properties.clock_rate * 1e3
         results["device"] = {"name": device.name, "sms": sms, "clock_mhz": clock_hz / 1e6,
+                             "cuda_driver_api": _driver_version(),
                              "peak_tb_s": SHARED_BYTES_PER_CLOCK_PER_SM * sms * clock_hz / 1e12}
         grid = sms * BLOCKS_PER_SM
         options = ProgramOptions(arch="sm_90", std="c++17")
@@ -505,6 +520,14 @@ def scaling_module(count: int, upstream: bool) -> str:
     return head + "\n".join(body) + "\n    gpu.return\n  }\n}\n"
 
 
+def _driver_version() -> str:
+    """The CUDA version the installed driver supports, e.g. 13.0."""
+    from cuda.bindings import driver
+
+    status, version = driver.cuDriverGetVersion()
+    return f"{version // 1000}.{version % 1000 // 10}" if status == driver.CUresult.CUDA_SUCCESS else "unknown"
+
+
 # ------------------------------------------------------------------------------------------- profile
 NCU_STALLS = ("short_scoreboard", "mio_throttle", "not_selected", "math_pipe_throttle", "wait")
 NCU_METRICS = {
@@ -570,8 +593,8 @@ def compile_latency_lines(compile_info: dict, load: dict) -> list[str]:
     ratio = lambda kind, when: total[kind][when] / total["nvrtc"][when]
     return [
         "", "## Compile latency (the spec example, ms)", "",
-        "Compiling is CPU work, so both compilers run on one CPU: the build machine's (the MLIR wheels are too big "
-        "to go to the GPU host), taking turns. A new kernel is new text (a unique comment) so that no cache "
+        "Compiling is CPU work, so both compilers run on one CPU: the build machine's "
+        f"({compile_info.get('cpu', 'not recorded')}; the MLIR wheels are too big to go to the GPU host), taking turns. A new kernel is new text (a unique comment) so that no cache "
         "answers. The GPU host then loads each cubin (median of 20). first = the first compile in a fresh process "
         "that has imported its Python modules (the MLIR context, NVRTC and nvJitLink are set up on first use, and "
         "that counts), median of 21 processes; warm = median of 20 in one process.", "",
@@ -615,7 +638,7 @@ def report(directory: Path) -> None:
         "# mlir-tile transfer benchmarks",
         "",
         f"Measured {results['date']} on {device['name']} ({device['sms']} SMs, {device['clock_mhz']:.0f} MHz: "
-        f"128 B/clock/SM = {device['peak_tb_s']:.1f} TB/s). Reproduce: `make bench DIR=...` on a machine with the "
+        f"128 B/clock/SM = {device['peak_tb_s']:.1f} TB/s; CUDA driver API {device.get('cuda_driver_api', 'not recorded')}). Reproduce: `make bench DIR=...` on a machine with the "
         "compiler (builds the kernels, measures compile latency and pass scaling), then "
         "`python3 benchmarks/bench.py run DIR` (and `profile DIR`, with ncu) on the GPU host (cuda-python, numpy, "
         "ptxas, cuobjdump; no MLIR), then `python benchmarks/bench.py report DIR` here.",
