@@ -42,6 +42,7 @@ ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
 
 def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
     facts = FactCache()
+    vocabulary = _Vocabulary()
     failed = False
     for op in transfer_ops(root):
         transfer, violations = op_violations(op, facts)
@@ -51,77 +52,117 @@ def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
             failed = True
             continue
         with op.location, ir.InsertionPoint(op):
-            _emit_transfer(transfer, op)
+            _emit_transfer(transfer, op, vocabulary)
         op.erase()
     if failed:
         pass_.signal_pass_failure()
 
 
-def _i32(value: int) -> ir.Value:
-    return arith.constant(ir.IntegerType.get_signless(32), value)
+class _Vocabulary:
+    """The types and attributes the lowering uses, made once per run in the current context: parsing them
+    for every op cost about a quarter of the pass."""
+
+    def __init__(self):
+        self.i32 = ir.IntegerType.get_signless(32)
+        self.i64 = ir.IntegerType.get_signless(64)
+        self.index = ir.IndexType.get()
+        self.shared_pointer = ir.Type.parse("!llvm.ptr<3>")
+        self.shape = ir.Attribute.parse(ROW_SHAPE)
+        self.element = ir.Attribute.parse(ELEMENT)
+        self.layouts = {trans: ir.Attribute.parse(f"#nvvm.mma_layout<{'col' if trans else 'row'}>")
+                        for trans in (False, True)}
+        self._structs: dict[int, ir.Type] = {}
+        self._descriptors: dict[int, ir.Type] = {}
+        self._values: dict[tuple[bool, int], ir.Attribute] = {}
+
+    def struct(self, count: int) -> ir.Type:
+        """`!llvm.struct<(i32, ...)>` of `count` vocabulary: what ldmatrix.xN returns."""
+        if count not in self._structs:
+            self._structs[count] = ir.Type.parse(f"!llvm.struct<({', '.join(['i32'] * count)})>")
+        return self._structs[count]
+
+    def descriptor(self, rank: int) -> ir.Type:
+        """The LLVM descriptor of a shared memref of `rank`: (allocated, aligned, offset, sizes, strides)."""
+        if rank not in self._descriptors:
+            shape_fields = f", array<{rank} x i64>, array<{rank} x i64>" if rank else ""
+            self._descriptors[rank] = ir.Type.parse(f"!llvm.struct<(ptr<3>, ptr<3>, i64{shape_fields})>")
+        return self._descriptors[rank]
+
+    def i32_constant(self, value: int) -> ir.Value:
+        return self._constant(False, value)
+
+    def index_constant(self, value: int) -> ir.Value:
+        return self._constant(True, value)
+
+    def _constant(self, is_index: bool, value: int) -> ir.Value:
+        """`arith.constant`, created generically (the op builder takes twice as long)."""
+        kind = self.index if is_index else self.i32
+        if (is_index, value) not in self._values:
+            self._values[(is_index, value)] = ir.IntegerAttr.get(kind, value)
+        attributes = {"value": self._values[(is_index, value)]}
+        return ir.Operation.create("arith.constant", results=[kind], attributes=attributes).result
 
 
-def _emit_transfer(transfer: contract.Transfer, op: ir.Operation) -> None:
+def _emit_transfer(transfer: contract.Transfer, op: ir.Operation, vocabulary: _Vocabulary) -> None:
     dst, src = op.operands
     registers, shared = (dst, src) if transfer.opcode.is_load else (src, dst)
     count = transfer.opcode.count
     strides = transfer.shared.memory_strides
     matrix_stride, row_stride = strides[-3], strides[-2]
 
-    lane = arith.index_cast(ir.IntegerType.get_signless(32), gpu.lane_id())
-    terms = [_scaled(arith.andi(lane, _i32(7)), row_stride)]
+    lane = arith.index_cast(vocabulary.i32, gpu.lane_id())
+    terms = [_scaled(arith.andi(lane, vocabulary.i32_constant(7)), row_stride, vocabulary)]
     if count > 1:
-        matrix = arith.andi(arith.shrui(lane, _i32(3)), _i32(count - 1))
-        terms.append(_scaled(matrix, matrix_stride))
+        matrix = arith.andi(arith.shrui(lane, vocabulary.i32_constant(3)), vocabulary.i32_constant(count - 1))
+        terms.append(_scaled(matrix, matrix_stride, vocabulary))
     if transfer.group_rank:
-        terms.append(_scaled(_warp_in_group(transfer, op), strides[0]))
+        terms.append(_scaled(_warp_in_group(transfer, op, vocabulary), strides[0], vocabulary))
     lane_offset = terms[0]
     for term in terms[1:]:
         lane_offset = arith.addi(lane_offset, term)
 
-    descriptor = _descriptor(shared)
-    element = ir.IntegerType.get_signless(32)
-    base = llvm.extractvalue(ir.Type.parse("!llvm.ptr<3>"), descriptor, [1])
+    descriptor = _descriptor(shared, vocabulary)
+    base = llvm.extractvalue(vocabulary.shared_pointer, descriptor, [1])
     if transfer.shared_operand.offset is None:  # a dynamic region start, proven a multiple of 4 words
-        base = _gep(base, llvm.extractvalue(ir.IntegerType.get_signless(64), descriptor, [2]), element)
-    lane_pointer = _gep(base, lane_offset, element)
-    layout = ir.Attribute.parse(f"#nvvm.mma_layout<{'col' if transfer.opcode.trans else 'row'}>")
+        base = _gep(base, llvm.extractvalue(vocabulary.i64, descriptor, [2]), vocabulary.i32)
+    lane_pointer = _gep(base, lane_offset, vocabulary.i32)
+    layout = vocabulary.layouts[transfer.opcode.trans]
     register_type = ir.MemRefType(registers.type)
+    register_index = _slot_indexer(register_type, vocabulary)
     container = register_type.element_type
 
     for repeat in transfer.repeats():
         constant = transfer.shared_offset(0, repeat, 0, 0)
-        pointer = _gep(lane_pointer, constant, element) if constant else lane_pointer
+        pointer = _gep(lane_pointer, constant, vocabulary.i32) if constant else lane_pointer
         slots = [transfer.register_slot(repeat, i) for i in range(count)]
         if transfer.opcode.is_load:
-            result_type = element if count == 1 else ir.Type.parse(f"!llvm.struct<({', '.join(['i32'] * count)})>")
-            result = nvvm.ldmatrix(result_type, pointer, count, layout, ir.Attribute.parse(ROW_SHAPE),
-                                   ir.Attribute.parse(ELEMENT))
+            result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)
+            result = nvvm.ldmatrix(result_type, pointer, count, layout, vocabulary.shape, vocabulary.element)
             for i, slot in enumerate(slots):
-                word = result if count == 1 else llvm.extractvalue(element, result, [i])
+                word = result if count == 1 else llvm.extractvalue(vocabulary.i32, result, [i])
                 if word.type != container:
                     word = arith.bitcast(container, word)
-                memref.store(word, registers, _indices(register_type, slot))
+                memref.store(word, registers, register_index(slot))
         else:
-            words = []
+            values = []
             for slot in slots:
-                word = memref.load(registers, _indices(register_type, slot))
-                words.append(word if word.type == element else arith.bitcast(element, word))
-            nvvm.stmatrix(pointer, words, layout, ir.Attribute.parse(ROW_SHAPE), ir.Attribute.parse(ELEMENT))
+                word = memref.load(registers, register_index(slot))
+                values.append(word if word.type == vocabulary.i32 else arith.bitcast(vocabulary.i32, word))
+            nvvm.stmatrix(pointer, values, layout, vocabulary.shape, vocabulary.element)
 
 
-def _scaled(value: ir.Value, factor: int) -> ir.Value:
+def _scaled(value: ir.Value, factor: int, vocabulary: _Vocabulary) -> ir.Value:
     if factor == 1:
         return value
     if factor > 0 and factor & (factor - 1) == 0:
-        return arith.shli(value, _i32(factor.bit_length() - 1))
-    return arith.muli(value, _i32(factor))
+        return arith.shli(value, vocabulary.i32_constant(factor.bit_length() - 1))
+    return arith.muli(value, vocabulary.i32_constant(factor))
 
 
-def _warp_in_group(transfer: contract.Transfer, op: ir.Operation) -> ir.Value:
+def _warp_in_group(transfer: contract.Transfer, op: ir.Operation, vocabulary: _Vocabulary) -> ir.Value:
     """The warp's index in its warpgroup or block: linear thread id / 32 (mod 4 for a warpgroup). The
     y and z terms use known_block_size when the kernel declares it, else gpu.block_dim."""
-    i32 = ir.IntegerType.get_signless(32)
+    i32 = vocabulary.i32
 
     def thread(dimension):
         return arith.index_cast(i32, gpu.thread_id(dimension))
@@ -135,24 +176,22 @@ def _warp_in_group(transfer: contract.Transfer, op: ir.Operation) -> ir.Value:
         linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), plane))
     else:
         if known[1] > 1:
-            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.y), _i32(known[0])))
+            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.y), vocabulary.i32_constant(known[0])))
         if known[2] > 1:
-            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), _i32(known[0] * known[1])))
-    warp = arith.shrui(linear, _i32(5))
+            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), vocabulary.i32_constant(known[0] * known[1])))
+    warp = arith.shrui(linear, vocabulary.i32_constant(5))
     if transfer.scope.name == "warpgroup":
-        warp = arith.andi(warp, _i32(contract.WARPGROUP_WARPS - 1))
+        warp = arith.andi(warp, vocabulary.i32_constant(contract.WARPGROUP_WARPS - 1))
     return warp
 
 
-def _descriptor(buffer: ir.Value) -> ir.Value:
+def _descriptor(buffer: ir.Value, vocabulary: _Vocabulary) -> ir.Value:
     """The LLVM memref descriptor of a shared memref: (allocated, aligned, offset, sizes, strides).
 
     The unrealized cast meets the descriptor that the memref's producer becomes in convert-gpu-to-nvvm, and
     reconcile-unrealized-casts removes the pair; staying in pointer arithmetic (rather than integer
     arithmetic) lets the backend fold constant offsets into the ldmatrix/stmatrix address."""
-    rank = ir.MemRefType(buffer.type).rank
-    shape_fields = f", array<{rank} x i64>, array<{rank} x i64>" if rank else ""
-    descriptor_type = ir.Type.parse(f"!llvm.struct<(ptr<3>, ptr<3>, i64{shape_fields})>")
+    descriptor_type = vocabulary.descriptor(ir.MemRefType(buffer.type).rank)
     return ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[descriptor_type], operands=[buffer]
     ).result
@@ -168,16 +207,22 @@ def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Valu
     return llvm.getelementptr(pointer.type, pointer, dynamic, constant, element, None)
 
 
-def _indices(memref_type: ir.MemRefType, slot: int) -> list[ir.Value]:
-    """Indices of the element at linear element offset `slot` (static memref offset included)."""
+def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary):
+    """A function from a linear element offset (a register slot, static memref offset included) to index
+    constants addressing that element of `memref_type`."""
     strides, offset = memref_type.get_strides_and_offset()
-    remaining = slot - offset
-    indices = [0] * memref_type.rank
-    for axis in sorted(range(memref_type.rank), key=lambda a: -strides[a]):
-        if strides[axis] > 0:
-            indices[axis], remaining = divmod(remaining, strides[axis])
-            indices[axis] = min(indices[axis], memref_type.shape[axis] - 1)
-            remaining = slot - offset - sum(i * s for i, s in zip(indices, strides))
-    if remaining != 0:
-        raise ValueError(f"register slot {slot} is not an element of {memref_type}")
-    return [arith.constant(ir.IndexType.get(), i) for i in indices]
+    order = sorted(range(memref_type.rank), key=lambda a: -strides[a])
+
+    def indices(slot: int) -> list[ir.Value]:
+        remaining = slot - offset
+        position = [0] * memref_type.rank
+        for axis in order:
+            if strides[axis] > 0:
+                position[axis], remaining = divmod(remaining, strides[axis])
+                position[axis] = min(position[axis], memref_type.shape[axis] - 1)
+                remaining = slot - offset - sum(i * s for i, s in zip(position, strides))
+        if remaining != 0:
+            raise ValueError(f"register slot {slot} is not an element of {memref_type}")
+        return [vocabulary.index_constant(i) for i in position]
+
+    return indices
