@@ -76,7 +76,7 @@ class _Vocabulary:
         self._values: dict[tuple[bool, int], ir.Attribute] = {}
 
     def struct(self, count: int) -> ir.Type:
-        """`!llvm.struct<(i32, ...)>` of `count` vocabulary: what ldmatrix.xN returns."""
+        """`!llvm.struct<(i32, ...)>` of `count` words: what ldmatrix.xN returns."""
         if count not in self._structs:
             self._structs[count] = ir.Type.parse(f"!llvm.struct<({', '.join(['i32'] * count)})>")
         return self._structs[count]
@@ -178,7 +178,8 @@ def _warp_in_group(transfer: contract.Transfer, op: ir.Operation, vocabulary: _V
         if known[1] > 1:
             linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.y), vocabulary.i32_constant(known[0])))
         if known[2] > 1:
-            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), vocabulary.i32_constant(known[0] * known[1])))
+            plane = vocabulary.i32_constant(known[0] * known[1])
+            linear = arith.addi(linear, arith.muli(thread(gpu.Dimension.z), plane))
     warp = arith.shrui(linear, vocabulary.i32_constant(5))
     if transfer.scope.name == "warpgroup":
         warp = arith.andi(warp, vocabulary.i32_constant(contract.WARPGROUP_WARPS - 1))

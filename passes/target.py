@@ -19,14 +19,15 @@ import re
 
 from mlir import ir
 
-from mlir_tile.contract import CHIP
+from mlir_tile.contract import NVPTX_CHIPS, known_chips
 
 _CHIP_FIELD = re.compile(r'chip = "[^"]*"')
 
 
 def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
-    if not CHIP.fullmatch(chip):
-        root.location.emit_error(f"tile-set-nvvm-target: chip '{chip}' is not of the form sm_XX (e.g. sm_90)")
+    if chip not in NVPTX_CHIPS:  # the NVPTX backend would abort the process on it
+        root.location.emit_error(f"tile-set-nvvm-target: '{chip}' is not a chip that LLVM's NVPTX backend "
+                                 f"knows; use one of {known_chips()}")
         pass_.signal_pass_failure()
         return
 

@@ -27,6 +27,13 @@ SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
 MAX_REGISTERS = 255  # per thread on sm_75 and later
 CHIP = re.compile(r"sm_(\d{2,})[af]?")  # an NVIDIA GPU architecture name: sm_90, sm_90a, sm_100f
+# The processors LLVM 22's NVPTX backend knows (`llc -mtriple=nvptx64-nvidia-cuda -mcpu=help`; a test keeps
+# this set equal to that list). For any other chip the backend aborts the process ("Cannot select: ...").
+NVPTX_CHIPS = frozenset(
+    "sm_20 sm_21 sm_30 sm_32 sm_35 sm_37 sm_50 sm_52 sm_53 sm_60 sm_61 sm_62 sm_70 sm_72 sm_75 sm_80 sm_86 "
+    "sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_101f sm_103 sm_103a sm_103f "
+    "sm_110 sm_110a sm_110f sm_120 sm_120a sm_120f sm_121 sm_121a sm_121f".split()
+)
 
 _OPCODE = re.compile(
     r"^(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
@@ -286,12 +293,21 @@ def _check(
 MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
 
 
+def known_chips(minimum: int = 0) -> str:
+    """The NVPTX chips of architecture `minimum` or newer, oldest first, as text for a diagnostic."""
+    chips = sorted((c for c in NVPTX_CHIPS if int(CHIP.fullmatch(c).group(1)) >= minimum),
+                   key=lambda c: (int(CHIP.fullmatch(c).group(1)), c))
+    return ", ".join(chips)
+
+
 def _architecture(opcode: Opcode, chip: str | None) -> list[Violation]:
-    match = CHIP.fullmatch(chip) if chip else None
-    if match is None:
+    if chip is None:
         return []
     needed = MINIMUM_ARCHITECTURE[opcode.instruction]
-    if int(match.group(1)) >= needed:
+    if chip not in NVPTX_CHIPS:
+        return [Violation("target", f"the gpu.module targets '{chip}', a chip that LLVM's NVPTX backend does not "
+                                    f"know; use one of {known_chips(needed)}")]
+    if int(CHIP.fullmatch(chip).group(1)) >= needed:
         return []
     return [
         Violation(

@@ -3,6 +3,7 @@
 // RUN: tile-translate --mlir-to-ptx %s | filecheck %s
 // RUN: not tile-translate --mlir-to-ptx --chip=sm_80 %s 2>&1 | filecheck %s --check-prefix=SM80
 // RUN: not tile-translate %s 2>&1 | filecheck %s --check-prefix=USAGE
+// RUN: not tile-translate --mlir-to-cubin --chip=sm_99 %s -o %t.sm99.cubin 2>&1 | filecheck %s --check-prefix=UNKNOWN-CHIP
 // RUN: %if ptxas %{ tile-translate --mlir-to-ptx %s -o %t.ptx && ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
 // RUN: tile-translate --mlir-to-cubin %s -o %t.nvjitlink.cubin
 // RUN: %python -c "import sys; image = open(sys.argv[1], 'rb').read(); print('elf', image[:4] == bytes([127, 69, 76, 70]), 'kernel', b'.text.store_tile' in image)" %t.nvjitlink.cubin | filecheck %s --check-prefix=CUBIN
@@ -16,6 +17,8 @@
 // SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
 // SM80-NOT: ptxas
 // USAGE: tile-translate: no translation selected
+// UNKNOWN-CHIP: error: tile-set-nvvm-target: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
+// UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
 // CUBIN-NEEDS-FILE: tile-translate: --mlir-to-cubin writes a binary file: give -o OUT
 module attributes {gpu.container_module} {

@@ -1,6 +1,9 @@
 """The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
 import random
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -126,3 +129,23 @@ def test_random_input_gives_diagnostics_never_exceptions(opcode, scope, dst_layo
                                           dst=operands[0], src=operands[1], block_size=block, chip=chip)
     assert (transfer is None) == bool(violations)
     assert all(isinstance(v, contract.Violation) and v.message for v in violations)
+
+
+def test_nvptx_chips_are_the_processors_llc_lists():
+    """NVPTX_CHIPS is what the backend accepts: another chip would abort the process in codegen."""
+    import llvm
+
+    llc = Path(list(llvm.__path__)[0]) / "bin" / "llc"
+    listing = subprocess.run([str(llc), "-mtriple=nvptx64-nvidia-cuda", "-mcpu=help"], capture_output=True,
+                             text=True, check=True)
+    listed = set(re.findall(r"^\s+(sm_\w+)\s+- Select", listing.stdout + listing.stderr, re.M))
+    assert listed == contract.NVPTX_CHIPS
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unknown_chip_is_a_target_violation_naming_the_usable_chips(seed):
+    case = random_transfer(random.Random(seed))
+    transfer, violations = contract.check(**arguments(case, chip="sm_99"))
+    assert transfer is None and [v.rule for v in violations] == ["target"]
+    message = str(violations[0])
+    assert "'sm_99'" in message and "sm_90, sm_90a, sm_100" in message and "sm_70" not in message
