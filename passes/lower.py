@@ -54,13 +54,16 @@ def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
         with op.location, ir.InsertionPoint(op):
             _emit_transfer(transfer, op, vocabulary)
         op.erase()
+    vocabulary.remove_anchors()
     if failed:
         pass_.signal_pass_failure()
 
 
 class _Vocabulary:
-    """The types and attributes the lowering uses, made once per run in the current context: parsing them
-    for every op cost about a quarter of the pass."""
+    """What the lowering makes once per run instead of once per op: types and attributes (parsing them for
+    every op cost a quarter of the pass), and per function the values that are the same throughout it (the
+    lane part of addresses, register-slot indices), built at the function's entry. LLVM would merge the
+    copies anyway; not making them halves the pass and the IR later passes read."""
 
     def __init__(self):
         self.i32 = ir.IntegerType.get_signless(32)
@@ -74,6 +77,8 @@ class _Vocabulary:
         self._structs: dict[int, ir.Type] = {}
         self._descriptors: dict[int, ir.Type] = {}
         self._values: dict[tuple[bool, int], ir.Attribute] = {}
+        self._anchors: dict[ir.Operation, ir.Operation] = {}
+        self._shared: dict[tuple, ir.Value] = {}
 
     def struct(self, count: int) -> ir.Type:
         """`!llvm.struct<(i32, ...)>` of `count` words: what ldmatrix.xN returns."""
@@ -87,6 +92,28 @@ class _Vocabulary:
             shape_fields = f", array<{rank} x i64>, array<{rank} x i64>" if rank else ""
             self._descriptors[rank] = ir.Type.parse(f"!llvm.struct<(ptr<3>, ptr<3>, i64{shape_fields})>")
         return self._descriptors[rank]
+
+    def function_invariant(self, op: ir.Operation, key: tuple, make) -> ir.Value:
+        """`make()`, built once per function (at its entry, where it dominates every use) for each `key`.
+        `make` may use only values that are the same everywhere in the function: ids and constants."""
+        function = _function_of(op)
+        if function is None:
+            return make()
+        if (function, key) not in self._shared:
+            if function not in self._anchors:
+                # Values go before an anchor at the entry's start, in the order they are made; ops after it,
+                # tile ops included, may be erased meanwhile.
+                with ir.InsertionPoint.at_block_begin(function.regions[0].blocks[0]):
+                    self._anchors[function] = ir.Operation.create("arith.constant", results=[self.i32],
+                                                                  attributes={"value": ir.IntegerAttr.get(self.i32, 0)})
+            with ir.InsertionPoint(self._anchors[function]):
+                self._shared[(function, key)] = make()
+        return self._shared[(function, key)]
+
+    def remove_anchors(self) -> None:
+        for anchor in self._anchors.values():
+            anchor.erase()
+        self._anchors.clear()
 
     def i32_constant(self, value: int) -> ir.Value:
         return self._constant(False, value)
@@ -110,16 +137,22 @@ def _emit_transfer(transfer: contract.Transfer, op: ir.Operation, vocabulary: _V
     strides = transfer.shared.memory_strides
     matrix_stride, row_stride = strides[-3], strides[-2]
 
-    lane = arith.index_cast(vocabulary.i32, gpu.lane_id())
-    terms = [_scaled(arith.andi(lane, vocabulary.i32_constant(7)), row_stride, vocabulary)]
-    if count > 1:
-        matrix = arith.andi(arith.shrui(lane, vocabulary.i32_constant(3)), vocabulary.i32_constant(count - 1))
-        terms.append(_scaled(matrix, matrix_stride, vocabulary))
-    if transfer.group_rank:
-        terms.append(_scaled(_warp_in_group(transfer, op, vocabulary), strides[0], vocabulary))
-    lane_offset = terms[0]
-    for term in terms[1:]:
-        lane_offset = arith.addi(lane_offset, term)
+    def make_lane_offset() -> ir.Value:
+        lane = arith.index_cast(vocabulary.i32, gpu.lane_id())
+        terms = [_scaled(arith.andi(lane, vocabulary.i32_constant(7)), row_stride, vocabulary)]
+        if count > 1:
+            matrix = arith.andi(arith.shrui(lane, vocabulary.i32_constant(3)), vocabulary.i32_constant(count - 1))
+            terms.append(_scaled(matrix, matrix_stride, vocabulary))
+        if transfer.group_rank:
+            terms.append(_scaled(_warp_in_group(transfer, op, vocabulary), strides[0], vocabulary))
+        offset = terms[0]
+        for term in terms[1:]:
+            offset = arith.addi(offset, term)
+        return offset
+
+    lane_key = ("lane offset", count, row_stride, matrix_stride if count > 1 else None,
+                (transfer.scope.name, strides[0]) if transfer.group_rank else None)
+    lane_offset = vocabulary.function_invariant(op, lane_key, make_lane_offset)
 
     descriptor = _descriptor(shared, vocabulary)
     base = llvm.extractvalue(vocabulary.shared_pointer, descriptor, [1])
@@ -128,7 +161,7 @@ def _emit_transfer(transfer: contract.Transfer, op: ir.Operation, vocabulary: _V
     lane_pointer = _gep(base, lane_offset, vocabulary.i32)
     layout = vocabulary.layouts[transfer.opcode.trans]
     register_type = ir.MemRefType(registers.type)
-    register_index = _slot_indexer(register_type, vocabulary)
+    register_index = _slot_indexer(register_type, vocabulary, op)
     container = register_type.element_type
 
     for repeat in transfer.repeats():
@@ -201,6 +234,14 @@ def _descriptor(buffer: ir.Value, vocabulary: _Vocabulary) -> ir.Value:
 _DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
 
 
+def _function_of(op: ir.Operation) -> ir.Operation | None:
+    """The function (or gpu.launch body) whose entry dominates `op`, the scope of lane and thread ids."""
+    scope = op.parent
+    while scope is not None and scope.name not in ("gpu.func", "func.func", "llvm.func", "gpu.launch"):
+        scope = scope.parent
+    return scope
+
+
 def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Value:
     """`getelementptr element, pointer, offset` (the NVPTX backend folds constant offsets into the
     instruction's immediate; `inbounds` is an enum property the Python API cannot set, and is not needed)."""
@@ -208,9 +249,9 @@ def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Valu
     return llvm.getelementptr(pointer.type, pointer, dynamic, constant, element, None)
 
 
-def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary):
+def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary, op: ir.Operation):
     """A function from a linear element offset (a register slot, static memref offset included) to index
-    constants addressing that element of `memref_type`."""
+    constants addressing that element of `memref_type` (made once per function, at its entry)."""
     strides, offset = memref_type.get_strides_and_offset()
     order = sorted(range(memref_type.rank), key=lambda a: -strides[a])
 
@@ -224,6 +265,7 @@ def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary):
                 remaining = slot - offset - sum(i * s for i, s in zip(position, strides))
         if remaining != 0:
             raise ValueError(f"register slot {slot} is not an element of {memref_type}")
-        return [vocabulary.index_constant(i) for i in position]
+        return [vocabulary.function_invariant(op, ("index", i), lambda: vocabulary.index_constant(i))
+                for i in position]
 
     return indices

@@ -19,7 +19,7 @@ from mlir import ir
 
 from mlir_tile import contract
 from mlir_tile.dialect import ATTRIBUTE_NAMES, OP_NAME, layout_text, string_value
-from mlir_tile.ir_facts import FactCache, block_size, operand_facts, target_chip
+from mlir_tile.ir_facts import FactCache, block_size, target_chip
 
 
 def transfer_ops(root: ir.Operation) -> list[ir.Operation]:
@@ -63,8 +63,8 @@ def op_violations(op: ir.Operation, facts: FactCache) -> tuple[contract.Transfer
         scope=attributes["scope"],
         dst_layout=attributes["dst_layout"],
         src_layout=attributes["src_layout"],
-        dst=operand_facts(memrefs[0], facts),
-        src=operand_facts(memrefs[1], facts),
+        dst=facts.operand(memrefs[0]),
+        src=facts.operand(memrefs[1]),
         extra_attributes=extra,
         block_size=block_size(op),
         divergence=uniformity.divergence_reason(op) if (uniformity := facts.uniformity(op)) else None,

@@ -179,13 +179,21 @@ def _int_attribute(op: ir.Operation, name: str) -> int | None:
 
 
 class FactCache:
-    """What one pass run computes once and asks many times: a symbol table per symbol scope, and a
-    uniformity analysis per kernel. (Looking symbols up by walking the module made verification
-    quadratic in the number of transfers.)"""
+    """What one pass run computes once and asks many times: a symbol table per symbol scope, a
+    uniformity analysis per kernel, and the facts of each memref value (a run's transfers mostly share
+    their buffers). (Looking symbols up by walking the module made verification quadratic in the number
+    of transfers.) Valid while the run creates and erases no memref values, which the tile passes don't."""
 
     def __init__(self) -> None:
         self._symbol_tables: dict = {}
         self._uniformity: dict = {}
+        self._operands: dict = {}
+
+    def operand(self, value: ir.Value) -> Operand:
+        """operand_facts(value), once per value."""
+        if value not in self._operands:
+            self._operands[value] = operand_facts(value, self)
+        return self._operands[value]
 
     def lookup_symbol(self, op: ir.Operation, name: str) -> ir.Operation | None:
         scope = op.parent

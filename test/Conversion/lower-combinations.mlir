@@ -9,10 +9,10 @@
 // CHECK-NEXT:  %[[ROW:.*]] = arith.andi %[[L]], %[[C7]] : i32
 // CHECK-NEXT:  %[[C3:.*]] = arith.constant 3 : i32
 // CHECK-NEXT:  %[[OFF:.*]] = arith.shli %[[ROW]], %[[C3]] : i32
+// CHECK-NEXT:  %[[S:.*]] = arith.constant 0 : index
 // CHECK-NOT:   arith.shrui
 // CHECK:       %[[P:.*]] = llvm.getelementptr %{{.*}}[%[[OFF]]]
 // CHECK-NEXT:  %[[V:.*]] = nvvm.ldmatrix %[[P]] {{{.*}}layout = #nvvm.mma_layout<row>, num = 1 : i32{{.*}}} : (!llvm.ptr<3>) -> i32
-// CHECK-NEXT:  %[[S:.*]] = arith.constant 0 : index
 // CHECK-NEXT:  memref.store %[[V]], %{{.*}}[%[[S]]] : memref<1xi32, 5>
 // CHECK-NOT:   nvvm.ldmatrix
 
@@ -32,14 +32,14 @@ gpu.module @x1_load [#nvvm.target<chip = "sm_90">] {
 // stmatrix .x4 .trans: slots 0, 2, 4, 6 are read and stored with the column layout.
 // CHECK-LABEL: gpu.func @x4_trans_store
 // CHECK:       %[[M:.*]] = arith.andi %{{.*}}, %{{.*}} : i32
-// CHECK:       %[[P:.*]] = llvm.getelementptr
-// CHECK-NEXT:  %[[S0:.*]] = arith.constant 0 : index
-// CHECK-NEXT:  %[[V0:.*]] = memref.load %[[R:.*]][%[[S0]]] : memref<8xi32, 5>
+// CHECK:       %[[S0:.*]] = arith.constant 0 : index
 // CHECK-NEXT:  %[[S2:.*]] = arith.constant 2 : index
-// CHECK-NEXT:  %[[V2:.*]] = memref.load %[[R]][%[[S2]]]
 // CHECK-NEXT:  %[[S4:.*]] = arith.constant 4 : index
-// CHECK-NEXT:  %[[V4:.*]] = memref.load %[[R]][%[[S4]]]
 // CHECK-NEXT:  %[[S6:.*]] = arith.constant 6 : index
+// CHECK:       %[[P:.*]] = llvm.getelementptr
+// CHECK-NEXT:  %[[V0:.*]] = memref.load %[[R:.*]][%[[S0]]] : memref<8xi32, 5>
+// CHECK-NEXT:  %[[V2:.*]] = memref.load %[[R]][%[[S2]]]
+// CHECK-NEXT:  %[[V4:.*]] = memref.load %[[R]][%[[S4]]]
 // CHECK-NEXT:  %[[V6:.*]] = memref.load %[[R]][%[[S6]]]
 // CHECK-NEXT:  nvvm.stmatrix %[[P]], %[[V0]], %[[V2]], %[[V4]], %[[V6]] {{{.*}}layout = #nvvm.mma_layout<col>{{.*}}} : !llvm.ptr<3>, i32, i32, i32, i32
 
@@ -68,11 +68,11 @@ gpu.module @x4_trans_store [#nvvm.target<chip = "sm_90">] {
 // CHECK-NEXT:  %[[C6:.*]] = arith.constant 6 : i32
 // CHECK-NEXT:  %[[WO:.*]] = arith.shli %[[WG]], %[[C6]] : i32
 // CHECK:       %[[OFF:.*]] = arith.addi %{{.*}}, %[[WO]] : i32
+// CHECK-NEXT:  %[[S0:.*]] = arith.constant 0 : index
 // CHECK:       %[[P:.*]] = llvm.getelementptr %{{.*}}[%[[OFF]]]
 // CHECK-NEXT:  %[[R:.*]] = nvvm.ldmatrix %[[P]] {{{.*}}layout = #nvvm.mma_layout<col>, num = 2 : i32{{.*}}}
 // CHECK-NEXT:  %[[W0:.*]] = llvm.extractvalue %[[R]][0]
 // CHECK-NEXT:  %[[F0:.*]] = arith.bitcast %[[W0]] : i32 to f32
-// CHECK-NEXT:  %[[S0:.*]] = arith.constant 0 : index
 // CHECK-NEXT:  memref.store %[[F0]], %{{.*}}[%[[S0]]] : memref<2xf32, 5>
 
 gpu.module @warpgroup_f32 [#nvvm.target<chip = "sm_90">] {
@@ -116,23 +116,26 @@ gpu.module @f32_store [#nvvm.target<chip = "sm_90">] {
 // Repeats (2,2) with shared strides (256,64): four x2 at constant offsets 0, 64, 256, 320 from one lane
 // pointer, into slots (t0,t1,i) -> 4*t0 + 2*t1 + i of a 4x2 register array.
 // CHECK-LABEL: gpu.func @two_repeat_axes
+// The slot indices, each made once at the entry: 0, 1, 2, 3.
+// CHECK:       %[[I0:.*]] = arith.constant 0 : index
+// CHECK-NEXT:  %[[I1:.*]] = arith.constant 1 : index
+// CHECK-NEXT:  %[[I2:.*]] = arith.constant 2 : index
+// CHECK-NEXT:  %[[I3:.*]] = arith.constant 3 : index
 // CHECK:       %[[P:.*]] = llvm.getelementptr %{{.*}}[%{{.*}}] : (!llvm.ptr<3>, i32)
 // CHECK-NEXT:  nvvm.ldmatrix %[[P]]
-// CHECK:       memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<4x2xi32, 5>
+// CHECK:       memref.store %{{.*}}, %{{.*}}[%[[I0]], %[[I0]]] : memref<4x2xi32, 5>
 // CHECK:       %[[P1:.*]] = llvm.getelementptr %[[P]][64]
 // CHECK-NEXT:  nvvm.ldmatrix %[[P1]]
 // CHECK:       %[[P2:.*]] = llvm.getelementptr %[[P]][256]
 // CHECK-NEXT:  %[[R2:.*]] = nvvm.ldmatrix %[[P2]]
 // CHECK-NEXT:  %[[W20:.*]] = llvm.extractvalue %[[R2]][0]
-// CHECK-NEXT:  %[[A0:.*]] = arith.constant 2 : index
-// CHECK-NEXT:  %[[B0:.*]] = arith.constant 0 : index
-// CHECK-NEXT:  memref.store %[[W20]], %{{.*}}[%[[A0]], %[[B0]]] : memref<4x2xi32, 5>
+// CHECK-NEXT:  memref.store %[[W20]], %{{.*}}[%[[I2]], %[[I0]]] : memref<4x2xi32, 5>
 // CHECK-NEXT:  %[[W21:.*]] = llvm.extractvalue %[[R2]][1]
-// CHECK-NEXT:  %[[A1:.*]] = arith.constant 2 : index
-// CHECK-NEXT:  %[[B1:.*]] = arith.constant 1 : index
-// CHECK-NEXT:  memref.store %[[W21]], %{{.*}}[%[[A1]], %[[B1]]] : memref<4x2xi32, 5>
+// CHECK-NEXT:  memref.store %[[W21]], %{{.*}}[%[[I2]], %[[I1]]] : memref<4x2xi32, 5>
 // CHECK-NEXT:  %[[P3:.*]] = llvm.getelementptr %[[P]][320]
-// CHECK-NEXT:  nvvm.ldmatrix %[[P3]]
+// CHECK-NEXT:  %[[R3:.*]] = nvvm.ldmatrix %[[P3]]
+// CHECK-NEXT:  %[[W30:.*]] = llvm.extractvalue %[[R3]][0]
+// CHECK-NEXT:  memref.store %[[W30]], %{{.*}}[%[[I3]], %[[I0]]] : memref<4x2xi32, 5>
 // CHECK-NOT:   nvvm.ldmatrix
 
 gpu.module @two_repeat_axes [#nvvm.target<chip = "sm_90">] {
