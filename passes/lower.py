@@ -11,11 +11,15 @@ Before (the specification's example):
         dst_layout = #tile.layout<"(2,2,8,4):(8,2,4@laneid,1@laneid)">,
         src_layout = #tile.layout<"(2,2,8,4):(128,8,16,1)">} : (memref<12xi32, 5>, memref<256xi32, 3>) -> ()
 
-After (lane part of the address computed once; each repeat adds a constant that the backend folds into
-the instruction's immediate offset; results go straight to constant register slots):
+After (the lane part of the address and the slot indices made once per function, at its entry; each
+repeat adds a constant that the backend folds into the instruction's immediate offset; results go
+straight to constant register slots):
 
+    // at the function's entry:
     %lane = gpu.lane_id
     %row = (%lane & 7) * 16 + ((%lane >> 3) & 1) * 8          (as arith ops on i32)
+    %c0, %c2, %c8, %c10 = arith.constant ... : index
+    // at the transfer:
     %base = llvm.extractvalue (unrealized_conversion_cast %sm)[1] : !llvm.ptr<3>
     %p0 = llvm.getelementptr %base[%row] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
     %r0 = nvvm.ldmatrix %p0 {num = 2, layout = row, ...} -> !llvm.struct<(i32, i32)>
