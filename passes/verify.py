@@ -19,7 +19,7 @@ from mlir import ir
 
 from mlir_tile import contract
 from mlir_tile.dialect import ATTRIBUTE_NAMES, OP_NAME, layout_text, string_value
-from mlir_tile.ir_facts import FactCache, block_size, target_chip
+from mlir_tile.ir_facts import FactCache, block_size, target_arguments
 
 
 def transfer_ops(root: ir.Operation) -> list[ir.Operation]:
@@ -68,7 +68,7 @@ def op_violations(op: ir.Operation, facts: FactCache) -> tuple[contract.Transfer
         extra_attributes=extra,
         block_size=block_size(op),
         divergence=uniformity.divergence_reason(op) if (uniformity := facts.uniformity(op)) else None,
-        chip=target_chip(op),
+        **target_arguments(op),
     )
 
 

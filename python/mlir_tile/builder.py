@@ -20,7 +20,7 @@ from mlir.dialects import arith, gpu, memref, scf
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME, layout_attr, load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.ir_facts import block_size, operand_facts, target_chip
+from mlir_tile.ir_facts import block_size, operand_facts, target_arguments
 from mlir_tile.layout import Layout, as_layout
 
 WORKGROUP = "#gpu.address_space<workgroup>"
@@ -62,7 +62,7 @@ def matrix_transfer(
             dst=operand_facts(dst),
             src=operand_facts(src),
             block_size=block_size(owner.operation) if owner is not None else None,
-            chip=target_chip(owner.operation) if owner is not None else None,
+            **(target_arguments(owner.operation) if owner is not None else {}),
         )
     attributes = {
         "opcode": ir.StringAttr.get(opcode),

@@ -235,6 +235,7 @@ def _check(
     block_size: Sequence[int] | None = None,
     divergence: str | None = None,
     chip: str | None = None,
+    ptx: int | None = None,
 ) -> tuple[Transfer | None, list[Violation]]:
     violations: list[Violation] = []
     for name in extra_attributes:
@@ -264,7 +265,7 @@ def _check(
             violations.append(Violation("layout-syntax", f"{role}: {error}"))
     if parsed_opcode is None:
         return None, violations
-    violations += _architecture(parsed_opcode, chip)
+    violations += _architecture(parsed_opcode, chip, ptx)
 
     if parsed_opcode.is_load:
         register_role, shared_role, registers, shared = "dst", "src", dst, src
@@ -291,6 +292,18 @@ def _check(
 
 
 MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
+MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}  # PTX ISA version x 10 that introduced the instruction
+# The lowest PTX version LLVM 22's NVPTX backend accepts for each chip (a test checks this against llc).
+# With a lower `+ptxNN` feature in #nvvm.target the backend stops the process ("LLVM ERROR: PTX version
+# ... does not support target ..."); with one too low for the instruction it cannot select it.
+CHIP_MINIMUM_PTX = {
+    "sm_20": 32, "sm_21": 32, "sm_30": 32, "sm_32": 40, "sm_35": 32, "sm_37": 41, "sm_50": 40, "sm_52": 41,
+    "sm_53": 42, "sm_60": 50, "sm_61": 50, "sm_62": 50, "sm_70": 60, "sm_72": 61, "sm_75": 63, "sm_80": 70,
+    "sm_86": 71, "sm_87": 74, "sm_88": 90, "sm_89": 78, "sm_90": 78, "sm_90a": 80, "sm_100": 86, "sm_100a": 86,
+    "sm_100f": 88, "sm_101": 86, "sm_101a": 86, "sm_101f": 88, "sm_103": 88, "sm_103a": 88, "sm_103f": 88,
+    "sm_110": 90, "sm_110a": 90, "sm_110f": 90, "sm_120": 87, "sm_120a": 87, "sm_120f": 88, "sm_121": 88,
+    "sm_121a": 88, "sm_121f": 88,
+}
 
 
 def known_chips(minimum: int = 0) -> str:
@@ -300,20 +313,31 @@ def known_chips(minimum: int = 0) -> str:
     return ", ".join(chips)
 
 
-def _architecture(opcode: Opcode, chip: str | None) -> list[Violation]:
+def _architecture(opcode: Opcode, chip: str | None, ptx: int | None) -> list[Violation]:
     if chip is None:
         return []
     needed = MINIMUM_ARCHITECTURE[opcode.instruction]
     if chip not in NVPTX_CHIPS:
         return [Violation("target", f"the gpu.module targets '{chip}', a chip that LLVM's NVPTX backend does not "
                                     f"know; use one of {known_chips(needed)}")]
-    if int(CHIP.fullmatch(chip).group(1)) >= needed:
+    if int(CHIP.fullmatch(chip).group(1)) < needed:
+        return [
+            Violation(
+                "target",
+                f"{opcode.instruction} needs sm_{needed} or newer, but the gpu.module targets {chip}; compile for "
+                f"sm_{needed} or later (e.g. tile-to-ptx{{chip=sm_90}})",
+            )
+        ]
+    needed_ptx = max(MINIMUM_PTX[opcode.instruction], CHIP_MINIMUM_PTX[chip])
+    if ptx is None or ptx >= needed_ptx:
         return []
+    version = lambda number: f"{number // 10}.{number % 10}"
     return [
         Violation(
             "target",
-            f"{opcode.instruction} needs sm_{needed} or newer, but the gpu.module targets {chip}; compile for "
-            f"sm_{needed} or later (e.g. tile-to-ptx{{chip=sm_90}})",
+            f"the gpu.module's #nvvm.target asks for PTX {version(ptx)} (features +ptx{ptx}), but "
+            f"{opcode.instruction} needs PTX {version(MINIMUM_PTX[opcode.instruction])} and {chip} needs "
+            f"{version(CHIP_MINIMUM_PTX[chip])}; use +ptx{needed_ptx} or later, or leave the PTX version out",
         )
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 from mlir import ir
 
@@ -236,22 +237,37 @@ def block_size(op: ir.Operation) -> tuple[int, ...] | None:
     return None
 
 
-_TARGET_CHIP = re.compile(r'#nvvm\.target(?:<[^>]*chip = "(?P<chip>[^"]+)")?')
+_NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
+_CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]+)"')
+_PTX_FEATURE = re.compile(r'features = "[^"]*\+ptx(?P<ptx>\d+)')
 DEFAULT_NVVM_CHIP = "sm_50"  # what #nvvm.target means without a chip
 
 
-def target_chip(op: ir.Operation) -> str | None:
-    """The chip of the gpu.module holding `op` (or `op` itself)'s #nvvm.target; None when it has none."""
+class NvvmTarget(NamedTuple):
+    chip: str
+    ptx: int | None  # the PTX ISA version x 10 of a `+ptxNN` feature; None: LLVM picks one for the chip
+
+
+def nvvm_target(op: ir.Operation) -> NvvmTarget | None:
+    """The #nvvm.target of the gpu.module holding `op` (or `op` itself); None when it has none."""
     scope = op
     while scope is not None and scope.name != "gpu.module":
         scope = scope.parent
     if scope is None or "targets" not in scope.attributes:
         return None
     for target in ir.ArrayAttr(scope.attributes["targets"]):
-        match = _TARGET_CHIP.match(str(target))
+        match = _NVVM_TARGET.match(str(target))
         if match:
-            return match.group("chip") or DEFAULT_NVVM_CHIP
+            options = match.group("options") or ""
+            chip, ptx = _CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
+            return NvvmTarget(chip.group("chip") if chip else DEFAULT_NVVM_CHIP, int(ptx.group("ptx")) if ptx else None)
     return None
+
+
+def target_arguments(op: ir.Operation) -> dict:
+    """contract.check's `chip` and `ptx` arguments for the gpu.module holding `op` (none without a target)."""
+    target = nvvm_target(op)
+    return {"chip": target.chip, "ptx": target.ptx} if target else {}
 
 
 class Uniformity:

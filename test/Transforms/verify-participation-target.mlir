@@ -173,3 +173,31 @@ gpu.module @unknown_chip [#nvvm.target<chip = "sm_99">] {
     gpu.return
   }
 }
+
+// -----
+
+// A PTX version below the chip's (and the instruction's) minimum would stop LLVM's backend.
+gpu.module @ptx_too_old [#nvvm.target<chip = "sm_90", features = "+ptx60">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[target] the gpu.module's #nvvm.target asks for PTX 6.0 (features +ptx60), but ldmatrix needs PTX 6.5 and sm_90 needs 7.8; use +ptx78 or later, or leave the PTX version out}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @ptx_new_enough [#nvvm.target<chip = "sm_90", features = "+ptx80">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}

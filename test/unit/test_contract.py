@@ -1,5 +1,6 @@
 """The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
+import os
 import random
 import re
 import subprocess
@@ -131,15 +132,68 @@ def test_random_input_gives_diagnostics_never_exceptions(opcode, scope, dst_layo
     assert all(isinstance(v, contract.Violation) and v.message for v in violations)
 
 
-def test_nvptx_chips_are_the_processors_llc_lists():
-    """NVPTX_CHIPS is what the backend accepts: another chip would abort the process in codegen."""
+def llc_path() -> str:
     import llvm
 
-    llc = Path(list(llvm.__path__)[0]) / "bin" / "llc"
-    listing = subprocess.run([str(llc), "-mtriple=nvptx64-nvidia-cuda", "-mcpu=help"], capture_output=True,
+    return str(Path(list(llvm.__path__)[0]) / "bin" / "llc")
+
+
+def llc_listing() -> str:
+    listing = subprocess.run([llc_path(), "-mtriple=nvptx64-nvidia-cuda", "-mcpu=help"], capture_output=True,
                              text=True, check=True)
-    listed = set(re.findall(r"^\s+(sm_\w+)\s+- Select", listing.stdout + listing.stderr, re.M))
+    return listing.stdout + listing.stderr
+
+
+def llc_accepts(ir_text: str, chip: str, ptx: int, tmp_path) -> bool:
+    source = tmp_path / "kernel.ll"
+    source.write_text(ir_text)
+    return subprocess.run([llc_path(), f"-mcpu={chip}", f"-mattr=+ptx{ptx}", str(source), "-o", os.devnull],
+                          capture_output=True).returncode == 0
+
+
+EMPTY_KERNEL = 'target triple = "nvptx64-nvidia-cuda"\ndefine ptx_kernel void @k() {\n  ret void\n}\n'
+LDMATRIX_KERNEL = """target triple = "nvptx64-nvidia-cuda"
+declare i32 @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.b16.p3(ptr addrspace(3))
+define ptx_kernel void @k(ptr addrspace(3) %p, ptr addrspace(1) %o) {
+  %v = call i32 @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.b16.p3(ptr addrspace(3) %p)
+  store i32 %v, ptr addrspace(1) %o
+  ret void
+}
+"""
+
+
+def test_nvptx_chips_are_the_processors_llc_lists():
+    """NVPTX_CHIPS is what the backend accepts: another chip would abort the process in codegen."""
+    listed = set(re.findall(r"^\s+(sm_\w+)\s+- Select", llc_listing(), re.M))
     assert listed == contract.NVPTX_CHIPS
+
+
+def test_chip_minimum_ptx_is_where_llc_starts_accepting_the_chip(tmp_path):
+    """For each chip, llc accepts its CHIP_MINIMUM_PTX and stops the process one PTX version below it."""
+    versions = sorted(int(v) for v in re.findall(r"^\s+ptx(\d+)\s", llc_listing(), re.M))
+    assert set(contract.CHIP_MINIMUM_PTX) == contract.NVPTX_CHIPS
+    for chip, minimum in contract.CHIP_MINIMUM_PTX.items():
+        assert llc_accepts(EMPTY_KERNEL, chip, minimum, tmp_path), chip
+        lower = [v for v in versions if v < minimum]
+        if lower:
+            assert not llc_accepts(EMPTY_KERNEL, chip, lower[-1], tmp_path), chip
+
+
+def test_ldmatrix_needs_ptx_65(tmp_path):
+    assert contract.MINIMUM_PTX["ldmatrix"] == 65
+    assert llc_accepts(LDMATRIX_KERNEL, "sm_75", 65, tmp_path)
+    assert not llc_accepts(LDMATRIX_KERNEL, "sm_75", 64, tmp_path)
+
+
+@pytest.mark.parametrize("chip, ptx, ok", [("sm_90", None, True), ("sm_90", 78, True), ("sm_90", 60, False),
+                                           ("sm_90a", 78, False), ("sm_90a", 80, True), ("sm_75", 64, False)])
+def test_a_ptx_version_below_what_the_chip_and_instruction_need_is_a_target_violation(chip, ptx, ok):
+    case = random_transfer(random.Random(1))
+    assert case.is_load  # ldmatrix: sm_75 and PTX 6.5 or newer
+    transfer, violations = contract.check(**arguments(case, chip=chip, ptx=ptx))
+    assert (transfer is not None) == ok
+    if not ok:
+        assert [v.rule for v in violations] == ["target"] and f"+ptx{ptx}" in str(violations[0])
 
 
 @pytest.mark.parametrize("seed", range(4))
