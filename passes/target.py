@@ -15,13 +15,10 @@ the chip from here (stmatrix needs sm_90), so the chip is set before verificatio
 """
 from __future__ import annotations
 
-import re
-
 from mlir import ir
 
 from mlir_tile.contract import NVPTX_CHIPS, known_chips
-
-_CHIP_FIELD = re.compile(r'chip = "[^"]*"')
+from mlir_tile.ir_facts import CHIP_OPTION
 
 
 def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
@@ -41,8 +38,8 @@ def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
             texts.append(f'#nvvm.target<chip = "{chip}">')
         for i in nvvm:
             text = texts[i]
-            if _CHIP_FIELD.search(text):
-                texts[i] = _CHIP_FIELD.sub(f'chip = "{chip}"', text)
+            if CHIP_OPTION.search(text):
+                texts[i] = CHIP_OPTION.sub(f'chip = "{chip}"', text)
             elif text == "#nvvm.target":
                 texts[i] = f'#nvvm.target<chip = "{chip}">'
             else:

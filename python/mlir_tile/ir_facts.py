@@ -238,7 +238,7 @@ def block_size(op: ir.Operation) -> tuple[int, ...] | None:
 
 
 _NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
-_CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]+)"')
+CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]*)"')  # in the text of an #nvvm.target
 _PTX_FEATURE = re.compile(r'features = "[^"]*\+ptx(?P<ptx>\d+)')
 DEFAULT_NVVM_CHIP = "sm_50"  # what #nvvm.target means without a chip
 
@@ -259,7 +259,7 @@ def nvvm_target(op: ir.Operation) -> NvvmTarget | None:
         match = _NVVM_TARGET.match(str(target))
         if match:
             options = match.group("options") or ""
-            chip, ptx = _CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
+            chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
             return NvvmTarget(chip.group("chip") if chip else DEFAULT_NVVM_CHIP, int(ptx.group("ptx")) if ptx else None)
     return None
 
