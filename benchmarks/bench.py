@@ -330,7 +330,8 @@ def compile_latency(directory: Path, repeats: int = 20, fresh_processes: int = 2
     warm = {kind: [] for kind in COMPILERS}
     for attempt in range(repeats + 1):
         for kind in COMPILERS:
-            warm[kind].append(compile_once(kind, f"warm {attempt}", directory))
+            # the last attempt leaves its PTX and cubins in `directory` for the GPU host
+            warm[kind].append(compile_once(kind, f"warm {attempt}", directory if attempt == repeats else None))
     shutil.rmtree(os.environ.pop("MLIR_TILE_CACHE_DIR"))
     result = {kind: {"first": {step: median([run[step] for run in first[kind]]) for step in first[kind][0]},
                      "warm": {step: median([run[step] for run in warm[kind][1:]]) for step in warm[kind][0]}}

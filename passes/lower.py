@@ -37,7 +37,7 @@ from mlir.dialects import arith, gpu, llvm, memref, nvvm
 
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
-from mlir_tile.ir_facts import FactCache, block_size
+from mlir_tile.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
 from mlir_tile.passes.verify import op_violations, transfer_ops
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
@@ -100,7 +100,7 @@ class _Vocabulary:
     def function_invariant(self, op: ir.Operation, key: tuple, make) -> ir.Value:
         """`make()`, built once per function (at its entry, where it dominates every use) for each `key`.
         `make` may use only values that are the same everywhere in the function: ids and constants."""
-        function = _function_of(op)
+        function = enclosing(op.parent, FUNCTION_OPS + ("gpu.launch",))  # where lane ids are defined
         if function is None:
             return make()
         if (function, key) not in self._shared:
@@ -236,14 +236,6 @@ def _descriptor(buffer: ir.Value, vocabulary: _Vocabulary) -> ir.Value:
 
 
 _DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
-
-
-def _function_of(op: ir.Operation) -> ir.Operation | None:
-    """The function (or gpu.launch body) whose entry dominates `op`, the scope of lane and thread ids."""
-    scope = op.parent
-    while scope is not None and scope.name not in ("gpu.func", "func.func", "llvm.func", "gpu.launch"):
-        scope = scope.parent
-    return scope
 
 
 def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Value:

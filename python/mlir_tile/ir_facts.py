@@ -219,12 +219,19 @@ class FactCache:
         return self._uniformity[kernel]
 
 
+FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")
+
+
+def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation | None:
+    """The nearest of `op` and its ancestors whose name is in `names`."""
+    while op is not None and op.name not in names:
+        op = op.parent
+    return op
+
+
 def enclosing_kernel(op: ir.Operation) -> ir.Operation | None:
     """The function holding `op`, or `op` itself when it is one."""
-    scope = op
-    while scope is not None and scope.name not in ("gpu.func", "func.func", "llvm.func"):
-        scope = scope.parent
-    return scope
+    return enclosing(op, FUNCTION_OPS)
 
 
 def block_size(op: ir.Operation) -> tuple[int, ...] | None:
