@@ -12,7 +12,8 @@ from mlir import ir
 from mlir.dialects import irdl
 from mlir.dialects._ods_common import _cext
 
-from mlir_tile.layout import Layout
+from mlir_tile.contract import ATTRIBUTES as ATTRIBUTE_NAMES
+from mlir_tile.layout import Layout, as_layout
 
 # The bindings find the Python module of dialect `tile` as `mlir_tile.dialect.tile` (MatrixTransferOp).
 _cext.globals.append_dialect_search_prefix(__name__)
@@ -49,7 +50,12 @@ def make_context() -> ir.Context:
 
 
 def layout_attr(layout: Layout | str) -> ir.Attribute:
-    text = str(layout) if isinstance(layout, Layout) else layout
+    """`#tile.layout<"...">` of a Layout, or of layout text (canonical when it parses; kept as written when
+    it does not, for the verifier to reject with its reason)."""
+    try:
+        text = str(as_layout(layout))
+    except ValueError:
+        text = layout
     return ir.Attribute.parse('#tile.layout<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">')
 
 
@@ -58,11 +64,3 @@ def layout_text(attr: ir.Attribute) -> str | None:
     match = _LAYOUT_ATTR.match(str(attr))
     return match.group(1) if match else None
 
-
-def string_value(attr: ir.Attribute) -> str | None:
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    try:
-        return ir.StringAttr(attr).value
-    except (ValueError, TypeError):
-        return None

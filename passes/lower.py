@@ -36,9 +36,10 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, memref, nvvm
 
 from mlir_tile import contract
-from mlir_tile.dialect import OP_NAME
-from mlir_tile.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
-from mlir_tile.passes.verify import op_violations, transfer_ops
+from mlir_tile.dialect.tile import MatrixTransferOp
+from mlir_tile.passes.adapter import diagnostic, transfer_ops, transfer_verdict
+from mlir_tile.passes.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
+from mlir_tile.passes.registry import PassDefinition
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
 ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
@@ -49,18 +50,25 @@ def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
     vocabulary = _Vocabulary()
     failed = False
     for op in transfer_ops(root):
-        transfer, violations = op_violations(op, facts)
+        transfer, violations = transfer_verdict(op, facts)
         if violations:
             for violation in violations:
-                op.location.emit_error(f"'{OP_NAME}' op cannot be lowered: {violation}")
+                diagnostic(op, violation, prefix="cannot be lowered: ")
             failed = True
             continue
         with op.location, ir.InsertionPoint(op):
             _emit_transfer(transfer, op, vocabulary)
-        op.erase()
+        op.operation.erase()
     vocabulary.remove_anchors()
     if failed:
         pass_.signal_pass_failure()
+
+
+PASS = PassDefinition(
+    "tile-lower-matrix-transfer",
+    "Lower tile.matrix_transfer to nvvm.ldmatrix / nvvm.stmatrix (one per repeat)",
+    lower_matrix_transfer,
+)
 
 
 class _Vocabulary:
@@ -134,9 +142,8 @@ class _Vocabulary:
         return ir.Operation.create("arith.constant", results=[kind], attributes=attributes).result
 
 
-def _emit_transfer(transfer: contract.Transfer, op: ir.Operation, vocabulary: _Vocabulary) -> None:
-    dst, src = op.operands
-    registers, shared = (dst, src) if transfer.opcode.is_load else (src, dst)
+def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary: _Vocabulary) -> None:
+    registers, shared = op.registers, op.shared
     count = transfer.opcode.count
     strides = transfer.shared.memory_strides
     matrix_stride, row_stride = strides[-3], strides[-2]

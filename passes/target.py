@@ -17,22 +17,17 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_tile.contract import NVPTX_CHIPS, known_chips
-from mlir_tile.ir_facts import CHIP_OPTION
+from mlir_tile import targets
+from mlir_tile.passes.ir_facts import CHIP_OPTION
+from mlir_tile.passes.registry import Option, PassDefinition
 
 
-def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
-    if chip not in NVPTX_CHIPS:  # the NVPTX backend would abort the process on it
-        root.location.emit_error(f"tile-set-nvvm-target: '{chip}' is not a chip that LLVM's NVPTX backend "
-                                 f"knows; use one of {known_chips()}")
-        pass_.signal_pass_failure()
-        return
-
+def set_nvvm_target(root: ir.Operation, pass_, chip: str = targets.DEFAULT_CHIP) -> None:
     def retarget(op):
         if op.name != "gpu.module":
             return ir.WalkResult.ADVANCE
-        targets = list(ir.ArrayAttr(op.attributes["targets"])) if "targets" in op.attributes else []
-        texts = [str(t) for t in targets]
+        targets_ = list(ir.ArrayAttr(op.attributes["targets"])) if "targets" in op.attributes else []
+        texts = [str(t) for t in targets_]
         nvvm = [i for i, t in enumerate(texts) if t.startswith("#nvvm.target")]
         if not nvvm:
             texts.append(f'#nvvm.target<chip = "{chip}">')
@@ -48,3 +43,11 @@ def set_nvvm_target(root: ir.Operation, pass_, chip: str = "sm_90") -> None:
         return ir.WalkResult.SKIP
 
     root.walk(retarget, ir.WalkOrder.PRE_ORDER)
+
+
+PASS = PassDefinition(
+    "tile-set-nvvm-target",
+    "Give every gpu.module an #nvvm.target for the chip (replacing the chip of an existing one)",
+    set_nvvm_target,
+    (Option("chip", targets.require_chip, targets.DEFAULT_CHIP, "the chip every gpu.module targets"),),
+)

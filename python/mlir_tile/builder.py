@@ -6,8 +6,8 @@
         matrix_transfer(LDMATRIX, regs, sm, dst_layout=..., src_layout=..., scope="warp")
     print(k.module)
 
-`matrix_transfer` checks the contract while building (the same `mlir_tile.contract` rules and messages as
-the verifier pass), so a Python user sees an illegal transfer where it is written.
+`matrix_transfer` checks the contract while building, through the adapter the verifier pass uses (one
+verdict: the same rules, facts and messages), so a Python user sees an illegal transfer where it is written.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, scf
 
-from mlir_tile import contract
-from mlir_tile.dialect import OP_NAME, layout_attr, load_dialect
+from mlir_tile import contract, targets
+from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.ir_facts import block_size, operand_facts, target_arguments
 from mlir_tile.layout import Layout, as_layout
+from mlir_tile.passes.adapter import transfer_verdict
 
 WORKGROUP = "#gpu.address_space<workgroup>"
 PRIVATE = "#gpu.address_space<private>"
@@ -47,30 +47,17 @@ def matrix_transfer(
     ip: ir.InsertionPoint | None = None,
 ) -> MatrixTransferOp:
     """Build `"tile.matrix_transfer"(dst, src)`; the result reads its attributes back as Python values
-    (`op.dst_layout` is a Layout). Raises `contract.ContractError` for an illegal transfer (pass
-    check=False to build one on purpose, e.g. for a diagnostics test)."""
-    context = (loc or ir.Location.current).context
-    load_dialect(context)
+    (`op.dst_layout` is a Layout). Raises `contract.ContractError` for an illegal transfer, with the verdict
+    the verifier pass gives on the same IR (the op is then not left in the IR); pass check=False to build one
+    on purpose, e.g. for a diagnostics test."""
+    load_dialect((loc or ir.Location.current).context)
+    op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
-        insertion = ip or ir.InsertionPoint.current
-        owner = insertion.block.owner
-        contract.require(
-            opcode=opcode,
-            scope=scope,
-            dst_layout=dst_layout,
-            src_layout=src_layout,
-            dst=operand_facts(dst),
-            src=operand_facts(src),
-            block_size=block_size(owner.operation) if owner is not None else None,
-            **(target_arguments(owner.operation) if owner is not None else {}),
-        )
-    attributes = {
-        "opcode": ir.StringAttr.get(opcode),
-        "scope": ir.StringAttr.get(scope),
-        "dst_layout": layout_attr(as_layout(dst_layout) if check else dst_layout),
-        "src_layout": layout_attr(as_layout(src_layout) if check else src_layout),
-    }
-    return ir.Operation.create(OP_NAME, operands=[dst, src], attributes=attributes, loc=loc, ip=ip).opview
+        _, violations = transfer_verdict(op)
+        if violations:
+            op.operation.erase()
+            raise contract.ContractError(violations)
+    return op
 
 
 class Kernel:
@@ -91,7 +78,7 @@ class Kernel:
         *,
         block: tuple[int, int, int] = (32, 1, 1),
         min_blocks_per_sm: int | None = None,
-        chip: str = "sm_90",
+        chip: str = targets.DEFAULT_CHIP,
         module_name: str = "kernels",
         context: ir.Context | None = None,
     ):

@@ -4,11 +4,12 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
+from mlir_tile import targets
 from mlir_tile.pipeline import PipelineFailure, run_pipeline
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
 
-def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str | None = None) -> str:
+def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = targets.DEFAULT_CHIP, *, source_name: str | None = None) -> str:
     """PTX for every gpu.module of `module` (tile-to-ptx{chip=...}); the module is lowered in place.
     `source_name` names the file the module was parsed from, if any (for the reproducer command)."""
     op = module.operation
@@ -19,7 +20,7 @@ def compile_to_ptx(module: ir.Module | ir.Operation, chip: str = "sm_90", *, sou
     return ptx_of(op)
 
 
-def compile_to_cubin(module: ir.Module | ir.Operation, chip: str = "sm_90", *, source_name: str | None = None) -> bytes:
+def compile_to_cubin(module: ir.Module | ir.Operation, chip: str = targets.DEFAULT_CHIP, *, source_name: str | None = None) -> bytes:
     """compile_to_ptx, then the PTX assembled for `chip` by nvJitLink (the ptxas of the CUDA toolkit, as a
     library): a cubin that a GPU host loads without JIT-compiling anything."""
     return cubin_of_ptx(compile_to_ptx(module, chip, source_name=source_name), chip)

@@ -1,14 +1,16 @@
 """The legality contract of `tile.matrix_transfer`, in pure Python (no MLIR).
 
-One checker serves the verifier pass (which gathers the operand facts from IR), the Python builder (which
-fails early with the same messages) and the reference emulator. Every rule of the specification's
-"Legality conditions" is here, each rejection naming the rule, the offending coordinate or value and a fix.
+Every sentence of the specification's "Legality conditions" is one `Rule`, checked by one function below
+(`RULE_CHECKS` maps each rule to it). The verifier pass, the lowering and the Python builder reach `check`
+through one adapter (`mlir_tile.passes.adapter`), so they cannot disagree; the reference emulator calls it
+directly. Each rejection names its rule, the offending coordinate or value and a fix.
 
 Coordinates of both layouts are (group?, repeat..., matrix, row, word) with (matrix, row, word) = (N, 8, 4):
 the group axis exists only in scopes wider than a warp and selects the warp (`@warpid` on the register side).
 """
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import math
@@ -16,30 +18,70 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from mlir_tile import targets
 from mlir_tile.layout import Layout, ThreadStride, as_layout
 
 ROWS, WORDS = 8, 4
 WARP_SIZE = 32
 ROW_BYTES = 16
 WORD_BYTES = 4
-ATTRIBUTES = ("opcode", "scope", "dst_layout", "src_layout")
+ATTRIBUTES = ("opcode", "scope", "dst_layout", "src_layout")  # the op's attributes, in the IRDL file's order
 SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
 MAX_REGISTERS = 255  # per thread on sm_75 and later
-CHIP = re.compile(r"sm_(\d{2,})[af]?")  # an NVIDIA GPU architecture name: sm_90, sm_90a, sm_100f
-# The processors LLVM 22's NVPTX backend knows (`llc -mtriple=nvptx64-nvidia-cuda -mcpu=help`; a test keeps
-# this set equal to that list). For any other chip the backend aborts the process ("Cannot select: ...").
-NVPTX_CHIPS = frozenset(
-    "sm_20 sm_21 sm_30 sm_32 sm_35 sm_37 sm_50 sm_52 sm_53 sm_60 sm_61 sm_62 sm_70 sm_72 sm_75 sm_80 sm_86 "
-    "sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_101f sm_103 sm_103a sm_103f "
-    "sm_110 sm_110a sm_110f sm_120 sm_120a sm_120f sm_121 sm_121a sm_121f".split()
-)
 
 _OPCODE = re.compile(
-    r"^(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
-    r"\.(?P<space>shared(?:::cta)?)\.b16$"
+    r"(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
+    r"\.(?P<space>shared(?:::cta)?)\.b16"
 )
 SUPPORTED_OPCODES = "ldmatrix|stmatrix .sync.aligned.m8n8.x{1,2,4}[.trans].shared[::cta].b16"
+
+
+class Rule(str, enum.Enum):
+    """The legality rules; the value is the `[tag]` every diagnostic starts with."""
+
+    OPCODE = "opcode"
+    ATTRIBUTES = "attributes"
+    SCOPE = "scope"
+    OPERANDS = "operands"
+    SHAPE = "shape"
+    SHARED_ROW = "shared-row"
+    ROW_ALIGNMENT = "row-alignment"
+    STORE_RACE = "store-race"
+    BOUNDS = "bounds"
+    REGISTER_OWNER = "register-owner"
+    REGISTER_OVERLAP = "register-overlap"
+    PARTICIPATION = "participation"
+    TARGET = "target"
+    LAYOUT_SYNTAX = "layout-syntax"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def summary(self) -> str:
+        return _SUMMARIES[self]
+
+
+_SUMMARIES = {
+    Rule.OPCODE: f"the opcode is one of {SUPPORTED_OPCODES}, nothing else",
+    Rule.ATTRIBUTES: "only opcode, scope, dst_layout, src_layout; no opcode-specific keyword (pred)",
+    Rule.SCOPE: "warp, warpgroup or cta (with known_block_size); wider scopes lead with a group axis of their warps",
+    Rule.OPERANDS: "registers in private memory, shared memory in workgroup memory, in the opcode's operand "
+    "order; 32-bit elements; register storage at a static offset",
+    Rule.SHAPE: "both layouts have one shape ending in (N,8,4) for .xN; at most 255 words per thread",
+    Rule.SHARED_ROW: "a shared row is 4 consecutive words (word stride 1); shared layouts have no thread strides",
+    Rule.ROW_ALIGNMENT: "every shared row starts 16-byte aligned: buffer alignment, memref offset and strides",
+    Rule.STORE_RACE: "stmatrix rows of one instruction, or of different warps, do not overlap",
+    Rule.BOUNDS: "static shapes; every shared row and register slot lies inside its memref",
+    Rule.REGISTER_OWNER: "register word (i,j,w) belongs to lane 4*j+w; @warpid only on the group axis",
+    Rule.REGISTER_OVERLAP: "loaded register slots of different (repeat, matrix) pairs are distinct",
+    Rule.PARTICIPATION: "all 32 lanes execute the transfer: no thread-dependent control flow around it; "
+    "known_block_size a multiple of the scope's threads",
+    Rule.TARGET: "the chip is one the backend knows and new enough (ldmatrix sm_75, stmatrix sm_90); a +ptxNN "
+    "feature is new enough for the instruction and the chip",
+    Rule.LAYOUT_SYNTAX: "layout text parses as (extents):(strides)",
+}
 
 
 class ContractError(ValueError):
@@ -52,7 +94,7 @@ class ContractError(ValueError):
 
 @dataclass(frozen=True)
 class Violation:
-    rule: str
+    rule: Rule
     message: str
 
     def __str__(self) -> str:
@@ -70,9 +112,18 @@ class Opcode:
     def is_load(self) -> bool:
         return self.instruction == "ldmatrix"
 
+    @property
+    def register_role(self) -> str:
+        """Which operand holds the registers: dst for ldmatrix, src for stmatrix."""
+        return "dst" if self.is_load else "src"
+
+    @property
+    def shared_role(self) -> str:
+        return "src" if self.is_load else "dst"
+
 
 def parse_opcode(text: str) -> Opcode:
-    match = _OPCODE.match(text) if isinstance(text, str) else None
+    match = _OPCODE.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise ContractError([_opcode_violation(text)])
     return Opcode(text, match["instruction"], int(match["count"]), match["trans"] is not None)
@@ -87,9 +138,8 @@ def _opcode_violation(text) -> Violation:
             hint = " (only the m8n8 shape with .b16 elements is supported)"
         elif not text.endswith(".b16"):
             hint = " (the element type is .b16; 32-bit containers hold two b16 elements)"
-    return Violation(
-        "opcode", f"unsupported opcode '{text}'{hint}; supported forms: {SUPPORTED_OPCODES}"
-    )
+    shown = text.encode("unicode_escape").decode() if isinstance(text, str) else text
+    return Violation(Rule.OPCODE, f"unsupported opcode '{shown}'{hint}; supported forms: {SUPPORTED_OPCODES}")
 
 
 @dataclass(frozen=True)
@@ -129,7 +179,8 @@ class Scope:
 
 @dataclass
 class Transfer:
-    """A checked transfer: everything the lowering and the emulator need, in layout terms."""
+    """A transfer whose opcode, scope, operands and shapes are known: what the per-coordinate rules, the
+    lowering and the emulator read, in layout terms."""
 
     opcode: Opcode
     scope: Scope
@@ -140,12 +191,19 @@ class Transfer:
     repeat_shape: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        leading = 1 if self.scope.has_group_axis else 0
-        self.repeat_shape = self.shared.shape[leading:-3]
+        self.repeat_shape = self.shared.shape[self.group_rank : -3]
 
     @property
     def group_rank(self) -> int:
         return 1 if self.scope.has_group_axis else 0
+
+    @property
+    def register_role(self) -> str:
+        return self.opcode.register_role
+
+    @property
+    def shared_role(self) -> str:
+        return self.opcode.shared_role
 
     def repeats(self) -> Iterable[tuple[int, ...]]:
         return itertools.product(*(range(n) for n in self.repeat_shape))
@@ -160,49 +218,19 @@ class Transfer:
         coord = ((0,) if self.group_rank else ()) + repeat + (matrix, 0, 0)
         return self.register_operand.offset + self.registers.offset(*coord)
 
-
-def resolve_scope(scope, block_size: Sequence[int] | None) -> tuple[Scope | None, list[Violation]]:
-    if scope == "warp":
-        return Scope("warp", 1), []
-    if scope == "warpgroup":
-        return Scope("warpgroup", WARPGROUP_WARPS), []
-    if scope == "cta":
-        if block_size is None:
-            return None, [
-                Violation(
-                    "scope",
-                    "scope \"cta\" needs the block size: add known_block_size = array<i32: X, Y, Z> to the "
-                    "enclosing gpu.func, or use scope \"warp\"",
-                )
-            ]
-        threads = math.prod(block_size)
-        if threads % WARP_SIZE:
-            return None, []  # the participation rule reports the partial warp
-        return Scope("cta", threads // WARP_SIZE), []
-    if scope == "thread":
-        return None, [
-            Violation(
-                "scope",
-                "scope \"thread\" (the specification's default) cannot issue ldmatrix/stmatrix: they are "
-                "warp-collective; use scope \"warp\" (or \"warpgroup\"/\"cta\" with a leading group axis)",
-            )
-        ]
-    return None, [Violation("scope", f"unknown scope {scope!r}; use one of: {', '.join(SCOPES)}")]
+    def coordinate_text(self, coord: tuple[int, ...]) -> str:
+        """`(warp=1, repeat=(0,2), matrix=3, row=4, word=0)`: how every diagnostic names a coordinate."""
+        names = []
+        if self.group_rank:
+            names.append(f"warp={coord[0]}")
+        repeat = coord[self.group_rank : -3]
+        if repeat:
+            names.append("repeat=" + _t(repeat))
+        names += [f"matrix={coord[-3]}", f"row={coord[-2]}", f"word={coord[-1]}"]
+        return "(" + ", ".join(names) + ")"
 
 
-def _coordinate_text(transfer_rank: int, group: bool, coord: tuple[int, ...]) -> str:
-    names = []
-    repeats = transfer_rank - 3 - (1 if group else 0)
-    position = 0
-    if group:
-        names.append(f"warp={coord[0]}")
-        position = 1
-    if repeats:
-        names.append("repeat=(" + ",".join(str(c) for c in coord[position : position + repeats]) + ")")
-    names += [f"matrix={coord[-3]}", f"row={coord[-2]}", f"word={coord[-1]}"]
-    return "(" + ", ".join(names) + ")"
-
-
+# ----- the entry point -----
 def check(**arguments) -> tuple[Transfer | None, list[Violation]]:
     """Check one transfer (see `_check` for the arguments). Returns the checked Transfer (None when any
     rule fails) and the violations. The check is a pure function of its arguments, so repeated identical
@@ -215,6 +243,15 @@ def check(**arguments) -> tuple[Transfer | None, list[Violation]]:
     except TypeError:  # an unhashable argument (only from malformed input): check without the cache
         transfer, violations = _check(**arguments)
     return transfer, list(violations)
+
+
+def require(**kwargs) -> Transfer:
+    """`check`, raising ContractError with every violation; returns the checked Transfer."""
+    transfer, violations = check(**kwargs)
+    if violations:
+        raise ContractError(violations)
+    assert transfer is not None
+    return transfer
 
 
 @functools.lru_cache(maxsize=4096)
@@ -237,117 +274,103 @@ def _check(
     chip: str | None = None,
     ptx: int | None = None,
 ) -> tuple[Transfer | None, list[Violation]]:
-    violations: list[Violation] = []
-    for name in extra_attributes:
-        violations.append(
-            Violation(
-                "attributes",
-                f"unexpected attribute '{name}': instruction parameters are only {', '.join(ATTRIBUTES)}; "
-                f"opcode qualifiers go in the opcode string and predication (pred) is not supported",
-            )
-        )
-
-    parsed_opcode = None
-    try:
-        parsed_opcode = parse_opcode(opcode)
-    except ContractError as error:
-        violations += error.violations
-
-    resolved_scope, scope_violations = resolve_scope(scope, block_size)
-    violations += scope_violations
-    violations += _participation(scope, block_size, divergence)
-
-    layouts = {}
-    for role, text in (("dst_layout", dst_layout), ("src_layout", src_layout)):
-        try:
-            layouts[role] = as_layout(text)
-        except ValueError as error:
-            violations.append(Violation("layout-syntax", f"{role}: {error}"))
+    """The rules in three stages: those that need nothing else, the shapes (which need the opcode, the
+    scope, the layouts and operands of the right kinds), then the per-coordinate rules on the Transfer."""
+    violations = check_attributes(extra_attributes)
+    parsed_opcode, found = check_opcode(opcode)
+    violations += found
+    resolved_scope, found = check_scope(scope, block_size)
+    violations += found
+    violations += check_participation(scope, block_size, divergence)
+    layouts, found = check_layout_syntax({"dst": dst_layout, "src": src_layout})
+    violations += found
     if parsed_opcode is None:
         return None, violations
-    violations += _architecture(parsed_opcode, chip, ptx)
-
-    if parsed_opcode.is_load:
-        register_role, shared_role, registers, shared = "dst", "src", dst, src
-    else:
-        register_role, shared_role, registers, shared = "src", "dst", src, dst
-    violations += _operand_roles(parsed_opcode, register_role, registers, shared_role, shared)
-    if registers.memory != "private" or shared.memory != "shared":
+    violations += check_target(parsed_opcode, chip, ptx)
+    registers, shared = (dst, src) if parsed_opcode.is_load else (src, dst)
+    violations += check_operands(parsed_opcode, registers, shared)
+    violations += check_operand_bounds(parsed_opcode, registers, shared)
+    violations += check_dynamic_offset_alignment(parsed_opcode, registers, shared)
+    wrong_memory = registers.memory != "private" or shared.memory != "shared"
+    if wrong_memory or len(layouts) < 2 or resolved_scope is None:
         return None, violations  # which layout describes registers is unknown: checking them would mislead
-
-    if len(layouts) < 2 or resolved_scope is None:
+    register_layout, shared_layout = layouts[parsed_opcode.register_role], layouts[parsed_opcode.shared_role]
+    found = check_shape(parsed_opcode, resolved_scope, register_layout, shared_layout)
+    violations += found
+    if found:
         return None, violations
-    register_layout = layouts[f"{register_role}_layout"]
-    shared_layout = layouts[f"{shared_role}_layout"]
-    shape_violations = _shapes(parsed_opcode, resolved_scope, register_layout, shared_layout, register_role)
-    violations += shape_violations
-    if shape_violations:
-        return None, violations
-
     transfer = Transfer(parsed_opcode, resolved_scope, register_layout, shared_layout, registers, shared)
-    if registers.offset is not None:
-        violations += _register_side(transfer, register_role)
-    violations += _shared_side(transfer, shared_role)
+    violations += check_transfer(transfer)
     return (None if violations else transfer), violations
 
 
-MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
-MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}  # PTX ISA version x 10 that introduced the instruction
-# The lowest PTX version LLVM 22's NVPTX backend accepts for each chip (a test checks this against llc).
-# With a lower `+ptxNN` feature in #nvvm.target the backend stops the process ("LLVM ERROR: PTX version
-# ... does not support target ..."); with one too low for the instruction it cannot select it.
-CHIP_MINIMUM_PTX = {
-    "sm_20": 32, "sm_21": 32, "sm_30": 32, "sm_32": 40, "sm_35": 32, "sm_37": 41, "sm_50": 40, "sm_52": 41,
-    "sm_53": 42, "sm_60": 50, "sm_61": 50, "sm_62": 50, "sm_70": 60, "sm_72": 61, "sm_75": 63, "sm_80": 70,
-    "sm_86": 71, "sm_87": 74, "sm_88": 90, "sm_89": 78, "sm_90": 78, "sm_90a": 80, "sm_100": 86, "sm_100a": 86,
-    "sm_100f": 88, "sm_101": 86, "sm_101a": 86, "sm_101f": 88, "sm_103": 88, "sm_103a": 88, "sm_103f": 88,
-    "sm_110": 90, "sm_110a": 90, "sm_110f": 90, "sm_120": 87, "sm_120a": 87, "sm_120f": 88, "sm_121": 88,
-    "sm_121a": 88, "sm_121f": 88,
-}
+def check_transfer(transfer: Transfer) -> list[Violation]:
+    """The per-coordinate rules. Slots are only meaningful once the lanes own the right words (and the
+    register offset is static), rows once each is four consecutive words: the rules after each of those
+    run only when it holds."""
+    found = []
+    if transfer.register_operand.offset is not None:
+        owner = check_register_owner(transfer)
+        found += owner or check_register_bounds(transfer) + check_register_overlap(transfer)
+    rows = check_shared_row(transfer)
+    found += rows or check_shared_bounds(transfer) + check_row_alignment(transfer) + check_store_race(transfer)
+    return found
 
 
-def known_chips(minimum: int = 0) -> str:
-    """The NVPTX chips of architecture `minimum` or newer, oldest first, as text for a diagnostic."""
-    chips = sorted((c for c in NVPTX_CHIPS if int(CHIP.fullmatch(c).group(1)) >= minimum),
-                   key=lambda c: (int(CHIP.fullmatch(c).group(1)), c))
-    return ", ".join(chips)
-
-
-def _architecture(opcode: Opcode, chip: str | None, ptx: int | None) -> list[Violation]:
-    if chip is None:
-        return []
-    needed = MINIMUM_ARCHITECTURE[opcode.instruction]
-    if chip not in NVPTX_CHIPS:
-        return [Violation("target", f"the gpu.module targets '{chip}', a chip that LLVM's NVPTX backend does not "
-                                    f"know; use one of {known_chips(needed)}")]
-    if int(CHIP.fullmatch(chip).group(1)) < needed:
-        return [
-            Violation(
-                "target",
-                f"{opcode.instruction} needs sm_{needed} or newer, but the gpu.module targets {chip}; compile for "
-                f"sm_{needed} or later (e.g. tile-to-ptx{{chip=sm_90}})",
-            )
-        ]
-    needed_ptx = max(MINIMUM_PTX[opcode.instruction], CHIP_MINIMUM_PTX[chip])
-    if ptx is None or ptx >= needed_ptx:
-        return []
-    version = lambda number: f"{number // 10}.{number % 10}"
+# ----- the rules that need no transfer -----
+def check_attributes(extra_attributes: Iterable[str]) -> list[Violation]:
     return [
         Violation(
-            "target",
-            f"the gpu.module's #nvvm.target asks for PTX {version(ptx)} (features +ptx{ptx}), but "
-            f"{opcode.instruction} needs PTX {version(MINIMUM_PTX[opcode.instruction])} and {chip} needs "
-            f"{version(CHIP_MINIMUM_PTX[chip])}; use +ptx{needed_ptx} or later, or leave the PTX version out",
+            Rule.ATTRIBUTES,
+            f"unexpected attribute '{name}': instruction parameters are only {', '.join(ATTRIBUTES)}; opcode "
+            f"qualifiers go in the opcode string and predication (pred) is not supported",
         )
+        for name in extra_attributes
     ]
 
 
-def _participation(scope, block_size, divergence) -> list[Violation]:
+def check_opcode(opcode) -> tuple[Opcode | None, list[Violation]]:
+    try:
+        return parse_opcode(opcode), []
+    except ContractError as error:
+        return None, error.violations
+
+
+def check_scope(scope, block_size: Sequence[int] | None) -> tuple[Scope | None, list[Violation]]:
+    if scope == "warp":
+        return Scope("warp", 1), []
+    if scope == "warpgroup":
+        return Scope("warpgroup", WARPGROUP_WARPS), []
+    if scope == "cta":
+        if block_size is None:
+            return None, [
+                Violation(
+                    Rule.SCOPE,
+                    "scope \"cta\" needs the block size: add known_block_size = array<i32: X, Y, Z> to the "
+                    "enclosing gpu.func, or use scope \"warp\"",
+                )
+            ]
+        threads = math.prod(block_size)
+        if threads % WARP_SIZE:
+            return None, []  # the participation rule reports the partial warp
+        return Scope("cta", threads // WARP_SIZE), []
+    if scope == "thread":
+        return None, [
+            Violation(
+                Rule.SCOPE,
+                "scope \"thread\" (the specification's default) cannot issue ldmatrix/stmatrix: they are "
+                "warp-collective; use scope \"warp\" (or \"warpgroup\"/\"cta\" with a leading group axis)",
+            )
+        ]
+    return None, [Violation(Rule.SCOPE, f"unknown scope {scope!r}; use one of: {', '.join(SCOPES)}")]
+
+
+def check_participation(scope, block_size, divergence) -> list[Violation]:
     found = []
     if divergence:
         found.append(
             Violation(
-                "participation",
+                Rule.PARTICIPATION,
                 f"all 32 lanes must execute the transfer, but {divergence}; move the transfer out of "
                 f"thread-dependent control flow (predicate the data, not the instruction)",
             )
@@ -358,7 +381,7 @@ def _participation(scope, block_size, divergence) -> list[Violation]:
         if threads % unit:
             found.append(
                 Violation(
-                    "participation",
+                    Rule.PARTICIPATION,
                     f"known_block_size {tuple(block_size)} has {threads} threads, not a multiple of {unit}: "
                     f"a partially populated {'warpgroup' if unit > WARP_SIZE else 'warp'} cannot execute the "
                     f"transfer; round the block size up to a multiple of {unit}",
@@ -367,32 +390,73 @@ def _participation(scope, block_size, divergence) -> list[Violation]:
     return found
 
 
-def _operand_roles(opcode: Opcode, register_role, registers: Operand, shared_role, shared: Operand):
+def check_layout_syntax(texts: dict) -> tuple[dict[str, Layout], list[Violation]]:
+    """The parsed layouts by role ("dst", "src"), and a violation for each that does not parse."""
+    layouts, found = {}, []
+    for role, text in texts.items():
+        try:
+            layouts[role] = as_layout(text)
+        except ValueError as error:
+            found.append(Violation(Rule.LAYOUT_SYNTAX, f"{role}_layout: {error}"))
+    return layouts, found
+
+
+def check_target(opcode: Opcode, chip: str | None, ptx: int | None) -> list[Violation]:
+    if chip is None:
+        return []
+    needed = targets.MINIMUM_ARCHITECTURE[opcode.instruction]
+    problem = targets.chip_problem(chip, needed)
+    if problem:
+        return [Violation(Rule.TARGET, f"the gpu.module's #nvvm.target: chip {problem}")]
+    if targets.architecture(chip) < needed:
+        return [
+            Violation(
+                Rule.TARGET,
+                f"{opcode.instruction} needs sm_{needed} or newer, but the gpu.module targets {chip}; compile for "
+                f"sm_{needed} or later (e.g. tile-to-ptx{{chip={targets.DEFAULT_CHIP}}})",
+            )
+        ]
+    needed_ptx = max(targets.MINIMUM_PTX[opcode.instruction], targets.CHIP_MINIMUM_PTX[chip])
+    if ptx is None or ptx >= needed_ptx:
+        return []
+    version = targets.ptx_version_text
+    return [
+        Violation(
+            Rule.TARGET,
+            f"the gpu.module's #nvvm.target asks for PTX {version(ptx)} (features +ptx{ptx}), but "
+            f"{opcode.instruction} needs PTX {version(targets.MINIMUM_PTX[opcode.instruction])} and {chip} needs "
+            f"{version(targets.CHIP_MINIMUM_PTX[chip])}; use +ptx{needed_ptx} or later, or leave the PTX version out",
+        )
+    ]
+
+
+def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[Violation]:
+    """Memory spaces in the opcode's operand order, 32-bit elements, register storage at a static offset."""
     found = []
     direction = "reads shared memory into registers" if opcode.is_load else "writes registers to shared memory"
     order = "(dst = registers, src = shared)" if opcode.is_load else "(dst = shared, src = registers)"
     if registers.memory != "private":
         found.append(
             Violation(
-                "operands",
-                f"{opcode.instruction} {direction}, so {register_role} must be register storage (a memref in "
-                f"#gpu.address_space<private>), but it is in {registers.memory} memory; operand order is "
+                Rule.OPERANDS,
+                f"{opcode.instruction} {direction}, so {opcode.register_role} must be register storage (a memref "
+                f"in #gpu.address_space<private>), but it is in {registers.memory} memory; operand order is "
                 f"{order}",
             )
         )
     if shared.memory != "shared":
-        where = f"{shared.memory} memory"
         extra = " (ldmatrix/stmatrix cannot address global memory; stage the tile in shared memory)" if (
             shared.memory == "global"
         ) else ""
         found.append(
             Violation(
-                "operands",
-                f"{opcode.instruction} {direction}, so {shared_role} must be shared memory (a memref in "
-                f"#gpu.address_space<workgroup>), but it is in {where}{extra}; operand order is {order}",
+                Rule.OPERANDS,
+                f"{opcode.instruction} {direction}, so {opcode.shared_role} must be shared memory (a memref in "
+                f"#gpu.address_space<workgroup>), but it is in {shared.memory} memory{extra}; operand order is "
+                f"{order}",
             )
         )
-    for role, operand in ((register_role, registers), (shared_role, shared)):
+    for role, operand in ((opcode.register_role, registers), (opcode.shared_role, shared)):
         if operand.element_bits != 32:
             hint = (
                 "; expose packed 16-bit storage as b32 words (a memref of i32 over the same bytes, and "
@@ -402,47 +466,57 @@ def _operand_roles(opcode: Opcode, register_role, registers: Operand, shared_rol
             )
             found.append(
                 Violation(
-                    "operands",
+                    Rule.OPERANDS,
                     f"{role} has element type {operand.element_type}; both operands use 32-bit containers "
                     f"(i32 or f32), each holding two b16 elements{hint}",
                 )
             )
-        if operand.extent is None:
-            found.append(
-                Violation(
-                    "bounds",
-                    f"{role} has a dynamic shape; the contract needs a static shape to prove every offset in bounds",
-                )
+    if registers.offset is None:
+        found.append(
+            Violation(
+                Rule.OPERANDS,
+                f"{opcode.register_role} (register storage) has a dynamic offset; register slots are "
+                f"compile-time constants, so use a register memref with a static offset",
             )
-        if operand.offset is None and role == register_role:
-            found.append(
-                Violation(
-                    "operands",
-                    f"{role} (register storage) has a dynamic offset; register slots are compile-time constants, "
-                    f"so use a register memref with a static offset",
-                )
-            )
-        elif operand.offset is None and (operand.offset_multiple or 1) % WORDS:
-            proven = f"a multiple of {operand.offset_multiple} elements" if operand.offset_multiple else "nothing"
-            found.append(
-                Violation(
-                    "row-alignment",
-                    f"{role} has a dynamic offset and the IR proves {proven} about it, but every row must start "
-                    f"16-byte aligned; make the offset a multiple of 4 words (e.g. arith.muli %i, %c4 or "
-                    f"arith.andi %i, %c-4) before the memref.subview / reinterpret_cast",
-                )
-            )
+        )
     return found
 
 
-def _shapes(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout, register_role) -> list[Violation]:
+def check_operand_bounds(opcode: Opcode, registers: Operand, shared: Operand) -> list[Violation]:
+    """The bounds rule's operand half: a static shape, so that every offset can be proven in bounds."""
+    return [
+        Violation(
+            Rule.BOUNDS,
+            f"{role} has a dynamic shape; the contract needs a static shape to prove every offset in bounds",
+        )
+        for role, operand in ((opcode.register_role, registers), (opcode.shared_role, shared))
+        if operand.extent is None
+    ]
+
+
+def check_dynamic_offset_alignment(opcode: Opcode, registers: Operand, shared: Operand) -> list[Violation]:
+    """The row-alignment rule's operand half: a dynamic region start proven a multiple of 4 words."""
+    if shared.offset is not None or (shared.offset_multiple or 1) % WORDS == 0:
+        return []
+    proven = f"a multiple of {shared.offset_multiple} elements" if shared.offset_multiple else "nothing"
+    return [
+        Violation(
+            Rule.ROW_ALIGNMENT,
+            f"{opcode.shared_role} has a dynamic offset and the IR proves {proven} about it, but every row must "
+            f"start 16-byte aligned; make the offset a multiple of 4 words (e.g. arith.muli %i, %c4 or "
+            f"arith.andi %i, %c-4) before the memref.subview / reinterpret_cast",
+        )
+    ]
+
+
+def check_shape(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout) -> list[Violation]:
     found = []
     atom = (opcode.count, ROWS, WORDS)
-    for role, layout in ((register_role, registers), ("dst" if register_role == "src" else "src", shared)):
+    for role, layout in ((opcode.register_role, registers), (opcode.shared_role, shared)):
         if layout.rank < 3 or layout.shape[-3:] != atom:
             found.append(
                 Violation(
-                    "shape",
+                    Rule.SHAPE,
                     f"{role}_layout {layout} must end in (matrix,row,word) = {_t(atom)} for "
                     f"{opcode.text} (.x{opcode.count}); leading axes are "
                     f"{'the group axis, then ' if scope.has_group_axis else ''}repeats",
@@ -452,51 +526,48 @@ def _shapes(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout, reg
         return found
     words = math.prod(registers.shape[(1 if scope.has_group_axis else 0):-3]) * opcode.count
     if words > MAX_REGISTERS:
-        found.append(
+        return [
             Violation(
-                "shape",
+                Rule.SHAPE,
                 f"the transfer moves {words} words per thread ({words // opcode.count} repeats x {opcode.count} "
                 f"matrices), but a thread has at most {MAX_REGISTERS} registers, so they would spill to local "
                 f"memory; split it into transfers of at most {MAX_REGISTERS} words",
             )
-        )
-        return found
+        ]
     if registers.shape != shared.shape:
-        found.append(
+        return [
             Violation(
-                "shape",
+                Rule.SHAPE,
                 f"dst_layout and src_layout have different shapes: {_t(registers.shape)} (registers) vs "
                 f"{_t(shared.shape)} (shared); both describe the same transfer coordinates",
             )
-        )
-        return found
-    if scope.has_group_axis:
-        if registers.rank < 4 or registers.shape[0] != scope.warps:
-            found.append(
-                Violation(
-                    "scope",
-                    f"scope \"{scope.name}\" has {scope.warps} warps, so both layouts need a leading group axis "
-                    f"of extent {scope.warps} (register stride 1@warpid); got shape {_t(registers.shape)}",
-                )
+        ]
+    if scope.has_group_axis and (registers.rank < 4 or registers.shape[0] != scope.warps):
+        return [
+            Violation(
+                Rule.SCOPE,
+                f"scope \"{scope.name}\" has {scope.warps} warps, so both layouts need a leading group axis "
+                f"of extent {scope.warps} (register stride 1@warpid); got shape {_t(registers.shape)}",
             )
-    return found
+        ]
+    return []
 
 
 def _t(items) -> str:
     return "(" + ",".join(str(i) for i in items) + ")"
 
 
-def _register_side(transfer: Transfer, role: str) -> list[Violation]:
+# ----- the rules on a transfer: each coordinate -----
+def check_register_owner(transfer: Transfer) -> list[Violation]:
+    layout, scope, role = transfer.registers, transfer.scope, transfer.register_role
     found = []
-    layout, scope = transfer.registers, transfer.scope
-    group = transfer.group_rank
     for axis, stride in enumerate(layout.stride):
-        is_group_axis = group and axis == 0
+        is_group_axis = transfer.group_rank and axis == 0
         if isinstance(stride, ThreadStride) and stride.axis == "warpid":
             if not scope.has_group_axis:
                 found.append(
                     Violation(
-                        "register-owner",
+                        Rule.REGISTER_OWNER,
                         f"{role}_layout {layout} axis {axis} has stride {stride}, but scope \"warp\" has no group "
                         f"axis; @warpid is only for the leading group axis of scope \"warpgroup\" or \"cta\"",
                     )
@@ -504,7 +575,7 @@ def _register_side(transfer: Transfer, role: str) -> list[Violation]:
             elif not is_group_axis or stride.scale != 1:
                 found.append(
                     Violation(
-                        "register-owner",
+                        Rule.REGISTER_OWNER,
                         f"{role}_layout {layout} axis {axis} has stride {stride}; only the leading group axis "
                         f"maps to warps, with stride 1@warpid",
                     )
@@ -512,19 +583,18 @@ def _register_side(transfer: Transfer, role: str) -> list[Violation]:
         elif is_group_axis:
             found.append(
                 Violation(
-                    "register-owner",
+                    Rule.REGISTER_OWNER,
                     f"{role}_layout {layout}: the group axis must have stride 1@warpid (warp g of the "
                     f"{scope.name} holds the registers of group coordinate g), got {stride}",
                 )
             )
     if found:
         return found
-
     for axis, stride in enumerate(layout.stride[:-2]):
         if isinstance(stride, ThreadStride) and stride.axis == "laneid":
             return [
                 Violation(
-                    "register-owner",
+                    Rule.REGISTER_OWNER,
                     f"{role}_layout {layout} axis {axis} has stride {stride}; lanes are fixed by the instruction "
                     f"(word (matrix,row,word) goes to lane 4*row+word), so only the row and word axes map to "
                     f"@laneid",
@@ -539,7 +609,7 @@ def _register_side(transfer: Transfer, role: str) -> list[Violation]:
             expected = WORDS * row + word
             if owner == expected and point.offset == 0:
                 continue
-            text = _coordinate_text(layout.rank, bool(group), origin + (row, word))
+            text = transfer.coordinate_text(origin + (row, word))
             if owner != expected:
                 problem = (
                     f"register word {text} is mapped to lane {owner}, but the instruction delivers it to lane "
@@ -552,49 +622,65 @@ def _register_side(transfer: Transfer, role: str) -> list[Violation]:
                 )
             return [
                 Violation(
-                    "register-owner",
+                    Rule.REGISTER_OWNER,
                     f"{role}_layout {layout}: {problem}; give the row axis stride 4@laneid and the word axis "
                     f"1@laneid",
                 )
             ]
-    extent = transfer.register_operand.extent
-    slots: dict[int, tuple] = {}
+    return []
+
+
+def _register_slots(transfer: Transfer) -> Iterable[tuple[int, str]]:
+    """(slot, where) of each (repeat, matrix), `where` as the diagnostics name it."""
     for repeat in transfer.repeats():
         for matrix in range(transfer.opcode.count):
-            slot = transfer.register_slot(repeat, matrix)
             where = f"(repeat={_t(repeat)}, matrix={matrix})" if repeat else f"(matrix={matrix})"
-            if extent is not None and not 0 <= slot < extent:
-                found.append(
-                    Violation(
-                        "bounds",
-                        f"{role}_layout {layout}: register slot {slot} of {where} is outside {role}, which has "
-                        f"{extent} slots per thread; enlarge the register memref or change the register strides",
-                    )
-                )
-                return found
-            if transfer.opcode.is_load and slot in slots:
-                found.append(
-                    Violation(
-                        "register-overlap",
-                        f"{role}_layout {layout}: loaded register slot {slot} is written by both {slots[slot]} and "
-                        f"{where}; loaded slots must be distinct, so give the repeat and matrix axes strides that "
-                        f"separate them",
-                    )
-                )
-                return found
-            slots.setdefault(slot, where)
-    return found
+            yield transfer.register_slot(repeat, matrix), where
 
 
-def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
-    layout, operand = transfer.shared, transfer.shared_operand
-    group = transfer.group_rank
+def check_register_bounds(transfer: Transfer) -> list[Violation]:
+    extent, role, layout = transfer.register_operand.extent, transfer.register_role, transfer.registers
+    if extent is None:
+        return []
+    for slot, where in _register_slots(transfer):
+        if not 0 <= slot < extent:
+            return [
+                Violation(
+                    Rule.BOUNDS,
+                    f"{role}_layout {layout}: register slot {slot} of {where} is outside {role}, which has "
+                    f"{extent} slots per thread; enlarge the register memref or change the register strides",
+                )
+            ]
+    return []
+
+
+def check_register_overlap(transfer: Transfer) -> list[Violation]:
+    if not transfer.opcode.is_load:
+        return []
+    role, layout = transfer.register_role, transfer.registers
+    writers: dict[int, str] = {}
+    for slot, where in _register_slots(transfer):
+        if slot in writers:
+            return [
+                Violation(
+                    Rule.REGISTER_OVERLAP,
+                    f"{role}_layout {layout}: loaded register slot {slot} is written by both {writers[slot]} and "
+                    f"{where}; loaded slots must be distinct, so give the repeat and matrix axes strides that "
+                    f"separate them",
+                )
+            ]
+        writers[slot] = where
+    return []
+
+
+def check_shared_row(transfer: Transfer) -> list[Violation]:
+    layout, role = transfer.shared, transfer.shared_role
     threads = [(axis, s) for axis, s in enumerate(layout.stride) if isinstance(s, ThreadStride)]
     if threads:
         axis, stride = threads[0]
         return [
             Violation(
-                "shared-row",
+                Rule.SHARED_ROW,
                 f"{role}_layout {layout} axis {axis} has thread stride {stride}; the shared layout gives memory "
                 f"strides only (lane 8*matrix+row provides row (matrix,row)'s address by definition)",
             )
@@ -602,79 +688,108 @@ def _shared_side(transfer: Transfer, role: str) -> list[Violation]:
     if layout.stride[-1] != 1:
         return [
             Violation(
-                "shared-row",
+                Rule.SHARED_ROW,
                 f"{role}_layout {layout}: the word axis has stride {layout.stride[-1]}, so a row's words are at "
                 f"offsets {', '.join(str(w * layout.stride[-1]) for w in range(WORDS))}: a gap inside a 16-byte "
                 f"row; each shared row is 4 consecutive 32-bit words (word stride 1)",
             )
         ]
-    found: list[Violation] = []
+    return []
+
+
+def _shared_rows(transfer: Transfer) -> Iterable[tuple[tuple[int, ...], int]]:
+    """(coordinate of word 0, offset from the memref's first element) of every shared row."""
+    layout = transfer.shared
+    for head in itertools.product(*(range(n) for n in layout.shape[:-1])):
+        coord = head + (0,)
+        yield coord, layout.offset(*coord)
+
+
+def check_shared_bounds(transfer: Transfer) -> list[Violation]:
+    extent, role, layout = transfer.shared_operand.extent, transfer.shared_role, transfer.shared
+    if extent is None:
+        return []
+    for coord, relative in _shared_rows(transfer):
+        if not (0 <= relative and relative + WORDS <= extent):
+            return [
+                Violation(
+                    Rule.BOUNDS,
+                    f"{role}_layout {layout}: shared row {transfer.coordinate_text(coord)} covers elements "
+                    f"{relative}..{relative + WORDS - 1}, outside {role}'s {extent} elements; enlarge the buffer "
+                    f"or change the strides",
+                )
+            ]
+    return []
+
+
+def check_row_alignment(transfer: Transfer) -> list[Violation]:
+    operand, role, layout = transfer.shared_operand, transfer.shared_role, transfer.shared
+    found = []
     if operand.base_alignment is None or operand.base_alignment < ROW_BYTES:
         proven = "no alignment" if operand.base_alignment is None else f"only {operand.base_alignment}-byte alignment"
         found.append(
             Violation(
-                "row-alignment",
+                Rule.ROW_ALIGNMENT,
                 f"{role}: the IR proves {proven} for the shared buffer, but every row must start 16-byte aligned; "
                 f"declare it with memref.global ... {{alignment = 16 : i64}} (or memref.alloca/alloc "
                 f"{{alignment = 16}}, or memref.assume_alignment %buf, 16)",
             )
         )
-    rows: dict[int, tuple[int, ...]] = {}
-    extent = operand.extent
-    for coord in _row_coordinates(layout):
-        relative = layout.offset(*coord)
+    for coord, relative in _shared_rows(transfer):
         start = operand.static_offset + relative  # a dynamic offset adds a multiple of 4 words
-        if extent is not None and not (0 <= relative and relative + WORDS <= extent):
-            found.append(
-                Violation(
-                    "bounds",
-                    f"{role}_layout {layout}: shared row {_coordinate_text(layout.rank, bool(group), coord)} covers "
-                    f"elements {relative}..{relative + WORDS - 1}, "
-                    f"outside {role}'s {extent} elements; enlarge the buffer or change the strides",
-                )
-            )
-            return found
         if (start * WORD_BYTES) % ROW_BYTES:
+            offset = f", memref offset {operand.offset} included" if operand.offset else ""
             found.append(
                 Violation(
-                    "row-alignment",
-                    f"{role}_layout {layout}: shared row {_coordinate_text(layout.rank, bool(group), coord)} starts at "
-                    f"byte {start * WORD_BYTES} "
-                    f"(element {start}{', memref offset ' + str(operand.offset) + ' included' if operand.offset else ''}), "
-                    f"not a multiple of 16; make every matrix/row/repeat stride and the region start a multiple "
-                    f"of 4 words",
+                    Rule.ROW_ALIGNMENT,
+                    f"{role}_layout {layout}: shared row {transfer.coordinate_text(coord)} starts at byte "
+                    f"{start * WORD_BYTES} (element {start}{offset}), not a multiple of 16; make every "
+                    f"matrix/row/repeat stride and the region start a multiple of 4 words",
                 )
             )
-            return found
-        if transfer.opcode.is_load:
-            continue
-        writer = rows.setdefault(start, coord)
+            break
+    return found
+
+
+def check_store_race(transfer: Transfer) -> list[Violation]:
+    if transfer.opcode.is_load:
+        return []
+    group, role, layout = transfer.group_rank, transfer.shared_role, transfer.shared
+    writers: dict[int, tuple[int, ...]] = {}
+    for coord, start in _shared_rows(transfer):
+        writer = writers.setdefault(start, coord)
         if writer is coord:
             continue
         same_warp = writer[:group] == coord[:group]
         if same_warp and writer[group:-3] != coord[group:-3]:
             continue  # a later repeat of the same warp overwrites in program order: no race
-        found.append(
+        return [
             Violation(
-                "store-race",
-                f"{role}_layout {layout}: stmatrix rows {_coordinate_text(layout.rank, bool(group), writer)} and "
-                f"{_coordinate_text(layout.rank, bool(group), coord)} both write elements {start}..{start + WORDS - 1} "
+                Rule.STORE_RACE,
+                f"{role}_layout {layout}: stmatrix rows {transfer.coordinate_text(writer)} and "
+                f"{transfer.coordinate_text(coord)} both write elements {start}..{start + WORDS - 1} "
                 f"{'in one instruction' if same_warp else 'from different warps'}; destination rows must not "
                 f"overlap",
             )
-        )
-        return found
-    return found
+        ]
+    return []
 
 
-def _row_coordinates(layout: Layout) -> Iterable[tuple[int, ...]]:
-    return (c + (0,) for c in itertools.product(*(range(n) for n in layout.shape[:-1])))
-
-
-def require(**kwargs) -> Transfer:
-    """`check`, raising ContractError with every violation; returns the checked Transfer."""
-    transfer, violations = check(**kwargs)
-    if violations:
-        raise ContractError(violations)
-    assert transfer is not None
-    return transfer
+# Each rule and the functions that check it (the bounds and row-alignment rules have an operand half, which
+# needs no transfer, and a coordinate half).
+RULE_CHECKS = {
+    Rule.OPCODE: (check_opcode,),
+    Rule.ATTRIBUTES: (check_attributes,),
+    Rule.SCOPE: (check_scope, check_shape),
+    Rule.OPERANDS: (check_operands,),
+    Rule.SHAPE: (check_shape,),
+    Rule.SHARED_ROW: (check_shared_row,),
+    Rule.ROW_ALIGNMENT: (check_dynamic_offset_alignment, check_row_alignment),
+    Rule.STORE_RACE: (check_store_race,),
+    Rule.BOUNDS: (check_operand_bounds, check_register_bounds, check_shared_bounds),
+    Rule.REGISTER_OWNER: (check_register_owner,),
+    Rule.REGISTER_OVERLAP: (check_register_overlap,),
+    Rule.PARTICIPATION: (check_participation,),
+    Rule.TARGET: (check_target,),
+    Rule.LAYOUT_SYNTAX: (check_layout_syntax,),
+}

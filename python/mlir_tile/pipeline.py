@@ -1,5 +1,6 @@
-"""Running a pipeline of tile and upstream passes on a module, one element at a time, so that a failure
-names its pass and can hand back the IR the failing pass received."""
+"""Running a pipeline of tile and upstream passes on a module: named pipelines expanded, tile passes added as
+Python callables and everything else as upstream text; on failure, replayed one element at a time, so that
+the failure names its pass and can hand back the IR the failing pass received."""
 from __future__ import annotations
 
 import os
@@ -9,8 +10,10 @@ from dataclasses import dataclass
 
 from mlir import ir, passmanager
 
-from mlir_tile.passes import add_element, expand, step_manager
+from mlir_tile.passes import PASSES, PIPELINES
+from mlir_tile.pipeline_text import parse_element
 
+PIPELINE_LOCATION = "<pass pipeline>"  # where an error in the pipeline text (not in the IR) is reported
 SEVERITY = {
     ir.DiagnosticSeverity.ERROR: "error",
     ir.DiagnosticSeverity.WARNING: "warning",
@@ -42,7 +45,10 @@ class Diag:
         return found or [cls("error", None, None, None, str(error))]
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}" if self.file is not None else "loc(unknown)"
+        if self.line is not None:
+            where = f"{self.file}:{self.line}:{self.column}"
+        else:
+            where = self.file if self.file is not None else "loc(unknown)"
         return f"{where}: {self.severity}: {self.message}"
 
 
@@ -74,6 +80,41 @@ class PipelineFailure(Exception):
         return "\n".join([str(d) for d in self.diagnostics] + ([hint] if hint else []))
 
 
+def expand(elements: list[str]) -> list[str]:
+    """Named pipelines replaced by their elements, recursively (ValueError for an unknown option)."""
+    expanded = []
+    for element in elements:
+        name, options = parse_element(element)
+        if name in PIPELINES:
+            expanded += expand(PIPELINES[name].expand(options))
+        else:
+            expanded.append(element)
+    return expanded
+
+
+def add_element(pm: passmanager.PassManager, element: str) -> None:
+    """A tile pass as a Python callable with its parsed options; anything else as upstream pipeline text."""
+    name, options = parse_element(element)
+    definition = PASSES.get(name)
+    if definition is None:
+        pm.add(element)
+        return
+    values = definition.option_values(options)
+
+    def run(op: ir.Operation, pass_) -> None:
+        with op.context, op.location:  # Python passes are called with no context entered
+            definition.run(op, pass_, **values)
+
+    pm.add(run, name=name, argument=name, description=definition.summary)
+
+
+def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:
+    """A pass manager running one pipeline element on a builtin.module."""
+    pm = passmanager.PassManager("builtin.module", context=context)
+    add_element(pm, element)
+    return pm
+
+
 def run_pipeline(
     module: ir.Operation, elements: list[str], print_after_all: bool = False, input_is_file: bool = True
 ) -> None:
@@ -83,7 +124,13 @@ def run_pipeline(
     pipeline runs in one pass manager; only when it fails is it replayed step by step on a copy of the
     input, to name the failing pass and keep the IR that pass received (for the reproducer). When the
     input is not a file (a module built in Python), even the first step's input is kept."""
-    steps = expand(elements)
+    try:
+        steps = expand(elements)
+        manager = passmanager.PassManager("builtin.module", context=module.context)
+        for element in steps:
+            add_element(manager, element)
+    except ValueError as error:
+        raise PipelineFailure(None, [Diag("error", PIPELINE_LOCATION, None, None, f"invalid pass pipeline: {error}")]) from None
     try:
         module.verify()
     except ir.MLIRError as error:
@@ -92,12 +139,6 @@ def run_pipeline(
         _run_steps(module, steps, print_after_all=True, keep_first_input=not input_is_file)
         return
     saved = module.clone()  # 20x cheaper than printing; only used to replay a failure
-    manager = passmanager.PassManager("builtin.module", context=module.context)
-    try:
-        for element in steps:
-            add_element(manager, element)
-    except ValueError as error:
-        raise PipelineFailure(None, [Diag("error", None, None, None, f"invalid pass pipeline: {error}")]) from None
     try:
         manager.run(module)
         return

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from mlir_tile.contract import CHIP
+from mlir_tile import targets
 
 ELF_MAGIC = b"\x7fELF"
 _CACHE_FORMAT = "mlir-tile cubin 1"
@@ -34,11 +34,12 @@ def cache_directory() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlir-tile"
 
 
-def cubin_of_ptx(ptx: str, chip: str = "sm_90") -> bytes:
+def cubin_of_ptx(ptx: str, chip: str = targets.DEFAULT_CHIP) -> bytes:
     """`ptx` assembled for `chip`: a cubin that a GPU host of that chip loads without JIT-compiling anything.
     Answered from the cache when the same PTX was assembled for the same chip before."""
-    if not CHIP.fullmatch(chip):  # nvJitLink ends the process on some malformed names (sm_9)
-        raise CompileError(f"chip '{chip}' is not of the form sm_XX (e.g. sm_90)")
+    problem = targets.chip_problem(chip)  # nvJitLink ends the process on some malformed names (sm_9)
+    if problem:
+        raise CompileError(f"chip {problem}")
     directory = cache_directory()
     entry = None
     if directory is not None:

@@ -26,7 +26,7 @@ gpu.module @m [#nvvm.target<chip = "sm_90">] {
 
 // UNKNOWN: error: invalid pass pipeline: {{.*}}'no-such-pass' does not refer to a registered pass or pass pipeline
 // UNKNOWN-NOT: Traceback
-// OPTION: error: invalid pass pipeline: pass 'tile-set-nvvm-target' has no option(s) speed; options: chip
+// OPTION: <pass pipeline>: error: invalid pass pipeline: 'tile-set-nvvm-target' has no option speed; options: chip
 // PARSE: bad-return.mlir:3:3: error: 'func.return' op has 1 operands, but enclosing function (@f) returns 0
 // PARSE-NOT: Traceback
 // MISSING: tile-opt: cannot read input: [Errno 2] No such file or directory

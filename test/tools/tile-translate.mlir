@@ -17,7 +17,7 @@
 // SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
 // SM80-NOT: ptxas
 // USAGE: tile-translate: no translation selected
-// UNKNOWN-CHIP: error: tile-set-nvvm-target: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
+// UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
 // UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
 // CUBIN-NEEDS-FILE: tile-translate: --mlir-to-cubin writes a binary file: give -o OUT

@@ -1,10 +1,7 @@
 """The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
-import os
 import random
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +9,7 @@ from hypothesis import strategies as st
 
 from mlir_tile import contract
 from mlir_tile.layout import Layout, ThreadStride
-from mlir_tile.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
 
 transfers = st.integers(0, 2**32 - 1).map(lambda seed: random_transfer(random.Random(seed)))
 
@@ -130,59 +127,6 @@ def test_random_input_gives_diagnostics_never_exceptions(opcode, scope, dst_layo
                                           dst=operands[0], src=operands[1], block_size=block, chip=chip)
     assert (transfer is None) == bool(violations)
     assert all(isinstance(v, contract.Violation) and v.message for v in violations)
-
-
-def llc_path() -> str:
-    import llvm
-
-    return str(Path(list(llvm.__path__)[0]) / "bin" / "llc")
-
-
-def llc_listing() -> str:
-    listing = subprocess.run([llc_path(), "-mtriple=nvptx64-nvidia-cuda", "-mcpu=help"], capture_output=True,
-                             text=True, check=True)
-    return listing.stdout + listing.stderr
-
-
-def llc_accepts(ir_text: str, chip: str, ptx: int, tmp_path) -> bool:
-    source = tmp_path / "kernel.ll"
-    source.write_text(ir_text)
-    return subprocess.run([llc_path(), f"-mcpu={chip}", f"-mattr=+ptx{ptx}", str(source), "-o", os.devnull],
-                          capture_output=True).returncode == 0
-
-
-EMPTY_KERNEL = 'target triple = "nvptx64-nvidia-cuda"\ndefine ptx_kernel void @k() {\n  ret void\n}\n'
-LDMATRIX_KERNEL = """target triple = "nvptx64-nvidia-cuda"
-declare i32 @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.b16.p3(ptr addrspace(3))
-define ptx_kernel void @k(ptr addrspace(3) %p, ptr addrspace(1) %o) {
-  %v = call i32 @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.b16.p3(ptr addrspace(3) %p)
-  store i32 %v, ptr addrspace(1) %o
-  ret void
-}
-"""
-
-
-def test_nvptx_chips_are_the_processors_llc_lists():
-    """NVPTX_CHIPS is what the backend accepts: another chip would abort the process in codegen."""
-    listed = set(re.findall(r"^\s+(sm_\w+)\s+- Select", llc_listing(), re.M))
-    assert listed == contract.NVPTX_CHIPS
-
-
-def test_chip_minimum_ptx_is_where_llc_starts_accepting_the_chip(tmp_path):
-    """For each chip, llc accepts its CHIP_MINIMUM_PTX and stops the process one PTX version below it."""
-    versions = sorted(int(v) for v in re.findall(r"^\s+ptx(\d+)\s", llc_listing(), re.M))
-    assert set(contract.CHIP_MINIMUM_PTX) == contract.NVPTX_CHIPS
-    for chip, minimum in contract.CHIP_MINIMUM_PTX.items():
-        assert llc_accepts(EMPTY_KERNEL, chip, minimum, tmp_path), chip
-        lower = [v for v in versions if v < minimum]
-        if lower:
-            assert not llc_accepts(EMPTY_KERNEL, chip, lower[-1], tmp_path), chip
-
-
-def test_ldmatrix_needs_ptx_65(tmp_path):
-    assert contract.MINIMUM_PTX["ldmatrix"] == 65
-    assert llc_accepts(LDMATRIX_KERNEL, "sm_75", 65, tmp_path)
-    assert not llc_accepts(LDMATRIX_KERNEL, "sm_75", 64, tmp_path)
 
 
 @pytest.mark.parametrize("chip, ptx, ok", [("sm_90", None, True), ("sm_90", 78, True), ("sm_90", 60, False),

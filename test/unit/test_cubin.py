@@ -1,9 +1,11 @@
 """compile_to_cubin: the spec example assembled by nvJitLink is an sm_90 cubin holding the kernel; bad input
 is a CompileError, never a crash. (That the cubin computes the spec's table is checked on the GPU host:
 `seed_example.py --run-cubin`.)"""
+import re
 import struct
 import sys
 from pathlib import Path
+
 
 import pytest
 
@@ -56,15 +58,11 @@ def test_ptx_errors_carry_the_assembler_log(spec_ptx):
         cubin_of_ptx(spec_ptx.replace("ldmatrix.", "ldmatrixx."), "sm_90")
 
 
-@pytest.mark.parametrize("chip", ["sm_9", "compute_90", "90", "sm_90 -O0"])
-def test_malformed_chip_is_an_error_not_a_crash(spec_ptx, chip):
-    with pytest.raises(CompileError, match=r"is not of the form sm_XX"):
+@pytest.mark.parametrize("chip", ["sm_9", "compute_90", "90", "sm_90 -O0", "sm_99"])
+def test_malformed_or_unknown_chip_is_an_error_not_a_crash(spec_ptx, chip):
+    """nvJitLink ends the process on some malformed names (sm_9): targets' one validator answers first."""
+    with pytest.raises(CompileError, match=rf"chip '{re.escape(chip)}' is not a chip that LLVM's NVPTX backend knows"):
         cubin_of_ptx(spec_ptx, chip)
-
-
-def test_unknown_chip_is_reported(spec_ptx):
-    with pytest.raises(CompileError, match=r"PTX -> cubin for sm_99 failed: ERROR_UNRECOGNIZED_ARCH"):
-        cubin_of_ptx(spec_ptx, "sm_99")
 
 
 # ----- the cubin cache -----

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile.pipeline import PipelineFailure, run_pipeline
-from mlir_tile.random_transfers import random_transfer
+from mlir_tile.testing.random_transfers import random_transfer
 from mlir_tile.tools.driver import Session
 
 SESSION = Session()

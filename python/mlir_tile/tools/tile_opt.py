@@ -16,12 +16,31 @@ import sys
 
 from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
 from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
-from mlir_tile.passes import PASSES, PIPELINES, split_elements
+from mlir_tile.passes import PASSES, PIPELINES
+from mlir_tile.pipeline_text import split_elements
 
 USAGE = __doc__.split("\n\n")[1]
+# As in mlir-opt: `expected-error@+1 {{text}}` matches text as a substring; `expected-error-re@+1 {{a {{re}} b}}`
+# matches the literal parts as written and the `{{...}}` parts as regular expressions.
 _EXPECTED = re.compile(
-    r"expected-(?P<kind>error|warning|note|remark)\s*(?:@(?P<where>above|below|unknown|[+-]\d+))?\s*\{\{(?P<text>.*?)\}\}"
+    r"expected-(?P<kind>error|warning|note|remark)(?P<regex>-re)?\s*(?:@(?P<where>above|below|unknown|[+-]\d+))?"
+    r"\s*\{\{(?P<text>.*)\}\}"
 )
+_REGEX_PART = re.compile(r"\{\{(.*?)\}\}")
+
+
+def _matcher(text: str, is_regex: bool):
+    if not is_regex:
+        return lambda message: text in message
+    pieces, position = [], 0
+    for part in _REGEX_PART.finditer(text):
+        pieces += [re.escape(text[position : part.start()]), f"(?:{part.group(1)})"]
+        position = part.end()
+    try:
+        pattern = re.compile("".join(pieces) + re.escape(text[position:]), re.S)
+    except re.error:  # reported as an expectation that was not produced
+        return lambda message: False
+    return lambda message: pattern.search(message) is not None
 
 
 # Flags that switch an option on, as mlir-opt spells them.
@@ -66,7 +85,8 @@ def expected_diagnostics(chunk_text: str) -> list[dict]:
             target = {None: number, "above": number - 1, "below": number + 1, "unknown": None}.get(where)
             if target is None and where not in (None, "unknown"):
                 target = number + int(where)
-            expectations.append({"kind": match["kind"], "line": target, "text": match["text"], "at": number})
+            expectations.append({"kind": match["kind"], "line": target, "text": match["text"], "at": number,
+                                 "matches": _matcher(match["text"], match["regex"] is not None)})
     return expectations
 
 
@@ -82,7 +102,7 @@ def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str) -> 
                 not expectation.get("matched")
                 and expectation["kind"] == diagnostic.severity
                 and expectation["line"] == (diagnostic.line if diagnostic.file == source_name else None)
-                and expectation["text"] in diagnostic.message
+                and expectation["matches"](diagnostic.message)
             ):
                 expectation["matched"] = True
                 break
@@ -112,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_arguments(sys.argv[1:] if argv is None else argv)
         if options["list"]:
-            descriptions = {name: info.description for name, info in PASSES.items()}
-            descriptions.update({name: description for name, (_, description) in PIPELINES.items()})
+            descriptions = {name: definition.summary for name, definition in {**PASSES, **PIPELINES}.items()}
             for name, description in descriptions.items():
                 print(f"  --{name:32} {description}")
             return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from mlir_tile import targets
 from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx
 from mlir_tile.pipeline import PipelineFailure
 from mlir_tile.tools.driver import InputError, Session, read_input
@@ -22,7 +23,7 @@ USAGE = "usage: tile-translate (--mlir-to-ptx [-o OUT] | --mlir-to-cubin -o OUT)
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    translation, chip, source, output = None, "sm_90", "-", "-"
+    translation, chip, source, output = None, targets.DEFAULT_CHIP, "-", "-"
     arguments = iter(argv)
     for argument in arguments:
         if argument in ("--mlir-to-ptx", "--mlir-to-cubin"):

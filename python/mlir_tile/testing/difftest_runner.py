@@ -1,7 +1,7 @@
 """GPU differential testing, run side (no MLIR): executes a bundle written by `mlir_tile.difftest` and
 reports every mismatch against the reference model's expected outputs.
 
-    python -m mlir_tile.difftest_runner BUNDLE_DIR [--report report.json]
+    python -m mlir_tile.testing.difftest_runner BUNDLE_DIR [--report report.json]
 
 Exit status 0 when every case matches, 1 otherwise.
 """

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from mlir import ir
 
+from mlir_tile import targets
 from mlir_tile.contract import Operand
 
 _SPACE_NAMES = {"workgroup": "shared", "private": "private", "global": "global"}
@@ -247,7 +248,6 @@ def block_size(op: ir.Operation) -> tuple[int, ...] | None:
 _NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
 CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]*)"')  # in the text of an #nvvm.target
 _PTX_FEATURE = re.compile(r'features = "[^"]*\+ptx(?P<ptx>\d+)')
-DEFAULT_NVVM_CHIP = "sm_50"  # what #nvvm.target means without a chip
 
 
 class NvvmTarget(NamedTuple):
@@ -267,7 +267,7 @@ def nvvm_target(op: ir.Operation) -> NvvmTarget | None:
         if match:
             options = match.group("options") or ""
             chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
-            return NvvmTarget(chip.group("chip") if chip else DEFAULT_NVVM_CHIP, int(ptx.group("ptx")) if ptx else None)
+            return NvvmTarget(chip.group("chip") if chip else targets.DEFAULT_NVVM_CHIP, int(ptx.group("ptx")) if ptx else None)
     return None
 
 

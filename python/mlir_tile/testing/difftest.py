@@ -1,8 +1,8 @@
 """GPU differential testing, build side (needs MLIR): random legal transfers -> kernels -> PTX, with
-inputs and the reference model's expected outputs, written as a bundle that `mlir_tile.difftest_runner`
+inputs and the reference model's expected outputs, written as a bundle that `mlir_tile.testing.difftest_runner`
 executes on any GPU host (cuda-python + numpy only).
 
-    python -m mlir_tile.difftest BUNDLE_DIR [--cases 500] [--seed 0] [--per-module 50]
+    python -m mlir_tile.testing.difftest BUNDLE_DIR [--cases 500] [--seed 0] [--per-module 50]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mlir.dialects import arith
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
-from mlir_tile.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
 from mlir_tile.reference import emulate
 
 MAX_SHARED_WORDS = 8192  # 32 KiB: below the 48 KiB of static shared memory a kernel may declare

@@ -1,0 +1,72 @@
+"""Targets: the GPU chips mlir-tile compiles for, the default chip, the PTX versions each needs, and the one
+check of a chip name (pure Python, no MLIR). Every module that meets a chip name asks this one.
+
+The chip sets are LLVM 22's NVPTX backend's (`llc -mtriple=nvptx64-nvidia-cuda -mcpu=help`; a test keeps
+them equal to that list): for any other chip the backend aborts the process ("Cannot select: ..."), and
+nvJitLink ends the process on some malformed names (`sm_9`), so a name is checked before either sees it.
+"""
+from __future__ import annotations
+
+import re
+
+DEFAULT_CHIP = "sm_90"  # the H200 the project is measured on; what a flag or argument means when left out
+DEFAULT_NVVM_CHIP = "sm_50"  # what an #nvvm.target without a chip option means (upstream's default)
+CHIP = re.compile(r"sm_(\d{2,})[af]?")  # an NVIDIA GPU architecture name: sm_90, sm_90a, sm_100f
+
+NVPTX_CHIPS = frozenset(
+    "sm_20 sm_21 sm_30 sm_32 sm_35 sm_37 sm_50 sm_52 sm_53 sm_60 sm_61 sm_62 sm_70 sm_72 sm_75 sm_80 sm_86 "
+    "sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_101f sm_103 sm_103a sm_103f "
+    "sm_110 sm_110a sm_110f sm_120 sm_120a sm_120f sm_121 sm_121a sm_121f".split()
+)
+
+# The lowest PTX ISA version (x 10) LLVM 22's NVPTX backend accepts for each chip (a test checks this against
+# llc). With a lower `+ptxNN` feature in #nvvm.target the backend stops the process ("LLVM ERROR: PTX version
+# ... does not support target ..."); with one too low for the instruction it cannot select it.
+CHIP_MINIMUM_PTX = {
+    "sm_20": 32, "sm_21": 32, "sm_30": 32, "sm_32": 40, "sm_35": 32, "sm_37": 41, "sm_50": 40, "sm_52": 41,
+    "sm_53": 42, "sm_60": 50, "sm_61": 50, "sm_62": 50, "sm_70": 60, "sm_72": 61, "sm_75": 63, "sm_80": 70,
+    "sm_86": 71, "sm_87": 74, "sm_88": 90, "sm_89": 78, "sm_90": 78, "sm_90a": 80, "sm_100": 86, "sm_100a": 86,
+    "sm_100f": 88, "sm_101": 86, "sm_101a": 86, "sm_101f": 88, "sm_103": 88, "sm_103a": 88, "sm_103f": 88,
+    "sm_110": 90, "sm_110a": 90, "sm_110f": 90, "sm_120": 87, "sm_120a": 87, "sm_120f": 88, "sm_121": 88,
+    "sm_121a": 88, "sm_121f": 88,
+}
+# The highest PTX ISA version LLVM 22 knows (`+ptx` features it lists); above it llc warns and ignores it.
+MAXIMUM_PTX = 90
+
+# Per instruction: the architecture (x 10 of the compute capability) and PTX ISA version that introduced it.
+MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
+MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}
+
+
+class TargetError(ValueError):
+    """A chip or PTX version that cannot be compiled for; the message says why and what to use."""
+
+
+def architecture(chip: str) -> int:
+    """The numeric architecture of a known chip: 90 for sm_90 and sm_90a."""
+    return int(CHIP.fullmatch(chip).group(1))
+
+
+def known_chips(minimum: int = 0) -> str:
+    """The known chips of architecture `minimum` or newer, oldest first, as text for a message."""
+    chips = sorted((c for c in NVPTX_CHIPS if architecture(c) >= minimum), key=lambda c: (architecture(c), c))
+    return ", ".join(chips)
+
+
+def chip_problem(chip: object, minimum: int = 0) -> str | None:
+    """Why `chip` cannot be compiled for (None when it can): the one message for an unknown chip."""
+    if isinstance(chip, str) and chip in NVPTX_CHIPS:
+        return None
+    return f"'{chip}' is not a chip that LLVM's NVPTX backend knows; use one of {known_chips(minimum)}"
+
+
+def require_chip(chip: object) -> str:
+    """`chip`, or TargetError with `chip_problem`'s message."""
+    problem = chip_problem(chip)
+    if problem:
+        raise TargetError(problem)
+    return chip
+
+
+def ptx_version_text(number: int) -> str:
+    return f"{number // 10}.{number % 10}"

@@ -1,0 +1,28 @@
+// [register-overlap] loaded register slots of different (repeat, matrix) pairs are distinct.
+// RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
+
+gpu.module @overlapping_matrices [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[register-overlap]{{.*}}(matrix=0){{.*}}(matrix=1)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(0,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @overlapping_repeats [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[register-overlap]{{.*}}(repeat=(0), matrix=1){{.*}}(repeat=(1), matrix=0)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(2,2,8,4):(1,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(2,2,8,4):(64,32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}

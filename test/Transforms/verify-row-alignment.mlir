@@ -1,0 +1,105 @@
+// [row-alignment] every shared row starts 16-byte aligned: buffer alignment, memref offset and strides.
+// RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
+
+gpu.module @misaligned_row_stride [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}(matrix=0, row=1, word=0)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(48,6,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @misaligned_matrix_stride [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}(matrix=1, row=0, word=0)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(34,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @misaligned_static_offset [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %sm = memref.subview %g[2] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: 2>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}(matrix=0, row=0, word=0)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: 2>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @unaligned_global [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3>
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}only 4-byte alignment}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @eight_byte_global [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 8 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}only 8-byte alignment}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @unproven_dynamic_offset [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %o = gpu.block_id x
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}dynamic offset{{.*}}a multiple of 1 elements}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @dynamic_offset_times_two [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %c2 = arith.constant 2 : index
+    %o = arith.muli %b, %c2 : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}dynamic offset{{.*}}a multiple of 2 elements}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
