@@ -31,13 +31,14 @@ KERNEL_NAME = "matrix_kernel"
 SHARED_WORDS = 256
 
 
-def build_module():
-    """kernel(A: memref<16x4x2xi32>, Out: memref<32x12xi32>), one warp."""
+def build_module(context=None):
+    """kernel(A: memref<16x4x2xi32>, Out: memref<32x12xi32>), one warp; in `context`, else the current or
+    the builder's shared default context."""
     from mlir.dialects import arith
 
     from mlir_tile.builder import Kernel, matrix_transfer
 
-    with Kernel(KERNEL_NAME, ["memref<16x4x2xi32>", "memref<32x12xi32>"], block=(32, 1, 1)) as k:
+    with Kernel(KERNEL_NAME, ["memref<16x4x2xi32>", "memref<32x12xi32>"], block=(32, 1, 1), context=context) as k:
         a, out = k.arguments
         lane = k.lane_id()
         sm = k.shared("sm", SHARED_WORDS, alignment=16)

@@ -341,19 +341,16 @@ class Uniformity:
         scope = op.parent
         while scope is not None and scope.name not in ("gpu.func", "func.func"):
             if scope.name == "scf.if" and scope.operands[0] in self.divergent:
-                return f"it is inside an scf.if (at {describe_location(scope.location)}) whose condition depends on the thread id"
+                return f"it is inside an scf.if{_at(scope)} whose condition depends on the thread id"
             if scope.name == "scf.for" and any(o in self.divergent for o in list(scope.operands)[:3]):
-                return f"it is inside an scf.for (at {describe_location(scope.location)}) whose bounds or step depend on the thread id"
+                return f"it is inside an scf.for{_at(scope)} whose bounds or step depend on the thread id"
             if scope.name == "scf.while" and self._while_condition_divergent(scope):
-                return f"it is inside an scf.while (at {describe_location(scope.location)}) whose condition depends on the thread id"
+                return f"it is inside an scf.while{_at(scope)} whose condition depends on the thread id"
             child, scope = scope, scope.parent
         if scope is not None:
             for branch in self.divergent_branches:
                 if _same_region(branch, child) and not _in_entry_block(child):
-                    return (
-                        f"its block can be reached through a branch (at {describe_location(branch.location)}) "
-                        f"whose condition depends on the thread id"
-                    )
+                    return f"its block can be reached through a branch{_at(branch)} whose condition depends on the thread id"
         return None
 
     def _while_condition_divergent(self, loop: ir.Operation) -> bool:
@@ -374,7 +371,9 @@ def _in_entry_block(op: ir.Operation) -> bool:
     return any(candidate.operation == op for candidate in entry.operations)
 
 
-def describe_location(location: ir.Location) -> str:
+def _at(op: ir.Operation) -> str:
+    """` (at file:line:col)` for an op with a file location; nothing for one built without (Python)."""
+    location = op.location
     if location.is_a_file():
-        return f"{location.filename}:{location.start_line}:{location.start_col}"
-    return str(location)
+        return f" (at {location.filename}:{location.start_line}:{location.start_col})"
+    return ""

@@ -225,3 +225,41 @@ gpu.module @cta_2d_block [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// warpgroup without known_block_size: the linear thread id x + y * ntid.x + z * ntid.x * ntid.y from
+// gpu.block_dim, then (>> 5) & 3 as above.
+// CHECK-LABEL: gpu.func @warpgroup_unknown_block
+// CHECK:       %[[TX:.*]] = gpu.thread_id x
+// CHECK-NEXT:  %[[X:.*]] = arith.index_cast %[[TX]] : index to i32
+// CHECK-NEXT:  %[[BX:.*]] = gpu.block_dim x
+// CHECK-NEXT:  %[[NX:.*]] = arith.index_cast %[[BX]] : index to i32
+// CHECK-NEXT:  %[[BY:.*]] = gpu.block_dim y
+// CHECK-NEXT:  %[[NY:.*]] = arith.index_cast %[[BY]] : index to i32
+// CHECK-NEXT:  %[[PLANE:.*]] = arith.muli %[[NX]], %[[NY]] : i32
+// CHECK-NEXT:  %[[TY:.*]] = gpu.thread_id y
+// CHECK-NEXT:  %[[Y:.*]] = arith.index_cast %[[TY]] : index to i32
+// CHECK-NEXT:  %[[YX:.*]] = arith.muli %[[Y]], %[[NX]] : i32
+// CHECK-NEXT:  %[[XY:.*]] = arith.addi %[[X]], %[[YX]] : i32
+// CHECK-NEXT:  %[[TZ:.*]] = gpu.thread_id z
+// CHECK-NEXT:  %[[Z:.*]] = arith.index_cast %[[TZ]] : index to i32
+// CHECK-NEXT:  %[[ZP:.*]] = arith.muli %[[Z]], %[[PLANE]] : i32
+// CHECK-NEXT:  %[[LINEAR:.*]] = arith.addi %[[XY]], %[[ZP]] : i32
+// CHECK-NEXT:  %[[C5:.*]] = arith.constant 5 : i32
+// CHECK-NEXT:  %[[WARP:.*]] = arith.shrui %[[LINEAR]], %[[C5]] : i32
+// CHECK-NEXT:  %[[C3:.*]] = arith.constant 3 : i32
+// CHECK-NEXT:  %[[WG:.*]] = arith.andi %[[WARP]], %[[C3]] : i32
+// CHECK-NEXT:  %[[C6:.*]] = arith.constant 6 : i32
+// CHECK-NEXT:  %[[WO:.*]] = arith.shli %[[WG]], %[[C6]] : i32
+// CHECK:       arith.addi %{{.*}}, %[[WO]] : i32
+gpu.module @warpgroup_unknown_block [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @warpgroup_unknown_block() kernel {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<2xi32, 5>
+    "tile.matrix_transfer"(%r, %g) {opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warpgroup",
+        dst_layout = #tile.layout<"(4,2,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,2,8,4):(64,32,4,1)">} : (memref<2xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}

@@ -103,3 +103,151 @@ gpu.module @dynamic_offset_times_two [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// The proofs of a dynamic offset's multiple through arith.andi / shli / addi / subi / muli / index_cast.
+gpu.module @andi_minus_four_proves_four [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %m = arith.constant -4 : index
+    %o = arith.andi %b, %m : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @shli_by_two_proves_four [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %c2 = arith.constant 2 : index
+    %o = arith.shli %b, %c2 : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @addi_of_multiples_of_four_and_eight [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %s = arith.shli %b, %c2 : index
+    %t = arith.muli %b, %c8 : index
+    %o = arith.addi %s, %t : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @subi_keeps_the_common_multiple [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %c4 = arith.constant 4 : index
+    %c12 = arith.constant 12 : index
+    %s = arith.muli %b, %c4 : index
+    %o = arith.subi %s, %c12 : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @index_cast_of_a_shifted_i32 [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %i = arith.index_cast %b : index to i32
+    %c3 = arith.constant 3 : i32
+    %s = arith.shli %i, %c3 : i32
+    %o = arith.index_cast %s : i32 to index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @addi_of_four_and_one_proves_one [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %c2 = arith.constant 2 : index
+    %c1 = arith.constant 1 : index
+    %s = arith.shli %b, %c2 : index
+    %o = arith.addi %s, %c1 : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}dynamic offset{{.*}}a multiple of 1 elements}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @andi_minus_two_proves_two [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %m = arith.constant -2 : index
+    %o = arith.andi %b, %m : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}dynamic offset{{.*}}a multiple of 2 elements}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @shli_by_a_dynamic_amount_proves_only_the_shifted_multiple [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<512xi32, 3>
+    %b = gpu.block_id x
+    %o = arith.shli %b, %b : index
+    %sm = memref.subview %g[%o] [128] [1] : memref<512xi32, 3> to memref<128xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}dynamic offset{{.*}}a multiple of 1 elements}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<128xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}

@@ -1,6 +1,8 @@
 # RUN: %python %s | filecheck %s
 """The Python builder API: ops from layout objects, attributes read back, early contract errors, the
 spec's kernel module, and compile_to_ptx."""
+import gc
+
 from mlir import ir
 
 from mlir_tile.builder import Kernel, matrix_transfer
@@ -9,8 +11,11 @@ from mlir_tile.layout import S, laneid, pack_b16_as_b32
 
 
 def run(f):
+    """Upstream's test/python idiom: run, then check that the test left no MLIR context alive."""
     print("\nTEST:", f.__name__)
     f()
+    gc.collect()
+    assert ir.Context._get_live_count() == 0, f"{f.__name__} leaked {ir.Context._get_live_count()} context(s)"
     return f
 
 
@@ -99,7 +104,7 @@ def test_block_size_reaches_the_builder_check():
 def test_spec_example_module():
     import seed_example
 
-    print(seed_example.build_module())
+    print(seed_example.build_module(ir.Context()))
 
 
 # CHECK-LABEL: TEST: test_compile_to_ptx
@@ -112,7 +117,7 @@ def test_compile_to_ptx():
     import mlir_tile
     import seed_example
 
-    print(mlir_tile.compile_to_ptx(seed_example.build_module(), chip="sm_90"))
+    print(mlir_tile.compile_to_ptx(seed_example.build_module(ir.Context()), chip="sm_90"))
 
 
 # CHECK-LABEL: TEST: test_compile_error_names_the_pass

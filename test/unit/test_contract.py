@@ -2,6 +2,7 @@
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
 import random
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,3 +148,24 @@ def test_unknown_chip_is_a_target_violation_naming_the_usable_chips(seed):
     assert transfer is None and [v.rule for v in violations] == ["target"]
     message = str(violations[0])
     assert "'sm_99'" in message and "sm_90, sm_90a, sm_100" in message and "sm_70" not in message
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_docs_rule_table_lists_exactly_the_rules():
+    table = (REPO / "docs" / "legality-rules.md").read_text()
+    documented = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
+    assert sorted(documented) == sorted(rule.value for rule in contract.Rule)
+
+
+@pytest.mark.parametrize("rule", list(contract.Rule), ids=str)
+def test_each_rule_has_its_test_file_with_at_least_two_cases(rule):
+    text = (REPO / "test" / "Transforms" / f"verify-{rule}.mlir").read_text()
+    assert text.startswith(f"// [{rule}] "), "the file names its rule first"
+    assert len(re.findall(rf"expected-error(?:-re)?@\S+ {{{{\[{re.escape(rule.value)}\]", text)) >= 2
+
+
+def test_every_rule_has_its_checks():
+    assert set(contract.RULE_CHECKS) == set(contract.Rule)
+    assert all(rule.summary for rule in contract.Rule)

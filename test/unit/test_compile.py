@@ -1,0 +1,16 @@
+"""compile_to_ptx on the spec example. The build half of the GPU test: the PTX that the GPU test
+(test_runtime_gpu.py) runs is checked in, and must be exactly what mlir-tile compiles now, so the GPU half
+(on a host without MLIR) and this half (on a host without a GPU) together test the whole path."""
+from pathlib import Path
+
+import seed_example
+from mlir_tile.compile import compile_to_ptx
+
+SPEC_EXAMPLE_PTX = Path(__file__).with_name("Inputs") / "spec_example.ptx"
+
+
+def test_spec_example_ptx_is_what_mlir_tile_compiles():
+    compiled = compile_to_ptx(seed_example.build_module())
+    assert compiled == SPEC_EXAMPLE_PTX.read_text(), (
+        "the compiled PTX changed: if the change is intended, run "
+        "`python examples/seed_example.py --ptx-out test/unit/Inputs/spec_example.ptx`")
