@@ -4,7 +4,6 @@ the failure names its pass and can hand back the IR the failing pass received.""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -116,14 +115,15 @@ def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:
 
 
 def run_pipeline(
-    module: ir.Operation, elements: list[str], print_after_all: bool = False, input_is_file: bool = True
+    module: ir.Operation, elements: list[str], *, instrument=None, input_is_file: bool = True
 ) -> None:
     """Run a pipeline of tile and upstream passes on a builtin.module operation, in place.
 
     The input is verified first, so invalid IR is reported as such rather than blamed on a pass. The
-    pipeline runs in one pass manager; only when it fails is it replayed step by step on a copy of the
-    input, to name the failing pass and keep the IR that pass received (for the reproducer). When the
-    input is not a file (a module built in Python), even the first step's input is kept."""
+    pipeline runs in one pass manager (`instrument(manager)` may turn on IR printing or timing); only when it
+    fails is it replayed step by step on a copy of the input, to name the failing pass and keep the IR that
+    pass received (for the reproducer). When the input is not a file (a module built in Python), even the
+    first step's input is kept."""
     try:
         steps = expand(elements)
         manager = passmanager.PassManager("builtin.module", context=module.context)
@@ -135,20 +135,20 @@ def run_pipeline(
         module.verify()
     except ir.MLIRError as error:
         raise PipelineFailure(None, Diag.from_error(error)) from None
-    if print_after_all:
-        _run_steps(module, steps, print_after_all=True, keep_first_input=not input_is_file)
-        return
+    if instrument is not None:
+        instrument(manager)
     saved = module.clone()  # 20x cheaper than printing; only used to replay a failure
     try:
         manager.run(module)
         return
     except (ir.MLIRError, RuntimeError):
         pass
-    _run_steps(saved, steps, print_after_all=False, keep_first_input=not input_is_file)
-    raise PipelineFailure(steps[-1], [Diag("error", None, None, None, "the pipeline failed, but no single step did")])
+    _run_steps(saved, steps, keep_first_input=not input_is_file)
+    raise PipelineFailure(steps[-1], [Diag("error", PIPELINE_LOCATION, None, None,
+                                           "the pipeline failed, but no single step did")])
 
 
-def _run_steps(module: ir.Operation, steps: list[str], print_after_all: bool, keep_first_input: bool) -> None:
+def _run_steps(module: ir.Operation, steps: list[str], keep_first_input: bool) -> None:
     """Each element as its own step; raises PipelineFailure naming the first step that fails."""
     for position, element in enumerate(steps):
         before = module.get_asm(enable_debug_info=True) if position or keep_first_input else None
@@ -158,6 +158,4 @@ def _run_steps(module: ir.Operation, steps: list[str], print_after_all: bool, ke
             raise PipelineFailure(element, Diag.from_error(error), before) from None
         except RuntimeError as error:  # a Python pass raised: report it as that pass's failure
             message = str(error).strip().splitlines()[-1]
-            raise PipelineFailure(element, [Diag("error", None, None, None, f"internal error: {message}")], before) from None
-        if print_after_all:
-            sys.stderr.write(f"// -----// IR Dump After {element} //----- //\n{module}\n")
+            raise PipelineFailure(element, [Diag("error", PIPELINE_LOCATION, None, None, f"internal error: {message}")], before) from None

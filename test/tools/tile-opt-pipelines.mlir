@@ -4,6 +4,13 @@
 // RUN: tile-opt %s --split-input-file --tile-to-nvvm | filecheck %s --check-prefix=NVVM
 // RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-print-ir-after-all 2>&1 >/dev/null | filecheck %s --check-prefix=DUMP
 // RUN: tile-opt --list-passes | filecheck %s --check-prefix=LIST
+// The spellings of mlir-opt: single-dash flags, --pass=options, -o, before-all printing, timing, bytecode.
+// RUN: tile-opt %s -split-input-file -tile-set-nvvm-target=chip=sm_80 -o %t.sm80.mlir && filecheck %s --check-prefix=SM80 < %t.sm80.mlir
+// RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-print-ir-before-all 2>&1 >/dev/null | filecheck %s --check-prefix=BEFORE
+// RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-timing --dump-pass-pipeline 2>&1 >/dev/null | filecheck %s --check-prefix=TIMING
+// RUN: tile-opt %S/Inputs/one-transfer.mlir --emit-bytecode -o %t.mlirbc && tile-opt %t.mlirbc --tile-lower-matrix-transfer | filecheck %s --check-prefix=BYTECODE
+// RUN: not tile-opt %s --split-input-file --emit-bytecode 2>&1 | filecheck %s --check-prefix=BYTECODE-SPLIT
+// RUN: tile-opt --version | filecheck %s --check-prefix=VERSION
 
 // CHECK-LABEL: gpu.module @first
 // CHECK: nvvm.ldmatrix %{{.*}} {{{.*}}num = 4 : i32{{.*}}}
@@ -16,8 +23,17 @@
 // NVVM: nvvm.ldmatrix
 // NVVM-NOT: tile.matrix_transfer
 // NVVM-NOT: unrealized_conversion_cast
-// DUMP: // -----// IR Dump After tile-verify-matrix-transfer //----- //
-// DUMP: // -----// IR Dump After tile-verify-matrix-transfer //----- //
+// DUMP: // -----// IR Dump After tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
+// DUMP: // -----// IR Dump After tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
+// SM80-LABEL: gpu.module @first [#nvvm.target<chip = "sm_80">]
+// SM80-LABEL: gpu.module @second [#nvvm.target<chip = "sm_80">]
+// BEFORE: // -----// IR Dump Before tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
+// TIMING: builtin.module(tile-verify-matrix-transfer)
+// TIMING: Execution time report
+// TIMING: tile-verify-matrix-transfer
+// BYTECODE: nvvm.ldmatrix
+// BYTECODE-SPLIT: error: --emit-bytecode writes one module: it cannot be used with --split-input-file
+// VERSION: tile-opt (mlir-tile
 // LIST-DAG: --tile-verify-matrix-transfer
 // LIST-DAG: --tile-lower-matrix-transfer
 // LIST-DAG: --tile-set-nvvm-target

@@ -16,11 +16,11 @@
 // SM80: error: 'tile.matrix_transfer' op [target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80
 // SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
 // SM80-NOT: ptxas
-// USAGE: tile-translate: no translation selected
+// USAGE: tile-translate: error: one of the arguments --mlir-to-ptx --mlir-to-cubin is required
 // UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
 // UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
-// CUBIN-NEEDS-FILE: tile-translate: --mlir-to-cubin writes a binary file: give -o OUT
+// CUBIN-NEEDS-FILE: tile-translate: error: --mlir-to-cubin writes a binary file: give -o OUT
 module attributes {gpu.container_module} {
   gpu.module @kernels [#nvvm.target<chip = "sm_90">] {
     memref.global "private" @sm : memref<128xi32, 3> {alignment = 16 : i64}

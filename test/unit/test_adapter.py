@@ -7,14 +7,13 @@ import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from mlir import ir
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.contract import ContractError
 from mlir_tile.layout import Layout, ThreadStride
 from mlir_tile.pipeline import PipelineFailure, run_pipeline
-from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer, transfers
 from mlir_tile.tools.driver import Session
 
 SESSION = Session()
@@ -88,9 +87,8 @@ def pass_verdict(module) -> list[str]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @pytest.mark.parametrize("illegal_class", sorted(ILLEGAL_CLASSES))
-@given(seed=st.integers(0, 2**32 - 1))
-def test_builder_and_pass_give_the_same_verdict(illegal_class, seed):
-    case = random_transfer(random.Random(seed))
+@given(case=transfers())
+def test_builder_and_pass_give_the_same_verdict(illegal_class, case):
     changes = ILLEGAL_CLASSES[illegal_class](case)
     _, builder_verdict = build(case, check=True, **changes)
     module, unchecked = build(case, check=False, **changes)

@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 
 from mlir_tile import contract
 from mlir_tile.layout import Layout, ThreadStride
-from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer, transfers
 
-transfers = st.integers(0, 2**32 - 1).map(lambda seed: random_transfer(random.Random(seed)))
 
 
 def arguments(case: RandomTransfer, **changes):
@@ -48,7 +47,7 @@ def with_stride(layout: Layout, axis: int, stride) -> str:
 
 
 @settings(max_examples=300)
-@given(transfers)
+@given(transfers())
 def test_random_legal_transfers_pass(case):
     transfer, violations = contract.check(**arguments(case))
     assert violations == [] and transfer is not None
@@ -80,7 +79,7 @@ EXPECTED_RULE = {"operands-16-bit": "operands", "row-alignment-base": "row-align
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-@given(case=transfers)
+@given(case=transfers())
 def test_each_single_rule_mutation_is_rejected_with_that_rule(mutation, case):
     changes = MUTATIONS[mutation](case)
     if mutation == "register-bounds" and case.slots <= 3:
@@ -90,9 +89,8 @@ def test_each_single_rule_mutation_is_rejected_with_that_rule(mutation, case):
 
 
 @settings(max_examples=100)
-@given(st.integers(0, 2**32 - 1))
-def test_overlapping_loaded_slots_and_stored_rows_are_rejected(seed):
-    case = random_transfer(random.Random(seed))
+@given(transfers())
+def test_overlapping_loaded_slots_and_stored_rows_are_rejected(case):
     atom_axis = case.register_layout.rank - 3
     if case.is_load and case.register_layout.shape[atom_axis] > 1:
         broken = with_stride(case.register_layout, atom_axis, 0)

@@ -1,6 +1,5 @@
 """The reference model: hand-checked cases from the ISA's fragment layout, the specification's table, and
 the lowering's actual code (interpreted per lane) against the model on random legal transfers."""
-import random
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from mlir import ir
 
 from mlir_tile.contract import ContractError
 from mlir_tile.pipeline import run_pipeline
-from mlir_tile.testing.random_transfers import random_transfer
+from mlir_tile.testing.random_transfers import transfers
 from mlir_tile.reference import emulate, ldmatrix_warp, stmatrix_warp
 from mlir_tile.tools.driver import Session
 from test_verifier_pass import kernel_text
@@ -183,9 +182,8 @@ def run_lowered(case, registers, shared):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32 - 1))
-def test_lowered_code_computes_what_the_model_computes(seed):
-    case = random_transfer(random.Random(seed))
+@given(case=transfers(), seed=st.integers(0, 2**32 - 1))
+def test_lowered_code_computes_what_the_model_computes(case, seed):
     data = np.random.default_rng(seed)
     registers = data.integers(0, 2**32, (case.threads, case.slots), dtype=np.uint32)
     shared = data.integers(0, 2**32, case.words, dtype=np.uint32)

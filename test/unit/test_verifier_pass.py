@@ -1,12 +1,11 @@
 """The verifier pass on real IR: random legal transfers built as kernels pass; random attribute mixes give
 MLIR diagnostics at the op, never a Python exception."""
-import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile.pipeline import PipelineFailure, run_pipeline
-from mlir_tile.testing.random_transfers import random_transfer
+from mlir_tile.testing.random_transfers import transfers
 from mlir_tile.tools.driver import Session
 
 SESSION = Session()
@@ -32,9 +31,8 @@ def verify(text):
 
 
 @settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32 - 1))
-def test_random_legal_transfers_pass_the_pass(seed):
-    case = random_transfer(random.Random(seed))
+@given(transfers())
+def test_random_legal_transfers_pass_the_pass(case):
     verify(kernel_text(f'"{case.opcode}"', f'"{case.scope}"', f'#tile.layout<"{case.dst_layout}">',
                        f'#tile.layout<"{case.src_layout}">', slots=case.slots, words=case.words,
                        store=not case.is_load, threads=case.threads))

@@ -2,11 +2,16 @@
 
 Each transfer draws ld/st, .x1/.x2/.x4, .trans, warp/warpgroup scope, up to two repeat axes, register
 strides with gaps and shared strides with gaps and interleaving (matrix stride below the row stride), all
-through mixed radices so loaded slots and stored rows never collide."""
+through mixed radices so loaded slots and stored rows never collide.
+
+Every choice is one bounded integer from `integer(low, high)`, so the same generator serves a seeded
+`random.Random` (`random_transfer`, for reproducible GPU bundles) and hypothesis (`transfers()`, whose
+failing examples shrink towards the simplest transfer: lower integers are simpler choices)."""
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from mlir_tile import contract
 from mlir_tile.layout import Layout, ThreadStride
@@ -38,30 +43,53 @@ class RandomTransfer:
         return 32 * (contract.WARPGROUP_WARPS if self.scope == "warpgroup" else 1)
 
 
-def _mixed_radix(rng: random.Random, extents: list[int], unit: int, max_gap: int) -> list[int]:
+Integer = Callable[[int, int], int]  # a choice in [low, high]
+
+
+def _mixed_radix(integer: Integer, extents: list[int], unit: int, max_gap: int) -> list[int]:
     """Strides that keep distinct coordinates apart: a random axis order, each stride the span of the
     axes before it times `unit`, times a random gap."""
     order = list(range(len(extents)))
-    rng.shuffle(order)
+    for position in range(len(order) - 1, 0, -1):  # Fisher-Yates; all zeros keep the order
+        other = position - integer(0, position)
+        order[position], order[other] = order[other], order[position]
     strides = [0] * len(extents)
     span = unit
     for axis in order:
-        strides[axis] = span * rng.randint(1, max_gap)
+        strides[axis] = span * integer(1, max_gap)
         span = strides[axis] * extents[axis]
     return strides
 
 
+def _chance(integer: Integer, percent: int) -> bool:
+    """True with `percent`% probability; the simplest choice (0) is False."""
+    return integer(0, 99) >= 100 - percent
+
+
 def random_transfer(rng: random.Random) -> RandomTransfer:
-    load = rng.random() < 0.6
-    count = rng.choice([1, 2, 4])
-    trans = rng.random() < 0.4
-    scope = "warpgroup" if rng.random() < 0.2 else "warp"
+    """A random legal transfer, reproducible from the generator's seed."""
+    return draw_transfer(rng.randint)
+
+
+def transfers():
+    """A hypothesis strategy of random legal transfers that shrinks (hypothesis is imported only here, so
+    GPU hosts without it can still read bundles)."""
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: draw_transfer(lambda low, high: draw(st.integers(low, high))))()
+
+
+def draw_transfer(integer: Integer) -> RandomTransfer:
+    load = not _chance(integer, 40)
+    count = (1, 2, 4)[integer(0, 2)]
+    trans = _chance(integer, 40)
+    scope = "warpgroup" if _chance(integer, 20) else "warp"
     opcode = f"{'ldmatrix' if load else 'stmatrix'}.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16"
-    repeats = [rng.randint(1, 3) for _ in range(rng.randint(0, 2))]
+    repeats = [integer(1, 3) for _ in range(integer(0, 2))]
     group = [contract.WARPGROUP_WARPS] if scope == "warpgroup" else []
 
-    register_strides = _mixed_radix(rng, repeats + [count], 1, 2)
-    slots = sum((n - 1) * s for n, s in zip(repeats + [count], register_strides)) + 1 + rng.randint(0, 2)
+    register_strides = _mixed_radix(integer, repeats + [count], 1, 2)
+    slots = sum((n - 1) * s for n, s in zip(repeats + [count], register_strides)) + 1 + integer(0, 2)
     register_layout = Layout(
         tuple(group + repeats + [count, 8, 4]),
         tuple(([ThreadStride(1, "warpid")] if group else []) + register_strides
@@ -69,11 +97,11 @@ def random_transfer(rng: random.Random) -> RandomTransfer:
     )
 
     # Shared: group (stores need each warp its own rows; loads may share), repeats, matrix and row axes.
-    share_rows = bool(group) and load and rng.random() < 0.5
+    share_rows = bool(group) and load and _chance(integer, 50)
     axes = ([] if share_rows else group) + repeats + [count, 8]
-    strides = _mixed_radix(rng, axes, 4, 2)
+    strides = _mixed_radix(integer, axes, 4, 2)
     if share_rows:
         strides = [0] + strides
     shared_layout = Layout(tuple(group + repeats + [count, 8, 4]), tuple(strides) + (1,))
-    words = shared_layout.cosize + 4 * rng.randint(0, 2)
+    words = shared_layout.cosize + 4 * integer(0, 2)
     return RandomTransfer(opcode, scope, register_layout, shared_layout, slots, words)

@@ -14,10 +14,10 @@ from mlir_tile.pipeline import Diag, PipelineFailure
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 
 
-def split_buffer(text: str, split: bool) -> list[str]:
+def split_buffer(text: str | bytes, split: bool) -> list[str | bytes]:
     """The input, or its `// -----` parts, each padded with newlines so that its line numbers are those of
-    the whole file (diagnostics then point into the file the user wrote)."""
-    if not split:
+    the whole file (diagnostics then point into the file the user wrote). Bytecode is never split."""
+    if not split or isinstance(text, bytes):
         return [text]
     chunks, start = [], 0
     for match in list(SPLIT_MARKER.finditer(text)) + [None]:
@@ -42,10 +42,17 @@ class Session:
         self.collected.extend(Diag.from_mlir(diagnostic))
         return True
 
-    def parse(self, text: str, source_name: str) -> ir.Operation:
+    def parse(self, text: str | bytes, source_name: str) -> ir.Operation:
         """Parse like mlir-opt: one top-level builtin.module is the module; other ops get an implicit one.
         Returns the builtin.module operation."""
         with self.context:
+            if isinstance(text, bytes):  # bytecode: always one builtin.module
+                try:
+                    module = ir.Module.parse(text)
+                except ir.MLIRError as error:
+                    raise PipelineFailure(None, Diag.from_error(error)) from None
+                self._owned_modules.append(module)
+                return module.operation
             try:
                 op = ir.Operation.parse(text, source_name=source_name)
             except ir.MLIRError as error:
@@ -68,13 +75,18 @@ class InputError(Exception):
     """The input cannot be read as MLIR text; the message says why."""
 
 
-def read_input(path: str) -> tuple[str, str]:
-    """(text, name for locations) of a file, or of standard input for '-'."""
+BYTECODE_MAGIC = b"ML\xefR"
+
+
+def read_input(path: str) -> tuple[str | bytes, str]:
+    """(text, or MLIR bytecode as bytes; name for locations) of a file, or of standard input for '-'."""
     name = "<stdin>" if path == "-" else path
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as error:
         raise InputError(f"cannot read input: {error}") from None
+    if data.startswith(BYTECODE_MAGIC):
+        return data, name
     try:
         return data.decode("utf-8"), name
     except UnicodeDecodeError as error:

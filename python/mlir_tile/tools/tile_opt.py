@@ -1,25 +1,81 @@
 """tile-opt: an mlir-opt for the tile dialect.
 
-    tile-opt [FILE|-] [-o OUT] [--pass-pipeline='builtin.module(...)'] [--<pass or pipeline>[{opts}] ...]
-             [--split-input-file] [--verify-diagnostics] [--mlir-print-ir-after-all]
-             [--mlir-print-op-generic] [--allow-unregistered-dialect] [--list-passes]
-
-With no pass it parses, verifies and prints. Pass flags and --pass-pipeline may mix tile passes, the
-named pipelines tile-to-nvvm / tile-to-ptx and any upstream pass. Errors are MLIR diagnostics on stderr
-(file:line:col) and exit status 1.
+With no pass it parses, verifies and prints. Passes come as flags in the order given (`--canonicalize`,
+`--tile-to-nvvm`, `--pass{opt=val}`, `--pass=opt=val`, single-dash spellings too) or as one
+`--pass-pipeline='builtin.module(...)'`; both mix tile passes, the named pipelines tile-to-nvvm / tile-to-ptx
+and any upstream pass. Errors are MLIR diagnostics on stderr (file:line:col) and exit status 1.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
 
-from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
-from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
-from mlir_tile.passes import PASSES, PIPELINES
-from mlir_tile.pipeline_text import split_elements
+from mlir import ir
 
-USAGE = __doc__.split("\n\n")[1]
+from mlir_tile.passes import PASSES, PIPELINES
+from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
+from mlir_tile.pipeline_text import split_elements
+from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
+
+VERSION = "tile-opt (mlir-tile 0.1.0, MLIR 22)"
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tile-opt", description=__doc__.split("\n\n")[1], allow_abbrev=False,
+        usage="tile-opt [FILE|-] [-o OUT] [--<pass>[{opts}] ... | --pass-pipeline=PIPELINE] [options]",
+        epilog="Passes: tile-opt --list-passes lists the tile passes and pipelines; every upstream mlir-opt pass "
+               "is accepted too.")
+    parser.add_argument("input", nargs="?", default="-", help="input file, or - for standard input (default)")
+    parser.add_argument("-o", dest="output", default="-", help="output file (default: standard output)")
+    parser.add_argument("--pass-pipeline", action="append", default=[], metavar="PIPELINE",
+                        help="a textual pass pipeline, builtin.module(...)")
+    flags = {
+        "--split-input-file": "split the input at '// -----' and process each part on its own",
+        "--verify-diagnostics": "check the diagnostics against expected-* comments",
+        "--mlir-print-ir-before-all": "print the IR before every pass",
+        "--mlir-print-ir-after-all": "print the IR after every pass",
+        "--mlir-print-op-generic": "print ops in the generic form",
+        "--mlir-print-debuginfo": "print locations",
+        "--mlir-timing": "report the time of each pass",
+        "--mlir-disable-threading": "run single-threaded (Python passes always do)",
+        "--dump-pass-pipeline": "print the pass pipeline before running it",
+        "--emit-bytecode": "write MLIR bytecode instead of text",
+        "--allow-unregistered-dialect": "accept ops of dialects that are not registered",
+        "--list-passes": "list the tile passes and pipelines",
+    }
+    for flag, text in flags.items():
+        parser.add_argument(flag, action="store_true", help=text)
+    parser.add_argument("--version", action="version", version=VERSION)
+    return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """Options, with `pipeline`: the pass flags (argparse leaves them over) and --pass-pipeline's elements."""
+    parser = argument_parser()
+    # mlir-opt takes every long option with one dash too (-split-input-file, -canonicalize)
+    argv = ["-" + a if re.match(r"-[A-Za-z][\w.-]+", a) and a != "-o" else a for a in argv]
+    options, rest = parser.parse_known_args(argv)
+    passes = []
+    for argument in rest:
+        match = re.fullmatch(r"--([\w.-]+)(?:=(.*)|(\{.*\}))?", argument, re.S)
+        if not match:
+            parser.error(f"unrecognized argument '{argument}'")
+        name, value, braces = match.groups()
+        passes.append(name + (braces or (f"{{{value}}}" if value else "")))
+    if passes and options.pass_pipeline:
+        parser.error("--pass-pipeline cannot be used with individual pass flags")
+    if options.emit_bytecode and options.split_input_file:
+        parser.error("--emit-bytecode writes one module: it cannot be used with --split-input-file")
+    try:
+        options.pipeline = passes + [e for text in options.pass_pipeline for e in split_elements(text)]
+    except ValueError as error:
+        parser.error(str(error))
+    return options
+
+
 # As in mlir-opt: `expected-error@+1 {{text}}` matches text as a substring; `expected-error-re@+1 {{a {{re}} b}}`
 # matches the literal parts as written and the `{{...}}` parts as regular expressions.
 _EXPECTED = re.compile(
@@ -41,40 +97,6 @@ def _matcher(text: str, is_regex: bool):
     except re.error:  # reported as an expectation that was not produced
         return lambda message: False
     return lambda message: pattern.search(message) is not None
-
-
-# Flags that switch an option on, as mlir-opt spells them.
-SWITCHES = {
-    "--split-input-file": "split",
-    "--verify-diagnostics": "verify",
-    "--mlir-print-ir-after-all": "print_after_all",
-    "--mlir-print-op-generic": "generic",
-    "--allow-unregistered-dialect": "allow_unregistered",
-    "--list-passes": "list",
-}
-
-
-def parse_arguments(argv: list[str]):
-    options = {"input": "-", "output": "-", "pipeline": [], **{name: False for name in SWITCHES.values()}}
-    arguments = iter(argv)
-    for argument in arguments:
-        flag, _, value = argument.partition("=")
-        if argument == "-o":
-            options["output"] = next(arguments, "-")
-        elif flag == "--pass-pipeline":
-            options["pipeline"] += split_elements(value if value else next(arguments, ""))
-        elif argument in SWITCHES:
-            options[SWITCHES[argument]] = True
-        elif argument in ("-h", "--help"):
-            print(__doc__)
-            sys.exit(0)
-        elif argument.startswith("--"):
-            options["pipeline"].append(argument[2:])  # a pass or pipeline, with optional {options}
-        elif argument.startswith("-") and argument != "-":
-            raise SystemExit(f"tile-opt: unknown option '{argument}'\n{USAGE}")
-        else:
-            options["input"] = argument
-    return options
 
 
 def expected_diagnostics(chunk_text: str) -> list[dict]:
@@ -116,36 +138,65 @@ def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str) -> 
     return problems
 
 
-def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[str | None, list[Diag], str | None]:
-    """Returns (printed IR or None, diagnostics, reproducer hint)."""
+def instrumentation(options: argparse.Namespace):
+    """What the flags turn on in the pass manager: IR printing, timing."""
+    def instrument(manager):
+        if options.mlir_print_ir_before_all or options.mlir_print_ir_after_all:
+            manager.enable_ir_printing(print_before_all=options.mlir_print_ir_before_all,
+                                       print_after_all=options.mlir_print_ir_after_all,
+                                       enable_debug_info=options.mlir_print_debuginfo,
+                                       print_generic_op_form=options.mlir_print_op_generic)
+        if options.mlir_timing:
+            manager.enable_timing()
+    return instrument
+
+
+def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[object, list[Diag], str | None]:
+    """Returns (the processed module or None, diagnostics, reproducer hint)."""
     session.collected.clear()
     try:
         module = session.parse(chunk, source_name)
-        run_pipeline(module, options["pipeline"], options["print_after_all"])
+        run_pipeline(module, options.pipeline, instrument=instrumentation(options))
     except PipelineFailure as failure:
         hint = failure.hint(source_name)
         return None, session.collected + failure.diagnostics, f"tile-opt: {hint}" if hint else None
-    return module.get_asm(print_generic_op_form=options["generic"]), list(session.collected), None
+    return module, list(session.collected), None
+
+
+def render(module, options) -> bytes:
+    if options.emit_bytecode:
+        import io
+
+        stream = io.BytesIO()
+        module.write_bytecode(stream)
+        return stream.getvalue()
+    text = module.get_asm(print_generic_op_form=options.mlir_print_op_generic,
+                          enable_debug_info=options.mlir_print_debuginfo)
+    return (text if text.endswith("\n") else text + "\n").encode()
 
 
 def main(argv: list[str] | None = None) -> int:
+    options = parse_arguments(sys.argv[1:] if argv is None else argv)
+    if options.list_passes:
+        for name, definition in {**PASSES, **PIPELINES}.items():
+            print(f"  --{name:32} {definition.summary}")
+            for option in definition.options:
+                print(f"      {option.name:30} {option.help}")
+        return 0
+    if options.dump_pass_pipeline:
+        print(f"Pass Manager with {len(options.pipeline)} passes:\nbuiltin.module({', '.join(options.pipeline)})",
+              file=sys.stderr)
     try:
-        options = parse_arguments(sys.argv[1:] if argv is None else argv)
-        if options["list"]:
-            descriptions = {name: definition.summary for name, definition in {**PASSES, **PIPELINES}.items()}
-            for name, description in descriptions.items():
-                print(f"  --{name:32} {description}")
-            return 0
-        text, source_name = read_input(options["input"])
+        text, source_name = read_input(options.input)
     except InputError as error:
         print(f"tile-opt: {error}", file=sys.stderr)
         return 1
     try:
-        session = Session(options["allow_unregistered"])
+        session = Session(options.allow_unregistered_dialect)
         outputs, status = [], 0
-        for chunk in split_buffer(text, options["split"]):
-            printed, diagnostics, hint = run_chunk(session, chunk, source_name, options)
-            if options["verify"]:
+        for chunk in split_buffer(text, options.split_input_file):
+            module, diagnostics, hint = run_chunk(session, chunk, source_name, options)
+            if options.verify_diagnostics:
                 problems = check_diagnostics(diagnostics, chunk, source_name)
                 for problem in problems:
                     print(problem, file=sys.stderr)
@@ -155,14 +206,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(diagnostic, file=sys.stderr)
                 if hint:
                     print(hint, file=sys.stderr)
-                status |= 1 if printed is None else 0
-            if printed is not None:
-                outputs.append(printed)
-        result = "// -----\n".join(o if o.endswith("\n") else o + "\n" for o in outputs)
-        if options["output"] == "-":
-            sys.stdout.write(result)
+                status |= 1 if module is None else 0
+            if module is not None:
+                outputs.append(render(module, options))
+        result = b"// -----\n".join(outputs)
+        if options.output == "-":
+            sys.stdout.buffer.write(result)
         else:
-            with open(options["output"], "w") as stream:
+            with open(options.output, "wb") as stream:
                 stream.write(result)
         return status
     except Exception as error:  # a bug in tile-opt itself: one line, not a traceback

@@ -10,6 +10,7 @@ exit status 1.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -18,39 +19,30 @@ from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx
 from mlir_tile.pipeline import PipelineFailure
 from mlir_tile.tools.driver import InputError, Session, read_input
 
-USAGE = "usage: tile-translate (--mlir-to-ptx [-o OUT] | --mlir-to-cubin -o OUT) [--chip=sm_90] [FILE|-]"
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tile-translate", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    translation = parser.add_mutually_exclusive_group(required=True)
+    translation.add_argument("--mlir-to-ptx", dest="translation", action="store_const", const="ptx",
+                             help="print the PTX of the module's gpu.module(s)")
+    translation.add_argument("--mlir-to-cubin", dest="translation", action="store_const", const="cubin",
+                             help="write the PTX assembled for the chip by nvJitLink (needs -o)")
+    parser.add_argument("--chip", default=targets.DEFAULT_CHIP, help=f"default {targets.DEFAULT_CHIP}")
+    parser.add_argument("-o", dest="output", default="-", help="output file (default: standard output)")
+    parser.add_argument("input", nargs="?", default="-", help="input file, or - for standard input (default)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    translation, chip, source, output = None, targets.DEFAULT_CHIP, "-", "-"
-    arguments = iter(argv)
-    for argument in arguments:
-        if argument in ("--mlir-to-ptx", "--mlir-to-cubin"):
-            translation = argument
-        elif argument.startswith("--chip="):
-            chip = argument.split("=", 1)[1]
-        elif argument == "-o":
-            output = next(arguments, "-")
-        elif argument in ("-h", "--help"):
-            print(__doc__)
-            return 0
-        elif argument.startswith("-") and argument != "-":
-            print(f"tile-translate: unknown option '{argument}'\n{USAGE}", file=sys.stderr)
-            return 1
-        else:
-            source = argument
-    if translation is None:
-        print(f"tile-translate: no translation selected\n{USAGE}", file=sys.stderr)
-        return 1
-    if translation == "--mlir-to-cubin" and output == "-":
-        print(f"tile-translate: --mlir-to-cubin writes a binary file: give -o OUT\n{USAGE}", file=sys.stderr)
-        return 1
+    parser = argument_parser()
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    translation, chip, source, output = options.translation, options.chip, options.input, options.output
+    if translation == "cubin" and output == "-":
+        parser.error("--mlir-to-cubin writes a binary file: give -o OUT")
     try:
         text, source_name = read_input(source)
         module = Session().parse(text, source_name)
         ptx = compile_to_ptx(module, chip, source_name=source_name)
-        result = cubin_of_ptx(ptx, chip) if translation == "--mlir-to-cubin" else ptx
+        result = cubin_of_ptx(ptx, chip) if translation == "cubin" else ptx
     except InputError as error:
         print(f"tile-translate: {error}", file=sys.stderr)
         return 1
