@@ -12,7 +12,6 @@ from mlir import ir
 from mlir.dialects import irdl
 from mlir.dialects._ods_common import _cext
 
-from mlir_tile.contract import ATTRIBUTES as ATTRIBUTE_NAMES
 from mlir_tile.layout import Layout, as_layout
 
 # The bindings find the Python module of dialect `tile` as `mlir_tile.dialect.tile` (MatrixTransferOp).
@@ -20,10 +19,8 @@ _cext.globals.append_dialect_search_prefix(__name__)
 
 IRDL_FILE = Path(__file__).with_name("tile.irdl.mlir")
 OP_NAME = "tile.matrix_transfer"
-ATTRIBUTE_NAMES = ("opcode", "scope", "dst_layout", "src_layout")
 
 _LAYOUT_ATTR = re.compile(r'^#tile\.layout<"(.*)">$', re.S)
-_STRING_ATTR = re.compile(r'^"(.*)"$', re.S)
 
 
 def load_dialect(context: ir.Context) -> None:
