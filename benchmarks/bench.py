@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python"), str(REPO / "examples")]  # the GPU host uses only their MLIR-free parts
 
+from mlir_tile import targets  # noqa: E402  (imports no MLIR)
 from mlir_tile.layout import Layout  # noqa: E402  (imports no MLIR)
 
 UNROLL = 8
@@ -301,7 +302,7 @@ def compile_once(kind: str, tag: str, directory: Path | None = None) -> dict:
         if directory is not None:
             (directory / "spec_example.ptx").write_text(ptx)
     else:
-        options = ProgramOptions(arch="sm_90", minimal=kind == "nvrtc-minimal" or None)
+        options = ProgramOptions(arch=targets.DEFAULT_CHIP, minimal=kind == "nvrtc-minimal" or None)
         start = time.perf_counter()
         cubin = Program(f"{SPEC_EXAMPLE_CUDA}\n// {tag}\n", "c++", options).compile("cubin").code
         steps = {"cpp_to_cubin": (time.perf_counter() - start) * 1e3}
@@ -417,7 +418,7 @@ def run(directory: Path) -> None:
                              "cuda_driver_api": _driver_version(),
                              "peak_tb_s": SHARED_BYTES_PER_CLOCK_PER_SM * sms * clock_hz / 1e12}
         resident_blocks = sms * BLOCKS_PER_SM
-        options = ProgramOptions(arch="sm_90", std="c++17")
+        options = ProgramOptions(arch=targets.DEFAULT_CHIP, std="c++17")
         for config in configs:
             index = config["index"]
             hand_source = (directory / f"hand_{index}.cu").read_text()
@@ -477,7 +478,7 @@ def load_latency(runtime, directory: Path, repeats: int = 20) -> dict:
         results[f"{kind}_cubin_load"] = timed(lambda _: ObjectCode.from_cubin(image).get_kernel(seed_example.KERNEL_NAME))
     results["ptx_driver_jit"] = timed(lambda tag: runtime.load_ptx(ptx + tag).kernel(seed_example.KERNEL_NAME))
     for kind in ("nvrtc", "nvrtc-minimal"):
-        options = ProgramOptions(arch="sm_90", minimal=kind == "nvrtc-minimal" or None)
+        options = ProgramOptions(arch=targets.DEFAULT_CHIP, minimal=kind == "nvrtc-minimal" or None)
         compile_and_load = lambda tag: Program(SPEC_EXAMPLE_CUDA + tag, "c++", options).compile("cubin")
         results[f"{kind}_on_gpu_host"] = timed(lambda tag: compile_and_load(tag).get_kernel(seed_example.KERNEL_NAME))
     table = seed_example.run_on_gpu((directory / "spec_example.mlir-tile.cubin").read_bytes())
@@ -509,7 +510,7 @@ def scaling(directory: Path, sizes=(100, 1000, 10000)) -> None:
 
 
 def scaling_module(count: int, upstream: bool) -> str:
-    head = ('gpu.module @k [#nvvm.target<chip = "sm_90">] {\n'
+    head = (f'gpu.module @k [#nvvm.target<chip = "{targets.DEFAULT_CHIP}">] {{\n'
             '  memref.global "private" @sm : memref<512xi32, #gpu.address_space<workgroup>> {alignment = 16 : i64}\n'
             '  gpu.func @f() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {\n'
             '    %sm = memref.get_global @sm : memref<512xi32, #gpu.address_space<workgroup>>\n')

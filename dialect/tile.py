@@ -94,11 +94,11 @@ class MatrixTransferOp(ir.OpView):
     def registers(self) -> ir.Value:
         """The register-storage operand: dst of an ldmatrix, src of an stmatrix (ContractError for an
         opcode that is neither)."""
-        return self.dst if parse_opcode(self.opcode).is_load else self.src
+        return parse_opcode(self.opcode).registers_and_shared(self.dst, self.src)[0]
 
     @property
     def shared(self) -> ir.Value:
-        return self.src if parse_opcode(self.opcode).is_load else self.dst
+        return parse_opcode(self.opcode).registers_and_shared(self.dst, self.src)[1]
 
 
 def matrix_transfer(opcode: str, dst: ir.Value, src: ir.Value, **kwargs) -> MatrixTransferOp:

@@ -5,7 +5,8 @@ from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
 from mlir_tile import targets
-from mlir_tile.pipeline import PipelineFailure, run_pipeline
+from mlir_tile.diagnostics import PipelineFailure
+from mlir_tile.pipeline import run_pipeline
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
 

@@ -121,6 +121,14 @@ class Opcode:
     def shared_role(self) -> str:
         return "src" if self.is_load else "dst"
 
+    def registers_and_shared(self, dst, src) -> tuple:
+        """(the register operand, the shared operand) of `dst, src`: the one place the operand order is read."""
+        return (dst, src) if self.is_load else (src, dst)
+
+    def dst_and_src(self, registers, shared) -> tuple:
+        """The inverse of `registers_and_shared`."""
+        return self.registers_and_shared(registers, shared)
+
 
 def parse_opcode(text: str) -> Opcode:
     match = _OPCODE.fullmatch(text) if isinstance(text, str) else None
@@ -287,7 +295,7 @@ def _check(
     if parsed_opcode is None:
         return None, violations
     violations += check_target(parsed_opcode, chip, ptx)
-    registers, shared = (dst, src) if parsed_opcode.is_load else (src, dst)
+    registers, shared = parsed_opcode.registers_and_shared(dst, src)
     violations += check_operands(parsed_opcode, registers, shared)
     violations += check_operand_bounds(parsed_opcode, registers, shared)
     violations += check_dynamic_offset_alignment(parsed_opcode, registers, shared)

@@ -3,81 +3,11 @@ Python callables and everything else as upstream text; on failure, replayed one 
 the failure names its pass and can hand back the IR the failing pass received."""
 from __future__ import annotations
 
-import os
-import tempfile
-from dataclasses import dataclass
-
 from mlir import ir, passmanager
 
+from mlir_tile.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
 from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.pipeline_text import parse_element
-
-PIPELINE_LOCATION = "<pass pipeline>"  # where an error in the pipeline text (not in the IR) is reported
-SEVERITY = {
-    ir.DiagnosticSeverity.ERROR: "error",
-    ir.DiagnosticSeverity.WARNING: "warning",
-    ir.DiagnosticSeverity.NOTE: "note",
-    ir.DiagnosticSeverity.REMARK: "remark",
-}
-
-
-@dataclass
-class Diag:
-    severity: str
-    file: str | None
-    line: int | None
-    column: int | None
-    message: str
-
-    @classmethod
-    def from_mlir(cls, diagnostic, severity: str | None = None) -> list["Diag"]:
-        location = diagnostic.location
-        file = line = column = None
-        if location.is_a_file():
-            file, line, column = location.filename, location.start_line, location.start_col
-        own = cls(severity or SEVERITY[diagnostic.severity], file, line, column, diagnostic.message)
-        return [own] + [n for note in diagnostic.notes for n in cls.from_mlir(note, "note")]
-
-    @classmethod
-    def from_error(cls, error: ir.MLIRError) -> list["Diag"]:
-        found = [d for diagnostic in error.error_diagnostics for d in cls.from_mlir(diagnostic)]
-        return found or [cls("error", None, None, None, str(error))]
-
-    def __str__(self) -> str:
-        if self.line is not None:
-            where = f"{self.file}:{self.line}:{self.column}"
-        else:
-            where = self.file if self.file is not None else "loc(unknown)"
-        return f"{where}: {self.severity}: {self.message}"
-
-
-class PipelineFailure(Exception):
-    """A step failed: `element` names it (None for a parse error), `diagnostics` say why, and `reproducer`
-    holds the IR the step received when it was not the first."""
-
-    def __init__(self, element: str | None, diagnostics: list[Diag], reproducer: str | None = None):
-        self.element, self.diagnostics, self.reproducer = element, diagnostics, reproducer
-        super().__init__("\n".join(str(d) for d in diagnostics))
-
-    def reproducer_command(self, input_name: str) -> str:
-        """The tile-opt command that runs the failed step alone on the IR it received."""
-        source = input_name
-        if self.reproducer is not None:
-            handle, source = tempfile.mkstemp(prefix="tile-repro-", suffix=".mlir")
-            with os.fdopen(handle, "w") as stream:
-                stream.write(self.reproducer)
-        return f"tile-opt {source} --pass-pipeline='builtin.module({self.element})'"
-
-    def hint(self, input_name: str) -> str | None:
-        """Which pass failed and the command that reproduces it; None for a failure before any pass."""
-        if self.element is None:
-            return None
-        return f"pass '{self.element}' failed; reproduce with: {self.reproducer_command(input_name)}"
-
-    def report(self, input_name: str) -> str:
-        hint = self.hint(input_name)
-        return "\n".join([str(d) for d in self.diagnostics] + ([hint] if hint else []))
-
 
 def expand(elements: list[str]) -> list[str]:
     """Named pipelines replaced by their elements, recursively (ValueError for an unknown option)."""

@@ -30,7 +30,7 @@ def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarra
     stmatrix: dst = flat shared words, src = registers. Returns the new dst (other values unchanged).
     Raises ValueError (contract.ContractError) for an illegal transfer."""
     opcode_info = contract.parse_opcode(opcode)
-    registers, shared = (dst, src) if opcode_info.is_load else (src, dst)
+    registers, shared = opcode_info.registers_and_shared(dst, src)
     registers = np.asarray(registers, dtype=np.uint32)
     shared = np.asarray(shared, dtype=np.uint32)
     if registers.ndim != 2 or shared.ndim != 1:
@@ -39,13 +39,14 @@ def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarra
     block = (threads, 1, 1) if scope == "cta" else None
     register_operand = contract.Operand("private", extent=slots, offset=0)
     shared_operand = contract.Operand("shared", extent=shared.size, offset=0, base_alignment=16)
+    dst_operand, src_operand = opcode_info.dst_and_src(register_operand, shared_operand)
     transfer = contract.require(
         opcode=opcode,
         scope=scope,
         dst_layout=_as_text(dst_layout),
         src_layout=_as_text(src_layout),
-        dst=register_operand if opcode_info.is_load else shared_operand,
-        src=shared_operand if opcode_info.is_load else register_operand,
+        dst=dst_operand,
+        src=src_operand,
         block_size=block,
     )
     if threads != transfer.scope.warps * LANES:

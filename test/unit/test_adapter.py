@@ -12,7 +12,8 @@ from mlir import ir
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.contract import ContractError
 from mlir_tile.layout import Layout, ThreadStride
-from mlir_tile.pipeline import PipelineFailure, run_pipeline
+from mlir_tile.diagnostics import PipelineFailure
+from mlir_tile.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer, transfers
 from mlir_tile.tools.driver import Session
 

@@ -4,7 +4,8 @@ MLIR diagnostics at the op, never a Python exception."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlir_tile.pipeline import PipelineFailure, run_pipeline
+from mlir_tile.diagnostics import PipelineFailure
+from mlir_tile.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import transfers
 from mlir_tile.tools.driver import Session
 

@@ -17,6 +17,7 @@ from mlir.dialects import arith
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
+from mlir_tile.contract import parse_opcode
 from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
 from mlir_tile.reference import emulate
 
@@ -50,8 +51,8 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
     registers = k.registers(case.slots)
     for slot in range(case.slots):
         k.store(k.load(regs_in, [tid, slot]), registers, [slot])
-    matrix_transfer(case.opcode, registers if case.is_load else sm, sm if case.is_load else registers,
-                    dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
+    dst, src = parse_opcode(case.opcode).dst_and_src(registers, sm)
+    matrix_transfer(case.opcode, dst, src, dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
     k.barrier()
     for slot in range(case.slots):
         k.store(k.load(registers, [slot]), regs_out, [tid, slot])

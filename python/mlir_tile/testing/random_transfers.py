@@ -32,11 +32,11 @@ class RandomTransfer:
 
     @property
     def dst_layout(self) -> Layout:
-        return self.register_layout if self.is_load else self.shared_layout
+        return contract.parse_opcode(self.opcode).dst_and_src(self.register_layout, self.shared_layout)[0]
 
     @property
     def src_layout(self) -> Layout:
-        return self.shared_layout if self.is_load else self.register_layout
+        return contract.parse_opcode(self.opcode).dst_and_src(self.register_layout, self.shared_layout)[1]
 
     @property
     def threads(self) -> int:

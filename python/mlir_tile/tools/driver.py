@@ -9,7 +9,7 @@ from pathlib import Path
 from mlir import ir
 
 from mlir_tile.dialect import make_context
-from mlir_tile.pipeline import Diag, PipelineFailure
+from mlir_tile.diagnostics import Diag, PipelineFailure
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 

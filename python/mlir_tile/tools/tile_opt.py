@@ -15,7 +15,8 @@ import sys
 from mlir import ir
 
 from mlir_tile.passes import PASSES, PIPELINES
-from mlir_tile.pipeline import Diag, PipelineFailure, run_pipeline
+from mlir_tile.diagnostics import Diag, PipelineFailure
+from mlir_tile.pipeline import run_pipeline
 from mlir_tile.pipeline_text import split_elements
 from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
 

@@ -16,7 +16,7 @@ import sys
 
 from mlir_tile import targets
 from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx
-from mlir_tile.pipeline import PipelineFailure
+from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.tools.driver import InputError, Session, read_input
 
 def argument_parser() -> argparse.ArgumentParser:
