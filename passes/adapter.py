@@ -37,7 +37,6 @@ def transfer_verdict(
     `facts` caches what a pass run asks many times; pass one per run (or none for a single op)."""
     facts = facts or FactCache()
     operation = op.operation
-    uniformity = facts.uniformity(operation)
     return contract.check(
         opcode=op.opcode,
         scope=op.scope,
@@ -47,7 +46,7 @@ def transfer_verdict(
         src=facts.operand(op.src),
         extra_attributes=op.extra_attributes,
         block_size=block_size(operation),
-        divergence=uniformity.divergence_reason(operation) if uniformity else None,
+        divergence=facts.divergence(operation),
         **target_arguments(operation),
     )
 

@@ -23,15 +23,6 @@ _VIEW_OPS = {
     "memref.expand_shape",
     "memref.memory_space_cast",
 }
-_THREAD_ID_OPS = {
-    "gpu.thread_id",
-    "gpu.lane_id",
-    "gpu.global_id",
-    "nvvm.read.ptx.sreg.tid.x",
-    "nvvm.read.ptx.sreg.tid.y",
-    "nvvm.read.ptx.sreg.tid.z",
-    "nvvm.read.ptx.sreg.laneid",
-}
 BLOCK_SIZE_ATTRIBUTES = ("known_block_size", "gpu.known_block_size")
 
 
@@ -81,66 +72,98 @@ def _defining_op(value: ir.Value) -> ir.Operation | None:
     return owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
 
 
-def dynamic_offset_multiple(value: ir.Value) -> int | None:
-    """What the element offset of a memref view is provably a multiple of, from the view op that made it
-    (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its offset)."""
+_PROOF_DEPTH = 64  # deeper chains of views or arithmetic prove nothing more: bounded work, no deep recursion
+_WORD_BITS = 64  # index arithmetic wraps at 2^64: no power of two above it is provable
+
+
+def dynamic_offset_multiple(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
+    """The power of two the element offset of a memref view is provably a multiple of, from the view op that
+    made it (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its
+    offset); None when nothing is proven."""
     op = _defining_op(value)
-    if op is None:
+    if op is None or depth == 0:
         return None
     if op.name in ("memref.cast", "memref.memory_space_cast", "memref.assume_alignment"):
-        return _offset_multiple_of(op.operands[0])
+        return _offset_multiple_of(op.operands[0], depth - 1)
     if op.name not in ("memref.subview", "memref.reinterpret_cast"):
         return None
     static_offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
     dynamic_offsets = iter(op.operands[1 : 1 + sum(1 for o in static_offsets if o == _DYNAMIC)])
     if op.name == "memref.reinterpret_cast":
         (only,) = static_offsets
-        return only if only != _DYNAMIC else value_multiple(next(dynamic_offsets))
+        return _power_of_two(only) if only != _DYNAMIC else value_multiple(next(dynamic_offsets)) or None
     source = op.operands[0]
     source_strides, _ = ir.MemRefType(source.type).get_strides_and_offset()
-    result = _offset_multiple_of(source)
+    result = _offset_multiple_of(source, depth - 1)
     for static, stride in zip(static_offsets, source_strides):
-        part = value_multiple(next(dynamic_offsets)) if static == _DYNAMIC else static
+        part = value_multiple(next(dynamic_offsets)) if static == _DYNAMIC else _power_of_two(static)
         if stride == _DYNAMIC:
             return None
-        result = math.gcd(result, part * stride)
+        result = math.gcd(result, _product(part, _power_of_two(stride)))
     return result or None
 
 
 _DYNAMIC = -(2**63)  # ShapedType's dynamic marker for sizes, strides and offsets
 
 
-def _offset_multiple_of(memref_value: ir.Value) -> int:
-    """gcd-friendly: a static offset is a multiple of itself (0 of everything)."""
+def _offset_multiple_of(memref_value: ir.Value, depth: int) -> int:
+    """gcd-friendly: a static offset is a multiple of its power-of-two part (0 of everything)."""
     _, offset = ir.MemRefType(memref_value.type).get_strides_and_offset()
     if offset != _DYNAMIC:
-        return offset
-    return dynamic_offset_multiple(memref_value) or 1
+        return _power_of_two(offset)
+    return dynamic_offset_multiple(memref_value, depth) or 1
 
 
-def value_multiple(value: ir.Value) -> int:
-    """The largest power of two (or constant) an integer/index value is provably a multiple of; 0 means
-    the value is 0. Understands constants, muli, shli, andi with a constant mask, addi/subi and casts."""
+def _power_of_two(number: int) -> int:
+    """The largest power of two dividing `number` (0 for 0), capped where index arithmetic wraps."""
+    number = abs(number)
+    return min(number & -number, 1 << _WORD_BITS) if number else 0
+
+
+def _product(a: int, b: int) -> int:
+    return 0 if 0 in (a, b) else min(a * b, 1 << _WORD_BITS)
+
+
+def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | None = None) -> int:
+    """The largest power of two an integer/index value is provably a multiple of; 0 means the value is 0.
+    Understands constants, muli, shli by a constant, andi, addi/subi and casts. Powers of two only: they
+    survive the wrap-around of fixed-width arithmetic, other factors do not. Each value is visited once
+    (`known`), so shared subexpressions cost nothing twice."""
+    known = {} if known is None else known
+    if value not in known:
+        known[value] = _value_multiple(value, depth, known)
+    return known[value]
+
+
+def _value_multiple(value: ir.Value, depth: int, known: dict) -> int:
     op = _defining_op(value)
-    if op is None:
+    if op is None or depth == 0:
         return 1
-    name = op.name
+    name, depth = op.name, depth - 1
+
+    def of(operand: ir.Value) -> int:
+        return value_multiple(operand, depth, known)
+
     if name == "arith.constant":
-        return abs(ir.IntegerAttr(op.attributes["value"]).value)
+        try:
+            return _power_of_two(ir.IntegerAttr(op.attributes["value"]).value)
+        except (ValueError, TypeError):  # not an integer constant
+            return 1
     if name in ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi"):
-        return value_multiple(op.operands[0])
+        return of(op.operands[0])
     if name == "arith.muli":
-        return value_multiple(op.operands[0]) * value_multiple(op.operands[1])
+        return _product(of(op.operands[0]), of(op.operands[1]))
     if name in ("arith.addi", "arith.subi"):
-        return math.gcd(value_multiple(op.operands[0]), value_multiple(op.operands[1]))
+        return math.gcd(of(op.operands[0]), of(op.operands[1]))
     if name == "arith.shli":
-        shift = _defining_op(op.operands[1])
-        if shift is not None and shift.name == "arith.constant":
-            return value_multiple(op.operands[0]) << ir.IntegerAttr(shift.attributes["value"]).value
-        return value_multiple(op.operands[0])
+        amount = _defining_op(op.operands[1])
+        if amount is not None and amount.name == "arith.constant":
+            count = ir.IntegerAttr(amount.attributes["value"]).value
+            return _product(of(op.operands[0]), 1 << min(max(count, 0), _WORD_BITS))
+        return of(op.operands[0])
     if name == "arith.andi":  # the result's low zero bits are those of either operand
-        parts = [value_multiple(operand) for operand in op.operands]
-        return 0 if 0 in parts else max(part & -part for part in parts)
+        parts = [of(operand) for operand in op.operands]
+        return 0 if 0 in parts else max(parts)
     return 1
 
 
@@ -209,15 +232,22 @@ class FactCache:
             scope = scope.parent
         return None
 
-    def uniformity(self, op: ir.Operation) -> "Uniformity | None":
-        """The kernel's analysis, or None when `op` cannot be divergent: it sits directly in the body of
-        a single-block kernel, so no branch or loop can leave lanes behind."""
-        kernel = enclosing_kernel(op)
-        if kernel is None or (op.parent == kernel and len(kernel.regions[0].blocks) == 1):
+    def divergence(self, op: ir.Operation) -> str | None:
+        """Why `op` might run on some lanes only (None: every lane runs it), from one uniformity analysis
+        per function. An op directly in the body of a single-block kernel needs none: no branch or loop can
+        leave lanes behind."""
+        from mlir_tile.passes.uniformity import Uniformity, is_kernel
+
+        op = op.operation
+        function = enclosing_function(op)
+        if function is not None and op.parent == function and is_kernel(function) and \
+                len(function.regions[0].blocks) == 1:
             return None
-        if kernel not in self._uniformity:
-            self._uniformity[kernel] = Uniformity(kernel)
-        return self._uniformity[kernel]
+        if function is None:
+            return "it is not inside a kernel or a gpu.launch body"
+        if function not in self._uniformity:
+            self._uniformity[function] = Uniformity(function)
+        return self._uniformity[function].divergence_reason(op)
 
 
 FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")
@@ -230,13 +260,13 @@ def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation |
     return op
 
 
-def enclosing_kernel(op: ir.Operation) -> ir.Operation | None:
+def enclosing_function(op: ir.Operation) -> ir.Operation | None:
     """The function holding `op`, or `op` itself when it is one."""
     return enclosing(op, FUNCTION_OPS)
 
 
 def block_size(op: ir.Operation) -> tuple[int, ...] | None:
-    kernel = enclosing_kernel(op)
+    kernel = enclosing_function(op)
     if kernel is None:
         return None
     for name in BLOCK_SIZE_ATTRIBUTES:
@@ -275,105 +305,3 @@ def target_arguments(op: ir.Operation) -> dict:
     """contract.check's `chip` and `ptx` arguments for the gpu.module holding `op` (none without a target)."""
     target = nvvm_target(op)
     return {"chip": target.chip, "ptx": target.ptx} if target else {}
-
-
-class Uniformity:
-    """A conservative forward analysis: which values may differ between the threads of a warp.
-
-    Sources are the thread/lane id ops and loads from private memory; every op result with a divergent
-    operand is divergent; values merged by scf.for/scf.while/block arguments become divergent when any
-    incoming value is. Over-approximation only rejects more, never accepts a divergent transfer.
-    """
-
-    def __init__(self, function: ir.Operation):
-        self.divergent: set = set()
-        self.divergent_branches: list[ir.Operation] = []
-        changed = True
-        while changed:
-            self._changed = False
-            self._visit(function)
-            changed = self._changed
-
-    def is_divergent(self, value: ir.Value) -> bool:
-        return value in self.divergent
-
-    def _mark(self, values) -> None:
-        for value in values:
-            if value not in self.divergent:
-                self.divergent.add(value)
-                self._changed = True
-
-    def _visit(self, op: ir.Operation) -> None:
-        for region in op.regions:
-            for block in region.blocks:
-                for child in block.operations:
-                    self._visit_op(child.operation)
-
-    def _visit_op(self, op: ir.Operation) -> None:
-        name = op.name
-        divergent_operand = any(o in self.divergent for o in op.operands)
-        if name in _THREAD_ID_OPS or divergent_operand:
-            self._mark(op.results)
-        if name == "memref.load" and memory_space(ir.MemRefType(op.operands[0].type)) == "private":
-            self._mark(op.results)
-        if name in ("scf.for", "scf.while") and divergent_operand:
-            for region in op.regions:
-                for block in region.blocks:
-                    self._mark(block.arguments)
-        if name in ("scf.yield", "scf.condition") and any(o in self.divergent for o in op.operands):
-            parent = op.parent
-            self._mark(parent.results)
-            if parent.name in ("scf.for", "scf.while"):
-                for region in parent.regions:
-                    for block in region.blocks:
-                        self._mark(list(block.arguments)[1:] if parent.name == "scf.for" else block.arguments)
-        if name in ("cf.br", "cf.cond_br", "cf.switch"):
-            if name != "cf.br" and op.operands[0] in self.divergent and op not in self.divergent_branches:
-                self.divergent_branches.append(op)
-            for successor in op.successors:
-                if divergent_operand:
-                    self._mark(successor.arguments)
-        self._visit(op)
-
-    def divergence_reason(self, op: ir.Operation) -> str | None:
-        """Why `op` might run with some lanes inactive, or None."""
-        child = op
-        scope = op.parent
-        while scope is not None and scope.name not in ("gpu.func", "func.func"):
-            if scope.name == "scf.if" and scope.operands[0] in self.divergent:
-                return f"it is inside an scf.if{_at(scope)} whose condition depends on the thread id"
-            if scope.name == "scf.for" and any(o in self.divergent for o in list(scope.operands)[:3]):
-                return f"it is inside an scf.for{_at(scope)} whose bounds or step depend on the thread id"
-            if scope.name == "scf.while" and self._while_condition_divergent(scope):
-                return f"it is inside an scf.while{_at(scope)} whose condition depends on the thread id"
-            child, scope = scope, scope.parent
-        if scope is not None:
-            for branch in self.divergent_branches:
-                if _same_region(branch, child) and not _in_entry_block(child):
-                    return f"its block can be reached through a branch{_at(branch)} whose condition depends on the thread id"
-        return None
-
-    def _while_condition_divergent(self, loop: ir.Operation) -> bool:
-        for block in loop.regions[0].blocks:
-            for inner in block.operations:
-                if inner.operation.name == "scf.condition" and inner.operation.operands[0] in self.divergent:
-                    return True
-        return False
-
-
-def _same_region(a: ir.Operation, b: ir.Operation) -> bool:
-    return a.parent == b.parent
-
-
-def _in_entry_block(op: ir.Operation) -> bool:
-    parent = op.parent
-    entry = parent.regions[0].blocks[0]
-    return any(candidate.operation == op for candidate in entry.operations)
-
-
-def _at(op: ir.Operation) -> str:
-    """` (at file:line:col)` for an op with a file location; nothing for one built without (Python)."""
-    location = op.location
-    if location.is_a_file():
-        return f" (at {location.filename}:{location.start_line}:{location.start_col})"
-    return ""

@@ -246,3 +246,71 @@ gpu.module @in_straight_line_after_branch_free_loop [#nvvm.target<chip = "sm_90"
     gpu.return
   }
 }
+
+// -----
+
+// Uniform control flow that the analysis proves: warp and block ids, kernel arguments, shared loads.
+gpu.module @warp_uniform_branch_on_subgroup_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %w = gpu.subgroup_id : index
+    %b = gpu.block_id x
+    %c1 = arith.constant 1 : index
+    %p = arith.cmpi ult, %w, %c1 : index
+    %q = arith.cmpi ult, %b, %c1 : index
+    %both = arith.andi %p, %q : i1
+    scf.if %both {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @loop_bound_from_a_kernel_argument_and_shared_memory [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k(%arg0: index) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %v = memref.load %sm[%c0] : memref<512xi32, 3>
+    %n = arith.index_cast %v : i32 to index
+    scf.for %i = %c0 to %arg0 step %c1 {
+      scf.for %j = %c0 to %n step %c1 {
+        scf.execute_region {
+          "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+          scf.yield
+        }
+      }
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @uniform_index_switch_and_affine_for [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %b = gpu.block_id x
+    scf.index_switch %b
+    case 0 {
+      affine.for %i = 0 to 4 {
+        "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      }
+      scf.yield
+    }
+    default {
+    }
+    gpu.return
+  }
+}

@@ -131,3 +131,209 @@ gpu.module @warpgroup_block_96 [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// Sound for every region-holding op: what the analysis cannot prove uniform is rejected.
+gpu.module @index_switch_on_lane [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    scf.index_switch %l
+    case 0 {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.index_switch (at {{.*}}) whose selector depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      scf.yield
+    }
+    default {
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @execute_region_with_divergent_branch [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %c4 = arith.constant 4 : index
+    %p = arith.cmpi ult, %l, %c4 : index
+    scf.execute_region {
+      cf.cond_br %p, ^bb1, ^bb2
+    ^bb1:
+      // expected-error-re@+1 {{[participation]{{.*}}its block can be reached through a branch (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      cf.br ^bb2
+    ^bb2:
+      scf.yield
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @affine_if_on_thread_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    affine.if affine_set<(d0) : (d0 - 16 >= 0)>(%t) {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an affine.if (at {{.*}}) whose condition operands depend on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @unknown_region_op [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    scf.parallel (%i) = (%c0) to (%c1) step (%c1) {
+      // expected-error-re@+1 {{[participation]{{.*}}inside 'scf.parallel' (at {{.*}}), which the uniformity analysis does not know}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      scf.reduce
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @condition_from_a_shuffle [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %c1 = arith.constant 1 : i32
+    %c32 = arith.constant 32 : i32
+    %s, %valid = gpu.shuffle xor %c1, %c1, %c32 : i32
+    %z = arith.constant 0 : i32
+    %p = arith.cmpi eq, %s, %z : i32
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @condition_from_a_call [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  func.func private @opaque() -> i1
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %v = func.call @opaque() : () -> i1
+    scf.if %v {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @loop_carried_thread_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %n = scf.for %i = %c0 to %c4 step %c1 iter_args(%a = %c0) -> (index) {
+      %b = arith.addi %a, %t : index
+      scf.yield %b : index
+    }
+    scf.for %j = %c0 to %n step %c1 {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.for (at {{.*}}) whose bounds or step depend on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @result_of_an_if_on_the_lane [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %p = arith.cmpi ult, %l, %c4 : index
+    %n = scf.if %p -> (index) {
+      scf.yield %c1 : index
+    } else {
+      scf.yield %c4 : index
+    }
+    scf.for %j = %c0 to %n step %c1 {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.for (at {{.*}}) whose bounds or step depend on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @device_function [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @helper() {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[participation]{{.*}}in @helper, which is not a kernel}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  func.func @host() {
+    %c1 = arith.constant 1 : index
+    %c32 = arith.constant 32 : index
+    gpu.launch blocks(%bx, %by, %bz) in (%gx = %c1, %gy = %c1, %gz = %c1) threads(%tx, %ty, %tz) in (%sx = %c32, %sy = %c1, %sz = %c1) workgroup(%w : memref<512xi32, 3>) private(%r : memref<8xi32, 5>) {
+      %sm = memref.assume_alignment %w, 16 : memref<512xi32, 3>
+      %c16 = arith.constant 16 : index
+      %p = arith.cmpi ult, %tx, %c16 : index
+      scf.if %p {
+        // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+      }
+      gpu.terminator
+    }
+    return
+  }
+}
