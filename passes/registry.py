@@ -65,7 +65,8 @@ def _option_values(owner: str, options: tuple[Option, ...], given: dict[str, str
 
 
 CHIP_OPTION = Option("chip", targets.require_chip, None,
-                     f"the chip to compile for where the IR names none (e.g. {targets.DEFAULT_CHIP})")
+                     f"the chip for gpu.modules that name none (default {targets.DEFAULT_CHIP}); one that names "
+                     f"another is an error")
 
 
 # Upstream conversions of a gpu.module body to the LLVM/NVVM dialects; bare pointers for static memref
@@ -78,7 +79,7 @@ _GPU_MODULE_TO_NVVM = (
 
 
 def _target(options: dict) -> list[str]:
-    return [f"tile-set-nvvm-target{{chip={options['chip']}}}"] if options["chip"] else []
+    return [f"tile-set-nvvm-target{{chip={options['chip']}}}" if options["chip"] else "tile-set-nvvm-target"]
 
 
 def _tile_to_nvvm(options: dict) -> list[str]:

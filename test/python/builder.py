@@ -143,3 +143,25 @@ def test_compile_error_names_the_pass():
 def test_packed_half_storage_as_words():
     half = S[(16, 8):(8, 1)]
     print(half, "->", pack_b16_as_b32(half))
+
+
+# CHECK-LABEL: TEST: test_the_irs_chip_decides_and_the_module_is_not_changed
+# CHECK: .target sm_80
+# CHECK: unchanged True same PTX again True
+# CHECK: [target] this gpu.module's #nvvm.target names chip sm_80, but the pipeline asks for chip=sm_90
+@run
+def test_the_irs_chip_decides_and_the_module_is_not_changed():
+    from mlir_tile.compile import CompileError, compile_to_ptx
+
+    with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
+        sm, regs = k.shared("sm", 128), k.registers(4)
+        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+                        dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="(4,8,4):(32,4,1)")
+    before = str(k.module)
+    ptx = compile_to_ptx(k.module)
+    print(ptx)
+    print("unchanged", str(k.module) == before, "same PTX again", compile_to_ptx(k.module) == ptx)
+    try:
+        compile_to_ptx(k.module, chip="sm_90")
+    except CompileError as error:
+        print(error)

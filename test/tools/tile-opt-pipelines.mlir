@@ -5,7 +5,7 @@
 // RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-print-ir-after-all 2>&1 >/dev/null | filecheck %s --check-prefix=DUMP
 // RUN: tile-opt --list-passes | filecheck %s --check-prefix=LIST
 // The spellings of mlir-opt: single-dash flags, --pass=options, -o, before-all printing, timing, bytecode.
-// RUN: tile-opt %s -split-input-file -tile-set-nvvm-target=chip=sm_80 -o %t.sm80.mlir && filecheck %s --check-prefix=SM80 < %t.sm80.mlir
+// RUN: tile-opt %s -split-input-file -tile-set-nvvm-target=chip=sm_90 -o %t.single-dash.mlir && filecheck %s --check-prefix=SINGLE-DASH < %t.single-dash.mlir
 // RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-print-ir-before-all 2>&1 >/dev/null | filecheck %s --check-prefix=BEFORE
 // RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --mlir-timing --dump-pass-pipeline 2>&1 >/dev/null | filecheck %s --check-prefix=TIMING
 // RUN: tile-opt %S/Inputs/one-transfer.mlir --emit-bytecode -o %t.mlirbc && tile-opt %t.mlirbc --tile-lower-matrix-transfer | filecheck %s --check-prefix=BYTECODE
@@ -25,8 +25,8 @@
 // NVVM-NOT: unrealized_conversion_cast
 // DUMP: // -----// IR Dump After tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
 // DUMP: // -----// IR Dump After tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
-// SM80-LABEL: gpu.module @first [#nvvm.target<chip = "sm_80">]
-// SM80-LABEL: gpu.module @second [#nvvm.target<chip = "sm_80">]
+// SINGLE-DASH-LABEL: gpu.module @first [#nvvm.target<chip = "sm_90">]
+// SINGLE-DASH-LABEL: gpu.module @second [#nvvm.target<chip = "sm_90">]
 // BEFORE: // -----// IR Dump Before tile-verify-matrix-transfer (tile-verify-matrix-transfer) //----- //
 // TIMING: builtin.module(tile-verify-matrix-transfer)
 // TIMING: Execution time report

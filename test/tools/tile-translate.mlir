@@ -1,5 +1,6 @@
 // tile-translate --mlir-to-ptx prints PTX that ptxas accepts, --mlir-to-cubin writes it assembled (an ELF
 // file with the kernel); stmatrix for a chip below sm_90 is a diagnostic at the op, not a ptxas failure later.
+// The gpu.module names no chip: --chip fills it in (default sm_90).
 // RUN: tile-translate --mlir-to-ptx %s | filecheck %s
 // RUN: not tile-translate --mlir-to-ptx --chip=sm_80 %s 2>&1 | filecheck %s --check-prefix=SM80
 // RUN: not tile-translate %s 2>&1 | filecheck %s --check-prefix=USAGE
@@ -22,7 +23,7 @@
 // CUBIN: elf True kernel True
 // CUBIN-NEEDS-FILE: tile-translate: error: --mlir-to-cubin writes a binary file: give -o OUT
 module attributes {gpu.container_module} {
-  gpu.module @kernels [#nvvm.target<chip = "sm_90">] {
+  gpu.module @kernels {
     memref.global "private" @sm : memref<128xi32, 3> {alignment = 16 : i64}
     gpu.func @store_tile(%out: memref<32xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
       %sm = memref.get_global @sm : memref<128xi32, 3>

@@ -15,7 +15,7 @@ import os
 import sys
 
 from mlir_tile import targets
-from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx
+from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx, ptx_chip
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.tools.driver import InputError, Session, read_input
 
@@ -26,7 +26,8 @@ def argument_parser() -> argparse.ArgumentParser:
                              help="print the PTX of the module's gpu.module(s)")
     translation.add_argument("--mlir-to-cubin", dest="translation", action="store_const", const="cubin",
                              help="write the PTX assembled for the chip by nvJitLink (needs -o)")
-    parser.add_argument("--chip", default=targets.DEFAULT_CHIP, help=f"default {targets.DEFAULT_CHIP}")
+    parser.add_argument("--chip", help=f"the chip for gpu.modules that name none (default {targets.DEFAULT_CHIP}); "
+                                       f"one that names another chip is an error")
     parser.add_argument("-o", dest="output", default="-", help="output file (default: standard output)")
     parser.add_argument("input", nargs="?", default="-", help="input file, or - for standard input (default)")
     return parser
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         text, source_name = read_input(source)
         module = Session().parse(text, source_name)
         ptx = compile_to_ptx(module, chip, source_name=source_name)
-        result = cubin_of_ptx(ptx, chip) if translation == "cubin" else ptx
+        result = cubin_of_ptx(ptx, ptx_chip(ptx)) if translation == "cubin" else ptx
     except InputError as error:
         print(f"tile-translate: {error}", file=sys.stderr)
         return 1
