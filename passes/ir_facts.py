@@ -55,15 +55,28 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
         offset = static_offset
     else:
         multiple = dynamic_offset_multiple(value)
+    origin, alignment = buffer_origin(value, facts or FactCache())
     return Operand(
         memory=memory_space(memref),
         element_bits=_element_width(element),
         element_type=str(element),
         extent=extent,
         offset=offset,
-        base_alignment=base_alignment(value, facts or FactCache()),
+        base_alignment=alignment,
         offset_multiple=multiple,
+        origin=origin,
+        contiguous=_is_contiguous(memref.shape, strides),
     )
+
+
+def _is_contiguous(shape, strides) -> bool:
+    """Row-major with no gaps: every offset from 0 to the extent is an element."""
+    expected = 1
+    for extent, stride in reversed(list(zip(shape, strides))):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
 
 
 def _defining_op(value: ir.Value) -> ir.Operation | None:
@@ -172,25 +185,29 @@ def _element_width(element: ir.Type) -> int:
     return getattr(element, "width", 0)
 
 
-def base_alignment(value: ir.Value, facts: "FactCache") -> int | None:
-    """Bytes of alignment the IR proves for the buffer behind `value`, None when nothing is proved."""
+def buffer_origin(value: ir.Value, facts: "FactCache") -> tuple[str, int | None]:
+    """(what allocated the buffer behind `value`, the bytes of alignment the IR proves for it). The origin is
+    the allocating op's name (memref.global for a get_global), or "argument" for a block argument; the
+    alignment is None when nothing is proved."""
+    proven = None
     while True:
         op = _defining_op(value)
         if op is None:
-            return None  # a block argument: nothing is known about who allocated it
+            return "argument", proven  # nothing is known about who allocated it
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue
         if op.name == "memref.assume_alignment":
-            return _int_attribute(op, "alignment")
+            proven = max(proven or 0, _int_attribute(op, "alignment") or 0) or None
+            value = op.operands[0]
+            continue
         if op.name in ("memref.alloca", "memref.alloc"):
-            return _int_attribute(op, "alignment") or _natural_alignment(value)
+            return op.name, max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
         if op.name == "memref.get_global":
             declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
-            if declaration is None:
-                return None
-            return _int_attribute(declaration, "alignment") or _natural_alignment(value)
-        return None
+            declared = (_int_attribute(declaration, "alignment") or _natural_alignment(value)) if declaration else 0
+            return "memref.global", max(proven or 0, declared) or None
+        return op.name, proven
 
 
 def _natural_alignment(value: ir.Value) -> int:
@@ -213,6 +230,28 @@ class FactCache:
         self._symbol_tables: dict = {}
         self._uniformity: dict = {}
         self._operands: dict = {}
+        self._static_shared: dict = {}
+
+    def static_shared_bytes(self, op: ir.Operation) -> int | None:
+        """Bytes of the workgroup memref.globals that the function holding `op` uses (each once), which
+        ptxas allocates statically; None outside a function."""
+        function = enclosing_function(op.operation)
+        if function is None:
+            return None
+        if function not in self._static_shared:
+            used = {}
+
+            def add(inner):
+                if inner.name == "memref.get_global":
+                    memref = ir.MemRefType(inner.results[0].type)
+                    if memory_space(memref) == "shared" and ir.ShapedType(memref).has_static_shape:
+                        name = ir.FlatSymbolRefAttr(inner.attributes["name"]).value
+                        used[name] = math.prod(memref.shape) * max(1, _element_width(memref.element_type) // 8)
+                return ir.WalkResult.ADVANCE
+
+            function.walk(add, ir.WalkOrder.PRE_ORDER)
+            self._static_shared[function] = sum(used.values())
+        return self._static_shared[function]
 
     def operand(self, value: ir.Value) -> Operand:
         """operand_facts(value), once per value."""
@@ -263,6 +302,11 @@ def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation |
 def enclosing_function(op: ir.Operation) -> ir.Operation | None:
     """The function holding `op`, or `op` itself when it is one."""
     return enclosing(op, FUNCTION_OPS)
+
+
+def in_device_code(op: ir.Operation) -> bool:
+    """Whether `op` is GPU code: inside a gpu.module or a gpu.launch body."""
+    return enclosing(op.operation, ("gpu.module", "gpu.launch")) is not None
 
 
 def block_size(op: ir.Operation) -> tuple[int, ...] | None:

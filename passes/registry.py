@@ -73,7 +73,7 @@ CHIP_OPTION = Option("chip", targets.require_chip, None,
 # arguments, so a kernel takes one pointer per buffer. No canonicalize/cse: LLVM's optimizer makes the same
 # PTX without them (checked on the spec example and every benchmark kernel), and they cost 10% of compile time.
 _GPU_MODULE_TO_NVVM = (
-    "gpu.module(convert-scf-to-cf, expand-strided-metadata, lower-affine, "
+    "gpu.module(lower-affine, convert-scf-to-cf, expand-strided-metadata, "
     "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1})"
 )
 

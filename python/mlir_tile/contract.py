@@ -29,6 +29,8 @@ ATTRIBUTES = ("opcode", "scope", "dst_layout", "src_layout")  # the op's attribu
 SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
 MAX_REGISTERS = 255  # per thread on sm_75 and later
+MAX_LOCAL_BYTES = 512 * 1024  # local memory per thread: where register storage that does not fit goes
+MAX_ALIGNMENT = 2**32  # the largest alignment LLVM represents
 
 _OPCODE = re.compile(
     r"(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
@@ -158,7 +160,8 @@ class Operand:
     memref's first element (None when dynamic). offset: the memref's static offset in elements (None when
     dynamic); offset_multiple: for a dynamic offset, what the IR proves it a multiple of (None: nothing).
     base_alignment: bytes the IR proves for the address of offset 0 of the underlying buffer (None when
-    nothing is proved).
+    nothing is proved). origin: what allocated the buffer (the op's name, "memref.global", or "argument").
+    contiguous: every offset up to the extent is an element (no holes between rows of a strided memref).
     """
 
     memory: str
@@ -168,6 +171,8 @@ class Operand:
     offset: int | None = 0
     base_alignment: int | None = None
     offset_multiple: int | None = None
+    origin: str | None = None
+    contiguous: bool = True
 
     @property
     def static_offset(self) -> int:
@@ -281,6 +286,8 @@ def _check(
     divergence: str | None = None,
     chip: str | None = None,
     ptx: int | None = None,
+    device_code: bool = True,
+    static_shared_bytes: int | None = None,
 ) -> tuple[Transfer | None, list[Violation]]:
     """The rules in three stages: those that need nothing else, the shapes (which need the opcode, the
     scope, the layouts and operands of the right kinds), then the per-coordinate rules on the Transfer."""
@@ -294,10 +301,10 @@ def _check(
     violations += found
     if parsed_opcode is None:
         return None, violations
-    violations += check_target(parsed_opcode, chip, ptx)
+    violations += check_target(parsed_opcode, chip, ptx, device_code)
     registers, shared = parsed_opcode.registers_and_shared(dst, src)
     violations += check_operands(parsed_opcode, registers, shared)
-    violations += check_operand_bounds(parsed_opcode, registers, shared)
+    violations += check_operand_bounds(parsed_opcode, registers, shared, chip, static_shared_bytes)
     violations += check_dynamic_offset_alignment(parsed_opcode, registers, shared)
     wrong_memory = registers.memory != "private" or shared.memory != "shared"
     if wrong_memory or len(layouts) < 2 or resolved_scope is None:
@@ -359,8 +366,8 @@ def check_scope(scope, block_size: Sequence[int] | None) -> tuple[Scope | None, 
                 )
             ]
         threads = math.prod(block_size)
-        if threads % WARP_SIZE:
-            return None, []  # the participation rule reports the partial warp
+        if threads % WARP_SIZE or _block_size_problem(block_size):
+            return None, []  # the participation rule reports the partial warp or the impossible block
         return Scope("cta", threads // WARP_SIZE), []
     if scope == "thread":
         return None, [
@@ -383,7 +390,9 @@ def check_participation(scope, block_size, divergence) -> list[Violation]:
                 f"thread-dependent control flow (predicate the data, not the instruction)",
             )
         )
-    if block_size is not None:
+    if block_size is not None and _block_size_problem(block_size):
+        found.append(Violation(Rule.PARTICIPATION, f"known_block_size {tuple(block_size)} {_block_size_problem(block_size)}"))
+    elif block_size is not None:
         threads = math.prod(block_size)
         unit = WARPGROUP_WARPS * WARP_SIZE if scope == "warpgroup" else WARP_SIZE
         if threads % unit:
@@ -398,6 +407,19 @@ def check_participation(scope, block_size, divergence) -> list[Violation]:
     return found
 
 
+def _block_size_problem(block_size: Sequence[int]) -> str | None:
+    """Why a block of this size cannot be launched, or None."""
+    if len(block_size) != 3 or any(n < 1 for n in block_size):
+        return "is not three positive extents (x, y, z)"
+    if any(n > limit for n, limit in zip(block_size, targets.MAX_BLOCK_DIMENSIONS)):
+        return (f"exceeds the largest block, {targets.MAX_BLOCK_DIMENSIONS} per dimension; a kernel cannot be "
+                f"launched with it")
+    if math.prod(block_size) > targets.MAX_BLOCK_THREADS:
+        return (f"has {math.prod(block_size)} threads, more than the {targets.MAX_BLOCK_THREADS} a block can have; "
+                f"a kernel cannot be launched with it")
+    return None
+
+
 def check_layout_syntax(texts: dict) -> tuple[dict[str, Layout], list[Violation]]:
     """The parsed layouts by role ("dst", "src"), and a violation for each that does not parse."""
     layouts, found = {}, []
@@ -409,7 +431,10 @@ def check_layout_syntax(texts: dict) -> tuple[dict[str, Layout], list[Violation]
     return layouts, found
 
 
-def check_target(opcode: Opcode, chip: str | None, ptx: int | None) -> list[Violation]:
+def check_target(opcode: Opcode, chip: str | None, ptx: int | None, device_code: bool = True) -> list[Violation]:
+    if not device_code:
+        return [Violation(Rule.TARGET, "the transfer is in host code, outside any gpu.module or gpu.launch body; "
+                                       "ldmatrix/stmatrix run on the GPU: put it in a gpu.func of a gpu.module")]
     if chip is None:
         return []
     needed = targets.MINIMUM_ARCHITECTURE[opcode.instruction]
@@ -465,6 +490,14 @@ def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[
             )
         )
     for role, operand in ((opcode.register_role, registers), (opcode.shared_role, shared)):
+        if operand.element_bits == 32 and operand.element_type not in ("i32", "f32"):
+            found.append(
+                Violation(
+                    Rule.OPERANDS,
+                    f"{role} has element type {operand.element_type}; the 32-bit containers are i32 or f32 "
+                    f"(signless): view the buffer as i32",
+                )
+            )
         if operand.element_bits != 32:
             hint = (
                 "; expose packed 16-bit storage as b32 words (a memref of i32 over the same bytes, and "
@@ -479,6 +512,31 @@ def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[
                     f"(i32 or f32), each holding two b16 elements{hint}",
                 )
             )
+    if not registers.contiguous:
+        found.append(
+            Violation(
+                Rule.OPERANDS,
+                f"{opcode.register_role} (register storage) is a strided memref with holes between its "
+                f"elements; register slots are offsets into contiguous storage: use a contiguous memref",
+            )
+        )
+    if shared.origin in ("memref.alloca", "memref.alloc") and shared.memory == "shared":
+        found.append(
+            Violation(
+                Rule.OPERANDS,
+                f"{opcode.shared_role} is a workgroup {shared.origin}, which the NVPTX backend cannot allocate "
+                f"(shared memory is declared, not allocated at run time); declare it with memref.global in "
+                f"#gpu.address_space<workgroup>, or use gpu.dynamic_shared_memory",
+            )
+        )
+    if shared.base_alignment is not None and shared.base_alignment > MAX_ALIGNMENT:
+        found.append(
+            Violation(
+                Rule.OPERANDS,
+                f"{opcode.shared_role}'s buffer declares alignment {shared.base_alignment}, above the 2^32 bytes "
+                f"LLVM supports; 16 is all a transfer needs",
+            )
+        )
     if registers.offset is None:
         found.append(
             Violation(
@@ -490,9 +548,11 @@ def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[
     return found
 
 
-def check_operand_bounds(opcode: Opcode, registers: Operand, shared: Operand) -> list[Violation]:
-    """The bounds rule's operand half: a static shape, so that every offset can be proven in bounds."""
-    return [
+def check_operand_bounds(opcode: Opcode, registers: Operand, shared: Operand, chip: str | None = None,
+                         static_shared_bytes: int | None = None) -> list[Violation]:
+    """The bounds rule's operand half: static shapes, so that every offset can be proven in bounds, and buffers
+    no larger than the chip has (which also keeps every address in 32-bit arithmetic)."""
+    found = [
         Violation(
             Rule.BOUNDS,
             f"{role} has a dynamic shape; the contract needs a static shape to prove every offset in bounds",
@@ -500,6 +560,34 @@ def check_operand_bounds(opcode: Opcode, registers: Operand, shared: Operand) ->
         for role, operand in ((opcode.register_role, registers), (opcode.shared_role, shared))
         if operand.extent is None
     ]
+    limit = targets.max_shared_bytes(chip)
+    if shared.extent is not None and (shared.static_offset + shared.extent) * WORD_BYTES > limit:
+        found.append(
+            Violation(
+                Rule.BOUNDS,
+                f"{opcode.shared_role} reaches {(shared.static_offset + shared.extent) * WORD_BYTES} bytes into its "
+                f"shared buffer, more than the {limit} bytes a block can have"
+                f"{' on ' + chip if chip else ''}; use a smaller tile",
+            )
+        )
+    if registers.extent is not None and (registers.static_offset + registers.extent) * WORD_BYTES > MAX_LOCAL_BYTES:
+        found.append(
+            Violation(
+                Rule.BOUNDS,
+                f"{opcode.register_role} (register storage) has {registers.static_offset + registers.extent} words, "
+                f"more than the {MAX_LOCAL_BYTES} bytes of local memory a thread can have; use a smaller memref",
+            )
+        )
+    if static_shared_bytes is not None and static_shared_bytes > targets.STATIC_SHARED_BYTES:
+        found.append(
+            Violation(
+                Rule.BOUNDS,
+                f"the kernel declares {static_shared_bytes} bytes of static shared memory (workgroup memref.globals), "
+                f"more than the {targets.STATIC_SHARED_BYTES} a kernel can declare; use gpu.dynamic_shared_memory "
+                f"for more",
+            )
+        )
+    return found
 
 
 def check_dynamic_offset_alignment(opcode: Opcode, registers: Operand, shared: Operand) -> list[Violation]:
@@ -650,13 +738,15 @@ def check_register_bounds(transfer: Transfer) -> list[Violation]:
     extent, role, layout = transfer.register_operand.extent, transfer.register_role, transfer.registers
     if extent is None:
         return []
+    offset = transfer.register_operand.offset
     for slot, where in _register_slots(transfer):
-        if not 0 <= slot < extent:
+        if not 0 <= slot - offset < extent:
             return [
                 Violation(
                     Rule.BOUNDS,
                     f"{role}_layout {layout}: register slot {slot} of {where} is outside {role}, which has "
-                    f"{extent} slots per thread; enlarge the register memref or change the register strides",
+                    f"{extent} slots per thread{f' from its offset {offset}' if offset else ''}; enlarge the "
+                    f"register memref or change the register strides",
                 )
             ]
     return []

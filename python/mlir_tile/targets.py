@@ -38,6 +38,24 @@ MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
 MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}
 
 
+# Shared memory a block may use, in bytes, by architecture (CUDA C Programming Guide, "Compute Capabilities",
+# maximum shared memory per thread block, with the opt-in); chips not listed get the smallest below. A kernel
+# may declare at most STATIC_SHARED_BYTES of it statically (ptxas: "Entry function uses too much shared data").
+STATIC_SHARED_BYTES = 48 * 1024
+_MAX_SHARED_BYTES = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
+                     100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
+# A block's threads: at most 1024 in all, and per dimension (x, y, z) at most these.
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK_DIMENSIONS = (1024, 1024, 64)
+
+
+def max_shared_bytes(chip: str | None) -> int:
+    """The shared memory one block may use on `chip`; without a chip, the most any known chip allows."""
+    if chip is None or chip not in NVPTX_CHIPS:
+        return max(_MAX_SHARED_BYTES.values())
+    return _MAX_SHARED_BYTES.get(architecture(chip), STATIC_SHARED_BYTES)
+
+
 class TargetError(ValueError):
     """A chip or PTX version that cannot be compiled for; the message says why and what to use."""
 

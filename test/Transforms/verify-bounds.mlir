@@ -55,3 +55,49 @@ gpu.module @dynamic_shared_shape [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// Buffers the chip cannot hold (which also keeps every address in 32-bit arithmetic).
+gpu.module @shared_larger_than_the_chip_allows [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @big : memref<60000xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @big : memref<60000xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+2 {{[bounds]{{.*}}reaches 240000 bytes into its shared buffer, more than the 232448 bytes a block can have on sm_90}}
+    // expected-error-re@+1 {{[bounds]{{.*}}declares 240000 bytes of static shared memory}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<60000xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @static_shared_over_48_kib_in_two_globals [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @a : memref<8192xi32, 3> {alignment = 16 : i64}
+  memref.global "private" @b : memref<8192xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @a : memref<8192xi32, 3>
+    %other = memref.get_global @b : memref<8192xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[bounds]{{.*}}declares 65536 bytes of static shared memory}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<8192xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @register_storage_beyond_local_memory [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<200000xi32, 5>
+    // expected-error-re@+1 {{[bounds]{{.*}}has 200000 words, more than the 524288 bytes of local memory}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<200000xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}

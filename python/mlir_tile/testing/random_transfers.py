@@ -9,11 +9,12 @@ Every choice is one bounded integer from `integer(low, high)`, so the same gener
 failing examples shrink towards the simplest transfer: lower integers are simpler choices)."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable
 
-from mlir_tile import contract
+from mlir_tile import contract, targets
 from mlir_tile.layout import Layout, ThreadStride
 
 
@@ -44,6 +45,7 @@ class RandomTransfer:
 
 
 Integer = Callable[[int, int], int]  # a choice in [low, high]
+MAX_WORDS = targets.STATIC_SHARED_BYTES // 4 - 8  # the tile and its padding fit in a kernel's static shared memory
 
 
 def _mixed_radix(integer: Integer, extents: list[int], unit: int, max_gap: int) -> list[int]:
@@ -100,6 +102,8 @@ def draw_transfer(integer: Integer) -> RandomTransfer:
     share_rows = bool(group) and load and _chance(integer, 50)
     axes = ([] if share_rows else group) + repeats + [count, 8]
     strides = _mixed_radix(integer, axes, 4, 2)
+    if math.prod(axes) * 4 * 2 ** len(axes) > MAX_WORDS:  # gaps could outgrow static shared memory: none
+        strides = _mixed_radix(integer, axes, 4, 1)
     if share_rows:
         strides = [0] + strides
     shared_layout = Layout(tuple(group + repeats + [count, 8, 4]), tuple(strides) + (1,))
