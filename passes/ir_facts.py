@@ -329,20 +329,25 @@ class NvvmTarget(NamedTuple):
     ptx: int | None  # the PTX ISA version x 10 of a `+ptxNN` feature; None: LLVM picks one for the chip
 
 
+def nvvm_targets(module: ir.Operation) -> list[NvvmTarget]:
+    """The #nvvm.targets of a gpu.module, in order."""
+    found = []
+    if "targets" in module.attributes:
+        for target in ir.ArrayAttr(module.attributes["targets"]):
+            match = _NVVM_TARGET.match(str(target))
+            if match:
+                options = match.group("options") or ""
+                chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
+                found.append(NvvmTarget(chip.group("chip") if chip else targets.DEFAULT_NVVM_CHIP,
+                                        int(ptx.group("ptx")) if ptx else None))
+    return found
+
+
 def nvvm_target(op: ir.Operation) -> NvvmTarget | None:
-    """The #nvvm.target of the gpu.module holding `op` (or `op` itself); None when it has none."""
-    scope = op
-    while scope is not None and scope.name != "gpu.module":
-        scope = scope.parent
-    if scope is None or "targets" not in scope.attributes:
-        return None
-    for target in ir.ArrayAttr(scope.attributes["targets"]):
-        match = _NVVM_TARGET.match(str(target))
-        if match:
-            options = match.group("options") or ""
-            chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
-            return NvvmTarget(chip.group("chip") if chip else targets.DEFAULT_NVVM_CHIP, int(ptx.group("ptx")) if ptx else None)
-    return None
+    """The (first) #nvvm.target of the gpu.module holding `op`; None when it has none."""
+    module = enclosing(op.operation, ("gpu.module",))
+    found = nvvm_targets(module) if module is not None else []
+    return found[0] if found else None
 
 
 def target_arguments(op: ir.Operation) -> dict:

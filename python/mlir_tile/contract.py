@@ -366,7 +366,7 @@ def check_scope(scope, block_size: Sequence[int] | None) -> tuple[Scope | None, 
                 )
             ]
         threads = math.prod(block_size)
-        if threads % WARP_SIZE or _block_size_problem(block_size):
+        if threads % WARP_SIZE or targets.block_size_problem(block_size):
             return None, []  # the participation rule reports the partial warp or the impossible block
         return Scope("cta", threads // WARP_SIZE), []
     if scope == "thread":
@@ -390,8 +390,8 @@ def check_participation(scope, block_size, divergence) -> list[Violation]:
                 f"thread-dependent control flow (predicate the data, not the instruction)",
             )
         )
-    if block_size is not None and _block_size_problem(block_size):
-        found.append(Violation(Rule.PARTICIPATION, f"known_block_size {tuple(block_size)} {_block_size_problem(block_size)}"))
+    if block_size is not None and targets.block_size_problem(block_size):
+        found.append(Violation(Rule.PARTICIPATION, f"known_block_size {tuple(block_size)} {targets.block_size_problem(block_size)}"))
     elif block_size is not None:
         threads = math.prod(block_size)
         unit = WARPGROUP_WARPS * WARP_SIZE if scope == "warpgroup" else WARP_SIZE
@@ -405,19 +405,6 @@ def check_participation(scope, block_size, divergence) -> list[Violation]:
                 )
             )
     return found
-
-
-def _block_size_problem(block_size: Sequence[int]) -> str | None:
-    """Why a block of this size cannot be launched, or None."""
-    if len(block_size) != 3 or any(n < 1 for n in block_size):
-        return "is not three positive extents (x, y, z)"
-    if any(n > limit for n, limit in zip(block_size, targets.MAX_BLOCK_DIMENSIONS)):
-        return (f"exceeds the largest block, {targets.MAX_BLOCK_DIMENSIONS} per dimension; a kernel cannot be "
-                f"launched with it")
-    if math.prod(block_size) > targets.MAX_BLOCK_THREADS:
-        return (f"has {math.prod(block_size)} threads, more than the {targets.MAX_BLOCK_THREADS} a block can have; "
-                f"a kernel cannot be launched with it")
-    return None
 
 
 def check_layout_syntax(texts: dict) -> tuple[dict[str, Layout], list[Violation]]:
@@ -450,6 +437,10 @@ def check_target(opcode: Opcode, chip: str | None, ptx: int | None, device_code:
             )
         ]
     needed_ptx = max(targets.MINIMUM_PTX[opcode.instruction], targets.CHIP_MINIMUM_PTX[chip])
+    if ptx is not None and ptx > targets.MAXIMUM_PTX:
+        return [Violation(Rule.TARGET, f"the gpu.module's #nvvm.target asks for PTX {targets.ptx_version_text(ptx)} "
+                                       f"(features +ptx{ptx}), but {targets.ptx_feature_problem(chip, ptx)}; use "
+                                       f"+ptx{targets.MAXIMUM_PTX} or lower, or leave the PTX version out")]
     if ptx is None or ptx >= needed_ptx:
         return []
     version = targets.ptx_version_text

@@ -49,6 +49,33 @@ MAX_BLOCK_THREADS = 1024
 MAX_BLOCK_DIMENSIONS = (1024, 1024, 64)
 
 
+# A PTX identifier (PTX ISA, "Identifiers"); LLVM's NVPTX backend stops the process on some other names and
+# passes the rest to ptxas, which rejects them.
+PTX_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+")
+
+
+def block_size_problem(block_size) -> str | None:
+    """Why a block of this size cannot be launched, or None."""
+    if len(block_size) != 3 or any(n < 1 for n in block_size):
+        return "is not three positive extents (x, y, z)"
+    if any(n > limit for n, limit in zip(block_size, MAX_BLOCK_DIMENSIONS)):
+        return f"exceeds the largest block, {MAX_BLOCK_DIMENSIONS} per dimension; a kernel cannot be launched with it"
+    threads = block_size[0] * block_size[1] * block_size[2]
+    if threads > MAX_BLOCK_THREADS:
+        return f"has {threads} threads, more than the {MAX_BLOCK_THREADS} a block can have; a kernel cannot be launched with it"
+    return None
+
+
+def ptx_feature_problem(chip: str, ptx: int) -> str | None:
+    """Why `+ptx<ptx>` cannot be used for a known `chip` (LLVM stops the process below the chip's minimum and
+    ignores unknown versions with a warning), or None."""
+    if ptx < CHIP_MINIMUM_PTX[chip]:
+        return f"{chip} needs PTX {ptx_version_text(CHIP_MINIMUM_PTX[chip])} or later"
+    if ptx > MAXIMUM_PTX:
+        return f"the newest PTX version LLVM knows is {ptx_version_text(MAXIMUM_PTX)}"
+    return None
+
+
 def max_shared_bytes(chip: str | None) -> int:
     """The shared memory one block may use on `chip`; without a chip, the most any known chip allows."""
     if chip is None or chip not in NVPTX_CHIPS:
