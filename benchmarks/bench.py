@@ -494,10 +494,11 @@ def scaling(directory: Path, sizes=(100, 1000, 10000)) -> None:
     from mlir_tile.tools.driver import Session
 
     def timed(text, pipeline):
-        module = Session().parse(text, "scaling.mlir")
-        start = time.perf_counter()
-        run_pipeline(module, pipeline)
-        return (time.perf_counter() - start) * 1e3
+        with Session() as session:
+            module = session.parse(text, "scaling.mlir")
+            start = time.perf_counter()
+            run_pipeline(module, pipeline)
+            return (time.perf_counter() - start) * 1e3
 
     results = []
     for count in sizes:

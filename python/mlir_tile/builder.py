@@ -8,6 +8,10 @@
 
 `matrix_transfer` checks the contract while building, through the adapter the verifier pass uses (one
 verdict: the same rules, facts and messages), so a Python user sees an illegal transfer where it is written.
+
+Errors: an illegal transfer raises `contract.ContractError`; any other misuse (a type text that does not
+parse, a non-integer size, an impossible block, an unknown chip, a name that is no PTX identifier) raises
+`BuilderError`. Both are ValueErrors; the builder raises no other exception.
 """
 from __future__ import annotations
 
@@ -27,11 +31,38 @@ WORKGROUP = "#gpu.address_space<workgroup>"
 PRIVATE = "#gpu.address_space<private>"
 
 
+class BuilderError(ValueError):
+    """The builder was used in a way that cannot make IR; the message says what and how to fix it."""
+
+
+def parse_type(text: ir.Type | str) -> ir.Type:
+    """A type, or its text parsed in the current context (BuilderError when it is none)."""
+    if isinstance(text, ir.Type):
+        return text
+    if not isinstance(text, str) or not text.strip():  # the parser asserts on an empty buffer
+        raise BuilderError(f"expected an MLIR type or its text (such as 'i32'), got {text!r}")
+    try:
+        return ir.Type.parse(text)
+    except ir.MLIRError as error:
+        raise BuilderError(f"'{text}' is not an MLIR type: {error}") from None
+
+
+def _count(value, what: str, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BuilderError(f"{what} must be an integer of at least {minimum}, got {value!r}")
+    return value
+
+
+def _identifier(name, what: str) -> str:
+    if not isinstance(name, str) or not targets.PTX_IDENTIFIER.fullmatch(name):
+        raise BuilderError(f"{what} {name!r} is not a PTX identifier (a letter, then letters, digits, _ or $)")
+    return name
+
+
 def memref_type(shape: Sequence[int], element: str = "i32", space: str | None = None) -> ir.MemRefType:
     """`memref_type((16, 4, 2))` is memref<16x4x2xi32> in the current context."""
-    return ir.MemRefType.get(
-        list(shape), ir.Type.parse(element), memory_space=ir.Attribute.parse(space) if space else None
-    )
+    extents = [_count(n, "a memref extent") for n in shape]
+    return ir.MemRefType.get(extents, parse_type(element), memory_space=ir.Attribute.parse(space) if space else None)
 
 
 def matrix_transfer(
@@ -51,6 +82,14 @@ def matrix_transfer(
     the verifier pass gives on the same IR (the op is then not left in the IR); pass check=False to build one
     on purpose, e.g. for a diagnostics test."""
     load_dialect((loc or ir.Location.current).context)
+    for what, text in (("opcode", opcode), ("scope", scope)):
+        if not isinstance(text, str):
+            raise BuilderError(f"matrix_transfer: {what} must be a string, got {text!r}")
+    for what, value in (("dst", dst), ("src", src)):
+        _memref_value(value, f"matrix_transfer {what}")
+    for what, layout in (("dst_layout", dst_layout), ("src_layout", src_layout)):
+        if not isinstance(layout, (Layout, str)):
+            raise BuilderError(f"matrix_transfer: {what} must be a Layout or its text, got {layout!r}")
     op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
         _, violations = transfer_verdict(op)
@@ -58,6 +97,12 @@ def matrix_transfer(
             op.operation.erase()
             raise contract.ContractError(violations)
     return op
+
+
+def _memref_value(value, what: str) -> ir.Value:
+    if not isinstance(value, ir.Value) or not isinstance(value.type, ir.MemRefType):
+        raise BuilderError(f"{what}: expected a memref value, got {value!r}")
+    return value
 
 
 class Kernel:
@@ -82,8 +127,19 @@ class Kernel:
         module_name: str = "kernels",
         context: ir.Context | None = None,
     ):
-        self.name, self.block, self.chip, self.module_name = name, tuple(block), chip, module_name
-        self.min_blocks_per_sm = min_blocks_per_sm
+        self.name = _identifier(name, "kernel name")
+        self.module_name = _identifier(module_name, "gpu.module name")
+        if not isinstance(block, (tuple, list)) or len(block) != 3:
+            raise BuilderError(f"block must be (x, y, z), got {block!r}")
+        self.block = tuple(_count(n, "a block extent") for n in block)
+        problem = targets.block_size_problem(self.block)
+        if problem:
+            raise BuilderError(f"block {self.block} {problem}")
+        problem = targets.chip_problem(chip)
+        if problem:
+            raise BuilderError(f"chip {problem}")
+        self.chip = chip
+        self.min_blocks_per_sm = None if min_blocks_per_sm is None else _count(min_blocks_per_sm, "min_blocks_per_sm")
         self._argument_specs = list(arguments)
         self.context = context or _current_context_or_new()
         load_dialect(self.context)
@@ -93,13 +149,24 @@ class Kernel:
         self._scopes = [self.context, ir.Location.unknown(self.context)]
         for scope in self._scopes:
             scope.__enter__()
+        try:
+            self._build_kernel()
+        except BaseException:  # leave no context entered behind: the caller may catch and go on
+            for scope in reversed(self._scopes):
+                scope.__exit__(None, None, None)
+            raise
+        self._insertion = ir.InsertionPoint(self.body)
+        self._insertion.__enter__()
+        return self
+
+    def _build_kernel(self) -> None:
+        types = [parse_type(t) for t in self._argument_specs]
         self.module = ir.Module.create()
         self.module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
         with ir.InsertionPoint(self.module.body):
             target = ir.Attribute.parse(f'#nvvm.target<chip = "{self.chip}">')
             self.gpu_module = gpu.GPUModuleOp(self.module_name, targets=ir.ArrayAttr.get([target]))
             self.gpu_module.bodyRegion.blocks.append()
-        types = [t if isinstance(t, ir.Type) else ir.Type.parse(t) for t in self._argument_specs]
         with ir.InsertionPoint(self.gpu_module.bodyRegion.blocks[0]):
             self.func = gpu.GPUFuncOp(
                 ir.FunctionType.get(types, []), sym_name=self.name, kernel=True, known_block_size=list(self.block)
@@ -110,9 +177,6 @@ class Kernel:
             )
         self.body = self.func.body.blocks.append(*types)
         self.arguments = list(self.body.arguments)
-        self._insertion = ir.InsertionPoint(self.body)
-        self._insertion.__enter__()
-        return self
 
     def __exit__(self, kind, value, traceback) -> None:
         if kind is None:
@@ -124,6 +188,8 @@ class Kernel:
     # ----- storage -----
     def shared(self, name: str, elements: int, element: str = "i32", alignment: int = 16) -> ir.Value:
         """A workgroup `memref.global` with the given alignment, and its `memref.get_global` here."""
+        _identifier(name, "shared buffer name")
+        _count(alignment, "alignment")
         kind = memref_type((elements,), element, WORKGROUP)
         with ir.InsertionPoint.at_block_begin(self.gpu_module.bodyRegion.blocks[0]):
             memref.GlobalOp(name, ir.TypeAttr.get(kind), sym_visibility="private", alignment=alignment)
@@ -135,10 +201,14 @@ class Kernel:
 
     # ----- values -----
     def index(self, value: int) -> ir.Value:
+        if not isinstance(value, int) or isinstance(value, bool) or not -(2**63) <= value < 2**63:
+            raise BuilderError(f"an index constant must be a 64-bit integer, got {value!r}")
         return arith.constant(ir.IndexType.get(), value)
 
     def constant(self, value: int, element: str = "i32") -> ir.Value:
-        kind = ir.Type.parse(element)
+        kind = parse_type(element)
+        if not isinstance(kind, ir.IntegerType) or not isinstance(value, int) or isinstance(value, bool):
+            raise BuilderError(f"constant: an integer value of an integer type, got {value!r} of {element!r}")
         if isinstance(kind, ir.IntegerType) and kind.width == 32 and value >= 2**31:
             value -= 2**32  # a uint32 bit pattern as the i32 it is
         return arith.constant(kind, value)
@@ -147,6 +217,8 @@ class Kernel:
         return gpu.lane_id()
 
     def thread_id(self, dimension: str = "x") -> ir.Value:
+        if dimension not in ("x", "y", "z"):
+            raise BuilderError(f"thread_id: the dimension is 'x', 'y' or 'z', got {dimension!r}")
         return gpu.thread_id(getattr(gpu.Dimension, dimension))
 
     def barrier(self) -> None:
@@ -173,13 +245,25 @@ class Kernel:
         return self.index(0) if total is None else total
 
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
-        return memref.load(buffer, [self._as_index(i) for i in indices])
+        return memref.load(_memref_value(buffer, "load"), self._indices(buffer, indices))
 
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> None:
-        memref.store(value, buffer, [self._as_index(i) for i in indices])
+        if not isinstance(value, ir.Value) or value.type != ir.MemRefType(_memref_value(buffer, "store").type).element_type:
+            raise BuilderError(f"store: the value must be an ir.Value of the buffer's element type, got {value!r}")
+        memref.store(value, buffer, self._indices(buffer, indices))
+
+    def _indices(self, buffer: ir.Value, indices) -> list[ir.Value]:
+        rank = ir.MemRefType(buffer.type).rank
+        if len(indices) != rank:
+            raise BuilderError(f"the buffer has rank {rank}, but {len(indices)} indices were given")
+        return [self._as_index(i) for i in indices]
 
     def _as_index(self, value: ir.Value | int) -> ir.Value:
-        return value if isinstance(value, ir.Value) else self.index(value)
+        if isinstance(value, ir.Value):
+            if not isinstance(value.type, ir.IndexType):
+                raise BuilderError(f"expected an index value, got one of type {value.type}")
+            return value
+        return self.index(value)
 
 
 _default_context: ir.Context | None = None

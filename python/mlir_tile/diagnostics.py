@@ -4,6 +4,7 @@ reproducer)."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 
@@ -39,6 +40,16 @@ class Diag:
     def from_error(cls, error: ir.MLIRError) -> list["Diag"]:
         found = [d for diagnostic in error.error_diagnostics for d in cls.from_mlir(diagnostic)]
         return found or [cls("error", None, None, None, str(error))]
+
+    def shifted(self, lines: int, source_name: str) -> "Diag":
+        """This diagnostic with its line, and the places its message names, `lines` further down in
+        `source_name` (for a part of a split input)."""
+        if not lines:
+            return self
+        place = re.compile(rf"\(at {re.escape(source_name)}:(\d+):(\d+)\)")
+        message = place.sub(lambda m: f"(at {source_name}:{int(m.group(1)) + lines}:{m.group(2)})", self.message)
+        line = self.line + lines if self.line is not None and self.file == source_name else self.line
+        return Diag(self.severity, self.file, line, self.column, message)
 
     def __str__(self) -> str:
         if self.line is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Union
 
 THREAD_AXES = ("laneid", "warpid")
+MAX_TEXT = 4096  # characters of layout text: a bound on what one op may ask the parser for
 
 
 @dataclass(frozen=True)
@@ -180,15 +181,16 @@ class _LayoutParser:
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
             raise ValueError(f"layout text must be a string, got {type(text).__name__}")
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"layout text of {len(text)} characters is longer than {MAX_TEXT}; no transfer needs one")
         self.text = text
         self.tokens: list[tuple[str, str, int]] = []
-        position = 0
-        while position < len(text):
-            if text[position:].strip() == "":
-                break
+        position, end = 0, len(text.rstrip())
+        while position < end:
             match = self._TOKEN.match(text, position)
             if not match:
-                raise self.error(position + len(text[position:]) - len(text[position:].lstrip()), "unexpected character")
+                column = position + len(text[position:position + 64]) - len(text[position:position + 64].lstrip())
+                raise self.error(column, "unexpected character")
             kind = match.lastgroup
             self.tokens.append((kind, match.group(kind), match.start(kind)))
             position = match.end()
@@ -285,6 +287,9 @@ def _rearrange(layout: Layout, pattern: str, sizes: Mapping[str, int]) -> Layout
         raise ValueError(
             f"rearrange pattern '{pattern}' names {len(left)} input axes but layout {layout} has rank {layout.rank}"
         )
+    for name, size in sizes.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"rearrange pattern '{pattern}': size {name}={size!r} is not a positive integer")
     axes: dict[str, tuple[int, Stride]] = {}
     for group, extent, stride in zip(left, layout.shape, layout.stride):
         unknown = [n for n in group if n not in sizes]

@@ -65,6 +65,9 @@ def run_pipeline(
         module.verify()
     except ir.MLIRError as error:
         raise PipelineFailure(None, Diag.from_error(error)) from None
+    # Python callbacks (the tile passes, the diagnostic handlers) must not be reached from MLIR's worker
+    # threads: with threading on, a nested pipeline over several gpu.modules called them without the GIL.
+    module.context.enable_multithreading(False)
     if instrument is not None:
         instrument(manager)
     saved = module.clone()  # 20x cheaper than printing; only used to replay a failure

@@ -12,20 +12,51 @@ from mlir_tile.dialect import make_context
 from mlir_tile.diagnostics import Diag, PipelineFailure
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
+MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per level and overflows its stack near 4,000
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
 
 
-def split_buffer(text: str | bytes, split: bool) -> list[str | bytes]:
-    """The input, or its `// -----` parts, each padded with newlines so that its line numbers are those of
-    the whole file (diagnostics then point into the file the user wrote). Bytecode is never split."""
+def nesting_problem(text: str) -> str | None:
+    """Why `text` nests too deeply to parse safely (None when it does not), found in one linear scan."""
+    depth = deepest = line = 0
+    for token in _BRACKETS.finditer(text):
+        bracket = token.group()
+        if bracket in "{([":
+            depth += 1
+            if depth > deepest:
+                deepest, line = depth, token.start()
+        elif bracket in "})]":
+            depth -= 1
+        if deepest > MAX_NESTING:
+            return (f"brackets nest more than {MAX_NESTING} deep (at line {text.count(chr(10), 0, line) + 1}), "
+                    f"deeper than mlir-tile parses safely (the MLIR parser recurses per level); flatten the input")
+    return None
+
+
+def split_buffer(text: str | bytes, split: bool) -> list[tuple[str | bytes, int]]:
+    """The input, or its `// -----` parts, each with the number of lines before it in the whole input (a
+    part's diagnostics are shifted by it, so they point into the file the user wrote; padding each part with
+    that many newlines instead cost memory quadratic in the number of parts). Bytecode is never split."""
     if not split or isinstance(text, bytes):
-        return [text]
-    chunks, start = [], 0
+        return [(text, 0)]
+    chunks, start, line = [], 0, 0
     for match in list(SPLIT_MARKER.finditer(text)) + [None]:
         end = match.start() if match else len(text)
-        chunks.append("\n" * text.count("\n", 0, start) + text[start:end])
+        chunks.append((text[start:end], line))
         if match:
+            line += text.count("\n", start, match.end())
             start = match.end()
     return chunks
+
+
+def _collector(collected: list):
+    """A diagnostic handler that appends to `collected`. It must not refer to the Session: the bindings'
+    handler objects are invisible to Python's cycle collector, so a handler -> session -> context cycle kept
+    every context alive (2 MiB per in-process call of a driver's main)."""
+    def collect(diagnostic) -> bool:
+        collected.extend(Diag.from_mlir(diagnostic))
+        return True
+    return collect
 
 
 class Session:
@@ -36,15 +67,24 @@ class Session:
         self.context.allow_unregistered_dialects = allow_unregistered
         self.collected: list[Diag] = []
         self._owned_modules: list[ir.Module] = []
-        self.context.attach_diagnostic_handler(self._collect)
+        self._handler = self.context.attach_diagnostic_handler(_collector(self.collected))
 
-    def _collect(self, diagnostic) -> bool:
-        self.collected.extend(Diag.from_mlir(diagnostic))
-        return True
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._handler.detach()
+        self._owned_modules.clear()
 
     def parse(self, text: str | bytes, source_name: str) -> ir.Operation:
         """Parse like mlir-opt: one top-level builtin.module is the module; other ops get an implicit one.
         Returns the builtin.module operation."""
+        problem = None if isinstance(text, bytes) else nesting_problem(text)
+        if problem:
+            raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
         with self.context:
             if isinstance(text, bytes):  # bytecode: always one builtin.module
                 try:

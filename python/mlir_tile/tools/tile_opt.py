@@ -113,8 +113,9 @@ def expected_diagnostics(chunk_text: str) -> list[dict]:
     return expectations
 
 
-def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str) -> list[str]:
-    """mlir-opt's --verify-diagnostics: every diagnostic expected, every expectation produced."""
+def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str, first_line: int = 0) -> list[str]:
+    """mlir-opt's --verify-diagnostics: every diagnostic expected, every expectation produced. Lines are the
+    chunk's own; the report names them in the whole input (`first_line` lines before the chunk)."""
     expectations = expected_diagnostics(chunk)
     problems = []
     # mlir-opt turns off printing the op on diagnostics in this mode; the bindings cannot, so drop the note.
@@ -130,11 +131,12 @@ def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str) -> 
                 expectation["matched"] = True
                 break
         else:
+            diagnostic = diagnostic.shifted(first_line, source_name)
             problems.append(f"{diagnostic.file or source_name}:{diagnostic.line}:{diagnostic.column}: error: "
                             f"unexpected {diagnostic.severity}: {diagnostic.message}")
     for expectation in expectations:
         if not expectation.get("matched"):
-            problems.append(f"{source_name}:{expectation['at']}: error: expected {expectation['kind']} "
+            problems.append(f"{source_name}:{expectation['at'] + first_line}: error: expected {expectation['kind']} "
                             f"\"{expectation['text']}\" was not produced")
     return problems
 
@@ -193,36 +195,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tile-opt: {error}", file=sys.stderr)
         return 1
     try:
-        session = Session(options.allow_unregistered_dialect)
-        outputs, status = [], 0
-        for chunk in split_buffer(text, options.split_input_file):
-            module, diagnostics, hint = run_chunk(session, chunk, source_name, options)
-            if options.verify_diagnostics:
-                problems = check_diagnostics(diagnostics, chunk, source_name)
-                for problem in problems:
-                    print(problem, file=sys.stderr)
-                status |= 1 if problems else 0
-            else:
-                for diagnostic in diagnostics:
-                    print(diagnostic, file=sys.stderr)
-                if hint:
-                    print(hint, file=sys.stderr)
-                status |= 1 if module is None else 0
-            if module is not None:
-                outputs.append(render(module, options))
-        result = b"// -----\n".join(outputs)
-        if options.output == "-":
-            sys.stdout.buffer.write(result)
-        else:
-            with open(options.output, "wb") as stream:
-                stream.write(result)
-        return status
+        with Session(options.allow_unregistered_dialect) as session:
+            return _process(session, text, source_name, options)
     except Exception as error:  # a bug in tile-opt itself: one line, not a traceback
         if os.environ.get("TILE_DEBUG"):
             raise
         print(f"tile-opt: internal error: {type(error).__name__}: {error} (set TILE_DEBUG=1 for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _process(session: Session, text, source_name: str, options) -> int:
+    """Each part of the input through the pipeline; the output written; the exit status."""
+    outputs, status = [], 0
+    for chunk, first_line in split_buffer(text, options.split_input_file):
+        module, diagnostics, hint = run_chunk(session, chunk, source_name, options)
+        if options.verify_diagnostics:
+            problems = check_diagnostics(diagnostics, chunk, source_name, first_line)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            status |= 1 if problems else 0
+        else:
+            for diagnostic in diagnostics:
+                print(diagnostic.shifted(first_line, source_name), file=sys.stderr)
+            if hint:
+                print(hint, file=sys.stderr)
+            status |= 1 if module is None else 0
+        if module is not None:
+            outputs.append(render(module, options))
+    result = b"// -----\n".join(outputs)
+    if options.output == "-":
+        sys.stdout.buffer.write(result)
+    else:
+        with open(options.output, "wb") as stream:
+            stream.write(result)
+    return status
 
 
 if __name__ == "__main__":

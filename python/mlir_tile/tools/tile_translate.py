@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--mlir-to-cubin writes a binary file: give -o OUT")
     try:
         text, source_name = read_input(source)
-        module = Session().parse(text, source_name)
-        ptx = compile_to_ptx(module, chip, source_name=source_name)
+        with Session() as session:
+            ptx = compile_to_ptx(session.parse(text, source_name), chip, source_name=source_name)
         result = cubin_of_ptx(ptx, ptx_chip(ptx)) if translation == "cubin" else ptx
     except InputError as error:
         print(f"tile-translate: {error}", file=sys.stderr)
