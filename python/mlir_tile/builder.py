@@ -16,6 +16,7 @@ parse, a non-integer size, an impossible block, an unknown chip, a name that is 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Sequence
 
 from mlir import ir
@@ -90,6 +91,7 @@ def matrix_transfer(
     for what, layout in (("dst_layout", dst_layout), ("src_layout", src_layout)):
         if not isinstance(layout, (Layout, str)):
             raise BuilderError(f"matrix_transfer: {what} must be a Layout or its text, got {layout!r}")
+    loc = loc or caller_location((ip.block.owner.context if ip else ir.Location.current.context))
     op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
         _, violations = transfer_verdict(op)
@@ -97,6 +99,17 @@ def matrix_transfer(
             op.operation.erase()
             raise contract.ContractError(violations)
     return op
+
+
+def caller_location(context: ir.Context) -> ir.Location:
+    """The file and line of the first caller outside mlir_tile's builder: where a diagnostic about what it
+    built should point (an op built from Python has no MLIR text to point into)."""
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_code.co_filename in (__file__, contextlib.__file__):
+        frame = frame.f_back
+    if frame is None:
+        return ir.Location.unknown(context)
+    return ir.Location.file(frame.f_code.co_filename, frame.f_lineno, 1, context=context)
 
 
 def _memref_value(value, what: str) -> ir.Value:
@@ -143,10 +156,11 @@ class Kernel:
         self._argument_specs = list(arguments)
         self.context = context or _current_context_or_new()
         load_dialect(self.context)
+        self._location = caller_location(self.context)  # diagnostics on the kernel point at the Kernel(...) line
         self._scopes: list = []
 
     def __enter__(self) -> "Kernel":
-        self._scopes = [self.context, ir.Location.unknown(self.context)]
+        self._scopes = [self.context, self._location]
         for scope in self._scopes:
             scope.__enter__()
         try:
