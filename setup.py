@@ -33,6 +33,7 @@ setup(
         "console_scripts": [
             "tile-opt=mlir_tile.tools.tile_opt:main",
             "tile-translate=mlir_tile.tools.tile_translate:main",
+            "mlir-opt=mlir_tile.tools.upstream:mlir_opt",
         ]
     },
 )

@@ -3,11 +3,13 @@ Python callables and everything else as upstream text; on failure, replayed one 
 the failure names its pass and can hand back the IR the failing pass received."""
 from __future__ import annotations
 
+import re
+
 from mlir import ir, passmanager
 
 from mlir_tile.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
 from mlir_tile.passes import PASSES, PIPELINES
-from mlir_tile.pipeline_text import parse_element
+from mlir_tile.pipeline_text import parse_element, split_elements
 
 def expand(elements: list[str]) -> list[str]:
     """Named pipelines replaced by their elements, recursively (ValueError for an unknown option)."""
@@ -21,20 +23,79 @@ def expand(elements: list[str]) -> list[str]:
     return expanded
 
 
-def add_element(pm: passmanager.PassManager, element: str) -> None:
-    """A tile pass as a Python callable with its parsed options; anything else as upstream pipeline text."""
+def add_element(pm: passmanager.PassManager, element: str, anchors: tuple[str, ...] = ()) -> None:
+    """One pipeline element, nested under `anchors` (op names, outermost first). A tile pass becomes a Python
+    callable with its parsed options; a nested pipeline that holds tile passes (`gpu.module(a, tile-x, b)`)
+    is split around them; anything else is upstream pipeline text, implicitly nested under the op its pass
+    is restricted to, as mlir-opt does (`convert-gpu-to-nvvm` on a module runs on its gpu.modules)."""
     name, options = parse_element(element)
     definition = PASSES.get(name)
-    if definition is None:
-        pm.add(element)
+    if definition is not None:
+        pm.add(_python_pass(definition, definition.option_values(options), anchors), name=name, argument=name,
+               description=definition.summary)
         return
-    values = definition.option_values(options)
+    if name in PIPELINES:
+        raise ValueError(f"'{name}' is a pipeline over the builtin.module; it cannot be nested in {anchors[-1]}")
+    nested = _NESTED.fullmatch(element.strip())
+    if nested and _holds_tile_pass(element):
+        upstream: list[str] = []
+        for inner in split_elements(nested.group(2)) + [None]:
+            if inner is not None and not _holds_tile_pass(inner):
+                upstream.append(inner)
+                continue
+            if upstream:
+                _add_upstream(pm, _nest(anchors + (nested.group(1),), ", ".join(upstream)))
+                upstream = []
+            if inner is not None:
+                add_element(pm, inner, anchors + (nested.group(1),))
+        return
+    _add_upstream(pm, _nest(anchors, element))
 
+
+_NESTED = re.compile(r"([\w.]+)\((.*)\)", re.S)
+_RESTRICTED = re.compile(r"restricted to '([\w.]+)'")
+
+
+def _holds_tile_pass(element: str) -> bool:
+    name, _ = parse_element(element)
+    if name in PASSES or name in PIPELINES:
+        return True
+    nested = _NESTED.fullmatch(element.strip())
+    return bool(nested) and any(_holds_tile_pass(inner) for inner in split_elements(nested.group(2)))
+
+
+def _nest(anchors: tuple[str, ...], text: str) -> str:
+    for anchor in reversed(anchors):
+        text = f"{anchor}({text})"
+    return text
+
+
+def _add_upstream(pm: passmanager.PassManager, text: str) -> None:
+    try:
+        pm.add(text)
+    except (ValueError, RuntimeError, ir.MLIRError) as error:
+        restricted = _RESTRICTED.search(str(error))
+        if not restricted:
+            raise ValueError(str(error).strip().splitlines()[0]) from None
+        pm.add(f"{restricted.group(1)}({text})")
+
+
+def _python_pass(definition, values: dict, anchors: tuple[str, ...]):
+    """The callable PassManager.add takes: the pass on the module, or on each op that `anchors` names
+    (each directly nested in the one before, as an upstream nested pass manager runs)."""
     def run(op: ir.Operation, pass_) -> None:
         with op.context, op.location:  # Python passes are called with no context entered
-            definition.run(op, pass_, **values)
+            for target in _anchored(op, anchors):
+                definition.run(target, pass_, **values)
+    return run
 
-    pm.add(run, name=name, argument=name, description=definition.summary)
+
+def _anchored(op: ir.Operation, anchors: tuple[str, ...]) -> list[ir.Operation]:
+    found = [op]
+    for anchor in anchors:
+        found = [child.operation for parent in found for region in parent.regions for block in region.blocks
+                 for child in block.operations if child.operation.name == anchor]
+    return found
 
 
 def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:

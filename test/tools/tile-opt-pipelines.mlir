@@ -11,6 +11,14 @@
 // RUN: tile-opt %S/Inputs/one-transfer.mlir --emit-bytecode -o %t.mlirbc && tile-opt %t.mlirbc --tile-lower-matrix-transfer | filecheck %s --check-prefix=BYTECODE
 // RUN: not tile-opt %s --split-input-file --emit-bytecode 2>&1 | filecheck %s --check-prefix=BYTECODE-SPLIT
 // RUN: tile-opt --version | filecheck %s --check-prefix=VERSION
+// Nested pipelines with tile passes inside, and upstream passes nested implicitly under the op they run on.
+// RUN: tile-opt %s --split-input-file --pass-pipeline='builtin.module(gpu.module(canonicalize, tile-verify-matrix-transfer, tile-lower-matrix-transfer, cse))' | filecheck %s
+// RUN: tile-opt %s --split-input-file --pass-pipeline='builtin.module(gpu.module(gpu.func(tile-lower-matrix-transfer)))' | filecheck %s
+// RUN: tile-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(tile-lower-matrix-transfer))' | filecheck %s --check-prefix=NOT-ANCHORED
+// RUN: tile-opt %s --split-input-file --tile-lower-matrix-transfer --convert-gpu-to-nvvm | filecheck %s --check-prefix=IMPLICIT
+// RUN: not tile-opt %s --pass-pipeline='builtin.module(gpu.module(tile-to-nvvm))' 2>&1 | filecheck %s --check-prefix=NESTED-PIPELINE
+// RUN: tile-opt --help | filecheck %s --check-prefix=HELP
+// RUN: mlir-opt --irdl-file=%irdl %s --split-input-file | filecheck %s --check-prefix=MLIR-OPT
 
 // CHECK-LABEL: gpu.module @first
 // CHECK: nvvm.ldmatrix %{{.*}} {{{.*}}num = 4 : i32{{.*}}}
@@ -34,6 +42,19 @@
 // BYTECODE: nvvm.ldmatrix
 // BYTECODE-SPLIT: error: --emit-bytecode writes one module: it cannot be used with --split-input-file
 // VERSION: tile-opt (mlir-tile
+// NOT-ANCHORED-COUNT-2: "tile.matrix_transfer"
+// IMPLICIT-LABEL: gpu.module @first
+// IMPLICIT: llvm.func @k()
+// IMPLICIT: nvvm.ldmatrix
+// NESTED-PIPELINE: error: invalid pass pipeline: 'tile-to-nvvm' is a pipeline over the builtin.module; it cannot be nested in gpu.module
+// HELP: usage: tile-opt
+// HELP: Tile passes and pipelines:
+// HELP: --tile-verify-matrix-transfer
+// HELP: Upstream passes and pipelines
+// HELP-DAG: --canonicalize
+// HELP-DAG: --convert-gpu-to-nvvm
+// MLIR-OPT-LABEL: gpu.module @first
+// MLIR-OPT: "tile.matrix_transfer"
 // LIST-DAG: --tile-verify-matrix-transfer
 // LIST-DAG: --tile-lower-matrix-transfer
 // LIST-DAG: --tile-set-nvvm-target

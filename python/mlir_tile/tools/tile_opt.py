@@ -18,17 +18,18 @@ from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.diagnostics import Diag, PipelineFailure
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.pipeline_text import split_elements
-from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
+from mlir_tile.tools.driver import InputError, Session, quiet_on_closed_pipe, read_input, split_buffer
+from mlir_tile.tools.upstream import upstream_passes
 
 VERSION = "tile-opt (mlir-tile 0.1.0, MLIR 22)"
 
 
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tile-opt", description=__doc__.split("\n\n")[1], allow_abbrev=False,
+        prog="tile-opt", description=__doc__.split("\n\n")[1], allow_abbrev=False, add_help=False,
         usage="tile-opt [FILE|-] [-o OUT] [--<pass>[{opts}] ... | --pass-pipeline=PIPELINE] [options]",
-        epilog="Passes: tile-opt --list-passes lists the tile passes and pipelines; every upstream mlir-opt pass "
-               "is accepted too.")
+        epilog="The passes follow (also: tile-opt --list-passes).")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and the passes, then exit")
     parser.add_argument("input", nargs="?", default="-", help="input file, or - for standard input (default)")
     parser.add_argument("-o", dest="output", default="-", help="output file (default: standard output)")
     parser.add_argument("--pass-pipeline", action="append", default=[], metavar="PIPELINE",
@@ -45,7 +46,7 @@ def argument_parser() -> argparse.ArgumentParser:
         "--dump-pass-pipeline": "print the pass pipeline before running it",
         "--emit-bytecode": "write MLIR bytecode instead of text",
         "--allow-unregistered-dialect": "accept ops of dialects that are not registered",
-        "--list-passes": "list the tile passes and pipelines",
+        "--list-passes": "list the tile passes and pipelines, and the upstream passes",
     }
     for flag, text in flags.items():
         parser.add_argument(flag, action="store_true", help=text)
@@ -141,6 +142,17 @@ def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str, fir
     return problems
 
 
+def print_passes() -> None:
+    print("\nTile passes and pipelines:")
+    for name, definition in {**PASSES, **PIPELINES}.items():
+        print(f"  --{name:40} {definition.summary}")
+        for option in definition.options:
+            print(f"      {option.name + '=<value>':36} {option.help}")
+    print("\nUpstream passes and pipelines (those of mlir-opt; options as in mlir-opt --help):")
+    for name, summary in upstream_passes():
+        print(f"  --{name:40} {summary}")
+
+
 def instrumentation(options: argparse.Namespace):
     """What the flags turn on in the pass manager: IR printing, timing."""
     def instrument(manager):
@@ -178,13 +190,13 @@ def render(module, options) -> bytes:
     return (text if text.endswith("\n") else text + "\n").encode()
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
     options = parse_arguments(sys.argv[1:] if argv is None else argv)
-    if options.list_passes:
-        for name, definition in {**PASSES, **PIPELINES}.items():
-            print(f"  --{name:32} {definition.summary}")
-            for option in definition.options:
-                print(f"      {option.name:30} {option.help}")
+    if options.help:
+        argument_parser().print_help()
+    if options.help or options.list_passes:
+        print_passes()
         return 0
     if options.dump_pass_pipeline:
         print(f"Pass Manager with {len(options.pipeline)} passes:\nbuiltin.module({', '.join(options.pipeline)})",
