@@ -20,7 +20,7 @@ demo: $(STAMP)
 # The lit suite runs through CMake's check-tile target, which proves that target works.
 test: $(STAMP)
 	$(MAKE) cmake-check
-	$(BIN)/python -m pytest -q -rs test/unit
+	$(BIN)/python -m pytest -q -rs test/unit test/fuzz
 
 cmake-check: $(STAMP)
 	cmake -S . -B build -DPython3_EXECUTABLE=$(abspath $(BIN)/python) >/dev/null
@@ -30,7 +30,7 @@ lit: $(STAMP)
 	$(BIN)/lit -sv test
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -rs test/unit
+	$(BIN)/python -m pytest -q -rs test/unit test/fuzz
 
 # Benchmarks, build side (see benchmarks/bench.py): kernels, compile latency (against NVRTC, installed
 # here by the `bench` extra) and pass scaling into DIR, which then travels to a GPU host for

@@ -40,8 +40,10 @@ def is_loaded(context: ir.Context) -> bool:
 
 
 def make_context() -> ir.Context:
-    """A context with the upstream dialects the bindings register and `tile`."""
+    """A context with the upstream dialects the bindings register and `tile`, single-threaded: MLIR's worker
+    threads (verifying several functions at once) would call Python's diagnostic handlers without the GIL."""
     context = ir.Context()
+    context.enable_multithreading(False)
     load_dialect(context)
     return context
 

@@ -39,7 +39,12 @@ def check_nvptx(root: ir.Operation, pass_) -> None:
                     problem = f"chip {problem}"
                 if problem:
                     problems.append((op.location, f"[target] this gpu.module's #nvvm.target: {problem}"))
-        elif name in _SYMBOL_OPS and _in_gpu_module(op) and "sym_name" in op.attributes:
+        if name == "memref.global" and "alignment" in op.attributes:
+            alignment = ir.IntegerAttr(op.attributes["alignment"]).value
+            if alignment > targets.MAX_ALIGNMENT:
+                problems.append((op.location, f"[operands] alignment {alignment} is above the {targets.MAX_ALIGNMENT} "
+                                              f"bytes ptxas accepts"))
+        if name in _SYMBOL_OPS and _in_gpu_module(op) and "sym_name" in op.attributes:
             symbol = ir.StringAttr(op.attributes["sym_name"]).value
             if not targets.PTX_IDENTIFIER.fullmatch(symbol):
                 problems.append((op.location, f"[target] '{symbol}' is not a PTX identifier (a letter, then letters, "

@@ -30,7 +30,7 @@ SCOPES = ("warp", "warpgroup", "cta")
 WARPGROUP_WARPS = 4
 MAX_REGISTERS = 255  # per thread on sm_75 and later
 MAX_LOCAL_BYTES = 512 * 1024  # local memory per thread: where register storage that does not fit goes
-MAX_ALIGNMENT = 2**32  # the largest alignment LLVM represents
+
 
 _OPCODE = re.compile(
     r"(?P<instruction>ldmatrix|stmatrix)\.sync\.aligned\.m8n8\.x(?P<count>[124])(?P<trans>\.trans)?"
@@ -520,12 +520,12 @@ def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[
                 f"#gpu.address_space<workgroup>, or use gpu.dynamic_shared_memory",
             )
         )
-    if shared.base_alignment is not None and shared.base_alignment > MAX_ALIGNMENT:
+    if shared.base_alignment is not None and shared.base_alignment > targets.MAX_ALIGNMENT:
         found.append(
             Violation(
                 Rule.OPERANDS,
-                f"{opcode.shared_role}'s buffer declares alignment {shared.base_alignment}, above the 2^32 bytes "
-                f"LLVM supports; 16 is all a transfer needs",
+                f"{opcode.shared_role}'s buffer declares alignment {shared.base_alignment}, above the "
+                f"{targets.MAX_ALIGNMENT} bytes ptxas accepts; 16 is all a transfer needs",
             )
         )
     if registers.offset is None:

@@ -44,6 +44,7 @@ MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}
 STATIC_SHARED_BYTES = 48 * 1024
 _MAX_SHARED_BYTES = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
                      100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
+MAX_ALIGNMENT = 2**31  # the largest .align ptxas accepts (2^32: "Constant overflow")
 # A block's threads: at most 1024 in all, and per dimension (x, y, z) at most these.
 MAX_BLOCK_THREADS = 1024
 MAX_BLOCK_DIMENSIONS = (1024, 1024, 64)

@@ -5,11 +5,11 @@
 // RUN: tile-opt %s --verify-diagnostics --split-input-file --tile-verify-matrix-transfer
 
 // CHECK-DAG: wrong-expectations.mlir:7:5: error: unexpected error: 'tile.matrix_transfer' op [scope] scope "thread"
-// CHECK-DAG: wrong-expectations.mlir:6: error: expected error "this text is not in any diagnostic" was not produced
-// CHECK-DAG: wrong-expectations.mlir:10: error: expected warning "nothing warns here" was not produced
+// CHECK-DAG: wrong-expectations.mlir:6:8: error: expected error "this text is not in any diagnostic" was not produced
+// CHECK-DAG: wrong-expectations.mlir:10:8: error: expected warning "nothing warns here" was not produced
 // CHECK-DAG: wrong-expectations.mlir:24:5: error: unexpected error: 'tile.matrix_transfer' op [row-alignment] {{.*}}(matrix=0, row=1, word=0)
-// CHECK-DAG: wrong-expectations.mlir:22: error: expected error "[row-alignment]{{[{][{]}}.*{{[}][}]}}(matrix=0, row=2, word=0)" was not produced
-// CHECK-DAG: wrong-expectations.mlir:23: error: expected error "[row-alignment]{{[{][{]}}({{[}][}]}}" was not produced
+// CHECK-DAG: wrong-expectations.mlir:22:8: error: expected error "[row-alignment]{{[{][{]}}.*{{[}][}]}}(matrix=0, row=2, word=0)" was not produced
+// CHECK-DAG: wrong-expectations.mlir:23:8: error: expected error "[row-alignment]{{[{][{]}}({{[}][}]}}" was not produced
 
 gpu.module @m [#nvvm.target<chip = "sm_90">] {
   memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}

@@ -10,12 +10,29 @@ from pathlib import Path
 
 from mlir import ir
 
+from mlir_tile import targets
 from mlir_tile.dialect import make_context
 from mlir_tile.diagnostics import Diag, PipelineFailure
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per level and overflows its stack near 4,000
 _BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
+
+
+_NVVM_CHIP = re.compile(r'#nvvm\.target<[^>]*?chip\s*=\s*"((?:[^"\\]|\\.)*)"')
+_ESCAPE = re.compile(r"\\(?:[0-9a-fA-F]{2}|.)")
+
+
+def chip_text_problem(text: str) -> tuple[str, int, int] | None:
+    """(message, line, column) for an #nvvm.target chip of one or two characters, which upstream MLIR's
+    attribute verifier aborts the process on (StringRef::drop_front); found before the parser sees it."""
+    for match in _NVVM_CHIP.finditer(text):
+        length = len(_ESCAPE.sub("x", match.group(1)))
+        if 0 < length < 3:
+            line = text.count("\n", 0, match.start(1)) + 1
+            column = match.start(1) - text.rfind("\n", 0, match.start(1))
+            return f"#nvvm.target chip \"{match.group(1)}\" is not a chip; use one of {targets.known_chips()}", line, column
+    return None
 
 
 def nesting_problem(text: str) -> str | None:
@@ -84,9 +101,13 @@ class Session:
     def parse(self, text: str | bytes, source_name: str) -> ir.Operation:
         """Parse like mlir-opt: one top-level builtin.module is the module; other ops get an implicit one.
         Returns the builtin.module operation."""
-        problem = None if isinstance(text, bytes) else nesting_problem(text)
-        if problem:
-            raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
+        if not isinstance(text, bytes):
+            problem = nesting_problem(text)
+            if problem:
+                raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
+            chip = chip_text_problem(text)
+            if chip:
+                raise PipelineFailure(None, [Diag("error", source_name, chip[1], chip[2], chip[0])])
         with self.context:
             if isinstance(text, bytes):  # bytecode: always one builtin.module
                 try:

@@ -110,6 +110,7 @@ def expected_diagnostics(chunk_text: str) -> list[dict]:
             if target is None and where not in (None, "unknown"):
                 target = number + int(where)
             expectations.append({"kind": match["kind"], "line": target, "text": match["text"], "at": number,
+                                 "column": match.start() + 1,
                                  "matches": _matcher(match["text"], match["regex"] is not None)})
     return expectations
 
@@ -132,12 +133,12 @@ def check_diagnostics(diagnostics: list[Diag], chunk: str, source_name: str, fir
                 expectation["matched"] = True
                 break
         else:
-            diagnostic = diagnostic.shifted(first_line, source_name)
-            problems.append(f"{diagnostic.file or source_name}:{diagnostic.line}:{diagnostic.column}: error: "
-                            f"unexpected {diagnostic.severity}: {diagnostic.message}")
+            shifted = diagnostic.shifted(first_line, source_name)
+            problems.append(str(Diag("error", shifted.file or source_name, shifted.line, shifted.column,
+                                     f"unexpected {shifted.severity}: {shifted.message}")))
     for expectation in expectations:
         if not expectation.get("matched"):
-            problems.append(f"{source_name}:{expectation['at'] + first_line}: error: expected {expectation['kind']} "
+            problems.append(f"{source_name}:{expectation['at'] + first_line}:{expectation['column']}: error: expected {expectation['kind']} "
                             f"\"{expectation['text']}\" was not produced")
     return problems
 
