@@ -511,6 +511,15 @@ def check_operands(opcode: Opcode, registers: Operand, shared: Operand) -> list[
                 f"elements; register slots are offsets into contiguous storage: use a contiguous memref",
             )
         )
+    if registers.origin not in (None, "memref.alloca") and registers.memory == "private":
+        found.append(
+            Violation(
+                Rule.OPERANDS,
+                f"{opcode.register_role} (register storage) comes from {registers.origin}, not a memref.alloca: "
+                f"the GPU conversions lower only allocas (a private attribution fails in convert-gpu-to-nvvm); "
+                f"use memref.alloca() : memref<Nxi32, #gpu.address_space<private>>",
+            )
+        )
     if shared.origin in ("memref.alloca", "memref.alloc") and shared.memory == "shared":
         found.append(
             Violation(

@@ -101,3 +101,19 @@ gpu.module @register_storage_beyond_local_memory [#nvvm.target<chip = "sm_90">] 
     gpu.return
   }
 }
+
+// -----
+
+// A stride of 2^30 words: addresses that 32-bit arithmetic cannot hold are outside any block's shared memory.
+gpu.module @stride_of_two_to_the_30 [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<1073741856xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<1073741856xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+2 {{[bounds]{{.*}}reaches 4294967424 bytes into its shared buffer, more than the 232448 bytes}}
+    // expected-error-re@+1 {{[bounds]{{.*}}declares 4294967424 bytes of static shared memory}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(2,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(2,8,4):(1073741824,4,1)">} : (memref<8xi32, 5>, memref<1073741856xi32, 3>) -> ()
+    gpu.return
+  }
+}

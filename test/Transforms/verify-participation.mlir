@@ -323,8 +323,9 @@ module attributes {gpu.container_module} {
   func.func @host() {
     %c1 = arith.constant 1 : index
     %c32 = arith.constant 32 : index
-    gpu.launch blocks(%bx, %by, %bz) in (%gx = %c1, %gy = %c1, %gz = %c1) threads(%tx, %ty, %tz) in (%sx = %c32, %sy = %c1, %sz = %c1) workgroup(%w : memref<512xi32, 3>) private(%r : memref<8xi32, 5>) {
+    gpu.launch blocks(%bx, %by, %bz) in (%gx = %c1, %gy = %c1, %gz = %c1) threads(%tx, %ty, %tz) in (%sx = %c32, %sy = %c1, %sz = %c1) workgroup(%w : memref<512xi32, 3>) {
       %sm = memref.assume_alignment %w, 16 : memref<512xi32, 3>
+      %r = memref.alloca() : memref<8xi32, 5>
       %c16 = arith.constant 16 : index
       %p = arith.cmpi ult, %tx, %c16 : index
       scf.if %p {

@@ -72,8 +72,9 @@ gpu.module @ptx_new_enough [#nvvm.target<chip = "sm_90", features = "+ptx80">] {
 // -----
 
 // Host code.
-func.func @host(%buffer: memref<512xi32, 3>, %r: memref<8xi32, 5>) {
+func.func @host(%buffer: memref<512xi32, 3>) {
   %sm = memref.assume_alignment %buffer, 16 : memref<512xi32, 3>
+  %r = memref.alloca() : memref<8xi32, 5>
   // expected-error-re@+1 {{[target]{{.*}}in host code, outside any gpu.module or gpu.launch body}}
   "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()

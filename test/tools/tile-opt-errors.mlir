@@ -3,6 +3,7 @@
 // RUN: not tile-opt %s --canonicalize --tile-verify-matrix-transfer 2>&1 | filecheck %s
 // RUN: not tile-opt %s --no-such-pass 2>&1 | filecheck %s --check-prefix=UNKNOWN
 // RUN: not tile-opt %s '--tile-set-nvvm-target{chip=sm_80 speed=11}' 2>&1 | filecheck %s --check-prefix=OPTION
+// RUN: not tile-opt %s '--tile-to-ptx{bogus=3}' 2>&1 | filecheck %s --check-prefix=PIPELINE-OPTION
 // RUN: not tile-opt %S/Inputs/bad-return.mlir 2>&1 | filecheck %s --check-prefix=PARSE
 // RUN: not tile-opt %t.missing.mlir 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not tile-opt %S/Inputs/not-utf8.mlir 2>&1 | filecheck %s --check-prefix=BYTES
@@ -26,6 +27,7 @@ gpu.module @m [#nvvm.target<chip = "sm_90">] {
 
 // UNKNOWN: error: invalid pass pipeline: {{.*}}'no-such-pass' does not refer to a registered pass or pass pipeline
 // UNKNOWN-NOT: Traceback
+// PIPELINE-OPTION: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' has no option bogus; options: chip
 // OPTION: <pass pipeline>: error: invalid pass pipeline: 'tile-set-nvvm-target' has no option speed; options: chip
 // PARSE: bad-return.mlir:3:3: error: 'func.return' op has 1 operands, but enclosing function (@f) returns 0
 // PARSE-NOT: Traceback

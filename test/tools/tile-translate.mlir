@@ -9,6 +9,8 @@
 // RUN: tile-translate --mlir-to-cubin %s -o %t.nvjitlink.cubin
 // RUN: %python -c "import sys; image = open(sys.argv[1], 'rb').read(); print('elf', image[:4] == bytes([127, 69, 76, 70]), 'kernel', b'.text.store_tile' in image)" %t.nvjitlink.cubin | filecheck %s --check-prefix=CUBIN
 // RUN: not tile-translate --mlir-to-cubin %s 2>&1 | filecheck %s --check-prefix=CUBIN-NEEDS-FILE
+// Two gpu.modules make two PTX texts, each with its own header: one text cannot hold them, and nothing is written.
+// RUN: rm -f %t.two.ptx && not tile-translate --mlir-to-ptx %S/Inputs/two-modules.mlir -o %t.two.ptx 2>&1 | filecheck %s --check-prefix=TWO && not test -e %t.two.ptx
 
 // CHECK: .target sm_90
 // CHECK-LABEL: .visible .entry store_tile(
@@ -21,6 +23,7 @@
 // UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
 // UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
+// TWO: the module compiles to 2 PTX texts (gpu.modules/targets first, second), and one PTX text holds one
 // CUBIN-NEEDS-FILE: tile-translate: error: --mlir-to-cubin writes a binary file: give -o OUT
 module attributes {gpu.container_module} {
   gpu.module @kernels {
