@@ -32,7 +32,9 @@ def check_nvptx(root: ir.Operation, pass_) -> None:
         if name == "gpu.module":
             for target in nvvm_targets(op):
                 problem = targets.chip_problem(target.chip)
-                if problem is None and target.ptx is not None:
+                if problem is None and targets.features_problem(target.features):
+                    problem = targets.features_problem(target.features)
+                elif problem is None and target.ptx is not None:
                     problem = targets.ptx_feature_problem(target.chip, target.ptx)
                     problem = problem and f"features +ptx{target.ptx} asks for PTX {targets.ptx_version_text(target.ptx)}, but {problem}"
                 elif problem:

@@ -322,11 +322,13 @@ def block_size(op: ir.Operation) -> tuple[int, ...] | None:
 _NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
 CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]*)"')  # in the text of an #nvvm.target
 _PTX_FEATURE = re.compile(r'features = "[^"]*\+ptx(?P<ptx>\d+)')
+_FEATURES = re.compile(r'features = "(?P<features>(?:[^"\\]|\\.)*)"')
 
 
 class NvvmTarget(NamedTuple):
     chip: str
     ptx: int | None  # the PTX ISA version x 10 of a `+ptxNN` feature; None: LLVM picks one for the chip
+    features: str = ""  # the features option as written
 
 
 def nvvm_targets(module: ir.Operation) -> list[NvvmTarget]:
@@ -338,8 +340,10 @@ def nvvm_targets(module: ir.Operation) -> list[NvvmTarget]:
             if match:
                 options = match.group("options") or ""
                 chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
+                features = _FEATURES.search(options)
                 found.append(NvvmTarget(chip.group("chip") if chip else targets.DEFAULT_NVVM_CHIP,
-                                        int(ptx.group("ptx")) if ptx else None))
+                                        int(ptx.group("ptx")) if ptx else None,
+                                        features.group("features") if features else ""))
     return found
 
 

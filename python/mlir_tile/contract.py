@@ -441,6 +441,15 @@ def check_target(opcode: Opcode, chip: str | None, ptx: int | None, device_code:
         return [Violation(Rule.TARGET, f"the gpu.module's #nvvm.target asks for PTX {targets.ptx_version_text(ptx)} "
                                        f"(features +ptx{ptx}), but {targets.ptx_feature_problem(chip, ptx)}; use "
                                        f"+ptx{targets.MAXIMUM_PTX} or lower, or leave the PTX version out")]
+    if ptx is None and targets.CHIP_MINIMUM_PTX[chip] < needed_ptx:
+        return [
+            Violation(
+                Rule.TARGET,
+                f"the gpu.module's #nvvm.target names no PTX version, so LLVM uses {chip}'s lowest, "
+                f"{targets.ptx_version_text(targets.CHIP_MINIMUM_PTX[chip])}, but {opcode.instruction} needs PTX "
+                f"{targets.ptx_version_text(needed_ptx)}; add features = \"+ptx{needed_ptx}\" to the #nvvm.target",
+            )
+        ]
     if ptx is None or ptx >= needed_ptx:
         return []
     version = targets.ptx_version_text

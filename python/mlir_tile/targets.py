@@ -1,9 +1,10 @@
 """Targets: the GPU chips mlir-tile compiles for, the default chip, the PTX versions each needs, and the one
 check of a chip name (pure Python, no MLIR). Every module that meets a chip name asks this one.
 
-The chip sets are LLVM 22's NVPTX backend's (`llc -mtriple=nvptx64-nvidia-cuda -mcpu=help`; a test keeps
-them equal to that list): for any other chip the backend aborts the process ("Cannot select: ..."), and
-nvJitLink ends the process on some malformed names (`sm_9`), so a name is checked before either sees it.
+A chip must be known to both ends of the path: LLVM 22's NVPTX backend (`llc -mtriple=nvptx64-nvidia-cuda
+-mcpu=help`), which aborts the process on any other chip ("Cannot select: ..."), and the CUDA 13.0 assembler
+(`ptxas --help`, nvJitLink), which rejects the chips before sm_75 and ends the process on some malformed
+names (`sm_9`). Tests keep both sets equal to those listings; a name is checked before either tool sees it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ NVPTX_CHIPS = frozenset(
     "sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_101f sm_103 sm_103a sm_103f "
     "sm_110 sm_110a sm_110f sm_120 sm_120a sm_120f sm_121 sm_121a sm_121f".split()
 )
+
+# The chips CUDA 13.0's ptxas (and nvJitLink) assembles for (`ptxas --help`, --gpu-name).
+PTXAS_CHIPS = frozenset(
+    "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_103 sm_103a sm_103f sm_110 "
+    "sm_110a sm_110f sm_120 sm_120a sm_120f sm_121 sm_121a sm_121f".split()
+)
+CHIPS = NVPTX_CHIPS & PTXAS_CHIPS  # what mlir-tile compiles for: PTX that LLVM writes and ptxas assembles
 
 # The lowest PTX ISA version (x 10) LLVM 22's NVPTX backend accepts for each chip (a test checks this against
 # llc). With a lower `+ptxNN` feature in #nvvm.target the backend stops the process ("LLVM ERROR: PTX version
@@ -67,6 +75,18 @@ def block_size_problem(block_size) -> str | None:
     return None
 
 
+FEATURE = re.compile(r"\+ptx(\d+)")  # the one #nvvm.target feature mlir-tile passes on to LLVM
+
+
+def features_problem(features: str) -> str | None:
+    """Why an #nvvm.target's features string cannot go to LLVM (it asserts on a feature without + or -, and
+    warns and ignores unknown ones), or None. Only one +ptxNN is accepted."""
+    parts = [part.strip() for part in features.split(",") if part.strip()]
+    if len(parts) > 1 or any(not FEATURE.fullmatch(part) for part in parts):
+        return f"features \"{features}\" is not one +ptxNN (such as +ptx{MINIMUM_PTX['stmatrix']})"
+    return None
+
+
 def ptx_feature_problem(chip: str, ptx: int) -> str | None:
     """Why `+ptx<ptx>` cannot be used for a known `chip` (LLVM stops the process below the chip's minimum and
     ignores unknown versions with a warning), or None."""
@@ -79,7 +99,7 @@ def ptx_feature_problem(chip: str, ptx: int) -> str | None:
 
 def max_shared_bytes(chip: str | None) -> int:
     """The shared memory one block may use on `chip`; without a chip, the most any known chip allows."""
-    if chip is None or chip not in NVPTX_CHIPS:
+    if chip is None or chip not in CHIPS:
         return max(_MAX_SHARED_BYTES.values())
     return _MAX_SHARED_BYTES.get(architecture(chip), STATIC_SHARED_BYTES)
 
@@ -94,16 +114,17 @@ def architecture(chip: str) -> int:
 
 
 def known_chips(minimum: int = 0) -> str:
-    """The known chips of architecture `minimum` or newer, oldest first, as text for a message."""
-    chips = sorted((c for c in NVPTX_CHIPS if architecture(c) >= minimum), key=lambda c: (architecture(c), c))
+    """The chips of architecture `minimum` or newer that mlir-tile compiles for, oldest first, as text."""
+    chips = sorted((c for c in CHIPS if architecture(c) >= minimum), key=lambda c: (architecture(c), c))
     return ", ".join(chips)
 
 
 def chip_problem(chip: object, minimum: int = 0) -> str | None:
     """Why `chip` cannot be compiled for (None when it can): the one message for an unknown chip."""
-    if isinstance(chip, str) and chip in NVPTX_CHIPS:
+    if isinstance(chip, str) and chip in CHIPS:
         return None
-    return f"'{chip}' is not a chip that LLVM's NVPTX backend knows; use one of {known_chips(minimum)}"
+    return (f"'{chip}' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know; use one of "
+            f"{known_chips(minimum)}")
 
 
 def require_chip(chip: object) -> str:

@@ -19,7 +19,7 @@ gpu.module @ptx_unknown [#nvvm.target<chip = "sm_90", features = "+ptx999">] {
 
 // -----
 
-// expected-error-re@+1 {{[target] {{.*}}chip 'sm_99' is not a chip that LLVM's NVPTX backend knows}}
+// expected-error-re@+1 {{[target] {{.*}}chip 'sm_99' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know}}
 gpu.module @unknown_chip [#nvvm.target<chip = "sm_99">] {
 }
 
@@ -73,4 +73,17 @@ gpu.module @alignment [#nvvm.target<chip = "sm_90">] {
   // expected-error-re@+1 {{[operands] alignment 4294967296 is above the 2147483648 bytes ptxas accepts}}
   memref.global "private" @a : memref<4xi32, 3> {alignment = 4294967296 : i64}
   memref.global "private" @b : memref<4xi32, 3> {alignment = 2147483648 : i64}
+}
+
+// -----
+
+// A feature without + or - made LLVM assert; only one +ptxNN goes to LLVM.
+// expected-error-re@+1 {{[target] {{.*}}features "cta" is not one +ptxNN}}
+gpu.module @odd_feature [#nvvm.target<chip = "sm_90", features = "cta">] {
+}
+
+// -----
+
+// expected-error-re@+1 {{[target] {{.*}}chip 'sm_70' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know}}
+gpu.module @older_than_ptxas_knows [#nvvm.target<chip = "sm_70">] {
 }

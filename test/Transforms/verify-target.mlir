@@ -20,7 +20,7 @@ gpu.module @ldmatrix_on_sm70 [#nvvm.target<chip = "sm_70">] {
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<512xi32, 3>
     %r = memref.alloca() : memref<8xi32, 5>
-    // expected-error-re@+1 {{[target]{{.*}}sm_75{{.*}}targets sm_70}}
+    // expected-error-re@+1 {{[target]{{.*}}chip 'sm_70' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know}}
     "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
     gpu.return
@@ -79,4 +79,20 @@ func.func @host(%buffer: memref<512xi32, 3>) {
   "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
   return
+}
+
+// -----
+
+// Without +ptxNN LLVM writes the chip's lowest PTX version: for sm_75, 6.3, older than ldmatrix's 6.5 (LLVM
+// then cannot select the instruction and stops the process).
+gpu.module @sm_75_without_ptx_version [#nvvm.target<chip = "sm_75">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[target]{{.*}}names no PTX version, so LLVM uses sm_75's lowest, 6.3, but ldmatrix needs PTX 6.5; add features = "+ptx65"}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
 }

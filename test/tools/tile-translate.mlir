@@ -20,7 +20,7 @@
 // SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
 // SM80-NOT: ptxas
 // USAGE: tile-translate: error: one of the arguments --mlir-to-ptx --mlir-to-cubin is required
-// UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
+// UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know; use one of sm_75, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
 // UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
 // TWO: the module compiles to 2 PTX texts (gpu.modules/targets first, second), and one PTX text holds one

@@ -40,7 +40,7 @@ ILLEGAL_CLASSES = {
     "bounds": lambda c: {"words": c.shared_layout.cosize - 1},
     "register-owner": lambda c: {"register_layout": with_stride(c.register_layout, -2, ThreadStride(8, "laneid"))},
     "participation-block": lambda c: {"block": c.threads + 16},
-    "target": lambda c: {"chip": "sm_80" if not c.is_load else "sm_70"},
+    "target": lambda c: {"chip": "sm_80" if not c.is_load else "sm_75"},  # sm_75: its PTX 6.3 lacks ldmatrix
     "layout-syntax": lambda c: {"shared_layout": str(c.shared_layout)[:-1]},
 }
 

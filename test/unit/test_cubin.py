@@ -61,7 +61,7 @@ def test_ptx_errors_carry_the_assembler_log(spec_ptx):
 @pytest.mark.parametrize("chip", ["sm_9", "compute_90", "90", "sm_90 -O0", "sm_99"])
 def test_malformed_or_unknown_chip_is_an_error_not_a_crash(spec_ptx, chip):
     """nvJitLink ends the process on some malformed names (sm_9): targets' one validator answers first."""
-    with pytest.raises(CompileError, match=rf"chip '{re.escape(chip)}' is not a chip that LLVM's NVPTX backend knows"):
+    with pytest.raises(CompileError, match=rf"chip '{re.escape(chip)}' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know"):
         cubin_of_ptx(spec_ptx, chip)
 
 

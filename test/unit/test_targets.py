@@ -2,6 +2,7 @@
 accepts, the PTX version ldmatrix needs; and the one validator's message."""
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -63,10 +64,11 @@ def test_ldmatrix_needs_ptx_65(tmp_path):
     assert not llc_accepts(LDMATRIX_KERNEL, "sm_75", 64, tmp_path)
 
 
-@pytest.mark.parametrize("chip", ["sm_99", "sm_9", "compute_90", "90", "sm_90 -O0", "", None, 90])
+@pytest.mark.parametrize("chip", ["sm_99", "sm_9", "compute_90", "90", "sm_90 -O0", "", None, 90, "sm_70", "sm_101"])
 def test_one_validator_names_the_chip_and_the_known_chips(chip):
     problem = targets.chip_problem(chip)
-    assert problem.startswith(f"'{chip}' is not a chip that LLVM's NVPTX backend knows; use one of sm_20, ")
+    assert problem.startswith(f"'{chip}' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know; "
+                              f"use one of sm_75, ")
     with pytest.raises(targets.TargetError, match="is not a chip"):
         targets.require_chip(chip)
 
@@ -74,3 +76,18 @@ def test_one_validator_names_the_chip_and_the_known_chips(chip):
 def test_known_chips_start_at_the_minimum_architecture():
     assert targets.known_chips(90).startswith("sm_90, sm_90a, sm_100")
     assert targets.chip_problem(targets.DEFAULT_CHIP) is None and targets.architecture("sm_90a") == 90
+
+
+def test_ptxas_chips_are_the_ones_ptxas_lists():
+    """PTXAS_CHIPS is what CUDA 13.0's assembler takes (nvJitLink is the same assembler)."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas is not on PATH")
+    listing = subprocess.run([ptxas, "--help"], capture_output=True, text=True).stdout
+    assert set(re.findall(r"'(sm_\w+)'", listing)) == targets.PTXAS_CHIPS
+
+
+@pytest.mark.parametrize("features, ok", [("", True), ("+ptx80", True), (" +ptx90 ", True), ("cta", False),
+                                           ("+ptx80,+ptx81", False), ("-ptx80x", False), ("\\1024", False)])
+def test_only_one_ptx_feature_goes_to_llvm(features, ok):
+    assert (targets.features_problem(features) is None) == ok
