@@ -99,6 +99,8 @@ def mutate(rng: random.Random, text: str) -> str:
             text = _replace_random(rng, text, r'chip = "[^"]*"', lambda m: f'chip = "{rng.choice(CHIPS)}"')
             if rng.random() < 0.5:
                 text = text.replace('#nvvm.target<chip', f'#nvvm.target<features = "+ptx{rng.choice([60, 78, 80, 88, 90, 91, 999])}", chip', 1)
+            if rng.random() < 0.2:
+                text = text.replace("#nvvm.target<", rng.choice(["#rocdl.target<", "#xevm.target<", "#nvvm.target<O = 7, "]), 1)
         elif kind == 5 and len(lines) > 2:
             del lines[rng.randrange(len(lines))]
             text = "\n".join(lines)

@@ -19,19 +19,34 @@ MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per lev
 _BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
 
 
-_NVVM_CHIP = re.compile(r'#nvvm\.target<[^>]*?chip\s*=\s*"((?:[^"\\]|\\.)*)"')
+_TARGET_ATTRIBUTE = re.compile(r"#(nvvm|rocdl|xevm)\.target<([^>]*)>")
+_PARAMETER = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|-?\d+)')
 _ESCAPE = re.compile(r"\\(?:[0-9a-fA-F]{2}|.)")
 
 
-def chip_text_problem(text: str) -> tuple[str, int, int] | None:
-    """(message, line, column) for an #nvvm.target chip of one or two characters, which upstream MLIR's
-    attribute verifier aborts the process on (StringRef::drop_front); found before the parser sees it."""
-    for match in _NVVM_CHIP.finditer(text):
-        length = len(_ESCAPE.sub("x", match.group(1)))
-        if 0 < length < 3:
-            line = text.count("\n", 0, match.start(1)) + 1
-            column = match.start(1) - text.rfind("\n", 0, match.start(1))
-            return f"#nvvm.target chip \"{match.group(1)}\" is not a chip; use one of {targets.known_chips()}", line, column
+def target_text_problem(text: str) -> tuple[str, int, int] | None:
+    """(message, line, column) for a GPU target attribute whose parameters upstream MLIR aborts the process on
+    while parsing (its verifier asserts instead of reporting): an #nvvm.target chip of one or two characters
+    (StringRef::drop_front), an empty chip or triple, an optimization level outside 0-3 or an unknown ABI in
+    #rocdl.target / #xevm.target. Found in the text, before the parser sees it."""
+    for attribute in _TARGET_ATTRIBUTE.finditer(text):
+        kind = attribute.group(1)
+        for parameter in _PARAMETER.finditer(attribute.group(2)):
+            name, value = parameter.group(1), parameter.group(2)
+            length = len(_ESCAPE.sub("x", value[1:-1])) if value.startswith('"') else None
+            problem = None
+            if kind == "nvvm" and name == "chip" and length in (1, 2):
+                problem = f"chip {value} is not a chip; use one of {targets.known_chips()}"
+            elif kind != "nvvm" and name in ("chip", "triple") and length == 0:
+                problem = f"the {name} cannot be empty"
+            elif kind != "nvvm" and name == "O" and value not in ("0", "1", "2", "3"):
+                problem = "the optimization level O is 0, 1, 2 or 3"
+            elif kind == "rocdl" and name == "abi" and value not in ('"400"', '"500"', '"600"'):
+                problem = 'the abi is "400", "500" or "600"'
+            if problem:
+                position = attribute.start(2) + parameter.start()
+                line = text.count("\n", 0, position) + 1
+                return f"#{kind}.target: {problem}", line, position - text.rfind("\n", 0, position)
     return None
 
 
@@ -105,9 +120,9 @@ class Session:
             problem = nesting_problem(text)
             if problem:
                 raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
-            chip = chip_text_problem(text)
-            if chip:
-                raise PipelineFailure(None, [Diag("error", source_name, chip[1], chip[2], chip[0])])
+            target = target_text_problem(text)
+            if target:
+                raise PipelineFailure(None, [Diag("error", source_name, target[1], target[2], target[0])])
         with self.context:
             if isinstance(text, bytes):  # bytecode: always one builtin.module
                 try:

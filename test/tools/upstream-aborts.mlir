@@ -1,0 +1,28 @@
+// Inputs on which upstream MLIR's parser aborts the process (its attribute verifiers assert instead of
+// reporting) are errors at the attribute, found before the parser sees the text; and input nested deeper
+// than the parser's stack allows is refused.
+// RUN: not tile-opt %s --split-input-file 2>&1 | filecheck %s
+// RUN: %python -c "print('gpu.module @m {\n' + 'scf.execute_region {\n' * 1200 + '}\n' * 1200 + '}')" > %t.deep.mlir
+// RUN: not tile-opt %t.deep.mlir 2>&1 | filecheck %s --check-prefix=DEEP
+
+// CHECK: upstream-aborts.mlir:9:46: error: #nvvm.target: chip "ab" is not a chip; use one of sm_75,
+gpu.module @two_character_chip [#nvvm.target<chip = "ab">] {
+}
+// -----
+// CHECK: upstream-aborts.mlir:13:45: error: #rocdl.target: the chip cannot be empty
+gpu.module @empty_rocdl_chip [#rocdl.target<chip = "">] {
+}
+// -----
+// CHECK: upstream-aborts.mlir:17:40: error: #rocdl.target: the optimization level O is 0, 1, 2 or 3
+gpu.module @rocdl_level [#rocdl.target<O = 9>] {
+}
+// -----
+// CHECK: upstream-aborts.mlir:21:38: error: #rocdl.target: the abi is "400", "500" or "600"
+gpu.module @rocdl_abi [#rocdl.target<abi = "5">] {
+}
+// -----
+// CHECK: upstream-aborts.mlir:25:39: error: #xevm.target: the triple cannot be empty
+gpu.module @xevm_triple [#xevm.target<triple = "">] {
+}
+// CHECK-NOT: Assertion
+// DEEP: deep.mlir: error: brackets nest more than 1000 deep (at line 1001), deeper than mlir-tile parses safely
