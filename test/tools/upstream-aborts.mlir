@@ -24,5 +24,11 @@ gpu.module @rocdl_abi [#rocdl.target<abi = "5">] {
 // CHECK: upstream-aborts.mlir:25:39: error: #xevm.target: the triple cannot be empty
 gpu.module @xevm_triple [#xevm.target<triple = "">] {
 }
+// -----
+// A comment inside the attribute's name does not hide it.
+// CHECK: upstream-aborts.mlir:31:8: error: #rocdl.target: the abi is "400", "500" or "600"
+gpu.module @split_name [#rocdl. // a comment
+target<abi = "5">] {
+}
 // CHECK-NOT: Assertion
 // DEEP: deep.mlir: error: brackets nest more than 1000 deep (at line 1001), deeper than mlir-tile parses safely

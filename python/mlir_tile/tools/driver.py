@@ -19,7 +19,8 @@ MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per lev
 _BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
 
 
-_TARGET_ATTRIBUTE = re.compile(r"#(nvvm|rocdl|xevm)\.target<([^>]*)>")
+_GAP = r"(?:\s|//[^\n]*\n)*"  # what MLIR's lexer skips between tokens: white space and comments
+_TARGET_ATTRIBUTE = re.compile(rf"#(nvvm|rocdl|xevm){_GAP}\.{_GAP}target{_GAP}<([^>]*)>")
 _PARAMETER = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|-?\d+)')
 _ESCAPE = re.compile(r"\\(?:[0-9a-fA-F]{2}|.)")
 
