@@ -30,5 +30,10 @@ gpu.module @xevm_triple [#xevm.target<triple = "">] {
 gpu.module @split_name [#rocdl. // a comment
 target<abi = "5">] {
 }
+// -----
+// CHECK: upstream-aborts.mlir:35:40: error: #rocdl.target: the abi is "400", "500" or "600"
+gpu.module @split_value [#rocdl.target<abi = // a comment
+"5">] {
+}
 // CHECK-NOT: Assertion
 // DEEP: deep.mlir: error: brackets nest more than 1000 deep (at line 1001), deeper than mlir-tile parses safely

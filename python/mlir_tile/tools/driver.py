@@ -19,9 +19,14 @@ MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per lev
 _BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
 
 
-_GAP = r"(?:\s|//[^\n]*\n)*"  # what MLIR's lexer skips between tokens: white space and comments
-_TARGET_ATTRIBUTE = re.compile(rf"#(nvvm|rocdl|xevm){_GAP}\.{_GAP}target{_GAP}<([^>]*)>")
+_TARGET_ATTRIBUTE = re.compile(r"#(nvvm|rocdl|xevm)\s*\.\s*target\s*<([^>]*)>")
 _PARAMETER = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+
+
+def _without_comments(text: str) -> str:
+    """`text` with every comment blanked out (same length, so positions stay), as MLIR's lexer skips them."""
+    return _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else " " * len(m.group()), text)
 _ESCAPE = re.compile(r"\\(?:[0-9a-fA-F]{2}|.)")
 
 
@@ -30,6 +35,7 @@ def target_text_problem(text: str) -> tuple[str, int, int] | None:
     while parsing (its verifier asserts instead of reporting): an #nvvm.target chip of one or two characters
     (StringRef::drop_front), an empty chip or triple, an optimization level outside 0-3 or an unknown ABI in
     #rocdl.target / #xevm.target. Found in the text, before the parser sees it."""
+    text = _without_comments(text)
     for attribute in _TARGET_ATTRIBUTE.finditer(text):
         kind = attribute.group(1)
         for parameter in _PARAMETER.finditer(attribute.group(2)):
