@@ -145,39 +145,56 @@ class _Vocabulary:
 def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary: _Vocabulary) -> None:
     registers, shared = op.registers, op.shared
     count = transfer.opcode.count
-    strides = transfer.shared.memory_strides
-    matrix_stride, row_stride = strides[-3], strides[-2]
+    layout_ = transfer.shared
+    row_mode, matrix_mode = layout_.mode(layout_.rank - 2), layout_.mode(layout_.rank - 3)
+    group_mode = layout_.mode(0) if transfer.group_rank else None
 
     def make_lane_offset() -> ir.Value:
         lane = arith.index_cast(vocabulary.i32, gpu.lane_id())
-        terms = [_scaled(arith.andi(lane, vocabulary.i32_constant(7)), row_stride, vocabulary)]
+        terms = [_mode_offset(arith.andi(lane, vocabulary.i32_constant(7)), row_mode, vocabulary)]
         if count > 1:
             matrix = arith.andi(arith.shrui(lane, vocabulary.i32_constant(3)), vocabulary.i32_constant(count - 1))
-            terms.append(_scaled(matrix, matrix_stride, vocabulary))
+            terms.append(_mode_offset(matrix, matrix_mode, vocabulary))
         if transfer.group_rank:
-            terms.append(_scaled(_warp_in_group(transfer, op, vocabulary), strides[0], vocabulary))
-        offset = terms[0]
+            terms.append(_mode_offset(_warp_in_group(transfer, op, vocabulary), group_mode, vocabulary))
+        terms = [term for term in terms if term is not None]
+        offset = terms[0] if terms else vocabulary.i32_constant(0)
         for term in terms[1:]:
             offset = arith.addi(offset, term)
         return offset
 
-    lane_key = ("lane offset", count, row_stride, matrix_stride if count > 1 else None,
-                (transfer.scope.name, strides[0]) if transfer.group_rank else None)
+    lane_key = ("lane offset", count, tuple(row_mode), tuple(matrix_mode) if count > 1 else None,
+                (transfer.scope.name, tuple(group_mode)) if transfer.group_rank else None)
     lane_offset = vocabulary.function_invariant(op, lane_key, make_lane_offset)
+    swizzle = layout_.swizzle
+    if swizzle is not None:  # the lane part swizzled, also once per function
+        swizzled_lane = vocabulary.function_invariant(op, ("swizzled", lane_key, swizzle),
+                                                      lambda: _swizzled(lane_offset, swizzle, vocabulary))
+        lane_values = _lane_offsets(transfer)
 
     descriptor = _descriptor(shared, vocabulary)
     base = llvm.extractvalue(vocabulary.shared_pointer, descriptor, [1])
     if transfer.shared_operand.offset is None:  # a dynamic region start, proven a multiple of 4 words
         base = _gep(base, llvm.extractvalue(vocabulary.i64, descriptor, [2]), vocabulary.i32)
-    lane_pointer = _gep(base, lane_offset, vocabulary.i32)
+    lane_pointer = _gep(base, lane_offset, vocabulary.i32) if swizzle is None else None
     layout = vocabulary.layouts[transfer.opcode.trans]
     register_type = ir.MemRefType(registers.type)
     register_index = _slot_indexer(register_type, vocabulary, op)
     container = register_type.element_type
 
+    static = transfer.shared_operand.static_offset
     for repeat in transfer.repeats():
-        constant = transfer.shared_offset(0, repeat, 0, 0)
-        pointer = _gep(lane_pointer, constant, vocabulary.i32) if constant else lane_pointer
+        constant = transfer.shared_linear_offset(0, repeat, 0, 0)
+        if swizzle is None:
+            pointer = _gep(lane_pointer, static + constant, vocabulary.i32) if static + constant else lane_pointer
+        else:
+            shift = _constant_shift(lane_values, constant, swizzle)
+            if shift is not None:  # swizzle(lane + c) = swizzle(lane) + K for every lane: K folds into the address
+                pointer = _gep(_gep(base, swizzled_lane, vocabulary.i32), static + shift, vocabulary.i32)
+            else:  # as hand-written code does: add, then swizzle, for this repeat
+                moved = arith.addi(lane_offset, vocabulary.i32_constant(constant))
+                pointer = _gep(_gep(base, _swizzled(moved, swizzle, vocabulary), vocabulary.i32), static,
+                               vocabulary.i32)
         slots = [transfer.register_slot(repeat, i) for i in range(count)]
         if transfer.opcode.is_load:
             result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)
@@ -193,6 +210,54 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
                 word = memref.load(registers, register_index(slot))
                 values.append(word if word.type == vocabulary.i32 else arith.bitcast(vocabulary.i32, word))
             nvvm.stmatrix(pointer, values, layout, vocabulary.shape, vocabulary.element)
+
+
+def _mode_offset(value: ir.Value, mode: list[tuple[int, int]], vocabulary: _Vocabulary) -> ir.Value | None:
+    """The memory offset of a mode's coordinate `value` (an i32 below the mode's size): its sub-coordinates,
+    colexicographic, times their strides; shifts and masks for power-of-two extents. None when it is 0."""
+    terms, below = [], 1
+    for position, (extent, stride) in enumerate(mode):
+        if extent > 1 and stride:
+            part = value
+            if below > 1:
+                part = (arith.shrui(part, vocabulary.i32_constant(below.bit_length() - 1)) if _power_of_two(below)
+                        else arith.divui(part, vocabulary.i32_constant(below)))
+            if position < len(mode) - 1:
+                part = (arith.andi(part, vocabulary.i32_constant(extent - 1)) if _power_of_two(extent)
+                        else arith.remui(part, vocabulary.i32_constant(extent)))
+            terms.append(_scaled(part, stride, vocabulary))
+        below *= extent
+    if not terms:
+        return None
+    offset = terms[0]
+    for term in terms[1:]:
+        offset = arith.addi(offset, term)
+    return offset
+
+
+def _power_of_two(number: int) -> bool:
+    return number > 0 and number & (number - 1) == 0
+
+
+def _swizzled(offset: ir.Value, swizzle, vocabulary: _Vocabulary) -> ir.Value:
+    """`offset ^ ((offset >> S) & mask)`: Sw<B,M,S> in three i32 instructions."""
+    moved = arith.shrui(offset, vocabulary.i32_constant(swizzle.shift))
+    return arith.xori(offset, arith.andi(moved, vocabulary.i32_constant(swizzle.mask)))
+
+
+def _lane_offsets(transfer: contract.Transfer) -> list[int]:
+    """The unswizzled lane part of the address for every lane of every warp of the scope (repeat 0)."""
+    count, repeat = transfer.opcode.count, (0,) * len(transfer.repeat_shape)
+    return [transfer.shared_linear_offset(warp, repeat, (lane // 8) % count, lane % 8)
+            for warp in range(transfer.scope.warps) for lane in range(32)]
+
+
+def _constant_shift(lane_values: list[int], constant: int, swizzle) -> int | None:
+    """K with swizzle(v + constant) == swizzle(v) + K for every lane value v, or None when there is none."""
+    shift = swizzle(lane_values[0] + constant) - swizzle(lane_values[0])
+    if all(swizzle(v + constant) - swizzle(v) == shift for v in lane_values):
+        return shift
+    return None
 
 
 def _scaled(value: ir.Value, factor: int, vocabulary: _Vocabulary) -> ir.Value:

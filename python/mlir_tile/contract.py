@@ -204,7 +204,7 @@ class Transfer:
     repeat_shape: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.repeat_shape = self.shared.shape[self.group_rank : -3]
+        self.repeat_shape = self.shared.sizes[self.group_rank : -3]
 
     @property
     def group_rank(self) -> int:
@@ -225,6 +225,11 @@ class Transfer:
         """Element offset of a shared word from the memref's first element (static offset included)."""
         coord = ((group,) if self.group_rank else ()) + repeat + (matrix, row, word)
         return self.shared_operand.static_offset + self.shared.offset(*coord)
+
+    def shared_linear_offset(self, group: int, repeat: tuple[int, ...], matrix: int, row: int) -> int:
+        """The shared layout's offset of a row before its swizzle (and without the memref offset)."""
+        coord = ((group,) if self.group_rank else ()) + repeat + (matrix, row, 0)
+        return self.shared.linear_offset(*coord)
 
     def register_slot(self, repeat: tuple[int, ...], matrix: int) -> int:
         """Register storage slot of (repeat, matrix) in each thread (static offset included)."""
@@ -618,7 +623,7 @@ def check_shape(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout)
     found = []
     atom = (opcode.count, ROWS, WORDS)
     for role, layout in ((opcode.register_role, registers), (opcode.shared_role, shared)):
-        if layout.rank < 3 or layout.shape[-3:] != atom:
+        if layout.rank < 3 or layout.sizes[-3:] != atom:
             found.append(
                 Violation(
                     Rule.SHAPE,
@@ -629,7 +634,7 @@ def check_shape(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout)
             )
     if found:
         return found
-    words = math.prod(registers.shape[(1 if scope.has_group_axis else 0):-3]) * opcode.count
+    words = math.prod(registers.sizes[(1 if scope.has_group_axis else 0):-3]) * opcode.count
     if words > MAX_REGISTERS:
         return [
             Violation(
@@ -639,23 +644,31 @@ def check_shape(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout)
                 f"memory; split it into transfers of at most {MAX_REGISTERS} words",
             )
         ]
-    if registers.shape != shared.shape:
+    if registers.sizes != shared.sizes:
         return [
             Violation(
                 Rule.SHAPE,
-                f"dst_layout and src_layout have different shapes: {_t(registers.shape)} (registers) vs "
-                f"{_t(shared.shape)} (shared); both describe the same transfer coordinates",
+                f"dst_layout and src_layout have different shapes: {_t(registers.sizes)} (registers) vs "
+                f"{_t(shared.sizes)} (shared); both describe the same transfer coordinates (mode sizes; each mode "
+                f"may nest differently on the two sides)",
             )
         ]
-    if scope.has_group_axis and (registers.rank < 4 or registers.shape[0] != scope.warps):
+    if scope.has_group_axis and (registers.rank < 4 or registers.sizes[0] != scope.warps):
         return [
             Violation(
                 Rule.SCOPE,
                 f"scope \"{scope.name}\" has {scope.warps} warps, so both layouts need a leading group axis "
-                f"of extent {scope.warps} (register stride 1@warpid); got shape {_t(registers.shape)}",
+                f"of extent {scope.warps} (register stride 1@warpid); got shape {_t(registers.sizes)}",
             )
         ]
     return []
+
+
+def _mode_strides(layout: Layout) -> Iterable[tuple[int, object]]:
+    """(mode, stride) of every leaf stride, nested modes included."""
+    for axis in range(layout.rank):
+        for stride in layout.flat_strides(axis):
+            yield axis, stride
 
 
 def _t(items) -> str:
@@ -665,9 +678,12 @@ def _t(items) -> str:
 # ----- the rules on a transfer: each coordinate -----
 def check_register_owner(transfer: Transfer) -> list[Violation]:
     layout, scope, role = transfer.registers, transfer.scope, transfer.register_role
+    if layout.swizzle is not None:
+        return [Violation(Rule.REGISTER_OWNER, f"{role}_layout {layout}: registers are not memory, so a register "
+                                               f"layout takes no swizzle; swizzle the shared layout")]
     found = []
-    for axis, stride in enumerate(layout.stride):
-        is_group_axis = transfer.group_rank and axis == 0
+    for axis, stride in _mode_strides(layout):
+        is_group_axis = transfer.group_rank and axis == 0 and len(layout.mode(0)) == 1
         if isinstance(stride, ThreadStride) and stride.axis == "warpid":
             if not scope.has_group_axis:
                 found.append(
@@ -685,7 +701,7 @@ def check_register_owner(transfer: Transfer) -> list[Violation]:
                         f"maps to warps, with stride 1@warpid",
                     )
                 )
-        elif is_group_axis:
+        elif transfer.group_rank and axis == 0:
             found.append(
                 Violation(
                     Rule.REGISTER_OWNER,
@@ -695,8 +711,8 @@ def check_register_owner(transfer: Transfer) -> list[Violation]:
             )
     if found:
         return found
-    for axis, stride in enumerate(layout.stride[:-2]):
-        if isinstance(stride, ThreadStride) and stride.axis == "laneid":
+    for axis, stride in _mode_strides(layout):
+        if axis < layout.rank - 2 and isinstance(stride, ThreadStride) and stride.axis == "laneid":
             return [
                 Violation(
                     Rule.REGISTER_OWNER,
@@ -782,7 +798,7 @@ def check_register_overlap(transfer: Transfer) -> list[Violation]:
 
 def check_shared_row(transfer: Transfer) -> list[Violation]:
     layout, role = transfer.shared, transfer.shared_role
-    threads = [(axis, s) for axis, s in enumerate(layout.stride) if isinstance(s, ThreadStride)]
+    threads = [(axis, s) for axis, s in _mode_strides(layout) if isinstance(s, ThreadStride)]
     if threads:
         axis, stride = threads[0]
         return [
@@ -792,22 +808,36 @@ def check_shared_row(transfer: Transfer) -> list[Violation]:
                 f"strides only (lane 8*matrix+row provides row (matrix,row)'s address by definition)",
             )
         ]
-    if layout.stride[-1] != 1:
-        return [
-            Violation(
-                Rule.SHARED_ROW,
-                f"{role}_layout {layout}: the word axis has stride {layout.stride[-1]}, so a row's words are at "
-                f"offsets {', '.join(str(w * layout.stride[-1]) for w in range(WORDS))}: a gap inside a 16-byte "
-                f"row; each shared row is 4 consecutive 32-bit words (word stride 1)",
-            )
-        ]
+    if layout.is_flat and layout.swizzle is None:
+        if layout.stride[-1] != 1:  # linear: one row speaks for all
+            return [
+                Violation(
+                    Rule.SHARED_ROW,
+                    f"{role}_layout {layout}: the word axis has stride {layout.stride[-1]}, so a row's words are at "
+                    f"offsets {', '.join(str(w * layout.stride[-1]) for w in range(WORDS))}: a gap inside a 16-byte "
+                    f"row; each shared row is 4 consecutive 32-bit words (word stride 1)",
+                )
+            ]
+        return []
+    for head in itertools.product(*(range(n) for n in layout.sizes[:-1])):  # nested or swizzled: every row
+        words = [layout.offset(*head, word) for word in range(WORDS)]
+        if words != list(range(words[0], words[0] + WORDS)):
+            return [
+                Violation(
+                    Rule.SHARED_ROW,
+                    f"{role}_layout {layout}: shared row {transfer.coordinate_text(head + (0,))} has its words at "
+                    f"offsets {', '.join(map(str, words))}{' (after the swizzle)' if layout.swizzle else ''}, not 4 "
+                    f"consecutive words; each 16-byte row must stay whole: a word mode of stride 1 and a swizzle "
+                    f"that keeps the low 2 bits of a word offset (Sw<B,M,S> with M >= 2 in word units)",
+                )
+            ]
     return []
 
 
 def _shared_rows(transfer: Transfer) -> Iterable[tuple[tuple[int, ...], int]]:
     """(coordinate of word 0, offset from the memref's first element) of every shared row."""
     layout = transfer.shared
-    for head in itertools.product(*(range(n) for n in layout.shape[:-1])):
+    for head in itertools.product(*(range(n) for n in layout.sizes[:-1])):
         coord = head + (0,)
         yield coord, layout.offset(*coord)
 

@@ -15,6 +15,8 @@ from typing import Iterator, Mapping, Union
 
 THREAD_AXES = ("laneid", "warpid")
 MAX_TEXT = 4096  # characters of layout text: a bound on what one op may ask the parser for
+MAX_DEPTH = 8  # modes inside modes
+MAX_ENUMERATED = 1 << 16  # coordinates a swizzled layout's cosize visits one by one
 
 
 @dataclass(frozen=True)
@@ -64,32 +66,108 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Layout:
-    shape: tuple[int, ...]
-    stride: tuple[Stride, ...]
+class Swizzle:
+    """CuTe's `Sw<B,M,S>`: XOR bits [M+S, M+S+B) of an offset into bits [M, M+B). A bijection on offsets, and
+    linear over XOR: swizzle(a ^ b) = swizzle(a) ^ swizzle(b)."""
+
+    bits: int
+    base: int
+    shift: int
 
     def __post_init__(self) -> None:
-        if len(self.shape) != len(self.stride):
+        for name, value in (("B", self.bits), ("M", self.base), ("S", self.shift)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SWIZZLE_BITS:
+                raise ValueError(f"swizzle {name}={value!r}: a non-negative integer of at most {MAX_SWIZZLE_BITS}")
+        if self.bits and self.shift < self.bits:
+            raise ValueError(f"swizzle {self}: S ({self.shift}) must be at least B ({self.bits}), or the bits it "
+                             f"reads overlap the bits it changes")
+
+    @property
+    def mask(self) -> int:
+        """The bits the swizzle changes."""
+        return ((1 << self.bits) - 1) << self.base
+
+    def __call__(self, offset: int) -> int:
+        return offset ^ ((offset >> self.shift) & self.mask)
+
+    def __str__(self) -> str:
+        return f"Sw<{self.bits},{self.base},{self.shift}>"
+
+    def compose(self, layout: "Layout") -> "Layout":
+        """`Sw<B,M,S> o layout`: the layout's memory offsets, swizzled."""
+        return Layout(layout.shape, layout.stride, self)
+
+
+Sw = Swizzle
+
+
+MAX_SWIZZLE_BITS = 30
+
+IntTuple = Union[int, tuple]
+
+
+def _flatten(item) -> list:
+    if isinstance(item, tuple):
+        return [leaf for part in item for leaf in _flatten(part)]
+    return [item]
+
+
+def _congruent(shape, stride) -> bool:
+    if isinstance(shape, tuple) != isinstance(stride, tuple):
+        return False
+    if isinstance(shape, tuple):
+        return len(shape) == len(stride) and all(_congruent(a, b) for a, b in zip(shape, stride))
+    return True
+
+
+def _canonical(item):
+    """A mode without redundant parentheses: a tuple of one mode is that mode (CuTe prints no `((4))`)."""
+    if isinstance(item, tuple):
+        parts = tuple(_canonical(part) for part in item)
+        return parts[0] if len(parts) == 1 else parts
+    return item
+
+
+@dataclass(frozen=True)
+class Layout:
+    """shape:stride in CuTe's notation and semantics. A mode (a top-level axis) may itself be a tuple of modes:
+    its coordinate is an integer below the product of its extents, split colexicographically (the first
+    sub-mode varies fastest). An optional swizzle (`Sw<B,M,S> o shape:stride`) applies to the memory offset."""
+
+    shape: tuple
+    stride: tuple
+    swizzle: Swizzle | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shape, tuple) or not isinstance(self.stride, tuple):
+            raise ValueError(f"layout shape and stride are tuples, got {self.shape!r} and {self.stride!r}")
+        if len(self.shape) != len(self.stride) or not _congruent(self.shape, self.stride):
             raise ValueError(
-                f"layout shape {_tuple_text(self.shape)} has {len(self.shape)} axes but stride "
-                f"{_tuple_text(self.stride)} has {len(self.stride)}"
+                f"layout shape {_tuple_text(self.shape)} and stride {_tuple_text(self.stride)} do not have the same "
+                f"modes ({len(self.shape)} and {len(self.stride)} axes, nested alike)"
             )
-        for position, extent in enumerate(self.shape):
+        for position, extent in enumerate(_flatten(self.shape)):
             if not isinstance(extent, int) or isinstance(extent, bool) or extent < 1:
                 raise ValueError(f"layout axis {position} has extent {extent!r}; extents are positive integers")
-        for position, stride in enumerate(self.stride):
+        for position, stride in enumerate(_flatten(self.stride)):
             if isinstance(stride, ThreadStride):
                 if stride.axis not in THREAD_AXES:
                     raise ValueError(
                         f"layout axis {position} has stride {stride}: unknown thread axis '{stride.axis}' "
                         f"(known: {', '.join(THREAD_AXES)})"
                     )
+                if self.swizzle is not None:
+                    raise ValueError(f"layout with stride {stride}: a swizzle applies to memory offsets, so a "
+                                     f"swizzled layout has no thread strides")
             elif not isinstance(stride, int) or isinstance(stride, bool):
                 raise ValueError(f"layout axis {position} has stride {stride!r}; strides are integers or k@axis")
+        object.__setattr__(self, "shape", tuple(_canonical(m) for m in self.shape))
+        object.__setattr__(self, "stride", tuple(_canonical(m) for m in self.stride))
 
     # ----- text -----
     def __str__(self) -> str:
-        return f"{_tuple_text(self.shape)}:{_tuple_text(self.stride)}"
+        text = f"{_tuple_text(self.shape)}:{_tuple_text(self.stride)}"
+        return f"{self.swizzle} o {text}" if self.swizzle else text
 
     @classmethod
     def parse(cls, text: str) -> "Layout":
@@ -98,57 +176,98 @@ class Layout:
     # ----- size -----
     @property
     def rank(self) -> int:
+        """The number of modes (top-level axes)."""
         return len(self.shape)
 
     @property
+    def sizes(self) -> tuple[int, ...]:
+        """Each mode's size: the product of its extents (its coordinate's range)."""
+        return tuple(math.prod(_flatten(mode)) for mode in self.shape)
+
+    @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        return math.prod(self.sizes)
+
+    @property
+    def is_flat(self) -> bool:
+        return all(not isinstance(mode, tuple) for mode in self.shape)
+
+    def mode(self, axis: int) -> list[tuple[int, Stride]]:
+        """Mode `axis` as (extent, stride) pairs, first sub-mode (the fastest) first."""
+        return list(zip(_flatten(self.shape[axis]), _flatten(self.stride[axis])))
+
+    def flat_strides(self, axis: int) -> list[Stride]:
+        return [stride for _, stride in self.mode(axis)]
 
     @property
     def memory_strides(self) -> tuple[int, ...]:
-        """Each axis's memory stride; 0 for an axis mapped to a thread axis."""
+        """Each axis's memory stride (0 for an axis mapped to a thread axis), for a flat, unswizzled layout."""
+        if not self.is_flat or self.swizzle:
+            raise ValueError(f"layout {self} is nested or swizzled: it has no single stride per axis")
         return tuple(0 if isinstance(s, ThreadStride) else s for s in self.stride)
+
+    def _memory_leaves(self):
+        return [(n, 0 if isinstance(s, ThreadStride) else s) for n, s in zip(_flatten(self.shape), _flatten(self.stride))]
 
     @property
     def min_offset(self) -> int:
-        return sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.memory_strides))
+        return sum(min(0, (n - 1) * s) for n, s in self._memory_leaves())
 
     @property
     def cosize(self) -> int:
-        """One past the largest memory offset the layout reaches."""
-        return sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.memory_strides)) + 1
+        """One past the largest memory offset the layout reaches (for a swizzled layout of more than
+        MAX_ENUMERATED coordinates, a bound on it: the swizzle can set every bit it changes)."""
+        if self.swizzle is None:
+            return sum(max(0, (n - 1) * s) for n, s in self._memory_leaves()) + 1
+        if self.size <= MAX_ENUMERATED:
+            return max(self.offset(*c) for c in self.coordinates()) + 1
+        return (sum(max(0, (n - 1) * s) for n, s in self._memory_leaves()) | self.swizzle.mask) + 1
 
     # ----- evaluation -----
     def _check_coordinate(self, coord: tuple[int, ...]) -> None:
         if len(coord) != self.rank:
             raise ValueError(f"coordinate {coord} has {len(coord)} entries; layout {self} has rank {self.rank}")
-        for position, (c, n) in enumerate(zip(coord, self.shape)):
-            if not 0 <= c < n:
+        for position, (c, n) in enumerate(zip(coord, self.sizes)):
+            if not isinstance(c, int) or not 0 <= c < n:
                 raise ValueError(f"coordinate {coord} is outside layout {self}: axis {position} has extent {n}")
 
-    def offset(self, *coord: int) -> int:
+    def _leaves(self, coord: tuple[int, ...]):
+        """(sub-coordinate, stride) of every leaf, each mode's coordinate split colexicographically."""
+        for axis, c in enumerate(coord):
+            for extent, stride in self.mode(axis):
+                yield c % extent, stride
+                c //= extent
+
+    def linear_offset(self, *coord: int) -> int:
+        """The memory offset before the swizzle."""
         self._check_coordinate(coord)
-        return sum(c * s for c, s in zip(coord, self.memory_strides))
+        return sum(c * s for c, s in self._leaves(coord) if not isinstance(s, ThreadStride))
+
+    def offset(self, *coord: int) -> int:
+        offset = self.linear_offset(*coord)
+        return self.swizzle(offset) if self.swizzle else offset
 
     def __call__(self, *coord: int) -> Point:
         self._check_coordinate(coord)
         threads: dict[str, int] = {}
         offset = 0
-        for c, s in zip(coord, self.stride):
+        for c, s in self._leaves(coord):
             if isinstance(s, ThreadStride):
                 threads[s.axis] = threads.get(s.axis, 0) + c * s.scale
             else:
                 offset += c * s
-        return Point(offset, threads)
+        return Point(self.swizzle(offset) if self.swizzle else offset, threads)
 
     def coordinates(self) -> Iterator[tuple[int, ...]]:
-        return itertools.product(*(range(n) for n in self.shape))
+        return itertools.product(*(range(n) for n in self.sizes))
 
     # ----- transformations -----
     def rearrange(self, pattern: str, **sizes: int) -> "Layout":
         """einops-style axis regrouping: `(r m) w k -> k m r w` splits axis 0 into r (outer) and m (inner),
-        then permutes. A parenthesised group on the right merges axes, which needs the outer axis's stride
-        to equal the inner axis's stride times the inner extent."""
+        then permutes. A parenthesised group on the right merges axes into one mode: a single stride where
+        the outer axis's stride is the inner's times its extent, else a nested mode (inner sub-mode first)."""
+        if not self.is_flat or self.swizzle:
+            raise ValueError(f"rearrange works on flat, unswizzled layouts; {self} is not one")
         return _rearrange(self, pattern, sizes)
 
 
@@ -172,11 +291,11 @@ def as_layout(value: "Layout | str") -> Layout:
 
 
 def _tuple_text(items) -> str:
-    return "(" + ",".join(str(i) for i in items) + ")"
+    return "(" + ",".join(_tuple_text(i) if isinstance(i, tuple) else str(i) for i in items) + ")"
 
 
 class _LayoutParser:
-    _TOKEN = re.compile(r"\s*(?:(?P<int>-?\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[():,@]))")
+    _TOKEN = re.compile(r"\s*(?:(?P<int>-?\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[():,@<>]))")
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
@@ -213,27 +332,54 @@ class _LayoutParser:
         self.index += 1
 
     def parse(self) -> Layout:
-        shape = self.parse_tuple(self.parse_extent)
+        swizzle = self.parse_swizzle() if self.peek()[1] == "Sw" else None
+        shape = self.parse_tuple(self.parse_extent, 0)
         self.expect(":")
         stride_column = self.peek()[2]
-        stride = self.parse_tuple(self.parse_stride)
+        stride = self.parse_tuple(self.parse_stride, 0)
         kind, text, column = self.peek()
         if kind != "end":
             raise self.error(column, f"unexpected '{text}' after the strides")
-        if len(shape) != len(stride):
+        if not _congruent(shape, stride):
             raise self.error(
-                stride_column, f"{len(shape)} extents but {len(stride)} strides; give one stride per extent"
+                stride_column, f"{len(_flatten(shape))} extents but {len(_flatten(stride))} strides, or nested "
+                               f"differently; give one stride per extent, in the same parentheses"
             )
-        return Layout(shape, stride)
+        try:
+            return Layout(shape, stride, swizzle)
+        except ValueError as error:
+            raise self.error(0, str(error)) from None
 
-    def parse_tuple(self, parse_item) -> tuple:
+    def parse_swizzle(self) -> Swizzle:
+        self.index += 1
+        self.expect("<")
+        values = [self.parse_int()[0]]
+        for _ in range(2):
+            self.expect(",")
+            values.append(self.parse_int()[0])
+        self.expect(">")
+        kind, text, column = self.peek()
+        if text != "o":
+            raise self.error(column, "expected 'o' (composition) after the swizzle, as in Sw<3,2,3> o (8,32):(32,1)")
+        self.index += 1
+        try:
+            return Swizzle(*values)
+        except ValueError as error:
+            raise self.error(column, str(error)) from None
+
+    def parse_tuple(self, parse_item, depth: int) -> tuple:
+        if depth > MAX_DEPTH:
+            raise self.error(self.peek()[2], f"modes nest more than {MAX_DEPTH} deep")
         self.expect("(")
-        items = [parse_item()]
+        items = [self.parse_mode(parse_item, depth)]
         while self.peek()[1] == ",":
             self.index += 1
-            items.append(parse_item())
+            items.append(self.parse_mode(parse_item, depth))
         self.expect(")")
         return tuple(items)
+
+    def parse_mode(self, parse_item, depth: int):
+        return self.parse_tuple(parse_item, depth + 1) if self.peek()[1] == "(" else parse_item()
 
     def parse_int(self) -> tuple[int, int]:
         kind, text, column = self.peek()
@@ -321,21 +467,21 @@ def _rearrange(layout: Layout, pattern: str, sizes: Mapping[str, int]) -> Layout
             f"rearrange pattern '{pattern}': the right side must use each left axis once "
             f"(left: {' '.join(axes)}; right: {' '.join(right_names)})"
         )
-    shape: list[int] = []
-    stride: list[Stride] = []
+    shape: list[IntTuple] = []
+    stride: list = []
     for group in right:
-        extent, merged = axes[group[-1]]
+        modes = [list(axes[group[-1]])]  # inner first; an outer axis merges into the one before, or nests
         for outer in reversed(group[:-1]):
             outer_extent, outer_stride = axes[outer]
-            if outer_stride != _scale(merged, extent) and outer_extent > 1:
-                raise ValueError(
-                    f"rearrange pattern '{pattern}': cannot merge ({' '.join(group)}) into one axis: "
-                    f"'{outer}' has stride {outer_stride} but merging needs {_scale(merged, extent)} "
-                    f"(stride of the next axis times its extent)"
-                )
-            extent *= outer_extent
-        shape.append(extent)
-        stride.append(merged)
+            if outer_extent == 1:
+                continue
+            extent, inner = modes[-1]
+            if outer_stride == _scale(inner, extent) or extent == 1:
+                modes[-1] = [extent * outer_extent, inner if extent > 1 else outer_stride]
+            else:
+                modes.append([outer_extent, outer_stride])
+        shape.append(modes[0][0] if len(modes) == 1 else tuple(m[0] for m in modes))
+        stride.append(modes[0][1] if len(modes) == 1 else tuple(m[1] for m in modes))
     return Layout(tuple(shape), tuple(stride))
 
 
@@ -345,6 +491,8 @@ def pack_b16_as_b32(layout: Layout) -> Layout:
     The axis with memory stride 1 pairs adjacent elements into one word, so its extent halves and the pair
     axis disappears; every other memory stride halves. This is a view of the same bytes, not a conversion.
     """
+    if not layout.is_flat or layout.swizzle:
+        raise ValueError(f"b32 view of {layout}: only flat, unswizzled layouts")
     unit_axes = [i for i, s in enumerate(layout.stride) if s == 1 and not isinstance(s, ThreadStride)]
     if len(unit_axes) != 1:
         raise ValueError(f"b32 view of {layout}: needs exactly one axis of memory stride 1 (the packed pair axis)")

@@ -14,17 +14,12 @@ from mlir_tile.contract import ContractError
 from mlir_tile.layout import Layout, ThreadStride
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.pipeline import run_pipeline
-from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer, transfers
+from mlir_tile.testing.random_transfers import (RandomTransfer, random_transfer, transfers, with_misaligned_rows,
+                                                with_stride)
 from mlir_tile.tools.driver import Session
 
 SESSION = Session()
 OP_PREFIX = "'tile.matrix_transfer' op "
-
-
-def with_stride(layout: Layout, axis: int, stride) -> Layout:
-    strides = list(layout.stride)
-    strides[axis] = stride
-    return Layout(layout.shape, tuple(strides))
 
 
 # Each class changes what is built: (kernel keyword changes, layout changes, how the transfer is placed).
@@ -35,7 +30,7 @@ ILLEGAL_CLASSES = {
     "opcode": lambda c: {"opcode": c.opcode.replace(".m8n8", ".m16n8")},
     "shape": lambda c: {"register_layout": str(c.register_layout).replace(",8,4)", ",8,2)", 1)},
     "shared-row": lambda c: {"shared_layout": with_stride(c.shared_layout, -1, 2)},
-    "row-alignment": lambda c: {"shared_layout": with_stride(c.shared_layout, -2, c.shared_layout.stride[-2] + 1)},
+    "row-alignment": lambda c: {"shared_layout": with_misaligned_rows(c.shared_layout)},
     "row-alignment-base": lambda c: {"alignment": 8},
     "bounds": lambda c: {"words": c.shared_layout.cosize - 1},
     "register-owner": lambda c: {"register_layout": with_stride(c.register_layout, -2, ThreadStride(8, "laneid"))},

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from mlir_tile import contract
 from mlir_tile.layout import Layout, ThreadStride
-from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer, transfers
+from mlir_tile.testing.random_transfers import (RandomTransfer, random_transfer, transfers, with_misaligned_rows,
+                                                with_stride)
 
 
 
@@ -40,12 +41,6 @@ def shared_role(case):
     return "src" if case.is_load else "dst"
 
 
-def with_stride(layout: Layout, axis: int, stride) -> str:
-    strides = list(layout.stride)
-    strides[axis] = stride
-    return str(Layout(layout.shape, tuple(strides)))
-
-
 @settings(max_examples=300)
 @given(transfers())
 def test_random_legal_transfers_pass(case):
@@ -62,11 +57,11 @@ MUTATIONS = {
     "operands-16-bit": lambda c: {shared_role(c): contract.Operand("shared", element_bits=16, element_type="f16",
                                                                    extent=c.words, base_alignment=16)},
     "shape": lambda c: {f"{register_role(c)}_layout": str(c.register_layout).replace(",8,4)", ",8,2)", 1)},
-    "shared-row": lambda c: {f"{shared_role(c)}_layout": with_stride(c.shared_layout, -1, 2)},
-    "row-alignment": lambda c: {f"{shared_role(c)}_layout": with_stride(c.shared_layout, -2, c.shared_layout.stride[-2] + 1)},
+    "shared-row": lambda c: {f"{shared_role(c)}_layout": str(with_stride(c.shared_layout, -1, 2))},
+    "row-alignment": lambda c: {f"{shared_role(c)}_layout": str(with_misaligned_rows(c.shared_layout))},
     "row-alignment-base": lambda c: {shared_role(c): contract.Operand("shared", extent=c.words, base_alignment=8)},
     "bounds": lambda c: {shared_role(c): contract.Operand("shared", extent=c.shared_layout.cosize - 1, base_alignment=16)},
-    "register-owner": lambda c: {f"{register_role(c)}_layout": with_stride(c.register_layout, -2, ThreadStride(8, "laneid"))},
+    "register-owner": lambda c: {f"{register_role(c)}_layout": str(with_stride(c.register_layout, -2, ThreadStride(8, "laneid")))},
     "register-bounds": lambda c: {register_role(c): contract.Operand("private", extent=c.slots - 3, offset=0)},
     "participation": lambda c: dict(divergence="it is inside an scf.if whose condition depends on the thread id"),
     "participation-block": lambda c: dict(block_size=(c.threads + 16, 1, 1)),
@@ -85,14 +80,17 @@ def test_each_single_rule_mutation_is_rejected_with_that_rule(mutation, case):
     if mutation == "register-bounds" and case.slots <= 3:
         changes = {register_role(case): contract.Operand("private", extent=0, offset=0)}
     found = rules(**arguments(case, **changes))
-    assert EXPECTED_RULE.get(mutation, mutation) in found, found
+    expected = {EXPECTED_RULE.get(mutation, mutation)}
+    if mutation == "row-alignment" and case.shared_layout.swizzle:
+        expected.add("shared-row")  # swizzled, a row that starts off a 16-byte boundary is also torn apart
+    assert expected & found, found
 
 
 @settings(max_examples=100)
 @given(transfers())
 def test_overlapping_loaded_slots_and_stored_rows_are_rejected(case):
     atom_axis = case.register_layout.rank - 3
-    if case.is_load and case.register_layout.shape[atom_axis] > 1:
+    if case.is_load and case.register_layout.sizes[atom_axis] > 1:
         broken = with_stride(case.register_layout, atom_axis, 0)
         assert "register-overlap" in rules(**arguments(case, dst_layout=broken))
     if not case.is_load:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlir_tile.layout import Layout, S, ThreadStride, laneid, pack_b16_as_b32, warpid
+from mlir_tile.layout import Layout, S, Sw, ThreadStride, laneid, pack_b16_as_b32, warpid
 
 strides = st.one_of(
     st.integers(-64, 64),
@@ -102,7 +102,7 @@ def test_malformed_text_names_what_and_where(text, message):
         Layout.parse(text)
 
 
-@given(st.text(alphabet="()0123456789,:@-lanidwrp x", max_size=30))
+@given(st.text(alphabet="()0123456789,:@-lanidwrpSo<> x", max_size=30))
 def test_any_text_parses_or_raises_value_error(text):
     try:
         layout = Layout.parse(text)
@@ -113,7 +113,6 @@ def test_any_text_parses_or_raises_value_error(text):
 
 
 @pytest.mark.parametrize("pattern, sizes, message", [
-    ("a b c -> a (b c)", {}, r"cannot merge \(b c\) into one axis: 'b' has stride 1 but merging needs 256"),
     ("(r m) w k -> k m r w", {"r": 5}, "axis of extent 16 does not split by 5"),
     ("(r m) w k -> k m r", {"r": 8}, "the right side must use each left axis once"),
     ("a b -> a b", {}, "names 2 input axes but layout .* has rank 3"),
@@ -132,3 +131,46 @@ def test_b32_view_of_packed_half_storage():
         pack_b16_as_b32(S[(8, 8):(9, 1)])
     with pytest.raises(ValueError, match="odd extent 7"):
         pack_b16_as_b32(S[(8, 7):(8, 1)])
+
+
+# ----- nested modes and swizzles (CuTe's semantics) -----
+def test_a_nested_mode_splits_its_coordinate_colexicographically():
+    layout = Layout.parse("((2,2),8,4):((288,4),36,1)")
+    assert layout.sizes == (4, 8, 4) and layout.rank == 3 and not layout.is_flat
+    assert [layout.offset(i, 0, 0) for i in range(4)] == [0, 288, 4, 292]  # the first sub-mode fastest
+    assert layout.offset(3, 7, 3) == 292 + 7 * 36 + 3
+
+
+def test_nested_text_canonicalizes_like_cute_and_flat_text_stays_as_written():
+    assert str(Layout.parse("((4),8,4):((32),4,1)")) == "(4,8,4):(32,4,1)"
+    assert str(Layout.parse("(2,2,8,4):(8,2,4@laneid,1@laneid)")) == "(2,2,8,4):(8,2,4@laneid,1@laneid)"
+    assert str(S[((2, 2), 8, 4):((1, 2), 4 @ laneid, 1 @ laneid)]) == "((2,2),8,4):((1,2),4@laneid,1@laneid)"
+
+
+def test_rearrange_nests_a_group_that_cannot_merge():
+    """The mma A operand: a 16x16 b16 tile (16 rows x 8 words, row pitch 36 words) as one x4 whose matrix mode
+    is (row half, column half)."""
+    tile = S[(16, 8):(36, 1)]
+    a = tile.rearrange("(mh r) (kh w) -> (kh mh) r w", mh=2, kh=2)
+    assert a == Layout.parse("((2,2),8,4):((288,4),36,1)")
+    assert S[(16, 4, 2):(8, 1, 128)].rearrange("a b c -> a (b c)") == Layout.parse("(16,(2,4)):(8,(128,1))")
+
+
+def test_a_swizzle_xors_bits_of_the_offset():
+    layout = Layout.parse("Sw<3,2,3> o (8,32):(32,1)")
+    assert [layout.offset(r, 0) for r in range(8)] == [36 * r for r in range(8)]  # row r's chunk 0 moves to r
+    assert layout.linear_offset(1, 4) == 36 and layout.offset(1, 4) == 32
+    assert sorted(layout.offset(*c) for c in layout.coordinates()) == list(range(256))  # a bijection
+    assert Sw(3, 2, 3).compose(S[(8, 32):(32, 1)]) == layout and str(layout) == "Sw<3,2,3> o (8,32):(32,1)"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Sw<3,2,1> o (8,32):(32,1)", "S \\(1\\) must be at least B"),
+    ("Sw<3,2,3> (8,32):(32,1)", "expected 'o'"),
+    ("((2,2),8):((1,2,3),1)", "nested differently"),
+    ("Sw<3,2,3> o (4,8,4):(1,4@laneid,1@laneid)", "a swizzled layout has no thread strides"),
+    ("(" * 12 + "4" + ")" * 12 + ":(1)", "nest more than 8 deep"),
+])
+def test_malformed_nested_or_swizzled_layouts_say_why(text, message):
+    with pytest.raises(ValueError, match=message):
+        Layout.parse(text)

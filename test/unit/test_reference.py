@@ -110,7 +110,8 @@ class LoweredTransfers:
     each ldmatrix/stmatrix's address (in shared words) and the register slots its words go to / come from."""
 
     ARITH = {"arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.addi": lambda a, b: a + b,
-             "arith.muli": lambda a, b: a * b, "arith.shli": lambda a, b: a << b, "arith.shrui": lambda a, b: a >> b}
+             "arith.muli": lambda a, b: a * b, "arith.shli": lambda a, b: a << b, "arith.shrui": lambda a, b: a >> b,
+             "arith.xori": lambda a, b: a ^ b, "arith.divui": lambda a, b: a // b, "arith.remui": lambda a, b: a % b}
 
     def __init__(self, kernel: ir.Operation):
         self.body = list(kernel.regions[0].blocks[0].operations)

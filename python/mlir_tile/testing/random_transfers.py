@@ -2,7 +2,8 @@
 
 Each transfer draws ld/st, .x1/.x2/.x4, .trans, warp/warpgroup scope, up to two repeat axes, register
 strides with gaps and shared strides with gaps and interleaving (matrix stride below the row stride), all
-through mixed radices so loaded slots and stored rows never collide.
+through mixed radices so loaded slots and stored rows never collide; nested matrix and row modes and
+swizzled shared layouts (CuTe's Sw<B,M,S>, M >= 2) among them.
 
 Every choice is one bounded integer from `integer(low, high)`, so the same generator serves a seeded
 `random.Random` (`random_transfer`, for reproducible GPU bundles) and hypothesis (`transfers()`, whose
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mlir_tile import contract, targets
-from mlir_tile.layout import Layout, ThreadStride
+from mlir_tile.layout import Layout, Swizzle, ThreadStride
 
 
 @dataclass(frozen=True)
@@ -89,23 +90,60 @@ def draw_transfer(integer: Integer) -> RandomTransfer:
     opcode = f"{'ldmatrix' if load else 'stmatrix'}.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16"
     repeats = [integer(1, 3) for _ in range(integer(0, 2))]
     group = [contract.WARPGROUP_WARPS] if scope == "warpgroup" else []
+    # Nested modes (CuTe): the matrix mode as (2,2), the row mode as (2,4) or (4,2), each sub-mode its own
+    # stride; and a swizzle of the shared offsets that keeps 16-byte rows whole (M >= 2 in words).
+    matrix_mode = [2, 2] if count == 4 and _chance(integer, 25) else [count]
+    row_mode = [(2, 4), (4, 2)][integer(0, 1)] if _chance(integer, 20) else [8]
+    row_mode = list(row_mode)
+    swizzle = None
+    if _chance(integer, 25):
+        bits = integer(1, 3)
+        swizzle = Swizzle(bits, integer(2, 3), bits + integer(0, 3))
 
-    register_strides = _mixed_radix(integer, repeats + [count], 1, 2)
-    slots = sum((n - 1) * s for n, s in zip(repeats + [count], register_strides)) + 1 + integer(0, 2)
+    register_axes = repeats + matrix_mode
+    register_strides = _mixed_radix(integer, register_axes, 1, 2)
+    slots = sum((n - 1) * s for n, s in zip(register_axes, register_strides)) + 1 + integer(0, 2)
     register_layout = Layout(
-        tuple(group + repeats + [count, 8, 4]),
-        tuple(([ThreadStride(1, "warpid")] if group else []) + register_strides
-              + [ThreadStride(4, "laneid"), ThreadStride(1, "laneid")]),
+        tuple(group + repeats + [_mode(matrix_mode), 8, 4]),
+        tuple(([ThreadStride(1, "warpid")] if group else []) + register_strides[: len(repeats)]
+              + [_mode(register_strides[len(repeats):]), ThreadStride(4, "laneid"), ThreadStride(1, "laneid")]),
     )
 
     # Shared: group (stores need each warp its own rows; loads may share), repeats, matrix and row axes.
     share_rows = bool(group) and load and _chance(integer, 50)
-    axes = ([] if share_rows else group) + repeats + [count, 8]
+    axes = ([] if share_rows else group) + repeats + matrix_mode + row_mode
     strides = _mixed_radix(integer, axes, 4, 2)
     if math.prod(axes) * 4 * 2 ** len(axes) > MAX_WORDS:  # gaps could outgrow static shared memory: none
         strides = _mixed_radix(integer, axes, 4, 1)
     if share_rows:
         strides = [0] + strides
-    shared_layout = Layout(tuple(group + repeats + [count, 8, 4]), tuple(strides) + (1,))
+    head = len(group) + len(repeats)
+    rows_from = head + len(matrix_mode)
+    shared_layout = Layout(
+        tuple(group + repeats + [_mode(matrix_mode), _mode(row_mode), 4]),
+        tuple(strides[:head] + [_mode(strides[head:rows_from]), _mode(strides[rows_from:]), 1]),
+        swizzle,
+    )
     words = shared_layout.cosize + 4 * integer(0, 2)
     return RandomTransfer(opcode, scope, register_layout, shared_layout, slots, words)
+
+
+def _mode(parts: list):
+    """One mode of `parts`: the value itself when there is one, else a nested mode."""
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def with_stride(layout: Layout, axis: int, stride) -> Layout:
+    """`layout` with mode `axis`'s stride replaced (nesting and swizzle kept; a single stride for a nested mode
+    goes to each of its sub-modes): one-rule mutations in tests."""
+    if isinstance(layout.shape[axis], tuple) and not isinstance(stride, tuple):
+        stride = (stride,) * len(layout.shape[axis])
+    strides = list(layout.stride)
+    strides[axis] = stride
+    return Layout(layout.shape, tuple(strides), layout.swizzle)
+
+
+def with_misaligned_rows(layout: Layout) -> Layout:
+    """`layout` with its row mode's first stride one word longer: some row starts off a 16-byte boundary."""
+    rows = layout.stride[-2]
+    return with_stride(layout, -2, (rows[0] + 1,) + rows[1:] if isinstance(rows, tuple) else rows + 1)
