@@ -190,11 +190,16 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
         else:
             shift = _constant_shift(lane_values, constant, swizzle)
             if shift is not None:  # swizzle(lane + c) = swizzle(lane) + K for every lane: K folds into the address
-                pointer = _gep(_gep(base, swizzled_lane, vocabulary.i32), static + shift, vocabulary.i32)
-            else:  # as hand-written code does: add, then swizzle, for this repeat
-                moved = arith.addi(lane_offset, vocabulary.i32_constant(constant))
-                pointer = _gep(_gep(base, _swizzled(moved, swizzle, vocabulary), vocabulary.i32), static,
-                               vocabulary.i32)
+                offset = swizzled_lane
+            elif all(value & constant == 0 for value in lane_values):
+                # no carries: lane + c = lane ^ c, and the swizzle is linear over xor: one xor a repeat
+                offset, shift = arith.xori(swizzled_lane, vocabulary.i32_constant(swizzle(constant))), 0
+            else:  # add, then swizzle, for this repeat
+                offset, shift = _swizzled(arith.addi(lane_offset, vocabulary.i32_constant(constant)), swizzle,
+                                          vocabulary), 0
+            pointer = _gep(base, offset, vocabulary.i32)
+            if static + shift:
+                pointer = _gep(pointer, static + shift, vocabulary.i32)
         slots = [transfer.register_slot(repeat, i) for i in range(count)]
         if transfer.opcode.is_load:
             result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)

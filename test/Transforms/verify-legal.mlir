@@ -342,3 +342,57 @@ gpu.module @sm_75_with_ptx_65 [#nvvm.target<chip = "sm_75", features = "+ptx65">
     gpu.return
   }
 }
+
+// -----
+
+// Nested modes and swizzles: the mma A operand as one x4 from a padded row-major 16x16 b16 tile; a swizzled
+// 64x64 b16 tile with 128-byte rows, by rows and with .trans (the B operand).
+gpu.module @mma_a_operand_as_one_x4 [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<576xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<576xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"((2,2),8,4):((288,4),36,1)">} : (memref<16xi32, 5>, memref<576xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @mma_a_operand_nested_registers [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<576xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<576xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">, src_layout = #tile.layout<"((2,2),8,4):((288,4),36,1)">} : (memref<16xi32, 5>, memref<576xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @swizzled_128_byte_rows [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<2048xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,4,8,4):(4,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o (4,(2,2),8,4):(8,(256,4),32,1)">} : (memref<16xi32, 5>, memref<2048xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @swizzled_trans_b_operand [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<2048xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,4,8,4):(4,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o (4,(2,2),8,4):(512,(8,256),32,1)">} : (memref<16xi32, 5>, memref<2048xi32, 3>) -> ()
+    gpu.return
+  }
+}

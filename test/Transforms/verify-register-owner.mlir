@@ -82,3 +82,18 @@ gpu.module @group_axis_not_warpid [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// Registers take no swizzle.
+gpu.module @swizzled_register_layout [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<2048xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    // expected-error-re@+1 {{[register-owner]{{.*}}registers are not memory, so a register layout takes no swizzle}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"Sw<1,2,2> o (4,8,4):(1,4,1)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<16xi32, 5>, memref<2048xi32, 3>) -> ()
+    gpu.return
+  }
+}

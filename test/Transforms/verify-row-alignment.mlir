@@ -251,3 +251,18 @@ gpu.module @shli_by_a_dynamic_amount_proves_only_the_shifted_multiple [#nvvm.tar
     gpu.return
   }
 }
+
+// -----
+
+// A nested row mode: each row start is checked.
+gpu.module @nested_row_mode_misaligned [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<2048xi32, 3>
+    %r = memref.alloca() : memref<16xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}shared row (matrix=0, row=1, word=0) starts at byte 136}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,(2,4),4):(256,(34,64),1)">} : (memref<16xi32, 5>, memref<2048xi32, 3>) -> ()
+    gpu.return
+  }
+}
