@@ -61,6 +61,7 @@ class Config:
     note: str = ""
     chains: int = 1  # loads: independent dependency chains per warp (transfer u waits for u - chains)
     waves: int = 1  # grid = waves x the blocks that fit at once; each block does 1/waves of the iterations
+    blocks_per_sm: int = BLOCKS_PER_SM  # fewer for kernels whose 16 slots and 16 accumulators need 64 registers
 
     @property
     def count(self) -> int:
@@ -94,13 +95,25 @@ CONFIGS = [
            scope="warpgroup", note="each warp of the warpgroup its own 512 bytes"),
     Config("spec example", X4.replace("x4", "x2"), "(2,2,8,4):(8,2,4@laneid,1@laneid)", "(2,2,8,4):(128,8,16,1)",
            slots=12, note="two x2 per transfer, slots 0,2,8,10"),
+    # Nested modes and swizzles (issue 12): 16x16 b16 blocks, each one x4 (the mma A operand's order).
+    Config("mma A, padded 16x16", X4, REG4, "((2,2),8,4):((288,4),36,1)",
+           note="one x4 per block from a row-major tile with a 144-byte row pitch: matrix mode (2,2):(288,4)"),
+    Config("64x64, 128-byte rows", X4, "(4,4,8,4):(4,1,4@laneid,1@laneid)", "(4,(2,2),8,4):(8,(256,4),32,1)",
+           slots=16, blocks_per_sm=4, note="a row band's four blocks, unswizzled: 8-way conflicts"),
+    Config("64x64, Sw<3,2,3>", X4, "(4,4,8,4):(4,1,4@laneid,1@laneid)", "Sw<3,2,3> o (4,(2,2),8,4):(8,(256,4),32,1)",
+           slots=16, blocks_per_sm=4, note="the same blocks, swizzled (CuTe's 128-byte swizzle in words)"),
+    Config("64x64, Sw<3,2,3>, B .trans", X4.replace("x4", "x4.trans"), "(4,4,8,4):(4,1,4@laneid,1@laneid)",
+           "Sw<3,2,3> o (4,(2,2),8,4):(512,(8,256),32,1)", slots=16,
+           blocks_per_sm=4, note="the B operand: a column band's four blocks with .trans"),
+    Config("64x64, Sw<3,2,3>, stmatrix", ST4, "(4,4,8,4):(4,1,4@laneid,1@laneid)",
+           "Sw<3,2,3> o (4,(2,2),8,4):(8,(256,4),32,1)", slots=16, blocks_per_sm=4, note="stores into the swizzled tile"),
 ]
 
 
 def instructions_per_transfer(config: Config) -> int:
     """Warp instructions one transfer issues: one per repeat coordinate (the group axis is other warps)."""
-    shape = Layout.parse(config.shared).shape
-    return math.prod(shape[(1 if config.scope != "warp" else 0):-3])
+    sizes = Layout.parse(config.shared).sizes
+    return math.prod(sizes[(1 if config.scope != "warp" else 0):-3])
 
 
 def iterations(config: Config) -> int:
@@ -147,11 +160,11 @@ def generated_kernel(config: Config):
     used_slots = sorted({registers_layout.offset(*c) for c in registers_layout.coordinates()})
     view_type = f"memref<{words}xi32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>"
     with Kernel("bench", ["memref<16777216xi32>", "i32", "i32"], block=(BLOCK, 1, 1),
-                min_blocks_per_sm=BLOCKS_PER_SM, context=ir.Context()) as k:
+                min_blocks_per_sm=config.blocks_per_sm, context=ir.Context()) as k:
         out, iterations, zero = k.arguments
         i32, index = ir.IntegerType.get_signless(32), ir.IndexType.get()
         tid = k.thread_id("x")
-        sm = k.shared("sm", words)
+        sm = k.shared("sm", words, alignment=128)  # 128-byte rows start at bank 0, as in the C++ kernel
         with k.loop(0, words // BLOCK) as step:
             position = arith.addi(tid, arith.muli(step, k.index(BLOCK)))
             k.store(arith.index_cast(i32, position), sm, [position])
@@ -207,28 +220,33 @@ def hand_written_source(config: Config) -> str:
     registers = Layout.parse(config.registers)
     count = config.count
     group = 1 if config.scope != "warp" else 0
-    strides = shared.memory_strides
-    lane_terms = [f"(lane & 7) * {strides[-2]}"]
+    lane_terms = _c_mode_terms("(lane & 7)", shared.mode(shared.rank - 2))
     if count > 1:
-        lane_terms.append(f"((lane >> 3) & {count - 1}) * {strides[-3]}")
+        lane_terms += _c_mode_terms(f"((lane >> 3) & {count - 1})", shared.mode(shared.rank - 3))
     if group:
-        lane_terms.append(f"((threadIdx.x >> 5) & 3) * {strides[0]}")
-    repeat_shape = shared.shape[group:-3]
+        lane_terms += _c_mode_terms("((threadIdx.x >> 5) & 3)", shared.mode(0))
+    swizzle = shared.swizzle
+    repeat_shape = shared.sizes[group:-3]
     repeats = list(itertools.product(*(range(n) for n in repeat_shape)))
     used_slots = sorted({registers.offset(*c) for c in registers.coordinates()})
     chains = config.chains if config.is_load else 1
     body = []
     for repeat in repeats:
         prefix = (0,) * group + repeat
-        offset = 4 * shared.offset(*prefix, 0, 0, 0)
+        constant = shared.linear_offset(*prefix, 0, 0, 0)
+        # swizzled: the lane part was swizzled once; a block whose offset shares no bit with it is one xor
+        offset, pointer, load_pointer = 4 * constant, "base", "address"
+        if swizzle is not None and constant:
+            moved = f"smem + 4 * (swizzled_lane ^ {swizzle(constant)})"
+            offset, pointer, load_pointer = 0, f"({moved})", f"({moved} + offset[u % CHAINS] * 16)"
         slots = [registers.offset(*prefix, i, 0, 0) for i in range(count)]
         names = ", ".join(f"%{i}" for i in range(count))
         if config.is_load:
             outputs = ", ".join(f'"=r"(r[{s}])' for s in slots)
-            body.append(f'asm volatile("{config.opcode} {{{names}}}, [%{count}+{offset}];" : {outputs} : "r"(address));')
+            body.append(f'asm volatile("{config.opcode} {{{names}}}, [%{count}+{offset}];" : {outputs} : "r"({load_pointer}));')
         else:
             inputs = ", ".join(f'"r"(r[{s}])' for s in slots)
-            body.append(f'asm volatile("{config.opcode} [%0+{offset}], {{{", ".join(f"%{i + 1}" for i in range(count))}}};" :: "r"(base), {inputs} : "memory");')
+            body.append(f'asm volatile("{config.opcode} [%0+{offset}], {{{", ".join(f"%{i + 1}" for i in range(count))}}};" :: "r"({pointer}), {inputs} : "memory");')
     if config.is_load:  # the next region start of this chain depends on this result, as in the generated kernel
         body.insert(0, "address = base + offset[u % CHAINS] * 16;")
         body.append(" ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots))
@@ -240,12 +258,15 @@ def hand_written_source(config: Config) -> str:
     total = " ^ ".join(f"acc{j}" for j in range(len(used_slots)))
     words = shared_words(config)
     return f"""
-extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) bench(unsigned *out, int iterations, unsigned zero) {{
-  __shared__ __align__(16) unsigned sm[{words}];
+extern "C" __global__ void __launch_bounds__({BLOCK}, {config.blocks_per_sm}) bench(unsigned *out, int iterations, unsigned zero) {{
+  __shared__ __align__(128) unsigned sm[{words}];
   for (unsigned i = threadIdx.x; i < {words}; i += {BLOCK}) sm[i] = i;
   __syncthreads();
   const unsigned lane = threadIdx.x & 31;
-  const unsigned base = (unsigned)__cvta_generic_to_shared(sm) + 4 * ({' + '.join(lane_terms)});
+  const unsigned lane_part = {' + '.join(lane_terms) or '0'};
+  const unsigned smem = (unsigned)__cvta_generic_to_shared(sm);
+  const unsigned swizzled_lane = {_c_swizzled("lane_part", swizzle)};
+  const unsigned base = smem + 4 * swizzled_lane;
   const int CHAINS = {chains};
   unsigned address = base, offset[CHAINS] = {{0}};
   unsigned r[{config.slots}];
@@ -265,12 +286,34 @@ extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) bench(uns
 """
 
 
+def _c_mode_terms(value: str, mode: list) -> list[str]:
+    """C terms of a mode's offset for coordinate `value`: each sub-mode's digit times its stride."""
+    terms, below = [], 1
+    for position, (extent, stride) in enumerate(mode):
+        if extent > 1 and stride:
+            digit = f"({value} >> {below.bit_length() - 1})" if below > 1 else value
+            if position < len(mode) - 1:
+                digit = f"({digit} & {extent - 1})"
+            terms.append(f"{digit} * {stride}")
+        below *= extent
+    return terms
+
+
+def _c_swizzled(value: str, swizzle) -> str:
+    if swizzle is None:
+        return value
+    return f"({value} ^ (({value} >> {swizzle.shift}) & {swizzle.mask}))"
+
+
 def build(directory: Path) -> None:
     from mlir_tile.compile import compile_to_ptx
 
     directory.mkdir(parents=True, exist_ok=True)
     manifest = []
+    only = os.environ.get("BENCH_ONLY")  # a part of the names: build (and later run) just those kernels
     for index, config in enumerate(CONFIGS):
+        if only and only not in config.name:
+            continue
         ptx = compile_to_ptx(generated_kernel(config))
         (directory / f"gen_{index}.ptx").write_text(ptx)
         (directory / f"hand_{index}.cu").write_text(hand_written_source(config))
@@ -278,7 +321,8 @@ def build(directory: Path) -> None:
                          "instructions_per_transfer": instructions_per_transfer(config),
                          "iterations": iterations(config)})
     (directory / "configs.json").write_text(json.dumps(manifest, indent=1))
-    (directory / "compile.json").write_text(json.dumps(compile_latency(directory), indent=1))
+    if not only:
+        (directory / "compile.json").write_text(json.dumps(compile_latency(directory), indent=1))
 
 
 # ------------------------------------------------------------------------------------ compile latency
@@ -417,7 +461,6 @@ def run(directory: Path) -> None:
         results["device"] = {"name": device.name, "sms": sms, "clock_mhz": clock_hz / 1e6,
                              "cuda_driver_api": _driver_version(),
                              "peak_tb_s": SHARED_BYTES_PER_CLOCK_PER_SM * sms * clock_hz / 1e12}
-        resident_blocks = sms * BLOCKS_PER_SM
         options = ProgramOptions(arch=targets.DEFAULT_CHIP, std="c++17")
         for config in configs:
             index = config["index"]
@@ -426,7 +469,7 @@ def run(directory: Path) -> None:
             hand_ptx_path.write_bytes(Program(hand_source, "c++", options).compile("ptx").code.rstrip(b"\0"))  # NVRTC NUL-terminates
             cubins = {"generated": ptx_to_cubin(directory / f"gen_{index}.ptx"), "hand": ptx_to_cubin(hand_ptx_path)}
             entry = {"name": config["name"], "note": config["note"]}
-            grid = resident_blocks * config["waves"]
+            grid = sms * config.get("blocks_per_sm", BLOCKS_PER_SM) * config["waves"]
             outputs = {}
             for kind, cubin in cubins.items():
                 module = runtime.load_cubin(cubin.read_bytes(), name=f"{kind}_{index}")
@@ -446,7 +489,8 @@ def run(directory: Path) -> None:
             print(f"{config['name']:18} gen {entry['generated']['tb_s']:6.2f} TB/s ({entry['generated']['percent_of_peak']:5.1f}%)"
                   f"  hand {entry['hand']['tb_s']:6.2f} TB/s ({entry['hand']['percent_of_peak']:5.1f}%)  ratio {entry['ratio']:.3f}"
                   f"  same output: {entry['outputs_equal']}", flush=True)
-        results["load_latency_ms"] = load_latency(runtime, directory)
+        if (directory / "compile.json").exists():  # built with every kernel (no BENCH_ONLY)
+            results["load_latency_ms"] = load_latency(runtime, directory)
     (directory / "results.json").write_text(json.dumps(results, indent=1))
 
 
@@ -555,9 +599,9 @@ def launch_all(directory: Path) -> None:
     from mlir_tile.runtime import Runtime
 
     with Runtime() as runtime:
-        resident_blocks = runtime.device.properties.multiprocessor_count * BLOCKS_PER_SM
+        sms = runtime.device.properties.multiprocessor_count
         for config in json.loads((directory / "configs.json").read_text()):
-            grid = resident_blocks * config["waves"]
+            grid = sms * config.get("blocks_per_sm", BLOCKS_PER_SM) * config["waves"]
             for kind in ("gen", "hand"):
                 module = runtime.load_cubin((directory / f"{kind}_{config['index']}.cubin").read_bytes())
                 module.launch("bench", [np.zeros(16777216, dtype=np.uint32), np.int32(config["iterations"]),

@@ -14,7 +14,7 @@ from mlir import ir
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.passes.ir_facts import FactCache, block_size, in_device_code, target_arguments
+from mlir_tile.passes.ir_facts import FactCache, block_size, in_device_code
 
 
 def transfer_ops(root: ir.Operation) -> list[MatrixTransferOp]:
@@ -50,7 +50,7 @@ def transfer_verdict(
         divergence=facts.divergence(operation) if device_code else None,  # host code: a [target] error
         device_code=device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),
-        **target_arguments(operation),
+        **facts.target_arguments(operation),
     )
 
 

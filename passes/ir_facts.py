@@ -231,6 +231,7 @@ class FactCache:
         self._uniformity: dict = {}
         self._operands: dict = {}
         self._static_shared: dict = {}
+        self._targets: dict = {}
 
     def static_shared_bytes(self, op: ir.Operation) -> int | None:
         """Bytes of the workgroup memref.globals that the function holding `op` uses (each once), which
@@ -270,6 +271,13 @@ class FactCache:
                     return table[name].operation
             scope = scope.parent
         return None
+
+    def target_arguments(self, op: ir.Operation) -> dict:
+        """target_arguments(op), once per gpu.module."""
+        module = enclosing(op.operation, ("gpu.module",))
+        if module not in self._targets:
+            self._targets[module] = target_arguments(op)
+        return self._targets[module]
 
     def divergence(self, op: ir.Operation) -> str | None:
         """Why `op` might run on some lanes only (None: every lane runs it), from one uniformity analysis

@@ -7,6 +7,7 @@ reference emulator and the passes all share it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -179,10 +180,14 @@ class Layout:
         """The number of modes (top-level axes)."""
         return len(self.shape)
 
-    @property
+    @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
         """Each mode's size: the product of its extents (its coordinate's range)."""
         return tuple(math.prod(_flatten(mode)) for mode in self.shape)
+
+    @functools.cached_property
+    def _modes(self) -> tuple[tuple[tuple[int, Stride], ...], ...]:
+        return tuple(tuple(zip(_flatten(shape), _flatten(stride))) for shape, stride in zip(self.shape, self.stride))
 
     @property
     def size(self) -> int:
@@ -194,7 +199,7 @@ class Layout:
 
     def mode(self, axis: int) -> list[tuple[int, Stride]]:
         """Mode `axis` as (extent, stride) pairs, first sub-mode (the fastest) first."""
-        return list(zip(_flatten(self.shape[axis]), _flatten(self.stride[axis])))
+        return list(self._modes[axis])
 
     def flat_strides(self, axis: int) -> list[Stride]:
         return [stride for _, stride in self.mode(axis)]
@@ -234,14 +239,22 @@ class Layout:
     def _leaves(self, coord: tuple[int, ...]):
         """(sub-coordinate, stride) of every leaf, each mode's coordinate split colexicographically."""
         for axis, c in enumerate(coord):
-            for extent, stride in self.mode(axis):
+            for extent, stride in self._modes[axis]:
                 yield c % extent, stride
                 c //= extent
 
     def linear_offset(self, *coord: int) -> int:
         """The memory offset before the swizzle."""
         self._check_coordinate(coord)
+        if self._flat_memory_strides is not None:  # the common case, without splitting coordinates
+            return sum(c * s for c, s in zip(coord, self._flat_memory_strides))
         return sum(c * s for c, s in self._leaves(coord) if not isinstance(s, ThreadStride))
+
+    @functools.cached_property
+    def _flat_memory_strides(self) -> tuple[int, ...] | None:
+        if not self.is_flat:
+            return None
+        return tuple(0 if isinstance(s, ThreadStride) else s for s in self.stride)
 
     def offset(self, *coord: int) -> int:
         offset = self.linear_offset(*coord)

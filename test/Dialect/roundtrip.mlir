@@ -25,3 +25,15 @@ func.func @store_numeric_spaces(%sm: memref<128xf32, 3>, %regs: memref<4xf32, 5>
     : (memref<128xf32, 3>, memref<4xf32, 5>) -> ()
   return
 }
+
+// Nested modes and a swizzle: the layout text round-trips as written.
+// CHECK-LABEL: func.func @nested_and_swizzled
+// CHECK: dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">
+// CHECK-SAME: src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">
+func.func @nested_and_swizzled(%regs: memref<4xi32, 5>, %sm: memref<2048xi32, 3>) {
+  "tile.matrix_transfer"(%regs, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+      dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">,
+      src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">}
+    : (memref<4xi32, 5>, memref<2048xi32, 3>) -> ()
+  return
+}

@@ -165,3 +165,30 @@ def test_the_irs_chip_decides_and_the_module_is_not_changed():
         compile_to_ptx(k.module, chip="sm_90")
     except CompileError as error:
         print(error)
+
+
+# CHECK-LABEL: TEST: test_nested_and_swizzled_layouts
+# CHECK: src_layout = #tile.layout<"((2,2),8,4):((288,4),36,1)">
+# CHECK: src_layout = #tile.layout<"Sw<3,2,3> o (4,(2,2),8,4):(8,(256,4),32,1)">
+# CHECK: [shared-row] {{.*}}(after the swizzle), not 4 consecutive words
+@run
+def test_nested_and_swizzled_layouts():
+    from mlir_tile.layout import Sw
+
+    k, _, _ = kernel_with_buffers(words=2048)
+    tile = k.shared("tile", 576)
+    swizzled = k.shared("swizzled", 2048, alignment=128)
+    regs = k.registers(16)
+    a_operand = S[(16, 8):(36, 1)].rearrange("(mh r) (kh w) -> (kh mh) r w", mh=2, kh=2)  # one x4 per block
+    print(matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, tile,
+                          dst_layout=S[(4, 8, 4):(1, 4 @ laneid, 1 @ laneid)], src_layout=a_operand))
+    band = Sw(3, 2, 3).compose(S[(4, (2, 2), 8, 4):(8, (256, 4), 32, 1)])
+    print(matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
+                          dst_layout=S[(4, 4, 8, 4):(4, 1, 4 @ laneid, 1 @ laneid)], src_layout=band))
+    try:
+        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
+                        dst_layout=S[(4, 4, 8, 4):(4, 1, 4 @ laneid, 1 @ laneid)],
+                        src_layout=Sw(3, 1, 3).compose(S[(4, (2, 2), 8, 4):(16, (256, 4), 32, 1)]))
+    except ContractError as error:
+        print(error)
+    k.__exit__(None, None, None)
