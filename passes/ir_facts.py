@@ -188,13 +188,20 @@ def _element_width(element: ir.Type) -> int:
 def buffer_origin(value: ir.Value, facts: "FactCache") -> tuple[str, int | None]:
     """(what allocated the buffer behind `value`, the bytes of alignment the IR proves for it). The origin is
     the allocating op's name (memref.global for a get_global), or "argument" for a block argument; the
-    alignment is None when nothing is proved."""
-    proven = None
+    alignment is None when nothing is proved. Views keep the alignment of what they view, except that a
+    memref.view's byte shift caps it at what the shift is proven a multiple of."""
+    proven, cap = None, None
     while True:
         op = _defining_op(value)
         if op is None:
-            return "argument", proven  # nothing is known about who allocated it
+            return "argument", _capped(proven, cap)  # nothing is known about who allocated it
         if op.name in _VIEW_OPS:
+            value = op.operands[0]
+            continue
+        if op.name == "memref.view":  # bytes of the source at a (dynamic) byte shift, as a new element type
+            shift = value_multiple(op.operands[1])
+            if shift:
+                cap = min(cap, shift) if cap else shift
             value = op.operands[0]
             continue
         if op.name == "memref.assume_alignment":
@@ -202,12 +209,25 @@ def buffer_origin(value: ir.Value, facts: "FactCache") -> tuple[str, int | None]
             value = op.operands[0]
             continue
         if op.name in ("memref.alloca", "memref.alloc"):
-            return op.name, max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
+            found = max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
+            return op.name, _capped(found, cap)
         if op.name == "memref.get_global":
             declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
             declared = (_int_attribute(declaration, "alignment") or _natural_alignment(value)) if declaration else 0
-            return "memref.global", max(proven or 0, declared) or None
-        return op.name, proven
+            return "memref.global", _capped(max(proven or 0, declared) or None, cap)
+        if op.name == "gpu.dynamic_shared_memory":
+            # CUDA aligns the dynamic shared memory base to 16 bytes (and convert-gpu-to-nvvm declares it so)
+            return op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap)
+        return op.name, _capped(proven, cap)
+
+
+DYNAMIC_SHARED_ALIGNMENT = 16
+
+
+def _capped(alignment: int | None, cap: int | None) -> int | None:
+    if alignment is None or cap is None:
+        return alignment
+    return min(alignment, cap)
 
 
 def _natural_alignment(value: ir.Value) -> int:

@@ -85,7 +85,7 @@ def _target(options: dict) -> list[str]:
 def _tile_to_nvvm(options: dict) -> list[str]:
     # gpu.launch bodies become kernels in gpu.modules first, so that their transfers reach the PTX
     return ["gpu-kernel-outlining"] + _target(options) + ["tile-check-nvptx", "tile-verify-matrix-transfer", "tile-lower-matrix-transfer", _GPU_MODULE_TO_NVVM,
-                               "reconcile-unrealized-casts"]
+                               "tile-extern-dynamic-shared", "reconcile-unrealized-casts"]
 
 
 def _tile_to_ptx(options: dict) -> list[str]:

@@ -209,6 +209,30 @@ class Kernel:
             memref.GlobalOp(name, ir.TypeAttr.get(kind), sym_visibility="private", alignment=alignment)
         return memref.get_global(kind, name)
 
+    def shared_bytes(self, name: str, size: int, alignment: int = 16) -> ir.Value:
+        """A workgroup buffer of `size` bytes (an i8 `memref.global`), to be seen through `view`s: one
+        buffer, an element-typed view for the code around a transfer and a word view for the transfer."""
+        return self.shared(name, size, "i8", alignment)
+
+    def dynamic_shared(self) -> ir.Value:
+        """The block's dynamic shared memory (`gpu.dynamic_shared_memory`, bytes, 16-byte aligned as CUDA
+        guarantees); its size is the launch's (`Runtime...launch(shared_bytes=...)`, over 48 KiB allowed)."""
+        kind = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(8),
+                                 memory_space=ir.Attribute.parse(WORKGROUP))
+        return gpu.dynamic_shared_memory(kind)
+
+    def view(self, buffer: ir.Value, shape: Sequence[int], element: str = "i32", byte_offset: int = 0) -> ir.Value:
+        """`memref.view` of a byte buffer (shared_bytes, dynamic_shared) as `shape` elements of `element`,
+        starting `byte_offset` bytes in: a view of the same bytes, not a conversion. The alignment proof
+        follows it (a byte offset that is a multiple of 16 keeps 16-byte rows aligned)."""
+        source = ir.MemRefType(_memref_value(buffer, "view").type)
+        if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8:
+            raise BuilderError(f"view: the buffer must be bytes (i8), got {source}")
+        if not isinstance(byte_offset, int) or byte_offset < 0:
+            raise BuilderError(f"view: byte_offset must be a non-negative integer, got {byte_offset!r}")
+        kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
+        return memref.view(kind, buffer, self.index(byte_offset), [])
+
     def registers(self, slots: int, element: str = "i32") -> ir.Value:
         """Per-thread register storage: a private `memref.alloca`."""
         return memref.alloca(memref_type((slots,), element, PRIVATE), [], [])

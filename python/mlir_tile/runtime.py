@@ -115,6 +115,25 @@ class Runtime:
             return f"\nPTX compiler log:\n{(log.getvalue() or str(error)).strip()}"
         return f"\nPTX compiler log:\n{log.getvalue().strip()}" if log.getvalue().strip() else ""
 
+    DEFAULT_DYNAMIC_SHARED = 48 * 1024  # what a kernel may use without opting in
+
+    def allow_dynamic_shared(self, kernel, nbytes: int) -> None:
+        """Let `kernel` use `nbytes` of dynamic shared memory: above 48 KiB CUDA wants the kernel's opt-in
+        (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); more than the device has is a CudaError that says so."""
+        if nbytes <= self.DEFAULT_DYNAMIC_SHARED:
+            return
+        driver = _driver()
+        limit = _check(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device.device_id))
+        static = _check(driver.cuKernelGetAttribute(
+            driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.handle, self.device.device_id))
+        if nbytes + static > limit:
+            raise CudaError(f"{nbytes} bytes of dynamic shared memory (+{static} static) is more than the {limit} "
+                            f"a block can have on {self.device.name}")
+        _check(driver.cuKernelSetAttribute(
+            driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes, kernel.handle,
+            self.device.device_id))
+
     # ----- memory -----
     def to_device(self, array: np.ndarray):
         array = np.ascontiguousarray(array)
@@ -169,6 +188,7 @@ class LoadedModule:
                     launch_arguments.append(buffer)
                 else:
                     launch_arguments.append(argument)
+            runtime.allow_dynamic_shared(kernel, shared_bytes)
             config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
             try:
                 launch(runtime.stream, config, kernel, *launch_arguments)
@@ -190,6 +210,7 @@ class LoadedModule:
         kernel = self.kernel(kernel_name)
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
         launch_arguments = [b if b is not None else a for a, b in zip(arguments, buffers)]
+        runtime.allow_dynamic_shared(kernel, shared_bytes)
         config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
         timing = EventOptions(timing_enabled=True)
         try:

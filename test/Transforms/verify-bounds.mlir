@@ -117,3 +117,19 @@ gpu.module @stride_of_two_to_the_30 [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// Dynamic shared memory: no more than the chip has.
+gpu.module @dynamic_shared_beyond_the_chip [#nvvm.target<chip = "sm_90">] {
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %c0 = arith.constant 0 : index
+    %raw = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+    %sm = memref.view %raw[%c0][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<65536xi32, #gpu.address_space<workgroup>>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[bounds]{{.*}}reaches 262144 bytes into its shared buffer, more than the 232448 bytes a block can have on sm_90}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<65536xi32, #gpu.address_space<workgroup>>) -> ()
+    gpu.return
+  }
+}

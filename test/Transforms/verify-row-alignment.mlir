@@ -266,3 +266,20 @@ gpu.module @nested_row_mode_misaligned [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// A memref.view caps the alignment at what its byte shift is a multiple of.
+gpu.module @view_at_a_six_byte_shift [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @bytes : memref<4096xi8, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %c6 = arith.constant 6 : index
+    %raw = memref.get_global @bytes : memref<4096xi8, 3>
+    %sm = memref.view %raw[%c6][] : memref<4096xi8, 3> to memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}only 2-byte alignment}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}

@@ -14,3 +14,14 @@ def test_spec_example_ptx_is_what_mlir_tile_compiles():
     assert compiled == SPEC_EXAMPLE_PTX.read_text(), (
         "the compiled PTX changed: if the change is intended, run "
         "`python examples/seed_example.py --ptx-out test/unit/Inputs/spec_example.ptx`")
+
+
+def test_dynamic_shared_example_ptx_is_what_mlir_tile_compiles():
+    """The build half of the dynamic-shared-memory GPU test (examples/dynamic_shared.py)."""
+    import dynamic_shared
+
+    compiled = compile_to_ptx(dynamic_shared.build_module())
+    assert ".extern .shared .align 16 .b8 __dynamic_shmem__0[];" in compiled
+    assert compiled == (SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text(), (
+        "the compiled PTX changed: if intended, run "
+        "`python examples/dynamic_shared.py --ptx-out test/unit/Inputs/dynamic_shared.ptx`")

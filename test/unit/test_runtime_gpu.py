@@ -88,3 +88,24 @@ def test_spec_example_ptx_on_the_gpu(runtime):
 
     out = seed_example.run_on_gpu(SPEC_EXAMPLE_PTX.read_text())
     np.testing.assert_array_equal(out, seed_example.expected_table(seed_example.inputs()))
+
+
+def test_a_transfer_from_dynamic_shared_memory_beyond_48_kib(runtime):
+    """The run half: the checked-in PTX (test_compile.py keeps it current) reads words past byte 49152 of
+    dynamic shared memory; the launch opts the kernel in to the larger size."""
+    import dynamic_shared
+
+    out = dynamic_shared.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text())
+    np.testing.assert_array_equal(out, dynamic_shared.expected(dynamic_shared.inputs()))
+    assert dynamic_shared.SHARED_BYTES > 48 * 1024
+
+
+def test_more_dynamic_shared_memory_than_the_device_has_is_a_clear_error(runtime):
+    from mlir_tile.runtime import CudaError
+
+    import dynamic_shared
+
+    module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text(), name="too_much")
+    with pytest.raises(CudaError, match=r"300000 bytes of dynamic shared memory \(\+0 static\) is more than the \d+ a block can have"):
+        module.launch(dynamic_shared.KERNEL, [dynamic_shared.inputs(), np.zeros((32, 4), np.uint32)], grid=1,
+                      block=32, shared_bytes=300000)

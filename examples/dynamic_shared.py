@@ -1,0 +1,83 @@
+"""A transfer from dynamic shared memory beyond 48 KiB, end to end: the kernel built with the builder
+(`k.dynamic_shared()` seen as words through `k.view`), its PTX, and its run on a GPU checked against the
+reference model.
+
+    python examples/dynamic_shared.py --ptx-out kernel.ptx     # needs MLIR
+    python examples/dynamic_shared.py --run-ptx kernel.ptx     # needs a GPU, no MLIR
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+KERNEL = "from_dynamic_shared"
+OPCODE = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+REGISTERS = "(4,8,4):(1,4@laneid,1@laneid)"
+SHARED = "(4,8,4):(4096,4,1)"  # matrix 3 starts at word 12288: byte 49152, past the 48 KiB default
+WORDS = 12352  # a multiple of the 32 threads that copy it in
+SHARED_BYTES = 4 * WORDS
+
+
+def build_module(context=None):
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import Kernel, matrix_transfer
+
+    with Kernel(KERNEL, [f"memref<{WORDS}xi32>", "memref<32x4xi32>"], block=(32, 1, 1), context=context) as k:
+        data, out = k.arguments
+        words = k.view(k.dynamic_shared(), (WORDS,))
+        lane = k.lane_id()
+        with k.loop(0, WORDS // 32) as step:
+            position = arith.addi(lane, arith.muli(step, k.index(32)))
+            k.store(k.load(data, [position]), words, [position])
+        k.barrier()
+        registers = k.registers(4)
+        matrix_transfer(OPCODE, registers, words, dst_layout=REGISTERS, src_layout=SHARED)
+        for slot in range(4):
+            k.store(k.load(registers, [slot]), out, [lane, slot])
+    return k.module
+
+
+def inputs() -> np.ndarray:
+    return np.random.default_rng(7).integers(0, 2**32, WORDS, dtype=np.uint32)
+
+
+def expected(data: np.ndarray) -> np.ndarray:
+    from mlir_tile.reference import emulate
+
+    return emulate(OPCODE, REGISTERS, SHARED, np.zeros((32, 4), np.uint32), data)
+
+
+def run_on_gpu(ptx: str) -> np.ndarray:
+    from mlir_tile.runtime import Runtime
+
+    with Runtime() as runtime:
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        _, out = module.launch(KERNEL, [inputs(), np.zeros((32, 4), np.uint32)], grid=1, block=32,
+                               shared_bytes=SHARED_BYTES)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ptx-out")
+    parser.add_argument("--run-ptx")
+    arguments = parser.parse_args()
+    if arguments.ptx_out:
+        from mlir_tile.compile import compile_to_ptx
+
+        with open(arguments.ptx_out, "w") as stream:
+            stream.write(compile_to_ptx(build_module()))
+    if arguments.run_ptx:
+        with open(arguments.run_ptx) as stream:
+            out = run_on_gpu(stream.read())
+        differ = int((out != expected(inputs())).sum())
+        print(f"GPU: {SHARED_BYTES} bytes of dynamic shared memory; {differ} of {out.size} words differ")
+        return 1 if differ else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
