@@ -56,12 +56,41 @@ def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
                 diagnostic(op, violation, prefix="cannot be lowered: ")
             failed = True
             continue
+        _hoist_register_storage(op)
         with op.location, ir.InsertionPoint(op):
             _emit_transfer(transfer, op, vocabulary)
         op.operation.erase()
     vocabulary.remove_anchors()
     if failed:
         pass_.signal_pass_failure()
+
+
+def _hoist_register_storage(op: MatrixTransferOp) -> None:
+    """Moves the register storage's static memref.alloca to the start of the function's entry block. LLVM
+    promotes only allocas of the entry block to registers, and a loop before the alloca (the copy into shared
+    memory, say) puts it in a later block once scf-to-cf has run: it stayed an array in local memory (`.local`,
+    `st.local`) in the PTX."""
+    value = op.registers
+    while True:
+        producer = value.owner
+        if not isinstance(producer, (ir.OpView, ir.Operation)):
+            return
+        producer = producer.operation
+        if producer.name != "memref.alloca":
+            if producer.name not in ("memref.subview", "memref.cast", "memref.reinterpret_cast"):
+                return
+            value = producer.operands[0]
+            continue
+        break
+    if len(producer.operands):
+        return  # a dynamically sized alloca must stay where its sizes are defined
+    function = enclosing(producer.parent, FUNCTION_OPS + ("gpu.launch",))
+    if function is None:
+        return
+    entry = function.regions[0].blocks[0]
+    first = entry.operations[0].operation
+    if first != producer:  # before everything, loops included: they become blocks in scf-to-cf
+        producer.move_before(first)
 
 
 PASS = PassDefinition(

@@ -20,7 +20,7 @@ import inspect
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, gpu, memref, scf
+from mlir.dialects import arith, gpu, llvm, memref, nvvm, scf
 
 from mlir_tile import contract, targets
 from mlir_tile.dialect import load_dialect
@@ -234,8 +234,46 @@ class Kernel:
         return memref.view(kind, buffer, self.index(byte_offset), [])
 
     def registers(self, slots: int, element: str = "i32") -> ir.Value:
-        """Per-thread register storage: a private `memref.alloca`."""
-        return memref.alloca(memref_type((slots,), element, PRIVATE), [], [])
+        """Per-thread register storage: a private `memref.alloca`, at the kernel's start (LLVM keeps only the
+        allocas of the entry block in registers, and loops built before this call become blocks)."""
+        kind = memref_type((slots,), element, PRIVATE)
+        with ir.InsertionPoint.at_block_begin(self.body):
+            return memref.alloca(kind, [], [])
+
+    # ----- mma.sync -----
+    def mma_m16n8k16(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
+                     accumulators: ir.Value, c_slots: Sequence[int], element: str = "f16") -> None:
+        """`mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32` on the words that transfers filled:
+        A from slots `a_slots` (a0..a3) of register storage `a`, B from `b_slots` (b0, b1) of `b`, and the f32
+        accumulators in `c_slots` (c0..c3) of `accumulators`, updated in place. Every attribute of nvvm.mma.sync
+        is set (the bindings abort the process when the multiplicand types are left to inference)."""
+        if element not in ("f16", "bf16") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
+            raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
+        pair = ir.VectorType.get([2], parse_type(element))
+        f32 = ir.F32Type.get()
+
+        def pairs(buffer, slots):
+            return [llvm.bitcast(pair, self.load(buffer, [slot])) for slot in slots]
+
+        result = nvvm.mma_sync(
+            ir.Type.parse("!llvm.struct<(f32, f32, f32, f32)>"), ir.Attribute.parse("#nvvm.shape<m = 16, n = 8, k = 16>"),
+            ir.Attribute.parse("#nvvm.mma_layout<row>"), ir.Attribute.parse("#nvvm.mma_layout<col>"),
+            pairs(a, a_slots), pairs(b, b_slots), [self.load(accumulators, [slot]) for slot in c_slots],
+            multiplicand_a_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{element}>"),
+            multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{element}>"))
+        for position, slot in enumerate(c_slots):
+            self.store(llvm.extractvalue(f32, result, [position]), accumulators, [slot])
+
+    def pack_f16(self, low: ir.Value, high: ir.Value, element: str = "f16") -> ir.Value:
+        """Two f32 values rounded to 16-bit floats in one i32 word, `low` in the low half (what stmatrix
+        stores for a packed C/D fragment pair)."""
+        i32, i16 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(16)
+        half = parse_type(element)
+
+        def bits(value):
+            return arith.extui(i32, arith.bitcast(i16, arith.truncf(half, value)))
+
+        return arith.ori(bits(low), arith.shli(bits(high), self.constant(16)))
 
     # ----- values -----
     def index(self, value: int) -> ir.Value:

@@ -25,3 +25,20 @@ def test_dynamic_shared_example_ptx_is_what_mlir_tile_compiles():
     assert compiled == (SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text(), (
         "the compiled PTX changed: if intended, run "
         "`python examples/dynamic_shared.py --ptx-out test/unit/Inputs/dynamic_shared.ptx`")
+
+
+def test_mma_example_ptx_is_what_mlir_tile_compiles():
+    """The build half of the mma GPU test (examples/mma_tile.py): each 16x16 fragment block is one x4, 32 mma,
+    no local memory."""
+    import re
+
+    import mma_tile
+
+    compiled = compile_to_ptx(mma_tile.build_module())
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared", compiled)) == 4  # A: 4 k-blocks
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 16  # B: 4 k x 4 n-pairs
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared", compiled)) == 4  # C: 4 n-pairs
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 32
+    assert ".local" not in compiled
+    assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text(), (
+        "the compiled PTX changed: if intended, run `python examples/mma_tile.py --ptx-out test/unit/Inputs/mma_tile.ptx`")

@@ -109,3 +109,12 @@ def test_more_dynamic_shared_memory_than_the_device_has_is_a_clear_error(runtime
     with pytest.raises(CudaError, match=r"300000 bytes of dynamic shared memory \(\+0 static\) is more than the \d+ a block can have"):
         module.launch(dynamic_shared.KERNEL, [dynamic_shared.inputs(), np.zeros((32, 4), np.uint32)], grid=1,
                       block=32, shared_bytes=300000)
+
+
+def test_the_mma_tile_matches_numpy():
+    """The run half: C = A x B (64x64x64, fp16 in, fp32 accumulate, fp16 out) with every fragment moved by
+    tile.matrix_transfer from swizzled shared tiles."""
+    import mma_tile
+
+    ok, worst = mma_tile.check(mma_tile.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text()))
+    assert ok, f"largest error {worst}"

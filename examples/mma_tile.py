@@ -1,0 +1,157 @@
+"""A block tile C = A x B on tensor cores: 64x64x64, fp16 in, fp32 accumulate, fp16 out, 4 warps, with every
+fragment moved by tile.matrix_transfer from swizzled shared tiles.
+
+    python examples/mma_tile.py --demo               # the kernel's transfers in the PTX; the GPU run if any
+    python examples/mma_tile.py --ptx-out k.ptx      # needs MLIR
+    python examples/mma_tile.py --run-ptx k.ptx      # needs a GPU, no MLIR
+
+A, B and C live in shared memory as 64 rows of 32 words (128-byte rows), swizzled Sw<3,2,3>, so every
+ldmatrix/stmatrix phase is conflict-free. Warp w computes rows 16w..16w+15 of C: per 16-wide k-block, its A
+fragment is one ldmatrix.x4, the B fragments of two n-blocks one ldmatrix.x4.trans, then eight mma.sync; the
+accumulators, packed to fp16 pairs, go back with one stmatrix.x4 per two n-blocks. Each of the three transfers
+is one warpgroup-scope op whose leading mode is the warp.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+import numpy as np
+
+KERNEL = "mma_tile"
+M = N = K = 64
+WORDS = 64 * 32  # a 64x64 fp16 tile as 32-bit words
+SWIZZLE = "Sw<3,2,3>"
+LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+# A: warp (4):(512 words = 16 rows), k-block (4):(8 words), the four 8x8 matrices of a 16x16 block in mma
+# order (2,2):(256 = 8 rows, 4 words), rows (8):(32), words (4):(1). Slots: k-block * 4 + a_i.
+A_SHARED = f"{SWIZZLE} o (4,4,(2,2),8,4):(512,8,(256,4),32,1)"
+A_REGISTERS = "(4,4,4,8,4):(1@warpid,4,1,4@laneid,1@laneid)"
+# B (k x n, row-major) with .trans: every warp reads all of it (warp stride 0); k-block (4):(512 words = 16 k
+# rows), n-pair (4):(8 words = 16 columns). Slots: k-block * 16 + n-pair * 4 + (b0, b1 of n-block 2p; 2p+1).
+B_SHARED = f"{SWIZZLE} o (4,4,4,(2,2),8,4):(0,512,8,(256,4),32,1)"
+B_REGISTERS = "(4,4,4,4,8,4):(1@warpid,16,4,1,4@laneid,1@laneid)"
+# C: warp rows as for A, n-pair (4):(8 words); slots n-pair * 4 + (c01, c23 of n-block 2p; of 2p+1).
+C_SHARED = f"{SWIZZLE} o (4,4,(2,2),8,4):(512,8,(256,4),32,1)"
+C_REGISTERS = "(4,4,4,8,4):(1@warpid,4,1,4@laneid,1@laneid)"
+
+
+def build_module(context=None):
+    from mlir import ir
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import Kernel, matrix_transfer
+
+    words = f"memref<{WORDS}xi32>"
+    with Kernel(KERNEL, [words, words, words], block=(128, 1, 1), context=context) as k:
+        a_global, b_global, c_global = k.arguments
+        tid = k.thread_id()
+        tiles = {name: k.shared(name, WORDS, alignment=128) for name in ("a_tile", "b_tile", "c_tile")}
+
+        def swizzled(index):  # Sw<3,2,3> on a word index: index ^ ((index >> 3) & 28)
+            return arith.xori(index, arith.andi(arith.shrui(index, k.index(3)), k.index(28)))
+
+        def copy(source, destination, swizzle_destination):
+            with k.loop(0, WORDS // 128) as step:
+                index = arith.addi(tid, arith.muli(step, k.index(128)))
+                if swizzle_destination:
+                    k.store(k.load(source, [index]), destination, [swizzled(index)])
+                else:
+                    k.store(k.load(source, [swizzled(index)]), destination, [index])
+
+        copy(a_global, tiles["a_tile"], True)
+        copy(b_global, tiles["b_tile"], True)
+        k.barrier()
+        a, b = k.registers(16), k.registers(64)
+        matrix_transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
+        matrix_transfer(LDMATRIX.replace("x4", "x4.trans"), b, tiles["b_tile"], dst_layout=B_REGISTERS,
+                        src_layout=B_SHARED, scope="warpgroup")
+        accumulators = k.registers(32, "f32")
+        zero = arith.constant(ir.F32Type.get(), 0.0)
+        for slot in range(32):
+            k.store(zero, accumulators, [slot])
+        for k_block in range(4):
+            for n_block in range(8):
+                pair, second = divmod(n_block, 2)
+                b_slot = k_block * 16 + pair * 4 + 2 * second
+                k.mma_m16n8k16(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
+                               accumulators, [n_block * 4 + i for i in range(4)])
+        c = k.registers(16)
+        for n_block in range(8):
+            pair, second = divmod(n_block, 2)
+            values = [k.load(accumulators, [n_block * 4 + i]) for i in range(4)]
+            k.store(k.pack_f16(values[0], values[1]), c, [pair * 4 + 2 * second])
+            k.store(k.pack_f16(values[2], values[3]), c, [pair * 4 + 2 * second + 1])
+        matrix_transfer(LDMATRIX.replace("ldmatrix", "stmatrix"), tiles["c_tile"], c, dst_layout=C_SHARED,
+                        src_layout=C_REGISTERS, scope="warpgroup")
+        k.barrier()
+        copy(tiles["c_tile"], c_global, False)
+    return k.module
+
+
+def inputs() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    return (rng.uniform(-1, 1, (M, K)).astype(np.float16), rng.uniform(-1, 1, (K, N)).astype(np.float16))
+
+
+def as_words(matrix: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(matrix).view(np.uint32).reshape(-1)
+
+
+def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+
+
+def run_on_gpu(ptx: str) -> np.ndarray:
+    from mlir_tile.runtime import Runtime
+
+    a, b = inputs()
+    with Runtime() as runtime:
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        _, _, c = module.launch(KERNEL, [as_words(a), as_words(b), np.zeros(WORDS, np.uint32)], grid=1, block=128)
+    return c.view(np.float16).reshape(M, N)
+
+
+def check(c: np.ndarray) -> tuple[bool, float]:
+    """Within fp16 rounding of the fp32 product: each output is the fp32 sum rounded to fp16 (half an ulp),
+    and the fp32 accumulation order differs from numpy's; 2^-9 relative plus 1e-3 absolute covers both."""
+    a, b = inputs()
+    exact = a.astype(np.float32) @ b.astype(np.float32)
+    error = np.abs(c.astype(np.float32) - exact)
+    return bool((error <= 2**-9 * np.abs(exact) + 1e-3).all()), float(error.max())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--demo", action="store_true")
+    parser.add_argument("--ptx-out")
+    parser.add_argument("--run-ptx")
+    arguments = parser.parse_args()
+    if arguments.demo or arguments.ptx_out:
+        from mlir_tile.compile import compile_to_ptx
+
+        ptx = compile_to_ptx(build_module())
+        if arguments.ptx_out:
+            with open(arguments.ptx_out, "w") as stream:
+                stream.write(ptx)
+        if arguments.demo:
+            for line in ptx.splitlines():
+                if re.search(r"(ldmatrix|stmatrix|mma)\.", line):
+                    print(line.strip())
+            from mlir_tile.runtime import gpu_available
+
+            if gpu_available()[0]:
+                ok, worst = check(run_on_gpu(ptx))
+                print(f"GPU: C matches numpy within fp16 rounding: {ok} (largest error {worst:.2e})")
+                return 0 if ok else 1
+    if arguments.run_ptx:
+        with open(arguments.run_ptx) as stream:
+            ok, worst = check(run_on_gpu(stream.read()))
+        print(f"GPU: C matches numpy within fp16 rounding: {ok} (largest error {worst:.2e})")
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
