@@ -4,7 +4,7 @@
 // RUN: tile-opt %s --split-input-file --tile-verify-matrix-transfer --tile-lower-matrix-transfer | filecheck %s
 
 // CHECK-LABEL: gpu.func @twice_and_in_a_loop
-// CHECK-NEXT:  %[[LANE:.*]] = gpu.lane_id
+// CHECK:       %[[LANE:.*]] = gpu.lane_id
 // CHECK:       %[[OFF4:.*]] = arith.addi %{{.*}}, %{{.*}} : i32
 // CHECK-NEXT:  %[[I0:.*]] = arith.constant 0 : index
 // CHECK-NEXT:  %[[I1:.*]] = arith.constant 1 : index
@@ -95,5 +95,33 @@ module attributes {gpu.container_module} {
       gpu.terminator
     }
     return
+  }
+}
+
+// -----
+
+// Register storage allocated after a loop moves to the entry's start: scf-to-cf turns the loop into blocks,
+// and LLVM keeps only the allocas of the entry block in registers (else .local in the PTX).
+// CHECK-LABEL: gpu.func @alloca_after_a_loop
+// CHECK:       memref.alloca() : memref<4xi32, 5>
+// CHECK-NEXT:  memref.get_global @sm
+// CHECK:       scf.for
+// CHECK-NOT:   memref.alloca
+// CHECK:       nvvm.ldmatrix
+gpu.module @hoist [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @alloca_after_a_loop() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %z = arith.constant 0 : i32
+    scf.for %i = %c0 to %c4 step %c1 {
+      memref.store %z, %sm[%i] : memref<512xi32, 3>
+    }
+    %r = memref.alloca() : memref<4xi32, 5>
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
   }
 }

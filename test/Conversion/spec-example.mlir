@@ -53,6 +53,8 @@ module attributes {gpu.container_module} {
 // CHECK-NEXT:  %[[S2:.*]] = arith.constant 2 : index
 // CHECK-NEXT:  %[[S8:.*]] = arith.constant 8 : index
 // CHECK-NEXT:  %[[S10:.*]] = arith.constant 10 : index
+// The register storage at the entry's start too (LLVM keeps only entry-block allocas in registers).
+// CHECK-NEXT:  %[[RAW:.*]] = memref.alloca() : memref<12xi32, #gpu.address_space<private>>
 // CHECK-NEXT:  %[[SM:.*]] = memref.get_global @sm
 // CHECK-NOT:   gpu.lane_id
 // CHECK:       scf.for

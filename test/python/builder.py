@@ -90,12 +90,12 @@ def test_block_size_reaches_the_builder_check():
 # CHECK: gpu.module @kernels [#nvvm.target<chip = "sm_90">]
 # CHECK: memref.global "private" @sm : memref<256xi32, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 # CHECK: gpu.func @matrix_kernel(%{{.*}}: memref<16x4x2xi32>, %{{.*}}: memref<32x12xi32>) kernel attributes {known_block_size = array<i32: 32, 1, 1>}
+# CHECK-NEXT: %[[RAW:.*]] = memref.alloca() : memref<12xi32, #gpu.address_space<private>>
 # CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 # CHECK: memref.load %{{.*}} : memref<16x4x2xi32>
 # CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<256xi32, #gpu.address_space<workgroup>>
 # CHECK-NEXT: }
 # CHECK-NEXT: gpu.barrier
-# CHECK: %[[RAW:.*]] = memref.alloca() : memref<12xi32, #gpu.address_space<private>>
 # CHECK: %[[SENTINEL:.*]] = arith.constant -777 : i32
 # CHECK-COUNT-12: memref.store %[[SENTINEL]], %[[RAW]]
 # CHECK: "tile.matrix_transfer"(%[[RAW]], %{{.*}}) {dst_layout = #tile.layout<"(2,2,8,4):(8,2,4@laneid,1@laneid)">, opcode = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", scope = "warp", src_layout = #tile.layout<"(2,2,8,4):(128,8,16,1)">}
