@@ -4,6 +4,7 @@ fragment moved by tile.matrix_transfer from swizzled shared tiles.
     python examples/mma_tile.py --demo               # the kernel's transfers in the PTX; the GPU run if any
     python examples/mma_tile.py --ptx-out k.ptx      # needs MLIR
     python examples/mma_tile.py --run-ptx k.ptx      # needs a GPU, no MLIR
+    python examples/mma_tile.py --emulate            # the transfers on the reference model: no GPU, no MLIR
 
 A, B and C live in shared memory as 64 rows of 32 words (128-byte rows), swizzled Sw<3,2,3>, so every
 ldmatrix/stmatrix phase is conflict-free. Warp w computes rows 16w..16w+15 of C: per 16-wide k-block, its A
@@ -113,6 +114,47 @@ def run_on_gpu(ptx: str) -> np.ndarray:
     return c.view(np.float16).reshape(M, N)
 
 
+def swizzled_words(matrix: np.ndarray) -> np.ndarray:
+    """A 64x64 fp16 matrix as the swizzled shared tile the kernel's copy makes: word i at Sw<3,2,3>(i)."""
+    words, tile = as_words(matrix), np.zeros(WORDS, np.uint32)
+    index = np.arange(WORDS)
+    tile[index ^ ((index >> 3) & 28)] = words
+    return tile
+
+
+def emulate_transfers() -> None:
+    """The kernel's three transfers on the reference model (no GPU, no MLIR): every fp16 value each lane's
+    fragment registers receive (A, B) or hand to stmatrix (C) is where the PTX ISA's fragment tables put it.
+    Raises AssertionError otherwise."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.reference import emulate
+
+    a, b = inputs()
+    c = reference(a, b)
+    bits = {name: m.view(np.uint16) for name, m in (("a", a), ("b", b), ("c", c))}
+    loaded_a = emulate(LDMATRIX, A_REGISTERS, A_SHARED, np.zeros((128, 16), np.uint32), swizzled_words(a), "warpgroup")
+    loaded_b = emulate(LDMATRIX.replace("x4", "x4.trans"), B_REGISTERS, B_SHARED, np.zeros((128, 64), np.uint32),
+                       swizzled_words(b), "warpgroup")
+    packed_c = np.zeros((128, 16), np.uint32)
+    for thread in range(128):
+        warp, lane = divmod(thread, 32)
+        for block in range(4):  # k-blocks for A and B, n-pairs for C
+            for register in range(4):
+                for half in range(2):
+                    row, column = fragment_element("a16", lane, register, half)
+                    word = int(loaded_a[thread, 4 * block + register]) >> (16 * half) & 0xFFFF
+                    assert word == bits["a"][16 * warp + row, 16 * block + column], ("A", thread, block, register)
+                    row, column = fragment_element("c16", lane, register, half)
+                    packed_c[thread, 4 * block + register] |= int(bits["c"][16 * warp + row, 16 * block + column]) << (16 * half)
+                    for pair in range(4):
+                        k_row, n = fragment_element("b16", lane, register, half)
+                        word = int(loaded_b[thread, 16 * block + 4 * pair + register]) >> (16 * half) & 0xFFFF
+                        assert word == bits["b"][16 * block + k_row, 16 * pair + n], ("B", thread, block, pair)
+    stored = emulate(LDMATRIX.replace("ldmatrix", "stmatrix"), C_SHARED, C_REGISTERS, np.zeros(WORDS, np.uint32),
+                     packed_c, "warpgroup")
+    assert np.array_equal(stored, swizzled_words(c)), "C"
+
+
 def check(c: np.ndarray) -> tuple[bool, float]:
     """Within fp16 rounding of the fp32 product: each output is the fp32 sum rounded to fp16 (half an ulp),
     and the fp32 accumulation order differs from numpy's; 2^-9 relative plus 1e-3 absolute covers both."""
@@ -127,7 +169,11 @@ def main() -> int:
     parser.add_argument("--demo", action="store_true")
     parser.add_argument("--ptx-out")
     parser.add_argument("--run-ptx")
+    parser.add_argument("--emulate", action="store_true", help="the transfers on the reference model (no GPU)")
     arguments = parser.parse_args()
+    if arguments.emulate:
+        emulate_transfers()
+        print("reference model: every fragment register of A, B and C holds the fp16 values the PTX ISA assigns")
     if arguments.demo or arguments.ptx_out:
         from mlir_tile.compile import compile_to_ptx
 

@@ -65,3 +65,11 @@ def test_the_c_fragment_stores_where_the_isa_says():
 def test_a_swizzled_tile_is_one_x4_too():
     registers, shared = fragments.mma_m16n8k16_a(32, Sw(3, 2, 3))
     assert str(shared) == "Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)" and registers.sizes == shared.sizes == (4, 8, 4)
+
+
+def test_the_mma_examples_transfers_on_the_reference_model():
+    """examples/mma_tile.py's three warpgroup transfers over its swizzled tiles, without a GPU: each fragment
+    register of A, B and C holds what the PTX ISA assigns (the GPU run checks C against numpy)."""
+    import mma_tile
+
+    mma_tile.emulate_transfers()
