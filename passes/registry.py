@@ -64,6 +64,15 @@ def _option_values(owner: str, options: tuple[Option, ...], given: dict[str, str
     return values
 
 
+def parse_boolean(text: str) -> bool:
+    """An option's true/false (or 1/0), as mlir-opt spells booleans."""
+    if text.lower() in ("1", "true"):
+        return True
+    if text.lower() in ("0", "false"):
+        return False
+    raise ValueError("expected true/false or 1/0")
+
+
 CHIP_OPTION = Option("chip", targets.require_chip, None,
                      f"the chip for gpu.modules that name none (default {targets.DEFAULT_CHIP}); one that names "
                      f"another is an error")

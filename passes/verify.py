@@ -17,19 +17,25 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_tile.banks import transfer_wavefronts
 from mlir_tile.passes.adapter import diagnostic, transfer_ops, transfer_verdict
 from mlir_tile.passes.ir_facts import FactCache
-from mlir_tile.passes.registry import PassDefinition
+from mlir_tile.passes.registry import Option, PassDefinition, parse_boolean
+from mlir_tile.passes.remarks import report
 
 
-def verify_matrix_transfer(root: ir.Operation, pass_) -> None:
+def verify_matrix_transfer(root: ir.Operation, pass_, warn_bank_conflicts: bool = False) -> None:
     facts = FactCache()
     failed = False
     for op in transfer_ops(root):
-        _, violations = transfer_verdict(op, facts)
+        transfer, violations = transfer_verdict(op, facts)
         for violation in violations:
             diagnostic(op, violation)
         failed = failed or bool(violations)
+        if transfer is not None and warn_bank_conflicts:
+            wavefronts = transfer_wavefronts(transfer)
+            if wavefronts.worst > wavefronts.minimum:
+                report(op, "warning", wavefronts.remark(transfer.opcode.instruction))
     if failed:
         pass_.signal_pass_failure()
 
@@ -38,4 +44,7 @@ PASS = PassDefinition(
     "tile-verify-matrix-transfer",
     "Check every tile.matrix_transfer against the ldmatrix/stmatrix legality contract",
     verify_matrix_transfer,
+    (Option("warn-bank-conflicts", parse_boolean, False, "warn at each transfer with bank conflicts (tile-analyze-"
+                                                    "bank-conflicts' model)"),),
 )
+

@@ -37,6 +37,12 @@ class Diag:
         return [own] + [n for note in diagnostic.notes for n in cls.from_mlir(note, "note")]
 
     @classmethod
+    def from_location(cls, severity: str, location: ir.Location, message: str) -> "Diag":
+        if location.is_a_file():
+            return cls(severity, location.filename, location.start_line, location.start_col, message)
+        return cls(severity, None, None, None, message)
+
+    @classmethod
     def from_error(cls, error: ir.MLIRError) -> list["Diag"]:
         found = [d for diagnostic in error.error_diagnostics for d in cls.from_mlir(diagnostic)]
         return found or [cls("error", None, None, None, str(error))]

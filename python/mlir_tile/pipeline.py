@@ -9,6 +9,7 @@ from mlir import ir, passmanager
 
 from mlir_tile.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
 from mlir_tile.passes import PASSES, PIPELINES
+from mlir_tile.passes.remarks import take as take_reports
 from mlir_tile.pipeline_text import parse_element, split_elements
 
 def expand(elements: list[str]) -> list[str]:
@@ -83,10 +84,12 @@ def _add_upstream(pm: passmanager.PassManager, text: str) -> None:
 def _python_pass(definition, values: dict, anchors: tuple[str, ...]):
     """The callable PassManager.add takes: the pass on the module, or on each op that `anchors` names
     (each directly nested in the one before, as an upstream nested pass manager runs)."""
+    arguments = {name.replace("-", "_"): value for name, value in values.items()}  # warn-bank-conflicts
+
     def run(op: ir.Operation, pass_) -> None:
         with op.context, op.location:  # Python passes are called with no context entered
             for target in _anchored(op, anchors):
-                definition.run(target, pass_, **values)
+                definition.run(target, pass_, **arguments)
     return run
 
 
@@ -107,14 +110,14 @@ def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:
 
 def run_pipeline(
     module: ir.Operation, elements: list[str], *, instrument=None, input_is_file: bool = True
-) -> None:
+) -> list[Diag]:
     """Run a pipeline of tile and upstream passes on a builtin.module operation, in place.
 
     The input is verified first, so invalid IR is reported as such rather than blamed on a pass. The
     pipeline runs in one pass manager (`instrument(manager)` may turn on IR printing or timing); only when it
     fails is it replayed step by step on a copy of the input, to name the failing pass and keep the IR that
     pass received (for the reproducer). When the input is not a file (a module built in Python), even the
-    first step's input is kept."""
+    first step's input is kept. Returns the remarks and warnings the tile passes reported."""
     try:
         steps = expand(elements)
         manager = passmanager.PassManager("builtin.module", context=module.context)
@@ -132,11 +135,13 @@ def run_pipeline(
     if instrument is not None:
         instrument(manager)
     saved = module.clone()  # 20x cheaper than printing; only used to replay a failure
+    take_reports()
     try:
         manager.run(module)
-        return
+        return [Diag.from_location(severity, location, message) for severity, location, message in take_reports()]
     except (ir.MLIRError, RuntimeError):
         pass
+    take_reports()
     _run_steps(saved, steps, keep_first_input=not input_is_file)
     raise PipelineFailure(steps[-1], [Diag("error", PIPELINE_LOCATION, None, None,
                                            "the pipeline failed, but no single step did")])

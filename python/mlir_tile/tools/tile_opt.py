@@ -172,11 +172,11 @@ def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[
     session.collected.clear()
     try:
         module = session.parse(chunk, source_name)
-        run_pipeline(module, options.pipeline, instrument=instrumentation(options))
+        reported = run_pipeline(module, options.pipeline, instrument=instrumentation(options))
     except PipelineFailure as failure:
         hint = failure.hint(source_name)
         return None, session.collected + failure.diagnostics, f"tile-opt: {hint}" if hint else None
-    return module, list(session.collected), None
+    return module, list(session.collected) + reported, None
 
 
 def render(module, options) -> bytes:
