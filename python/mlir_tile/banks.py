@@ -27,6 +27,7 @@ class Wavefronts:
     count: int  # matrices per instruction
     worst: int  # wavefronts of the transfer's most conflicted instruction
     minimum: int  # the ideal: one per matrix
+    total: int  # wavefronts of all the transfer's instructions, every warp of its scope
 
     def remark(self, instruction: str) -> str:
         verdict = "conflict-free" if self.worst == self.minimum else f"{self.worst / self.minimum:g}-way conflict"
@@ -45,10 +46,10 @@ def matrix_wavefronts(row_bytes: list[int]) -> int:
 def transfer_wavefronts(transfer: Transfer) -> Wavefronts:
     """Wavefronts per instruction of a checked transfer: the worst instruction over every warp and repeat."""
     count = transfer.opcode.count
-    worst = 0
+    costs = []
     for warp in range(transfer.scope.warps):
         for repeat in transfer.repeats():
             rows = [[WORD_BYTES * transfer.shared_offset(warp, repeat, matrix, row) for row in range(8)]
                     for matrix in range(count)]
-            worst = max(worst, sum(matrix_wavefronts(matrix) for matrix in rows))
-    return Wavefronts(len(list(transfer.repeats())), count, worst, count)
+            costs.append(sum(matrix_wavefronts(matrix) for matrix in rows))
+    return Wavefronts(len(costs) // transfer.scope.warps, count, max(costs), count, sum(costs))

@@ -1,0 +1,127 @@
+"""The bank-conflict model against the H200's counters: for each of many legal ldmatrix transfers (random ones,
+nested and swizzled among them, and the benchmark layouts), a one-warp kernel that does just that transfer;
+ncu counts the shared-memory wavefronts and the LDSM instructions, and their ratio must equal the model's.
+
+    python benchmarks/banks_validation.py build DIR [CASES]     # needs MLIR
+    ncu --csv --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum \\
+        python3 benchmarks/banks_validation.py launch DIR > DIR/ncu.csv          # on the GPU host
+    python3 benchmarks/banks_validation.py compare DIR
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "python")]
+
+FIXED = [("(4,8,4):(1,4@laneid,1@laneid)", layout) for layout in
+         ("(4,8,4):(32,4,1)", "(4,8,4):(64,8,1)", "(4,8,4):(256,32,1)", "((2,2),8,4):((288,4),36,1)",
+          "Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)", "(4,8,4):(128,16,1)", "(4,8,4):(4,8,1)")]
+FIXED.append(("(2,2,8,4):(8,2,4@laneid,1@laneid)", "(2,2,8,4):(128,8,16,1)"))
+
+
+def cases(count: int, seed: int = 5) -> list[dict]:
+    from mlir_tile.testing.random_transfers import random_transfer
+
+    found = [{"opcode": f"ldmatrix.sync.aligned.m8n8.x{_matrix_count(r)}.shared.b16", "registers": r, "shared": s}
+             for r, s in FIXED]
+    rng = random.Random(seed)
+    while len(found) < count:
+        case = random_transfer(rng)
+        if case.is_load and case.scope == "warp":
+            found.append({"opcode": case.opcode, "registers": str(case.register_layout),
+                          "shared": str(case.shared_layout), "slots": case.slots})
+    return found
+
+
+def _matrix_count(registers: str) -> int:
+    from mlir_tile.layout import Layout
+
+    return Layout.parse(registers).sizes[-3]
+
+
+def build(directory: Path, count: int) -> None:
+    from mlir import ir
+
+    from mlir_tile import contract
+    from mlir_tile.banks import transfer_wavefronts
+    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.layout import Layout
+
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for index, case in enumerate(cases(count)):
+        registers, shared = Layout.parse(case["registers"]), Layout.parse(case["shared"])
+        slots = case.get("slots") or (max(registers.offset(*c) for c in registers.coordinates()) + 1)
+        words = -(-shared.cosize // 32) * 32
+        with Kernel(f"case_{index}", [f"memref<32x{slots}xi32>"], context=ir.Context()) as k:
+            (out,) = k.arguments
+            sm = k.shared("sm", words, alignment=128)
+            regs = k.registers(slots)
+            op = matrix_transfer(case["opcode"], regs, sm, dst_layout=registers, src_layout=shared)
+            for slot in range(slots):
+                k.store(k.load(regs, [slot]), out, [k.lane_id(), slot])
+        transfer = contract.require(opcode=case["opcode"], scope="warp", dst_layout=registers, src_layout=shared,
+                                    dst=contract.Operand("private", extent=slots), src=contract.Operand(
+                                        "shared", extent=words, base_alignment=128))
+        model = transfer_wavefronts(transfer)
+        (directory / f"case_{index}.ptx").write_text(compile_to_ptx(k.module))
+        manifest.append({**case, "index": index, "slots": slots, "predicted_per_instruction": model.total / model.instructions,
+                         "instructions": model.instructions, "minimum": model.minimum})
+    (directory / "cases.json").write_text(json.dumps(manifest, indent=1))
+
+
+def launch(directory: Path) -> None:
+    import numpy as np
+
+    from mlir_tile.runtime import Runtime
+
+    with Runtime() as runtime:
+        for case in json.loads((directory / "cases.json").read_text()):
+            module = runtime.load_ptx((directory / f"case_{case['index']}.ptx").read_text(), name=f"case_{case['index']}")
+            module.launch(f"case_{case['index']}", [np.zeros((32, case["slots"]), np.uint32)], grid=1, block=32)
+
+
+def compare(directory: Path) -> None:
+    text = (directory / "ncu.csv").read_text()
+    rows = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
+    measured: dict = {}
+    for row in rows:
+        value = float(row["Metric Value"].replace(",", ""))
+        measured.setdefault(row["Kernel Name"], {})[row["Metric Name"]] = value
+    cases_ = json.loads((directory / "cases.json").read_text())
+    table, equal = [], 0
+    for case in cases_:
+        counters = measured[f"case_{case['index']}"]
+        ratio = counters["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] / counters["smsp__sass_inst_executed_op_ldsm.sum"]
+        same = abs(ratio - case["predicted_per_instruction"]) < 1e-9
+        equal += same
+        table.append({"shared": case["shared"], "opcode": case["opcode"].split(".")[4], "instructions": case["instructions"],
+                      "predicted": case["predicted_per_instruction"], "measured": ratio, "equal": same})
+    (directory / "comparison.json").write_text(json.dumps(table, indent=1))
+    for row in table:
+        print(f"{row['opcode']} {row['shared']:45} predicted {row['predicted']:6.2f} measured {row['measured']:6.2f} {'' if row['equal'] else 'DIFFERENT'}")
+    print(f"{equal} of {len(table)} layouts: predicted wavefronts per LDSM equal the counters")
+
+
+def main() -> None:
+    command, directory = sys.argv[1], Path(sys.argv[2])
+    if command == "build":
+        build(directory, int(sys.argv[3]) if len(sys.argv) > 3 else 64)
+    elif command == "launch":
+        launch(directory)
+    elif command == "compare":
+        compare(directory)
+    else:
+        print(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
