@@ -7,6 +7,7 @@ executes on any GPU host (cuda-python + numpy only).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -17,9 +18,10 @@ from mlir.dialects import arith
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
-from mlir_tile.contract import parse_opcode
-from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.contract import ContractError, parse_opcode
 from mlir_tile.reference import emulate
+from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
+from mlir_tile.widen import widen_layouts
 
 MAX_SHARED_WORDS = 8192  # 32 KiB: below the 48 KiB of static shared memory a kernel may declare
 
@@ -83,7 +85,26 @@ def draw_cases(count: int, seed: int) -> list[RandomTransfer]:
     return cases
 
 
-def write_bundle(directory: Path, count: int, seed: int) -> dict:
+def widened(case: RandomTransfer) -> RandomTransfer | None:
+    """The case issued as fewer, wider instructions (mlir_tile.widen), when that exists and is legal."""
+    layouts = widen_layouts(case.opcode, case.register_layout, case.shared_layout, 1 if case.scope != "warp" else 0)
+    if layouts is None:
+        return None
+    opcode, registers, shared = layouts
+    wide = dataclasses.replace(case, opcode=opcode, register_layout=registers, shared_layout=shared)
+    try:
+        emulate(wide.opcode, wide.dst_layout, wide.src_layout, np.zeros((case.threads, case.slots), np.uint32),
+                np.zeros(case.words, np.uint32), case.scope) if wide.is_load else \
+            emulate(wide.opcode, wide.dst_layout, wide.src_layout, np.zeros(case.words, np.uint32),
+                    np.zeros((case.threads, case.slots), np.uint32), case.scope)
+    except ContractError:
+        return None
+    return wide
+
+
+def write_bundle(directory: Path, count: int, seed: int, widen: bool = False) -> dict:
+    """With `widen`, each kernel issues the widened transfer where there is one, and is checked against the
+    reference model's outputs for the transfer as written."""
     directory.mkdir(parents=True, exist_ok=True)
     cases, manifest, arrays = draw_cases(count, seed), [], {}
     data = np.random.default_rng(seed)
@@ -94,16 +115,17 @@ def write_bundle(directory: Path, count: int, seed: int) -> dict:
         expected_registers, expected_shared = expected_outputs(case, registers, shared)
         arrays.update({f"{index}_regs": registers, f"{index}_sm": shared,
                        f"{index}_regs_expected": expected_registers, f"{index}_sm_expected": expected_shared})
-        ptx_texts.append(case_ptx(index, case))
-        manifest.append({"index": index, "kernel": kernel_name(index), "opcode": case.opcode, "scope": case.scope,
-                         "dst_layout": str(case.dst_layout), "src_layout": str(case.src_layout),
-                         "threads": case.threads, "ptx": f"ptx/case_{index}.ptx"})
+        built = (widened(case) if widen else None) or case
+        ptx_texts.append(case_ptx(index, built))
+        manifest.append({"index": index, "kernel": kernel_name(index), "opcode": built.opcode, "scope": case.scope,
+                         "dst_layout": str(built.dst_layout), "src_layout": str(built.src_layout),
+                         "threads": case.threads, "ptx": f"ptx/case_{index}.ptx", "widened": built is not case})
     np.savez_compressed(directory / "arrays.npz", **arrays)
     (directory / "ptx").mkdir(exist_ok=True)
     for index, text in enumerate(ptx_texts):  # one PTX per case: a failing case is self-contained
         (directory / "ptx" / f"case_{index}.ptx").write_text(text)
     (directory / "manifest.json").write_text(json.dumps({"seed": seed, "cases": manifest}, indent=1))
-    return {"cases": len(cases)}
+    return {"cases": len(cases), "widened": sum(entry["widened"] for entry in manifest)}
 
 
 def main() -> None:
@@ -111,8 +133,9 @@ def main() -> None:
     parser.add_argument("bundle")
     parser.add_argument("--cases", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--widen", action="store_true", help="build each widened transfer, check it as written")
     arguments = parser.parse_args()
-    print(write_bundle(Path(arguments.bundle), arguments.cases, arguments.seed))
+    print(write_bundle(Path(arguments.bundle), arguments.cases, arguments.seed, arguments.widen))
 
 
 if __name__ == "__main__":

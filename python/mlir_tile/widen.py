@@ -1,0 +1,39 @@
+"""Widening: the same transfer in fewer, wider instructions (pure Python). A transfer issued as .x1 or .x2 per
+repeat can move two or four repeats' matrices in one instruction: the repeat mode becomes the outer sub-mode of
+the matrix mode (matrix i' = i + N * t, colexicographic), on both layouts alike, so every (repeat, matrix) pair
+still reads the same rows into the same register slots. Whether the wider transfer is legal (stmatrix rows
+of one instruction must not overlap) is the contract's to say; `tile-widen-matrix-transfer` asks it."""
+from __future__ import annotations
+
+import re
+
+from mlir_tile.layout import Layout
+
+
+def widen_layouts(opcode: str, registers: Layout, shared: Layout, group_rank: int):
+    """(opcode, registers, shared) with repeat modes folded into the matrix mode while the count stays at most
+    4, innermost repeat first; None when no repeat mode fits."""
+    count = int(re.search(r"\.x(\d)", opcode).group(1))
+    changed = False
+    while True:
+        repeats = range(group_rank, registers.rank - 3)
+        fits = [a for a in repeats if registers.sizes[a] > 1 and count * registers.sizes[a] in (2, 4)]
+        axis = fits[-1] if fits else None
+        if axis is None:
+            break
+        count *= registers.sizes[axis]
+        registers, shared = _fold(registers, axis), _fold(shared, axis)
+        changed = True
+    if not changed:
+        return None
+    return re.sub(r"\.x\d", f".x{count}", opcode, count=1), registers, shared
+
+
+def _fold(layout: Layout, axis: int) -> Layout:
+    """`layout` with mode `axis` moved into the matrix mode as its outer sub-mode."""
+    matrix = layout.rank - 3
+    shape, stride = list(layout.shape), list(layout.stride)
+    shape[matrix] = (shape[matrix], shape[axis])
+    stride[matrix] = (stride[matrix], stride[axis])
+    del shape[axis], stride[axis]
+    return Layout(tuple(shape), tuple(stride), layout.swizzle)
