@@ -408,9 +408,9 @@ SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.
 ADDRESS_OPS = ("IADD", "IMAD", "LEA", "SHF", "LOP3", "SHL", "SHR", "IABS", "SEL", "PRMT", "BFE", "BMSK", "VIADD")
 
 
-def sass_loop_stats(sass: str) -> dict:
-    """Instruction mix of the loop that holds the most LDSM/STSM: the instructions from a backward
-    branch's target address up to that branch (cuobjdump writes branch targets as addresses)."""
+def sass_loops(sass: str) -> list[list[tuple[int, str, str]]]:
+    """Each loop of the SASS as its (address, opcode, operands): the instructions from a backward branch's
+    target address up to that branch (cuobjdump writes branch targets as addresses)."""
     instructions = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(SASS_LINE.search, sass.splitlines()) if m]
     position = {address: i for i, (address, _, _) in enumerate(instructions)}
     loops = []
@@ -420,8 +420,13 @@ def sass_loop_stats(sass: str) -> dict:
             loops.append(instructions[position[int(target.group(1), 16)]: end + 1])
     if not loops:
         raise ValueError("no loop found in the SASS")
+    return loops
+
+
+def sass_loop_stats(sass: str) -> dict:
+    """Instruction mix of the loop that holds the most LDSM/STSM."""
     matrix = lambda body: sum(op.startswith(("LDSM", "STSM")) for _, op, _ in body)
-    body = max(loops, key=lambda b: (matrix(b), -len(b)))
+    body = max(sass_loops(sass), key=lambda b: (matrix(b), -len(b)))
     counts: dict[str, int] = {}
     accumulate = 0
     for _, opcode, operands in body:

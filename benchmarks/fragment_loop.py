@@ -56,12 +56,7 @@ def generated_kernel():
                             src_layout=mma_tile.A_SHARED, scope="warpgroup")
             matrix_transfer(mma_tile.LDMATRIX.replace("x4", "x4.trans"), b, b_view, dst_layout=mma_tile.B_REGISTERS,
                             src_layout=mma_tile.B_SHARED, scope="warpgroup")
-            for k_block in range(4):
-                for n_block in range(8):
-                    pair, second = divmod(n_block, 2)
-                    b_slot = k_block * 16 + pair * 4 + 2 * second
-                    k.mma_m16n8k16(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
-                                   accumulators, [n_block * 4 + i for i in range(4)])
+            mma_tile.issue_mmas(k, a, b, accumulators)
             first = arith.bitcast(ir.IntegerType.get_signless(32), k.load(accumulators, [0]))
             scf.YieldOp([arith.andi(first, zero)])
         total = loop.results[0]
@@ -198,20 +193,12 @@ def run(directory: Path) -> None:
 
 
 def _loop_counts(sass: str) -> dict:
-    """Per mma in the hottest loop (the one with the most HMMA): instructions, LDSM, address/other ALU."""
-    from bench import SASS_LINE
+    """Per mma in the loop with the most HMMA: instructions and LDSM."""
+    from bench import sass_loops
 
-    import re
-    instructions = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(SASS_LINE.search, sass.splitlines()) if m]
-    position = {address: i for i, (address, _, _) in enumerate(instructions)}
-    best = []
-    for end, (address, opcode, operands) in enumerate(instructions):
-        target = re.search(r"0x([0-9a-f]+)", operands) if opcode.startswith("BRA") else None
-        if target and int(target.group(1), 16) < address and int(target.group(1), 16) in position:
-            body = instructions[position[int(target.group(1), 16)]: end + 1]
-            if sum(op.startswith("HMMA") for _, op, _ in body) > sum(op.startswith("HMMA") for _, op, _ in best):
-                best = body
-    mmas = max(1, sum(op.startswith("HMMA") for _, op, _ in best))
+    hmma = lambda body: sum(op.startswith("HMMA") for _, op, _ in body)
+    best = max(sass_loops(sass), key=hmma)
+    mmas = max(1, hmma(best))
     return {"loop_instructions": len(best), "hmma": mmas, "ldsm": sum(op.startswith("LDSM") for _, op, _ in best),
             "instructions_per_mma": round(len(best) / mmas, 3)}
 

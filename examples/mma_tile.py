@@ -72,12 +72,7 @@ def build_module(context=None):
         zero = arith.constant(ir.F32Type.get(), 0.0)
         for slot in range(32):
             k.store(zero, accumulators, [slot])
-        for k_block in range(4):
-            for n_block in range(8):
-                pair, second = divmod(n_block, 2)
-                b_slot = k_block * 16 + pair * 4 + 2 * second
-                k.mma_m16n8k16(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
-                               accumulators, [n_block * 4 + i for i in range(4)])
+        issue_mmas(k, a, b, accumulators)
         c = k.registers(16)
         for n_block in range(8):
             pair, second = divmod(n_block, 2)
@@ -89,6 +84,17 @@ def build_module(context=None):
         k.barrier()
         copy(tiles["c_tile"], c_global, False)
     return k.module
+
+
+def issue_mmas(k, a, b, accumulators) -> None:
+    """A warp's 32 mma.sync of a 16x64x64 product: for each k-block, its A slots (4k..4k+3) with each n-block's
+    B slots (two of the four its n-pair's x4.trans filled), into that n-block's four accumulators."""
+    for k_block in range(4):
+        for n_block in range(8):
+            pair, second = divmod(n_block, 2)
+            b_slot = k_block * 16 + pair * 4 + 2 * second
+            k.mma_m16n8k16(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
+                           accumulators, [n_block * 4 + i for i in range(4)])
 
 
 def inputs() -> tuple[np.ndarray, np.ndarray]:
