@@ -63,7 +63,10 @@ def _identifier(name, what: str) -> str:
 def memref_type(shape: Sequence[int], element: str = "i32", space: str | None = None) -> ir.MemRefType:
     """`memref_type((16, 4, 2))` is memref<16x4x2xi32> in the current context."""
     extents = [_count(n, "a memref extent") for n in shape]
-    return ir.MemRefType.get(extents, parse_type(element), memory_space=ir.Attribute.parse(space) if space else None)
+    try:
+        return ir.MemRefType.get(extents, parse_type(element), memory_space=ir.Attribute.parse(space) if space else None)
+    except ir.MLIRError as error:
+        raise BuilderError(f"no memref of {element!r} elements: {error}") from None
 
 
 def matrix_transfer(
