@@ -23,7 +23,6 @@ sys.path[:0] = [str(REPO / "python")]
 LOAD_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
 LOAD_INSTRUCTIONS = "smsp__sass_inst_executed_op_ldsm.sum"
 STORE_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
-STORE_INSTRUCTIONS = "smsp__sass_inst_executed_op_stsm.sum"  # reads n/a on the H200; kept to show it
 FIXED = [("(4,8,4):(1,4@laneid,1@laneid)", layout) for layout in
          ("(4,8,4):(32,4,1)", "(4,8,4):(64,8,1)", "(4,8,4):(256,32,1)", "((2,2),8,4):((288,4),36,1)",
           "Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)", "(4,8,4):(128,16,1)", "(4,8,4):(4,8,1)")]

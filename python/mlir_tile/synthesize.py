@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from mlir_tile.banks import matrix_wavefronts
-from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.layout import Swizzle
 
 WORD_BYTES, CHUNK_WORDS = 4, 4
 
@@ -40,11 +40,6 @@ class Choice:
     @property
     def conflict_free(self) -> bool:
         return self.wavefronts == self.minimum
-
-    def block_layout(self) -> Layout:
-        """The shared layout of a transfer of one 16x16 b16 (16x32 byte) block at the tile's origin, in mma
-        order; other blocks add their offset as repeat modes (rows 16 * pitch, columns 8 words)."""
-        return Layout(((2, 2), 8, 4), ((8 * self.pitch, 4), self.pitch, 1), self.swizzle)
 
     def describe(self, tile: Tile) -> str:
         memory = f"{tile.rows * self.pitch * WORD_BYTES} bytes"
