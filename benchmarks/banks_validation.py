@@ -1,6 +1,6 @@
-"""The bank-conflict model against the H200's counters: for each of many legal ldmatrix transfers (random ones,
-nested and swizzled among them, and the benchmark layouts), a one-warp kernel that does just that transfer;
-ncu counts the shared-memory wavefronts and the LDSM instructions, and their ratio must equal the model's.
+"""The bank-conflict model against the H200's counters: for each of many legal transfers (random ones, nested
+and swizzled among them, the benchmark layouts and the synthesized ones of bench.py), a one-warp kernel that
+does just that transfer; ncu counts the shared-memory wavefronts and the LDSM instructions, and their ratio must equal the model's.
 
     python benchmarks/banks_validation.py build DIR [CASES]     # needs MLIR
     ncu --csv --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,\\
@@ -32,8 +32,12 @@ FIXED.append(("(2,2,8,4):(8,2,4@laneid,1@laneid)", "(2,2,8,4):(128,8,16,1)"))
 def cases(count: int, seed: int = 5) -> list[dict]:
     from mlir_tile.testing.random_transfers import random_transfer
 
+    from bench import SYNTHESIS_CONFIGS
+
     found = [{"opcode": f"ldmatrix.sync.aligned.m8n8.x{_matrix_count(r)}.shared.b16", "registers": r, "shared": s}
              for r, s in FIXED]
+    found += [{"opcode": c.opcode, "registers": c.registers, "shared": c.shared, "slots": c.slots, "name": c.name}
+              for c in SYNTHESIS_CONFIGS]  # the layouts mlir_tile.synthesize picks: conflict-free on the chip too?
     rng = random.Random(seed)
     stores = 0
     while len(found) < count:
@@ -82,12 +86,8 @@ def build(directory: Path, count: int) -> None:
                 matrix_transfer(case["opcode"], sm, regs, dst_layout=shared, src_layout=registers)
                 k.barrier()
                 k.store(k.load(sm, [lane]), out, [lane, 0])
-        opcode = contract.parse_opcode(case["opcode"])
-        dst, src = opcode.dst_and_src(contract.Operand("private", extent=slots),
-                                      contract.Operand("shared", extent=words, base_alignment=128))
-        dst_layout, src_layout = opcode.dst_and_src(registers, shared)
-        transfer = contract.require(opcode=case["opcode"], scope="warp", dst_layout=dst_layout,
-                                    src_layout=src_layout, dst=dst, src=src)
+        transfer = contract.require_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
+                                            base_alignment=128)
         model = transfer_wavefronts(transfer)
         (directory / f"case_{index}.ptx").write_text(compile_to_ptx(k.module))
         manifest.append({**case, "index": index, "slots": slots, "predicted_per_instruction": model.total / model.instructions,

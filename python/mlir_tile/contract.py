@@ -272,6 +272,19 @@ def require(**kwargs) -> Transfer:
     return transfer
 
 
+def require_layouts(opcode: str, registers, shared, *, register_slots: int, shared_words: int,
+                    scope: str = "warp", base_alignment: int = 16, block_size: Sequence[int] | None = None) -> Transfer:
+    """`require` for a transfer given by its register and shared layouts (in either order of dst and src) over
+    plain buffers: `register_slots` words of registers per thread, `shared_words` words of shared memory at
+    offset 0, aligned to `base_alignment` bytes. What the model, the emulator and the benchmarks start from."""
+    parsed = parse_opcode(opcode)
+    dst_layout, src_layout = parsed.dst_and_src(registers, shared)
+    dst, src = parsed.dst_and_src(Operand("private", extent=register_slots),
+                                  Operand("shared", extent=shared_words, base_alignment=base_alignment))
+    return require(opcode=opcode, scope=scope, dst_layout=dst_layout, src_layout=src_layout, dst=dst, src=src,
+                   block_size=block_size)
+
+
 @functools.lru_cache(maxsize=4096)
 def _check_cached(**arguments):
     transfer, violations = _check(**arguments)

@@ -37,18 +37,8 @@ def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarra
         raise ValueError("registers must be (threads, slots) and shared memory a flat array of words")
     threads, slots = registers.shape
     block = (threads, 1, 1) if scope == "cta" else None
-    register_operand = contract.Operand("private", extent=slots, offset=0)
-    shared_operand = contract.Operand("shared", extent=shared.size, offset=0, base_alignment=16)
-    dst_operand, src_operand = opcode_info.dst_and_src(register_operand, shared_operand)
-    transfer = contract.require(
-        opcode=opcode,
-        scope=scope,
-        dst_layout=_as_text(dst_layout),
-        src_layout=_as_text(src_layout),
-        dst=dst_operand,
-        src=src_operand,
-        block_size=block,
-    )
+    transfer = contract.require_layouts(opcode, *opcode_info.registers_and_shared(_as_text(dst_layout), _as_text(src_layout)),
+                                        register_slots=slots, shared_words=shared.size, scope=scope, block_size=block)
     if threads != transfer.scope.warps * LANES:
         raise ValueError(
             f"scope \"{scope}\" runs {transfer.scope.warps} warp(s): registers need "

@@ -30,12 +30,8 @@ def test_every_tile_gets_a_conflict_free_layout_without_extra_memory(tile):
                        "stmatrix.sync.aligned.m8n8.x4.shared.b16"):
             if band == 0 and opcode.startswith("stmatrix"):
                 continue  # two repeats over the same rows: a program-order overwrite, fine, but not this check
-            opcode_ = contract.parse_opcode(opcode)
-            dst, src = opcode_.dst_and_src(contract.Operand("private", extent=8 * columns),
-                                           contract.Operand("shared", extent=tile.rows * choice.pitch, base_alignment=128))
-            dst_layout, src_layout = opcode_.dst_and_src(registers, shared)
-            transfer = contract.require(opcode=opcode, scope="warp", dst_layout=dst_layout, src_layout=src_layout,
-                                        dst=dst, src=src)
+            transfer = contract.require_layouts(opcode, registers, shared, register_slots=8 * columns,
+                                                shared_words=tile.rows * choice.pitch, base_alignment=128)
             assert transfer_wavefronts(transfer).worst == 4
 
 
