@@ -28,6 +28,13 @@ class Wavefronts:
     worst: int  # wavefronts of the transfer's most conflicted instruction
     minimum: int  # the ideal: one per matrix
     total: int  # wavefronts of all the transfer's instructions, every warp of its scope
+    warps: int = 1  # of its scope
+
+    @property
+    def bandwidth_share(self) -> float:
+        """The share of shared memory's 128 bytes a clock the transfer gets where shared memory is what limits
+        (enough transfers in flight): one wavefront a matrix is 1, a 4-way conflict 0.25."""
+        return self.minimum * self.instructions * self.warps / self.total
 
     def remark(self, instruction: str) -> str:
         verdict = "conflict-free" if self.worst == self.minimum else f"{self.worst / self.minimum:g}-way conflict"
@@ -52,4 +59,5 @@ def transfer_wavefronts(transfer: Transfer) -> Wavefronts:
             rows = [[WORD_BYTES * transfer.shared_offset(warp, repeat, matrix, row) for row in range(8)]
                     for matrix in range(count)]
             costs.append(sum(matrix_wavefronts(matrix) for matrix in rows))
-    return Wavefronts(len(costs) // transfer.scope.warps, count, max(costs), count, sum(costs))
+    warps = transfer.scope.warps
+    return Wavefronts(len(costs) // warps, count, max(costs), count, sum(costs), warps)

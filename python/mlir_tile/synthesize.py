@@ -54,8 +54,8 @@ def _offset(choice: Choice, row: int, word: int) -> int:
     return choice.swizzle(linear) if choice.swizzle else linear
 
 
-def _cost(tile: Tile, choice: Choice, writer: bool) -> tuple[int, int]:
-    """(wavefronts, minimum) of reading (or writing) every block with an x4, and of the writer."""
+def block_wavefronts(tile: Tile, choice: Choice) -> tuple[int, int]:
+    """(wavefronts, minimum) of reading (or writing) every block with an x4."""
     total = minimum = 0
     for block_row, block_column in itertools.product(range(tile.rows // 16), range(tile.row_words // 8)):
         for matrix in range(4):  # mma order: (rows +8) fastest, then (words +4); .trans reads the same rows
@@ -63,14 +63,24 @@ def _cost(tile: Tile, choice: Choice, writer: bool) -> tuple[int, int]:
                     for r in range(8)]
             total += matrix_wavefronts(rows)
             minimum += 1
-    if writer:
-        chunks = tile.rows * tile.row_words // CHUNK_WORDS
-        per_row = tile.row_words // CHUNK_WORDS
-        for phase in range(0, chunks, 8):
-            rows = [WORD_BYTES * _offset(choice, k // per_row, CHUNK_WORDS * (k % per_row)) for k in range(phase, phase + 8)]
-            total += matrix_wavefronts(rows)
-            minimum += 1
     return total, minimum
+
+
+def writer_wavefronts(tile: Tile, choice: Choice) -> tuple[int, int]:
+    """(wavefronts, minimum) of the writer filling the tile with 16-byte vectors, chunk k by lane k % 32."""
+    chunks, per_row = tile.rows * tile.row_words // CHUNK_WORDS, tile.row_words // CHUNK_WORDS
+    total = 0
+    for phase in range(0, chunks, 8):  # 8 lanes of 16 bytes a wavefront at best
+        rows = [WORD_BYTES * _offset(choice, k // per_row, CHUNK_WORDS * (k % per_row)) for k in range(phase, phase + 8)]
+        total += matrix_wavefronts(rows)
+    return total, chunks // 8
+
+
+def _cost(tile: Tile, choice: Choice, writer: bool) -> tuple[int, int]:
+    """(wavefronts, minimum) of the block transfers and, if asked, the writer."""
+    blocks = block_wavefronts(tile, choice)
+    written = writer_wavefronts(tile, choice) if writer else (0, 0)
+    return blocks[0] + written[0], blocks[1] + written[1]
 
 
 def candidates(tile: Tile):

@@ -17,9 +17,8 @@ from mlir_tile.testing.random_transfers import transfers
     ("(2,2,8,4):(128,8,16,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "x2", 8),
 ])
 def test_the_counts_the_h200_measured(shared, registers, opcode, per_instruction):
-    transfer = contract.require(opcode=f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", scope="warp",
-                                dst_layout=registers, src_layout=shared, dst=contract.Operand("private", extent=16),
-                                src=contract.Operand("shared", extent=2048, base_alignment=16))
+    transfer = contract.require_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
+                                        register_slots=16, shared_words=2048)
     model = transfer_wavefronts(transfer)
     assert model.total == per_instruction * model.instructions and model.worst == per_instruction
 
@@ -35,10 +34,19 @@ def test_a_common_shift_does_not_change_the_count(rows, shift):
 @settings(max_examples=100, deadline=None)
 @given(transfers())
 def test_every_transfer_costs_at_least_one_wavefront_a_matrix(case):
-    registers = contract.Operand("private", extent=case.slots)
-    shared = contract.Operand("shared", extent=case.words, base_alignment=16)
-    dst, src = contract.parse_opcode(case.opcode).dst_and_src(registers, shared)
-    transfer = contract.require(opcode=case.opcode, scope=case.scope, dst_layout=case.dst_layout,
-                                src_layout=case.src_layout, dst=dst, src=src, block_size=(case.threads, 1, 1))
+    transfer = contract.require_layouts(case.opcode, case.register_layout, case.shared_layout, register_slots=case.slots,
+                                        shared_words=case.words, scope=case.scope, block_size=(case.threads, 1, 1))
     model = transfer_wavefronts(transfer)
     assert model.minimum <= model.worst <= 8 * model.minimum
+
+
+@pytest.mark.parametrize("shared, registers, opcode, share", [
+    ("(4,8,4):(32,4,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 1.0),
+    ("(4,8,4):(64,8,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 0.5),
+    ("(2,2,8,4):(128,8,16,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "x2", 0.25),
+    ("(4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 0.125),
+])
+def test_the_bandwidth_share_is_matrices_over_wavefronts(shared, registers, opcode, share):
+    transfer = contract.require_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
+                                        register_slots=16, shared_words=2048)
+    assert transfer_wavefronts(transfer).bandwidth_share == share
