@@ -2,6 +2,9 @@
 
     python benchmarks/bench.py build   DIR    # here (needs MLIR, NVRTC, nvJitLink): generated PTX, hand-written
                                               # CUDA C++, compile latency of both compilers on this CPU
+    python benchmarks/bench.py build   DIR --set synthesis|widening   # other kernels (issue 14): the
+                                              # layouts mlir_tile.synthesize picks; transfers before and
+                                              # after tile-widen-matrix-transfer; `report` writes their section
     python benchmarks/bench.py scaling DIR    # here: verify+lower time vs. upstream nvgpu->nvvm
     python benchmarks/bench.py run     DIR    # GPU host (cuda-python, numpy, ptxas, cuobjdump): correctness
                                               # cross-check, throughput, SASS, cubin load / driver JIT latency
@@ -23,9 +26,11 @@ the two kernels must be equal: a check of the generated addressing against the h
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import shutil
@@ -33,14 +38,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python"), str(REPO / "examples")]  # the GPU host uses only their MLIR-free parts
 
 from mlir_tile import targets  # noqa: E402  (imports no MLIR)
+from mlir_tile import contract  # noqa: E402  (imports no MLIR)
+from mlir_tile.banks import transfer_wavefronts  # noqa: E402  (imports no MLIR)
 from mlir_tile.layout import Layout  # noqa: E402  (imports no MLIR)
+from mlir_tile.synthesize import Tile, synthesize, writer_wavefronts  # noqa: E402  (imports no MLIR)
 
 UNROLL = 8
 X4_ITERATIONS = 1024  # an x4 kernel's loop count; others move the same bytes per warp
@@ -62,6 +70,7 @@ class Config:
     chains: int = 1  # loads: independent dependency chains per warp (transfer u waits for u - chains)
     waves: int = 1  # grid = waves x the blocks that fit at once; each block does 1/waves of the iterations
     blocks_per_sm: int = BLOCKS_PER_SM  # fewer for kernels whose 16 slots and 16 accumulators need 64 registers
+    widen: bool = False  # (a) through tile-widen-matrix-transfer; (b) keeps the written instructions
 
     @property
     def count(self) -> int:
@@ -110,6 +119,87 @@ CONFIGS = [
 ]
 
 
+def _synthesized(rows: int, columns: int, element_bits: int, transfer: str) -> Config:
+    """A benchmark of a tile in the layout `mlir_tile.synthesize` picks: one transfer reads (or writes) four of
+    its 16x16-b16 blocks with x4s in mma order, the corner blocks (first and last row band x first and last
+    block column), so that it meets the layout at both ends of its swizzle or padding period."""
+    tile = Tile(rows, columns, element_bits)
+    choice = synthesize(tile)
+    bands, block_columns, pitch = rows // 16, tile.row_words // 8, choice.pitch
+    shared = Layout((2, 2, (2, 2), 8, 4), (16 * pitch * (bands - 1), 8 * (block_columns - 1), (8 * pitch, 4), pitch, 1),
+                    choice.swizzle)
+    opcode = {"ld": X4, "ld.trans": X4.replace("x4", "x4.trans"), "st": ST4}[transfer]
+    kind = "fp16" if element_bits == 16 else "s8"
+    return Config(f"{rows}x{columns} {kind}, {transfer}", opcode, "(2,2,4,8,4):(8,4,1,4@laneid,1@laneid)", str(shared),
+                  slots=16, blocks_per_sm=4, note=choice.describe(tile))
+
+
+# (rows, columns, element bits, transfers): 64 and 128 halves a row, B operands with .trans, C tiles with
+# stmatrix, 8-bit tiles (read as b16 pairs, the s8 mma's order)
+SYNTHESIZED = [(64, 64, 16, ("ld", "ld.trans", "st")), (128, 64, 16, ("ld", "ld.trans")),
+               (64, 128, 16, ("ld", "ld.trans", "st")), (128, 128, 16, ("ld", "ld.trans", "st")),
+               (64, 32, 16, ("ld", "ld.trans", "st")), (128, 32, 16, ("ld",)), (32, 64, 16, ("ld.trans",)),
+               (64, 64, 8, ("ld", "st")), (64, 128, 8, ("ld",)), (128, 128, 8, ("ld", "st")), (32, 256, 8, ("ld",))]
+WRITER_BLOCKS_PER_SM = 4
+# what every transfer kernel moves per SM, over the writer's warps
+WRITER_BYTES_PER_WARP = X4_ITERATIONS * UNROLL * 4 * LDSM_BYTES_PER_MATRIX * BLOCKS_PER_SM // WRITER_BLOCKS_PER_SM
+
+
+def writer_source(tile: Tile) -> str:
+    """CUDA C++ for the writer side of a synthesized tile: every warp fills the whole tile with 16-byte vectors
+    in row order (lane t of a warp instruction writes the instruction's chunk t, as cp.async and TMA do), at
+    the synthesized layout's addresses, `iterations` times. As in the transfer kernels, the lane's part of
+    the address is swizzled once per iteration and each store's own part is an xor with an immediate (lane
+    and store parts share no bit, and a swizzle is linear over xor); the lane part depends on `it & zero`,
+    so that ptxas cannot hoist every address out of the loop (64 of them spill)."""
+    choice = synthesize(tile)
+    per_row = tile.row_words // 4
+    linear = lambda chunk: (chunk // per_row) * choice.pitch + (chunk % per_row) * 4
+    swizzled = choice.swizzle or (lambda offset: offset)
+    lane_bits = functools.reduce(operator.or_, (linear(lane) for lane in range(32)))
+    stores = []
+    for step in range(tile.rows * tile.row_words // 4 // 32):
+        if linear(32 * step) & lane_bits:
+            raise ValueError(f"{tile}: a store's part of the address shares bits with the lane's")
+        stores.append(f'asm volatile("st.shared.v4.b32 [%0], {{%1, %1, %1, %1}};" :: '
+                      f'"r"(smem + 4 * (swizzled_lane ^ {swizzled(linear(32 * step))}u)), "r"(value) : "memory");')
+    body = "\n    ".join(stores)
+    return f"""
+extern "C" __global__ void __launch_bounds__({BLOCK}, {WRITER_BLOCKS_PER_SM}) writer(unsigned *out, int iterations, unsigned zero) {{
+  __shared__ __align__(128) unsigned sm[{tile.rows * choice.pitch}];
+  const unsigned lane = threadIdx.x & 31, smem = (unsigned)__cvta_generic_to_shared(sm);
+  unsigned value = lane ^ zero;
+  for (int it = 0; it < iterations; ++it) {{
+    const unsigned this_lane = lane ^ (it & zero);
+    const unsigned lane_linear = (this_lane / {per_row}) * {choice.pitch} + (this_lane % {per_row}) * 4;
+    const unsigned swizzled_lane = {_c_swizzled("lane_linear", choice.swizzle)};
+    {body}
+    value += 1;
+  }}
+  __syncthreads();
+  out[blockIdx.x * {BLOCK} + threadIdx.x] = sm[threadIdx.x];
+}}
+"""
+
+
+SYNTHESIS_CONFIGS = [_synthesized(rows, columns, bits, transfer) for rows, columns, bits, transfers in SYNTHESIZED
+                     for transfer in transfers]
+
+# Widening (issue 14): each transfer as written (several .x1/.x2) and through tile-widen-matrix-transfer.
+_WRITTEN = [
+    Config("ld.x1, 4 repeats", X4.replace("x4", "x1"), "(4,1,8,4):(1,1,4@laneid,1@laneid)", "(4,1,8,4):(32,0,4,1)",
+           note="512 contiguous bytes as four x1"),
+    Config("ld.x2, 2 repeats", X4.replace("x4", "x2"), "(2,2,8,4):(2,1,4@laneid,1@laneid)", "(2,2,8,4):(64,32,4,1)",
+           note="512 contiguous bytes as two x2"),
+    Config("st.x1, 4 repeats", ST4.replace("x4", "x1"), "(4,1,8,4):(1,1,4@laneid,1@laneid)", "(4,1,8,4):(32,0,4,1)",
+           note="512 contiguous bytes as four x1"),
+    next(config for config in CONFIGS if config.name == "spec example"),
+]
+WIDENING_CONFIGS = [replace(config, name=f"{config.name}{', widened' if widen else ''}", widen=widen)
+                    for config in _WRITTEN for widen in (False, True)]
+CONFIG_SETS = {"transfers": CONFIGS, "synthesis": SYNTHESIS_CONFIGS, "widening": WIDENING_CONFIGS}
+
+
 def instructions_per_transfer(config: Config) -> int:
     """Warp instructions one transfer issues: one per repeat coordinate (the group axis is other warps)."""
     sizes = Layout.parse(config.shared).sizes
@@ -117,9 +207,10 @@ def instructions_per_transfer(config: Config) -> int:
 
 
 def iterations(config: Config) -> int:
-    """Loop iterations per block such that the kernel moves as many matrices as a one-wave x4 load kernel of
-    X4_ITERATIONS iterations."""
-    return X4_ITERATIONS * 4 // (config.count * instructions_per_transfer(config) * config.waves)
+    """Loop iterations per block such that the kernel moves as many matrices per SM as a one-wave x4 load
+    kernel of X4_ITERATIONS iterations at BLOCKS_PER_SM blocks/SM (a kernel of fewer blocks/SM runs longer)."""
+    per_warp = X4_ITERATIONS * 4 * BLOCKS_PER_SM // config.blocks_per_sm
+    return per_warp // (config.count * instructions_per_transfer(config) * config.waves)
 
 
 # The specification's example kernel written by hand, for the NVRTC side of the compile-latency comparison.
@@ -140,6 +231,15 @@ extern "C" __global__ void __launch_bounds__(32) matrix_kernel(const unsigned *A
   for (int i = 0; i < 12; ++i) Out[lane * 12 + i] = raw[i];
 }
 """
+
+
+def predicted_share(config: Config) -> float:
+    """The share of 128 B/clock/SM the bank model predicts for the kernel where shared memory is what limits
+    (`mlir_tile.banks`: one wavefront a matrix is 1)."""
+    transfer = contract.require_layouts(config.opcode, config.registers, config.shared, register_slots=config.slots,
+                                        shared_words=shared_words(config), scope=config.scope, base_alignment=128,
+                                        block_size=(BLOCK, 1, 1))
+    return transfer_wavefronts(transfer).bandwidth_share
 
 
 def shared_words(config: Config) -> int:
@@ -205,6 +305,12 @@ def generated_kernel(config: Config):
         global_id = arith.addi(tid, arith.muli(_block_id(), k.index(BLOCK)))
         k.store(total, out, [global_id])
     assert parse_opcode(config.opcode)
+    if config.widen:
+        from mlir_tile.pipeline import run_pipeline
+
+        run_pipeline(k.module.operation, ["tile-widen-matrix-transfer"], input_is_file=False)
+        if config.opcode in str(k.module):
+            raise ValueError(f"{config.name}: tile-widen-matrix-transfer left the transfer as written")
     return k.module
 
 
@@ -305,13 +411,13 @@ def _c_swizzled(value: str, swizzle) -> str:
     return f"({value} ^ (({value} >> {swizzle.shift}) & {swizzle.mask}))"
 
 
-def build(directory: Path) -> None:
+def build(directory: Path, config_set: str = "transfers") -> None:
     from mlir_tile.compile import compile_to_ptx
 
     directory.mkdir(parents=True, exist_ok=True)
     manifest = []
     only = os.environ.get("BENCH_ONLY")  # a part of the names: build (and later run) just those kernels
-    for index, config in enumerate(CONFIGS):
+    for index, config in enumerate(CONFIG_SETS[config_set]):
         if only and only not in config.name:
             continue
         ptx = compile_to_ptx(generated_kernel(config))
@@ -319,9 +425,21 @@ def build(directory: Path) -> None:
         (directory / f"hand_{index}.cu").write_text(hand_written_source(config))
         manifest.append({**asdict(config), "index": index, "count": config.count, "words": shared_words(config),
                          "instructions_per_transfer": instructions_per_transfer(config),
-                         "iterations": iterations(config)})
+                         "iterations": iterations(config), "predicted_share": predicted_share(config)})
     (directory / "configs.json").write_text(json.dumps(manifest, indent=1))
-    if not only:
+    (directory / "set.json").write_text(json.dumps({"set": config_set}))
+    if config_set == "synthesis":
+        writers = []
+        for index, (rows, columns, bits, _) in enumerate(SYNTHESIZED):
+            tile = Tile(rows, columns, bits)
+            (directory / f"writer_{index}.cu").write_text(writer_source(tile))
+            wavefronts, minimum = writer_wavefronts(tile, synthesize(tile))
+            tile_bytes = rows * tile.row_words * 4
+            writers.append({"index": index, "name": f"{rows}x{columns} {'fp16' if bits == 16 else 's8'}",
+                            "tile_bytes": tile_bytes, "iterations": WRITER_BYTES_PER_WARP // tile_bytes,
+                            "predicted_share": minimum / wavefronts})
+        (directory / "writers.json").write_text(json.dumps(writers, indent=1))
+    if not only and config_set == "transfers":
         (directory / "compile.json").write_text(json.dumps(compile_latency(directory), indent=1))
 
 
@@ -433,10 +551,12 @@ def sass_loop_stats(sass: str) -> dict:
         counts[opcode.split(".")[0]] = counts.get(opcode.split(".")[0], 0) + 1
         accumulate += opcode.startswith("LOP3") and re.search(r", 0x(96|3c|5a|66),", operands) is not None
     transfers = matrix(body)
+    matrices = sum(int(re.search(r"88(?:\.(\d))?$", op).group(1) or 1) for _, op, _ in body if op.startswith(("LDSM", "STSM")))
     address = sum(v for k, v in counts.items() if k.startswith(ADDRESS_OPS)) - accumulate
     return {
         "loop_instructions": len(body),
         "matrix_instructions": transfers,
+        "matrices_per_instruction": matrices / transfers,  # LDSM.16.M88.4 moves 4, LDSM.16.M88 one
         "xor_accumulate": accumulate,  # the benchmark's own XOR of loaded words, not address math
         "address_alu": address,
         "moves": sum(v for k, v in counts.items() if k.startswith("MOV")),
@@ -473,21 +593,16 @@ def run(directory: Path) -> None:
             hand_ptx_path = directory / f"hand_{index}.ptx"
             hand_ptx_path.write_bytes(Program(hand_source, "c++", options).compile("ptx").code.rstrip(b"\0"))  # NVRTC NUL-terminates
             cubins = {"generated": ptx_to_cubin(directory / f"gen_{index}.ptx"), "hand": ptx_to_cubin(hand_ptx_path)}
-            entry = {"name": config["name"], "note": config["note"]}
+            entry = {"name": config["name"], "note": config["note"], "predicted_share": config["predicted_share"],
+                     "matrices_per_transfer": config["count"] * config["instructions_per_transfer"]}
             grid = sms * config.get("blocks_per_sm", BLOCKS_PER_SM) * config["waves"]
             outputs = {}
+            warps = grid * BLOCK // 32
+            instructions = warps * config["iterations"] * UNROLL * config["instructions_per_transfer"]
+            bytes_moved = instructions * config["count"] * LDSM_BYTES_PER_MATRIX
             for kind, cubin in cubins.items():
-                module = runtime.load_cubin(cubin.read_bytes(), name=f"{kind}_{index}")
-                arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(config["iterations"]), np.int32(0)]
-                outputs[kind] = module.launch("bench", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
-                timing = module.time("bench", arguments, grid=grid, block=BLOCK, warmup=3, repeats=25)
-                warps = grid * BLOCK // 32
-                instructions = warps * config["iterations"] * UNROLL * config["instructions_per_transfer"]
-                bytes_moved = instructions * config["count"] * LDSM_BYTES_PER_MATRIX
-                seconds = timing.median / 1e3
-                entry[kind] = {"ms": timing.median, "tb_s": bytes_moved / seconds / 1e12,
-                               "percent_of_peak": 100 * bytes_moved / seconds / (results["device"]["peak_tb_s"] * 1e12),
-                               "sass": sass_loop_stats(sass_of(cubin))}
+                outputs[kind], entry[kind] = measure(runtime, cubin, "bench", config["iterations"], grid, bytes_moved,
+                                                     results["device"]["peak_tb_s"])
             entry["outputs_equal"] = bool(np.array_equal(outputs["generated"], outputs["hand"]))
             entry["ratio"] = entry["generated"]["tb_s"] / entry["hand"]["tb_s"]
             results["configs"].append(entry)
@@ -496,7 +611,35 @@ def run(directory: Path) -> None:
                   f"  same output: {entry['outputs_equal']}", flush=True)
         if (directory / "compile.json").exists():  # built with every kernel (no BENCH_ONLY)
             results["load_latency_ms"] = load_latency(runtime, directory)
+        if (directory / "writers.json").exists():
+            results["writers"] = []
+            for writer in json.loads((directory / "writers.json").read_text()):
+                source = (directory / f"writer_{writer['index']}.cu").read_text()
+                ptx_path = directory / f"writer_{writer['index']}.ptx"
+                ptx_path.write_bytes(Program(source, "c++", options).compile("ptx").code.rstrip(b"\0"))
+                grid = sms * WRITER_BLOCKS_PER_SM
+                bytes_moved = grid * BLOCK // 32 * writer["iterations"] * writer["tile_bytes"]
+                _, measured = measure(runtime, ptx_to_cubin(ptx_path), "writer", writer["iterations"], grid,
+                                      bytes_moved, results["device"]["peak_tb_s"], with_sass=False)
+                results["writers"].append({**writer, "hand": measured})
+                print(f"{writer['name']} writer: {measured['percent_of_peak']:5.1f}%", flush=True)
     (directory / "results.json").write_text(json.dumps(results, indent=1))
+
+
+def measure(runtime, cubin: Path, kernel: str, iterations: int, grid: int, bytes_moved: int, peak_tb_s: float,
+            with_sass: bool = True):
+    """(the kernel's output, its timing): one launch for the output, then the median of 25 timed launches
+    after 3 warm-ups; the SASS loop's instruction mix (of a loop of LDSM/STSM)."""
+    import numpy as np
+
+    module = runtime.load_cubin(cubin.read_bytes(), name=cubin.stem)
+    arguments = [np.zeros(16777216, dtype=np.uint32), np.int32(iterations), np.int32(0)]
+    output = module.launch(kernel, arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
+    timing = module.time(kernel, arguments, grid=grid, block=BLOCK, warmup=3, repeats=25)
+    seconds = timing.median / 1e3
+    return output, {"ms": timing.median, "tb_s": bytes_moved / seconds / 1e12,
+                    "percent_of_peak": 100 * bytes_moved / seconds / (peak_tb_s * 1e12),
+                    **({"sass": sass_loop_stats(sass_of(cubin))} if with_sass else {})}
 
 
 
@@ -687,13 +830,34 @@ def compile_latency_lines(compile_info: dict, load: dict) -> list[str]:
     ]
 
 
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+
+
+def replace_sections(head: list[str] | None, sections: dict[str, list[str]]) -> None:
+    """RESULTS.md with the head (the text before the first `## ` heading, when given) and the `## ` sections
+    named in `sections` replaced, new ones appended; the other sections, which other runs wrote, kept."""
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    parts = re.split(r"(?m)^(?=## )", text)
+    kept_head, kept = parts[0], {part.splitlines()[0]: part.rstrip("\n") + "\n\n" for part in parts[1:]}
+    for title, lines in sections.items():
+        kept[f"## {title}"] = "\n".join([f"## {title}", *lines]).rstrip("\n") + "\n\n"
+    new_head = "\n".join(head).rstrip("\n") + "\n\n" if head is not None else kept_head
+    RESULTS.write_text((new_head + "".join(kept.values())).rstrip("\n") + "\n")
+
+
 def report(directory: Path) -> None:
+    config_set = json.loads((directory / "set.json").read_text())["set"] if (directory / "set.json").exists() else "transfers"
     results = json.loads((directory / "results.json").read_text())
-    compile_info = json.loads((directory / "compile.json").read_text())
+    second = json.loads((directory / "results2.json").read_text())["configs"] if (directory / "results2.json").exists() else None
     profiles = json.loads((directory / "profile.json").read_text()) if (directory / "profile.json").exists() else []
+    if config_set != "transfers":
+        replace_sections(None, {SET_SECTIONS[config_set]: SET_REPORTS[config_set](results, second, profiles)})
+        print(RESULTS.read_text())
+        return
+    compile_info = json.loads((directory / "compile.json").read_text())
     scaling_rows = json.loads((directory / "scaling.json").read_text()) if (directory / "scaling.json").exists() else []
     device = results["device"]
-    lines = [
+    head = [
         "# mlir-tile transfer benchmarks",
         "",
         f"Measured {results['date']} on {device['name']} ({device['sms']} SMs, {device['clock_mhz']:.0f} MHz: "
@@ -704,23 +868,15 @@ def report(directory: Path) -> None:
         "",
         f"Each kernel: {BLOCK} threads/block, {BLOCKS_PER_SM} blocks/SM, one wave of blocks (all resident at once) "
         f"unless the row says otherwise, {UNROLL} transfers per loop iteration and as many iterations as make "
-        f"{X4_ITERATIONS * UNROLL * 4} matrices per warp ({X4_ITERATIONS} for x4, {4 * X4_ITERATIONS} for x1), median "
+        f"{X4_ITERATIONS * UNROLL * 4} matrices per warp ({X4_ITERATIONS} for x4, {4 * X4_ITERATIONS} for x1; twice "
+        f"that in the kernels of {BLOCKS_PER_SM // 2} blocks/SM, so that every kernel moves the same bytes per SM), median "
         "of 25 timed launches (CUDA events) after 3 warm-ups. (a) generated by mlir-tile, (b) hand-written "
-        "CUDA C++ with inline PTX (NVRTC); both through the same ptxas.",
-        "",
-        "## Throughput",
-        "",
-        "| layout | (a) TB/s | (a) % of 128 B/clk/SM | (b) TB/s | (b) % | (a)/(b) | (a)/(b), second run | same output |",
-        "|---|---|---|---|---|---|---|---|",
+        "CUDA C++ with inline PTX (NVRTC); both through the same ptxas. predicted = the bank model's share of "
+        "128 B/clock/SM (`mlir_tile.banks`: matrices over wavefronts), the rate where shared memory is what limits.",
     ]
-    second = json.loads((directory / "results2.json").read_text())["configs"] if (directory / "results2.json").exists() else None
-    for position, entry in enumerate(results["configs"]):
-        a, b = entry["generated"], entry["hand"]
-        repeat = f"{second[position]['ratio']:.3f}" if second else "-"
-        lines.append(f"| {entry['name']} | {a['tb_s']:.2f} | {a['percent_of_peak']:.1f} | {b['tb_s']:.2f} | "
-                     f"{b['percent_of_peak']:.1f} | {entry['ratio']:.3f} | {repeat} | {'yes' if entry['outputs_equal'] else 'NO'} |")
-    lines += ["", "## Code quality (SASS of the benchmark loop, per LDSM/STSM)", "",
-              "Address ALU = integer instructions other than the benchmark's XOR accumulation (LOP3 0x96/0x3c): for "
+    lines = ["", *throughput_table(results, second)]
+    sections = {"Throughput": lines}
+    lines = ["", "Address ALU = integer instructions other than the benchmark's XOR accumulation (LOP3 0x96/0x3c): for "
               "loads this is the dependent `(word & zero)` and the address add; the lane part is outside the loop.", "",
               "| layout | (a) instructions | (a) address ALU | (a) MOV | (b) instructions | (b) address ALU | (b) MOV |",
               "|---|---|---|---|---|---|---|"]
@@ -730,10 +886,11 @@ def report(directory: Path) -> None:
         lines.append(f"| {entry['name']} | {per(a, 'loop_instructions'):.2f} | {per(a, 'address_alu'):.2f} | "
                      f"{per(a, 'moves'):.2f} | {per(b, 'loop_instructions'):.2f} | {per(b, 'address_alu'):.2f} | "
                      f"{per(b, 'moves'):.2f} |")
-    lines += compile_latency_lines(compile_info, results["load_latency_ms"])
+    sections["Code quality (SASS of the benchmark loop, per LDSM/STSM)"] = lines
+    title, *lines = compile_latency_lines(compile_info, results["load_latency_ms"])[1:]
+    sections[title.removeprefix("## ")] = lines
     if profiles:
-        lines += ["", "## Where the time goes (ncu --clock-control none, one launch each)", "",
-                  "Shared wavefronts = the shared-memory data pipe's busy share (128 B per clock per SM); LSU "
+        lines = ["", f"Profiled in the lease of the run above ({results['date']}). Shared wavefronts = the shared-memory data pipe's busy share (128 B per clock per SM); LSU "
                   "instructions = the share of the one-instruction-per-clock LSU issue limit; stalls are warps "
                   "stalled per issued instruction (short scoreboard: waiting for a shared-memory result).", "",
                   "| layout | kernel | shared wavefronts % | LSU instructions % | warps active % | issue active % | "
@@ -744,29 +901,108 @@ def report(directory: Path) -> None:
                          f"{entry['lsu_instructions_pct']:.1f} | {entry['warps_active_pct']:.1f} | "
                          f"{entry['issue_active_pct']:.1f} | "
                          + " | ".join(f"{entry[f'stall_{name}']:.2f}" for name in NCU_STALLS) + " |")
+        sections["Where the time goes (ncu --clock-control none, one launch each)"] = lines
     if scaling_rows:
-        lines += ["", "## Pass scaling (CPU)", "",
+        lines = ["",
                   "| transfers | tile verify + lower ms | us per transfer | upstream nvgpu.ldmatrix -> nvvm ms | ratio |",
                   "|---|---|---|---|---|"]
         for row in scaling_rows:
             lines.append(f"| {row['transfers']} | {row['tile_ms']:.1f} | {row['tile_us_per_transfer']:.0f} | "
                          f"{row['upstream_ms']:.1f} | {row['ratio']:.1f} |")
-    (REPO / "benchmarks" / "RESULTS.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        sections["Pass scaling (CPU)"] = lines
+    replace_sections(head, sections)
+    print(RESULTS.read_text())
+
+
+def throughput_table(results: dict, second: list | None = None) -> list[str]:
+    """Measured against predicted: each kernel's (a) and (b) share of 128 B/clock/SM in both runs, the bank
+    model's prediction and how far (a) is from it."""
+    lines = ["| layout | predicted % | (a) % of 128 B/clk/SM | (a) - predicted, relative | (b) % | (a)/(b) | "
+             "(a) %, 2nd run | (b) %, 2nd run | (a)/(b), 2nd run | matrices per LDSM/STSM (a) / (b) | same output |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for position, entry in enumerate(results["configs"]):
+        a, b = entry["generated"], entry["hand"]
+        predicted = 100 * entry["predicted_share"]
+        other = second[position] if second else None
+        repeat = (f"{other['generated']['percent_of_peak']:.1f} | {other['hand']['percent_of_peak']:.1f} | "
+                  f"{other['ratio']:.3f}") if other else "- | - | -"
+        lines.append(f"| {entry['name']} | {predicted:.1f} | {a['percent_of_peak']:.1f} | "
+                     f"{100 * (a['percent_of_peak'] - predicted) / predicted:+.1f}% | {b['percent_of_peak']:.1f} | "
+                     f"{entry['ratio']:.3f} | {repeat} | {a['sass']['matrices_per_instruction']:g} / "
+                     f"{b['sass']['matrices_per_instruction']:g} | {'yes' if entry['outputs_equal'] else 'NO'} |")
+    return lines
+
+
+def _runs(results: dict, second: list | None) -> list[list[dict]]:
+    return [results["configs"]] + ([second] if second else [])
+
+
+def synthesis_report(results: dict, second: list | None, profiles: list) -> list[str]:
+    configs = results["configs"]
+    runs = _runs(results, second)
+    at_least = [sum(entry["generated"]["percent_of_peak"] >= 97 for entry in run) for run in runs]
+    within = [sum(abs(entry["generated"]["percent_of_peak"] / (100 * entry["predicted_share"]) - 1) <= 0.03
+                  for entry in run) for run in runs]
+    return ["", f"Measured {results['date']} on {results['device']['name']} (`bench.py build DIR --set synthesis`). "
+            "Each row: a tile in the layout `mlir_tile.synthesize` picks for its x4 block transfers and a "
+            "16-byte-vector writer (the layout is in the note); one transfer reads (or writes) the four corner blocks "
+            "(first and last row band x first and last block column) with x4s in mma order; 4 blocks/SM of 8 warps; "
+            "(a) generated, (b) hand-written, the same method as above.", "",
+            f"**{' and '.join(map(str, at_least))} of {len(configs)} at or above 97% of 128 B/clock/SM** (generated; "
+            f"{'the two runs' if second else 'one run'}); {' and '.join(map(str, within))} of {len(configs)} within 3% "
+            "of the prediction.", "",
+            *throughput_table(results, second), "",
+            "The writer of each tile (hand-written CUDA C++: every warp fills the tile with `st.shared.v4.b32` in row "
+            "order, lane t of an instruction its chunk t, at the synthesized layout's addresses):", "",
+            "| tile | predicted % | measured % of 128 B/clk/SM |", "|---|---|---|",
+            *(f"| {w['name']} | {100 * w['predicted_share']:.1f} | {w['hand']['percent_of_peak']:.1f} |"
+              for w in results.get("writers", [])), "", "Layouts:", "",
+            *(f"- {entry['name']}: {entry['note']}" for entry in configs)]
+
+
+def widening_report(results: dict, second: list | None, profiles: list) -> list[str]:
+    configs = results["configs"]
+    lsu = {entry["name"]: entry["lsu_instructions_pct"] for entry in profiles if entry["kind"] == "generated"}
+    lines = ["", f"Measured {results['date']} on {results['device']['name']} (`bench.py build DIR --set widening`). "
+             "Each transfer as written (several .x1/.x2) and through `tile-widen-matrix-transfer` (opt-in); (b) "
+             "is the hand-written kernel of the written instructions in both rows, so (a)/(b) of a widened row "
+             "is what widening gains. Instructions per transfer from the SASS (matrices per LDSM/STSM); LSU = the "
+             "share of the LSU's one instruction per clock per SM that (a) used (ncu, one launch).", "",
+             "| transfer | instructions per transfer (a) | LSU % (a) | predicted % | (a) % of 128 B/clk/SM | (b) % | (a)/(b) | "
+             "(a) %, 2nd run | (b) %, 2nd run | same output |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for position, entry in enumerate(configs):
+        a, b = entry["generated"], entry["hand"]
+        other = second[position] if second else None
+        repeat = f"{other['generated']['percent_of_peak']:.1f} | {other['hand']['percent_of_peak']:.1f}" if other else "- | -"
+        used = f"{lsu[entry['name']]:.1f}" if entry["name"] in lsu else "-"
+        lines.append(f"| {entry['name']} | {entry['matrices_per_transfer'] / a['sass']['matrices_per_instruction']:g} | "
+                     f"{used} | {100 * entry['predicted_share']:.1f} | {a['percent_of_peak']:.1f} | {b['percent_of_peak']:.1f} | "
+                     f"{entry['ratio']:.3f} | {repeat} | {'yes' if entry['outputs_equal'] else 'NO'} |")
+    return lines
+
+
+SET_SECTIONS = {"synthesis": "Synthesized layouts on the H200 (issue 14, part 2)",
+                "widening": "Widening before and after (issue 14, part 3)"}
+SET_REPORTS = {"synthesis": synthesis_report, "widening": widening_report}
 
 
 def main() -> None:
+    import argparse
+
     commands = {"build": [build], "run": [run], "profile": [profile], "scaling": [scaling], "report": [report],
                 "all": [build, scaling, run, report], "launch": [launch_all]}
     if len(sys.argv) == 3 and sys.argv[1] == "compile-once":  # internal: a fresh process's first compile
         print(json.dumps(compile_once(sys.argv[2], f"first {time.time_ns()}")))
         return
-    if len(sys.argv) != 3 or sys.argv[1] not in commands:
-        print(__doc__)
-        sys.exit(2)
-    directory = Path(sys.argv[2])
-    for step in commands[sys.argv[1]]:
-        step(directory)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=commands)
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--set", dest="config_set", choices=CONFIG_SETS, default="transfers",
+                        help="build: which kernels (the later steps read the built set from DIR)")
+    arguments = parser.parse_args()
+    for step in commands[arguments.command]:
+        step(arguments.directory, arguments.config_set) if step is build else step(arguments.directory)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,48 @@
+"""The benchmark kernels mean what their tables say: every configuration is a legal transfer whose predicted
+share (the bank model) is what its row claims, the synthesized ones are conflict-free, a widened kernel is
+really built wider, and the writer kernels address the synthesized layouts (checked against the layout)."""
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench  # noqa: E402
+
+ALL = [config for configs in bench.CONFIG_SETS.values() for config in configs]
+
+
+@pytest.mark.parametrize("config", ALL, ids=lambda c: c.name)
+def test_every_benchmark_is_a_legal_transfer_with_the_share_its_name_says(config):
+    share = bench.predicted_share(config)
+    expected = {"2-way": 0.5, "8-way": 0.125, "128-byte rows": 0.125, "spec example": 0.25}
+    assert share == next((value for key, value in expected.items() if key in config.name), 1.0)
+
+
+def test_synthesized_layouts_cover_the_issue_combinations():
+    names = [config.name for config in bench.SYNTHESIS_CONFIGS]
+    assert len(names) >= 20 and any("ld.trans" in n for n in names) and any("s8" in n for n in names)
+    assert {"64x64 fp16, ld", "64x128 fp16, ld"} <= set(names)  # 64 and 128 halves a row
+
+
+@pytest.mark.parametrize("config", [c for c in bench.WIDENING_CONFIGS if c.widen], ids=lambda c: c.name)
+def test_a_widened_kernel_issues_fewer_wider_instructions(config):
+    text = str(bench.generated_kernel(config))
+    counts = {int(n) for n in re.findall(r"m8n8\.x(\d)", text)}
+    assert counts == {4}, counts
+
+
+@pytest.mark.parametrize("rows, columns, bits", [(64, 64, 16), (128, 128, 16), (64, 32, 16), (32, 256, 8)])
+def test_the_writer_stores_each_chunk_where_the_synthesized_layout_puts_it(rows, columns, bits):
+    tile = bench.Tile(rows, columns, bits)
+    choice = bench.synthesize(tile)
+    source = bench.writer_source(tile)
+    per_row = tile.row_words // 4
+    lane_linear = lambda lane: (lane // per_row) * choice.pitch + (lane % per_row) * 4
+    swizzled = choice.swizzle or (lambda offset: offset)
+    linear = lambda chunk: (chunk // per_row) * choice.pitch + 4 * (chunk % per_row)
+    constants = [int(c) for c in re.findall(r"swizzled_lane \^ (\d+)u", source)]
+    assert len(constants) * 32 == rows * per_row  # every chunk once
+    for step, constant in enumerate(constants):  # store `step`: lane t writes chunk 32 * step + t
+        assert [swizzled(lane_linear(t)) ^ constant for t in range(32)] == [swizzled(linear(32 * step + t)) for t in range(32)]
