@@ -143,7 +143,7 @@ class Session:
             except ir.MLIRError as error:
                 if "source must contain a single top-level operation" not in str(error):
                     raise PipelineFailure(None, Diag.from_error(error)) from None
-                return self.parse(_wrap_in_module(text), source_name)
+                return self._parse_several(text, source_name)
             if op.operation.name == "builtin.module":
                 return op.operation
             module = ir.Module.create(loc=ir.Location.file(source_name, 1, 1))
@@ -151,9 +151,47 @@ class Session:
             self._owned_modules.append(module)  # the Module object owns the IR its operation points into
             return module.operation
 
-def _wrap_in_module(text: str) -> str:
-    """An explicit module around several top-level ops; only columns on the first line move."""
-    return "module {" + text + "\n}"
+    def _parse_several(self, text: str, source_name: str) -> ir.Operation:
+        """Several top-level ops: the implicit builtin.module mlir-opt makes (at line 0, column 0), which
+        ir.Module.parse makes too, naming its buffer "-": the parser's locations get the file's name back.
+        (Text wrapped in "module {" would move every column of the first line.)"""
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as error:
+            diagnostics = [Diag(d.severity, source_name if d.file == _MODULE_PARSE_BUFFER else d.file, d.line,
+                                d.column, d.message) for d in Diag.from_error(error)]
+            raise PipelineFailure(None, diagnostics) from None
+        if source_name != _MODULE_PARSE_BUFFER:
+            _rename_buffer(module.operation, source_name)
+        self._owned_modules.append(module)
+        return module.operation
+
+
+_MODULE_PARSE_BUFFER = "-"
+
+
+def _rename_buffer(root: ir.Operation, source_name: str) -> None:
+    """Every location the parser gave (a file location in ir.Module.parse's buffer) renamed to `source_name`,
+    on ops and block arguments; locations written in the text (`loc(...)`) of other kinds are left alone."""
+    def renamed(location: ir.Location) -> ir.Location | None:
+        if not location.is_a_file() or location.filename != _MODULE_PARSE_BUFFER:
+            return None
+        return ir.Location.file(source_name, location.start_line, location.start_col, location.end_line,
+                                location.end_col)
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        new = renamed(op.location)
+        if new is not None:
+            op.location = new
+        for region in op.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    new = renamed(argument.location)
+                    if new is not None:
+                        argument.set_location(new)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
 def quiet_on_closed_pipe(main):

@@ -188,7 +188,7 @@ def render(module, options) -> bytes:
         return stream.getvalue()
     text = module.get_asm(print_generic_op_form=options.mlir_print_op_generic,
                           enable_debug_info=options.mlir_print_debuginfo)
-    return (text if text.endswith("\n") else text + "\n").encode()
+    return (text.rstrip("\n") + "\n\n").encode()  # mlir-opt ends each module with an empty line
 
 
 @quiet_on_closed_pipe
