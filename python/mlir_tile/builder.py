@@ -253,19 +253,43 @@ class Kernel:
         if element not in ("f16", "bf16") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
             raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
         pair = ir.VectorType.get([2], parse_type(element))
-        f32 = ir.F32Type.get()
+        self._mma("m = 16, n = 8, k = 16", element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
+                  lambda word: llvm.bitcast(pair, word))
 
-        def pairs(buffer, slots):
-            return [llvm.bitcast(pair, self.load(buffer, [slot])) for slot in slots]
+    def mma_m16n8k32(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
+                     accumulators: ir.Value, c_slots: Sequence[int], element: str = "s8",
+                     saturate: bool = False) -> None:
+        """`mma.sync.aligned.m16n8k32.row.col{.satfinite}.s32.{s8|u8}.{s8|u8}.s32`: A (four words of four 8-bit
+        elements) from `a_slots` of `a`, B from `b_slots` (b0, b1) of `b`, the s32 accumulators in `c_slots`
+        (i32 register storage) updated in place; wrapping on overflow unless `saturate`."""
+        if element not in ("s8", "u8") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
+            raise BuilderError("mma_m16n8k32: element s8 or u8, 4 A slots, 2 B slots and 4 accumulator slots")
+        overflow = ir.Attribute.parse(f"#nvvm.mma_int_overflow<{'satfinite' if saturate else 'wrapped'}>")
+        self._mma("m = 16, n = 8, k = 32", element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots,
+                  accumulators, c_slots, lambda word: word, int_overflow_behavior=overflow)
 
+    def _mma(self, shape: str, element: str, accumulator: ir.Type, a, a_slots, b, b_slots, accumulators, c_slots,
+             operand, **attributes) -> None:
+        """One nvvm.mma.sync (row x col) with every attribute set: operands loaded from register storage
+        (`operand` turns a loaded word into the multiplicand's type), results stored back to the accumulators."""
+        for name, buffer in (("A", a), ("B", b), ("accumulator", accumulators)):
+            element_type = ir.MemRefType(_memref_value(buffer, "mma").type).element_type
+            wanted = accumulator if name == "accumulator" else None
+            words = isinstance(element_type, (ir.IntegerType, ir.F32Type)) and (
+                not isinstance(element_type, ir.IntegerType) or element_type.width == 32)
+            if (wanted is not None and element_type != wanted) or not words:
+                raise BuilderError(f"mma: the {name} registers hold 32-bit words{f' of {wanted}' if wanted else ''}, "
+                                   f"got {element_type}")
         result = nvvm.mma_sync(
-            ir.Type.parse("!llvm.struct<(f32, f32, f32, f32)>"), ir.Attribute.parse("#nvvm.shape<m = 16, n = 8, k = 16>"),
+            ir.Type.parse(f"!llvm.struct<({', '.join([str(accumulator)] * 4)})>"),
+            ir.Attribute.parse(f"#nvvm.shape<{shape}>"),
             ir.Attribute.parse("#nvvm.mma_layout<row>"), ir.Attribute.parse("#nvvm.mma_layout<col>"),
-            pairs(a, a_slots), pairs(b, b_slots), [self.load(accumulators, [slot]) for slot in c_slots],
+            [operand(self.load(a, [slot])) for slot in a_slots], [operand(self.load(b, [slot])) for slot in b_slots],
+            [self.load(accumulators, [slot]) for slot in c_slots],
             multiplicand_a_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{element}>"),
-            multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{element}>"))
+            multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{element}>"), **attributes)
         for position, slot in enumerate(c_slots):
-            self.store(llvm.extractvalue(f32, result, [position]), accumulators, [slot])
+            self.store(llvm.extractvalue(accumulator, result, [position]), accumulators, [slot])
 
     def pack_f16(self, low: ir.Value, high: ir.Value, element: str = "f16") -> ir.Value:
         """Two f32 values rounded to 16-bit floats in one i32 word, `low` in the low half (what stmatrix

@@ -25,7 +25,7 @@ def test_kernel_misuse_raises_value_errors_and_leaves_no_context(name, block, ch
 
 @settings(max_examples=150, deadline=None)
 @given(call=st.sampled_from(["shared", "registers", "index", "constant", "thread_id", "load", "store", "loop",
-                             "offset", "transfer"]),
+                             "offset", "transfer", "mma16", "mma32"]),
        first=junk, second=junk)
 def test_builder_method_misuse_raises_value_errors(call, first, second):
     with Kernel("k", [], context=ir.Context()) as k:
@@ -42,6 +42,10 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
             "offset": lambda: k.offset(first, [second]),
             "transfer": lambda: matrix_transfer(first, registers, second, dst_layout=S[(4, 8, 4):(1, 1, 1)],
                                                 src_layout="(4,8,4):(32,4,1)"),
+            "mma16": lambda: k.mma_m16n8k16(registers, [0, 1, 2, first], registers, [0, 1], registers, [0, 1, 2, 3],
+                                            element=second),
+            "mma32": lambda: k.mma_m16n8k32(registers, [0, 1, 2, 3], registers, [first, 1], registers, [0, 1, 2, 3],
+                                            element=second),
         }
         try:
             actions[call]()
@@ -52,3 +56,16 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
 def test_an_impossible_block_is_a_builder_error():
     with pytest.raises(BuilderError, match=r"block \(2147483648, 1, 1\) exceeds the largest block"):
         Kernel("k", block=(2**31, 1, 1))
+
+
+@pytest.mark.parametrize("element, accumulator, message", [
+    ("s8", "f32", r"the accumulator registers hold 32-bit words of i32, got f32"),
+    ("f16", "i32", r"the accumulator registers hold 32-bit words of f32, got i32"),
+    ("s4", "i32", r"element s8 or u8"),
+])
+def test_mma_operands_of_the_wrong_kind_are_builder_errors(element, accumulator, message):
+    with Kernel("k", [], context=ir.Context()) as k:
+        words, accumulators = k.registers(4), k.registers(4, accumulator)
+        mma = k.mma_m16n8k16 if element == "f16" else k.mma_m16n8k32
+        with pytest.raises(BuilderError, match=message):
+            mma(words, [0, 1, 2, 3], words, [0, 1], accumulators, [0, 1, 2, 3], element=element)

@@ -42,3 +42,19 @@ def test_mma_example_ptx_is_what_mlir_tile_compiles():
     assert ".local" not in compiled
     assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text(), (
         "the compiled PTX changed: if intended, run `python examples/mma_tile.py --ptx-out test/unit/Inputs/mma_tile.ptx`")
+
+
+def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
+    """The build half of the s8 mma GPU test (examples/mma_s8.py): A and B fragments one x4 per 16x32-byte block
+    from the synthesized Sw<2,2,3> tiles, 16 integer mma, no local memory."""
+    import re
+
+    import mma_s8
+
+    compiled = compile_to_ptx(mma_s8.build_module())
+    assert str(mma_s8.SWIZZLE) == "Sw<2,2,3>"
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 + 8  # A: 2 k-blocks; B: x 4 n-pairs
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32", compiled)) == 16
+    assert ".local" not in compiled
+    assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text(), (
+        "the compiled PTX changed: if intended, run `python examples/mma_s8.py --ptx-out test/unit/Inputs/mma_s8.ptx`")

@@ -73,3 +73,11 @@ def test_the_mma_examples_transfers_on_the_reference_model():
     import mma_tile
 
     mma_tile.emulate_transfers()
+
+
+def test_the_s8_mma_examples_transfers_on_the_reference_model():
+    """examples/mma_s8.py's two warpgroup transfers: each byte of each A and B fragment register is where the
+    PTX ISA's m16n8k32 tables put it."""
+    import mma_s8
+
+    mma_s8.emulate_transfers()

@@ -118,3 +118,12 @@ def test_the_mma_tile_matches_numpy():
 
     ok, worst = mma_tile.check(mma_tile.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text()))
     assert ok, f"largest error {worst}"
+
+
+def test_the_s8_mma_tile_equals_numpy():
+    """The run half: C = A x B^T (64x64x64, s8 in, s32 out) with every fragment moved by tile.matrix_transfer
+    from the synthesized shared tiles: equal to numpy's int32 product, every element."""
+    import mma_s8
+
+    a, b = mma_s8.inputs()
+    assert np.array_equal(mma_s8.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text()), mma_s8.reference(a, b))
