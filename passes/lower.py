@@ -33,7 +33,7 @@ The pass re-checks the contract first (its precondition) and fails with the same
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, gpu, llvm, memref, nvvm
+from mlir.dialects import arith, gpu
 
 from mlir_tile import contract
 from mlir_tile.dialect.tile import MatrixTransferOp
@@ -42,6 +42,7 @@ from mlir_tile.passes.ir_facts import FUNCTION_OPS, FactCache, block_size, enclo
 from mlir_tile.passes.registry import PassDefinition
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
+_DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
 ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
 
 
@@ -118,6 +119,10 @@ class _Vocabulary:
         self._structs: dict[int, ir.Type] = {}
         self._descriptors: dict[int, ir.Type] = {}
         self._values: dict[tuple[bool, int], ir.Attribute] = {}
+        self._positions: dict[int, ir.Attribute] = {}
+        self._counts: dict[int, ir.Attribute] = {}
+        self._gep_attributes: dict[int, dict] = {}
+        self.dynamic_gep = self._gep_attributes_of(_DYNAMIC_INDEX)
         self._anchors: dict[ir.Operation, ir.Operation] = {}
         self._shared: dict[tuple, ir.Value] = {}
 
@@ -155,6 +160,34 @@ class _Vocabulary:
         for anchor in self._anchors.values():
             anchor.erase()
         self._anchors.clear()
+
+    # The ops the lowering makes per repeat, created generically with cached attributes: the generated
+    # builders check and convert their arguments on every call, which took half of the pass.
+    def extract(self, result_type: ir.Type, aggregate: ir.Value, position: int) -> ir.Value:
+        if position not in self._positions:
+            self._positions[position] = ir.DenseI64ArrayAttr.get([position])
+        return ir.Operation.create("llvm.extractvalue", results=[result_type], operands=[aggregate],
+                                   attributes={"position": self._positions[position]}).result
+
+    def gep(self, pointer: ir.Value, offset: ir.Value | int) -> ir.Value:
+        """`getelementptr i32, pointer, offset` (the NVPTX backend folds constant offsets into the
+        instruction's immediate; `inbounds` is not needed)."""
+        if isinstance(offset, int):
+            return ir.Operation.create("llvm.getelementptr", results=[pointer.type], operands=[pointer],
+                                       attributes=self._gep_attributes_of(offset)).result
+        return ir.Operation.create("llvm.getelementptr", results=[pointer.type], operands=[pointer, offset],
+                                   attributes=self.dynamic_gep).result
+
+    def _gep_attributes_of(self, constant: int) -> dict:
+        if constant not in self._gep_attributes:
+            self._gep_attributes[constant] = {"elem_type": ir.TypeAttr.get(self.i32),
+                                              "rawConstantIndices": ir.DenseI32ArrayAttr.get([constant])}
+        return self._gep_attributes[constant]
+
+    def matrix_attributes(self, count: int, trans: bool) -> dict:
+        if count not in self._counts:
+            self._counts[count] = ir.IntegerAttr.get(self.i32, count)
+        return {"num": self._counts[count], "layout": self.layouts[trans], "shape": self.shape, "eltType": self.element}
 
     def i32_constant(self, value: int) -> ir.Value:
         return self._constant(False, value)
@@ -202,11 +235,11 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
         lane_values = _lane_offsets(transfer)
 
     descriptor = _descriptor(shared, vocabulary)
-    base = llvm.extractvalue(vocabulary.shared_pointer, descriptor, [1])
+    base = vocabulary.extract(vocabulary.shared_pointer, descriptor, 1)
     if transfer.shared_operand.offset is None:  # a dynamic region start, proven a multiple of 4 words
-        base = _gep(base, llvm.extractvalue(vocabulary.i64, descriptor, [2]), vocabulary.i32)
-    lane_pointer = _gep(base, lane_offset, vocabulary.i32) if swizzle is None else None
-    layout = vocabulary.layouts[transfer.opcode.trans]
+        base = vocabulary.gep(base, vocabulary.extract(vocabulary.i64, descriptor, 2))
+    lane_pointer = vocabulary.gep(base, lane_offset) if swizzle is None else None
+    matrix_attributes = vocabulary.matrix_attributes(count, transfer.opcode.trans)
     register_type = ir.MemRefType(registers.type)
     register_index = _slot_indexer(register_type, vocabulary, op)
     container = register_type.element_type
@@ -215,7 +248,7 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
     for repeat in transfer.repeats():
         constant = transfer.shared_linear_offset(0, repeat, 0, 0)
         if swizzle is None:
-            pointer = _gep(lane_pointer, static + constant, vocabulary.i32) if static + constant else lane_pointer
+            pointer = vocabulary.gep(lane_pointer, static + constant) if static + constant else lane_pointer
         else:
             shift = _constant_shift(lane_values, constant, swizzle)
             if shift is not None:  # swizzle(lane + c) = swizzle(lane) + K for every lane: K folds into the address
@@ -226,24 +259,27 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
             else:  # add, then swizzle, for this repeat
                 offset, shift = _swizzled(arith.addi(lane_offset, vocabulary.i32_constant(constant)), swizzle,
                                           vocabulary), 0
-            pointer = _gep(base, offset, vocabulary.i32)
+            pointer = vocabulary.gep(base, offset)
             if static + shift:
-                pointer = _gep(pointer, static + shift, vocabulary.i32)
+                pointer = vocabulary.gep(pointer, static + shift)
         slots = [transfer.register_slot(repeat, i) for i in range(count)]
         if transfer.opcode.is_load:
             result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)
-            result = nvvm.ldmatrix(result_type, pointer, count, layout, vocabulary.shape, vocabulary.element)
+            result = ir.Operation.create("nvvm.ldmatrix", results=[result_type], operands=[pointer],
+                                         attributes=matrix_attributes).result
             for i, slot in enumerate(slots):
-                word = result if count == 1 else llvm.extractvalue(vocabulary.i32, result, [i])
+                word = result if count == 1 else vocabulary.extract(vocabulary.i32, result, i)
                 if word.type != container:
                     word = arith.bitcast(container, word)
-                memref.store(word, registers, register_index(slot))
+                ir.Operation.create("memref.store", operands=[word, registers, *register_index(slot)])
         else:
             values = []
             for slot in slots:
-                word = memref.load(registers, register_index(slot))
+                word = ir.Operation.create("memref.load", results=[container],
+                                           operands=[registers, *register_index(slot)]).result
                 values.append(word if word.type == vocabulary.i32 else arith.bitcast(vocabulary.i32, word))
-            nvvm.stmatrix(pointer, values, layout, vocabulary.shape, vocabulary.element)
+            attributes = {name: value for name, value in matrix_attributes.items() if name != "num"}
+            ir.Operation.create("nvvm.stmatrix", operands=[pointer, *values], attributes=attributes)
 
 
 def _mode_offset(value: ir.Value, mode: list[tuple[int, int]], vocabulary: _Vocabulary) -> ir.Value | None:
@@ -341,14 +377,6 @@ def _descriptor(buffer: ir.Value, vocabulary: _Vocabulary) -> ir.Value:
     ).result
 
 
-_DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
-
-
-def _gep(pointer: ir.Value, offset: ir.Value | int, element: ir.Type) -> ir.Value:
-    """`getelementptr element, pointer, offset` (the NVPTX backend folds constant offsets into the
-    instruction's immediate; `inbounds` is an enum property the Python API cannot set, and is not needed)."""
-    dynamic, constant = ([], [offset]) if isinstance(offset, int) else ([offset], [_DYNAMIC_INDEX])
-    return llvm.getelementptr(pointer.type, pointer, dynamic, constant, element, None)
 
 
 def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary, op: ir.Operation):
