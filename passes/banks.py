@@ -7,9 +7,10 @@ Before (the specification's example):
 
 After: the IR unchanged, and
 
-    in.mlir:3:3: remark: [banks] 2 x ldmatrix.x2: 8 wavefronts per instruction, minimum 2 (4-way conflict)
+    in.mlir:3:3: remark: [banks] 2 x ldmatrix.x2: 8 wavefronts per instruction, minimum 2 (4-way conflict);
+        tile-widen-matrix-transfer issues it as 1 x ldmatrix.x4
 
-The model is `mlir_tile.banks`. Illegal transfers get no remark (the verifier reports them).
+The model is `mlir_tile.banks`; the hint, where the contract allows a wider transfer, `mlir_tile.widen`. Illegal transfers get no remark (the verifier reports them).
 """
 from __future__ import annotations
 
@@ -20,14 +21,22 @@ from mlir_tile.passes.adapter import transfer_ops, transfer_verdict
 from mlir_tile.passes.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.passes.remarks import report
+from mlir_tile.widen import widened
 
 
 def analyze_bank_conflicts(root: ir.Operation, pass_) -> None:
     facts = FactCache()
     for op in transfer_ops(root):
         transfer, violations = transfer_verdict(op, facts)
-        if transfer is not None:
-            report(op, "remark", transfer_wavefronts(transfer).remark(transfer.opcode.instruction))
+        if transfer is None:
+            continue
+        text = transfer_wavefronts(transfer).remark(transfer.opcode.instruction)
+        wide = widened(transfer)
+        if wide is not None:  # fewer instructions for the same wavefronts: issue slots left for other work
+            instructions = len(list(wide.repeats()))
+            text += (f"; tile-widen-matrix-transfer issues it as {instructions} x "
+                     f"{wide.opcode.instruction}.x{wide.opcode.count}")
+        report(op, "remark", text)
 
 
 PASS = PassDefinition(

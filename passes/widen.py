@@ -24,27 +24,20 @@ from mlir_tile.dialect import layout_attr
 from mlir_tile.passes.adapter import transfer_ops, transfer_verdict
 from mlir_tile.passes.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
-from mlir_tile.widen import widen_layouts
+from mlir_tile.widen import widened
 
 
 def widen_matrix_transfer(root: ir.Operation, pass_) -> None:
     facts = FactCache()
     for op in transfer_ops(root):
         transfer, _ = transfer_verdict(op, facts)
-        if transfer is None:
+        wide = widened(transfer) if transfer is not None else None
+        if wide is None:
             continue
-        widened = widen_layouts(transfer.opcode.text, transfer.registers, transfer.shared, transfer.group_rank)
-        if widened is None:
-            continue
-        opcode, registers, shared = widened
+        dst, src = wide.opcode.dst_and_src(wide.registers, wide.shared)
         attributes = op.operation.attributes
-        before = {name: attributes[name] for name in ("opcode", "dst_layout", "src_layout")}
-        dst, src = transfer.opcode.dst_and_src(registers, shared)
-        attributes["opcode"] = ir.StringAttr.get(opcode)
+        attributes["opcode"] = ir.StringAttr.get(wide.opcode.text)
         attributes["dst_layout"], attributes["src_layout"] = layout_attr(dst), layout_attr(src)
-        if transfer_verdict(op, facts)[1]:
-            for name, value in before.items():  # the wider transfer is illegal: keep the written one
-                attributes[name] = value
 
 
 PASS = PassDefinition(

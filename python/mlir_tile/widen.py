@@ -2,11 +2,13 @@
 repeat can move two or four repeats' matrices in one instruction: the repeat mode becomes the outer sub-mode of
 the matrix mode (matrix i' = i + N * t, colexicographic), on both layouts alike, so every (repeat, matrix) pair
 still reads the same rows into the same register slots. Whether the wider transfer is legal (stmatrix rows
-of one instruction must not overlap) is the contract's to say; `tile-widen-matrix-transfer` asks it."""
+of one instruction must not overlap) is the contract's to say: `widened` asks it, for the pass
+`tile-widen-matrix-transfer` and for the bank-conflict remark's hint."""
 from __future__ import annotations
 
 import re
 
+from mlir_tile import contract
 from mlir_tile.layout import Layout
 
 
@@ -37,3 +39,19 @@ def _fold(layout: Layout, axis: int) -> Layout:
     stride[matrix] = (stride[matrix], stride[axis])
     del shape[axis], stride[axis]
     return Layout(tuple(shape), tuple(stride), layout.swizzle)
+
+
+def widened(transfer: contract.Transfer) -> contract.Transfer | None:
+    """A checked transfer issued as fewer, wider instructions, checked by the contract; None when no repeat
+    folds or the wider transfer breaks a rule. Only the shape and the per-coordinate rules can change: the
+    operands, scope, target and participation are the written transfer's, which passed."""
+    layouts = widen_layouts(transfer.opcode.text, transfer.registers, transfer.shared, transfer.group_rank)
+    if layouts is None:
+        return None
+    opcode, registers, shared = layouts
+    parsed = contract.parse_opcode(opcode)
+    if contract.check_shape(parsed, transfer.scope, registers, shared):
+        return None
+    wide = contract.Transfer(parsed, transfer.scope, registers, shared, transfer.register_operand,
+                             transfer.shared_operand)
+    return None if contract.check_transfer(wide) else wide

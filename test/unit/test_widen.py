@@ -42,3 +42,26 @@ def test_the_spec_example_becomes_one_x4():
                                               Layout.parse("(2,2,8,4):(128,8,16,1)"), 0)
     assert (opcode, str(registers), str(shared)) == ("ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                                                      "((2,2),8,4):((2,8),4@laneid,1@laneid)", "((2,2),8,4):((8,128),16,1)")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=transfers())
+def test_widened_agrees_with_the_whole_contract(case):
+    """`widened` checks only the shape and the per-coordinate rules; the whole contract on the wider layouts,
+    with the same operands, must give the same verdict."""
+    from mlir_tile import contract
+    from mlir_tile.widen import widened
+
+    transfer = contract.require_layouts(case.opcode, case.register_layout, case.shared_layout, register_slots=case.slots,
+                                        shared_words=case.words, scope=case.scope, block_size=(case.threads, 1, 1))
+    layouts = widen_layouts(case.opcode, case.register_layout, case.shared_layout, transfer.group_rank)
+    wide = widened(transfer)
+    if layouts is None:
+        assert wide is None
+        return
+    opcode, registers, shared = layouts
+    order = parse_opcode(opcode).dst_and_src
+    (dst_layout, src_layout), (dst, src) = order(registers, shared), order(transfer.register_operand, transfer.shared_operand)
+    _, violations = contract.check(opcode=opcode, scope=case.scope, dst_layout=dst_layout, src_layout=src_layout,
+                                   dst=dst, src=src, block_size=(case.threads, 1, 1))
+    assert (wide is None) == bool(violations), violations
