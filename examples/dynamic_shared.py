@@ -7,7 +7,6 @@ reference model.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -60,23 +59,16 @@ def run_on_gpu(ptx: str) -> np.ndarray:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ptx-out")
-    parser.add_argument("--run-ptx")
-    arguments = parser.parse_args()
-    if arguments.ptx_out:
-        from mlir_tile.compile import compile_to_ptx
+def run_and_check(ptx: str) -> tuple[bool, str]:
+    out = run_on_gpu(ptx)
+    differ = int((out != expected(inputs())).sum())
+    return not differ, f"GPU: {SHARED_BYTES} bytes of dynamic shared memory; {differ} of {out.size} words differ"
 
-        with open(arguments.ptx_out, "w") as stream:
-            stream.write(compile_to_ptx(build_module()))
-    if arguments.run_ptx:
-        with open(arguments.run_ptx) as stream:
-            out = run_on_gpu(stream.read())
-        differ = int((out != expected(inputs())).sum())
-        print(f"GPU: {SHARED_BYTES} bytes of dynamic shared memory; {differ} of {out.size} words differ")
-        return 1 if differ else 0
-    return 0
+
+def main() -> int:
+    from kernel_example import main as example_main
+
+    return example_main(__doc__, build_module, run_and_check)
 
 
 if __name__ == "__main__":

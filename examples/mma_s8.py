@@ -15,8 +15,6 @@ s32 accumulators go to global memory directly (stmatrix moves 16-bit elements on
 """
 from __future__ import annotations
 
-import argparse
-import re
 import sys
 
 import numpy as np
@@ -143,42 +141,21 @@ def emulate_transfers() -> None:
                         assert byte == b.view(np.uint8)[16 * pair + n, 32 * k_block + k_index], ("B", thread, pair)
 
 
+def run_and_check(ptx: str) -> tuple[bool, str]:
+    a, b = inputs()
+    equal = bool(np.array_equal(run_on_gpu(ptx), reference(a, b)))
+    return equal, f"GPU: C equals numpy's int32 product: {equal}"
+
+
+def emulate() -> str:
+    emulate_transfers()
+    return "reference model: every fragment register of A and B holds the bytes the PTX ISA assigns"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--demo", action="store_true")
-    parser.add_argument("--ptx-out")
-    parser.add_argument("--run-ptx")
-    parser.add_argument("--emulate", action="store_true", help="the transfers on the reference model (no GPU)")
-    arguments = parser.parse_args()
-    if arguments.emulate:
-        emulate_transfers()
-        print("reference model: every fragment register of A and B holds the bytes the PTX ISA assigns")
-    ptx = None
-    if arguments.demo or arguments.ptx_out:
-        from mlir_tile.compile import compile_to_ptx
+    from kernel_example import main as example_main
 
-        ptx = compile_to_ptx(build_module())
-        if arguments.ptx_out:
-            with open(arguments.ptx_out, "w") as stream:
-                stream.write(ptx)
-        if arguments.demo:
-            for line in ptx.splitlines():
-                if re.search(r"(ldmatrix|mma)\.", line):
-                    print(line.strip())
-            from mlir_tile.runtime import gpu_available
-
-            if not gpu_available()[0]:
-                ptx = None
-    if arguments.run_ptx:
-        with open(arguments.run_ptx) as stream:
-            ptx = stream.read()
-    if ptx is not None and (arguments.demo or arguments.run_ptx):
-        a, b = inputs()
-        c = run_on_gpu(ptx)
-        equal = bool(np.array_equal(c, reference(a, b)))
-        print(f"GPU: C equals numpy's int32 product: {equal}")
-        return 0 if equal else 1
-    return 0
+    return example_main(__doc__, build_module, run_and_check, emulate)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ is one warpgroup-scope op whose leading mode is the warp.
 """
 from __future__ import annotations
 
-import argparse
-import re
 import sys
 
 import numpy as np
@@ -170,39 +168,20 @@ def check(c: np.ndarray) -> tuple[bool, float]:
     return bool((error <= 2**-9 * np.abs(exact) + 1e-3).all()), float(error.max())
 
 
+def run_and_check(ptx: str) -> tuple[bool, str]:
+    ok, worst = check(run_on_gpu(ptx))
+    return ok, f"GPU: C matches numpy within fp16 rounding: {ok} (largest error {worst:.2e})"
+
+
+def emulate() -> str:
+    emulate_transfers()
+    return "reference model: every fragment register of A, B and C holds the fp16 values the PTX ISA assigns"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--demo", action="store_true")
-    parser.add_argument("--ptx-out")
-    parser.add_argument("--run-ptx")
-    parser.add_argument("--emulate", action="store_true", help="the transfers on the reference model (no GPU)")
-    arguments = parser.parse_args()
-    if arguments.emulate:
-        emulate_transfers()
-        print("reference model: every fragment register of A, B and C holds the fp16 values the PTX ISA assigns")
-    if arguments.demo or arguments.ptx_out:
-        from mlir_tile.compile import compile_to_ptx
+    from kernel_example import main as example_main
 
-        ptx = compile_to_ptx(build_module())
-        if arguments.ptx_out:
-            with open(arguments.ptx_out, "w") as stream:
-                stream.write(ptx)
-        if arguments.demo:
-            for line in ptx.splitlines():
-                if re.search(r"(ldmatrix|stmatrix|mma)\.", line):
-                    print(line.strip())
-            from mlir_tile.runtime import gpu_available
-
-            if gpu_available()[0]:
-                ok, worst = check(run_on_gpu(ptx))
-                print(f"GPU: C matches numpy within fp16 rounding: {ok} (largest error {worst:.2e})")
-                return 0 if ok else 1
-    if arguments.run_ptx:
-        with open(arguments.run_ptx) as stream:
-            ok, worst = check(run_on_gpu(stream.read()))
-        print(f"GPU: C matches numpy within fp16 rounding: {ok} (largest error {worst:.2e})")
-        return 0 if ok else 1
-    return 0
+    return example_main(__doc__, build_module, run_and_check, emulate)
 
 
 if __name__ == "__main__":

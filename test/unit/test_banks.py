@@ -9,18 +9,21 @@ from mlir_tile.banks import matrix_wavefronts, transfer_wavefronts
 from mlir_tile.testing.random_transfers import transfers
 
 
-@pytest.mark.parametrize("shared, registers, opcode, per_instruction", [
-    ("(4,8,4):(32,4,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 4),
-    ("(4,8,4):(64,8,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 8),
-    ("(4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 32),
-    ("Sw<3,2,3> o (4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 4),
-    ("(2,2,8,4):(128,8,16,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "x2", 8),
+@pytest.mark.parametrize("shared, registers, opcode, per_instruction, share", [
+    ("(4,8,4):(32,4,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 4, 1.0),
+    ("(4,8,4):(64,8,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 8, 0.5),
+    ("(4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 32, 0.125),
+    ("Sw<3,2,3> o (4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 4, 1.0),
+    ("(2,2,8,4):(128,8,16,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "x2", 8, 0.25),
 ])
-def test_the_counts_the_h200_measured(shared, registers, opcode, per_instruction):
+def test_the_counts_the_h200_measured_and_the_bandwidth_share(shared, registers, opcode, per_instruction, share):
+    """Wavefronts per instruction as ncu counted them; the predicted share of 128 B/clock is matrices over
+    wavefronts (measured within 3% of it: benchmarks/RESULTS.md)."""
     transfer = contract.require_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
                                         register_slots=16, shared_words=2048)
     model = transfer_wavefronts(transfer)
     assert model.total == per_instruction * model.instructions and model.worst == per_instruction
+    assert model.bandwidth_share == share
 
 
 @settings(max_examples=200)
@@ -39,14 +42,3 @@ def test_every_transfer_costs_at_least_one_wavefront_a_matrix(case):
     model = transfer_wavefronts(transfer)
     assert model.minimum <= model.worst <= 8 * model.minimum
 
-
-@pytest.mark.parametrize("shared, registers, opcode, share", [
-    ("(4,8,4):(32,4,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 1.0),
-    ("(4,8,4):(64,8,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 0.5),
-    ("(2,2,8,4):(128,8,16,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "x2", 0.25),
-    ("(4,8,4):(256,32,1)", "(4,8,4):(1,4@laneid,1@laneid)", "x4", 0.125),
-])
-def test_the_bandwidth_share_is_matrices_over_wavefronts(shared, registers, opcode, share):
-    transfer = contract.require_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
-                                        register_slots=16, shared_words=2048)
-    assert transfer_wavefronts(transfer).bandwidth_share == share
