@@ -6,7 +6,7 @@ does just that transfer; ncu counts the shared-memory wavefronts and the LDSM in
     ncu --csv --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,\\
         l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_inst_executed_op_stsm.sum \\
         python3 benchmarks/banks_validation.py launch DIR > DIR/ncu.csv          # on the GPU host
-    python3 benchmarks/banks_validation.py compare DIR
+    python3 benchmarks/banks_validation.py compare DIR    # and its table into RESULTS.md
 """
 from __future__ import annotations
 
@@ -124,12 +124,29 @@ def compare(directory: Path) -> None:
             ratio = counters[STORE_WAVEFRONTS] / case["instructions"]
         same = abs(ratio - case["predicted_per_instruction"]) < 1e-9
         equal += same
-        table.append({"shared": case["shared"], "opcode": ".".join(case["opcode"].split(".")[:1] + case["opcode"].split(".")[4:5]), "instructions": case["instructions"],
+        parts = case["opcode"].split(".")
+        table.append({"shared": case["shared"], "opcode": ".".join(parts[:1] + parts[4:-2]),  # ldmatrix.x4.trans
+                      "registers": case["registers"], "name": case.get("name", ""), "instructions": case["instructions"],
                       "predicted": case["predicted_per_instruction"], "measured": ratio, "equal": same})
     (directory / "comparison.json").write_text(json.dumps(table, indent=1))
     for row in table:
         print(f"{row['opcode']} {row['shared']:45} predicted {row['predicted']:6.2f} measured {row['measured']:6.2f} {'' if row['equal'] else 'DIFFERENT'}")
-    print(f"{equal} of {len(table)} layouts: predicted wavefronts per instruction equal the counters")
+    summary = f"{equal} of {len(table)} layouts: predicted wavefronts per instruction equal the counters"
+    print(summary)
+    from bench import replace_sections
+
+    replace_sections(None, {"The bank-conflict model, layout by layout (issue 14, part 1)": [
+        "", f"`benchmarks/banks_validation.py` ({len(table)} one-warp kernels, ncu on the H200): **{summary}**. "
+        "Wavefronts per instruction: predicted by `mlir_tile.banks`, measured = the load (store) wavefront counter "
+        "over the LDSM count (the kernel's known STSM count). Synthesized = a layout of the synthesis table.", "",
+        "| transfer | shared layout | registers | instructions | predicted | measured | equal |", "|---|---|---|---|---|---|---|",
+        *map(_markdown_row, table)]})
+
+
+def _markdown_row(row: dict) -> str:
+    transfer = f"{row['opcode']} (synthesized: {row['name']})" if row["name"] else row["opcode"]
+    return (f"| {transfer} | `{row['shared']}` | `{row['registers']}` | {row['instructions']} | {row['predicted']:g} | "
+            f"{row['measured']:g} | {'yes' if row['equal'] else 'NO'} |")
 
 
 def main() -> None:
