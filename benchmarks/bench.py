@@ -777,7 +777,8 @@ def profile(directory: Path) -> None:
                for kind in ("generated", "hand")]
     profiles = [{"name": name, "kind": kind, **{names[m]: v for m, v in metrics.items()}}
                 for (name, kind), (_, metrics) in zip(kernels, sorted(by_launch.items()))]
-    (directory / "profile.json").write_text(json.dumps(profiles, indent=1))
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (directory / "profile.json").write_text(json.dumps({"date": date, "kernels": profiles}, indent=1))
     for entry in profiles:
         print(entry, flush=True)
 
@@ -853,7 +854,8 @@ def report(directory: Path) -> None:
     config_set = json.loads((directory / "set.json").read_text())["set"] if (directory / "set.json").exists() else "transfers"
     results = json.loads((directory / "results.json").read_text())
     second = json.loads((directory / "results2.json").read_text())["configs"] if (directory / "results2.json").exists() else None
-    profiles = json.loads((directory / "profile.json").read_text()) if (directory / "profile.json").exists() else []
+    profiled = json.loads((directory / "profile.json").read_text()) if (directory / "profile.json").exists() else {}
+    profiles = profiled.get("kernels", [])
     if config_set != "transfers":
         replace_sections(None, {SET_SECTIONS[config_set]: SET_REPORTS[config_set](results, second, profiles)})
         print(RESULTS.read_text())
@@ -894,7 +896,7 @@ def report(directory: Path) -> None:
     title, *lines = compile_latency_lines(compile_info, results["load_latency_ms"])[1:]
     sections[title.removeprefix("## ")] = lines
     if profiles:
-        lines = ["", f"Profiled in the lease of the run above ({results['date']}). Shared wavefronts = the shared-memory data pipe's busy share (128 B per clock per SM); LSU "
+        lines = ["", f"Profiled {profiled['date']}. Shared wavefronts = the shared-memory data pipe's busy share (128 B per clock per SM); LSU "
                   "instructions = the share of the one-instruction-per-clock LSU issue limit; stalls are warps "
                   "stalled per issued instruction (short scoreboard: waiting for a shared-memory result).", "",
                   "| layout | kernel | shared wavefronts % | LSU instructions % | warps active % | issue active % | "
