@@ -14,7 +14,9 @@ import itertools
 from dataclasses import dataclass
 
 from mlir_tile.banks import matrix_wavefronts
-from mlir_tile.layout import Swizzle
+from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.targets import max_shared_bytes
 
 WORD_BYTES, CHUNK_WORDS = 4, 4
 
@@ -41,12 +43,20 @@ class Choice:
     def conflict_free(self) -> bool:
         return self.wavefronts == self.minimum
 
+    def layout(self, tile: Tile) -> Layout:
+        """The tile in words: (rows, words of a row) with this pitch, swizzled."""
+        return Layout((tile.rows, tile.row_words), (self.pitch, 1), self.swizzle)
+
+    def block_layout(self, tile: Tile) -> Layout:
+        """Every 16x16-b16 (16x32-byte) block of the tile as one x4 in mma order: (row band, block column,
+        matrix (2,2), row, word). The block's position is in the layout, so the swizzle keeps its origin."""
+        return Layout((tile.rows // 16, tile.row_words // 8, (2, 2), 8, 4),
+                      (16 * self.pitch, 8, (8 * self.pitch, 4), self.pitch, 1), self.swizzle)
+
     def describe(self, tile: Tile) -> str:
         memory = f"{tile.rows * self.pitch * WORD_BYTES} bytes"
-        layout = f"{self.swizzle} o ({tile.rows},{tile.row_words}):({self.pitch},1)" if self.swizzle else \
-            f"({tile.rows},{tile.row_words}):({self.pitch},1)"
         verdict = "conflict-free" if self.conflict_free else f"{self.wavefronts} wavefronts, minimum {self.minimum}"
-        return f"{layout}: {memory}, {verdict}"
+        return f"{self.layout(tile)}: {memory}, {verdict}"
 
 
 def _offset(choice: Choice, row: int, word: int) -> int:
@@ -96,8 +106,11 @@ def candidates(tile: Tile):
 
 def synthesize(tile: Tile, writer: bool = True) -> Choice:
     """The least-memory conflict-free layout for the tile's x4 block transfers (and the writer), or the best."""
-    if tile.rows % 16 or tile.row_words % 8 or tile.element_bits not in (8, 16):
+    if tile.rows % 16 or tile.row_words % 8 or tile.element_bits not in (8, 16) or tile.rows <= 0 or tile.columns <= 0:
         raise ValueError(f"{tile}: rows a multiple of 16 and 16-byte-aligned rows of 8-word blocks, of 8- or 16-bit elements")
+    if tile.rows * tile.row_words * WORD_BYTES > max_shared_bytes(None):
+        raise ValueError(f"{tile}: {tile.rows * tile.row_words * WORD_BYTES} bytes, more than any chip's shared memory "
+                         f"({max_shared_bytes(None)} bytes a block)")
     best = None
     for swizzle, pitch in candidates(tile):
         choice = Choice(swizzle, pitch, 0, 0)
@@ -108,3 +121,35 @@ def synthesize(tile: Tile, writer: bool = True) -> Choice:
         if best is None or choice.wavefronts < best.wavefronts:
             best = choice
     return best
+
+
+@quiet_on_closed_pipe
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mlir_tile.synthesize ROWS COLUMNS [--bits 8] [--no-writer]`: the layout, what it costs, and the
+    shared layout of the tile's x4 block transfers."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mlir_tile.synthesize", description=main.__doc__.split(": ")[0])
+    parser.add_argument("rows", type=int)
+    parser.add_argument("columns", type=int, help="elements a row")
+    parser.add_argument("--bits", type=int, default=16, choices=(8, 16), help="element bits (16: f16/bf16, 8: s8/u8)")
+    parser.add_argument("--no-writer", action="store_true", help="leave out the 16-byte-vector writer")
+    arguments = parser.parse_args(argv)
+    tile = Tile(arguments.rows, arguments.columns, arguments.bits)
+    try:
+        choice = synthesize(tile, writer=not arguments.no_writer)
+    except ValueError as error:
+        parser.error(str(error))
+    blocks, block_minimum = block_wavefronts(tile, choice)
+    print(f"{tile.rows}x{tile.columns} {tile.element_bits}-bit tile: {choice.describe(tile)}")
+    kinds = "ldmatrix, .trans, stmatrix" if tile.element_bits == 16 else "ldmatrix, stmatrix"
+    print(f"  x4 block transfers ({kinds}): {blocks} wavefronts, minimum {block_minimum}")
+    if not arguments.no_writer:
+        written, written_minimum = writer_wavefronts(tile, choice)
+        print(f"  16-byte-vector writer: {written} wavefronts, minimum {written_minimum}")
+    print(f"  every block as one x4 in mma order: {choice.block_layout(tile)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

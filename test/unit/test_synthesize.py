@@ -46,3 +46,31 @@ def test_an_unswizzled_128_byte_row_tile_is_8_way_conflicted():
 
     wavefronts, minimum = _cost(Tile(64, 64), Choice(None, 32, 0, 0), writer=False)
     assert wavefronts == 8 * minimum
+
+
+@pytest.mark.parametrize("tile", [Tile(64, 64), Tile(128, 32), Tile(64, 128, 8)], ids=str)
+def test_the_block_layout_addresses_the_rows_the_cost_counts(tile):
+    """Choice.block_layout (what users write in the IR) puts each block's rows where the synthesis counted them."""
+    from mlir_tile.synthesize import _offset
+
+    choice = synthesize(tile)
+    layout = choice.block_layout(tile)
+    for band, column, matrix, row in itertools.product(range(tile.rows // 16), range(tile.row_words // 8), range(4),
+                                                       range(8)):
+        expected = _offset(choice, 16 * band + 8 * (matrix & 1) + row, 8 * column + 4 * (matrix >> 1))
+        assert layout.offset(band, column, matrix, row, 0) == expected
+
+
+def test_the_command_line(capsys):
+    from mlir_tile.synthesize import main
+
+    assert main(["64", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "64x64 16-bit tile: Sw<3,2,3> o (64,32):(32,1): 8192 bytes, conflict-free" in out
+    assert "16-byte-vector writer: 64 wavefronts, minimum 64" in out
+    assert "every block as one x4 in mma order: Sw<3,2,3> o (4,4,(2,2),8,4):(512,8,(256,4),32,1)" in out
+    for bad in (["10", "64"], ["100000", "100000"], ["16", "-64"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(bad)
+        assert exit_.value.code == 2
+    assert "more than any chip's shared memory" in capsys.readouterr().err

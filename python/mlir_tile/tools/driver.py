@@ -2,8 +2,6 @@
 file locations the way mlir-opt does, and collecting the diagnostics that are not errors."""
 from __future__ import annotations
 
-import functools
-import os
 import re
 import sys
 from pathlib import Path
@@ -192,18 +190,6 @@ def _rename_buffer(root: ir.Operation, source_name: str) -> None:
         return ir.WalkResult.ADVANCE
 
     root.walk(visit, ir.WalkOrder.PRE_ORDER)
-
-
-def quiet_on_closed_pipe(main):
-    """`main`, ending quietly (no traceback) when the reader of its output goes away (`tile-opt ... | head`)."""
-    @functools.wraps(main)
-    def run(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
-            return 141  # 128 + SIGPIPE, as a shell reports it
-    return run
 
 
 class InputError(Exception):

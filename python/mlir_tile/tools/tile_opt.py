@@ -18,7 +18,8 @@ from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.diagnostics import Diag, PipelineFailure
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.pipeline_text import split_elements
-from mlir_tile.tools.driver import InputError, Session, quiet_on_closed_pipe, read_input, split_buffer
+from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
 from mlir_tile.tools.upstream import upstream_passes
 
 VERSION = "tile-opt (mlir-tile 0.1.0, MLIR 22)"

@@ -17,7 +17,8 @@ import sys
 from mlir_tile import targets
 from mlir_tile.compile import CompileError, compile_to_ptx, cubin_of_ptx, ptx_chip
 from mlir_tile.diagnostics import PipelineFailure
-from mlir_tile.tools.driver import InputError, Session, quiet_on_closed_pipe, read_input
+from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.tools.driver import InputError, Session, read_input
 
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tile-translate", description=__doc__.split("\n\n")[0], allow_abbrev=False)
