@@ -5,8 +5,12 @@ Given a row-major tile (rows x columns of 16-bit or 8-bit elements), the transfe
 block of the tile) and a writer that fills it with 16-byte vectors along the rows (as cp.async and TMA do:
 lane t of a warp writes chunk t, 8 lanes a phase), `synthesize` returns a shared layout under which every one
 of them is conflict-free by `mlir_tile.banks`, trying the least memory first: swizzles `Sw<B,2,S>` (no extra
-memory), then row paddings; or, when none is conflict-free, the one with the fewest wavefronts, saying so. An x4 in mma order reads (or, stmatrix, writes) the same 32 rows
-with or without `.trans` (which only transposes inside each 8x8 matrix), so one count serves all four.
+memory), then row paddings; or, when none is conflict-free, the one with the fewest wavefronts, saying so.
+
+An x4 in mma order reads (or, stmatrix, writes) the same 32 rows with or without `.trans` (which only
+transposes inside each 8x8 matrix), so one count serves all four. The count is per 8x8 matrix, and every
+matrix on the tile's grid (8 rows by 16 bytes) is counted: what holds for the x4s holds for x1 and x2 and for
+any fragment order whose matrices sit on that grid.
 """
 from __future__ import annotations
 
