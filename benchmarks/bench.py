@@ -941,13 +941,9 @@ def throughput_table(results: dict, second: list | None = None) -> list[str]:
     return lines
 
 
-def _runs(results: dict, second: list | None) -> list[list[dict]]:
-    return [results["configs"]] + ([second] if second else [])
-
-
 def synthesis_report(results: dict, second: list | None, profiles: list) -> list[str]:
     configs = results["configs"]
-    runs = _runs(results, second)
+    runs = [configs] + ([second] if second else [])
     at_least = [sum(entry["generated"]["percent_of_peak"] >= 97 for entry in run) for run in runs]
     within = [sum(abs(entry["generated"]["percent_of_peak"] / (100 * entry["predicted_share"]) - 1) <= 0.03
                   for entry in run) for run in runs]
