@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Callable
 
 from mlir_tile.banks import matrix_wavefronts
 from mlir_tile.cli import quiet_on_closed_pipe
@@ -47,6 +48,11 @@ class Choice:
     def conflict_free(self) -> bool:
         return self.wavefronts == self.minimum
 
+    def address(self, row: int, word: int) -> int:
+        """The word offset of a row's word: the row's pitch, then the swizzle."""
+        linear = row * self.pitch + word
+        return self.swizzle(linear) if self.swizzle else linear
+
     def layout(self, tile: Tile) -> Layout:
         """The tile in words: (rows, words of a row) with this pitch, swizzled."""
         return Layout((tile.rows, tile.row_words), (self.pitch, 1), self.swizzle)
@@ -63,29 +69,30 @@ class Choice:
         return f"{self.layout(tile)}: {memory}, {verdict}"
 
 
-def _offset(choice: Choice, row: int, word: int) -> int:
-    linear = row * choice.pitch + word
-    return choice.swizzle(linear) if choice.swizzle else linear
+Address = Callable[[int, int], int]  # (row, word of the row) -> word offset in shared memory
 
 
-def block_wavefronts(tile: Tile, choice: Choice) -> tuple[int, int]:
-    """(wavefronts, minimum) of reading (or writing) every block with an x4."""
+def block_wavefronts(tile: Tile, address: Choice | Address) -> tuple[int, int]:
+    """(wavefronts, minimum) of reading (or writing) every block with an x4, under a Choice or any address
+    function (another tool's layout, say)."""
+    address = address.address if isinstance(address, Choice) else address
     total = minimum = 0
     for block_row, block_column in itertools.product(range(tile.rows // 16), range(tile.row_words // 8)):
         for matrix in range(4):  # mma order: (rows +8) fastest, then (words +4); .trans reads the same rows
-            rows = [WORD_BYTES * _offset(choice, 16 * block_row + 8 * (matrix & 1) + r, 8 * block_column + 4 * (matrix >> 1))
+            rows = [WORD_BYTES * address(16 * block_row + 8 * (matrix & 1) + r, 8 * block_column + 4 * (matrix >> 1))
                     for r in range(8)]
             total += matrix_wavefronts(rows)
             minimum += 1
     return total, minimum
 
 
-def writer_wavefronts(tile: Tile, choice: Choice) -> tuple[int, int]:
+def writer_wavefronts(tile: Tile, address: Choice | Address) -> tuple[int, int]:
     """(wavefronts, minimum) of the writer filling the tile with 16-byte vectors, chunk k by lane k % 32."""
+    address = address.address if isinstance(address, Choice) else address
     chunks, per_row = tile.rows * tile.row_words // CHUNK_WORDS, tile.row_words // CHUNK_WORDS
     total = 0
     for phase in range(0, chunks, 8):  # 8 lanes of 16 bytes a wavefront at best
-        rows = [WORD_BYTES * _offset(choice, k // per_row, CHUNK_WORDS * (k % per_row)) for k in range(phase, phase + 8)]
+        rows = [WORD_BYTES * address(k // per_row, CHUNK_WORDS * (k % per_row)) for k in range(phase, phase + 8)]
         total += matrix_wavefronts(rows)
     return total, chunks // 8
 

@@ -51,13 +51,11 @@ def test_an_unswizzled_128_byte_row_tile_is_8_way_conflicted():
 @pytest.mark.parametrize("tile", [Tile(64, 64), Tile(128, 32), Tile(64, 128, 8)], ids=str)
 def test_the_block_layout_addresses_the_rows_the_cost_counts(tile):
     """Choice.block_layout (what users write in the IR) puts each block's rows where the synthesis counted them."""
-    from mlir_tile.synthesize import _offset
-
     choice = synthesize(tile)
     layout = choice.block_layout(tile)
     for band, column, matrix, row in itertools.product(range(tile.rows // 16), range(tile.row_words // 8), range(4),
                                                        range(8)):
-        expected = _offset(choice, 16 * band + 8 * (matrix & 1) + row, 8 * column + 4 * (matrix >> 1))
+        expected = choice.address(16 * band + 8 * (matrix & 1) + row, 8 * column + 4 * (matrix >> 1))
         assert layout.offset(band, column, matrix, row, 0) == expected
 
 
@@ -74,3 +72,16 @@ def test_the_command_line(capsys):
             main(bad)
         assert exit_.value.code == 2
     assert "more than any chip's shared memory" in capsys.readouterr().err
+
+
+def test_any_address_function_is_costed_like_a_choice():
+    """What benchmarks/triton_comparison.py relies on: another tool's layout, given as (row, word) -> word
+    offset, is costed exactly as the same layout given as a Choice."""
+    from mlir_tile.synthesize import Choice, block_wavefronts, writer_wavefronts
+
+    tile = Tile(64, 64)
+    for choice in (Choice(None, 32, 0, 0), Choice(Swizzle(3, 2, 3), 32, 0, 0), Choice(Swizzle(2, 2, 3), 32, 0, 0)):
+        address = lambda row, word, c=choice: c.address(row, word)
+        assert block_wavefronts(tile, address) == block_wavefronts(tile, choice)
+        assert writer_wavefronts(tile, address) == writer_wavefronts(tile, choice)
+    assert block_wavefronts(tile, lambda row, word: 32 * row + word) == (512, 64)  # 128-byte rows: 8-way
