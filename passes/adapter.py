@@ -14,7 +14,7 @@ from mlir import ir
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.passes.ir_facts import FactCache, block_size, in_device_code
+from mlir_tile.passes.ir_facts import FactCache
 
 
 def transfer_ops(root: ir.Operation) -> list[MatrixTransferOp]:
@@ -37,7 +37,7 @@ def transfer_verdict(
     `facts` caches what a pass run asks many times; pass one per run (or none for a single op)."""
     facts = facts or FactCache()
     operation = op.operation
-    device_code = in_device_code(operation)
+    device_code = facts.place(operation).device_code
     return contract.check(
         opcode=op.opcode,
         scope=op.scope,
@@ -46,7 +46,7 @@ def transfer_verdict(
         dst=facts.operand(op.dst),
         src=facts.operand(op.src),
         extra_attributes=op.extra_attributes,
-        block_size=block_size(operation),
+        block_size=facts.block_size(operation),
         divergence=facts.divergence(operation) if device_code else None,  # host code: a [target] error
         device_code=device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),

@@ -244,7 +244,8 @@ class FactCache:
     """What one pass run computes once and asks many times: a symbol table per symbol scope, a
     uniformity analysis per kernel, and the facts of each memref value (a run's transfers mostly share
     their buffers). (Looking symbols up by walking the module made verification quadratic in the number
-    of transfers.) Valid while the run creates and erases no memref values, which the tile passes don't."""
+    of transfers.) Valid while the run creates and erases no memref values and no ops that hold transfers,
+    which the tile passes don't."""
 
     def __init__(self) -> None:
         self._symbol_tables: dict = {}
@@ -252,11 +253,28 @@ class FactCache:
         self._operands: dict = {}
         self._static_shared: dict = {}
         self._targets: dict = {}
+        self._places: dict = {}
+        self._block_sizes: dict = {}
+
+    def place(self, op: ir.Operation) -> Place:
+        """Where `op` sits, found once per parent op (the transfers of a block share their ancestors)."""
+        parent = op.operation.parent
+        if parent not in self._places:
+            self._places[parent] = Place(enclosing_function(parent), enclosing(parent, ("gpu.module",)),
+                                         enclosing(parent, ("gpu.module", "gpu.launch")) is not None)
+        return self._places[parent]
+
+    def block_size(self, op: ir.Operation) -> tuple[int, ...] | None:
+        """block_size(op), once per function."""
+        function = self.place(op).function
+        if function not in self._block_sizes:
+            self._block_sizes[function] = block_size(op)
+        return self._block_sizes[function]
 
     def static_shared_bytes(self, op: ir.Operation) -> int | None:
         """Bytes of the workgroup memref.globals that the function holding `op` uses (each once), which
         ptxas allocates statically; None outside a function."""
-        function = enclosing_function(op.operation)
+        function = op.operation if op.operation.name in FUNCTION_OPS else self.place(op).function
         if function is None:
             return None
         if function not in self._static_shared:
@@ -294,7 +312,7 @@ class FactCache:
 
     def target_arguments(self, op: ir.Operation) -> dict:
         """target_arguments(op), once per gpu.module."""
-        module = enclosing(op.operation, ("gpu.module",))
+        module = self.place(op).module
         if module not in self._targets:
             self._targets[module] = target_arguments(op)
         return self._targets[module]
@@ -306,7 +324,7 @@ class FactCache:
         from mlir_tile.passes.uniformity import Uniformity, is_kernel
 
         op = op.operation
-        function = enclosing_function(op)
+        function = self.place(op).function
         if function is not None and op.parent == function and is_kernel(function) and \
                 len(function.regions[0].blocks) == 1:
             return None
@@ -320,6 +338,12 @@ class FactCache:
 FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")
 
 
+class Place(NamedTuple):
+    function: ir.Operation | None  # the nearest enclosing function
+    module: ir.Operation | None  # the nearest enclosing gpu.module
+    device_code: bool  # inside a gpu.module or a gpu.launch body
+
+
 def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation | None:
     """The nearest of `op` and its ancestors whose name is in `names`."""
     while op is not None and op.name not in names:
@@ -330,11 +354,6 @@ def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation |
 def enclosing_function(op: ir.Operation) -> ir.Operation | None:
     """The function holding `op`, or `op` itself when it is one."""
     return enclosing(op, FUNCTION_OPS)
-
-
-def in_device_code(op: ir.Operation) -> bool:
-    """Whether `op` is GPU code: inside a gpu.module or a gpu.launch body."""
-    return enclosing(op.operation, ("gpu.module", "gpu.launch")) is not None
 
 
 def block_size(op: ir.Operation) -> tuple[int, ...] | None:
