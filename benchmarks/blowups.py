@@ -28,6 +28,12 @@ def split_chunks(n: int) -> str:
     return "// -----\n".join(["gpu.module @m {\n}\n"] * n)
 
 
+def top_level_ops(n: int) -> str:
+    """n gpu.modules side by side, each a kernel with a transfer: mlir-opt's implicit module, whose locations
+    the driver renames op by op."""
+    return "".join(HEAD.replace("@m ", f"@m{i} ") + f"    {TRANSFER}\n    gpu.return\n  }}\n}}\n" for i in range(n))
+
+
 def transfers_after_a_divergent_branch(n: int) -> str:
     body = ("    %l = gpu.lane_id\n    %c4 = arith.constant 4 : index\n    %p = arith.cmpi ult, %l, %c4 : index\n"
             "    cf.cond_br %p, ^bb1, ^bb2\n  ^bb1:\n    cf.br ^bb2\n  ^bb2:\n")
@@ -57,6 +63,7 @@ def cta_with_a_huge_block(n: int) -> str:
 
 CASES = {
     "--split-input-file parts": (split_chunks, (7_000, 70_000), ["--split-input-file"]),
+    "top-level gpu.modules (implicit module)": (top_level_ops, (200, 2_000), ["--tile-verify-matrix-transfer"]),
     "transfers after a divergent branch": (transfers_after_a_divergent_branch, (2_000, 20_000),
                                            ["--tile-verify-matrix-transfer"]),
     "transfers in uniform loops": (transfers_in_uniform_loops, (2_000, 20_000), ["--tile-verify-matrix-transfer"]),
