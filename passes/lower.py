@@ -57,21 +57,22 @@ def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
                 diagnostic(op, violation, prefix="cannot be lowered: ")
             failed = True
             continue
-        _hoist_register_storage(op)
+        registers, shared = transfer.opcode.registers_and_shared(op.dst, op.src)
+        _hoist_register_storage(registers)
         with op.location, ir.InsertionPoint(op):
-            _emit_transfer(transfer, op, vocabulary)
+            _emit_transfer(transfer, op, registers, shared, vocabulary)
         op.operation.erase()
     vocabulary.remove_anchors()
     if failed:
         pass_.signal_pass_failure()
 
 
-def _hoist_register_storage(op: MatrixTransferOp) -> None:
+def _hoist_register_storage(registers: ir.Value) -> None:
     """Moves the register storage's static memref.alloca to the start of the function's entry block. LLVM
     promotes only allocas of the entry block to registers, and a loop before the alloca (the copy into shared
     memory, say) puts it in a later block once scf-to-cf has run: it stayed an array in local memory (`.local`,
     `st.local`) in the PTX."""
-    value = op.registers
+    value = registers
     while True:
         producer = value.owner
         if not isinstance(producer, (ir.OpView, ir.Operation)):
@@ -122,6 +123,8 @@ class _Vocabulary:
         self._positions: dict[int, ir.Attribute] = {}
         self._counts: dict[int, ir.Attribute] = {}
         self._gep_attributes: dict[int, dict] = {}
+        self._repeats: dict[int, tuple] = {}
+        self._slot_positions: dict[tuple, list[int]] = {}
         self.dynamic_gep = self._gep_attributes_of(_DYNAMIC_INDEX)
         self._anchors: dict[ir.Operation, ir.Operation] = {}
         self._shared: dict[tuple, ir.Value] = {}
@@ -160,6 +163,17 @@ class _Vocabulary:
         for anchor in self._anchors.values():
             anchor.erase()
         self._anchors.clear()
+
+    def repeats(self, transfer: contract.Transfer) -> list[tuple[int, list[int]]]:
+        """(the repeat's shared offset before the swizzle, its register slots) for each repeat, worked out once
+        per checked Transfer: identical ops share one (the contract's check is cached), and unrolled loops
+        hold thousands."""
+        if id(transfer) not in self._repeats:  # the Transfer is kept with its plan, so its id stays its own
+            plan = [(transfer.shared_linear_offset(0, repeat, 0, 0),
+                     [transfer.register_slot(repeat, i) for i in range(transfer.opcode.count)])
+                    for repeat in transfer.repeats()]
+            self._repeats[id(transfer)] = (transfer, plan)
+        return self._repeats[id(transfer)][1]
 
     # The ops the lowering makes per repeat, created generically with cached attributes: the generated
     # builders check and convert their arguments on every call, which took half of the pass.
@@ -204,8 +218,8 @@ class _Vocabulary:
         return ir.Operation.create("arith.constant", results=[kind], attributes=attributes).result
 
 
-def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary: _Vocabulary) -> None:
-    registers, shared = op.registers, op.shared
+def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers: ir.Value, shared: ir.Value,
+                   vocabulary: _Vocabulary) -> None:
     count = transfer.opcode.count
     layout_ = transfer.shared
     row_mode, matrix_mode = layout_.mode(layout_.rank - 2), layout_.mode(layout_.rank - 3)
@@ -245,8 +259,7 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
     container = register_type.element_type
 
     static = transfer.shared_operand.static_offset
-    for repeat in transfer.repeats():
-        constant = transfer.shared_linear_offset(0, repeat, 0, 0)
+    for constant, slots in vocabulary.repeats(transfer):
         if swizzle is None:
             pointer = vocabulary.gep(lane_pointer, static + constant) if static + constant else lane_pointer
         else:
@@ -262,7 +275,6 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, vocabulary
             pointer = vocabulary.gep(base, offset)
             if static + shift:
                 pointer = vocabulary.gep(pointer, static + shift)
-        slots = [transfer.register_slot(repeat, i) for i in range(count)]
         if transfer.opcode.is_load:
             result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)
             result = ir.Operation.create("nvvm.ldmatrix", results=[result_type], operands=[pointer],
