@@ -10,7 +10,8 @@ After: the IR unchanged, and
     in.mlir:3:3: remark: [banks] 2 x ldmatrix.x2: 8 wavefronts per instruction, minimum 2 (4-way conflict);
         tile-widen-matrix-transfer issues it as 1 x ldmatrix.x4
 
-The model is `mlir_tile.banks`; the hint, where the contract allows a wider transfer, `mlir_tile.widen`. Illegal transfers get no remark (the verifier reports them).
+The model is `mlir_tile.banks`; the hint, where the contract allows a wider transfer, `mlir_tile.widen`.
+Illegal transfers get no remark (the verifier reports them).
 """
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ from mlir_tile.passes.ir_facts import FUNCTION_OPS, FactCache, block_size, enclo
 from mlir_tile.passes.registry import PassDefinition
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
-_DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
 ELEMENT = "#nvvm.ld_st_matrix_elt_type<b16>"
+_DYNAMIC_INDEX = -(2**31)  # LLVM::GEPOp::kDynamicIndex: take the index from the operand list
 
 
 def lower_matrix_transfer(root: ir.Operation, pass_) -> None:
@@ -124,8 +124,6 @@ class _Vocabulary:
         self._counts: dict[int, ir.Attribute] = {}
         self._gep_attributes: dict[int, dict] = {}
         self._repeats: dict[int, tuple] = {}
-        self._slot_positions: dict[tuple, list[int]] = {}
-        self.dynamic_gep = self._gep_attributes_of(_DYNAMIC_INDEX)
         self._anchors: dict[ir.Operation, ir.Operation] = {}
         self._shared: dict[tuple, ir.Value] = {}
 
@@ -186,11 +184,9 @@ class _Vocabulary:
     def gep(self, pointer: ir.Value, offset: ir.Value | int) -> ir.Value:
         """`getelementptr i32, pointer, offset` (the NVPTX backend folds constant offsets into the
         instruction's immediate; `inbounds` is not needed)."""
-        if isinstance(offset, int):
-            return ir.Operation.create("llvm.getelementptr", results=[pointer.type], operands=[pointer],
-                                       attributes=self._gep_attributes_of(offset)).result
-        return ir.Operation.create("llvm.getelementptr", results=[pointer.type], operands=[pointer, offset],
-                                   attributes=self.dynamic_gep).result
+        constant, operands = (offset, [pointer]) if isinstance(offset, int) else (_DYNAMIC_INDEX, [pointer, offset])
+        return ir.Operation.create("llvm.getelementptr", results=[pointer.type], operands=operands,
+                                   attributes=self._gep_attributes_of(constant)).result
 
     def _gep_attributes_of(self, constant: int) -> dict:
         if constant not in self._gep_attributes:
@@ -387,8 +383,6 @@ def _descriptor(buffer: ir.Value, vocabulary: _Vocabulary) -> ir.Value:
     return ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[descriptor_type], operands=[buffer]
     ).result
-
-
 
 
 def _slot_indexer(memref_type: ir.MemRefType, vocabulary: _Vocabulary, op: ir.Operation):
