@@ -86,8 +86,8 @@ def build(directory: Path, count: int) -> None:
                 matrix_transfer(case["opcode"], sm, regs, dst_layout=shared, src_layout=registers)
                 k.barrier()
                 k.store(k.load(sm, [lane]), out, [lane, 0])
-        transfer = contract.require_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
-                                            base_alignment=128)
+        transfer = contract.verdict(contract.Query.of_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
+                                            base_alignment=128)).require()
         model = transfer_wavefronts(transfer)
         (directory / f"case_{index}.ptx").write_text(compile_to_ptx(k.module))
         manifest.append({**case, "index": index, "slots": slots, "predicted_per_instruction": model.total / model.instructions,

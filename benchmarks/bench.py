@@ -236,9 +236,9 @@ extern "C" __global__ void __launch_bounds__(32) matrix_kernel(const unsigned *A
 def predicted_share(config: Config) -> float:
     """The share of 128 B/clock/SM the bank model predicts for the kernel where shared memory is what limits
     (`mlir_tile.banks`: one wavefront a matrix is 1)."""
-    transfer = contract.require_layouts(config.opcode, config.registers, config.shared, register_slots=config.slots,
+    transfer = contract.verdict(contract.Query.of_layouts(config.opcode, config.registers, config.shared, register_slots=config.slots,
                                         shared_words=shared_words(config), scope=config.scope, base_alignment=128,
-                                        block_size=(BLOCK, 1, 1))
+                                        block_size=(BLOCK, 1, 1))).require()
     return transfer_wavefronts(transfer).bandwidth_share
 
 

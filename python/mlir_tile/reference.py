@@ -37,8 +37,8 @@ def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarra
         raise ValueError("registers must be (threads, slots) and shared memory a flat array of words")
     threads, slots = registers.shape
     block = (threads, 1, 1) if scope == "cta" else None
-    transfer = contract.require_layouts(opcode, *opcode_info.registers_and_shared(_as_text(dst_layout), _as_text(src_layout)),
-                                        register_slots=slots, shared_words=shared.size, scope=scope, block_size=block)
+    transfer = contract.verdict(contract.Query.of_layouts(opcode, *opcode_info.registers_and_shared(_as_text(dst_layout), _as_text(src_layout)),
+                                        register_slots=slots, shared_words=shared.size, scope=scope, block_size=block)).require()
     if threads != transfer.scope.warps * LANES:
         raise ValueError(
             f"scope \"{scope}\" runs {transfer.scope.warps} warp(s): registers need "

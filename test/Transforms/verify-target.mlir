@@ -1,4 +1,4 @@
-// [target] the chip is one the backend knows and new enough (ldmatrix sm_75, stmatrix sm_90); a +ptxNN feature is new enough for the instruction and the chip.
+// [target] GPU code for NVVM targets only; each target's chip is one the backend knows and new enough (ldmatrix sm_75, stmatrix sm_90); a +ptxNN feature is new enough for the instruction and the chip.
 // RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
 
 gpu.module @stmatrix_on_sm80 [#nvvm.target<chip = "sm_80">] {

@@ -19,8 +19,8 @@ from mlir_tile.testing.random_transfers import transfers
 def test_the_counts_the_h200_measured_and_the_bandwidth_share(shared, registers, opcode, per_instruction, share):
     """Wavefronts per instruction as ncu counted them; the predicted share of 128 B/clock is matrices over
     wavefronts (measured within 3% of it: benchmarks/RESULTS.md)."""
-    transfer = contract.require_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
-                                        register_slots=16, shared_words=2048)
+    transfer = contract.verdict(contract.Query.of_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
+                                        register_slots=16, shared_words=2048)).require()
     model = transfer_wavefronts(transfer)
     assert model.total == per_instruction * model.instructions and model.worst == per_instruction
     assert model.bandwidth_share == share
@@ -37,8 +37,8 @@ def test_a_common_shift_does_not_change_the_count(rows, shift):
 @settings(max_examples=100, deadline=None)
 @given(transfers())
 def test_every_transfer_costs_at_least_one_wavefront_a_matrix(case):
-    transfer = contract.require_layouts(case.opcode, case.register_layout, case.shared_layout, register_slots=case.slots,
-                                        shared_words=case.words, scope=case.scope, block_size=(case.threads, 1, 1))
+    transfer = contract.verdict(contract.Query.of_layouts(case.opcode, case.register_layout, case.shared_layout, register_slots=case.slots,
+                                        shared_words=case.words, scope=case.scope, block_size=(case.threads, 1, 1))).require()
     model = transfer_wavefronts(transfer)
     assert model.minimum <= model.worst <= 8 * model.minimum
 
