@@ -5,9 +5,11 @@ The verifier pass, the lowering (whose precondition it is) and the Python builde
 alignment, the kernel's block size, the chip, whether thread-dependent control flow surrounds the op) is read
 here, from the IR, in one way.
 
-    op --(MatrixTransferOp accessors, ir_facts)--> contract.check(...) --> (Transfer | None, [Violation])
+    op --(MatrixTransferOp accessors, ir_facts)--> contract.Query --> contract.verdict --> (Transfer | None, violations)
 """
 from __future__ import annotations
+
+import dataclasses
 
 from mlir import ir
 
@@ -34,24 +36,30 @@ def transfer_verdict(
     op: MatrixTransferOp, facts: FactCache | None = None
 ) -> tuple[contract.Transfer | None, list[contract.Violation]]:
     """The contract's verdict on one op: the checked Transfer (None when a rule fails) and every violation.
+    A gpu.module with several #nvvm.targets is compiled for each, so the op must be legal for every one.
     `facts` caches what a pass run asks many times; pass one per run (or none for a single op)."""
     facts = facts or FactCache()
     operation = op.operation
-    device_code = facts.place(operation).device_code
-    return contract.check(
+    place = facts.place(operation)
+    query = contract.Query(
         opcode=op.opcode,
         scope=op.scope,
         dst_layout=op.dst_layout_text,
         src_layout=op.src_layout_text,
-        dst=facts.operand(op.dst),
-        src=facts.operand(op.src),
-        extra_attributes=op.extra_attributes,
+        dst=facts.operand(op.dst, place.launch),
+        src=facts.operand(op.src, place.launch),
+        extra_attributes=tuple(op.extra_attributes),
         block_size=facts.block_size(operation),
-        divergence=facts.divergence(operation) if device_code else None,  # host code: a [target] error
-        device_code=device_code,
+        divergence=facts.divergence(operation) if place.device_code else None,  # host code: a [target] error
+        device_code=place.device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),
-        **facts.target_arguments(operation),
     )
+    transfer, violations = None, []
+    for target in facts.targets(operation):
+        found = contract.verdict(dataclasses.replace(query, **target))
+        transfer = transfer or found.transfer
+        violations += [violation for violation in found.violations if violation not in violations]
+    return (None if violations else transfer), violations
 
 
 def diagnostic(op: MatrixTransferOp, violation: contract.Violation, prefix: str = "") -> None:

@@ -39,8 +39,10 @@ def memory_space(memref: ir.MemRefType) -> str:
     return text
 
 
-def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
-    """The contract's view of a memref value (the caller checked it is a memref)."""
+def operand_facts(value: ir.Value, facts: "FactCache | None" = None, launch: ir.Operation | None = None) -> Operand:
+    """The contract's view of a memref value (the caller checked it is a memref), as used inside `launch` (a
+    gpu.launch, or None): gpu-kernel-outlining makes every value from outside the launch body an argument of
+    the kernel, except constants, so the facts stop there as they will after outlining."""
     memref = ir.MemRefType(value.type)
     element = memref.element_type
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
@@ -54,8 +56,8 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
     if static_offset != dynamic:
         offset = static_offset
     else:
-        multiple = dynamic_offset_multiple(value)
-    origin, alignment = buffer_origin(value, facts or FactCache())
+        multiple = dynamic_offset_multiple(value, launch=launch)
+    origin, alignment, allocation_layout = buffer_origin(value, facts or FactCache(), launch)
     return Operand(
         memory=memory_space(memref),
         element_bits=_element_width(element),
@@ -66,6 +68,7 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None) -> Operand:
         offset_multiple=multiple,
         origin=origin,
         contiguous=_is_contiguous(memref.shape, strides),
+        allocation_layout=allocation_layout,
     )
 
 
@@ -79,37 +82,58 @@ def _is_contiguous(shape, strides) -> bool:
     return True
 
 
-def _defining_op(value: ir.Value) -> ir.Operation | None:
-    """The op that produces `value`; None for a block argument."""
+def _defining_op(value: ir.Value, launch: ir.Operation | None = None) -> ir.Operation | None:
+    """The op that produces `value`; None for a block argument, and for a value that comes into the gpu.launch
+    `launch` from outside (an argument of the outlined kernel) unless a constant makes it."""
     owner = value.owner
-    return owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    op = owner.operation if isinstance(owner, (ir.OpView, ir.Operation)) else None
+    if op is None or launch is None or op.name == "arith.constant" or _is_inside(op, launch):
+        return op
+    return None
+
+
+def _is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
+    op, ancestor = op.operation, ancestor.operation
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
+
+
+def _comes_from_outside(value: ir.Value, launch: ir.Operation | None) -> bool:
+    """Whether `value` is defined outside the gpu.launch `launch` (by an op, or as a block argument)."""
+    if launch is None:
+        return False
+    owner = value.owner
+    return not _is_inside(owner.owner if isinstance(owner, ir.Block) else owner, launch)
 
 
 _PROOF_DEPTH = 64  # deeper chains of views or arithmetic prove nothing more: bounded work, no deep recursion
 _WORD_BITS = 64  # index arithmetic wraps at 2^64: no power of two above it is provable
 
 
-def dynamic_offset_multiple(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
+def dynamic_offset_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, launch: ir.Operation | None = None) -> int | None:
     """The power of two the element offset of a memref view is provably a multiple of, from the view op that
     made it (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its
     offset); None when nothing is proven."""
-    op = _defining_op(value)
+    op = _defining_op(value, launch)
     if op is None or depth == 0:
         return None
     if op.name in ("memref.cast", "memref.memory_space_cast", "memref.assume_alignment"):
-        return _offset_multiple_of(op.operands[0], depth - 1)
+        return _offset_multiple_of(op.operands[0], depth - 1, launch)
     if op.name not in ("memref.subview", "memref.reinterpret_cast"):
         return None
     static_offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
     dynamic_offsets = iter(op.operands[1 : 1 + sum(1 for o in static_offsets if o == _DYNAMIC)])
     if op.name == "memref.reinterpret_cast":
         (only,) = static_offsets
-        return _power_of_two(only) if only != _DYNAMIC else value_multiple(next(dynamic_offsets)) or None
+        return _power_of_two(only) if only != _DYNAMIC else value_multiple(next(dynamic_offsets), launch=launch) or None
     source = op.operands[0]
     source_strides, _ = ir.MemRefType(source.type).get_strides_and_offset()
-    result = _offset_multiple_of(source, depth - 1)
+    result = _offset_multiple_of(source, depth - 1, launch)
     for static, stride in zip(static_offsets, source_strides):
-        part = value_multiple(next(dynamic_offsets)) if static == _DYNAMIC else _power_of_two(static)
+        part = value_multiple(next(dynamic_offsets), launch=launch) if static == _DYNAMIC else _power_of_two(static)
         if stride == _DYNAMIC:
             return None
         result = math.gcd(result, _product(part, _power_of_two(stride)))
@@ -119,12 +143,12 @@ def dynamic_offset_multiple(value: ir.Value, depth: int = _PROOF_DEPTH) -> int |
 _DYNAMIC = -(2**63)  # ShapedType's dynamic marker for sizes, strides and offsets
 
 
-def _offset_multiple_of(memref_value: ir.Value, depth: int) -> int:
+def _offset_multiple_of(memref_value: ir.Value, depth: int, launch: ir.Operation | None) -> int:
     """gcd-friendly: a static offset is a multiple of its power-of-two part (0 of everything)."""
     _, offset = ir.MemRefType(memref_value.type).get_strides_and_offset()
     if offset != _DYNAMIC:
         return _power_of_two(offset)
-    return dynamic_offset_multiple(memref_value, depth) or 1
+    return dynamic_offset_multiple(memref_value, depth, launch) or 1
 
 
 def _power_of_two(number: int) -> int:
@@ -137,25 +161,26 @@ def _product(a: int, b: int) -> int:
     return 0 if 0 in (a, b) else min(a * b, 1 << _WORD_BITS)
 
 
-def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | None = None) -> int:
+def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | None = None,
+                   launch: ir.Operation | None = None) -> int:
     """The largest power of two an integer/index value is provably a multiple of; 0 means the value is 0.
     Understands constants, muli, shli by a constant, andi, addi/subi and casts. Powers of two only: they
     survive the wrap-around of fixed-width arithmetic, other factors do not. Each value is visited once
     (`known`), so shared subexpressions cost nothing twice."""
     known = {} if known is None else known
     if value not in known:
-        known[value] = _value_multiple(value, depth, known)
+        known[value] = _value_multiple(value, depth, known, launch)
     return known[value]
 
 
-def _value_multiple(value: ir.Value, depth: int, known: dict) -> int:
-    op = _defining_op(value)
+def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operation | None) -> int:
+    op = _defining_op(value, launch)
     if op is None or depth == 0:
         return 1
     name, depth = op.name, depth - 1
 
     def of(operand: ir.Value) -> int:
-        return value_multiple(operand, depth, known)
+        return value_multiple(operand, depth, known, launch)
 
     if name == "arith.constant":
         try:
@@ -185,21 +210,27 @@ def _element_width(element: ir.Type) -> int:
     return getattr(element, "width", 0)
 
 
-def buffer_origin(value: ir.Value, facts: "FactCache") -> tuple[str, int | None]:
-    """(what allocated the buffer behind `value`, the bytes of alignment the IR proves for it). The origin is
-    the allocating op's name (memref.global for a get_global), or "argument" for a block argument; the
-    alignment is None when nothing is proved. Views keep the alignment of what they view, except that a
-    memref.view's byte shift caps it at what the shift is proven a multiple of."""
+class Origin(NamedTuple):
+    op: str  # what allocated the buffer: the op's name (memref.global for a get_global), or "argument"
+    alignment: int | None  # the bytes of alignment the IR proves for it; None when nothing is proved
+    allocation_layout: str | None = None  # the allocation's memref layout, when it is not the identity
+
+
+def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | None = None) -> Origin:
+    """Who allocated the buffer behind `value` and what alignment the IR proves for it. Views keep the
+    alignment of what they view, except that a memref.view's byte shift caps it at what the shift is proven
+    a multiple of. Inside a gpu.launch, a buffer from outside is an argument of the outlined kernel."""
     proven, cap = None, None
     while True:
-        op = _defining_op(value)
+        op = _defining_op(value, launch)
         if op is None:
-            return "argument", _capped(proven, cap)  # nothing is known about who allocated it
+            return Origin("outside the gpu.launch" if _comes_from_outside(value, launch) else "argument",
+                          _capped(proven, cap))
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue
         if op.name == "memref.view":  # bytes of the source at a (dynamic) byte shift, as a new element type
-            shift = value_multiple(op.operands[1])
+            shift = value_multiple(op.operands[1], launch=launch)
             if shift:
                 cap = min(cap, shift) if cap else shift
             value = op.operands[0]
@@ -210,15 +241,20 @@ def buffer_origin(value: ir.Value, facts: "FactCache") -> tuple[str, int | None]
             continue
         if op.name in ("memref.alloca", "memref.alloc"):
             found = max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
-            return op.name, _capped(found, cap)
+            return Origin(op.name, _capped(found, cap), _layout_unless_identity(ir.MemRefType(op.results[0].type)))
         if op.name == "memref.get_global":
             declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
             declared = (_int_attribute(declaration, "alignment") or _natural_alignment(value)) if declaration else 0
-            return "memref.global", _capped(max(proven or 0, declared) or None, cap)
+            return Origin("memref.global", _capped(max(proven or 0, declared) or None, cap))
         if op.name == "gpu.dynamic_shared_memory":
             # CUDA aligns the dynamic shared memory base to 16 bytes (and convert-gpu-to-nvvm declares it so)
-            return op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap)
-        return op.name, _capped(proven, cap)
+            return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap))
+        return Origin(op.name, _capped(proven, cap))
+
+
+def _layout_unless_identity(memref: ir.MemRefType) -> str | None:
+    """The memref type's layout as text, or None when it is the identity (all the LLVM conversion allocates)."""
+    return None if memref.affine_map == ir.AffineMap.get_identity(memref.rank) else str(memref.layout)
 
 
 DYNAMIC_SHARED_ALIGNMENT = 16
@@ -260,16 +296,18 @@ class FactCache:
         """Where `op` sits, found once per parent op (the transfers of a block share their ancestors)."""
         parent = op.operation.parent
         if parent not in self._places:
+            launch = enclosing(parent, ("gpu.launch",))
             self._places[parent] = Place(enclosing_function(parent), enclosing(parent, ("gpu.module",)),
-                                         enclosing(parent, ("gpu.module", "gpu.launch")) is not None)
+                                         enclosing(parent, ("gpu.module", "gpu.launch")) is not None, launch)
         return self._places[parent]
 
     def block_size(self, op: ir.Operation) -> tuple[int, ...] | None:
-        """block_size(op), once per function."""
-        function = self.place(op).function
-        if function not in self._block_sizes:
-            self._block_sizes[function] = block_size(op)
-        return self._block_sizes[function]
+        """block_size(op), once per function or gpu.launch."""
+        place = self.place(op)
+        key = place.launch or place.function
+        if key not in self._block_sizes:
+            self._block_sizes[key] = block_size(op, place.launch)
+        return self._block_sizes[key]
 
     def static_shared_bytes(self, op: ir.Operation) -> int | None:
         """Bytes of the workgroup memref.globals that the function holding `op` uses (each once), which
@@ -292,11 +330,12 @@ class FactCache:
             self._static_shared[function] = sum(used.values())
         return self._static_shared[function]
 
-    def operand(self, value: ir.Value) -> Operand:
-        """operand_facts(value), once per value."""
-        if value not in self._operands:
-            self._operands[value] = operand_facts(value, self)
-        return self._operands[value]
+    def operand(self, value: ir.Value, launch: ir.Operation | None = None) -> Operand:
+        """operand_facts(value, launch), once per value and gpu.launch."""
+        key = (value, launch)
+        if key not in self._operands:
+            self._operands[key] = operand_facts(value, self, launch)
+        return self._operands[key]
 
     def lookup_symbol(self, op: ir.Operation, name: str) -> ir.Operation | None:
         scope = op.parent
@@ -310,11 +349,11 @@ class FactCache:
             scope = scope.parent
         return None
 
-    def target_arguments(self, op: ir.Operation) -> dict:
-        """target_arguments(op), once per gpu.module."""
+    def targets(self, op: ir.Operation) -> list[dict]:
+        """target_facts(op), once per gpu.module."""
         module = self.place(op).module
         if module not in self._targets:
-            self._targets[module] = target_arguments(op)
+            self._targets[module] = target_facts(op)
         return self._targets[module]
 
     def divergence(self, op: ir.Operation) -> str | None:
@@ -342,6 +381,7 @@ class Place(NamedTuple):
     function: ir.Operation | None  # the nearest enclosing function
     module: ir.Operation | None  # the nearest enclosing gpu.module
     device_code: bool  # inside a gpu.module or a gpu.launch body
+    launch: ir.Operation | None = None  # the nearest enclosing gpu.launch (its body becomes a kernel)
 
 
 def enclosing(op: ir.Operation | None, names: tuple[str, ...]) -> ir.Operation | None:
@@ -356,7 +396,12 @@ def enclosing_function(op: ir.Operation) -> ir.Operation | None:
     return enclosing(op, FUNCTION_OPS)
 
 
-def block_size(op: ir.Operation) -> tuple[int, ...] | None:
+def block_size(op: ir.Operation, launch: ir.Operation | None = None) -> tuple[int, ...] | None:
+    """The block size of the kernel that runs `op`: a gpu.launch's constant block sizes (gpu-kernel-outlining
+    writes them as the kernel's known_block_size), else the function's known_block_size."""
+    if launch is not None:
+        sizes = [_constant(value) for value in _launch_block_sizes(launch)]
+        return None if None in sizes else tuple(sizes)
     kernel = enclosing_function(op)
     if kernel is None:
         return None
@@ -366,42 +411,43 @@ def block_size(op: ir.Operation) -> tuple[int, ...] | None:
     return None
 
 
-_NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
-CHIP_OPTION = re.compile(r'chip = "(?P<chip>[^"]*)"')  # in the text of an #nvvm.target
-_PTX_FEATURE = re.compile(r'features = "[^"]*\+ptx(?P<ptx>\d+)')
-_FEATURES = re.compile(r'features = "(?P<features>(?:[^"\\]|\\.)*)"')
+def _launch_block_sizes(launch: ir.Operation) -> list[ir.Value]:
+    view = launch.opview
+    return [view.blockSizeX, view.blockSizeY, view.blockSizeZ]
 
 
-class NvvmTarget(NamedTuple):
-    chip: str
-    ptx: int | None  # the PTX ISA version x 10 of a `+ptxNN` feature; None: LLVM picks one for the chip
-    features: str = ""  # the features option as written
+def _constant(value: ir.Value) -> int | None:
+    op = _defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    try:
+        return ir.IntegerAttr(op.attributes["value"]).value
+    except (ValueError, TypeError):
+        return None
 
 
-def nvvm_targets(module: ir.Operation) -> list[NvvmTarget]:
+def nvvm_targets(module: ir.Operation) -> list[targets.NvvmTarget]:
     """The #nvvm.targets of a gpu.module, in order."""
-    found = []
-    if "targets" in module.attributes:
-        for target in ir.ArrayAttr(module.attributes["targets"]):
-            match = _NVVM_TARGET.match(str(target))
-            if match:
-                options = match.group("options") or ""
-                chip, ptx = CHIP_OPTION.search(options), _PTX_FEATURE.search(options)
-                features = _FEATURES.search(options)
-                found.append(NvvmTarget(chip.group("chip") if chip else targets.DEFAULT_NVVM_CHIP,
-                                        int(ptx.group("ptx")) if ptx else None,
-                                        features.group("features") if features else ""))
-    return found
+    if "targets" not in module.attributes:
+        return []
+    parsed = (targets.NvvmTarget.parse(str(target)) for target in ir.ArrayAttr(module.attributes["targets"]))
+    return [target for target in parsed if target is not None]
 
 
-def nvvm_target(op: ir.Operation) -> NvvmTarget | None:
-    """The (first) #nvvm.target of the gpu.module holding `op`; None when it has none."""
+def foreign_targets(module: ir.Operation) -> tuple[str, ...]:
+    """The targets of a gpu.module that are not #nvvm.targets (#rocdl.target, ...), as text."""
+    if "targets" not in module.attributes:
+        return ()
+    return tuple(str(t) for t in ir.ArrayAttr(module.attributes["targets"]) if targets.NvvmTarget.parse(str(t)) is None)
+
+
+def target_facts(op: ir.Operation) -> list[dict]:
+    """contract.Query's target fields for the gpu.module holding `op`, one dict per #nvvm.target (the module
+    is compiled for each): chip, ptx, and the targets mlir-tile cannot compile for. One dict without a chip
+    outside a gpu.module, or when the module names no NVVM target yet (the pipeline fills one in)."""
     module = enclosing(op.operation, ("gpu.module",))
-    found = nvvm_targets(module) if module is not None else []
-    return found[0] if found else None
-
-
-def target_arguments(op: ir.Operation) -> dict:
-    """contract.check's `chip` and `ptx` arguments for the gpu.module holding `op` (none without a target)."""
-    target = nvvm_target(op)
-    return {"chip": target.chip, "ptx": target.ptx} if target else {}
+    if module is None:
+        return [{}]
+    foreign = foreign_targets(module)
+    found = [{"chip": target.chip, "ptx": target.ptx, "foreign_targets": foreign} for target in nvvm_targets(module)]
+    return found or [{"foreign_targets": foreign}]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile import targets
-from mlir_tile.passes.ir_facts import CHIP_OPTION
+from mlir_tile.contract import Rule, Violation
 from mlir_tile.passes.registry import Option, PassDefinition
 
 
@@ -34,22 +34,22 @@ def set_nvvm_target(root: ir.Operation, pass_, chip: str | None = None) -> None:
         nonlocal failed
         if op.name != "gpu.module":
             return ir.WalkResult.ADVANCE
-        texts = [str(t) for t in ir.ArrayAttr(op.attributes["targets"])] if "targets" in op.attributes else []
-        nvvm = [i for i, t in enumerate(texts) if t.startswith("#nvvm.target")]
-        if not nvvm:
-            texts.append(f'#nvvm.target<chip = "{chip}">')
-        for i in nvvm:
-            named = CHIP_OPTION.search(texts[i])
-            if named and asked and named.group("chip") != asked:
-                op.location.emit_error(
-                    f"[target] this gpu.module's #nvvm.target names chip {named.group('chip')}, but the pipeline "
-                    f"asks for chip={chip}; the IR's target decides: compile without the chip option, or change "
-                    f"the target in the IR")
+        attributes = list(ir.ArrayAttr(op.attributes["targets"])) if "targets" in op.attributes else []
+        parsed = [targets.NvvmTarget.parse(str(attribute)) for attribute in attributes]
+        if not any(parsed):
+            attributes.append(ir.Attribute.parse(targets.NvvmTarget(chip, None, chip_named=False).with_chip(chip).attribute))
+        for position, target in enumerate(parsed):
+            if target is None:
+                continue
+            if target.chip_named and asked and target.chip != asked:
+                op.location.emit_error(str(Violation(
+                    Rule.TARGET, f"this gpu.module's #nvvm.target names chip {target.chip}, but the pipeline asks "
+                                 f"for chip={chip}; the IR's target decides: compile without the chip option, or "
+                                 f"change the target in the IR")))
                 failed = True
-            elif not named:
-                texts[i] = (f'#nvvm.target<chip = "{chip}">' if texts[i] == "#nvvm.target"
-                            else texts[i].replace("#nvvm.target<", f'#nvvm.target<chip = "{chip}", ', 1))
-        op.attributes["targets"] = ir.ArrayAttr.get([ir.Attribute.parse(t) for t in texts])
+            elif not target.chip_named:
+                attributes[position] = ir.Attribute.parse(target.with_chip(chip).attribute)
+        op.attributes["targets"] = ir.ArrayAttr.get(attributes)
         return ir.WalkResult.SKIP
 
     root.walk(fill_in, ir.WalkOrder.PRE_ORDER)

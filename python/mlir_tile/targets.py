@@ -9,6 +9,7 @@ names (`sm_9`). Tests keep both sets equal to those listings; a name is checked 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 DEFAULT_CHIP = "sm_90"  # the H200 the project is measured on; what a flag or argument means when left out
 DEFAULT_NVVM_CHIP = "sm_50"  # what an #nvvm.target without a chip option means (upstream's default)
@@ -46,6 +47,67 @@ MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
 MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}
 
 
+class Requirement(NamedTuple):
+    """What an NVVM instruction needs (PTX ISA; each checked against LLVM 22's NVPTX backend, which stops the
+    process on the chips and PTX versions below it: "Cannot select: intrinsic")."""
+
+    instruction: str  # the PTX form, as diagnostics name it
+    architecture: int  # the lowest architecture (x 10 of the compute capability)
+    ptx: int  # the lowest PTX ISA version (x 10)
+    specific: bool = False  # only on architecture-specific chips (sm_100a, sm_100f, ...)
+
+
+# mma.sync by (shape, multiplicand type): PTX ISA, "Matrix multiply-accumulate operation using mma".
+_MMA = {
+    ("m8n8k4", "f16"): (70, 64), ("m8n8k4", "f64"): (80, 70),
+    ("m16n8k4", "tf32"): (80, 70), ("m16n8k4", "f64"): (90, 78),
+    ("m16n8k8", "f16"): (75, 65), ("m16n8k8", "bf16"): (80, 70), ("m16n8k8", "tf32"): (80, 70),
+    ("m16n8k8", "f64"): (90, 78),
+    ("m16n8k16", "f16"): (80, 70), ("m16n8k16", "bf16"): (80, 70), ("m16n8k16", "s8"): (80, 70),
+    ("m16n8k16", "u8"): (80, 70), ("m16n8k16", "f64"): (90, 78), ("m16n8k16", "e4m3"): (89, 87),
+    ("m16n8k16", "e5m2"): (89, 87),
+    ("m8n8k16", "s8"): (75, 65), ("m8n8k16", "u8"): (75, 65), ("m8n8k32", "s4"): (75, 65), ("m8n8k32", "u4"): (75, 65),
+    ("m16n8k32", "s8"): (80, 70), ("m16n8k32", "u8"): (80, 70), ("m16n8k32", "s4"): (80, 70),
+    ("m16n8k32", "u4"): (80, 70), ("m16n8k32", "e4m3"): (89, 84), ("m16n8k32", "e5m2"): (89, 84),
+    ("m16n8k64", "s4"): (80, 70), ("m16n8k64", "u4"): (80, 70),
+    ("m8n8k128", "b1"): (75, 65), ("m16n8k128", "b1"): (80, 70), ("m16n8k256", "b1"): (80, 70),
+}
+
+
+def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None = None) -> Requirement | None:
+    """What the NVVM op `op_name` (with its shape `m8n8`/`m16n8k16` and element or multiplicand type) needs;
+    None for ops it does not constrain here. An mma form missing from the table gets its shape's strictest."""
+    if op_name in ("nvvm.ldmatrix", "nvvm.stmatrix"):
+        instruction = op_name.removeprefix("nvvm.")
+        if shape not in (None, "m8n8"):  # the 8-bit forms (m16n16, m8n16, m16n8)
+            return Requirement(f"{instruction}.{shape}", 100, 86, specific=True)
+        return Requirement(f"{instruction}.m8n8", MINIMUM_ARCHITECTURE[instruction], MINIMUM_PTX[instruction])
+    if op_name == "nvvm.mma.sync":
+        forms = [need for (form, _), need in _MMA.items() if form == shape]
+        architecture, ptx = _MMA.get((shape, element)) or max(forms, default=(90, 78))
+        return Requirement(f"mma.sync.{shape}{'.' + element if element else ''}", architecture, ptx)
+    if op_name.startswith("nvvm.cp.async.bulk"):
+        return Requirement(op_name.removeprefix("nvvm."), 90, 80)
+    if op_name.startswith("nvvm.cp.async."):
+        return Requirement(op_name.removeprefix("nvvm."), 80, 70)
+    return None
+
+
+def requirement_problem(requirement: Requirement, chip: str, ptx: int | None) -> str | None:
+    """Why `chip` (known) with PTX version `ptx` (None: the chip's lowest) cannot run the instruction, or None."""
+    needed = (f"an architecture-specific chip, sm_{requirement.architecture}a/f or newer ({known_specific_chips(requirement.architecture)})"
+              if requirement.specific else f"sm_{requirement.architecture} or newer")
+    if architecture(chip) < requirement.architecture or (requirement.specific and chip[-1] not in "af"):
+        return f"{requirement.instruction} needs {needed}, but the gpu.module targets {chip}"
+    version = max(requirement.ptx, CHIP_MINIMUM_PTX[chip])
+    if (ptx if ptx is not None else CHIP_MINIMUM_PTX[chip]) < version:
+        given = f"asks for PTX {ptx_version_text(ptx)}" if ptx is not None else \
+            f"names no PTX version, so LLVM uses {chip}'s lowest, {ptx_version_text(CHIP_MINIMUM_PTX[chip])}"
+        return (f"{requirement.instruction} needs PTX {ptx_version_text(version)}, but the gpu.module's "
+                f"#nvvm.target {given}; add features = \"+ptx{version}\" to it")
+    return None
+
+
 # Shared memory a block may use, in bytes, by architecture (CUDA C Programming Guide, "Compute Capabilities",
 # maximum shared memory per thread block, with the opt-in); chips not listed get the smallest below. A kernel
 # may declare at most STATIC_SHARED_BYTES of it statically (ptxas: "Entry function uses too much shared data").
@@ -63,6 +125,46 @@ MAX_BLOCK_DIMENSIONS = (1024, 1024, 64)
 PTX_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+")
 
 
+_NVVM_TARGET = re.compile(r"#nvvm\.target(?:<(?P<options>.*)>)?$", re.S)
+_CHIP = re.compile(r'\bchip = "(?P<chip>(?:[^"\\]|\\.)*)"')
+_FEATURES = re.compile(r'\bfeatures = "(?P<features>(?:[^"\\]|\\.)*)"')
+
+
+class NvvmTarget(NamedTuple):
+    """An #nvvm.target attribute as a value: read once from its text (`parse`), written once (`attribute`);
+    the bindings have no typed accessor for it."""
+
+    chip: str  # the chip named, or upstream's default (DEFAULT_NVVM_CHIP) when none is
+    ptx: int | None  # the PTX ISA version x 10 of a `+ptxNN` feature; None: LLVM picks one for the chip
+    features: str = ""  # the features option as written
+    chip_named: bool = True  # whether the attribute names a chip
+    options: str = ""  # the attribute's options as written
+
+    @classmethod
+    def parse(cls, text: str) -> "NvvmTarget | None":
+        """The target an attribute's text describes; None for an attribute that is no #nvvm.target."""
+        match = _NVVM_TARGET.match(text)
+        if not match:
+            return None
+        options = match.group("options") or ""
+        chip, features = _CHIP.search(options), _FEATURES.search(options)
+        feature_text = features.group("features") if features else ""
+        ptx = FEATURE.search(feature_text)
+        return cls(chip.group("chip") if chip else DEFAULT_NVVM_CHIP, int(ptx.group(1)) if ptx else None,
+                   feature_text, chip is not None, options)
+
+    def with_chip(self, chip: str) -> "NvvmTarget":
+        """This target for a known chip (TargetError otherwise), its other options kept."""
+        require_chip(chip)
+        options = _CHIP.sub(f'chip = "{chip}"', self.options) if self.chip_named else \
+            ", ".join(part for part in (f'chip = "{chip}"', self.options) if part)
+        return self._replace(chip=chip, chip_named=True, options=options)
+
+    @property
+    def attribute(self) -> str:
+        return f"#nvvm.target<{self.options}>" if self.options else "#nvvm.target"
+
+
 def block_size_problem(block_size) -> str | None:
     """Why a block of this size cannot be launched, or None."""
     if len(block_size) != 3 or any(n < 1 for n in block_size):
@@ -73,6 +175,21 @@ def block_size_problem(block_size) -> str | None:
     if threads > MAX_BLOCK_THREADS:
         return f"has {threads} threads, more than the {MAX_BLOCK_THREADS} a block can have; a kernel cannot be launched with it"
     return None
+
+
+def alignment_problem(alignment: int) -> str | None:
+    """Why a buffer cannot be declared with this alignment, or None."""
+    if alignment > MAX_ALIGNMENT:
+        return f"alignment {alignment}, above the {MAX_ALIGNMENT} bytes ptxas accepts"
+    return None
+
+
+def static_shared_problem(used: int | None) -> str | None:
+    """Why a kernel cannot declare `used` bytes of static shared memory, or None."""
+    if used is None or used <= STATIC_SHARED_BYTES:
+        return None
+    return (f"the kernel declares {used} bytes of static shared memory (workgroup memref.globals), more than the "
+            f"{STATIC_SHARED_BYTES} a kernel can declare; use gpu.dynamic_shared_memory for more")
 
 
 FEATURE = re.compile(r"\+ptx(\d+)")  # the one #nvvm.target feature mlir-tile passes on to LLVM
@@ -117,6 +234,10 @@ def known_chips(minimum: int = 0) -> str:
     """The chips of architecture `minimum` or newer that mlir-tile compiles for, oldest first, as text."""
     chips = sorted((c for c in CHIPS if architecture(c) >= minimum), key=lambda c: (architecture(c), c))
     return ", ".join(chips)
+
+
+def known_specific_chips(minimum: int) -> str:
+    return ", ".join(chip for chip in known_chips(minimum).split(", ") if chip[-1] in "af")
 
 
 def chip_problem(chip: object, minimum: int = 0) -> str | None:
