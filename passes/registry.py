@@ -25,25 +25,61 @@ class Option:
 
 
 @dataclass(frozen=True)
-class PassDefinition:
+class Step:
+    """A tile pass or pipeline with typed option values: how pipelines are built in Python, so that no value
+    is formatted into pipeline text and parsed back. `text` is how it is shown (and written in a pipeline)."""
+
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    @property
+    def text(self) -> str:
+        given = " ".join(f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+                         for name, value in self.options if value is not None)
+        return f"{self.name}{{{given}}}" if given else self.name
+
+
+class _Definition:
+    def option_values(self, given: dict[str, str]) -> dict[str, Any]:
+        """The typed values of options given as text (ValueError with the reason)."""
+        return _option_values(self.name, self.options, given)
+
+    def step(self, **values) -> Step:
+        """This pass or pipeline with option values given as Python values, each checked as its option
+        checks text (a chip must be a known chip)."""
+        checked = self.option_values({name.replace("_", "-"): str(value).lower() if isinstance(value, bool)
+                                      else str(value) for name, value in values.items() if value is not None})
+        return self.step_of(checked)
+
+    def step_of(self, values: dict[str, Any]) -> Step:
+        """The Step of typed option values; those equal to their defaults are left out (as mlir-opt prints)."""
+        defaults = {option.name: option.default for option in self.options}
+        return Step(self.name, tuple(sorted((name, value) for name, value in values.items()
+                                            if value != defaults.get(name))))
+
+    def values_of(self, step: Step) -> dict[str, Any]:
+        """Every option's value in `step`, defaults included."""
+        return {**{option.name: option.default for option in self.options}, **step.values}
+
+
+@dataclass(frozen=True)
+class PassDefinition(_Definition):
     name: str
     summary: str
     run: Callable  # run(op, pass_, **options)
     options: tuple[Option, ...] = ()
 
-    def option_values(self, given: dict[str, str]) -> dict[str, Any]:
-        return _option_values(self.name, self.options, given)
-
 
 @dataclass(frozen=True)
-class PipelineDefinition:
+class PipelineDefinition(_Definition):
     name: str
     summary: str
-    elements: Callable[[dict], list[str]]  # the pipeline's elements, given its option values
+    elements: Callable[[dict], list]  # the pipeline's elements (upstream text or Steps), given its option values
     options: tuple[Option, ...] = ()
-
-    def expand(self, given: dict[str, str]) -> list[str]:
-        return self.elements(_option_values(self.name, self.options, given))
 
 
 def _option_values(owner: str, options: tuple[Option, ...], given: dict[str, str]) -> dict[str, Any]:
@@ -87,17 +123,15 @@ _GPU_MODULE_TO_NVVM = (
 )
 
 
-def _target(options: dict) -> list[str]:
-    return [f"tile-set-nvvm-target{{chip={options['chip']}}}" if options["chip"] else "tile-set-nvvm-target"]
-
-
-def _tile_to_nvvm(options: dict) -> list[str]:
+def _tile_to_nvvm(options: dict) -> list:
     # gpu.launch bodies become kernels in gpu.modules first, so that their transfers reach the PTX
-    return ["gpu-kernel-outlining"] + _target(options) + ["tile-check-nvptx", "tile-verify-matrix-transfer", "tile-lower-matrix-transfer", _GPU_MODULE_TO_NVVM,
-                               "tile-extern-dynamic-shared", "reconcile-unrealized-casts"]
+    target = Step("tile-set-nvvm-target", (("chip", options["chip"]),) if options["chip"] else ())
+    return ["gpu-kernel-outlining", target,
+            Step("tile-check-nvptx"), Step("tile-verify-matrix-transfer"), Step("tile-lower-matrix-transfer"),
+            _GPU_MODULE_TO_NVVM, Step("tile-extern-dynamic-shared"), "reconcile-unrealized-casts"]
 
 
-def _tile_to_ptx(options: dict) -> list[str]:
+def _tile_to_ptx(options: dict) -> list:
     return _tile_to_nvvm(options) + ["gpu-module-to-binary{format=isa}"]
 
 

@@ -1,57 +1,82 @@
 """From a module holding tile ops to PTX text, and on to a cubin, in-process (no GPU needed).
 
 The caller's module is never changed: a copy is compiled. The chip is the IR's (`#nvvm.target`); `chip` fills
-it in where the IR names none, and contradicting the IR is an error (tile-set-nvvm-target).
+it in where the IR names none, and contradicting the IR is an error (tile-set-nvvm-target). A gpu.module
+with several #nvvm.targets, like a module with several gpu.modules, compiles to one PTX text for each.
 """
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
+from mlir_tile import targets
 from mlir_tile.diagnostics import PipelineFailure
+from mlir_tile.passes.registry import TILE_TO_PTX
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
 _PTX_TARGET = re.compile(r"^\.target\s+(sm_\w+)", re.M)
 
 
-def compile_to_ptx_by_module(module: ir.Module | ir.Operation, chip: str | None = None, *,
-                             source_name: str | None = None) -> dict[str, str]:
-    """The PTX of each gpu.module (and each of its NVVM targets), by gpu.module name; a copy of `module` is
-    compiled. `source_name` names the file the module was parsed from, if any (for the reproducer command)."""
+class PtxText(NamedTuple):
+    module: str  # the gpu.module's name
+    chip: str  # the chip of its #nvvm.target this text is for
+    text: str
+
+
+class PipelineError(CompileError):
+    """A pass failed: `failure` holds its diagnostics (with locations) and the failing pass."""
+
+    def __init__(self, failure: PipelineFailure, source_name: str | None):
+        self.failure = failure
+        if source_name is not None or failure.element is None or failure.reproducer is None:
+            super().__init__(failure.report(source_name or "<python module>"))
+            return
+        super().__init__("\n".join([str(d) for d in failure.diagnostics] + [
+            f"pass '{failure.element}' failed; the IR it received is this error's failure.reproducer (run it with "
+            f"tile-opt FILE --pass-pipeline='builtin.module({failure.element})')"]))
+
+
+def compile_to_ptx_texts(module: ir.Module | ir.Operation, chip: str | None = None, *,
+                         source_name: str | None = None) -> list[PtxText]:
+    """The PTX of each gpu.module for each of its NVVM targets, in order; a copy of `module` is compiled.
+    `source_name` names the file the module was parsed from, if any (for the diagnostics and the hint)."""
+    if chip is not None:
+        targets.require_chip(chip)  # a TargetError before any pipeline is built
     copy = module.operation.clone()
-    pipeline = f"tile-to-ptx{{chip={chip}}}" if chip else "tile-to-ptx"
     try:
-        run_pipeline(copy, [pipeline], input_is_file=source_name is not None)
+        run_pipeline(copy, [TILE_TO_PTX.step(chip=chip)], input_is_file=source_name is not None)
     except PipelineFailure as failure:
         copy.erase()
-        raise CompileError(failure.report(source_name or "<python module>")) from None
-    texts = {}
+        raise PipelineError(failure, source_name) from None
+    texts = []
     for op in copy.regions[0].blocks[0].operations:
-        if op.operation.name != "gpu.binary":
-            continue
-        name = ir.StringAttr(op.operation.attributes["sym_name"]).value
-        objects = [ObjectAttr(a).object.decode() for a in ir.ArrayAttr(op.operation.attributes["objects"])]
-        for position, text in enumerate(objects):
-            texts[name if len(objects) == 1 else f"{name}#{position}"] = text
+        if op.operation.name == "gpu.binary":
+            name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+            for attribute in ir.ArrayAttr(op.operation.attributes["objects"]):
+                text = ObjectAttr(attribute).object.decode()
+                texts.append(PtxText(name, ptx_chip(text), text))
     copy.erase()
     if not texts:
-        raise CompileError("the module has no gpu.module to compile: kernels live in a gpu.module")
+        raise CompileError(f"{source_name or '<python module>'}: error: the module has no gpu.module to compile: "
+                           f"kernels live in a gpu.module")
     return texts
 
 
 def compile_to_ptx(module: ir.Module | ir.Operation, chip: str | None = None, *,
                    source_name: str | None = None) -> str:
     """The PTX of the module's one gpu.module (tile-to-ptx on a copy). Several gpu.modules (or targets) make
-    several PTX texts, each with its own header, which one text cannot hold: use compile_to_ptx_by_module."""
-    texts = compile_to_ptx_by_module(module, chip, source_name=source_name)
+    several PTX texts, each with its own header, which one text cannot hold: use compile_to_ptx_texts."""
+    texts = compile_to_ptx_texts(module, chip, source_name=source_name)
     if len(texts) > 1:
-        raise CompileError(f"the module compiles to {len(texts)} PTX texts (gpu.modules/targets "
-                           f"{', '.join(texts)}), and one PTX text holds one: use compile_to_ptx_by_module, or "
-                           f"tile-translate --mlir-to-ptx on one gpu.module at a time")
-    return next(iter(texts.values()))
+        names = ", ".join(f"@{t.module} ({t.chip})" for t in texts)
+        raise CompileError(f"{source_name or '<python module>'}: error: the module compiles to {len(texts)} PTX "
+                           f"texts ({names}), and one PTX text holds one: use compile_to_ptx_texts, or "
+                           f"tile-translate --mlir-to-ptx, which writes each")
+    return texts[0].text
 
 
 def compile_to_cubin(module: ir.Module | ir.Operation, chip: str | None = None, *,

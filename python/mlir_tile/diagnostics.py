@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 
 from mlir import ir
@@ -73,21 +72,26 @@ class PipelineFailure(Exception):
         self.element, self.diagnostics, self.reproducer = element, diagnostics, reproducer
         super().__init__("\n".join(str(d) for d in diagnostics))
 
-    def reproducer_command(self, input_name: str) -> str:
-        """The tile-opt command that runs the failed step alone on the IR it received."""
-        source = input_name
-        if self.reproducer is not None:
-            handle, source = tempfile.mkstemp(prefix="tile-repro-", suffix=".mlir")
-            with os.fdopen(handle, "w") as stream:
-                stream.write(self.reproducer)
-        return f"tile-opt {source} --pass-pipeline='builtin.module({self.element})'"
-
-    def hint(self, input_name: str) -> str | None:
-        """Which pass failed and the command that reproduces it; None for a failure before any pass."""
+    def hint(self, input_name: str, reproducer_path: str | None = None) -> str | None:
+        """Which pass failed and how to run it alone; None for a failure before any pass. The IR the pass
+        received (when it was not the input itself) is written to `reproducer_path` only when one is given,
+        as mlir-opt writes a reproducer only when asked."""
         if self.element is None:
             return None
-        return f"pass '{self.element}' failed; reproduce with: {self.reproducer_command(input_name)}"
+        command = f"--pass-pipeline='builtin.module({self.element})'"
+        if self.reproducer is None:
+            return f"pass '{self.element}' failed; reproduce with: tile-opt {input_name} {command}"
+        if reproducer_path is None:
+            return (f"pass '{self.element}' failed; --mlir-pass-pipeline-crash-reproducer=FILE writes the IR it "
+                    f"received to FILE, to reproduce with tile-opt FILE {command}")
+        with open(reproducer_path, "w") as stream:
+            stream.write(self.reproducer)
+        return f"pass '{self.element}' failed; reproduce with: tile-opt {reproducer_path} {command}"
 
-    def report(self, input_name: str) -> str:
-        hint = self.hint(input_name)
+    def shifted(self, lines: int, source_name: str) -> "PipelineFailure":
+        """This failure with its diagnostics `lines` further down in `source_name` (a part of a split input)."""
+        return PipelineFailure(self.element, [d.shifted(lines, source_name) for d in self.diagnostics], self.reproducer)
+
+    def report(self, input_name: str, reproducer_path: str | None = None) -> str:
+        hint = self.hint(input_name, reproducer_path)
         return "\n".join([str(d) for d in self.diagnostics] + ([hint] if hint else []))

@@ -9,31 +9,49 @@ from mlir import ir, passmanager
 
 from mlir_tile.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
 from mlir_tile.passes import PASSES, PIPELINES
+from mlir_tile.passes.registry import Step
 from mlir_tile.passes.remarks import take as take_reports
 from mlir_tile.pipeline_text import parse_element, split_elements
 
-def expand(elements: list[str]) -> list[str]:
-    """Named pipelines replaced by their elements, recursively (ValueError for an unknown option)."""
+def expand(elements: list) -> list:
+    """Named pipelines replaced by their elements, recursively, and tile passes given as text turned into
+    Steps (ValueError for an unknown option); upstream elements stay text."""
     expanded = []
     for element in elements:
-        name, options = parse_element(element)
+        if isinstance(element, Step):
+            name, values = element.name, element.values
+        else:
+            name, options = parse_element(element)
+            definition = PIPELINES.get(name) or PASSES.get(name)
+            values = definition.option_values(options) if definition else None
         if name in PIPELINES:
-            expanded += expand(PIPELINES[name].expand(options))
+            expanded += expand(PIPELINES[name].elements(PIPELINES[name].values_of(PIPELINES[name].step_of(values))))
+        elif name in PASSES:
+            expanded.append(PASSES[name].step_of(values))
         else:
             expanded.append(element)
     return expanded
 
 
-def add_element(pm: passmanager.PassManager, element: str, anchors: tuple[str, ...] = ()) -> None:
+def element_text(element) -> str:
+    """How a pipeline element is shown: its text."""
+    return element.text if isinstance(element, Step) else element
+
+
+def add_element(pm: passmanager.PassManager, element, anchors: tuple[str, ...] = ()) -> None:
     """One pipeline element, nested under `anchors` (op names, outermost first). A tile pass becomes a Python
     callable with its parsed options; a nested pipeline that holds tile passes (`gpu.module(a, tile-x, b)`)
     is split around them; anything else is upstream pipeline text, implicitly nested under the op its pass
     is restricted to, as mlir-opt does (`convert-gpu-to-nvvm` on a module runs on its gpu.modules)."""
+    if isinstance(element, Step):
+        definition = PASSES[element.name]
+        pm.add(_python_pass(definition, definition.values_of(element), anchors), name=element.name, argument=element.name,
+               description=definition.summary)
+        return
     name, options = parse_element(element)
     definition = PASSES.get(name)
     if definition is not None:
-        pm.add(_python_pass(definition, definition.option_values(options), anchors), name=name, argument=name,
-               description=definition.summary)
+        add_element(pm, definition.step_of(definition.option_values(options)), anchors)
         return
     if name in PIPELINES:
         raise ValueError(f"'{name}' is a pipeline over the builtin.module; it cannot be nested in {anchors[-1]}")
@@ -101,7 +119,7 @@ def _anchored(op: ir.Operation, anchors: tuple[str, ...]) -> list[ir.Operation]:
     return found
 
 
-def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:
+def step_manager(element, context: ir.Context) -> passmanager.PassManager:
     """A pass manager running one pipeline element on a builtin.module."""
     pm = passmanager.PassManager("builtin.module", context=context)
     add_element(pm, element)
@@ -109,7 +127,7 @@ def step_manager(element: str, context: ir.Context) -> passmanager.PassManager:
 
 
 def run_pipeline(
-    module: ir.Operation, elements: list[str], *, instrument=None, input_is_file: bool = True
+    module: ir.Operation, elements: list, *, instrument=None, input_is_file: bool = True
 ) -> list[Diag]:
     """Run a pipeline of tile and upstream passes on a builtin.module operation, in place.
 
@@ -143,7 +161,7 @@ def run_pipeline(
         pass
     take_reports()
     _run_steps(saved, steps, keep_first_input=not input_is_file)
-    raise PipelineFailure(steps[-1], [Diag("error", PIPELINE_LOCATION, None, None,
+    raise PipelineFailure(element_text(steps[-1]), [Diag("error", PIPELINE_LOCATION, None, None,
                                            "the pipeline failed, but no single step did")])
 
 
@@ -154,7 +172,7 @@ def _run_steps(module: ir.Operation, steps: list[str], keep_first_input: bool) -
         try:
             step_manager(element, module.context).run(module)
         except ir.MLIRError as error:
-            raise PipelineFailure(element, Diag.from_error(error), before) from None
+            raise PipelineFailure(element_text(element), Diag.from_error(error), before) from None
         except RuntimeError as error:  # a Python pass raised: report it as that pass's failure
             message = str(error).strip().splitlines()[-1]
-            raise PipelineFailure(element, [Diag("error", PIPELINE_LOCATION, None, None, f"internal error: {message}")], before) from None
+            raise PipelineFailure(element_text(element), [Diag("error", PIPELINE_LOCATION, None, None, f"internal error: {message}")], before) from None

@@ -122,7 +122,7 @@ def test_compile_to_ptx():
 
 # CHECK-LABEL: TEST: test_compile_error_names_the_pass
 # CHECK: [target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80
-# CHECK: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}}tile-repro-{{.*}}.mlir --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+# CHECK: pass 'tile-verify-matrix-transfer' failed; the IR it received is this error's failure.reproducer (run it with tile-opt FILE --pass-pipeline='builtin.module(tile-verify-matrix-transfer)')
 @run
 def test_compile_error_names_the_pass():
     from mlir_tile.compile import CompileError, compile_to_ptx

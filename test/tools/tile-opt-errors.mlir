@@ -1,6 +1,9 @@
 // tile-opt reports errors as MLIR diagnostics with file:line:col and exit status 1, names the pass that
 // failed with a command that reproduces it, and never prints a Python traceback.
 // RUN: not tile-opt %s --canonicalize --tile-verify-matrix-transfer 2>&1 | filecheck %s
+// A reproducer is written only when asked for, and replays the failure:
+// RUN: not tile-opt %s --canonicalize --tile-verify-matrix-transfer --mlir-pass-pipeline-crash-reproducer=%t.repro.mlir 2>&1 | filecheck %s --check-prefix=REPRO
+// RUN: not tile-opt %t.repro.mlir --pass-pipeline='builtin.module(tile-verify-matrix-transfer)' 2>&1 | filecheck %s --check-prefix=REPLAY
 // RUN: not tile-opt %s --no-such-pass 2>&1 | filecheck %s --check-prefix=UNKNOWN
 // RUN: not tile-opt %s '--tile-set-nvvm-target{chip=sm_80 speed=11}' 2>&1 | filecheck %s --check-prefix=OPTION
 // RUN: not tile-opt %s '--tile-to-ptx{bogus=3}' 2>&1 | filecheck %s --check-prefix=PIPELINE-OPTION
@@ -11,7 +14,9 @@
 
 // CHECK: tile-opt-errors.mlir:{{[0-9]+}}:5: error:
 // CHECK-SAME: 'tile.matrix_transfer' op [row-alignment] src_layout (4,8,4):(32,6,1): shared row (matrix=0, row=1, word=0) starts at byte 24 (element 6), not a multiple of 16
-// CHECK-NEXT: tile-opt: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}}tile-repro-{{.*}}.mlir --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+// CHECK-NEXT: tile-opt: pass 'tile-verify-matrix-transfer' failed; --mlir-pass-pipeline-crash-reproducer=FILE writes the IR it received to FILE, to reproduce with tile-opt FILE --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+// REPRO: tile-opt: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}}.repro.mlir --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+// REPLAY: error: 'tile.matrix_transfer' op [row-alignment]
 // CHECK-NOT: Traceback
 gpu.module @m [#nvvm.target<chip = "sm_90">] {
   memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}

@@ -9,22 +9,35 @@
 // RUN: tile-translate --mlir-to-cubin %s -o %t.nvjitlink.cubin
 // RUN: %python -c "import sys; image = open(sys.argv[1], 'rb').read(); print('elf', image[:4] == bytes([127, 69, 76, 70]), 'kernel', b'.text.store_tile' in image)" %t.nvjitlink.cubin | filecheck %s --check-prefix=CUBIN
 // RUN: not tile-translate --mlir-to-cubin %s 2>&1 | filecheck %s --check-prefix=CUBIN-NEEDS-FILE
-// Two gpu.modules make two PTX texts, each with its own header: one text cannot hold them, and nothing is written.
-// RUN: rm -f %t.two.ptx && not tile-translate --mlir-to-ptx %S/Inputs/two-modules.mlir -o %t.two.ptx 2>&1 | filecheck %s --check-prefix=TWO && not test -e %t.two.ptx
+// Two gpu.modules (and a module with two targets) make one PTX text each, each with its own header: written one
+// after another, each named, split by `// -----`; or one file each with --output-dir; several cubins need it.
+// RUN: tile-translate --mlir-to-ptx %S/Inputs/two-modules.mlir | filecheck %s --check-prefix=TWO
+// RUN: rm -rf %t.dir && tile-translate --mlir-to-cubin %S/Inputs/two-modules.mlir --output-dir %t.dir && ls %t.dir | filecheck %s --check-prefix=DIR
+// RUN: not tile-translate --mlir-to-cubin %S/Inputs/two-modules.mlir -o %t.two.cubin 2>&1 | filecheck %s --check-prefix=TWO-CUBINS
 
 // CHECK: .target sm_90
 // CHECK-LABEL: .visible .entry store_tile(
 // CHECK: stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%rd{{[0-9]+}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}};
 // CHECK-NOT: .local
 // SM80: error: 'tile.matrix_transfer' op [target] stmatrix needs sm_90 or newer, but the gpu.module targets sm_80
-// SM80: pass 'tile-verify-matrix-transfer' failed; reproduce with: tile-opt {{.*}} --pass-pipeline='builtin.module(tile-verify-matrix-transfer)'
+// SM80: pass 'tile-verify-matrix-transfer' failed; --mlir-pass-pipeline-crash-reproducer=FILE writes the IR it received to FILE
 // SM80-NOT: ptxas
 // USAGE: tile-translate: error: one of the arguments --mlir-to-ptx --mlir-to-cubin is required
-// UNKNOWN-CHIP: <pass pipeline>: error: invalid pass pipeline: 'tile-to-ptx' option chip=sm_99: 'sm_99' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know; use one of sm_75, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
+// UNKNOWN-CHIP: tile-translate: error: argument --chip: 'sm_99' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know; use one of sm_75, {{.*}}, sm_90, sm_90a, {{.*}}, sm_121f
 // UNKNOWN-CHIP-NOT: LLVM ERROR
 // CUBIN: elf True kernel True
-// TWO: the module compiles to 2 PTX texts (gpu.modules/targets first, second), and one PTX text holds one
-// CUBIN-NEEDS-FILE: tile-translate: error: --mlir-to-cubin writes a binary file: give -o OUT
+// TWO: // gpu.module @first for sm_90
+// TWO-NEXT: //
+// TWO: .target sm_90
+// TWO: .entry a(
+// TWO: // -----
+// TWO-NEXT: // gpu.module @second for sm_80
+// TWO: .target sm_80
+// TWO: .entry b(
+// DIR: first.sm_90.cubin
+// DIR-NEXT: second.sm_80.cubin
+// TWO-CUBINS: tile-translate: error: the input makes 2 cubins (@first (sm_90), @second (sm_80)) and -o names one file: use --output-dir
+// CUBIN-NEEDS-FILE: tile-translate: error: --mlir-to-cubin writes binary files: give -o OUT or --output-dir DIR
 module attributes {gpu.container_module} {
   gpu.module @kernels {
     memref.global "private" @sm : memref<128xi32, 3> {alignment = 16 : i64}

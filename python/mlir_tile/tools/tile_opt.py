@@ -35,6 +35,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", dest="output", default="-", help="output file (default: standard output)")
     parser.add_argument("--pass-pipeline", action="append", default=[], metavar="PIPELINE",
                         help="a textual pass pipeline, builtin.module(...)")
+    parser.add_argument("--mlir-pass-pipeline-crash-reproducer", dest="reproducer", metavar="FILE",
+                        help="when a pass fails, write the IR it received to FILE (to run that pass alone on it)")
     flags = {
         "--split-input-file": "split the input at '// -----' and process each part on its own",
         "--verify-diagnostics": "check the diagnostics against expected-* comments",
@@ -175,7 +177,7 @@ def run_chunk(session: Session, chunk: str, source_name: str, options) -> tuple[
         module = session.parse(chunk, source_name)
         reported = run_pipeline(module, options.pipeline, instrument=instrumentation(options))
     except PipelineFailure as failure:
-        hint = failure.hint(source_name)
+        hint = failure.hint(source_name, options.reproducer)
         return None, session.collected + failure.diagnostics, f"tile-opt: {hint}" if hint else None
     return module, list(session.collected) + reported, None
 
