@@ -4,14 +4,15 @@ The Python package `mlir_tile` is assembled from three source folders so that th
 the one a reader of an MLIR project expects: `python/mlir_tile` (layouts, contract, builder, drivers,
 runtime), `dialect/` (the IRDL definition and its loader) and `passes/` (the Python-registered passes).
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="mlir-tile",
     version="0.1.0",
     description="ldmatrix/stmatrix tile transfers described by layouts: an MLIR dialect, passes and runtime",
     python_requires=">=3.10",
-    packages=["mlir_tile", "mlir_tile.tools", "mlir_tile.dialect", "mlir_tile.passes"],
+    packages=["mlir_tile", *(f"mlir_tile.{name}" for name in find_packages("python/mlir_tile")), "mlir_tile.dialect",
+              "mlir_tile.passes"],
     package_dir={
         "mlir_tile": "python/mlir_tile",
         "mlir_tile.dialect": "dialect",
@@ -28,7 +29,7 @@ setup(
         "cuda-python",
         "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
     ],
-    extras_require={"test": ["pytest", "hypothesis"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
+    extras_require={"test": ["pytest", "hypothesis", "setuptools>=70.1"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
     entry_points={
         "console_scripts": [
             "tile-opt=mlir_tile.tools.tile_opt:main",

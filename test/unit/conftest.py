@@ -2,14 +2,12 @@
 cubins are cached in a temporary folder, not the user's cache."""
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "examples"))
 
 
 def pytest_configure(config):

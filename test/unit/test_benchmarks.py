@@ -2,12 +2,9 @@
 share (the bank model) is what its row claims, the synthesized ones are conflict-free, a widened kernel is
 really built wider, and the writer kernels address the synthesized layouts (checked against the layout)."""
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench  # noqa: E402
 
 ALL = [config for configs in bench.CONFIG_SETS.values() for config in configs]

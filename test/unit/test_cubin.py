@@ -3,8 +3,6 @@ is a CompileError, never a crash. (That the cubin computes the spec's table is c
 `seed_example.py --run-cubin`.)"""
 import re
 import struct
-import sys
-from pathlib import Path
 
 
 import pytest
@@ -12,7 +10,6 @@ import pytest
 from mlir_tile.compile import compile_to_cubin, compile_to_ptx
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import seed_example  # noqa: E402
 
 EM_CUDA = 190
