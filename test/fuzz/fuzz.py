@@ -7,7 +7,9 @@ must never do.
 Each input is a mutation of a real one (every .mlir under test/ and examples/): numbers swapped for extreme
 ones, strings for odd ones (quotes, newlines, non-ASCII), layouts, opcodes, scopes, chips and PTX features
 replaced, lines deleted or repeated, ops wrapped in thread-dependent control flow, deep nesting, several
-gpu.modules. A worker process runs the drivers in-process on each; the run counts, per class:
+gpu.modules, second (older or newer) NVVM targets and ROCDL/XeVM ones, raw NVVM matrix, mma and async-copy
+instructions, gpu.launch bodies using values from outside and other block sizes, register storage with zero
+or odd strides. A worker process runs the drivers in-process on each; the run counts, per class:
 
 - crash: the worker died (an abort or a segfault; it is restarted);
 - hang: no answer within the timeout (killed, restarted);
@@ -48,8 +50,34 @@ LAYOUT_PIECES = ["(4,8,4):(1,4@laneid,1@laneid)", "(4,8,4):(32,4,1)", "(2,2,8,4)
                  "(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)", "(1073741824,8,4):(1,4@laneid,1@laneid)",
                  "(4,8,4):(1073741824,4,1)", "(4,8,4):(-32,4,1)", "((2,2),8,4):((1,2),4@laneid,1@laneid)",
                  "Sw<3,2,3> o (8,32):(32,1)", "(4,8,4):(1,4@lane,1@laneid)", "(" * 50, "(0,8,4):(1,1,1)",
-                 "(64,4,8,4):(4,1,4@laneid,1@laneid)", "(4,8,4):(32,4,1@warpid)"]
+                 "(64,4,8,4):(4,1,4@laneid,1@laneid)", "(4,8,4):(32,4,1@warpid)", "(4,8,4):(0,4,1)",
+                 "(4,8,4):(0,4@laneid,1@laneid)", "(1,8,4):(0,4@laneid,1@laneid)", "(1,8,4):(0,4,1)"]
 CHIPS = ["sm_50", "sm_70", "sm_75", "sm_80", "sm_90", "sm_90a", "sm_99", "sm_9", "", "gfx90a", "sm_100f"]
+# Raw NVVM instructions that LLVM stops the process on below their chip (tile-check-nvptx must find each).
+NVVM_OPS = [
+    "nvvm.stmatrix %fz_p, %fz_v {layout = #nvvm.mma_layout<row>, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>, "
+    "eltType = #nvvm.ld_st_matrix_elt_type<b16>} : !llvm.ptr<3>, i32",
+    "%fz_r = nvvm.ldmatrix %fz_p {num = 1 : i32, layout = #nvvm.mma_layout<row>, shape = #nvvm.ld_st_matrix_shape<m = 8, "
+    "n = 8>, eltType = #nvvm.ld_st_matrix_elt_type<b16>} : (!llvm.ptr<3>) -> i32",
+    "%fz_r = nvvm.ldmatrix %fz_p {num = 1 : i32, layout = #nvvm.mma_layout<col>, shape = #nvvm.ld_st_matrix_shape<m = 16, "
+    "n = 16>, eltType = #nvvm.ld_st_matrix_elt_type<b8>} : (!llvm.ptr<3>) -> !llvm.struct<(i32, i32)>",
+    "nvvm.stmatrix %fz_p, %fz_v {layout = #nvvm.mma_layout<col>, shape = #nvvm.ld_st_matrix_shape<m = 16, n = 8>, "
+    "eltType = #nvvm.ld_st_matrix_elt_type<b8>} : !llvm.ptr<3>, i32",
+    "nvvm.cp.async.shared.global %fz_p, %fz_g, 16, cache = cg : !llvm.ptr<3>, !llvm.ptr<1>",
+    "nvvm.cp.async.commit.group\nnvvm.cp.async.wait.group 0",
+    "%fz_r = nvvm.mma.sync A[%fz_h, %fz_h, %fz_h, %fz_h] B[%fz_h, %fz_h] C[%fz_f, %fz_f, %fz_f, %fz_f] {layoutA = "
+    "#nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, shape = #nvvm.shape<m = 16, n = 8, k = 16>} : "
+    "(vector<2xf16>, vector<2xf16>, f32) -> !llvm.struct<(f32, f32, f32, f32)>\n"
+    "%fz_e = llvm.extractvalue %fz_r[0] : !llvm.struct<(f32, f32, f32, f32)>\nllvm.store %fz_e, %fz_g : f32, !llvm.ptr<1>",
+    "%fz_r = nvvm.mma.sync A[%fz_h, %fz_h] B[%fz_h] C[%fz_f, %fz_f, %fz_f, %fz_f] {layoutA = #nvvm.mma_layout<row>, "
+    "layoutB = #nvvm.mma_layout<col>, shape = #nvvm.shape<m = 16, n = 8, k = 8>} : (vector<2xf16>, vector<2xf16>, f32) "
+    "-> !llvm.struct<(f32, f32, f32, f32)>\n%fz_e = llvm.extractvalue %fz_r[0] : !llvm.struct<(f32, f32, f32, f32)>\n"
+    "llvm.store %fz_e, %fz_g : f32, !llvm.ptr<1>",
+]
+NVVM_VALUES = ("%fz_p = llvm.mlir.addressof @fz_sm : !llvm.ptr<3>\n%fz_g = llvm.mlir.zero : !llvm.ptr<1>\n"
+               "%fz_v = arith.constant 7 : i32\n%fz_f = arith.constant 1.0 : f32\n"
+               "%fz_h = arith.constant dense<1.0> : vector<2xf16>\n")
+NVVM_GLOBAL = 'llvm.mlir.global internal @fz_sm() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<256 x i32>\n'
 WRAPPERS = [
     ("%fz_t = gpu.thread_id x\n%fz_c = arith.constant 4 : index\n%fz_p = arith.cmpi ult, %fz_t, %fz_c : index\n"
      "scf.if %fz_p {\n", "}\n"),
@@ -84,7 +112,7 @@ def _replace_random(rng: random.Random, text: str, pattern: str, choices) -> str
 def mutate(rng: random.Random, text: str) -> str:
     """One to four random mutations of `text`."""
     for _ in range(rng.randint(1, 4)):
-        kind = rng.randrange(14)
+        kind = rng.randrange(18)
         lines = text.split("\n")
         if kind == 0:
             text = _replace_random(rng, text, r"(?<![\w%@#.])-?\d+(?![\w.])", EXTREME_NUMBERS)
@@ -135,6 +163,30 @@ def mutate(rng: random.Random, text: str) -> str:
         elif kind == 13:
             position = rng.randrange(len(text) + 1)
             text = text[:position] + rng.choice(["{", "}", "(", ")", '"', "\x00", "é", "%", "^bb9:", "\n// -----\n"]) + text[position:]
+        elif kind == 14:  # a second (older or newer) target: each one is compiled
+            second = rng.choice(["sm_75", "sm_80", "sm_89", "sm_90", "sm_100a", "sm_120"])
+            text = _replace_random(rng, text, r"#nvvm\.target<[^>]*>",
+                                   lambda m: m.group(0) + f', #nvvm.target<chip = "{second}">')
+        elif kind == 15:  # raw NVVM instructions beside (or instead of) the tile ops
+            text = _replace_random(rng, text, r"gpu\.return", lambda m: NVVM_VALUES + rng.choice(NVVM_OPS) + "\ngpu.return")
+            text = _replace_random(rng, text, r"gpu\.module @\w+[^{]*\{\n", lambda m: m.group(0) + NVVM_GLOBAL)
+        elif kind == 16:  # a value of a gpu.launch body defined outside it, or a launch of another block size
+            launch = next((i for i, line in enumerate(lines) if "gpu.launch" in line), None)
+            inside = [i for i, line in enumerate(lines) if launch is not None and i > launch and
+                      re.search(r"= (memref\.alloca|memref\.assume_alignment|arith\.constant)", line)]
+            if inside:
+                moved = lines.pop(rng.choice(inside))
+                lines.insert(launch, moved)
+                text = "\n".join(lines)
+            text = _replace_random(rng, text, r"%c32 = arith\.constant 32", lambda m: f"%c32 = arith.constant {rng.choice(['16', '64', '128', '2048'])}")
+        elif kind == 17:  # storage with zero or odd strides (every use of the type changed with it)
+            found = re.findall(r"memref<\d+xi32, 5>", text)
+            if found:
+                old = rng.choice(found)
+                extent = old[len("memref<"):old.index("x")]
+                text = text.replace(old, rng.choice([f"memref<{extent}xi32, strided<[0]>, 5>",
+                                                     f"memref<{extent}xi32, strided<[2]>, 5>",
+                                                     f"memref<{extent}xi32, strided<[1], offset: 4>, 5>"]))
     return text
 
 
@@ -148,6 +200,7 @@ def modes(rng: random.Random) -> list[str]:
         ["tile-opt", "--pass-pipeline=builtin.module(gpu.module(tile-lower-matrix-transfer), canonicalize)"],
         ["tile-translate", "--mlir-to-ptx"],
         ["tile-translate", "--mlir-to-ptx"],
+        ["tile-translate", "--split-input-file", "--mlir-to-ptx"],
     ])
 
 

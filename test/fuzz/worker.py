@@ -43,11 +43,11 @@ def run(request: dict, answers) -> dict:
         text = printed.read().decode(errors="replace")
     answer = {"rc": status, "output": text}
     if tool == "tile-translate" and status == 0 and output.exists():
-        ptx = output.read_text()
-        try:
-            cubin_of_ptx(ptx, ptx_chip(ptx))
-        except CompileError as error:
-            answer["unassembled"] = str(error)[-2000:]
+        for ptx in output.read_text().split(tile_translate.SEPARATOR):  # one text per gpu.module and target
+            try:
+                cubin_of_ptx(ptx, ptx_chip(ptx))
+            except CompileError as error:
+                answer["unassembled"] = str(error)[-2000:]
     for path in scratch.iterdir():
         path.unlink()
     scratch.rmdir()
