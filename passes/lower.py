@@ -36,6 +36,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu
 
 from mlir_tile import contract
+from mlir_tile.address_plan import AddressPlan, address_plan
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.passes.adapter import diagnostic, transfer_ops, transfer_verdict
 from mlir_tile.passes.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
@@ -123,7 +124,7 @@ class _Vocabulary:
         self._positions: dict[int, ir.Attribute] = {}
         self._counts: dict[int, ir.Attribute] = {}
         self._gep_attributes: dict[int, dict] = {}
-        self._repeats: dict[int, tuple] = {}
+        self._plans: dict[int, tuple] = {}
         self._anchors: dict[ir.Operation, ir.Operation] = {}
         self._shared: dict[tuple, ir.Value] = {}
 
@@ -162,16 +163,12 @@ class _Vocabulary:
             anchor.erase()
         self._anchors.clear()
 
-    def repeats(self, transfer: contract.Transfer) -> list[tuple[int, list[int]]]:
-        """(the repeat's shared offset before the swizzle, its register slots) for each repeat, worked out once
-        per checked Transfer: identical ops share one (the contract's check is cached), and unrolled loops
-        hold thousands."""
-        if id(transfer) not in self._repeats:  # the Transfer is kept with its plan, so its id stays its own
-            plan = [(transfer.shared_linear_offset(0, repeat, 0, 0),
-                     [transfer.register_slot(repeat, i) for i in range(transfer.opcode.count)])
-                    for repeat in transfer.repeats()]
-            self._repeats[id(transfer)] = (transfer, plan)
-        return self._repeats[id(transfer)][1]
+    def plan(self, transfer: contract.Transfer) -> AddressPlan:
+        """The transfer's address plan, worked out once per checked Transfer: identical ops share one (the
+        contract's verdict is cached), and unrolled loops hold thousands."""
+        if id(transfer) not in self._plans:  # the Transfer is kept with its plan, so its id stays its own
+            self._plans[id(transfer)] = (transfer, address_plan(transfer))
+        return self._plans[id(transfer)][1]
 
     # The ops the lowering makes per repeat, created generically with cached attributes: the generated
     # builders check and convert their arguments on every call, which took half of the pass.
@@ -242,7 +239,6 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
     if swizzle is not None:  # the lane part swizzled, also once per function
         swizzled_lane = vocabulary.function_invariant(op, ("swizzled", lane_key, swizzle),
                                                       lambda: _swizzled(lane_offset, swizzle, vocabulary))
-        lane_values = _lane_offsets(transfer)
 
     descriptor = _descriptor(shared, vocabulary)
     base = vocabulary.extract(vocabulary.shared_pointer, descriptor, 1)
@@ -254,23 +250,20 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
     register_index = _slot_indexer(register_type, vocabulary, op)
     container = register_type.element_type
 
-    static = transfer.shared_operand.static_offset
-    for constant, slots in vocabulary.repeats(transfer):
-        if swizzle is None:
-            pointer = vocabulary.gep(lane_pointer, static + constant) if static + constant else lane_pointer
+    for repeat in vocabulary.plan(transfer).repeats:
+        slots = repeat.slots
+        if repeat.form == "plain":
+            pointer = lane_pointer
         else:
-            shift = _constant_shift(lane_values, constant, swizzle)
-            if shift is not None:  # swizzle(lane + c) = swizzle(lane) + K for every lane: K folds into the address
+            if repeat.form == "shift":
                 offset = swizzled_lane
-            elif all(value & constant == 0 for value in lane_values):
-                # no carries: lane + c = lane ^ c, and the swizzle is linear over xor: one xor a repeat
-                offset, shift = arith.xori(swizzled_lane, vocabulary.i32_constant(swizzle(constant))), 0
-            else:  # add, then swizzle, for this repeat
-                offset, shift = _swizzled(arith.addi(lane_offset, vocabulary.i32_constant(constant)), swizzle,
-                                          vocabulary), 0
+            elif repeat.form == "xor":
+                offset = arith.xori(swizzled_lane, vocabulary.i32_constant(repeat.operand))
+            else:
+                offset = _swizzled(arith.addi(lane_offset, vocabulary.i32_constant(repeat.operand)), swizzle, vocabulary)
             pointer = vocabulary.gep(base, offset)
-            if static + shift:
-                pointer = vocabulary.gep(pointer, static + shift)
+        if repeat.immediate:
+            pointer = vocabulary.gep(pointer, repeat.immediate)
         if transfer.opcode.is_load:
             result_type = vocabulary.i32 if count == 1 else vocabulary.struct(count)
             result = ir.Operation.create("nvvm.ldmatrix", results=[result_type], operands=[pointer],
@@ -321,21 +314,6 @@ def _swizzled(offset: ir.Value, swizzle, vocabulary: _Vocabulary) -> ir.Value:
     """`offset ^ ((offset >> S) & mask)`: Sw<B,M,S> in three i32 instructions."""
     moved = arith.shrui(offset, vocabulary.i32_constant(swizzle.shift))
     return arith.xori(offset, arith.andi(moved, vocabulary.i32_constant(swizzle.mask)))
-
-
-def _lane_offsets(transfer: contract.Transfer) -> list[int]:
-    """The unswizzled lane part of the address for every lane of every warp of the scope (repeat 0)."""
-    count, repeat = transfer.opcode.count, (0,) * len(transfer.repeat_shape)
-    return [transfer.shared_linear_offset(warp, repeat, (lane // 8) % count, lane % 8)
-            for warp in range(transfer.scope.warps) for lane in range(32)]
-
-
-def _constant_shift(lane_values: list[int], constant: int, swizzle) -> int | None:
-    """K with swizzle(v + constant) == swizzle(v) + K for every lane value v, or None when there is none."""
-    shift = swizzle(lane_values[0] + constant) - swizzle(lane_values[0])
-    if all(swizzle(v + constant) - swizzle(v) == shift for v in lane_values):
-        return shift
-    return None
 
 
 def _scaled(value: ir.Value, factor: int, vocabulary: _Vocabulary) -> ir.Value:
