@@ -9,8 +9,6 @@ here, from the IR, in one way.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from mlir import ir
 
 from mlir_tile import contract
@@ -41,7 +39,7 @@ def transfer_verdict(
     facts = facts or FactCache()
     operation = op.operation
     place = facts.place(operation)
-    query = contract.Query(
+    fields = dict(
         opcode=op.opcode,
         scope=op.scope,
         dst_layout=op.dst_layout_text,
@@ -54,12 +52,13 @@ def transfer_verdict(
         device_code=place.device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),
     )
-    transfer, violations = None, []
-    for target in facts.targets(operation):
-        found = contract.verdict(dataclasses.replace(query, **target))
-        transfer = transfer or found.transfer
+    verdicts = [contract.verdict(contract.Query(**fields, **target)) for target in facts.targets(operation)]
+    if len(verdicts) == 1:
+        return verdicts[0].transfer, list(verdicts[0].violations)
+    violations = []
+    for found in verdicts:
         violations += [violation for violation in found.violations if violation not in violations]
-    return (None if violations else transfer), violations
+    return (None if violations else verdicts[0].transfer), violations
 
 
 def diagnostic(op: MatrixTransferOp, violation: contract.Violation, prefix: str = "") -> None:

@@ -148,7 +148,7 @@ def _opcode_violation(text) -> Violation:
     return Violation(Rule.OPCODE, f"unsupported opcode '{shown}'{hint}; supported forms: {SUPPORTED_OPCODES}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Operand:
     """What the contract needs to know about one memref operand.
 
@@ -251,7 +251,7 @@ def tuple_text(items) -> str:
     return "(" + ",".join(str(i) for i in items) + ")"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Query:
     """Everything the contract judges one transfer by: the op's attributes (opcode, scope, the layouts as text
     or Layout, any other attribute's name) and what the IR proves about its operands and context. Hashable,
