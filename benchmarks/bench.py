@@ -21,7 +21,9 @@ overhead equally small for all. Nothing may be hoisted or merged, and both kerne
   (ptxas sees through an LLVM-level memory clobber and merged identical loads: measured, 25x "peak");
   loaded words are XOR-accumulated;
 - stores: an empty `asm volatile("" ::: "memory")` after each store (ptxas keeps every STSM).
-Both go through the same ptxas, so the SASS differs only by what each front end emitted. The outputs of
+Both go through the same ptxas, so the SASS differs only by what each front end emitted. The hand-written
+kernel shares no address arithmetic with the lowering: each thread reads its row addresses, the layout's own
+offsets of the rows the ISA has it supply (`row_addresses`), from a table before the loop. The outputs of
 the two kernels must be equal: a check of the generated addressing against the hand-written one.
 """
 from __future__ import annotations
@@ -320,31 +322,41 @@ def _block_id():
     return gpu.block_id(gpu.Dimension.x)
 
 
-def hand_written_source(config: Config) -> str:
-    """The same kernel in CUDA C++ with inline PTX, addresses written by hand from the layout."""
+def row_addresses(config: Config) -> list[list[int]]:
+    """For each repeat, the word offset of the shared row each thread of the scope supplies, from the layout's
+    definition alone (lane l of warp w: row l % 8 of matrix (l / 8) % N, the ISA's rule; `Layout.offset`
+    applies the swizzle): what the hand-written kernel addresses, derived apart from the lowering."""
     shared = Layout.parse(config.shared)
-    registers = Layout.parse(config.registers)
-    count = config.count
     group = 1 if config.scope != "warp" else 0
-    lane_terms = _c_mode_terms("(lane & 7)", shared.mode(shared.rank - 2))
-    if count > 1:
-        lane_terms += _c_mode_terms(f"((lane >> 3) & {count - 1})", shared.mode(shared.rank - 3))
-    if group:
-        lane_terms += _c_mode_terms("((threadIdx.x >> 5) & 3)", shared.mode(0))
-    swizzle = shared.swizzle
-    repeat_shape = shared.sizes[group:-3]
-    repeats = list(itertools.product(*(range(n) for n in repeat_shape)))
+    warps = shared.sizes[0] if group else 1
+    return [[shared.offset(*((thread // 32,) if group else ()), *repeat, (thread % 32 // 8) % config.count,
+                           thread % 8, 0) for thread in range(32 * warps)]
+            for repeat in itertools.product(*(range(n) for n in shared.sizes[group:-3]))]
+
+
+def hand_written_source(config: Config) -> str:
+    """The same kernel in CUDA C++ with inline PTX: each thread reads its row addresses from a table of the
+    layout's own offsets before the loop (no address arithmetic in it), and a repeat whose offset is the same
+    constant from repeat 0 for every thread is an immediate, as one writes it by hand."""
+    registers = Layout.parse(config.registers)
+    rows = row_addresses(config)
+    threads = len(rows[0])
+    group = 1 if config.scope != "warp" else 0
+    count = config.count
+    repeats = list(itertools.product(*(range(n) for n in Layout.parse(config.shared).sizes[group:-3])))
     used_slots = sorted({registers.offset(*c) for c in registers.coordinates()})
     chains = config.chains if config.is_load else 1
-    body = []
-    for repeat in repeats:
+    table = ", ".join(str(offset) for row in rows for offset in row)
+    body, used = [], [0]
+    for position, repeat in enumerate(repeats):
         prefix = (0,) * group + repeat
-        constant = shared.linear_offset(*prefix, 0, 0, 0)
-        # swizzled: the lane part was swizzled once; a block whose offset shares no bit with it is one xor
-        offset, pointer, load_pointer = 4 * constant, "base", "address"
-        if swizzle is not None and constant:
-            moved = f"smem + 4 * (swizzled_lane ^ {swizzle(constant)})"
-            offset, pointer, load_pointer = 0, f"({moved})", f"({moved} + offset[u % CHAINS] * 16)"
+        steps = {rows[position][t] - rows[0][t] for t in range(threads)}
+        if len(steps) == 1:  # the same step for every thread: repeat 0's address and an immediate
+            offset, pointer = 4 * steps.pop(), "address_0"
+        else:
+            offset, pointer = 0, f"address_{position}"
+            used.append(position)
+        load_pointer = f"({pointer} + offset[u % CHAINS] * 16)"
         slots = [registers.offset(*prefix, i, 0, 0) for i in range(count)]
         names = ", ".join(f"%{i}" for i in range(count))
         if config.is_load:
@@ -354,7 +366,6 @@ def hand_written_source(config: Config) -> str:
             inputs = ", ".join(f'"r"(r[{s}])' for s in slots)
             body.append(f'asm volatile("{config.opcode} [%0+{offset}], {{{", ".join(f"%{i + 1}" for i in range(count))}}};" :: "r"({pointer}), {inputs} : "memory");')
     if config.is_load:  # the next region start of this chain depends on this result, as in the generated kernel
-        body.insert(0, "address = base + offset[u % CHAINS] * 16;")
         body.append(" ".join(f"acc{j} ^= r[{s}];" for j, s in enumerate(used_slots))
                     + f" offset[u % CHAINS] = r[{used_slots[0]}] & zero;")
     else:
@@ -364,17 +375,17 @@ def hand_written_source(config: Config) -> str:
     total = " ^ ".join(f"acc{j}" for j in range(len(used_slots)))
     words = shared_words(config)
     return f"""
+__constant__ unsigned row_offsets[{len(rows) * threads}] = {{{table}}};
+
 extern "C" __global__ void __launch_bounds__({BLOCK}, {config.blocks_per_sm}) bench(unsigned *out, int iterations, unsigned zero) {{
   __shared__ __align__(128) unsigned sm[{words}];
   for (unsigned i = threadIdx.x; i < {words}; i += {BLOCK}) sm[i] = i;
   __syncthreads();
-  const unsigned lane = threadIdx.x & 31;
-  const unsigned lane_part = {' + '.join(lane_terms) or '0'};
+  const unsigned lane = threadIdx.x & 31, thread = threadIdx.x % {threads};
   const unsigned smem = (unsigned)__cvta_generic_to_shared(sm);
-  const unsigned swizzled_lane = {_c_swizzled("lane_part", swizzle)};
-  const unsigned base = smem + 4 * swizzled_lane;
+  {" ".join(f"const unsigned address_{r} = smem + 4 * row_offsets[{r * threads} + thread];" for r in used)}
   const int CHAINS = {chains};
-  unsigned address = base, offset[CHAINS] = {{0}};
+  unsigned offset[CHAINS] = {{0}};
   unsigned r[{config.slots}];
   {init}
   {accumulators}
@@ -390,19 +401,6 @@ extern "C" __global__ void __launch_bounds__({BLOCK}, {config.blocks_per_sm}) be
   out[blockIdx.x * {BLOCK} + threadIdx.x] = total;
 }}
 """
-
-
-def _c_mode_terms(value: str, mode: list) -> list[str]:
-    """C terms of a mode's offset for coordinate `value`: each sub-mode's digit times its stride."""
-    terms, below = [], 1
-    for position, (extent, stride) in enumerate(mode):
-        if extent > 1 and stride:
-            digit = f"({value} >> {below.bit_length() - 1})" if below > 1 else value
-            if position < len(mode) - 1:
-                digit = f"({digit} & {extent - 1})"
-            terms.append(f"{digit} * {stride}")
-        below *= extent
-    return terms
 
 
 def _c_swizzled(value: str, swizzle) -> str:

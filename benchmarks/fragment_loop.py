@@ -67,13 +67,11 @@ def generated_kernel():
     return k.module
 
 
-def _lane_part(layout: Layout, count: int) -> str:
-    from bench import _c_mode_terms, _c_swizzled
-
-    terms = _c_mode_terms("(lane & 7)", layout.mode(layout.rank - 2))
-    terms += _c_mode_terms(f"((lane >> 3) & {count - 1})", layout.mode(layout.rank - 3))
-    terms += _c_mode_terms("warp", layout.mode(0))
-    return _c_swizzled(f"({' + '.join(terms) or '0'})", layout.swizzle)
+def _lane_table(name: str, layout: Layout) -> str:
+    """The swizzled lane part of each of the warpgroup's 128 threads, from the layout's own offsets (thread t:
+    row t % 8 of matrix (t / 8) % 4 of warp t / 32, the ISA's rule), as a table the kernel reads once."""
+    values = [layout.offset(t // 32, *(0,) * (layout.rank - 4), (t % 32 // 8) % 4, t % 8, 0) for t in range(128)]
+    return f"__constant__ unsigned {name}[128] = {{{', '.join(map(str, values))}}};"
 
 
 def _load(opcode: str, layout: Layout, base: str, constant: int, outputs: list[str]) -> str:
@@ -112,12 +110,14 @@ def hand_source(with_loads: bool) -> str:
             body.append('asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, '
                         '{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : ' + c + " : " + operands + ");")
     return f"""
+{_lane_table("a_lanes", a)}
+{_lane_table("b_lanes", b)}
+
 extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) fragment_loop(unsigned *out, int iterations, unsigned zero) {{
   __shared__ __align__(128) unsigned a_tile[{mma_tile.WORDS}], b_tile[{mma_tile.WORDS}];
   for (unsigned i = threadIdx.x; i < {mma_tile.WORDS}; i += {BLOCK}) {{ a_tile[i] = i & 0x03FF03FFu; b_tile[i] = i & 0x03FF03FFu; }}
   __syncthreads();
-  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const unsigned a_lane = {_lane_part(a, 4)}, b_lane = {_lane_part(b, 4)};
+  const unsigned a_lane = a_lanes[threadIdx.x & 127], b_lane = b_lanes[threadIdx.x & 127];
   unsigned ra[16], rb[64], next = 0;
   float acc[32];
   for (int i = 0; i < 32; ++i) acc[i] = 0.0f;

@@ -43,3 +43,26 @@ def test_the_writer_stores_each_chunk_where_the_synthesized_layout_puts_it(rows,
     assert len(constants) * 32 == rows * per_row  # every chunk once
     for step, constant in enumerate(constants):  # store `step`: lane t writes chunk 32 * step + t
         assert [swizzled(lane_linear(t)) ^ constant for t in range(32)] == [swizzled(linear(32 * step + t)) for t in range(32)]
+
+
+@pytest.mark.parametrize("config", [c for c in ALL if c.is_load and c.scope == "warp" and ".trans" not in c.opcode],
+                         ids=lambda c: c.name)
+def test_the_hand_written_addresses_load_what_the_layout_says(config):
+    """The baseline's address table, fed to the ISA model of ldmatrix, gives each lane the words the layout
+    assigns it: word (matrix, row, word) of each repeat to lane 4*row+word (no address code of the lowering
+    is involved)."""
+    import itertools
+
+    import numpy as np
+
+    from mlir_tile.layout import Layout
+    from mlir_tile.reference import ldmatrix_warp
+
+    shared = Layout.parse(config.shared)
+    words = (np.arange(bench.shared_words(config), dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)
+    rows = bench.row_addresses(config)
+    for position, repeat in enumerate(itertools.product(*(range(n) for n in shared.sizes[:-3]))):
+        loaded = ldmatrix_warp(config.count, False, rows[position], words)
+        expected = [[int(words[shared.offset(*repeat, matrix, lane // 4, lane % 4)]) for matrix in range(config.count)]
+                    for lane in range(32)]
+        assert [list(map(int, lane)) for lane in loaded] == expected
