@@ -29,7 +29,7 @@ setup(
         "cuda-python",
         "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
     ],
-    extras_require={"test": ["pytest", "hypothesis", "setuptools>=70.1"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
+    extras_require={"test": ["pytest", "hypothesis", "setuptools>=70.1", "nvidia-cutlass==4.2.0.0"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
     entry_points={
         "console_scripts": [
             "tile-opt=mlir_tile.tools.tile_opt:main",
