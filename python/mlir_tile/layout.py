@@ -274,6 +274,10 @@ class Layout:
                 offset += c * s
         return Point(self.swizzle(offset) if self.swizzle else offset, threads)
 
+    def __getitem__(self, axis: int) -> "Layout":
+        """Mode `axis` as a layout of its own (CuTe's layout<i>), without the swizzle."""
+        return Layout((self.shape[axis],), (self.stride[axis],))
+
     def coordinates(self) -> Iterator[tuple[int, ...]]:
         return itertools.product(*(range(n) for n in self.sizes))
 
@@ -545,9 +549,9 @@ def pack_b16_as_b32(layout: Layout) -> Layout:
 # undefined (strides that do not divide, a layout that is not injective where one must be) the functions
 # raise ValueError saying which condition fails.
 
-def _pair(layout: Layout) -> tuple:
+def _pair(layout: Layout, integer_strides: bool = True) -> tuple:
     """CuTe's (shape, stride) of a layout: a rank-1 layout of an integer mode is that integer (`8:1`)."""
-    if any(isinstance(s, ThreadStride) for s in _flatten(layout.stride)):
+    if integer_strides and any(isinstance(s, ThreadStride) for s in _flatten(layout.stride)):
         raise ValueError(f"layout {layout}: the layout algebra works on integer strides, not thread strides")
     if layout.rank == 1 and not isinstance(layout.shape[0], tuple):
         return layout.shape[0], layout.stride[0]
@@ -577,12 +581,13 @@ def _as_layout(value) -> Layout:
 
 
 def _modes(layout: Layout) -> list[Layout]:
-    return [Layout((shape,), (stride,)) for shape, stride in zip(layout.shape, layout.stride)]
+    return [layout[axis] for axis in range(layout.rank)]
 
 
 def make_layout(*layouts: Layout) -> Layout:
-    """The layout whose modes are the given layouts (each a mode, nested if it has several)."""
-    pairs = [_pair(layout) for layout in layouts]
+    """The layout whose modes are the given layouts (each a mode, nested if it has several); thread strides
+    are kept (this only regroups)."""
+    pairs = [_pair(layout, integer_strides=False) for layout in layouts]
     return Layout(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
 
 

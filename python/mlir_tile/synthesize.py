@@ -20,7 +20,7 @@ from typing import Callable
 
 from mlir_tile.banks import matrix_wavefronts
 from mlir_tile.cli import quiet_on_closed_pipe
-from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
 from mlir_tile.targets import max_shared_bytes
 
 WORD_BYTES, CHUNK_WORDS = 4, 4
@@ -59,15 +59,23 @@ class Choice:
 
     def block_layout(self, tile: Tile) -> Layout:
         """Every 16x16-b16 (16x32-byte) block of the tile as one x4 in mma order: (row band, block column,
-        matrix (2,2), row, word). The block's position is in the layout, so the swizzle keeps its origin."""
-        return Layout((tile.rows // 16, tile.row_words // 8, (2, 2), 8, 4),
-                      (16 * self.pitch, 8, (8 * self.pitch, 4), self.pitch, 1), self.swizzle)
+        matrix (2,2), row, word), by CuTe's algebra: the tile divided into 16x8-word blocks, each block read
+        through MMA_ORDER. The block's position is in the layout, so the swizzle keeps its origin."""
+        whole = Layout((tile.rows, tile.row_words), (self.pitch, 1))
+        blocks = tiled_divide(whole, (Layout.parse("16:1"), Layout.parse("8:1")))  # (block, bands, columns)
+        matrices = composition(blocks[0], MMA_ORDER)
+        result = make_layout(blocks[1], blocks[2], matrices[0], matrices[1], matrices[2])
+        return Layout(result.shape, result.stride, self.swizzle)
 
     def describe(self, tile: Tile) -> str:
         memory = f"{tile.rows * self.pitch * WORD_BYTES} bytes"
         verdict = "conflict-free" if self.conflict_free else f"{self.wavefronts} wavefronts, minimum {self.minimum}"
         return f"{self.layout(tile)}: {memory}, {verdict}"
 
+
+# A 16x8-word block's coordinates ((row +8, word +4), row, word) as indices of the block (column-major over
+# its 16 rows and 8 words): the order mma.sync takes an x4's four matrices in.
+MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
 
 Address = Callable[[int, int], int]  # (row, word of the row) -> word offset in shared memory
 

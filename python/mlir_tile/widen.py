@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from mlir_tile import contract
-from mlir_tile.layout import Layout
+from mlir_tile.layout import Layout, make_layout
 
 
 def widen_layouts(opcode: str, registers: Layout, shared: Layout, group_rank: int):
@@ -34,11 +34,10 @@ def widen_layouts(opcode: str, registers: Layout, shared: Layout, group_rank: in
 def _fold(layout: Layout, axis: int) -> Layout:
     """`layout` with mode `axis` moved into the matrix mode as its outer sub-mode."""
     matrix = layout.rank - 3
-    shape, stride = list(layout.shape), list(layout.stride)
-    shape[matrix] = (shape[matrix], shape[axis])
-    stride[matrix] = (stride[matrix], stride[axis])
-    del shape[axis], stride[axis]
-    return Layout(tuple(shape), tuple(stride), layout.swizzle)
+    modes = [make_layout(layout[matrix], layout[axis]) if position == matrix else layout[position]
+             for position in range(layout.rank) if position != axis]
+    folded = make_layout(*modes)
+    return Layout(folded.shape, folded.stride, layout.swizzle)
 
 
 def widened(transfer: contract.Transfer) -> contract.Transfer | None:
