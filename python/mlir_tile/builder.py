@@ -336,16 +336,53 @@ class Kernel:
             scf.YieldOp([])
 
     def offset(self, layout: Layout | str, coordinates: Sequence[ir.Value | int]) -> ir.Value:
-        """The index `sum(coordinate * stride)` of a memory layout, as arith ops."""
-        layout = as_layout(layout)
-        total = None
-        for coordinate, stride in zip(coordinates, layout.memory_strides):
-            if stride == 0:
+        """The memory offset of a coordinate of a memory layout (nested modes, a swizzle), as index arithmetic:
+        one coordinate per mode, an int or an index value below the mode's size. Compile-time coordinates fold
+        into one constant; swizzled, that constant is one xor with the swizzled thread-dependent part where the
+        two share no bit (the swizzle is linear over xor), else the sum is swizzled."""
+        try:
+            layout = as_layout(layout)
+        except ValueError as error:
+            raise BuilderError(f"offset: {error}") from None
+        if not isinstance(coordinates, (list, tuple)) or len(coordinates) != layout.rank:
+            raise BuilderError(f"offset: layout {layout} has {layout.rank} modes; give one coordinate per mode, "
+                               f"got {coordinates!r}")
+        if any(not isinstance(stride, int) for axis in range(layout.rank) for stride in layout.flat_strides(axis)):
+            raise BuilderError(f"offset: layout {layout} has thread strides; an offset is of a memory layout")
+        constant, dynamic, reach = 0, None, 0
+        for axis, (coordinate, size) in enumerate(zip(coordinates, layout.sizes)):
+            if isinstance(coordinate, int) and not isinstance(coordinate, bool):
+                if not 0 <= coordinate < size:
+                    raise BuilderError(f"offset: coordinate {coordinate} of mode {axis} is outside its size {size}")
+                below = 1
+                for extent, stride in layout.mode(axis):
+                    constant += coordinate // below % extent * stride
+                    below *= extent
                 continue
-            term = self._as_index(coordinate)
-            term = term if stride == 1 else arith.muli(term, self.index(stride))
-            total = term if total is None else arith.addi(total, term)
-        return self.index(0) if total is None else total
+            value = self._as_index(coordinate)
+            below = 1
+            for position, (extent, stride) in enumerate(layout.mode(axis)):
+                if extent > 1 and stride:
+                    digit = value if below == 1 else arith.divui(value, self.index(below))
+                    if position < len(layout.mode(axis)) - 1:
+                        digit = arith.remui(digit, self.index(extent))
+                    term = digit if stride == 1 else arith.muli(digit, self.index(stride))
+                    dynamic = term if dynamic is None else arith.addi(dynamic, term)
+                    reach |= (1 << ((extent - 1) * stride).bit_length()) - 1 if stride > 0 else -1
+                below *= extent
+        swizzle = layout.swizzle
+        if dynamic is None:
+            return self.index(swizzle(constant) if swizzle else constant)
+        if swizzle is None:
+            return dynamic if constant == 0 else arith.addi(dynamic, self.index(constant))
+        if reach >= 0 and constant & reach == 0:
+            swizzled = self._swizzled(dynamic, swizzle)
+            return swizzled if constant == 0 else arith.xori(swizzled, self.index(swizzle(constant)))
+        return self._swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle)
+
+    def _swizzled(self, value: ir.Value, swizzle) -> ir.Value:
+        moved = arith.shrui(value, self.index(swizzle.shift))
+        return arith.xori(value, arith.andi(moved, self.index(swizzle.mask)))
 
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
         return memref.load(_memref_value(buffer, "load"), self._indices(buffer, indices))
