@@ -57,7 +57,7 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None, launch: ir.
         offset = static_offset
     else:
         multiple = dynamic_offset_multiple(value, launch=launch)
-    origin, alignment, allocation_layout = buffer_origin(value, facts or FactCache(), launch)
+    origin, alignment, allocation_layout, base_shift = buffer_origin(value, facts or FactCache(), launch)
     return Operand(
         memory=memory_space(memref),
         element_bits=_element_width(element),
@@ -69,6 +69,7 @@ def operand_facts(value: ir.Value, facts: "FactCache | None" = None, launch: ir.
         origin=origin,
         contiguous=_is_contiguous(memref.shape, strides),
         allocation_layout=allocation_layout,
+        base_shift=base_shift,
     )
 
 
@@ -214,25 +215,28 @@ class Origin(NamedTuple):
     op: str  # what allocated the buffer: the op's name (memref.global for a get_global), or "argument"
     alignment: int | None  # the bytes of alignment the IR proves for it; None when nothing is proved
     allocation_layout: str | None = None  # the allocation's memref layout, when it is not the identity
+    base_shift: int | None = None  # what memref.view byte shifts are proven a multiple of (1: nothing); None: none
 
 
 def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | None = None) -> Origin:
     """Who allocated the buffer behind `value` and what alignment the IR proves for it. Views keep the
     alignment of what they view, except that a memref.view's byte shift caps it at what the shift is proven
     a multiple of. Inside a gpu.launch, a buffer from outside is an argument of the outlined kernel."""
-    proven, cap = None, None
+    proven, cap, shift = None, None, None
     while True:
         op = _defining_op(value, launch)
         if op is None:
             return Origin("outside the gpu.launch" if _comes_from_outside(value, launch) else "argument",
-                          _capped(proven, cap))
+                          _capped(proven, cap), None, shift)
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue
         if op.name == "memref.view":  # bytes of the source at a (dynamic) byte shift, as a new element type
-            shift = value_multiple(op.operands[1], launch=launch)
-            if shift:
-                cap = min(cap, shift) if cap else shift
+            moved = value_multiple(op.operands[1], launch=launch)
+            if moved:
+                cap = min(cap, moved) if cap else moved
+            if moved != 0:  # 0: the shift is the constant 0
+                shift = math.gcd(shift or 0, moved) if shift is not None else moved
             value = op.operands[0]
             continue
         if op.name == "memref.assume_alignment":
@@ -241,15 +245,15 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
             continue
         if op.name in ("memref.alloca", "memref.alloc"):
             found = max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
-            return Origin(op.name, _capped(found, cap), _layout_unless_identity(ir.MemRefType(op.results[0].type)))
+            return Origin(op.name, _capped(found, cap), _layout_unless_identity(ir.MemRefType(op.results[0].type)), shift)
         if op.name == "memref.get_global":
             declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
             declared = (_int_attribute(declaration, "alignment") or _natural_alignment(value)) if declaration else 0
-            return Origin("memref.global", _capped(max(proven or 0, declared) or None, cap))
+            return Origin("memref.global", _capped(max(proven or 0, declared) or None, cap), None, shift)
         if op.name == "gpu.dynamic_shared_memory":
             # CUDA aligns the dynamic shared memory base to 16 bytes (and convert-gpu-to-nvvm declares it so)
-            return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap))
-        return Origin(op.name, _capped(proven, cap))
+            return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap), None, shift)
+        return Origin(op.name, _capped(proven, cap), None, shift)
 
 
 def _layout_unless_identity(memref: ir.MemRefType) -> str | None:

@@ -25,7 +25,8 @@ from mlir_tile.contract import Transfer, WARP_SIZE
 class RepeatAddress:
     form: str  # "plain" (unswizzled), "shift", "xor" or "swizzle"
     operand: int  # xor: swizzle(c), the value xored; swizzle: c, the value added before the swizzle; else 0
-    immediate: int  # elements added last (the memref's static offset included): the instruction's immediate
+    immediate: int  # elements added last: the instruction's immediate (c, the memref's static offset
+                    # included, is inside the swizzle when there is one)
     slots: tuple[int, ...]  # the register slot of each matrix
 
 
@@ -50,18 +51,18 @@ def address_plan(transfer: Transfer) -> AddressPlan:
     lanes = lane_parts(transfer) if swizzle is not None else []
     repeats = []
     for repeat in transfer.repeats():
-        constant = transfer.shared_linear_offset(0, repeat, 0, 0)
+        constant = static + transfer.shared_linear_offset(0, repeat, 0, 0)  # the static offset enters the swizzle
         slots = tuple(transfer.register_slot(repeat, matrix) for matrix in range(transfer.opcode.count))
         if swizzle is None:
-            repeats.append(RepeatAddress("plain", 0, static + constant, slots))
+            repeats.append(RepeatAddress("plain", 0, constant, slots))
             continue
         shift = swizzle(lanes[0] + constant) - swizzle(lanes[0])
         if all(swizzle(lane + constant) - swizzle(lane) == shift for lane in lanes):
-            repeats.append(RepeatAddress("shift", 0, static + shift, slots))
+            repeats.append(RepeatAddress("shift", 0, shift, slots))
         elif all(lane & constant == 0 for lane in lanes):
-            repeats.append(RepeatAddress("xor", swizzle(constant), static, slots))
+            repeats.append(RepeatAddress("xor", swizzle(constant), 0, slots))
         else:
-            repeats.append(RepeatAddress("swizzle", constant, static, slots))
+            repeats.append(RepeatAddress("swizzle", constant, 0, slots))
     return AddressPlan(tuple(repeats))
 
 

@@ -18,8 +18,8 @@ REGISTERS_X4 = Layout((4, 8, 4), (1, 4 @ laneid, 1 @ laneid))
 def _blocks(pitch: int, second_matrix: int, third_matrix: int, swizzle: Swizzle | None) -> Layout:
     """The four 8x8 matrices of a 16x16 b16 block in mma order: matrix i = (i & 1, i >> 1) steps of
     (second_matrix, third_matrix) words; rows `pitch` words apart. The block's start is the memref's offset (a
-    subview or view at the block); for a swizzled tile the view must start at a multiple of the swizzle's
-    period (the swizzle's origin is the memref's start), or the block's position goes into the layout."""
+    subview at the block); a swizzle applies to the offset from the buffer, so a subview of a swizzled tile at
+    any block reads that block."""
     return Layout(((2, 2), 8, 4), ((second_matrix, third_matrix), pitch, 1), swizzle)
 
 

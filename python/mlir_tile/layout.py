@@ -84,6 +84,11 @@ class Swizzle:
                              f"reads overlap the bits it changes")
 
     @property
+    def period(self) -> int:
+        """2^(B+M+S): adding a multiple of it to an offset adds the same to the swizzled offset."""
+        return 1 << (self.bits + self.base + self.shift) if self.bits else 1
+
+    @property
     def mask(self) -> int:
         """The bits the swizzle changes."""
         return ((1 << self.bits) - 1) << self.base

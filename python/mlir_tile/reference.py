@@ -25,10 +25,12 @@ def _as_text(layout: Layout | str) -> str:
     return str(layout) if isinstance(layout, Layout) else layout
 
 
-def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarray, scope: str = "warp") -> np.ndarray:
+def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarray, scope: str = "warp",
+            shared_offset: int = 0) -> np.ndarray:
     """Apply one transfer. ldmatrix: dst = registers (threads, slots), src = flat shared words.
-    stmatrix: dst = flat shared words, src = registers. Returns the new dst (other values unchanged).
-    Raises ValueError (contract.ContractError) for an illegal transfer."""
+    stmatrix: dst = flat shared words, src = registers. The shared layout is over a view `shared_offset`
+    words into the shared words (the offset enters the layout's swizzle). Returns the new dst (other values
+    unchanged). Raises ValueError (contract.ContractError) for an illegal transfer."""
     opcode_info = contract.parse_opcode(opcode)
     registers, shared = opcode_info.registers_and_shared(dst, src)
     registers = np.asarray(registers, dtype=np.uint32)
@@ -38,7 +40,8 @@ def emulate(opcode: str, dst_layout, src_layout, dst: np.ndarray, src: np.ndarra
     threads, slots = registers.shape
     block = (threads, 1, 1) if scope == "cta" else None
     transfer = contract.verdict(contract.Query.of_layouts(opcode, *opcode_info.registers_and_shared(_as_text(dst_layout), _as_text(src_layout)),
-                                        register_slots=slots, shared_words=shared.size, scope=scope, block_size=block)).require()
+                                        register_slots=slots, shared_words=shared.size, scope=scope, block_size=block,
+                                        shared_offset=shared_offset)).require()
     if threads != transfer.scope.warps * LANES:
         raise ValueError(
             f"scope \"{scope}\" runs {transfer.scope.warps} warp(s): registers need "

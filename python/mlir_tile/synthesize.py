@@ -60,7 +60,7 @@ class Choice:
     def block_layout(self, tile: Tile) -> Layout:
         """Every 16x16-b16 (16x32-byte) block of the tile as one x4 in mma order: (row band, block column,
         matrix (2,2), row, word), by CuTe's algebra: the tile divided into 16x8-word blocks, each block read
-        through MMA_ORDER. The block's position is in the layout, so the swizzle keeps its origin."""
+        through MMA_ORDER (a subview at a block with the block's own layout reads the same words)."""
         whole = Layout((tile.rows, tile.row_words), (self.pitch, 1))
         blocks = tiled_divide(whole, (Layout.parse("16:1"), Layout.parse("8:1")))  # (block, bands, columns)
         matrices = composition(blocks[0], MMA_ORDER)

@@ -1,4 +1,4 @@
-// [row-alignment] every shared row starts 16-byte aligned: buffer alignment, memref offset and strides.
+// [row-alignment] every shared row starts 16-byte aligned: buffer alignment, memref offset and strides; a swizzled view's dynamic offset is a multiple of the swizzle's period.
 // RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
 
 gpu.module @misaligned_row_stride [#nvvm.target<chip = "sm_90">] {
@@ -280,6 +280,43 @@ gpu.module @view_at_a_six_byte_shift [#nvvm.target<chip = "sm_90">] {
     // expected-error-re@+1 {{[row-alignment]{{.*}}only 2-byte alignment}}
     "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+// The swizzle applies to the offset from the buffer: a dynamic view offset (here proven a multiple of 4 words
+// only) passes through Sw<3,2,3> only as a multiple of its period, 256 words.
+gpu.module @swizzled_view_dynamic_offset [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<4096xi32, 3> {alignment = 1024 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @sm : memref<4096xi32, 3>
+    %b = gpu.block_id x
+    %c4 = arith.constant 4 : index
+    %o = arith.muli %b, %c4 : index
+    %sm = memref.subview %g[%o] [1024] [1] : memref<4096xi32, 3> to memref<1024xi32, strided<[1], offset: ?>, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}proves a multiple of 4 elements about that offset, but only a multiple of the swizzle's period (256 words) passes through it}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">} : (memref<4xi32, 5>, memref<1024xi32, strided<[1], offset: ?>, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+// A memref.view moves the base pointer itself: by 512 bytes, half of Sw<3,2,3>'s period of 1024 bytes.
+gpu.module @swizzled_memref_view [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @bytes : memref<16384xi8, 3> {alignment = 1024 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %g = memref.get_global @bytes : memref<16384xi8, 3>
+    %shift = arith.constant 512 : index
+    %sm = memref.view %g[%shift][] : memref<16384xi8, 3> to memref<1024xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}a memref.view moved the buffer's base by an amount the IR proves a multiple of 512 bytes about{{.*}}period (1024 bytes)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">} : (memref<4xi32, 5>, memref<1024xi32, 3>) -> ()
     gpu.return
   }
 }

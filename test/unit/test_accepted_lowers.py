@@ -18,24 +18,27 @@ SESSION = Session()
 def kernel_text(case: RandomTransfer, element: str, register_offset: int, dynamic_start: bool, in_loop: bool,
                 chip: str) -> str:
     threads, slots, words = case.threads, case.slots, case.words
+    swizzle = case.shared_layout.swizzle  # a dynamic start passes through a swizzle as a multiple of its period
+    step, steps = (max(4, swizzle.period), 2) if swizzle else (4, 16)
+    room = steps * step  # the largest dynamic start is steps - 1 steps in
     registers_type = f"memref<{slots}x{element}, 5>" if not register_offset else \
         f"memref<{slots}x{element}, strided<[1], offset: {register_offset}>, 5>"
     shared_type = f"memref<{words}x{element}, 3>" if not dynamic_start else \
         f"memref<{words}x{element}, strided<[1], offset: ?>, 3>"
     lines = [f'gpu.module @m [#nvvm.target<chip = "{chip}">] {{',
-             f'  memref.global "private" @sm : memref<{words + 64}x{element}, 3> {{alignment = 16 : i64}}',
+             f'  memref.global "private" @sm : memref<{words + room}x{element}, 3> {{alignment = 16 : i64}}',
              f'  gpu.func @k(%out: memref<{threads}x{slots}x{element}>) kernel attributes '
              f'{{known_block_size = array<i32: {threads}, 1, 1>}} {{',
-             f'    %g = memref.get_global @sm : memref<{words + 64}x{element}, 3>',
+             f'    %g = memref.get_global @sm : memref<{words + room}x{element}, 3>',
              '    %tid = gpu.thread_id x',
              '    %row = affine.apply affine_map<(d0) -> (d0 mod 1024)>(%tid)']
     if dynamic_start:
-        lines += ['    %b = gpu.block_id x', '    %c15 = arith.constant 15 : index',
-                  '    %low = arith.andi %b, %c15 : index', '    %c2 = arith.constant 2 : index',
+        lines += ['    %b = gpu.block_id x', f'    %c15 = arith.constant {steps - 1} : index',
+                  '    %low = arith.andi %b, %c15 : index', f'    %c2 = arith.constant {step.bit_length() - 1} : index',
                   '    %start = arith.shli %low, %c2 : index',
-                  f'    %sm = memref.subview %g[%start] [{words}] [1] : memref<{words + 64}x{element}, 3> to {shared_type}']
+                  f'    %sm = memref.subview %g[%start] [{words}] [1] : memref<{words + room}x{element}, 3> to {shared_type}']
     else:
-        lines.append(f'    %sm = memref.subview %g[0] [{words}] [1] : memref<{words + 64}x{element}, 3> to {shared_type}')
+        lines.append(f'    %sm = memref.subview %g[0] [{words}] [1] : memref<{words + room}x{element}, 3> to {shared_type}')
     lines.append(f'    %a = memref.alloca() : memref<{slots + register_offset}x{element}, 5>')
     lines.append(f'    %r = memref.subview %a[{register_offset}] [{slots}] [1] : '
                  f'memref<{slots + register_offset}x{element}, 5> to {registers_type}')

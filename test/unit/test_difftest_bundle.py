@@ -1,6 +1,7 @@
 """The GPU differential bundle makes a round trip on the CPU: written here, run by the GPU side's runner
 against a fake runtime that executes each case's transfer (as the manifest names it, widened or not) on the
-ISA reference model. Every case passes; a fake that flips one word is reported as a mismatch."""
+ISA reference model. Every case passes (widened transfers, and transfers on views at random offsets); a fake
+that flips one word is reported as a mismatch."""
 import json
 
 import numpy as np
@@ -33,20 +34,24 @@ class FakeRuntime:
         case = self.cases[kernel]
         shared, registers = arrays[0].copy(), arrays[1].copy()
         assert grid == 1 and block == case["threads"] == len(registers)
+        view = case["view_offset"]
         if case["opcode"].startswith("ldmatrix"):
-            registers = emulate(case["opcode"], case["dst_layout"], case["src_layout"], registers, shared, case["scope"])
+            registers = emulate(case["opcode"], case["dst_layout"], case["src_layout"], registers, shared, case["scope"], view)
         else:
-            shared = emulate(case["opcode"], case["dst_layout"], case["src_layout"], shared, registers, case["scope"])
+            shared = emulate(case["opcode"], case["dst_layout"], case["src_layout"], shared, registers, case["scope"], view)
         if kernel == self.corrupt:
             registers.flat[0] ^= 1
         return arrays[0], arrays[1], registers, shared
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
+@pytest.fixture(scope="module", params=["widened", "views"])
+def bundle(tmp_path_factory, request):
     directory = tmp_path_factory.mktemp("bundle")
-    summary = difftest.write_bundle(directory, count=24, seed=11, widen=True)
-    assert summary["widened"] > 0  # the widened kernels are checked against the written transfer's outputs
+    summary = difftest.write_bundle(directory, count=24, seed=11, widen=request.param == "widened",
+                                    views=request.param == "views")
+    # the widened kernels are checked against the written transfer's outputs; swizzled views against the
+    # offsets from the buffer
+    assert summary["widened" if request.param == "widened" else "swizzled views"] > 0
     return directory
 
 

@@ -155,11 +155,14 @@ class LoweredTransfers:
         return instructions
 
 
-def run_lowered(case, registers, shared):
+def run_lowered(case, registers, shared, view_offset=0):
+    """The lowered transfer run lane by lane on `shared` (the whole buffer; the transfer's memref a subview
+    `view_offset` words in, reaching the buffer's end)."""
     session = Session()
     module = session.parse(kernel_text(f'"{case.opcode}"', f'"{case.scope}"', f'#tile.layout<"{case.dst_layout}">',
-                                       f'#tile.layout<"{case.src_layout}">', slots=case.slots, words=case.words,
-                                       store=not case.is_load, threads=case.threads), "case.mlir")
+                                       f'#tile.layout<"{case.src_layout}">', slots=case.slots,
+                                       words=len(shared) - view_offset, store=not case.is_load, threads=case.threads,
+                                       view_offset=view_offset, buffer_words=len(shared)), "case.mlir")
     run_pipeline(module, ["tile-verify-matrix-transfer", "tile-lower-matrix-transfer"])
     kernel = module.regions[0].blocks[0].operations[0].regions[0].blocks[0].operations[1]
     program = LoweredTransfers(kernel)
@@ -182,16 +185,18 @@ def run_lowered(case, registers, shared):
     return registers, shared
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=transfers(), seed=st.integers(0, 2**32 - 1))
-def test_lowered_code_computes_what_the_model_computes(case, seed):
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=transfers(), seed=st.integers(0, 2**32 - 1), view_offset=st.sampled_from([0, 0, 4, 8, 36, 100, 252]))
+def test_lowered_code_computes_what_the_model_computes(case, seed, view_offset):
+    """Also through a subview at a static offset, which enters a swizzle (the view reaches the buffer's end,
+    1,024 words past the layout's cosize: room for a swizzled row beyond it)."""
     data = np.random.default_rng(seed)
     registers = data.integers(0, 2**32, (case.threads, case.slots), dtype=np.uint32)
-    shared = data.integers(0, 2**32, case.words, dtype=np.uint32)
-    lowered_registers, lowered_shared = run_lowered(case, registers, shared)
+    shared = data.integers(0, 2**32, case.words + (view_offset + 1024 if view_offset else 0), dtype=np.uint32)
+    lowered_registers, lowered_shared = run_lowered(case, registers, shared, view_offset)
     if case.is_load:
-        expected = emulate(case.opcode, case.dst_layout, case.src_layout, registers, shared, case.scope)
+        expected = emulate(case.opcode, case.dst_layout, case.src_layout, registers, shared, case.scope, view_offset)
         np.testing.assert_array_equal(lowered_registers, expected)
     else:
-        expected = emulate(case.opcode, case.dst_layout, case.src_layout, shared, registers, case.scope)
+        expected = emulate(case.opcode, case.dst_layout, case.src_layout, shared, registers, case.scope, view_offset)
         np.testing.assert_array_equal(lowered_shared, expected)

@@ -13,14 +13,20 @@ SESSION = Session()
 
 
 def kernel_text(opcode, scope, dst_layout, src_layout, *, slots=16, words=4096, store=False, threads=128,
-                extra=""):
+                extra="", view_offset=0, buffer_words=None):
+    """A kernel with one transfer on a `words`-word shared memref: the buffer itself, or a memref.subview
+    `view_offset` words into a buffer of `buffer_words`."""
     registers = f"memref<{slots}xi32, 5>"
-    shared = f"memref<{words}xi32, 3>"
+    buffer = f"memref<{buffer_words or words}xi32, 3>"
+    shared = buffer if not view_offset else f"memref<{words}xi32, strided<[1], offset: {view_offset}>, 3>"
+    view = (f'    %sm = memref.get_global @sm : {buffer}\n' if not view_offset else
+            f'    %g = memref.get_global @sm : {buffer}\n'
+            f'    %sm = memref.subview %g[{view_offset}] [{words}] [1] : {buffer} to {shared}\n')
     operands, types = (("%sm, %r", f"{shared}, {registers}") if store else ("%r, %sm", f"{registers}, {shared}"))
     return (f'gpu.module @m [#nvvm.target<chip = "sm_90">] {{\n'
-            f'  memref.global "private" @sm : {shared} {{alignment = 16 : i64}}\n'
+            f'  memref.global "private" @sm : {buffer} {{alignment = 16 : i64}}\n'
             f'  gpu.func @k() kernel attributes {{known_block_size = array<i32: {threads}, 1, 1>}} {{\n'
-            f'    %sm = memref.get_global @sm : {shared}\n    %r = memref.alloca() : {registers}\n'
+            f'{view}    %r = memref.alloca() : {registers}\n'
             f'    "tile.matrix_transfer"({operands}) {{opcode = {opcode}, scope = {scope}{extra},\n'
             f'        dst_layout = {dst_layout}, src_layout = {src_layout}}} : ({types}) -> ()\n'
             f'    gpu.return\n  }}\n}}\n')

@@ -68,7 +68,8 @@ _SUMMARIES = {
     "order; 32-bit elements; register storage at a static offset",
     Rule.SHAPE: "both layouts have one shape ending in (N,8,4) for .xN; at most 255 words per thread",
     Rule.SHARED_ROW: "a shared row is 4 consecutive words (word stride 1); shared layouts have no thread strides",
-    Rule.ROW_ALIGNMENT: "every shared row starts 16-byte aligned: buffer alignment, memref offset and strides",
+    Rule.ROW_ALIGNMENT: "every shared row starts 16-byte aligned: buffer alignment, memref offset and strides; a "
+    "swizzled view's dynamic offset is a multiple of the swizzle's period",
     Rule.STORE_RACE: "stmatrix rows of one instruction, or of different warps, do not overlap",
     Rule.BOUNDS: "static shapes; every shared row and register slot lies inside its memref",
     Rule.REGISTER_OWNER: "register word (i,j,w) belongs to lane 4*j+w; @warpid only on the group axis",
@@ -170,6 +171,8 @@ class Operand:
     origin: str | None = None
     contiguous: bool = True
     allocation_layout: str | None = None  # the allocating op's memref layout, when it is not the identity
+    base_shift: int | None = None  # a memref.view moved the base pointer by a multiple of this many bytes (a
+                                   # power of two; 1: nothing is proven); None: the base is the buffer's start
 
     @property
     def static_offset(self) -> int:
@@ -219,9 +222,16 @@ class Transfer:
         return itertools.product(*(range(n) for n in self.repeat_shape))
 
     def shared_offset(self, group: int, repeat: tuple[int, ...], matrix: int, row: int, word: int = 0) -> int:
-        """Element offset of a shared word from the memref's first element (static offset included)."""
-        coord = ((group,) if self.group_rank else ()) + repeat + (matrix, row, word)
-        return self.shared_operand.static_offset + self.shared.offset(*coord)
+        """Element offset of a shared word from the buffer's start (the memref's static offset included)."""
+        return self.shared_word(((group,) if self.group_rank else ()) + repeat + (matrix, row, word))
+
+    def shared_word(self, coord: tuple[int, ...]) -> int:
+        """Element offset of the shared word at `coord` from the buffer's start. A swizzle applies to the offset
+        from the buffer, the memref's static offset included (as CuTe's slices and TMA's swizzle modes do), so
+        a view of a swizzled tile reads what the same coordinates of the whole tile read; a dynamic offset is a
+        proven multiple of the swizzle's period, which passes through it."""
+        linear = self.shared_operand.static_offset + self.shared.linear_offset(*coord)
+        return self.shared.swizzle(linear) if self.shared.swizzle else linear
 
     def shared_linear_offset(self, group: int, repeat: tuple[int, ...], matrix: int, row: int) -> int:
         """The shared layout's offset of a row before its swizzle (and without the memref offset)."""
@@ -279,13 +289,16 @@ class Query:
 
     @classmethod
     def of_layouts(cls, opcode: str, registers, shared, *, register_slots: int, shared_words: int,
-                   scope: str = "warp", base_alignment: int = 16, block_size: Sequence[int] | None = None) -> "Query":
+                   scope: str = "warp", base_alignment: int = 16, block_size: Sequence[int] | None = None,
+                   shared_offset: int = 0) -> "Query":
         """A transfer given by its register and shared layouts (in either order of dst and src) over plain
-        buffers: `register_slots` words of registers per thread, `shared_words` words of shared memory at
-        offset 0, aligned to `base_alignment` bytes. What the model, the emulator and the benchmarks start from."""
+        buffers: `register_slots` words of registers per thread, `shared_words` words of shared memory aligned to
+        `base_alignment` bytes, the shared layout over a view of it `shared_offset` words in. What the model,
+        the emulator and the benchmarks start from."""
         parsed = parse_opcode(opcode)
         dst_layout, src_layout = parsed.dst_and_src(registers, shared)
         dst, src = parsed.dst_and_src(Operand("private", extent=register_slots),
-                                      Operand("shared", extent=shared_words, base_alignment=base_alignment))
+                                      Operand("shared", extent=shared_words - shared_offset, offset=shared_offset,
+                                              base_alignment=base_alignment))
         return cls(opcode, scope, dst_layout, src_layout, dst, src,
                    block_size=None if block_size is None else tuple(block_size))

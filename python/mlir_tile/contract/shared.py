@@ -34,7 +34,7 @@ def check_shared_row(transfer: Transfer) -> list[Violation]:
             ]
         return []
     for head in itertools.product(*(range(n) for n in layout.sizes[:-1])):  # nested or swizzled: every row
-        words = [layout.offset(*head, word) for word in range(WORDS)]
+        words = [transfer.shared_word(head + (word,)) for word in range(WORDS)]
         if words != list(range(words[0], words[0] + WORDS)):
             return [
                 Violation(
@@ -50,18 +50,21 @@ def check_shared_row(transfer: Transfer) -> list[Violation]:
 
 def _shared_rows(transfer: Transfer) -> Iterable[tuple[tuple[int, ...], int]]:
     """(coordinate of word 0, offset from the memref's first element) of every shared row."""
-    layout = transfer.shared
-    for head in itertools.product(*(range(n) for n in layout.sizes[:-1])):
+    static = transfer.shared_operand.static_offset
+    for head in itertools.product(*(range(n) for n in transfer.shared.sizes[:-1])):
         coord = head + (0,)
-        yield coord, layout.offset(*coord)
+        yield coord, transfer.shared_word(coord) - static
 
 
 def check_shared_bounds(transfer: Transfer) -> list[Violation]:
     extent, role, layout = transfer.shared_operand.extent, transfer.shared_role, transfer.shared
     if extent is None:
         return []
+    # A swizzle of the offset from the buffer may move a row of a view before the view's start: still inside
+    # the buffer, which begins `static offset` elements earlier.
+    lowest = -transfer.shared_operand.static_offset if layout.swizzle else 0
     for coord, relative in _shared_rows(transfer):
-        if not (0 <= relative and relative + WORDS <= extent):
+        if not (lowest <= relative and relative + WORDS <= extent):
             return [
                 Violation(
                     Rule.BOUNDS,
@@ -103,6 +106,30 @@ def check_row_starts(transfer: Transfer) -> list[Violation]:
                 )
             ]
     return []
+
+
+def check_swizzle_origin(transfer: Transfer) -> list[Violation]:
+    """A swizzle applies to the offset from the buffer: a dynamic view offset passes through it only as a
+    multiple of its period."""
+    operand, swizzle = transfer.shared_operand, transfer.shared.swizzle
+    if swizzle is None:
+        return []
+    if operand.base_shift is not None and operand.base_shift % (swizzle.period * WORD_BYTES):
+        proven = f"a multiple of {operand.base_shift} bytes" if operand.base_shift > 1 else "nothing"
+        return [Violation(Rule.ROW_ALIGNMENT, f"{transfer.shared_role}_layout {transfer.shared}: a memref.view moved "
+                                              f"the buffer's base by an amount the IR proves {proven} about, but the "
+                                              f"swizzle applies to the offset from the buffer, so only a multiple of "
+                                              f"its period ({swizzle.period * WORD_BYTES} bytes) may move it; view at "
+                                              f"such a multiple, or take a memref.subview (its offset enters the "
+                                              f"swizzle)")]
+    if operand.offset is not None or (operand.offset_multiple or 1) % swizzle.period == 0:
+        return []
+    proven = f"a multiple of {operand.offset_multiple} elements" if operand.offset_multiple else "nothing"
+    return [Violation(Rule.ROW_ALIGNMENT, f"{transfer.shared_role}_layout {transfer.shared}: the swizzle applies to "
+                                          f"the offset from the buffer, and the view's dynamic offset enters it; the IR "
+                                          f"proves {proven} about that offset, but only a multiple of the swizzle's "
+                                          f"period ({swizzle.period} words) passes through it; make the offset a "
+                                          f"multiple of {swizzle.period}, or put the position into the layout")]
 
 
 def check_store_race(transfer: Transfer) -> list[Violation]:

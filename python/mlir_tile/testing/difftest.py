@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, memref
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
@@ -26,21 +26,31 @@ from mlir_tile.widen import widen_layouts
 MAX_SHARED_WORDS = 8192  # 32 KiB: below the 48 KiB of static shared memory a kernel may declare
 
 
-def padded_words(case: RandomTransfer) -> int:
-    return -(-case.words // case.threads) * case.threads
+def view_words(case: RandomTransfer, view_offset: int) -> int:
+    """The words of a view `view_offset` words into the buffer that hold every row: a swizzle of the offset from
+    the buffer keeps a row inside its aligned block of 2^(M+B) words, which may end past the layout's cosize."""
+    swizzle = case.shared_layout.swizzle
+    if not view_offset or swizzle is None:
+        return case.words
+    block = 1 << swizzle.mask.bit_length()
+    return -(-(view_offset + case.words) // block) * block - view_offset
+
+
+def padded_words(case: RandomTransfer, view_offset: int = 0) -> int:
+    return -(-(view_offset + view_words(case, view_offset)) // case.threads) * case.threads
 
 
 def kernel_name(index: int) -> str:
     return f"case_{index}"
 
 
-def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
-    """Body: shared <- sm_in; registers <- regs_in[tid]; the transfer; regs_out[tid] <- registers;
-    sm_out <- shared."""
+def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: int = 0) -> None:
+    """Body: shared <- sm_in; registers <- regs_in[tid]; the transfer (on a memref.subview `view_offset`
+    words into the shared buffer); regs_out[tid] <- registers; sm_out <- shared."""
     k = module_kernel
     sm_in, regs_in, regs_out, sm_out = k.arguments
     tid = k.thread_id("x")
-    words = padded_words(case)
+    words = padded_words(case, view_offset)
     sm = k.shared(f"{k.name}_sm", words)
 
     def copy(source, destination):
@@ -53,7 +63,8 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
     registers = k.registers(case.slots)
     for slot in range(case.slots):
         k.store(k.load(regs_in, [tid, slot]), registers, [slot])
-    dst, src = parse_opcode(case.opcode).dst_and_src(registers, sm)
+    view = sm if not view_offset else memref.subview(sm, [view_offset], [view_words(case, view_offset)], [1])
+    dst, src = parse_opcode(case.opcode).dst_and_src(registers, view)
     matrix_transfer(case.opcode, dst, src, dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
     k.barrier()
     for slot in range(case.slots):
@@ -61,19 +72,19 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer) -> None:
     copy(sm, sm_out)
 
 
-def case_ptx(index: int, case: RandomTransfer) -> str:
-    words, threads = padded_words(case), case.threads
+def case_ptx(index: int, case: RandomTransfer, view_offset: int = 0) -> str:
+    words, threads = padded_words(case, view_offset), case.threads
     arguments = [f"memref<{words}xi32>", f"memref<{threads}x{case.slots}xi32>",
                  f"memref<{threads}x{case.slots}xi32>", f"memref<{words}xi32>"]
     with Kernel(kernel_name(index), arguments, block=(threads, 1, 1), context=ir.Context()) as k:
-        build_case_kernel(k, case)
+        build_case_kernel(k, case, view_offset)
     return compile_to_ptx(k.module)
 
 
-def expected_outputs(case: RandomTransfer, registers: np.ndarray, shared: np.ndarray):
+def expected_outputs(case: RandomTransfer, registers: np.ndarray, shared: np.ndarray, view_offset: int = 0):
     if case.is_load:
-        return emulate(case.opcode, case.dst_layout, case.src_layout, registers, shared, case.scope), shared
-    return registers, emulate(case.opcode, case.dst_layout, case.src_layout, shared, registers, case.scope)
+        return emulate(case.opcode, case.dst_layout, case.src_layout, registers, shared, case.scope, view_offset), shared
+    return registers, emulate(case.opcode, case.dst_layout, case.src_layout, shared, registers, case.scope, view_offset)
 
 
 def draw_cases(count: int, seed: int) -> list[RandomTransfer]:
@@ -102,30 +113,36 @@ def widened(case: RandomTransfer) -> RandomTransfer | None:
     return wide
 
 
-def write_bundle(directory: Path, count: int, seed: int, widen: bool = False) -> dict:
+def write_bundle(directory: Path, count: int, seed: int, widen: bool = False, views: bool = False) -> dict:
     """With `widen`, each kernel issues the widened transfer where there is one, and is checked against the
-    reference model's outputs for the transfer as written."""
+    reference model's outputs for the transfer as written. With `views`, each transfer works on a
+    memref.subview at a random offset of 4 to 252 words into its buffer (the offset enters a swizzle)."""
     directory.mkdir(parents=True, exist_ok=True)
     cases, manifest, arrays = draw_cases(count, seed), [], {}
     data = np.random.default_rng(seed)
+    offsets = random.Random(seed + 1)
     ptx_texts = []
     for index, case in enumerate(cases):
+        view_offset = 4 * offsets.randrange(1, 64) if views else 0
         registers = data.integers(0, 2**32, (case.threads, case.slots), dtype=np.uint32)
-        shared = data.integers(0, 2**32, padded_words(case), dtype=np.uint32)
-        expected_registers, expected_shared = expected_outputs(case, registers, shared)
+        shared = data.integers(0, 2**32, padded_words(case, view_offset), dtype=np.uint32)
+        expected_registers, expected_shared = expected_outputs(case, registers, shared, view_offset)
         arrays.update({f"{index}_regs": registers, f"{index}_sm": shared,
                        f"{index}_regs_expected": expected_registers, f"{index}_sm_expected": expected_shared})
         built = (widened(case) if widen else None) or case
-        ptx_texts.append(case_ptx(index, built))
+        ptx_texts.append(case_ptx(index, built, view_offset))
         manifest.append({"index": index, "kernel": kernel_name(index), "opcode": built.opcode, "scope": case.scope,
                          "dst_layout": str(built.dst_layout), "src_layout": str(built.src_layout),
-                         "threads": case.threads, "ptx": f"ptx/case_{index}.ptx", "widened": built is not case})
+                         "threads": case.threads, "ptx": f"ptx/case_{index}.ptx", "widened": built is not case,
+                         "view_offset": view_offset})
     np.savez_compressed(directory / "arrays.npz", **arrays)
     (directory / "ptx").mkdir(exist_ok=True)
     for index, text in enumerate(ptx_texts):  # one PTX per case: a failing case is self-contained
         (directory / "ptx" / f"case_{index}.ptx").write_text(text)
     (directory / "manifest.json").write_text(json.dumps({"seed": seed, "cases": manifest}, indent=1))
-    return {"cases": len(cases), "widened": sum(entry["widened"] for entry in manifest)}
+    return {"cases": len(cases), "widened": sum(entry["widened"] for entry in manifest),
+            "swizzled views": sum(1 for entry, case in zip(manifest, cases)
+                                  if entry["view_offset"] and case.shared_layout.swizzle is not None)}
 
 
 def main() -> None:
@@ -134,8 +151,9 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--widen", action="store_true", help="build each widened transfer, check it as written")
+    parser.add_argument("--views", action="store_true", help="each transfer on a subview at a random offset")
     arguments = parser.parse_args()
-    print(write_bundle(Path(arguments.bundle), arguments.cases, arguments.seed, arguments.widen))
+    print(write_bundle(Path(arguments.bundle), arguments.cases, arguments.seed, arguments.widen, arguments.views))
 
 
 if __name__ == "__main__":
