@@ -55,6 +55,24 @@ def target_text_problem(text: str) -> tuple[str, int, int] | None:
     return None
 
 
+_MMA_SHAPE = re.compile(r"#nvvm\s*\.\s*shape\s*<([^>]*)>")
+
+
+def mma_shape_text_problem(text: str) -> tuple[str, int, int] | None:
+    """(message, line, column) for an #nvvm.shape with a negative extent: upstream's nvvm.mma.sync verifier
+    sizes a vector by it and aborts the process ("SmallVector unable to grow"). Found in the text, before the
+    parser sees it; other wrong shapes get the verifier's own error."""
+    text = _without_comments(text)
+    for attribute in _MMA_SHAPE.finditer(text):
+        for parameter in _PARAMETER.finditer(attribute.group(1)):
+            if parameter.group(2).startswith("-"):
+                position = attribute.start(1) + parameter.start()
+                line = text.count("\n", 0, position) + 1
+                return (f"#nvvm.shape: {parameter.group(1)} = {parameter.group(2)} is negative; mma.sync shapes are "
+                        f"m8n8k4, m16n8k8, m16n8k16, m16n8k32 and the like"), line, position - text.rfind("\n", 0, position)
+    return None
+
+
 def nesting_problem(text: str) -> str | None:
     """Why `text` nests too deeply to parse safely (None when it does not), found in one linear scan."""
     depth = deepest = line = 0
@@ -125,9 +143,9 @@ class Session:
             problem = nesting_problem(text)
             if problem:
                 raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
-            target = target_text_problem(text)
-            if target:
-                raise PipelineFailure(None, [Diag("error", source_name, target[1], target[2], target[0])])
+            for problem in (target_text_problem(text), mma_shape_text_problem(text)):
+                if problem:
+                    raise PipelineFailure(None, [Diag("error", source_name, problem[1], problem[2], problem[0])])
         with self.context:
             if isinstance(text, bytes):  # bytecode: always one builtin.module
                 try:
