@@ -283,6 +283,10 @@ class Layout:
         """Mode `axis` as a layout of its own (CuTe's layout<i>), without the swizzle."""
         return Layout((self.shape[axis],), (self.stride[axis],))
 
+    def __iter__(self) -> Iterator["Layout"]:
+        """The modes, each a layout: `block, rest = zipped_divide(tile, tiler)`."""
+        return (self[axis] for axis in range(self.rank))
+
     def coordinates(self) -> Iterator[tuple[int, ...]]:
         return itertools.product(*(range(n) for n in self.sizes))
 
