@@ -73,7 +73,7 @@ def build(directory: Path, count: int) -> None:
         words = -(-shared.cosize // 32) * 32
         with Kernel(f"case_{index}", [f"memref<32x{slots}xi32>"], context=ir.Context()) as k:
             (out,) = k.arguments
-            sm = k.shared("sm", words, alignment=128)
+            sm = k.shared("sm", words, alignment=max(128, contract.aligned_for(shared)))
             regs = k.registers(slots)
             if case["opcode"].startswith("ldmatrix"):
                 matrix_transfer(case["opcode"], regs, sm, dst_layout=registers, src_layout=shared)
@@ -87,7 +87,7 @@ def build(directory: Path, count: int) -> None:
                 k.barrier()
                 k.store(k.load(sm, [lane]), out, [lane, 0])
         transfer = contract.verdict(contract.Query.of_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
-                                            base_alignment=128)).require()
+                                            base_alignment=max(128, contract.aligned_for(shared)))).require()
         model = transfer_wavefronts(transfer)
         (directory / f"case_{index}.ptx").write_text(compile_to_ptx(k.module))
         manifest.append({**case, "index": index, "slots": slots, "predicted_per_instruction": model.total / model.instructions,

@@ -239,7 +239,7 @@ def predicted_share(config: Config) -> float:
     """The share of 128 B/clock/SM the bank model predicts for the kernel where shared memory is what limits
     (`mlir_tile.banks`: one wavefront a matrix is 1)."""
     transfer = contract.verdict(contract.Query.of_layouts(config.opcode, config.registers, config.shared, register_slots=config.slots,
-                                        shared_words=shared_words(config), scope=config.scope, base_alignment=128,
+                                        shared_words=shared_words(config), scope=config.scope, base_alignment=max(128, contract.aligned_for(Layout.parse(config.shared))),
                                         block_size=(BLOCK, 1, 1))).require()
     return transfer_wavefronts(transfer).bandwidth_share
 
@@ -266,7 +266,7 @@ def generated_kernel(config: Config):
         out, iterations, zero = k.arguments
         i32, index = ir.IntegerType.get_signless(32), ir.IndexType.get()
         tid = k.thread_id("x")
-        sm = k.shared("sm", words, alignment=128)  # 128-byte rows start at bank 0, as in the C++ kernel
+        sm = k.shared("sm", words, alignment=max(128, contract.aligned_for(Layout.parse(config.shared))))  # as in the C++ kernel
         with k.loop(0, words // BLOCK) as step:
             position = arith.addi(tid, arith.muli(step, k.index(BLOCK)))
             k.store(arith.index_cast(i32, position), sm, [position])

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "python"), str(REPO / "examples"), str(REPO / "benchmarks")]
 
 import mma_tile  # noqa: E402  (its layouts; building needs MLIR, reading them does not)
+from mlir_tile import contract  # noqa: E402
 from mlir_tile.layout import Layout  # noqa: E402
 
 BLOCK, BLOCKS_PER_SM, ITERATIONS = 128, 4, 4096
@@ -36,7 +37,7 @@ def generated_kernel():
                 min_blocks_per_sm=BLOCKS_PER_SM, context=ir.Context()) as k:
         out, iterations, zero = k.arguments
         tid = k.thread_id()
-        tiles = [k.shared(name, words, alignment=128) for name in ("a_tile", "b_tile")]
+        tiles = [k.shared(name, words, alignment=contract.aligned_for(Layout.parse(mma_tile.A_SHARED))) for name in ("a_tile", "b_tile")]
         with k.loop(0, words // BLOCK) as step:  # small integers: finite fp16 values
             position = arith.addi(tid, arith.muli(step, k.index(BLOCK)))
             value = arith.andi(arith.index_cast(ir.IntegerType.get_signless(32), position), k.constant(0x03FF03FF))

@@ -47,13 +47,15 @@ def build_module(context=None):
     from mlir import ir
     from mlir.dialects import arith
 
+    from mlir_tile import contract
     from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
     with Kernel(KERNEL, [words, words, f"memref<{M * N}xi32>"], block=(128, 1, 1), context=context) as k:
         a_global, b_global, c_global = k.arguments
         tid = k.thread_id()
-        tiles = {name: k.shared(name, WORDS, alignment=128) for name in ("a_tile", "b_tile")}
+        tiles = {name: k.shared(name, WORDS, alignment=max(contract.aligned_for(Layout.parse(layout)) for layout in (A_SHARED, B_SHARED))) for name in ("a_tile", "b_tile")}
         for source, tile in ((a_global, tiles["a_tile"]), (b_global, tiles["b_tile"])):
             with k.loop(0, WORDS // 128) as step:
                 index = arith.addi(tid, arith.muli(step, k.index(128)))

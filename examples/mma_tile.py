@@ -40,13 +40,15 @@ def build_module(context=None):
     from mlir import ir
     from mlir.dialects import arith
 
+    from mlir_tile import contract
     from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
     with Kernel(KERNEL, [words, words, words], block=(128, 1, 1), context=context) as k:
         a_global, b_global, c_global = k.arguments
         tid = k.thread_id()
-        tiles = {name: k.shared(name, WORDS, alignment=128) for name in ("a_tile", "b_tile", "c_tile")}
+        tiles = {name: k.shared(name, WORDS, alignment=contract.aligned_for(Layout.parse(A_SHARED))) for name in ("a_tile", "b_tile", "c_tile")}
 
         def swizzled(index):  # Sw<3,2,3> on a word index: index ^ ((index >> 3) & 28)
             return arith.xori(index, arith.andi(arith.shrui(index, k.index(3)), k.index(28)))

@@ -68,7 +68,7 @@ gpu.module @mma_a_operand [#nvvm.target<chip = "sm_90">] {
 // CHECK-NEXT:  nvvm.ldmatrix
 // CHECK-NOT:   nvvm.ldmatrix
 gpu.module @swizzled [#nvvm.target<chip = "sm_90">] {
-  memref.global "private" @tile : memref<2048xi32, 3> {alignment = 128 : i64}
+  memref.global "private" @tile : memref<2048xi32, 3> {alignment = 1024 : i64}
   gpu.func @swizzled_row_band() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @tile : memref<2048xi32, 3>
     %r = memref.alloca() : memref<16xi32, 5>

@@ -13,7 +13,7 @@
 // HINT: remark: [banks] 2 x stmatrix.x2: 2 wavefronts per instruction, minimum 2 (conflict-free){{$}}
 
 gpu.module @pitches [#nvvm.target<chip = "sm_90">] {
-  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 1024 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<2048xi32, 3>
     %r = memref.alloca() : memref<4xi32, 5>

@@ -374,7 +374,7 @@ gpu.module @mma_a_operand_nested_registers [#nvvm.target<chip = "sm_90">] {
 // -----
 
 gpu.module @swizzled_128_byte_rows [#nvvm.target<chip = "sm_90">] {
-  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 1024 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<2048xi32, 3>
     %r = memref.alloca() : memref<16xi32, 5>
@@ -387,7 +387,7 @@ gpu.module @swizzled_128_byte_rows [#nvvm.target<chip = "sm_90">] {
 // -----
 
 gpu.module @swizzled_trans_b_operand [#nvvm.target<chip = "sm_90">] {
-  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 1024 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<2048xi32, 3>
     %r = memref.alloca() : memref<16xi32, 5>

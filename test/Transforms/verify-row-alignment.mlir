@@ -1,4 +1,4 @@
-// [row-alignment] every shared row starts 16-byte aligned: buffer alignment, memref offset and strides; a swizzled view's dynamic offset is a multiple of the swizzle's period.
+// [row-alignment] every shared row starts 16-byte aligned: buffer alignment, memref offset and strides; a swizzled buffer is aligned to the swizzle's period and a swizzled view's dynamic offset is a multiple of it.
 // RUN: tile-opt %s --split-input-file --verify-diagnostics --tile-verify-matrix-transfer
 
 gpu.module @misaligned_row_stride [#nvvm.target<chip = "sm_90">] {
@@ -314,9 +314,26 @@ gpu.module @swizzled_memref_view [#nvvm.target<chip = "sm_90">] {
     %shift = arith.constant 512 : index
     %sm = memref.view %g[%shift][] : memref<16384xi8, 3> to memref<1024xi32, 3>
     %r = memref.alloca() : memref<4xi32, 5>
-    // expected-error-re@+1 {{[row-alignment]{{.*}}a memref.view moved the buffer's base by an amount the IR proves a multiple of 512 bytes about{{.*}}period (1024 bytes)}}
+    // expected-error-re@+2 {{[row-alignment]{{.*}}a memref.view moved the buffer's base by an amount the IR proves a multiple of 512 bytes about{{.*}}period (1024 bytes)}}
+    // expected-error-re@+1 {{[row-alignment]{{.*}}the swizzle repeats every 1024 bytes of the offset from the buffer, but the IR proves only 512-byte alignment}}
     "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">} : (memref<4xi32, 5>, memref<1024xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+// The swizzle is a function of the offset from the buffer: aligned to its period (1,024 bytes for Sw<3,2,3>),
+// the swizzled offsets sit on the banks the swizzle was chosen for, and match TMA's swizzle of the address.
+gpu.module @swizzled_buffer_underaligned [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<4096xi32, 3> {alignment = 128 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<4096xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    // expected-error-re@+1 {{[row-alignment]{{.*}}the swizzle repeats every 1024 bytes of the offset from the buffer, but the IR proves only 128-byte alignment for the buffer; declare it with {alignment = 1024 : i64}}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"((2,2),8,4):((1,2),4@laneid,1@laneid)">, src_layout = #tile.layout<"Sw<3,2,3> o ((2,2),8,4):((256,4),32,1)">} : (memref<4xi32, 5>, memref<4096xi32, 3>) -> ()
     gpu.return
   }
 }

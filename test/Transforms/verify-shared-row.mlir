@@ -33,7 +33,7 @@ gpu.module @thread_stride_on_shared [#nvvm.target<chip = "sm_90">] {
 // b16 elements is Sw<3,1,3> over words: on the right half of a 128-byte-row tile it swaps the word pairs inside
 // 16-byte rows, where the CuTe DSL emits a silently wrong ldmatrix.
 gpu.module @cute_dsl_swizzle_over_b16_elements [#nvvm.target<chip = "sm_90">] {
-  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 128 : i64}
+  memref.global "private" @sm : memref<2048xi32, 3> {alignment = 512 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<2048xi32, 3>
     %r = memref.alloca() : memref<16xi32, 5>

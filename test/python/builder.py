@@ -177,7 +177,7 @@ def test_nested_and_swizzled_layouts():
 
     k, _, _ = kernel_with_buffers(words=2048)
     tile = k.shared("tile", 576)
-    swizzled = k.shared("swizzled", 2048, alignment=128)
+    swizzled = k.shared("swizzled", 2048, alignment=1024)
     regs = k.registers(16)
     a_operand = S[(16, 8):(36, 1)].rearrange("(mh r) (kh w) -> (kh mh) r w", mh=2, kh=2)  # one x4 per block
     print(matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, tile,

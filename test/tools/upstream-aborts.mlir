@@ -38,11 +38,20 @@ gpu.module @split_value [#rocdl.target<abi = // a comment
 // CHECK-NOT: Assertion
 // DEEP: deep.mlir: error: brackets nest more than 1000 deep (at line 1001), deeper than mlir-tile parses safely
 // -----
-// A negative extent in an mma.sync shape: the op's verifier sizes a vector by it and aborts.
-// CHECK: upstream-aborts.mlir:[[# @LINE + 3]]:{{[0-9]+}}: error: #nvvm.shape: n = -8 is negative
+// An mma.sync shape extent out of range: the op's verifier sizes a vector by it (a negative one aborts, a huge
+// one takes gigabytes and seconds).
+// CHECK: upstream-aborts.mlir:[[# @LINE + 3]]:{{[0-9]+}}: error: #nvvm.shape: n = -8 is not an extent of an mma.sync shape
 gpu.module @negative_mma_shape [#nvvm.target<chip = "sm_90">] {
   gpu.func @k(%h: vector<2xf16>, %f: f32) kernel {
     %r = nvvm.mma.sync A[%h, %h] B[%h] C[%f, %f, %f, %f] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, shape = #nvvm.shape<m = 16, n = -8, k = 8>} : (vector<2xf16>, vector<2xf16>, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+    gpu.return
+  }
+}
+// -----
+// CHECK: upstream-aborts.mlir:[[# @LINE + 3]]:{{[0-9]+}}: error: #nvvm.shape: k = 2147483647 is not an extent of an mma.sync shape (1 to 256
+gpu.module @huge_mma_shape [#nvvm.target<chip = "sm_90">] {
+  gpu.func @k(%h: vector<2xf16>, %f: f32) kernel {
+    %r = nvvm.mma.sync A[%h, %h] B[%h] C[%f, %f, %f, %f] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, shape = #nvvm.shape<m = 16, n = 8, k = 2147483647>} : (vector<2xf16>, vector<2xf16>, f32) -> !llvm.struct<(f32, f32, f32, f32)>
     gpu.return
   }
 }

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile.compile import compile_to_cubin
-from mlir_tile.contract import parse_opcode
+from mlir_tile.contract import aligned_for, parse_opcode
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import RandomTransfer, transfers
@@ -26,7 +26,8 @@ def kernel_text(case: RandomTransfer, element: str, register_offset: int, dynami
     shared_type = f"memref<{words}x{element}, 3>" if not dynamic_start else \
         f"memref<{words}x{element}, strided<[1], offset: ?>, 3>"
     lines = [f'gpu.module @m [#nvvm.target<chip = "{chip}">] {{',
-             f'  memref.global "private" @sm : memref<{words + room}x{element}, 3> {{alignment = 16 : i64}}',
+             f'  memref.global "private" @sm : memref<{words + room}x{element}, 3> '
+             f'{{alignment = {aligned_for(case.shared_layout)} : i64}}',
              f'  gpu.func @k(%out: memref<{threads}x{slots}x{element}>) kernel attributes '
              f'{{known_block_size = array<i32: {threads}, 1, 1>}} {{',
              f'    %g = memref.get_global @sm : memref<{words + room}x{element}, 3>',

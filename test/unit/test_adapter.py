@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from mlir import ir
 
 from mlir_tile.builder import Kernel, matrix_transfer
-from mlir_tile.contract import ContractError
+from mlir_tile.contract import ContractError, aligned_for
 from mlir_tile.layout import Layout, ThreadStride
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.pipeline import run_pipeline
@@ -41,11 +41,11 @@ ILLEGAL_CLASSES = {
 
 
 def build(case: RandomTransfer, check: bool, divergent=False, scope=None, opcode=None, register_layout=None,
-          shared_layout=None, alignment=16, words=None, block=None, chip="sm_90"):
+          shared_layout=None, alignment=None, words=None, block=None, chip="sm_90"):
     """The case's kernel with its transfer; returns (module, the builder's violations or [])."""
     threads = block or case.threads
     with Kernel("k", [], block=(threads, 1, 1), chip=chip, context=ir.Context()) as k:
-        sm = k.shared("sm", words or case.words, alignment=alignment)
+        sm = k.shared("sm", words or case.words, alignment=alignment or aligned_for(shared_layout or case.shared_layout))
         registers = k.registers(case.slots)
         register_layout = register_layout or case.register_layout
         shared_layout = shared_layout or case.shared_layout

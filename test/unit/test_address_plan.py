@@ -10,7 +10,8 @@ from mlir_tile.testing.random_transfers import transfers
 
 def checked(opcode, registers, shared, slots, words, offset=0):
     query = contract.Query.of_layouts(opcode, registers, shared, register_slots=slots, shared_words=words)
-    operand = contract.Operand("shared", extent=words, offset=offset, base_alignment=16)
+    operand = contract.Operand("shared", extent=words, offset=offset,
+                               base_alignment=contract.aligned_for(shared))
     dst, src = (query.dst, operand) if opcode.startswith("ld") else (operand, query.src)
     return contract.verdict(contract.Query(query.opcode, query.scope, query.dst_layout, query.src_layout, dst, src)).require()
 

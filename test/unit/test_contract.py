@@ -19,7 +19,7 @@ from mlir_tile.testing.random_transfers import (RandomTransfer, random_transfer,
 def arguments(case: RandomTransfer, **changes):
     """contract.Query fields for a random transfer, with some replaced."""
     registers = contract.Operand("private", extent=case.slots, offset=0)
-    shared = contract.Operand("shared", extent=case.words, offset=0, base_alignment=16)
+    shared = contract.Operand("shared", extent=case.words, offset=0, base_alignment=contract.aligned_for(case.shared_layout))
     values = dict(
         opcode=case.opcode, scope=case.scope,
         dst_layout=str(case.dst_layout), src_layout=str(case.src_layout),
@@ -56,12 +56,13 @@ MUTATIONS = {
     "scope": lambda c: dict(scope="thread"),
     "operands": lambda c: {register_role(c): contract.Operand("shared", extent=c.slots, base_alignment=16)},
     "operands-16-bit": lambda c: {shared_role(c): contract.Operand("shared", element_bits=16, element_type="f16",
-                                                                   extent=c.words, base_alignment=16)},
+                                                                   extent=c.words, base_alignment=contract.aligned_for(c.shared_layout))},
     "shape": lambda c: {f"{register_role(c)}_layout": str(c.register_layout).replace(",8,4)", ",8,2)", 1)},
     "shared-row": lambda c: {f"{shared_role(c)}_layout": str(with_stride(c.shared_layout, -1, 2))},
     "row-alignment": lambda c: {f"{shared_role(c)}_layout": str(with_misaligned_rows(c.shared_layout))},
     "row-alignment-base": lambda c: {shared_role(c): contract.Operand("shared", extent=c.words, base_alignment=8)},
-    "bounds": lambda c: {shared_role(c): contract.Operand("shared", extent=c.shared_layout.cosize - 1, base_alignment=16)},
+    "bounds": lambda c: {shared_role(c): contract.Operand("shared", extent=c.shared_layout.cosize - 1,
+                                                         base_alignment=contract.aligned_for(c.shared_layout))},
     "register-owner": lambda c: {f"{register_role(c)}_layout": str(with_stride(c.register_layout, -2, ThreadStride(8, "laneid")))},
     "register-bounds": lambda c: {register_role(c): contract.Operand("private", extent=c.slots - 3, offset=0)},
     "participation": lambda c: dict(divergence="it is inside an scf.if whose condition depends on the thread id"),

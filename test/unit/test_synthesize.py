@@ -31,7 +31,7 @@ def test_every_tile_gets_a_conflict_free_layout_without_extra_memory(tile):
             if band == 0 and opcode.startswith("stmatrix"):
                 continue  # two repeats over the same rows: a program-order overwrite, fine, but not this check
             transfer = contract.verdict(contract.Query.of_layouts(opcode, registers, shared, register_slots=8 * columns,
-                                                shared_words=tile.rows * choice.pitch, base_alignment=128)).require()
+                                                shared_words=tile.rows * choice.pitch)).require()
             assert transfer_wavefronts(transfer).worst == 4
 
 

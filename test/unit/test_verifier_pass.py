@@ -1,9 +1,12 @@
 """The verifier pass on real IR: random legal transfers built as kernels pass; random attribute mixes give
 MLIR diagnostics at the op, never a Python exception."""
 
+import re
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mlir_tile.contract import aligned_for
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import transfers
@@ -13,7 +16,7 @@ SESSION = Session()
 
 
 def kernel_text(opcode, scope, dst_layout, src_layout, *, slots=16, words=4096, store=False, threads=128,
-                extra="", view_offset=0, buffer_words=None):
+                extra="", view_offset=0, buffer_words=None, alignment=None):
     """A kernel with one transfer on a `words`-word shared memref: the buffer itself, or a memref.subview
     `view_offset` words into a buffer of `buffer_words`."""
     registers = f"memref<{slots}xi32, 5>"
@@ -24,12 +27,19 @@ def kernel_text(opcode, scope, dst_layout, src_layout, *, slots=16, words=4096, 
             f'    %sm = memref.subview %g[{view_offset}] [{words}] [1] : {buffer} to {shared}\n')
     operands, types = (("%sm, %r", f"{shared}, {registers}") if store else ("%r, %sm", f"{registers}, {shared}"))
     return (f'gpu.module @m [#nvvm.target<chip = "sm_90">] {{\n'
-            f'  memref.global "private" @sm : {buffer} {{alignment = 16 : i64}}\n'
+            f'  memref.global "private" @sm : {buffer} {{alignment = {alignment or _aligned_for(src_layout, dst_layout)} : i64}}\n'
             f'  gpu.func @k() kernel attributes {{known_block_size = array<i32: {threads}, 1, 1>}} {{\n'
             f'{view}    %r = memref.alloca() : {registers}\n'
             f'    "tile.matrix_transfer"({operands}) {{opcode = {opcode}, scope = {scope}{extra},\n'
             f'        dst_layout = {dst_layout}, src_layout = {src_layout}}} : ({types}) -> ()\n'
             f'    gpu.return\n  }}\n}}\n')
+
+
+def _aligned_for(*layouts) -> int:
+    """The alignment the shared layout among the op's two layout attributes needs (16, or its swizzle's period)."""
+    shared = [text for text in layouts if "laneid" not in text and "warpid" not in text]
+    found = re.search(r"#tile\.layout<\"(.*)\">", shared[0]) if shared else None
+    return aligned_for(found.group(1)) if found else 16
 
 
 def verify(text):

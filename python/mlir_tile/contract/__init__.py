@@ -11,13 +11,13 @@ start from `Query.of_layouts`. Each rejection names its rule, the offending coor
 from mlir_tile.contract.model import (ATTRIBUTES, MAX_LOCAL_BYTES, MAX_REGISTERS, ROW_BYTES, ROWS, SCOPES,
                                       SUPPORTED_OPCODES, WARP_SIZE, WARPGROUP_WARPS, WORD_BYTES, WORDS,
                                       ContractError, Opcode, Operand, Query, Rule, Scope, Transfer, Violation,
-                                      parse_opcode)
+                                      aligned_for, parse_opcode)
 from mlir_tile.contract.shape import check_shape
 from mlir_tile.contract.dispatch import CHECKS, RULE_CHECKS, Check, Verdict, check_transfer, verdict
 
 __all__ = [
     "ATTRIBUTES", "MAX_LOCAL_BYTES", "MAX_REGISTERS", "ROW_BYTES", "ROWS", "SCOPES", "SUPPORTED_OPCODES",
-    "WARP_SIZE", "WARPGROUP_WARPS", "WORD_BYTES", "WORDS", "ContractError", "Opcode", "Operand", "Query", "Rule",
+    "WARP_SIZE", "WARPGROUP_WARPS", "WORD_BYTES", "WORDS", "aligned_for", "ContractError", "Opcode", "Operand", "Query", "Rule",
     "Scope", "Transfer", "Violation", "parse_opcode", "check_shape", "CHECKS", "RULE_CHECKS", "Check", "Verdict",
     "check_transfer", "verdict",
 ]

@@ -68,6 +68,7 @@ CHECKS: tuple[Check, ...] = (
     Check(Rule.ROW_ALIGNMENT, "transfer", shared.check_buffer_alignment, (shared.check_shared_row,)),
     Check(Rule.ROW_ALIGNMENT, "transfer", shared.check_row_starts, (shared.check_shared_row,)),
     Check(Rule.ROW_ALIGNMENT, "transfer", shared.check_swizzle_origin),
+    Check(Rule.ROW_ALIGNMENT, "transfer", shared.check_swizzle_alignment),
     Check(Rule.STORE_RACE, "transfer", shared.check_store_race, (shared.check_shared_row,)),
 )
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from mlir_tile.layout import Layout
+from mlir_tile.layout import Layout, as_layout
 
 
 ROWS, WORDS = 8, 4
@@ -69,7 +69,7 @@ _SUMMARIES = {
     Rule.SHAPE: "both layouts have one shape ending in (N,8,4) for .xN; at most 255 words per thread",
     Rule.SHARED_ROW: "a shared row is 4 consecutive words (word stride 1); shared layouts have no thread strides",
     Rule.ROW_ALIGNMENT: "every shared row starts 16-byte aligned: buffer alignment, memref offset and strides; a "
-    "swizzled view's dynamic offset is a multiple of the swizzle's period",
+    "swizzled buffer is aligned to the swizzle's period and a swizzled view's dynamic offset is a multiple of it",
     Rule.STORE_RACE: "stmatrix rows of one instruction, or of different warps, do not overlap",
     Rule.BOUNDS: "static shapes; every shared row and register slot lies inside its memref",
     Rule.REGISTER_OWNER: "register word (i,j,w) belongs to lane 4*j+w; @warpid only on the group axis",
@@ -256,6 +256,16 @@ class Transfer:
 
 
 
+def aligned_for(shared: "Layout | str") -> int:
+    """The bytes a shared buffer is aligned to for a transfer through `shared`: 16, or its swizzle's period
+    (16 for text that is no layout: the layout-syntax rule reports it)."""
+    try:
+        swizzle = as_layout(shared).swizzle
+    except ValueError:
+        return ROW_BYTES
+    return max(ROW_BYTES, swizzle.period * WORD_BYTES if swizzle else 0)
+
+
 def tuple_text(items) -> str:
     """`(1,2,3)`: how diagnostics print a shape or a coordinate."""
     return "(" + ",".join(str(i) for i in items) + ")"
@@ -289,14 +299,16 @@ class Query:
 
     @classmethod
     def of_layouts(cls, opcode: str, registers, shared, *, register_slots: int, shared_words: int,
-                   scope: str = "warp", base_alignment: int = 16, block_size: Sequence[int] | None = None,
+                   scope: str = "warp", base_alignment: int | None = None, block_size: Sequence[int] | None = None,
                    shared_offset: int = 0) -> "Query":
         """A transfer given by its register and shared layouts (in either order of dst and src) over plain
         buffers: `register_slots` words of registers per thread, `shared_words` words of shared memory aligned to
-        `base_alignment` bytes, the shared layout over a view of it `shared_offset` words in. What the model,
-        the emulator and the benchmarks start from."""
+        `base_alignment` bytes (by default 16, or a swizzle's period), the shared layout over a view of it
+        `shared_offset` words in. What the model, the emulator and the benchmarks start from."""
         parsed = parse_opcode(opcode)
         dst_layout, src_layout = parsed.dst_and_src(registers, shared)
+        if base_alignment is None:
+            base_alignment = aligned_for(shared)
         dst, src = parsed.dst_and_src(Operand("private", extent=register_slots),
                                       Operand("shared", extent=shared_words - shared_offset, offset=shared_offset,
                                               base_alignment=base_alignment))

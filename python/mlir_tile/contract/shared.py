@@ -132,6 +132,23 @@ def check_swizzle_origin(transfer: Transfer) -> list[Violation]:
                                           f"multiple of {swizzle.period}, or put the position into the layout")]
 
 
+def check_swizzle_alignment(transfer: Transfer) -> list[Violation]:
+    """A swizzle is a function of the offset from the buffer; the buffer aligned to its period puts that
+    offset's pattern on the same banks as the address's (and makes it TMA's swizzle of the address)."""
+    operand, swizzle = transfer.shared_operand, transfer.shared.swizzle
+    if swizzle is None or swizzle.period * WORD_BYTES <= ROW_BYTES:
+        return []
+    needed = swizzle.period * WORD_BYTES
+    if operand.base_alignment is not None and operand.base_alignment >= needed:
+        return []
+    proven = "no alignment" if operand.base_alignment is None else f"only {operand.base_alignment}-byte alignment"
+    return [Violation(Rule.ROW_ALIGNMENT, f"{transfer.shared_role}_layout {transfer.shared}: the swizzle repeats every "
+                                          f"{needed} bytes of the offset from the buffer, but the IR proves {proven} "
+                                          f"for the buffer; declare it with {{alignment = {needed} : i64}} (or "
+                                          f"memref.assume_alignment %buf, {needed}), so that the swizzled offsets sit "
+                                          f"on the banks the swizzle was chosen for, as TMA's swizzle modes require")]
+
+
 def check_store_race(transfer: Transfer) -> list[Violation]:
     if transfer.opcode.is_load:
         return []

@@ -18,7 +18,7 @@ from mlir.dialects import arith, memref
 
 from mlir_tile.builder import Kernel, matrix_transfer
 from mlir_tile.compile import compile_to_ptx
-from mlir_tile.contract import ContractError, parse_opcode
+from mlir_tile.contract import ContractError, aligned_for, parse_opcode
 from mlir_tile.reference import emulate
 from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
 from mlir_tile.widen import widen_layouts
@@ -51,7 +51,7 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: 
     sm_in, regs_in, regs_out, sm_out = k.arguments
     tid = k.thread_id("x")
     words = padded_words(case, view_offset)
-    sm = k.shared(f"{k.name}_sm", words)
+    sm = k.shared(f"{k.name}_sm", words, alignment=aligned_for(case.shared_layout))
 
     def copy(source, destination):
         with k.loop(0, words // case.threads) as step:

@@ -58,18 +58,24 @@ def target_text_problem(text: str) -> tuple[str, int, int] | None:
 _MMA_SHAPE = re.compile(r"#nvvm\s*\.\s*shape\s*<([^>]*)>")
 
 
+MAX_MMA_EXTENT = 256  # the largest extent of any mma.sync shape (m16n8k256)
+
+
 def mma_shape_text_problem(text: str) -> tuple[str, int, int] | None:
-    """(message, line, column) for an #nvvm.shape with a negative extent: upstream's nvvm.mma.sync verifier
-    sizes a vector by it and aborts the process ("SmallVector unable to grow"). Found in the text, before the
-    parser sees it; other wrong shapes get the verifier's own error."""
+    """(message, line, column) for an #nvvm.shape extent outside 1..256: upstream's nvvm.mma.sync verifier
+    sizes a vector by it, aborting the process on a negative one ("SmallVector unable to grow") and taking
+    gigabytes and seconds on a huge one. Found in the text, before the parser sees it; other wrong shapes get
+    the verifier's own error."""
     text = _without_comments(text)
     for attribute in _MMA_SHAPE.finditer(text):
         for parameter in _PARAMETER.finditer(attribute.group(1)):
-            if parameter.group(2).startswith("-"):
-                position = attribute.start(1) + parameter.start()
-                line = text.count("\n", 0, position) + 1
-                return (f"#nvvm.shape: {parameter.group(1)} = {parameter.group(2)} is negative; mma.sync shapes are "
-                        f"m8n8k4, m16n8k8, m16n8k16, m16n8k32 and the like"), line, position - text.rfind("\n", 0, position)
+            value = parameter.group(2)
+            if value.startswith('"') or 1 <= int(value) <= MAX_MMA_EXTENT:
+                continue
+            position = attribute.start(1) + parameter.start()
+            line = text.count("\n", 0, position) + 1
+            return (f"#nvvm.shape: {parameter.group(1)} = {value} is not an extent of an mma.sync shape (1 to "
+                    f"{MAX_MMA_EXTENT}: m8n8k4, m16n8k16, ..., m16n8k256)"), line, position - text.rfind("\n", 0, position)
     return None
 
 
