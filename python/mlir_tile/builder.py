@@ -349,7 +349,7 @@ class Kernel:
                                f"got {coordinates!r}")
         if any(not isinstance(stride, int) for axis in range(layout.rank) for stride in layout.flat_strides(axis)):
             raise BuilderError(f"offset: layout {layout} has thread strides; an offset is of a memory layout")
-        constant, dynamic, reach = 0, None, 0
+        constant, dynamic, largest = 0, None, 0  # largest: the thread-dependent part's largest value (-1: unknown)
         for axis, (coordinate, size) in enumerate(zip(coordinates, layout.sizes)):
             if isinstance(coordinate, int) and not isinstance(coordinate, bool):
                 if not 0 <= coordinate < size:
@@ -368,14 +368,15 @@ class Kernel:
                         digit = arith.remui(digit, self.index(extent))
                     term = digit if stride == 1 else arith.muli(digit, self.index(stride))
                     dynamic = term if dynamic is None else arith.addi(dynamic, term)
-                    reach |= (1 << ((extent - 1) * stride).bit_length()) - 1 if stride > 0 else -1
+                    largest = largest + (extent - 1) * stride if stride > 0 and largest >= 0 else -1
                 below *= extent
         swizzle = layout.swizzle
         if dynamic is None:
             return self.index(swizzle(constant) if swizzle else constant)
         if swizzle is None:
             return dynamic if constant == 0 else arith.addi(dynamic, self.index(constant))
-        if reach >= 0 and constant & reach == 0:
+        if largest >= 0 and constant >> largest.bit_length() << largest.bit_length() == constant:
+            # every bit of the constant is above the thread-dependent part's: the sum is an xor (no carries)
             swizzled = self._swizzled(dynamic, swizzle)
             return swizzled if constant == 0 else arith.xori(swizzled, self.index(swizzle(constant)))
         return self._swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle)
