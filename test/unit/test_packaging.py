@@ -5,7 +5,7 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PURE = ["layout", "contract", "targets", "address_plan", "coverage", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
+PURE = ["layout", "contract", "targets", "address_plan", "coverage", "tiled", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
         "ptx", "runtime", "cli", "testing.difftest_runner"]
 
 

@@ -1,0 +1,169 @@
+"""Tiled fragments (CuTe's TiledMMA for ldmatrix/stmatrix, pure Python): the CTA-wide transfers that give
+each warp of a (WM x WN) warp grid its mma.sync m16n8k16 (f16/bf16) fragments of a (BM, BN, BK) CTA tile,
+derived by CuTe's algebra from the shared tiles' layouts, each with its coverage proof.
+
+Shared tiles are given in 32-bit words, as (rows, words) layouts (a swizzle allowed, from
+`mlir_tile.synthesize`): A is BM x BK halves (row-major), B either K x N (row-major [K, N]: read with
+`.trans`) or N x K (the weight of `torch.nn.functional.linear`, attention's K: read without it), C is BM x BN
+halves (written with stmatrix after packing). Warp `w` is (n = w % WN, m = w // WN). Each operand is one
+`scope = "cta"` transfer of all warps over the whole k-tile (`whole`), or one per k16 block (`k_block(k)`, a
+view of the tile and of the registers at the block's offsets: the swizzle keeps its place, see the slicing
+rule). Register slots follow the order the mma helpers consume: a0..a3 of an m16 block at `a_slots(m, k)`,
+b0,b1 of an n8 block at `b_slots(n, k)`, the packed C pairs of an n8 block at `c_slots(m, n)`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mlir_tile import contract
+from mlir_tile.coverage import Coverage, prove_coverage
+from mlir_tile.layout import Layout, composition, laneid, make_layout, tiled_divide, warpid
+
+# A 16x8-word block's (matrix, row, word) as indices of the block (column-major over 16 rows, 8 words):
+# matrix i at (+8 rows if i & 1, +4 words if i >> 1), A's (and C's and .trans B's) order ...
+MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
+# ... and the order of B read from an N x K tile: (+4 words (k 8..15) if i & 1, +8 rows (n 8..15) if i >> 1).
+NK_ORDER = Layout.parse("((2,2),8,4):((64,8),1,16)")
+BLOCK_ROWS, BLOCK_WORDS = 16, 8
+
+
+@dataclass(frozen=True)
+class OperandTransfer:
+    """One operand's CTA-wide transfer: ready for `builder.matrix_transfer(opcode, ..., scope="cta")`."""
+
+    opcode: str
+    registers: Layout
+    shared: Layout
+    slots: int  # register words per thread
+    shared_offset: int = 0  # words into the tile (a view there)
+    register_offset: int = 0  # slots into the register storage (a view there)
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    tile: Layout  # the shared tile, (rows, words)
+    opcode: str
+    whole: OperandTransfer  # every k16 block (A, B) or the whole tile (C)
+    k_blocks: int  # 1 for C
+    k_stride: tuple[int, int]  # (shared words, register slots) from one k16 block to the next; (0, 0) for C
+    copies: int  # warps that read each word of the tile
+
+    def k_block(self, k: int) -> OperandTransfer:
+        """The transfer of k16 block `k` alone: the k-block mode sliced, on views at the block's offsets."""
+        if not 0 <= k < self.k_blocks:
+            raise ValueError(f"{self.name}: k16 block {k} is outside the tile's {self.k_blocks}")
+        if self.k_stride == (0, 0):  # C has no k mode
+            return self.whole
+        keep = (None, Layout.parse("1:0"))
+        return OperandTransfer(self.opcode, composition(self.whole.registers, keep), composition(self.whole.shared, keep),
+                               self.whole.slots // self.k_blocks, k * self.k_stride[0], k * self.k_stride[1])
+
+    def coverage(self, transfers: list[OperandTransfer] | None = None) -> Coverage:
+        """The proof that the transfers (by default the whole one) move every word of the tile `copies` times."""
+        checked = [_checked(t, self.tile) for t in (transfers or [self.whole])]
+        return prove_coverage(checked, self.tile, self.copies)
+
+
+def _checked(transfer: OperandTransfer, tile: Layout) -> contract.Transfer:
+    threads = contract.WARP_SIZE * transfer.registers.sizes[0]
+    return contract.verdict(contract.Query.of_layouts(
+        transfer.opcode, transfer.registers, transfer.shared, register_slots=transfer.register_offset + transfer.slots,
+        shared_words=tile.cosize, scope="cta", block_size=(threads, 1, 1), shared_offset=transfer.shared_offset)).require()
+
+
+@dataclass(frozen=True)
+class TiledMma:
+    warps: tuple[int, int]  # (WM, WN)
+    tile: tuple[int, int, int]  # (BM, BN, BK) in elements
+    a: Operand
+    b: Operand
+    c: Operand
+    b_major: str  # "kn" (B as K x N, read with .trans) or "nk" (B as N x K)
+
+    @property
+    def m_blocks(self) -> int:  # m16 blocks per warp
+        return self.tile[0] // 16 // self.warps[0]
+
+    @property
+    def n_blocks(self) -> int:  # n8 blocks per warp
+        return self.tile[1] // 8 // self.warps[1]
+
+    def a_slots(self, m: int, k: int) -> list[int]:
+        return [4 * (m + self.m_blocks * k) + i for i in range(4)]
+
+    def b_slots(self, n: int, k: int) -> list[int]:
+        pair, second = divmod(n, 2)
+        return [4 * (pair + self.n_blocks // 2 * k) + 2 * second + i for i in range(2)]
+
+    def c_slots(self, m: int, n: int) -> list[int]:
+        pair, second = divmod(n, 2)
+        return [4 * (pair + self.n_blocks // 2 * m) + 2 * second + i for i in range(2)]
+
+
+LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+
+
+def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: Layout, b: Layout, c: Layout,
+                       b_major: str = "kn") -> TiledMma:
+    """The A, B and C transfers of a (BM, BN, BK) CTA tile over a (WM, WN) warp grid. `a` is BM x BK/2 words,
+    `b` BK x BN/2 (b_major "kn") or BN x BK/2 ("nk"), `c` BM x BN/2; each a (rows, words) layout."""
+    (wm, wn), (bm, bn, bk) = warps, tile
+    if b_major not in ("kn", "nk"):
+        raise ValueError(f"b_major is 'kn' (B as K x N, .trans) or 'nk' (B as N x K), got {b_major!r}")
+    if bm % (16 * wm) or bn % (16 * wn) or bk % 16:
+        raise ValueError(f"the tile {tile} must split into 16x16 blocks over the {wm}x{wn} warps: BM a multiple of "
+                         f"{16 * wm}, BN of {16 * wn}, BK of 16")
+    for name, layout, shape in (("a", a, (bm, bk // 2)), ("c", c, (bm, bn // 2)),
+                                ("b", b, (bk, bn // 2) if b_major == "kn" else (bn, bk // 2))):
+        if layout.rank != 2 or layout.sizes != shape:
+            raise ValueError(f"{name}: a (rows, words) layout of {shape} words, got {layout}")
+    operand_a = _operand("a", a, LDMATRIX, MMA_ORDER, (wm, wn), rows_split="m", k_mode="words")
+    if b_major == "kn":
+        operand_b = _operand("b", b, LDMATRIX.replace("x4", "x4.trans"), MMA_ORDER, (wm, wn), words_split="n", k_mode="rows")
+    else:
+        operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), rows_split="n", k_mode="words")
+    operand_c = _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, (wm, wn), rows_split="m",
+                         words_split="n")
+    return TiledMma((wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
+
+
+def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[int, int], rows_split: str | None = None,
+             words_split: str | None = None, k_mode: str | None = None) -> Operand:
+    """The transfer: (warps, k blocks?, the warp's blocks along rows, along words, matrix, row, word)."""
+    wm, wn = warps
+    split = {"m": wm, "n": wn, None: 1}
+    block, row_blocks, word_blocks = tiled_divide(Layout(tile.shape, tile.stride), (Layout.parse("16:1"), Layout.parse("8:1")))
+    rows = composition(row_blocks, _split(row_blocks.size, split[rows_split]))  # (per warp, warps)
+    words = composition(word_blocks, _split(word_blocks.size, split[words_split]))
+    along = {"m": None, "n": None}
+    if rows_split:
+        along[rows_split] = rows[1]
+    if words_split:
+        along[words_split] = words[1]
+    warp_modes = [along["n"] or Layout((wn,), (0,)), along["m"] or Layout((wm,), (0,))]  # warp = n + WN * m
+    per_warp = {"rows": rows[0], "words": words[0]}
+    k = per_warp.pop(k_mode) if k_mode else None  # the k16 blocks lead: a k16 block is one slice
+    blocks = ([k] if k is not None else []) + list(per_warp.values())
+    matrices = composition(block, order)
+    shared = make_layout(make_layout(*warp_modes), *blocks, *matrices)
+    shared = Layout(shared.shape, shared.stride, tile.swizzle)
+    block_sizes = [b.size for b in blocks]
+    strides, running = [], 4
+    for size in reversed(block_sizes):  # the innermost block mode next to the matrix: slot order a0..a3 per block
+        strides.insert(0, running)
+        running *= size
+    registers = Layout((wm * wn, *block_sizes, 4, 8, 4), (1 @ warpid, *strides, 1, 4 @ laneid, 1 @ laneid))
+    slots = running
+    k_blocks = k.size if k is not None else 1
+    k_stride = (k.stride[0] if k is not None else 0, strides[0] if k is not None else 0)
+    copies = wn if name == "a" else wm if name == "b" else 1
+    return Operand(name, tile, opcode, OperandTransfer(opcode, registers, shared, slots), k_blocks, k_stride, copies)
+
+
+def _split(blocks: int, warps: int) -> Layout:
+    """(blocks per warp, warps) over `blocks` consecutive blocks: each warp takes a contiguous run."""
+    if blocks % warps:
+        raise ValueError(f"{blocks} blocks do not split over {warps} warps")
+    return Layout((blocks // warps, warps), (1, blocks // warps))

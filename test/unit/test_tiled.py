@@ -1,0 +1,92 @@
+"""Tiled fragments of m16n8k16 over a CTA: every operand's transfer is legal, covers its tile (A and B once for
+each warp that reads them, C once), per k16 block too; and on the ISA's reference model each lane's register
+slots hold the elements the PTX ISA's fragment tables put there, for the warp's blocks (A, B as K x N with
+.trans and as N x K, C through stmatrix)."""
+import itertools
+
+import numpy as np
+import pytest
+
+from mlir_tile.fragments import fragment_element
+from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.reference import emulate
+from mlir_tile.tiled import tiled_mma_m16n8k16
+
+CONFIGS = [((2, 2), (128, 128, 32), "kn"), ((2, 2), (128, 128, 32), "nk"), ((1, 4), (64, 128, 64), "kn"),
+           ((4, 1), (128, 32, 16), "nk")]
+
+
+def tiles(config):
+    (wm, wn), (bm, bn, bk), major = config
+    def tile(rows, words):
+        swizzle = Swizzle(3, 2, 3) if words % 32 == 0 else Swizzle(2, 2, 3) if words % 16 == 0 else Swizzle(1, 2, 3)
+        return Layout((rows, words), (words, 1), swizzle)
+    b = tile(bk, bn // 2) if major == "kn" else tile(bn, bk // 2)
+    return tiled_mma_m16n8k16((wm, wn), (bm, bn, bk), tile(bm, bk // 2), b, tile(bm, bn // 2), major)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_every_operand_covers_its_tile_whole_and_per_k16_block(config):
+    tiled = tiles(config)
+    for operand in (tiled.a, tiled.b, tiled.c):
+        proof = operand.coverage()
+        assert len(proof.movers) == operand.tile.size
+        blocks = [operand.k_block(k) for k in range(operand.k_blocks)]
+        assert operand.coverage(blocks).movers.keys() == proof.movers.keys()
+
+
+def halves(words: np.ndarray, offset: int) -> tuple[int, int]:
+    word = int(words[offset])
+    return word & 0xFFFF, word >> 16
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_each_lane_holds_the_fragment_the_isa_tables_say(config):
+    tiled = tiles(config)
+    (wm, wn), _, major = config
+    rng = np.random.default_rng(7)
+    threads = 32 * wm * wn
+    for operand in (tiled.a, tiled.b):
+        words = rng.integers(0, 2**32, operand.tile.cosize, dtype=np.uint32)
+        t = operand.whole
+        registers = emulate(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32), words, "cta")
+        for warp, lane in itertools.product(range(wm * wn), range(32)):
+            wn_, wm_ = warp % wn, warp // wn
+            thread = 32 * warp + lane
+            for k in range(operand.k_blocks):
+                if operand.name == "a":
+                    for m, register in itertools.product(range(tiled.m_blocks), range(4)):
+                        row, col = fragment_element("a16", lane, register, 0)
+                        row += 16 * (wm_ * tiled.m_blocks + m)
+                        col += 16 * k
+                        slot = tiled.a_slots(m, k)[register]
+                        assert registers[thread, slot] == words[operand.tile.offset(row, col // 2)]
+                else:
+                    for n, register in itertools.product(range(tiled.n_blocks), range(2)):
+                        kk, nn = fragment_element("b16", lane, register, 0)  # part 0; part 1 is k + 1
+                        kk, nn = kk + 16 * k, nn % 8 + 8 * (wn_ * tiled.n_blocks + n)
+                        slot = tiled.b_slots(n, k)[register]
+                        if major == "kn":  # K x N: the two halves of a register are rows k and k + 1 of column n
+                            low = halves(words, operand.tile.offset(kk, nn // 2))[nn % 2]
+                            high = halves(words, operand.tile.offset(kk + 1, nn // 2))[nn % 2]
+                            assert int(registers[thread, slot]) == low | high << 16
+                        else:  # N x K: one word of row n holds k and k + 1
+                            assert registers[thread, slot] == words[operand.tile.offset(nn, kk // 2)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_stmatrix_writes_each_packed_c_pair_where_the_fragment_table_puts_it(config):
+    tiled = tiles(config)
+    (wm, wn), _, _ = config
+    t = tiled.c.whole
+    threads = 32 * wm * wn
+    registers = np.random.default_rng(3).integers(0, 2**32, (threads, t.slots), dtype=np.uint32)
+    shared = emulate(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), registers, "cta")
+    for warp, lane in itertools.product(range(wm * wn), range(32)):
+        wn_, wm_ = warp % wn, warp // wn
+        for m, n, pair in itertools.product(range(tiled.m_blocks), range(tiled.n_blocks), range(2)):
+            # packed C pair `pair` of n8 block n: (c0,c1) is row g, (c2,c3) row g + 8 ("c16" registers 0 and 1)
+            row, col = fragment_element("c16", lane, pair, 0)
+            row += 16 * (wm_ * tiled.m_blocks + m)
+            col = col % 8 + 8 * (wn_ * tiled.n_blocks + n)
+            assert shared[tiled.c.tile.offset(row, col // 2)] == registers[32 * warp + lane, tiled.c_slots(m, n)[pair]]
