@@ -54,11 +54,13 @@ def mma_m16n8k32_b(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, 
 def fragment_element(operand: str, lane: int, register: int, part: int) -> tuple[int, int]:
     """(row, column) of the tile element that `part` (16-bit half, or byte for 8-bit) of `register` holds in
     `lane`, per the PTX ISA's tables. Operands: "a16" (16x16 of m16n8k16), "b16" (k x n, 16 x 16: two n-blocks),
-    "c16" (16 x 16 packed C pairs), "a8" (16 x 32 bytes), "b8" (n x k, 16 x 32 bytes: two n-blocks)."""
+    "c16" (16 x 16 packed C pairs), "c32" (16 x 8 f32 accumulators of one n8 block), "a8" (16 x 32 bytes), "b8" (n x k, 16 x 32 bytes: two n-blocks)."""
     group, thread = lane // 4, lane % 4
     if operand in ("a16", "c16"):
         row = group + 8 * (register & 1)
         return row, 2 * thread + part + 8 * (register >> 1)
+    if operand == "c32":  # one n8 block's f32 accumulators c0..c3 (part 0 only: a register holds one)
+        return group + 8 * (register >> 1), 2 * thread + (register & 1)
     if operand == "b16":
         k = 2 * thread + part + 8 * (register & 1)
         return k, group + 8 * (register >> 1)
@@ -67,3 +69,19 @@ def fragment_element(operand: str, lane: int, register: int, part: int) -> tuple
     if operand == "b8":
         return group + 8 * (register >> 1), 4 * thread + part + 16 * (register & 1)
     raise ValueError(f"unknown fragment operand {operand!r}")
+
+
+def c_as_a_operand() -> list[tuple[int, int, int]]:
+    """How the f32 accumulators of two adjacent n8 blocks of mma.m16n8k16 become, packed to 16-bit pairs, the
+    A operand of a k16 block, in registers (attention keeps P = softmax(S) so): for A register r, (n-block,
+    low accumulator, high accumulator), each lane's own. Proven from the PTX ISA's fragment tables for every
+    lane (ValueError if they disagree): A's element (r, part) is accumulator `low`/`high` of that n-block."""
+    plan = [(register >> 1, 2 * (register & 1), 2 * (register & 1) + 1) for register in range(4)]
+    for lane in range(32):
+        for register, (block, low, high) in enumerate(plan):
+            for part, accumulator in enumerate((low, high)):
+                row, column = fragment_element("c32", lane, accumulator, 0)
+                if fragment_element("a16", lane, register, part) != (row, column + 8 * block):
+                    raise ValueError(f"lane {lane}: A register {register} part {part} is not accumulator "
+                                     f"{accumulator} of n-block {block}")
+    return plan

@@ -81,3 +81,10 @@ def test_the_s8_mma_examples_transfers_on_the_reference_model():
     import mma_s8
 
     mma_s8.emulate_transfers()
+
+
+def test_two_n8_blocks_of_accumulators_are_a_k16_block_of_a_in_registers():
+    """Attention's P stays in registers: the packed C of n-blocks 2j, 2j+1 is the A fragment of k-block j."""
+    from mlir_tile.fragments import c_as_a_operand
+
+    assert c_as_a_operand() == [(0, 0, 1), (0, 2, 3), (1, 0, 1), (1, 2, 3)]
