@@ -27,7 +27,7 @@ from mlir import ir
 
 from mlir_tile import targets
 from mlir_tile.contract import Rule, Violation
-from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, foreign_targets, nvvm_targets
+from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, enclosing, foreign_targets, nvvm_targets
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.passes.uniformity import is_kernel
 
@@ -100,7 +100,7 @@ def _instruction_problems(op: ir.Operation, module_targets: dict) -> list[Violat
     shape = _SHAPE.search(str(op.attributes["shape"])) if "shape" in op.attributes else None
     shape_text = "m{}n{}{}".format(shape[1], shape[2], f"k{shape[3]}" if shape[3] else "") if shape else None
     requirement = targets.nvvm_requirement(op.name, shape_text, _mma_type(op) if op.name == "nvvm.mma.sync" else None)
-    module = _gpu_module(op)
+    module = enclosing(op, ("gpu.module",))
     if requirement is None or module is None:
         return []
     found = []
@@ -117,12 +117,6 @@ def _mma_type(op: ir.Operation) -> str | None:
         match = _MMA_TYPE.search(str(op.attributes["multiplicandAPtxType"]))
         return match.group(1) if match else None
     return _OPERAND_TYPES.get(str(op.operands[0].type)) if len(op.operands) else None
-
-
-def _gpu_module(op: ir.Operation) -> ir.Operation | None:
-    while op is not None and op.name != "gpu.module":
-        op = op.parent
-    return op
 
 
 def _in_gpu_module(op: ir.Operation) -> bool:

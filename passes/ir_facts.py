@@ -222,21 +222,19 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
     """Who allocated the buffer behind `value` and what alignment the IR proves for it. Views keep the
     alignment of what they view, except that a memref.view's byte shift caps it at what the shift is proven
     a multiple of. Inside a gpu.launch, a buffer from outside is an argument of the outlined kernel."""
-    proven, cap, shift = None, None, None
+    proven, cap = None, None  # cap: what the memref.view shifts on the way are proven multiples of
     while True:
         op = _defining_op(value, launch)
         if op is None:
             return Origin("outside the gpu.launch" if _comes_from_outside(value, launch) else "argument",
-                          _capped(proven, cap), None, shift)
+                          _capped(proven, cap), None, cap)
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue
         if op.name == "memref.view":  # bytes of the source at a (dynamic) byte shift, as a new element type
             moved = value_multiple(op.operands[1], launch=launch)
-            if moved:
+            if moved:  # 0: the shift is the constant 0
                 cap = min(cap, moved) if cap else moved
-            if moved != 0:  # 0: the shift is the constant 0
-                shift = math.gcd(shift or 0, moved) if shift is not None else moved
             value = op.operands[0]
             continue
         if op.name == "memref.assume_alignment":
@@ -245,15 +243,15 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
             continue
         if op.name in ("memref.alloca", "memref.alloc"):
             found = max(proven or 0, _int_attribute(op, "alignment") or _natural_alignment(value))
-            return Origin(op.name, _capped(found, cap), _layout_unless_identity(ir.MemRefType(op.results[0].type)), shift)
+            return Origin(op.name, _capped(found, cap), _layout_unless_identity(ir.MemRefType(op.results[0].type)), cap)
         if op.name == "memref.get_global":
             declaration = facts.lookup_symbol(op, ir.FlatSymbolRefAttr(op.attributes["name"]).value)
             declared = (_int_attribute(declaration, "alignment") or _natural_alignment(value)) if declaration else 0
-            return Origin("memref.global", _capped(max(proven or 0, declared) or None, cap), None, shift)
+            return Origin("memref.global", _capped(max(proven or 0, declared) or None, cap), None, cap)
         if op.name == "gpu.dynamic_shared_memory":
             # CUDA aligns the dynamic shared memory base to 16 bytes (and convert-gpu-to-nvvm declares it so)
-            return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap), None, shift)
-        return Origin(op.name, _capped(proven, cap), None, shift)
+            return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap), None, cap)
+        return Origin(op.name, _capped(proven, cap), None, cap)
 
 
 def _layout_unless_identity(memref: ir.MemRefType) -> str | None:
@@ -430,19 +428,22 @@ def _constant(value: ir.Value) -> int | None:
         return None
 
 
-def nvvm_targets(module: ir.Operation) -> list[targets.NvvmTarget]:
-    """The #nvvm.targets of a gpu.module, in order."""
+def _module_targets(module: ir.Operation) -> list[tuple[str, targets.NvvmTarget | None]]:
+    """Each target attribute of a gpu.module as text, with its NvvmTarget (None for another kind)."""
     if "targets" not in module.attributes:
         return []
-    parsed = (targets.NvvmTarget.parse(str(target)) for target in ir.ArrayAttr(module.attributes["targets"]))
-    return [target for target in parsed if target is not None]
+    texts = [str(target) for target in ir.ArrayAttr(module.attributes["targets"])]
+    return [(text, targets.NvvmTarget.parse(text)) for text in texts]
+
+
+def nvvm_targets(module: ir.Operation) -> list[targets.NvvmTarget]:
+    """The #nvvm.targets of a gpu.module, in order."""
+    return [target for _, target in _module_targets(module) if target is not None]
 
 
 def foreign_targets(module: ir.Operation) -> tuple[str, ...]:
     """The targets of a gpu.module that are not #nvvm.targets (#rocdl.target, ...), as text."""
-    if "targets" not in module.attributes:
-        return ()
-    return tuple(str(t) for t in ir.ArrayAttr(module.attributes["targets"]) if targets.NvvmTarget.parse(str(t)) is None)
+    return tuple(text for text, target in _module_targets(module) if target is None)
 
 
 def target_facts(op: ir.Operation) -> list[dict]:

@@ -55,15 +55,18 @@ class _Definition:
                                       else str(value) for name, value in values.items() if value is not None})
         return self.step_of(checked)
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {option.name: option.default for option in self.options}
+
     def step_of(self, values: dict[str, Any]) -> Step:
         """The Step of typed option values; those equal to their defaults are left out (as mlir-opt prints)."""
-        defaults = {option.name: option.default for option in self.options}
         return Step(self.name, tuple(sorted((name, value) for name, value in values.items()
-                                            if value != defaults.get(name))))
+                                            if value != self.defaults.get(name))))
 
     def values_of(self, step: Step) -> dict[str, Any]:
         """Every option's value in `step`, defaults included."""
-        return {**{option.name: option.default for option in self.options}, **step.values}
+        return {**self.defaults, **step.values}
 
 
 @dataclass(frozen=True)

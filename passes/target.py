@@ -37,7 +37,7 @@ def set_nvvm_target(root: ir.Operation, pass_, chip: str | None = None) -> None:
         attributes = list(ir.ArrayAttr(op.attributes["targets"])) if "targets" in op.attributes else []
         parsed = [targets.NvvmTarget.parse(str(attribute)) for attribute in attributes]
         if not any(parsed):
-            attributes.append(ir.Attribute.parse(targets.NvvmTarget(chip, None, chip_named=False).with_chip(chip).attribute))
+            attributes.append(ir.Attribute.parse(targets.NvvmTarget.for_chip(chip).attribute))
         for position, target in enumerate(parsed):
             if target is None:
                 continue

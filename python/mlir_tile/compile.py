@@ -19,6 +19,7 @@ from mlir_tile.pipeline import run_pipeline
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
 _PTX_TARGET = re.compile(r"^\.target\s+(sm_\w+)", re.M)
+PYTHON_MODULE = "<python module>"  # how errors name a module that was built in Python, not read from a file
 
 
 class PtxText(NamedTuple):
@@ -33,7 +34,7 @@ class PipelineError(CompileError):
     def __init__(self, failure: PipelineFailure, source_name: str | None):
         self.failure = failure
         if source_name is not None or failure.element is None or failure.reproducer is None:
-            super().__init__(failure.report(source_name or "<python module>"))
+            super().__init__(failure.report(source_name or PYTHON_MODULE))
             return
         super().__init__("\n".join([str(d) for d in failure.diagnostics] + [
             f"pass '{failure.element}' failed; the IR it received is this error's failure.reproducer (run it with "
@@ -61,7 +62,7 @@ def compile_to_ptx_texts(module: ir.Module | ir.Operation, chip: str | None = No
                 texts.append(PtxText(name, ptx_chip(text), text))
     copy.erase()
     if not texts:
-        raise CompileError(f"{source_name or '<python module>'}: error: the module has no gpu.module to compile: "
+        raise CompileError(f"{source_name or PYTHON_MODULE}: error: the module has no gpu.module to compile: "
                            f"kernels live in a gpu.module")
     return texts
 
@@ -73,7 +74,7 @@ def compile_to_ptx(module: ir.Module | ir.Operation, chip: str | None = None, *,
     texts = compile_to_ptx_texts(module, chip, source_name=source_name)
     if len(texts) > 1:
         names = ", ".join(f"@{t.module} ({t.chip})" for t in texts)
-        raise CompileError(f"{source_name or '<python module>'}: error: the module compiles to {len(texts)} PTX "
+        raise CompileError(f"{source_name or PYTHON_MODULE}: error: the module compiles to {len(texts)} PTX "
                            f"texts ({names}), and one PTX text holds one: use compile_to_ptx_texts, or "
                            f"tile-translate --mlir-to-ptx, which writes each")
     return texts[0].text

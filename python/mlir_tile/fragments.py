@@ -14,6 +14,13 @@ from mlir_tile.layout import Layout, Swizzle, laneid
 
 REGISTERS_X4 = Layout((4, 8, 4), (1, 4 @ laneid, 1 @ laneid))
 
+# A 16x8-word block's x4 coordinates (matrix, row, word) as indices of the block (column-major over its 16 rows
+# and 8 words): the order mma.sync takes the four matrices in. MMA_ORDER: matrix i at +8 rows if i & 1, +4
+# words if i >> 1 (A, C, and B read with .trans from a K x N tile). NK_ORDER: +4 words (k 8..15) if i & 1, +8
+# rows (n 8..15) if i >> 1 (B read from an N x K tile).
+MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
+NK_ORDER = Layout.parse("((2,2),8,4):((64,8),1,16)")
+
 
 def _blocks(pitch: int, second_matrix: int, third_matrix: int, swizzle: Swizzle | None) -> Layout:
     """The four 8x8 matrices of a 16x16 b16 block in mma order: matrix i = (i & 1, i >> 1) steps of

@@ -582,11 +582,9 @@ def _layout(shape, stride, swizzle: Swizzle | None = None) -> Layout:
 
 def _as_layout(value) -> Layout:
     """A tiler element: a Layout, a layout's text, or an integer n (the layout n:1)."""
-    if isinstance(value, Layout):
-        return value
     if isinstance(value, int) and not isinstance(value, bool):
         return Layout((value,), (1,))
-    return Layout.parse(value)
+    return as_layout(value)
 
 
 def _modes(layout: Layout) -> list[Layout]:

@@ -20,6 +20,7 @@ from typing import Callable
 
 from mlir_tile.banks import matrix_wavefronts
 from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.fragments import MMA_ORDER
 from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
 from mlir_tile.targets import max_shared_bytes
 
@@ -72,10 +73,6 @@ class Choice:
         verdict = "conflict-free" if self.conflict_free else f"{self.wavefronts} wavefronts, minimum {self.minimum}"
         return f"{self.layout(tile)}: {memory}, {verdict}"
 
-
-# A 16x8-word block's coordinates ((row +8, word +4), row, word) as indices of the block (column-major over
-# its 16 rows and 8 words): the order mma.sync takes an x4's four matrices in.
-MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
 
 Address = Callable[[int, int], int]  # (row, word of the row) -> word offset in shared memory
 

@@ -153,6 +153,11 @@ class NvvmTarget(NamedTuple):
         return cls(chip.group("chip") if chip else DEFAULT_NVVM_CHIP, int(ptx.group(1)) if ptx else None,
                    feature_text, chip is not None, options)
 
+    @classmethod
+    def for_chip(cls, chip: str) -> "NvvmTarget":
+        """`#nvvm.target<chip = "...">` for a known chip (TargetError otherwise)."""
+        return cls(chip, None, chip_named=False).with_chip(chip)
+
     def with_chip(self, chip: str) -> "NvvmTarget":
         """This target for a known chip (TargetError otherwise), its other options kept."""
         require_chip(chip)

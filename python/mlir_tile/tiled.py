@@ -18,14 +18,9 @@ from dataclasses import dataclass
 
 from mlir_tile import contract
 from mlir_tile.coverage import Coverage, prove_coverage
+from mlir_tile.fragments import MMA_ORDER, NK_ORDER
 from mlir_tile.layout import Layout, composition, laneid, make_layout, tiled_divide, warpid
 
-# A 16x8-word block's (matrix, row, word) as indices of the block (column-major over 16 rows, 8 words):
-# matrix i at (+8 rows if i & 1, +4 words if i >> 1), A's (and C's and .trans B's) order ...
-MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
-# ... and the order of B read from an N x K tile: (+4 words (k 8..15) if i & 1, +8 rows (n 8..15) if i >> 1).
-NK_ORDER = Layout.parse("((2,2),8,4):((64,8),1,16)")
-BLOCK_ROWS, BLOCK_WORDS = 16, 8
 
 
 @dataclass(frozen=True)
@@ -119,30 +114,28 @@ def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: La
                                 ("b", b, (bk, bn // 2) if b_major == "kn" else (bn, bk // 2))):
         if layout.rank != 2 or layout.sizes != shape:
             raise ValueError(f"{name}: a (rows, words) layout of {shape} words, got {layout}")
-    operand_a = _operand("a", a, LDMATRIX, MMA_ORDER, (wm, wn), rows_split="m", k_mode="words")
+    operand_a = _operand("a", a, LDMATRIX, MMA_ORDER, (wm, wn), wn, rows_split="m", k_mode="words")
     if b_major == "kn":
-        operand_b = _operand("b", b, LDMATRIX.replace("x4", "x4.trans"), MMA_ORDER, (wm, wn), words_split="n", k_mode="rows")
+        operand_b = _operand("b", b, LDMATRIX.replace("x4", "x4.trans"), MMA_ORDER, (wm, wn), wm, words_split="n",
+                             k_mode="rows")
     else:
-        operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), rows_split="n", k_mode="words")
-    operand_c = _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, (wm, wn), rows_split="m",
+        operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), wm, rows_split="n", k_mode="words")
+    operand_c = _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, (wm, wn), 1, rows_split="m",
                          words_split="n")
     return TiledMma((wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
 
 
-def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[int, int], rows_split: str | None = None,
-             words_split: str | None = None, k_mode: str | None = None) -> Operand:
-    """The transfer: (warps, k blocks?, the warp's blocks along rows, along words, matrix, row, word)."""
+def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[int, int], copies: int,
+             rows_split: str | None = None, words_split: str | None = None, k_mode: str | None = None) -> Operand:
+    """The transfer: (warps, k blocks?, the warp's blocks along rows, along words, matrix, row, word). The
+    tile's rows and words are split over the warps along "m" or "n" (or not); `copies` warps read each word."""
     wm, wn = warps
     split = {"m": wm, "n": wn, None: 1}
     block, row_blocks, word_blocks = tiled_divide(Layout(tile.shape, tile.stride), (Layout.parse("16:1"), Layout.parse("8:1")))
     rows = composition(row_blocks, _split(row_blocks.size, split[rows_split]))  # (per warp, warps)
     words = composition(word_blocks, _split(word_blocks.size, split[words_split]))
-    along = {"m": None, "n": None}
-    if rows_split:
-        along[rows_split] = rows[1]
-    if words_split:
-        along[words_split] = words[1]
-    warp_modes = [along["n"] or Layout((wn,), (0,)), along["m"] or Layout((wm,), (0,))]  # warp = n + WN * m
+    along = {rows_split: rows[1], words_split: words[1]}  # the warp modes that step through the tile
+    warp_modes = [along.get("n", Layout((wn,), (0,))), along.get("m", Layout((wm,), (0,)))]  # warp = n + WN * m
     per_warp = {"rows": rows[0], "words": words[0]}
     k = per_warp.pop(k_mode) if k_mode else None  # the k16 blocks lead: a k16 block is one slice
     blocks = ([k] if k is not None else []) + list(per_warp.values())
@@ -158,7 +151,6 @@ def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[i
     slots = running
     k_blocks = k.size if k is not None else 1
     k_stride = (k.stride[0] if k is not None else 0, strides[0] if k is not None else 0)
-    copies = wn if name == "a" else wm if name == "b" else 1
     return Operand(name, tile, opcode, OperandTransfer(opcode, registers, shared, slots), k_blocks, k_stride, copies)
 
 
