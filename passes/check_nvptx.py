@@ -49,7 +49,7 @@ def check_nvptx(root: ir.Operation, pass_) -> None:
             module_targets[op] = [t for t in nvvm_targets(op) if targets.chip_problem(t.chip) is None]
         if name.startswith("nvvm."):
             problems.extend((op.location, violation) for violation in _instruction_problems(op, module_targets))
-        if name == "memref.global" and "alignment" in op.attributes:
+        if name in ("memref.global", "llvm.mlir.global") and "alignment" in op.attributes:
             problem = targets.alignment_problem(ir.IntegerAttr(op.attributes["alignment"]).value)
             if problem:
                 problems.append((op.location, Violation(Rule.OPERANDS, f"{problem}; 16 is all a transfer needs")))

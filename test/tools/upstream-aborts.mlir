@@ -55,3 +55,7 @@ gpu.module @huge_mma_shape [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+// MLIR's lexer reads a NUL inside the text as white space, so the scan does too:
+// RUN: %python -c "print('gpu.module @m [#rocdl.\0target<chip = \"\">] {\n}')" > %t.nul.mlir
+// RUN: not tile-opt %t.nul.mlir 2>&1 | filecheck %s --check-prefix=NUL
+// NUL: nul.mlir:1:31: error: #rocdl.target: the chip cannot be empty

@@ -23,8 +23,10 @@ _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
 
 
 def _without_comments(text: str) -> str:
-    """`text` with every comment blanked out (same length, so positions stay), as MLIR's lexer skips them."""
-    return _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else " " * len(m.group()), text)
+    """`text` with every comment and NUL character blanked out (same length, so positions stay), as MLIR's lexer
+    skips them (it reads a NUL inside the buffer as white space: `#rocdl.<NUL>target` is `#rocdl.target`)."""
+    blanked = _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else " " * len(m.group()), text)
+    return blanked.replace("\x00", " ")
 _ESCAPE = re.compile(r"\\(?:[0-9a-fA-F]{2}|.)")
 
 
