@@ -61,7 +61,7 @@ def build(directory: Path, count: int) -> None:
 
     from mlir_tile import contract
     from mlir_tile.banks import transfer_wavefronts
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.layout import Layout
 
@@ -76,14 +76,14 @@ def build(directory: Path, count: int) -> None:
             sm = k.shared("sm", words, alignment=max(128, contract.aligned_for(shared)))
             regs = k.registers(slots)
             if case["opcode"].startswith("ldmatrix"):
-                matrix_transfer(case["opcode"], regs, sm, dst_layout=registers, src_layout=shared)
+                transfer(case["opcode"], regs, sm, dst_layout=registers, src_layout=shared)
                 for slot in range(slots):
                     k.store(k.load(regs, [slot]), out, [k.lane_id(), slot])
             else:  # stores: registers from the lane, then one word read back so that the stores stay
                 lane = k.lane_id()
                 for slot in range(slots):
                     k.store(arith.index_cast(ir.IntegerType.get_signless(32), lane), regs, [slot])
-                matrix_transfer(case["opcode"], sm, regs, dst_layout=shared, src_layout=registers)
+                transfer(case["opcode"], sm, regs, dst_layout=shared, src_layout=registers)
                 k.barrier()
                 k.store(k.load(sm, [lane]), out, [lane, 0])
         transfer = contract.verdict(contract.Query.of_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,

@@ -255,7 +255,7 @@ def generated_kernel(config: Config):
     from mlir import ir
     from mlir.dialects import arith, llvm, memref, scf
 
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
     from mlir_tile.contract import parse_opcode
     words = shared_words(config)
     registers_layout = Layout.parse(config.registers)
@@ -289,13 +289,13 @@ def generated_kernel(config: Config):
                     offset = offsets[unrolled % chains]
                     words_offset = arith.muli(arith.index_cast(index, offset), k.index(4))
                     view = memref.subview(sm, [words_offset], [words], [1], result_type=ir.Type.parse(view_type))
-                    matrix_transfer(config.opcode, registers, view, dst_layout=config.registers,
+                    transfer(config.opcode, registers, view, dst_layout=config.registers,
                                     src_layout=config.shared, scope=config.scope)
                     loaded = [k.load(registers, [slot]) for slot in used_slots]
                     accumulators = [arith.xori(a, v) for a, v in zip(accumulators, loaded)]
                     offsets[unrolled % chains] = arith.andi(loaded[0], zero)
                 else:
-                    matrix_transfer(config.opcode, sm, registers, dst_layout=config.shared,
+                    transfer(config.opcode, sm, registers, dst_layout=config.shared,
                                     src_layout=config.registers, scope=config.scope)
                     llvm.inline_asm(None, [], "", "~{memory}", has_side_effects=True)
             scf.YieldOp(offsets + accumulators)

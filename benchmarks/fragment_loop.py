@@ -29,7 +29,7 @@ def generated_kernel():
     from mlir import ir
     from mlir.dialects import arith, gpu, memref, scf
 
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
 
     words = mma_tile.WORDS
     view = f"memref<{words}xi32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>"
@@ -53,9 +53,9 @@ def generated_kernel():
             # the region start depends on the last iteration (always 0): loads cannot leave the loop
             start = arith.muli(arith.index_cast(ir.IndexType.get(), loop.inner_iter_args[0]), k.index(4))
             a_view, b_view = (memref.subview(t, [start], [words], [1], result_type=ir.Type.parse(view)) for t in tiles)
-            matrix_transfer(mma_tile.LDMATRIX, a, a_view, dst_layout=mma_tile.A_REGISTERS,
+            transfer(mma_tile.LDMATRIX, a, a_view, dst_layout=mma_tile.A_REGISTERS,
                             src_layout=mma_tile.A_SHARED, scope="warpgroup")
-            matrix_transfer(mma_tile.LDMATRIX.replace("x4", "x4.trans"), b, b_view, dst_layout=mma_tile.B_REGISTERS,
+            transfer(mma_tile.LDMATRIX.replace("x4", "x4.trans"), b, b_view, dst_layout=mma_tile.B_REGISTERS,
                             src_layout=mma_tile.B_SHARED, scope="warpgroup")
             mma_tile.issue_mmas(k, a, b, accumulators)
             first = arith.bitcast(ir.IntegerType.get_signless(32), k.load(accumulators, [0]))

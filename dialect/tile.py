@@ -5,7 +5,7 @@ The MLIR bindings import `<search prefix>.tile` the first time they meet a `tile
 registers itself as a search prefix, so this module is found (without it the bindings retry a failing
 import for every op they wrap).
 
-The builder here builds; it does not judge. `mlir_tile.builder.matrix_transfer` builds and then asks the one
+The builder here builds; it does not judge. `mlir_tile.builder.transfer` builds and then asks the one
 adapter (`mlir_tile.passes.adapter`) for the contract's verdict, as the verifier pass does.
 """
 from __future__ import annotations

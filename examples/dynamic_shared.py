@@ -22,7 +22,7 @@ SHARED_BYTES = 4 * WORDS
 def build_module(context=None):
     from mlir.dialects import arith
 
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
 
     with Kernel(KERNEL, [f"memref<{WORDS}xi32>", "memref<32x4xi32>"], block=(32, 1, 1), context=context) as k:
         data, out = k.arguments
@@ -33,7 +33,7 @@ def build_module(context=None):
             k.store(k.load(data, [position]), words, [position])
         k.barrier()
         registers = k.registers(4)
-        matrix_transfer(OPCODE, registers, words, dst_layout=REGISTERS, src_layout=SHARED)
+        transfer(OPCODE, registers, words, dst_layout=REGISTERS, src_layout=SHARED)
         for slot in range(4):
             k.store(k.load(registers, [slot]), out, [lane, slot])
     return k.module

@@ -48,7 +48,7 @@ def build_module(context=None):
     from mlir.dialects import arith
 
     from mlir_tile import contract
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
     from mlir_tile.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
@@ -64,8 +64,8 @@ def build_module(context=None):
                 k.store(k.load(source, [index]), tile, [swizzled])
         k.barrier()
         a, b = k.registers(8), k.registers(32)
-        matrix_transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
-        matrix_transfer(LDMATRIX, b, tiles["b_tile"], dst_layout=B_REGISTERS, src_layout=B_SHARED, scope="warpgroup")
+        transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
+        transfer(LDMATRIX, b, tiles["b_tile"], dst_layout=B_REGISTERS, src_layout=B_SHARED, scope="warpgroup")
         accumulators = k.registers(32)
         for slot in range(32):
             k.store(k.constant(0), accumulators, [slot])

@@ -41,7 +41,7 @@ def build_module(context=None):
     from mlir.dialects import arith
 
     from mlir_tile import contract
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
     from mlir_tile.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
@@ -65,8 +65,8 @@ def build_module(context=None):
         copy(b_global, tiles["b_tile"], True)
         k.barrier()
         a, b = k.registers(16), k.registers(64)
-        matrix_transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
-        matrix_transfer(LDMATRIX.replace("x4", "x4.trans"), b, tiles["b_tile"], dst_layout=B_REGISTERS,
+        transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
+        transfer(LDMATRIX.replace("x4", "x4.trans"), b, tiles["b_tile"], dst_layout=B_REGISTERS,
                         src_layout=B_SHARED, scope="warpgroup")
         accumulators = k.registers(32, "f32")
         zero = arith.constant(ir.F32Type.get(), 0.0)
@@ -79,7 +79,7 @@ def build_module(context=None):
             values = [k.load(accumulators, [n_block * 4 + i]) for i in range(4)]
             k.store(k.pack_f16(values[0], values[1]), c, [pair * 4 + 2 * second])
             k.store(k.pack_f16(values[2], values[3]), c, [pair * 4 + 2 * second + 1])
-        matrix_transfer(LDMATRIX.replace("ldmatrix", "stmatrix"), tiles["c_tile"], c, dst_layout=C_SHARED,
+        transfer(LDMATRIX.replace("ldmatrix", "stmatrix"), tiles["c_tile"], c, dst_layout=C_SHARED,
                         src_layout=C_REGISTERS, scope="warpgroup")
         k.barrier()
         copy(tiles["c_tile"], c_global, False)

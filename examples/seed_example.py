@@ -36,7 +36,7 @@ def build_module(context=None):
     the builder's shared default context."""
     from mlir.dialects import arith
 
-    from mlir_tile.builder import Kernel, matrix_transfer
+    from mlir_tile.builder import Kernel, transfer
 
     with Kernel(KERNEL_NAME, ["memref<16x4x2xi32>", "memref<32x12xi32>"], block=(32, 1, 1), context=context) as k:
         a, out = k.arguments
@@ -55,7 +55,7 @@ def build_module(context=None):
         sentinel = k.constant(SENTINEL)
         for slot in range(12):
             k.store(sentinel, raw, [slot])
-        matrix_transfer(LDMATRIX, raw, sm, dst_layout=REGISTERS, src_layout=SHARED_STD, scope="warp")
+        transfer(LDMATRIX, raw, sm, dst_layout=REGISTERS, src_layout=SHARED_STD, scope="warp")
         for slot in range(12):
             k.store(k.load(raw, [slot]), out, [lane, slot])
     return k.module

@@ -176,12 +176,20 @@ def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | Non
 
 def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operation | None) -> int:
     op = _defining_op(value, launch)
-    if op is None or depth == 0:
+    if depth == 0:
         return 1
-    name, depth = op.name, depth - 1
+    depth -= 1
 
     def of(operand: ir.Value) -> int:
         return value_multiple(operand, depth, known, launch)
+
+    if op is None:  # an scf.for's induction variable: its lower bound plus multiples of its step
+        block = value.owner
+        loop = block.owner if isinstance(block, ir.Block) else None
+        if loop is not None and loop.name == "scf.for" and ir.BlockArgument(value).arg_number == 0:
+            return math.gcd(of(loop.operands[0]), of(loop.operands[2]))
+        return 1
+    name = op.name
 
     if name == "arith.constant":
         try:
@@ -192,14 +200,25 @@ def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operati
         return of(op.operands[0])
     if name == "arith.muli":
         return _product(of(op.operands[0]), of(op.operands[1]))
-    if name in ("arith.addi", "arith.subi"):
+    if name in ("arith.addi", "arith.subi", "arith.xori", "arith.ori"):  # the low zero bits both have
         return math.gcd(of(op.operands[0]), of(op.operands[1]))
+    if name in ("arith.shrui", "arith.divui"):  # x / 2^k keeps what is left of x's low zero bits
+        amount = _constant(op.operands[1])
+        if amount is not None and amount > 0 and (name == "arith.shrui" or amount & (amount - 1) == 0):
+            divisor = 1 << min(amount, _WORD_BITS) if name == "arith.shrui" else amount
+            return max(of(op.operands[0]) // divisor, 1)
+        return 1
     if name == "arith.shli":
         amount = _defining_op(op.operands[1])
         if amount is not None and amount.name == "arith.constant":
             count = ir.IntegerAttr(amount.attributes["value"]).value
             return _product(of(op.operands[0]), 1 << min(max(count, 0), _WORD_BITS))
         return of(op.operands[0])
+    if name == "arith.remui":  # x mod 2^k keeps x's low bits
+        modulus = _constant(op.operands[1])
+        if modulus and modulus & (modulus - 1) == 0:
+            return min(of(op.operands[0]) or modulus, modulus)
+        return 1
     if name == "arith.andi":  # the result's low zero bits are those of either operand
         parts = [of(operand) for operand in op.operands]
         return 0 if 0 in parts else max(parts)
@@ -226,8 +245,10 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
     while True:
         op = _defining_op(value, launch)
         if op is None:
-            return Origin("outside the gpu.launch" if _comes_from_outside(value, launch) else "argument",
-                          _capped(proven, cap), None, cap)
+            if _comes_from_outside(value, launch):
+                return Origin("outside the gpu.launch", _capped(proven, cap), None, cap)
+            declared = max(proven or 0, argument_alignment(value) or 0) or None
+            return Origin("argument", _capped(declared, cap), None, cap)
         if op.name in _VIEW_OPS:
             value = op.operands[0]
             continue
@@ -252,6 +273,40 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
             # CUDA aligns the dynamic shared memory base to 16 bytes (and convert-gpu-to-nvvm declares it so)
             return Origin(op.name, _capped(max(proven or 0, DYNAMIC_SHARED_ALIGNMENT), cap), None, cap)
         return Origin(op.name, _capped(proven, cap), None, cap)
+
+
+def argument_alignment(value: ir.Value) -> int | None:
+    """The `llvm.align` a function's argument declares (it reaches the PTX parameter as `.ptr .align N`, and
+    the caller promises it); None for any other value."""
+    block = value.owner
+    if not isinstance(block, ir.Block) or block.owner is None:
+        return None
+    function = block.owner.operation
+    if function.name not in ("gpu.func", "func.func", "llvm.func") or "arg_attrs" not in function.attributes:
+        return None
+    if block != function.regions[0].blocks[0]:
+        return None
+    attributes = ir.DictAttr(ir.ArrayAttr(function.attributes["arg_attrs"])[ir.BlockArgument(value).arg_number])
+    return ir.IntegerAttr(attributes["llvm.align"]).value if "llvm.align" in attributes else None
+
+
+def access_alignment(buffer: ir.Value, indices: list[ir.Value]) -> int | None:
+    """The power of two (in bytes) the address of `buffer[indices]` is proven a multiple of: the buffer's
+    proven base alignment, its view offset and each index times its stride, times the element's bytes.
+    None when the base has no proven alignment."""
+    memref = ir.MemRefType(buffer.type)
+    facts = operand_facts(buffer)
+    if facts.base_alignment is None:
+        return None
+    element_bytes = max(1, _element_width(memref.element_type) // 8)
+    strides, _ = memref.get_strides_and_offset()
+    elements = _power_of_two(facts.offset) if facts.offset is not None else (facts.offset_multiple or 1)
+    known: dict = {}
+    for index, stride in zip(indices, strides):
+        elements = math.gcd(elements, 1 if stride == _DYNAMIC else
+                            _product(value_multiple(index, known=known), _power_of_two(stride)))
+    offset_bytes = _product(elements, element_bytes)
+    return math.gcd(facts.base_alignment, offset_bytes) if offset_bytes else facts.base_alignment
 
 
 def _layout_unless_identity(memref: ir.MemRefType) -> str | None:
@@ -410,6 +465,56 @@ def block_size(op: ir.Operation, launch: ir.Operation | None = None) -> tuple[in
     for name in BLOCK_SIZE_ATTRIBUTES:
         if name in kernel.attributes:
             return tuple(ir.DenseI32ArrayAttr(kernel.attributes[name]))
+    return None
+
+
+def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
+    """The largest value an index/integer value can take, where the IR proves one: thread ids below the
+    kernel's known block size, lane ids below 32, constants, and +, *, /, mod, shifts and masks of those
+    (unsigned); None when nothing is proven."""
+    op = _defining_op(value)
+    if op is None or depth == 0:
+        return None
+    name, operands = op.name, op.operands
+
+    def of(index: int) -> int | None:
+        return upper_bound(operands[index], depth - 1)
+
+    if name == "arith.constant":
+        found = _constant(value)
+        return found if found is not None and found >= 0 else None
+    if name == "gpu.lane_id":
+        return 31
+    if name == "gpu.thread_id":
+        sizes = block_size(op)
+        axis = "xyz".index(str(op.attributes["dimension"]).split()[-1].strip(">")[-1])
+        return sizes[axis] - 1 if sizes else None
+    if name in ("arith.index_cast", "arith.index_castui", "arith.extui"):
+        return of(0)
+    if name == "arith.remui":
+        modulus, bound = _constant(operands[1]), of(0)
+        if modulus is None or modulus <= 0:
+            return None
+        return modulus - 1 if bound is None else min(bound, modulus - 1)
+    if name == "arith.andi":
+        bounds = [bound for bound in (of(0), of(1)) if bound is not None]
+        return min(bounds) if bounds else None
+    first, second = of(0), of(1) if len(operands) > 1 else None
+    if first is None or second is None:
+        return None
+    if name == "arith.addi":
+        return first + second
+    if name == "arith.muli":
+        return first * second
+    if name in ("arith.divui", "arith.shrui"):
+        divisor = _constant(operands[1])
+        if divisor is None or divisor <= 0:
+            return None
+        return first // divisor if name == "arith.divui" else first >> divisor
+    if name == "arith.shli":
+        return first << second if second < _WORD_BITS else None
+    if name in ("arith.ori", "arith.xori"):
+        return (1 << max(first, second).bit_length()) - 1
     return None
 
 

@@ -117,11 +117,11 @@ CHIP_OPTION = Option("chip", targets.require_chip, None,
                      f"another is an error")
 
 
-# Upstream conversions of a gpu.module body to the LLVM/NVVM dialects; bare pointers for static memref
-# arguments, so a kernel takes one pointer per buffer. No canonicalize/cse: LLVM's optimizer makes the same
+# Upstream conversions of a gpu.module body to the LLVM/NVVM dialects (nvgpu's async copies first); bare
+# pointers for static memref arguments, so a kernel takes one pointer per buffer. No canonicalize/cse: LLVM's optimizer makes the same
 # PTX without them (checked on the spec example and every benchmark kernel), and they cost 10% of compile time.
 _GPU_MODULE_TO_NVVM = (
-    "gpu.module(lower-affine, convert-scf-to-cf, expand-strided-metadata, "
+    "gpu.module(convert-nvgpu-to-nvvm, lower-affine, convert-scf-to-cf, expand-strided-metadata, "
     "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1})"
 )
 

@@ -25,7 +25,7 @@ from mlir_tile.layout import Layout, composition, laneid, make_layout, tiled_div
 
 @dataclass(frozen=True)
 class OperandTransfer:
-    """One operand's CTA-wide transfer: ready for `builder.matrix_transfer(opcode, ..., scope="cta")`."""
+    """One operand's CTA-wide transfer: ready for `builder.transfer(opcode, ..., scope="cta")`."""
 
     opcode: str
     registers: Layout

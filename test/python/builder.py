@@ -5,7 +5,7 @@ import gc
 
 from mlir import ir
 
-from mlir_tile.builder import Kernel, matrix_transfer
+from mlir_tile.builder import Kernel, transfer
 from mlir_tile.contract import ContractError
 from mlir_tile.layout import S, laneid, pack_b16_as_b32
 
@@ -32,7 +32,7 @@ def test_build_from_layout_objects():
     k, sm, _ = kernel_with_buffers(words=256)
     regs = k.registers(12)
     shared = S[(16, 4, 2):(8, 1, 128)].rearrange("(r m) w k -> k m r w", r=8, m=2)
-    op = matrix_transfer("ldmatrix.sync.aligned.m8n8.x2.shared.b16", regs, sm,
+    op = transfer("ldmatrix.sync.aligned.m8n8.x2.shared.b16", regs, sm,
                          dst_layout=S[(2, 2, 8, 4):(8, 2, 4 @ laneid, 1 @ laneid)], src_layout=shared)
     print(op)
     k.__exit__(None, None, None)
@@ -45,7 +45,7 @@ def test_build_from_layout_objects():
 @run
 def test_read_attributes_back():
     k, sm, regs = kernel_with_buffers()
-    op = matrix_transfer("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16", sm, regs,
+    op = transfer("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16", sm, regs,
                          dst_layout="(4,8,4):(32,4,1)", src_layout="(4,8,4):(1,4@laneid,1@laneid)")
     print(type(op).__name__, "opcode", op.opcode, "scope", op.scope)
     print("dst", op.dst_layout, "rank", op.dst_layout.rank, "cosize", op.dst_layout.cosize)
@@ -63,7 +63,7 @@ def test_builder_fails_early_with_the_contract_messages():
     k, sm, regs = kernel_with_buffers(alignment=8)
     for scope, shared in (("warp", "(4,8,4):(32,6,1)"), ("thread", "(4,8,4):(32,4,1)")):
         try:
-            matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+            transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
                             dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout=shared, scope=scope)
             print("built an illegal transfer")
         except ContractError as error:
@@ -78,7 +78,7 @@ def test_builder_fails_early_with_the_contract_messages():
 def test_block_size_reaches_the_builder_check():
     k, sm, regs = kernel_with_buffers(block=(48, 1, 1))
     try:
-        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+        transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
                         dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="(4,8,4):(32,4,1)")
     except ContractError as error:
         print(error)
@@ -129,7 +129,7 @@ def test_compile_error_names_the_pass():
 
     with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
         sm, regs = k.shared("sm", 128), k.registers(4)
-        matrix_transfer("stmatrix.sync.aligned.m8n8.x4.shared.b16", sm, regs, dst_layout="(4,8,4):(32,4,1)",
+        transfer("stmatrix.sync.aligned.m8n8.x4.shared.b16", sm, regs, dst_layout="(4,8,4):(32,4,1)",
                         src_layout="(4,8,4):(1,4@laneid,1@laneid)", check=False)
     try:
         compile_to_ptx(k.module, chip="sm_80")
@@ -155,7 +155,7 @@ def test_the_irs_chip_decides_and_the_module_is_not_changed():
 
     with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
         sm, regs = k.shared("sm", 128), k.registers(4)
-        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
+        transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, sm,
                         dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="(4,8,4):(32,4,1)")
     before = str(k.module)
     ptx = compile_to_ptx(k.module)
@@ -180,13 +180,13 @@ def test_nested_and_swizzled_layouts():
     swizzled = k.shared("swizzled", 2048, alignment=1024)
     regs = k.registers(16)
     a_operand = S[(16, 8):(36, 1)].rearrange("(mh r) (kh w) -> (kh mh) r w", mh=2, kh=2)  # one x4 per block
-    print(matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, tile,
+    print(transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, tile,
                           dst_layout=S[(4, 8, 4):(1, 4 @ laneid, 1 @ laneid)], src_layout=a_operand))
     band = Sw(3, 2, 3).compose(S[(4, (2, 2), 8, 4):(8, (256, 4), 32, 1)])
-    print(matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
+    print(transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
                           dst_layout=S[(4, 4, 8, 4):(4, 1, 4 @ laneid, 1 @ laneid)], src_layout=band))
     try:
-        matrix_transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
+        transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", regs, swizzled,
                         dst_layout=S[(4, 4, 8, 4):(4, 1, 4 @ laneid, 1 @ laneid)],
                         src_layout=Sw(3, 1, 3).compose(S[(4, (2, 2), 8, 4):(16, (256, 4), 32, 1)]))
     except ContractError as error:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from mlir import ir
 
-from mlir_tile.builder import Kernel, matrix_transfer
+from mlir_tile.builder import Kernel, transfer
 from mlir_tile.contract import ContractError, aligned_for
 from mlir_tile.layout import Layout, ThreadStride
 from mlir_tile.diagnostics import PipelineFailure
@@ -55,7 +55,7 @@ def build(case: RandomTransfer, check: bool, divergent=False, scope=None, opcode
         violations = []
         with (k.loop(0, k.thread_id()) if divergent else _nothing()):
             try:
-                matrix_transfer(opcode or case.opcode, dst, src, **arguments)
+                transfer(opcode or case.opcode, dst, src, **arguments)
             except ContractError as error:
                 violations = [str(v) for v in error.violations]
     return k.module, violations

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlir import ir
 
-from mlir_tile.builder import BuilderError, Kernel, matrix_transfer
+from mlir_tile.builder import BuilderError, Kernel, transfer
 from mlir_tile.layout import S
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=False),
@@ -40,7 +40,7 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
             "store": lambda: k.store(first, registers, [second]),
             "loop": lambda: k.loop(first, second).__enter__(),
             "offset": lambda: k.offset(first, [second]),
-            "transfer": lambda: matrix_transfer(first, registers, second, dst_layout=S[(4, 8, 4):(1, 1, 1)],
+            "transfer": lambda: transfer(first, registers, second, dst_layout=S[(4, 8, 4):(1, 1, 1)],
                                                 src_layout="(4,8,4):(32,4,1)"),
             "mma16": lambda: k.mma_m16n8k16(registers, [0, 1, 2, first], registers, [0, 1], registers, [0, 1, 2, 3],
                                             element=second),

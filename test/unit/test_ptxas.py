@@ -8,7 +8,7 @@ import re
 import pytest
 from mlir import ir
 
-from mlir_tile.builder import Kernel, matrix_transfer
+from mlir_tile.builder import Kernel, transfer
 from mlir_tile.compile import compile_to_ptx
 from mlir_tile.ptx import cubin_of_ptx
 
@@ -48,9 +48,9 @@ def build(instruction, count, trans, scope, repeats, element):
         if instruction == "stmatrix":
             for slot in range(slots):
                 k.store(k.load(out, [tid, slot]), registers, [slot])
-            matrix_transfer(opcode, sm, registers, dst_layout=shared_layout, src_layout=registers_layout, scope=scope)
+            transfer(opcode, sm, registers, dst_layout=shared_layout, src_layout=registers_layout, scope=scope)
         else:
-            matrix_transfer(opcode, registers, sm, dst_layout=registers_layout, src_layout=shared_layout, scope=scope)
+            transfer(opcode, registers, sm, dst_layout=registers_layout, src_layout=shared_layout, scope=scope)
             for slot in range(slots):
                 k.store(k.load(registers, [slot]), out, [tid, slot])
     return opcode, compile_to_ptx(k.module), math.prod(repeats)

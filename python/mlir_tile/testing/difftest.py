@@ -16,7 +16,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, memref
 
-from mlir_tile.builder import Kernel, matrix_transfer
+from mlir_tile.builder import Kernel, transfer
 from mlir_tile.compile import compile_to_ptx
 from mlir_tile.contract import ContractError, aligned_for, parse_opcode
 from mlir_tile.reference import emulate
@@ -65,7 +65,7 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: 
         k.store(k.load(regs_in, [tid, slot]), registers, [slot])
     view = sm if not view_offset else memref.subview(sm, [view_offset], [view_words(case, view_offset)], [1])
     dst, src = parse_opcode(case.opcode).dst_and_src(registers, view)
-    matrix_transfer(case.opcode, dst, src, dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
+    transfer(case.opcode, dst, src, dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
     k.barrier()
     for slot in range(case.slots):
         k.store(k.load(registers, [slot]), regs_out, [tid, slot])

@@ -1,0 +1,23 @@
+"""Python builder API: GPU kernels around `tile.matrix_transfer`, with upstream dialects underneath.
+
+    with Kernel("matrix_kernel", [Global("f16"), "index"], block=(128, 1, 1)) as k:
+        a, n = k.arguments
+        sm = k.shared("sm", 256)
+        regs = k.registers(12)
+        transfer(LDMATRIX, regs, sm, dst_layout=..., src_layout=..., scope="warp")
+    print(k.module)
+
+Three parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `memory` (buffers, views,
+layout offsets, proven-aligned vector access, async copies) and `compute` (the checked transfer, mma.sync,
+fast math, shuffles). `transfer` checks the contract while building, through the adapter the verifier pass
+uses, so a Python user sees an illegal transfer where it is written.
+
+Errors: an illegal transfer raises `contract.ContractError`; any other misuse (a type text that does not
+parse, a non-integer size, an impossible block, an unknown chip, an alignment that cannot be proven) raises
+`BuilderError`. Both are ValueErrors; the builder raises no other exception.
+"""
+from mlir_tile.builder.common import BuilderError, caller_location, memref_type, parse_type
+from mlir_tile.builder.compute import transfer
+from mlir_tile.builder.kernel import Global, Kernel
+
+__all__ = ["BuilderError", "Global", "Kernel", "caller_location", "memref_type", "parse_type", "transfer"]

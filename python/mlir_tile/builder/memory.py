@@ -1,0 +1,320 @@
+"""Memory: shared buffers and views, register storage, the address of any coordinate of a layout, scalar and
+vector loads and stores whose alignment is proven, and asynchronous global-to-shared copies (one copy, or a
+whole tile spread over the block with destinations from the shared layout)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import arith, gpu, memref, nvgpu, vector
+
+from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, memref_type,
+                                      memref_value)
+from mlir_tile.layout import Layout, as_layout
+from mlir_tile.passes.ir_facts import access_alignment, memory_space, upper_bound
+
+VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
+ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
+
+
+class Memory:
+    # ----- storage -----
+    def shared(self, name: str, elements: int, element: str = "i32", alignment: int = 16) -> ir.Value:
+        """A workgroup `memref.global` with the given alignment, and its `memref.get_global` here."""
+        identifier(name, "shared buffer name")
+        count(alignment, "alignment")
+        kind = memref_type((elements,), element, WORKGROUP)
+        with ir.InsertionPoint.at_block_begin(self.gpu_module.bodyRegion.blocks[0]):
+            memref.GlobalOp(name, ir.TypeAttr.get(kind), sym_visibility="private", alignment=alignment)
+        return memref.get_global(kind, name)
+
+    def shared_bytes(self, name: str, size: int, alignment: int = 16) -> ir.Value:
+        """A workgroup buffer of `size` bytes (an i8 `memref.global`), to be seen through `view`s: one
+        buffer, an element-typed view for the code around a transfer and a word view for the transfer."""
+        return self.shared(name, size, "i8", alignment)
+
+    def dynamic_shared(self) -> ir.Value:
+        """The block's dynamic shared memory (`gpu.dynamic_shared_memory`, bytes, 16-byte aligned as CUDA
+        guarantees); its size is the launch's (`launch(shared_bytes=...)`, over 48 KiB allowed)."""
+        kind = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(8),
+                                 memory_space=ir.Attribute.parse(WORKGROUP))
+        return gpu.dynamic_shared_memory(kind)
+
+    def view(self, buffer: ir.Value, shape: Sequence[int], element: str = "i32", byte_offset: int = 0) -> ir.Value:
+        """`memref.view` of a byte buffer (shared_bytes, dynamic_shared) as `shape` elements of `element`,
+        starting `byte_offset` bytes in: a view of the same bytes, not a conversion. The alignment proof
+        follows it (a byte offset that is a multiple of 16 keeps 16-byte rows aligned)."""
+        source = ir.MemRefType(memref_value(buffer, "view").type)
+        if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8:
+            raise BuilderError(f"view: the buffer must be bytes (i8), got {source}")
+        if not isinstance(byte_offset, int) or byte_offset < 0:
+            raise BuilderError(f"view: byte_offset must be a non-negative integer, got {byte_offset!r}")
+        kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
+        return memref.view(kind, buffer, self.index(byte_offset), [])
+
+    def registers(self, slots: int, element: str = "i32") -> ir.Value:
+        """Per-thread register storage: a private `memref.alloca`, at the kernel's start (LLVM keeps only the
+        allocas of the entry block in registers, and loops built before this call become blocks)."""
+        kind = memref_type((slots,), element, PRIVATE)
+        with ir.InsertionPoint.at_block_begin(self.body):
+            return memref.alloca(kind, [], [])
+
+    # ----- addresses -----
+    def offset(self, layout: Layout | str, coordinates: Sequence) -> ir.Value:
+        """The memory offset of a coordinate of a memory layout (nested modes, a swizzle), as index arithmetic.
+
+        One coordinate per mode: an int, an index value, or `(value, int)` for value + int on a mode with one
+        leaf (the int's part folds into the constant: one base per thread, constant offsets per copy). The
+        constant parts fold into one constant; swizzled, that constant is one xor with the swizzled
+        thread-dependent part where the two share no bit (the swizzle is linear over xor), else the sum is
+        swizzled."""
+        layout, dynamic, constant, largest = self._split_offset(layout, coordinates)
+        swizzle = layout.swizzle
+        if dynamic is None:
+            return self.index(swizzle(constant) if swizzle else constant)
+        if swizzle is None:
+            return dynamic if constant == 0 else arith.addi(dynamic, self.index(constant))
+        if _above(constant, largest):  # no carries: the sum is an xor, and the swizzle is linear over xor
+            swizzled, moved = self._swizzled(dynamic, swizzle), swizzle(constant)
+            if constant == 0:
+                return swizzled
+            return (arith.addi if _above(moved, largest) else arith.xori)(swizzled, self.index(moved))
+        return self._swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle)
+
+    def _split_offset(self, layout, coordinates, emit: bool = True) -> tuple[Layout, ir.Value | None, int, int]:
+        """(layout, thread-dependent part as index arithmetic or None, constant part, the thread-dependent
+        part's largest value or -1 when unknown), before the swizzle; with emit=False no IR is built (the
+        thread-dependent part is then None)."""
+        try:
+            layout = as_layout(layout)
+        except ValueError as error:
+            raise BuilderError(f"offset: {error}") from None
+        if not isinstance(coordinates, (list, tuple)) or len(coordinates) != layout.rank:
+            raise BuilderError(f"offset: layout {layout} has {layout.rank} modes; give one coordinate per mode, "
+                               f"got {coordinates!r}")
+        if any(not isinstance(stride, int) for axis in range(layout.rank) for stride in layout.flat_strides(axis)):
+            raise BuilderError(f"offset: layout {layout} has thread strides; an offset is of a memory layout")
+        constant, dynamic, largest = 0, None, 0
+        for axis, (coordinate, size) in enumerate(zip(coordinates, layout.sizes)):
+            leaves = layout.mode(axis)
+            if isinstance(coordinate, tuple) and len(coordinate) == 2 and _is_int(coordinate[1]):
+                if len(leaves) != 1:
+                    raise BuilderError(f"offset: a (value, int) coordinate needs a mode with one leaf; mode {axis} "
+                                       f"of {layout} is {leaves}")
+                coordinate, shift = coordinate
+                if not 0 <= shift < size:
+                    raise BuilderError(f"offset: constant part {shift} of mode {axis} is outside its size {size}")
+                constant += shift * leaves[0][1]
+            if _is_int(coordinate):
+                if not 0 <= coordinate < size:
+                    raise BuilderError(f"offset: coordinate {coordinate} of mode {axis} is outside its size {size}")
+                below = 1
+                for extent, stride in leaves:
+                    constant += coordinate // below % extent * stride
+                    below *= extent
+                continue
+            value = self.as_index(coordinate)
+            bound = upper_bound(value) if len(leaves) == 1 else None  # a single leaf: the value's own range
+            below = 1
+            for position, (extent, stride) in enumerate(leaves):
+                top = extent - 1 if bound is None else min(extent - 1, bound)
+                if extent > 1 and stride:
+                    largest = largest + top * stride if stride > 0 and largest >= 0 else -1
+                if extent > 1 and stride and emit:
+                    digit = value if below == 1 else arith.divui(value, self.index(below))
+                    if position < len(leaves) - 1:
+                        digit = arith.remui(digit, self.index(extent))
+                    term = digit if stride == 1 else arith.muli(digit, self.index(stride))
+                    dynamic = term if dynamic is None else arith.addi(dynamic, term)
+                below *= extent
+        return layout, dynamic, constant, largest
+
+    def planned(self, buffer: ir.Value, layout: Layout | str, coordinates: Sequence[Sequence],
+                elements: int = 1) -> list[tuple[ir.Value, ir.Value]]:
+        """The (buffer, index) of each coordinate of `layout` in the 1-D `buffer`, planned as the transfer's
+        lowering is: where the coordinates share their thread-dependent parts and the swizzle leaves every
+        constant part whole (its bits above the thread-dependent part's and the swizzle's), one per-thread base
+        view (`memref.subview` at the swizzled base) indexed by compile-time constants, which LLVM folds into
+        the instructions' immediate offsets; otherwise each offset in full. `elements`: how many elements
+        each access reads from its index."""
+        coordinates = [list(c) for c in coordinates]
+        parts = [[c[0] if isinstance(c, tuple) else None if _is_int(c) else c for c in point] for point in coordinates]
+        splits = [self._split_offset(layout, c, emit=False) for c in coordinates]
+        if not splits:
+            return []
+        layout, _, _, largest = splits[0]
+        swizzle = layout.swizzle
+        if (len(coordinates) == 1 or any(p != parts[0] for p in parts[1:]) or all(p is None for p in parts[0])
+                or (swizzle is not None and not all(_above(c, largest) and swizzle(c) == c for _, _, c, _ in splits))):
+            return [(buffer, self.offset(layout, c)) for c in coordinates]
+        origin = [part if part is not None else 0 for part in parts[0]]
+        _, dynamic, _, _ = self._split_offset(layout, origin)
+        base = self._swizzled(dynamic, swizzle) if swizzle else dynamic
+        extent = max(c for _, _, c, _ in splits) + elements
+        view = memref.subview(memref_value(buffer, "planned"), [base], [extent], [1])
+        return [(view, self.index(c)) for _, _, c, _ in splits]
+
+    def _swizzled(self, value: ir.Value, swizzle) -> ir.Value:
+        moved = arith.shrui(value, self.index(swizzle.shift))
+        return arith.xori(value, arith.andi(moved, self.index(swizzle.mask)))
+
+    # ----- loads and stores -----
+    def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
+        return memref.load(memref_value(buffer, "load"), self._indices(buffer, indices))
+
+    def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> None:
+        if not isinstance(value, ir.Value) or value.type != ir.MemRefType(memref_value(buffer, "store").type).element_type:
+            raise BuilderError(f"store: the value must be an ir.Value of the buffer's element type, got {value!r}")
+        memref.store(value, buffer, self._indices(buffer, indices))
+
+    def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value | int], elements: int, *,
+                    assume_aligned: bool = False) -> ir.Value:
+        """`elements` consecutive elements along the last dimension from `buffer[indices]`, as one 2/4/8/16-byte
+        access (`vector.load` with its alignment): the alignment is proven from the buffer (a Global's declared
+        alignment, a shared buffer's, a view's offset) and the indices, else BuilderError. `assume_aligned`
+        is the explicit opt-out: the caller promises the alignment."""
+        kind, places, alignment = self._vector_access("load_vector", buffer, indices, elements, assume_aligned)
+        return vector.load(kind, buffer, places, alignment=alignment)
+
+    def store_vector(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int], *,
+                     assume_aligned: bool = False) -> None:
+        """`value` (a vector) stored at `buffer[indices]` as one access whose alignment is proven as for
+        load_vector (without it, LLVM splits a global vector store into 4-byte stores)."""
+        if not isinstance(value, ir.Value) or not isinstance(value.type, ir.VectorType):
+            raise BuilderError(f"store_vector: the value must be a vector value, got {value!r}")
+        elements = ir.VectorType(value.type).shape
+        kind, places, alignment = self._vector_access("store_vector", buffer, indices, elements[0] if len(elements) == 1
+                                                      else 0, assume_aligned)
+        if kind != value.type:
+            raise BuilderError(f"store_vector: a {value.type} cannot be stored to {buffer.type} (wanted {kind})")
+        vector.store(value, buffer, places, alignment=alignment)
+
+    def _vector_access(self, what, buffer, indices, elements, assume_aligned):
+        kind = ir.MemRefType(memref_value(buffer, what).type)
+        count(elements, f"{what}: elements")
+        places = self._indices(buffer, indices)
+        nbytes = elements * max(1, kind.element_type.width // 8) if hasattr(kind.element_type, "width") else 0
+        if nbytes not in VECTOR_BYTES:
+            raise BuilderError(f"{what}: {elements} x {kind.element_type} is {nbytes} bytes; an access is one of "
+                               f"{VECTOR_BYTES} bytes")
+        strides, _ = kind.get_strides_and_offset()
+        if kind.rank == 0 or strides[-1] != 1:
+            raise BuilderError(f"{what}: the elements must be consecutive: {kind}'s last dimension has stride "
+                               f"{strides[-1] if kind.rank else None}")
+        last = indices[-1]
+        if _is_int(last) and last + elements > kind.shape[-1]:
+            raise BuilderError(f"{what}: elements {last}..{last + elements - 1} pass the end of the last dimension "
+                               f"({kind.shape[-1]})")
+        if not assume_aligned:
+            proven = access_alignment(buffer, places)
+            if proven is None or proven < nbytes:
+                raise BuilderError(
+                    f"{what}: a {nbytes}-byte access needs {nbytes}-byte alignment, but "
+                    f"{'no alignment of the buffer is proven' if proven is None else f'only {proven} bytes are proven'} "
+                    f"at these indices (declare the buffer's alignment, e.g. Global('f16', alignment=16), make the "
+                    f"indices multiples of {nbytes} bytes, or pass assume_aligned=True to promise it)")
+        return ir.VectorType.get([elements], kind.element_type), places, nbytes
+
+    def _indices(self, buffer: ir.Value, indices) -> list[ir.Value]:
+        rank = ir.MemRefType(buffer.type).rank
+        if not isinstance(indices, (list, tuple)) or len(indices) != rank:
+            raise BuilderError(f"the buffer has rank {rank}, but the indices are {indices!r}")
+        return [self.as_index(i) for i in indices]
+
+    # ----- asynchronous copies -----
+    def copy_async(self, dst: ir.Value, dst_indices: Sequence, src: ir.Value, src_indices: Sequence, *,
+                   bytes: int = 16, valid: ir.Value | int | None = None) -> ir.Value:
+        """`cp.async` of `bytes` (4, 8 or 16) from global `src[src_indices]` to shared `dst[dst_indices]`
+        (`nvgpu.device_async_copy`; 16 bytes bypass L1, `.cg`). `valid`: how many leading elements to read
+        (an index value, clamped to 0..all); the rest are zero-filled, so a tile's tail needs no branch (with
+        none valid, no byte is read). Both addresses' alignment is proven or BuilderError. Returns the
+        copy's token for `commit_group`."""
+        for name, buffer, space in (("dst", dst, "shared"), ("src", src, "global")):
+            kind = ir.MemRefType(memref_value(buffer, f"copy_async {name}").type)
+            if memory_space(kind) != space:
+                raise BuilderError(f"copy_async: {name} must be in {space} memory, got {kind}")
+        if bytes not in ASYNC_COPY_BYTES:
+            raise BuilderError(f"copy_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {bytes!r}")
+        element_type = ir.MemRefType(dst.type).element_type
+        if element_type != ir.MemRefType(src.type).element_type:
+            raise BuilderError(f"copy_async: dst and src hold different elements ({dst.type} and {src.type})")
+        width = getattr(element_type, "width", 0) // 8
+        if not width or bytes % width:
+            raise BuilderError(f"copy_async: {bytes} bytes is no whole number of {element_type} elements")
+        elements = bytes // width
+        places = {}
+        for name, buffer, indices in (("dst", dst, dst_indices), ("src", src, src_indices)):
+            _, places[name], _ = self._vector_access(f"copy_async {name}", buffer, indices, elements, False)
+        count_valid = None
+        if valid is not None:
+            clamped = arith.maxsi(self.as_index(valid), self.index(0))
+            count_valid = arith.minsi(clamped, self.index(elements))
+        return nvgpu.device_async_copy(dst, places["dst"], src, places["src"], ir.IntegerAttr.get(
+            ir.IndexType.get(), elements), src_elements=count_valid, bypass_l1=bytes == 16 or None)
+
+    def commit_group(self, tokens: Sequence[ir.Value]) -> ir.Value:
+        """`cp.async.commit_group` of the copies behind `tokens`."""
+        tokens = list(tokens)
+        if not tokens or any(not isinstance(t, ir.Value) for t in tokens):
+            raise BuilderError(f"commit_group: the tokens of copy_async calls, got {tokens!r}")
+        return nvgpu.device_async_create_group(tokens)
+
+    def wait_groups(self, group: ir.Value, pending: int = 0) -> None:
+        """`cp.async.wait_group pending`: wait until at most `pending` of this thread's committed groups are
+        in flight (`group`: the latest commit_group's token; a barrier then makes the copies visible to the
+        block)."""
+        if not isinstance(group, ir.Value) or str(group.type) != "!nvgpu.device.async.token":
+            raise BuilderError(f"wait_groups: the token of a commit_group, got {group!r}")
+        count(pending, "wait_groups: pending", minimum=0)
+        nvgpu.device_async_wait(group, num_groups=pending)
+
+    def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
+                        src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
+                        valid_cols: ir.Value | int | None = None) -> list[ir.Value]:
+        """A rows x cols tile of row-major global `src` (element (r, c) at src_origin + r * src_row_stride + c)
+        copied into shared `dst` at `dst_layout`'s offset of (r, c), by every thread of the block in 16-byte
+        cp.async chunks (CuTe's TiledCopy): thread t copies chunk t + j * threads, a row-major walk, so one
+        warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
+        row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
+        zero-filled. Returns the copies' tokens."""
+        layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
+        if layout.rank != 2 or layout.sizes != (rows, cols):
+            raise BuilderError(f"copy_tile_async: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
+        width = getattr(ir.MemRefType(memref_value(dst, "copy_tile_async").type).element_type, "width", 0) // 8
+        chunk = 16 // width if width and 16 % width == 0 else 0
+        threads = self.block[0] * self.block[1] * self.block[2]
+        if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
+            raise BuilderError(f"copy_tile_async: {threads} threads cannot share a {rows} x {cols} tile in 16-byte "
+                               f"chunks evenly (cols a multiple of {chunk or '16 bytes'}, whole rows per pass)")
+        if self.block[1:] != (1, 1):
+            raise BuilderError(f"copy_tile_async: the block {self.block} is not one-dimensional")
+        per_row = cols // chunk
+        thread = self.thread_id()
+        row = arith.divui(thread, self.index(per_row)) if per_row > 1 else thread
+        col = arith.muli(arith.remui(thread, self.index(per_row)), self.index(chunk)) if per_row > 1 else self.index(0)
+        stride = self.as_index(src_row_stride)
+        source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
+        limit_cols = None if valid_cols is None else arith.subi(self.as_index(valid_cols), col)
+        passes = range(rows * cols // chunk // threads)
+        rows_before = [j * threads // per_row for j in passes]
+        destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
+        tokens = []
+        for j, (view, destination) in zip(passes, destinations):
+            at = source if j == 0 else arith.addi(source, arith.muli(self.index(rows_before[j]), stride))
+            valid = limit_cols
+            if valid_rows is not None:
+                inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(rows_before[j])),
+                                    self.as_index(valid_rows))
+                valid = arith.select(inside, limit_cols if limit_cols is not None else self.index(chunk),
+                                     self.index(0))
+            tokens.append(self.copy_async(view, [destination], src, [at], valid=valid))
+        return tokens
+
+
+def _above(constant: int, largest: int) -> bool:
+    """Whether every bit of `constant` is above the bits of values up to `largest` (-1: unknown)."""
+    return largest >= 0 and constant >> largest.bit_length() << largest.bit_length() == constant
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

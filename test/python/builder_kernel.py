@@ -1,0 +1,108 @@
+# RUN: %python %s | filecheck %s
+"""Whole kernels from the builder: arguments with declared alignment, ids, loop-carried values, conditionals
+with results, proven-aligned vector access, async tile copies planned as one base per thread, fast math
+and warp reductions; the IR and the PTX the pipeline makes of it."""
+import gc
+
+from mlir import ir
+from mlir.dialects import arith, vector
+
+from mlir_tile.builder import Global, Kernel
+from mlir_tile.compile import compile_to_ptx
+
+
+def run(f):
+    print("\nTEST:", f.__name__)
+    f()
+    gc.collect()
+    assert ir.Context._get_live_count() == 0, f"{f.__name__} leaked {ir.Context._get_live_count()} context(s)"
+    return f
+
+
+# CHECK-LABEL: TEST: test_global_arguments_reach_ptx_aligned
+# CHECK: gpu.func @scale(%{{.*}}: memref<2147483647xf32> {llvm.align = 16 : i64}, %{{.*}}: index)
+# CHECK: .param .u64 .ptr .align 16 scale_param_0
+# CHECK: mov.u32 {{.*}}%ctaid.x
+# CHECK: ld.global.v4.b32
+# CHECK: st.global.v4.b32
+@run
+def test_global_arguments_reach_ptx_aligned():
+    with Kernel("scale", [Global("f32"), "index"], block=(128, 1, 1), context=ir.Context()) as k:
+        data, _ = k.arguments
+        start = arith.muli(arith.addi(arith.muli(k.block_id(), k.block_size()), k.thread_id()), k.index(4))
+        values = k.load_vector(data, [start], 4)
+        k.store_vector(arith.addf(values, values), data, [start])
+    print(k.func)
+    print(compile_to_ptx(k.module))
+
+
+# CHECK-LABEL: TEST: test_loop_carried_values_and_conditionals_with_results
+# CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
+# CHECK: scf.yield %{{.*}} : f32
+# CHECK: scf.if %{{.*}} -> (f32)
+# CHECK: scf.yield %[[SUM]] : f32
+# CHECK: } else {
+@run
+def test_loop_carried_values_and_conditionals_with_results():
+    with Kernel("sums", [Global("f32"), "index"], context=ir.Context()) as k:
+        data, n = k.arguments
+        with k.loop(0, n, carried=[k.constant(0.0, "f32")]) as it:
+            it.next(arith.addf(it.values[0], k.load(data, [it.index])))
+        (total,) = it.results
+        with k.if_(k.compare("ult", k.thread_id(), 1), ["f32"]) as branch:
+            branch.otherwise(total)
+            branch.done(k.constant(0.0, "f32"))
+        k.store(branch.results[0], data, [k.thread_id()])
+    print(k.func)
+
+
+# CHECK-LABEL: TEST: test_a_swizzled_tile_copy_is_one_base_per_thread
+# 128 x 64 f16 under Sw<3,3,3>, 128 threads: 8 chunks each, every destination and source an immediate offset
+# CHECK: .shared .align 1024 .b8 tile[16384];
+# CHECK: cp.async.cg.shared.global [%rd[[DST:[0-9]+]]], [%rd[[SRC:[0-9]+]]], 16, %r{{[0-9]+}};
+# CHECK-NOT: xor
+# CHECK: cp.async.cg.shared.global [%rd[[DST]]+2048], [%rd[[SRC]]+2048], 16, %r{{[0-9]+}};
+# CHECK-NOT: xor
+# CHECK: cp.async.cg.shared.global [%rd[[DST]]+14336], [%rd[[SRC]]+14336], 16, %r{{[0-9]+}};
+# CHECK-NEXT: cp.async.commit_group;
+# CHECK-NEXT: cp.async.wait_group 1;
+@run
+def test_a_swizzled_tile_copy_is_one_base_per_thread():
+    with Kernel("copy", [Global("f16"), "index"], block=(128, 1, 1), context=ir.Context()) as k:
+        source, rows = k.arguments
+        tile = k.shared("tile", 128 * 64, "f16", alignment=1024)
+        tokens = k.copy_tile_async(tile, "Sw<3,3,3> o (128,64):(64,1)", source, 0, 64, rows=128, cols=64,
+                                   valid_rows=rows)
+        k.wait_groups(k.commit_group(tokens), 1)
+    print(compile_to_ptx(k.module))
+
+
+def _softmax_row(fast_math):
+    with Kernel("row", [Global("f32")], fast_math=fast_math, context=ir.Context()) as k:
+        (data,) = k.arguments
+        lane = k.lane_id()
+        value = k.load(data, [lane])
+        peak = k.warp_reduce(value, "max")
+        weight = k.exp2(arith.subf(value, peak))
+        k.store(k.divide(weight, k.warp_reduce(weight, "add")), data, [lane])
+    return k
+
+
+# CHECK-LABEL: TEST: test_fast_math_and_warp_reductions
+# CHECK: shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
+# CHECK: max.ftz.NaN.f32
+# CHECK: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
+# CHECK: ex2.approx.ftz.f32
+# CHECK: add.rn.ftz.f32
+# CHECK: div.approx.ftz.f32
+# CHECK-LABEL: TEST: test_exact_math_without_fast_math
+# CHECK-NOT: ex2.approx.ftz
+# CHECK: div.rn.f32
+@run
+def test_fast_math_and_warp_reductions():
+    print(compile_to_ptx(_softmax_row(fast_math=True).module))
+
+
+@run
+def test_exact_math_without_fast_math():
+    print(compile_to_ptx(_softmax_row(fast_math=False).module))
