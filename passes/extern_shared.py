@@ -12,6 +12,10 @@ After:
 Why: an internal global of zero bytes is an object that every access overruns, so LLVM deleted every load
 and store through it (a kernel that reads dynamic shared memory compiled to `{ ret; }`, upstream's pipeline
 too); an external one is the `.extern .shared .align 16 .b8 name[]` that the launch's dynamic size backs.
+
+A gpu.module with `tile.dynamic_shared_alignment = N` (the builder's `dynamic_shared(alignment=N)`, which
+also tells the verifier through `memref.assume_alignment`) gets `.align N`: ptxas then places the dynamic
+window on an N-byte boundary, which makes the assumption true (a swizzle's period, for instance).
 """
 from __future__ import annotations
 
@@ -22,12 +26,20 @@ from mlir_tile.passes.registry import PassDefinition
 WORKGROUP_ADDRESS_SPACE = 3
 
 
+ALIGNMENT_ATTRIBUTE = "tile.dynamic_shared_alignment"
+
+
 def extern_dynamic_shared(root: ir.Operation, pass_) -> None:
     external = ir.Attribute.parse("#llvm.linkage<external>")
 
     def rewrite(op):
         if op.name == "llvm.mlir.global" and _is_zero_sized_workgroup_array(op):
             op.attributes["linkage"] = external
+            module = op.parent
+            if module is not None and ALIGNMENT_ATTRIBUTE in module.attributes:
+                wanted = ir.IntegerAttr(module.attributes[ALIGNMENT_ATTRIBUTE]).value
+                current = ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 1
+                op.attributes["alignment"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), max(wanted, current))
         return ir.WalkResult.ADVANCE
 
     root.walk(rewrite, ir.WalkOrder.PRE_ORDER)

@@ -515,6 +515,21 @@ def _rearrange(layout: Layout, pattern: str, sizes: Mapping[str, int]) -> Layout
     return Layout(tuple(shape), tuple(stride))
 
 
+def unpack_b32(layout: Layout, per_word: int = 2) -> Layout:
+    """A row-major (rows, words) tile layout, swizzled or not, seen as (rows, elements) of the `per_word`
+    16-bit (2) or 8-bit (4) elements each word holds: the same bytes, so element (r, c) lies in word
+    (r, c // per_word) of the word layout; a swizzle `Sw<B,M,S>` of word offsets is `Sw<B,M+log2 per_word,S>`
+    of element offsets (what a copy of 16-byte chunks into a tile that transfers read needs)."""
+    if per_word not in (2, 4):
+        raise ValueError(f"unpack_b32: 2 or 4 elements per word, got {per_word}")
+    if not layout.is_flat or layout.rank != 2 or layout.stride[1] != 1 or isinstance(layout.stride[0], ThreadStride):
+        raise ValueError(f"unpack_b32: a (rows, words):(pitch, 1) layout, got {layout}")
+    swizzle = layout.swizzle
+    if swizzle is not None:
+        swizzle = Swizzle(swizzle.bits, swizzle.base + per_word.bit_length() - 1, swizzle.shift)
+    return Layout((layout.shape[0], layout.shape[1] * per_word), (layout.stride[0] * per_word, 1), swizzle)
+
+
 def pack_b16_as_b32(layout: Layout) -> Layout:
     """View a layout over 16-bit elements (half/bf16) as a layout over the b32 words that hold them.
 

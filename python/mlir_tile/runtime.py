@@ -1,13 +1,16 @@
-"""Load PTX and run kernels on numpy arrays with cuda-python. Imports no MLIR: a GPU host needs only
-this file's dependencies (cuda-python, numpy).
+"""Load PTX and run kernels with cuda-python, on device arrays (torch, CuPy, JAX: anything with DLPack or the
+CUDA Array Interface) without copies, or on numpy arrays copied in and out. Imports no MLIR: a GPU host needs
+only this file's dependencies (cuda-python, numpy), `pip install mlir-tile` without the `compiler` extra.
 
     with Runtime() as rt:
         module = rt.load_ptx(ptx)
-        out_a, out_b = module.launch("matrix_kernel", [a, b], grid=1, block=32)
+        module.launch("gemm", [a, b, c, np.int64(m)], grid=(n // 128, m // 128), block=128,
+                      stream=torch.cuda.current_stream())          # torch tensors: no copy, torch's stream
+        out_a, out_b = module.launch("matrix_kernel", [a, b], grid=1, block=32)  # numpy: copied back
 
-`cuda.core` loads the code, launches and times; `cuda.bindings.driver` copies between numpy arrays and
-device buffers (cuda.core buffers copy only between buffers). Every CUDA failure becomes a `CudaError`
-carrying the driver's message.
+`cuda.core` loads the code, launches and times, and reads device arrays (`StridedMemoryView`);
+`cuda.bindings.driver` copies between numpy arrays and device buffers. Every CUDA failure becomes a
+`CudaError` carrying the driver's message.
 """
 from __future__ import annotations
 
@@ -69,6 +72,8 @@ class Runtime:
             self.device = Device(device)
             self.device.set_current()
             self.stream = self.device.create_stream()
+            self._streams: dict = {}
+            self._last_stream = (None, None)  # the stream object passed last, and its cuda.core Stream
         except Exception as error:
             raise CudaError(f"cannot use CUDA device {device}: {error}") from None
 
@@ -85,6 +90,24 @@ class Runtime:
     @property
     def name(self) -> str:
         return self.device.name
+
+    def stream_of(self, stream):
+        """A cuda.core Stream for `stream`: a cuda.core Stream, an object with `__cuda_stream__` (torch, CuPy
+        streams) or a raw CUstream handle (an int)."""
+        from cuda.core import Stream
+
+        if isinstance(stream, Stream):
+            return stream
+        if stream is self._last_stream[0]:
+            return self._last_stream[1]
+        try:
+            handle = stream if isinstance(stream, int) else stream.__cuda_stream__()[1]
+            if handle not in self._streams:  # wrapping a foreign stream costs more than a launch
+                self._streams[handle] = Stream.from_handle(handle)
+            self._last_stream = (stream, self._streams[handle])
+            return self._streams[handle]
+        except Exception as error:
+            raise CudaError(f"{stream!r} is no CUDA stream: {error}") from None
 
     def load_ptx(self, ptx: str | bytes, name: str = "module") -> "LoadedModule":
         """PTX, compiled for this device by the driver when a kernel is first looked up."""
@@ -150,10 +173,40 @@ class Runtime:
         return result
 
 
+def _by_value(argument, wait_on):
+    """A launch argument: a device array's pointer, a Python int as a 64-bit value, else the argument as is.
+
+    On the producer's stream (`wait_on` None) the pointer is read from a torch tensor's data_ptr() or the CUDA
+    Array Interface (the cheap path: no synchronization is needed); otherwise cuda.core's StridedMemoryView reads
+    it (DLPack or the interface) and makes `wait_on` wait for the producer's work first."""
+    if isinstance(argument, int) and not isinstance(argument, bool):
+        return np.uint64(argument % 2**64)
+    if wait_on is None:
+        if getattr(argument, "is_cuda", False) and hasattr(argument, "data_ptr"):  # torch: no dict to build
+            return np.uint64(argument.data_ptr())
+        interface = getattr(argument, "__cuda_array_interface__", None)
+        if interface is not None:
+            return np.uint64(interface["data"][0])
+    if hasattr(argument, "__cuda_array_interface__") or hasattr(argument, "__dlpack__"):
+        from cuda.core.utils import StridedMemoryView
+
+        read = getattr(StridedMemoryView, "from_any_interface", StridedMemoryView)
+        try:
+            view = read(argument, stream_ptr=int(wait_on.handle) if wait_on is not None else -1)
+            device = view.is_device_accessible
+        except Exception as error:
+            raise CudaError(f"cannot pass a {type(argument).__name__} to a kernel: {error}") from None
+        if not device:
+            raise CudaError(f"{type(argument).__name__} lives in host memory: pass a device array or a numpy array")
+        return np.uint64(view.ptr)
+    return argument
+
+
 class LoadedModule:
     def __init__(self, runtime: Runtime, code, name: str, ptx: bytes | None = None):
         self.runtime, self.code, self.name, self.ptx = runtime, code, name, ptx
         self._kernels: dict = {}
+        self._configs: dict = {}  # launch configurations by (kernel, grid, block, shared bytes)
 
     def kernel(self, name: str):
         if name not in self._kernels:
@@ -172,13 +225,37 @@ class LoadedModule:
         grid=1,
         block=32,
         shared_bytes: int = 0,
+        stream=None,
     ) -> list:
-        """Launch with numpy arrays (copied in, passed as pointers, copied back) and scalars (numpy
-        scalar types, passed by value). Returns the arrays after the kernel, in argument order."""
-        from cuda.core import LaunchConfig, launch
+        """Launch `kernel_name` with `grid` x `block` threads and `shared_bytes` of dynamic shared memory.
+
+        Arguments, in the kernel's parameter order:
+        - device arrays (DLPack or CUDA Array Interface producers: torch, CuPy, JAX): their pointer, no copy;
+        - Python ints: a 64-bit value (a raw device pointer, or an `index` parameter);
+        - numpy scalars (np.int32(4), np.float32(1)): by value, at their own width;
+        - numpy arrays: copied to the device, passed as pointers, copied back after the kernel.
+        With device arrays only, the launch is asynchronous, on `stream` (an object with `__cuda_stream__`,
+        such as torch.cuda.current_stream(), or a stream handle) or else on the runtime's stream, which first
+        waits for the producers' work on the arrays. With numpy arrays it waits for the kernel and returns the
+        arrays after it, in argument order (else an empty list)."""
+        from cuda.core import launch
 
         runtime = self.runtime
-        kernel = self.kernel(kernel_name)
+        kernel = self._kernels.get(kernel_name) or self.kernel(kernel_name)
+        on = runtime.stream if stream is None else runtime.stream_of(stream)
+        wait_on = on if stream is None else None
+        config = self._config(kernel_name, kernel, grid, block, shared_bytes)
+        launch_arguments = []
+        for argument in arguments:
+            if isinstance(argument, np.ndarray):
+                break
+            launch_arguments.append(_by_value(argument, wait_on))
+        else:  # device arrays and values only: nothing to copy, nothing to wait for
+            try:
+                launch(on, config, kernel, *launch_arguments)
+            except Exception as error:
+                raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
+            return []
         buffers, launch_arguments = [], []
         try:
             for argument in arguments:
@@ -187,12 +264,10 @@ class LoadedModule:
                     buffers.append((buffer, argument))
                     launch_arguments.append(buffer)
                 else:
-                    launch_arguments.append(argument)
-            runtime.allow_dynamic_shared(kernel, shared_bytes)
-            config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
+                    launch_arguments.append(_by_value(argument, wait_on))
             try:
-                launch(runtime.stream, config, kernel, *launch_arguments)
-                runtime.stream.sync()
+                launch(on, config, kernel, *launch_arguments)
+                on.sync()
             except Exception as error:
                 raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
             return [runtime.to_host(buffer, like) for buffer, like in buffers]
@@ -200,16 +275,31 @@ class LoadedModule:
             for buffer, _ in buffers:
                 buffer.close()
 
+    def _config(self, kernel_name: str, kernel, grid, block, shared_bytes: int):
+        """The LaunchConfig for this shape, made (and the kernel's dynamic shared memory allowed) once."""
+        try:
+            key = (kernel_name, grid, block, shared_bytes)
+            config = self._configs.get(key)
+        except TypeError:  # a list
+            key = (kernel_name, str(grid), str(block), shared_bytes)
+            config = self._configs.get(key)
+        if config is None:
+            from cuda.core import LaunchConfig
+
+            self.runtime.allow_dynamic_shared(kernel, shared_bytes)
+            config = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
+        return config
+
     def time(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,
              warmup: int = 3, repeats: int = 20) -> Timing:
         """Median-ready launch times in ms, measured with CUDA events around each launch after warm-up.
-        Array arguments are copied to the device once and reused."""
+        Arguments as for `launch`; numpy arrays are copied to the device once and reused."""
         from cuda.core import EventOptions, LaunchConfig, launch
 
         runtime = self.runtime
         kernel = self.kernel(kernel_name)
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
-        launch_arguments = [b if b is not None else a for a, b in zip(arguments, buffers)]
+        launch_arguments = [b if b is not None else _by_value(a, runtime.stream) for a, b in zip(arguments, buffers)]
         runtime.allow_dynamic_shared(kernel, shared_bytes)
         config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
         timing = EventOptions(timing_enabled=True)

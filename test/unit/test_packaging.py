@@ -19,6 +19,11 @@ def test_the_wheel_holds_every_module_and_the_dialect_definition(tmp_path):
     sources |= {f"mlir_tile/passes/{p.name}" for p in (REPO / "passes").glob("*.py")}
     sources |= {f"mlir_tile/dialect/{p.name}" for p in (REPO / "dialect").glob("*.irdl.mlir")}
     assert sources - names == set()
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    runtime = [r for r in requires if "extra ==" not in r]
+    assert sorted(runtime) == ["cuda-python", "numpy"]  # a GPU host installs the runtime without MLIR
+    assert any(r.startswith("xtc-mlir-python-bindings") and 'extra == "compiler"' in r for r in requires)
 
 
 def test_the_pure_modules_import_with_mlir_blocked():

@@ -127,3 +127,36 @@ def test_the_s8_mma_tile_equals_numpy():
 
     a, b = mma_s8.inputs()
     assert np.array_equal(mma_s8.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text()), mma_s8.reference(a, b))
+
+
+def test_launch_on_device_arrays_copies_nothing_and_uses_the_producers_stream(runtime):
+    """torch tensors and CuPy arrays go in as pointers (DLPack / CUDA Array Interface), a Python int as a raw
+    pointer; the kernel writes the producer's memory, on the producer's stream."""
+    module = runtime.load_ptx(SCALE_PTX, name="scale")
+    data = np.random.default_rng(1).integers(0, 2**20, 1000, dtype=np.uint32)
+    expected = data * 3 + 7
+    torch = pytest.importorskip("torch")
+    source = torch.from_numpy(data.view(np.int32)).cuda()
+    out = torch.zeros_like(source)
+    assert module.launch("scale", [source, out, np.uint32(7), np.uint32(data.size)], grid=8, block=128,
+                         stream=torch.cuda.current_stream()) == []
+    np.testing.assert_array_equal(out.cpu().numpy().view(np.uint32), expected)
+    raw = torch.zeros_like(source)
+    module.launch("scale", [source.data_ptr(), raw.data_ptr(), np.uint32(7), np.uint32(data.size)], grid=8, block=128,
+                  stream=torch.cuda.current_stream().cuda_stream)
+    np.testing.assert_array_equal(raw.cpu().numpy().view(np.uint32), expected)
+    cupy = pytest.importorskip("cupy")
+    source_cupy, out_cupy = cupy.asarray(data), cupy.zeros(data.size, cupy.uint32)
+    module.launch("scale", [source_cupy, out_cupy, np.uint32(7), np.uint32(data.size)], grid=8, block=128)
+    runtime.stream.sync()
+    np.testing.assert_array_equal(cupy.asnumpy(out_cupy), expected)
+
+
+def test_a_host_array_that_is_not_numpy_is_refused(runtime):
+    torch = pytest.importorskip("torch")
+    from mlir_tile.runtime import CudaError
+
+    module = runtime.load_ptx(SCALE_PTX, name="scale")
+    with pytest.raises(CudaError, match="lives in host memory"):
+        module.launch("scale", [torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32).cuda(),
+                                np.uint32(1), np.uint32(4)], grid=1, block=32)

@@ -63,9 +63,10 @@ class Compute:
         is set (the bindings abort the process when the multiplicand types are left to inference)."""
         if element not in ("f16", "bf16") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
             raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
+        # NVVM takes f16 pairs as vector<2xf16> and bf16 pairs as the i32 word that holds them
         pair = ir.VectorType.get([2], parse_type(element))
         self._mma("m = 16, n = 8, k = 16", element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
-                  lambda word: llvm.bitcast(pair, word))
+                  (lambda word: llvm.bitcast(pair, word)) if element == "f16" else (lambda word: word))
 
     def mma_m16n8k32(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
                      accumulators: ir.Value, c_slots: Sequence[int], element: str = "s8",

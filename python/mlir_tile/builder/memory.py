@@ -10,7 +10,9 @@ from mlir.dialects import arith, gpu, memref, nvgpu, vector
 
 from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, memref_type,
                                       memref_value)
+from mlir_tile import targets
 from mlir_tile.layout import Layout, as_layout
+from mlir_tile.passes.extern_shared import ALIGNMENT_ATTRIBUTE
 from mlir_tile.passes.ir_facts import access_alignment, memory_space, upper_bound
 
 VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
@@ -33,24 +35,40 @@ class Memory:
         buffer, an element-typed view for the code around a transfer and a word view for the transfer."""
         return self.shared(name, size, "i8", alignment)
 
-    def dynamic_shared(self) -> ir.Value:
-        """The block's dynamic shared memory (`gpu.dynamic_shared_memory`, bytes, 16-byte aligned as CUDA
-        guarantees); its size is the launch's (`launch(shared_bytes=...)`, over 48 KiB allowed)."""
+    def dynamic_shared(self, alignment: int = 16) -> ir.Value:
+        """The block's dynamic shared memory (`gpu.dynamic_shared_memory`, bytes); its size is the launch's
+        (`launch(shared_bytes=...)`, over 48 KiB allowed). CUDA aligns it to 16 bytes; a larger power of two
+        (a swizzle's period) is declared in the PTX (`.extern .shared .align N`, which places it so) and
+        proven to the verifier (`memref.assume_alignment`)."""
+        count(alignment, "dynamic_shared alignment", minimum=16)
+        problem = "is not a power of two" if alignment & (alignment - 1) else targets.alignment_problem(alignment)
+        if problem:
+            raise BuilderError(f"dynamic_shared: alignment {alignment} {problem}")
         kind = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(8),
                                  memory_space=ir.Attribute.parse(WORKGROUP))
-        return gpu.dynamic_shared_memory(kind)
+        buffer = gpu.dynamic_shared_memory(kind)
+        if alignment == 16:
+            return buffer
+        attributes = self.gpu_module.operation.attributes
+        if ALIGNMENT_ATTRIBUTE in attributes:
+            alignment = max(alignment, ir.IntegerAttr(attributes[ALIGNMENT_ATTRIBUTE]).value)
+        attributes[ALIGNMENT_ATTRIBUTE] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), alignment)
+        return memref.assume_alignment(buffer, alignment)
 
-    def view(self, buffer: ir.Value, shape: Sequence[int], element: str = "i32", byte_offset: int = 0) -> ir.Value:
+    def view(self, buffer: ir.Value, shape: Sequence[int], element: str = "i32",
+             byte_offset: int | ir.Value = 0) -> ir.Value:
         """`memref.view` of a byte buffer (shared_bytes, dynamic_shared) as `shape` elements of `element`,
-        starting `byte_offset` bytes in: a view of the same bytes, not a conversion. The alignment proof
-        follows it (a byte offset that is a multiple of 16 keeps 16-byte rows aligned)."""
+        starting `byte_offset` bytes in (an int, or an index value such as a pipeline stage's offset): a view
+        of the same bytes, not a conversion. The alignment proof follows it (a byte offset proven a multiple
+        of 16 keeps 16-byte rows aligned; of a swizzle's period, keeps the swizzle's place)."""
         source = ir.MemRefType(memref_value(buffer, "view").type)
         if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8:
             raise BuilderError(f"view: the buffer must be bytes (i8), got {source}")
-        if not isinstance(byte_offset, int) or byte_offset < 0:
-            raise BuilderError(f"view: byte_offset must be a non-negative integer, got {byte_offset!r}")
+        if not isinstance(byte_offset, ir.Value) and (not _is_int(byte_offset) or byte_offset < 0):
+            raise BuilderError(f"view: byte_offset must be a non-negative integer or an index value, got "
+                               f"{byte_offset!r}")
         kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
-        return memref.view(kind, buffer, self.index(byte_offset), [])
+        return memref.view(kind, buffer, self.as_index(byte_offset), [])
 
     def registers(self, slots: int, element: str = "i32") -> ir.Value:
         """Per-thread register storage: a private `memref.alloca`, at the kernel's start (LLVM keeps only the

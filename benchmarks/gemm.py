@@ -1,0 +1,124 @@
+"""The builder's GEMM (examples/gemm.py) against cuBLAS and Triton's mma.sync path, in one process on the GPU.
+
+    python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
+    python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
+
+On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (no host copies, torch's
+stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
+own autotuning over the same tile shapes), compiled with DISABLE_MMA_V3=1 so that it takes mma.sync and
+ldmatrix, as ours does. Times: CUDA events around each launch, median of REPEATS after WARMUP.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1000, 3000, 504)]
+WARMUP, REPEATS = 5, 30
+ELEMENTS = ("f16", "bf16")
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("gemm_example", Path(__file__).resolve().parent.parent / "examples" / "gemm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(directory: Path) -> None:
+    from mlir_tile.compile import compile_to_ptx
+
+    example = _example()
+    directory.mkdir(parents=True, exist_ok=True)
+    for element in ELEMENTS:
+        (directory / f"gemm_{element}.ptx").write_text(compile_to_ptx(example.build_module(element)))
+    (directory / "gemm.json").write_text(json.dumps({"block": example.THREADS, "shared_bytes": example.SHARED_BYTES,
+                                                     "tile": [example.BM, example.BN]}))
+
+
+def _triton_matmul():
+    os.environ["DISABLE_MMA_V3"] = "1"  # before Triton compiles anything: mma.sync + ldmatrix, not wgmma
+    import triton
+    import triton.language as tl
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
+               for bm, bn, bk, w, s in [(128, 128, 32, 4, 4), (128, 128, 32, 8, 4), (128, 256, 32, 8, 3),
+                                        (128, 128, 64, 4, 3), (256, 128, 32, 8, 3)]]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_m, pid_n = tl.program_id(1), tl.program_id(0)
+        rm, rn, rk = pid_m * BM + tl.arange(0, BM), pid_n * BN + tl.arange(0, BN), tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            x = tl.load(a + rm[:, None] * K + (k0 + rk)[None, :], mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+            y = tl.load(b + (k0 + rk)[:, None] * N + rn[None, :], mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += tl.dot(x, y)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def run(a, b, c):
+        m, k = a.shape
+        n = b.shape[1]
+        matmul[lambda meta: (triton.cdiv(n, meta["BN"]), triton.cdiv(m, meta["BM"]))](a, b, c, m, n, k)
+    return run
+
+
+def run(directory: Path) -> None:
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    triton_matmul = _triton_matmul()
+    setup = json.loads((directory / "gemm.json").read_text())
+    results = []
+    with Runtime() as runtime:
+        stream = torch.cuda.current_stream()
+        for element in ELEMENTS:
+            dtype = torch.float16 if element == "f16" else torch.bfloat16
+            module = runtime.load_ptx((directory / f"gemm_{element}.ptx").read_text(), name=f"gemm_{element}")
+            for m, n, k in SHAPES:
+                a = torch.randn(m, k, device="cuda", dtype=dtype)
+                b = torch.randn(k, n, device="cuda", dtype=dtype)
+                c = torch.empty(m, n, device="cuda", dtype=dtype)
+                grid = (-(-n // setup["tile"][1]), -(-m // setup["tile"][0]))
+
+                def ours():
+                    module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=grid, block=setup["block"],
+                                  shared_bytes=setup["shared_bytes"], stream=stream)
+
+                reference = a.float() @ b.float()
+                ours()
+                error = ((c.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
+                row = {"element": element, "shape": [m, n, k], "relative_error": error}
+                t_out = torch.empty_like(c)
+                for name, call in (("mlir-tile", ours), ("cuBLAS", lambda: torch.matmul(a, b, out=t_out)),
+                                   ("Triton mma.sync", lambda: triton_matmul(a, b, t_out))):
+                    row[name] = 2 * m * n * k / _median_seconds(call) / 1e12
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    (directory / "gemm_results.json").write_text(json.dumps(results, indent=1))
+
+
+def _median_seconds(call) -> float:
+    import torch
+
+    for _ in range(WARMUP):
+        call()
+    times = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+if __name__ == "__main__":
+    command, directory = sys.argv[1], Path(sys.argv[2])
+    {"build": build, "run": run}[command](directory)
