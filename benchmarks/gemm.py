@@ -24,8 +24,16 @@ ELEMENTS = ("f16", "bf16")
 def _example():
     spec = importlib.util.spec_from_file_location("gemm_example", Path(__file__).resolve().parent.parent / "examples" / "gemm.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def configs(example) -> list:
+    """The variants measured: the CTA tiles, warp grids and stages the table picks from."""
+    c = example.Config
+    return [c(), c(pipelined=False), c(bk=64, stages=3, pipelined=False), c(bn=256, warps=(2, 4)),
+            c(bn=256, bk=64, warps=(2, 4), stages=3, pipelined=False), c(stages=3), c(bm=256, warps=(4, 2))]
 
 
 def build(directory: Path) -> None:
@@ -33,10 +41,13 @@ def build(directory: Path) -> None:
 
     example = _example()
     directory.mkdir(parents=True, exist_ok=True)
-    for element in ELEMENTS:
-        (directory / f"gemm_{element}.ptx").write_text(compile_to_ptx(example.build_module(element)))
-    (directory / "gemm.json").write_text(json.dumps({"block": example.THREADS, "shared_bytes": example.SHARED_BYTES,
-                                                     "tile": [example.BM, example.BN]}))
+    variants = []
+    for config in configs(example):
+        for element in ELEMENTS:
+            (directory / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(example.build_module(element, config)))
+        variants.append({"name": str(config), "block": config.threads, "shared_bytes": config.shared_bytes,
+                         "tile": [config.bm, config.bn]})
+    (directory / "gemm.json").write_text(json.dumps(variants))
 
 
 def _triton_matmul():
@@ -73,33 +84,42 @@ def run(directory: Path) -> None:
     from mlir_tile.runtime import Runtime
 
     triton_matmul = _triton_matmul()
-    setup = json.loads((directory / "gemm.json").read_text())
+    variants = json.loads((directory / "gemm.json").read_text())
     results = []
     with Runtime() as runtime:
         stream = torch.cuda.current_stream()
         for element in ELEMENTS:
             dtype = torch.float16 if element == "f16" else torch.bfloat16
-            module = runtime.load_ptx((directory / f"gemm_{element}.ptx").read_text(), name=f"gemm_{element}")
+            modules = {v["name"]: runtime.load_ptx((directory / f"gemm_{element}_{v['name']}.ptx").read_text(),
+                                                   name=v["name"]) for v in variants}
             for m, n, k in SHAPES:
                 a = torch.randn(m, k, device="cuda", dtype=dtype)
                 b = torch.randn(k, n, device="cuda", dtype=dtype)
-                c = torch.empty(m, n, device="cuda", dtype=dtype)
-                grid = (-(-n // setup["tile"][1]), -(-m // setup["tile"][0]))
-
-                def ours():
-                    module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=grid, block=setup["block"],
-                                  shared_bytes=setup["shared_bytes"], stream=stream)
-
                 reference = a.float() @ b.float()
-                ours()
-                error = ((c.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
-                row = {"element": element, "shape": [m, n, k], "relative_error": error}
-                t_out = torch.empty_like(c)
-                for name, call in (("mlir-tile", ours), ("cuBLAS", lambda: torch.matmul(a, b, out=t_out)),
+                row = {"element": element, "shape": [m, n, k], "mlir-tile": {}, "relative_error": {}}
+                for variant in variants:
+                    c = torch.empty(m, n, device="cuda", dtype=dtype)
+                    module, tiles = modules[variant["name"]], -(-m // variant["tile"][0]) * -(-n // variant["tile"][1])
+
+                    def ours():
+                        module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=tiles, block=variant["block"],
+                                      shared_bytes=variant["shared_bytes"], stream=stream)
+
+                    ours()
+                    row["relative_error"][variant["name"]] = (
+                        (c.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
+                    row["mlir-tile"][variant["name"]] = 2 * m * n * k / _median_seconds(ours) / 1e12
+                t_out = torch.empty(m, n, device="cuda", dtype=dtype)
+                for name, call in (("cuBLAS", lambda: torch.matmul(a, b, out=t_out)),
                                    ("Triton mma.sync", lambda: triton_matmul(a, b, t_out))):
                     row[name] = 2 * m * n * k / _median_seconds(call) / 1e12
+                best = max(row["mlir-tile"], key=row["mlir-tile"].get)
+                row["best"] = best
+                print(json.dumps({"element": element, "shape": [m, n, k], "best": best,
+                                  "mlir-tile": round(row["mlir-tile"][best], 1), "Triton mma.sync": round(row["Triton mma.sync"], 1),
+                                  "cuBLAS": round(row["cuBLAS"], 1), "all": {k_: round(v, 1) for k_, v in row["mlir-tile"].items()},
+                                  "worst error": max(row["relative_error"].values())}), flush=True)
                 results.append(row)
-                print(json.dumps(row), flush=True)
     (directory / "gemm_results.json").write_text(json.dumps(results, indent=1))
 
 

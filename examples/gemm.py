@@ -22,46 +22,92 @@ bytes of dynamic shared memory.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 KERNEL = "gemm"
-BM, BN, BK, STAGES, WARPS = 128, 128, 32, 4, (2, 2)
-THREADS = 32 * WARPS[0] * WARPS[1]
 HALF = 2  # bytes of an element
-STAGE_BYTES = (BM * BK + BK * BN) * HALF
-SHARED_BYTES = STAGES * STAGE_BYTES
 SHAPE = (1000, 1016, 504)  # the checked product: M not a multiple of the tile, N and K not of 128 or 32
 
 
-def tiled_mma():
-    """The CTA's transfers from the shared tiles' layouts (in 32-bit words, swizzled so that every ldmatrix,
-    stmatrix and 16-byte copy phase is conflict-free)."""
-    from mlir_tile.layout import Layout, Swizzle
+@dataclass(frozen=True)
+class Config:
+    """A CTA tile (bm x bn, k-tiles of bk), its warp grid, the pipeline's stages and the block order's group:
+    `group` consecutive CTAs walk down `group` rows of tiles before moving right, so that they share A's and
+    B's tiles in L2 (Triton's GROUP_SIZE_M)."""
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    warps: tuple[int, int] = (2, 2)
+    stages: int = 4
+    group: int = 8
+    pipelined: bool = True  # fragments one k16 block ahead, in two register buffers (CUTLASS's mainloop)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm * self.bk + self.bk * self.bn) * HALF
+
+    @property
+    def shared_bytes(self) -> int:  # the stages, or the epilogue's C tile where it is larger
+        return max(self.stages * self.stage_bytes, self.bm * self.bn * HALF)
+
+    def grid(self, m: int, n: int) -> int:
+        return -(-m // self.bm) * -(-n // self.bn)
+
+    def __str__(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
+                f"{'_p' if self.pipelined else ''}")
+
+
+DEFAULT = Config()
+
+
+def tiled_mma(config: Config = DEFAULT):
+    """The CTA's transfers from the shared tiles' layouts (in 32-bit words; `synthesize` picks each tile's
+    swizzle so that every ldmatrix, stmatrix and 16-byte copy phase is conflict-free)."""
+    from mlir_tile.synthesize import Tile, synthesize
     from mlir_tile.tiled import tiled_mma_m16n8k16
 
-    a = Layout((BM, BK // 2), (BK // 2, 1), Swizzle(2, 2, 3))
-    b = Layout((BK, BN // 2), (BN // 2, 1), Swizzle(3, 2, 3))
-    c = Layout((BM, BN // 2), (BN // 2, 1), Swizzle(3, 2, 3))
-    return tiled_mma_m16n8k16(WARPS, (BM, BN, BK), a, b, c, "kn")
+    def tile(rows, columns):
+        shape = Tile(rows, columns)
+        return synthesize(shape).layout(shape)
+
+    return tiled_mma_m16n8k16(config.warps, (config.bm, config.bn, config.bk), tile(config.bm, config.bk),
+                              tile(config.bk, config.bn), tile(config.bm, config.bn), "kn")
 
 
-def build_module(element: str = "f16", context=None):
+def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
     from mlir.dialects import arith
 
+    from mlir_tile import contract
     from mlir_tile.builder import Global, Kernel, transfer
     from mlir_tile.layout import unpack_b32
 
-    tiled = tiled_mma()
+    tiled = tiled_mma(config)
+    BM, BN, BK, STAGES, THREADS, STAGE_BYTES = (config.bm, config.bn, config.bk, config.stages, config.threads,
+                                                config.stage_bytes)
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
     with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
                 block=(THREADS, 1, 1), context=context) as k:
         a, b, c, m, n8, k8 = k.arguments
         n, depth = arith.muli(n8, k.index(8)), arith.muli(k8, k.index(8))
-        row0, col0 = arith.muli(k.block_id("y"), k.index(BM)), arith.muli(k.block_id("x"), k.index(BN))
+        # the block order: `group` rows of tiles at a time, down each column of the group, then right
+        tiles_m = arith.divui(arith.addi(m, k.index(BM - 1)), k.index(BM))
+        tiles_n = arith.divui(arith.addi(n, k.index(BN - 1)), k.index(BN))
+        per_group = arith.muli(tiles_n, k.index(config.group))
+        first_m = arith.muli(arith.divui(k.block_id(), per_group), k.index(config.group))
+        group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
+        within = arith.remui(k.block_id(), per_group)
+        row0 = arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(BM))
+        col0 = arith.muli(arith.divui(within, group_rows), k.index(BN))
         k_tiles = arith.divui(arith.addi(depth, k.index(BK - 1)), k.index(BK))
-        shared = k.dynamic_shared(alignment=1024)  # the swizzles repeat every 1024 bytes at most
-        a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+        # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
+        shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
         accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
         zero = k.constant(0.0, "f32")
         for slot in range(4 * tiled.m_blocks * tiled.n_blocks):
@@ -84,20 +130,49 @@ def build_module(element: str = "f16", context=None):
         group = None
         for ahead in range(STAGES - 1):
             group = load_k_tile(k.index(ahead))
-        with k.loop(0, k_tiles) as k_tile:
-            k.wait_groups(group, STAGES - 2)  # k-tile `k_tile` has landed (this thread's part)
-            k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
-            load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
+        blocks = tiled.a.k_blocks
+
+        def fragments(k_tile, block, buffers):  # ldmatrix of one k16 block (all of them: block None)
             at = stage_offset(k_tile)
-            for operand, registers, offset in ((tiled.a, a_regs, 0), (tiled.b, b_regs, BM * BK * HALF)):
+            for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], BM * BK * HALF)):
+                t = operand.whole if block is None else operand.k_block(block)
                 words = k.view(shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
-                t = operand.whole
+                if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
+                    words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
                 transfer(t.opcode, registers, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
-            for block in range(tiled.a.k_blocks):
+
+        def multiply(buffers, blocks_in_buffers):
+            for block in range(blocks_in_buffers):
                 for mi in range(tiled.m_blocks):
                     for ni in range(tiled.n_blocks):
-                        k.mma_m16n8k16(a_regs, tiled.a_slots(mi, block), b_regs, tiled.b_slots(ni, block),
+                        k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
+
+        if config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
+            buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
+                       for _ in range(2)]
+            k.wait_groups(group, STAGES - 2)
+            k.barrier()
+            fragments(k.index(0), 0, buffers[0])
+            with k.loop(0, k_tiles) as k_tile:
+                for block in range(blocks):
+                    if block == blocks - 1:  # k-tile + 1 has landed, and nobody reads k-tile's stage any more
+                        k.wait_groups(group, STAGES - 2)
+                        k.barrier()
+                        fragments(arith.addi(k_tile, k.index(1)), 0, buffers[(block + 1) % 2])
+                    else:
+                        fragments(k_tile, block + 1, buffers[(block + 1) % 2])
+                    if block == 0:
+                        load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
+                    multiply(buffers[block % 2], 1)
+        else:
+            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+            with k.loop(0, k_tiles) as k_tile:
+                k.wait_groups(group, STAGES - 2)  # k-tile `k_tile` has landed (this thread's part)
+                k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
+                load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
+                fragments(k_tile, None, (a_regs, b_regs))
+                multiply((a_regs, b_regs), blocks)
         k.wait_groups(group, 0)
         k.barrier()
         c_regs = k.registers(tiled.c.whole.slots)
@@ -129,10 +204,6 @@ def _accumulator_slots(tiled, mi: int, ni: int) -> list[int]:
     return [4 * (mi * tiled.n_blocks + ni) + i for i in range(4)]
 
 
-def grid(m: int, n: int) -> tuple[int, int]:
-    return (-(-n // BN), -(-m // BM))
-
-
 def inputs(m: int, n: int, depth: int, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return (rng.uniform(-1, 1, (m, depth)).astype(np.float16), rng.uniform(-1, 1, (depth, n)).astype(np.float16))
@@ -154,14 +225,14 @@ def run_and_check(ptx: str) -> tuple[bool, str]:
     with Runtime() as runtime:
         module = runtime.load_ptx(ptx, name=KERNEL)
         _, _, c = module.launch(KERNEL, [a, b, np.zeros((m, n), np.float16), m, n // 8, depth // 8],
-                                grid=grid(m, n), block=THREADS, shared_bytes=SHARED_BYTES)
+                                grid=DEFAULT.grid(m, n), block=DEFAULT.threads, shared_bytes=DEFAULT.shared_bytes)
     ok, worst = check(c, a, b)
     return ok, f"GPU: {m} x {n} x {depth} fp16 GEMM matches numpy: {ok} (largest error {worst:.2e})"
 
 
 def emulate() -> str:
     """Every CTA transfer's coverage proof: each element of the A, B and C tiles moved once per reading warp."""
-    tiled = tiled_mma()
+    tiled = tiled_mma(DEFAULT)
     for operand in (tiled.a, tiled.b, tiled.c):
         operand.coverage()
     return (f"reference model: A ({tiled.a.whole.shared}), B and C transfers cover their tiles "

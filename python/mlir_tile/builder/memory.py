@@ -70,6 +70,18 @@ class Memory:
         kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
         return memref.view(kind, buffer, self.as_index(byte_offset), [])
 
+    def subview(self, buffer: ir.Value, offset: int, size: int) -> ir.Value:
+        """`memref.subview` of a 1-D buffer: `size` elements from element `offset` (compile-time), as CuTe
+        slices a tensor; a swizzled layout over it keeps the swizzle's place (the slicing rule)."""
+        kind = ir.MemRefType(memref_value(buffer, "subview").type)
+        if kind.rank != 1:
+            raise BuilderError(f"subview: a 1-D buffer, got {kind}")
+        count(offset, "subview offset", minimum=0)
+        count(size, "subview size")
+        if kind.shape[0] != ir.ShapedType.get_dynamic_size() and offset + size > kind.shape[0]:
+            raise BuilderError(f"subview: elements {offset}..{offset + size - 1} pass the end of {kind}")
+        return memref.subview(buffer, [offset], [size], [1])
+
     def registers(self, slots: int, element: str = "i32") -> ir.Value:
         """Per-thread register storage: a private `memref.alloca`, at the kernel's start (LLVM keeps only the
         allocas of the entry block in registers, and loops built before this call become blocks)."""
