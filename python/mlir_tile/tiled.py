@@ -1,6 +1,7 @@
 """Tiled fragments (CuTe's TiledMMA for ldmatrix/stmatrix, pure Python): the CTA-wide transfers that give
 each warp of a (WM x WN) warp grid its mma.sync m16n8k16 (f16/bf16) fragments of a (BM, BN, BK) CTA tile,
-derived by CuTe's algebra from the shared tiles' layouts, each with its coverage proof.
+derived by CuTe's algebra from the shared tiles' layouts, each with its coverage proof; and the same for
+m16n8k32 (s8/u8) A and B.
 
 Shared tiles are given in 32-bit words, as (rows, words) layouts (a swizzle allowed, from
 `mlir_tile.synthesize`): A is BM x BK halves (row-major), B either K x N (row-major [K, N]: read with
@@ -74,7 +75,7 @@ class TiledMma:
     tile: tuple[int, int, int]  # (BM, BN, BK) in elements
     a: Operand
     b: Operand
-    c: Operand
+    c: Operand | None  # None for s8 (s32 accumulators have no stmatrix form)
     b_major: str  # "kn" (B as K x N, read with .trans) or "nk" (B as N x K)
 
     @property
@@ -102,16 +103,34 @@ LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
 
 def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: Layout, b: Layout, c: Layout,
                        b_major: str = "kn") -> TiledMma:
-    """The A, B and C transfers of a (BM, BN, BK) CTA tile over a (WM, WN) warp grid. `a` is BM x BK/2 words,
-    `b` BK x BN/2 (b_major "kn") or BN x BK/2 ("nk"), `c` BM x BN/2; each a (rows, words) layout."""
+    """The A, B and C transfers of a (BM, BN, BK) CTA tile of f16/bf16 over a (WM, WN) warp grid. `a` is
+    BM x BK/2 words, `b` BK x BN/2 (b_major "kn") or BN x BK/2 ("nk"), `c` BM x BN/2; each a (rows, words)
+    layout."""
+    return _tiled_mma(warps, tile, a, b, c, b_major, elements_per_word=2)
+
+
+def tiled_mma_m16n8k32(warps: tuple[int, int], tile: tuple[int, int, int], a: Layout, b: Layout) -> TiledMma:
+    """The A and B transfers of a (BM, BN, BK) CTA tile of s8/u8 for mma.sync m16n8k32 over a (WM, WN) warp
+    grid: `a` is BM x BK/4 words, `b` BN x BK/4 (N x K: ldmatrix's .trans moves 16-bit elements, not bytes).
+    A k32 block is 8 words, as a k16 block of f16 is, and the ISA's m16n8k32 fragments hold the words that
+    m16n8k16's hold (the byte tables "a8", "b8" of `fragments`): the same transfers. C (s32) has no stmatrix
+    form: `c` is None."""
+    return _tiled_mma(warps, tile, a, b, None, "nk", elements_per_word=4)
+
+
+def _tiled_mma(warps, tile, a, b, c, b_major, elements_per_word) -> TiledMma:
     (wm, wn), (bm, bn, bk) = warps, tile
+    k_block = 8 * elements_per_word  # a k16 (f16) or k32 (s8) block: 8 words
     if b_major not in ("kn", "nk"):
         raise ValueError(f"b_major is 'kn' (B as K x N, .trans) or 'nk' (B as N x K), got {b_major!r}")
-    if bm % (16 * wm) or bn % (16 * wn) or bk % 16:
-        raise ValueError(f"the tile {tile} must split into 16x16 blocks over the {wm}x{wn} warps: BM a multiple of "
-                         f"{16 * wm}, BN of {16 * wn}, BK of 16")
-    for name, layout, shape in (("a", a, (bm, bk // 2)), ("c", c, (bm, bn // 2)),
-                                ("b", b, (bk, bn // 2) if b_major == "kn" else (bn, bk // 2))):
+    if bm % (16 * wm) or bn % (16 * wn) or bk % k_block:
+        raise ValueError(f"the tile {tile} must split into 16x{k_block} blocks over the {wm}x{wn} warps: BM a multiple "
+                         f"of {16 * wm}, BN of {16 * wn}, BK of {k_block}")
+    words = bk // elements_per_word
+    shapes = [("a", a, (bm, words)), ("b", b, (bk, bn // 2) if b_major == "kn" else (bn, words))]
+    if c is not None:
+        shapes.append(("c", c, (bm, bn // 2)))
+    for name, layout, shape in shapes:
         if layout.rank != 2 or layout.sizes != shape:
             raise ValueError(f"{name}: a (rows, words) layout of {shape} words, got {layout}")
     operand_a = _operand("a", a, LDMATRIX, MMA_ORDER, (wm, wn), wn, rows_split="m", k_mode="words")
@@ -120,8 +139,8 @@ def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: La
                              k_mode="rows")
     else:
         operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), wm, rows_split="n", k_mode="words")
-    operand_c = _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, (wm, wn), 1, rows_split="m",
-                         words_split="n")
+    operand_c = None if c is None else _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER,
+                                                 (wm, wn), 1, rows_split="m", words_split="n")
     return TiledMma((wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
 
 

@@ -90,3 +90,40 @@ def test_stmatrix_writes_each_packed_c_pair_where_the_fragment_table_puts_it(con
             row += 16 * (wm_ * tiled.m_blocks + m)
             col = col % 8 + 8 * (wn_ * tiled.n_blocks + n)
             assert shared[tiled.c.tile.offset(row, col // 2)] == registers[32 * warp + lane, tiled.c_slots(m, n)[pair]]
+
+
+@pytest.mark.parametrize("warps, tile", [((2, 2), (128, 128, 64)), ((1, 4), (64, 128, 128)), ((4, 1), (128, 32, 32))],
+                         ids=str)
+def test_s8_fragments_hold_the_bytes_the_isa_tables_say(warps, tile):
+    """m16n8k32 (s8): A and B (N x K) transfers cover their tiles, and every byte of every lane's registers is the
+    one the PTX ISA's m16n8k32 fragment tables put there."""
+    from mlir_tile.tiled import tiled_mma_m16n8k32
+
+    (wm, wn), (bm, bn, bk) = warps, tile
+    def words(rows, count):
+        swizzle = Swizzle(3, 2, 3) if count % 32 == 0 else Swizzle(2, 2, 3) if count % 16 == 0 else Swizzle(1, 2, 3)
+        return Layout((rows, count), (count, 1), swizzle)
+    tiled = tiled_mma_m16n8k32(warps, tile, words(bm, bk // 4), words(bn, bk // 4))
+    assert tiled.c is None and tiled.a.k_blocks == bk // 32
+    rng = np.random.default_rng(11)
+    threads = 32 * wm * wn
+    for operand in (tiled.a, tiled.b):
+        assert len(operand.coverage().movers) == operand.tile.size
+        memory = rng.integers(0, 2**32, operand.tile.cosize, dtype=np.uint32)
+        t = operand.whole
+        registers = emulate(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32), memory, "cta")
+        def byte(row, column):
+            return int(memory[operand.tile.offset(row, column // 4)]) >> (8 * (column % 4)) & 0xFF
+        for warp, lane in itertools.product(range(wm * wn), range(32)):
+            wn_, wm_ = warp % wn, warp // wn
+            for k, part in itertools.product(range(operand.k_blocks), range(4)):
+                if operand.name == "a":
+                    for m, register in itertools.product(range(tiled.m_blocks), range(4)):
+                        row, column = fragment_element("a8", lane, register, part)
+                        value = int(registers[32 * warp + lane, tiled.a_slots(m, k)[register]]) >> (8 * part) & 0xFF
+                        assert value == byte(row + 16 * (wm_ * tiled.m_blocks + m), column + 32 * k)
+                else:
+                    for n, register in itertools.product(range(tiled.n_blocks), range(2)):
+                        row, column = fragment_element("b8", lane, register, part)  # n-block 0's b0, b1
+                        value = int(registers[32 * warp + lane, tiled.b_slots(n, k)[register]]) >> (8 * part) & 0xFF
+                        assert value == byte(row + 8 * (wn_ * tiled.n_blocks + n), column + 32 * k)

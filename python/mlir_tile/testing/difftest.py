@@ -44,9 +44,15 @@ def kernel_name(index: int) -> str:
     return f"case_{index}"
 
 
-def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: int = 0) -> None:
+def dynamic_view_multiple(case: RandomTransfer) -> int:
+    """What a dynamic view offset must be a multiple of, in words: the swizzle's period, or a 16-byte row."""
+    return aligned_for(case.shared_layout) // 4
+
+
+def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: int = 0, dynamic: bool = False) -> None:
     """Body: shared <- sm_in; registers <- regs_in[tid]; the transfer (on a memref.subview `view_offset`
-    words into the shared buffer); regs_out[tid] <- registers; sm_out <- shared."""
+    words into the shared buffer); regs_out[tid] <- registers; sm_out <- shared. A `dynamic` view's offset is
+    computed at run time, as (block id + q) * the period (the block id is 0; the IR proves the multiple)."""
     k = module_kernel
     sm_in, regs_in, regs_out, sm_out = k.arguments
     tid = k.thread_id("x")
@@ -63,7 +69,11 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: 
     registers = k.registers(case.slots)
     for slot in range(case.slots):
         k.store(k.load(regs_in, [tid, slot]), registers, [slot])
-    view = sm if not view_offset else memref.subview(sm, [view_offset], [view_words(case, view_offset)], [1])
+    offset = view_offset
+    if dynamic:
+        period = dynamic_view_multiple(case)
+        offset = arith.muli(arith.addi(k.block_id(), k.index(view_offset // period)), k.index(period))
+    view = sm if not view_offset else memref.subview(sm, [offset], [view_words(case, view_offset)], [1])
     dst, src = parse_opcode(case.opcode).dst_and_src(registers, view)
     transfer(case.opcode, dst, src, dst_layout=case.dst_layout, src_layout=case.src_layout, scope=case.scope)
     k.barrier()
@@ -72,12 +82,12 @@ def build_case_kernel(module_kernel: Kernel, case: RandomTransfer, view_offset: 
     copy(sm, sm_out)
 
 
-def case_ptx(index: int, case: RandomTransfer, view_offset: int = 0) -> str:
+def case_ptx(index: int, case: RandomTransfer, view_offset: int = 0, dynamic: bool = False) -> str:
     words, threads = padded_words(case, view_offset), case.threads
     arguments = [f"memref<{words}xi32>", f"memref<{threads}x{case.slots}xi32>",
                  f"memref<{threads}x{case.slots}xi32>", f"memref<{words}xi32>"]
     with Kernel(kernel_name(index), arguments, block=(threads, 1, 1), context=ir.Context()) as k:
-        build_case_kernel(k, case, view_offset)
+        build_case_kernel(k, case, view_offset, dynamic)
     return compile_to_ptx(k.module)
 
 
@@ -116,25 +126,30 @@ def widened(case: RandomTransfer) -> RandomTransfer | None:
 def write_bundle(directory: Path, count: int, seed: int, widen: bool = False, views: bool = False) -> dict:
     """With `widen`, each kernel issues the widened transfer where there is one, and is checked against the
     reference model's outputs for the transfer as written. With `views`, each transfer works on a
-    memref.subview at a random offset of 4 to 252 words into its buffer (the offset enters a swizzle)."""
+    memref.subview at a random offset into its buffer (the offset enters a swizzle): every other one a
+    compile-time offset of 4 to 252 words, the others one computed at run time, a multiple of the period."""
     directory.mkdir(parents=True, exist_ok=True)
     cases, manifest, arrays = draw_cases(count, seed), [], {}
     data = np.random.default_rng(seed)
     offsets = random.Random(seed + 1)
     ptx_texts = []
     for index, case in enumerate(cases):
+        dynamic = views and index % 2 == 1
         view_offset = 4 * offsets.randrange(1, 64) if views else 0
+        if dynamic:
+            period = dynamic_view_multiple(case)
+            view_offset = period * offsets.randrange(1, max(2, 256 // period + 1))
         registers = data.integers(0, 2**32, (case.threads, case.slots), dtype=np.uint32)
         shared = data.integers(0, 2**32, padded_words(case, view_offset), dtype=np.uint32)
         expected_registers, expected_shared = expected_outputs(case, registers, shared, view_offset)
         arrays.update({f"{index}_regs": registers, f"{index}_sm": shared,
                        f"{index}_regs_expected": expected_registers, f"{index}_sm_expected": expected_shared})
         built = (widened(case) if widen else None) or case
-        ptx_texts.append(case_ptx(index, built, view_offset))
+        ptx_texts.append(case_ptx(index, built, view_offset, dynamic))
         manifest.append({"index": index, "kernel": kernel_name(index), "opcode": built.opcode, "scope": case.scope,
                          "dst_layout": str(built.dst_layout), "src_layout": str(built.src_layout),
                          "threads": case.threads, "ptx": f"ptx/case_{index}.ptx", "widened": built is not case,
-                         "view_offset": view_offset})
+                         "view_offset": view_offset, "dynamic_view": dynamic})
     np.savez_compressed(directory / "arrays.npz", **arrays)
     (directory / "ptx").mkdir(exist_ok=True)
     for index, text in enumerate(ptx_texts):  # one PTX per case: a failing case is self-contained
@@ -142,7 +157,10 @@ def write_bundle(directory: Path, count: int, seed: int, widen: bool = False, vi
     (directory / "manifest.json").write_text(json.dumps({"seed": seed, "cases": manifest}, indent=1))
     return {"cases": len(cases), "widened": sum(entry["widened"] for entry in manifest),
             "swizzled views": sum(1 for entry, case in zip(manifest, cases)
-                                  if entry["view_offset"] and case.shared_layout.swizzle is not None)}
+                                  if entry["view_offset"] and case.shared_layout.swizzle is not None),
+            "dynamic views": sum(1 for entry in manifest if entry["dynamic_view"]),
+            "dynamic swizzled views": sum(1 for entry, case in zip(manifest, cases)
+                                          if entry["dynamic_view"] and case.shared_layout.swizzle is not None)}
 
 
 def main() -> None:
