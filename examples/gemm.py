@@ -43,6 +43,8 @@ class Config:
     stages: int = 4
     group: int = 8
     pipelined: bool = True  # fragments one k16 block ahead, in two register buffers (CUTLASS's mainloop)
+    b_major: str = "kn"  # B as K x N (row-major [K, N]), or "nk": N x K (torch.nn.functional.linear's weight)
+    aligned: bool = True  # N and K multiples of 8 (16-byte rows: cp.async); else any sizes, element copies
 
     @property
     def threads(self) -> int:
@@ -61,7 +63,7 @@ class Config:
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
-                f"{'_p' if self.pipelined else ''}")
+                f"{'_p' if self.pipelined else ''}_{self.b_major}{'' if self.aligned else '_any'}")
 
 
 DEFAULT = Config()
@@ -77,12 +79,13 @@ def tiled_mma(config: Config = DEFAULT):
         shape = Tile(rows, columns)
         return synthesize(shape).layout(shape)
 
-    return tiled_mma_m16n8k16(config.warps, (config.bm, config.bn, config.bk), tile(config.bm, config.bk),
-                              tile(config.bk, config.bn), tile(config.bm, config.bn), "kn")
+    b = tile(config.bk, config.bn) if config.b_major == "kn" else tile(config.bn, config.bk)
+    return tiled_mma_m16n8k16(config.warps, (config.bm, config.bn, config.bk), tile(config.bm, config.bk), b,
+                              tile(config.bm, config.bn), config.b_major)
 
 
 def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
-    from mlir.dialects import arith
+    from mlir.dialects import arith, vector
 
     from mlir_tile import contract
     from mlir_tile.builder import Global, Kernel, transfer
@@ -94,8 +97,9 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
     with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
                 block=(THREADS, 1, 1), context=context) as k:
-        a, b, c, m, n8, k8 = k.arguments
-        n, depth = arith.muli(n8, k.index(8)), arith.muli(k8, k.index(8))
+        a, b, c, m, n, depth = k.arguments
+        if config.aligned:  # the parameters are N / 8 and K / 8: every row starts on 16 bytes, provably
+            n, depth = arith.muli(n, k.index(8)), arith.muli(depth, k.index(8))
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
         tiles_m = arith.divui(arith.addi(m, k.index(BM - 1)), k.index(BM))
         tiles_n = arith.divui(arith.addi(n, k.index(BN - 1)), k.index(BN))
@@ -116,20 +120,28 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
         def stage_offset(k_tile):
             return arith.muli(arith.remui(k_tile, k.index(STAGES)), k.index(STAGE_BYTES))
 
-        def load_k_tile(k_tile):  # the copies of k-tile `k_tile` into its stage, zero past the matrix
-            at, k0 = stage_offset(k_tile), arith.muli(k_tile, k.index(BK))
+        def k_tile_copies(k_tile, at):  # (tile view, layout, source, origin, row stride, rows, cols, valid rows, cols)
+            k0 = arith.muli(k_tile, k.index(BK))
             a_tile = k.view(shared, (BM * BK,), element, at)
             b_tile = k.view(shared, (BK * BN,), element, arith.addi(at, k.index(BM * BK * HALF)))
-            tokens = k.copy_tile_async(a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), k0), depth,
-                                       rows=BM, cols=BK, valid_rows=arith.subi(m, row0),
-                                       valid_cols=arith.subi(depth, k0))
-            tokens += k.copy_tile_async(b_tile, b_halves, b, arith.addi(arith.muli(k0, n), col0), n, rows=BK,
-                                        cols=BN, valid_rows=arith.subi(depth, k0), valid_cols=arith.subi(n, col0))
+            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), k0), depth, BM, BK,
+                      arith.subi(m, row0), arith.subi(depth, k0))
+            if config.b_major == "kn":
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(k0, n), col0), n, BK, BN,
+                          arith.subi(depth, k0), arith.subi(n, col0))
+            else:
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), k0), depth, BN, BK,
+                          arith.subi(n, col0), arith.subi(depth, k0))
+            return a_copy, b_copy
+
+        def load_k_tile(k_tile):  # the copies of k-tile `k_tile` into its stage, zero past the matrix
+            tokens = []
+            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
+                    k_tile, stage_offset(k_tile)):
+                tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
+                                            valid_rows=valid_rows, valid_cols=valid_cols)
             return k.commit_group(tokens)
 
-        group = None
-        for ahead in range(STAGES - 1):
-            group = load_k_tile(k.index(ahead))
         blocks = tiled.a.k_blocks
 
         def fragments(k_tile, block, buffers):  # ldmatrix of one k16 block (all of them: block None)
@@ -148,7 +160,21 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
                         k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
 
-        if config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
+        group = None
+        if not config.aligned:  # rows of any alignment: element copies, one stage
+            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+            with k.loop(0, k_tiles) as k_tile:
+                k.barrier()  # everyone is done with the stage
+                for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
+                        k_tile, k.index(0)):
+                    k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
+                                valid_cols=valid_cols)
+                k.barrier()
+                fragments(k.index(0), None, (a_regs, b_regs))
+                multiply((a_regs, b_regs), blocks)
+        elif config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
+            for ahead in range(STAGES - 1):
+                group = load_k_tile(k.index(ahead))
             buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
                        for _ in range(2)]
             k.wait_groups(group, STAGES - 2)
@@ -166,6 +192,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
                         load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
                     multiply(buffers[block % 2], 1)
         else:
+            for ahead in range(STAGES - 1):
+                group = load_k_tile(k.index(ahead))
             a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
             with k.loop(0, k_tiles) as k_tile:
                 k.wait_groups(group, STAGES - 2)  # k-tile `k_tile` has landed (this thread's part)
@@ -173,7 +201,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
                 load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
                 fragments(k_tile, None, (a_regs, b_regs))
                 multiply((a_regs, b_regs), blocks)
-        k.wait_groups(group, 0)
+        if group is not None:
+            k.wait_groups(group, 0)
         k.barrier()
         c_regs = k.registers(tiled.c.whole.slots)
         for mi in range(tiled.m_blocks):
@@ -190,14 +219,74 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
         thread = k.thread_id()
         row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
         passes = range(0, BM, THREADS // per_row)
-        inside_columns = k.compare("ult", arith.addi(col0, col), n)
+        inside_columns = k.compare("ult", arith.addi(col0, col), n)  # N a multiple of 8: whole chunks
         for (view, index), rows_before in zip(k.planned(c_tile, c_halves, [[(row, r), col] for r in passes], 8), passes):
             global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))
             inside = arith.andi(inside_columns, k.compare("ult", global_row, m))
-            with k.if_(inside):
-                chunk = k.load_vector(view, [index], 8)
-                k.store_vector(chunk, c, [arith.addi(arith.muli(global_row, n), arith.addi(col0, col))])
+            at = arith.addi(arith.muli(global_row, n), arith.addi(col0, col))
+            if config.aligned:
+                with k.if_(inside):
+                    k.store_vector(k.load_vector(view, [index], 8), c, [at])
+                continue
+            chunk = k.load_vector(view, [index], 8)
+            for e in range(8):  # rows of any alignment: element stores, each inside C
+                column_inside = k.compare("ult", arith.addi(arith.addi(col0, col), k.index(e)), n)
+                with k.if_(arith.andi(column_inside, k.compare("ult", global_row, m))):
+                    k.store(vector.extract(chunk, [], [e]), c, [arith.addi(at, k.index(e))])
     return k.module
+
+
+VARIANTS = [Config(b_major=major, aligned=aligned) for major in ("kn", "nk") for aligned in (True, False)]
+
+
+def build_variants(directory) -> None:
+    """The PTX of every (element, B layout, alignment) variant of the default tile, for `Matmul`."""
+    from pathlib import Path
+
+    from mlir_tile.compile import compile_to_ptx
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for element in ("f16", "bf16"):
+        for config in VARIANTS:
+            (Path(directory) / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(build_module(element, config)))
+
+
+class Matmul:
+    """C = A x B on torch tensors through mlir-tile's runtime (no host copies, torch's current stream): the
+    variant is picked from the dtypes, B's layout and the sizes. `b` is [K, N] (b_major "kn") or [N, K] ("nk",
+    a weight of torch.nn.functional.linear). ValueError for what the kernels do not take."""
+
+    def __init__(self, runtime, directory):
+        from pathlib import Path
+
+        self.runtime, self.directory, self.modules = runtime, Path(directory), {}
+
+    def __call__(self, a, b, *, b_major: str = "kn", out=None):
+        import torch
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
+        if element is None or b.dtype != a.dtype:
+            raise ValueError(f"gemm: A and B are both float16 or both bfloat16, got {a.dtype} and {b.dtype}")
+        if b_major not in ("kn", "nk"):
+            raise ValueError(f"gemm: b_major is 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_major!r}")
+        if a.dim() != 2 or b.dim() != 2 or not a.is_cuda or not b.is_cuda:
+            raise ValueError("gemm: A and B are 2-D CUDA tensors")
+        if not a.is_contiguous() or not b.is_contiguous():
+            raise ValueError("gemm: A and B must be row-major (contiguous); call .contiguous() first")
+        m, depth = a.shape
+        n, b_depth = (b.shape[1], b.shape[0]) if b_major == "kn" else b.shape
+        if b_depth != depth or m == 0 or n == 0 or depth == 0:
+            raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
+                             f"or a size is 0")
+        config = Config(b_major=b_major, aligned=n % 8 == 0 and depth % 8 == 0)
+        name = f"gemm_{element}_{config}"
+        if name not in self.modules:
+            self.modules[name] = self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
+        out = torch.empty(m, n, dtype=a.dtype, device=a.device) if out is None else out
+        sizes = [m, n // 8, depth // 8] if config.aligned else [m, n, depth]
+        self.modules[name].launch(KERNEL, [a, b, out, *sizes], grid=config.grid(m, n), block=config.threads,
+                                  shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
+        return out
 
 
 def _accumulator_slots(tiled, mi: int, ni: int) -> list[int]:

@@ -298,6 +298,53 @@ class Memory:
         count(pending, "wait_groups: pending", minimum=0)
         nvgpu.device_async_wait(group, num_groups=pending)
 
+    def copy_tile(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
+                  src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int,
+                  valid_cols: ir.Value | int) -> None:
+        """copy_tile_async's tile, for sources of any alignment (a row stride that is no multiple of 16
+        bytes): each thread reads its chunks' elements one by one (an element past (valid_rows, valid_cols)
+        reads element `src_origin` instead, which exists, and stores 0) and writes each chunk to shared
+        memory as one 16-byte store at the layout's planned offset. Synchronous: a barrier makes it visible."""
+        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile", dst, dst_layout, rows, cols)
+        element_type = ir.MemRefType(dst.type).element_type
+        zero = arith.constant(element_type, 0.0 if isinstance(element_type, ir.FloatType) else 0)
+        origin, stride = self.as_index(src_origin), self.as_index(src_row_stride)
+        limit_rows, limit_cols = self.as_index(valid_rows), self.as_index(valid_cols)
+        rows_before = [j * self.block[0] // per_row for j in passes]
+        for (view, index), before in zip(self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk),
+                                         rows_before):
+            tile_row = arith.addi(row, self.index(before))
+            row_inside = arith.cmpi(arith.CmpIPredicate.slt, tile_row, limit_rows)
+            start = arith.addi(origin, arith.muli(tile_row, stride))
+            values = []
+            for e in range(chunk):
+                column = arith.addi(col, self.index(e))
+                inside = arith.andi(row_inside, arith.cmpi(arith.CmpIPredicate.slt, column, limit_cols))
+                at = arith.select(inside, arith.addi(start, column), origin)
+                values.append(arith.select(inside, memref.load(src, [at]), zero))
+            packed = vector.from_elements(ir.VectorType.get([chunk], element_type), values)
+            self.store_vector(packed, view, [index])
+
+    def _tile_chunks(self, what, dst, dst_layout, rows, cols):
+        """A rows x cols tile in 16-byte chunks over the block: (layout, elements per chunk, the thread's chunk
+        row and column, the passes, chunks per row); BuilderError when the block cannot share it evenly."""
+        layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
+        if layout.rank != 2 or layout.sizes != (rows, cols):
+            raise BuilderError(f"{what}: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
+        width = getattr(ir.MemRefType(memref_value(dst, what).type).element_type, "width", 0) // 8
+        chunk = 16 // width if width and 16 % width == 0 else 0
+        threads = self.block[0] * self.block[1] * self.block[2]
+        if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
+            raise BuilderError(f"{what}: {threads} threads cannot share a {rows} x {cols} tile in 16-byte "
+                               f"chunks evenly (cols a multiple of {chunk or '16 bytes'}, whole rows per pass)")
+        if self.block[1:] != (1, 1):
+            raise BuilderError(f"{what}: the block {self.block} is not one-dimensional")
+        per_row = cols // chunk
+        thread = self.thread_id()
+        row = arith.divui(thread, self.index(per_row)) if per_row > 1 else thread
+        col = arith.muli(arith.remui(thread, self.index(per_row)), self.index(chunk)) if per_row > 1 else self.index(0)
+        return layout, chunk, row, col, range(rows * cols // chunk // threads), per_row
+
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
                         valid_cols: ir.Value | int | None = None) -> list[ir.Value]:
@@ -307,25 +354,11 @@ class Memory:
         warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
         row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
         zero-filled. Returns the copies' tokens."""
-        layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
-        if layout.rank != 2 or layout.sizes != (rows, cols):
-            raise BuilderError(f"copy_tile_async: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
-        width = getattr(ir.MemRefType(memref_value(dst, "copy_tile_async").type).element_type, "width", 0) // 8
-        chunk = 16 // width if width and 16 % width == 0 else 0
-        threads = self.block[0] * self.block[1] * self.block[2]
-        if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
-            raise BuilderError(f"copy_tile_async: {threads} threads cannot share a {rows} x {cols} tile in 16-byte "
-                               f"chunks evenly (cols a multiple of {chunk or '16 bytes'}, whole rows per pass)")
-        if self.block[1:] != (1, 1):
-            raise BuilderError(f"copy_tile_async: the block {self.block} is not one-dimensional")
-        per_row = cols // chunk
-        thread = self.thread_id()
-        row = arith.divui(thread, self.index(per_row)) if per_row > 1 else thread
-        col = arith.muli(arith.remui(thread, self.index(per_row)), self.index(chunk)) if per_row > 1 else self.index(0)
+        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile_async", dst, dst_layout, rows, cols)
+        threads = self.block[0]
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
         limit_cols = None if valid_cols is None else arith.subi(self.as_index(valid_cols), col)
-        passes = range(rows * cols // chunk // threads)
         rows_before = [j * threads // per_row for j in passes]
         destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
         tokens = []
