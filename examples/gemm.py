@@ -84,7 +84,9 @@ def tiled_mma(config: Config = DEFAULT):
                               tile(config.bm, config.bn), config.b_major)
 
 
-def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
+def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None):
+    """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
+    sm_80 (no stmatrix) stores each thread's accumulator pairs directly."""
     from mlir.dialects import arith, vector
 
     from mlir_tile import contract
@@ -96,7 +98,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
                                                 config.stage_bytes)
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
     with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
-                block=(THREADS, 1, 1), context=context) as k:
+                block=(THREADS, 1, 1), chip=chip, context=context) as k:
         a, b, c, m, n, depth = k.arguments
         if config.aligned:  # the parameters are N / 8 and K / 8: every row starts on 16 bytes, provably
             n, depth = arith.muli(n, k.index(8)), arith.muli(depth, k.index(8))
@@ -204,6 +206,9 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
         if group is not None:
             k.wait_groups(group, 0)
         k.barrier()
+        if int(chip.removeprefix("sm_").rstrip("a")) < 90:
+            _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element)
+            return k.module
         c_regs = k.registers(tiled.c.whole.slots)
         for mi in range(tiled.m_blocks):
             for ni in range(tiled.n_blocks):
@@ -234,6 +239,36 @@ def build_module(element: str = "f16", config: Config = DEFAULT, context=None):
                 with k.if_(arith.andi(column_inside, k.compare("ult", global_row, m))):
                     k.store(vector.extract(chunk, [], [e]), c, [arith.addi(at, k.index(e))])
     return k.module
+
+
+def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element):
+    """Without stmatrix (sm_80): each lane stores its accumulator pairs (the ISA's c32 fragment: rows g and
+    g + 8, columns 2t and 2t + 1 of each n8 block) to C, as one 4-byte store per pair inside C."""
+    from mlir import ir
+    from mlir.dialects import arith, vector
+
+    lane, warp = k.lane_id(), k.warp_id()
+    wm_, wn_ = arith.divui(warp, k.index(config.warps[1])), arith.remui(warp, k.index(config.warps[1]))
+    group, quad = arith.divui(lane, k.index(4)), arith.muli(arith.remui(lane, k.index(4)), k.index(2))
+    base_row = arith.addi(arith.addi(row0, arith.muli(wm_, k.index(16 * tiled.m_blocks))), group)
+    base_col = arith.addi(arith.addi(col0, arith.muli(wn_, k.index(8 * tiled.n_blocks))), quad)
+    pair_type, half = ir.VectorType.get([2], ir.Type.parse(element)), ir.Type.parse(element)
+    for mi in range(tiled.m_blocks):
+        for ni in range(tiled.n_blocks):
+            values = [k.load(accumulators, [slot]) for slot in _accumulator_slots(tiled, mi, ni)]
+            column = arith.addi(base_col, k.index(8 * ni))
+            for pair in range(2):
+                row = arith.addi(base_row, k.index(16 * mi + 8 * pair))
+                at = arith.addi(arith.muli(row, n), column)
+                low, high = (arith.truncf(half, values[2 * pair + i]) for i in range(2))
+                row_inside = k.compare("ult", row, m)
+                if config.aligned:  # N even: the pair lies inside C or outside it, on 4 bytes
+                    with k.if_(arith.andi(row_inside, k.compare("ult", column, n))):
+                        k.store_vector(vector.from_elements(pair_type, [low, high]), c, [at])
+                    continue
+                for e, value in enumerate((low, high)):
+                    with k.if_(arith.andi(row_inside, k.compare("ult", arith.addi(column, k.index(e)), n))):
+                        k.store(value, c, [arith.addi(at, k.index(e))])
 
 
 VARIANTS = [Config(b_major=major, aligned=aligned) for major in ("kn", "nk") for aligned in (True, False)]
@@ -319,13 +354,89 @@ def run_and_check(ptx: str) -> tuple[bool, str]:
     return ok, f"GPU: {m} x {n} x {depth} fp16 GEMM matches numpy: {ok} (largest error {worst:.2e})"
 
 
-def emulate() -> str:
-    """Every CTA transfer's coverage proof: each element of the A, B and C tiles moved once per reading warp."""
-    tiled = tiled_mma(DEFAULT)
-    for operand in (tiled.a, tiled.b, tiled.c):
-        operand.coverage()
-    return (f"reference model: A ({tiled.a.whole.shared}), B and C transfers cover their tiles "
-            f"({tiled.a.tile.size + tiled.b.tile.size + tiled.c.tile.size} words)")
+def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
+    """A one-CTA GEMM (bm x bn x k_tiles * bk, fp16) on the reference model: each k-tile's A and B tiles placed
+    in shared words by their layouts, every transfer (A, B by ldmatrix, C by stmatrix) run by the ISA model
+    with each lane's fragments checked against the PTX ISA's tables, the mma.sync products from those
+    fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.layout import unpack_b32
+    from mlir_tile.reference import emulate as run_transfer
+
+    tiled = tiled_mma(config)
+    (wm, wn), threads, depth = config.warps, config.threads, k_tiles * config.bk
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (config.bm, depth)).astype(np.float16)
+    b = rng.uniform(-1, 1, (depth, config.bn)).astype(np.float16)
+    b_tile_source = b if config.b_major == "kn" else np.ascontiguousarray(b.T)
+
+    def placed(operand, matrix):  # a tile of 16-bit values at its layout's halves, as shared words
+        layout, words = unpack_b32(operand.tile), np.zeros(operand.tile.cosize, np.uint32)
+        rows, cols = matrix.shape
+        halves = words.view(np.uint16)
+        for row in range(rows):
+            for col in range(cols):
+                halves[layout(row, col).offset] = matrix[row, col].view(np.uint16)
+        return words
+
+    def half(registers, thread, slot, part):
+        return np.uint16(int(registers[thread, slot]) >> (16 * part) & 0xFFFF).view(np.float16)
+
+    accumulators = np.zeros((wm, wn, 16 * tiled.m_blocks, 8 * tiled.n_blocks), np.float32)
+    for k_tile in range(k_tiles):
+        columns = slice(k_tile * config.bk, (k_tile + 1) * config.bk)
+        b_source = b_tile_source[columns] if config.b_major == "kn" else b_tile_source[:, columns]
+        loaded = {}
+        for operand, matrix in ((tiled.a, a[:, columns]), (tiled.b, b_source)):
+            t = operand.whole
+            loaded[operand.name] = run_transfer(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32),
+                                                placed(operand, matrix), "cta")
+        for warp in range(wm * wn):
+            wn_, wm_ = warp % wn, warp // wn
+            a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.float16)
+            b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.float16)
+            for lane in range(32):
+                thread = 32 * warp + lane
+                for block in range(tiled.a.k_blocks):
+                    for mi in range(tiled.m_blocks):
+                        for register in range(4):
+                            for part in range(2):
+                                row, col = fragment_element("a16", lane, register, part)
+                                value = half(loaded["a"], thread, tiled.a_slots(mi, block)[register], part)
+                                expected = a[16 * (wm_ * tiled.m_blocks + mi) + row, columns][16 * block + col]
+                                assert value == expected, ("A", thread, block, mi, register)
+                                a_warp[16 * mi + row, 16 * block + col] = value
+                    for ni in range(tiled.n_blocks):
+                        for register in range(2):
+                            for part in range(2):
+                                kk, nn = fragment_element("b16", lane, register, part)
+                                value = half(loaded["b"], thread, tiled.b_slots(ni, block)[register], part)
+                                expected = b[columns][16 * block + kk, 8 * (wn_ * tiled.n_blocks + ni) + nn]
+                                assert value == expected, ("B", thread, block, ni, register)
+                                b_warp[16 * block + kk, 8 * ni + nn] = value
+            accumulators[wm_, wn_] += a_warp.astype(np.float32) @ b_warp.astype(np.float32)
+    packed = np.zeros((threads, tiled.c.whole.slots), np.uint32)
+    for warp in range(wm * wn):
+        wn_, wm_ = warp % wn, warp // wn
+        for lane in range(32):
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                        bits = 0
+                        for part in range(2):  # c16 register `pair`: the fp16 pair of accumulators 2 pair, + 1
+                            row, col = fragment_element("c16", lane, pair, part)
+                            value = np.float16(accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8])
+                            bits |= int(value.view(np.uint16)) << (16 * part)
+                        packed[32 * warp + lane, slot] = bits
+    t = tiled.c.whole
+    c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
+    layout, halves = unpack_b32(tiled.c.tile), c_words.view(np.uint16)
+    c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
+                 np.uint16).view(np.float16)
+    exact = a.astype(np.float32) @ b.astype(np.float32)
+    assert (np.abs(c.astype(np.float32) - exact) <= 2**-10 * np.abs(exact) + 1e-5 * depth).all(), "C"
+    return (f"reference model: a {config.bm} x {config.bn} x {depth} CTA ({config}): every lane's A and B fragments "
+            f"hold what the PTX ISA's tables say, and C through stmatrix matches numpy")
 
 
 def main() -> int:

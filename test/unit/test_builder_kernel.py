@@ -49,6 +49,15 @@ MISUSE = {
     "reduce operation": (lambda k: k.warp_reduce(k.constant(1.0, "f32"), "mul"), r"operation is one of", None),
     "exp2 value": (lambda k: k.exp2(k.constant(1)), r"exp2: an f32 value", None),
     "warp_id block": (lambda k: k.warp_id(), r"is not one-dimensional", "2d"),
+    "dynamic_shared alignment": (lambda k: k.dynamic_shared(alignment=48), r"alignment 48 is not a power of two",
+                                 None),
+    "dynamic_shared small": (lambda k: k.dynamic_shared(alignment=8), r"at least 16", None),
+    "subview rank": (lambda k: k.subview(k.view(k.shared_bytes("b", 64), (4, 4)), 0, 4), r"a 1-D buffer", None),
+    "subview past the end": (lambda k: k.subview(k.shared("s", 8), 4, 8), r"pass the end", None),
+    "copy_tile split": (lambda k: k.copy_tile(k.shared("s", 24 * 8, "f16"), "(24,8):(8,1)", k.arguments[1], 0, 8,
+                                              rows=24, cols=8, valid_rows=1, valid_cols=1),
+                        r"copy_tile: 128 threads cannot share a 24 x 8 tile", None),
+    "view offset": (lambda k: k.view(k.shared_bytes("b", 64), (4,), byte_offset=-4), r"non-negative integer", None),
 }
 
 

@@ -58,3 +58,23 @@ def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
     assert ".local" not in compiled
     assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text(), (
         "the compiled PTX changed: if intended, run `python examples/mma_s8.py --ptx-out test/unit/Inputs/mma_s8.ptx`")
+
+
+def test_gemm_example_ptx_is_what_mlir_tile_compiles():
+    """The build half of the GEMM GPU test (examples/gemm.py): per k-tile of the main loop, eight 16-byte
+    cp.async with one base per thread and immediate offsets, 16 ldmatrix.x4 (A, B with .trans) and 64 mma."""
+    import re
+
+    import gemm
+
+    compiled = compile_to_ptx(gemm.build_module())
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 4  # loop + prologue
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 8 + 4
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 64
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 16
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(\+\d+)?\]", compiled)
+    assert len(copies) == 4 * 8 and copies.count("") == 2  # 3 prologue k-tiles and the loop's; 2 bases
+    assert ".local" not in compiled
+    assert ".extern .shared .align 2048" in compiled  # the B tile's swizzle Sw<3,2,4> repeats every 2048 bytes
+    assert compiled == (Path(__file__).with_name("Inputs") / "gemm.ptx").read_text(), (
+        "the compiled PTX changed: if intended, run `python examples/gemm.py --ptx-out test/unit/Inputs/gemm.ptx`")

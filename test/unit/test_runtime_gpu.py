@@ -160,3 +160,12 @@ def test_a_host_array_that_is_not_numpy_is_refused(runtime):
     with pytest.raises(CudaError, match="lives in host memory"):
         module.launch("scale", [torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32).cuda(),
                                 np.uint32(1), np.uint32(4)], grid=1, block=32)
+
+
+def test_the_gemm_example_matches_numpy():
+    """The run half: examples/gemm.py (the builder's 4-stage cp.async GEMM) on 1000 x 1016 x 504, whose M is no
+    multiple of the tile and N, K none of 128 or 32, against numpy within fp16 rounding."""
+    import gemm
+
+    ok, line = gemm.run_and_check((SPEC_EXAMPLE_PTX.parent / "gemm.ptx").read_text())
+    assert ok, line
