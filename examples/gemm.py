@@ -1,23 +1,27 @@
 """C = A x B on tensor cores, written with the builder alone: fp16 or bf16 in, fp32 accumulate, the input type
-out; A row-major M x K, B row-major K x N, C row-major M x N.
+out; A row-major M x K, B row-major K x N (or N x K: the weight of torch.nn.functional.linear), C row-major
+M x N, any M, N, K >= 1.
 
     python examples/gemm.py --demo               # the main loop's transfers and mma in the PTX; a GPU run if any
     python examples/gemm.py --ptx-out g.ptx      # needs MLIR
     python examples/gemm.py --run-ptx g.ptx      # needs a GPU, no MLIR: a 1000 x 1016 x 504 product checked
-    python examples/gemm.py --emulate            # the CTA's transfers on the reference model: no GPU, no MLIR
+    python examples/gemm.py --emulate            # a CTA's transfers and product on the reference model
 
-One CTA of 4 warps (2 x 2, 64 x 64 each) computes a 128 x 128 tile of C, walking K in 32-wide k-tiles through
-a 4-stage cp.async pipeline in dynamic shared memory (64 KiB). Per k-tile: wait for the oldest stage, a
-barrier, the copies of the k-tile three ahead (CuTe's TiledCopy: 16-byte chunks, one base address per thread
-and immediate offsets, rows and columns past the matrix zero-filled), then A and B fragments by one
-ldmatrix.x4 / ldmatrix.x4.trans transfer each (the CTA layouts of `mlir_tile.tiled`, from the algebra) and 64
-mma.sync m16n8k16. The epilogue packs the accumulators, stores them with stmatrix into a swizzled C tile and
-writes 16-byte rows to global memory where they lie inside C.
+The default `Config`: one CTA of 4 warps (2 x 2, 64 x 64 each) computes a 128 x 128 tile of C (CTAs in
+groups of 8 tile rows, for L2), walking K in 32-wide k-tiles through a 4-stage cp.async pipeline in dynamic
+shared memory (64 KiB). Per k16 block: the fragments of the next block by one ldmatrix.x4 / ldmatrix.x4.trans
+transfer each (the CTA layouts of `mlir_tile.tiled`, from the algebra; two register buffers), and 32
+mma.sync m16n8k16 on this block's; at a k-tile's first block, the copies of the k-tile three ahead (CuTe's
+TiledCopy: 16-byte chunks, one base address per thread and immediate offsets, rows and columns past the
+matrix zero-filled); before its last, the wait for the next k-tile and a barrier. The epilogue packs the
+accumulators, stores them with stmatrix into a swizzled C tile and writes 16-byte rows inside C (sm_80, which
+has no stmatrix: each lane's accumulator pairs directly).
 
-Kernel parameters (any cuda-python, CuPy or torch user can launch the PTX): `gemm(a, b, c, m, n8, k8)`, three
-pointers to 16-byte aligned arrays and three 64-bit integers: M, and N / 8 and K / 8 (N and K are multiples
-of 8: every row is whole 16-byte chunks; M is any). Grid (ceil(N / 128), ceil(M / 128)), block 128, 65536
-bytes of dynamic shared memory.
+Kernel parameters (any cuda-python, CuPy or torch user can launch the PTX; `Matmul` does it for torch
+tensors): `gemm(a, b, c, m, n_units, k_units)`, three pointers to arrays aligned to `align` bytes, and three
+64-bit integers: M, N / unit and K / unit, where unit = align / 2 elements (align 16: N and K multiples of 8,
+16-byte cp.async; 8 and 4: narrower copies; 2: any N and K, element copies). Grid ceil(M / 128) *
+ceil(N / 128) (one dimension), block 128, `Config.shared_bytes` of dynamic shared memory.
 """
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ class Config:
     group: int = 8
     pipelined: bool = True  # fragments one k16 block ahead, in two register buffers (CUTLASS's mainloop)
     b_major: str = "kn"  # B as K x N (row-major [K, N]), or "nk": N x K (torch.nn.functional.linear's weight)
-    aligned: bool = True  # N and K multiples of 8 (16-byte rows: cp.async); else any sizes, element copies
+    align: int = 16  # bytes every row of A, B and C starts on: N and K multiples of align / 2 (cp.async of that
+    # size; 2: any sizes, element copies)
 
     @property
     def threads(self) -> int:
@@ -63,7 +68,11 @@ class Config:
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
-                f"{'_p' if self.pipelined else ''}_{self.b_major}{'' if self.aligned else '_any'}")
+                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}")
+
+    @property
+    def unit(self) -> int:  # elements N and K are multiples of: the kernel takes N / unit and K / unit
+        return self.align // HALF
 
 
 DEFAULT = Config()
@@ -87,7 +96,7 @@ def tiled_mma(config: Config = DEFAULT):
 def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None):
     """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
     sm_80 (no stmatrix) stores each thread's accumulator pairs directly."""
-    from mlir.dialects import arith, vector
+    from mlir.dialects import arith
 
     from mlir_tile import contract
     from mlir_tile.builder import Global, Kernel, transfer
@@ -100,8 +109,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
                 block=(THREADS, 1, 1), chip=chip, context=context) as k:
         a, b, c, m, n, depth = k.arguments
-        if config.aligned:  # the parameters are N / 8 and K / 8: every row starts on 16 bytes, provably
-            n, depth = arith.muli(n, k.index(8)), arith.muli(depth, k.index(8))
+        if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
+            n, depth = arith.muli(n, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
         tiles_m = arith.divui(arith.addi(m, k.index(BM - 1)), k.index(BM))
         tiles_n = arith.divui(arith.addi(n, k.index(BN - 1)), k.index(BN))
@@ -141,7 +150,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
                     k_tile, stage_offset(k_tile)):
                 tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
-                                            valid_rows=valid_rows, valid_cols=valid_cols)
+                                            valid_rows=valid_rows, valid_cols=valid_cols, chunk_bytes=config.align)
             return k.commit_group(tokens)
 
         blocks = tiled.a.k_blocks
@@ -163,7 +172,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
 
         group = None
-        if not config.aligned:  # rows of any alignment: element copies, one stage
+        if config.align == HALF:  # rows of any alignment: element copies, one stage
             a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
             with k.loop(0, k_tiles) as k_tile:
                 k.barrier()  # everyone is done with the stage
@@ -224,20 +233,23 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
         thread = k.thread_id()
         row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
         passes = range(0, BM, THREADS // per_row)
-        inside_columns = k.compare("ult", arith.addi(col0, col), n)  # N a multiple of 8: whole chunks
+        inside_columns = k.compare("ult", arith.addi(col0, col), n)  # with N a multiple of 8: whole chunks
         for (view, index), rows_before in zip(k.planned(c_tile, c_halves, [[(row, r), col] for r in passes], 8), passes):
             global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))
             inside = arith.andi(inside_columns, k.compare("ult", global_row, m))
             at = arith.addi(arith.muli(global_row, n), arith.addi(col0, col))
-            if config.aligned:
+            if config.unit == 8:
                 with k.if_(inside):
                     k.store_vector(k.load_vector(view, [index], 8), c, [at])
                 continue
-            chunk = k.load_vector(view, [index], 8)
-            for e in range(8):  # rows of any alignment: element stores, each inside C
+            for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
                 column_inside = k.compare("ult", arith.addi(arith.addi(col0, col), k.index(e)), n)
                 with k.if_(arith.andi(column_inside, k.compare("ult", global_row, m))):
-                    k.store(vector.extract(chunk, [], [e]), c, [arith.addi(at, k.index(e))])
+                    piece = arith.addi(index, k.index(e))
+                    if config.unit == 1:
+                        k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
+                    else:
+                        k.store_vector(k.load_vector(view, [piece], config.unit), c, [arith.addi(at, k.index(e))])
     return k.module
 
 
@@ -262,7 +274,7 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
                 at = arith.addi(arith.muli(row, n), column)
                 low, high = (arith.truncf(half, values[2 * pair + i]) for i in range(2))
                 row_inside = k.compare("ult", row, m)
-                if config.aligned:  # N even: the pair lies inside C or outside it, on 4 bytes
+                if config.unit > 1:  # N even: the pair lies inside C or outside it, on 4 bytes
                     with k.if_(arith.andi(row_inside, k.compare("ult", column, n))):
                         k.store_vector(vector.from_elements(pair_type, [low, high]), c, [at])
                     continue
@@ -271,7 +283,7 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
                         k.store(value, c, [arith.addi(at, k.index(e))])
 
 
-VARIANTS = [Config(b_major=major, aligned=aligned) for major in ("kn", "nk") for aligned in (True, False)]
+VARIANTS = [Config(b_major=major, align=align) for major in ("kn", "nk") for align in (16, 8, 4, 2)]
 
 
 def build_variants(directory) -> None:
@@ -294,7 +306,7 @@ class Matmul:
     def __init__(self, runtime, directory):
         from pathlib import Path
 
-        self.runtime, self.directory, self.modules = runtime, Path(directory), {}
+        self.runtime, self.directory, self.kernels = runtime, Path(directory), {}
 
     def __call__(self, a, b, *, b_major: str = "kn", out=None):
         import torch
@@ -313,14 +325,16 @@ class Matmul:
         if b_depth != depth or m == 0 or n == 0 or depth == 0:
             raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
                              f"or a size is 0")
-        config = Config(b_major=b_major, aligned=n % 8 == 0 and depth % 8 == 0)
-        name = f"gemm_{element}_{config}"
-        if name not in self.modules:
-            self.modules[name] = self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
+        align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
+        key = (element, b_major, align)
+        if key not in self.kernels:
+            config = Config(b_major=b_major, align=align)
+            name = f"gemm_{element}_{config}"
+            self.kernels[key] = config, self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
+        config, module = self.kernels[key]
         out = torch.empty(m, n, dtype=a.dtype, device=a.device) if out is None else out
-        sizes = [m, n // 8, depth // 8] if config.aligned else [m, n, depth]
-        self.modules[name].launch(KERNEL, [a, b, out, *sizes], grid=config.grid(m, n), block=config.threads,
-                                  shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
+        module.launch(KERNEL, [a, b, out, m, n // config.unit, depth // config.unit], grid=config.grid(m, n),
+                      block=config.threads, shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
         return out
 
 

@@ -1,6 +1,7 @@
 """examples/gemm.py without a GPU: every transfer of a one-CTA GEMM on the reference model against the PTX ISA's
 fragment tables and C against numpy, for each B layout and tile; ptxas assembles every variant, sm_80 (no
-stmatrix) included, without spills."""
+stmatrix) included, the 16-byte one without spills."""
+import re
 import shutil
 import subprocess
 
@@ -25,6 +26,6 @@ def test_every_variant_assembles_without_spills(tmp_path, chip, config):
     assembled = subprocess.run(["ptxas", f"-arch={chip}", "-v", str(ptx), "-o", str(tmp_path / "gemm.cubin")],
                                capture_output=True, text=True)
     assert assembled.returncode == 0, assembled.stderr
-    if config.aligned:  # the fallback for rows of any alignment may spill a few words
-        assert " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+    spilled = int(re.search(r"(\d+) bytes spill stores", assembled.stderr).group(1))
+    assert spilled == 0 if config.align == 16 else spilled <= 64, assembled.stderr  # narrower copies: a few words
     assert ("stmatrix" in ptx.read_text()) == (chip == "sm_90")

@@ -325,18 +325,19 @@ class Memory:
             packed = vector.from_elements(ir.VectorType.get([chunk], element_type), values)
             self.store_vector(packed, view, [index])
 
-    def _tile_chunks(self, what, dst, dst_layout, rows, cols):
-        """A rows x cols tile in 16-byte chunks over the block: (layout, elements per chunk, the thread's chunk
-        row and column, the passes, chunks per row); BuilderError when the block cannot share it evenly."""
+    def _tile_chunks(self, what, dst, dst_layout, rows, cols, chunk_bytes: int = 16):
+        """A rows x cols tile in `chunk_bytes` chunks over the block: (layout, elements per chunk, the thread's
+        chunk row and column, the passes, chunks per row); BuilderError when the block cannot share it evenly."""
         layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
         if layout.rank != 2 or layout.sizes != (rows, cols):
             raise BuilderError(f"{what}: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
         width = getattr(ir.MemRefType(memref_value(dst, what).type).element_type, "width", 0) // 8
-        chunk = 16 // width if width and 16 % width == 0 else 0
+        chunk = chunk_bytes // width if width and chunk_bytes % width == 0 else 0
         threads = self.block[0] * self.block[1] * self.block[2]
         if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
-            raise BuilderError(f"{what}: {threads} threads cannot share a {rows} x {cols} tile in 16-byte "
-                               f"chunks evenly (cols a multiple of {chunk or '16 bytes'}, whole rows per pass)")
+            raise BuilderError(f"{what}: {threads} threads cannot share a {rows} x {cols} tile in {chunk_bytes}-byte "
+                               f"chunks evenly (cols a multiple of {chunk or f'{chunk_bytes} bytes'}, whole rows per "
+                               f"pass)")
         if self.block[1:] != (1, 1):
             raise BuilderError(f"{what}: the block {self.block} is not one-dimensional")
         per_row = cols // chunk
@@ -347,14 +348,17 @@ class Memory:
 
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
-                        valid_cols: ir.Value | int | None = None) -> list[ir.Value]:
+                        valid_cols: ir.Value | int | None = None, chunk_bytes: int = 16) -> list[ir.Value]:
         """A rows x cols tile of row-major global `src` (element (r, c) at src_origin + r * src_row_stride + c)
         copied into shared `dst` at `dst_layout`'s offset of (r, c), by every thread of the block in 16-byte
-        cp.async chunks (CuTe's TiledCopy): thread t copies chunk t + j * threads, a row-major walk, so one
+        (or `chunk_bytes`: 8, 4, for rows aligned only so) cp.async chunks (CuTe's TiledCopy): thread t copies chunk t + j * threads, a row-major walk, so one
         warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
         row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
         zero-filled. Returns the copies' tokens."""
-        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile_async", dst, dst_layout, rows, cols)
+        if chunk_bytes not in ASYNC_COPY_BYTES:
+            raise BuilderError(f"copy_tile_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {chunk_bytes!r}")
+        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile_async", dst, dst_layout, rows, cols,
+                                                                     chunk_bytes)
         threads = self.block[0]
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
@@ -370,7 +374,7 @@ class Memory:
                                     self.as_index(valid_rows))
                 valid = arith.select(inside, limit_cols if limit_cols is not None else self.index(chunk),
                                      self.index(0))
-            tokens.append(self.copy_async(view, [destination], src, [at], valid=valid))
+            tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid))
         return tokens
 
 
