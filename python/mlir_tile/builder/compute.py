@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, gpu, llvm, math, memref, nvvm
+from mlir.dialects import arith, gpu, llvm, math, nvvm, vector
 
 from mlir_tile import contract
 from mlir_tile.builder.common import BuilderError, caller_location, memref_value, parse_type
@@ -106,13 +106,10 @@ class Compute:
     def pack_f16(self, low: ir.Value, high: ir.Value, element: str = "f16") -> ir.Value:
         """Two f32 values rounded to 16-bit floats in one i32 word, `low` in the low half (what stmatrix
         stores for a packed C/D fragment pair)."""
-        i32, i16 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(16)
-        half = parse_type(element)
-
-        def bits(value):
-            return arith.extui(i32, arith.bitcast(i16, arith.truncf(half, value)))
-
-        return arith.ori(bits(low), arith.shli(bits(high), self.constant(16)))
+        # one vector<2xf32> -> vector<2xhalf> conversion: PTX's cvt.rn.{f16|bf16}x2.f32, one instruction
+        pair = vector.from_elements(ir.VectorType.get([2], ir.F32Type.get()), [low, high])
+        narrow = arith.truncf(ir.VectorType.get([2], parse_type(element)), pair)
+        return llvm.bitcast(ir.IntegerType.get_signless(32), narrow)
 
     # ----- f32 math, fast or exact by the kernel's fast_math -----
     def exp2(self, value: ir.Value) -> ir.Value:

@@ -1,0 +1,139 @@
+"""The builder's FlashAttention-2 forward (examples/attention.py) against torch's SDPA backends, in one process.
+
+    python benchmarks/attention.py build DIR     # here (MLIR): the 8 kernels' PTX
+    python3 benchmarks/attention.py check DIR    # GPU host: random cases against torch's math backend (fp32)
+    python3 benchmarks/attention.py run DIR      # GPU host: TFLOP/s beside torch's flash and cuDNN backends
+
+Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
+* seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
+heads * d = 2048. Times: CUDA events around each call, median of REPEATS after WARMUP.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+
+WARMUP, REPEATS, CHECKED = 3, 20, 120
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("attention_example",
+                                                  Path(__file__).resolve().parent.parent / "examples" / "attention.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(directory: Path) -> None:
+    _example().build_variants(directory / "attention")
+
+
+def _reference(q, k, v, causal):
+    import torch
+
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+
+
+def check(directory: Path) -> None:
+    """|O - O32| <= 2^-6 (bf16) or 2^-9 (fp16) + 2^-7 |O32| elementwise, and lse within 1e-3 of fp32."""
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    example = _example()
+    rng = random.Random(7)
+    failures, worst = [], 0.0
+    with Runtime() as runtime:
+        attention = example.Attention(runtime, directory / "attention")
+        for trial in range(CHECKED):
+            batch, heads = rng.randint(1, 3), rng.randint(1, 4)
+            seq = rng.choice([1, 2, 63, 64, 65, 127, 129, 200, 257, 1000, rng.randint(1, 700)])
+            d, causal = rng.choice([64, 128]), rng.random() < 0.5
+            dtype = (torch.float16, torch.bfloat16)[trial % 2]
+            q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+            o, lse = attention(q, k, v, causal=causal)
+            expected = _reference(q, k, v, causal)
+            scores = q.float() @ k.float().transpose(-1, -2) / d ** 0.5
+            if causal:
+                scores = scores.masked_fill(torch.ones(seq, seq, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+            expected_lse = torch.logsumexp(scores, -1)
+            bound = (2 ** -6 if dtype == torch.bfloat16 else 2 ** -9) + 2 ** -7 * expected.abs()
+            error = (o.float() - expected).abs()
+            lse_error = (lse - expected_lse).abs().max().item()
+            worst = max(worst, error.max().item())
+            if (error > bound).any() or lse_error > 1e-3:
+                failures.append({"shape": [batch, heads, seq, d], "causal": causal, "dtype": str(dtype),
+                                 "error": error.max().item(), "lse_error": lse_error})
+        messages = []
+        q = torch.randn(1, 1, 8, 96, device="cuda", dtype=torch.float16)
+        for what, call in (("head dim 96", lambda: attention(q, q, q)),
+                           ("float32", lambda: attention(q[..., :64].float(), q[..., :64].float(), q[..., :64].float()))):
+            try:
+                call()
+                messages.append(f"{what}: no error")
+            except ValueError as error:
+                print(f"{what}: ValueError: {error}")
+    report = {"cases": CHECKED, "failures": failures, "largest error": worst, "error paths without an error": messages}
+    print(json.dumps(report))
+    (directory / "attention_check.json").write_text(json.dumps(report, indent=1))
+
+
+def run(directory: Path) -> None:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from mlir_tile.runtime import Runtime
+
+    example = _example()
+    results = []
+    with Runtime() as runtime:
+        attention = example.Attention(runtime, directory / "attention")
+        for element, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+            for d in (64, 128):
+                for seq in (1024, 4096, 8192):
+                    for causal in (False, True):
+                        batch, heads = 16384 // seq, 2048 // d
+                        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+                        flops = 4 * batch * heads * seq * seq * d
+                        row = {"element": element, "d": d, "seq": seq, "causal": causal}
+                        row["mlir-tile"] = flops / _median_seconds(lambda: attention(q, k, v, causal=causal)) / 1e12
+                        for name, backend in (("flash (FA2)", SDPBackend.FLASH_ATTENTION),
+                                              ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                            try:
+                                with sdpa_kernel(backend):
+                                    call = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                                    row[name] = flops / _median_seconds(call) / 1e12
+                            except RuntimeError as error:
+                                row[name] = f"unavailable: {str(error)[:60]}"
+                        if isinstance(row["flash (FA2)"], float):
+                            row["ratio to FA2"] = row["mlir-tile"] / row["flash (FA2)"]
+                        print(json.dumps({key: round(value, 2) if isinstance(value, float) else value
+                                          for key, value in row.items()}), flush=True)
+                        results.append(row)
+    (directory / "attention_results.json").write_text(json.dumps(results, indent=1))
+
+
+def _median_seconds(call) -> float:
+    import torch
+
+    for _ in range(WARMUP):
+        call()
+    times = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+if __name__ == "__main__":
+    command, directory = sys.argv[1], Path(sys.argv[2])
+    {"build": build, "check": check, "run": run}[command](directory)
