@@ -78,3 +78,22 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
     assert ".extern .shared .align 2048" in compiled  # the B tile's swizzle Sw<3,2,4> repeats every 2048 bytes
     assert compiled == (Path(__file__).with_name("Inputs") / "gemm.ptx").read_text(), (
         "the compiled PTX changed: if intended, run `python examples/gemm.py --ptx-out test/unit/Inputs/gemm.ptx`")
+
+
+def test_attention_example_ptx_is_what_mlir_tile_compiles():
+    """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 16 ldmatrix.x4 of
+    K, 16 ldmatrix.x4.trans of V, 128 mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row,
+    4 rows a thread) and 8 xor shuffles; twice (the tiles without and with the mask), and Q's 8 x4 once."""
+    import re
+
+    import attention
+
+    compiled = compile_to_ptx(attention.build_module())
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 2 * 16
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 2 * 16
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 2 * 128
+    assert len(re.findall(r"ex2\.approx\.ftz\.f32", compiled)) == 2 * 68
+    assert len(re.findall(r"shfl\.sync\.bfly\.b32", compiled)) == 2 * 8 + 8  # + the row sums once
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8
+    assert compiled == (Path(__file__).with_name("Inputs") / "attention.ptx").read_text(), (
+        "the compiled PTX changed: if intended, run `python examples/attention.py --ptx-out test/unit/Inputs/attention.ptx`")

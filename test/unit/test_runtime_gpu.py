@@ -169,3 +169,12 @@ def test_the_gemm_example_matches_numpy():
 
     ok, line = gemm.run_and_check((SPEC_EXAMPLE_PTX.parent / "gemm.ptx").read_text())
     assert ok, line
+
+
+def test_the_attention_example_matches_numpy():
+    """The run half: examples/attention.py (d = 64, fp16) on 3 heads of 200 positions, a tail in the query and
+    the key tiles, against numpy's softmax attention and log-sum-exp."""
+    import attention
+
+    ok, line = attention.run_and_check((SPEC_EXAMPLE_PTX.parent / "attention.ptx").read_text())
+    assert ok, line
