@@ -57,8 +57,17 @@ MISUSE = {
     "copy_tile split": (lambda k: k.copy_tile(k.shared("s", 24 * 8, "f16"), "(24,8):(8,1)", k.arguments[1], 0, 8,
                                               rows=24, cols=8, valid_rows=1, valid_cols=1),
                         r"copy_tile: 128 threads cannot share a 24 x 8 tile", None),
+    "wait on an ended loop's token": (lambda k: _wait_after_loop(k), r"made inside a loop or branch that has ended",
+                                      None),
     "view offset": (lambda k: k.view(k.shared_bytes("b", 64), (4,), byte_offset=-4), r"non-negative integer", None),
 }
+
+
+def _wait_after_loop(k):
+    tile = k.shared("s", 64, "f32")
+    with k.loop(0, 4):
+        group = k.commit_group([k.copy_async(tile, [0], k.arguments[0], [0])])
+    k.wait_groups(group, 0)
 
 
 def _loop_without_next(k):

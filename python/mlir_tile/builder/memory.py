@@ -295,6 +295,9 @@ class Memory:
         block)."""
         if not isinstance(group, ir.Value) or str(group.type) != "!nvgpu.device.async.token":
             raise BuilderError(f"wait_groups: the token of a commit_group, got {group!r}")
+        if not _dominates(group, ir.InsertionPoint.current.block):
+            raise BuilderError("wait_groups: this commit_group's token was made inside a loop or branch that has "
+                               "ended; pass a token made before it (the wait counts groups, not tokens)")
         count(pending, "wait_groups: pending", minimum=0)
         nvgpu.device_async_wait(group, num_groups=pending)
 
@@ -376,6 +379,18 @@ class Memory:
                                      self.index(0))
             tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid))
         return tokens
+
+
+def _dominates(value: ir.Value, block: ir.Block) -> bool:
+    """Whether `value`'s block is `block` or encloses it (a use there sees the value)."""
+    owner = value.owner
+    home = owner.operation.block if isinstance(owner, (ir.Operation, ir.OpView)) else owner
+    while block is not None:
+        if block == home:
+            return True
+        parent = block.owner
+        block = parent.operation.block if parent is not None and parent.operation.parent is not None else None
+    return False
 
 
 def _above(constant: int, largest: int) -> bool:
