@@ -6,8 +6,8 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --run-ptx a.ptx   # needs a GPU, no MLIR: one case against numpy
     python examples/attention.py --emulate         # the transfers' coverage and the P fragment, no GPU
 
-A CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128: each warp
-BR / 4 rows) and walks the keys in tiles of 64, K and V double-buffered through cp.async with zero-fill past
+By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128:
+each warp BR / 4 rows; `Config` takes other warp counts and rows per warp) and walks the keys in tiles of 64, K and V double-buffered through cp.async with zero-fill past
 the sequence. Per key tile: S = Q K^T from Q's fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from
 the row-major [keys, d] tile, the N x K operand), one d16 block at a time; the mask (keys past the sequence,
 and above the diagonal when causal) and the online softmax in the log2 domain (row max and sum over the four
@@ -17,20 +17,19 @@ the A operand of P V in registers (`fragments.c_as_a_operand`); V's fragments by
 16-byte rows, and the log-sum-exp (natural log) per row.
 
 Kernel parameters: `attention(q, k, v, o, lse, seq)`: q, k, v, o [batch * heads, seq, d] row-major (16-byte
-aligned), lse [batch * heads, seq] f32, and seq (64-bit). Grid ceil(seq / BR) * batch * heads, block 128,
+aligned), lse [batch * heads, seq] f32, and seq (64-bit). Grid ceil(seq / BR) * batch * heads, block 32 * warps,
 `Config.shared_bytes` of dynamic shared memory.
 """
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 KERNEL = "attention"
 KEYS = 64  # keys per tile
-THREADS = 128
 HALF = 2
 LOG2E = 1.4426950408889634
 
@@ -40,10 +39,20 @@ class Config:
     head_dim: int = 64
     causal: bool = False
     element: str = "f16"
+    warps: int = 4
+    row_blocks: int = 0  # m16 blocks of query rows per warp; 0: 2 at d = 64, 1 at d = 128 (registers)
 
     @property
-    def rows(self) -> int:  # query rows per CTA: 32 per warp at d = 64, 16 at d = 128 (registers)
-        return 128 if self.head_dim == 64 else 64
+    def blocks_per_warp(self) -> int:
+        return self.row_blocks or (2 if self.head_dim == 64 else 1)
+
+    @property
+    def rows(self) -> int:  # query rows per CTA
+        return 16 * self.blocks_per_warp * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
 
     @property
     def tile_bytes(self) -> tuple[int, int]:  # (Q tile, one K or V tile)
@@ -58,7 +67,8 @@ class Config:
         return -(-seq // self.rows) * batch_heads
 
     def __str__(self) -> str:
-        return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}"
+        shape = "" if (self.warps, self.row_blocks) == (4, 0) else f"_w{self.warps}m{self.blocks_per_warp}"
+        return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}{shape}"
 
 
 def tiled(config: Config):
@@ -72,8 +82,8 @@ def tiled(config: Config):
         return synthesize(shape).layout(shape)
 
     q, kv, p = tile(config.rows, config.head_dim), tile(KEYS, config.head_dim), tile(config.rows, KEYS)
-    scores = tiled_mma_m16n8k16((4, 1), (config.rows, KEYS, config.head_dim), q, kv, p, "nk")
-    output = tiled_mma_m16n8k16((4, 1), (config.rows, config.head_dim, KEYS), p, kv, q, "kn")
+    scores = tiled_mma_m16n8k16((config.warps, 1), (config.rows, KEYS, config.head_dim), q, kv, p, "nk")
+    output = tiled_mma_m16n8k16((config.warps, 1), (config.rows, config.head_dim, KEYS), p, kv, q, "kn")
     return scores, output
 
 
@@ -95,7 +105,7 @@ def build_module(config: Config = Config(), context=None):
     m_blocks, key_blocks, d_blocks = scores.m_blocks, KEYS // 8, d // 8
     q_bytes, kv_bytes = config.tile_bytes
     scale = LOG2E / math.sqrt(d)
-    with Kernel(KERNEL, [Global(element)] * 4 + [Global("f32"), "index"], block=(THREADS, 1, 1), fast_math=True,
+    with Kernel(KERNEL, [Global(element)] * 4 + [Global("f32"), "index"], block=(config.threads, 1, 1), fast_math=True,
                 context=context) as k:
         q, keys, values, o, lse, seq = k.arguments
         query_tiles = arith.divui(arith.addi(seq, k.index(rows - 1)), k.index(rows))
@@ -266,7 +276,7 @@ def build_module(config: Config = Config(), context=None):
         per_row = d // 8
         thread = k.thread_id()
         row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
-        passes = range(0, rows, THREADS // per_row)
+        passes = range(0, rows, config.threads // per_row)
         for (view, index), before in zip(k.planned(tile, q_halves, [[(row, r), col] for r in passes], 8), passes):
             query = arith.addi(arith.addi(q0, row), k.index(before))
             with k.if_(k.compare("ult", query, seq)):
@@ -276,6 +286,7 @@ def build_module(config: Config = Config(), context=None):
 
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
+SHAPES = [{"warps": 8, "row_blocks": 1}]  # other CTA shapes the benchmark measures beside the default
 
 
 def build_variants(directory) -> None:
@@ -284,7 +295,7 @@ def build_variants(directory) -> None:
     from mlir_tile.compile import compile_to_ptx
 
     Path(directory).mkdir(parents=True, exist_ok=True)
-    for config in CONFIGS:
+    for config in CONFIGS + [replace(c, **shape) for c in CONFIGS for shape in SHAPES]:
         (Path(directory) / f"{config}.ptx").write_text(compile_to_ptx(build_module(config)))
 
 
@@ -292,10 +303,11 @@ class Attention:
     """O, lse = attention(q, k, v, causal) on torch tensors [batch, heads, seq, d] (contiguous, fp16 or bf16,
     d 64 or 128) through mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
 
-    def __init__(self, runtime, directory):
+    def __init__(self, runtime, directory, shapes: dict | None = None):
+        """`shapes`: per head dim, the Config fields (warps, row_blocks) of the kernels to use."""
         from pathlib import Path
 
-        self.runtime, self.directory, self.kernels = runtime, Path(directory), {}
+        self.runtime, self.directory, self.kernels, self.shapes = runtime, Path(directory), {}, shapes or {}
 
     def __call__(self, q, k, v, *, causal: bool = False):
         import torch
@@ -313,13 +325,13 @@ class Attention:
             raise ValueError("attention: contiguous CUDA tensors with seq >= 1")
         key = (d, bool(causal), element)
         if key not in self.kernels:
-            config = Config(*key)
+            config = Config(*key, **self.shapes.get(key[0], {}))
             self.kernels[key] = config, self.runtime.load_ptx((self.directory / f"{config}.ptx").read_text(),
                                                               name=str(config))
         config, module = self.kernels[key]
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(KERNEL, [q, k, v, o, lse, seq], grid=config.grid(batch * heads, seq), block=THREADS,
+        module.launch(KERNEL, [q, k, v, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
                       shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
         return o, lse
 
@@ -349,7 +361,7 @@ def run_and_check(ptx: str, config: Config = Config()) -> tuple[bool, str]:
     with Runtime() as runtime:
         module = runtime.load_ptx(ptx, name=KERNEL)
         _, _, _, o, lse = module.launch(KERNEL, [q, k, v, np.zeros_like(q), np.zeros((heads, seq), np.float32), seq],
-                                        grid=config.grid(heads, seq), block=THREADS, shared_bytes=config.shared_bytes)
+                                        grid=config.grid(heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
     expected, expected_lse = reference(q, k, v, config.causal)
     error = float(np.abs(o.astype(np.float32) - expected).max())
     lse_error = float(np.abs(lse - expected_lse).max())
