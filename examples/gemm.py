@@ -103,24 +103,23 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     from mlir_tile.layout import unpack_b32
 
     tiled = tiled_mma(config)
-    BM, BN, BK, STAGES, THREADS, STAGE_BYTES = (config.bm, config.bn, config.bk, config.stages, config.threads,
-                                                config.stage_bytes)
+    bm, bn, bk, stages, threads = config.bm, config.bn, config.bk, config.stages, config.threads
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
     with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
-                block=(THREADS, 1, 1), chip=chip, context=context) as k:
+                block=(threads, 1, 1), chip=chip, context=context) as k:
         a, b, c, m, n, depth = k.arguments
         if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
             n, depth = arith.muli(n, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
-        tiles_m = arith.divui(arith.addi(m, k.index(BM - 1)), k.index(BM))
-        tiles_n = arith.divui(arith.addi(n, k.index(BN - 1)), k.index(BN))
+        tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
+        tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
         per_group = arith.muli(tiles_n, k.index(config.group))
         first_m = arith.muli(arith.divui(k.block_id(), per_group), k.index(config.group))
         group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
         within = arith.remui(k.block_id(), per_group)
-        row0 = arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(BM))
-        col0 = arith.muli(arith.divui(within, group_rows), k.index(BN))
-        k_tiles = arith.divui(arith.addi(depth, k.index(BK - 1)), k.index(BK))
+        row0 = arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm))
+        col0 = arith.muli(arith.divui(within, group_rows), k.index(bn))
+        k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
         # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
         shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
         accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
@@ -129,19 +128,19 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             k.store(zero, accumulators, [slot])
 
         def stage_offset(k_tile):
-            return arith.muli(arith.remui(k_tile, k.index(STAGES)), k.index(STAGE_BYTES))
+            return arith.muli(arith.remui(k_tile, k.index(stages)), k.index(config.stage_bytes))
 
         def k_tile_copies(k_tile, at):  # (tile view, layout, source, origin, row stride, rows, cols, valid rows, cols)
-            k0 = arith.muli(k_tile, k.index(BK))
-            a_tile = k.view(shared, (BM * BK,), element, at)
-            b_tile = k.view(shared, (BK * BN,), element, arith.addi(at, k.index(BM * BK * HALF)))
-            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), k0), depth, BM, BK,
+            k0 = arith.muli(k_tile, k.index(bk))
+            a_tile = k.view(shared, (bm * bk,), element, at)
+            b_tile = k.view(shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
+            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), k0), depth, bm, bk,
                       arith.subi(m, row0), arith.subi(depth, k0))
             if config.b_major == "kn":
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(k0, n), col0), n, BK, BN,
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(k0, n), col0), n, bk, bn,
                           arith.subi(depth, k0), arith.subi(n, col0))
             else:
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), k0), depth, BN, BK,
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), k0), depth, bn, bk,
                           arith.subi(n, col0), arith.subi(depth, k0))
             return a_copy, b_copy
 
@@ -157,7 +156,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
 
         def fragments(k_tile, block, buffers):  # ldmatrix of one k16 block (all of them: block None)
             at = stage_offset(k_tile)
-            for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], BM * BK * HALF)):
+            for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], bm * bk * HALF)):
                 t = operand.whole if block is None else operand.k_block(block)
                 words = k.view(shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
                 if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
@@ -184,32 +183,32 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                 fragments(k.index(0), None, (a_regs, b_regs))
                 multiply((a_regs, b_regs), blocks)
         elif config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
-            for ahead in range(STAGES - 1):
+            for ahead in range(stages - 1):
                 group = load_k_tile(k.index(ahead))
             buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
                        for _ in range(2)]
-            k.wait_groups(group, STAGES - 2)
+            k.wait_groups(group, stages - 2)
             k.barrier()
             fragments(k.index(0), 0, buffers[0])
             with k.loop(0, k_tiles) as k_tile:
                 for block in range(blocks):
                     if block == blocks - 1:  # k-tile + 1 has landed, and nobody reads k-tile's stage any more
-                        k.wait_groups(group, STAGES - 2)
+                        k.wait_groups(group, stages - 2)
                         k.barrier()
                         fragments(arith.addi(k_tile, k.index(1)), 0, buffers[(block + 1) % 2])
                     else:
                         fragments(k_tile, block + 1, buffers[(block + 1) % 2])
                     if block == 0:
-                        load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
+                        load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
                     multiply(buffers[block % 2], 1)
         else:
-            for ahead in range(STAGES - 1):
+            for ahead in range(stages - 1):
                 group = load_k_tile(k.index(ahead))
             a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
             with k.loop(0, k_tiles) as k_tile:
-                k.wait_groups(group, STAGES - 2)  # k-tile `k_tile` has landed (this thread's part)
+                k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
                 k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
-                load_k_tile(arith.addi(k_tile, k.index(STAGES - 1)))
+                load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
                 fragments(k_tile, None, (a_regs, b_regs))
                 multiply((a_regs, b_regs), blocks)
         if group is not None:
@@ -228,11 +227,11 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
         transfer(t.opcode, k.view(shared, (tiled.c.tile.cosize,), "i32"), c_regs, dst_layout=t.shared,
                  src_layout=t.registers, scope="cta")
         k.barrier()
-        c_tile = k.view(shared, (BM * BN,), element)
-        per_row = BN // 8
+        c_tile = k.view(shared, (bm * bn,), element)
+        per_row = bn // 8
         thread = k.thread_id()
         row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
-        passes = range(0, BM, THREADS // per_row)
+        passes = range(0, bm, threads // per_row)
         inside_columns = k.compare("ult", arith.addi(col0, col), n)  # with N a multiple of 8: whole chunks
         for (view, index), rows_before in zip(k.planned(c_tile, c_halves, [[(row, r), col] for r in passes], 8), passes):
             global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))
