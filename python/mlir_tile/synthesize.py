@@ -41,35 +41,47 @@ class Tile:
 @dataclass(frozen=True)
 class Choice:
     swizzle: Swizzle | None
-    pitch: int  # words from one row to the next (the row's words plus padding)
+    pitch: int  # words from one row to the next (the row's words plus padding; 8 in a k block)
     wavefronts: int  # of all the accesses, summed
     minimum: int  # one per 128 bytes moved
+    block_stride: int = 0  # k-block-major: words from one 8-word column block (a k16/k32 block) to the next
 
     @property
     def conflict_free(self) -> bool:
         return self.wavefronts == self.minimum
 
     def address(self, row: int, word: int) -> int:
-        """The word offset of a row's word: the row's pitch, then the swizzle."""
-        linear = row * self.pitch + word
+        """The word offset of a row's word: the row's pitch (k-block-major: within its column block, the
+        blocks one after another), then the swizzle."""
+        if self.block_stride:
+            linear = word // 8 * self.block_stride + row * self.pitch + word % 8
+        else:
+            linear = row * self.pitch + word
         return self.swizzle(linear) if self.swizzle else linear
 
+    def _words(self, tile: Tile) -> Layout:
+        if self.block_stride:  # ((rows), (word in block, block)): each k block a contiguous rows x 8 words
+            return Layout((tile.rows, (8, tile.row_words // 8)), (self.pitch, (1, self.block_stride)))
+        return Layout((tile.rows, tile.row_words), (self.pitch, 1))
+
     def layout(self, tile: Tile) -> Layout:
-        """The tile in words: (rows, words of a row) with this pitch, swizzled."""
-        return Layout((tile.rows, tile.row_words), (self.pitch, 1), self.swizzle)
+        """The tile in words: (rows, words of a row), swizzled; k-block-major, the words mode is nested."""
+        words = self._words(tile)
+        return Layout(words.shape, words.stride, self.swizzle)
 
     def block_layout(self, tile: Tile) -> Layout:
         """Every 16x16-b16 (16x32-byte) block of the tile as one x4 in mma order: (row band, block column,
         matrix (2,2), row, word), by CuTe's algebra: the tile divided into 16x8-word blocks, each block read
         through MMA_ORDER (a subview at a block with the block's own layout reads the same words)."""
-        whole = Layout((tile.rows, tile.row_words), (self.pitch, 1))
+        whole = self._words(tile)
         blocks = tiled_divide(whole, (Layout.parse("16:1"), Layout.parse("8:1")))  # (block, bands, columns)
         matrices = composition(blocks[0], MMA_ORDER)
         result = make_layout(blocks[1], blocks[2], matrices[0], matrices[1], matrices[2])
         return Layout(result.shape, result.stride, self.swizzle)
 
     def describe(self, tile: Tile) -> str:
-        memory = f"{tile.rows * self.pitch * WORD_BYTES} bytes"
+        words = self.block_stride * (tile.row_words // 8) if self.block_stride else tile.rows * self.pitch
+        memory = f"{words * WORD_BYTES} bytes"
         verdict = "conflict-free" if self.conflict_free else f"{self.wavefronts} wavefronts, minimum {self.minimum}"
         return f"{self.layout(tile)}: {memory}, {verdict}"
 
@@ -109,29 +121,38 @@ def _cost(tile: Tile, choice: Choice, writer: bool) -> tuple[int, int]:
     return blocks[0] + written[0], blocks[1] + written[1]
 
 
-def candidates(tile: Tile):
-    """Swizzles first (no memory beyond the tile), then paddings of 4, 8, ... words a row."""
+def candidates(tile: Tile, k_block_major: bool = False):
+    """(swizzle, pitch, block stride): swizzles first (no memory beyond the tile), then paddings of 4, 8, ...
+    words a row; k-block-major, swizzles of the column blocks laid one after another."""
+    if k_block_major:
+        yield None, 8, 8 * tile.rows
+        for bits in (1, 2, 3):
+            for shift in range(bits, 10):
+                yield Swizzle(bits, 2, shift), 8, 8 * tile.rows
+        return
     words = tile.row_words
-    yield None, words
+    yield None, words, 0
     for bits in (1, 2, 3):
         for shift in range(bits, 8):
-            yield Swizzle(bits, 2, shift), words
+            yield Swizzle(bits, 2, shift), words, 0
     for padding in range(CHUNK_WORDS, 8 * CHUNK_WORDS + 1, CHUNK_WORDS):
-        yield None, words + padding
+        yield None, words + padding, 0
 
 
-def synthesize(tile: Tile, writer: bool = True) -> Choice:
-    """The least-memory conflict-free layout for the tile's x4 block transfers (and the writer), or the best."""
+def synthesize(tile: Tile, writer: bool = True, k_block_major: bool = False) -> Choice:
+    """The least-memory conflict-free layout for the tile's x4 block transfers (and the writer), or the best.
+    `k_block_major`: each 8-word column block (a k16 block of f16, k32 of s8) contiguous, rows x 8 words, so
+    that one k block of the tile is one contiguous view (a transfer per k block reads a plain subview)."""
     if tile.rows % 16 or tile.row_words % 8 or tile.element_bits not in (8, 16) or tile.rows <= 0 or tile.columns <= 0:
         raise ValueError(f"{tile}: rows a multiple of 16 and 16-byte-aligned rows of 8-word blocks, of 8- or 16-bit elements")
     if tile.rows * tile.row_words * WORD_BYTES > max_shared_bytes(None):
         raise ValueError(f"{tile}: {tile.rows * tile.row_words * WORD_BYTES} bytes, more than any chip's shared memory "
                          f"({max_shared_bytes(None)} bytes a block)")
     best = None
-    for swizzle, pitch in candidates(tile):
-        choice = Choice(swizzle, pitch, 0, 0)
+    for swizzle, pitch, block_stride in candidates(tile, k_block_major):
+        choice = Choice(swizzle, pitch, 0, 0, block_stride)
         wavefronts, minimum = _cost(tile, choice, writer)
-        choice = Choice(swizzle, pitch, wavefronts, minimum)
+        choice = Choice(swizzle, pitch, wavefronts, minimum, block_stride)
         if choice.conflict_free:
             return choice
         if best is None or choice.wavefronts < best.wavefronts:
@@ -150,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("columns", type=int, help="elements a row")
     parser.add_argument("--bits", type=int, default=16, choices=(8, 16), help="element bits (16: f16/bf16, 8: s8/u8)")
     parser.add_argument("--no-writer", action="store_true", help="leave out the 16-byte-vector writer")
+    parser.add_argument("--k-block-major", action="store_true", help="each 8-word column block contiguous")
     arguments = parser.parse_args(argv)
     tile = Tile(arguments.rows, arguments.columns, arguments.bits)
     try:
-        choice = synthesize(tile, writer=not arguments.no_writer)
+        choice = synthesize(tile, writer=not arguments.no_writer, k_block_major=arguments.k_block_major)
     except ValueError as error:
         parser.error(str(error))
     blocks, block_minimum = block_wavefronts(tile, choice)

@@ -8,7 +8,7 @@ import pytest
 from mlir_tile import contract
 from mlir_tile.banks import transfer_wavefronts
 from mlir_tile.layout import Layout, Swizzle, laneid
-from mlir_tile.synthesize import Tile, synthesize
+from mlir_tile.synthesize import Tile, synthesize, writer_wavefronts
 
 TILES = [Tile(rows, columns, bits) for bits, rows, columns in itertools.product(
     (16,), (16, 64, 128), (16, 32, 64, 128, 256))] + [Tile(rows, columns, 8) for rows, columns in
@@ -85,3 +85,22 @@ def test_any_address_function_is_costed_like_a_choice():
         assert block_wavefronts(tile, address) == block_wavefronts(tile, choice)
         assert writer_wavefronts(tile, address) == writer_wavefronts(tile, choice)
     assert block_wavefronts(tile, lambda row, word: 32 * row + word) == (512, 64)  # 128-byte rows: 8-way
+
+
+@pytest.mark.parametrize("tile", [Tile(128, 32), Tile(128, 64), Tile(64, 64), Tile(64, 128), Tile(128, 64, 8)], ids=str)
+def test_the_k_block_major_arrangement_is_offered_and_conflict_free_for_the_transfers(tile):
+    """Each 8-word column block (a k16 block) contiguous, rows x 8 words: the x4 transfers are conflict-free
+    under Sw<1,2,3>, with no extra memory; its layout addresses what the cost counts; where a row-major 16-byte
+    writer then conflicts (its 8 lanes of a phase span column blocks that start on the same bank), synthesize
+    says so rather than hides it."""
+    choice = synthesize(tile, writer=False, k_block_major=True)
+    assert choice.conflict_free and choice.block_stride == 8 * tile.rows and choice.pitch == 8
+    layout = choice.layout(tile)
+    assert layout.cosize == tile.rows * tile.row_words
+    assert all(layout(row, word).offset == choice.address(row, word)
+               for row in range(tile.rows) for word in range(tile.row_words))
+    with_writer = synthesize(tile, k_block_major=True)
+    written, minimum = writer_wavefronts(tile, with_writer)
+    assert ("conflict-free" in with_writer.describe(tile)) == with_writer.conflict_free
+    if tile == Tile(128, 32):  # 4 chunks a row: a phase's 8 lanes cover 2 column blocks, 1024 words apart
+        assert written == 2 * minimum and not with_writer.conflict_free

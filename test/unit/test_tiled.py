@@ -10,19 +10,23 @@ import pytest
 from mlir_tile.fragments import fragment_element
 from mlir_tile.layout import Layout, Swizzle
 from mlir_tile.reference import emulate
+from mlir_tile.synthesize import Tile, synthesize
 from mlir_tile.tiled import tiled_mma_m16n8k16
 
 CONFIGS = [((2, 2), (128, 128, 32), "kn"), ((2, 2), (128, 128, 32), "nk"), ((1, 4), (64, 128, 64), "kn"),
-           ((4, 1), (128, 32, 16), "nk")]
+           ((4, 1), (128, 32, 16), "nk"), ((2, 2), (128, 128, 64), "kn", "k-block-major A")]
 
 
 def tiles(config):
-    (wm, wn), (bm, bn, bk), major = config
+    (wm, wn), (bm, bn, bk), major, *k_block_major = config
     def tile(rows, words):
         swizzle = Swizzle(3, 2, 3) if words % 32 == 0 else Swizzle(2, 2, 3) if words % 16 == 0 else Swizzle(1, 2, 3)
         return Layout((rows, words), (words, 1), swizzle)
+    a = tile(bm, bk // 2)
+    if k_block_major:  # A's k16 blocks one after another, each contiguous: synthesize's k-block-major choice
+        a = synthesize(Tile(bm, bk), writer=False, k_block_major=True).layout(Tile(bm, bk))
     b = tile(bk, bn // 2) if major == "kn" else tile(bn, bk // 2)
-    return tiled_mma_m16n8k16((wm, wn), (bm, bn, bk), tile(bm, bk // 2), b, tile(bm, bn // 2), major)
+    return tiled_mma_m16n8k16((wm, wn), (bm, bn, bk), a, b, tile(bm, bn // 2), major)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
@@ -43,7 +47,7 @@ def halves(words: np.ndarray, offset: int) -> tuple[int, int]:
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_each_lane_holds_the_fragment_the_isa_tables_say(config):
     tiled = tiles(config)
-    (wm, wn), _, major = config
+    (wm, wn), _, major, *_ = config
     rng = np.random.default_rng(7)
     threads = 32 * wm * wn
     for operand in (tiled.a, tiled.b):
@@ -77,7 +81,7 @@ def test_each_lane_holds_the_fragment_the_isa_tables_say(config):
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_stmatrix_writes_each_packed_c_pair_where_the_fragment_table_puts_it(config):
     tiled = tiles(config)
-    (wm, wn), _, _ = config
+    (wm, wn), *_ = config
     t = tiled.c.whole
     threads = 32 * wm * wn
     registers = np.random.default_rng(3).integers(0, 2**32, (threads, t.slots), dtype=np.uint32)
