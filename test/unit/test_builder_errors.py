@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlir import ir
 
-from mlir_tile.builder import BuilderError, Kernel, transfer
+from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.layout import S
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=False),
@@ -23,14 +23,44 @@ def test_kernel_misuse_raises_value_errors_and_leaves_no_context(name, block, ch
     assert ir.Context.current is None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(call=st.sampled_from(["shared", "registers", "index", "constant", "thread_id", "load", "store", "loop",
-                             "offset", "transfer", "mma16", "mma32"]),
+                             "offset", "transfer", "mma16", "mma32", "block_id", "grid_size", "block_size",
+                             "minimum", "compare", "if_", "carried", "view", "subview", "dynamic_shared",
+                             "load_vector", "store_vector", "copy_async", "copy_tile_async", "copy_tile",
+                             "commit_group", "wait_groups", "planned", "shuffle", "warp_reduce", "exp2", "divide",
+                             "pack_f16"]),
        first=junk, second=junk)
 def test_builder_method_misuse_raises_value_errors(call, first, second):
-    with Kernel("k", [], context=ir.Context()) as k:
+    with Kernel("k", [Global("f16"), "index"], block=(128, 1, 1), context=ir.Context()) as k:
         registers = k.registers(4)
+        halves, count = k.arguments
+        tile = k.shared("tile", 64 * 64, "f16")
         actions = {
+            "block_id": lambda: k.block_id(first),
+            "grid_size": lambda: k.grid_size(first),
+            "block_size": lambda: k.block_size(first),
+            "minimum": lambda: k.minimum(first, second),
+            "compare": lambda: k.compare(first, count, second),
+            "if_": lambda: k.if_(first, [second]).__enter__(),
+            "carried": lambda: k.loop(0, 4, carried=[first, second]).__enter__(),
+            "view": lambda: k.view(tile, (first,), "f16", second),
+            "subview": lambda: k.subview(tile, first, second),
+            "dynamic_shared": lambda: k.dynamic_shared(first),
+            "load_vector": lambda: k.load_vector(tile, [first], second),
+            "store_vector": lambda: k.store_vector(first, tile, [second]),
+            "copy_async": lambda: k.copy_async(tile, [first], halves, [0], bytes=second),
+            "copy_tile_async": lambda: k.copy_tile_async(tile, first, halves, 0, 64, rows=second, cols=64),
+            "copy_tile": lambda: k.copy_tile(tile, "(64,64):(64,1)", halves, first, 64, rows=64, cols=64,
+                                             valid_rows=second, valid_cols=1),
+            "commit_group": lambda: k.commit_group([first]),
+            "wait_groups": lambda: k.wait_groups(first, second),
+            "planned": lambda: k.planned(tile, first, [[second, 0]]),
+            "shuffle": lambda: k.shuffle(k.constant(1), first, width=second),
+            "warp_reduce": lambda: k.warp_reduce(k.constant(1.0, "f32"), first, second),
+            "exp2": lambda: k.exp2(first),
+            "divide": lambda: k.divide(first, second),
+            "pack_f16": lambda: k.pack_f16(first, second),
             "shared": lambda: k.shared(first, second),
             "registers": lambda: k.registers(first, second),
             "index": lambda: k.index(first),
