@@ -7,10 +7,10 @@
         transfer(LDMATRIX, regs, sm, dst_layout=..., src_layout=..., scope="warp")
     print(k.module)
 
-Three parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `memory` (buffers, views,
-layout offsets, proven-aligned vector access, async copies) and `compute` (the checked transfer, mma.sync,
-fast math, shuffles). `transfer` checks the contract while building, through the adapter the verifier pass
-uses, so a Python user sees an illegal transfer where it is written.
+Four parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `memory` (buffers, views,
+layout offsets and planned addresses, proven-aligned vector access), `copies` (cp.async, its groups, tiles)
+and `compute` (the checked transfer, mma.sync, fast math, shuffles). `transfer` checks the contract while
+building, through the adapter the verifier pass uses, so a Python user sees an illegal transfer where it is written.
 
 Errors: an illegal transfer raises `contract.ContractError`; any other misuse (a type text that does not
 parse, a non-integer size, an impossible block, an unknown chip, an alignment that cannot be proven) raises

@@ -1,5 +1,6 @@
 """The kernel context: a module with one gpu.func, its arguments, thread and block ids, values and control
-flow (loops with loop-carried values, conditionals with results). Memory and compute come from mixins."""
+flow (loops with loop-carried values, conditionals with results). Memory, copies and compute come from
+mixins."""
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ from mlir.dialects import arith, gpu, scf
 from mlir_tile import targets
 from mlir_tile.builder.common import BuilderError, caller_location, count, identifier, parse_type
 from mlir_tile.builder.compute import Compute
+from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
 from mlir_tile.dialect import load_dialect
 
@@ -42,7 +44,7 @@ def _argument_type(spec) -> tuple[ir.Type, int | None]:
     return parse_type(spec), None
 
 
-class Kernel(Memory, Compute):
+class Kernel(Memory, Copies, Compute):
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
     Arguments are types, their text, or `Global(element, alignment)` arrays; static memrefs and Globals are

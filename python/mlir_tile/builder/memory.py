@@ -1,22 +1,20 @@
-"""Memory: shared buffers and views, register storage, the address of any coordinate of a layout, scalar and
-vector loads and stores whose alignment is proven, and asynchronous global-to-shared copies (one copy, or a
-whole tile spread over the block with destinations from the shared layout)."""
+"""Memory: shared buffers and views, register storage, the address of any coordinate of a layout (and the plan
+of many: one base per thread), and scalar and vector loads and stores whose alignment is proven."""
 from __future__ import annotations
 
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, gpu, memref, nvgpu, vector
+from mlir.dialects import arith, gpu, memref, vector
 
+from mlir_tile import targets
 from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, memref_type,
                                       memref_value)
-from mlir_tile import targets
 from mlir_tile.layout import Layout, as_layout
 from mlir_tile.passes.extern_shared import ALIGNMENT_ATTRIBUTE
-from mlir_tile.passes.ir_facts import access_alignment, memory_space, upper_bound
+from mlir_tile.passes.ir_facts import access_alignment, upper_bound
 
 VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
-ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 
 
 class Memory:
@@ -250,147 +248,6 @@ class Memory:
         if not isinstance(indices, (list, tuple)) or len(indices) != rank:
             raise BuilderError(f"the buffer has rank {rank}, but the indices are {indices!r}")
         return [self.as_index(i) for i in indices]
-
-    # ----- asynchronous copies -----
-    def copy_async(self, dst: ir.Value, dst_indices: Sequence, src: ir.Value, src_indices: Sequence, *,
-                   bytes: int = 16, valid: ir.Value | int | None = None) -> ir.Value:
-        """`cp.async` of `bytes` (4, 8 or 16) from global `src[src_indices]` to shared `dst[dst_indices]`
-        (`nvgpu.device_async_copy`; 16 bytes bypass L1, `.cg`). `valid`: how many leading elements to read
-        (an index value, clamped to 0..all); the rest are zero-filled, so a tile's tail needs no branch (with
-        none valid, no byte is read). Both addresses' alignment is proven or BuilderError. Returns the
-        copy's token for `commit_group`."""
-        for name, buffer, space in (("dst", dst, "shared"), ("src", src, "global")):
-            kind = ir.MemRefType(memref_value(buffer, f"copy_async {name}").type)
-            if memory_space(kind) != space:
-                raise BuilderError(f"copy_async: {name} must be in {space} memory, got {kind}")
-        if bytes not in ASYNC_COPY_BYTES:
-            raise BuilderError(f"copy_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {bytes!r}")
-        element_type = ir.MemRefType(dst.type).element_type
-        if element_type != ir.MemRefType(src.type).element_type:
-            raise BuilderError(f"copy_async: dst and src hold different elements ({dst.type} and {src.type})")
-        width = getattr(element_type, "width", 0) // 8
-        if not width or bytes % width:
-            raise BuilderError(f"copy_async: {bytes} bytes is no whole number of {element_type} elements")
-        elements = bytes // width
-        places = {}
-        for name, buffer, indices in (("dst", dst, dst_indices), ("src", src, src_indices)):
-            _, places[name], _ = self._vector_access(f"copy_async {name}", buffer, indices, elements, False)
-        count_valid = None
-        if valid is not None:
-            clamped = arith.maxsi(self.as_index(valid), self.index(0))
-            count_valid = arith.minsi(clamped, self.index(elements))
-        return nvgpu.device_async_copy(dst, places["dst"], src, places["src"], ir.IntegerAttr.get(
-            ir.IndexType.get(), elements), src_elements=count_valid, bypass_l1=bytes == 16 or None)
-
-    def commit_group(self, tokens: Sequence[ir.Value]) -> ir.Value:
-        """`cp.async.commit_group` of the copies behind `tokens`."""
-        tokens = list(tokens)
-        if not tokens or any(not isinstance(t, ir.Value) for t in tokens):
-            raise BuilderError(f"commit_group: the tokens of copy_async calls, got {tokens!r}")
-        return nvgpu.device_async_create_group(tokens)
-
-    def wait_groups(self, group: ir.Value, pending: int = 0) -> None:
-        """`cp.async.wait_group pending`: wait until at most `pending` of this thread's committed groups are
-        in flight (`group`: the latest commit_group's token; a barrier then makes the copies visible to the
-        block)."""
-        if not isinstance(group, ir.Value) or str(group.type) != "!nvgpu.device.async.token":
-            raise BuilderError(f"wait_groups: the token of a commit_group, got {group!r}")
-        if not _dominates(group, ir.InsertionPoint.current.block):
-            raise BuilderError("wait_groups: this commit_group's token was made inside a loop or branch that has "
-                               "ended; pass a token made before it (the wait counts groups, not tokens)")
-        count(pending, "wait_groups: pending", minimum=0)
-        nvgpu.device_async_wait(group, num_groups=pending)
-
-    def copy_tile(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
-                  src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int,
-                  valid_cols: ir.Value | int) -> None:
-        """copy_tile_async's tile, for sources of any alignment (a row stride that is no multiple of 16
-        bytes): each thread reads its chunks' elements one by one (an element past (valid_rows, valid_cols)
-        reads element `src_origin` instead, which exists, and stores 0) and writes each chunk to shared
-        memory as one 16-byte store at the layout's planned offset. Synchronous: a barrier makes it visible."""
-        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile", dst, dst_layout, rows, cols)
-        element_type = ir.MemRefType(dst.type).element_type
-        zero = arith.constant(element_type, 0.0 if isinstance(element_type, ir.FloatType) else 0)
-        origin, stride = self.as_index(src_origin), self.as_index(src_row_stride)
-        limit_rows, limit_cols = self.as_index(valid_rows), self.as_index(valid_cols)
-        rows_before = [j * self.block[0] // per_row for j in passes]
-        for (view, index), before in zip(self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk),
-                                         rows_before):
-            tile_row = arith.addi(row, self.index(before))
-            row_inside = arith.cmpi(arith.CmpIPredicate.slt, tile_row, limit_rows)
-            start = arith.addi(origin, arith.muli(tile_row, stride))
-            values = []
-            for e in range(chunk):
-                column = arith.addi(col, self.index(e))
-                inside = arith.andi(row_inside, arith.cmpi(arith.CmpIPredicate.slt, column, limit_cols))
-                at = arith.select(inside, arith.addi(start, column), origin)
-                values.append(arith.select(inside, memref.load(src, [at]), zero))
-            packed = vector.from_elements(ir.VectorType.get([chunk], element_type), values)
-            self.store_vector(packed, view, [index])
-
-    def _tile_chunks(self, what, dst, dst_layout, rows, cols, chunk_bytes: int = 16):
-        """A rows x cols tile in `chunk_bytes` chunks over the block: (layout, elements per chunk, the thread's
-        chunk row and column, the passes, chunks per row); BuilderError when the block cannot share it evenly."""
-        layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
-        if layout.rank != 2 or layout.sizes != (rows, cols):
-            raise BuilderError(f"{what}: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
-        width = getattr(ir.MemRefType(memref_value(dst, what).type).element_type, "width", 0) // 8
-        chunk = chunk_bytes // width if width and chunk_bytes % width == 0 else 0
-        threads = self.block[0] * self.block[1] * self.block[2]
-        if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
-            raise BuilderError(f"{what}: {threads} threads cannot share a {rows} x {cols} tile in {chunk_bytes}-byte "
-                               f"chunks evenly (cols a multiple of {chunk or f'{chunk_bytes} bytes'}, whole rows per "
-                               f"pass)")
-        if self.block[1:] != (1, 1):
-            raise BuilderError(f"{what}: the block {self.block} is not one-dimensional")
-        per_row = cols // chunk
-        thread = self.thread_id()
-        row = arith.divui(thread, self.index(per_row)) if per_row > 1 else thread
-        col = arith.muli(arith.remui(thread, self.index(per_row)), self.index(chunk)) if per_row > 1 else self.index(0)
-        return layout, chunk, row, col, range(rows * cols // chunk // threads), per_row
-
-    def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
-                        src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
-                        valid_cols: ir.Value | int | None = None, chunk_bytes: int = 16) -> list[ir.Value]:
-        """A rows x cols tile of row-major global `src` (element (r, c) at src_origin + r * src_row_stride + c)
-        copied into shared `dst` at `dst_layout`'s offset of (r, c), by every thread of the block in 16-byte
-        (or `chunk_bytes`: 8, 4, for rows aligned only so) cp.async chunks (CuTe's TiledCopy): thread t copies chunk t + j * threads, a row-major walk, so one
-        warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
-        row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
-        zero-filled. Returns the copies' tokens."""
-        if chunk_bytes not in ASYNC_COPY_BYTES:
-            raise BuilderError(f"copy_tile_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {chunk_bytes!r}")
-        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile_async", dst, dst_layout, rows, cols,
-                                                                     chunk_bytes)
-        threads = self.block[0]
-        stride = self.as_index(src_row_stride)
-        source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
-        limit_cols = None if valid_cols is None else arith.subi(self.as_index(valid_cols), col)
-        rows_before = [j * threads // per_row for j in passes]
-        destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
-        tokens = []
-        for j, (view, destination) in zip(passes, destinations):
-            at = source if j == 0 else arith.addi(source, arith.muli(self.index(rows_before[j]), stride))
-            valid = limit_cols
-            if valid_rows is not None:
-                inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(rows_before[j])),
-                                    self.as_index(valid_rows))
-                valid = arith.select(inside, limit_cols if limit_cols is not None else self.index(chunk),
-                                     self.index(0))
-            tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid))
-        return tokens
-
-
-def _dominates(value: ir.Value, block: ir.Block) -> bool:
-    """Whether `value`'s block is `block` or encloses it (a use there sees the value)."""
-    owner = value.owner
-    home = owner.operation.block if isinstance(owner, (ir.Operation, ir.OpView)) else owner
-    while block is not None:
-        if block == home:
-            return True
-        parent = block.owner
-        block = parent.operation.block if parent is not None and parent.operation.parent is not None else None
-    return False
 
 
 def _above(constant: int, largest: int) -> bool:
