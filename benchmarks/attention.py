@@ -10,22 +10,18 @@ heads * d = 2048. Times: CUDA events around each call, median of REPEATS after W
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sys
 from pathlib import Path
 
+from torch_timing import load_example, median_seconds
+
 WARMUP, REPEATS, CHECKED = 3, 20, 120
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("attention_example",
-                                                  Path(__file__).resolve().parent.parent / "examples" / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example("attention")
 
 
 def build(directory: Path) -> None:
@@ -126,19 +122,7 @@ def run(directory: Path) -> None:
 
 
 def _median_seconds(call) -> float:
-    import torch
-
-    for _ in range(WARMUP):
-        call()
-    times = []
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
+    return median_seconds(call, WARMUP, REPEATS)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ ldmatrix, as ours does. Times: CUDA events around each launch, median of REPEATS
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
+
+from torch_timing import load_example, median_seconds
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097)]
@@ -25,11 +26,7 @@ ELEMENTS = ("f16", "bf16")
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("gemm_example", Path(__file__).resolve().parent.parent / "examples" / "gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_example("gemm")
 
 
 def configs(example) -> list:
@@ -184,19 +181,7 @@ def check(directory: Path) -> None:
 
 
 def _median_seconds(call) -> float:
-    import torch
-
-    for _ in range(WARMUP):
-        call()
-    times = []
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
+    return median_seconds(call, WARMUP, REPEATS)
 
 
 if __name__ == "__main__":

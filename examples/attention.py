@@ -164,6 +164,10 @@ def build_module(config: Config = Config(), context=None):
         transfer(t.opcode, q_regs, k.view(shared, (scores.a.tile.cosize,), "i32"), dst_layout=t.registers,
                  src_layout=t.shared, scope="cta")
 
+        def query_row(mi, half):  # this thread's query row of m16 block `mi`: row g, or g + 8
+            return arith.addi(arith.addi(q0, group), arith.addi(arith.muli(warp, k.index(16 * m_blocks)),
+                                                                k.index(16 * mi + 8 * half)))
+
         def slots(n_blocks, mi, ni):
             return [4 * (mi * n_blocks + ni) + i for i in range(4)]
 
@@ -192,8 +196,7 @@ def build_module(config: Config = Config(), context=None):
             key0 = arith.addi(arith.muli(tile_index, k.index(KEYS)), quad)
             for mi in range(m_blocks):
                 for half in range(2):  # rows g and g + 8 of the m16 block
-                    query = arith.addi(arith.addi(q0, group), arith.addi(
-                        arith.muli(warp, k.index(16 * m_blocks)), k.index(16 * mi + 8 * half)))
+                    query = query_row(mi, half)
                     values_of_row = []
                     for ni in range(key_blocks):
                         for column in range(2):
@@ -258,8 +261,7 @@ def build_module(config: Config = Config(), context=None):
                 state = 2 * mi + half
                 total = k.warp_reduce(k.load(row_sum, [state]), "add", lanes=4)
                 sums.append(k.divide(k.constant(1.0, "f32"), total))
-                row = arith.addi(arith.addi(q0, group), arith.addi(arith.muli(warp, k.index(16 * m_blocks)),
-                                                                   k.index(16 * mi + 8 * half)))
+                row = query_row(mi, half)
                 log_sum = arith.mulf(arith.addf(k.load(row_max, [state]), math_dialect.log2(total)), log2_of_e_inverse)
                 with k.if_(arith.andi(k.compare("eq", quad, 0), k.compare("ult", row, seq))):
                     k.store(log_sum, lse, [arith.addi(head_start, row)])
