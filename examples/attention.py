@@ -371,14 +371,110 @@ def run_and_check(ptx: str, config: Config = Config()) -> tuple[bool, str]:
     return ok, f"GPU: attention {heads} x {seq} x {config.head_dim} matches numpy: {ok} (O {error:.1e}, lse {lse_error:.1e})"
 
 
-def emulate() -> str:
-    scores, output = tiled(Config())
-    for operand in (scores.a, scores.b, output.b, output.c):
-        operand.coverage()
-    from mlir_tile.fragments import c_as_a_operand
+def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> str:
+    """One CTA (one head, seq positions: two key tiles, a tail) on the reference model: Q's, K's and V's
+    fragments by the ISA model from their swizzled tiles, each lane's checked against the PTX ISA's tables;
+    S from them; the online softmax as the kernel computes it; P's A fragment built from S's accumulators by
+    `fragments.c_as_a_operand` and read back through the A table; O through stmatrix, against numpy.
+    AssertionError otherwise."""
+    from mlir_tile.fragments import c_as_a_operand, fragment_element
+    from mlir_tile.layout import unpack_b32
+    from mlir_tile.reference import b16_half, b16_tile_words
+    from mlir_tile.reference import emulate as run_transfer
 
-    c_as_a_operand()
-    return "reference model: Q, K, V and O transfers cover their tiles; S's accumulators are P's A fragment"
+    config = replace(config, causal=causal)
+    scores, output = tiled(config)
+    rows, d, threads, m_blocks = config.rows, config.head_dim, config.threads, scores.m_blocks
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.uniform(-1, 1, (seq, d)).astype(np.float16) for _ in range(3))
+    tiles = -(-seq // KEYS)
+
+    def padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
+        return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.float16)])
+
+    def fragments(operand, transfer, words):  # each thread's registers after one transfer, by the ISA model
+        return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
+                            np.zeros((threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
+
+    def value(registers, thread, slot, part):
+        return b16_half(registers[thread, slot], part).view(np.float16)
+
+    q_tile = padded(q, rows)
+    q_regs = fragments(scores.a, scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
+    scale = LOG2E / math.sqrt(d)
+    peak = np.full((config.warps, 16 * m_blocks), -np.inf, np.float32)
+    total = np.zeros_like(peak)
+    out = np.zeros((config.warps, 16 * m_blocks, d), np.float32)
+    for tile in range(tiles):
+        keys = slice(tile * KEYS, (tile + 1) * KEYS)
+        k_words = b16_tile_words(scores.b.tile, padded(k[keys], KEYS))
+        v_words = b16_tile_words(output.b.tile, padded(v[keys], KEYS))
+        for warp in range(config.warps):
+            q_warp = np.zeros((16 * m_blocks, d), np.float16)
+            k_t = np.zeros((d, KEYS), np.float16)  # K^T of the tile, as the B fragments hold it
+            for block in range(scores.b.k_blocks):
+                k_regs = fragments(scores.b, scores.b.k_block(block), k_words)
+                for lane in range(32):
+                    thread = 32 * warp + lane
+                    for register, part in ((r, h) for r in range(4) for h in range(2)):
+                        for mi in range(m_blocks):
+                            row, col = fragment_element("a16", lane, register, part)
+                            got = value(q_regs, thread, scores.a_slots(mi, block)[register], part)
+                            assert got == q_tile[16 * (warp * m_blocks + mi) + row, 16 * block + col], ("Q", thread)
+                            q_warp[16 * mi + row, 16 * block + col] = got
+                    for ni, register, part in ((n, r, h) for n in range(KEYS // 8) for r in range(2) for h in range(2)):
+                        kk, nn = fragment_element("b16", lane, register, part)
+                        got = value(k_regs, thread, scores.b_slots(ni, 0)[register], part)
+                        assert got == padded(k[keys], KEYS)[8 * ni + nn, 16 * block + kk], ("K", thread)
+                        k_t[16 * block + kk, 8 * ni + nn] = got
+            s = (q_warp.astype(np.float32) @ k_t.astype(np.float32)) * np.float32(scale)
+            query = 16 * m_blocks * warp + np.arange(16 * m_blocks)[:, None]
+            key = tile * KEYS + np.arange(KEYS)[None, :]
+            s = np.where((key < seq) & ((key <= query) if causal else True), s, -np.inf)
+            new_peak = np.maximum(peak[warp], s.max(1))
+            correction = np.exp2(peak[warp] - new_peak)
+            p = np.exp2(s - new_peak[:, None]).astype(np.float32)
+            total[warp] = total[warp] * correction + p.sum(1)
+            peak[warp] = new_peak
+            # P's A fragment: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan
+            p_warp = np.zeros((16 * m_blocks, KEYS), np.float16)
+            for lane in range(32):
+                for mi, block in ((m, b) for m in range(m_blocks) for b in range(KEYS // 16)):
+                    for register, (n_offset, low, high) in enumerate(c_as_a_operand()):
+                        for part, accumulator in enumerate((low, high)):
+                            row, col = fragment_element("c32", lane, accumulator, 0)
+                            element = np.float16(p[16 * mi + row, 8 * (2 * block + n_offset) + col])
+                            a_row, a_col = fragment_element("a16", lane, register, part)
+                            p_warp[16 * mi + a_row, 16 * block + a_col] = element
+            v_warp = np.zeros((KEYS, d), np.float16)
+            for block in range(output.b.k_blocks):
+                v_regs = fragments(output.b, output.b.k_block(block), v_words)
+                for lane in range(32):
+                    for ni, register, part in ((n, r, h) for n in range(d // 8) for r in range(2) for h in range(2)):
+                        kk, nn = fragment_element("b16", lane, register, part)
+                        got = value(v_regs, 32 * warp + lane, output.b_slots(ni, 0)[register], part)
+                        assert got == padded(v[keys], KEYS)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
+                        v_warp[16 * block + kk, 8 * ni + nn] = got
+            out[warp] = out[warp] * correction[:, None] + p_warp.astype(np.float32) @ v_warp.astype(np.float32)
+    result = (out / total[:, :, None]).reshape(rows, d).astype(np.float16)
+    packed = np.zeros((threads, output.c.whole.slots), np.uint32)
+    for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
+        for mi, ni in ((m, n) for m in range(m_blocks) for n in range(d // 8)):
+            for pair, slot in enumerate(output.c_slots(mi, ni)):
+                for part in range(2):
+                    row, col = fragment_element("c16", lane, pair, part)
+                    element = result[16 * (warp * m_blocks + mi) + row, 8 * ni + col % 8]
+                    packed[32 * warp + lane, slot] |= int(element.view(np.uint16)) << (16 * part)
+    t = output.c.whole
+    o_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(output.c.tile.cosize, np.uint32), packed, "cta")
+    layout, halves = unpack_b32(output.c.tile), o_words.view(np.uint16)
+    o = np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(seq)], np.uint16)
+    expected, _ = reference(q[None], k[None], v[None], causal)
+    error = float(np.abs(o.view(np.float16).astype(np.float32) - expected[0]).max())
+    assert error <= 4e-3, f"O differs from numpy by {error}"
+    return (f"reference model: one {rows}-row CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
+            f"and V fragments hold what the PTX ISA's tables say, P is S's accumulators, and O through stmatrix "
+            f"matches numpy (largest error {error:.1e})")
 
 
 def main() -> int:

@@ -374,6 +374,7 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
     fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
     from mlir_tile.fragments import fragment_element
     from mlir_tile.layout import unpack_b32
+    from mlir_tile.reference import b16_half, b16_tile_words
     from mlir_tile.reference import emulate as run_transfer
 
     tiled = tiled_mma(config)
@@ -383,18 +384,6 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
     b = rng.uniform(-1, 1, (depth, config.bn)).astype(np.float16)
     b_tile_source = b if config.b_major == "kn" else np.ascontiguousarray(b.T)
 
-    def placed(operand, matrix):  # a tile of 16-bit values at its layout's halves, as shared words
-        layout, words = unpack_b32(operand.tile), np.zeros(operand.tile.cosize, np.uint32)
-        rows, cols = matrix.shape
-        halves = words.view(np.uint16)
-        for row in range(rows):
-            for col in range(cols):
-                halves[layout(row, col).offset] = matrix[row, col].view(np.uint16)
-        return words
-
-    def half(registers, thread, slot, part):
-        return np.uint16(int(registers[thread, slot]) >> (16 * part) & 0xFFFF).view(np.float16)
-
     accumulators = np.zeros((wm, wn, 16 * tiled.m_blocks, 8 * tiled.n_blocks), np.float32)
     for k_tile in range(k_tiles):
         columns = slice(k_tile * config.bk, (k_tile + 1) * config.bk)
@@ -403,7 +392,7 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
         for operand, matrix in ((tiled.a, a[:, columns]), (tiled.b, b_source)):
             t = operand.whole
             loaded[operand.name] = run_transfer(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32),
-                                                placed(operand, matrix), "cta")
+                                                b16_tile_words(operand.tile, matrix), "cta")
         for warp in range(wm * wn):
             wn_, wm_ = warp % wn, warp // wn
             a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.float16)
@@ -415,7 +404,8 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
                         for register in range(4):
                             for part in range(2):
                                 row, col = fragment_element("a16", lane, register, part)
-                                value = half(loaded["a"], thread, tiled.a_slots(mi, block)[register], part)
+                                value = b16_half(loaded["a"][thread, tiled.a_slots(mi, block)[register]],
+                                                 part).view(np.float16)
                                 expected = a[16 * (wm_ * tiled.m_blocks + mi) + row, columns][16 * block + col]
                                 assert value == expected, ("A", thread, block, mi, register)
                                 a_warp[16 * mi + row, 16 * block + col] = value
@@ -423,7 +413,8 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
                         for register in range(2):
                             for part in range(2):
                                 kk, nn = fragment_element("b16", lane, register, part)
-                                value = half(loaded["b"], thread, tiled.b_slots(ni, block)[register], part)
+                                value = b16_half(loaded["b"][thread, tiled.b_slots(ni, block)[register]],
+                                                 part).view(np.float16)
                                 expected = b[columns][16 * block + kk, 8 * (wn_ * tiled.n_blocks + ni) + nn]
                                 assert value == expected, ("B", thread, block, ni, register)
                                 b_warp[16 * block + kk, 8 * ni + nn] = value

@@ -128,3 +128,21 @@ def stmatrix_warp(count: int, trans: bool, addresses: list[int], words: list[lis
             start = addresses[8 * matrix + row]
             for word in range(4):
                 shared[start + word] = int(image[row, 2 * word]) | (int(image[row, 2 * word + 1]) << 16)
+
+
+def b16_tile_words(layout: Layout, values: np.ndarray) -> np.ndarray:
+    """The shared words of a (rows, words) tile layout whose 16-bit elements are `values` (rows x 2 * words,
+    any 16-bit dtype): element (r, c) in half c % 2 of word layout(r, c // 2), what a copy of the rows leaves
+    in shared memory (a swizzle included)."""
+    words = np.zeros(layout.cosize, np.uint32)
+    rows, columns = values.shape
+    bits = np.ascontiguousarray(values).view(np.uint16)
+    for row in range(rows):
+        for column in range(columns):
+            words[layout.offset(row, column // 2)] |= int(bits[row, column]) << (16 * (column % 2))
+    return words
+
+
+def b16_half(word: int, part: int) -> np.uint16:
+    """Half `part` (0: low) of a 32-bit register or shared word."""
+    return np.uint16(int(word) >> (16 * part) & 0xFFFF)
