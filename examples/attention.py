@@ -4,7 +4,7 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --demo            # the main loop's transfers and mma in the PTX; a GPU run if any
     python examples/attention.py --ptx-out a.ptx   # needs MLIR
     python examples/attention.py --run-ptx a.ptx   # needs a GPU, no MLIR: one case against numpy
-    python examples/attention.py --emulate         # the transfers' coverage and the P fragment, no GPU
+    python examples/attention.py --emulate         # a CTA on the reference model against numpy, no GPU
 
 By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128:
 each warp BR / 4 rows; `Config` takes other warp counts and rows per warp) and walks the keys in tiles of 64, K and V double-buffered through cp.async with zero-fill past
@@ -399,7 +399,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     def value(registers, thread, slot, part):
         return b16_half(registers[thread, slot], part).view(np.float16)
 
-    q_tile = padded(q, rows)
+    q_tile = padded(q[:rows], rows)  # the first CTA's query rows
     q_regs = fragments(scores.a, scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
     scale = LOG2E / math.sqrt(d)
     peak = np.full((config.warps, 16 * m_blocks), -np.inf, np.float32)
@@ -468,9 +468,10 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     t = output.c.whole
     o_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(output.c.tile.cosize, np.uint32), packed, "cta")
     layout, halves = unpack_b32(output.c.tile), o_words.view(np.uint16)
-    o = np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(seq)], np.uint16)
+    queries = min(seq, rows)
+    o = np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(queries)], np.uint16)
     expected, _ = reference(q[None], k[None], v[None], causal)
-    error = float(np.abs(o.view(np.float16).astype(np.float32) - expected[0]).max())
+    error = float(np.abs(o.view(np.float16).astype(np.float32) - expected[0, :queries]).max())
     assert error <= 4e-3, f"O differs from numpy by {error}"
     return (f"reference model: one {rows}-row CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
             f"and V fragments hold what the PTX ISA's tables say, P is S's accumulators, and O through stmatrix "
