@@ -88,6 +88,35 @@ def _softmax_row(fast_math):
     return k
 
 
+def _column_limited_copy(units):
+    with Kernel("limited", [Global("f16"), "index"], block=(128, 1, 1), context=ir.Context()) as k:
+        source, columns = k.arguments
+        columns = arith.muli(columns, k.index(units)) if units > 1 else columns
+        tile = k.shared("tile", 32 * 32, "f16", alignment=512)
+        tokens = k.copy_tile_async(tile, "(32,32):(32,1)", source, 0, 32, rows=32, cols=32, valid_cols=columns)
+        k.wait_groups(k.commit_group(tokens), 0)
+    return k
+
+
+# CHECK-LABEL: TEST: test_whole_chunks_are_copied_all_or_nothing
+# A column limit that is a proven multiple of the 8-element chunk: each chunk's size is 16 or 0 bytes
+# CHECK: selp.b32 [[SIZE:%r[0-9]+]], 16, 0, %p{{[0-9]+}};
+# CHECK: cp.async.cg.shared.global [%rd{{[0-9]+}}], [%rd{{[0-9]+}}], 16, [[SIZE]];
+# CHECK-LABEL: TEST: test_partial_chunks_are_clamped
+# A column limit with no such proof: the size is the clamp of the limit minus the column, in elements
+# CHECK: max.s64
+# CHECK: min.s64
+# CHECK: cp.async.cg.shared.global
+@run
+def test_whole_chunks_are_copied_all_or_nothing():
+    print(compile_to_ptx(_column_limited_copy(units=8).module))
+
+
+@run
+def test_partial_chunks_are_clamped():
+    print(compile_to_ptx(_column_limited_copy(units=1).module))
+
+
 # CHECK-LABEL: TEST: test_fast_math_and_warp_reductions
 # CHECK: shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
 # CHECK: max.ftz.NaN.f32

@@ -10,19 +10,20 @@ from mlir.dialects import arith, memref, nvgpu, vector
 
 from mlir_tile.builder.common import BuilderError, count, memref_value
 from mlir_tile.layout import Layout, as_layout
-from mlir_tile.passes.ir_facts import memory_space
+from mlir_tile.passes.ir_facts import memory_space, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 
 
 class Copies:
     def copy_async(self, dst: ir.Value, dst_indices: Sequence, src: ir.Value, src_indices: Sequence, *,
-                   bytes: int = 16, valid: ir.Value | int | None = None) -> ir.Value:
+                   bytes: int = 16, valid: ir.Value | int | None = None, whole: bool = False) -> ir.Value:
         """`cp.async` of `bytes` (4, 8 or 16) from global `src[src_indices]` to shared `dst[dst_indices]`
         (`nvgpu.device_async_copy`; 16 bytes bypass L1, `.cg`). `valid`: how many leading elements to read
         (an index value, clamped to 0..all); the rest are zero-filled, so a tile's tail needs no branch (with
-        none valid, no byte is read). Both addresses' alignment is proven or BuilderError. Returns the
-        copy's token for `commit_group`."""
+        none valid, no byte is read). `whole`: the caller knows `valid` is 0 or all (no clamp is emitted;
+        copy_tile_async proves it). Both addresses' alignment is proven or BuilderError. Returns the copy's
+        token for `commit_group`."""
         for name, buffer, space in (("dst", dst, "shared"), ("src", src, "global")):
             kind = ir.MemRefType(memref_value(buffer, f"copy_async {name}").type)
             if memory_space(kind) != space:
@@ -40,7 +41,9 @@ class Copies:
         for name, buffer, indices in (("dst", dst, dst_indices), ("src", src, src_indices)):
             _, places[name], _ = self._vector_access(f"copy_async {name}", buffer, indices, elements, False)
         count_valid = None
-        if valid is not None:
+        if valid is not None and whole:
+            count_valid = self.as_index(valid)
+        elif valid is not None:
             clamped = arith.maxsi(self.as_index(valid), self.index(0))
             count_valid = arith.minsi(clamped, self.index(elements))
         return nvgpu.device_async_copy(dst, places["dst"], src, places["src"], ir.IntegerAttr.get(
@@ -129,19 +132,35 @@ class Copies:
         threads = self.block[0]
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
-        limit_cols = None if valid_cols is None else arith.subi(self.as_index(valid_cols), col)
+        limit_cols, whole_chunks = None, valid_cols is None
+        if valid_cols is not None:
+            limit_cols = self.as_index(valid_cols)
+            # valid_cols a proven multiple of the chunk: every chunk is all in or all out, so its size is a
+            # select of all or nothing (a predicate in SASS) instead of a clamp (a partial copy's address math)
+            whole_chunks = value_multiple(limit_cols) % chunk == 0
+            if whole_chunks:
+                limit_cols = arith.cmpi(arith.CmpIPredicate.slt, col, limit_cols)
+            else:
+                limit_cols = arith.subi(limit_cols, col)
         rows_before = [j * threads // per_row for j in passes]
         destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
         tokens = []
         for j, (view, destination) in zip(passes, destinations):
             at = source if j == 0 else arith.addi(source, arith.muli(self.index(rows_before[j]), stride))
-            valid = limit_cols
+            inside = None
             if valid_rows is not None:
                 inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(rows_before[j])),
                                     self.as_index(valid_rows))
-                valid = arith.select(inside, limit_cols if limit_cols is not None else self.index(chunk),
-                                     self.index(0))
-            tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid))
+            if whole_chunks and limit_cols is not None:
+                inside = limit_cols if inside is None else arith.andi(inside, limit_cols)
+            if inside is None:
+                valid = limit_cols
+            elif whole_chunks or limit_cols is None:
+                valid = arith.select(inside, self.index(chunk), self.index(0))
+            else:
+                valid = arith.select(inside, limit_cols, self.index(0))
+            tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid,
+                                          whole=whole_chunks))
         return tokens
 
 
