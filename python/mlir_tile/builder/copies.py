@@ -121,8 +121,8 @@ class Copies:
                         valid_cols: ir.Value | int | None = None, chunk_bytes: int = 16) -> list[ir.Value]:
         """A rows x cols tile of row-major global `src` (element (r, c) at src_origin + r * src_row_stride + c)
         copied into shared `dst` at `dst_layout`'s offset of (r, c), by every thread of the block in 16-byte
-        (or `chunk_bytes`: 8, 4, for rows aligned only so) cp.async chunks (CuTe's TiledCopy): thread t copies chunk t + j * threads, a row-major walk, so one
-        warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
+        (or `chunk_bytes`: 8, 4, for rows aligned only so) cp.async chunks (CuTe's TiledCopy): thread t copies
+        chunk t + j * threads, a row-major walk, so one warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
         row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
         zero-filled. Returns the copies' tokens."""
         if chunk_bytes not in ASYNC_COPY_BYTES:
@@ -132,16 +132,17 @@ class Copies:
         threads = self.block[0]
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
-        limit_cols, whole_chunks = None, valid_cols is None
+        column_inside = column_limit = None  # for whole chunks a predicate, else the elements left in the row
+        whole_chunks = True
         if valid_cols is not None:
-            limit_cols = self.as_index(valid_cols)
+            limit = self.as_index(valid_cols)
             # valid_cols a proven multiple of the chunk: every chunk is all in or all out, so its size is a
             # select of all or nothing (a predicate in SASS) instead of a clamp (a partial copy's address math)
-            whole_chunks = value_multiple(limit_cols) % chunk == 0
+            whole_chunks = value_multiple(limit) % chunk == 0
             if whole_chunks:
-                limit_cols = arith.cmpi(arith.CmpIPredicate.slt, col, limit_cols)
+                column_inside = arith.cmpi(arith.CmpIPredicate.slt, col, limit)
             else:
-                limit_cols = arith.subi(limit_cols, col)
+                column_limit = arith.subi(limit, col)
         rows_before = [j * threads // per_row for j in passes]
         destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
         tokens = []
@@ -151,14 +152,13 @@ class Copies:
             if valid_rows is not None:
                 inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(rows_before[j])),
                                     self.as_index(valid_rows))
-            if whole_chunks and limit_cols is not None:
-                inside = limit_cols if inside is None else arith.andi(inside, limit_cols)
+            if column_inside is not None:
+                inside = column_inside if inside is None else arith.andi(inside, column_inside)
             if inside is None:
-                valid = limit_cols
-            elif whole_chunks or limit_cols is None:
-                valid = arith.select(inside, self.index(chunk), self.index(0))
+                valid = column_limit
             else:
-                valid = arith.select(inside, limit_cols, self.index(0))
+                valid = arith.select(inside, column_limit if column_limit is not None else self.index(chunk),
+                                     self.index(0))
             tokens.append(self.copy_async(view, [destination], src, [at], bytes=chunk_bytes, valid=valid,
                                           whole=whole_chunks))
         return tokens
