@@ -178,6 +178,16 @@ def build_module(config: Config = Config(), context=None):
                 words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
             return t, words
 
+        def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks):
+            """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs."""
+            for block in range(tiled_mma.b.k_blocks):
+                t, words = block_view(tiled_mma.b, kv_stage(tile_index, which), block)
+                transfer(t.opcode, b_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
+                for mi in range(m_blocks):
+                    for ni in range(n_blocks):
+                        k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, block), b_regs, tiled_mma.b_slots(ni, 0),
+                                       accumulators, slots(n_blocks, mi, ni), element)
+
         def key_tile(tile_index, masked: bool):
             """One tile of keys; `masked`: some keys may be past the sequence or above the diagonal (the
             last tile, the causal diagonal's), so each is compared."""
@@ -186,13 +196,7 @@ def build_module(config: Config = Config(), context=None):
             k.barrier()
             for slot in range(4 * m_blocks * key_blocks):
                 k.store(zero, s_acc, [slot])
-            for block in range(scores.b.k_blocks):  # S = Q K^T, one d16 block at a time
-                t, words = block_view(scores.b, kv_stage(tile_index, 0), block)
-                transfer(t.opcode, k_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
-                for mi in range(m_blocks):
-                    for ni in range(key_blocks):
-                        k.mma_m16n8k16(q_regs, scores.a_slots(mi, block), k_regs, scores.b_slots(ni, 0), s_acc,
-                                       slots(key_blocks, mi, ni), element)
+            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)  # S = Q K^T
             key0 = arith.addi(arith.muli(tile_index, k.index(KEYS)), quad)
             for mi in range(m_blocks):
                 for half in range(2):  # rows g and g + 8 of the m16 block
@@ -235,13 +239,7 @@ def build_module(config: Config = Config(), context=None):
                         word = k.pack_f16(k.load(s_acc, [accumulators[low]]), k.load(s_acc, [accumulators[high]]),
                                           element)
                         k.store(word, p_regs, [output.a_slots(mi, block)[register]])
-            for block in range(output.b.k_blocks):  # O += P V, one key16 block at a time
-                t, words = block_view(output.b, kv_stage(tile_index, 1), block)
-                transfer(t.opcode, v_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
-                for mi in range(m_blocks):
-                    for ni in range(d_blocks):
-                        k.mma_m16n8k16(p_regs, output.a_slots(mi, block), v_regs, output.b_slots(ni, 0), o_acc,
-                                       slots(d_blocks, mi, ni), element)
+            products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks)  # O += P V
             k.barrier()  # everyone is done with this stage before the next tile's copies overwrite it
 
         # tiles whose every key is valid for every row of the CTA go without the mask; the rest with it
@@ -275,10 +273,7 @@ def build_module(config: Config = Config(), context=None):
                  src_layout=t.registers, scope="cta")
         k.barrier()
         tile = k.view(shared, (rows * d,), element)
-        per_row = d // 8
-        thread = k.thread_id()
-        row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
-        passes = range(0, rows, config.threads // per_row)
+        _, _, row, col, passes = k.tile_chunks(tile, q_halves, rows, d)  # 16-byte chunks of the O tile
         for (view, index), before in zip(k.planned(tile, q_halves, [[(row, r), col] for r in passes], 8), passes):
             query = arith.addi(arith.addi(q0, row), k.index(before))
             with k.if_(k.compare("ult", query, seq)):
@@ -392,7 +387,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     def padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
         return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.float16)])
 
-    def fragments(operand, transfer, words):  # each thread's registers after one transfer, by the ISA model
+    def fragments(transfer, words):  # each thread's registers after one transfer, by the ISA model
         return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
                             np.zeros((threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
 
@@ -400,7 +395,15 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
         return b16_half(registers[thread, slot], part).view(np.float16)
 
     q_tile = padded(q[:rows], rows)  # the first CTA's query rows
-    q_regs = fragments(scores.a, scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
+    q_regs = fragments(scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
+    q_warps = np.zeros((config.warps, 16 * m_blocks, d), np.float16)  # each warp's rows, as its A fragments hold them
+    for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
+        for block, mi, register, part in ((b, m, r, h) for b in range(scores.a.k_blocks) for m in range(m_blocks)
+                                          for r in range(4) for h in range(2)):
+            row, col = fragment_element("a16", lane, register, part)
+            got = value(q_regs, 32 * warp + lane, scores.a_slots(mi, block)[register], part)
+            assert got == q_tile[16 * (warp * m_blocks + mi) + row, 16 * block + col], ("Q", warp, lane)
+            q_warps[warp, 16 * mi + row, 16 * block + col] = got
     scale = LOG2E / math.sqrt(d)
     peak = np.full((config.warps, 16 * m_blocks), -np.inf, np.float32)
     total = np.zeros_like(peak)
@@ -409,25 +412,19 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
         keys = slice(tile * KEYS, (tile + 1) * KEYS)
         k_words = b16_tile_words(scores.b.tile, padded(k[keys], KEYS))
         v_words = b16_tile_words(output.b.tile, padded(v[keys], KEYS))
+        k_regs = [fragments(scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
+        v_regs = [fragments(output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
         for warp in range(config.warps):
-            q_warp = np.zeros((16 * m_blocks, d), np.float16)
             k_t = np.zeros((d, KEYS), np.float16)  # K^T of the tile, as the B fragments hold it
             for block in range(scores.b.k_blocks):
-                k_regs = fragments(scores.b, scores.b.k_block(block), k_words)
                 for lane in range(32):
                     thread = 32 * warp + lane
-                    for register, part in ((r, h) for r in range(4) for h in range(2)):
-                        for mi in range(m_blocks):
-                            row, col = fragment_element("a16", lane, register, part)
-                            got = value(q_regs, thread, scores.a_slots(mi, block)[register], part)
-                            assert got == q_tile[16 * (warp * m_blocks + mi) + row, 16 * block + col], ("Q", thread)
-                            q_warp[16 * mi + row, 16 * block + col] = got
                     for ni, register, part in ((n, r, h) for n in range(KEYS // 8) for r in range(2) for h in range(2)):
                         kk, nn = fragment_element("b16", lane, register, part)
-                        got = value(k_regs, thread, scores.b_slots(ni, 0)[register], part)
+                        got = value(k_regs[block], thread, scores.b_slots(ni, 0)[register], part)
                         assert got == padded(k[keys], KEYS)[8 * ni + nn, 16 * block + kk], ("K", thread)
                         k_t[16 * block + kk, 8 * ni + nn] = got
-            s = (q_warp.astype(np.float32) @ k_t.astype(np.float32)) * np.float32(scale)
+            s = (q_warps[warp].astype(np.float32) @ k_t.astype(np.float32)) * np.float32(scale)
             query = 16 * m_blocks * warp + np.arange(16 * m_blocks)[:, None]
             key = tile * KEYS + np.arange(KEYS)[None, :]
             s = np.where((key < seq) & ((key <= query) if causal else True), s, -np.inf)
@@ -448,11 +445,10 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
                             p_warp[16 * mi + a_row, 16 * block + a_col] = element
             v_warp = np.zeros((KEYS, d), np.float16)
             for block in range(output.b.k_blocks):
-                v_regs = fragments(output.b, output.b.k_block(block), v_words)
                 for lane in range(32):
                     for ni, register, part in ((n, r, h) for n in range(d // 8) for r in range(2) for h in range(2)):
                         kk, nn = fragment_element("b16", lane, register, part)
-                        got = value(v_regs, 32 * warp + lane, output.b_slots(ni, 0)[register], part)
+                        got = value(v_regs[block], 32 * warp + lane, output.b_slots(ni, 0)[register], part)
                         assert got == padded(v[keys], KEYS)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
                         v_warp[16 * block + kk, 8 * ni + nn] = got
             out[warp] = out[warp] * correction[:, None] + p_warp.astype(np.float32) @ v_warp.astype(np.float32)

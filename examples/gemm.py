@@ -228,10 +228,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                  src_layout=t.registers, scope="cta")
         k.barrier()
         c_tile = k.view(shared, (bm * bn,), element)
-        per_row = bn // 8
-        thread = k.thread_id()
-        row, col = arith.divui(thread, k.index(per_row)), arith.muli(arith.remui(thread, k.index(per_row)), k.index(8))
-        passes = range(0, bm, threads // per_row)
+        _, _, row, col, passes = k.tile_chunks(c_tile, c_halves, bm, bn)  # 16-byte chunks of the C tile
         inside_columns = k.compare("ult", arith.addi(col0, col), n)  # with N a multiple of 8: whole chunks
         for (view, index), rows_before in zip(k.planned(c_tile, c_halves, [[(row, r), col] for r in passes], 8), passes):
             global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))

@@ -3,7 +3,7 @@ spread over the block with destinations from the shared layout (CuTe's TiledCopy
 of any alignment, element by element."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, memref, nvgpu, vector
@@ -13,6 +13,14 @@ from mlir_tile.layout import Layout, as_layout
 from mlir_tile.passes.ir_facts import memory_space, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
+
+
+class TileChunks(NamedTuple):
+    layout: Layout
+    chunk: int  # elements a chunk
+    row: ir.Value  # the thread's first chunk's row
+    col: ir.Value  # and column (the same in every pass)
+    rows_before: list[int]  # each pass's rows past `row`
 
 
 class Copies:
@@ -75,12 +83,11 @@ class Copies:
         bytes): each thread reads its chunks' elements one by one (an element past (valid_rows, valid_cols)
         reads element `src_origin` instead, which exists, and stores 0) and writes each chunk to shared
         memory as one 16-byte store at the layout's planned offset. Synchronous: a barrier makes it visible."""
-        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile", dst, dst_layout, rows, cols)
+        layout, chunk, row, col, rows_before = self.tile_chunks(dst, dst_layout, rows, cols, what="copy_tile")
         element_type = ir.MemRefType(dst.type).element_type
         zero = arith.constant(element_type, 0.0 if isinstance(element_type, ir.FloatType) else 0)
         origin, stride = self.as_index(src_origin), self.as_index(src_row_stride)
         limit_rows, limit_cols = self.as_index(valid_rows), self.as_index(valid_cols)
-        rows_before = [j * self.block[0] // per_row for j in passes]
         for (view, index), before in zip(self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk),
                                          rows_before):
             tile_row = arith.addi(row, self.index(before))
@@ -95,13 +102,15 @@ class Copies:
             packed = vector.from_elements(ir.VectorType.get([chunk], element_type), values)
             self.store_vector(packed, view, [index])
 
-    def _tile_chunks(self, what, dst, dst_layout, rows, cols, chunk_bytes: int = 16):
-        """A rows x cols tile in `chunk_bytes` chunks over the block: (layout, elements per chunk, the thread's
-        chunk row and column, the passes, chunks per row); BuilderError when the block cannot share it evenly."""
-        layout = as_layout(dst_layout) if not isinstance(dst_layout, Layout) else dst_layout
+    def tile_chunks(self, tile: ir.Value, layout: Layout | str, rows: int, cols: int, chunk_bytes: int = 16,
+                    what: str = "tile_chunks") -> "TileChunks":
+        """How the block shares a rows x cols tile of `tile`'s elements in `chunk_bytes` chunks: thread t takes
+        chunk t + j * threads of a row-major walk (one warp's chunks are whole rows), so its chunks are at row
+        `row` + each of `rows_before`, column `col`. BuilderError when the block cannot share it evenly."""
+        layout = as_layout(layout) if not isinstance(layout, Layout) else layout
         if layout.rank != 2 or layout.sizes != (rows, cols):
-            raise BuilderError(f"{what}: dst_layout {layout} is not a {rows} x {cols} layout (row, col)")
-        width = getattr(ir.MemRefType(memref_value(dst, what).type).element_type, "width", 0) // 8
+            raise BuilderError(f"{what}: the layout {layout} is not a {rows} x {cols} layout (row, col)")
+        width = getattr(ir.MemRefType(memref_value(tile, what).type).element_type, "width", 0) // 8
         chunk = chunk_bytes // width if width and chunk_bytes % width == 0 else 0
         threads = self.block[0] * self.block[1] * self.block[2]
         if not chunk or cols % chunk or (rows * cols // chunk) % threads or threads % (cols // chunk):
@@ -114,7 +123,8 @@ class Copies:
         thread = self.thread_id()
         row = arith.divui(thread, self.index(per_row)) if per_row > 1 else thread
         col = arith.muli(arith.remui(thread, self.index(per_row)), self.index(chunk)) if per_row > 1 else self.index(0)
-        return layout, chunk, row, col, range(rows * cols // chunk // threads), per_row
+        rows_before = [j * threads // per_row for j in range(rows * cols // chunk // threads)]
+        return TileChunks(layout, chunk, row, col, rows_before)
 
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
@@ -122,14 +132,13 @@ class Copies:
         """A rows x cols tile of row-major global `src` (element (r, c) at src_origin + r * src_row_stride + c)
         copied into shared `dst` at `dst_layout`'s offset of (r, c), by every thread of the block in 16-byte
         (or `chunk_bytes`: 8, 4, for rows aligned only so) cp.async chunks (CuTe's TiledCopy): thread t copies
-        chunk t + j * threads, a row-major walk, so one warp's chunks are whole rows. Destinations come from the layout through `offset` with the chunk's
-        row split in a per-thread base and constants. Elements at or past (valid_rows, valid_cols) are
-        zero-filled. Returns the copies' tokens."""
+        chunk t + j * threads, a row-major walk (`tile_chunks`), so one warp's chunks are whole rows.
+        Destinations come from the layout through `planned`: one per-thread base and constants. Elements at or
+        past (valid_rows, valid_cols) are zero-filled. Returns the copies' tokens."""
         if chunk_bytes not in ASYNC_COPY_BYTES:
             raise BuilderError(f"copy_tile_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {chunk_bytes!r}")
-        layout, chunk, row, col, passes, per_row = self._tile_chunks("copy_tile_async", dst, dst_layout, rows, cols,
-                                                                     chunk_bytes)
-        threads = self.block[0]
+        layout, chunk, row, col, rows_before = self.tile_chunks(dst, dst_layout, rows, cols, chunk_bytes,
+                                                                what="copy_tile_async")
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
         column_inside = column_limit = None  # for whole chunks a predicate, else the elements left in the row
@@ -143,14 +152,13 @@ class Copies:
                 column_inside = arith.cmpi(arith.CmpIPredicate.slt, col, limit)
             else:
                 column_limit = arith.subi(limit, col)
-        rows_before = [j * threads // per_row for j in passes]
         destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
         tokens = []
-        for j, (view, destination) in zip(passes, destinations):
-            at = source if j == 0 else arith.addi(source, arith.muli(self.index(rows_before[j]), stride))
+        for before, (view, destination) in zip(rows_before, destinations):
+            at = source if before == 0 else arith.addi(source, arith.muli(self.index(before), stride))
             inside = None
             if valid_rows is not None:
-                inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(rows_before[j])),
+                inside = arith.cmpi(arith.CmpIPredicate.slt, arith.addi(row, self.index(before)),
                                     self.as_index(valid_rows))
             if column_inside is not None:
                 inside = column_inside if inside is None else arith.andi(inside, column_inside)
