@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 KERNEL = "attention"
-KEYS = 64  # keys per tile
 HALF = 2
 LOG2E = 1.4426950408889634
 
@@ -41,6 +40,14 @@ class Config:
     element: str = "f16"
     warps: int = 4
     row_blocks: int = 0  # m16 blocks of query rows per warp; 0: 2 at d = 64, 1 at d = 128 (registers)
+    keys: int = 64  # keys per K/V tile (32: half of S's accumulators, twice the barriers)
+    q_in_registers: bool | None = None  # Q's fragments loaded once, or (False) one d16 block at a time from the
+    # Q tile in every key tile (FA2's choice at d 128: registers, at the price of Q's shared reads); None: False
+    # at d 64 (no spills there, measured 0-10% faster on the H200), True at d 128
+
+    @property
+    def holds_q(self) -> bool:
+        return self.head_dim == 128 if self.q_in_registers is None else self.q_in_registers
 
     @property
     def blocks_per_warp(self) -> int:
@@ -56,7 +63,7 @@ class Config:
 
     @property
     def tile_bytes(self) -> tuple[int, int]:  # (Q tile, one K or V tile)
-        return self.rows * self.head_dim * HALF, KEYS * self.head_dim * HALF
+        return self.rows * self.head_dim * HALF, self.keys * self.head_dim * HALF
 
     @property
     def shared_bytes(self) -> int:
@@ -68,6 +75,8 @@ class Config:
 
     def __str__(self) -> str:
         shape = "" if (self.warps, self.row_blocks) == (4, 0) else f"_w{self.warps}m{self.blocks_per_warp}"
+        shape += "" if self.keys == 64 else f"_k{self.keys}"
+        shape += {None: "", True: "_qr", False: "_qs"}[self.q_in_registers]
         return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}{shape}"
 
 
@@ -81,9 +90,9 @@ def tiled(config: Config):
         shape = Tile(rows, columns)
         return synthesize(shape).layout(shape)
 
-    q, kv, p = tile(config.rows, config.head_dim), tile(KEYS, config.head_dim), tile(config.rows, KEYS)
-    scores = tiled_mma_m16n8k16((config.warps, 1), (config.rows, KEYS, config.head_dim), q, kv, p, "nk")
-    output = tiled_mma_m16n8k16((config.warps, 1), (config.rows, config.head_dim, KEYS), p, kv, q, "kn")
+    q, kv, p = tile(config.rows, config.head_dim), tile(config.keys, config.head_dim), tile(config.rows, config.keys)
+    scores = tiled_mma_m16n8k16((config.warps, 1), (config.rows, config.keys, config.head_dim), q, kv, p, "nk")
+    output = tiled_mma_m16n8k16((config.warps, 1), (config.rows, config.head_dim, config.keys), p, kv, q, "kn")
     return scores, output
 
 
@@ -102,7 +111,7 @@ def build_module(config: Config = Config(), context=None):
     scores, output = tiled(config)
     d, rows, element = config.head_dim, config.rows, config.element
     q_halves, kv_halves = unpack_b32(scores.a.tile), unpack_b32(scores.b.tile)
-    m_blocks, key_blocks, d_blocks = scores.m_blocks, KEYS // 8, d // 8
+    m_blocks, key_blocks, d_blocks = scores.m_blocks, config.keys // 8, d // 8
     q_bytes, kv_bytes = config.tile_bytes
     scale = LOG2E / math.sqrt(d)
     with Kernel(KERNEL, [Global(element)] * 4 + [Global("f32"), "index"], block=(config.threads, 1, 1), fast_math=True,
@@ -120,6 +129,7 @@ def build_module(config: Config = Config(), context=None):
         lane, warp = k.lane_id(), k.warp_id()
         group, quad = arith.divui(lane, k.index(4)), arith.muli(arith.remui(lane, k.index(4)), k.index(2))
         negative_infinity = arith.constant(f32, float("-inf"))
+        scale_value = arith.constant(f32, scale)
         zero = k.constant(0.0, "f32")
 
         def copy_rows(tile_view, layout, source, first, count, valid):
@@ -131,21 +141,21 @@ def build_module(config: Config = Config(), context=None):
             return arith.addi(k.index(q_bytes + which * 2 * kv_bytes), arith.muli(stage, k.index(kv_bytes)))
 
         def load_kv(tile_index):
-            first = arith.muli(tile_index, k.index(KEYS))
+            first = arith.muli(tile_index, k.index(config.keys))
             tokens = []
             for which, source in ((0, keys), (1, values)):
-                view = k.view(shared, (KEYS * d,), element, kv_stage(tile_index, which))
-                tokens += copy_rows(view, kv_halves, source, first, KEYS, seq)
+                view = k.view(shared, (config.keys * d,), element, kv_stage(tile_index, which))
+                tokens += copy_rows(view, kv_halves, source, first, config.keys, seq)
             return k.commit_group(tokens)
 
         q_tokens = copy_rows(k.view(shared, (rows * d,), element), q_halves, q, q0, rows, seq)
         k.commit_group(q_tokens)
         first_group = load_kv(k.index(0))
-        kv_tiles = arith.divui(arith.addi(seq, k.index(KEYS - 1)), k.index(KEYS))
+        kv_tiles = arith.divui(arith.addi(seq, k.index(config.keys - 1)), k.index(config.keys))
         if config.causal:  # keys up to the CTA's last query row
-            kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + KEYS - 1)), k.index(KEYS)))
+            kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + config.keys - 1)), k.index(config.keys)))
 
-        q_regs = k.registers(scores.a.whole.slots)
+        q_regs = k.registers(scores.a.whole.slots if config.holds_q else scores.a.whole.slots // scores.a.k_blocks)
         k_regs = k.registers(scores.b.whole.slots // scores.b.k_blocks)
         v_regs = k.registers(output.b.whole.slots // output.b.k_blocks)
         p_regs = k.registers(output.a.whole.slots)
@@ -160,9 +170,10 @@ def build_module(config: Config = Config(), context=None):
             k.store(zero, row_sum, [slot])
         k.wait_groups(first_group, 1)
         k.barrier()
-        t = scores.a.whole
-        transfer(t.opcode, q_regs, k.view(shared, (scores.a.tile.cosize,), "i32"), dst_layout=t.registers,
-                 src_layout=t.shared, scope="cta")
+        if config.holds_q:
+            t = scores.a.whole
+            transfer(t.opcode, q_regs, k.view(shared, (scores.a.tile.cosize,), "i32"), dst_layout=t.registers,
+                     src_layout=t.shared, scope="cta")
 
         def query_row(mi, half):  # this thread's query row of m16 block `mi`: row g, or g + 8
             return arith.addi(arith.addi(q0, group), arith.addi(arith.muli(warp, k.index(16 * m_blocks)),
@@ -171,7 +182,7 @@ def build_module(config: Config = Config(), context=None):
         def slots(n_blocks, mi, ni):
             return [4 * (mi * n_blocks + ni) + i for i in range(4)]
 
-        def block_view(operand, stage_bytes, block):  # the words of one d16 / key16 block of a K or V tile
+        def block_view(operand, stage_bytes, block):  # the words of one k16 block of a Q, K or V tile
             t = operand.k_block(block)
             words = k.view(shared, (operand.tile.cosize,), "i32", stage_bytes)
             if t.shared_offset:
@@ -179,14 +190,19 @@ def build_module(config: Config = Config(), context=None):
             return t, words
 
         def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks):
-            """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs."""
+            """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is
+            A where it is Q and Q stays in shared memory."""
+            a_from_shared = tiled_mma is scores and not config.holds_q
             for block in range(tiled_mma.b.k_blocks):
+                if a_from_shared:
+                    t, words = block_view(tiled_mma.a, k.index(0), block)
+                    transfer(t.opcode, a_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
                 t, words = block_view(tiled_mma.b, kv_stage(tile_index, which), block)
                 transfer(t.opcode, b_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
                 for mi in range(m_blocks):
                     for ni in range(n_blocks):
-                        k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, block), b_regs, tiled_mma.b_slots(ni, 0),
-                                       accumulators, slots(n_blocks, mi, ni), element)
+                        k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
+                                       tiled_mma.b_slots(ni, 0), accumulators, slots(n_blocks, mi, ni), element)
 
         def key_tile(tile_index, masked: bool):
             """One tile of keys; `masked`: some keys may be past the sequence or above the diagonal (the
@@ -197,7 +213,7 @@ def build_module(config: Config = Config(), context=None):
             for slot in range(4 * m_blocks * key_blocks):
                 k.store(zero, s_acc, [slot])
             products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)  # S = Q K^T
-            key0 = arith.addi(arith.muli(tile_index, k.index(KEYS)), quad)
+            key0 = arith.addi(arith.muli(tile_index, k.index(config.keys)), quad)
             for mi in range(m_blocks):
                 for half in range(2):  # rows g and g + 8 of the m16 block
                     query = query_row(mi, half)
@@ -206,23 +222,26 @@ def build_module(config: Config = Config(), context=None):
                         for column in range(2):
                             slot = slots(key_blocks, mi, ni)[2 * half + column]
                             key = arith.addi(key0, k.index(8 * ni + column))
-                            scaled = arith.mulf(k.load(s_acc, [slot]), k.constant(scale, "f32"))
+                            score = k.load(s_acc, [slot])
                             if masked:
                                 valid = k.compare("ult", key, seq)
                                 if config.causal:
                                     valid = arith.andi(valid, k.compare("ule", key, query))
-                                scaled = arith.select(valid, scaled, negative_infinity)
-                            values_of_row.append((slot, scaled))
+                                score = arith.select(valid, score, negative_infinity)
+                            values_of_row.append((slot, score))
                     peak = values_of_row[0][1]
                     for _, value in values_of_row[1:]:
                         peak = arith.maximumf(peak, value)
+                    # the running max is kept scaled (log2 domain); each probability is exp2 of one fma
+                    # (FA2's scale_apply_exp2): the first tile has a valid key in every row, so it is finite
                     state = 2 * mi + half
                     old_max = k.load(row_max, [state])
-                    new_max = arith.maximumf(old_max, k.warp_reduce(peak, "max", lanes=4))
+                    new_max = arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4), scale_value))
                     correction = k.exp2(arith.subf(old_max, new_max))
+                    negative_max = arith.negf(new_max)
                     total = zero
                     for slot, value in values_of_row:
-                        probability = k.exp2(arith.subf(value, new_max))
+                        probability = k.exp2(math_dialect.fma(value, scale_value, negative_max))
                         k.store(probability, s_acc, [slot])
                         total = arith.addf(total, probability)
                     k.store(new_max, row_max, [state])
@@ -233,7 +252,7 @@ def build_module(config: Config = Config(), context=None):
                             k.store(arith.mulf(k.load(o_acc, [slot]), correction), o_acc, [slot])
             plan = c_as_a_operand()
             for mi in range(m_blocks):  # P: two n8 blocks of S's accumulators per key16 block, packed
-                for block in range(KEYS // 16):
+                for block in range(config.keys // 16):
                     for register, (n_offset, low, high) in enumerate(plan):
                         accumulators = slots(key_blocks, mi, 2 * block + n_offset)
                         word = k.pack_f16(k.load(s_acc, [accumulators[low]]), k.load(s_acc, [accumulators[high]]),
@@ -243,9 +262,9 @@ def build_module(config: Config = Config(), context=None):
             k.barrier()  # everyone is done with this stage before the next tile's copies overwrite it
 
         # tiles whose every key is valid for every row of the CTA go without the mask; the rest with it
-        full_tiles = arith.divui(seq, k.index(KEYS))
+        full_tiles = arith.divui(seq, k.index(config.keys))
         if config.causal:
-            full_tiles = k.minimum(full_tiles, arith.divui(q0, k.index(KEYS)))
+            full_tiles = k.minimum(full_tiles, arith.divui(q0, k.index(config.keys)))
         with k.loop(0, full_tiles) as tile_index:
             key_tile(tile_index, masked=False)
         with k.loop(full_tiles, kv_tiles) as tile_index:
@@ -283,7 +302,8 @@ def build_module(config: Config = Config(), context=None):
 
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
-SHAPES = [{"warps": 8, "row_blocks": 1}]  # other CTA shapes the benchmark measures beside the default
+SHAPES = [{"warps": 8, "row_blocks": 1}, {"q_in_registers": True}, {"keys": 32},
+          {"row_blocks": 2, "keys": 32, "q_in_registers": False}]  # other CTAs the benchmark measures
 
 
 def build_variants(directory) -> None:
@@ -382,7 +402,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     rows, d, threads, m_blocks = config.rows, config.head_dim, config.threads, scores.m_blocks
     rng = np.random.default_rng(5)
     q, k, v = (rng.uniform(-1, 1, (seq, d)).astype(np.float16) for _ in range(3))
-    tiles = -(-seq // KEYS)
+    tiles = -(-seq // config.keys)
 
     def padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
         return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.float16)])
@@ -409,24 +429,24 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     total = np.zeros_like(peak)
     out = np.zeros((config.warps, 16 * m_blocks, d), np.float32)
     for tile in range(tiles):
-        keys = slice(tile * KEYS, (tile + 1) * KEYS)
-        k_words = b16_tile_words(scores.b.tile, padded(k[keys], KEYS))
-        v_words = b16_tile_words(output.b.tile, padded(v[keys], KEYS))
+        keys = slice(tile * config.keys, (tile + 1) * config.keys)
+        k_words = b16_tile_words(scores.b.tile, padded(k[keys], config.keys))
+        v_words = b16_tile_words(output.b.tile, padded(v[keys], config.keys))
         k_regs = [fragments(scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
         v_regs = [fragments(output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
         for warp in range(config.warps):
-            k_t = np.zeros((d, KEYS), np.float16)  # K^T of the tile, as the B fragments hold it
+            k_t = np.zeros((d, config.keys), np.float16)  # K^T of the tile, as the B fragments hold it
             for block in range(scores.b.k_blocks):
                 for lane in range(32):
                     thread = 32 * warp + lane
-                    for ni, register, part in ((n, r, h) for n in range(KEYS // 8) for r in range(2) for h in range(2)):
+                    for ni, register, part in ((n, r, h) for n in range(config.keys // 8) for r in range(2) for h in range(2)):
                         kk, nn = fragment_element("b16", lane, register, part)
                         got = value(k_regs[block], thread, scores.b_slots(ni, 0)[register], part)
-                        assert got == padded(k[keys], KEYS)[8 * ni + nn, 16 * block + kk], ("K", thread)
+                        assert got == padded(k[keys], config.keys)[8 * ni + nn, 16 * block + kk], ("K", thread)
                         k_t[16 * block + kk, 8 * ni + nn] = got
             s = (q_warps[warp].astype(np.float32) @ k_t.astype(np.float32)) * np.float32(scale)
             query = 16 * m_blocks * warp + np.arange(16 * m_blocks)[:, None]
-            key = tile * KEYS + np.arange(KEYS)[None, :]
+            key = tile * config.keys + np.arange(config.keys)[None, :]
             s = np.where((key < seq) & ((key <= query) if causal else True), s, -np.inf)
             new_peak = np.maximum(peak[warp], s.max(1))
             correction = np.exp2(peak[warp] - new_peak)
@@ -434,22 +454,22 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
             total[warp] = total[warp] * correction + p.sum(1)
             peak[warp] = new_peak
             # P's A fragment: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan
-            p_warp = np.zeros((16 * m_blocks, KEYS), np.float16)
+            p_warp = np.zeros((16 * m_blocks, config.keys), np.float16)
             for lane in range(32):
-                for mi, block in ((m, b) for m in range(m_blocks) for b in range(KEYS // 16)):
+                for mi, block in ((m, b) for m in range(m_blocks) for b in range(config.keys // 16)):
                     for register, (n_offset, low, high) in enumerate(c_as_a_operand()):
                         for part, accumulator in enumerate((low, high)):
                             row, col = fragment_element("c32", lane, accumulator, 0)
                             element = np.float16(p[16 * mi + row, 8 * (2 * block + n_offset) + col])
                             a_row, a_col = fragment_element("a16", lane, register, part)
                             p_warp[16 * mi + a_row, 16 * block + a_col] = element
-            v_warp = np.zeros((KEYS, d), np.float16)
+            v_warp = np.zeros((config.keys, d), np.float16)
             for block in range(output.b.k_blocks):
                 for lane in range(32):
                     for ni, register, part in ((n, r, h) for n in range(d // 8) for r in range(2) for h in range(2)):
                         kk, nn = fragment_element("b16", lane, register, part)
                         got = value(v_regs[block], 32 * warp + lane, output.b_slots(ni, 0)[register], part)
-                        assert got == padded(v[keys], KEYS)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
+                        assert got == padded(v[keys], config.keys)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
                         v_warp[16 * block + kk, 8 * ni + nn] = got
             out[warp] = out[warp] * correction[:, None] + p_warp.astype(np.float32) @ v_warp.astype(np.float32)
     result = (out / total[:, :, None]).reshape(rows, d).astype(np.float16)

@@ -144,10 +144,13 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                           arith.subi(n, col0), arith.subi(depth, k0))
             return a_copy, b_copy
 
-        def load_k_tile(k_tile):  # the copies of k-tile `k_tile` into its stage, zero past the matrix
+        def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
+            # matrix; `inside`: the k-tile is known to lie inside A and B, so the copies go unpredicated
             tokens = []
             for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
                     k_tile, stage_offset(k_tile)):
+                if inside:
+                    valid_rows = valid_cols = None
                 tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
                                             valid_rows=valid_rows, valid_cols=valid_cols, chunk_bytes=config.align)
             return k.commit_group(tokens)
@@ -190,7 +193,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             k.wait_groups(group, stages - 2)
             k.barrier()
             fragments(k.index(0), 0, buffers[0])
-            with k.loop(0, k_tiles) as k_tile:
+
+            def k_tile_step(k_tile, inside):
                 for block in range(blocks):
                     if block == blocks - 1:  # k-tile + 1 has landed, and nobody reads k-tile's stage any more
                         k.wait_groups(group, stages - 2)
@@ -199,8 +203,20 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                     else:
                         fragments(k_tile, block + 1, buffers[(block + 1) % 2])
                     if block == 0:
-                        load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
+                        load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside)
                     multiply(buffers[block % 2], 1)
+
+            # CTAs inside M and N first run the steps whose copies (of k-tile + stages - 1) lie inside K with
+            # no predicate (CUTLASS's predicate-free main loop), then every CTA the rest with them
+            inside_k = arith.subi(arith.divui(depth, k.index(bk)), k.index(stages - 1))
+            interior = arith.andi(arith.andi(k.compare("ule", arith.addi(row0, k.index(bm)), m),
+                                             k.compare("ule", arith.addi(col0, k.index(bn)), n)),
+                                  k.compare("sge", inside_k, k.index(0)))
+            unpredicated = arith.select(interior, inside_k, k.index(0))
+            with k.loop(0, unpredicated) as k_tile:
+                k_tile_step(k_tile, inside=True)
+            with k.loop(unpredicated, k_tiles) as k_tile:
+                k_tile_step(k_tile, inside=False)
         else:
             for ahead in range(stages - 1):
                 group = load_k_tile(k.index(ahead))
@@ -279,11 +295,30 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
                         k.store(value, c, [arith.addi(at, k.index(e))])
 
 
-VARIANTS = [Config(b_major=major, align=align) for major in ("kn", "nk") for align in (16, 8, 4, 2)]
+# The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
+# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type, the tiles measured worth
+# taking (benchmarks/RESULTS.md, H200): bf16's 128 x 256 kernel ran 8-14% slower than its 128 x 128 one, f16's
+# 0-5% faster. (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills in the sm_80 build.)
+TILES = (dict(bm=128, bn=256, warps=(2, 4), stages=4), {})
+PREFERRED = {"f16": TILES, "bf16": TILES[1:]}
+FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
+
+
+def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16) -> dict:
+    """The largest of the element's PREFERRED tiles whose CTAs cover FILL of the `sms` multiprocessors at least
+    once; the smallest where none does. Element copies (align 2) take the default tile."""
+    if align == HALF:
+        return {}
+    tiles = PREFERRED[element]
+    return next((tile for tile in tiles if Config(**tile).grid(m, n) >= FILL * sms), tiles[-1])
+
+
+VARIANTS = [Config(b_major=major, align=align, **tile) for major in ("kn", "nk") for align in (16, 8, 4)
+            for tile in TILES] + [Config(b_major=major, align=HALF) for major in ("kn", "nk")]
 
 
 def build_variants(directory) -> None:
-    """The PTX of every (element, B layout, alignment) variant of the default tile, for `Matmul`."""
+    """The PTX of every (element, B layout, alignment, tile) variant, for `Matmul`."""
     from pathlib import Path
 
     from mlir_tile.compile import compile_to_ptx
@@ -296,15 +331,41 @@ def build_variants(directory) -> None:
 
 class Matmul:
     """C = A x B on torch tensors through mlir-tile's runtime (no host copies, torch's current stream): the
-    variant is picked from the dtypes, B's layout and the sizes. `b` is [K, N] (b_major "kn") or [N, K] ("nk",
-    a weight of torch.nn.functional.linear). ValueError for what the kernels do not take."""
+    variant is picked from the dtypes, B's layout, the sizes' alignment and the CTA tile for M x N
+    (`pick_tile`). `b` is [K, N] (b_major "kn") or [N, K] ("nk", a weight of torch.nn.functional.linear).
+    ValueError for what the kernels do not take."""
 
     def __init__(self, runtime, directory):
         from pathlib import Path
 
-        self.runtime, self.directory, self.kernels = runtime, Path(directory), {}
+        self.runtime, self.directory, self.modules, self.plans = runtime, Path(directory), {}, {}
+        self.sms = runtime.device.properties.multiprocessor_count
+        self.last_config = None  # the variant of the last call
 
-    def __call__(self, a, b, *, b_major: str = "kn", out=None):
+    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None):
+        """`tile`: one of TILES instead of `pick_tile`'s choice; `out`: a contiguous M x N CUDA tensor of A's
+        dtype to write C into."""
+        import torch
+
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile))
+        if key not in self.plans:  # what depends only on the key is checked and worked out once
+            self.plans[key] = self._plan(a, b, b_major, tile)
+        config, module, grid, sizes = self.plans[key]
+        if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
+            raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
+        m, n = sizes[0], sizes[1] * config.unit
+        if out is None:
+            out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+        elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
+            raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
+                             f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
+        self.last_config = config
+        module.launch(KERNEL, [a, b, out, *sizes], grid=grid, block=config.threads, shared_bytes=config.shared_bytes,
+                      stream=torch.cuda.current_stream())
+        return out
+
+    def _plan(self, a, b, b_major, tile):
+        """(config, module, grid, the kernel's size arguments) for these operands, or ValueError."""
         import torch
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
@@ -312,26 +373,22 @@ class Matmul:
             raise ValueError(f"gemm: A and B are both float16 or both bfloat16, got {a.dtype} and {b.dtype}")
         if b_major not in ("kn", "nk"):
             raise ValueError(f"gemm: b_major is 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_major!r}")
-        if a.dim() != 2 or b.dim() != 2 or not a.is_cuda or not b.is_cuda:
+        if a.dim() != 2 or b.dim() != 2:
             raise ValueError("gemm: A and B are 2-D CUDA tensors")
-        if not a.is_contiguous() or not b.is_contiguous():
-            raise ValueError("gemm: A and B must be row-major (contiguous); call .contiguous() first")
         m, depth = a.shape
         n, b_depth = (b.shape[1], b.shape[0]) if b_major == "kn" else b.shape
         if b_depth != depth or m == 0 or n == 0 or depth == 0:
             raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
                              f"or a size is 0")
+        if tile is not None and tile not in TILES:
+            raise ValueError(f"gemm: tile is one of {TILES}, got {tile!r}")
         align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
-        key = (element, b_major, align)
-        if key not in self.kernels:
-            config = Config(b_major=b_major, align=align)
-            name = f"gemm_{element}_{config}"
-            self.kernels[key] = config, self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
-        config, module = self.kernels[key]
-        out = torch.empty(m, n, dtype=a.dtype, device=a.device) if out is None else out
-        module.launch(KERNEL, [a, b, out, m, n // config.unit, depth // config.unit], grid=config.grid(m, n),
-                      block=config.threads, shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
-        return out
+        tile = pick_tile(m, n, self.sms, element, align) if tile is None or align == HALF else tile
+        config = Config(b_major=b_major, align=align, **tile)
+        name = f"gemm_{element}_{config}"
+        if name not in self.modules:
+            self.modules[name] = self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
+        return config, self.modules[name], config.grid(m, n), (m, n // config.unit, depth // config.unit)
 
 
 def _accumulator_slots(tiled, mi: int, ni: int) -> list[int]:

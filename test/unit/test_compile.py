@@ -61,19 +61,23 @@ def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
 
 
 def test_gemm_example_ptx_is_what_mlir_tile_compiles():
-    """The build half of the GEMM GPU test (examples/gemm.py): per k-tile of the main loop, eight 16-byte
-    cp.async with one base per thread and immediate offsets, 16 ldmatrix.x4 (A, B with .trans) and 64 mma."""
+    """The build half of the GEMM GPU test (examples/gemm.py): two main loops (CTAs inside M and N while the
+    k-tile copied lies inside K, then the rest), each per k-tile eight 16-byte cp.async with one base per thread
+    and immediate offsets, 16 ldmatrix.x4 (A, B with .trans) and 64 mma; the first loop's copies carry no
+    zero-fill operand."""
     import re
 
     import gemm
 
     compiled = compile_to_ptx(gemm.build_module())
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 4  # loop + prologue
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 8 + 4
-    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 64
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 * 8 + 4  # loops, prologue
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 2 * 8 + 4
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 2 * 64
     assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 16
-    copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(\+\d+)?\]", compiled)
-    assert len(copies) == 4 * 8 and copies.count("") == 2  # 3 prologue k-tiles and the loop's; 2 bases
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(\+\d+)?\], \[%rd\d+(?:\+\d+)?\], 16(, %r\d+)?;", compiled)
+    assert len(copies) == 5 * 8  # 3 prologue k-tiles and the two loops'
+    assert sum(1 for _, size in copies if not size) == 8  # the predicate-free loop's
+    assert sum(1 for offset, _ in copies if not offset) == 3  # one base (prologue, each loop), the rest immediates
     assert ".local" not in compiled
     assert ".extern .shared .align 2048" in compiled  # the B tile's swizzle Sw<3,2,4> repeats every 2048 bytes
     assert compiled == (Path(__file__).with_name("Inputs") / "gemm.ptx").read_text(), (
@@ -81,15 +85,16 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
 
 
 def test_attention_example_ptx_is_what_mlir_tile_compiles():
-    """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 16 ldmatrix.x4 of
-    K, 16 ldmatrix.x4.trans of V, 128 mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row,
-    4 rows a thread) and 8 xor shuffles; twice (the tiles without and with the mask), and Q's 8 x4 once."""
+    """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 8 ldmatrix.x4 of
+    Q (read from its tile in every key tile at d 64), 16 ldmatrix.x4 of K, 16 ldmatrix.x4.trans of V, 128
+    mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row, 4 rows a thread) and 8 xor
+    shuffles; twice (the tiles without and with the mask)."""
     import re
 
     import attention
 
     compiled = compile_to_ptx(attention.build_module())
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 2 * 16
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 * (8 + 16)
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 2 * 16
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 2 * 128
     assert len(re.findall(r"ex2\.approx\.ftz\.f32", compiled)) == 2 * 68
