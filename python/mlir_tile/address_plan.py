@@ -9,7 +9,8 @@ evaluating every lane:
 
     "shift"    swizzle(lane + c) == swizzle(lane) + K for every lane: the swizzled lane part, K in the immediate
     "xor"      lane & c == 0 for every lane (no carries, so lane + c == lane ^ c, and the swizzle is linear over
-               xor): swizzle(lane) ^ swizzle(c), one xor
+               xor): swizzle(lane) ^ swizzle(low) + high, one xor, where c = low + high and high, the top bits
+               of c that the swizzle leaves alone, is the immediate
     "swizzle"  otherwise swizzle(lane + c): an add and the swizzle's three instructions
 
 `offsets(plan, ...)` evaluates a plan lane by lane, so tests compare it with the layout itself.
@@ -60,10 +61,24 @@ def address_plan(transfer: Transfer) -> AddressPlan:
         if all(swizzle(lane + constant) - swizzle(lane) == shift for lane in lanes):
             repeats.append(RepeatAddress("shift", 0, shift, slots))
         elif all(lane & constant == 0 for lane in lanes):
-            repeats.append(RepeatAddress("xor", swizzle(constant), 0, slots))
+            low, high = _xor_and_immediate(constant, lanes, swizzle)
+            repeats.append(RepeatAddress("xor", swizzle(low), high, slots))
         else:
             repeats.append(RepeatAddress("swizzle", constant, 0, slots))
     return AddressPlan(tuple(repeats))
+
+
+def _xor_and_immediate(constant: int, lanes: list[int], swizzle) -> tuple[int, int]:
+    """constant = low + high, high its top bits, as many as can be: (swizzle(lane) ^ swizzle(low)) + high ==
+    swizzle(lane + constant) for every lane. The part the swizzle leaves alone (whole rows of the tile, say)
+    then goes to the instruction's immediate, and repeats that differ only there share one xor'd register
+    (a kernel's loop keeps one per column, not one per row and column)."""
+    for bit in range(constant.bit_length()):
+        high = constant >> bit << bit
+        low = constant - high
+        if all((swizzle(lane) ^ swizzle(low)) + high == swizzle(lane + constant) for lane in lanes):
+            return low, high
+    return constant, 0  # all of it xor'd
 
 
 def offsets(plan: AddressPlan, transfer: Transfer) -> list[list[int]]:

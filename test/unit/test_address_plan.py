@@ -50,3 +50,26 @@ def test_each_swizzled_form_where_it_is_exact():
     assert [r.operand for r in plan.repeats] == [0, transfer.shared.swizzle(4), 8, 12]
     assert offsets(plan, transfer) == [[transfer.shared_offset(0, (r,), (lane // 8) % 2, lane % 8) for lane in range(32)]
                                        for r in range(4)]
+
+
+def test_the_xor_form_leaves_whole_rows_to_the_immediate():
+    # V's transfer in attention at d 128 (a 64 x 128 tile, Sw<3,2,4> over rows of 64 words): its repeats step 8
+    # words along a row and 16 rows down (1024 words). Sw<3,2,4> xors bits 2-4 of the word offset with bits
+    # 6-8: a column step of 8, 16 or 24 words is an xor, one of 32 words (bit 5) and the rows are not, so they
+    # go to the immediate and the 32 repeats take 3 xor'd registers and the lane's own
+    from mlir_tile.layout import Layout
+    from mlir_tile.tiled import tiled_mma_m16n8k16
+
+    tile = Layout.parse("Sw<3,2,4> o (64,64):(64,1)")
+    operand = tiled_mma_m16n8k16((4, 1), (64, 128, 64), Layout.parse("(64,32):(32,1)"), tile,
+                                 Layout.parse("(64,64):(64,1)"), "kn").b
+    transfer = contract.verdict(contract.Query.of_layouts(
+        operand.opcode, operand.whole.registers, operand.whole.shared, register_slots=operand.whole.slots,
+        shared_words=tile.cosize, scope="cta", block_size=(128, 1, 1))).require()
+    plan = address_plan(transfer)
+    xors = [r for r in plan.repeats if r.form == "xor"]
+    assert plan.forms.count("shift") == 4 * 2 and len(xors) == 4 * 6  # 4 k16 blocks x 8 n16 pairs
+    assert sorted({r.operand for r in xors}) == [8, 16, 24]  # not one per row and column: 24 of them
+    assert {r.immediate for r in plan.repeats} == {row + column for row in (0, 1024, 2048, 3072) for column in (0, 32)}
+    assert offsets(plan, transfer) == [[transfer.shared_offset(warp, repeat, (lane // 8) % 4, lane % 8)
+                                        for warp in range(4) for lane in range(32)] for repeat in transfer.repeats()]
