@@ -7,8 +7,10 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --emulate         # a CTA on the reference model against numpy, no GPU
 
 By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128:
-each warp BR / 4 rows; `Config` takes other warp counts and rows per warp) and walks the keys in tiles of 64, K and V double-buffered through cp.async with zero-fill past
-the sequence. Per key tile: S = Q K^T from Q's fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from
+each warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles and Q read from shared
+memory per key tile; `Attention` takes TUNED's at d 128 without the mask) and walks the keys in tiles of 64,
+K and V double-buffered through cp.async with zero-fill past the sequence. Per key tile: S = Q K^T from Q's
+fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from
 the row-major [keys, d] tile, the N x K operand), one d16 block at a time; the mask (keys past the sequence,
 and above the diagonal when causal) and the online softmax in the log2 domain (row max and sum over the four
 lanes of a row by xor shuffles, exp2 as ex2.approx.ftz); P, the accumulators of S packed to 16-bit pairs, is
@@ -41,13 +43,8 @@ class Config:
     warps: int = 4
     row_blocks: int = 0  # m16 blocks of query rows per warp; 0: 2 at d = 64, 1 at d = 128 (registers)
     keys: int = 64  # keys per K/V tile (32: half of S's accumulators, twice the barriers)
-    q_in_registers: bool | None = None  # Q's fragments loaded once, or (False) one d16 block at a time from the
-    # Q tile in every key tile (FA2's choice at d 128: registers, at the price of Q's shared reads); None: False
-    # at d 64 (no spills there, measured 0-10% faster on the H200), True at d 128
-
-    @property
-    def holds_q(self) -> bool:
-        return self.head_dim == 128 if self.q_in_registers is None else self.q_in_registers
+    q_in_registers: bool = True  # Q's fragments loaded once, or (False) one d16 block at a time from the Q tile
+    # in every key tile (FA2's choice at d 128: registers for 32 rows a warp, at the price of Q's shared reads)
 
     @property
     def blocks_per_warp(self) -> int:
@@ -76,7 +73,7 @@ class Config:
     def __str__(self) -> str:
         shape = "" if (self.warps, self.row_blocks) == (4, 0) else f"_w{self.warps}m{self.blocks_per_warp}"
         shape += "" if self.keys == 64 else f"_k{self.keys}"
-        shape += {None: "", True: "_qr", False: "_qs"}[self.q_in_registers]
+        shape += "" if self.q_in_registers else "_qs"
         return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}{shape}"
 
 
@@ -155,7 +152,7 @@ def build_module(config: Config = Config(), context=None):
         if config.causal:  # keys up to the CTA's last query row
             kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + config.keys - 1)), k.index(config.keys)))
 
-        q_regs = k.registers(scores.a.whole.slots if config.holds_q else scores.a.whole.slots // scores.a.k_blocks)
+        q_regs = k.registers(scores.a.whole.slots if config.q_in_registers else scores.a.whole.slots // scores.a.k_blocks)
         k_regs = k.registers(scores.b.whole.slots // scores.b.k_blocks)
         v_regs = k.registers(output.b.whole.slots // output.b.k_blocks)
         p_regs = k.registers(output.a.whole.slots)
@@ -170,7 +167,7 @@ def build_module(config: Config = Config(), context=None):
             k.store(zero, row_sum, [slot])
         k.wait_groups(first_group, 1)
         k.barrier()
-        if config.holds_q:
+        if config.q_in_registers:
             t = scores.a.whole
             transfer(t.opcode, q_regs, k.view(shared, (scores.a.tile.cosize,), "i32"), dst_layout=t.registers,
                      src_layout=t.shared, scope="cta")
@@ -192,7 +189,7 @@ def build_module(config: Config = Config(), context=None):
         def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks):
             """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is
             A where it is Q and Q stays in shared memory."""
-            a_from_shared = tiled_mma is scores and not config.holds_q
+            a_from_shared = tiled_mma is scores and not config.q_in_registers
             for block in range(tiled_mma.b.k_blocks):
                 if a_from_shared:
                     t, words = block_view(tiled_mma.a, k.index(0), block)
@@ -302,8 +299,12 @@ def build_module(config: Config = Config(), context=None):
 
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
-SHAPES = [{"warps": 8, "row_blocks": 1}, {"q_in_registers": True}, {"keys": 32},
-          {"row_blocks": 2, "keys": 32, "q_in_registers": False}]  # other CTAs the benchmark measures
+# The CTA `Attention` takes per (head dim, causal) where not the default, as measured on the H200
+# (benchmarks/RESULTS.md): at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma)
+# with 32-key tiles and Q read from shared memory, so that the accumulators fit in registers: 3-6% faster.
+TUNED = {(128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False}}
+SHAPES = [{"warps": 8, "row_blocks": 1}, {"q_in_registers": False}, {"keys": 32}, TUNED[128, False],
+          {"row_blocks": 2, "q_in_registers": False}]  # other CTAs the benchmark measures
 
 
 def build_variants(directory) -> None:
@@ -321,13 +322,16 @@ class Attention:
     d 64 or 128) through mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
 
     def __init__(self, runtime, directory, shapes: dict | None = None):
-        """`shapes`: per head dim, the Config fields (warps, row_blocks) of the kernels to use."""
+        """`shapes`: per head dim, the Config fields (warps, row_blocks, keys, q_in_registers) of the kernels to
+        use; else TUNED's for the (head dim, causal), else the default CTA."""
         from pathlib import Path
 
         self.runtime, self.directory, self.kernels, self.shapes = runtime, Path(directory), {}, shapes or {}
 
     def __call__(self, q, k, v, *, causal: bool = False):
         import torch
+
+        from mlir_tile.runtime import torch_stream
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
         if element is None or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -342,14 +346,14 @@ class Attention:
             raise ValueError("attention: contiguous CUDA tensors with seq >= 1")
         key = (d, bool(causal), element)
         if key not in self.kernels:
-            config = Config(*key, **self.shapes.get(key[0], {}))
+            config = Config(*key, **self.shapes.get(key[0], TUNED.get(key[:2], {})))
             self.kernels[key] = config, self.runtime.load_ptx((self.directory / f"{config}.ptx").read_text(),
                                                               name=str(config))
         config, module = self.kernels[key]
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
         module.launch(KERNEL, [q, k, v, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
-                      shared_bytes=config.shared_bytes, stream=torch.cuda.current_stream())
+                      shared_bytes=config.shared_bytes, stream=torch_stream(q))
         return o, lse
 
 
