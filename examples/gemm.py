@@ -347,6 +347,8 @@ class Matmul:
         dtype to write C into."""
         import torch
 
+        from mlir_tile.runtime import torch_stream
+
         key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile))
         if key not in self.plans:  # what depends only on the key is checked and worked out once
             self.plans[key] = self._plan(a, b, b_major, tile)
@@ -361,7 +363,7 @@ class Matmul:
                              f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
         self.last_config = config
         module.launch(KERNEL, [a, b, out, *sizes], grid=grid, block=config.threads, shared_bytes=config.shared_bytes,
-                      stream=torch.cuda.current_stream())
+                      stream=torch_stream(a))
         return out
 
     def _plan(self, a, b, b_major, tile):

@@ -136,6 +136,8 @@ def test_launch_on_device_arrays_copies_nothing_and_uses_the_producers_stream(ru
     data = np.random.default_rng(1).integers(0, 2**20, 1000, dtype=np.uint32)
     expected = data * 3 + 7
     torch = pytest.importorskip("torch")
+    from mlir_tile.runtime import torch_stream
+
     source = torch.from_numpy(data.view(np.int32)).cuda()
     out = torch.zeros_like(source)
     assert module.launch("scale", [source, out, np.uint32(7), np.uint32(data.size)], grid=8, block=128,
@@ -145,6 +147,13 @@ def test_launch_on_device_arrays_copies_nothing_and_uses_the_producers_stream(ru
     module.launch("scale", [source.data_ptr(), raw.data_ptr(), np.uint32(7), np.uint32(data.size)], grid=8, block=128,
                   stream=torch.cuda.current_stream().cuda_stream)
     np.testing.assert_array_equal(raw.cpu().numpy().view(np.uint32), expected)
+    side, on_side = torch.cuda.Stream(), torch.zeros_like(source)
+    with torch.cuda.stream(side):  # torch_stream: the current stream's handle, here not the default one
+        assert torch_stream(source) == side.cuda_stream != torch.cuda.default_stream().cuda_stream
+        module.launch("scale", [source, on_side, np.uint32(7), np.uint32(data.size)], grid=8, block=128,
+                      stream=torch_stream(source))
+    side.synchronize()
+    np.testing.assert_array_equal(on_side.cpu().numpy().view(np.uint32), expected)
     cupy = pytest.importorskip("cupy")
     source_cupy, out_cupy = cupy.asarray(data), cupy.zeros(data.size, cupy.uint32)
     module.launch("scale", [source_cupy, out_cupy, np.uint32(7), np.uint32(data.size)], grid=8, block=128)
