@@ -3,10 +3,11 @@
     python benchmarks/attention.py build DIR     # here (MLIR): the 8 kernels' PTX
     python3 benchmarks/attention.py check DIR    # GPU host: random cases against torch's math backend (fp32)
     python3 benchmarks/attention.py run DIR      # GPU host: TFLOP/s beside torch's flash and cuDNN backends
+    python3 benchmarks/attention.py profile DIR  # GPU host with ncu: shared wavefronts and stalls, ours and FA2's
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
 * seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
-heads * d = 2048. Times: CUDA events around each call, median of REPEATS after WARMUP.
+heads * d = 2048. Times: CUDA events around each call, the calls of a configuration taking turns, median of REPEATS after WARMUP.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import random
 import sys
 from pathlib import Path
 
-from torch_timing import load_example, median_seconds
+from torch_timing import load_example, medians_interleaved, profile_launches
 
 WARMUP, REPEATS, CHECKED = 3, 20, 120
 
@@ -82,6 +83,7 @@ def check(directory: Path) -> None:
 
 
 def run(directory: Path) -> None:
+    """Per configuration, every kernel shape and both torch backends timed in turns (`medians_interleaved`)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -99,20 +101,25 @@ def run(directory: Path) -> None:
                         batch, heads = 16384 // seq, 2048 // d
                         q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
                         flops = 4 * batch * heads * seq * seq * d
-                        row = {"element": element, "d": d, "seq": seq, "causal": causal}
-                        row["variants"] = {}
-                        for name, attention in [("default", default)] + [(str(shape), a) for shape, a in zip(example.SHAPES, shaped)]:
-                            row["variants"][name] = flops / _median_seconds(lambda: attention(q, k, v, causal=causal)) / 1e12
-                        row["mlir-tile"] = max(row["variants"].values())
+                        ours = {name: (lambda attention=attention: attention(q, k, v, causal=causal)) for name, attention
+                                in [("default", default)] + [(str(shape), a) for shape, a in zip(example.SHAPES, shaped)]}
+                        anchors = {}
                         for name, backend in (("flash (FA2)", SDPBackend.FLASH_ATTENTION),
                                               ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-                            try:
+                            def call(backend=backend):
                                 with sdpa_kernel(backend):
-                                    call = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-                                    row[name] = flops / _median_seconds(call) / 1e12
+                                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            try:
+                                call()
+                                anchors[name] = call
                             except RuntimeError as error:
-                                row[name] = f"unavailable: {str(error)[:60]}"
-                        if isinstance(row["flash (FA2)"], float):
+                                print(f"{name} unavailable: {str(error)[:60]}")
+                        seconds = medians_interleaved({**ours, **anchors}, WARMUP, REPEATS)
+                        row = {"element": element, "d": d, "seq": seq, "causal": causal,
+                               "variants": {name: flops / seconds[name] / 1e12 for name in ours},
+                               **{name: flops / seconds[name] / 1e12 for name in anchors}}
+                        row["mlir-tile"] = max(row["variants"].values())
+                        if "flash (FA2)" in row:
                             row["ratio to FA2"] = row["mlir-tile"] / row["flash (FA2)"]
                         print(json.dumps({key: round(value, 2) if isinstance(value, float) else value
                                           for key, value in row.items() if key != "variants"}),
@@ -121,10 +128,46 @@ def run(directory: Path) -> None:
     (directory / "attention_results.json").write_text(json.dumps(results, indent=1))
 
 
-def _median_seconds(call) -> float:
-    return median_seconds(call, WARMUP, REPEATS)
+PROFILED = (4, 16, 4096)  # batch, heads, seq
+
+
+def launch(directory: Path, which: str, d: int) -> None:
+    """One non-causal fp16 launch at PROFILED and head dim d: ours (`which` "default" or a SHAPES index), or
+    torch's flash backend ("flash"). What `profile` runs under ncu."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from mlir_tile.runtime import Runtime
+
+    example = _example()
+    q, k, v = (torch.randn(*PROFILED, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    if which == "flash":
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    else:
+        with Runtime() as runtime:
+            shape = {} if which == "default" else example.SHAPES[int(which)]
+            example.Attention(runtime, directory / "attention", {d: shape})(q, k, v)
+    torch.cuda.synchronize()
+
+
+def profile(directory: Path) -> None:
+    """ncu on one launch of ours (each CTA shape) and of torch's FA2 kernel per head dim: shared-memory
+    instructions and wavefronts (ours: ldmatrix.x4, 16-byte cp.async, stmatrix.x4 and 16-byte reads, all
+    conflict-free by construction: 4 wavefronts each is the model's minimum), pipes' busy shares, stalls."""
+    report = []
+    for d in (64, 128):
+        for which in ["default", *map(str, range(len(_example().SHAPES))), "flash"]:
+            entry, = profile_launches([__file__, "launch", str(directory), which, str(d)], "attention|flash_fwd", 1)
+            report.append({"kernel shape": which if which in ("default", "flash") else _example().SHAPES[int(which)],
+                           "d": d, **entry})
+            print(json.dumps(report[-1]), flush=True)
+    (directory / "attention_profile.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
-    {"build": build, "check": check, "run": run}[command](directory)
+    if command == "launch":
+        launch(directory, sys.argv[3], int(sys.argv[4]))
+    else:
+        {"build": build, "check": check, "run": run, "profile": profile}[command](directory)

@@ -154,36 +154,59 @@ def build(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "generated.ptx").write_text(compile_to_ptx(generated_kernel()))
     (directory / "hand.cu").write_text(hand_source(with_loads=True))
+    write_peak_source(directory)
+
+
+def _cuda_to_cubin(source: Path) -> Path:
+    from cuda.core import Program, ProgramOptions
+
+    from bench import ptx_to_cubin
+
+    ptx = source.with_suffix(".ptx")
+    options = ProgramOptions(arch="sm_90", std="c++17")
+    ptx.write_bytes(Program(source.read_text(), "c++", options).compile("ptx").code.rstrip(b"\0"))
+    return ptx_to_cubin(ptx)
+
+
+def _time_loop(runtime, cubin: Path, name: str):
+    """(each thread's output, median ms, TFLOP/s) of a fragment_loop kernel on every SM."""
+    import numpy as np
+
+    grid = runtime.device.properties.multiprocessor_count * BLOCKS_PER_SM
+    module = runtime.load_cubin(cubin.read_bytes(), name=name)
+    arguments = [np.zeros(67108864, np.uint32), np.int32(ITERATIONS), np.int32(0)]
+    output = module.launch("fragment_loop", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
+    timing = module.time("fragment_loop", arguments, grid=grid, block=BLOCK, warmup=3, repeats=20)
+    mmas = grid * BLOCK // 32 * ITERATIONS * MMAS_PER_ITERATION
+    return output, timing.median, mmas * MMA_FLOPS / (timing.median / 1e3) / 1e12
+
+
+def write_peak_source(directory: Path) -> None:
+    """peak.cu: the pure mma.sync loop (no loads), whose rate other benchmarks measure beside their kernels."""
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "peak.cu").write_text(hand_source(with_loads=False))
+
+
+def mma_sync_peak(runtime, directory: Path) -> float:
+    """The pure mma.sync loop's TFLOP/s (DIR/peak.cu, from `write_peak_source`), in the caller's process."""
+    return _time_loop(runtime, _cuda_to_cubin(directory / "peak.cu"), "peak")[2]
 
 
 def run(directory: Path) -> None:
     import numpy as np
-    from cuda.core import Program, ProgramOptions
 
     from bench import ptx_to_cubin, sass_of
     from mlir_tile.runtime import Runtime
 
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     with Runtime() as runtime:
-        sms = runtime.device.properties.multiprocessor_count
-        grid = sms * BLOCKS_PER_SM
-        options = ProgramOptions(arch="sm_90", std="c++17")
         cubins = {"generated": ptx_to_cubin(directory / "generated.ptx")}
-        for kind in ("hand", "peak"):
-            ptx = directory / f"{kind}.ptx"
-            ptx.write_bytes(Program((directory / f"{kind}.cu").read_text(), "c++", options).compile("ptx").code.rstrip(b"\0"))
-            cubins[kind] = ptx_to_cubin(ptx)
+        cubins.update({kind: _cuda_to_cubin(directory / f"{kind}.cu") for kind in ("hand", "peak")})
         outputs = {}
         for kind, cubin in cubins.items():
-            module = runtime.load_cubin(cubin.read_bytes(), name=kind)
-            arguments = [np.zeros(67108864, np.uint32), np.int32(ITERATIONS), np.int32(0)]
-            outputs[kind] = module.launch("fragment_loop", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
-            timing = module.time("fragment_loop", arguments, grid=grid, block=BLOCK, warmup=3, repeats=20)
-            mmas = grid * BLOCK // 32 * ITERATIONS * MMAS_PER_ITERATION
-            sass = sass_of(cubin)
-            loop = _loop_counts(sass)
-            results[kind] = {"ms": timing.median, "tflop_s": mmas * MMA_FLOPS / (timing.median / 1e3) / 1e12, **loop}
+            outputs[kind], milliseconds, tflop_s = _time_loop(runtime, cubin, kind)
+            loop = _loop_counts(sass_of(cubin))
+            results[kind] = {"ms": milliseconds, "tflop_s": tflop_s, **loop}
             print(f"{kind:9} {results[kind]['tflop_s']:7.1f} TFLOP/s  {loop}", flush=True)
         results["ratio"] = results["generated"]["tflop_s"] / results["hand"]["tflop_s"]
         results["generated_share_of_peak"] = results["generated"]["tflop_s"] / results["peak"]["tflop_s"]

@@ -3,11 +3,14 @@
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
+    python3 benchmarks/gemm.py profile DIR     # GPU host with ncu: shared wavefronts and stalls of each tile
 
 On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (no host copies, torch's
 stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
 own autotuning over the same tile shapes), compiled with DISABLE_MMA_V3=1 so that it takes mma.sync and
-ldmatrix, as ours does. Times: CUDA events around each launch, median of REPEATS after WARMUP.
+ldmatrix, as ours does, and again as Triton compiles it by default (wgmma); the pure mma.sync loop of
+fragment_loop.py gives the instruction's peak in the same process. Times: CUDA events around each launch, the
+calls of a shape taking turns, median of REPEATS after WARMUP.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from torch_timing import load_example, median_seconds
+from torch_timing import load_example, medians_interleaved, profile_launches
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097)]
@@ -30,16 +33,19 @@ def _example():
 
 
 def configs(example) -> list:
-    """The variants measured: the CTA tiles, warp grids and stages the table picks from."""
+    """The variants measured beside `Matmul`'s pick: its tiles, and the 128 x 256 tile with 64-wide k-tiles."""
     c = example.Config
-    return [c(), c(pipelined=False), c(bk=64, stages=3), c(stages=3), c(warps=(4, 1)), c(stages=5)]
+    return [c(**tile) for tile in example.TILES] + [c(bm=128, bn=256, bk=64, warps=(2, 4), stages=3)]
 
 
 def build(directory: Path) -> None:
+    from fragment_loop import write_peak_source
+
     from mlir_tile.compile import compile_to_ptx
 
     example = _example()
     example.build_variants(directory / "variants")
+    write_peak_source(directory)
     variants = []
     for config in configs(example):
         for element in ELEMENTS:
@@ -49,8 +55,10 @@ def build(directory: Path) -> None:
     (directory / "gemm.json").write_text(json.dumps(variants))
 
 
-def _triton_matmul():
-    os.environ["DISABLE_MMA_V3"] = "1"  # before Triton compiles anything: mma.sync + ldmatrix, not wgmma
+def _triton_matmul(mma_v3: bool):
+    """Triton's tutorial matmul, autotuned over the same tile shapes; mma_v3 False: compiled with
+    DISABLE_MMA_V3=1 (mma.sync + ldmatrix, as ours), True: Triton's default (wgmma on the H200). Each is its
+    own jit function, and the variable is set before each call, since Triton reads it when it compiles."""
     import triton
     import triton.language as tl
 
@@ -71,6 +79,7 @@ def _triton_matmul():
         tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
     def run(a, b, c):
+        os.environ["DISABLE_MMA_V3"] = "0" if mma_v3 else "1"
         m, k = a.shape
         n = b.shape[1]
         matmul[lambda meta: (triton.cdiv(n, meta["BN"]), triton.cdiv(m, meta["BM"]))](a, b, c, m, n, k)
@@ -78,14 +87,19 @@ def _triton_matmul():
 
 
 def run(directory: Path) -> None:
+    """Per shape and dtype, every call timed in turns (`medians_interleaved`): Matmul's pick for both B
+    layouts, each measured tile, cuBLAS, Triton's mma.sync path and its default; the pure mma.sync loop once."""
     import torch
+    from fragment_loop import mma_sync_peak
 
     from mlir_tile.runtime import Runtime
 
-    triton_matmul = _triton_matmul()
+    tritons = {"Triton mma.sync": _triton_matmul(mma_v3=False), "Triton default": _triton_matmul(mma_v3=True)}
     variants = json.loads((directory / "gemm.json").read_text())
     results = []
     with Runtime() as runtime:
+        peak = mma_sync_peak(runtime, directory)
+        print(json.dumps({"mma.sync peak": round(peak, 1)}), flush=True)
         matmul = _example().Matmul(runtime, directory / "variants")
         stream = torch.cuda.current_stream()
         for element in ELEMENTS:
@@ -97,48 +111,75 @@ def run(directory: Path) -> None:
                 b = torch.randn(k, n, device="cuda", dtype=dtype)
                 reference = a.float() @ b.float()
                 torch.cuda.empty_cache()
-                row = {"element": element, "shape": [m, n, k], "mlir-tile": {}, "relative_error": {}}
                 aligned = n % 8 == 0 and k % 8 == 0
-                b_nk = b.T.contiguous()
-                for major, operand in (("kn", b), ("nk", b_nk)):  # the example's pick, as a user calls it
-                    picked = torch.empty(m, n, device="cuda", dtype=dtype)
-                    call = (lambda operand=operand, major=major, picked=picked:
-                            matmul(a, operand, b_major=major, out=picked))
-                    call()
+                calls, outputs = {}, {}
+                for major, operand in (("kn", b), ("nk", b.T.contiguous())):  # the example's pick, as a user calls it
                     name = f"Matmul {major}{'' if aligned else ' (rows not on 16 bytes)'}"
-                    row["relative_error"][name] = ((picked.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
-                    row["mlir-tile"][name] = 2 * m * n * k / _median_seconds(call) / 1e12
+                    outputs[name] = torch.empty(m, n, device="cuda", dtype=dtype)
+                    calls[name] = (lambda operand=operand, major=major, out=outputs[name]:
+                                   matmul(a, operand, b_major=major, out=out))
                 for variant in variants if aligned else []:
-                    c = torch.empty(m, n, device="cuda", dtype=dtype)
+                    out = outputs[variant["name"]] = torch.empty(m, n, device="cuda", dtype=dtype)
                     module, tiles = modules[variant["name"]], -(-m // variant["tile"][0]) * -(-n // variant["tile"][1])
-
-                    def ours():
-                        module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=tiles, block=variant["block"],
-                                      shared_bytes=variant["shared_bytes"], stream=stream)
-
-                    ours()
-                    row["relative_error"][variant["name"]] = (
-                        (c.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
-                    row["mlir-tile"][variant["name"]] = 2 * m * n * k / _median_seconds(ours) / 1e12
-                t_out = torch.empty(m, n, device="cuda", dtype=dtype)
-                for name, call in (("cuBLAS", lambda: torch.matmul(a, b, out=t_out)),
-                                   ("Triton mma.sync", lambda: triton_matmul(a, b, t_out))):
-                    row[name] = 2 * m * n * k / _median_seconds(call) / 1e12
-                best = max(row["mlir-tile"], key=row["mlir-tile"].get)
-                row["best"] = best
-                print(json.dumps({"element": element, "shape": [m, n, k], "best": best,
-                                  "mlir-tile": round(row["mlir-tile"][best], 1), "Triton mma.sync": round(row["Triton mma.sync"], 1),
-                                  "cuBLAS": round(row["cuBLAS"], 1), "all": {k_: round(v, 1) for k_, v in row["mlir-tile"].items()},
+                    calls[variant["name"]] = (lambda module=module, tiles=tiles, variant=variant, out=out: module.launch(
+                        "gemm", [a, b, out, m, n // 8, k // 8], grid=tiles, block=variant["block"],
+                        shared_bytes=variant["shared_bytes"], stream=stream))
+                anchor_out = torch.empty(m, n, device="cuda", dtype=dtype)
+                anchors = {"cuBLAS": lambda: torch.matmul(a, b, out=anchor_out),
+                           **{name: (lambda t=t: t(a, b, anchor_out)) for name, t in tritons.items()}}
+                seconds = medians_interleaved({**calls, **anchors}, WARMUP, REPEATS)
+                row = {"element": element, "shape": [m, n, k], "picked tile": str(matmul.last_config),
+                       "relative_error": {name: ((out.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
+                                          for name, out in outputs.items()},
+                       "mlir-tile": {name: 2 * m * n * k / seconds[name] / 1e12 for name in calls},
+                       **{name: 2 * m * n * k / seconds[name] / 1e12 for name in anchors}, "mma.sync peak": peak}
+                row["best"] = max(row["mlir-tile"], key=row["mlir-tile"].get)
+                print(json.dumps({"element": element, "shape": [m, n, k], "picked": row["picked tile"],
+                                  **{name: round(row[name], 1) for name in anchors},
+                                  "all": {k_: round(v, 1) for k_, v in row["mlir-tile"].items()},
                                   "worst error": max(row["relative_error"].values())}), flush=True)
                 results.append(row)
     (directory / "gemm_results.json").write_text(json.dumps(results, indent=1))
+
+
+def launch(directory: Path, name: str, m: int, n: int, k: int) -> None:
+    """One launch of variant `name` (fp16) on an m x n x k product: what `profile` runs under ncu."""
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    variant = next(v for v in json.loads((directory / "gemm.json").read_text()) if v["name"] == name)
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(k, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    with Runtime() as runtime:
+        module = runtime.load_ptx((directory / f"gemm_f16_{name}.ptx").read_text(), name=name)
+        module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=-(-m // variant["tile"][0]) * -(-n // variant["tile"][1]),
+                      block=variant["block"], shared_bytes=variant["shared_bytes"], stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+
+
+PROFILED = (4096, 4096, 4096)
+
+
+def profile(directory: Path) -> None:
+    """ncu on one fp16 launch of each measured tile at PROFILED: its shared-memory instructions and wavefronts
+    (every shared access of the kernel is a conflict-free 512-byte warp access by construction: ldmatrix.x4,
+    16-byte cp.async writes, stmatrix.x4 and 16-byte reads of the C tile, so the model's minimum is 4
+    wavefronts each), the pipes' busy shares and the stall reasons."""
+    report = []
+    for variant in json.loads((directory / "gemm.json").read_text()):
+        entry, = profile_launches([__file__, "launch", str(directory), variant["name"], *map(str, PROFILED)], "gemm", 1)
+        report.append({"variant": variant["name"], "shape": PROFILED, **entry})
+        print(json.dumps(report[-1]), flush=True)
+    (directory / "gemm_profile.json").write_text(json.dumps(report, indent=1))
 
 
 def check(directory: Path) -> None:
     """C = A x B on CHECKED random shapes (sizes 1, primes, non-multiples of every tile extent, both B
     layouts, both dtypes) through the example's Matmul, against torch's fp32 product: |C - C32| <= 2^-7 |C32|
     + 2^-8 sqrt(K) (the output's rounding, bf16's 8 bits the coarser, and the fp32 accumulation order over
-    K terms of unit variance); and the documented errors."""
+    K terms of unit variance); half of them on each of the example's TILES in turn, half on `pick_tile`'s
+    choice; and the documented errors."""
     import random
 
     import torch
@@ -157,7 +198,7 @@ def check(directory: Path) -> None:
             major = ("kn", "nk")[(trial // 2) % 2]
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype) if major == "kn" else torch.randn(n, k, device="cuda", dtype=dtype)
-            c = matmul(a, b, b_major=major)
+            c = matmul(a, b, b_major=major, tile=example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None)
             reference = a.float() @ (b.float() if major == "kn" else b.float().T)
             bound = 2 ** -7 * reference.abs() + 2 ** -8 * k ** 0.5
             bad = ((c.float() - reference).abs() > bound).sum().item()
@@ -169,7 +210,9 @@ def check(directory: Path) -> None:
         for what, call in (("float32 input", lambda: matmul(a.float(), a.float())),
                            ("mixed dtypes", lambda: matmul(a, a.bfloat16())),
                            ("transposed view", lambda: matmul(a, a.T)),
-                           ("K mismatch", lambda: matmul(a, a[:32].contiguous()))):
+                           ("K mismatch", lambda: matmul(a, a[:32].contiguous())),
+                           ("unknown tile", lambda: matmul(a, a, tile={"bm": 32})),
+                           ("out of the wrong shape", lambda: matmul(a, a, out=a[:32].contiguous()))):
             try:
                 call()
                 errors.append(f"{what}: no error")
@@ -180,10 +223,9 @@ def check(directory: Path) -> None:
     (directory / "gemm_check.json").write_text(json.dumps(report, indent=1))
 
 
-def _median_seconds(call) -> float:
-    return median_seconds(call, WARMUP, REPEATS)
-
-
 if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
-    {"build": build, "run": run, "check": check}[command](directory)
+    if command == "launch":
+        launch(directory, sys.argv[3], *map(int, sys.argv[4:7]))
+    else:
+        {"build": build, "run": run, "check": check, "profile": profile}[command](directory)

@@ -1,5 +1,5 @@
 """What the torch-side benchmarks share: loading an example by path (the GPU host runs them from the
-repository, without the compiler) and timing a call with CUDA events."""
+repository, without the compiler), timing calls with CUDA events, and profiling launches with ncu."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,18 +18,69 @@ def load_example(name: str):
     return module
 
 
-def median_seconds(call, warmup: int, repeats: int) -> float:
-    """The median of `repeats` CUDA-event-timed calls after `warmup` untimed ones, on torch's stream."""
+def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
+    """Per call, the median of `repeats` CUDA-event-timed runs after `warmup` untimed ones, the calls taking
+    turns round by round, so that the clock's drift over the measurement falls on all of them alike."""
     import torch
 
-    for _ in range(warmup):
-        call()
-    times = []
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times = {name: [] for name in calls}
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
+        for name, call in calls.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / 1e3)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+# what a main loop's shared-memory traffic and stalls are: instructions, wavefronts (128 B each), bank conflicts
+# (this ncu counts no wavefronts of LDGSTS's shared writes of their own, but their conflicts) and the average
+# warps stalled per issue, by reason (ncu's names)
+PROFILE_METRICS = {
+    "ldsm": "smsp__sass_inst_executed_op_ldsm.sum",
+    "ldgsts": "smsp__sass_inst_executed_op_ldgsts.sum",
+    "shared loads": "smsp__sass_inst_executed_op_shared_ld.sum",
+    "shared stores": "smsp__sass_inst_executed_op_shared_st.sum",
+    "load wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "store wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "ldgsts bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
+    "load bank conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "shared wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "shared pipe %": "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed",
+    "tensor pipe %": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "issue active %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    **{f"stall {reason}": f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+       for reason in ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
+                      "not_selected", "lg_throttle", "dispatch_stall", "selected")},
+}
+
+
+def profile_launches(argv: list[str], kernel_regex: str, launches: int) -> list[dict]:
+    """PROFILE_METRICS of the first `launches` kernels matching `kernel_regex` that `argv` (a Python script
+    and its arguments) runs, under ncu with the clocks left alone; metrics this ncu does not know are left out
+    (and named under "unknown")."""
+    import csv
+    import io
+    import subprocess
+
+    known = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True, check=True).stdout.split()
+    metrics = {name: m for name, m in PROFILE_METRICS.items() if m.split(".")[0] in known}
+    command = ["ncu", "--clock-control", "none", "--csv", "--kernel-name", f"regex:{kernel_regex}", "--launch-count",
+               str(launches), "--metrics", ",".join(metrics.values()), sys.executable, *argv]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    by_launch: dict[int, dict] = {}
+    names = {m: name for name, m in metrics.items()}
+    for row in csv.DictReader(io.StringIO(output[output.index('"ID"'):])):
+        value = row["Metric Value"].replace(",", "")
+        entry = by_launch.setdefault(int(row["ID"]), {"kernel": row["Kernel Name"][:60]})
+        try:
+            entry[names[row["Metric Name"]]] = float(value)
+        except ValueError:
+            entry[names[row["Metric Name"]]] = value
+    unknown = sorted(set(PROFILE_METRICS) - set(metrics))
+    return [dict(entry, unknown=unknown) for _, entry in sorted(by_launch.items())]
