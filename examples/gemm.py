@@ -301,20 +301,22 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
 # 0-5% faster. (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills in the sm_80 build.)
 TILES = (dict(bm=128, bn=256, warps=(2, 4), stages=4), {})
 PREFERRED = {"f16": TILES, "bf16": TILES[1:]}
+# Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
+# bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
+ELEMENT_TILES = ({}, dict(bm=64, bn=64))
 FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
 
 
 def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16) -> dict:
-    """The largest of the element's PREFERRED tiles whose CTAs cover FILL of the `sms` multiprocessors at least
-    once; the smallest where none does. Element copies (align 2) take the default tile."""
-    if align == HALF:
-        return {}
-    tiles = PREFERRED[element]
+    """The largest of the element's PREFERRED tiles (of ELEMENT_TILES for element copies, align 2) whose CTAs
+    cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
+    tiles = ELEMENT_TILES if align == HALF else PREFERRED[element]
     return next((tile for tile in tiles if Config(**tile).grid(m, n) >= FILL * sms), tiles[-1])
 
 
 VARIANTS = [Config(b_major=major, align=align, **tile) for major in ("kn", "nk") for align in (16, 8, 4)
-            for tile in TILES] + [Config(b_major=major, align=HALF) for major in ("kn", "nk")]
+            for tile in TILES] + [Config(b_major=major, align=HALF, **tile) for major in ("kn", "nk")
+                                  for tile in ELEMENT_TILES]
 
 
 def build_variants(directory) -> None:
@@ -343,8 +345,8 @@ class Matmul:
         self.last_config = None  # the variant of the last call
 
     def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None):
-        """`tile`: one of TILES instead of `pick_tile`'s choice; `out`: a contiguous M x N CUDA tensor of A's
-        dtype to write C into."""
+        """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
+        copies take `pick_tile`'s); `out`: a contiguous M x N CUDA tensor of A's dtype to write C into."""
         import torch
 
         from mlir_tile.runtime import torch_stream
