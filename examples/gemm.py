@@ -13,9 +13,10 @@ shared memory (64 KiB). Per k16 block: the fragments of the next block by one ld
 transfer each (the CTA layouts of `mlir_tile.tiled`, from the algebra; two register buffers), and 32
 mma.sync m16n8k16 on this block's; at a k-tile's first block, the copies of the k-tile three ahead (CuTe's
 TiledCopy: 16-byte chunks, one base address per thread and immediate offsets, rows and columns past the
-matrix zero-filled); before its last, the wait for the next k-tile and a barrier. The epilogue packs the
+matrix zero-filled); before its last, the wait for the next k-tile and a barrier. CTAs inside M and N run
+a twin of that loop without the zero-fill while the k-tile they copy lies inside K. The epilogue packs the
 accumulators, stores them with stmatrix into a swizzled C tile and writes 16-byte rows inside C (sm_80, which
-has no stmatrix: each lane's accumulator pairs directly).
+has no stmatrix: each lane's accumulator pairs directly). `Matmul` picks the tile per product (`pick_tile`).
 
 Kernel parameters (any cuda-python, CuPy or torch user can launch the PTX; `Matmul` does it for torch
 tensors): `gemm(a, b, c, m, n_units, k_units)`, three pointers to arrays aligned to `align` bytes, and three
