@@ -179,7 +179,9 @@ def torch_stream(tensor) -> int:
     than a small kernel runs); Triton's launcher reads it the same way."""
     import torch
 
-    return torch._C._cuda_getCurrentRawStream(tensor.get_device())
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # private: a torch without it takes the public way
+    device = tensor.get_device()
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def _by_value(argument, wait_on):
