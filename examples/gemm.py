@@ -456,27 +456,24 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
             wn_, wm_ = warp % wn, warp // wn
             a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.float16)
             b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.float16)
+            # per operand: its table, registers per block, blocks, slots, where a (block, index, row, column) of
+            # the table lies in the warp's matrix, and that matrix's element in the whole one
+            operands = (("a", "a16", 4, tiled.m_blocks, tiled.a_slots, a_warp,
+                         lambda block, i, r, c: (16 * i + r, 16 * block + c),
+                         lambda r, c: a[16 * wm_ * tiled.m_blocks + r, columns][c]),
+                        ("b", "b16", 2, tiled.n_blocks, tiled.b_slots, b_warp,
+                         lambda block, i, r, c: (16 * block + r, 8 * i + c),
+                         lambda r, c: b[columns][r, 8 * wn_ * tiled.n_blocks + c]))
             for lane in range(32):
                 thread = 32 * warp + lane
                 for block in range(tiled.a.k_blocks):
-                    for mi in range(tiled.m_blocks):
-                        for register in range(4):
-                            for part in range(2):
-                                row, col = fragment_element("a16", lane, register, part)
-                                value = b16_half(loaded["a"][thread, tiled.a_slots(mi, block)[register]],
-                                                 part).view(np.float16)
-                                expected = a[16 * (wm_ * tiled.m_blocks + mi) + row, columns][16 * block + col]
-                                assert value == expected, ("A", thread, block, mi, register)
-                                a_warp[16 * mi + row, 16 * block + col] = value
-                    for ni in range(tiled.n_blocks):
-                        for register in range(2):
-                            for part in range(2):
-                                kk, nn = fragment_element("b16", lane, register, part)
-                                value = b16_half(loaded["b"][thread, tiled.b_slots(ni, block)[register]],
-                                                 part).view(np.float16)
-                                expected = b[columns][16 * block + kk, 8 * (wn_ * tiled.n_blocks + ni) + nn]
-                                assert value == expected, ("B", thread, block, ni, register)
-                                b_warp[16 * block + kk, 8 * ni + nn] = value
+                    for name, table, registers, count, slots_of, warp_matrix, place, whole in operands:
+                        for i, register, part in ((i, r, h) for i in range(count) for r in range(registers)
+                                                  for h in range(2)):
+                            row, col = place(block, i, *fragment_element(table, lane, register, part))
+                            value = b16_half(loaded[name][thread, slots_of(i, block)[register]], part).view(np.float16)
+                            assert value == whole(row, col), (name.upper(), thread, block, i, register)
+                            warp_matrix[row, col] = value
             accumulators[wm_, wn_] += a_warp.astype(np.float32) @ b_warp.astype(np.float32)
     packed = np.zeros((threads, tiled.c.whole.slots), np.uint32)
     for warp in range(wm * wn):
