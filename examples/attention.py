@@ -289,8 +289,9 @@ def build_module(config: Config = Config(), context=None):
                  src_layout=t.registers, scope="cta")
         k.barrier()
         tile = k.view(shared, (rows * d,), element)
-        _, _, row, col, passes = k.tile_chunks(tile, q_halves, rows, d)  # 16-byte chunks of the O tile
-        for (view, index), before in zip(k.planned(tile, q_halves, [[(row, r), col] for r in passes], 8), passes):
+        chunks = k.tile_chunks(tile, q_halves, rows, d)  # 16-byte chunks of the O tile
+        row, col = chunks.row, chunks.col
+        for (view, index), before in zip(k.chunk_addresses(tile, chunks), chunks.rows_before):
             query = arith.addi(arith.addi(q0, row), k.index(before))
             with k.if_(k.compare("ult", query, seq)):
                 k.store_vector(k.load_vector(view, [index], 8), o,

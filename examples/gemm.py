@@ -245,9 +245,10 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                  src_layout=t.registers, scope="cta")
         k.barrier()
         c_tile = k.view(shared, (bm * bn,), element)
-        _, _, row, col, passes = k.tile_chunks(c_tile, c_halves, bm, bn)  # 16-byte chunks of the C tile
+        chunks = k.tile_chunks(c_tile, c_halves, bm, bn)  # 16-byte chunks of the C tile
+        row, col = chunks.row, chunks.col
         inside_columns = k.compare("ult", arith.addi(col0, col), n)  # with N a multiple of 8: whole chunks
-        for (view, index), rows_before in zip(k.planned(c_tile, c_halves, [[(row, r), col] for r in passes], 8), passes):
+        for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
             global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))
             inside = arith.andi(inside_columns, k.compare("ult", global_row, m))
             at = arith.addi(arith.muli(global_row, n), arith.addi(col0, col))

@@ -83,13 +83,13 @@ class Copies:
         bytes): each thread reads its chunks' elements one by one (an element past (valid_rows, valid_cols)
         reads element `src_origin` instead, which exists, and stores 0) and writes each chunk to shared
         memory as one 16-byte store at the layout's planned offset. Synchronous: a barrier makes it visible."""
-        layout, chunk, row, col, rows_before = self.tile_chunks(dst, dst_layout, rows, cols, what="copy_tile")
+        chunks = self.tile_chunks(dst, dst_layout, rows, cols, what="copy_tile")
+        chunk, row, col, rows_before = chunks.chunk, chunks.row, chunks.col, chunks.rows_before
         element_type = ir.MemRefType(dst.type).element_type
         zero = arith.constant(element_type, 0.0 if isinstance(element_type, ir.FloatType) else 0)
         origin, stride = self.as_index(src_origin), self.as_index(src_row_stride)
         limit_rows, limit_cols = self.as_index(valid_rows), self.as_index(valid_cols)
-        for (view, index), before in zip(self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk),
-                                         rows_before):
+        for (view, index), before in zip(self.chunk_addresses(dst, chunks), rows_before):
             tile_row = arith.addi(row, self.index(before))
             row_inside = arith.cmpi(arith.CmpIPredicate.slt, tile_row, limit_rows)
             start = arith.addi(origin, arith.muli(tile_row, stride))
@@ -126,6 +126,14 @@ class Copies:
         rows_before = [j * threads // per_row for j in range(rows * cols // chunk // threads)]
         return TileChunks(layout, chunk, row, col, rows_before)
 
+    def chunk_addresses(self, tile: ir.Value, chunks: "TileChunks") -> list[tuple[ir.Value, ir.Value]]:
+        """Each pass's chunk of this thread (`tile_chunks`) as (view, index) into `tile`, planned: one
+        per-thread base and constants the instructions carry as immediates."""
+        if not isinstance(chunks, TileChunks):
+            raise BuilderError(f"chunk_addresses: chunks come from tile_chunks, got {type(chunks).__name__}")
+        return self.planned(tile, chunks.layout, [[(chunks.row, r), chunks.col] for r in chunks.rows_before],
+                            chunks.chunk)
+
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,
                         valid_cols: ir.Value | int | None = None, chunk_bytes: int = 16) -> list[ir.Value]:
@@ -137,8 +145,8 @@ class Copies:
         past (valid_rows, valid_cols) are zero-filled. Returns the copies' tokens."""
         if chunk_bytes not in ASYNC_COPY_BYTES:
             raise BuilderError(f"copy_tile_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {chunk_bytes!r}")
-        layout, chunk, row, col, rows_before = self.tile_chunks(dst, dst_layout, rows, cols, chunk_bytes,
-                                                                what="copy_tile_async")
+        chunks = self.tile_chunks(dst, dst_layout, rows, cols, chunk_bytes, what="copy_tile_async")
+        chunk, row, col, rows_before = chunks.chunk, chunks.row, chunks.col, chunks.rows_before
         stride = self.as_index(src_row_stride)
         source = arith.addi(arith.addi(self.as_index(src_origin), arith.muli(row, stride)), col)
         column_inside = column_limit = None  # for whole chunks a predicate, else the elements left in the row
@@ -152,7 +160,7 @@ class Copies:
                 column_inside = arith.cmpi(arith.CmpIPredicate.slt, col, limit)
             else:
                 column_limit = arith.subi(limit, col)
-        destinations = self.planned(dst, layout, [[(row, r), col] for r in rows_before], chunk)
+        destinations = self.chunk_addresses(dst, chunks)
         tokens = []
         for before, (view, destination) in zip(rows_before, destinations):
             at = source if before == 0 else arith.addi(source, arith.muli(self.index(before), stride))
