@@ -2,6 +2,7 @@
 repository, without the compiler), timing calls with CUDA events, and profiling launches with ncu."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def profile_launches(argv: list[str], kernel_regex: str, launches: int) -> list[
     import io
     import subprocess
 
-    known = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True, check=True).stdout.split()
+    known = _ncu_metric_names()
     metrics = {name: m for name, m in PROFILE_METRICS.items() if m.split(".")[0] in known}
     command = ["ncu", "--clock-control", "none", "--csv", "--kernel-name", f"regex:{kernel_regex}", "--launch-count",
                str(launches), "--metrics", ",".join(metrics.values()), sys.executable, *argv]
@@ -84,3 +85,11 @@ def profile_launches(argv: list[str], kernel_regex: str, launches: int) -> list[
             entry[names[row["Metric Name"]]] = value
     unknown = sorted(set(PROFILE_METRICS) - set(metrics))
     return [dict(entry, unknown=unknown) for _, entry in sorted(by_launch.items())]
+
+
+@functools.cache
+def _ncu_metric_names() -> frozenset:
+    """The base metric names this ncu knows (asked once: each profiled launch would ask again)."""
+    import subprocess
+
+    return frozenset(subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True, check=True).stdout.split())
