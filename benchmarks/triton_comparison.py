@@ -204,7 +204,7 @@ def conversion_compare(directory: Path) -> None:
 
 
 def main() -> None:
-    rows_out, table = [], []
+    rows_out = []
     for rows, columns, bits, transfers in SYNTHESIZED:
         tile = Tile(rows, columns, bits)
         ours = synthesize(tile)

@@ -44,7 +44,6 @@ def swizzle_words(index: np.ndarray) -> np.ndarray:
 
 
 def build_module(context=None):
-    from mlir import ir
     from mlir.dialects import arith
 
     from mlir_tile import contract

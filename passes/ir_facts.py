@@ -3,7 +3,6 @@ size and whether an op sits under thread-dependent control flow."""
 from __future__ import annotations
 
 import math
-import re
 from typing import NamedTuple
 
 from mlir import ir
@@ -165,7 +164,8 @@ def _product(a: int, b: int) -> int:
 def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | None = None,
                    launch: ir.Operation | None = None) -> int:
     """The largest power of two an integer/index value is provably a multiple of; 0 means the value is 0.
-    Understands constants, muli, shli by a constant, andi, addi/subi and casts. Powers of two only: they
+    Understands constants, muli, shli by a constant, andi, addi/subi, min/max/select (one of their operands)
+    and casts. Powers of two only: they
     survive the wrap-around of fixed-width arithmetic, other factors do not. Each value is visited once
     (`known`), so shared subexpressions cost nothing twice."""
     known = {} if known is None else known
@@ -202,6 +202,10 @@ def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operati
         return _product(of(op.operands[0]), of(op.operands[1]))
     if name in ("arith.addi", "arith.subi", "arith.xori", "arith.ori"):  # the low zero bits both have
         return math.gcd(of(op.operands[0]), of(op.operands[1]))
+    if name in ("arith.minsi", "arith.minui", "arith.maxsi", "arith.maxui"):  # the result is one of them
+        return math.gcd(of(op.operands[0]), of(op.operands[1]))
+    if name == "arith.select":
+        return math.gcd(of(op.operands[1]), of(op.operands[2]))
     if name in ("arith.shrui", "arith.divui"):  # x / 2^k keeps what is left of x's low zero bits
         amount = _constant(op.operands[1])
         if amount is not None and amount > 0 and (name == "arith.shrui" or amount & (amount - 1) == 0):

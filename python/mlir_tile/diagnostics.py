@@ -3,7 +3,6 @@ diagnostics, and `PipelineFailure`, the one error a pipeline run raises (naming 
 reproducer)."""
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 

@@ -14,7 +14,6 @@ b0,b1 of an n8 block at `b_slots(n, k)`, the packed C pairs of an n8 block at `c
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mlir_tile import contract

@@ -4,7 +4,6 @@ ISA reference model. Every case passes (widened transfers, and transfers on view
 that flips one word is reported as a mismatch."""
 import json
 
-import numpy as np
 import pytest
 
 from mlir_tile.reference import emulate

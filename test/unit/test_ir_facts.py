@@ -67,6 +67,14 @@ def test_upper_bounds_of_thread_derived_indices(body, name, bound):
      "%r = arith.remui %a, %c64 : index", "r", 4),
     ("%c16 = arith.constant 16 : index\n%a = arith.muli %t, %c16 : index\n%c8 = arith.constant 8 : index\n"
      "%r = arith.remui %a, %c8 : index", "r", 8),  # x mod 8 of a multiple of 16 is 0: a multiple of 8 at least
+    ("%c8 = arith.constant 8 : index\n%a = arith.muli %n, %c8 : index\n%c32 = arith.constant 32 : index\n"
+     "%b = arith.muli %t, %c32 : index\n%r = arith.minsi %a, %b : index", "r", 8),  # one of the two: both's
+    ("%c8 = arith.constant 8 : index\n%a = arith.muli %n, %c8 : index\n%c0 = arith.constant 0 : index\n"
+     "%r = arith.maxsi %a, %c0 : index", "r", 8),  # 0 is a multiple of anything
+    ("%c8 = arith.constant 8 : index\n%a = arith.muli %n, %c8 : index\n%c4 = arith.constant 4 : index\n"
+     "%r = arith.maxui %a, %c4 : index", "r", 4),
+    ("%c8 = arith.constant 8 : index\n%a = arith.muli %n, %c8 : index\n%c2 = arith.constant 2 : index\n"
+     "%p = arith.cmpi ult, %t, %l : index\n%r = arith.select %p, %a, %c2 : index", "r", 2),
 ])
 def test_power_of_two_multiples(body, name, multiple):
     named = facts(body)
