@@ -168,15 +168,16 @@ def _cuda_to_cubin(source: Path) -> Path:
     return ptx_to_cubin(ptx)
 
 
-def _time_loop(runtime, cubin: Path, name: str):
-    """(each thread's output, median ms, TFLOP/s) of a fragment_loop kernel on every SM."""
+def _time_loop(runtime, cubin: Path, name: str, repeats: int = 20):
+    """(each thread's output, median ms, TFLOP/s) of a fragment_loop kernel on every SM, `repeats` timed
+    launches back to back."""
     import numpy as np
 
     grid = runtime.device.properties.multiprocessor_count * BLOCKS_PER_SM
     module = runtime.load_cubin(cubin.read_bytes(), name=name)
     arguments = [np.zeros(67108864, np.uint32), np.int32(ITERATIONS), np.int32(0)]
     output = module.launch("fragment_loop", arguments, grid=grid, block=BLOCK)[0][: grid * BLOCK]
-    timing = module.time("fragment_loop", arguments, grid=grid, block=BLOCK, warmup=3, repeats=20)
+    timing = module.time("fragment_loop", arguments, grid=grid, block=BLOCK, warmup=3, repeats=repeats)
     mmas = grid * BLOCK // 32 * ITERATIONS * MMAS_PER_ITERATION
     return output, timing.median, mmas * MMA_FLOPS / (timing.median / 1e3) / 1e12
 
@@ -187,9 +188,9 @@ def write_peak_source(directory: Path) -> None:
     (directory / "peak.cu").write_text(hand_source(with_loads=False))
 
 
-def mma_sync_peak(runtime, directory: Path) -> float:
+def mma_sync_peak(runtime, directory: Path, repeats: int = 20) -> float:
     """The pure mma.sync loop's TFLOP/s (DIR/peak.cu, from `write_peak_source`), in the caller's process."""
-    return _time_loop(runtime, _cuda_to_cubin(directory / "peak.cu"), "peak")[2]
+    return _time_loop(runtime, _cuda_to_cubin(directory / "peak.cu"), "peak", repeats)[2]
 
 
 def run(directory: Path) -> None:

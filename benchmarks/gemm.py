@@ -4,6 +4,7 @@
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
     python3 benchmarks/gemm.py profile DIR     # GPU host with ncu: shared wavefronts and stalls of each tile
+    python3 benchmarks/gemm.py clocks DIR      # GPU host: SM clock and power under each 8192^3 product, sustained
 
 On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (no host copies, torch's
 stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
@@ -19,10 +20,11 @@ import os
 import sys
 from pathlib import Path
 
-from torch_timing import load_example, medians_interleaved, profile_launches
+from torch_timing import clock_and_power, load_example, medians_interleaved, profile_launches, sustained_rate
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
-          (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097)]
+          (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
+          (256, 1024, 8192)]  # the last: 16 C tiles of 128 x 128 for 132 SMs, split-K's case with 16-byte copies
 WARMUP, REPEATS = 5, 30
 CHECKED = 240
 ELEMENTS = ("f16", "bf16")
@@ -33,9 +35,10 @@ def _example():
 
 
 def configs(example) -> list:
-    """The variants measured beside `Matmul`'s pick: its tiles, and the 128 x 256 tile with 64-wide k-tiles."""
+    """The variants measured beside `Matmul`'s pick: its tiles, and the 128 x 256 tile with 32-wide k-tiles in
+    4 stages."""
     c = example.Config
-    return [c(**tile) for tile in example.TILES] + [c(bm=128, bn=256, bk=64, warps=(2, 4), stages=3)]
+    return [c(**tile) for tile in example.TILES] + [c(bm=128, bn=256, bk=32, warps=(2, 4), stages=4)]
 
 
 def build(directory: Path) -> None:
@@ -112,12 +115,18 @@ def run(directory: Path) -> None:
                 reference = a.float() @ b.float()
                 torch.cuda.empty_cache()
                 aligned = n % 8 == 0 and k % 8 == 0
-                calls, outputs = {}, {}
+                calls, outputs, picked = {}, {}, []
                 for major, operand in (("kn", b), ("nk", b.T.contiguous())):  # the example's pick, as a user calls it
                     name = f"Matmul {major}{'' if aligned else ' (rows not on 16 bytes)'}"
                     outputs[name] = torch.empty(m, n, device="cuda", dtype=dtype)
                     calls[name] = (lambda operand=operand, major=major, out=outputs[name]:
                                    matmul(a, operand, b_major=major, out=out))
+                    calls[name]()
+                    picked.append(f"{major}: {matmul.last_config} x{matmul.last_splits}")
+                    if matmul.last_splits > 1:  # beside it, the same tile without split-K
+                        outputs[f"{name}, no split"] = torch.empty(m, n, device="cuda", dtype=dtype)
+                        calls[f"{name}, no split"] = (lambda operand=operand, major=major, out=outputs[f"{name}, no split"]:
+                                                      matmul(a, operand, b_major=major, out=out, splits=1))
                 for variant in variants if aligned else []:
                     out = outputs[variant["name"]] = torch.empty(m, n, device="cuda", dtype=dtype)
                     module, tiles = modules[variant["name"]], -(-m // variant["tile"][0]) * -(-n // variant["tile"][1])
@@ -128,7 +137,7 @@ def run(directory: Path) -> None:
                 anchors = {"cuBLAS": lambda: torch.matmul(a, b, out=anchor_out),
                            **{name: (lambda t=t: t(a, b, anchor_out)) for name, t in tritons.items()}}
                 seconds = medians_interleaved({**calls, **anchors}, WARMUP, REPEATS)
-                row = {"element": element, "shape": [m, n, k], "picked tile": str(matmul.last_config),
+                row = {"element": element, "shape": [m, n, k], "picked tile": "; ".join(picked),
                        "relative_error": {name: ((out.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
                                           for name, out in outputs.items()},
                        "mlir-tile": {name: 2 * m * n * k / seconds[name] / 1e12 for name in calls},
@@ -140,6 +149,36 @@ def run(directory: Path) -> None:
                                   "worst error": max(row["relative_error"].values())}), flush=True)
                 results.append(row)
     (directory / "gemm_results.json").write_text(json.dumps(results, indent=1))
+
+
+SUSTAINED = 3.0  # seconds each workload of `clocks` runs back to back
+
+
+def clocks(directory: Path) -> None:
+    """The SM clock and the board's power while each workload runs back to back for SUSTAINED seconds
+    (nvidia-smi sampled every 50 ms, the middle half of the samples): the pure mma.sync loop, Matmul's
+    8192^3 fp16 and bf16 products, cuBLAS's and Triton's mma.sync path's; with each workload's TFLOP/s over
+    the same window, so that a rate can be set against the clock it ran at."""
+    import torch
+    from fragment_loop import mma_sync_peak
+
+    from mlir_tile.runtime import Runtime
+
+    report = {}
+    with Runtime() as runtime:
+        report["mma.sync peak loop"] = clock_and_power(
+            lambda: mma_sync_peak(runtime, directory, repeats=int(SUSTAINED / 1.8e-3)))
+        matmul, triton_mma = _example().Matmul(runtime, directory / "variants"), _triton_matmul(mma_v3=False)
+        size = 8192
+        for dtype in (torch.float16, torch.bfloat16):
+            a, b = (torch.randn(size, size, device="cuda", dtype=dtype) for _ in range(2))
+            weight, c = b.T.contiguous(), torch.empty(size, size, device="cuda", dtype=dtype)
+            for name, call in ((f"Matmul {dtype}", lambda: matmul(a, weight, b_major="nk", out=c)),
+                               (f"cuBLAS {dtype}", lambda: torch.matmul(a, b, out=c)),
+                               (f"Triton mma.sync {dtype}", lambda: triton_mma(a, b, c))):
+                report[name] = clock_and_power(lambda: sustained_rate(call, 2 * size ** 3, SUSTAINED))
+                print(json.dumps({name: report[name]}), flush=True)
+    (directory / "gemm_clocks.json").write_text(json.dumps(report, indent=1))
 
 
 def launch(directory: Path, name: str, m: int, n: int, k: int) -> None:
@@ -179,7 +218,7 @@ def check(directory: Path) -> None:
     layouts, both dtypes) through the example's Matmul, against torch's fp32 product: |C - C32| <= 2^-7 |C32|
     + 2^-8 sqrt(K) (the output's rounding, bf16's 8 bits the coarser, and the fp32 accumulation order over
     K terms of unit variance); half of them on each of the example's TILES in turn, half on `pick_tile`'s
-    choice; and the documented errors."""
+    choice, one in eight of those with a split-K count given; and the documented errors."""
     import random
 
     import torch
@@ -198,7 +237,9 @@ def check(directory: Path) -> None:
             major = ("kn", "nk")[(trial // 2) % 2]
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype) if major == "kn" else torch.randn(n, k, device="cuda", dtype=dtype)
-            c = matmul(a, b, b_major=major, tile=example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None)
+            tile = example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None
+            splits = rng.choice([2, 3, 7, example.MAX_SPLITS]) if trial % 8 == 7 else None  # past K's k-tiles too
+            c = matmul(a, b, b_major=major, tile=tile, splits=splits)
             reference = a.float() @ (b.float() if major == "kn" else b.float().T)
             bound = 2 ** -7 * reference.abs() + 2 ** -8 * k ** 0.5
             bad = ((c.float() - reference).abs() > bound).sum().item()
@@ -212,6 +253,8 @@ def check(directory: Path) -> None:
                            ("transposed view", lambda: matmul(a, a.T)),
                            ("K mismatch", lambda: matmul(a, a[:32].contiguous())),
                            ("unknown tile", lambda: matmul(a, a, tile={"bm": 32})),
+                           ("splits out of range", lambda: matmul(a, a, splits=example.MAX_SPLITS + 1)),
+                           ("split-K on a tile other than the smallest", lambda: matmul(a, a, tile=example.TILES[0], splits=2)),
                            ("out of the wrong shape", lambda: matmul(a, a, out=a[:32].contiguous()))):
             try:
                 call()
@@ -228,4 +271,4 @@ if __name__ == "__main__":
     if command == "launch":
         launch(directory, sys.argv[3], *map(int, sys.argv[4:7]))
     else:
-        {"build": build, "run": run, "check": check, "profile": profile}[command](directory)
+        {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks}[command](directory)

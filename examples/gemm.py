@@ -23,6 +23,12 @@ tensors): `gemm(a, b, c, m, n_units, k_units)`, three pointers to arrays aligned
 64-bit integers: M, N / unit and K / unit, where unit = align / 2 elements (align 16: N and K multiples of 8,
 16-byte cp.async; 8 and 4: narrower copies; 2: any N and K, element copies). Grid ceil(M / 128) *
 ceil(N / 128) (one dimension), block 128, `Config.shared_bytes` of dynamic shared memory.
+
+Split-K (`Config.split_k`, which `Matmul` takes where the C tiles leave SMs idle and K is long: `pick_splits`):
+`gemm(a, b, partials, m, n_units, k_units, splits)`, grid `splits` times the tiles; CTA `tile + s * tiles`
+walks k-tiles s * ceil(k_tiles / splits) onwards and writes its fp32 product to `partials` [splits, M, N]
+(zeros where no k-tile is left for it); then `gemm_reduce(partials, c, M * N, splits)`
+(`build_reduce_module`) sums each element over the splits in order and rounds it once.
 """
 from __future__ import annotations
 
@@ -51,6 +57,9 @@ class Config:
     b_major: str = "kn"  # B as K x N (row-major [K, N]), or "nk": N x K (torch.nn.functional.linear's weight)
     align: int = 16  # bytes every row of A, B and C starts on: N and K multiples of align / 2 (cp.async of that
     # size; 2: any sizes, element copies)
+    split_k: bool = False  # the k-tiles shared out among `splits` CTAs per C tile (a run-time parameter), each
+    # writing its fp32 partial product to a workspace that `build_reduce_module`'s kernel sums into C
+
 
     @property
     def threads(self) -> int:
@@ -62,14 +71,14 @@ class Config:
 
     @property
     def shared_bytes(self) -> int:  # the stages, or the epilogue's C tile where it is larger
-        return max(self.stages * self.stage_bytes, self.bm * self.bn * HALF)
+        return max(self.stages * self.stage_bytes, 0 if self.split_k else self.bm * self.bn * HALF)
 
-    def grid(self, m: int, n: int) -> int:
-        return -(-m // self.bm) * -(-n // self.bn)
+    def grid(self, m: int, n: int, splits: int = 1) -> int:
+        return -(-m // self.bm) * -(-n // self.bn) * splits
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
-                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}")
+                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}{'_split' if self.split_k else ''}")
 
     @property
     def unit(self) -> int:  # elements N and K are multiples of: the kernel takes N / unit and K / unit
@@ -106,21 +115,33 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     tiled = tiled_mma(config)
     bm, bn, bk, stages, threads = config.bm, config.bn, config.bk, config.stages, config.threads
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
-    with Kernel(KERNEL, [Global(element), Global(element), Global(element), "index", "index", "index"],
-                block=(threads, 1, 1), chip=chip, context=context) as k:
-        a, b, c, m, n, depth = k.arguments
+    split_k = config.split_k
+    parameters = [Global(element), Global(element), Global("f32" if split_k else element), "index", "index", "index"]
+    with Kernel(KERNEL, parameters + ["index"] * split_k, block=(threads, 1, 1), chip=chip, context=context) as k:
+        a, b, c, m, n, depth, *splits = k.arguments
         if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
             n, depth = arith.muli(n, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
         tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
         tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
+        block = k.block_id()
+        if split_k:  # block b: the C tile b mod tiles, the split b / tiles
+            tiles = arith.muli(tiles_m, tiles_n)
+            split, block = arith.divui(block, tiles), arith.remui(block, tiles)
         per_group = arith.muli(tiles_n, k.index(config.group))
-        first_m = arith.muli(arith.divui(k.block_id(), per_group), k.index(config.group))
+        first_m = arith.muli(arith.divui(block, per_group), k.index(config.group))
         group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
-        within = arith.remui(k.block_id(), per_group)
+        within = arith.remui(block, per_group)
         row0 = arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm))
         col0 = arith.muli(arith.divui(within, group_rows), k.index(bn))
         k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
+        k_start, k_extent = None, depth  # the CTA's columns of A: k_start (0: None) and how many
+        if split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left (maybe none)
+            per_split = arith.divui(arith.addi(k_tiles, arith.subi(splits[0], k.index(1))), splits[0])
+            k_start = arith.muli(arith.muli(split, per_split), k.index(bk))
+            k_extent = arith.maxsi(arith.minsi(arith.subi(depth, k_start), arith.muli(per_split, k.index(bk))),
+                                   k.index(0))
+            k_tiles = arith.divui(arith.addi(k_extent, k.index(bk - 1)), k.index(bk))
         # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
         shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
         accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
@@ -132,17 +153,18 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             return arith.muli(arith.remui(k_tile, k.index(stages)), k.index(config.stage_bytes))
 
         def k_tile_copies(k_tile, at):  # (tile view, layout, source, origin, row stride, rows, cols, valid rows, cols)
-            k0 = arith.muli(k_tile, k.index(bk))
+            k0 = arith.muli(k_tile, k.index(bk))  # from k_start
+            column = k0 if k_start is None else arith.addi(k_start, k0)
             a_tile = k.view(shared, (bm * bk,), element, at)
             b_tile = k.view(shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
-            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), k0), depth, bm, bk,
-                      arith.subi(m, row0), arith.subi(depth, k0))
+            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
+                      arith.subi(m, row0), arith.subi(k_extent, k0))
             if config.b_major == "kn":
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(k0, n), col0), n, bk, bn,
-                          arith.subi(depth, k0), arith.subi(n, col0))
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(column, n), col0), n, bk, bn,
+                          arith.subi(k_extent, k0), arith.subi(n, col0))
             else:
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), k0), depth, bn, bk,
-                          arith.subi(n, col0), arith.subi(depth, k0))
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
+                          arith.subi(n, col0), arith.subi(k_extent, k0))
             return a_copy, b_copy
 
         def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
@@ -209,7 +231,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
 
             # CTAs inside M and N first run the steps whose copies (of k-tile + stages - 1) lie inside K with
             # no predicate (CUTLASS's predicate-free main loop), then every CTA the rest with them
-            inside_k = arith.subi(arith.divui(depth, k.index(bk)), k.index(stages - 1))
+            inside_k = arith.subi(arith.divui(k_extent, k.index(bk)), k.index(stages - 1))
             interior = arith.andi(arith.andi(k.compare("ule", arith.addi(row0, k.index(bm)), m),
                                              k.compare("ule", arith.addi(col0, k.index(bn)), n)),
                                   k.compare("sge", inside_k, k.index(0)))
@@ -230,6 +252,10 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                 multiply((a_regs, b_regs), blocks)
         if group is not None:
             k.wait_groups(group, 0)
+        if split_k:  # the partial product, fp32, at [split, row, column] of the workspace
+            _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, "f32",
+                                origin=arith.muli(arith.muli(split, m), n))
+            return k.module
         k.barrier()
         if int(chip.removeprefix("sm_").rstrip("a")) < 90:
             _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element)
@@ -267,9 +293,10 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     return k.module
 
 
-def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element):
-    """Without stmatrix (sm_80): each lane stores its accumulator pairs (the ISA's c32 fragment: rows g and
-    g + 8, columns 2t and 2t + 1 of each n8 block) to C, as one 4-byte store per pair inside C."""
+def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element, origin=None):
+    """Without stmatrix (sm_80), or a split's fp32 partial (element "f32", into the workspace from `origin`):
+    each lane stores its accumulator pairs (the ISA's c32 fragment: rows g and g + 8, columns 2t and 2t + 1 of
+    each n8 block) to C, as one store of the pair (4 bytes, 8 in fp32) per pair inside C."""
     from mlir import ir
     from mlir.dialects import arith, vector
 
@@ -286,7 +313,10 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
             for pair in range(2):
                 row = arith.addi(base_row, k.index(16 * mi + 8 * pair))
                 at = arith.addi(arith.muli(row, n), column)
-                low, high = (arith.truncf(half, values[2 * pair + i]) for i in range(2))
+                if origin is not None:
+                    at = arith.addi(origin, at)
+                low, high = (values[2 * pair + i] if element == "f32" else arith.truncf(half, values[2 * pair + i])
+                             for i in range(2))
                 row_inside = k.compare("ult", row, m)
                 if config.unit > 1:  # N even: the pair lies inside C or outside it, on 4 bytes
                     with k.if_(arith.andi(row_inside, k.compare("ult", column, n))):
@@ -297,11 +327,36 @@ def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, ele
                         k.store(value, c, [arith.addi(at, k.index(e))])
 
 
+REDUCE_KERNEL, REDUCE_THREADS = "gemm_reduce", 256
+
+
+def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None):
+    """C from a split-K product's partials: `gemm_reduce(partials, c, count, splits)`, `partials` fp32,
+    `splits` arrays of `count` (M x N) elements one after the other (the split_k kernel's workspace), `c`
+    `count` elements of `element`. Thread i of the grid sums element i over the splits in order (the same
+    sum every run) and rounds it once. Grid ceil(count / REDUCE_THREADS), block REDUCE_THREADS."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import Global, Kernel
+
+    with Kernel(REDUCE_KERNEL, [Global("f32"), Global(element), "index", "index"], block=(REDUCE_THREADS, 1, 1),
+                chip=chip, context=context) as k:
+        partials, c, count, splits = k.arguments
+        i = arith.addi(arith.muli(k.block_id(), k.index(REDUCE_THREADS)), k.thread_id())
+        with k.if_(k.compare("ult", i, count)):
+            with k.loop(0, splits, carried=[k.constant(0.0, "f32")]) as it:
+                it.next(arith.addf(it.values[0], k.load(partials, [arith.addi(arith.muli(it.index, count), i)])))
+            k.store(arith.truncf(ir.Type.parse(element), it.results[0]), c, [i])
+    return k.module
+
+
 # The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
-# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type, the tiles measured worth
-# taking (benchmarks/RESULTS.md, H200): bf16's 128 x 256 kernel ran 8-14% slower than its 128 x 128 one, f16's
-# 0-5% faster. (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills in the sm_80 build.)
-TILES = (dict(bm=128, bn=256, warps=(2, 4), stages=4), {})
+# mma (64-wide k-tiles in 3 stages: 2-8% faster than 32-wide in 4 from 2048^3 to 8192^3), the default 128 x 128
+# keeps more SMs busy on smaller products. Per element type, the tiles measured worth taking
+# (benchmarks/RESULTS.md, H200): bf16's 128 x 256 kernels ran 5-14% slower than its 128 x 128 one, f16's 0-5%
+# faster. (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills in the sm_80 build.)
+TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=3), {})
 PREFERRED = {"f16": TILES, "bf16": TILES[1:]}
 # Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
 # bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
@@ -316,47 +371,78 @@ def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16) -
     return next((tile for tile in tiles if Config(**tile).grid(m, n) >= FILL * sms), tiles[-1])
 
 
-VARIANTS = [Config(b_major=major, align=align, **tile) for major in ("kn", "nk") for align in (16, 8, 4)
-            for tile in TILES] + [Config(b_major=major, align=HALF, **tile) for major in ("kn", "nk")
-                                  for tile in ELEMENT_TILES]
+# Split-K where the C tiles leave SMs idle (cuBLAS and CUTLASS do the same): a split walks at least
+# SPLIT_K_TILES k-tiles, so that its pipeline fills and its partial's fp32 traffic stays small beside them.
+SPLIT_K_TILES, MAX_SPLITS = 32, 16
 
+
+def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
+    """How many CTAs share each C tile's k-tiles: 1 where the tiles cover FILL of the SMs, else as many as
+    fill the SMs once, with SPLIT_K_TILES k-tiles each at least, MAX_SPLITS at most."""
+    tiles, k_tiles = config.grid(m, n), -(-depth // config.bk)
+    if tiles >= FILL * sms:
+        return 1
+    return max(1, min(sms // tiles, k_tiles // SPLIT_K_TILES, MAX_SPLITS))
+
+
+def variant(tile: dict, align: int, **fields) -> Config:
+    """The kernel of `tile` for rows on `align` bytes: 4- and 8-byte copies issue 4 and 2 times the cp.async of
+    16-byte ones, and with 64-wide k-tiles ptxas spills their addresses (up to 300 bytes), so they take
+    32-wide k-tiles in 4 stages."""
+    if align in (4, 8) and tile.get("bk") == 64:
+        tile = {**tile, "bk": 32, "stages": 4}
+    return Config(align=align, **tile, **fields)
+
+
+VARIANTS = [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES] + [Config(b_major=major, align=HALF, **tile) for major in ("kn", "nk")
+                                  for tile in ELEMENT_TILES]
+# split-K on the tile that is picked where no tile fills the SMs: the smallest
+SPLIT_VARIANTS = [Config(b_major=major, align=align, split_k=True, **(ELEMENT_TILES if align == HALF else TILES)[-1])
+                  for major in ("kn", "nk") for align in (16, 8, 4, HALF)]
+
+SPLIT_CHECKED = SPLIT_VARIANTS[3]  # kn, element copies (any K): the split-K kernel the GPU tests run
 
 def build_variants(directory) -> None:
-    """The PTX of every (element, B layout, alignment, tile) variant, for `Matmul`."""
+    """The PTX of every (element, B layout, alignment, tile, split) variant and of the split's reduction, for
+    `Matmul`."""
     from pathlib import Path
 
     from mlir_tile.compile import compile_to_ptx
 
     Path(directory).mkdir(parents=True, exist_ok=True)
     for element in ("f16", "bf16"):
-        for config in VARIANTS:
+        for config in VARIANTS + SPLIT_VARIANTS:
             (Path(directory) / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(build_module(element, config)))
+        (Path(directory) / f"{REDUCE_KERNEL}_{element}.ptx").write_text(compile_to_ptx(build_reduce_module(element)))
 
 
 class Matmul:
     """C = A x B on torch tensors through mlir-tile's runtime (no host copies, torch's current stream): the
-    variant is picked from the dtypes, B's layout, the sizes' alignment and the CTA tile for M x N
-    (`pick_tile`). `b` is [K, N] (b_major "kn") or [N, K] ("nk", a weight of torch.nn.functional.linear).
-    ValueError for what the kernels do not take."""
+    variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N (`pick_tile`)
+    and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M x N, then
+    the reduction's launch). `b` is [K, N] (b_major "kn") or [N, K] ("nk", a weight of
+    torch.nn.functional.linear). ValueError for what the kernels do not take."""
 
     def __init__(self, runtime, directory):
         from pathlib import Path
 
         self.runtime, self.directory, self.modules, self.plans = runtime, Path(directory), {}, {}
         self.sms = runtime.device.properties.multiprocessor_count
-        self.last_config = None  # the variant of the last call
+        self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
 
-    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None):
+    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None):
         """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
-        copies take `pick_tile`'s); `out`: a contiguous M x N CUDA tensor of A's dtype to write C into."""
+        copies take `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of
+        `pick_splits`' choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's
+        dtype to write C into."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
-        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile))
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits)
         if key not in self.plans:  # what depends only on the key is checked and worked out once
-            self.plans[key] = self._plan(a, b, b_major, tile)
-        config, module, grid, sizes = self.plans[key]
+            self.plans[key] = self._plan(a, b, b_major, tile, splits)
+        config, module, grid, sizes, reduction = self.plans[key]
         if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
             raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
         m, n = sizes[0], sizes[1] * config.unit
@@ -365,13 +451,22 @@ class Matmul:
         elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
             raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
                              f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
-        self.last_config = config
-        module.launch(KERNEL, [a, b, out, *sizes], grid=grid, block=config.threads, shared_bytes=config.shared_bytes,
-                      stream=torch_stream(a))
+        self.last_config, self.last_splits, stream = config, 1 if reduction is None else reduction[1], torch_stream(a)
+        if reduction is None:
+            module.launch(KERNEL, [a, b, out, *sizes], grid=grid, block=config.threads,
+                          shared_bytes=config.shared_bytes, stream=stream)
+            return out
+        reducer, splits = reduction
+        partials = torch.empty(splits * m * n, dtype=torch.float32, device=a.device)
+        module.launch(KERNEL, [a, b, partials, *sizes, splits], grid=grid, block=config.threads,
+                      shared_bytes=config.shared_bytes, stream=stream)
+        reducer.launch(REDUCE_KERNEL, [partials, out, m * n, splits], grid=-(-m * n // REDUCE_THREADS),
+                       block=REDUCE_THREADS, stream=stream)
         return out
 
-    def _plan(self, a, b, b_major, tile):
-        """(config, module, grid, the kernel's size arguments) for these operands, or ValueError."""
+    def _plan(self, a, b, b_major, tile, splits):
+        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits) or None) for
+        these operands, or ValueError."""
         import torch
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
@@ -388,13 +483,30 @@ class Matmul:
                              f"or a size is 0")
         if tile is not None and tile not in TILES:
             raise ValueError(f"gemm: tile is one of {TILES}, got {tile!r}")
+        if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
+            raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
         align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
-        tile = pick_tile(m, n, self.sms, element, align) if tile is None or align == HALF else tile
-        config = Config(b_major=b_major, align=align, **tile)
-        name = f"gemm_{element}_{config}"
+        smallest = (ELEMENT_TILES if align == HALF else TILES)[-1]
+        if splits is not None and splits > 1:
+            if tile not in (None, smallest) and align != HALF:
+                raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
+            tile = smallest
+        elif tile is None or align == HALF:
+            tile = pick_tile(m, n, self.sms, element, align)
+        config = variant(tile, align, b_major=b_major)
+        if splits is None:
+            splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
+        reduction = None
+        if splits > 1:
+            config = Config(b_major=b_major, align=align, split_k=True, **tile)
+            reduction = (self._module(f"{REDUCE_KERNEL}_{element}"), splits)
+        return (config, self._module(f"gemm_{element}_{config}"), config.grid(m, n, splits),
+                (m, n // config.unit, depth // config.unit), reduction)
+
+    def _module(self, name: str):
         if name not in self.modules:
             self.modules[name] = self.runtime.load_ptx((self.directory / f"{name}.ptx").read_text(), name=name)
-        return config, self.modules[name], config.grid(m, n), (m, n // config.unit, depth // config.unit)
+        return self.modules[name]
 
 
 def _accumulator_slots(tiled, mi: int, ni: int) -> list[int]:

@@ -84,6 +84,25 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
         "the compiled PTX changed: if intended, run `python examples/gemm.py --ptx-out test/unit/Inputs/gemm.ptx`")
 
 
+def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
+    """The build half of the split-K GPU test: SPLIT_CHECKED (64 x 64 tiles, element copies) writes its partial
+    as fp32 pairs (no stmatrix); the reduction sums in fp32 and rounds once."""
+    import gemm
+
+    inputs = Path(__file__).with_name("Inputs")
+    split = compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED))
+    assert gemm.SPLIT_CHECKED.split_k and gemm.SPLIT_CHECKED.align == 2
+    assert "stmatrix" not in split and split.count("st.global.b32") == 32  # 64 x 64 fp32 over 128 threads
+    reduce = compile_to_ptx(gemm.build_reduce_module("f16"))
+    assert "add.rn.f32" in reduce and reduce.count("cvt.rn.f16.f32") == 1
+    regenerate = ("if intended, run: python -c 'import sys; sys.path.insert(0, \"examples\"); import gemm; "
+                  "from mlir_tile.compile import compile_to_ptx as c; from pathlib import Path as P; "
+                  "P(\"test/unit/Inputs/gemm_split.ptx\").write_text(c(gemm.build_module(\"f16\", gemm.SPLIT_CHECKED))); "
+                  "P(\"test/unit/Inputs/gemm_reduce.ptx\").write_text(c(gemm.build_reduce_module(\"f16\")))'")
+    assert split == (inputs / "gemm_split.ptx").read_text(), f"the split-K kernel's PTX changed: {regenerate}"
+    assert reduce == (inputs / "gemm_reduce.ptx").read_text(), f"the reduction's PTX changed: {regenerate}"
+
+
 def test_attention_example_ptx_is_what_mlir_tile_compiles():
     """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 16 ldmatrix.x4 of
     K, 16 ldmatrix.x4.trans of V, 128 mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row,

@@ -1,6 +1,6 @@
 """examples/gemm.py without a GPU: every transfer of a one-CTA GEMM on the reference model against the PTX ISA's
 fragment tables and C against numpy, for each B layout and tile; ptxas assembles every variant, sm_80 (no
-stmatrix) included, the 16-byte one without spills."""
+stmatrix) and split-K ones included, the 16-byte ones without spills; Matmul's split-K rule."""
 import re
 import shutil
 import subprocess
@@ -19,7 +19,7 @@ def test_a_cta_of_the_gemm_computes_the_product_on_the_reference_model(config):
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
 @pytest.mark.parametrize("chip", ["sm_90", "sm_80"])
-@pytest.mark.parametrize("config", gemm.VARIANTS, ids=str)
+@pytest.mark.parametrize("config", gemm.VARIANTS + gemm.SPLIT_VARIANTS, ids=str)
 def test_every_variant_assembles_without_spills(tmp_path, chip, config):
     ptx = tmp_path / "gemm.ptx"
     ptx.write_text(compile_to_ptx(gemm.build_module("bf16", config, chip=chip)))
@@ -28,4 +28,29 @@ def test_every_variant_assembles_without_spills(tmp_path, chip, config):
     assert assembled.returncode == 0, assembled.stderr
     spilled = int(re.search(r"(\d+) bytes spill stores", assembled.stderr).group(1))
     assert spilled == 0 if config.align == 16 else spilled <= 64, assembled.stderr  # narrower copies: a few words
-    assert ("stmatrix" in ptx.read_text()) == (chip == "sm_90")
+    assert ("stmatrix" in ptx.read_text()) == (chip == "sm_90" and not config.split_k)  # a partial: fp32 pairs
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
+@pytest.mark.parametrize("element", ["f16", "bf16"])
+def test_the_split_k_reduction_assembles(tmp_path, element):
+    ptx = tmp_path / "reduce.ptx"
+    ptx.write_text(compile_to_ptx(gemm.build_reduce_module(element)))
+    assembled = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "reduce.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0 and "0 bytes spill stores" in assembled.stderr, assembled.stderr
+    assert f"cvt.rn.{element}.f32" in ptx.read_text()  # one rounding, after the fp32 sum
+
+
+@pytest.mark.parametrize("m, n, depth, config, splits", [
+    (127, 1000, 4097, gemm.Config(bm=64, bn=64, align=2), 4),  # 32 tiles: 4 fill 132 SMs, 129 k-tiles allow 4
+    (256, 1024, 8192, gemm.Config(), 8),  # 16 tiles: 8 fill the SMs
+    (127, 1000, 1024, gemm.Config(bm=64, bn=64, align=2), 1),  # 32 k-tiles: one split's least
+    (127, 1000, 2048, gemm.Config(bm=64, bn=64, align=2), 2),  # 64 k-tiles: two splits of 32
+    (1024, 1024, 1024, gemm.Config(), 1),  # 64 tiles, but 32 k-tiles
+    (1, 1, 1 << 20, gemm.Config(), gemm.MAX_SPLITS),  # one tile, 32768 k-tiles: the cap
+    (4096, 4096, 4096, gemm.Config(), 1),  # 1024 tiles fill the SMs
+    (1000, 1000, 8192, gemm.Config(), 2),  # 64 tiles, under 0.9 x 132: 2 splits make 128 CTAs
+])
+def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits):
+    assert gemm.pick_splits(m, n, depth, 132, config) == splits

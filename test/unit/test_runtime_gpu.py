@@ -180,6 +180,30 @@ def test_the_gemm_example_matches_numpy():
     assert ok, line
 
 
+def test_split_k_partials_and_their_reduction_match_numpy(runtime):
+    """The run half of split-K (examples/gemm.py's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
+    x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
+    k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
+    import gemm
+
+    config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
+    a, b = gemm.inputs(m, n, depth)
+    split = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_split.ptx").read_text(), name="gemm_split")
+    _, _, partials, *_ = split.launch(gemm.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
+                                      grid=config.grid(m, n, splits), block=config.threads,
+                                      shared_bytes=config.shared_bytes)
+    per_split = 3 * config.bk
+    for s in range(splits):
+        columns = slice(s * per_split, (s + 1) * per_split)
+        expected = a[:, columns].astype(np.float32) @ b[columns].astype(np.float32)
+        np.testing.assert_allclose(partials[s * m * n:(s + 1) * m * n].reshape(m, n), expected, rtol=1e-5, atol=1e-4)
+    reducer = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_reduce.ptx").read_text(), name="gemm_reduce")
+    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.float16), m * n, splits],
+                              grid=-(-m * n // gemm.REDUCE_THREADS), block=gemm.REDUCE_THREADS)
+    ok, worst = gemm.check(c.reshape(m, n), a, b)
+    assert ok, worst
+
+
 def test_the_attention_example_matches_numpy():
     """The run half: examples/attention.py (d = 64, fp16) on 3 heads of 200 positions, a tail in the query and
     the key tiles, against numpy's softmax attention and log-sum-exp."""
