@@ -4,6 +4,7 @@
     python3 benchmarks/attention.py check DIR    # GPU host: random cases against torch's math backend (fp32)
     python3 benchmarks/attention.py run DIR      # GPU host: TFLOP/s beside torch's flash and cuDNN backends
     python3 benchmarks/attention.py profile DIR  # GPU host with ncu: shared wavefronts and stalls, ours and FA2's
+    python3 benchmarks/attention.py clocks DIR   # GPU host: SM clock and power under each d 128 kernel, sustained
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
 * seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
@@ -16,7 +17,7 @@ import random
 import sys
 from pathlib import Path
 
-from torch_timing import load_example, medians_interleaved, profile_launches
+from torch_timing import clock_and_power, load_example, medians_interleaved, profile_launches, sustained_rate
 
 WARMUP, REPEATS, CHECKED = 3, 20, 120
 
@@ -82,10 +83,52 @@ def check(directory: Path) -> None:
     (directory / "attention_check.json").write_text(json.dumps(report, indent=1))
 
 
+def _torch_backends(q, k, v, causal) -> dict:
+    """torch's SDPA flash (FA2) and cuDNN backends on these tensors, those that run here, as calls."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    anchors = {}
+    for name, backend in (("flash (FA2)", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        def call(backend=backend):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            call()
+            anchors[name] = call
+        except RuntimeError as error:
+            print(f"{name} unavailable: {str(error)[:60]}")
+    return anchors
+
+
+SUSTAINED = 3.0  # seconds each kernel of `clocks` runs back to back
+
+
+def clocks(directory: Path) -> None:
+    """The SM clock and the board's power while each kernel runs back to back for SUSTAINED seconds on
+    PROFILED at d 128 without the mask (fp16): `Attention`'s pick, each SHAPES CTA, FA2 and cuDNN, each with its
+    TFLOP/s over the same window."""
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    example, (batch, heads, seq), d = _example(), PROFILED, 128
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    flop, report = 4 * batch * heads * seq * seq * d, {}
+    with Runtime() as runtime:
+        ours = {"default": example.Attention(runtime, directory / "attention")}
+        ours.update({str(shape): example.Attention(runtime, directory / "attention", {d: shape})
+                     for shape in example.SHAPES})
+        calls = {name: (lambda attention=attention: attention(q, k, v)) for name, attention in ours.items()}
+        for name, call in {**calls, **_torch_backends(q, k, v, False)}.items():
+            report[name] = clock_and_power(lambda: sustained_rate(call, flop, SUSTAINED))
+            print(json.dumps({name: report[name]}), flush=True)
+    (directory / "attention_clocks.json").write_text(json.dumps(report, indent=1))
+
+
 def run(directory: Path) -> None:
     """Per configuration, every kernel shape and both torch backends timed in turns (`medians_interleaved`)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from mlir_tile.runtime import Runtime
 
@@ -103,17 +146,7 @@ def run(directory: Path) -> None:
                         flops = 4 * batch * heads * seq * seq * d
                         ours = {name: (lambda attention=attention: attention(q, k, v, causal=causal)) for name, attention
                                 in [("default", default)] + [(str(shape), a) for shape, a in zip(example.SHAPES, shaped)]}
-                        anchors = {}
-                        for name, backend in (("flash (FA2)", SDPBackend.FLASH_ATTENTION),
-                                              ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
-                            def call(backend=backend):
-                                with sdpa_kernel(backend):
-                                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            try:
-                                call()
-                                anchors[name] = call
-                            except RuntimeError as error:
-                                print(f"{name} unavailable: {str(error)[:60]}")
+                        anchors = _torch_backends(q, k, v, causal)
                         seconds = medians_interleaved({**ours, **anchors}, WARMUP, REPEATS)
                         row = {"element": element, "d": d, "seq": seq, "causal": causal,
                                "variants": {name: flops / seconds[name] / 1e12 for name in ours},
@@ -170,4 +203,4 @@ if __name__ == "__main__":
     if command == "launch":
         launch(directory, sys.argv[3], int(sys.argv[4]))
     else:
-        {"build": build, "check": check, "run": run, "profile": profile}[command](directory)
+        {"build": build, "check": check, "run": run, "profile": profile, "clocks": clocks}[command](directory)

@@ -19,14 +19,26 @@ def load_example(name: str):
     return module
 
 
+WARM_SECONDS = 0.3
+
+
 def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
-    """Per call, the median of `repeats` CUDA-event-timed runs after `warmup` untimed ones, the calls taking
-    turns round by round, so that the clock's drift over the measurement falls on all of them alike."""
+    """Per call, the median of `repeats` CUDA-event-timed runs after `warmup` untimed ones (and rounds of all
+    the calls until WARM_SECONDS have passed: the GPU's clock rises from idle over milliseconds, longer than
+    a few small products), the calls taking turns round by round, so that the clock's drift over the
+    measurement falls on all of them alike."""
+    import time
+
     import torch
 
     for call in calls.values():
         for _ in range(warmup):
             call()
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARM_SECONDS:
+        for call in calls.values():
+            call()
+        torch.cuda.synchronize()
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
@@ -37,6 +49,40 @@ def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
             end.synchronize()
             times[name].append(start.elapsed_time(end) / 1e3)
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def clock_and_power(work) -> dict:
+    """`work()`'s TFLOP/s, with the SM clock (MHz) and the board's power (W) meanwhile: nvidia-smi sampled every
+    50 ms, the median of the middle half of the samples (the H200 lowers its clock to stay under its power
+    limit, so a rate is read beside the clock it ran at)."""
+    import statistics
+    import subprocess
+
+    sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    rate = work()
+    sampler.terminate()
+    rows = [tuple(map(float, line.split(","))) for line in sampler.communicate()[0].splitlines() if "," in line]
+    middle = rows[len(rows) // 4: max(len(rows) // 4 + 1, 3 * len(rows) // 4)]
+    return {"TFLOP/s": round(rate, 1), "SM MHz": statistics.median(r[0] for r in middle),
+            "W": statistics.median(r[1] for r in middle), "samples": len(middle)}
+
+
+def sustained_rate(call, flop: float, seconds: float) -> float:
+    """TFLOP/s of `call` (`flop` each) launched back to back for `seconds`, synchronizing every 10 calls."""
+    import time
+
+    import torch
+
+    call()
+    torch.cuda.synchronize()
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            call()
+        calls += 10
+        torch.cuda.synchronize()
+    return calls * flop / (time.perf_counter() - start) / 1e12
 
 
 # what a main loop's shared-memory traffic and stalls are: instructions, wavefronts (128 B each), bank conflicts
