@@ -394,13 +394,18 @@ def variant(tile: dict, align: int, **fields) -> Config:
     return Config(align=align, **tile, **fields)
 
 
-VARIANTS = [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES] + [Config(b_major=major, align=HALF, **tile) for major in ("kn", "nk")
-                                  for tile in ELEMENT_TILES]
-# split-K on the tile that is picked where no tile fills the SMs: the smallest
-SPLIT_VARIANTS = [Config(b_major=major, align=align, split_k=True, **(ELEMENT_TILES if align == HALF else TILES)[-1])
-                  for major in ("kn", "nk") for align in (16, 8, 4, HALF)]
+def smallest_tile(align: int) -> dict:
+    """The tile `Matmul` takes where no tile's CTAs fill the SMs, and the one split-K runs on."""
+    return (ELEMENT_TILES if align == HALF else TILES)[-1]
 
-SPLIT_CHECKED = SPLIT_VARIANTS[3]  # kn, element copies (any K): the split-K kernel the GPU tests run
+
+VARIANTS = [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES] + [
+    variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]
+SPLIT_VARIANTS = [variant(smallest_tile(align), align, b_major=major, split_k=True) for major in ("kn", "nk")
+                  for align in (16, 8, 4, HALF)]
+# the split-K kernel the GPU tests run: element copies (any K)
+SPLIT_CHECKED = variant(smallest_tile(HALF), HALF, b_major="kn", split_k=True)
+
 
 def build_variants(directory) -> None:
     """The PTX of every (element, B layout, alignment, tile, split) variant and of the split's reduction, for
@@ -486,7 +491,7 @@ class Matmul:
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
         align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
-        smallest = (ELEMENT_TILES if align == HALF else TILES)[-1]
+        smallest = smallest_tile(align)
         if splits is not None and splits > 1:
             if tile not in (None, smallest) and align != HALF:
                 raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
@@ -498,7 +503,7 @@ class Matmul:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
         reduction = None
         if splits > 1:
-            config = Config(b_major=b_major, align=align, split_k=True, **tile)
+            config = variant(tile, align, b_major=b_major, split_k=True)
             reduction = (self._module(f"{REDUCE_KERNEL}_{element}"), splits)
         return (config, self._module(f"gemm_{element}_{config}"), config.grid(m, n, splits),
                 (m, n // config.unit, depth // config.unit), reduction)
