@@ -7,16 +7,16 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --emulate         # a CTA on the reference model against numpy, no GPU
 
 By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128:
-each warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles and Q read from shared
-memory per key tile, O rescaled only where a row's max grew; `Attention` takes TUNED's at d 128) and walks
-the keys in tiles of 64, K and V double-buffered through cp.async with zero-fill past the sequence. Per key tile: S = Q K^T from Q's
-fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from
-the row-major [keys, d] tile, the N x K operand), one d16 block at a time; the mask (keys past the sequence,
-and above the diagonal when causal) and the online softmax in the log2 domain (row max and sum over the four
-lanes of a row by xor shuffles, exp2 as ex2.approx.ftz); P, the accumulators of S packed to 16-bit pairs, is
-the A operand of P V in registers (`fragments.c_as_a_operand`); V's fragments by ldmatrix.x4.trans from its
-[keys, d] tile. The epilogue divides by the row sums, stores O through stmatrix into the swizzled Q tile and
-16-byte rows, and the log-sum-exp (natural log) per row.
+each warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles, Q read from shared
+memory per key tile, the order of the softmax's steps and O rescaled only where a row's max grew;
+`Attention` takes TUNED's) and walks the keys in tiles of 64, K and V double-buffered through cp.async with
+zero-fill past the sequence, one barrier a tile. Per key tile: S = Q K^T from Q's fragments (loaded once,
+ldmatrix.x4) and K's (ldmatrix.x4 from the row-major [keys, d] tile, the N x K operand), one d16 block at a
+time; the mask (keys past the sequence, and above the diagonal when causal) and the online softmax in the
+log2 domain (row max and sum over the four lanes of a row by xor shuffles, exp2 as ex2.approx.ftz); P, the
+accumulators of S packed to 16-bit pairs, is the A operand of P V in registers (`fragments.c_as_a_operand`);
+V's fragments by ldmatrix.x4.trans from its [keys, d] tile. The epilogue divides by the row sums, stores O
+through stmatrix into the swizzled Q tile and 16-byte rows, and the log-sum-exp (natural log) per row.
 
 Kernel parameters: `attention(q, k, v, o, lse, seq)`: q, k, v, o [batch * heads, seq, d] row-major (16-byte
 aligned), lse [batch * heads, seq] f32, and seq (64-bit). Grid ceil(seq / BR) * batch * heads, block 32 * warps,
@@ -24,6 +24,7 @@ aligned), lse [batch * heads, seq] f32, and seq (64-bit). Grid ceil(seq / BR) * 
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -45,6 +46,9 @@ class Config:
     keys: int = 64  # keys per K/V tile (32: half of S's accumulators, twice the barriers)
     q_in_registers: bool = True  # Q's fragments loaded once, or (False) one d16 block at a time from the Q tile
     # in every key tile (FA2's choice at d 128: registers for 32 rows a warp, at the price of Q's shared reads)
+    maxima_first: bool = False  # every row's max (its shuffles) before the first row's probabilities, or row by row
+    tree_reductions: bool = False  # a row's max and sum over the thread's values as a tree of pairs (depth log2 n,
+    # the fp32 sum in another order), not a chain
     lazy_rescale: bool = False  # O's rows scaled by exp2(old max - new max) only where some max of the thread's
     # rows grew (a branch): else every factor is exp2(0) = 1 and the products are O itself
 
@@ -77,6 +81,8 @@ class Config:
         shape += "" if self.keys == 64 else f"_k{self.keys}"
         shape += "" if self.q_in_registers else "_qs"
         shape += "_lazy" if self.lazy_rescale else ""
+        shape += "_mf" if self.maxima_first else ""
+        shape += "_tree" if self.tree_reductions else ""
         return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}{shape}"
 
 
@@ -140,17 +146,14 @@ def build_module(config: Config = Config(), context=None):
             stage = arith.remui(tile_index, k.index(2))
             return arith.addi(k.index(q_bytes + which * 2 * kv_bytes), arith.muli(stage, k.index(kv_bytes)))
 
-        def load_kv(tile_index):
+        def load(tile_index, which):  # the copies of K (which 0) or V (1) of a key tile into its stage
             first = arith.muli(tile_index, k.index(config.keys))
-            tokens = []
-            for which, source in ((0, keys), (1, values)):
-                view = k.view(shared, (config.keys * d,), element, kv_stage(tile_index, which))
-                tokens += copy_rows(view, kv_halves, source, first, config.keys, seq)
-            return k.commit_group(tokens)
+            view = k.view(shared, (config.keys * d,), element, kv_stage(tile_index, which))
+            return copy_rows(view, kv_halves, (keys, values)[which], first, config.keys, seq)
+
 
         q_tokens = copy_rows(k.view(shared, (rows * d,), element), q_halves, q, q0, rows, seq)
-        k.commit_group(q_tokens)
-        first_group = load_kv(k.index(0))
+        first_group = k.commit_group(q_tokens + load(k.index(0), 0) + load(k.index(0), 1))
         kv_tiles = arith.divui(arith.addi(seq, k.index(config.keys - 1)), k.index(config.keys))
         if config.causal:  # keys up to the CTA's last query row
             kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + config.keys - 1)), k.index(config.keys)))
@@ -168,7 +171,7 @@ def build_module(config: Config = Config(), context=None):
         for slot in range(2 * m_blocks):
             k.store(negative_infinity, row_max, [slot])
             k.store(zero, row_sum, [slot])
-        k.wait_groups(first_group, 1)
+        k.wait_groups(first_group, 0)
         k.barrier()
         if config.q_in_registers:
             t = scores.a.whole
@@ -204,66 +207,70 @@ def build_module(config: Config = Config(), context=None):
                         k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
                                        tiled_mma.b_slots(ni, 0), accumulators, slots(n_blocks, mi, ni), element)
 
-        def key_tile(tile_index, masked: bool):
-            """One tile of keys; `masked`: some keys may be past the sequence or above the diagonal (the
-            last tile, the causal diagonal's), so each is compared."""
-            next_tile = arith.addi(tile_index, k.index(1))
-            k.wait_groups(load_kv(next_tile), 1)  # past the last tile: zero-filled, never read
-            k.barrier()
+        def row_reduce(values, combine):  # a row's max or sum: a tree of pairs (tree_reductions), else a chain
+            if not config.tree_reductions:
+                return functools.reduce(combine, values)
+            while len(values) > 1:
+                values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+            return values[0]
+
+        def scores_of(tile_index):  # S = Q K^T of one key tile
             for slot in range(4 * m_blocks * key_blocks):
                 k.store(zero, s_acc, [slot])
-            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)  # S = Q K^T
+            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)
+
+        def softmax(tile_index, masked: bool):
+            """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is
+            the A operand of P V. `masked`: some keys may be past the sequence or above the diagonal (the last
+            tile, the causal diagonal's), so each is compared. Returns what `rescale` applies to O."""
             key0 = arith.addi(arith.muli(tile_index, k.index(config.keys)), quad)
-
-            def rescale(mi, half, correction):  # O's row g (half 0) or g + 8 of m16 block mi
-                for ni in range(d_blocks):
-                    for column in range(2):
-                        slot = slots(d_blocks, mi, ni)[2 * half + column]
-                        k.store(arith.mulf(k.load(o_acc, [slot]), correction), o_acc, [slot])
-
             corrections, grown = [], None
-            for mi in range(m_blocks):
-                for half in range(2):  # rows g and g + 8 of the m16 block
-                    query = query_row(mi, half)
-                    values_of_row = []
-                    for ni in range(key_blocks):
-                        for column in range(2):
-                            slot = slots(key_blocks, mi, ni)[2 * half + column]
-                            key = arith.addi(key0, k.index(8 * ni + column))
-                            score = k.load(s_acc, [slot])
-                            if masked:
-                                valid = k.compare("ult", key, seq)
-                                if config.causal:
-                                    valid = arith.andi(valid, k.compare("ule", key, query))
-                                score = arith.select(valid, score, negative_infinity)
-                            values_of_row.append((slot, score))
-                    peak = values_of_row[0][1]
-                    for _, value in values_of_row[1:]:
-                        peak = arith.maximumf(peak, value)
-                    # the running max is kept scaled (log2 domain); each probability is exp2 of one fma
-                    # (FA2's scale_apply_exp2): the first tile has a valid key in every row, so it is finite
-                    state = 2 * mi + half
-                    old_max = k.load(row_max, [state])
-                    new_max = arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4), scale_value))
-                    correction = k.exp2(arith.subf(old_max, new_max))
-                    negative_max = arith.negf(new_max)
-                    total = zero
-                    for slot, value in values_of_row:
-                        probability = k.exp2(math_dialect.fma(value, scale_value, negative_max))
-                        k.store(probability, s_acc, [slot])
-                        total = arith.addf(total, probability)
-                    k.store(new_max, row_max, [state])
-                    k.store(arith.addf(arith.mulf(k.load(row_sum, [state]), correction), total), row_sum, [state])
-                    if config.lazy_rescale:
-                        corrections.append((mi, half, correction))
-                        larger = arith.cmpf(arith.CmpFPredicate.OGT, new_max, old_max)
-                        grown = larger if grown is None else arith.ori(grown, larger)
-                    else:
-                        rescale(mi, half, correction)
-            if config.lazy_rescale:
-                with k.if_(grown):
-                    for mi, half, correction in corrections:
-                        rescale(mi, half, correction)
+
+            def row_maximum(mi, half):  # the row's scores (masked) and its old and new max
+                query = query_row(mi, half)
+                values_of_row = []
+                for ni in range(key_blocks):
+                    for column in range(2):
+                        slot = slots(key_blocks, mi, ni)[2 * half + column]
+                        key = arith.addi(key0, k.index(8 * ni + column))
+                        score = k.load(s_acc, [slot])
+                        if masked:
+                            valid = k.compare("ult", key, seq)
+                            if config.causal:
+                                valid = arith.andi(valid, k.compare("ule", key, query))
+                            score = arith.select(valid, score, negative_infinity)
+                        values_of_row.append((slot, score))
+                peak = row_reduce([value for _, value in values_of_row], arith.maximumf)
+                # the running max is kept scaled (log2 domain); each probability is exp2 of one fma
+                # (FA2's scale_apply_exp2): the first tile has a valid key in every row, so it is finite
+                old_max = k.load(row_max, [2 * mi + half])
+                return values_of_row, old_max, arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4),
+                                                                                   scale_value))
+
+            def probabilities(mi, half, values_of_row, old_max, new_max):  # exp2'd in place; the sum moves on
+                nonlocal grown
+                state = 2 * mi + half
+                correction = k.exp2(arith.subf(old_max, new_max))
+                negative_max = arith.negf(new_max)
+                probabilities_of_row = []
+                for slot, value in values_of_row:
+                    probability = k.exp2(math_dialect.fma(value, scale_value, negative_max))
+                    k.store(probability, s_acc, [slot])
+                    probabilities_of_row.append(probability)
+                total = row_reduce(probabilities_of_row, arith.addf)
+                k.store(new_max, row_max, [state])
+                k.store(arith.addf(arith.mulf(k.load(row_sum, [state]), correction), total), row_sum, [state])
+                corrections.append((mi, half, correction))
+                larger = arith.cmpf(arith.CmpFPredicate.OGT, new_max, old_max)
+                grown = larger if grown is None else arith.ori(grown, larger)
+
+            rows_of_thread = [(mi, half) for mi in range(m_blocks) for half in range(2)]  # rows g, g + 8 of each m16
+            if config.maxima_first:
+                for row, maximum in zip(rows_of_thread, [row_maximum(*row) for row in rows_of_thread]):
+                    probabilities(*row, *maximum)
+            else:
+                for row in rows_of_thread:
+                    probabilities(*row, *row_maximum(*row))
             plan = c_as_a_operand()
             for mi in range(m_blocks):  # P: two n8 blocks of S's accumulators per key16 block, packed
                 for block in range(config.keys // 16):
@@ -272,8 +279,32 @@ def build_module(config: Config = Config(), context=None):
                         word = k.pack_f16(k.load(s_acc, [accumulators[low]]), k.load(s_acc, [accumulators[high]]),
                                           element)
                         k.store(word, p_regs, [output.a_slots(mi, block)[register]])
+            return corrections, grown
+
+        def rescale(corrections, grown):  # O's rows by exp2(old max - new max); lazily: only where a max grew
+            def multiply():
+                for mi, half, correction in corrections:
+                    for ni in range(d_blocks):
+                        for column in range(2):
+                            slot = slots(d_blocks, mi, ni)[2 * half + column]
+                            k.store(arith.mulf(k.load(o_acc, [slot]), correction), o_acc, [slot])
+            if config.lazy_rescale:
+                with k.if_(grown):
+                    multiply()
+            else:
+                multiply()
+
+        def key_tile(tile_index, masked: bool):
+            """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
+            read), this tile's S, softmax and P V, then the wait and the one barrier after which the copies
+            are visible and every warp is done with the stage the next turn's copies overwrite."""
+            following = arith.addi(tile_index, k.index(1))
+            k.commit_group(load(following, 0) + load(following, 1))
+            scores_of(tile_index)
+            rescale(*softmax(tile_index, masked))
             products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks)  # O += P V
-            k.barrier()  # everyone is done with this stage before the next tile's copies overwrite it
+            k.wait_groups(first_group, 0)
+            k.barrier()
 
         # tiles whose every key is valid for every row of the CTA go without the mask; the rest with it
         full_tiles = arith.divui(seq, k.index(config.keys))
@@ -283,7 +314,6 @@ def build_module(config: Config = Config(), context=None):
             key_tile(tile_index, masked=False)
         with k.loop(full_tiles, kv_tiles) as tile_index:
             key_tile(tile_index, masked=True)
-        k.wait_groups(first_group, 0)  # the zero-filled prefetch past the last tile
         o_regs = k.registers(output.c.whole.slots)
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
         for mi in range(m_blocks):
@@ -318,15 +348,17 @@ def build_module(config: Config = Config(), context=None):
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
 # The CTA `Attention` takes per (head dim, causal) where not the default, as measured on the H200
-# (benchmarks/RESULTS.md): at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma)
-# with 32-key tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster;
-# at d 128 O's 64 or 128 accumulators a thread rescaled only where a row's max grew: 3-5% faster (at d 64,
-# 0-6% slower without the mask, so not taken there).
-TUNED = {(128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False, "lazy_rescale": True},
-         (128, True): {"lazy_rescale": True}}
-SHAPES = [{"warps": 8, "row_blocks": 1}, {"q_in_registers": False}, {"keys": 32},
-          {"row_blocks": 2, "keys": 32, "q_in_registers": False}, TUNED[128, False],
-          {"row_blocks": 2, "q_in_registers": False}, {"lazy_rescale": True}]  # other CTAs the benchmark measures
+# (benchmarks/RESULTS.md): every row's max first and, but at d 128 without the mask, both reductions as trees:
+# 1-7% faster; at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
+# tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster, and O's 128
+# accumulators a thread rescaled only where a row's max grew: 3-5% faster (the trees there 1-2% slower).
+TUNED = {(64, False): {"maxima_first": True, "tree_reductions": True},
+         (64, True): {"maxima_first": True, "tree_reductions": True},
+         (128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False, "lazy_rescale": True, "maxima_first": True},
+         (128, True): {"maxima_first": True, "tree_reductions": True}}
+# other CTAs the benchmark measures: FA2's (32 rows a warp, 64-key tiles, Q from shared memory), the knobs alone
+SHAPES = [{"row_blocks": 2, "q_in_registers": False}, TUNED[128, False], {"lazy_rescale": True}, {"maxima_first": True},
+          {"tree_reductions": True}, TUNED[64, False]]
 
 
 def build_variants(directory) -> None:
@@ -344,7 +376,7 @@ class Attention:
     d 64 or 128) through mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
 
     def __init__(self, runtime, directory, shapes: dict | None = None):
-        """`shapes`: per head dim, the Config fields (warps, row_blocks, keys, q_in_registers) of the kernels to
+        """`shapes`: per head dim, the Config fields (warps, row_blocks, keys, ...) of the kernels to
         use; else TUNED's for the (head dim, causal), else the default CTA."""
         from pathlib import Path
 

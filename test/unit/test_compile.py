@@ -106,7 +106,9 @@ def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
 def test_attention_example_ptx_is_what_mlir_tile_compiles():
     """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 16 ldmatrix.x4 of
     K, 16 ldmatrix.x4.trans of V, 128 mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row,
-    4 rows a thread) and 8 xor shuffles; twice (the tiles without and with the mask), and Q's 8 x4 once."""
+    4 rows a thread) and 8 xor shuffles; twice (the tiles without and with the mask), and Q's 8 x4 once. Four
+    barriers: before Q's fragments, one per turn of each loop (the copies it issued visible, the stage they
+    overwrite next free), before the O tile's rows."""
     import re
 
     import attention
@@ -118,5 +120,6 @@ def test_attention_example_ptx_is_what_mlir_tile_compiles():
     assert len(re.findall(r"ex2\.approx\.ftz\.f32", compiled)) == 2 * 68
     assert len(re.findall(r"shfl\.sync\.bfly\.b32", compiled)) == 2 * 8 + 8  # + the row sums once
     assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8
+    assert len(re.findall(r"bar\.sync", compiled)) == 4
     assert compiled == (Path(__file__).with_name("Inputs") / "attention.ptx").read_text(), (
         "the compiled PTX changed: if intended, run `python examples/attention.py --ptx-out test/unit/Inputs/attention.ptx`")
