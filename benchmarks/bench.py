@@ -546,6 +546,20 @@ def sass_loops(sass: str) -> list[list[tuple[int, str, str]]]:
     return loops
 
 
+def mma_loop(sass: str) -> list[tuple[int, str, str]]:
+    """The main loop of an mma kernel: of the SASS's loops, the one with the most HMMA, the shortest of those
+    (a kernel's predicate-free twin of its predicated loop)."""
+    return max(sass_loops(sass), key=lambda body: (sum(op.startswith("HMMA") for _, op, _ in body), -len(body)))
+
+
+def mma_loop_counts(sass: str) -> dict:
+    """`mma_loop`'s instructions by kind, NOPs (the scheduler's padding) left out, and per HMMA."""
+    opcodes = [op.split(".")[0] for _, op, _ in mma_loop(sass) if op != "NOP"]
+    kinds = {kind: opcodes.count(kind) for kind in ("HMMA", "LDSM", "LDGSTS", "BAR")}
+    return {"instructions": len(opcodes), **kinds, "other": len(opcodes) - sum(kinds.values()),
+            "per HMMA": round(len(opcodes) / max(1, kinds["HMMA"]), 2)}
+
+
 def sass_loop_stats(sass: str) -> dict:
     """Instruction mix of the loop that holds the most LDSM/STSM."""
     matrix = lambda body: sum(op.startswith(("LDSM", "STSM")) for _, op, _ in body)

@@ -219,11 +219,10 @@ def run(directory: Path) -> None:
 
 def _loop_counts(sass: str) -> dict:
     """Per mma in the loop with the most HMMA: instructions and LDSM."""
-    from bench import sass_loops
+    from bench import mma_loop
 
-    hmma = lambda body: sum(op.startswith("HMMA") for _, op, _ in body)
-    best = max(sass_loops(sass), key=hmma)
-    mmas = max(1, hmma(best))
+    best = mma_loop(sass)
+    mmas = max(1, sum(op.startswith("HMMA") for _, op, _ in best))
     return {"loop_instructions": len(best), "hmma": mmas, "ldsm": sum(op.startswith("LDSM") for _, op, _ in best),
             "instructions_per_mma": round(len(best) / mmas, 3)}
 

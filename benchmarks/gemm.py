@@ -5,6 +5,7 @@
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
     python3 benchmarks/gemm.py profile DIR     # GPU host with ncu: shared wavefronts and stalls of each tile
     python3 benchmarks/gemm.py clocks DIR      # GPU host: SM clock and power under each 8192^3 product, sustained
+    python3 benchmarks/gemm.py sass DIR        # GPU host: the main loop's SASS instructions per k-tile, ours and Triton's
 
 On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (no host copies, torch's
 stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
@@ -58,18 +59,15 @@ def build(directory: Path) -> None:
     (directory / "gemm.json").write_text(json.dumps(variants))
 
 
-def _triton_matmul(mma_v3: bool):
-    """Triton's tutorial matmul, autotuned over the same tile shapes; mma_v3 False: compiled with
-    DISABLE_MMA_V3=1 (mma.sync + ldmatrix, as ours), True: Triton's default (wgmma on the H200). Each is its
-    own jit function, and the variable is set before each call, since Triton reads it when it compiles."""
+TRITON_CONFIGS = [(128, 128, 32, 4, 4), (128, 128, 32, 8, 4), (128, 256, 32, 8, 3), (128, 128, 64, 4, 3),
+                  (256, 128, 32, 8, 3)]  # BM, BN, BK, warps, stages: the tile shapes ours are measured on
+
+
+def _triton_kernel():
+    """Triton's tutorial matmul (row-major A [M, K], B [K, N], C [M, N]) as a plain jit function."""
     import triton
     import triton.language as tl
 
-    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
-               for bm, bn, bk, w, s in [(128, 128, 32, 4, 4), (128, 128, 32, 8, 4), (128, 256, 32, 8, 3),
-                                        (128, 128, 64, 4, 3), (256, 128, 32, 8, 3)]]
-
-    @triton.autotune(configs=configs, key=["M", "N", "K"])
     @triton.jit
     def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         pid_m, pid_n = tl.program_id(1), tl.program_id(0)
@@ -80,13 +78,64 @@ def _triton_matmul(mma_v3: bool):
             y = tl.load(b + (k0 + rk)[:, None] * N + rn[None, :], mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
             acc += tl.dot(x, y)
         tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    return matmul
+
+
+def _triton_matmul(mma_v3: bool):
+    """Triton's tutorial matmul, autotuned over TRITON_CONFIGS; mma_v3 False: compiled with DISABLE_MMA_V3=1
+    (mma.sync + ldmatrix, as ours), True: Triton's default (wgmma on the H200). Each is its own jit function,
+    and the variable is set before each call, since Triton reads it when it compiles."""
+    import triton
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s) for bm, bn, bk, w, s in TRITON_CONFIGS]
+    matmul = triton.autotune(configs=configs, key=["M", "N", "K"])(_triton_kernel())
 
     def run(a, b, c):
         os.environ["DISABLE_MMA_V3"] = "0" if mma_v3 else "1"
         m, k = a.shape
         n = b.shape[1]
         matmul[lambda meta: (triton.cdiv(n, meta["BN"]), triton.cdiv(m, meta["BM"]))](a, b, c, m, n, k)
+    run.autotuner = matmul
     return run
+
+
+def sass(directory: Path) -> None:
+    """The main loop's SASS instructions per k-tile (one turn of the loop: a k-tile each, ours and Triton's),
+    by kind (`bench.mma_loop_counts`), for each of our fp16 tiles (ptxas, sm_90) beside each of Triton's
+    configurations compiled with DISABLE_MMA_V3=1 (its mma.sync + ldmatrix path) and the one its autotuner
+    picks at PROFILED; the same cuobjdump reads both. What each turn moves differs (k-tile 32 or 64 wide, 4
+    or 8 warps): "per HMMA" compares them."""
+    import tempfile
+
+    import torch
+    import triton
+    from bench import mma_loop_counts, ptx_to_cubin, sass_of
+
+    report = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for variant in json.loads((directory / "gemm.json").read_text()):
+            ptx = Path(scratch) / f"{variant['name']}.ptx"
+            ptx.write_text((directory / f"gemm_f16_{variant['name']}.ptx").read_text())
+            report.append({"kernel": f"mlir-tile {variant['name']}", **mma_loop_counts(sass_of(ptx_to_cubin(ptx)))})
+            print(json.dumps(report[-1]), flush=True)
+        m, n, k = PROFILED
+        a, b = torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(k, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        os.environ["DISABLE_MMA_V3"] = "1"
+        kernel = _triton_kernel()
+        tuned = _triton_matmul(mma_v3=False)
+        tuned(a, b, c)
+        best = tuned.autotuner.best_config
+        for bm, bn, bk, warps, stages in TRITON_CONFIGS:
+            compiled = kernel[(triton.cdiv(n, bn), triton.cdiv(m, bm))](a, b, c, m, n, k, BM=bm, BN=bn, BK=bk,
+                                                                         num_warps=warps, num_stages=stages)
+            cubin = Path(scratch) / f"triton_{bm}x{bn}x{bk}_w{warps}_s{stages}.cubin"
+            cubin.write_bytes(compiled.asm["cubin"])
+            picked = (best.kwargs, best.num_warps, best.num_stages) == ({"BM": bm, "BN": bn, "BK": bk}, warps, stages)
+            report.append({"kernel": f"Triton mma.sync {bm}x{bn}x{bk} w{warps} s{stages}"
+                                     f"{' (autotuned pick)' if picked else ''}", **mma_loop_counts(sass_of(cubin))})
+            print(json.dumps(report[-1]), flush=True)
+    (directory / "gemm_sass.json").write_text(json.dumps(report, indent=1))
 
 
 def run(directory: Path) -> None:
@@ -271,4 +320,4 @@ if __name__ == "__main__":
     if command == "launch":
         launch(directory, sys.argv[3], *map(int, sys.argv[4:7]))
     else:
-        {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks}[command](directory)
+        {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass}[command](directory)

@@ -66,3 +66,29 @@ def test_the_hand_written_addresses_load_what_the_layout_says(config):
         expected = [[int(words[shared.offset(*repeat, matrix, lane // 4, lane % 4)]) for matrix in range(config.count)]
                     for lane in range(32)]
         assert [list(map(int, lane)) for lane in loaded] == expected
+
+
+def test_the_main_loop_is_the_loop_with_the_most_mma_and_the_fewest_instructions():
+    """`bench.mma_loop_counts` on a cuobjdump-style listing: three loops (a backward branch and its target),
+    the one without HMMA and the longer of the two with two HMMA left out; NOPs not counted."""
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0020*/               @P0 BRA 0x10 ;
+        /*0030*/                   LDSM.16.M88.4 R4, [R8] ;
+        /*0040*/                   HMMA.16816.F32 R12, R4, R6, R12 ;
+        /*0050*/                   NOP ;
+        /*0060*/                   HMMA.16816.F32 R16, R4, R6, R16 ;
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0080*/              @!P1 BRA 0x30 ;
+        /*0090*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR4][R10.64] ;
+        /*00a0*/                   LDSM.16.M88.4 R4, [R8] ;
+        /*00b0*/                   HMMA.16816.F32 R12, R4, R6, R12 ;
+        /*00c0*/                   HMMA.16816.F32 R16, R4, R6, R16 ;
+        /*00d0*/                   ISETP.GE.AND P1, PT, R2, R9, PT ;
+        /*00e0*/                   FMUL R20, R20, R21 ;
+        /*00f0*/               @P1 BRA 0x90 ;
+        /*0100*/                   EXIT ;
+    """
+    assert bench.mma_loop_counts(listing) == {"instructions": 5, "HMMA": 2, "LDSM": 1, "LDGSTS": 0, "BAR": 1, "other": 1,
+                                              "per HMMA": 2.5}  # the loop at 0x30: its branch the "other"
