@@ -1,6 +1,6 @@
 """examples/attention.py without a GPU: a CTA on the reference model (every fragment against the ISA's tables, O
-against numpy), every kernel `Attention` runs assembles with ptxas without spills, and unsupported ones are
-ValueErrors."""
+against numpy), every kernel `Attention` runs assembles with ptxas without spills, the softmax's knobs change
+the PTX as they say, and unsupported ones are ValueErrors."""
 import re
 import shutil
 import subprocess
@@ -40,3 +40,38 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 def test_unsupported_configurations_are_value_errors(config):
     with pytest.raises(ValueError, match="head dims 64 and 128, f16 and bf16"):
         attention.build_module(config)
+
+
+def _loops(ptx: str) -> list[str]:
+    """The PTX of each main loop (the unmasked key tiles', then the masked ones'): from a loop's label to
+    the branch back to it."""
+    loops = []
+    for label in re.findall(r"^(\$L__BB\d+_\d+):", ptx, re.M):
+        back = re.search(rf"bra(?:\.uni)?\s+{re.escape(label)};", ptx[ptx.index(f"{label}:"):])
+        if back and "mma.sync" in ptx[ptx.index(f"{label}:"):][:back.end()]:
+            loops.append(ptx[ptx.index(f"{label}:"):][:back.end()])
+    return loops
+
+
+@pytest.mark.parametrize("maxima_first", [False, True])
+def test_maxima_first_starts_every_rows_shuffles_before_the_first_exponential(maxima_first):
+    """Each main loop's 4 rows a thread (d 64) reduce their max over 4 lanes with 2 xor shuffles each: with
+    maxima_first all 8 come before the loop's first ex2; row by row, only the first row's 2."""
+    ptx = compile_to_ptx(attention.build_module(attention.Config(maxima_first=maxima_first)))
+    loops = _loops(ptx)
+    assert len(loops) == 2
+    for loop in loops:
+        first_exponential = loop.index("ex2.approx")
+        shuffles_before = len(re.findall(r"shfl\.sync\.bfly", loop[:first_exponential]))
+        assert shuffles_before == (8 if maxima_first else 2), shuffles_before
+
+
+@pytest.mark.parametrize("tree_reductions", [False, True])
+def test_tree_reductions_sum_the_probabilities_in_pairs(tree_reductions):
+    """A row's 16 probabilities (d 64, 64-key tiles): as a tree, 8 of its adds take two exponentials; as a
+    chain, 1 (the first); 4 rows a thread in each of the 2 loops."""
+    ptx = compile_to_ptx(attention.build_module(attention.Config(tree_reductions=tree_reductions)))
+    exponentials = set(re.findall(r"ex2\.approx\.ftz\.f32\s+(%r\d+),", ptx))
+    pairs = [operands for operands in re.findall(r"add\.rn\.ftz\.f32\s+%r\d+, (%r\d+), (%r\d+);", ptx)
+             if set(operands) <= exponentials]
+    assert len(pairs) == (8 if tree_reductions else 1) * 4 * 2
