@@ -165,8 +165,8 @@ PROFILED = (4, 16, 4096)  # batch, heads, seq
 
 
 def launch(directory: Path, which: str, d: int) -> None:
-    """One non-causal fp16 launch at PROFILED and head dim d: ours (`which` "default" or a SHAPES index), or
-    torch's flash backend ("flash"). What `profile` runs under ncu."""
+    """One non-causal fp16 launch at PROFILED and head dim d: ours (`which` "default": the default Config, not
+    TUNED's; or a SHAPES index), or torch's flash backend ("flash"). What `profile` runs under ncu."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -188,11 +188,11 @@ def profile(directory: Path) -> None:
     """ncu on one launch of ours (each CTA shape) and of torch's FA2 kernel per head dim: shared-memory
     instructions and wavefronts (ours: ldmatrix.x4, 16-byte cp.async, stmatrix.x4 and 16-byte reads, all
     conflict-free by construction: 4 wavefronts each is the model's minimum), pipes' busy shares, stalls."""
-    report = []
+    shapes, report = _example().SHAPES, []
     for d in (64, 128):
-        for which in ["default", *map(str, range(len(_example().SHAPES))), "flash"]:
+        for which in ["default", *map(str, range(len(shapes))), "flash"]:
             entry, = profile_launches([__file__, "launch", str(directory), which, str(d)], "attention|flash_fwd", 1)
-            report.append({"kernel shape": which if which in ("default", "flash") else _example().SHAPES[int(which)],
+            report.append({"kernel shape": which if which in ("default", "flash") else shapes[int(which)],
                            "d": d, **entry})
             print(json.dumps(report[-1]), flush=True)
     (directory / "attention_profile.json").write_text(json.dumps(report, indent=1))

@@ -112,20 +112,19 @@ def sass(directory: Path) -> None:
     from bench import mma_loop_counts, ptx_to_cubin, sass_of
 
     report = []
+    for variant in json.loads((directory / "gemm.json").read_text()):
+        cubin = ptx_to_cubin(directory / f"gemm_f16_{variant['name']}.ptx")  # beside its PTX
+        report.append({"kernel": f"mlir-tile {variant['name']}", **mma_loop_counts(sass_of(cubin))})
+        print(json.dumps(report[-1]), flush=True)
+    m, n, k = PROFILED
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(k, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    os.environ["DISABLE_MMA_V3"] = "1"
+    kernel = _triton_kernel()
+    tuned = _triton_matmul(mma_v3=False)
+    tuned(a, b, c)
+    best = tuned.autotuner.best_config
     with tempfile.TemporaryDirectory() as scratch:
-        for variant in json.loads((directory / "gemm.json").read_text()):
-            ptx = Path(scratch) / f"{variant['name']}.ptx"
-            ptx.write_text((directory / f"gemm_f16_{variant['name']}.ptx").read_text())
-            report.append({"kernel": f"mlir-tile {variant['name']}", **mma_loop_counts(sass_of(ptx_to_cubin(ptx)))})
-            print(json.dumps(report[-1]), flush=True)
-        m, n, k = PROFILED
-        a, b = torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(k, n, device="cuda", dtype=torch.float16)
-        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        os.environ["DISABLE_MMA_V3"] = "1"
-        kernel = _triton_kernel()
-        tuned = _triton_matmul(mma_v3=False)
-        tuned(a, b, c)
-        best = tuned.autotuner.best_config
         for bm, bn, bk, warps, stages in TRITON_CONFIGS:
             compiled = kernel[(triton.cdiv(n, bn), triton.cdiv(m, bm))](a, b, c, m, n, k, BM=bm, BN=bn, BK=bk,
                                                                          num_warps=warps, num_stages=stages)

@@ -60,7 +60,6 @@ class Config:
     split_k: bool = False  # the k-tiles shared out among `splits` CTAs per C tile (a run-time parameter), each
     # writing its fp32 partial product to a workspace that `build_reduce_module`'s kernel sums into C
 
-
     @property
     def threads(self) -> int:
         return 32 * self.warps[0] * self.warps[1]
