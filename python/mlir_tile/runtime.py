@@ -141,15 +141,18 @@ class Runtime:
     DEFAULT_DYNAMIC_SHARED = 48 * 1024  # what a kernel may use without opting in
 
     def allow_dynamic_shared(self, kernel, nbytes: int) -> None:
-        """Let `kernel` use `nbytes` of dynamic shared memory: above 48 KiB CUDA wants the kernel's opt-in
-        (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); more than the device has is a CudaError that says so."""
-        if nbytes <= self.DEFAULT_DYNAMIC_SHARED:
+        """Let `kernel` use `nbytes` of dynamic shared memory: where they and its static shared memory pass 48
+        KiB, CUDA wants the kernel's opt-in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); more than the
+        device has is a CudaError that says so."""
+        if not nbytes:
             return
         driver = _driver()
-        limit = _check(driver.cuDeviceGetAttribute(
-            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device.device_id))
         static = _check(driver.cuKernelGetAttribute(
             driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.handle, self.device.device_id))
+        if nbytes + static <= self.DEFAULT_DYNAMIC_SHARED:
+            return
+        limit = _check(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device.device_id))
         if nbytes + static > limit:
             raise CudaError(f"{nbytes} bytes of dynamic shared memory (+{static} static) is more than the {limit} "
                             f"a block can have on {self.device.name}")
