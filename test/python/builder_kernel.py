@@ -135,3 +135,59 @@ def test_fast_math_and_warp_reductions():
 @run
 def test_exact_math_without_fast_math():
     print(compile_to_ptx(_softmax_row(fast_math=False).module))
+
+
+def _two_stage_pipeline():
+    """Stage s of 2: `full` completes when every thread's copies into it landed, `empty` when every warp has
+    read it; turn t waits for the phase t // 2 of its stage."""
+    with Kernel("stages", [Global("f32"), "index"], block=(128, 1, 1), fast_math=True, context=ir.Context()) as k:
+        source, turns = k.arguments
+        tile = k.shared("tile", 2 * 128, "f32")
+        full, empty = k.mbarriers("full", 2, 128), k.mbarriers("empty", 2, 4)
+        k.arrive(empty, 0, per_warp=True)
+        k.arrive(empty, 1, per_warp=True)
+        with k.loop(0, turns) as turn:
+            stage, phase = arith.remui(turn, k.index(2)), arith.divui(turn, k.index(2))
+            k.wait_phase(empty, stage, phase)
+            k.commit_group([k.copy_async(tile, [arith.addi(arith.muli(stage, k.index(128)), k.thread_id())], source,
+                                         [k.thread_id()], bytes=4)])
+            k.arrive_on_copies(full, stage)
+            k.wait_phase(full, stage, phase)
+            value = k.load(tile, [arith.muli(stage, k.index(128))])
+            with k.if_(k.any_lane(k.compare("ult", k.thread_id(), 1))):
+                k.store(value, source, [k.thread_id()])
+            k.arrive(empty, stage, per_warp=True)
+    return k
+
+
+# CHECK-LABEL: TEST: test_stage_mbarriers
+# Thread 0 initializes each mbarrier with its arrivals a phase, then the block meets once
+# CHECK: mbarrier.init.shared.b64 [full], [[THREADS:%r[0-9]+]];
+# CHECK: mbarrier.init.shared.b64 [full+8], [[THREADS]];
+# CHECK: bar.sync 0;
+# CHECK: mbarrier.init.shared.b64 [empty], [[WARPS:%r[0-9]+]];
+# CHECK: bar.sync 0;
+# A warp's arrival: the warp meets, lane 0 arrives for it; then the loop never meets the block
+# CHECK-NEXT: bar.warp.sync -1;
+# CHECK: mbarrier.arrive.shared.b64 %rd{{[0-9]+}}, [empty];
+# CHECK-NOT: bar.sync
+# The turn: wait for the stage's empty phase (a try_wait on its parity until it completes), copy, arrive once
+# the copies land, wait for the full phase
+# CHECK: mbarrier.try_wait.parity.shared.b64 [[DONE:%p[0-9]+]], [%rd{{[0-9]+}}], %r{{[0-9]+}};
+# CHECK-NEXT: not.pred [[AGAIN:%p[0-9]+]], [[DONE]];
+# CHECK-NEXT: @[[AGAIN]] bra $L__BB{{[0-9_]+}};
+# CHECK-NOT: bar.sync
+# CHECK: cp.async.ca.shared.global
+# CHECK: cp.async.mbarrier.arrive.noinc.shared.b64 [%rd{{[0-9]+}}];
+# CHECK-NEXT: $L__BB{{[0-9_]+}}:
+# CHECK-NEXT: mbarrier.try_wait.parity.shared.b64
+# CHECK-NOT: bar.sync
+# The warp-uniform branch, then the warp's arrival on `empty`
+# CHECK: vote.sync.any.pred
+# CHECK-NOT: bar.sync
+# CHECK: mbarrier.arrive.shared.b64
+# CHECK-NOT: bar.sync
+# CHECK: ret;
+@run
+def test_stage_mbarriers():
+    print(compile_to_ptx(_two_stage_pipeline().module))

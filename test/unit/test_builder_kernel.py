@@ -60,6 +60,12 @@ MISUSE = {
     "wait on an ended loop's token": (lambda k: _wait_after_loop(k), r"made inside a loop or branch that has ended",
                                       None),
     "view offset": (lambda k: k.view(k.shared_bytes("b", 64), (4,), byte_offset=-4), r"non-negative integer", None),
+    "mbarrier arrivals": (lambda k: k.mbarriers("b", 2, 1 << 20), r"at most 1048575 arrivals a phase", None),
+    "mbarrier index": (lambda k: k.arrive(k.mbarriers("b", 2, 128), 2), r"index 2 of 2 mbarriers", None),
+    "mbarrier buffer": (lambda k: k.arrive_on_copies(k.shared("s", 2, "i64"), 0), r"the buffer `mbarriers` made",
+                        None),
+    "wait_phase parity": (lambda k: k.wait_phase(k.mbarriers("b", 1, 128), 0, 2), r"parity 0 or 1, got 2", None),
+    "any_lane predicate": (lambda k: k.any_lane(k.index(1)), r"any_lane: an i1 predicate", None),
 }
 
 

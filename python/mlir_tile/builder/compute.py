@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, gpu, llvm, math, nvvm, vector
+from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
-from mlir_tile.builder.common import BuilderError, caller_location, memref_value, parse_type
+from mlir_tile.builder.common import BuilderError, caller_location, count, memref_value, parse_type
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.layout import Layout
@@ -155,9 +155,82 @@ class Compute:
             distance //= 2
         return value
 
+    def any_lane(self, predicate: ir.Value) -> ir.Value:
+        """`vote.sync.any.pred` over the full warp: true in every lane where `predicate` (an i1) is true in
+        some lane, so that a branch on it is uniform across the warp."""
+        if not isinstance(predicate, ir.Value) or predicate.type != ir.IntegerType.get_signless(1):
+            raise BuilderError(f"any_lane: an i1 predicate, got {predicate!r}")
+        return nvvm.vote_sync(predicate.type, self.constant(-1), predicate, nvvm.VoteSyncKind.any)
+
     def barrier(self) -> None:
         """`bar.sync 0`: every thread of the block arrives before any goes on."""
         gpu.barrier()
+
+    # ----- mbarriers: a phase completes when its arrivals are in, without holding the arriving threads -----
+    def mbarriers(self, name: str, number: int, arrivals: int) -> ir.Value:
+        """`number` mbarriers in shared memory (a workgroup buffer `name` of 8-byte words), each completing a
+        phase at `arrivals` arrivals: thread 0 of the block initializes them here (`mbarrier.init`), then a
+        `bar.sync`, so that no thread arrives or waits before they are. Phases count from 0; a thread waits for
+        phase n by its parity (`wait_phase(..., n % 2)`), so no barrier may run two phases ahead of a waiter."""
+        count(arrivals, "mbarriers: arrivals")
+        if arrivals >= 1 << 20:  # PTX: the expected count is at most 2^20 - 1
+            raise BuilderError(f"mbarriers: at most {(1 << 20) - 1} arrivals a phase, got {arrivals}")
+        barriers = self.shared(name, count(number, "mbarriers: number"), "i64", 8)
+        self._mbarrier_buffers = getattr(self, "_mbarrier_buffers", set()) | {name}
+        with self.if_(self.compare("eq", self.thread_id(), 0)):
+            for index in range(number):
+                nvvm.mbarrier_init(self._mbarrier(barriers, index), self.constant(arrivals))
+        gpu.barrier()
+        return barriers
+
+    def arrive(self, barriers: ir.Value, index: ir.Value | int, *, per_warp: bool = False) -> None:
+        """`mbarrier.arrive`: this thread's arrival on mbarrier `index` (its shared memory reads and writes
+        before it are visible to a thread that then sees the phase complete). `per_warp`: the warp's threads
+        meet (`bar.warp.sync`, which orders their accesses before lane 0's) and lane 0 arrives for all of
+        them, so that a phase counts warps: one shared-memory atomic a warp, not 32."""
+        if not per_warp:
+            nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index))
+            return
+        nvvm.bar_warp_sync(self.constant(-1))
+        with self.if_(self.compare("eq", self.lane_id(), 0)):
+            nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index))
+
+    def arrive_on_copies(self, barriers: ir.Value, index: ir.Value | int) -> None:
+        """`cp.async.mbarrier.arrive.noinc`: this thread's arrival on mbarrier `index`, made by the hardware
+        once every cp.async this thread issued before it has landed (one of the phase's `arrivals`)."""
+        nvvm.cp_async_mbarrier_arrive(self._mbarrier(barriers, index), noinc=True)
+
+    def wait_phase(self, barriers: ir.Value, index: ir.Value | int, parity: ir.Value | int) -> None:
+        """Wait until the phase of mbarrier `index` with this parity (0 or 1, an i32 or index value) has
+        completed: `mbarrier.try_wait.parity` in a loop (each try suspends the thread for a while, in
+        hardware, rather than spinning)."""
+        address = self._mbarrier(barriers, index)
+        i32 = ir.IntegerType.get_signless(32)
+        if isinstance(parity, int) and parity not in (0, 1):
+            raise BuilderError(f"wait_phase: parity 0 or 1, got {parity!r}")
+        parity = self.constant(parity) if isinstance(parity, int) else arith.andi(  # the low bit: the parity
+            parity if parity.type == i32 else arith.index_cast(i32, parity), self.constant(1))
+        loop = scf.WhileOp([], [])
+        before = loop.before.blocks.append()
+        with ir.InsertionPoint(before):
+            done = nvvm.mbarrier_try_wait(ir.IntegerType.get_signless(1), address, parity)
+            scf.ConditionOp(arith.xori(done, self.constant(1, "i1")), [])
+        with ir.InsertionPoint(loop.after.blocks.append()):
+            scf.YieldOp([])
+
+    def _mbarrier(self, barriers: ir.Value, index: ir.Value | int) -> ir.Value:
+        kind = ir.MemRefType(memref_value(barriers, "mbarrier").type)
+        owner = barriers.owner
+        made = isinstance(owner, ir.OpView) and owner.operation.name == "memref.get_global" and ir.FlatSymbolRefAttr(
+            owner.attributes["name"]).value in getattr(self, "_mbarrier_buffers", ())
+        if not made:  # an mbarrier is used only after `mbarriers` initialized it
+            raise BuilderError(f"mbarrier: the buffer `mbarriers` made, got {barriers.get_name()}: {kind}")
+        if isinstance(index, int) and not 0 <= index < kind.shape[0]:
+            raise BuilderError(f"mbarrier: index {index} of {kind.shape[0]} mbarriers")
+        i64 = ir.IntegerType.get_signless(64)
+        base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(barriers))
+        offset = arith.index_cast(i64, arith.muli(self.as_index(index), self.index(8)))
+        return llvm.inttoptr(llvm.PointerType.get(3), arith.addi(base, offset))
 
 
 def _f32(value, what: str) -> None:
