@@ -65,6 +65,7 @@ MISUSE = {
     "mbarrier buffer": (lambda k: k.arrive_on_copies(k.shared("s", 2, "i64"), 0), r"the buffer `mbarriers` made",
                         None),
     "wait_phase parity": (lambda k: k.wait_phase(k.mbarriers("b", 1, 128), 0, 2), r"parity 0 or 1, got 2", None),
+    "mbarriers in a loop": (lambda k: _mbarriers_in_a_loop(k), r"mbarriers: at the kernel's top level", None),
     "any_lane predicate": (lambda k: k.any_lane(k.index(1)), r"any_lane: an i1 predicate", None),
 }
 
@@ -74,6 +75,11 @@ def _wait_after_loop(k):
     with k.loop(0, 4):
         group = k.commit_group([k.copy_async(tile, [0], k.arguments[0], [0])])
     k.wait_groups(group, 0)
+
+
+def _mbarriers_in_a_loop(k):
+    with k.loop(0, 4):
+        k.mbarriers("b", 1, 128)
 
 
 def _loop_without_next(k):

@@ -175,8 +175,11 @@ class Compute:
         count(arrivals, "mbarriers: arrivals")
         if arrivals >= 1 << 20:  # PTX: the expected count is at most 2^20 - 1
             raise BuilderError(f"mbarriers: at most {(1 << 20) - 1} arrivals a phase, got {arrivals}")
+        if ir.InsertionPoint.current.block != self.body:
+            raise BuilderError("mbarriers: at the kernel's top level, where every thread meets the bar.sync after "
+                               "the initialization (not inside a loop or a branch)")
         barriers = self.shared(name, count(number, "mbarriers: number"), "i64", 8)
-        self._mbarrier_buffers = getattr(self, "_mbarrier_buffers", set()) | {name}
+        self.mbarrier_buffers.add(name)
         with self.if_(self.compare("eq", self.thread_id(), 0)):
             for index in range(number):
                 nvvm.mbarrier_init(self._mbarrier(barriers, index), self.constant(arrivals))
@@ -222,7 +225,7 @@ class Compute:
         kind = ir.MemRefType(memref_value(barriers, "mbarrier").type)
         owner = barriers.owner
         made = isinstance(owner, ir.OpView) and owner.operation.name == "memref.get_global" and ir.FlatSymbolRefAttr(
-            owner.attributes["name"]).value in getattr(self, "_mbarrier_buffers", ())
+            owner.attributes["name"]).value in self.mbarrier_buffers
         if not made:  # an mbarrier is used only after `mbarriers` initialized it
             raise BuilderError(f"mbarrier: the buffer `mbarriers` made, got {barriers.get_name()}: {kind}")
         if isinstance(index, int) and not 0 <= index < kind.shape[0]:

@@ -88,6 +88,7 @@ class Kernel(Memory, Copies, Compute):
         load_dialect(self.context)
         self._location = caller_location(self.context)  # diagnostics on the kernel point at the Kernel(...) line
         self._scopes: list = []
+        self.mbarrier_buffers: set[str] = set()  # the shared buffers `mbarriers` made and initialized
 
     def __enter__(self) -> "Kernel":
         self._scopes = [self.context, self._location]
