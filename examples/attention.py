@@ -6,17 +6,18 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --run-ptx a.ptx   # needs a GPU, no MLIR: one case against numpy
     python examples/attention.py --emulate         # a CTA on the reference model against numpy, no GPU
 
-By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128:
-each warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles, Q read from shared
-memory per key tile, the order of the softmax's steps and O rescaled only where a row's max grew;
-`Attention` takes TUNED's) and walks the keys in tiles of 64, K and V double-buffered through cp.async with
-zero-fill past the sequence, one barrier a tile. Per key tile: S = Q K^T from Q's fragments (loaded once,
-ldmatrix.x4) and K's (ldmatrix.x4 from the row-major [keys, d] tile, the N x K operand), one d16 block at a
-time; the mask (keys past the sequence, and above the diagonal when causal) and the online softmax in the
-log2 domain (row max and sum over the four lanes of a row by xor shuffles, exp2 as ex2.approx.ftz); P, the
-accumulators of S packed to 16-bit pairs, is the A operand of P V in registers (`fragments.c_as_a_operand`);
-V's fragments by ldmatrix.x4.trans from its [keys, d] tile. The epilogue divides by the row sums, stores O
-through stmatrix into the swizzled Q tile and 16-byte rows, and the log-sum-exp (natural log) per row.
+By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128: each
+warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles, Q read from shared memory per key
+tile, the order of the softmax's steps, O rescaled only where a row's max grew, and each stage's mbarriers in
+place of the block's barrier; `Attention` takes TUNED's) and walks the keys in tiles of 64, K and V
+double-buffered through cp.async with zero-fill past the sequence, one barrier a tile. Per key tile: S = Q K^T
+from Q's fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from the row-major [keys, d] tile, the N x K
+operand), one d16 block at a time; the mask (keys past the sequence, and above the diagonal when causal) and the
+online softmax in the log2 domain (row max and sum over the four lanes of a row by xor shuffles, exp2 as
+ex2.approx.ftz); P, the accumulators of S packed to 16-bit pairs, is the A operand of P V in registers
+(`fragments.c_as_a_operand`); V's fragments by ldmatrix.x4.trans from its [keys, d] tile. The epilogue divides
+by the row sums, stores O through stmatrix into the swizzled Q tile and 16-byte rows, and the log-sum-exp
+(natural log) per row.
 
 Kernel parameters: `attention(q, k, v, o, lse, seq)`: q, k, v, o [batch * heads, seq, d] row-major (16-byte
 aligned), lse [batch * heads, seq] f32, and seq (64-bit). Grid ceil(seq / BR) * batch * heads, block 32 * warps,
@@ -49,8 +50,10 @@ class Config:
     maxima_first: bool = False  # every row's max (its shuffles) before the first row's probabilities, or row by row
     tree_reductions: bool = False  # a row's max and sum over the thread's values as a tree of pairs (depth log2 n,
     # the fp32 sum in another order), not a chain
-    lazy_rescale: bool = False  # O's rows scaled by exp2(old max - new max) only where some max of the thread's
-    # rows grew (a branch): else every factor is exp2(0) = 1 and the products are O itself
+    lazy_rescale: bool = False  # O's rows scaled by exp2(old max - new max) only where some max of the warp's
+    # rows grew (a branch the warp takes together): else every factor is exp2(0) = 1 and the products are O itself
+    stage_barriers: bool = False  # each K/V stage's mbarriers (its copies landed; every warp done reading it) in
+    # place of the block's barrier a key tile: a warp waits only for what it reads and what it overwrites
 
     @property
     def blocks_per_warp(self) -> int:
@@ -83,6 +86,7 @@ class Config:
         shape += "_lazy" if self.lazy_rescale else ""
         shape += "_mf" if self.maxima_first else ""
         shape += "_tree" if self.tree_reductions else ""
+        shape += "_mbar" if self.stage_barriers else ""
         return f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}{shape}"
 
 
@@ -152,8 +156,14 @@ def build_module(config: Config = Config(), context=None):
             return copy_rows(view, kv_halves, (keys, values)[which], first, config.keys, seq)
 
 
+        if config.stage_barriers:  # per stage: its copies landed (full), and every thread has read it (empty)
+            full, empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
         q_tokens = copy_rows(k.view(shared, (rows * d,), element), q_halves, q, q0, rows, seq)
         first_group = k.commit_group(q_tokens + load(k.index(0), 0) + load(k.index(0), 1))
+        if config.stage_barriers:  # tile 0 is full phase 0 of stage 0; both stages start empty (phase 0)
+            k.arrive_on_copies(full, 0)
+            k.arrive(empty, 0, per_warp=True)
+            k.arrive(empty, 1, per_warp=True)
         kv_tiles = arith.divui(arith.addi(seq, k.index(config.keys - 1)), k.index(config.keys))
         if config.causal:  # keys up to the CTA's last query row
             kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + config.keys - 1)), k.index(config.keys)))
@@ -219,6 +229,9 @@ def build_module(config: Config = Config(), context=None):
                 k.store(zero, s_acc, [slot])
             products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)
 
+        p_plan = c_as_a_operand()  # P's A register r holds accumulators (low, high) of n-block (n_offset)
+        p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(p_plan)}
+
         def softmax(tile_index, masked: bool):
             """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is
             the A operand of P V. `masked`: some keys may be past the sequence or above the diagonal (the last
@@ -253,10 +266,11 @@ def build_module(config: Config = Config(), context=None):
                 correction = k.exp2(arith.subf(old_max, new_max))
                 negative_max = arith.negf(new_max)
                 probabilities_of_row = []
-                for slot, value in values_of_row:
-                    probability = k.exp2(math_dialect.fma(value, scale_value, negative_max))
-                    k.store(probability, s_acc, [slot])
-                    probabilities_of_row.append(probability)
+                for ni in range(key_blocks):  # P's word of the row's keys 8 ni + 2 quad + (0, 1), packed at once
+                    pair = [k.exp2(math_dialect.fma(value, scale_value, negative_max))
+                            for _, value in values_of_row[2 * ni:2 * ni + 2]]
+                    k.store(k.pack_f16(*pair, element), p_regs, [output.a_slots(mi, ni // 2)[p_register[ni % 2, 2 * half]]])
+                    probabilities_of_row.extend(pair)
                 total = row_reduce(probabilities_of_row, arith.addf)
                 k.store(new_max, row_max, [state])
                 k.store(arith.addf(arith.mulf(k.load(row_sum, [state]), correction), total), row_sum, [state])
@@ -271,14 +285,6 @@ def build_module(config: Config = Config(), context=None):
             else:
                 for row in rows_of_thread:
                     probabilities(*row, *row_maximum(*row))
-            plan = c_as_a_operand()
-            for mi in range(m_blocks):  # P: two n8 blocks of S's accumulators per key16 block, packed
-                for block in range(config.keys // 16):
-                    for register, (n_offset, low, high) in enumerate(plan):
-                        accumulators = slots(key_blocks, mi, 2 * block + n_offset)
-                        word = k.pack_f16(k.load(s_acc, [accumulators[low]]), k.load(s_acc, [accumulators[high]]),
-                                          element)
-                        k.store(word, p_regs, [output.a_slots(mi, block)[register]])
             return corrections, grown
 
         def rescale(corrections, grown):  # O's rows by exp2(old max - new max); lazily: only where a max grew
@@ -289,7 +295,7 @@ def build_module(config: Config = Config(), context=None):
                             slot = slots(d_blocks, mi, ni)[2 * half + column]
                             k.store(arith.mulf(k.load(o_acc, [slot]), correction), o_acc, [slot])
             if config.lazy_rescale:
-                with k.if_(grown):
+                with k.if_(k.any_lane(grown)):
                     multiply()
             else:
                 multiply()
@@ -297,14 +303,24 @@ def build_module(config: Config = Config(), context=None):
         def key_tile(tile_index, masked: bool):
             """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
             read), this tile's S, softmax and P V, then the wait and the one barrier after which the copies
-            are visible and every warp is done with the stage the next turn's copies overwrite."""
+            are visible and every warp is done with the stage the next turn's copies overwrite. With stage
+            barriers: the wait for the stage's `empty` phase before the copies, for the tile's `full` phase
+            after them, and this warp's arrival on its stage's `empty` at the end."""
             following = arith.addi(tile_index, k.index(1))
+            if config.stage_barriers:  # tile u fills stage u % 2 once its phase u // 2 of `empty` is complete
+                k.wait_phase(empty, arith.remui(following, k.index(2)), arith.divui(following, k.index(2)))
             k.commit_group(load(following, 0) + load(following, 1))
+            if config.stage_barriers:
+                k.arrive_on_copies(full, arith.remui(following, k.index(2)))
+                k.wait_phase(full, arith.remui(tile_index, k.index(2)), arith.divui(tile_index, k.index(2)))
             scores_of(tile_index)
             rescale(*softmax(tile_index, masked))
             products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks)  # O += P V
-            k.wait_groups(first_group, 0)
-            k.barrier()
+            if config.stage_barriers:
+                k.arrive(empty, arith.remui(tile_index, k.index(2)), per_warp=True)
+            else:
+                k.wait_groups(first_group, 0)
+                k.barrier()
 
         # tiles whose every key is valid for every row of the CTA go without the mask; the rest with it
         full_tiles = arith.divui(seq, k.index(config.keys))
@@ -314,6 +330,9 @@ def build_module(config: Config = Config(), context=None):
             key_tile(tile_index, masked=False)
         with k.loop(full_tiles, kv_tiles) as tile_index:
             key_tile(tile_index, masked=True)
+        if config.stage_barriers:  # the last tile's copies (never read) landed; every warp is done with Q's tile
+            k.wait_groups(first_group, 0)
+            k.barrier()
         o_regs = k.registers(output.c.whole.slots)
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
         for mi in range(m_blocks):
@@ -349,16 +368,18 @@ def build_module(config: Config = Config(), context=None):
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
 # The CTA `Attention` takes per (head dim, causal) where not the default, as measured on the H200
 # (benchmarks/RESULTS.md): every row's max first and, but at d 128 without the mask, both reductions as trees:
-# 1-7% faster; at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
+# 1-7% faster; at d 64 the stages' mbarriers in place of the barrier a tile: 1-7% faster (at d 128 0-7%
+# slower); at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
 # tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster, and O's 128
-# accumulators a thread rescaled only where a row's max grew: 3-5% faster (the trees there 1-2% slower).
-TUNED = {(64, False): {"maxima_first": True, "tree_reductions": True},
-         (64, True): {"maxima_first": True, "tree_reductions": True},
+# accumulators a thread rescaled only where a row's max grew: 3-6% faster (the trees there 1-2% slower).
+TUNED = {(64, False): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
+         (64, True): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
          (128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False, "lazy_rescale": True, "maxima_first": True},
          (128, True): {"maxima_first": True, "tree_reductions": True}}
 # other CTAs the benchmark measures: FA2's (32 rows a warp, 64-key tiles, Q from shared memory), the knobs alone
+# and together
 SHAPES = [{"row_blocks": 2, "q_in_registers": False}, TUNED[128, False], {"lazy_rescale": True}, {"maxima_first": True},
-          {"tree_reductions": True}, TUNED[64, False]]
+          {"tree_reductions": True}, TUNED[128, True], {"stage_barriers": True}, TUNED[64, False]]
 
 
 def build_variants(directory) -> None:

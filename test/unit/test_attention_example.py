@@ -75,3 +75,28 @@ def test_tree_reductions_sum_the_probabilities_in_pairs(tree_reductions):
     pairs = [operands for operands in re.findall(r"add\.rn\.ftz\.f32\s+%r\d+, (%r\d+), (%r\d+);", ptx)
              if set(operands) <= exponentials]
     assert len(pairs) == (8 if tree_reductions else 1) * 4 * 2
+
+
+@pytest.mark.parametrize("stage_barriers", [False, True])
+def test_stage_barriers_replace_the_block_barrier_of_each_turn(stage_barriers):
+    """With stage_barriers a turn meets no block barrier: it waits on the stage it overwrites (its `empty`
+    phase) and on the one it reads (`full`), arrives once its copies land and once it has read its stage;
+    without, one bar.sync a turn."""
+    ptx = compile_to_ptx(attention.build_module(attention.Config(stage_barriers=stage_barriers)))
+    loops = _loops(ptx)
+    assert len(loops) == 2
+    for loop in loops:  # (lane 0's arrival for its warp is a block LLVM may place after the branch back)
+        counts = [len(re.findall(pattern, loop)) for pattern in (r"bar\.sync", r"mbarrier\.try_wait\.parity",
+                                                                 r"cp\.async\.mbarrier\.arrive\.noinc",
+                                                                 r"bar\.warp\.sync")]
+        assert counts == ([0, 2, 1, 1] if stage_barriers else [1, 0, 0, 0]), counts
+    # both stages start empty (2), then one arrival a turn of each loop
+    assert len(re.findall(r"\bmbarrier\.arrive\.shared", ptx)) == (4 if stage_barriers else 0)
+
+
+@pytest.mark.parametrize("lazy_rescale", [False, True])
+def test_the_lazy_rescale_branches_on_a_vote_of_the_warp(lazy_rescale):
+    """O is rescaled where some lane's row max grew: one vote.sync.any a turn, so the warp takes the branch
+    together; without the lazy rescale, no vote."""
+    loops = _loops(compile_to_ptx(attention.build_module(attention.Config(lazy_rescale=lazy_rescale))))
+    assert [len(re.findall(r"vote\.sync\.any\.pred", loop)) for loop in loops] == [int(lazy_rescale)] * 2
