@@ -351,12 +351,15 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None)
 
 
 # The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
-# mma (64-wide k-tiles in 3 stages: 2-8% faster than 32-wide in 4 from 2048^3 to 8192^3), the default 128 x 128
-# keeps more SMs busy on smaller products. Per element type, the tiles measured worth taking
-# (benchmarks/RESULTS.md, H200): bf16's 128 x 256 kernels ran 5-14% slower than its 128 x 128 one, f16's 0-5%
-# faster. (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills in the sm_80 build.)
-TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=3), {})
-PREFERRED = {"f16": TILES, "bf16": TILES[1:]}
+# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type, the k-tiles and stages
+# measured fastest (benchmarks/RESULTS.md, H200, 2048^3 to 8192^3): f16 64-wide in 4 stages (2-8% faster than
+# 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16 128-wide in 2 stages (with B [N, K] 7-9% faster
+# than its 128 x 128 tile, with B [K, N] -1 to +1% at 4096^3 and 8192^3, 5-7% at 2048^3; its 64-wide tile
+# in 4 stages ran 2-6% slower than that). (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills
+# in the sm_80 build.)
+TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
+         {})
+PREFERRED = {"f16": (TILES[0], TILES[2]), "bf16": (TILES[1], TILES[2])}
 # Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
 # bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
 ELEMENT_TILES = ({}, dict(bm=64, bn=64))
@@ -388,7 +391,7 @@ def variant(tile: dict, align: int, **fields) -> Config:
     """The kernel of `tile` for rows on `align` bytes: 4- and 8-byte copies issue 4 and 2 times the cp.async of
     16-byte ones, and with 64-wide k-tiles ptxas spills their addresses (up to 300 bytes), so they take
     32-wide k-tiles in 4 stages."""
-    if align in (4, 8) and tile.get("bk") == 64:
+    if align in (4, 8) and tile.get("bk", Config.bk) > 32:
         tile = {**tile, "bk": 32, "stages": 4}
     return Config(align=align, **tile, **fields)
 

@@ -12,7 +12,7 @@ from mlir_tile.compile import compile_to_ptx
 
 
 @pytest.mark.parametrize("config", [gemm.Config(), gemm.Config(b_major="nk"), gemm.Config(bk=64, stages=3),
-                                    gemm.Config(bn=256, warps=(2, 4))], ids=str)
+                                    gemm.Config(bn=256, warps=(2, 4)), gemm.Config(bk=128, stages=2)], ids=str)
 def test_a_cta_of_the_gemm_computes_the_product_on_the_reference_model(config):
     assert "matches numpy" in gemm.emulate(config, k_tiles=2 if config.bk == 32 else 1)
 
