@@ -351,25 +351,27 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None)
 
 
 # The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
-# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type, the k-tiles and stages
-# measured fastest (benchmarks/RESULTS.md, H200, 2048^3 to 8192^3): f16 64-wide in 4 stages (2-8% faster than
-# 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16 128-wide in 2 stages (with B [N, K] 7-9% faster
-# than its 128 x 128 tile, with B [K, N] -1 to +1% at 4096^3 and 8192^3, 5-7% at 2048^3; its 64-wide tile
-# in 4 stages ran 2-6% slower than that). (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3 but spills
-# in the sm_80 build.)
+# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type and B layout, the
+# tiles measured fastest (benchmarks/RESULTS.md, H200, 2048^3 to 8192^3 and the LLM shapes): f16 128 x 256 in
+# 64-wide k-tiles and 4 stages (2-8% faster than 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16
+# with B [N, K] 128 x 256 in 128-wide k-tiles and 2 stages (7-9% faster than 128 x 128; 64-wide in 4 stages
+# 2-6% slower), with B [K, N] the 128 x 128 tile (128 x 256 in 128-wide k-tiles -1 to +3% at 2048^3-4096^3,
+# 1-7% slower at 8192^3, 4000^3 and the LLM shapes). (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3
+# but spills in the sm_80 build.)
 TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
          {})
-PREFERRED = {"f16": (TILES[0], TILES[2]), "bf16": (TILES[1], TILES[2])}
+PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
+             ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (TILES[1], TILES[2])}
 # Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
 # bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
 ELEMENT_TILES = ({}, dict(bm=64, bn=64))
 FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
 
 
-def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16) -> dict:
-    """The largest of the element's PREFERRED tiles (of ELEMENT_TILES for element copies, align 2) whose CTAs
-    cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
-    tiles = ELEMENT_TILES if align == HALF else PREFERRED[element]
+def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn") -> dict:
+    """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
+    align 2) whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
+    tiles = ELEMENT_TILES if align == HALF else PREFERRED[element, b_major]
     return next((tile for tile in tiles if Config(**tile).grid(m, n) >= FILL * sms), tiles[-1])
 
 
@@ -499,7 +501,7 @@ class Matmul:
                 raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
             tile = smallest
         elif tile is None or align == HALF:
-            tile = pick_tile(m, n, self.sms, element, align)
+            tile = pick_tile(m, n, self.sms, element, align, b_major)
         config = variant(tile, align, b_major=b_major)
         if splits is None:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1

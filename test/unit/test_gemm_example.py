@@ -54,3 +54,16 @@ def test_the_split_k_reduction_assembles(tmp_path, element):
 ])
 def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits):
     assert gemm.pick_splits(m, n, depth, 132, config) == splits
+
+
+@pytest.mark.parametrize("m, n, element, b_major, tile", [
+    (8192, 8192, "f16", "kn", gemm.TILES[0]),  # 128 x 256, 64-wide k-tiles in 4 stages
+    (8192, 8192, "f16", "nk", gemm.TILES[0]),
+    (8192, 8192, "bf16", "nk", gemm.TILES[1]),  # 128 x 256, 128-wide k-tiles in 2 stages
+    (8192, 8192, "bf16", "kn", {}),  # 128 x 128
+    (2048, 1536, "f16", "kn", {}),  # 16 x 6 = 96 CTAs of 128 x 256 cover under 0.9 of 132 SMs
+    (2048, 2048, "f16", "nk", gemm.TILES[0]),  # 16 x 8 = 128 cover them
+    (1000, 3000, "bf16", "nk", {}),
+])
+def test_the_tile_follows_the_element_the_b_layout_and_the_sms_it_fills(m, n, element, b_major, tile):
+    assert gemm.pick_tile(m, n, 132, element, 16, b_major) == tile
