@@ -156,7 +156,7 @@ def build_module(config: Config = Config(), context=None):
             return copy_rows(view, kv_halves, (keys, values)[which], first, config.keys, seq)
 
 
-        if config.stage_barriers:  # per stage: its copies landed (full), and every thread has read it (empty)
+        if config.stage_barriers:  # per stage: its copies landed (full), and every warp has read it (empty)
             full, empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
         q_tokens = copy_rows(k.view(shared, (rows * d,), element), q_halves, q, q0, rows, seq)
         first_group = k.commit_group(q_tokens + load(k.index(0), 0) + load(k.index(0), 1))
@@ -269,7 +269,8 @@ def build_module(config: Config = Config(), context=None):
                 for ni in range(key_blocks):  # P's word of the row's keys 8 ni + 2 quad + (0, 1), packed at once
                     pair = [k.exp2(math_dialect.fma(value, scale_value, negative_max))
                             for _, value in values_of_row[2 * ni:2 * ni + 2]]
-                    k.store(k.pack_f16(*pair, element), p_regs, [output.a_slots(mi, ni // 2)[p_register[ni % 2, 2 * half]]])
+                    word = output.a_slots(mi, ni // 2)[p_register[ni % 2, 2 * half]]
+                    k.store(k.pack_f16(*pair, element), p_regs, [word])
                     probabilities_of_row.extend(pair)
                 total = row_reduce(probabilities_of_row, arith.addf)
                 k.store(new_max, row_max, [state])
@@ -371,7 +372,8 @@ CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, T
 # 1-7% faster; at d 64 the stages' mbarriers in place of the barrier a tile: 1-7% faster (at d 128 0-7%
 # slower); at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
 # tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster, and O's 128
-# accumulators a thread rescaled only where a row's max grew: 3-6% faster (the trees there 1-2% slower).
+# accumulators a thread rescaled only where some row max of the warp grew: 3-6% faster (the trees there 1-2%
+# slower).
 TUNED = {(64, False): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
          (64, True): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
          (128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False, "lazy_rescale": True, "maxima_first": True},

@@ -1,11 +1,11 @@
 # RUN: %python %s | filecheck %s
 """Whole kernels from the builder: arguments with declared alignment, ids, loop-carried values, conditionals
 with results, proven-aligned vector access, async tile copies planned as one base per thread, fast math
-and warp reductions; the IR and the PTX the pipeline makes of it."""
+and warp reductions, stage mbarriers and warp votes; the IR and the PTX the pipeline makes of it."""
 import gc
 
 from mlir import ir
-from mlir.dialects import arith, vector
+from mlir.dialects import arith
 
 from mlir_tile.builder import Global, Kernel
 from mlir_tile.compile import compile_to_ptx
