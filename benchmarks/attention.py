@@ -101,9 +101,6 @@ def _torch_backends(q, k, v, causal) -> dict:
     return anchors
 
 
-SUSTAINED = 3.0  # seconds each kernel of `clocks` runs back to back
-
-
 def clocks(directory: Path) -> None:
     """The SM clock and the board's power while each kernel runs back to back for SUSTAINED seconds on
     PROFILED at d 128 without the mask (fp16): `Attention`'s pick, each SHAPES CTA, FA2 and cuDNN, each with its
@@ -121,7 +118,7 @@ def clocks(directory: Path) -> None:
                      for shape in example.SHAPES})
         calls = {name: (lambda attention=attention: attention(q, k, v)) for name, attention in ours.items()}
         for name, call in {**calls, **_torch_backends(q, k, v, False)}.items():
-            report[name] = clock_and_power(lambda: sustained_rate(call, flop, SUSTAINED))
+            report[name] = clock_and_power(lambda: sustained_rate(call, flop))
             print(json.dumps({name: report[name]}), flush=True)
     (directory / "attention_clocks.json").write_text(json.dumps(report, indent=1))
 

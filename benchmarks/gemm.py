@@ -21,7 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-from torch_timing import clock_and_power, load_example, medians_interleaved, profile_launches, sustained_rate
+from torch_timing import (SUSTAINED, clock_and_power, load_example, medians_interleaved, profile_launches,
+                          sustained_rate)
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
@@ -200,9 +201,6 @@ def run(directory: Path) -> None:
     (directory / "gemm_results.json").write_text(json.dumps(results, indent=1))
 
 
-SUSTAINED = 3.0  # seconds each workload of `clocks` runs back to back
-
-
 def clocks(directory: Path) -> None:
     """The SM clock and the board's power while each workload runs back to back for SUSTAINED seconds
     (nvidia-smi sampled every 50 ms, the middle half of the samples): the pure mma.sync loop, Matmul's
@@ -225,7 +223,7 @@ def clocks(directory: Path) -> None:
             for name, call in ((f"Matmul {dtype}", lambda: matmul(a, weight, b_major="nk", out=c)),
                                (f"cuBLAS {dtype}", lambda: torch.matmul(a, b, out=c)),
                                (f"Triton mma.sync {dtype}", lambda: triton_mma(a, b, c))):
-                report[name] = clock_and_power(lambda: sustained_rate(call, 2 * size ** 3, SUSTAINED))
+                report[name] = clock_and_power(lambda: sustained_rate(call, 2 * size ** 3))
                 print(json.dumps({name: report[name]}), flush=True)
     (directory / "gemm_clocks.json").write_text(json.dumps(report, indent=1))
 

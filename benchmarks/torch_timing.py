@@ -68,7 +68,10 @@ def clock_and_power(work) -> dict:
             "W": statistics.median(r[1] for r in middle), "samples": len(middle)}
 
 
-def sustained_rate(call, flop: float, seconds: float) -> float:
+SUSTAINED = 3.0  # seconds a workload of the `clocks` commands runs back to back
+
+
+def sustained_rate(call, flop: float, seconds: float = SUSTAINED) -> float:
     """TFLOP/s of `call` (`flop` each) launched back to back for `seconds`, synchronizing every 10 calls."""
     import time
 

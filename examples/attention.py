@@ -229,8 +229,8 @@ def build_module(config: Config = Config(), context=None):
                 k.store(zero, s_acc, [slot])
             products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)
 
-        p_plan = c_as_a_operand()  # P's A register r holds accumulators (low, high) of n-block (n_offset)
-        p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(p_plan)}
+        # P's A register r holds the packed accumulators (low, low + 1) of n-block n_offset
+        p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(c_as_a_operand())}
 
         def softmax(tile_index, masked: bool):
             """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is
@@ -241,7 +241,7 @@ def build_module(config: Config = Config(), context=None):
 
             def row_maximum(mi, half):  # the row's scores (masked) and its old and new max
                 query = query_row(mi, half)
-                values_of_row = []
+                scores_of_row = []
                 for ni in range(key_blocks):
                     for column in range(2):
                         slot = slots(key_blocks, mi, ni)[2 * half + column]
@@ -252,23 +252,23 @@ def build_module(config: Config = Config(), context=None):
                             if config.causal:
                                 valid = arith.andi(valid, k.compare("ule", key, query))
                             score = arith.select(valid, score, negative_infinity)
-                        values_of_row.append((slot, score))
-                peak = row_reduce([value for _, value in values_of_row], arith.maximumf)
+                        scores_of_row.append(score)
+                peak = row_reduce(scores_of_row, arith.maximumf)
                 # the running max is kept scaled (log2 domain); each probability is exp2 of one fma
                 # (FA2's scale_apply_exp2): the first tile has a valid key in every row, so it is finite
                 old_max = k.load(row_max, [2 * mi + half])
-                return values_of_row, old_max, arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4),
+                return scores_of_row, old_max, arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4),
                                                                                    scale_value))
 
-            def probabilities(mi, half, values_of_row, old_max, new_max):  # exp2'd in place; the sum moves on
+            def probabilities(mi, half, scores_of_row, old_max, new_max):  # P's words of the row; the sum moves on
                 nonlocal grown
                 state = 2 * mi + half
                 correction = k.exp2(arith.subf(old_max, new_max))
                 negative_max = arith.negf(new_max)
                 probabilities_of_row = []
                 for ni in range(key_blocks):  # P's word of the row's keys 8 ni + 2 quad + (0, 1), packed at once
-                    pair = [k.exp2(math_dialect.fma(value, scale_value, negative_max))
-                            for _, value in values_of_row[2 * ni:2 * ni + 2]]
+                    pair = [k.exp2(math_dialect.fma(score, scale_value, negative_max))
+                            for score in scores_of_row[2 * ni:2 * ni + 2]]
                     word = output.a_slots(mi, ni // 2)[p_register[ni % 2, 2 * half]]
                     k.store(k.pack_f16(*pair, element), p_regs, [word])
                     probabilities_of_row.extend(pair)

@@ -403,8 +403,10 @@ def smallest_tile(align: int) -> dict:
     return (ELEMENT_TILES if align == HALF else TILES)[-1]
 
 
-VARIANTS = [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES] + [
-    variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]
+# (narrow copies take both 128 x 256 tiles to the same kernel: each is listed once)
+VARIANTS = list(dict.fromkeys(
+    [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES]
+    + [variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]))
 SPLIT_VARIANTS = [variant(smallest_tile(align), align, b_major=major, split_k=True) for major in ("kn", "nk")
                   for align in (16, 8, 4, HALF)]
 # the split-K kernel the GPU tests run: element copies (any K)

@@ -165,8 +165,7 @@ def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | Non
                    launch: ir.Operation | None = None) -> int:
     """The largest power of two an integer/index value is provably a multiple of; 0 means the value is 0.
     Understands constants, muli, shli by a constant, andi, addi/subi, min/max/select (one of their operands)
-    and casts. Powers of two only: they
-    survive the wrap-around of fixed-width arithmetic, other factors do not. Each value is visited once
+    and casts. Powers of two only: they survive the wrap-around of fixed-width arithmetic, other factors do not. Each value is visited once
     (`known`), so shared subexpressions cost nothing twice."""
     known = {} if known is None else known
     if value not in known:
@@ -200,9 +199,8 @@ def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operati
         return of(op.operands[0])
     if name == "arith.muli":
         return _product(of(op.operands[0]), of(op.operands[1]))
-    if name in ("arith.addi", "arith.subi", "arith.xori", "arith.ori"):  # the low zero bits both have
-        return math.gcd(of(op.operands[0]), of(op.operands[1]))
-    if name in ("arith.minsi", "arith.minui", "arith.maxsi", "arith.maxui"):  # the result is one of them
+    if name in ("arith.addi", "arith.subi", "arith.xori", "arith.ori",  # the low zero bits both have
+                "arith.minsi", "arith.minui", "arith.maxsi", "arith.maxui"):  # or the result is one of them
         return math.gcd(of(op.operands[0]), of(op.operands[1]))
     if name == "arith.select":
         return math.gcd(of(op.operands[1]), of(op.operands[2]))
