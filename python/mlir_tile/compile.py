@@ -32,13 +32,16 @@ class PipelineError(CompileError):
     """A pass failed: `failure` holds its diagnostics (with locations) and the failing pass."""
 
     def __init__(self, failure: PipelineFailure, source_name: str | None):
-        self.failure = failure
+        self.failure, self.source_name = failure, source_name
         if source_name is not None or failure.element is None or failure.reproducer is None:
             super().__init__(failure.report(source_name or PYTHON_MODULE))
             return
         super().__init__("\n".join([str(d) for d in failure.diagnostics] + [
             f"pass '{failure.element}' failed; the IR it received is this error's failure.reproducer (run it with "
             f"tile-opt FILE --pass-pipeline='builtin.module({failure.element})')"]))
+
+    def __reduce__(self):  # pickled from its failure, not from its message
+        return type(self), (self.failure, self.source_name)
 
 
 def compile_to_ptx_texts(module: ir.Module | ir.Operation, chip: str | None = None, *,

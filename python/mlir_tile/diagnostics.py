@@ -71,6 +71,9 @@ class PipelineFailure(Exception):
         self.element, self.diagnostics, self.reproducer = element, diagnostics, reproducer
         super().__init__("\n".join(str(d) for d in diagnostics))
 
+    def __reduce__(self):  # pickled from its fields, not from its message
+        return type(self), (self.element, self.diagnostics, self.reproducer)
+
     def hint(self, input_name: str, reproducer_path: str | None = None) -> str | None:
         """Which pass failed and how to run it alone; None for a failure before any pass. The IR the pass
         received (when it was not the input itself) is written to `reproducer_path` only when one is given,

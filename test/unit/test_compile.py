@@ -1,10 +1,16 @@
 """compile_to_ptx on the spec example. The build half of the GPU test: the PTX that the GPU test
 (test_runtime_gpu.py) runs is checked in, and must be exactly what mlir-tile compiles now, so the GPU half
 (on a host without MLIR) and this half (on a host without a GPU) together test the whole path."""
+import pickle
 from pathlib import Path
 
+import pytest
+from mlir import ir
+from mlir.dialects import arith, gpu
+
 import seed_example
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.builder import Global, Kernel
+from mlir_tile.compile import PipelineError, compile_to_ptx
 
 SPEC_EXAMPLE_PTX = Path(__file__).with_name("Inputs") / "spec_example.ptx"
 
@@ -123,3 +129,19 @@ def test_attention_example_ptx_is_what_mlir_tile_compiles():
     assert len(re.findall(r"bar\.sync", compiled)) == 4
     assert compiled == (Path(__file__).with_name("Inputs") / "attention.ptx").read_text(), (
         "the compiled PTX changed: if intended, run `python examples/attention.py --ptx-out test/unit/Inputs/attention.ptx`")
+
+
+@pytest.mark.parametrize("source_name", [None, "kernel.py"])
+def test_a_pipeline_error_pickles_with_its_failure(source_name):
+    """A PipelineError raised in a worker process reaches its parent whole: the failing pass, its
+    diagnostics with their locations, the reproducer and the message (pickled from its message alone,
+    it could not be rebuilt at all)."""
+    with Kernel("k", [Global("i64")], block=(32, 1, 1), context=ir.Context()) as k:
+        warp = arith.index_cast(ir.IntegerType.get_signless(64), gpu.subgroup_id())  # no lowering to NVVM
+        k.store(warp, k.arguments[0], [k.thread_id()])
+    with pytest.raises(PipelineError) as raised:
+        compile_to_ptx(k.module, source_name=source_name)
+    error, copy = raised.value, pickle.loads(pickle.dumps(raised.value))
+    assert str(copy) == str(error) and "gpu.subgroup_id" in str(copy)
+    assert (copy.failure.element, copy.failure.diagnostics, copy.failure.reproducer) == (
+        error.failure.element, error.failure.diagnostics, error.failure.reproducer)

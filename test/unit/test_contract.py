@@ -1,6 +1,7 @@
 """The legality contract: random legal transfers pass, each single-rule mutation of one is rejected with
 that rule's diagnostic, and random input yields diagnostics, never a Python exception."""
 import dataclasses
+import pickle
 import random
 import re
 from pathlib import Path
@@ -86,6 +87,18 @@ def test_each_single_rule_mutation_is_rejected_with_that_rule(mutation, case):
     if mutation == "row-alignment" and case.shared_layout.swizzle:
         expected.add("shared-row")  # swizzled, a row that starts off a 16-byte boundary is also torn apart
     assert expected & found, found
+
+
+@settings(max_examples=30)
+@given(case=transfers(), mutation=st.sampled_from(sorted(MUTATIONS)))
+def test_a_contract_error_pickles_with_its_violations(case, mutation):
+    """A ContractError raised in a worker process (a pool building kernels) reaches its parent with the
+    same violations and message (rebuilt from its message, it had one violation per character)."""
+    verdict = contract.verdict(contract.Query(**arguments(case, **MUTATIONS[mutation](case))))
+    with pytest.raises(contract.ContractError) as raised:
+        verdict.require()
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert copy.violations == raised.value.violations and str(copy) == str(raised.value)
 
 
 @settings(max_examples=100)

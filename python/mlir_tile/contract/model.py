@@ -90,6 +90,9 @@ class ContractError(ValueError):
         self.violations = list(violations)
         super().__init__("\n".join(str(v) for v in self.violations))
 
+    def __reduce__(self):  # pickled (a process pool's worker raising it) from its violations, not its message
+        return type(self), (self.violations,)
+
 
 @dataclass(frozen=True)
 class Violation:
