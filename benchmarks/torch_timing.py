@@ -29,9 +29,10 @@ def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
     a few small products), the calls taking turns round by round, so that the clock's drift over the
     measurement falls on all of them alike, each round starting one call later than the one before.
     Each round is queued behind a GPU sleep longer than twice the host's slowest enqueue of a round, so
-    the events time the GPU alone: timed one call after a synchronization, the host's time to launch a call
-    (torch's dispatch, cuBLAS's heuristics, our runtime's argument packing) fell between the start event
-    and the kernel, and on a call of tens of microseconds it was a large part of what was measured."""
+    the events time the GPU alone: timed one call after a synchronization, whatever lay between it and the
+    kernel's start (the host's launch path, an idle GPU) fell inside the events, and on the H200 every
+    kernel, ours and the anchors, measured 9-12% slow at 0.4-3 ms a call and 30-33% slow at 40 us
+    (benchmarks/RESULTS.md)."""
     import time
 
     import torch

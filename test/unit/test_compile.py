@@ -1,6 +1,7 @@
 """compile_to_ptx on the spec example. The build half of the GPU test: the PTX that the GPU test
 (test_runtime_gpu.py) runs is checked in, and must be exactly what mlir-tile compiles now, so the GPU half
-(on a host without MLIR) and this half (on a host without a GPU) together test the whole path."""
+(on a host without MLIR) and this half (on a host without a GPU) together test the whole path. And a
+pipeline's failure as a process pool hands it back: pickled whole."""
 import pickle
 from pathlib import Path
 
