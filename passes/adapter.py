@@ -48,7 +48,9 @@ def transfer_verdict(
         src=facts.operand(op.src, place.launch),
         extra_attributes=tuple(op.extra_attributes),
         block_size=facts.block_size(operation),
-        divergence=facts.divergence(operation) if place.device_code else None,  # host code: a [target] error
+        # host code: a [target] error. A warp's transfer may sit under a branch that differs between warps
+        # (warp specialization), one whose scope spans warps may not
+        divergence=facts.divergence(operation, every_warp=op.scope != "warp") if place.device_code else None,
         device_code=place.device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),
     )

@@ -82,7 +82,7 @@ def _is_contiguous(shape, strides) -> bool:
     return True
 
 
-def _defining_op(value: ir.Value, launch: ir.Operation | None = None) -> ir.Operation | None:
+def defining_op(value: ir.Value, launch: ir.Operation | None = None) -> ir.Operation | None:
     """The op that produces `value`; None for a block argument, and for a value that comes into the gpu.launch
     `launch` from outside (an argument of the outlined kernel) unless a constant makes it."""
     owner = value.owner
@@ -117,7 +117,7 @@ def dynamic_offset_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, launch: 
     """The power of two the element offset of a memref view is provably a multiple of, from the view op that
     made it (memref.subview: source offset + sum of offset * source stride; memref.reinterpret_cast: its
     offset); None when nothing is proven."""
-    op = _defining_op(value, launch)
+    op = defining_op(value, launch)
     if op is None or depth == 0:
         return None
     if op.name in ("memref.cast", "memref.memory_space_cast", "memref.assume_alignment"):
@@ -174,7 +174,7 @@ def value_multiple(value: ir.Value, depth: int = _PROOF_DEPTH, known: dict | Non
 
 
 def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operation | None) -> int:
-    op = _defining_op(value, launch)
+    op = defining_op(value, launch)
     if depth == 0:
         return 1
     depth -= 1
@@ -205,19 +205,19 @@ def _value_multiple(value: ir.Value, depth: int, known: dict, launch: ir.Operati
     if name == "arith.select":
         return math.gcd(of(op.operands[1]), of(op.operands[2]))
     if name in ("arith.shrui", "arith.divui"):  # x / 2^k keeps what is left of x's low zero bits
-        amount = _constant(op.operands[1])
+        amount = constant_int(op.operands[1])
         if amount is not None and amount > 0 and (name == "arith.shrui" or amount & (amount - 1) == 0):
             divisor = 1 << min(amount, _WORD_BITS) if name == "arith.shrui" else amount
             return max(of(op.operands[0]) // divisor, 1)
         return 1
     if name == "arith.shli":
-        amount = _defining_op(op.operands[1])
+        amount = defining_op(op.operands[1])
         if amount is not None and amount.name == "arith.constant":
             count = ir.IntegerAttr(amount.attributes["value"]).value
             return _product(of(op.operands[0]), 1 << min(max(count, 0), _WORD_BITS))
         return of(op.operands[0])
     if name == "arith.remui":  # x mod 2^k keeps x's low bits
-        modulus = _constant(op.operands[1])
+        modulus = constant_int(op.operands[1])
         if modulus and modulus & (modulus - 1) == 0:
             return min(of(op.operands[0]) or modulus, modulus)
         return 1
@@ -245,7 +245,7 @@ def buffer_origin(value: ir.Value, facts: "FactCache", launch: ir.Operation | No
     a multiple of. Inside a gpu.launch, a buffer from outside is an argument of the outlined kernel."""
     proven, cap = None, None  # cap: what the memref.view shifts on the way are proven multiples of
     while True:
-        op = _defining_op(value, launch)
+        op = defining_op(value, launch)
         if op is None:
             if _comes_from_outside(value, launch):
                 return Origin("outside the gpu.launch", _capped(proven, cap), None, cap)
@@ -415,10 +415,10 @@ class FactCache:
             self._targets[module] = target_facts(op)
         return self._targets[module]
 
-    def divergence(self, op: ir.Operation) -> str | None:
-        """Why `op` might run on some lanes only (None: every lane runs it), from one uniformity analysis
-        per function. An op directly in the body of a single-block kernel needs none: no branch or loop can
-        leave lanes behind."""
+    def divergence(self, op: ir.Operation, every_warp: bool = True) -> str | None:
+        """Why `op` might run on some lanes of a warp only, or (`every_warp`) on some warps only (None:
+        every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
+        body of a single-block kernel needs none: no branch or loop can leave lanes behind."""
         from mlir_tile.passes.uniformity import Uniformity, is_kernel
 
         op = op.operation
@@ -430,7 +430,7 @@ class FactCache:
             return "it is not inside a kernel or a gpu.launch body"
         if function not in self._uniformity:
             self._uniformity[function] = Uniformity(function)
-        return self._uniformity[function].divergence_reason(op)
+        return self._uniformity[function].divergence_reason(op, every_warp)
 
 
 FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")
@@ -459,7 +459,7 @@ def block_size(op: ir.Operation, launch: ir.Operation | None = None) -> tuple[in
     """The block size of the kernel that runs `op`: a gpu.launch's constant block sizes (gpu-kernel-outlining
     writes them as the kernel's known_block_size), else the function's known_block_size."""
     if launch is not None:
-        sizes = [_constant(value) for value in _launch_block_sizes(launch)]
+        sizes = [constant_int(value) for value in _launch_block_sizes(launch)]
         return None if None in sizes else tuple(sizes)
     kernel = enclosing_function(op)
     if kernel is None:
@@ -474,7 +474,7 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     """The largest value an index/integer value can take, where the IR proves one: thread ids below the
     kernel's known block size, lane ids below 32, constants, and +, *, /, mod, shifts and masks of those
     (unsigned); None when nothing is proven."""
-    op = _defining_op(value)
+    op = defining_op(value)
     if op is None or depth == 0:
         return None
     name, operands = op.name, op.operands
@@ -483,7 +483,7 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
         return upper_bound(operands[index], depth - 1)
 
     if name == "arith.constant":
-        found = _constant(value)
+        found = constant_int(value)
         return found if found is not None and found >= 0 else None
     if name == "gpu.lane_id":
         return 31
@@ -494,7 +494,7 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     if name in ("arith.index_cast", "arith.index_castui", "arith.extui"):
         return of(0)
     if name == "arith.remui":
-        modulus, bound = _constant(operands[1]), of(0)
+        modulus, bound = constant_int(operands[1]), of(0)
         if modulus is None or modulus <= 0:
             return None
         return modulus - 1 if bound is None else min(bound, modulus - 1)
@@ -509,7 +509,7 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     if name == "arith.muli":
         return first * second
     if name in ("arith.divui", "arith.shrui"):
-        divisor = _constant(operands[1])
+        divisor = constant_int(operands[1])
         if divisor is None or divisor <= 0:
             return None
         return first // divisor if name == "arith.divui" else first >> divisor
@@ -525,8 +525,8 @@ def _launch_block_sizes(launch: ir.Operation) -> list[ir.Value]:
     return [view.blockSizeX, view.blockSizeY, view.blockSizeZ]
 
 
-def _constant(value: ir.Value) -> int | None:
-    op = _defining_op(value)
+def constant_int(value: ir.Value) -> int | None:
+    op = defining_op(value)
     if op is None or op.name != "arith.constant":
         return None
     try:

@@ -1,24 +1,31 @@
-"""Which values may differ between the lanes of a warp, and whether an op runs on all 32 lanes.
+"""Which values may differ between the lanes of a warp or between the warps of a block, and whether an op
+runs on all 32 lanes of a warp, or on every warp.
 
-Sound by construction: a value is uniform only when the analysis proves it. Sources of divergence are the
-thread and lane ids (ops and `gpu.launch` body arguments), loads from private memory, the arguments of
-functions that are not kernels, and the result of every op the analysis does not know (a call, a shuffle,
-an atomic, an op of another dialect). Known pure ops (arith, math, index, affine.apply, memref views, loads
-from shared or global memory, block ids and sizes) have divergent results exactly when an operand is
-divergent. Control ops (scf.if / for / while / index_switch, affine.for / if) make their results and block
-arguments divergent when any operand or any value yielded inside is. It runs once per function, as a
-worklist over value uses: linear in the function's size.
+Sound by construction: a value is uniform only when the analysis proves it. Each value has a level:
+uniform (the same in every thread of the block), WARPS (the same in the lanes of a warp, maybe not from warp
+to warp) or LANES (may differ between lanes). Sources of LANES are the thread and lane ids (ops and
+`gpu.launch` body arguments), loads from private memory, the arguments of functions that are not kernels,
+and the result of every op the analysis does not know (a call, a shuffle, an atomic, an op of another
+dialect). Sources of WARPS are `gpu.subgroup_id` and the warp index `thread_id x / c` (`arith.divui` by a
+constant multiple of 32, or `arith.shrui` by 5 or more) in a kernel whose known_block_size x is a multiple of
+32, so that each warp's 32 consecutive threads share it. Known pure ops (arith, math, index, affine.apply,
+memref views, loads from shared or global memory, block ids and sizes) take the highest level of their
+operands. Control ops (scf.if / for / while / index_switch, affine.for / if) give their results and block
+arguments the highest level of any operand or any value yielded inside. It runs once per function, as a
+worklist over value uses (a value's level only rises, at most twice): linear in the function's size.
 
-An op runs on all lanes when every enclosing region op is a control op whose operands that decide how often
-the region runs are uniform, every enclosing multi-block region reaches the op's block only from its entry
-or through uniform branches, and the outermost scope is a kernel or a `gpu.launch` body. Anything else,
-unknown region ops included, is a reason to reject.
+An op runs on all lanes of the warps that reach it when every enclosing region op is a control op whose
+operands that decide how often the region runs are below LANES, every enclosing multi-block region reaches
+the op's block only from its entry or through such branches, and the outermost scope is a kernel or a
+`gpu.launch` body; on every warp of the block when they are all uniform. Anything else, unknown region ops
+included, is a reason to reject.
 """
 from __future__ import annotations
 
 from mlir import ir
 
-from mlir_tile.passes.ir_facts import FUNCTION_OPS, memory_space
+from mlir_tile.contract import WARP_SIZE
+from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FUNCTION_OPS, constant_int, defining_op, memory_space
 
 _DIVERGENT_SOURCES = {
     "gpu.thread_id", "gpu.lane_id", "gpu.global_id",
@@ -33,7 +40,7 @@ _UNIFORM_WHEN_OPERANDS_ARE = {
     "memref.extract_strided_metadata", "memref.extract_aligned_pointer_as_index", "memref.dim", "memref.rank",
     "memref.load", "gpu.dynamic_shared_memory",
     "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.cluster_id", "gpu.cluster_dim", "gpu.cluster_block_id",
-    "gpu.subgroup_id", "gpu.num_subgroups", "gpu.subgroup_size",
+    "gpu.num_subgroups", "gpu.subgroup_size",
     "llvm.mlir.constant", "llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero", "ub.poison",
     "builtin.unrealized_conversion_cast",
 }
@@ -52,6 +59,8 @@ _CONTROL_OPS = {
 _YIELDS = {"scf.yield", "scf.condition", "affine.yield", "memref.alloca_scope.return"}
 _BRANCHES = {"cf.br", "cf.cond_br", "cf.switch"}
 KERNEL_ATTRIBUTES = ("gpu.kernel", "nvvm.kernel")
+WARPS, LANES = 1, 2  # the levels above uniform: differs between warps; differs between lanes
+_THREAD_ID_X = ("gpu.thread_id", "nvvm.read.ptx.sreg.tid.x")
 _LAUNCH_THREAD_ARGUMENTS = range(3, 6)  # gpu.launch body: block ids, thread ids, grid sizes, block sizes
 
 
@@ -67,10 +76,11 @@ class Uniformity:
     """The analysis of one function (a kernel, another function, or a host function holding gpu.launch)."""
 
     def __init__(self, function: ir.Operation):
-        self.divergent: set = set()
+        self.level: dict = {}  # value -> WARPS or LANES; absent: uniform
         self._worklist: list = []
-        self._divergent_branch: dict = {}  # region (its parent op and index) -> the first divergent branch
+        self._branch: dict = {}  # region (its entry block) -> (the highest level, the first branch at it)
         function = function.operation
+        self._whole_warps_in_x = _block_x_in_whole_warps(function)
         function.walk(self._seed, ir.WalkOrder.PRE_ORDER)
         if function.name in FUNCTION_OPS and not is_kernel(function) and _on_device(function):
             for block in function.regions[0].blocks:  # a device function's callers may pass anything
@@ -78,28 +88,30 @@ class Uniformity:
         while self._worklist:
             value = self._worklist.pop()
             for use in value.uses:
-                self._propagate(use.owner, use.operand_number)
+                self._propagate(use.owner, use.operand_number, self.level[value])
 
     def is_divergent(self, value: ir.Value) -> bool:
-        return value in self.divergent
+        return self.level.get(value) == LANES
 
-    def _mark(self, values) -> None:
+    def _mark(self, values, level: int = LANES) -> None:
         for value in values:
-            if value not in self.divergent:
-                self.divergent.add(value)
+            if self.level.get(value, 0) < level:
+                self.level[value] = level
                 self._worklist.append(value)
 
-    def _mark_regions_and_results(self, op: ir.Operation) -> None:
-        self._mark(op.results)
+    def _mark_regions_and_results(self, op: ir.Operation, level: int = LANES) -> None:
+        self._mark(op.results, level)
         for region in op.regions:
             for block in region.blocks:
-                self._mark(block.arguments)
+                self._mark(block.arguments, level)
 
     def _seed(self, op: ir.Operation) -> ir.WalkResult:
         op = op.operation
         name = op.name
         if name in _DIVERGENT_SOURCES:
             self._mark(op.results)
+        elif name == "gpu.subgroup_id":
+            self._mark(op.results, WARPS)
         elif name == "memref.load" and memory_space(ir.MemRefType(op.operands[0].type)) == "private":
             self._mark(op.results)
         elif name == "gpu.launch":
@@ -111,66 +123,101 @@ class Uniformity:
             self._mark_regions_and_results(op)  # unknown: nothing it yields is proven uniform
         return ir.WalkResult.ADVANCE
 
-    def _propagate(self, op: ir.Operation, operand: int) -> None:
+    def _propagate(self, op: ir.Operation, operand: int, level: int) -> None:
         op = op.operation
         name = op.name
         if name in _YIELDS:
-            self._mark_regions_and_results(op.parent.operation)
+            self._mark_regions_and_results(op.parent.operation, level)
         elif name in _BRANCHES:
             if name != "cf.br" and operand == 0:
-                self._divergent_branch.setdefault(_region_key(op), op)
+                key = _region_key(op)
+                if self._branch.get(key, (0, None))[0] < level:
+                    self._branch[key] = (level, op)
             for successor in op.successors:
-                self._mark(successor.arguments)
+                self._mark(successor.arguments, level)
         elif name in _CONTROL_OPS:
-            self._mark_regions_and_results(op)
+            self._mark_regions_and_results(op, level)
+        elif self._whole_warps_in_x and operand == 0 and _is_warp_index(op):
+            self._mark(op.results, WARPS)
         elif _is_uniform_op(name):
-            self._mark(op.results)
+            self._mark(op.results, level)
 
     # ----- participation -----
-    def divergence_reason(self, op: ir.Operation) -> str | None:
-        """Why `op` might run with some lanes inactive, or None when all lanes provably run it."""
+    def divergence_reason(self, op: ir.Operation, every_warp: bool) -> str | None:
+        """Why `op` might run with some lanes of a warp inactive (or, `every_warp`, with some warps of the
+        block not running it), or None when that is proven not to happen."""
+        limit = WARPS if every_warp else LANES
         child, scope = op.operation, op.operation.parent
         while scope is not None:
             scope = scope.operation
-            branch = self._divergent_branch.get(_region_key(child))
-            if branch is not None and not _in_entry_block(child):
-                return f"its block can be reached through a branch{_at(branch)} whose condition depends on the thread id"
+            level, branch = self._branch.get(_region_key(child), (0, None))
+            if level >= limit and not _in_entry_block(child):
+                return f"its block can be reached through a branch{_at(branch)} whose condition {_varies(level)}"
             name = scope.name
             if name == "gpu.launch" or (name in FUNCTION_OPS and is_kernel(scope)):
                 return None
             if name in FUNCTION_OPS:
                 return (f"it is in {_symbol(scope)}, which is not a kernel: its callers may run it on some lanes "
                         f"only (make it a kernel, or inline it)")
-            reason = self._control_reason(scope)
+            reason = self._control_reason(scope, limit)
             if reason:
                 return reason
             child, scope = scope, scope.parent
         return "it is not inside a kernel or a gpu.launch body"
 
-    def _control_reason(self, scope: ir.Operation) -> str | None:
+    def _control_reason(self, scope: ir.Operation, limit: int) -> str | None:
         name = scope.name
         if name not in _CONTROL_OPS:
             return (f"it is inside '{name}'{_at(scope)}, which the uniformity analysis does not know, so it cannot "
                     f"prove that every lane runs the region")
         if name == "scf.while":
-            if self._while_condition_divergent(scope):
-                return f"it is inside an scf.while{_at(scope)} whose condition depends on the thread id"
-            return None
+            level = self._while_condition_level(scope)
+            return f"it is inside an scf.while{_at(scope)} whose condition {_varies(level)}" if level >= limit else None
         start, stop = _CONTROL_OPS[name]
-        deciding = list(scope.operands)[start:stop]
-        if not any(o in self.divergent for o in deciding):
+        level = max((self.level.get(o, 0) for o in list(scope.operands)[start:stop]), default=0)
+        if level < limit:
             return None
-        what = {"scf.if": "whose condition depends", "scf.for": "whose bounds or step depend",
-                "scf.index_switch": "whose selector depends", "affine.for": "whose bounds depend",
-                "affine.if": "whose condition operands depend"}[name]
-        return f"it is inside an {name}{_at(scope)} {what} on the thread id"
+        what, plural = {"scf.if": ("whose condition", False), "scf.for": ("whose bounds or step", True),
+                        "scf.index_switch": ("whose selector", False), "affine.for": ("whose bounds", True),
+                        "affine.if": ("whose condition operands", True)}[name]
+        return f"it is inside an {name}{_at(scope)} {what} {_varies(level, plural)}"
 
-    def _while_condition_divergent(self, loop: ir.Operation) -> bool:
+    def _while_condition_level(self, loop: ir.Operation) -> int:
+        level = 0
         for block in loop.regions[0].blocks:
             terminator = block.operations[len(block.operations) - 1].operation
-            if terminator.name == "scf.condition" and terminator.operands[0] in self.divergent:
-                return True
+            if terminator.name == "scf.condition":
+                level = max(level, self.level.get(terminator.operands[0], 0))
+        return level
+
+
+def _varies(level: int, plural: bool = False) -> str:
+    if level == LANES:
+        return f"depend{'' if plural else 's'} on the thread id"
+    return f"differ{'' if plural else 's'} between warps (the warp's index), and the transfer's scope spans warps"
+
+
+def _block_x_in_whole_warps(function: ir.Operation) -> bool:
+    """Whether the kernel's known_block_size x is a multiple of 32: then a warp's threads are 32 consecutive
+    x ids (threads are numbered x fastest) and share thread_id x / 32."""
+    for name in BLOCK_SIZE_ATTRIBUTES:
+        if name in function.attributes:
+            return ir.DenseI32ArrayAttr(function.attributes[name])[0] % WARP_SIZE == 0
+    return False
+
+
+def _is_warp_index(op: ir.Operation) -> bool:
+    """`thread_id x / c` (arith.divui by a constant multiple of 32, or arith.shrui by 5 or more)."""
+    if op.name not in ("arith.divui", "arith.shrui"):
         return False
+    source = defining_op(op.operands[0])
+    if source is None or source.name not in _THREAD_ID_X or (
+            source.name == "gpu.thread_id" and str(source.attributes["dimension"]) != "#gpu<dim x>"):
+        return False
+    constant = constant_int(op.operands[1])
+    if constant is None:
+        return False
+    return constant > 0 and constant % WARP_SIZE == 0 if op.name == "arith.divui" else constant >= 5
 
 
 def _region_key(op: ir.Operation) -> ir.Block:

@@ -395,3 +395,119 @@ gpu.module @block_of_1088_threads [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// A warp's transfer under a branch on the warp index (thread_id x / 32, whole warps in x): every lane of
+// the warps that take it runs it. Accepted (warp specialization).
+gpu.module @warp_scope_under_warp_index [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 2, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c32 = arith.constant 32 : index
+    %w = arith.divui %t, %c32 : index
+    %p = arith.cmpi eq, %w, %c0 : index
+    scf.if %p {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    %c5 = arith.constant 5 : index
+    %n = arith.shrui %t, %c5 : index
+    scf.for %i = %c0 to %n step %c1 {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// The CTA's transfer needs every warp: the same branch leaves warp 1's part undone.
+gpu.module @cta_scope_under_warp_index [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c32 = arith.constant 32 : index
+    %w = arith.divui %t, %c32 : index
+    %p = arith.cmpi eq, %w, %c0 : index
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition differs between warps}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "cta",
+          dst_layout = #tile.layout<"(2,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(2,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// gpu.subgroup_id differs between warps too.
+gpu.module @cta_scope_under_subgroup_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %w = gpu.subgroup_id : index
+    scf.for %i = %c0 to %w step %c1 {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.for (at {{.*}}) whose bounds or step differ between warps}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "cta",
+          dst_layout = #tile.layout<"(2,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(2,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// thread_id x / 16 splits a warp in two.
+gpu.module @warp_scope_under_half_warp_index [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c16 = arith.constant 16 : index
+    %w = arith.divui %t, %c16 : index
+    %p = arith.cmpi eq, %w, %c0 : index
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// With 16 threads in x a warp spans two y rows, and thread_id x / 32 (always 0 here) proves nothing about
+// them: the analysis keeps it divergent. So it does without a known x extent.
+gpu.module @warp_index_when_x_splits_warps [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 16, 4, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c32 = arith.constant 32 : index
+    %w = arith.divui %t, %c32 : index
+    %p = arith.cmpi eq, %w, %c0 : index
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}

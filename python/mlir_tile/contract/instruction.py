@@ -65,8 +65,8 @@ def check_all_lanes(query: Query) -> list[Violation]:
     return [
         Violation(
             Rule.PARTICIPATION,
-            f"all 32 lanes must execute the transfer, but {query.divergence}; move the transfer out of "
-            f"thread-dependent control flow (predicate the data, not the instruction)",
+            f"all 32 lanes (of every warp its scope spans) must execute the transfer, but {query.divergence}; "
+            f"move the transfer out of thread-dependent control flow (predicate the data, not the instruction)",
         )
     ]
 
