@@ -34,6 +34,17 @@ class OperandTransfer:
     shared_offset: int = 0  # words into the tile (a view there)
     register_offset: int = 0  # slots into the register storage (a view there)
 
+    def one_warp(self) -> tuple["OperandTransfer", Layout]:
+        """This CTA-wide transfer as each warp's own: a scope "warp" transfer (the warp mode taken out of
+        both layouts) on a view that starts the warp's part later by the returned layout of the warp's index
+        (words into the tile, the swizzle staying in place as for any view: the slicing rule; constant 0
+        for an operand every warp reads whole). What a warp runs under a branch on its index, which a scope
+        "cta" transfer may not sit under (the other warps would not do their part)."""
+        warp_part = self.shared[0]
+        registers = Layout(self.registers.shape[1:], self.registers.stride[1:])
+        shared = Layout(self.shared.shape[1:], self.shared.stride[1:], self.shared.swizzle)
+        return OperandTransfer(self.opcode, registers, shared, self.slots, self.shared_offset, self.register_offset), warp_part
+
 
 @dataclass(frozen=True)
 class Operand:

@@ -96,6 +96,35 @@ def test_stmatrix_writes_each_packed_c_pair_where_the_fragment_table_puts_it(con
             assert shared[tiled.c.tile.offset(row, col // 2)] == registers[32 * warp + lane, tiled.c_slots(m, n)[pair]]
 
 
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_each_warps_own_transfer_does_its_part_of_the_ctas(config):
+    """one_warp: warp w's scope "warp" transfer, on a view starting where its part does, loads the registers
+    the CTA-wide transfer gives warp w (A and B, whole and per k16 block), and the warps' stores one after
+    another write what the CTA's stmatrix writes; the emulator checks each against the contract."""
+    tiled = tiles(config)
+    (wm, wn), *_ = config
+    threads, rng = 32 * wm * wn, np.random.default_rng(11)
+    for operand in (tiled.a, tiled.b):
+        words = rng.integers(0, 2**32, operand.tile.cosize, dtype=np.uint32)
+        for t in [operand.whole] + [operand.k_block(k) for k in range(operand.k_blocks)]:
+            everyone = emulate(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32), words, "cta",
+                               t.shared_offset)
+            own, starts = t.one_warp()
+            for warp in range(wm * wn):
+                mine = emulate(own.opcode, own.registers, own.shared, np.zeros((32, own.slots), np.uint32), words,
+                               "warp", own.shared_offset + starts.offset(warp))
+                assert (mine == everyone[32 * warp:32 * warp + 32]).all(), (operand.name, warp)
+    t = tiled.c.whole
+    registers = rng.integers(0, 2**32, (threads, t.slots), dtype=np.uint32)
+    everyone = emulate(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), registers, "cta")
+    own, starts = t.one_warp()
+    words = np.zeros(tiled.c.tile.cosize, np.uint32)
+    for warp in range(wm * wn):
+        words = emulate(own.opcode, own.shared, own.registers, words, registers[32 * warp:32 * warp + 32], "warp",
+                        starts.offset(warp))
+    assert (words == everyone).all()
+
+
 @pytest.mark.parametrize("warps, tile", [((2, 2), (128, 128, 64)), ((1, 4), (64, 128, 128)), ((4, 1), (128, 32, 32))],
                          ids=str)
 def test_s8_fragments_hold_the_bytes_the_isa_tables_say(warps, tile):
