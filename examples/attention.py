@@ -15,7 +15,9 @@ from Q's fragments (loaded once, ldmatrix.x4) and K's (ldmatrix.x4 from the row-
 operand), one d16 block at a time; the mask (keys past the sequence, and above the diagonal when causal) and the
 online softmax in the log2 domain (row max and sum over the four lanes of a row by xor shuffles, exp2 as
 ex2.approx.ftz); P, the accumulators of S packed to 16-bit pairs, is the A operand of P V in registers
-(`fragments.c_as_a_operand`); V's fragments by ldmatrix.x4.trans from its [keys, d] tile. The epilogue divides
+(`fragments.c_as_a_operand`); V's fragments by ldmatrix.x4.trans from its [keys, d] tile. With the mask, a
+warp skips a key tile that starts past its last row (a branch on its index around the tile's work, with each
+warp's own scope "warp" transfers: `OperandTransfer.one_warp`). The epilogue divides
 by the row sums, stores O through stmatrix into the swizzled Q tile and 16-byte rows, and the log-sum-exp
 (natural log) per row.
 
@@ -195,23 +197,29 @@ def build_module(config: Config = Config(), context=None):
         def slots(n_blocks, mi, ni):
             return [4 * (mi * n_blocks + ni) + i for i in range(4)]
 
-        def block_view(operand, stage_bytes, block):  # the words of one k16 block of a Q, K or V tile
-            t = operand.k_block(block)
-            words = k.view(shared, (operand.tile.cosize,), "i32", stage_bytes)
+        def load_block(operand, registers, tile_bytes, block, own_warp):
+            """One k16 block's fragments of a Q, K or V tile (at tile_bytes): the CTA's transfer, or (own_warp)
+            the warp's own, for a warp that may skip the tile (on a view where its part starts: whole rows,
+            whole swizzle periods, so the swizzle keeps its place; K's and V's start where the tile does)."""
+            t, scope, words = operand.k_block(block), "cta", operand.tile.cosize
+            if own_warp:
+                t, starts = t.one_warp()
+                scope, words = "warp", words - max(starts.offset(w) for w in range(starts.size))
+                if words < operand.tile.cosize:
+                    tile_bytes = arith.addi(tile_bytes, arith.muli(k.offset(starts, [warp]), k.index(4)))
+            view = k.view(shared, (words,), "i32", tile_bytes)
             if t.shared_offset:
-                words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
-            return t, words
+                view = k.subview(view, t.shared_offset, words - t.shared_offset)
+            transfer(t.opcode, registers, view, dst_layout=t.registers, src_layout=t.shared, scope=scope)
 
-        def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks):
+        def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks, own_warp):
             """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is
-            A where it is Q and Q stays in shared memory."""
+            A where it is Q and Q stays in shared memory. own_warp: each warp's own transfers."""
             a_from_shared = tiled_mma is scores and not config.q_in_registers
             for block in range(tiled_mma.b.k_blocks):
                 if a_from_shared:
-                    t, words = block_view(tiled_mma.a, k.index(0), block)
-                    transfer(t.opcode, a_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
-                t, words = block_view(tiled_mma.b, kv_stage(tile_index, which), block)
-                transfer(t.opcode, b_regs, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
+                    load_block(tiled_mma.a, a_regs, k.index(0), block, own_warp)
+                load_block(tiled_mma.b, b_regs, kv_stage(tile_index, which), block, own_warp)
                 for mi in range(m_blocks):
                     for ni in range(n_blocks):
                         k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
@@ -224,10 +232,10 @@ def build_module(config: Config = Config(), context=None):
                 values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
             return values[0]
 
-        def scores_of(tile_index):  # S = Q K^T of one key tile
+        def scores_of(tile_index, own_warp):  # S = Q K^T of one key tile
             for slot in range(4 * m_blocks * key_blocks):
                 k.store(zero, s_acc, [slot])
-            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks)
+            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks, own_warp)
 
         # P's A register r holds the packed accumulators (low, low + 1) of n-block n_offset
         p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(c_as_a_operand())}
@@ -301,6 +309,14 @@ def build_module(config: Config = Config(), context=None):
             else:
                 multiply()
 
+        # with the mask, a key tile may start past some warp's last row (a whole tile past its first row)
+        warps_may_skip = config.causal and config.rows >= 16 * m_blocks + config.keys
+
+        def tile_work(tile_index, masked: bool, own_warp: bool):  # S, its softmax and O += P V
+            scores_of(tile_index, own_warp)
+            rescale(*softmax(tile_index, masked))
+            products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks, own_warp)
+
         def key_tile(tile_index, masked: bool):
             """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
             read), this tile's S, softmax and P V, then the wait and the one barrier after which the copies
@@ -314,9 +330,12 @@ def build_module(config: Config = Config(), context=None):
             if config.stage_barriers:
                 k.arrive_on_copies(full, arith.remui(following, k.index(2)))
                 k.wait_phase(full, arith.remui(tile_index, k.index(2)), arith.divui(tile_index, k.index(2)))
-            scores_of(tile_index)
-            rescale(*softmax(tile_index, masked))
-            products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks)  # O += P V
+            if masked and warps_may_skip:  # a tile wholly above the diagonal for the warp's rows changes nothing
+                rows_end = arith.addi(q0, arith.muli(arith.addi(warp, k.index(1)), k.index(16 * m_blocks)))
+                with k.if_(k.compare("ult", arith.muli(tile_index, k.index(config.keys)), rows_end)):
+                    tile_work(tile_index, masked, own_warp=True)
+            else:
+                tile_work(tile_index, masked, own_warp=False)
             if config.stage_barriers:
                 k.arrive(empty, arith.remui(tile_index, k.index(2)), per_warp=True)
             else:

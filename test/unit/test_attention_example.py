@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 import attention
+from mlir import ir
 from mlir_tile.compile import compile_to_ptx
 
 
@@ -100,3 +101,34 @@ def test_the_lazy_rescale_branches_on_a_vote_of_the_warp(lazy_rescale):
     together; without the lazy rescale, no vote."""
     loops = _loops(compile_to_ptx(attention.build_module(attention.Config(lazy_rescale=lazy_rescale))))
     assert [len(re.findall(r"vote\.sync\.any\.pred", loop)) for loop in loops] == [int(lazy_rescale)] * 2
+
+
+@pytest.mark.parametrize("config, skips", [(attention.Config(causal=True), True),
+                                           (attention.Config(causal=True, stage_barriers=True), True),
+                                           (attention.Config(head_dim=128, causal=True), False),
+                                           (attention.Config(), False)], ids=str)
+def test_a_warp_skips_a_causal_tile_wholly_past_its_rows(config, skips):
+    """With the mask, a warp skips a key tile that starts past its last row: a branch on the warp's index
+    around the tile's transfers (each warp's own, scope "warp": one that spans warps may not sit there) and
+    mma. At d 64 (128 rows a CTA, 32 a warp, 64-key tiles) the diagonal's second tile starts past warps 0
+    and 1; at d 128 (64 rows, 16 a warp) no tile starts past a warp's rows, and without the mask none does:
+    no branch, every transfer the CTA's."""
+    module = attention.build_module(config)
+    scopes = []
+
+    def visit(op):
+        if op.operation.name == "tile.matrix_transfer":
+            scope = str(op.operation.attributes["scope"]).strip('"')
+            enclosing, branched = op.operation.parent, False
+            while enclosing is not None:
+                branched |= enclosing.operation.name == "scf.if"
+                enclosing = enclosing.operation.parent
+            scopes.append((scope, branched))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    own = [branched for scope, branched in scopes if scope == "warp"]
+    per_loop = config.head_dim // 16 + config.keys // 16  # K's k16 blocks of d, V's of the keys
+    assert all(own) and len(own) == (per_loop if skips else 0)
+    # the CTA's: Q's fragments, K and V in the unmasked loop (and the masked one where no warp skips), O's stmatrix
+    assert len(scopes) - len(own) == 2 + per_loop * (1 if skips else 2)
