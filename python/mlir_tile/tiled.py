@@ -43,7 +43,8 @@ class OperandTransfer:
         warp_part = self.shared[0]
         registers = Layout(self.registers.shape[1:], self.registers.stride[1:])
         shared = Layout(self.shared.shape[1:], self.shared.stride[1:], self.shared.swizzle)
-        return OperandTransfer(self.opcode, registers, shared, self.slots, self.shared_offset, self.register_offset), warp_part
+        own = OperandTransfer(self.opcode, registers, shared, self.slots, self.shared_offset, self.register_offset)
+        return own, warp_part
 
 
 @dataclass(frozen=True)
