@@ -6,7 +6,7 @@ must never do.
 
 Each input is a mutation of a real one (every .mlir under test/ and examples/): numbers swapped for extreme
 ones, strings for odd ones (quotes, newlines, non-ASCII), layouts, opcodes, scopes, chips and PTX features
-replaced, lines deleted or repeated, ops wrapped in thread-dependent control flow, deep nesting, several
+replaced, lines deleted or repeated, ops wrapped in thread- or warp-dependent control flow, deep nesting, several
 gpu.modules, second (older or newer) NVVM targets and ROCDL/XeVM ones, raw NVVM matrix, mma and async-copy
 instructions, gpu.launch bodies using values from outside and other block sizes, register storage with zero
 or odd strides. A worker process runs the drivers in-process on each; the run counts, per class:
@@ -87,6 +87,14 @@ WRAPPERS = [
      "scf.for %fz_i = %fz_0 to %fz_n step %fz_1 {\n", "}\n"),
     ('"fuzz.region"() ({\n', "}) : () -> ()\n"),
     ("affine.for %fz_a = 0 to 3 {\n", "}\n"),
+    # branches that differ between warps only: a scope "warp" transfer may sit there, a "cta" one may not
+    ("%fz_wt = gpu.thread_id x\n%fz_wc = arith.constant 32 : index\n%fz_ww = arith.divui %fz_wt, %fz_wc : index\n"
+     "%fz_wz = arith.constant 0 : index\n%fz_wp = arith.cmpi eq, %fz_ww, %fz_wz : index\nscf.if %fz_wp {\n", "}\n"),
+    ("%fz_st = gpu.thread_id x\n%fz_s5 = arith.constant 5 : index\n%fz_sw = arith.shrui %fz_st, %fz_s5 : index\n"
+     "%fz_s0 = arith.constant 0 : index\n%fz_s1 = arith.constant 1 : index\nscf.for %fz_si = %fz_s0 to %fz_sw step %fz_s1 {\n",
+     "}\n"),
+    ("%fz_gs = gpu.subgroup_id : index\n%fz_g0 = arith.constant 0 : index\n%fz_gp = arith.cmpi eq, %fz_gs, %fz_g0 : index\n"
+     "scf.if %fz_gp {\n", "}\n"),
 ]
 
 
