@@ -148,15 +148,20 @@ def build_module(config: Config = Config(), context=None):
             return k.copy_tile_async(tile_view, layout, source, arith.muli(arith.addi(head_start, first), k.index(d)),
                                      d, rows=count, cols=d, valid_rows=arith.subi(valid, first))
 
+        def stage_of(tile_index):  # K/V tile u lives in stage u % 2, as its (u // 2)-th occupant (phase_of)
+            return arith.remui(tile_index, k.index(2))
+
+        def phase_of(tile_index):
+            return arith.divui(tile_index, k.index(2))
+
         def kv_stage(tile_index, which):  # bytes of K (which 0) or V (1) of the tile's stage
-            stage = arith.remui(tile_index, k.index(2))
-            return arith.addi(k.index(q_bytes + which * 2 * kv_bytes), arith.muli(stage, k.index(kv_bytes)))
+            first = k.index(q_bytes + which * 2 * kv_bytes)
+            return arith.addi(first, arith.muli(stage_of(tile_index), k.index(kv_bytes)))
 
         def load(tile_index, which):  # the copies of K (which 0) or V (1) of a key tile into its stage
             first = arith.muli(tile_index, k.index(config.keys))
             view = k.view(shared, (config.keys * d,), element, kv_stage(tile_index, which))
             return copy_rows(view, kv_halves, (keys, values)[which], first, config.keys, seq)
-
 
         if config.stage_barriers:  # per stage: its copies landed (full), and every warp has read it (empty)
             full, empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
@@ -325,11 +330,11 @@ def build_module(config: Config = Config(), context=None):
             after them, and this warp's arrival on its stage's `empty` at the end."""
             following = arith.addi(tile_index, k.index(1))
             if config.stage_barriers:  # tile u fills stage u % 2 once its phase u // 2 of `empty` is complete
-                k.wait_phase(empty, arith.remui(following, k.index(2)), arith.divui(following, k.index(2)))
+                k.wait_phase(empty, stage_of(following), phase_of(following))
             k.commit_group(load(following, 0) + load(following, 1))
             if config.stage_barriers:
-                k.arrive_on_copies(full, arith.remui(following, k.index(2)))
-                k.wait_phase(full, arith.remui(tile_index, k.index(2)), arith.divui(tile_index, k.index(2)))
+                k.arrive_on_copies(full, stage_of(following))
+                k.wait_phase(full, stage_of(tile_index), phase_of(tile_index))
             if masked and warps_may_skip:  # a tile wholly above the diagonal for the warp's rows changes nothing
                 rows_end = arith.addi(q0, arith.muli(arith.addi(warp, k.index(1)), k.index(16 * m_blocks)))
                 with k.if_(k.compare("ult", arith.muli(tile_index, k.index(config.keys)), rows_end)):
@@ -337,7 +342,7 @@ def build_module(config: Config = Config(), context=None):
             else:
                 tile_work(tile_index, masked, own_warp=False)
             if config.stage_barriers:
-                k.arrive(empty, arith.remui(tile_index, k.index(2)), per_warp=True)
+                k.arrive(empty, stage_of(tile_index), per_warp=True)
             else:
                 k.wait_groups(first_group, 0)
                 k.barrier()

@@ -415,7 +415,7 @@ class FactCache:
             self._targets[module] = target_facts(op)
         return self._targets[module]
 
-    def divergence(self, op: ir.Operation, every_warp: bool = True) -> str | None:
+    def divergence(self, op: ir.Operation, every_warp: bool) -> str | None:
         """Why `op` might run on some lanes of a warp only, or (`every_warp`) on some warps only (None:
         every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
         body of a single-block kernel needs none: no branch or loop can leave lanes behind."""
