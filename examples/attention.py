@@ -6,6 +6,11 @@ and the log-sum-exp of each row, fp16 or bf16, head dims 64 and 128, any sequenc
     python examples/attention.py --run-ptx a.ptx   # needs a GPU, no MLIR: one case against numpy
     python examples/attention.py --emulate         # a CTA on the reference model against numpy, no GPU
 
+Options choose the kernel: --dtype f16|bf16, --head-dim 64|128, --causal, --tuned (the CTA `Attention` runs);
+and the case the GPU run checks: --batch, --heads, --seq. --ptx-out records the kernel's options in the PTX's
+first line and --run-ptx runs the PTX as built (`--ptx-out a.ptx --head-dim 128 --causal --tuned`, then on the
+GPU host `--run-ptx a.ptx --batch 2 --heads 16 --seq 4097`).
+
 By default a CTA of 4 warps takes BR query rows of one (batch, head) (BR = 128 for head dim 64, 64 for 128: each
 warp BR / 4 rows; `Config` takes other warp counts, rows per warp, key tiles, Q read from shared memory per key
 tile, the order of the softmax's steps, O rescaled only where a row's max grew, and each stage's mbarriers in
@@ -459,7 +464,7 @@ class Attention:
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(O, log-sum-exp) in fp32 from fp16 inputs [heads, seq, d]."""
+    """(O, log-sum-exp) in fp32 from inputs [heads, seq, d] (any float type)."""
     q, k, v = (x.astype(np.float32) for x in (q, k, v))
     scores = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
     if causal:
@@ -474,21 +479,35 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tupl
 CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 
-def run_and_check(ptx: str, config: Config = Config()) -> tuple[bool, str]:
+def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False) -> Config:
+    """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's)."""
+    return Config(head_dim, causal, dtype, **(TUNED.get((head_dim, causal), {}) if tuned else {}))
+
+
+def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
+                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1]) -> tuple[bool, str]:
+    """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
+    q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
+    log-sum-exp within 1e-3."""
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 
-    heads, seq = CASE
+    config = configure(dtype, head_dim, causal, tuned)
+    if min(batch, heads, seq) < 1:
+        raise ValueError(f"attention: batch, heads and seq >= 1, got {batch}, {heads}, {seq}")
     rng = np.random.default_rng(1)
-    q, k, v = (rng.uniform(-1, 1, (heads, seq, config.head_dim)).astype(np.float16) for _ in range(3))
+    q, k, v = (encode(rng.uniform(-1, 1, (batch * heads, seq, head_dim)), dtype) for _ in range(3))
     with Runtime() as runtime:
         module = runtime.load_ptx(ptx, name=KERNEL)
-        _, _, _, o, lse = module.launch(KERNEL, [q, k, v, np.zeros_like(q), np.zeros((heads, seq), np.float32), seq],
-                                        grid=config.grid(heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
-    expected, expected_lse = reference(q, k, v, config.causal)
-    error = float(np.abs(o.astype(np.float32) - expected).max())
+        _, _, _, o, lse = module.launch(KERNEL, [q, k, v, np.zeros_like(q), np.zeros((batch * heads, seq), np.float32),
+                                                 seq], grid=config.grid(batch * heads, seq), block=config.threads,
+                                        shared_bytes=config.shared_bytes)
+    expected, expected_lse = reference(*(decode(x, dtype) for x in (q, k, v)), causal)
+    error = float(np.abs(decode(o, dtype) - expected).max())
     lse_error = float(np.abs(lse - expected_lse).max())
-    ok = error <= 4e-3 and lse_error <= 1e-3
-    return ok, f"GPU: attention {heads} x {seq} x {config.head_dim} matches numpy: {ok} (O {error:.1e}, lse {lse_error:.1e})"
+    ok = error <= 8 * UNIT_ROUNDOFF[dtype] and lse_error <= 1e-3
+    return ok, (f"GPU: attention {batch} x {heads} x {seq} x {head_dim} {dtype}{' causal' if causal else ''} "
+                f"({config}) matches numpy: {ok} (O {error:.1e}, lse {lse_error:.1e})")
 
 
 def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> str:
@@ -498,30 +517,31 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     `fragments.c_as_a_operand` and read back through the A table; O through stmatrix, against numpy.
     AssertionError otherwise."""
     from mlir_tile.fragments import c_as_a_operand, fragment_element
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.layout import unpack_b32
     from mlir_tile.reference import b16_half, b16_tile_words
     from mlir_tile.reference import emulate as run_transfer
 
     config = replace(config, causal=causal)
     scores, output = tiled(config)
-    rows, d, threads, m_blocks = config.rows, config.head_dim, config.threads, scores.m_blocks
+    rows, d, threads, m_blocks, element = config.rows, config.head_dim, config.threads, scores.m_blocks, config.element
     rng = np.random.default_rng(5)
-    q, k, v = (rng.uniform(-1, 1, (seq, d)).astype(np.float16) for _ in range(3))
+    q, k, v = (encode(rng.uniform(-1, 1, (seq, d)), element) for _ in range(3))  # bit patterns
     tiles = -(-seq // config.keys)
 
     def padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
-        return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.float16)])
+        return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.uint16)])
 
     def fragments(transfer, words):  # each thread's registers after one transfer, by the ISA model
         return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
                             np.zeros((threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
 
     def value(registers, thread, slot, part):
-        return b16_half(registers[thread, slot], part).view(np.float16)
+        return b16_half(registers[thread, slot], part)
 
     q_tile = padded(q[:rows], rows)  # the first CTA's query rows
     q_regs = fragments(scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
-    q_warps = np.zeros((config.warps, 16 * m_blocks, d), np.float16)  # each warp's rows, as its A fragments hold them
+    q_warps = np.zeros((config.warps, 16 * m_blocks, d), np.uint16)  # each warp's rows, as its A fragments hold them
     for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
         for block, mi, register, part in ((b, m, r, h) for b in range(scores.a.k_blocks) for m in range(m_blocks)
                                           for r in range(4) for h in range(2)):
@@ -540,7 +560,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
         k_regs = [fragments(scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
         v_regs = [fragments(output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
         for warp in range(config.warps):
-            k_t = np.zeros((d, config.keys), np.float16)  # K^T of the tile, as the B fragments hold it
+            k_t = np.zeros((d, config.keys), np.uint16)  # K^T of the tile, as the B fragments hold it
             for block in range(scores.b.k_blocks):
                 for lane in range(32):
                     thread = 32 * warp + lane
@@ -549,7 +569,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
                         got = value(k_regs[block], thread, scores.b_slots(ni, 0)[register], part)
                         assert got == padded(k[keys], config.keys)[8 * ni + nn, 16 * block + kk], ("K", thread)
                         k_t[16 * block + kk, 8 * ni + nn] = got
-            s = (q_warps[warp].astype(np.float32) @ k_t.astype(np.float32)) * np.float32(scale)
+            s = (decode(q_warps[warp], element) @ decode(k_t, element)) * np.float32(scale)
             query = 16 * m_blocks * warp + np.arange(16 * m_blocks)[:, None]
             key = tile * config.keys + np.arange(config.keys)[None, :]
             s = np.where((key < seq) & ((key <= query) if causal else True), s, -np.inf)
@@ -559,16 +579,16 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
             total[warp] = total[warp] * correction + p.sum(1)
             peak[warp] = new_peak
             # P's A fragment: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan
-            p_warp = np.zeros((16 * m_blocks, config.keys), np.float16)
+            p_warp = np.zeros((16 * m_blocks, config.keys), np.uint16)
             for lane in range(32):
                 for mi, block in ((m, b) for m in range(m_blocks) for b in range(config.keys // 16)):
                     for register, (n_offset, low, high) in enumerate(c_as_a_operand()):
                         for part, accumulator in enumerate((low, high)):
                             row, col = fragment_element("c32", lane, accumulator, 0)
-                            element = np.float16(p[16 * mi + row, 8 * (2 * block + n_offset) + col])
+                            probability = encode(p[16 * mi + row, 8 * (2 * block + n_offset) + col], element)
                             a_row, a_col = fragment_element("a16", lane, register, part)
-                            p_warp[16 * mi + a_row, 16 * block + a_col] = element
-            v_warp = np.zeros((config.keys, d), np.float16)
+                            p_warp[16 * mi + a_row, 16 * block + a_col] = probability
+            v_warp = np.zeros((config.keys, d), np.uint16)
             for block in range(output.b.k_blocks):
                 for lane in range(32):
                     for ni, register, part in ((n, r, h) for n in range(d // 8) for r in range(2) for h in range(2)):
@@ -576,33 +596,53 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
                         got = value(v_regs[block], 32 * warp + lane, output.b_slots(ni, 0)[register], part)
                         assert got == padded(v[keys], config.keys)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
                         v_warp[16 * block + kk, 8 * ni + nn] = got
-            out[warp] = out[warp] * correction[:, None] + p_warp.astype(np.float32) @ v_warp.astype(np.float32)
-    result = (out / total[:, :, None]).reshape(rows, d).astype(np.float16)
+            out[warp] = out[warp] * correction[:, None] + decode(p_warp, element) @ decode(v_warp, element)
+    result = encode((out / total[:, :, None]).reshape(rows, d), element)
     packed = np.zeros((threads, output.c.whole.slots), np.uint32)
     for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
         for mi, ni in ((m, n) for m in range(m_blocks) for n in range(d // 8)):
             for pair, slot in enumerate(output.c_slots(mi, ni)):
                 for part in range(2):
                     row, col = fragment_element("c16", lane, pair, part)
-                    element = result[16 * (warp * m_blocks + mi) + row, 8 * ni + col % 8]
-                    packed[32 * warp + lane, slot] |= int(element.view(np.uint16)) << (16 * part)
+                    bits = result[16 * (warp * m_blocks + mi) + row, 8 * ni + col % 8]
+                    packed[32 * warp + lane, slot] |= int(bits) << (16 * part)
     t = output.c.whole
     o_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(output.c.tile.cosize, np.uint32), packed, "cta")
     layout, halves = unpack_b32(output.c.tile), o_words.view(np.uint16)
     queries = min(seq, rows)
     o = np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(queries)], np.uint16)
-    expected, _ = reference(q[None], k[None], v[None], causal)
-    error = float(np.abs(o.view(np.float16).astype(np.float32) - expected[0, :queries]).max())
-    assert error <= 4e-3, f"O differs from numpy by {error}"
-    return (f"reference model: one {rows}-row CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
+    expected, _ = reference(*(decode(x, element)[None] for x in (q, k, v)), causal)
+    error = float(np.abs(decode(o, element) - expected[0, :queries]).max())
+    assert error <= 8 * UNIT_ROUNDOFF[element], f"O differs from numpy by {error}"
+    return (f"reference model: one {rows}-row {element} CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
             f"and V fragments hold what the PTX ISA's tables say, P is S's accumulators, and O through stmatrix "
             f"matches numpy (largest error {error:.1e})")
+
+
+def add_options(parser) -> tuple[str, ...]:
+    from mlir_tile.halves import ELEMENTS
+
+    parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="q's, k's, v's and O's element type (default f16)")
+    parser.add_argument("--head-dim", type=int, choices=(64, 128), default=64, help="d (default 64)")
+    parser.add_argument("--causal", action="store_true", help="the causal mask")
+    parser.add_argument("--tuned", action="store_true", help="the CTA `Attention` runs for d and the mask (TUNED's)")
+    parser.add_argument("--batch", type=int, default=1, help="the GPU run's batch (default 1)")
+    parser.add_argument("--heads", type=int, default=CASE[0], help=f"the GPU run's heads (default {CASE[0]})")
+    parser.add_argument("--seq", type=int, default=CASE[1],
+                        help=f"positions of the GPU run and of --emulate's case, its first CTA (default {CASE[1]})")
+    return ("dtype", "head_dim", "causal", "tuned")
 
 
 def main() -> int:
     from kernel_example import main as example_main
 
-    return example_main(__doc__, build_module, run_and_check, emulate)
+    def build(dtype, head_dim, causal, tuned):
+        return build_module(configure(dtype, head_dim, causal, tuned))
+
+    def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq):  # one CTA of one head
+        return emulate(configure(dtype, head_dim, causal, tuned), seq, causal)
+
+    return example_main(__doc__, build, run_and_check, emulate_cta, options=add_options)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ M x N, any M, N, K >= 1.
     python examples/gemm.py --run-ptx g.ptx      # needs a GPU, no MLIR: a 1000 x 1016 x 504 product checked
     python examples/gemm.py --emulate            # a CTA's transfers and product on the reference model
 
+Options choose the kernel: --dtype f16|bf16, --b-major kn|nk (B as [K, N] or [N, K]), --align 16|8|4|2 (the
+bytes rows start on; 2: any sizes) and --tile (one of `Matmul`'s, e.g. 128x256x64s4); and the product the GPU
+run checks: --shape M N K. --ptx-out records the kernel's options in the PTX's first line, and --run-ptx runs
+the PTX as built (`python examples/gemm.py --ptx-out g.ptx --dtype bf16 --b-major nk`, then on the GPU host
+`python examples/gemm.py --run-ptx g.ptx --shape 4096 4096 4096`).
+
 The default `Config`: one CTA of 4 warps (2 x 2, 64 x 64 each) computes a 128 x 128 tile of C (CTAs in
 groups of 8 tile rows, for L2), walking K in 32-wide k-tiles through a 4-stage cp.async pipeline in dynamic
 shared memory (64 KiB). Per k16 block: the fragments of the next block by one ldmatrix.x4 / ldmatrix.x4.trans
@@ -389,6 +395,22 @@ def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
     return max(1, min(sms // tiles, k_tiles // SPLIT_K_TILES, MAX_SPLITS))
 
 
+def tile_name(tile: dict) -> str:
+    config = Config(**tile)
+    return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}"
+
+
+def configure(b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4") -> Config:
+    """The variant of a tile of TILES or ELEMENT_TILES by its name (`tile_name`) for B's layout and rows on
+    `align` bytes, as `Matmul` would run it; ValueError where Matmul has no such variant."""
+    named = {tile_name(t): t for t in TILES + ELEMENT_TILES}
+    config = variant(named[tile], align, b_major=b_major) if tile in named else None
+    if config not in VARIANTS:
+        taken = [name for name, t in named.items() if variant(t, align, b_major=b_major) in VARIANTS]
+        raise ValueError(f"gemm: no variant of tile {tile!r} for rows on {align} bytes; these are: {', '.join(taken)}")
+    return config
+
+
 def variant(tile: dict, align: int, **fields) -> Config:
     """The kernel of `tile` for rows on `align` bytes: 4- and 8-byte copies issue 4 and 2 times the cp.async of
     16-byte ones, and with 64-wide k-tiles ptxas spills their addresses (up to 300 bytes), so they take
@@ -524,47 +546,61 @@ def _accumulator_slots(tiled, mi: int, ni: int) -> list[int]:
     return [4 * (mi * tiled.n_blocks + ni) + i for i in range(4)]
 
 
-def inputs(m: int, n: int, depth: int, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+def inputs(m: int, n: int, depth: int, seed: int = 5, element: str = "f16") -> tuple[np.ndarray, np.ndarray]:
+    """A (M x K) and B (K x N) of uniform values in [-1, 1) as `element` bit patterns (uint16: numpy has no bf16)."""
+    from mlir_tile.halves import encode
+
     rng = np.random.default_rng(seed)
-    return (rng.uniform(-1, 1, (m, depth)).astype(np.float16), rng.uniform(-1, 1, (depth, n)).astype(np.float16))
+    return encode(rng.uniform(-1, 1, (m, depth)), element), encode(rng.uniform(-1, 1, (depth, n)), element)
 
 
-def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:
-    """fp16 rounding of the fp32 product (half an ulp, 2^-11 relative) plus fp32 accumulation in another
-    order than numpy's (K terms of at most 1: 1e-5 * K absolute)."""
-    exact = a.astype(np.float32) @ b.astype(np.float32)
-    error = np.abs(c.astype(np.float32) - exact)
-    return bool((error <= 2**-10 * np.abs(exact) + 1e-5 * a.shape[1]).all()), float(error.max())
+def check(c: np.ndarray, a: np.ndarray, b: np.ndarray, element: str = "f16") -> tuple[bool, float]:
+    """C, A and B as `element` bit patterns: the rounding of the fp32 product to `element` (half an ulp) plus
+    fp32 accumulation in another order than numpy's (K terms of at most 1: 1e-5 * K absolute), with a factor
+    2 of room on the rounding."""
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+
+    exact = decode(a, element) @ decode(b, element)
+    error = np.abs(decode(c, element) - exact)
+    return bool((error <= 2 * UNIT_ROUNDOFF[element] * np.abs(exact) + 1e-5 * a.shape[1]).all()), float(error.max())
 
 
-def run_and_check(ptx: str) -> tuple[bool, str]:
+def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4",
+                  shape: tuple[int, int, int] = SHAPE) -> tuple[bool, str]:
+    """The kernel of these build options (see `configure`) in `ptx` on an M x N x K product of random values,
+    against numpy."""
     from mlir_tile.runtime import Runtime
 
-    m, n, depth = SHAPE
-    a, b = inputs(m, n, depth)
+    config, (m, n, depth) = configure(b_major, align, tile), shape
+    if min(shape) < 1 or n % config.unit or depth % config.unit:
+        raise ValueError(f"gemm: rows on {config.align} bytes take M, N, K >= 1 with N and K multiples of "
+                         f"{config.unit}, not {m} x {n} x {depth}; --align 2 takes any sizes")
+    a, b = inputs(m, n, depth, element=dtype)
+    b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:
         module = runtime.load_ptx(ptx, name=KERNEL)
-        _, _, c = module.launch(KERNEL, [a, b, np.zeros((m, n), np.float16), m, n // 8, depth // 8],
-                                grid=DEFAULT.grid(m, n), block=DEFAULT.threads, shared_bytes=DEFAULT.shared_bytes)
-    ok, worst = check(c, a, b)
-    return ok, f"GPU: {m} x {n} x {depth} fp16 GEMM matches numpy: {ok} (largest error {worst:.2e})"
+        _, _, c = module.launch(KERNEL, [a, b_given, np.zeros((m, n), np.uint16), m, n // config.unit,
+                                         depth // config.unit],
+                                grid=config.grid(m, n), block=config.threads, shared_bytes=config.shared_bytes)
+    ok, worst = check(c, a, b, dtype)
+    return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM ({config}) matches numpy: {ok} (largest error "
+                f"{worst:.2e})")
 
 
-def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
-    """A one-CTA GEMM (bm x bn x k_tiles * bk, fp16) on the reference model: each k-tile's A and B tiles placed
+def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") -> str:
+    """A one-CTA GEMM (bm x bn x k_tiles * bk, of `element`) on the reference model: each k-tile's A and B tiles placed
     in shared words by their layouts, every transfer (A, B by ldmatrix, C by stmatrix) run by the ISA model
     with each lane's fragments checked against the PTX ISA's tables, the mma.sync products from those
     fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
     from mlir_tile.fragments import fragment_element
+    from mlir_tile.halves import decode, encode
     from mlir_tile.layout import unpack_b32
     from mlir_tile.reference import b16_half, b16_tile_words
     from mlir_tile.reference import emulate as run_transfer
 
     tiled = tiled_mma(config)
     (wm, wn), threads, depth = config.warps, config.threads, k_tiles * config.bk
-    rng = np.random.default_rng(3)
-    a = rng.uniform(-1, 1, (config.bm, depth)).astype(np.float16)
-    b = rng.uniform(-1, 1, (depth, config.bn)).astype(np.float16)
+    a, b = inputs(config.bm, config.bn, depth, seed=3, element=element)  # bit patterns
     b_tile_source = b if config.b_major == "kn" else np.ascontiguousarray(b.T)
 
     accumulators = np.zeros((wm, wn, 16 * tiled.m_blocks, 8 * tiled.n_blocks), np.float32)
@@ -578,8 +614,8 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
                                                 b16_tile_words(operand.tile, matrix), "cta")
         for warp in range(wm * wn):
             wn_, wm_ = warp % wn, warp // wn
-            a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.float16)
-            b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.float16)
+            a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.uint16)
+            b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.uint16)
             # per operand: its table, registers per block, blocks, slots, where a (block, index, row, column) of
             # the table lies in the warp's matrix, and that matrix's element in the whole one
             operands = (("a", "a16", 4, tiled.m_blocks, tiled.a_slots, a_warp,
@@ -595,10 +631,10 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
                         for i, register, part in ((i, r, h) for i in range(count) for r in range(registers)
                                                   for h in range(2)):
                             row, col = place(block, i, *fragment_element(table, lane, register, part))
-                            value = b16_half(loaded[name][thread, slots_of(i, block)[register]], part).view(np.float16)
+                            value = b16_half(loaded[name][thread, slots_of(i, block)[register]], part)
                             assert value == whole(row, col), (name.upper(), thread, block, i, register)
                             warp_matrix[row, col] = value
-            accumulators[wm_, wn_] += a_warp.astype(np.float32) @ b_warp.astype(np.float32)
+            accumulators[wm_, wn_] += decode(a_warp, element) @ decode(b_warp, element)
     packed = np.zeros((threads, tiled.c.whole.slots), np.uint32)
     for warp in range(wm * wn):
         wn_, wm_ = warp % wn, warp // wn
@@ -609,24 +645,45 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2) -> str:
                         bits = 0
                         for part in range(2):  # c16 register `pair`: the fp16 pair of accumulators 2 pair, + 1
                             row, col = fragment_element("c16", lane, pair, part)
-                            value = np.float16(accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8])
-                            bits |= int(value.view(np.uint16)) << (16 * part)
+                            value = accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8]
+                            bits |= int(encode(value, element)) << (16 * part)
                         packed[32 * warp + lane, slot] = bits
     t = tiled.c.whole
     c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
     layout, halves = unpack_b32(tiled.c.tile), c_words.view(np.uint16)
     c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
-                 np.uint16).view(np.float16)
-    exact = a.astype(np.float32) @ b.astype(np.float32)
-    assert (np.abs(c.astype(np.float32) - exact) <= 2**-10 * np.abs(exact) + 1e-5 * depth).all(), "C"
-    return (f"reference model: a {config.bm} x {config.bn} x {depth} CTA ({config}): every lane's A and B fragments "
-            f"hold what the PTX ISA's tables say, and C through stmatrix matches numpy")
+                 np.uint16)
+    assert check(c, a, b, element)[0], "C"
+    return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA ({config}): every lane's A and B "
+            f"fragments hold what the PTX ISA's tables say, and C through stmatrix matches numpy")
+
+
+def add_options(parser) -> tuple[str, ...]:
+    from mlir_tile.halves import ELEMENTS
+
+    parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="A's, B's and C's element type (default f16)")
+    parser.add_argument("--b-major", choices=("kn", "nk"), default="kn",
+                        help="B given as [K, N] (kn, the default) or [N, K] (nk: torch.nn.functional.linear's weight)")
+    parser.add_argument("--align", type=int, choices=(16, 8, 4, 2), default=16,
+                        help="bytes every row starts on: N and K multiples of align / 2 (default 16; 2: any sizes)")
+    parser.add_argument("--tile", default="128x128x32s4",
+                        help="the CTA tile, BMxBNxBK and stages, one of Matmul's (default 128x128x32s4)")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=SHAPE,
+                        help=f"the product the GPU run checks (default {' '.join(map(str, SHAPE))})")
+    return ("dtype", "b_major", "align", "tile")
 
 
 def main() -> int:
     from kernel_example import main as example_main
 
-    return example_main(__doc__, build_module, run_and_check, emulate)
+    def build(dtype, b_major, align, tile):
+        return build_module(dtype, configure(b_major, align, tile))
+
+    def emulate_cta(dtype, b_major, align, tile, shape):  # one CTA, the shape aside
+        config = configure(b_major, align, tile)
+        return emulate(config, 2 if config.bk == 32 else 1, dtype)
+
+    return example_main(__doc__, build, run_and_check, emulate_cta, options=add_options)
 
 
 if __name__ == "__main__":

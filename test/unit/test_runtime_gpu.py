@@ -212,9 +212,10 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
     k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
     import gemm
+    from mlir_tile.halves import decode
 
     config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
-    a, b = gemm.inputs(m, n, depth)
+    a, b = gemm.inputs(m, n, depth)  # fp16 bit patterns
     split = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_split.ptx").read_text(), name="gemm_split")
     _, _, partials, *_ = split.launch(gemm.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
                                       grid=config.grid(m, n, splits), block=config.threads,
@@ -222,10 +223,10 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     per_split = 3 * config.bk
     for s in range(splits):
         columns = slice(s * per_split, (s + 1) * per_split)
-        expected = a[:, columns].astype(np.float32) @ b[columns].astype(np.float32)
+        expected = decode(a[:, columns], "f16") @ decode(b[columns], "f16")
         np.testing.assert_allclose(partials[s * m * n:(s + 1) * m * n].reshape(m, n), expected, rtol=1e-5, atol=1e-4)
     reducer = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_reduce.ptx").read_text(), name="gemm_reduce")
-    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.float16), m * n, splits],
+    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m * n, splits],
                               grid=-(-m * n // gemm.REDUCE_THREADS), block=gemm.REDUCE_THREADS)
     ok, worst = gemm.check(c.reshape(m, n), a, b)
     assert ok, worst
@@ -238,3 +239,19 @@ def test_the_attention_example_matches_numpy():
 
     ok, line = attention.run_and_check((SPEC_EXAMPLE_PTX.parent / "attention.ptx").read_text())
     assert ok, line
+
+
+@pytest.mark.parametrize("name, written, arguments", [
+    ("gemm.py", "gemm_bf16_nk.ptx", ["--shape", 1000, 1016, 504]),  # M no multiple of 128, N none of 256
+    ("attention.py", "attention_bf16_d128_causal.ptx", ["--batch", 2, "--heads", 3, "--seq", 257]),
+])
+def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, written, arguments):
+    """The run half of test_kernel_example.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile, and the
+    tuned d 128 causal attention, each taken from the PTX's first line, against numpy."""
+    import subprocess
+    import sys
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    ran = subprocess.run([sys.executable, str(examples / name), "--run-ptx", str(SPEC_EXAMPLE_PTX.parent / written),
+                          *map(str, arguments)], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0 and "bf16" in ran.stdout and "matches numpy: True" in ran.stdout, ran.stdout + ran.stderr

@@ -1,0 +1,58 @@
+"""The command line of examples/gemm.py and examples/attention.py (kernel_example.py) without a GPU: options
+choose the kernel, --ptx-out records them in the PTX's first line, --run-ptx takes them from there and refuses
+one that contradicts them; what the kernels do not take is a usage error (exit status 2), never a traceback."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+INPUTS = Path(__file__).with_name("Inputs")
+
+
+def example(name, *arguments):
+    return subprocess.run([sys.executable, str(REPO / "examples" / name), *map(str, arguments)], capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("name, options, written", [
+    ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"], "gemm_bf16_nk.ptx"),
+    ("attention.py", ["--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"], "attention_bf16_d128_causal.ptx"),
+])
+def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, name, options, written):
+    """The build half of the GPU tests that run these files through --run-ptx (test_runtime_gpu.py)."""
+    ran = example(name, "--ptx-out", tmp_path / "k.ptx", *options)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "k.ptx").read_text() == (INPUTS / written).read_text(), (
+        f"the PTX changed: if intended, run `python examples/{name} --ptx-out test/unit/Inputs/{written} "
+        f"{' '.join(options)}`")
+
+
+@pytest.mark.parametrize("name, arguments, said", [
+    ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--dtype", "f16"], "built with --dtype bf16, not f16"),
+    ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--b-major", "kn"], "built with --b-major nk, not kn"),
+    ("attention.py", ["--run-ptx", INPUTS / "attention_bf16_d128_causal.ptx", "--head-dim", "64"],
+     "built with --head-dim 128, not 64"),
+    ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 100, 101, 64], "multiples of 8, not 100 x 101 x 64"),
+    ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 0, 8, 8], "M, N, K >= 1"),
+    ("attention.py", ["--run-ptx", INPUTS / "attention.ptx", "--seq", 0], "seq >= 1, got 1, 3, 0"),
+    ("gemm.py", ["--emulate", "--tile", "64x64x32s4"], "no variant of tile '64x64x32s4' for rows on 16 bytes"),
+    ("gemm.py", ["--emulate", "--tile", "256x256x64s2"], "these are: 128x256x64s4, 128x256x128s2, 128x128x32s4"),
+    ("gemm.py", ["--run-ptx", "no-such.ptx"], "No such file or directory: 'no-such.ptx'"),
+    ("attention.py", ["--head-dim", "96"], "argument --head-dim: invalid choice: 96"),
+])
+def test_what_the_kernels_do_not_take_is_a_usage_error(name, arguments, said):
+    ran = example(name, *arguments)
+    assert ran.returncode == 2 and said in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+
+
+@pytest.mark.parametrize("name, options, said", [
+    ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--align", "2"],
+     "a 128 x 128 x 64 bf16 CTA (128x128x32_w2x2_s4_g8_p_nk_a2)"),
+    ("gemm.py", ["--tile", "128x256x128s2"], "a 128 x 256 x 128 f16 CTA (128x256x128_w2x4_s2_g8_p_kn_a16)"),
+    ("attention.py", ["--dtype", "bf16", "--causal", "--seq", "70"], "one 128-row bf16 CTA, 70 positions causal"),
+])
+def test_emulate_checks_the_kernel_of_the_options(name, options, said):
+    ran = example(name, "--emulate", *options)
+    assert ran.returncode == 0 and said in ran.stdout and "matches numpy" in ran.stdout, ran.stdout + ran.stderr
