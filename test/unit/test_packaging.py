@@ -6,7 +6,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PURE = ["layout", "contract", "targets", "address_plan", "coverage", "tiled", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
-        "ptx", "runtime", "cli", "testing.difftest_runner"]
+        "halves", "ptx", "runtime", "cli", "testing.difftest_runner"]
 
 
 def test_the_wheel_holds_every_module_and_the_dialect_definition(tmp_path):
