@@ -13,10 +13,8 @@ UNIT_ROUNDOFF = {"f16": 2.0**-11, "bf16": 2.0**-8}
 def encode(values, element: str) -> np.ndarray:
     """`values` rounded to nearest (ties to even) as `element`, as uint16 bit patterns."""
     values = np.asarray(values, np.float32)
-    if element == "f16":
+    if not _is_bf16(element):
         return values.astype(np.float16).view(np.uint16)
-    if element != "bf16":
-        raise ValueError(f"16-bit elements are {ELEMENTS}, got {element!r}")
     bits = values.view(np.uint32).astype(np.uint64)
     nearest = ((bits + 0x7FFF + (bits >> 16 & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(values), np.uint16(0x7FC0), nearest)  # (a NaN's payload could round to infinity)
@@ -25,13 +23,12 @@ def encode(values, element: str) -> np.ndarray:
 def decode(bits, element: str) -> np.ndarray:
     """The float32 values of `element` bit patterns (uint16; exact: both types' values are float32's)."""
     bits = np.asarray(bits, np.uint16)
-    if element == "f16":
+    if not _is_bf16(element):
         return bits.view(np.float16).astype(np.float32)
-    if element != "bf16":
-        raise ValueError(f"16-bit elements are {ELEMENTS}, got {element!r}")
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def rounded(values, element: str) -> np.ndarray:
-    """`values` (float32) rounded to the nearest `element` value."""
-    return decode(encode(values, element), element)
+def _is_bf16(element: str) -> bool:
+    if element not in ELEMENTS:
+        raise ValueError(f"16-bit elements are {ELEMENTS}, got {element!r}")
+    return element == "bf16"

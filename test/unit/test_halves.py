@@ -3,10 +3,11 @@ even), worked out here from the fields in Python floats; fp16 is numpy's own flo
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlir_tile.halves import decode, encode, rounded
+from mlir_tile.halves import decode, encode
 
 
 def bf16_value(bits: int) -> float:
@@ -66,4 +67,10 @@ def test_a_value_halfway_between_two_bf16_rounds_to_the_even_one(bits, negative)
 def test_f16_is_numpys_float16():
     values = np.array([0.1, -3.14159, 65504.0, 1e-7], np.float32)
     assert np.array_equal(encode(values, "f16"), values.astype(np.float16).view(np.uint16))
-    assert np.array_equal(rounded(values, "f16"), values.astype(np.float16).astype(np.float32))
+    assert np.array_equal(decode(encode(values, "f16"), "f16"), values.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("convert", [encode, decode])
+def test_an_element_other_than_f16_or_bf16_is_a_value_error(convert):
+    with pytest.raises(ValueError, match="16-bit elements are .*, got 'f32'"):
+        convert(np.zeros(2, np.uint16), "f32")
