@@ -6,6 +6,7 @@
     python3 benchmarks/gemm.py profile DIR     # GPU host with ncu: shared wavefronts and stalls of each tile
     python3 benchmarks/gemm.py clocks DIR      # GPU host: SM clock and power under each 8192^3 product, sustained
     python3 benchmarks/gemm.py sass DIR        # GPU host: the main loop's SASS instructions per k-tile, ours and Triton's
+    python3 benchmarks/gemm.py fixed DIR       # GPU host: the time a product spends outside its K loop's slope
 
 On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (no host copies, torch's
 stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
@@ -228,8 +229,9 @@ def clocks(directory: Path) -> None:
     (directory / "gemm_clocks.json").write_text(json.dumps(report, indent=1))
 
 
-def launch(directory: Path, name: str, m: int, n: int, k: int) -> None:
-    """One launch of variant `name` (fp16) on an m x n x k product: what `profile` runs under ncu."""
+def launch(directory: Path, name: str, m: int, n: int, k: int, shared_bytes: int | None = None) -> None:
+    """One launch of variant `name` (fp16) on an m x n x k product: what `profile` runs under ncu; with
+    `shared_bytes` (more than the variant needs) its CTAs run one an SM."""
     import torch
 
     from mlir_tile.runtime import Runtime
@@ -240,23 +242,65 @@ def launch(directory: Path, name: str, m: int, n: int, k: int) -> None:
     with Runtime() as runtime:
         module = runtime.load_ptx((directory / f"gemm_f16_{name}.ptx").read_text(), name=name)
         module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=-(-m // variant["tile"][0]) * -(-n // variant["tile"][1]),
-                      block=variant["block"], shared_bytes=variant["shared_bytes"], stream=torch.cuda.current_stream())
+                      block=variant["block"], shared_bytes=shared_bytes or variant["shared_bytes"],
+                      stream=torch.cuda.current_stream())
         torch.cuda.synchronize()
 
 
 PROFILED = (4096, 4096, 4096)
+ONE_A_SM = 120 * 1024  # dynamic shared memory that leaves room for no second CTA on an SM (228 KiB)
+
+
+FIXED_DEPTHS = (1024, 2048, 4096, 8192)
+
+
+def fixed(directory: Path) -> None:
+    """What the K loop does not amortize: `Matmul` on TILES[0] (B [N, K]) at M = N = PROFILED's, K = each of
+    FIXED_DEPTHS, timed together (two rounds), a least-squares line of time against K: its intercept is the
+    time a product spends filling and draining its CTAs' pipelines, whatever K is."""
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    example, (m, n, _), report = _example(), PROFILED, []
+    with Runtime() as runtime:
+        matmul = example.Matmul(runtime, directory / "variants")
+        for dtype in (torch.float16, torch.bfloat16):
+            calls = {}
+            for depth in FIXED_DEPTHS:
+                a = torch.randn(m, depth, device="cuda", dtype=dtype)
+                b = torch.randn(n, depth, device="cuda", dtype=dtype)
+                calls[depth] = lambda a=a, b=b: matmul(a, b, b_major="nk", tile=example.TILES[0])
+            for round_ in range(2):
+                times = medians_interleaved(calls, WARMUP, REPEATS)
+                mean_k, mean_t = sum(times) / len(times), sum(times.values()) / len(times)
+                slope = (sum((k - mean_k) * (t - mean_t) for k, t in times.items())
+                         / sum((k - mean_k) ** 2 for k in times))
+                intercept = mean_t - slope * mean_k
+                report.append({"dtype": str(dtype), "round": round_, "tile": str(matmul.last_config),
+                               "us": {k: round(t * 1e6, 1) for k, t in times.items()},
+                               "TFLOP/s": {k: round(2 * m * n * k / t / 1e12, 1) for k, t in times.items()},
+                               "fixed us": round(intercept * 1e6, 2),
+                               "fixed share": {k: round(intercept / t, 4) for k, t in times.items()}})
+                print(json.dumps(report[-1]), flush=True)
+    (directory / "gemm_fixed.json").write_text(json.dumps(report, indent=1))
 
 
 def profile(directory: Path) -> None:
     """ncu on one fp16 launch of each measured tile at PROFILED: its shared-memory instructions and wavefronts
     (every shared access of the kernel is a conflict-free 512-byte warp access by construction: ldmatrix.x4,
     16-byte cp.async writes, stmatrix.x4 and 16-byte reads of the C tile, so the model's minimum is 4
-    wavefronts each), the pipes' busy shares and the stall reasons."""
+    wavefronts each), the pipes' busy shares and the stall reasons. A tile that runs two CTAs an SM is
+    profiled once more alone on its SM (ONE_A_SM): the wavefronts and conflicts of its accesses meeting the
+    other CTA's fall away."""
     report = []
     for variant in json.loads((directory / "gemm.json").read_text()):
-        entry, = profile_launches([__file__, "launch", str(directory), variant["name"], *map(str, PROFILED)], "gemm", 1)
-        report.append({"variant": variant["name"], "shape": PROFILED, **entry})
-        print(json.dumps(report[-1]), flush=True)
+        alone = [None] + [ONE_A_SM] * (variant["block"] == 128)  # 4 warps: two CTAs an SM (8 warps: one)
+        for shared_bytes in alone:
+            entry, = profile_launches([__file__, "launch", str(directory), variant["name"], *map(str, PROFILED),
+                                       *([str(shared_bytes)] if shared_bytes else [])], "gemm", 1)
+            report.append({"variant": variant["name"], "shape": PROFILED, "one CTA an SM": bool(shared_bytes), **entry})
+            print(json.dumps(report[-1]), flush=True)
     (directory / "gemm_profile.json").write_text(json.dumps(report, indent=1))
 
 
@@ -316,6 +360,7 @@ def check(directory: Path) -> None:
 if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
     if command == "launch":
-        launch(directory, sys.argv[3], *map(int, sys.argv[4:7]))
+        launch(directory, sys.argv[3], *map(int, sys.argv[4:]))
     else:
-        {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass}[command](directory)
+        {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
+         "fixed": fixed}[command](directory)
