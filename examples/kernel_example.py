@@ -35,7 +35,11 @@ def main(doc: str, build_module: Callable, run_and_check: Callable[..., tuple[bo
     if emulate is not None:
         parser.add_argument("--emulate", action="store_true", help="the transfers on the reference model (no GPU)")
     build_names = options(parser) if options is not None else ()
-    arguments = parser.parse_args()
+    unset = object()  # (argparse leaves an option's value alone where the namespace has one: given or not)
+    arguments = parser.parse_args(namespace=argparse.Namespace(**{name: unset for name in build_names}))
+    given = {name for name in build_names if getattr(arguments, name) is not unset}
+    for name in set(build_names) - given:
+        setattr(arguments, name, parser.get_default(name))
     own = {name: value for name, value in vars(arguments).items() if name not in SHARED}
     build = {name: own[name] for name in build_names}
     try:  # ValueError: what the example's kernels do not take; OSError: a file not read or written
@@ -43,12 +47,10 @@ def main(doc: str, build_module: Callable, run_and_check: Callable[..., tuple[bo
         if arguments.run_ptx:
             with open(arguments.run_ptx) as stream:
                 ptx = stream.read()
-            unset = object()  # (argparse leaves an option's value alone where the namespace has one)
-            given = vars(parser.parse_args(namespace=argparse.Namespace(**{name: unset for name in build_names})))
             recorded = _built_with(ptx)
             for name, value in recorded.items():
-                if given.get(name, unset) is not unset and given[name] != value:
-                    parser.error(f"{arguments.run_ptx} was built with {_flag(name)} {value}, not {given[name]}: drop "
+                if name in given and own[name] != value:
+                    parser.error(f"{arguments.run_ptx} was built with {_flag(name)} {value}, not {own[name]}: drop "
                                  f"the option or build the PTX with it")
             own.update((name, value) for name, value in recorded.items() if name in build)
         if getattr(arguments, "emulate", False):

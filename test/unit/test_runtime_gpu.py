@@ -248,10 +248,7 @@ def test_the_attention_example_matches_numpy():
 def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, written, arguments):
     """The run half of test_kernel_example.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile, and the
     tuned d 128 causal attention, each taken from the PTX's first line, against numpy."""
-    import subprocess
-    import sys
+    from test_kernel_example import example
 
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    ran = subprocess.run([sys.executable, str(examples / name), "--run-ptx", str(SPEC_EXAMPLE_PTX.parent / written),
-                          *map(str, arguments)], capture_output=True, text=True, timeout=600)
+    ran = example(name, "--run-ptx", SPEC_EXAMPLE_PTX.parent / written, *arguments)
     assert ran.returncode == 0 and "bf16" in ran.stdout and "matches numpy: True" in ran.stdout, ran.stdout + ran.stderr
