@@ -255,9 +255,9 @@ FIXED_DEPTHS = (1024, 2048, 4096, 8192)
 
 
 def fixed(directory: Path) -> None:
-    """What the K loop does not amortize: `Matmul` on TILES[0] (B [N, K]) at M = N = PROFILED's, K = each of
-    FIXED_DEPTHS, timed together (two rounds), a least-squares line of time against K: its intercept is the
-    time a product spends filling and draining its CTAs' pipelines, whatever K is."""
+    """What the K loop does not amortize: `Matmul` on TILES[0] (B [N, K]) and on its persistent kernel at M = N
+    = PROFILED's, K = each of FIXED_DEPTHS, timed together (two rounds), a least-squares line of time against
+    K: its intercept is the time a product spends filling and draining its CTAs' pipelines, whatever K is."""
     import torch
 
     from mlir_tile.runtime import Runtime
@@ -266,23 +266,27 @@ def fixed(directory: Path) -> None:
     with Runtime() as runtime:
         matmul = example.Matmul(runtime, directory / "variants")
         for dtype in (torch.float16, torch.bfloat16):
-            calls = {}
+            calls, tiles = {}, (example.TILES[0], example.PERSISTENT)
             for depth in FIXED_DEPTHS:
                 a = torch.randn(m, depth, device="cuda", dtype=dtype)
                 b = torch.randn(n, depth, device="cuda", dtype=dtype)
-                calls[depth] = lambda a=a, b=b: matmul(a, b, b_major="nk", tile=example.TILES[0])
+                for tile in tiles:
+                    calls[depth, example.tile_name(tile)] = lambda a=a, b=b, tile=tile: matmul(a, b, b_major="nk",
+                                                                                               tile=tile)
             for round_ in range(2):
-                times = medians_interleaved(calls, WARMUP, REPEATS)
-                mean_k, mean_t = sum(times) / len(times), sum(times.values()) / len(times)
-                slope = (sum((k - mean_k) * (t - mean_t) for k, t in times.items())
-                         / sum((k - mean_k) ** 2 for k in times))
-                intercept = mean_t - slope * mean_k
-                report.append({"dtype": str(dtype), "round": round_, "tile": str(matmul.last_config),
-                               "us": {k: round(t * 1e6, 1) for k, t in times.items()},
-                               "TFLOP/s": {k: round(2 * m * n * k / t / 1e12, 1) for k, t in times.items()},
-                               "fixed us": round(intercept * 1e6, 2),
-                               "fixed share": {k: round(intercept / t, 4) for k, t in times.items()}})
-                print(json.dumps(report[-1]), flush=True)
+                measured = medians_interleaved(calls, WARMUP, REPEATS)
+                for tile in map(example.tile_name, tiles):
+                    times = {depth: t for (depth, name), t in measured.items() if name == tile}
+                    mean_k, mean_t = sum(times) / len(times), sum(times.values()) / len(times)
+                    slope = (sum((k - mean_k) * (t - mean_t) for k, t in times.items())
+                             / sum((k - mean_k) ** 2 for k in times))
+                    intercept = mean_t - slope * mean_k
+                    report.append({"dtype": str(dtype), "round": round_, "tile": tile,
+                                   "us": {k: round(t * 1e6, 1) for k, t in times.items()},
+                                   "TFLOP/s": {k: round(2 * m * n * k / t / 1e12, 1) for k, t in times.items()},
+                                   "fixed us": round(intercept * 1e6, 2),
+                                   "fixed share": {k: round(intercept / t, 4) for k, t in times.items()}})
+                    print(json.dumps(report[-1]), flush=True)
     (directory / "gemm_fixed.json").write_text(json.dumps(report, indent=1))
 
 
@@ -308,8 +312,9 @@ def check(directory: Path) -> None:
     """C = A x B on CHECKED random shapes (sizes 1, primes, non-multiples of every tile extent, both B
     layouts, both dtypes) through the example's Matmul, against torch's fp32 product: |C - C32| <= 2^-7 |C32|
     + 2^-8 sqrt(K) (the output's rounding, bf16's 8 bits the coarser, and the fp32 accumulation order over
-    K terms of unit variance); half of them on each of the example's TILES in turn, half on `pick_tile`'s
-    choice, one in eight of those with a split-K count given; and the documented errors."""
+    K terms of unit variance); half of them on each of the example's TILES in turn (one in eight of all on
+    the persistent tile, with B [N, K] and sizes it takes), half on `pick_tile`'s choice, one in eight of
+    those with a split-K count given; and the documented errors."""
     import random
 
     import torch
@@ -326,9 +331,13 @@ def check(directory: Path) -> None:
             m, n, k = (rng.choice(special) if rng.random() < 0.4 else rng.randint(1, 1500) for _ in range(3))
             dtype = (torch.float16, torch.bfloat16)[trial % 2]
             major = ("kn", "nk")[(trial // 2) % 2]
+            persistent = trial % 16 in (2, 3)  # B [N, K], both dtypes: sizes the persistent tile takes
+            if persistent:
+                m, n, k = max(m, 128), max(-(-n // 8) * 8, 256), -(-k // 8) * 8
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype) if major == "kn" else torch.randn(n, k, device="cuda", dtype=dtype)
             tile = example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None
+            tile = example.PERSISTENT if persistent else tile
             splits = rng.choice([2, 3, 7, example.MAX_SPLITS]) if trial % 8 == 7 else None  # past K's k-tiles too
             c = matmul(a, b, b_major=major, tile=tile, splits=splits)
             reference = a.float() @ (b.float() if major == "kn" else b.float().T)

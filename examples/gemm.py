@@ -30,6 +30,13 @@ tensors): `gemm(a, b, c, m, n_units, k_units)`, three pointers to arrays aligned
 16-byte cp.async; 8 and 4: narrower copies; 2: any N and K, element copies). Grid ceil(M / 128) *
 ceil(N / 128) (one dimension), block 128, `Config.shared_bytes` of dynamic shared memory.
 
+The persistent kernel (`Config.persistent`, the 128 x 256 x 64 tile in 4 stages with B [N, K] and rows on 16
+bytes, `--tile 128x256x64s4p`; `Matmul` takes it for bf16 with B [N, K] where its tiles fill the SMs):
+the same parameters, grid min(tiles, SMs), `Config.shared_bytes` (the stages and a 64-row band of the C
+tile). CTA c walks C tiles c, c + grid, ... as one pipeline of (tile, k-tile) steps, so the next tile's
+first k-tiles are copied while this one finishes, and stores each tile's C through its band in two halves.
+Edge tiles move back inside M and N, so it takes M >= 128 and N >= 256 (it traps otherwise).
+
 Split-K (`Config.split_k`, which `Matmul` takes where the C tiles leave SMs idle and K is long: `pick_splits`):
 `gemm(a, b, partials, m, n_units, k_units, splits)`, grid `splits` times the tiles; CTA `tile + s * tiles`
 walks k-tiles s * ceil(k_tiles / splits) onwards and writes its fp32 product to `partials` [splits, M, N]
@@ -65,6 +72,9 @@ class Config:
     # size; 2: any sizes, element copies)
     split_k: bool = False  # the k-tiles shared out among `splits` CTAs per C tile (a run-time parameter), each
     # writing its fp32 partial product to a workspace that `build_reduce_module`'s kernel sums into C
+    persistent: bool = False  # one CTA an SM (the grid: min(tiles, SMs)) walking C tiles cta, cta + grid, ...
+    # with one pipeline across them (`_persistent_loop`); takes M >= bm and N >= bn (sm_90, B [N, K], rows on
+    # 16 bytes)
 
     @property
     def threads(self) -> int:
@@ -75,15 +85,30 @@ class Config:
         return (self.bm * self.bk + self.bk * self.bn) * HALF
 
     @property
-    def shared_bytes(self) -> int:  # the stages, or the epilogue's C tile where it is larger
+    def shared_bytes(self) -> int:  # the stages, or the epilogue's C tile where it is larger (persistent: the
+        # stages and a band of C's tile beside them)
+        if self.persistent:
+            return self.stages * self.stage_bytes + self.bm * self.bn * HALF // self.warps[0]
         return max(self.stages * self.stage_bytes, 0 if self.split_k else self.bm * self.bn * HALF)
 
-    def grid(self, m: int, n: int, splits: int = 1) -> int:
-        return -(-m // self.bm) * -(-n // self.bn) * splits
+    def tiles(self, m: int, n: int) -> int:  # C tiles of an M x N product
+        return -(-m // self.bm) * -(-n // self.bn)
+
+    def grid(self, m: int, n: int, splits: int = 1, sms: int | None = None) -> int:
+        """CTAs to launch for an M x N product: one per C tile (and split), persistent one per SM (`sms`) at
+        most."""
+        if self.persistent and sms is None:
+            raise ValueError("gemm: a persistent kernel's grid is min(tiles, SMs): give sms")
+        return min(self.tiles(m, n), sms) if self.persistent else self.tiles(m, n) * splits
+
+    def takes(self, m: int, n: int) -> bool:
+        """Whether the kernel computes an M x N product (the persistent one moves edge tiles inside M and N)."""
+        return not self.persistent or (m >= self.bm and n >= self.bn)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
-                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}{'_split' if self.split_k else ''}")
+                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}{'_split' if self.split_k else ''}"
+                f"{'_persistent' if self.persistent else ''}")
 
     @property
     def unit(self) -> int:  # elements N and K are multiples of: the kernel takes N / unit and K / unit
@@ -110,35 +135,44 @@ def tiled_mma(config: Config = DEFAULT):
 
 def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None):
     """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
-    sm_80 (no stmatrix) stores each thread's accumulator pairs directly."""
-    from mlir.dialects import arith
+    sm_80 (no stmatrix) stores each thread's accumulator pairs directly. `config.persistent`: see
+    `Config.persistent` (sm_90, rows on 16 bytes, B [N, K])."""
+    from mlir.dialects import arith, llvm
 
     from mlir_tile import contract
     from mlir_tile.builder import Global, Kernel, transfer
-    from mlir_tile.layout import unpack_b32
+    from mlir_tile.layout import Layout, unpack_b32
 
     tiled = tiled_mma(config)
     bm, bn, bk, stages, threads = config.bm, config.bn, config.bk, config.stages, config.threads
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
-    split_k = config.split_k
+    split_k, persistent = config.split_k, config.persistent
+    if persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or split_k
+                       or not config.pipelined or config.warps[0] > 1 and bm % config.warps[0]):
+        raise ValueError(f"gemm: a persistent kernel is built for sm_90, rows on 16 bytes, B [N, K], pipelined, "
+                         f"without split-K; got {config} for {chip}")
     parameters = [Global(element), Global(element), Global("f32" if split_k else element), "index", "index", "index"]
     with Kernel(KERNEL, parameters + ["index"] * split_k, block=(threads, 1, 1), chip=chip, context=context) as k:
-        a, b, c, m, n, depth, *splits = k.arguments
+        a, b, c, m, n_units, depth, *splits = k.arguments
+        n = n_units
         if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
-            n, depth = arith.muli(n, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
+            n, depth = arith.muli(n_units, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
         tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
         tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
+        per_group = arith.muli(tiles_n, k.index(config.group))
+
+        def tile_origin(tile):  # (row0, col0) of C tile `tile` in the block order
+            first_m = arith.muli(arith.divui(tile, per_group), k.index(config.group))
+            group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
+            within = arith.remui(tile, per_group)
+            return (arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm)),
+                    arith.muli(arith.divui(within, group_rows), k.index(bn)))
+
         block = k.block_id()
         if split_k:  # block b: the C tile b mod tiles, the split b / tiles
             tiles = arith.muli(tiles_m, tiles_n)
             split, block = arith.divui(block, tiles), arith.remui(block, tiles)
-        per_group = arith.muli(tiles_n, k.index(config.group))
-        first_m = arith.muli(arith.divui(block, per_group), k.index(config.group))
-        group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
-        within = arith.remui(block, per_group)
-        row0 = arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm))
-        col0 = arith.muli(arith.divui(within, group_rows), k.index(bn))
         k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
         k_start, k_extent = None, depth  # the CTA's columns of A: k_start (0: None) and how many
         if split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left (maybe none)
@@ -151,42 +185,43 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
         shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
         accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
         zero = k.constant(0.0, "f32")
-        for slot in range(4 * tiled.m_blocks * tiled.n_blocks):
-            k.store(zero, accumulators, [slot])
+
+        def clear_accumulators():
+            for slot in range(4 * tiled.m_blocks * tiled.n_blocks):
+                k.store(zero, accumulators, [slot])
+
+        clear_accumulators()
 
         def stage_offset(k_tile):
             return arith.muli(arith.remui(k_tile, k.index(stages)), k.index(config.stage_bytes))
 
-        def k_tile_copies(k_tile, at):  # (tile view, layout, source, origin, row stride, rows, cols, valid rows, cols)
-            k0 = arith.muli(k_tile, k.index(bk))  # from k_start
-            column = k0 if k_start is None else arith.addi(k_start, k0)
+        def k_tile_copies(row0, col0, column, k_left, at):  # (tile view, layout, source, origin, row stride, rows,
+            # cols, valid rows, cols) of the A and B tiles at `column` (k_left columns of K from it) into stage `at`
             a_tile = k.view(shared, (bm * bk,), element, at)
             b_tile = k.view(shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
             a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
-                      arith.subi(m, row0), arith.subi(k_extent, k0))
+                      arith.subi(m, row0), k_left)
             if config.b_major == "kn":
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(column, n), col0), n, bk, bn,
-                          arith.subi(k_extent, k0), arith.subi(n, col0))
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(column, n), col0), n, bk, bn, k_left,
+                          arith.subi(n, col0))
             else:
                 b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
-                          arith.subi(n, col0), arith.subi(k_extent, k0))
+                          arith.subi(n, col0), k_left)
             return a_copy, b_copy
 
-        def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
-            # matrix; `inside`: the k-tile is known to lie inside A and B, so the copies go unpredicated
+        def load(copies, rows_inside=False, columns_inside=False):  # the copies (zero past the matrix) and their
+            # group; `rows_inside`, `columns_inside`: the tiles' rows, columns are known to lie inside the matrix,
+            # so the copies take no predicate for them
             tokens = []
-            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
-                    k_tile, stage_offset(k_tile)):
-                if inside:
-                    valid_rows = valid_cols = None
+            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in copies:
                 tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
-                                            valid_rows=valid_rows, valid_cols=valid_cols, chunk_bytes=config.align)
+                                            valid_rows=None if rows_inside else valid_rows,
+                                            valid_cols=None if columns_inside else valid_cols, chunk_bytes=config.align)
             return k.commit_group(tokens)
 
         blocks = tiled.a.k_blocks
 
-        def fragments(k_tile, block, buffers):  # ldmatrix of one k16 block (all of them: block None)
-            at = stage_offset(k_tile)
+        def fragments(at, block, buffers):  # ldmatrix of one k16 block (all of them: block None) of stage `at`
             for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], bm * bk * HALF)):
                 t = operand.whole if block is None else operand.k_block(block)
                 words = k.view(shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
@@ -201,13 +236,86 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                         k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
 
+        c_regs = k.registers(tiled.c.whole.slots)
+        parts = config.warps[0] if persistent else 1
+
+        def store_c(row0, col0, first_row, first_col, region):
+            """C's tile (rows from first_row, columns from first_col) packed, through shared memory at byte
+            `region` by stmatrix and out in 16-byte rows: in `parts` bands of rows, one warp row's each (then
+            the region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0)
+            (a persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and
+            inside M and N."""
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    values = [k.load(accumulators, [slot]) for slot in _accumulator_slots(tiled, mi, ni)]
+                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                        k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
+            rows, part_bytes = bm // parts, bm * bn * HALF // parts
+            t, (own, starts) = tiled.c.whole, tiled.c.whole.one_warp()
+            # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
+            band = c_halves if parts == 1 else Layout((rows, bn), c_halves.stride, c_halves.swizzle)
+            for part in range(parts):
+                tile_at = region - part * part_bytes  # where C's tile lies so that this band lies in the region
+                if parts == 1:
+                    transfer(t.opcode, k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at)), c_regs,
+                             dst_layout=t.shared, src_layout=t.registers, scope="cta")
+                else:  # the band's warps, each its own part on a subview at its start (which enters the swizzle)
+                    if part:
+                        k.barrier()  # everyone has read the band before
+                    for warp in range(part * config.warps[1], (part + 1) * config.warps[1]):
+                        with k.if_(k.compare("eq", k.warp_id(), warp)):
+                            whole = k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at))
+                            start = starts.offset(warp)
+                            transfer(own.opcode, k.subview(whole, start, tiled.c.tile.cosize - start), c_regs,
+                                     dst_layout=own.shared, src_layout=own.registers, scope="warp")
+                k.barrier()
+                c_tile = k.view(shared, (rows * bn,), element, k.index(region))
+                chunks = k.tile_chunks(c_tile, band, rows, bn)  # 16-byte chunks of the band
+                column = arith.addi(first_col, chunks.col)
+                inside_columns = k.compare("uge", column, col0) if persistent else k.compare("ult", column, n)
+                for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
+                    global_row = arith.addi(arith.addi(first_row, chunks.row), k.index(part * rows + rows_before))
+                    row_inside = k.compare("uge" if persistent else "ult", global_row, row0 if persistent else m)
+                    at = arith.addi(arith.muli(global_row, n), column)
+                    if config.unit == 8:  # with N a multiple of 8: whole chunks
+                        with k.if_(arith.andi(inside_columns, row_inside)):
+                            k.store_vector(k.load_vector(view, [index], 8), c, [at])
+                        continue
+                    for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
+                        piece_inside = k.compare("ult", arith.addi(column, k.index(e)), n)
+                        with k.if_(arith.andi(piece_inside, row_inside)):
+                            piece = arith.addi(index, k.index(e))
+                            if config.unit == 1:
+                                k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
+                            else:
+                                k.store_vector(k.load_vector(view, [piece], config.unit), c,
+                                               [arith.addi(at, k.index(e))])
+
+        if persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow: else trap
+            # (Matmul and the command line refuse such sizes before launching)
+            with k.if_(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn))):
+                llvm.intr_trap()
+            _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth,
+                             k_tile_copies, load, fragments, multiply, store_c, clear_accumulators)
+            return k.module
+        row0, col0 = tile_origin(block)
+
+        def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
+            # matrix; `inside`: the k-tile is known to lie inside A and B, so the copies go unpredicated
+            k0 = arith.muli(k_tile, k.index(bk))  # from k_start
+            column = k0 if k_start is None else arith.addi(k_start, k0)
+            return load(k_tile_copies(row0, col0, column, arith.subi(k_extent, k0), stage_offset(k_tile)), inside,
+                        inside)
+
         group = None
         if config.align == HALF:  # rows of any alignment: element copies, one stage
             a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
             with k.loop(0, k_tiles) as k_tile:
                 k.barrier()  # everyone is done with the stage
+                k0 = arith.muli(k_tile, k.index(bk))
+                column = k0 if k_start is None else arith.addi(k_start, k0)
                 for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
-                        k_tile, k.index(0)):
+                        row0, col0, column, arith.subi(k_extent, k0), k.index(0)):
                     k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
                                 valid_cols=valid_cols)
                 k.barrier()
@@ -220,16 +328,16 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                        for _ in range(2)]
             k.wait_groups(group, stages - 2)
             k.barrier()
-            fragments(k.index(0), 0, buffers[0])
+            fragments(stage_offset(k.index(0)), 0, buffers[0])
 
             def k_tile_step(k_tile, inside):
                 for block in range(blocks):
                     if block == blocks - 1:  # k-tile + 1 has landed, and nobody reads k-tile's stage any more
                         k.wait_groups(group, stages - 2)
                         k.barrier()
-                        fragments(arith.addi(k_tile, k.index(1)), 0, buffers[(block + 1) % 2])
+                        fragments(stage_offset(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
                     else:
-                        fragments(k_tile, block + 1, buffers[(block + 1) % 2])
+                        fragments(stage_offset(k_tile), block + 1, buffers[(block + 1) % 2])
                     if block == 0:
                         load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside)
                     multiply(buffers[block % 2], 1)
@@ -253,7 +361,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                 k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
                 k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
                 load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
-                fragments(k_tile, None, (a_regs, b_regs))
+                fragments(stage_offset(k_tile), None, (a_regs, b_regs))
                 multiply((a_regs, b_regs), blocks)
         if group is not None:
             k.wait_groups(group, 0)
@@ -265,37 +373,86 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
         if int(chip.removeprefix("sm_").rstrip("a")) < 90:
             _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element)
             return k.module
-        c_regs = k.registers(tiled.c.whole.slots)
-        for mi in range(tiled.m_blocks):
-            for ni in range(tiled.n_blocks):
-                values = [k.load(accumulators, [slot]) for slot in _accumulator_slots(tiled, mi, ni)]
-                for pair, slot in enumerate(tiled.c_slots(mi, ni)):
-                    k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
-        t = tiled.c.whole
-        transfer(t.opcode, k.view(shared, (tiled.c.tile.cosize,), "i32"), c_regs, dst_layout=t.shared,
-                 src_layout=t.registers, scope="cta")
-        k.barrier()
-        c_tile = k.view(shared, (bm * bn,), element)
-        chunks = k.tile_chunks(c_tile, c_halves, bm, bn)  # 16-byte chunks of the C tile
-        row, col = chunks.row, chunks.col
-        inside_columns = k.compare("ult", arith.addi(col0, col), n)  # with N a multiple of 8: whole chunks
-        for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
-            global_row = arith.addi(arith.addi(row0, row), k.index(rows_before))
-            inside = arith.andi(inside_columns, k.compare("ult", global_row, m))
-            at = arith.addi(arith.muli(global_row, n), arith.addi(col0, col))
-            if config.unit == 8:
-                with k.if_(inside):
-                    k.store_vector(k.load_vector(view, [index], 8), c, [at])
-                continue
-            for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
-                column_inside = k.compare("ult", arith.addi(arith.addi(col0, col), k.index(e)), n)
-                with k.if_(arith.andi(column_inside, k.compare("ult", global_row, m))):
-                    piece = arith.addi(index, k.index(e))
-                    if config.unit == 1:
-                        k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
-                    else:
-                        k.store_vector(k.load_vector(view, [piece], config.unit), c, [arith.addi(at, k.index(e))])
+        store_c(row0, col0, row0, col0, 0)
     return k.module
+
+
+def _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth, k_tile_copies, load,
+                     fragments, multiply, store_c, clear_accumulators) -> None:
+    """The persistent kernel's main loop (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles
+    cta, cta + ctas, ... as one flattened pipeline of steps (tile, k-tile), copying the k-tile `stages - 1`
+    steps ahead whichever tile it belongs to, so the next tile's first k-tiles land while this one finishes;
+    each tile's C goes out at its last k-tile (`store_c`, in bands through a region of its own after the
+    stages). Tiles at the edges of M and N are moved back inside (M >= bm and N >= bn): no copy needs a row
+    predicate, and the epilogue stores only the tile's own elements; columns past K are zero-filled."""
+    from mlir.dialects import arith
+
+    bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
+    blocks = tiled.a.k_blocks
+    ctas, cta = k.grid_size(), k.block_id()
+    tiles = arith.muli(tiles_m, tiles_n)
+    steps = arith.muli(arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas), k_tiles)
+
+    def inside(row0, col0):  # the tile moved back inside M and N; its column in units of 8 (so that it stays
+        # a proven multiple of 8 carried through the loop and branches)
+        units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(n_units, k.index(bn // 8)))
+        return k.minimum(row0, arith.subi(m, k.index(bm))), units
+
+    def load_k_tile(stage, k_tile, row0, col_units):  # columns past K zero-filled
+        k0 = arith.muli(k_tile, k.index(bk))
+        at = arith.muli(stage, k.index(config.stage_bytes))
+        return load(k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(depth, k0), at),
+                    rows_inside=True)
+
+    def advance(k_tile, tile, row0, col_units):  # the copy cursor's next k-tile: this tile's next, or the first of
+        # the CTA's next tile (past its last tile: that tile's last k-tile again, into a stage nobody reads)
+        following = arith.addi(k_tile, k.index(1))
+        with k.if_(k.compare("eq", following, k_tiles), ["index"] * 4) as branch:
+            next_tile = arith.addi(tile, ctas)
+            last = k.compare("uge", next_tile, tiles)
+            branch.otherwise(arith.select(last, arith.subi(k_tiles, k.index(1)), k.index(0)),
+                             arith.select(last, tile, next_tile), *inside(*tile_origin(arith.select(last, tile, next_tile))))
+            branch.done(following, tile, row0, col_units)
+        return branch.results
+
+    def following(value, limit):
+        after = arith.addi(value, k.index(1))
+        return arith.select(k.compare("eq", after, limit), k.index(0), after)
+
+    cursor = [k.index(0), cta, *inside(*tile_origin(cta))]  # the copies' k-tile, tile and its origin inside
+    for ahead in range(stages - 1):
+        group = load_k_tile(k.index(ahead), cursor[0], *cursor[2:])
+        cursor = advance(*cursor)
+    buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
+               for _ in range(2)]
+    k.wait_groups(group, stages - 2)
+    k.barrier()
+    fragments(k.index(0), 0, buffers[0])
+    with k.loop(0, steps, carried=[k.index(0), k.index(0), cta, *cursor]) as step:  # this step's stage, k-tile
+        # and tile, then the copy cursor
+        stage, k_tile, tile, *cursor = step.values
+        next_stage = following(stage, k.index(stages))
+        for block in range(blocks):
+            if block == blocks - 1:  # the next step's k-tile has landed, and nobody reads this one's stage
+                k.wait_groups(group, stages - 2)
+                k.barrier()
+                fragments(arith.muli(next_stage, k.index(config.stage_bytes)), 0, buffers[(block + 1) % 2])
+            else:
+                fragments(arith.muli(stage, k.index(config.stage_bytes)), block + 1, buffers[(block + 1) % 2])
+            if block == 0:  # into the stage the step before read
+                previous = arith.select(k.compare("eq", stage, k.index(0)), k.index(stages - 1),
+                                        arith.subi(stage, k.index(1)))
+                load_k_tile(previous, cursor[0], *cursor[2:])
+            multiply(buffers[block % 2], 1)
+        last = k.compare("eq", k_tile, arith.subi(k_tiles, k.index(1)))
+        with k.if_(last):
+            row0, col0 = tile_origin(tile)
+            first_row, col_units = inside(row0, col0)
+            store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), stages * config.stage_bytes)
+            clear_accumulators()
+        step.next(next_stage, following(k_tile, k_tiles), arith.select(last, arith.addi(tile, ctas), tile),
+                  *advance(*cursor))
+    k.wait_groups(group, 0)
 
 
 def _store_accumulators(k, config, tiled, accumulators, c, m, n, row0, col0, element, origin=None):
@@ -366,8 +523,12 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None)
 # but spills in the sm_80 build.)
 TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
          {})
+# The persistent kernel (one CTA an SM, one pipeline across its tiles) of the first tile: with B [N, K] bf16 3-4%
+# faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM shapes, as fast at 2048^3; f16 1-2% slower
+# than its non-persistent twin (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K], M >= 128 and N >= 256.
+PERSISTENT = dict(TILES[0], persistent=True)
 PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
-             ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (TILES[1], TILES[2])}
+             ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (PERSISTENT, TILES[1], TILES[2])}
 # Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
 # bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
 ELEMENT_TILES = ({}, dict(bm=64, bn=64))
@@ -378,7 +539,9 @@ def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16, b
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
     tiles = ELEMENT_TILES if align == HALF else PREFERRED[element, b_major]
-    return next((tile for tile in tiles if Config(**tile).grid(m, n) >= FILL * sms), tiles[-1])
+    return next((tile for tile in tiles if variant(tile, align, b_major=b_major) in VARIANTS
+                 and Config(**tile).takes(m, n) and Config(**tile).tiles(m, n) >= FILL * sms),
+                tiles[-1])
 
 
 # Split-K where the C tiles leave SMs idle (cuBLAS and CUTLASS do the same): a split walks at least
@@ -389,7 +552,7 @@ SPLIT_K_TILES, MAX_SPLITS = 32, 16
 def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
     """How many CTAs share each C tile's k-tiles: 1 where the tiles cover FILL of the SMs, else as many as
     fill the SMs once, with SPLIT_K_TILES k-tiles each at least, MAX_SPLITS at most."""
-    tiles, k_tiles = config.grid(m, n), -(-depth // config.bk)
+    tiles, k_tiles = config.tiles(m, n), -(-depth // config.bk)
     if tiles >= FILL * sms:
         return 1
     return max(1, min(sms // tiles, k_tiles // SPLIT_K_TILES, MAX_SPLITS))
@@ -397,13 +560,13 @@ def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
 
 def tile_name(tile: dict) -> str:
     config = Config(**tile)
-    return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}"
+    return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}{'p' if config.persistent else ''}"
 
 
 def configure(b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4") -> Config:
     """The variant of a tile of TILES or ELEMENT_TILES by its name (`tile_name`) for B's layout and rows on
     `align` bytes, as `Matmul` would run it; ValueError where Matmul has no such variant."""
-    named = {tile_name(t): t for t in TILES + ELEMENT_TILES}
+    named = {tile_name(t): t for t in TILES + (PERSISTENT,) + ELEMENT_TILES}
     config = variant(named[tile], align, b_major=b_major) if tile in named else None
     if config not in VARIANTS:
         taken = [name for name, t in named.items() if variant(t, align, b_major=b_major) in VARIANTS]
@@ -428,6 +591,7 @@ def smallest_tile(align: int) -> dict:
 # (narrow copies take both 128 x 256 tiles to the same kernel: each is listed once)
 VARIANTS = list(dict.fromkeys(
     [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES]
+    + [variant(PERSISTENT, 16, b_major="nk")]
     + [variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]))
 SPLIT_VARIANTS = [variant(smallest_tile(align), align, b_major=major, split_k=True) for major in ("kn", "nk")
                   for align in (16, 8, 4, HALF)]
@@ -514,8 +678,8 @@ class Matmul:
         if b_depth != depth or m == 0 or n == 0 or depth == 0:
             raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
                              f"or a size is 0")
-        if tile is not None and tile not in TILES:
-            raise ValueError(f"gemm: tile is one of {TILES}, got {tile!r}")
+        if tile is not None and tile not in TILES + (PERSISTENT,):
+            raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
         align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
@@ -527,13 +691,16 @@ class Matmul:
         elif tile is None or align == HALF:
             tile = pick_tile(m, n, self.sms, element, align, b_major)
         config = variant(tile, align, b_major=b_major)
+        if config.persistent and (config not in VARIANTS or not config.takes(m, n)):
+            raise ValueError(f"gemm: the persistent tile takes B [N, K] with N and K multiples of 8, M >= {config.bm} "
+                             f"and N >= {config.bn}; got B {b_major}, {m} x {n} x {depth}")
         if splits is None:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
         reduction = None
         if splits > 1:
             config = variant(tile, align, b_major=b_major, split_k=True)
             reduction = (self._module(f"{REDUCE_KERNEL}_{element}"), splits)
-        return (config, self._module(f"gemm_{element}_{config}"), config.grid(m, n, splits),
+        return (config, self._module(f"gemm_{element}_{config}"), config.grid(m, n, splits, self.sms),
                 (m, n // config.unit, depth // config.unit), reduction)
 
     def _module(self, name: str):
@@ -575,13 +742,16 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int 
     if min(shape) < 1 or n % config.unit or depth % config.unit:
         raise ValueError(f"gemm: rows on {config.align} bytes take M, N, K >= 1 with N and K multiples of "
                          f"{config.unit}, not {m} x {n} x {depth}; --align 2 takes any sizes")
+    if not config.takes(m, n):
+        raise ValueError(f"gemm: the persistent tile takes M >= {config.bm} and N >= {config.bn}, not {m} x {n}")
     a, b = inputs(m, n, depth, element=dtype)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:
         module = runtime.load_ptx(ptx, name=KERNEL)
         _, _, c = module.launch(KERNEL, [a, b_given, np.zeros((m, n), np.uint16), m, n // config.unit,
                                          depth // config.unit],
-                                grid=config.grid(m, n), block=config.threads, shared_bytes=config.shared_bytes)
+                                grid=config.grid(m, n, sms=runtime.device.properties.multiprocessor_count),
+                                block=config.threads, shared_bytes=config.shared_bytes)
     ok, worst = check(c, a, b, dtype)
     return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM ({config}) matches numpy: {ok} (largest error "
                 f"{worst:.2e})")
@@ -594,7 +764,7 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") ->
     fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
     from mlir_tile.fragments import fragment_element
     from mlir_tile.halves import decode, encode
-    from mlir_tile.layout import unpack_b32
+    from mlir_tile.layout import Layout, unpack_b32
     from mlir_tile.reference import b16_half, b16_tile_words
     from mlir_tile.reference import emulate as run_transfer
 
@@ -648,11 +818,27 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") ->
                             value = accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8]
                             bits |= int(encode(value, element)) << (16 * part)
                         packed[32 * warp + lane, slot] = bits
-    t = tiled.c.whole
-    c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
-    layout, halves = unpack_b32(tiled.c.tile), c_words.view(np.uint16)
-    c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
-                 np.uint16)
+    t, layout = tiled.c.whole, unpack_b32(tiled.c.tile)
+    if not config.persistent:
+        c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
+        halves = c_words.view(np.uint16)
+        c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
+                     np.uint16)
+    else:  # as the persistent kernel stores C: in bands of rows through a region of one band, each warp of the
+        # band its own transfer on a subview at its start, the band read back by its own layout
+        own, starts = t.one_warp()
+        parts, band_words = wm, tiled.c.tile.cosize // wm
+        band = Layout((config.bm // parts, config.bn), layout.stride, layout.swizzle)
+        bands = []
+        for part in range(parts):
+            tile_words = np.zeros(tiled.c.tile.cosize, np.uint32)  # the C tile's view; its band lies in the region
+            for warp in range(part * wn, (part + 1) * wn):
+                start = starts.offset(warp)
+                tile_words[start:] = run_transfer(own.opcode, own.shared, own.registers, tile_words[start:],
+                                                  packed[32 * warp:32 * (warp + 1)], "warp")
+            halves = tile_words[part * band_words:(part + 1) * band_words].view(np.uint16)
+            bands.append([[halves[band(row, col).offset] for col in range(config.bn)] for row in range(band.sizes[0])])
+        c = np.array(sum(bands, []), np.uint16)
     assert check(c, a, b, element)[0], "C"
     return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA ({config}): every lane's A and B "
             f"fragments hold what the PTX ISA's tables say, and C through stmatrix matches numpy")

@@ -12,15 +12,17 @@ from mlir_tile.compile import compile_to_ptx
 
 
 @pytest.mark.parametrize("config", [gemm.Config(), gemm.Config(b_major="nk"), gemm.Config(bk=64, stages=3),
-                                    gemm.Config(bn=256, warps=(2, 4)), gemm.Config(bk=128, stages=2)], ids=str)
+                                    gemm.Config(bn=256, warps=(2, 4)), gemm.Config(bk=128, stages=2),
+                                    gemm.variant(gemm.PERSISTENT, 16, b_major="nk")], ids=str)
 def test_a_cta_of_the_gemm_computes_the_product_on_the_reference_model(config):
     assert "matches numpy" in gemm.emulate(config, k_tiles=2 if config.bk == 32 else 1)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
-@pytest.mark.parametrize("chip", ["sm_90", "sm_80"])
-@pytest.mark.parametrize("config", gemm.VARIANTS + gemm.SPLIT_VARIANTS, ids=str)
-def test_every_variant_assembles_without_spills(tmp_path, chip, config):
+@pytest.mark.parametrize("chip, config", [(chip, config) for chip in ("sm_90", "sm_80")
+                                           for config in gemm.VARIANTS + gemm.SPLIT_VARIANTS
+                                           if chip == "sm_90" or not config.persistent], ids=str)
+def test_every_variant_assembles_without_spills(tmp_path, chip, config):  # (the persistent kernel: sm_90 only)
     ptx = tmp_path / "gemm.ptx"
     ptx.write_text(compile_to_ptx(gemm.build_module("bf16", config, chip=chip)))
     assembled = subprocess.run(["ptxas", f"-arch={chip}", "-v", str(ptx), "-o", str(tmp_path / "gemm.cubin")],
@@ -59,7 +61,9 @@ def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits
 @pytest.mark.parametrize("m, n, element, b_major, tile", [
     (8192, 8192, "f16", "kn", gemm.TILES[0]),  # 128 x 256, 64-wide k-tiles in 4 stages
     (8192, 8192, "f16", "nk", gemm.TILES[0]),
-    (8192, 8192, "bf16", "nk", gemm.TILES[1]),  # 128 x 256, 128-wide k-tiles in 2 stages
+    (8192, 8192, "bf16", "nk", gemm.PERSISTENT),  # persistent 128 x 256, 64-wide k-tiles in 4 stages
+    (2048, 2048, "bf16", "nk", gemm.PERSISTENT),  # 128 tiles cover 0.9 of the SMs
+    (100, 65536, "bf16", "nk", gemm.TILES[1]),  # M < 128: not persistent; 128 x 256, 128-wide k-tiles in 2 stages
     (8192, 8192, "bf16", "kn", {}),  # 128 x 128
     (2048, 1536, "f16", "kn", {}),  # 16 x 6 = 96 CTAs of 128 x 256 cover under 0.9 of 132 SMs
     (2048, 2048, "f16", "nk", gemm.TILES[0]),  # 16 x 8 = 128 cover them
@@ -67,3 +71,14 @@ def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits
 ])
 def test_the_tile_follows_the_element_the_b_layout_and_the_sms_it_fills(m, n, element, b_major, tile):
     assert gemm.pick_tile(m, n, 132, element, 16, b_major) == tile
+
+
+def test_the_persistent_tile_only_where_it_is_built():
+    """Rows on 8 bytes have no persistent variant: the next tile."""
+    assert gemm.pick_tile(8192, 8192, 132, "bf16", 8, "nk") == gemm.TILES[1]
+    with pytest.raises(ValueError, match="persistent"):
+        gemm.build_module("bf16", gemm.Config(**gemm.PERSISTENT, b_major="kn"))
+    with pytest.raises(ValueError, match="give sms"):
+        gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(4096, 4096)
+    assert gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(4096, 4096, sms=132) == 132
+    assert gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(256, 512, sms=132) == 4

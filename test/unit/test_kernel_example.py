@@ -18,6 +18,7 @@ def example(name, *arguments):
 
 @pytest.mark.parametrize("name, options, written", [
     ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"], "gemm_bf16_nk.ptx"),
+    ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"], "gemm_bf16_nk_persistent.ptx"),
     ("attention.py", ["--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"], "attention_bf16_d128_causal.ptx"),
 ])
 def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, name, options, written):
@@ -36,6 +37,9 @@ def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, name, opti
      "built with --head-dim 128, not 64"),
     ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 100, 101, 64], "multiples of 8, not 100 x 101 x 64"),
     ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 0, 8, 8], "M, N, K >= 1"),
+    ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk_persistent.ptx", "--shape", 100, 1016, 64],
+     "persistent tile takes M >= 128 and N >= 256, not 100 x 1016"),
+    ("gemm.py", ["--emulate", "--tile", "128x256x64s4p"], "no variant of tile '128x256x64s4p' for rows on 16 bytes"),
     ("attention.py", ["--run-ptx", INPUTS / "attention.ptx", "--seq", 0], "seq >= 1, got 1, 3, 0"),
     ("gemm.py", ["--emulate", "--tile", "64x64x32s4"], "no variant of tile '64x64x32s4' for rows on 16 bytes"),
     ("gemm.py", ["--emulate", "--tile", "256x256x64s2"], "these are: 128x256x64s4, 128x256x128s2, 128x128x32s4"),

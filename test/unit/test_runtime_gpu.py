@@ -243,11 +243,14 @@ def test_the_attention_example_matches_numpy():
 
 @pytest.mark.parametrize("name, written, arguments", [
     ("gemm.py", "gemm_bf16_nk.ptx", ["--shape", 1000, 1016, 504]),  # M no multiple of 128, N none of 256
+    ("gemm.py", "gemm_bf16_nk_persistent.ptx", ["--shape", 1000, 1016, 504]),  # edge tiles moved inside, a K tail
+    ("gemm.py", "gemm_bf16_nk_persistent.ptx", ["--shape", 2000, 3000, 200]),  # 192 tiles: CTAs take one or two
     ("attention.py", "attention_bf16_d128_causal.ptx", ["--batch", 2, "--heads", 3, "--seq", 257]),
 ])
 def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, written, arguments):
-    """The run half of test_kernel_example.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile, and the
-    tuned d 128 causal attention, each taken from the PTX's first line, against numpy."""
+    """The run half of test_kernel_example.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile (and on its
+    persistent kernel), and the tuned d 128 causal attention, each taken from the PTX's first line, against
+    numpy."""
     from test_kernel_example import example
 
     ran = example(name, "--run-ptx", SPEC_EXAMPLE_PTX.parent / written, *arguments)
