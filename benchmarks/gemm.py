@@ -39,10 +39,11 @@ def _example():
 
 def configs(example) -> list:
     """The variants measured beside `Matmul`'s pick: its tiles, and the 128 x 256 tile with 64-wide k-tiles in
-    3 stages and with 32-wide ones in 4."""
+    3 stages and with 32-wide ones in 4, all with B [K, N]; the persistent kernel (B [N, K])."""
     c = example.Config
     return [c(**tile) for tile in example.TILES] + [c(bm=128, bn=256, bk=64, warps=(2, 4), stages=3),
-                                                      c(bm=128, bn=256, bk=32, warps=(2, 4), stages=4)]
+                                                      c(bm=128, bn=256, bk=32, warps=(2, 4), stages=4),
+                                                      c(**example.PERSISTENT, b_major="nk")]
 
 
 def build(directory: Path) -> None:
@@ -58,7 +59,7 @@ def build(directory: Path) -> None:
         for element in ELEMENTS:
             (directory / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(example.build_module(element, config)))
         variants.append({"name": str(config), "block": config.threads, "shared_bytes": config.shared_bytes,
-                         "tile": [config.bm, config.bn]})
+                         "tile": [config.bm, config.bn], "b_major": config.b_major, "persistent": config.persistent})
     (directory / "gemm.json").write_text(json.dumps(variants))
 
 
@@ -178,12 +179,12 @@ def run(directory: Path) -> None:
                         outputs[f"{name}, no split"] = torch.empty(m, n, device="cuda", dtype=dtype)
                         calls[f"{name}, no split"] = (lambda operand=operand, major=major, out=outputs[f"{name}, no split"]:
                                                       matmul(a, operand, b_major=major, out=out, splits=1))
+                b_nk = b.T.contiguous()
                 for variant in variants if aligned else []:
                     out = outputs[variant["name"]] = torch.empty(m, n, device="cuda", dtype=dtype)
-                    module, tiles = modules[variant["name"]], -(-m // variant["tile"][0]) * -(-n // variant["tile"][1])
-                    calls[variant["name"]] = (lambda module=module, tiles=tiles, variant=variant, out=out: module.launch(
-                        "gemm", [a, b, out, m, n // 8, k // 8], grid=tiles, block=variant["block"],
-                        shared_bytes=variant["shared_bytes"], stream=stream))
+                    module, operand = modules[variant["name"]], b if variant["b_major"] == "kn" else b_nk
+                    calls[variant["name"]] = (lambda module=module, variant=variant, operand=operand, out=out:
+                                              _launch(module, variant, a, operand, out, runtime, stream))
                 anchor_out = torch.empty(m, n, device="cuda", dtype=dtype)
                 anchors = {"cuBLAS": lambda: torch.matmul(a, b, out=anchor_out),
                            **{name: (lambda t=t: t(a, b, anchor_out)) for name, t in tritons.items()}}
@@ -237,14 +238,24 @@ def launch(directory: Path, name: str, m: int, n: int, k: int, shared_bytes: int
     from mlir_tile.runtime import Runtime
 
     variant = next(v for v in json.loads((directory / "gemm.json").read_text()) if v["name"] == name)
-    a, b = torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(k, n, device="cuda", dtype=torch.float16)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(*((k, n) if variant["b_major"] == "kn" else (n, k)), device="cuda", dtype=torch.float16)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     with Runtime() as runtime:
         module = runtime.load_ptx((directory / f"gemm_f16_{name}.ptx").read_text(), name=name)
-        module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=-(-m // variant["tile"][0]) * -(-n // variant["tile"][1]),
-                      block=variant["block"], shared_bytes=shared_bytes or variant["shared_bytes"],
-                      stream=torch.cuda.current_stream())
+        _launch(module, variant, a, b, c, runtime, torch.cuda.current_stream(), shared_bytes)
         torch.cuda.synchronize()
+
+
+def _launch(module, variant: dict, a, b, c, runtime, stream, shared_bytes: int | None = None) -> None:
+    """C = A x B by a variant of gemm.json launched directly (B as the variant takes it): a CTA per C tile, or
+    (persistent) one per SM at most."""
+    (m, k), n = a.shape, c.shape[1]
+    tiles = -(-m // variant["tile"][0]) * -(-n // variant["tile"][1])
+    if variant["persistent"]:
+        tiles = min(tiles, runtime.device.properties.multiprocessor_count)
+    module.launch("gemm", [a, b, c, m, n // 8, k // 8], grid=tiles, block=variant["block"],
+                  shared_bytes=shared_bytes or variant["shared_bytes"], stream=stream)
 
 
 PROFILED = (4096, 4096, 4096)

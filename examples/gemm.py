@@ -523,9 +523,10 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None)
 # but spills in the sm_80 build.)
 TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
          {})
-# The persistent kernel (one CTA an SM, one pipeline across its tiles) of the first tile: with B [N, K] bf16 3-4%
-# faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM shapes, as fast at 2048^3; f16 1-2% slower
-# than its non-persistent twin (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K], M >= 128 and N >= 256.
+# The persistent kernel (one CTA an SM, one pipeline across its tiles) of the first tile: with B [N, K] bf16
+# 3-5% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM shapes, as fast at 2048^3; f16 1-3%
+# slower than its non-persistent twin, 4-5% at 2048^3 (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K],
+# M >= 128 and N >= 256.
 PERSISTENT = dict(TILES[0], persistent=True)
 PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
              ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (PERSISTENT, TILES[1], TILES[2])}
