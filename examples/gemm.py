@@ -148,7 +148,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
     split_k, persistent = config.split_k, config.persistent
     if persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or split_k
-                       or not config.pipelined or config.warps[0] > 1 and bm % config.warps[0]):
+                       or not config.pipelined):
         raise ValueError(f"gemm: a persistent kernel is built for sm_90, rows on 16 bytes, B [N, K], pipelined, "
                          f"without split-K; got {config} for {chip}")
     parameters = [Global(element), Global(element), Global("f32" if split_k else element), "index", "index", "index"]
@@ -295,8 +295,9 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             # (Matmul and the command line refuse such sizes before launching)
             with k.if_(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn))):
                 llvm.intr_trap()
-            _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth,
-                             k_tile_copies, load, fragments, multiply, store_c, clear_accumulators)
+            with k.if_(k.compare("ult", block, arith.muli(tiles_m, tiles_n))):  # a grid past the tiles: the rest idle
+                _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth,
+                                 k_tile_copies, load, fragments, multiply, store_c, clear_accumulators)
             return k.module
         row0, col0 = tile_origin(block)
 

@@ -82,3 +82,16 @@ def test_the_persistent_tile_only_where_it_is_built():
         gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(4096, 4096)
     assert gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(4096, 4096, sms=132) == 132
     assert gemm.variant(gemm.PERSISTENT, 16, b_major="nk").grid(256, 512, sms=132) == 4
+
+
+def test_the_persistent_kernel_traps_on_sizes_it_does_not_take():
+    """M < 128 or N < 256 would move an edge tile before the matrix: the kernel traps first (Matmul and the
+    command line refuse such sizes), and CTAs past the tiles skip the loop."""
+    ptx = compile_to_ptx(gemm.build_module("bf16", gemm.variant(gemm.PERSISTENT, 16, b_major="nk")))
+    m = re.search(r"ld\.param\.b64\s+(%rd\d+), \[gemm_param_3\];", ptx).group(1)
+    n_units = re.search(r"ld\.param\.b64\s+(%rd\d+), \[gemm_param_4\];", ptx).group(1)
+    n = re.search(rf"shl\.b64\s+(%rd\d+), {n_units}, 3;", ptx).group(1)
+    takes = re.search(rf"setp\.gt\.u64\s+(%p\d+), {m}, 127;\s+setp\.gt\.u64\s+(%p\d+), {n}, 255;\s+"
+                      rf"and\.pred\s+(%p\d+), \1, \2;\s+@\3 bra\s+\S+;\s+bra\.uni\s+(\$L__BB0_\d+);", ptx)
+    assert takes and re.search(rf"{re.escape(takes.group(4))}:\s+trap;", ptx), "M >= 128 and N >= 256, else trap"
+    assert ptx.count("trap;") == 1

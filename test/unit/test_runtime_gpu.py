@@ -207,6 +207,20 @@ def test_the_gemm_example_matches_numpy():
     assert ok, line
 
 
+def test_a_persistent_gemm_launched_past_its_tiles_leaves_the_extra_ctas_idle(runtime):
+    """The persistent kernel (Inputs/gemm_bf16_nk_persistent.ptx) on 300 x 520 x 72, 3 x 3 C tiles, launched
+    with 16 CTAs (a caller's grid past min(tiles, SMs)): the 7 past the tiles do nothing, C is the product."""
+    import gemm
+
+    config, (m, n, depth) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520, 72)
+    a, b = gemm.inputs(m, n, depth, element="bf16")
+    module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
+    _, _, c, *_ = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
+                                             depth // 8], grid=16, block=config.threads, shared_bytes=config.shared_bytes)
+    ok, worst = gemm.check(c, a, b, "bf16")
+    assert ok, worst
+
+
 def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     """The run half of split-K (examples/gemm.py's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
