@@ -572,7 +572,8 @@ def configure(b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4") 
     config = variant(named[tile], align, b_major=b_major) if tile in named else None
     if config not in VARIANTS:
         taken = [name for name, t in named.items() if variant(t, align, b_major=b_major) in VARIANTS]
-        raise ValueError(f"gemm: no variant of tile {tile!r} for rows on {align} bytes; these are: {', '.join(taken)}")
+        raise ValueError(f"gemm: no variant of tile {tile!r} for B {b_major} and rows on {align} bytes; these are: "
+                         f"{', '.join(taken)}")
     return config
 
 
