@@ -409,10 +409,10 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m
         # the CTA's next tile (past its last tile: that tile's last k-tile again, into a stage nobody reads)
         following = arith.addi(k_tile, k.index(1))
         with k.if_(k.compare("eq", following, k_tiles), ["index"] * 4) as branch:
-            next_tile = arith.addi(tile, ctas)
-            last = k.compare("uge", next_tile, tiles)
-            branch.otherwise(arith.select(last, arith.subi(k_tiles, k.index(1)), k.index(0)),
-                             arith.select(last, tile, next_tile), *inside(*tile_origin(arith.select(last, tile, next_tile))))
+            past = k.compare("uge", arith.addi(tile, ctas), tiles)
+            next_tile = arith.select(past, tile, arith.addi(tile, ctas))
+            branch.otherwise(arith.select(past, arith.subi(k_tiles, k.index(1)), k.index(0)), next_tile,
+                             *inside(*tile_origin(next_tile)))
             branch.done(following, tile, row0, col_units)
         return branch.results
 
