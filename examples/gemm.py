@@ -160,7 +160,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
         # the block order: `group` rows of tiles at a time, down each column of the group, then right
         tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
         tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
-        per_group = arith.muli(tiles_n, k.index(config.group))
+        tiles, per_group = arith.muli(tiles_m, tiles_n), arith.muli(tiles_n, k.index(config.group))
 
         def tile_origin(tile):  # (row0, col0) of C tile `tile` in the block order
             first_m = arith.muli(arith.divui(tile, per_group), k.index(config.group))
@@ -171,7 +171,6 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
 
         block = k.block_id()
         if split_k:  # block b: the C tile b mod tiles, the split b / tiles
-            tiles = arith.muli(tiles_m, tiles_n)
             split, block = arith.divui(block, tiles), arith.remui(block, tiles)
         k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
         k_start, k_extent = None, depth  # the CTA's columns of A: k_start (0: None) and how many
@@ -251,7 +250,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                     for pair, slot in enumerate(tiled.c_slots(mi, ni)):
                         k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
             rows, part_bytes = bm // parts, bm * bn * HALF // parts
-            t, (own, starts) = tiled.c.whole, tiled.c.whole.one_warp()
+            t, (own, starts), warp_index = tiled.c.whole, tiled.c.whole.one_warp(), k.warp_id() if parts > 1 else None
             # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
             band = c_halves if parts == 1 else Layout((rows, bn), c_halves.stride, c_halves.swizzle)
             for part in range(parts):
@@ -263,7 +262,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                     if part:
                         k.barrier()  # everyone has read the band before
                     for warp in range(part * config.warps[1], (part + 1) * config.warps[1]):
-                        with k.if_(k.compare("eq", k.warp_id(), warp)):
+                        with k.if_(k.compare("eq", warp_index, warp)):
                             whole = k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at))
                             start = starts.offset(warp)
                             transfer(own.opcode, k.subview(whole, start, tiled.c.tile.cosize - start), c_regs,
@@ -295,9 +294,9 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             # (Matmul and the command line refuse such sizes before launching)
             with k.if_(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn))):
                 llvm.intr_trap()
-            with k.if_(k.compare("ult", block, arith.muli(tiles_m, tiles_n))):  # a grid past the tiles: the rest idle
-                _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth,
-                                 k_tile_copies, load, fragments, multiply, store_c, clear_accumulators)
+            with k.if_(k.compare("ult", block, tiles)):  # a grid past the tiles: the rest idle
+                _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies,
+                                 load, fragments, multiply, store_c, clear_accumulators)
             return k.module
         row0, col0 = tile_origin(block)
 
@@ -378,8 +377,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     return k.module
 
 
-def _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m, n_units, depth, k_tile_copies, load,
-                     fragments, multiply, store_c, clear_accumulators) -> None:
+def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, fragments,
+                     multiply, store_c, clear_accumulators) -> None:
     """The persistent kernel's main loop (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles
     cta, cta + ctas, ... as one flattened pipeline of steps (tile, k-tile), copying the k-tile `stages - 1`
     steps ahead whichever tile it belongs to, so the next tile's first k-tiles land while this one finishes;
@@ -391,7 +390,6 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m
     bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
     blocks = tiled.a.k_blocks
     ctas, cta = k.grid_size(), k.block_id()
-    tiles = arith.muli(tiles_m, tiles_n)
     steps = arith.muli(arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas), k_tiles)
 
     def inside(row0, col0):  # the tile moved back inside M and N; its column in units of 8 (so that it stays
@@ -433,13 +431,14 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles_m, tiles_n, k_tiles, m
         # and tile, then the copy cursor
         stage, k_tile, tile, *cursor = step.values
         next_stage = following(stage, k.index(stages))
+        stage_at, next_at = (arith.muli(s, k.index(config.stage_bytes)) for s in (stage, next_stage))
         for block in range(blocks):
             if block == blocks - 1:  # the next step's k-tile has landed, and nobody reads this one's stage
                 k.wait_groups(group, stages - 2)
                 k.barrier()
-                fragments(arith.muli(next_stage, k.index(config.stage_bytes)), 0, buffers[(block + 1) % 2])
+                fragments(next_at, 0, buffers[(block + 1) % 2])
             else:
-                fragments(arith.muli(stage, k.index(config.stage_bytes)), block + 1, buffers[(block + 1) % 2])
+                fragments(stage_at, block + 1, buffers[(block + 1) % 2])
             if block == 0:  # into the stage the step before read
                 previous = arith.select(k.compare("eq", stage, k.index(0)), k.index(stages - 1),
                                         arith.subi(stage, k.index(1)))
@@ -541,9 +540,9 @@ def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16, b
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
     tiles = ELEMENT_TILES if align == HALF else PREFERRED[element, b_major]
-    return next((tile for tile in tiles if variant(tile, align, b_major=b_major) in VARIANTS
-                 and Config(**tile).takes(m, n) and Config(**tile).tiles(m, n) >= FILL * sms),
-                tiles[-1])
+    built = ((tile, variant(tile, align, b_major=b_major)) for tile in tiles)
+    return next((tile for tile, config in built if config in VARIANTS and config.takes(m, n)
+                 and config.tiles(m, n) >= FILL * sms), tiles[-1])
 
 
 # Split-K where the C tiles leave SMs idle (cuBLAS and CUTLASS do the same): a split walks at least
