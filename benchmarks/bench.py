@@ -547,9 +547,15 @@ def sass_loops(sass: str) -> list[list[tuple[int, str, str]]]:
 
 
 def mma_loop(sass: str) -> list[tuple[int, str, str]]:
-    """The main loop of an mma kernel: of the SASS's loops, the one with the most HMMA, the shortest of those
-    (a kernel's predicate-free twin of its predicated loop)."""
-    return max(sass_loops(sass), key=lambda body: (sum(op.startswith("HMMA") for _, op, _ in body), -len(body)))
+    """The main loop of an mma kernel: of the SASS's innermost loops (a persistent kernel's tile loop holds
+    its k-tile loops), the one with the most HMMA, the shortest of those (a kernel's predicate-free twin of
+    its predicated loop)."""
+    loops = sass_loops(sass)
+    spans = [(body[0][0], body[-1][0]) for body in loops]
+    innermost = [body for body, (first, last) in zip(loops, spans)
+                 if not any(first <= inner_first and inner_last <= last and (inner_first, inner_last) != (first, last)
+                            for inner_first, inner_last in spans)]
+    return max(innermost, key=lambda body: (sum(op.startswith("HMMA") for _, op, _ in body), -len(body)))
 
 
 def mma_loop_counts(sass: str) -> dict:

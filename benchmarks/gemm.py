@@ -343,7 +343,7 @@ def check(directory: Path) -> None:
             major = ("kn", "nk")[(trial // 2) % 2]
             persistent = trial % 16 in (2, 3)  # B [N, K], both dtypes: sizes the persistent tile takes
             if persistent:
-                m, n, k = max(m, 128), max(-(-n // 8) * 8, 256), -(-k // 8) * 8
+                m, n, k = max(m, 128), max(-(-n // 8) * 8, 256), max(-(-k // 8) * 8, 192)
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype) if major == "kn" else torch.randn(n, k, device="cuda", dtype=dtype)
             tile = example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None

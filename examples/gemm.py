@@ -33,9 +33,9 @@ ceil(N / 128) (one dimension), block 128, `Config.shared_bytes` of dynamic share
 The persistent kernel (`Config.persistent`, the 128 x 256 x 64 tile in 4 stages with B [N, K] and rows on 16
 bytes, `--tile 128x256x64s4p`; `Matmul` takes it for bf16 with B [N, K] where its tiles fill the SMs):
 the same parameters, grid min(tiles, SMs), `Config.shared_bytes` (the stages and a 64-row band of the C
-tile). CTA c walks C tiles c, c + grid, ... as one pipeline of (tile, k-tile) steps, so the next tile's
-first k-tiles are copied while this one finishes, and stores each tile's C through its band in two halves.
-Edge tiles move back inside M and N, so it takes M >= 128 and N >= 256 (it traps otherwise).
+tile). CTA c walks C tiles c, c + grid, ...; each tile's last 3 k-tiles' steps copy the next tile's first
+3, so they land while this one finishes, and each tile's C goes out through the band in two halves. Edge
+tiles move back inside M and N, so it takes M >= 128, N >= 256 and K >= 192 (it traps otherwise).
 
 Split-K (`Config.split_k`, which `Matmul` takes where the C tiles leave SMs idle and K is long: `pick_splits`):
 `gemm(a, b, partials, m, n_units, k_units, splits)`, grid `splits` times the tiles; CTA `tile + s * tiles`
@@ -72,9 +72,9 @@ class Config:
     # size; 2: any sizes, element copies)
     split_k: bool = False  # the k-tiles shared out among `splits` CTAs per C tile (a run-time parameter), each
     # writing its fp32 partial product to a workspace that `build_reduce_module`'s kernel sums into C
-    persistent: bool = False  # one CTA an SM (the grid: min(tiles, SMs)) walking C tiles cta, cta + grid, ...
-    # with one pipeline across them (`_persistent_loop`); takes M >= bm and N >= bn (sm_90, B [N, K], rows on
-    # 16 bytes)
+    persistent: bool = False  # one CTA an SM (the grid: min(tiles, SMs)) walking C tiles cta, cta + grid, ...,
+    # the next tile's first k-tiles copied during this one's last (`_persistent_loop`); takes M >= bm, N >= bn
+    # and K >= (stages - 1) * bk (sm_90, B [N, K], rows on 16 bytes)
 
     @property
     def threads(self) -> int:
@@ -101,9 +101,13 @@ class Config:
             raise ValueError("gemm: a persistent kernel's grid is min(tiles, SMs): give sms")
         return min(self.tiles(m, n), sms) if self.persistent else self.tiles(m, n) * splits
 
-    def takes(self, m: int, n: int) -> bool:
-        """Whether the kernel computes an M x N product (the persistent one moves edge tiles inside M and N)."""
-        return not self.persistent or (m >= self.bm and n >= self.bn)
+    def takes(self, m: int, n: int, depth: int) -> bool:
+        """Whether the kernel computes an M x N x K product (the persistent one moves edge tiles inside M and N
+        and copies a tile's first `stages - 1` k-tiles during the tile before it)."""
+        return not self.persistent or (m >= self.bm and n >= self.bn and depth >= (self.stages - 1) * self.bk)
+
+    def sizes_taken(self) -> str:  # what `takes` says, for the errors
+        return f"M >= {self.bm}, N >= {self.bn} and K >= {(self.stages - 1) * self.bk}"
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
@@ -235,6 +239,22 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                         k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
 
+        def pipelined_step(k_tile, stage_at, buffers, group, copy):
+            """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied,
+            at the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step
+            before read), before the last the wait for the next k-tile and a barrier. `stage_at(k_tile)`: the
+            byte offset of its stage."""
+            for block in range(blocks):
+                if block == blocks - 1:  # the next k-tile has landed, and nobody reads this one's stage any more
+                    k.wait_groups(group, stages - 2)
+                    k.barrier()
+                    fragments(stage_at(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
+                else:
+                    fragments(stage_at(k_tile), block + 1, buffers[(block + 1) % 2])
+                if block == 0:
+                    copy()
+                multiply(buffers[block % 2], 1)
+
         c_regs = k.registers(tiled.c.whole.slots)
         parts = config.warps[0] if persistent else 1
 
@@ -290,13 +310,15 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                                 k.store_vector(k.load_vector(view, [piece], config.unit), c,
                                                [arith.addi(at, k.index(e))])
 
-        if persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow: else trap
-            # (Matmul and the command line refuse such sizes before launching)
-            with k.if_(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn))):
+        if persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow, and a tile's
+            # first k-tiles are copied during the tile before: else trap (Matmul and the command line refuse
+            # such sizes before launching)
+            with k.if_(arith.ori(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn)),
+                                 k.compare("ult", depth, (stages - 1) * bk))):
                 llvm.intr_trap()
             with k.if_(k.compare("ult", block, tiles)):  # a grid past the tiles: the rest idle
                 _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies,
-                                 load, fragments, multiply, store_c, clear_accumulators)
+                                 load, fragments, pipelined_step, store_c, clear_accumulators)
             return k.module
         row0, col0 = tile_origin(block)
 
@@ -331,16 +353,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             fragments(stage_offset(k.index(0)), 0, buffers[0])
 
             def k_tile_step(k_tile, inside):
-                for block in range(blocks):
-                    if block == blocks - 1:  # k-tile + 1 has landed, and nobody reads k-tile's stage any more
-                        k.wait_groups(group, stages - 2)
-                        k.barrier()
-                        fragments(stage_offset(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
-                    else:
-                        fragments(stage_offset(k_tile), block + 1, buffers[(block + 1) % 2])
-                    if block == 0:
-                        load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside)
-                    multiply(buffers[block % 2], 1)
+                pipelined_step(k_tile, stage_offset, buffers, group,
+                               lambda: load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside))
 
             # CTAs inside M and N first run the steps whose copies (of k-tile + stages - 1) lie inside K with
             # no predicate (CUTLASS's predicate-free main loop), then every CTA the rest with them
@@ -378,80 +392,69 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
 
 
 def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, fragments,
-                     multiply, store_c, clear_accumulators) -> None:
-    """The persistent kernel's main loop (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles
-    cta, cta + ctas, ... as one flattened pipeline of steps (tile, k-tile), copying the k-tile `stages - 1`
-    steps ahead whichever tile it belongs to, so the next tile's first k-tiles land while this one finishes;
-    each tile's C goes out at its last k-tile (`store_c`, in bands through a region of its own after the
-    stages). Tiles at the edges of M and N are moved back inside (M >= bm and N >= bn): no copy needs a row
-    predicate, and the epilogue stores only the tile's own elements; columns past K are zero-filled."""
+                     pipelined_step, store_c, clear_accumulators) -> None:
+    """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles cta,
+    cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the inner
+    loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its last
+    `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then the
+    tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the next
+    tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M >= bm,
+    N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements; K >=
+    (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
     from mlir.dialects import arith
 
     bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
-    blocks = tiled.a.k_blocks
+    blocks, ahead = tiled.a.k_blocks, config.stages - 1
     ctas, cta = k.grid_size(), k.block_id()
-    steps = arith.muli(arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas), k_tiles)
+    own_tiles = arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas)
 
-    def inside(row0, col0):  # the tile moved back inside M and N; its column in units of 8 (so that it stays
-        # a proven multiple of 8 carried through the loop and branches)
+    def inside(row0, col0):  # the tile's origin moved back inside M and N; its column in units of 8 (a proven
+        # multiple of 8)
         units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(n_units, k.index(bn // 8)))
         return k.minimum(row0, arith.subi(m, k.index(bm))), units
 
-    def load_k_tile(stage, k_tile, row0, col_units):  # columns past K zero-filled
+    def stage_at(first_stage, k_tile):  # the byte offset of a tile's k-tile's stage
+        return arith.muli(arith.remui(arith.addi(first_stage, k_tile), k.index(stages)), k.index(config.stage_bytes))
+
+    def load_k_tile(at, k_tile, origin, columns_inside):  # columns past K zero-filled unless `columns_inside`
+        row0, col_units = origin
         k0 = arith.muli(k_tile, k.index(bk))
-        at = arith.muli(stage, k.index(config.stage_bytes))
         return load(k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(depth, k0), at),
-                    rows_inside=True)
+                    rows_inside=True, columns_inside=columns_inside)
 
-    def advance(k_tile, tile, row0, col_units):  # the copy cursor's next k-tile: this tile's next, or the first of
-        # the CTA's next tile (past its last tile: that tile's last k-tile again, into a stage nobody reads)
-        following = arith.addi(k_tile, k.index(1))
-        with k.if_(k.compare("eq", following, k_tiles), ["index"] * 4) as branch:
-            past = k.compare("uge", arith.addi(tile, ctas), tiles)
-            next_tile = arith.select(past, tile, arith.addi(tile, ctas))
-            branch.otherwise(arith.select(past, arith.subi(k_tiles, k.index(1)), k.index(0)), next_tile,
-                             *inside(*tile_origin(next_tile)))
-            branch.done(following, tile, row0, col_units)
-        return branch.results
-
-    def following(value, limit):
-        after = arith.addi(value, k.index(1))
-        return arith.select(k.compare("eq", after, limit), k.index(0), after)
-
-    cursor = [k.index(0), cta, *inside(*tile_origin(cta))]  # the copies' k-tile, tile and its origin inside
-    for ahead in range(stages - 1):
-        group = load_k_tile(k.index(ahead), cursor[0], *cursor[2:])
-        cursor = advance(*cursor)
     buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
                for _ in range(2)]
+    for k_tile in range(ahead):
+        group = load_k_tile(stage_at(k.index(0), k.index(k_tile)), k.index(k_tile), inside(*tile_origin(cta)), True)
     k.wait_groups(group, stages - 2)
     k.barrier()
     fragments(k.index(0), 0, buffers[0])
-    with k.loop(0, steps, carried=[k.index(0), k.index(0), cta, *cursor]) as step:  # this step's stage, k-tile
-        # and tile, then the copy cursor
-        stage, k_tile, tile, *cursor = step.values
-        next_stage = following(stage, k.index(stages))
-        stage_at, next_at = (arith.muli(s, k.index(config.stage_bytes)) for s in (stage, next_stage))
-        for block in range(blocks):
-            if block == blocks - 1:  # the next step's k-tile has landed, and nobody reads this one's stage
-                k.wait_groups(group, stages - 2)
-                k.barrier()
-                fragments(next_at, 0, buffers[(block + 1) % 2])
-            else:
-                fragments(stage_at, block + 1, buffers[(block + 1) % 2])
-            if block == 0:  # into the stage the step before read
-                previous = arith.select(k.compare("eq", stage, k.index(0)), k.index(stages - 1),
-                                        arith.subi(stage, k.index(1)))
-                load_k_tile(previous, cursor[0], *cursor[2:])
-            multiply(buffers[block % 2], 1)
-        last = k.compare("eq", k_tile, arith.subi(k_tiles, k.index(1)))
-        with k.if_(last):
-            row0, col0 = tile_origin(tile)
-            first_row, col_units = inside(row0, col0)
-            store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), stages * config.stage_bytes)
-            clear_accumulators()
-        step.next(next_stage, following(k_tile, k_tiles), arith.select(last, arith.addi(tile, ctas), tile),
-                  *advance(*cursor))
+    with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
+        tile, first_stage = turn.values
+        # the origins recomputed where needed (divisions once a tile) rather than held across the loops
+        origin = inside(*tile_origin(tile))
+
+        def step(k_tile, copied, copy_origin, columns_inside):  # copying k-tile `copied` of the tile at copy_origin
+            pipelined_step(k_tile, lambda at: stage_at(first_stage, at), buffers, group,
+                           lambda: load_k_tile(stage_at(first_stage, arith.addi(k_tile, k.index(ahead))), copied,
+                                               copy_origin, columns_inside))
+
+        last_copies = arith.subi(k_tiles, k.index(ahead))  # the first step that copies the next tile's k-tiles
+        inside_k = arith.subi(arith.divui(depth, k.index(bk)), k.index(ahead))
+        with k.loop(0, inside_k) as k_tile:
+            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, True)
+        with k.loop(inside_k, last_copies) as k_tile:
+            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, False)
+        following = arith.addi(tile, ctas)  # the next tile, or past the CTA's last this one again (its
+        # first k-tiles copied into stages nobody reads)
+        next_origin = inside(*tile_origin(arith.select(k.compare("ult", following, tiles), following, tile)))
+        with k.loop(last_copies, k_tiles) as k_tile:
+            step(k_tile, arith.subi(k_tile, last_copies), next_origin, True)
+        row0, col0 = tile_origin(tile)
+        first_row, col_units = inside(row0, col0)
+        store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), stages * config.stage_bytes)
+        clear_accumulators()
+        turn.next(following, arith.remui(arith.addi(first_stage, k_tiles), k.index(stages)))
     k.wait_groups(group, 0)
 
 
@@ -523,10 +526,11 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None)
 # but spills in the sm_80 build.)
 TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
          {})
-# The persistent kernel (one CTA an SM, one pipeline across its tiles) of the first tile: with B [N, K] bf16
-# 3-5% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM shapes, as fast at 2048^3; f16 1-3%
-# slower than its non-persistent twin, 4-5% at 2048^3 (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K],
-# M >= 128 and N >= 256.
+# The persistent kernel (one CTA an SM, the next tile's first k-tiles copied during this one's last) of the
+# first tile: with B [N, K] bf16 5-6% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM
+# shapes, 1-2% at 2048^3; f16 level with its non-persistent twin (-1 to +2%) but 2.5-3.5% slower at 2048^3
+# and 3.5% faster at 4000^3, so f16 keeps the twin (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K],
+# M >= 128, N >= 256 and K >= 192.
 PERSISTENT = dict(TILES[0], persistent=True)
 PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
              ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (PERSISTENT, TILES[1], TILES[2])}
@@ -536,12 +540,12 @@ ELEMENT_TILES = ({}, dict(bm=64, bn=64))
 FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
 
 
-def pick_tile(m: int, n: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn") -> dict:
+def pick_tile(m: int, n: int, depth: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn") -> dict:
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest where none does."""
     tiles = ELEMENT_TILES if align == HALF else PREFERRED[element, b_major]
     built = ((tile, variant(tile, align, b_major=b_major)) for tile in tiles)
-    return next((tile for tile, config in built if config in VARIANTS and config.takes(m, n)
+    return next((tile for tile, config in built if config in VARIANTS and config.takes(m, n, depth)
                  and config.tiles(m, n) >= FILL * sms), tiles[-1])
 
 
@@ -691,11 +695,11 @@ class Matmul:
                 raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
             tile = smallest
         elif tile is None or align == HALF:
-            tile = pick_tile(m, n, self.sms, element, align, b_major)
+            tile = pick_tile(m, n, depth, self.sms, element, align, b_major)
         config = variant(tile, align, b_major=b_major)
-        if config.persistent and (config not in VARIANTS or not config.takes(m, n)):
-            raise ValueError(f"gemm: the persistent tile takes B [N, K] with N and K multiples of 8, M >= {config.bm} "
-                             f"and N >= {config.bn}; got B {b_major}, {m} x {n} x {depth}")
+        if config.persistent and (config not in VARIANTS or not config.takes(m, n, depth)):
+            raise ValueError(f"gemm: the persistent tile takes B [N, K] with N and K multiples of 8, "
+                             f"{config.sizes_taken()}; got B {b_major}, {m} x {n} x {depth}")
         if splits is None:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
         reduction = None
@@ -744,8 +748,8 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int 
     if min(shape) < 1 or n % config.unit or depth % config.unit:
         raise ValueError(f"gemm: rows on {config.align} bytes take M, N, K >= 1 with N and K multiples of "
                          f"{config.unit}, not {m} x {n} x {depth}; --align 2 takes any sizes")
-    if not config.takes(m, n):
-        raise ValueError(f"gemm: the persistent tile takes M >= {config.bm} and N >= {config.bn}, not {m} x {n}")
+    if not config.takes(m, n, depth):
+        raise ValueError(f"gemm: the persistent tile takes {config.sizes_taken()}, not {m} x {n} x {depth}")
     a, b = inputs(m, n, depth, element=dtype)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:

@@ -69,8 +69,9 @@ def test_the_hand_written_addresses_load_what_the_layout_says(config):
 
 
 def test_the_main_loop_is_the_loop_with_the_most_mma_and_the_fewest_instructions():
-    """`bench.mma_loop_counts` on a cuobjdump-style listing: three loops (a backward branch and its target),
-    the one without HMMA and the longer of the two with two HMMA left out; NOPs not counted."""
+    """`bench.mma_loop_counts` on a cuobjdump-style listing: four loops (a backward branch and its target),
+    the one without HMMA, the longer of the two with two HMMA and the outer one holding both (a persistent
+    kernel's tile loop, four HMMA) left out; NOPs not counted."""
     listing = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   IADD3 R2, R2, 0x1, RZ ;
@@ -88,7 +89,8 @@ def test_the_main_loop_is_the_loop_with_the_most_mma_and_the_fewest_instructions
         /*00d0*/                   ISETP.GE.AND P1, PT, R2, R9, PT ;
         /*00e0*/                   FMUL R20, R20, R21 ;
         /*00f0*/               @P1 BRA 0x90 ;
-        /*0100*/                   EXIT ;
+        /*0100*/               @P2 BRA 0x30 ;
+        /*0110*/                   EXIT ;
     """
     assert bench.mma_loop_counts(listing) == {"instructions": 5, "HMMA": 2, "LDSM": 1, "LDGSTS": 0, "BAR": 1, "other": 1,
                                               "per HMMA": 2.5}  # the loop at 0x30: its branch the "other"

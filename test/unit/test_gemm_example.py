@@ -70,12 +70,14 @@ def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits
     (1000, 3000, "bf16", "nk", {}),
 ])
 def test_the_tile_follows_the_element_the_b_layout_and_the_sms_it_fills(m, n, element, b_major, tile):
-    assert gemm.pick_tile(m, n, 132, element, 16, b_major) == tile
+    assert gemm.pick_tile(m, n, 4096, 132, element, 16, b_major) == tile
 
 
 def test_the_persistent_tile_only_where_it_is_built():
-    """Rows on 8 bytes have no persistent variant: the next tile."""
-    assert gemm.pick_tile(8192, 8192, 132, "bf16", 8, "nk") == gemm.TILES[1]
+    """Rows on 8 bytes have no persistent variant, nor K under its 3 k-tiles ahead: the next tile."""
+    assert gemm.pick_tile(8192, 8192, 8192, 132, "bf16", 8, "nk") == gemm.TILES[1]
+    assert gemm.pick_tile(8192, 8192, 184, 132, "bf16", 16, "nk") == gemm.TILES[1]
+    assert gemm.pick_tile(8192, 8192, 192, 132, "bf16", 16, "nk") == gemm.PERSISTENT
     with pytest.raises(ValueError, match="persistent"):
         gemm.build_module("bf16", gemm.Config(**gemm.PERSISTENT, b_major="kn"))
     with pytest.raises(ValueError, match="give sms"):
@@ -85,13 +87,15 @@ def test_the_persistent_tile_only_where_it_is_built():
 
 
 def test_the_persistent_kernel_traps_on_sizes_it_does_not_take():
-    """M < 128 or N < 256 would move an edge tile before the matrix: the kernel traps first (Matmul and the
-    command line refuse such sizes), and CTAs past the tiles skip the loop."""
+    """M < 128 or N < 256 would move an edge tile before the matrix, K < 192 leave a tile's first k-tiles
+    outside K: the kernel traps first (Matmul and the command line refuse such sizes), and CTAs past the
+    tiles skip the loop."""
     ptx = compile_to_ptx(gemm.build_module("bf16", gemm.variant(gemm.PERSISTENT, 16, b_major="nk")))
     m = re.search(r"ld\.param\.b64\s+(%rd\d+), \[gemm_param_3\];", ptx).group(1)
-    n_units = re.search(r"ld\.param\.b64\s+(%rd\d+), \[gemm_param_4\];", ptx).group(1)
-    n = re.search(rf"shl\.b64\s+(%rd\d+), {n_units}, 3;", ptx).group(1)
+    n_units, k_units = (re.search(rf"ld\.param\.b64\s+(%rd\d+), \[gemm_param_{i}\];", ptx).group(1) for i in (4, 5))
+    n, depth = (re.search(rf"shl\.b64\s+(%rd\d+), {units}, 3;", ptx).group(1) for units in (n_units, k_units))
     takes = re.search(rf"setp\.gt\.u64\s+(%p\d+), {m}, 127;\s+setp\.gt\.u64\s+(%p\d+), {n}, 255;\s+"
-                      rf"and\.pred\s+(%p\d+), \1, \2;\s+@\3 bra\s+\S+;\s+bra\.uni\s+(\$L__BB0_\d+);", ptx)
-    assert takes and re.search(rf"{re.escape(takes.group(4))}:\s+trap;", ptx), "M >= 128 and N >= 256, else trap"
+                      rf"and\.pred\s+(%p\d+), \1, \2;\s+setp\.gt\.u64\s+(%p\d+), {depth}, 191;\s+"
+                      rf"and\.pred\s+(%p\d+), \3, \4;\s+@\5 bra\s+\S+;\s+bra\.uni\s+(\$L__BB0_\d+);", ptx)
+    assert takes and re.search(rf"{re.escape(takes.group(6))}:\s+trap;", ptx), "M >= 128, N >= 256, K >= 192, else trap"
     assert ptx.count("trap;") == 1

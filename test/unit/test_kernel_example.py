@@ -38,7 +38,7 @@ def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, name, opti
     ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 100, 101, 64], "multiples of 8, not 100 x 101 x 64"),
     ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk.ptx", "--shape", 0, 8, 8], "M, N, K >= 1"),
     ("gemm.py", ["--run-ptx", INPUTS / "gemm_bf16_nk_persistent.ptx", "--shape", 100, 1016, 64],
-     "persistent tile takes M >= 128 and N >= 256, not 100 x 1016"),
+     "persistent tile takes M >= 128, N >= 256 and K >= 192, not 100 x 1016 x 64"),
     ("gemm.py", ["--emulate", "--tile", "128x256x64s4p"], "no variant of tile '128x256x64s4p' for B kn and rows on 16 bytes"),
     ("attention.py", ["--run-ptx", INPUTS / "attention.ptx", "--seq", 0], "seq >= 1, got 1, 3, 0"),
     ("gemm.py", ["--emulate", "--tile", "64x64x32s4"], "no variant of tile '64x64x32s4' for B kn and rows on 16 bytes"),

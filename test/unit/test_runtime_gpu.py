@@ -207,16 +207,21 @@ def test_the_gemm_example_matches_numpy():
     assert ok, line
 
 
-def test_a_persistent_gemm_launched_past_its_tiles_leaves_the_extra_ctas_idle(runtime):
-    """The persistent kernel (Inputs/gemm_bf16_nk_persistent.ptx) on 300 x 520 x 72, 3 x 3 C tiles, launched
-    with 16 CTAs (a caller's grid past min(tiles, SMs)): the 7 past the tiles do nothing, C is the product."""
+@pytest.mark.parametrize("grid, depth", [
+    (16, 192),  # 7 CTAs past the 9 tiles; K of exactly the 3 k-tiles copied during the tile before
+    (4, 264),  # CTAs walking 3, 2, 2 and 2 tiles; a k-tile inside K, one with a K tail, then the next tile's 3
+])
+def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
+    """The persistent kernel (Inputs/gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
+    with a caller's grid: past the tiles the extra CTAs do nothing, under them each CTA walks several tiles;
+    C is the product."""
     import gemm
 
-    config, (m, n, depth) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520, 72)
+    config, (m, n) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520)
     a, b = gemm.inputs(m, n, depth, element="bf16")
     module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
     _, _, c, *_ = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
-                                             depth // 8], grid=16, block=config.threads, shared_bytes=config.shared_bytes)
+                                             depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
     ok, worst = gemm.check(c, a, b, "bf16")
     assert ok, worst
 
