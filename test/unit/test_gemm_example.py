@@ -78,6 +78,9 @@ def test_the_persistent_tile_only_where_it_is_built():
     assert gemm.pick_tile(8192, 8192, 8192, 132, "bf16", 8, "nk") == gemm.TILES[1]
     assert gemm.pick_tile(8192, 8192, 184, 132, "bf16", 16, "nk") == gemm.TILES[1]
     assert gemm.pick_tile(8192, 8192, 192, 132, "bf16", 16, "nk") == gemm.PERSISTENT
+    persistent = gemm.variant(gemm.PERSISTENT, 16, b_major="nk")
+    assert [persistent.takes(*sizes) for sizes in ((128, 256, 192), (127, 256, 192), (128, 255, 192), (128, 256, 184))] \
+        == [True, False, False, False]
     with pytest.raises(ValueError, match="persistent"):
         gemm.build_module("bf16", gemm.Config(**gemm.PERSISTENT, b_major="kn"))
     with pytest.raises(ValueError, match="give sms"):
