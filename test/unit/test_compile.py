@@ -93,6 +93,25 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
         "the compiled PTX changed: if intended, run `python examples/gemm.py --ptx-out test/unit/Inputs/gemm.ptx`")
 
 
+def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
+    """The persistent kernel (bf16, B [N, K]) runs the non-persistent kernel's step in three k-tile loops a C
+    tile: copies inside K without a zero-fill operand, the K tail's with one, then the next tile's first 3
+    k-tiles without; each per k-tile twelve 16-byte cp.async, 32 ldmatrix.x4 and 128 mma; the prologue copies
+    the first tile's 3 k-tiles unpredicated (K >= 192) and loads one k16 block's fragments."""
+    import re
+
+    import gemm
+
+    compiled = compile_to_ptx(gemm.build_module("bf16", gemm.variant(gemm.PERSISTENT, 16, b_major="nk")))
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(?:\+\d+)?\], \[%rd\d+(?:\+\d+)?\], 16(, %r\d+)?;", compiled)
+    assert len(copies) == 3 * 12 + 3 * 12  # the prologue's 3 k-tiles, the three loops'
+    assert sum(1 for size in copies if size) == 12  # only the K tail's loop zero-fills
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 3 * 32
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32", compiled)) == 3 * 128
+    assert compiled.count("bar.sync") == 1 + 3 + 3  # the prologue's, a k-tile's in each loop, the two bands'
+    assert ".local" not in compiled
+
+
 def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
     """The build half of the split-K GPU test: SPLIT_CHECKED (64 x 64 tiles, element copies) writes its partial
     as fp32 pairs (no stmatrix); the reduction sums in fp32 and rounds once."""
