@@ -239,6 +239,19 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                         k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                        accumulators, _accumulator_slots(tiled, mi, ni), element)
 
+        def start_pipeline(copy_ahead):
+            """The pipelined loop's prologue: the copies of the first `stages - 1` k-tiles (`copy_ahead(j)`
+            issues k-tile j's into stage j and returns its group), the wait for the first and the fragments of
+            its first k16 block; returns the last group and the two register buffers."""
+            for ahead in range(stages - 1):
+                group = copy_ahead(ahead)
+            buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
+                       for _ in range(2)]
+            k.wait_groups(group, stages - 2)
+            k.barrier()
+            fragments(stage_offset(k.index(0)), 0, buffers[0])
+            return group, buffers
+
         def pipelined_step(k_tile, stage_at, buffers, group, copy):
             """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied,
             at the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step
@@ -317,8 +330,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                                  k.compare("ult", depth, (stages - 1) * bk))):
                 llvm.intr_trap()
             with k.if_(k.compare("ult", block, tiles)):  # a grid past the tiles: the rest idle
-                _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies,
-                                 load, fragments, pipelined_step, store_c, clear_accumulators)
+                _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load,
+                                 stage_offset, start_pipeline, pipelined_step, store_c, clear_accumulators)
             return k.module
         row0, col0 = tile_origin(block)
 
@@ -344,13 +357,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
                 fragments(k.index(0), None, (a_regs, b_regs))
                 multiply((a_regs, b_regs), blocks)
         elif config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
-            for ahead in range(stages - 1):
-                group = load_k_tile(k.index(ahead))
-            buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
-                       for _ in range(2)]
-            k.wait_groups(group, stages - 2)
-            k.barrier()
-            fragments(stage_offset(k.index(0)), 0, buffers[0])
+            group, buffers = start_pipeline(lambda ahead: load_k_tile(k.index(ahead)))
 
             def k_tile_step(k_tile, inside):
                 pipelined_step(k_tile, stage_offset, buffers, group,
@@ -391,8 +398,8 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     return k.module
 
 
-def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, fragments,
-                     pipelined_step, store_c, clear_accumulators) -> None:
+def _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, stage_offset,
+                     start_pipeline, pipelined_step, store_c, clear_accumulators) -> None:
     """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles cta,
     cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the inner
     loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its last
@@ -404,7 +411,7 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, 
     from mlir.dialects import arith
 
     bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
-    blocks, ahead = tiled.a.k_blocks, config.stages - 1
+    ahead = stages - 1
     ctas, cta = k.grid_size(), k.block_id()
     own_tiles = arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas)
 
@@ -414,7 +421,7 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, 
         return k.minimum(row0, arith.subi(m, k.index(bm))), units
 
     def stage_at(first_stage, k_tile):  # the byte offset of a tile's k-tile's stage
-        return arith.muli(arith.remui(arith.addi(first_stage, k_tile), k.index(stages)), k.index(config.stage_bytes))
+        return stage_offset(arith.addi(first_stage, k_tile))
 
     def load_k_tile(at, k_tile, origin, columns_inside):  # columns past K zero-filled unless `columns_inside`
         row0, col_units = origin
@@ -422,13 +429,9 @@ def _persistent_loop(k, config, tiled, tile_origin, tiles, k_tiles, m, n_units, 
         return load(k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(depth, k0), at),
                     rows_inside=True, columns_inside=columns_inside)
 
-    buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
-               for _ in range(2)]
-    for k_tile in range(ahead):
-        group = load_k_tile(stage_at(k.index(0), k.index(k_tile)), k.index(k_tile), inside(*tile_origin(cta)), True)
-    k.wait_groups(group, stages - 2)
-    k.barrier()
-    fragments(k.index(0), 0, buffers[0])
+    first_origin = inside(*tile_origin(cta))
+    group, buffers = start_pipeline(lambda k_tile: load_k_tile(stage_offset(k.index(k_tile)), k.index(k_tile),
+                                                               first_origin, True))
     with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
         tile, first_stage = turn.values
         # the origins recomputed where needed (divisions once a tile) rather than held across the loops
