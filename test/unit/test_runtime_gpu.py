@@ -220,8 +220,8 @@ def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
     config, (m, n) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520)
     a, b = gemm.inputs(m, n, depth, element="bf16")
     module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
-    _, _, c, *_ = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
-                                             depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
+    _, _, c = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
+                                         depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
     ok, worst = gemm.check(c, a, b, "bf16")
     assert ok, worst
 
