@@ -86,9 +86,9 @@ def build(directory: Path, count: int) -> None:
                 transfer(case["opcode"], sm, regs, dst_layout=shared, src_layout=registers)
                 k.barrier()
                 k.store(k.load(sm, [lane]), out, [lane, 0])
-        transfer = contract.verdict(contract.Query.of_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
-                                            base_alignment=max(128, contract.aligned_for(shared)))).require()
-        model = transfer_wavefronts(transfer)
+        checked = contract.verdict(contract.Query.of_layouts(case["opcode"], registers, shared, register_slots=slots, shared_words=words,
+                                           base_alignment=max(128, contract.aligned_for(shared)))).require()
+        model = transfer_wavefronts(checked)
         (directory / f"case_{index}.ptx").write_text(compile_to_ptx(k.module))
         manifest.append({**case, "index": index, "slots": slots, "predicted_per_instruction": model.total / model.instructions,
                          "instructions": model.instructions, "minimum": model.minimum})

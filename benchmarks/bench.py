@@ -249,6 +249,14 @@ def shared_words(config: Config) -> int:
     return -(-cosize // BLOCK) * BLOCK
 
 
+def offset_step(config: Config) -> int:
+    """Words per unit of a load's loop-carried region start (always 0 at run time, so that the loads stay in
+    the loop): 4 (16 bytes), or the swizzle's period, since a view's dynamic offset passes through the
+    swizzle only in whole periods (the verifier's row-alignment rule); the C++ kernel steps as far."""
+    swizzle = Layout.parse(config.shared).swizzle
+    return max(4, swizzle.period if swizzle else 1)
+
+
 # --------------------------------------------------------------------------------------------- build
 def generated_kernel(config: Config):
     """The benchmark kernel through the mlir-tile builder."""
@@ -287,7 +295,7 @@ def generated_kernel(config: Config):
             for unrolled in range(UNROLL):
                 if config.is_load:
                     offset = offsets[unrolled % chains]
-                    words_offset = arith.muli(arith.index_cast(index, offset), k.index(4))
+                    words_offset = arith.muli(arith.index_cast(index, offset), k.index(offset_step(config)))
                     view = memref.subview(sm, [words_offset], [words], [1], result_type=ir.Type.parse(view_type))
                     transfer(config.opcode, registers, view, dst_layout=config.registers,
                                     src_layout=config.shared, scope=config.scope)
@@ -356,7 +364,7 @@ def hand_written_source(config: Config) -> str:
         else:
             offset, pointer = 0, f"address_{position}"
             used.append(position)
-        load_pointer = f"({pointer} + offset[u % CHAINS] * 16)"
+        load_pointer = f"({pointer} + offset[u % CHAINS] * {4 * offset_step(config)})"
         slots = [registers.offset(*prefix, i, 0, 0) for i in range(count)]
         names = ", ".join(f"%{i}" for i in range(count))
         if config.is_load:
