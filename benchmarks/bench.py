@@ -249,14 +249,6 @@ def shared_words(config: Config) -> int:
     return -(-cosize // BLOCK) * BLOCK
 
 
-def offset_step(config: Config) -> int:
-    """Words per unit of a load's loop-carried region start (always 0 at run time, so that the loads stay in
-    the loop): 4 (16 bytes), or the swizzle's period, since a view's dynamic offset passes through the
-    swizzle only in whole periods (the verifier's row-alignment rule); the C++ kernel steps as far."""
-    swizzle = Layout.parse(config.shared).swizzle
-    return max(4, swizzle.period if swizzle else 1)
-
-
 # --------------------------------------------------------------------------------------------- build
 def generated_kernel(config: Config):
     """The benchmark kernel through the mlir-tile builder."""
@@ -289,13 +281,16 @@ def generated_kernel(config: Config):
         # An i32 induction variable, like the C++ `int it`: the loop scaffolding is the same in both kernels.
         loop = scf.ForOp(k.constant(0), iterations, k.constant(1),
                          [start] * chains + [start] * (len(used_slots) if config.is_load else 0))
+        # the loads' loop-carried region start (0 at run time: they stay in the loop) steps in the tile's
+        # alignment, whole swizzle periods, as a view's dynamic offset must ([row-alignment])
+        step = contract.aligned_for(config.shared) // 4
         with ir.InsertionPoint(loop.body):
             carried = list(loop.inner_iter_args)
             offsets, accumulators = carried[:chains], carried[chains:]
             for unrolled in range(UNROLL):
                 if config.is_load:
                     offset = offsets[unrolled % chains]
-                    words_offset = arith.muli(arith.index_cast(index, offset), k.index(offset_step(config)))
+                    words_offset = arith.muli(arith.index_cast(index, offset), k.index(step))
                     view = memref.subview(sm, [words_offset], [words], [1], result_type=ir.Type.parse(view_type))
                     transfer(config.opcode, registers, view, dst_layout=config.registers,
                                     src_layout=config.shared, scope=config.scope)
@@ -364,7 +359,7 @@ def hand_written_source(config: Config) -> str:
         else:
             offset, pointer = 0, f"address_{position}"
             used.append(position)
-        load_pointer = f"({pointer} + offset[u % CHAINS] * {4 * offset_step(config)})"
+        load_pointer = f"({pointer} + offset[u % CHAINS] * {contract.aligned_for(config.shared)})"  # as generated
         slots = [registers.offset(*prefix, i, 0, 0) for i in range(count)]
         names = ", ".join(f"%{i}" for i in range(count))
         if config.is_load:

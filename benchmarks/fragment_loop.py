@@ -23,7 +23,7 @@ from mlir_tile.layout import Layout  # noqa: E402
 BLOCK, BLOCKS_PER_SM, ITERATIONS = 128, 4, 4096
 MMA_FLOPS = 2 * 16 * 8 * 16
 MMAS_PER_ITERATION = 32  # per warp
-PERIOD = Layout.parse(mma_tile.A_SHARED).swizzle.period  # words; B's tile has the same swizzle
+TILE_ALIGNMENT = contract.aligned_for(Layout.parse(mma_tile.A_SHARED))  # bytes: a swizzle period (B's alike)
 
 
 def generated_kernel():
@@ -38,7 +38,7 @@ def generated_kernel():
                 min_blocks_per_sm=BLOCKS_PER_SM, context=ir.Context()) as k:
         out, iterations, zero = k.arguments
         tid = k.thread_id()
-        tiles = [k.shared(name, words, alignment=contract.aligned_for(Layout.parse(mma_tile.A_SHARED))) for name in ("a_tile", "b_tile")]
+        tiles = [k.shared(name, words, alignment=TILE_ALIGNMENT) for name in ("a_tile", "b_tile")]
         with k.loop(0, words // BLOCK) as step:  # small integers: finite fp16 values
             position = arith.addi(tid, arith.muli(step, k.index(BLOCK)))
             value = arith.andi(arith.index_cast(ir.IntegerType.get_signless(32), position), k.constant(0x03FF03FF))
@@ -53,7 +53,8 @@ def generated_kernel():
         with ir.InsertionPoint(loop.body):
             # the region start depends on the last iteration (always 0): loads cannot leave the loop; a
             # multiple of the swizzle's period, as a view's offset must be for the swizzle to hold
-            start = arith.muli(arith.index_cast(ir.IndexType.get(), loop.inner_iter_args[0]), k.index(PERIOD))
+            start = arith.muli(arith.index_cast(ir.IndexType.get(), loop.inner_iter_args[0]),
+                               k.index(TILE_ALIGNMENT // 4))
             a_view, b_view = (memref.subview(t, [start], [words], [1], result_type=ir.Type.parse(view)) for t in tiles)
             transfer(mma_tile.LDMATRIX, a, a_view, dst_layout=mma_tile.A_REGISTERS,
                             src_layout=mma_tile.A_SHARED, scope="warpgroup")
@@ -127,7 +128,7 @@ extern "C" __global__ void __launch_bounds__({BLOCK}, {BLOCKS_PER_SM}) fragment_
   for (int i = 0; i < 16; ++i) ra[i] = 0x3C003C00u;
   for (int i = 0; i < 64; ++i) rb[i] = 0x3C003C00u;
   for (int it = 0; it < iterations; ++it) {{
-    const unsigned dyn = next * {4 * PERIOD};
+    const unsigned dyn = next * {TILE_ALIGNMENT};
     {_split_loads(body) if with_loads else ''}
     {' '.join(b for b in body if 'mma.sync' in b)}
     next = __float_as_uint(acc[0]) & zero;
