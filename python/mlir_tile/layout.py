@@ -16,7 +16,8 @@ from typing import Iterator, Mapping, Union
 
 THREAD_AXES = ("laneid", "warpid")
 MAX_TEXT = 4096  # characters of layout text: a bound on what one op may ask the parser for
-MAX_DEPTH = 8  # modes inside modes
+MAX_DEPTH = 8  # modes inside modes, in layout text
+MAX_NESTING = 64  # tuples inside tuples of a Layout built in Python (the algebra nests deeper than text does)
 MAX_ENUMERATED = 1 << 16  # coordinates a swizzled layout's cosize visits one by one
 
 
@@ -118,6 +119,15 @@ def _flatten(item) -> list:
     return [item]
 
 
+def _nesting(item) -> int:
+    """How deep tuples nest in `item` (0 for an integer), level by level: no recursion, whatever the depth."""
+    depth, level = 0, [item]
+    while depth <= MAX_NESTING and any(isinstance(x, tuple) for x in level):
+        level = [part for x in level if isinstance(x, tuple) for part in x]
+        depth += 1
+    return depth
+
+
 def _congruent(shape, stride) -> bool:
     if isinstance(shape, tuple) != isinstance(stride, tuple):
         return False
@@ -147,6 +157,11 @@ class Layout:
     def __post_init__(self) -> None:
         if not isinstance(self.shape, tuple) or not isinstance(self.stride, tuple):
             raise ValueError(f"layout shape and stride are tuples, got {self.shape!r} and {self.stride!r}")
+        for what, item in (("shape", self.shape), ("stride", self.stride)):
+            if _nesting(item) > MAX_NESTING:  # checked before any recursive walk of the tuples
+                raise ValueError(f"layout {what} nests tuples more than {MAX_NESTING} deep")
+        if self.swizzle is not None and not isinstance(self.swizzle, Swizzle):
+            raise ValueError(f"layout swizzle is a Swizzle (Sw<B,M,S>) or None, got {self.swizzle!r}")
         if len(self.shape) != len(self.stride) or not _congruent(self.shape, self.stride):
             raise ValueError(
                 f"layout shape {_tuple_text(self.shape)} and stride {_tuple_text(self.stride)} do not have the same "
@@ -226,7 +241,7 @@ class Layout:
     def min_offset(self) -> int:
         return sum(min(0, (n - 1) * s) for n, s in self._memory_leaves())
 
-    @property
+    @functools.cached_property
     def cosize(self) -> int:
         """One past the largest memory offset the layout reaches (for a swizzled layout of more than
         MAX_ENUMERATED coordinates, a bound on it: the swizzle can set every bit it changes)."""
@@ -319,12 +334,31 @@ def as_layout(value: "Layout | str") -> Layout:
     return value if isinstance(value, Layout) else Layout.parse(value)
 
 
+def _on_layouts(function):
+    """`function` of the algebra, taking its layout arguments as Layouts or their text (`make_layout`: every
+    argument; the others: the first); anything else is a ValueError naming the function."""
+    every = function.__name__ == "make_layout"
+
+    @functools.wraps(function)
+    def checked(*arguments, **keywords):
+        if not arguments:
+            raise ValueError(f"{function.__name__}: takes a layout (a Layout or its text)")
+        layouts = arguments if every else arguments[:1]
+        converted = []
+        for value in layouts:
+            if not isinstance(value, (Layout, str)):
+                raise ValueError(f"{function.__name__}: takes a layout (a Layout or its text), got {value!r}")
+            converted.append(as_layout(value))
+        return function(*converted, *arguments[len(layouts):], **keywords)
+    return checked
+
+
 def _tuple_text(items) -> str:
     return "(" + ",".join(_tuple_text(i) if isinstance(i, tuple) else str(i) for i in items) + ")"
 
 
 class _LayoutParser:
-    _TOKEN = re.compile(r"\s*(?:(?P<int>-?\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[():,@<>]))")
+    _TOKEN = re.compile(r"\s*(?:(?P<int>-?[0-9]+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[():,@<>]))", re.ASCII)
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
@@ -515,6 +549,7 @@ def _rearrange(layout: Layout, pattern: str, sizes: Mapping[str, int]) -> Layout
     return Layout(tuple(shape), tuple(stride))
 
 
+@_on_layouts
 def unpack_b32(layout: Layout, per_word: int = 2) -> Layout:
     """A row-major (rows, words) tile layout, swizzled or not, seen as (rows, elements) of the `per_word`
     16-bit (2) or 8-bit (4) elements each word holds: the same bytes, so element (r, c) lies in word
@@ -530,6 +565,7 @@ def unpack_b32(layout: Layout, per_word: int = 2) -> Layout:
     return Layout((layout.shape[0], layout.shape[1] * per_word), (layout.stride[0] * per_word, 1), swizzle)
 
 
+@_on_layouts
 def pack_b16_as_b32(layout: Layout) -> Layout:
     """View a layout over 16-bit elements (half/bf16) as a layout over the b32 words that hold them.
 
@@ -606,6 +642,7 @@ def _modes(layout: Layout) -> list[Layout]:
     return [layout[axis] for axis in range(layout.rank)]
 
 
+@_on_layouts
 def make_layout(*layouts: Layout) -> Layout:
     """The layout whose modes are the given layouts (each a mode, nested if it has several); thread strides
     are kept (this only regroups)."""
@@ -621,6 +658,7 @@ def _unswizzled(layout: Layout, operation: str) -> Layout:
     return layout
 
 
+@_on_layouts
 def coalesce(layout: Layout, profile=None) -> Layout:
     """The same function with as few modes as can express it (CuTe's coalesce): extents of 1 dropped, a mode
     merged into the one before when its stride is that one's extent times stride. With a tuple profile, each
@@ -646,6 +684,7 @@ def coalesce(layout: Layout, profile=None) -> Layout:
     return Layout(tuple(shapes), tuple(strides), layout.swizzle)
 
 
+@_on_layouts
 def composition(a: Layout, b) -> Layout:
     """A o B: B's coordinates mapped through B to A's coordinates, then through A (CuTe's composition). `b` is a
     layout, an integer n (n:1), or a tuple with one tiler per leading mode of `a` (None keeps that mode). A
@@ -695,6 +734,7 @@ def _compose(a: tuple, b: tuple) -> tuple:
     return (shapes[0], strides[0]) if len(shapes) == 1 else (tuple(shapes), tuple(strides))
 
 
+@_on_layouts
 def complement(layout: Layout, cotarget: int = 1) -> Layout:
     """The layout of the offsets below `cotarget` that `layout` does not reach, ordered so that (layout,
     complement) is injective (CuTe's complement)."""
@@ -716,6 +756,7 @@ def complement(layout: Layout, cotarget: int = 1) -> Layout:
     return coalesce(Layout(tuple(shapes), tuple(strides)))
 
 
+@_on_layouts
 def right_inverse(layout: Layout) -> Layout:
     """R with layout(R(i)) == i for every i below R's size, as large as possible (CuTe's right_inverse)."""
     _unswizzled(layout, "right_inverse")
@@ -734,12 +775,14 @@ def right_inverse(layout: Layout) -> Layout:
     return coalesce(Layout(tuple(shapes) or (1,), tuple(inverse_strides) or (0,)))
 
 
+@_on_layouts
 def left_inverse(layout: Layout) -> Layout:
     """L with L(layout(i)) == i for every coordinate i (CuTe's left_inverse: the right inverse of the layout
     completed by its complement)."""
     return right_inverse(make_layout(layout, complement(layout)))
 
 
+@_on_layouts
 def logical_divide(layout: Layout, tiler) -> Layout:
     """`layout` split by `tiler` into (the tile, the tiles): layout o (tiler, complement(tiler, size)), by mode
     for a tuple tiler (CuTe's logical_divide)."""
@@ -749,6 +792,7 @@ def logical_divide(layout: Layout, tiler) -> Layout:
     return composition(layout, make_layout(tiler, complement(tiler, Layout(layout.shape, layout.stride).size)))
 
 
+@_on_layouts
 def logical_product(layout: Layout, tiler) -> Layout:
     """(layout, the tiler's layout of copies of it): (A, complement(A, size(A) * cosize(B)) o B), by mode for a
     tuple tiler (CuTe's logical_product)."""
@@ -782,10 +826,12 @@ def _zipped(operation, layout: Layout, tiler) -> Layout:
     return Layout(result.shape, result.stride, layout.swizzle)
 
 
+@_on_layouts
 def zipped_divide(layout: Layout, tiler) -> Layout:
     return _zipped(logical_divide, layout, tiler)
 
 
+@_on_layouts
 def zipped_product(layout: Layout, tiler) -> Layout:
     return _zipped(logical_product, layout, tiler)
 
@@ -802,10 +848,12 @@ def _tiled(zipped: Layout, layout: Layout, tiler) -> Layout:
     return Layout(result.shape, result.stride, zipped.swizzle)
 
 
+@_on_layouts
 def tiled_divide(layout: Layout, tiler) -> Layout:
     return _tiled(zipped_divide(layout, tiler), layout, tiler)
 
 
+@_on_layouts
 def tiled_product(layout: Layout, tiler) -> Layout:
     return _tiled(zipped_product(layout, tiler), layout, tiler)
 
@@ -817,12 +865,14 @@ def _interleaved_product(block: Layout, tiler: Layout, block_first: bool) -> Lay
     return make_layout(*[make_layout(x, y) if block_first else make_layout(y, x) for x, y in zip(inner, outer)])
 
 
+@_on_layouts
 def blocked_product(block: Layout, tiler: Layout) -> Layout:
     """The tiler's copies of `block`, each mode of the result (block mode, tiler mode): CuTe's blocked_product,
     the block's elements contiguous within each copy."""
     return _interleaved_product(block, _as_layout(tiler), True)
 
 
+@_on_layouts
 def raked_product(block: Layout, tiler: Layout) -> Layout:
     """Each mode of the result (tiler mode, block mode): CuTe's raked_product, the copies interleaved element by
     element."""

@@ -117,6 +117,7 @@ _MAX_SHARED_BYTES = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 102
 MAX_ALIGNMENT = 2**31  # the largest .align ptxas accepts (2^32: "Constant overflow")
 # A block's threads: at most 1024 in all, and per dimension (x, y, z) at most these.
 MAX_BLOCK_THREADS = 1024
+MAX_BLOCKS_PER_SM = 32  # resident blocks an SM holds (sm_80, sm_90): the most `.minnctapersm` can ask for
 MAX_BLOCK_DIMENSIONS = (1024, 1024, 64)
 
 

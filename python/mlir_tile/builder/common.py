@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from pathlib import Path
 from typing import Sequence
 
 from mlir import ir
 
 from mlir_tile import targets
+from mlir_tile.passes.ir_facts import memory_space
 
 WORKGROUP = "#gpu.address_space<workgroup>"
 PRIVATE = "#gpu.address_space<private>"
@@ -30,9 +32,44 @@ def parse_type(text: ir.Type | str) -> ir.Type:
         raise BuilderError(f"'{text}' is not an MLIR type: {error}") from None
 
 
-def count(value, what: str, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise BuilderError(f"{what} must be an integer of at least {minimum}, got {value!r}")
+MAX_EXTENT = 2**31 - 1  # the most elements of a buffer: every element a 32-bit index reaches
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def count(value, what: str, minimum: int = 1, maximum: int = MAX_EXTENT) -> int:
+    if not is_int(value) or not minimum <= value <= maximum:
+        raise BuilderError(f"{what} must be an integer from {minimum} to {maximum}, got {value!r}")
+    return value
+
+
+def power_of_two(value, what: str, minimum: int = 1) -> int:
+    """An alignment: a power of two from `minimum` to what ptxas accepts."""
+    if not is_int(value) or value < minimum or value & (value - 1) or targets.alignment_problem(value):
+        raise BuilderError(f"{what} must be a power of two from {minimum} to {targets.MAX_ALIGNMENT}, got {value!r}")
+    return value
+
+
+# The element types of buffers and registers (what the NVPTX backend loads and stores), and of scalars.
+ELEMENT_TYPES = ("i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "index")
+SCALAR_TYPES = ("i1",) + ELEMENT_TYPES
+
+
+def element_type(text, what: str, allowed: tuple[str, ...] = ELEMENT_TYPES) -> ir.Type:
+    """One of `allowed` (type texts), as a type (BuilderError naming `what` otherwise)."""
+    kind = parse_type(text)
+    if str(kind) not in allowed:
+        raise BuilderError(f"{what}: the element type is one of {', '.join(allowed)}, got {text!r}")
+    return kind
+
+
+def typed_value(value, what: str, *types: str) -> ir.Value:
+    """`value`, an ir.Value of one of `types` (their text), else BuilderError."""
+    if not isinstance(value, ir.Value) or str(value.type) not in types:
+        got = f"a value of type {value.type}" if isinstance(value, ir.Value) else repr(value)
+        raise BuilderError(f"{what}: expected a value of type {' or '.join(types)}, got {got}")
     return value
 
 
@@ -43,18 +80,75 @@ def identifier(name, what: str) -> str:
 
 
 def memref_type(shape: Sequence[int], element: str = "i32", space: str | None = None) -> ir.MemRefType:
-    """`memref_type((16, 4, 2))` is memref<16x4x2xi32> in the current context."""
+    """`memref_type((16, 4, 2))` is memref<16x4x2xi32> in the current context: at most MAX_EXTENT elements of
+    one of ELEMENT_TYPES."""
+    if not isinstance(shape, (list, tuple)) or not shape:
+        raise BuilderError(f"a memref shape is a non-empty list of extents, got {shape!r}")
     extents = [count(n, "a memref extent") for n in shape]
-    try:
-        return ir.MemRefType.get(extents, parse_type(element), memory_space=ir.Attribute.parse(space) if space else None)
-    except ir.MLIRError as error:
-        raise BuilderError(f"no memref of {element!r} elements: {error}") from None
+    if math.prod(extents) > MAX_EXTENT:
+        raise BuilderError(f"a memref of shape {tuple(extents)} has more than {MAX_EXTENT} elements")
+    kind = element_type(element, "memref")
+    return ir.MemRefType.get(extents, kind, memory_space=ir.Attribute.parse(space) if space else None)
 
 
-def memref_value(value, what: str) -> ir.Value:
+def memref_value(value, what: str, space: str | None = None) -> ir.Value:
+    """`value`, a memref (in `space`: "global", "shared" or "private", when given), else BuilderError."""
     if not isinstance(value, ir.Value) or not isinstance(value.type, ir.MemRefType):
-        raise BuilderError(f"{what}: expected a memref value, got {value!r}")
+        got = f"a value of type {value.type}" if isinstance(value, ir.Value) else repr(value)
+        raise BuilderError(f"{what}: expected a memref value, got {got}")
+    if space is not None and memory_space(ir.MemRefType(value.type)) != space:
+        raise BuilderError(f"{what}: expected a memref in {space} memory, got {value.type}")
     return value
+
+
+def values_in(arguments, depth: int = 3):
+    """The ir.Values among `arguments` and inside their lists and tuples (a coordinate's (value, int))."""
+    for argument in arguments:
+        if isinstance(argument, ir.Value):
+            yield argument
+        elif isinstance(argument, (list, tuple)) and depth:
+            yield from values_in(argument, depth - 1)
+
+
+def enclosing_blocks(block: ir.Block) -> list[ir.Block]:
+    """`block` and every block that encloses it, innermost first: where a value visible in `block` is made."""
+    blocks = []
+    while block is not None:
+        blocks.append(block)
+        parent = block.owner
+        block = parent.operation.block if parent is not None and parent.operation.parent is not None else None
+    return blocks
+
+
+def home_block(value: ir.Value) -> ir.Block:
+    owner = value.owner
+    return owner.operation.block if isinstance(owner, (ir.Operation, ir.OpView)) else owner
+
+
+def _function_name(block: ir.Block) -> str | None:
+    for enclosing in enclosing_blocks(block):
+        op = enclosing.owner
+        if op is not None and op.operation.name == "gpu.func":
+            return ir.StringAttr(op.operation.attributes["sym_name"]).value
+    return None
+
+
+def check_visible(values, what: str, here: list[ir.Block]) -> None:
+    """BuilderError naming the value and where it was made unless each value is visible in the innermost
+    block of `here` (enclosing_blocks of the insertion point): made in it or in a block around it."""
+    for value in values:
+        home = home_block(value)
+        if home in here:
+            continue
+        made = f"{value.owner.name}'s result" if isinstance(value.owner, (ir.Operation, ir.OpView)) else \
+            "a block argument (a loop index or carried value)"
+        theirs, ours = _function_name(home), _function_name(here[0])
+        if theirs != ours or (here[-1] not in enclosing_blocks(home)):
+            raise BuilderError(f"{what}: the value ({made}, of type {value.type}) was made in kernel "
+                               f"'{theirs}', and cannot be used in kernel '{ours}'")
+        raise BuilderError(f"{what}: the value ({made}, of type {value.type}) was made inside a loop or branch "
+                           f"that has ended, and is not visible here; carry it out of the loop (loop(carried=...)) "
+                           f"or the branch (if_(results=...))")
 
 
 _BUILDER_FILES = {str(path) for path in Path(__file__).parent.glob("*.py")} | {contextlib.__file__}

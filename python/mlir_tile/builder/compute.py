@@ -8,7 +8,8 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
-from mlir_tile.builder.common import BuilderError, caller_location, count, memref_value, parse_type
+from mlir_tile.builder.common import (BuilderError, caller_location, check_visible, count, enclosing_blocks, is_int,
+                                      memref_value, parse_type, typed_value)
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.layout import Layout
@@ -31,12 +32,19 @@ def transfer(
     values (`op.dst_layout` is a Layout). Raises `contract.ContractError` for an illegal transfer, with the
     verdict the verifier pass gives on the same IR (the op is then not left in the IR); check=False builds
     one on purpose, e.g. for a diagnostics test (`mlir_tile.dialect.tile.matrix_transfer` never checks)."""
+    if loc is not None and not isinstance(loc, ir.Location):
+        raise BuilderError(f"transfer: loc is an ir.Location, got {loc!r}")
+    if ip is not None and not isinstance(ip, ir.InsertionPoint):
+        raise BuilderError(f"transfer: ip is an ir.InsertionPoint, got {ip!r}")
+    if (loc or ir.Location.current) is None or (ip or ir.InsertionPoint.current) is None:
+        raise BuilderError("transfer: builds at an insertion point, inside `with Kernel(...)` (or pass loc and ip)")
     load_dialect((loc or ir.Location.current).context)
     for what, text in (("opcode", opcode), ("scope", scope)):
         if not isinstance(text, str):
             raise BuilderError(f"transfer: {what} must be a string, got {text!r}")
     for what, value in (("dst", dst), ("src", src)):
         memref_value(value, f"transfer {what}")
+    check_visible([dst, src], "transfer", enclosing_blocks((ip or ir.InsertionPoint.current).block))
     for what, layout in (("dst_layout", dst_layout), ("src_layout", src_layout)):
         if not isinstance(layout, (Layout, str)):
             raise BuilderError(f"transfer: {what} must be a Layout or its text, got {layout!r}")
@@ -61,7 +69,7 @@ class Compute:
         A from slots `a_slots` (a0..a3) of register storage `a`, B from `b_slots` (b0, b1) of `b`, and the f32
         accumulators in `c_slots` (c0..c3) of `accumulators`, updated in place. Every attribute of nvvm.mma.sync
         is set (the bindings abort the process when the multiplicand types are left to inference)."""
-        if element not in ("f16", "bf16") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
+        if element not in ("f16", "bf16") or not _slots(a_slots, 4) or not _slots(b_slots, 2) or not _slots(c_slots, 4):
             raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
         # NVVM takes f16 pairs as vector<2xf16> and bf16 pairs as the i32 word that holds them
         pair = ir.VectorType.get([2], parse_type(element))
@@ -74,8 +82,10 @@ class Compute:
         """`mma.sync.aligned.m16n8k32.row.col{.satfinite}.s32.{s8|u8}.{s8|u8}.s32`: A (four words of four 8-bit
         elements) from `a_slots` of `a`, B from `b_slots` (b0, b1) of `b`, the s32 accumulators in `c_slots`
         (i32 register storage) updated in place; wrapping on overflow unless `saturate`."""
-        if element not in ("s8", "u8") or len(a_slots) != 4 or len(b_slots) != 2 or len(c_slots) != 4:
+        if element not in ("s8", "u8") or not _slots(a_slots, 4) or not _slots(b_slots, 2) or not _slots(c_slots, 4):
             raise BuilderError("mma_m16n8k32: element s8 or u8, 4 A slots, 2 B slots and 4 accumulator slots")
+        if not isinstance(saturate, bool):
+            raise BuilderError(f"mma_m16n8k32: saturate is True or False, got {saturate!r}")
         overflow = ir.Attribute.parse(f"#nvvm.mma_int_overflow<{'satfinite' if saturate else 'wrapped'}>")
         self._mma("m = 16, n = 8, k = 32", element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots,
                   accumulators, c_slots, lambda word: word, int_overflow_behavior=overflow)
@@ -84,14 +94,20 @@ class Compute:
              operand, **attributes) -> None:
         """One nvvm.mma.sync (row x col) with every attribute set: operands loaded from register storage
         (`operand` turns a loaded word into the multiplicand's type), results stored back to the accumulators."""
-        for name, buffer in (("A", a), ("B", b), ("accumulator", accumulators)):
-            element_type = ir.MemRefType(memref_value(buffer, "mma").type).element_type
-            wanted = accumulator if name == "accumulator" else None
-            words = isinstance(element_type, (ir.IntegerType, ir.F32Type)) and (
-                not isinstance(element_type, ir.IntegerType) or element_type.width == 32)
-            if (wanted is not None and element_type != wanted) or not words:
-                raise BuilderError(f"mma: the {name} registers hold 32-bit words{f' of {wanted}' if wanted else ''}, "
-                                   f"got {element_type}")
+        i32 = ir.IntegerType.get_signless(32)
+        for name, buffer, slots in (("A", a, a_slots), ("B", b, b_slots), ("accumulator", accumulators, c_slots)):
+            kind = ir.MemRefType(memref_value(buffer, "mma", "private").type)
+            element_type = kind.element_type
+            # f16 pairs are bitcast from their word, which may be an f32 container; other pairs pass as the i32
+            wanted = [accumulator] if name == "accumulator" else [i32, ir.F32Type.get()] if element == "f16" else [i32]
+            if element_type not in wanted:
+                raise BuilderError(f"mma: the {name} registers of an {element} mma hold 32-bit words of "
+                                   f"{' or '.join(map(str, wanted))}, got {element_type}")
+            if any(not is_int(slot) or not 0 <= slot < kind.shape[0] for slot in slots):
+                raise BuilderError(f"mma: the {name} slots {list(slots)} are not all slots of {kind} (0 to "
+                                   f"{kind.shape[0] - 1})")
+        if len(set(c_slots)) != len(c_slots):
+            raise BuilderError(f"mma: the accumulator slots {list(c_slots)} repeat a slot")
         result = nvvm.mma_sync(
             ir.Type.parse(f"!llvm.struct<({', '.join([str(accumulator)] * 4)})>"),
             ir.Attribute.parse(f"#nvvm.shape<{shape}>"),
@@ -106,6 +122,9 @@ class Compute:
     def pack_f16(self, low: ir.Value, high: ir.Value, element: str = "f16") -> ir.Value:
         """Two f32 values rounded to 16-bit floats in one i32 word, `low` in the low half (what stmatrix
         stores for a packed C/D fragment pair)."""
+        _f32(low, "pack_f16"), _f32(high, "pack_f16")
+        if element not in ("f16", "bf16"):
+            raise BuilderError(f"pack_f16: element f16 or bf16, got {element!r}")
         # one vector<2xf32> -> vector<2xhalf> conversion: PTX's cvt.rn.{f16|bf16}x2.f32, one instruction
         pair = vector.from_elements(ir.VectorType.get([2], ir.F32Type.get()), [low, high])
         narrow = arith.truncf(ir.VectorType.get([2], parse_type(element)), pair)
@@ -191,6 +210,8 @@ class Compute:
         before it are visible to a thread that then sees the phase complete). `per_warp`: the warp's threads
         meet (`bar.warp.sync`, which orders their accesses before lane 0's) and lane 0 arrives for all of
         them, so that a phase counts warps: one shared-memory atomic a warp, not 32."""
+        if not isinstance(per_warp, bool):
+            raise BuilderError(f"arrive: per_warp is True or False, got {per_warp!r}")
         if not per_warp:
             nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index))
             return
@@ -209,9 +230,11 @@ class Compute:
         hardware, rather than spinning)."""
         address = self._mbarrier(barriers, index)
         i32 = ir.IntegerType.get_signless(32)
-        if isinstance(parity, int) and parity not in (0, 1):
-            raise BuilderError(f"wait_phase: parity 0 or 1, got {parity!r}")
-        parity = self.constant(parity) if isinstance(parity, int) else arith.andi(  # the low bit: the parity
+        if is_int(parity) and parity not in (0, 1) or not is_int(parity) and not isinstance(parity, ir.Value):
+            raise BuilderError(f"wait_phase: parity 0 or 1, or an i32 or index value, got {parity!r}")
+        if isinstance(parity, ir.Value):
+            typed_value(parity, "wait_phase parity", "i32", "index")
+        parity = self.constant(parity) if is_int(parity) else arith.andi(  # the low bit: the parity
             parity if parity.type == i32 else arith.index_cast(i32, parity), self.constant(1))
         loop = scf.WhileOp([], [])
         before = loop.before.blocks.append()
@@ -228,12 +251,16 @@ class Compute:
             owner.attributes["name"]).value in self.mbarrier_buffers
         if not made:  # an mbarrier is used only after `mbarriers` initialized it
             raise BuilderError(f"mbarrier: the buffer `mbarriers` made, got {barriers.get_name()}: {kind}")
-        if isinstance(index, int) and not 0 <= index < kind.shape[0]:
+        if is_int(index) and not 0 <= index < kind.shape[0]:
             raise BuilderError(f"mbarrier: index {index} of {kind.shape[0]} mbarriers")
         i64 = ir.IntegerType.get_signless(64)
         base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(barriers))
         offset = arith.index_cast(i64, arith.muli(self.as_index(index), self.index(8)))
         return llvm.inttoptr(llvm.PointerType.get(3), arith.addi(base, offset))
+
+
+def _slots(slots, number: int) -> bool:
+    return isinstance(slots, (list, tuple)) and len(slots) == number
 
 
 def _f32(value, what: str) -> None:

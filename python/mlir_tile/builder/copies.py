@@ -8,11 +8,12 @@ from typing import NamedTuple, Sequence
 from mlir import ir
 from mlir.dialects import arith, memref, nvgpu, vector
 
-from mlir_tile.builder.common import BuilderError, count, memref_value
-from mlir_tile.layout import Layout, as_layout
-from mlir_tile.passes.ir_facts import memory_space, value_multiple
+from mlir_tile.builder.common import BuilderError, count, memref_value, typed_value
+from mlir_tile.layout import Layout
+from mlir_tile.passes.ir_facts import value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
+ASYNC_TOKEN = "!nvgpu.device.async.token"
 
 
 class TileChunks(NamedTuple):
@@ -32,10 +33,9 @@ class Copies:
         none valid, no byte is read). `whole`: the caller knows `valid` is 0 or all (no clamp is emitted;
         copy_tile_async proves it). Both addresses' alignment is proven or BuilderError. Returns the copy's
         token for `commit_group`."""
-        for name, buffer, space in (("dst", dst, "shared"), ("src", src, "global")):
-            kind = ir.MemRefType(memref_value(buffer, f"copy_async {name}").type)
-            if memory_space(kind) != space:
-                raise BuilderError(f"copy_async: {name} must be in {space} memory, got {kind}")
+        memref_value(dst, "copy_async dst", "shared"), memref_value(src, "copy_async src", "global")
+        if not isinstance(whole, bool):
+            raise BuilderError(f"copy_async: whole is True or False, got {whole!r}")
         if bytes not in ASYNC_COPY_BYTES:
             raise BuilderError(f"copy_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {bytes!r}")
         element_type = ir.MemRefType(dst.type).element_type
@@ -59,17 +59,16 @@ class Copies:
 
     def commit_group(self, tokens: Sequence[ir.Value]) -> ir.Value:
         """`cp.async.commit_group` of the copies behind `tokens`."""
-        tokens = list(tokens)
-        if not tokens or any(not isinstance(t, ir.Value) for t in tokens):
-            raise BuilderError(f"commit_group: the tokens of copy_async calls, got {tokens!r}")
+        if not isinstance(tokens, (list, tuple)) or not tokens:
+            raise BuilderError(f"commit_group: a list of the tokens of copy_async calls, got {tokens!r}")
+        tokens = [typed_value(t, "commit_group", ASYNC_TOKEN) for t in tokens]
         return nvgpu.device_async_create_group(tokens)
 
     def wait_groups(self, group: ir.Value, pending: int = 0) -> None:
         """`cp.async.wait_group pending`: wait until at most `pending` of this thread's committed groups are
         in flight (`group`: the latest commit_group's token; a barrier then makes the copies visible to the
         block)."""
-        if not isinstance(group, ir.Value) or str(group.type) != "!nvgpu.device.async.token":
-            raise BuilderError(f"wait_groups: the token of a commit_group, got {group!r}")
+        typed_value(group, "wait_groups", ASYNC_TOKEN)
         if not _dominates(group, ir.InsertionPoint.current.block):
             raise BuilderError("wait_groups: this commit_group's token was made inside a loop or branch that has "
                                "ended; pass a token made before it (the wait counts groups, not tokens)")
@@ -83,6 +82,7 @@ class Copies:
         bytes): each thread reads its chunks' elements one by one (an element past (valid_rows, valid_cols)
         reads element `src_origin` instead, which exists, and stores 0) and writes each chunk to shared
         memory as one 16-byte store at the layout's planned offset. Synchronous: a barrier makes it visible."""
+        self._tile_source(dst, src, "copy_tile")
         chunks = self.tile_chunks(dst, dst_layout, rows, cols, what="copy_tile")
         chunk, row, col, rows_before = chunks.chunk, chunks.row, chunks.col, chunks.rows_before
         element_type = ir.MemRefType(dst.type).element_type
@@ -102,12 +102,21 @@ class Copies:
             packed = vector.from_elements(ir.VectorType.get([chunk], element_type), values)
             self.store_vector(packed, view, [index])
 
+    def _tile_source(self, dst: ir.Value, src: ir.Value, what: str) -> None:
+        """A tile's source: a global memref of the shared destination's elements."""
+        memref_value(dst, f"{what} dst", "shared"), memref_value(src, f"{what} src", "global")
+        if ir.MemRefType(dst.type).element_type != ir.MemRefType(src.type).element_type:
+            raise BuilderError(f"{what}: src holds {ir.MemRefType(src.type).element_type} elements, dst "
+                               f"{ir.MemRefType(dst.type).element_type}; a tile copy does not convert")
+
     def tile_chunks(self, tile: ir.Value, layout: Layout | str, rows: int, cols: int, chunk_bytes: int = 16,
                     what: str = "tile_chunks") -> "TileChunks":
         """How the block shares a rows x cols tile of `tile`'s elements in `chunk_bytes` chunks: thread t takes
         chunk t + j * threads of a row-major walk (one warp's chunks are whole rows), so its chunks are at row
         `row` + each of `rows_before`, column `col`. BuilderError when the block cannot share it evenly."""
-        layout = as_layout(layout) if not isinstance(layout, Layout) else layout
+        memref_value(tile, what, "shared")
+        count(rows, f"{what}: rows"), count(cols, f"{what}: cols"), count(chunk_bytes, f"{what}: chunk_bytes")
+        layout = self._layout_fits(tile, layout, what)
         if layout.rank != 2 or layout.sizes != (rows, cols):
             raise BuilderError(f"{what}: the layout {layout} is not a {rows} x {cols} layout (row, col)")
         width = getattr(ir.MemRefType(memref_value(tile, what).type).element_type, "width", 0) // 8
@@ -145,6 +154,7 @@ class Copies:
         past (valid_rows, valid_cols) are zero-filled. Returns the copies' tokens."""
         if chunk_bytes not in ASYNC_COPY_BYTES:
             raise BuilderError(f"copy_tile_async: cp.async copies {ASYNC_COPY_BYTES} bytes, got {chunk_bytes!r}")
+        self._tile_source(dst, src, "copy_tile_async")
         chunks = self.tile_chunks(dst, dst_layout, rows, cols, chunk_bytes, what="copy_tile_async")
         chunk, row, col, rows_before = chunks.chunk, chunks.row, chunks.col, chunks.rows_before
         stride = self.as_index(src_row_stride)

@@ -4,6 +4,8 @@ mixins."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -11,12 +13,16 @@ from mlir import ir
 from mlir.dialects import arith, gpu, scf
 
 from mlir_tile import targets
-from mlir_tile.builder.common import BuilderError, caller_location, count, identifier, parse_type
+from mlir_tile.builder.common import (ELEMENT_TYPES, SCALAR_TYPES, BuilderError, caller_location, check_visible,
+                                      count, element_type, enclosing_blocks, identifier, is_int, parse_type,
+                                      values_in)
 from mlir_tile.builder.compute import Compute
 from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
 from mlir_tile.dialect import load_dialect
 
+_LARGEST_FINITE = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38,
+                   "f64": 1.7976931348623157e308}
 GLOBAL_ELEMENTS = 2**31 - 1  # a Global argument's static extent: every element a 32-bit index reaches
 
 
@@ -33,6 +39,8 @@ class Global:
 
 
 def _argument_type(spec) -> tuple[ir.Type, int | None]:
+    """A kernel argument's type and declared alignment: a Global, a scalar of SCALAR_TYPES, or a static memref
+    of ELEMENT_TYPES in global memory (passed as a bare pointer)."""
     if isinstance(spec, Global):
         if spec.element not in Global.ELEMENTS:
             raise BuilderError(f"Global: element {spec.element!r} is not one of {', '.join(Global.ELEMENTS)}")
@@ -41,7 +49,45 @@ def _argument_type(spec) -> tuple[ir.Type, int | None]:
         if problem:
             raise BuilderError(f"Global alignment {spec.alignment}: {problem}")
         return ir.MemRefType.get([GLOBAL_ELEMENTS], parse_type(spec.element)), spec.alignment
-    return parse_type(spec), None
+    kind = parse_type(spec)
+    if isinstance(kind, ir.MemRefType):
+        memref = ir.MemRefType(kind)
+        if (not memref.has_static_shape or memref.get_strides_and_offset() != (_row_major(memref.shape), 0)
+                or memref.memory_space is not None
+                or str(memref.element_type) not in ELEMENT_TYPES or math.prod(memref.shape) > GLOBAL_ELEMENTS):
+            raise BuilderError(f"kernel argument {spec!r}: a memref argument has a static shape of at most "
+                               f"{GLOBAL_ELEMENTS} elements of {', '.join(ELEMENT_TYPES)}, no layout and no memory "
+                               f"space (it is a global pointer); use Global(element) for an array of any length")
+        return kind, None
+    if str(kind) not in SCALAR_TYPES:
+        raise BuilderError(f"kernel argument {spec!r}: a kernel takes scalars ({', '.join(SCALAR_TYPES)}), static "
+                           f"memrefs or Global(element) arrays")
+    return kind, None
+
+
+def _row_major(shape) -> list[int]:
+    return [math.prod(shape[axis + 1:]) for axis in range(len(shape))]
+
+
+def _building(method):
+    """A public builder call: the kernel's `with` block is open and this kernel's, and every value among the
+    arguments is visible where the call builds (made in this kernel, in this block or one around it)."""
+    @functools.wraps(method)
+    def call(self, *arguments, **keywords):
+        what = f"{method.__name__}"
+        if not self._open:
+            raise BuilderError(f"{what}: kernel '{self.name}' is not being built: call it inside `with "
+                               f"Kernel(...) as k:` (this kernel's block has ended or not begun)")
+        here = enclosing_blocks(ir.InsertionPoint.current.block)
+        if self.body not in here:
+            raise BuilderError(f"{what}: the builder is inside another kernel's `with` block, not kernel "
+                               f"'{self.name}''s; call this kernel's methods in its own block")
+        if here[0] in self.ended_blocks:
+            raise BuilderError(f"{what}: this loop body or branch was ended by it.next(...) or branch.otherwise/"
+                               f"done(...); build before that call, or after the `with` block")
+        check_visible(values_in([*arguments, *keywords.values()]), what, here)
+        return method(self, *arguments, **keywords)
+    return call
 
 
 class Kernel(Memory, Copies, Compute):
@@ -72,7 +118,7 @@ class Kernel(Memory, Copies, Compute):
         self.module_name = identifier(module_name, "gpu.module name")
         if not isinstance(block, (tuple, list)) or len(block) != 3:
             raise BuilderError(f"block must be (x, y, z), got {block!r}")
-        self.block = tuple(count(n, "a block extent") for n in block)
+        self.block = tuple(count(n, "a block extent", maximum=2**63) for n in block)
         problem = targets.block_size_problem(self.block)
         if problem:
             raise BuilderError(f"block {self.block} {problem}")
@@ -82,15 +128,22 @@ class Kernel(Memory, Copies, Compute):
         if not isinstance(fast_math, bool):
             raise BuilderError(f"fast_math is True or False, got {fast_math!r}")
         self.chip, self.fast_math = chip, fast_math
-        self.min_blocks_per_sm = None if min_blocks_per_sm is None else count(min_blocks_per_sm, "min_blocks_per_sm")
+        self.min_blocks_per_sm = None if min_blocks_per_sm is None else count(
+            min_blocks_per_sm, "min_blocks_per_sm", maximum=targets.MAX_BLOCKS_PER_SM)
         self._argument_specs = list(arguments)
         self.context = context or _current_context_or_new()
         load_dialect(self.context)
         self._location = caller_location(self.context)  # diagnostics on the kernel point at the Kernel(...) line
         self._scopes: list = []
+        self._open = False  # between __enter__ and __exit__: the builder's calls build into this kernel
         self.mbarrier_buffers: set[str] = set()  # the shared buffers `mbarriers` made and initialized
+        self.symbols: set[str] = {self.name}  # the gpu.module's symbols: the kernel and its shared buffers
+        self.static_shared_bytes = 0
+        self.ended_blocks: list[ir.Block] = []  # loop bodies and branches ended by it.next / branch.otherwise
 
     def __enter__(self) -> "Kernel":
+        if self._open or hasattr(self, "module"):
+            raise BuilderError(f"kernel '{self.name}' is built once: its `with` block was already entered")
         self._scopes = [self.context, self._location]
         for scope in self._scopes:
             scope.__enter__()
@@ -102,6 +155,7 @@ class Kernel(Memory, Copies, Compute):
             raise
         self._insertion = ir.InsertionPoint(self.body)
         self._insertion.__enter__()
+        self._open = True
         return self
 
     def _build_kernel(self) -> None:
@@ -130,8 +184,8 @@ class Kernel(Memory, Copies, Compute):
         self.arguments = list(self.body.arguments)
 
     def __exit__(self, kind, value, traceback) -> None:
-        if kind is None:
-            gpu.ReturnOp([])
+        self._open = False
+        gpu.ReturnOp([])  # also after an exception: the module stays valid IR for whoever catches it
         self._insertion.__exit__(kind, value, traceback)
         for scope in reversed(self._scopes):
             scope.__exit__(kind, value, traceback)
@@ -168,14 +222,29 @@ class Kernel(Memory, Copies, Compute):
         return arith.constant(ir.IndexType.get(), value)
 
     def constant(self, value: int | float, element: str = "i32") -> ir.Value:
-        kind = parse_type(element)
-        if isinstance(kind, ir.FloatType) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        """An arith.constant of one of SCALAR_TYPES: an integer that fits the type's bits (signed or unsigned:
+        `constant(0xFFFFFFFF)` is the i32 -1; True/False for i1), or a number within a float type's range
+        (infinities and NaN as written)."""
+        kind = element_type(element, "constant", SCALAR_TYPES)
+        if isinstance(kind, ir.FloatType):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise BuilderError(f"constant: a number for a {kind} constant, got {value!r}")
+            if math.isfinite(value) and abs(value) > _LARGEST_FINITE[str(kind)]:
+                raise BuilderError(f"constant: {value!r} is outside the range of {kind} (largest finite "
+                                   f"{_LARGEST_FINITE[str(kind)]:g})")
             return arith.constant(kind, float(value))
-        if not isinstance(kind, ir.IntegerType) or not isinstance(value, int) or isinstance(value, bool):
-            raise BuilderError(f"constant: an integer value of an integer type, or a number of a float type, got "
-                               f"{value!r} of {element!r}")
-        if kind.width == 32 and value >= 2**31:
-            value -= 2**32  # a uint32 bit pattern as the i32 it is
+        if isinstance(value, bool) and str(kind) == "i1":
+            value = int(value)
+        if not is_int(value):
+            raise BuilderError(f"constant: an integer for a {kind} constant, got {value!r}")
+        if isinstance(kind, ir.IndexType):
+            return self.index(value)
+        width = kind.width
+        if not -(1 << (width - 1)) <= value < 1 << width or (width == 1 and value < 0):
+            raise BuilderError(f"constant: {value} does not fit {kind} (from {-(1 << (width - 1)) if width > 1 else 0} "
+                               f"to {(1 << width) - 1})")
+        if value >= 1 << (width - 1):
+            value -= 1 << width  # an unsigned bit pattern as the signed value it is
         return arith.constant(kind, value)
 
     def as_index(self, value: ir.Value | int) -> ir.Value:
@@ -197,42 +266,57 @@ class Kernel(Memory, Copies, Compute):
 
         With loop-carried values, `with k.loop(0, n, carried=[a, b]) as it:` gives `it.index`, `it.values`
         (this iteration's a and b); the body ends with `it.next(a2, b2)` and `it.results` are the values after
-        the loop (scf.for iter_args / scf.yield)."""
+        the loop (scf.for iter_args / scf.yield). An exception inside the body still ends it (carrying the
+        values unchanged), so the kernel stays valid IR for whoever catches it."""
         carried = _values(carried, "loop carried")
+        if is_int(step) and step < 1:
+            raise BuilderError(f"loop: the step is a positive integer or an index value, got {step!r}")
         for_op = scf.ForOp(self.as_index(lower), self.as_index(upper), self.as_index(step), carried or None)
-        if not carried:
-            with ir.InsertionPoint(for_op.body):
-                yield for_op.induction_variable
-                scf.YieldOp([])
-            return
-        iteration = _Iteration(for_op, [v.type for v in carried])
+        iteration = _Iteration(for_op, [v.type for v in carried], self) if carried else None
         with ir.InsertionPoint(for_op.body):
-            yield iteration
-            if not iteration.yielded:
+            try:
+                yield iteration if carried else for_op.induction_variable
+            except BaseException:
+                if not carried or not iteration.yielded:
+                    scf.YieldOp(iteration.values if carried else [])
+                raise
+            if not carried:
+                scf.YieldOp([])
+            elif not iteration.yielded:
+                scf.YieldOp(iteration.values)
                 raise BuilderError("loop: a loop with carried values ends its body with it.next(...)")
 
     @contextlib.contextmanager
     def if_(self, condition: ir.Value, results: Sequence[ir.Type | str] = ()):
         """`with k.if_(c) as branch:` builds an `scf.if`. Without results, the body is the then-branch. With
-        results, build the then-branch, call `branch.otherwise(*values)` to yield its values and start the
-        else-branch, and `branch.done(*values)` ends it; `branch.results` are the values after the if."""
+        results (of SCALAR_TYPES), build the then-branch, call `branch.otherwise(*values)` to yield its values
+        and start the else-branch, and `branch.done(*values)` ends it; `branch.results` are the values after
+        the if. An exception inside ends the open branches with zeros, so the kernel stays valid IR."""
         if not isinstance(condition, ir.Value) or condition.type != ir.IntegerType.get_signless(1):
             raise BuilderError(f"if_: the condition must be an i1 value (arith.cmpi), got {condition!r}")
-        kinds = [parse_type(t) for t in results]
+        if isinstance(results, (str, ir.Type)) or not isinstance(results, (list, tuple)):
+            raise BuilderError(f"if_: results is a list of types, got {results!r}")
+        kinds = [element_type(t, "if_ results", SCALAR_TYPES) for t in results]
         if_op = scf.IfOp(condition, kinds, has_else=bool(kinds))
         if not kinds:
             with ir.InsertionPoint(if_op.then_block):
-                yield None
-                scf.YieldOp([])
+                try:
+                    yield None
+                finally:
+                    scf.YieldOp([])
             return
-        branch = _Branch(if_op, kinds)
+        branch = _Branch(if_op, kinds, self)
         branch.insertion = ir.InsertionPoint(if_op.then_block)
         branch.insertion.__enter__()
         try:
             yield branch
+        except BaseException:
+            branch.abandon()
+            raise
         finally:
             branch.insertion.__exit__(None, None, None)
         if branch.stage != 2:
+            branch.abandon()
             raise BuilderError("if_: a conditional with results calls branch.otherwise(...) and branch.done(...)")
 
     def compare(self, predicate: str, a: ir.Value | int, b: ir.Value | int) -> ir.Value:
@@ -242,9 +326,15 @@ class Kernel(Memory, Copies, Compute):
         return arith.cmpi(getattr(arith.CmpIPredicate, predicate), self.as_index(a), self.as_index(b))
 
 
+for _name, _method in list(vars(Memory).items()) + list(vars(Copies).items()) + list(vars(Compute).items()) + \
+        list(vars(Kernel).items()):
+    if not _name.startswith("_") and callable(_method) and not isinstance(_method, type):
+        setattr(Kernel, _name, _building(_method))
+
+
 class _Iteration:
-    def __init__(self, for_op, kinds):
-        self._op, self._kinds, self.yielded = for_op, kinds, False
+    def __init__(self, for_op, kinds, kernel):
+        self._op, self._kinds, self.yielded, self._kernel = for_op, kinds, False, kernel
         self.index = for_op.induction_variable
         self.values = list(for_op.inner_iter_args)
 
@@ -253,17 +343,23 @@ class _Iteration:
             raise BuilderError("loop: it.next(...) was called twice")
         if [getattr(v, "type", None) for v in values] != self._kinds:
             raise BuilderError(f"loop: it.next takes values of types {[str(k) for k in self._kinds]}, got {values!r}")
+        check_visible(values, "loop: it.next", enclosing_blocks(self._op.body))
+        if ir.InsertionPoint.current.block != self._op.body:
+            raise BuilderError("loop: it.next(...) ends the loop's own body, not a block inside it")
         scf.YieldOp(list(values))
         self.yielded = True
+        self._kernel.ended_blocks.append(self._op.body)
 
     @property
     def results(self) -> list[ir.Value]:
+        if not self.yielded:
+            raise BuilderError("loop: it.results are the values after the loop; use them after its body")
         return list(self._op.results)
 
 
 class _Branch:
-    def __init__(self, if_op, kinds):
-        self._op, self._kinds, self.stage, self.insertion = if_op, kinds, 0, None
+    def __init__(self, if_op, kinds, kernel):
+        self._op, self._kinds, self.stage, self.insertion, self._kernel = if_op, kinds, 0, None, kernel
 
     def _yield(self, values, stage: int, what: str) -> None:
         if self.stage != stage:
@@ -271,7 +367,12 @@ class _Branch:
         if [getattr(v, "type", None) for v in values] != self._kinds:
             raise BuilderError(f"if_: branch.{what} takes values of types {[str(k) for k in self._kinds]}, "
                                f"got {values!r}")
+        block = self._op.then_block if stage == 0 else self._op.else_block
+        check_visible(values, f"if_: branch.{what}", enclosing_blocks(block))
+        if ir.InsertionPoint.current.block != block:
+            raise BuilderError(f"if_: branch.{what} ends the branch itself, not a block inside it")
         scf.YieldOp(list(values))
+        self._kernel.ended_blocks.append(block)
         self.insertion.__exit__(None, None, None)
         self.stage += 1
 
@@ -284,12 +385,23 @@ class _Branch:
         self._yield(values, 1, "done")
         self.insertion = contextlib.nullcontext()
 
+    def abandon(self) -> None:
+        """End the branches not ended yet with zeros of the result types (after an exception in them)."""
+        for block in (self._op.then_block, self._op.else_block)[self.stage:]:
+            with ir.InsertionPoint(block):
+                scf.YieldOp([self._kernel.constant(0, str(kind)) for kind in self._kinds])
+        self.stage = 2
+
     @property
     def results(self) -> list[ir.Value]:
+        if self.stage != 2:
+            raise BuilderError("if_: branch.results are the values after the conditional; use them after it")
         return list(self._op.results)
 
 
 def _values(values, what: str) -> list[ir.Value]:
+    if not isinstance(values, (list, tuple)):
+        raise BuilderError(f"{what}: expected a list of ir.Values, got {values!r}")
     values = list(values)
     if any(not isinstance(v, ir.Value) for v in values):
         raise BuilderError(f"{what}: expected ir.Values, got {values!r}")

@@ -2,17 +2,18 @@
 of many: one base per thread), and scalar and vector loads and stores whose alignment is proven."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
 
 from mlir_tile import targets
-from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, memref_type,
-                                      memref_value)
+from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, is_int, memref_type,
+                                      memref_value, power_of_two, typed_value)
 from mlir_tile.layout import Layout, as_layout
 from mlir_tile.passes.extern_shared import ALIGNMENT_ATTRIBUTE
-from mlir_tile.passes.ir_facts import access_alignment, upper_bound
+from mlir_tile.passes.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
 
 VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
 
@@ -20,12 +21,23 @@ VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b
 class Memory:
     # ----- storage -----
     def shared(self, name: str, elements: int, element: str = "i32", alignment: int = 16) -> ir.Value:
-        """A workgroup `memref.global` with the given alignment, and its `memref.get_global` here."""
+        """A workgroup `memref.global` with the given alignment, and its `memref.get_global` here. Its name is
+        unique in the kernel's gpu.module (not the kernel's, not another buffer's); a kernel declares at most
+        48 KiB statically (dynamic_shared for more)."""
         identifier(name, "shared buffer name")
-        count(alignment, "alignment")
+        if name in self.symbols:
+            raise BuilderError(f"shared: the name {name!r} is taken in this gpu.module (the kernel or another "
+                               f"shared buffer); give each buffer its own name")
+        power_of_two(alignment, "shared alignment")
         kind = memref_type((elements,), element, WORKGROUP)
+        used = self.static_shared_bytes + elements * _element_bytes(kind)
+        problem = targets.static_shared_problem(used)
+        if problem:
+            raise BuilderError(f"shared {name!r}: {problem}")
         with ir.InsertionPoint.at_block_begin(self.gpu_module.bodyRegion.blocks[0]):
             memref.GlobalOp(name, ir.TypeAttr.get(kind), sym_visibility="private", alignment=alignment)
+        self.symbols.add(name)
+        self.static_shared_bytes = used
         return memref.get_global(kind, name)
 
     def shared_bytes(self, name: str, size: int, alignment: int = 16) -> ir.Value:
@@ -38,10 +50,7 @@ class Memory:
         (`launch(shared_bytes=...)`, over 48 KiB allowed). CUDA aligns it to 16 bytes; a larger power of two
         (a swizzle's period) is declared in the PTX (`.extern .shared .align N`, which places it so) and
         proven to the verifier (`memref.assume_alignment`)."""
-        count(alignment, "dynamic_shared alignment", minimum=16)
-        problem = "is not a power of two" if alignment & (alignment - 1) else targets.alignment_problem(alignment)
-        if problem:
-            raise BuilderError(f"dynamic_shared: alignment {alignment} {problem}")
+        power_of_two(alignment, "dynamic_shared alignment", minimum=16)
         kind = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(8),
                                  memory_space=ir.Attribute.parse(WORKGROUP))
         buffer = gpu.dynamic_shared_memory(kind)
@@ -60,13 +69,27 @@ class Memory:
         of the same bytes, not a conversion. The alignment proof follows it (a byte offset proven a multiple
         of 16 keeps 16-byte rows aligned; of a swizzle's period, keeps the swizzle's place)."""
         source = ir.MemRefType(memref_value(buffer, "view").type)
-        if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8:
-            raise BuilderError(f"view: the buffer must be bytes (i8), got {source}")
-        if not isinstance(byte_offset, ir.Value) and (not _is_int(byte_offset) or byte_offset < 0):
+        if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8 or source.rank != 1:
+            raise BuilderError(f"view: the buffer must be 1-D bytes (i8), got {source}")
+        if not isinstance(byte_offset, ir.Value) and (not is_int(byte_offset) or byte_offset < 0):
             raise BuilderError(f"view: byte_offset must be a non-negative integer or an index value, got "
                                f"{byte_offset!r}")
         kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
-        return memref.view(kind, buffer, self.as_index(byte_offset), [])
+        offset = self.as_index(byte_offset)
+        width = _element_bytes(kind)
+        if value_multiple(offset) % width:
+            raise BuilderError(f"view: byte_offset {byte_offset if is_int(byte_offset) else '(a value)'} is not a "
+                               f"proven multiple of the {width}-byte {kind.element_type} elements")
+        if source.has_static_shape:
+            last = upper_bound(offset)
+            if last is None:
+                raise BuilderError(f"view: the byte_offset value has no proven bound, so the view cannot be "
+                                   f"proven inside its {source.shape[0]}-byte buffer (compute it from constants, "
+                                   f"thread ids or a remainder)")
+            if last + math.prod(kind.shape) * width > source.shape[0]:
+                raise BuilderError(f"view: {kind} at byte offset up to {last} passes the end of the "
+                                   f"{source.shape[0]}-byte buffer")
+        return memref.view(kind, buffer, offset, [])
 
     def subview(self, buffer: ir.Value, offset: int, size: int) -> ir.Value:
         """`memref.subview` of a 1-D buffer: `size` elements from element `offset` (compile-time), as CuTe
@@ -165,6 +188,12 @@ class Memory:
         view (`memref.subview` at the swizzled base) indexed by compile-time constants, which LLVM folds into
         the instructions' immediate offsets; otherwise each offset in full. `elements`: how many elements
         each access reads from its index."""
+        memref_value(buffer, "planned")
+        if not isinstance(coordinates, (list, tuple)) or any(not isinstance(c, (list, tuple)) for c in coordinates):
+            raise BuilderError(f"planned: coordinates is a list of coordinates (one per access, each a list with one "
+                               f"entry per mode), got {coordinates!r}")
+        count(elements, "planned: elements")
+        self._layout_fits(buffer, layout, "planned")
         coordinates = [list(c) for c in coordinates]
         parts = [[c[0] if isinstance(c, tuple) else None if _is_int(c) else c for c in point] for point in coordinates]
         splits = [self._split_offset(layout, c, emit=False) for c in coordinates]
@@ -188,12 +217,12 @@ class Memory:
 
     # ----- loads and stores -----
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
-        return memref.load(memref_value(buffer, "load"), self._indices(buffer, indices))
+        return memref.load(buffer, self._indices(buffer, indices, "load"))
 
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> None:
         if not isinstance(value, ir.Value) or value.type != ir.MemRefType(memref_value(buffer, "store").type).element_type:
             raise BuilderError(f"store: the value must be an ir.Value of the buffer's element type, got {value!r}")
-        memref.store(value, buffer, self._indices(buffer, indices))
+        memref.store(value, buffer, self._indices(buffer, indices, "store"))
 
     def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value | int], elements: int, *,
                     assume_aligned: bool = False) -> ir.Value:
@@ -219,9 +248,9 @@ class Memory:
 
     def _vector_access(self, what, buffer, indices, elements, assume_aligned):
         kind = ir.MemRefType(memref_value(buffer, what).type)
-        count(elements, f"{what}: elements")
-        places = self._indices(buffer, indices)
-        nbytes = elements * max(1, kind.element_type.width // 8) if hasattr(kind.element_type, "width") else 0
+        count(elements, f"{what}: elements", maximum=16)
+        places = self._indices(buffer, indices, what)
+        nbytes = elements * _element_bytes(kind)
         if nbytes not in VECTOR_BYTES:
             raise BuilderError(f"{what}: {elements} x {kind.element_type} is {nbytes} bytes; an access is one of "
                                f"{VECTOR_BYTES} bytes")
@@ -229,8 +258,8 @@ class Memory:
         if kind.rank == 0 or strides[-1] != 1:
             raise BuilderError(f"{what}: the elements must be consecutive: {kind}'s last dimension has stride "
                                f"{strides[-1] if kind.rank else None}")
-        last = indices[-1]
-        if _is_int(last) and last + elements > kind.shape[-1]:
+        last = constant_int(places[-1])
+        if last is not None and kind.shape[-1] != ir.ShapedType.get_dynamic_size() and last + elements > kind.shape[-1]:
             raise BuilderError(f"{what}: elements {last}..{last + elements - 1} pass the end of the last dimension "
                                f"({kind.shape[-1]})")
         if not assume_aligned:
@@ -243,11 +272,42 @@ class Memory:
                     f"indices multiples of {nbytes} bytes, or pass assume_aligned=True to promise it)")
         return ir.VectorType.get([elements], kind.element_type), places, nbytes
 
-    def _indices(self, buffer: ir.Value, indices) -> list[ir.Value]:
-        rank = ir.MemRefType(buffer.type).rank
-        if not isinstance(indices, (list, tuple)) or len(indices) != rank:
-            raise BuilderError(f"the buffer has rank {rank}, but the indices are {indices!r}")
-        return [self.as_index(i) for i in indices]
+    def _indices(self, buffer: ir.Value, indices, what: str = "access") -> list[ir.Value]:
+        """The indices as index values; a constant one (an int or an arith.constant) is checked against its
+        dimension's extent where that is static."""
+        kind = ir.MemRefType(memref_value(buffer, what).type)
+        if not isinstance(indices, (list, tuple)) or len(indices) != kind.rank:
+            raise BuilderError(f"{what}: the buffer has rank {kind.rank}, but the indices are {indices!r}")
+        places = [self.as_index(i) for i in indices]
+        for dimension, (place, extent) in enumerate(zip(places, kind.shape)):
+            constant = constant_int(place)
+            if constant is not None and (constant < 0 or (extent != ir.ShapedType.get_dynamic_size() and constant >= extent)):
+                raise BuilderError(f"{what}: index {constant} of dimension {dimension} is outside {kind} (0 to "
+                                   f"{extent - 1 if extent >= 0 else 'its dynamic extent'})")
+        return places
+
+    def _layout_fits(self, buffer: ir.Value, layout: Layout | str, what: str) -> Layout:
+        """The layout, once its offsets are proven inside the 1-D `buffer` (no negative offset, its cosize
+        within a static extent)."""
+        try:
+            layout = as_layout(layout)
+        except ValueError as error:
+            raise BuilderError(f"{what}: {error}") from None
+        kind = ir.MemRefType(memref_value(buffer, what).type)
+        if kind.rank != 1:
+            raise BuilderError(f"{what}: a layout's offsets index a 1-D buffer, got {kind}")
+        extent = kind.shape[0]
+        if layout.min_offset < 0:
+            raise BuilderError(f"{what}: layout {layout} reaches offset {layout.min_offset}, before the buffer's start")
+        if extent != ir.ShapedType.get_dynamic_size() and layout.cosize > extent:
+            raise BuilderError(f"{what}: layout {layout} reaches offset {layout.cosize - 1}, past the end of "
+                               f"{buffer.type} ({extent} elements)")
+        return layout
+
+
+def _element_bytes(kind: ir.MemRefType) -> int:
+    element = kind.element_type
+    return 8 if isinstance(element, ir.IndexType) else max(1, element.width // 8)
 
 
 def _above(constant: int, largest: int) -> bool:
