@@ -96,8 +96,8 @@ def test_an_impossible_block_is_a_builder_error():
 
 
 @pytest.mark.parametrize("element, accumulator, message", [
-    ("s8", "f32", r"the accumulator registers of an s8 mma hold 32-bit words of i32, got f32"),
-    ("f16", "i32", r"the accumulator registers of an f16 mma hold 32-bit words of f32, got i32"),
+    ("s8", "f32", r"the accumulator registers of the s8 mma hold 32-bit words of i32, got f32"),
+    ("f16", "i32", r"the accumulator registers of the f16 mma hold 32-bit words of f32, got i32"),
     ("s4", "i32", r"element s8 or u8"),
 ])
 def test_mma_operands_of_the_wrong_kind_are_builder_errors(element, accumulator, message):

@@ -45,10 +45,10 @@ def count(value, what: str, minimum: int = 1, maximum: int = MAX_EXTENT) -> int:
     return value
 
 
-def power_of_two(value, what: str, minimum: int = 1) -> int:
-    """An alignment: a power of two from `minimum` to what ptxas accepts."""
-    if not is_int(value) or value < minimum or value & (value - 1) or targets.alignment_problem(value):
-        raise BuilderError(f"{what} must be a power of two from {minimum} to {targets.MAX_ALIGNMENT}, got {value!r}")
+def power_of_two(value, what: str, minimum: int = 1, maximum: int = targets.MAX_ALIGNMENT) -> int:
+    """An alignment: a power of two from `minimum` to `maximum` (by default, what ptxas accepts)."""
+    if not is_int(value) or not minimum <= value <= maximum or value & (value - 1):
+        raise BuilderError(f"{what} must be a power of two from {minimum} to {maximum}, got {value!r}")
     return value
 
 

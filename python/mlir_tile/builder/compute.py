@@ -101,7 +101,7 @@ class Compute:
             # f16 pairs are bitcast from their word, which may be an f32 container; other pairs pass as the i32
             wanted = [accumulator] if name == "accumulator" else [i32, ir.F32Type.get()] if element == "f16" else [i32]
             if element_type not in wanted:
-                raise BuilderError(f"mma: the {name} registers of an {element} mma hold 32-bit words of "
+                raise BuilderError(f"mma: the {name} registers of the {element} mma hold 32-bit words of "
                                    f"{' or '.join(map(str, wanted))}, got {element_type}")
             if any(not is_int(slot) or not 0 <= slot < kind.shape[0] for slot in slots):
                 raise BuilderError(f"mma: the {name} slots {list(slots)} are not all slots of {kind} (0 to "
@@ -264,5 +264,4 @@ def _slots(slots, number: int) -> bool:
 
 
 def _f32(value, what: str) -> None:
-    if not isinstance(value, ir.Value) or value.type != ir.F32Type.get():
-        raise BuilderError(f"{what}: an f32 value, got {value!r}")
+    typed_value(value, what, "f32")
