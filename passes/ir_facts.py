@@ -501,7 +501,9 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     if name == "arith.andi":
         bounds = [bound for bound in (of(0), of(1)) if bound is not None]
         return min(bounds) if bounds else None
-    first, second = of(0), of(1) if len(operands) > 1 else None
+    if len(operands) < 2:
+        return None
+    first, second = of(0), of(1)
     if first is None or second is None:
         return None
     if name == "arith.addi":

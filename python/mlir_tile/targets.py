@@ -74,6 +74,11 @@ _MMA = {
 }
 
 
+# mbarrier's transaction counts and the fence after its initialization came with sm_90 (PTX 8.0).
+_MBARRIER_SM90 = ("nvvm.mbarrier.arrive.expect_tx", "nvvm.mbarrier.expect_tx", "nvvm.mbarrier.complete_tx",
+                  "nvvm.mbarrier.arrive.drop.expect_tx", "nvvm.fence.mbarrier.init")
+
+
 def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None = None) -> Requirement | None:
     """What the NVVM op `op_name` (with its shape `m8n8`/`m16n8k16` and element or multiplicand type) needs;
     None for ops it does not constrain here. An mma form missing from the table gets its shape's strictest."""
@@ -86,8 +91,12 @@ def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None
         forms = [need for (form, _), need in _MMA.items() if form == shape]
         architecture, ptx = _MMA.get((shape, element)) or max(forms, default=(90, 78))
         return Requirement(f"mma.sync.{shape}{'.' + element if element else ''}", architecture, ptx)
-    if op_name.startswith("nvvm.cp.async.bulk"):
+    if op_name.startswith("nvvm.cp.async.bulk") or op_name in _MBARRIER_SM90:
         return Requirement(op_name.removeprefix("nvvm."), 90, 80)
+    if op_name.startswith("nvvm.mbarrier.try_wait"):
+        return Requirement(op_name.removeprefix("nvvm."), 90, 78)
+    if op_name.startswith("nvvm.mbarrier."):
+        return Requirement(op_name.removeprefix("nvvm."), 80, 70)
     if op_name.startswith("nvvm.cp.async."):
         return Requirement(op_name.removeprefix("nvvm."), 80, 70)
     return None

@@ -1,8 +1,18 @@
-"""The fuzzer: seeded malformed and unusual inputs through tile-opt and tile-translate, counting what a compiler
-must never do.
+"""The fuzzer: seeded malformed and unusual inputs through tile-opt and tile-translate, and random programs
+through the Python builder, counting what a compiler must never do.
 
-    python test/fuzz/fuzz.py --inputs 10000 --seed 1          # the long run, by hand
+    python test/fuzz/fuzz.py --inputs 10000 --seed 1                       # the text channel's long run
+    python test/fuzz/fuzz.py --channel builder --inputs 20000 --seed 2 --jobs 2  # the builder channel's
     python test/fuzz/fuzz.py --inputs 150 --seed 7 --report r.json
+
+The builder channel (builder_programs.py) builds random programs that call every public builder call with
+plausible, junk and misplaced arguments (values of another kernel, of loops and branches that have ended)
+and compiles what the builder accepted; it counts crash and hang as below, and:
+
+- bindings exception: an exception other than BuilderError / ContractError escaped a builder call;
+- accepted then invalid: compile_to_ptx or nvJitLink rejected a program the builder accepted.
+
+The text channel:
 
 Each input is a mutation of a real one (every .mlir under test/ and examples/): numbers swapped for extreme
 ones, strings for odd ones (quotes, newlines, non-ASCII), layouts, opcodes, scopes, chips and PTX features
@@ -31,12 +41,14 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("worker.py")
 CLASSES = ("crash", "hang", "traceback", "internal error", "unlocated", "bad exit", "unassembled")
+BUILDER_CLASSES = ("crash", "hang", "bindings exception", "accepted then invalid")
 
 EXTREME_NUMBERS = ["0", "-1", "1", "3", "7", "-32", "2147483647", "2147483648", "4294967296", "-2147483649",
                    "9223372036854775807", "99999999999999999999", "1073741824", "65536", "255", "256", "1024",
@@ -268,32 +280,73 @@ class Worker:
             self.process.wait(timeout=30)
 
 
-def run(inputs: int, seed: int, timeout: float = 10.0, keep: Path | None = None) -> dict:
+def _text_request(rng: random.Random, corpus: list[str], scratch: Path, index: int) -> tuple[dict, str]:
+    text = mutate(rng, rng.choice(corpus))
+    path = scratch / f"input_{index}.mlir"
+    path.write_text(text, errors="surrogateescape")
+    return {"path": str(path), "command": modes(rng)}, text
+
+
+def judge_program(answer: dict) -> list[str]:
+    """The builder channel's classes of an answer."""
+    return (["bindings exception"] if answer["escaped"] else []) + (["accepted then invalid"] if answer["invalid"] else [])
+
+
+def run(inputs: int, seed: int, timeout: float = 10.0, keep: Path | None = None, channel: str = "text",
+        jobs: int = 1) -> dict:
+    """`inputs` inputs of one channel, through `jobs` worker processes; the counts per class and examples."""
     rng = random.Random(seed)
-    corpus = seeds()
-    counts = {name: 0 for name in CLASSES}
-    examples: dict[str, list] = {name: [] for name in CLASSES}
-    worker = Worker(timeout)
+    corpus = seeds() if channel == "text" else []
+    classes = CLASSES if channel == "text" else BUILDER_CLASSES
+    counts = {name: 0 for name in classes}
+    examples: dict[str, list] = {name: [] for name in classes}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="tile-fuzz-") as scratch:
-        for index in range(inputs):
-            text = mutate(rng, rng.choice(corpus))
-            path = Path(scratch) / f"input_{index}.mlir"
-            path.write_text(text, errors="surrogateescape")
-            command = modes(rng)
-            answer = worker.ask({"path": str(path), "command": command})
-            found = [answer] if isinstance(answer, str) else judge(answer, path)
-            for name in found:
+        if channel == "text":  # drawn up front, in order: the inputs are the seed's whatever the jobs
+            requests = [_text_request(rng, corpus, Path(scratch), index) for index in range(inputs)]
+        else:
+            requests = [({"program": seed * 1_000_003 + index}, None) for index in range(inputs)]
+
+        def answer(index: int, worker: Worker) -> None:
+            request, text = requests[index]
+            found = worker.ask(request)
+            classes_found = [found] if isinstance(found, str) else (
+                judge(found, Path(request["path"])) if channel == "text" else judge_program(found))
+            for name in classes_found:
                 counts[name] += 1
                 if len(examples[name]) < 5:
-                    examples[name].append({"command": command, "input": text[:4000],
-                                           "output": "" if isinstance(answer, str) else answer["output"][-2000:]})
-                if keep is not None:
+                    examples[name].append({"request": request, "input": (text or "")[:4000],
+                                           "answer": found if isinstance(found, str) else
+                                           {k: (v[-2000:] if isinstance(v, str) else v) for k, v in found.items()}})
+                if keep is not None and text is not None:
                     keep.mkdir(parents=True, exist_ok=True)
                     (keep / f"{name.replace(' ', '_')}_{index}.mlir").write_text(text)
-    worker.stop()
-    return {"inputs": inputs, "seed": seed, "seconds": round(time.time() - started, 1), "counts": counts,
-            "examples": {k: v for k, v in examples.items() if v}}
+
+        _in_workers(answer, inputs, jobs, timeout)
+    return {"channel": channel, "inputs": inputs, "seed": seed, "seconds": round(time.time() - started, 1),
+            "counts": counts, "examples": {k: v for k, v in examples.items() if v}}
+
+
+def _in_workers(answer, inputs: int, jobs: int, timeout: float) -> None:
+    """answer(index, worker) for every index, `jobs` worker processes at once (one thread each)."""
+    indices = iter(range(inputs))
+    lock = threading.Lock()
+
+    def drain() -> None:
+        worker = Worker(timeout)
+        while True:
+            with lock:
+                index = next(indices, None)
+            if index is None:
+                break
+            answer(index, worker)
+        worker.stop()
+
+    threads = [threading.Thread(target=drain) for _ in range(max(1, jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def main() -> int:
@@ -303,11 +356,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds an input may take")
     parser.add_argument("--report", help="write the counts and examples as JSON here")
     parser.add_argument("--keep", help="keep every failing input in this folder")
+    parser.add_argument("--channel", choices=("text", "builder"), default="text",
+                        help="text: inputs through the tools; builder: random programs through the builder")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     arguments = parser.parse_args()
-    result = run(arguments.inputs, arguments.seed, arguments.timeout, Path(arguments.keep) if arguments.keep else None)
+    result = run(arguments.inputs, arguments.seed, arguments.timeout, Path(arguments.keep) if arguments.keep else None,
+                 arguments.channel, arguments.jobs)
     if arguments.report:
         Path(arguments.report).write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: result[k] for k in ("inputs", "seed", "seconds", "counts")}))
+    print(json.dumps({k: result[k] for k in ("channel", "inputs", "seed", "seconds", "counts")}))
     return 1 if any(result["counts"].values()) else 0
 
 

@@ -1,7 +1,9 @@
-"""The fuzzer's worker: reads one JSON request a line ({"path", "command"}), runs tile-opt or tile-translate
-in-process on the file, and answers one JSON line: the exit status, everything the run printed (file
-descriptors 1 and 2, so the C++ side's output is caught too) and, when tile-translate made PTX, whether
-nvJitLink assembles it. If a run kills the process, the fuzzer sees it die and starts another worker."""
+"""The fuzzer's worker: reads one JSON request a line and answers one JSON line. A text request ({"path",
+"command"}) runs tile-opt or tile-translate in-process on the file; the answer is the exit status, everything
+the run printed (file descriptors 1 and 2, so the C++ side's output is caught too) and, when tile-translate
+made PTX, whether nvJitLink assembles it. A builder request ({"program": seed}) builds that random program
+(builder_programs.run_program) and answers what escaped and whether it compiled. If a run kills the process,
+the fuzzer sees it die and starts another worker."""
 from __future__ import annotations
 
 import json
@@ -10,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from builder_programs import run_program
 from mlir_tile.compile import ptx_chip
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 from mlir_tile.tools import tile_opt, tile_translate
@@ -58,7 +61,9 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.environ.setdefault("MLIR_TILE_NO_CACHE", "1")
     for line in sys.stdin:
-        answers.write(json.dumps(run(json.loads(line), answers)) + "\n")
+        request = json.loads(line)
+        answer = run_program(request["program"]) if "program" in request else run(request, answers)
+        answers.write(json.dumps(answer) + "\n")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ class Compute:
              operand, **attributes) -> None:
         """One nvvm.mma.sync (row x col) with every attribute set: operands loaded from register storage
         (`operand` turns a loaded word into the multiplicand's type), results stored back to the accumulators."""
+        self._require("mma", "nvvm.mma.sync", shape.replace("m = ", "m").replace(", n = ", "n").replace(", k = ", "k"),
+                      element)
         i32 = ir.IntegerType.get_signless(32)
         for name, buffer, slots in (("A", a, a_slots), ("B", b, b_slots), ("accumulator", accumulators, c_slots)):
             kind = ir.MemRefType(memref_value(buffer, "mma", "private").type)
@@ -163,7 +165,7 @@ class Compute:
         """`operation` (max, min, add) of `value` over each group of `lanes` consecutive lanes (a power of two
         up to 32), every lane of a group getting the result: a butterfly of xor shuffles, log2(lanes) steps."""
         combine = {"max": arith.maximumf, "min": arith.minimumf, "add": arith.addf}
-        if operation not in combine:
+        if not isinstance(operation, str) or operation not in combine:
             raise BuilderError(f"warp_reduce: operation is one of {sorted(combine)}, got {operation!r}")
         if lanes not in (1, 2, 4, 8, 16, 32):
             raise BuilderError(f"warp_reduce: lanes a power of two up to 32, got {lanes!r}")
@@ -191,6 +193,7 @@ class Compute:
         phase at `arrivals` arrivals: thread 0 of the block initializes them here (`mbarrier.init`), then a
         `bar.sync`, so that no thread arrives or waits before they are. Phases count from 0; a thread waits for
         phase n by its parity (`wait_phase(..., n % 2)`), so no barrier may run two phases ahead of a waiter."""
+        self._require("mbarriers", "nvvm.mbarrier.init")
         count(arrivals, "mbarriers: arrivals")
         if arrivals >= 1 << 20:  # PTX: the expected count is at most 2^20 - 1
             raise BuilderError(f"mbarriers: at most {(1 << 20) - 1} arrivals a phase, got {arrivals}")
@@ -222,12 +225,14 @@ class Compute:
     def arrive_on_copies(self, barriers: ir.Value, index: ir.Value | int) -> None:
         """`cp.async.mbarrier.arrive.noinc`: this thread's arrival on mbarrier `index`, made by the hardware
         once every cp.async this thread issued before it has landed (one of the phase's `arrivals`)."""
+        self._require("arrive_on_copies", "nvvm.cp.async.mbarrier.arrive")
         nvvm.cp_async_mbarrier_arrive(self._mbarrier(barriers, index), noinc=True)
 
     def wait_phase(self, barriers: ir.Value, index: ir.Value | int, parity: ir.Value | int) -> None:
         """Wait until the phase of mbarrier `index` with this parity (0 or 1, an i32 or index value) has
         completed: `mbarrier.try_wait.parity` in a loop (each try suspends the thread for a while, in
         hardware, rather than spinning)."""
+        self._require("wait_phase", "nvvm.mbarrier.try_wait.parity")
         address = self._mbarrier(barriers, index)
         i32 = ir.IntegerType.get_signless(32)
         if is_int(parity) and parity not in (0, 1) or not is_int(parity) and not isinstance(parity, ir.Value):

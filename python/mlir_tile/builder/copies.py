@@ -33,6 +33,7 @@ class Copies:
         none valid, no byte is read). `whole`: the caller knows `valid` is 0 or all (no clamp is emitted;
         copy_tile_async proves it). Both addresses' alignment is proven or BuilderError. Returns the copy's
         token for `commit_group`."""
+        self._require("copy_async", "nvvm.cp.async.shared.global")
         memref_value(dst, "copy_async dst", "shared"), memref_value(src, "copy_async src", "global")
         if not isinstance(whole, bool):
             raise BuilderError(f"copy_async: whole is True or False, got {whole!r}")

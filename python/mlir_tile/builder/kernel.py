@@ -190,6 +190,14 @@ class Kernel(Memory, Copies, Compute):
         for scope in reversed(self._scopes):
             scope.__exit__(kind, value, traceback)
 
+    def _require(self, what: str, op_name: str, shape: str | None = None, element: str | None = None) -> None:
+        """BuilderError unless this kernel's chip has the NVVM instruction `op_name` (as tile-check-nvptx
+        would find at compile time, there after the call that made it)."""
+        requirement = targets.nvvm_requirement(op_name, shape, element)
+        problem = requirement and targets.requirement_problem(requirement, self.chip, None)
+        if problem:
+            raise BuilderError(f"{what}: {problem}; build the kernel for a newer chip (Kernel(..., chip=...))")
+
     # ----- ids -----
     def lane_id(self) -> ir.Value:
         return gpu.lane_id()

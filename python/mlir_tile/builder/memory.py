@@ -69,8 +69,10 @@ class Memory:
         of the same bytes, not a conversion. The alignment proof follows it (a byte offset proven a multiple
         of 16 keeps 16-byte rows aligned; of a swizzle's period, keeps the swizzle's place)."""
         source = ir.MemRefType(memref_value(buffer, "view").type)
-        if not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8 or source.rank != 1:
-            raise BuilderError(f"view: the buffer must be 1-D bytes (i8), got {source}")
+        if (not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8 or source.rank != 1
+                or source.get_strides_and_offset() != ([1], 0)):
+            raise BuilderError(f"view: the buffer must be 1-D bytes (i8) from its start (a buffer, not a subview of "
+                               f"one: memref.view takes no offset layout), got {source}")
         if not isinstance(byte_offset, ir.Value) and (not is_int(byte_offset) or byte_offset < 0):
             raise BuilderError(f"view: byte_offset must be a non-negative integer or an index value, got "
                                f"{byte_offset!r}")
@@ -195,13 +197,14 @@ class Memory:
         count(elements, "planned: elements")
         self._layout_fits(buffer, layout, "planned")
         coordinates = [list(c) for c in coordinates]
+        splits = [self._split_offset(layout, c, emit=False) for c in coordinates]  # checks each coordinate
         parts = [[c[0] if isinstance(c, tuple) else None if _is_int(c) else c for c in point] for point in coordinates]
-        splits = [self._split_offset(layout, c, emit=False) for c in coordinates]
         if not splits:
             return []
         layout, _, _, largest = splits[0]
         swizzle = layout.swizzle
-        if (len(coordinates) == 1 or any(p != parts[0] for p in parts[1:]) or all(p is None for p in parts[0])
+        if (len(coordinates) == 1 or any(not _same_parts(p, parts[0]) for p in parts[1:])
+                or all(p is None for p in parts[0])
                 or (swizzle is not None and not all(_above(c, largest) and swizzle(c) == c for _, _, c, _ in splits))):
             return [(buffer, self.offset(layout, c)) for c in coordinates]
         origin = [part if part is not None else 0 for part in parts[0]]
@@ -308,6 +311,11 @@ class Memory:
 def _element_bytes(kind: ir.MemRefType) -> int:
     element = kind.element_type
     return 8 if isinstance(element, ir.IndexType) else max(1, element.width // 8)
+
+
+def _same_parts(a: list, b: list) -> bool:
+    """Whether two coordinates' thread-dependent parts are the same values (None: a constant coordinate)."""
+    return len(a) == len(b) and all(x is y or (x is not None and y is not None and x == y) for x, y in zip(a, b))
 
 
 def _above(constant: int, largest: int) -> bool:

@@ -1,0 +1,247 @@
+"""The fuzzer's builder channel: random programs that call every public builder call with plausible, junk and
+misplaced arguments, as a user who makes mistakes and catches the errors would.
+
+A program builds a kernel `other` and then a kernel `k` in one context; each step calls one builder call on `k`
+(or `transfer`, or a call on `other`, whose `with` block has ended) with arguments drawn from what the program made so far (values of every type, values made in
+`other`, values made inside loops and branches that have ended), from plausible constants and layouts, or from
+junk. A BuilderError or ContractError is the call refusing, and the program goes on; loops and branches nest
+and sometimes raise inside. After the last step `k` must compile (compile_to_ptx, then nvJitLink). Classes:
+
+- bindings exception: any other exception escaped a builder call (its type, the call and the message kept);
+- accepted then invalid: compile_to_ptx or the assembler rejected what the builder accepted.
+
+(A crash or a hang is seen by the fuzzer: the worker process dies or does not answer.)
+"""
+from __future__ import annotations
+
+import random
+import traceback
+
+from mlir import ir
+
+from mlir_tile.builder import BuilderError, Global, Kernel, transfer
+from mlir_tile.compile import compile_to_ptx_texts
+from mlir_tile.contract import ContractError
+from mlir_tile.ptx import CompileError, cubin_of_ptx
+
+CHIPS = ["sm_90", "sm_90", "sm_90a", "sm_80", "sm_75"]
+ELEMENTS = ["i32", "f16", "bf16", "f32", "i8", "i64", "index", "i1", "f17", "", "memref<4xi32>"]
+LAYOUTS = ["(64,64):(64,1)", "Sw<3,3,3> o (64,64):(64,1)", "(8,8):(8,1)", "(16,8):(8,1)", "(4,8,4):(32,4,1)",
+           "(64,32):(32,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "((2,2),8,4):((8,2),4@laneid,1@laneid)",
+           "(64,64):(-64,1)", "(128,64):(64,1)", "Sw<3,2,3> o (8,32):(32,1)", "(", "(4,8):(1)", 7]
+OPCODES = ["ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.shared.b16",
+           "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.shared.b16", "ld", 5]
+JUNK = [None, -1, 0, 1, 3, 2**31, 2**40, -2**70, 1.5, float("nan"), True, "", "x", "i32", (), [], [1, 2], {}, object()]
+
+
+class Program:
+    """One random program's state: the kernel being built, the values made so far and where."""
+
+    def __init__(self, rng: random.Random, kernel: Kernel, finished: Kernel, foreign: list):
+        self.rng, self.k, self.finished, self.foreign = rng, kernel, finished, foreign
+        self.values: list[ir.Value] = list(kernel.arguments)
+        self.names = 0
+        self.calls = self.refused = 0
+        self.escaped: list[str] = []
+
+    # ----- arguments -----
+    def of_type(self, *types: str):
+        matching = [v for v in self.values if str(v.type) in types or any(str(v.type).startswith(t) for t in types)]
+        return self.rng.choice(matching) if matching else None
+
+    def pick(self, plausible):
+        """Mostly the plausible argument, sometimes junk, a value of any type, or one of another kernel."""
+        roll = self.rng.random()
+        if roll < 0.82:
+            return plausible() if callable(plausible) else plausible
+        if roll < 0.90:
+            return self.rng.choice(JUNK)
+        if roll < 0.96 and self.values:
+            return self.rng.choice(self.values)
+        return self.rng.choice(self.foreign) if self.foreign else None
+
+    def index(self):
+        return self.pick(lambda: self.of_type("index") if self.rng.random() < 0.5 else self.rng.randrange(0, 64))
+
+    def small(self, *choices):
+        return self.pick(lambda: self.rng.choice(choices))
+
+    def buffer(self, *spaces):
+        wanted = {"shared": "#gpu.address_space<workgroup>", "private": "#gpu.address_space<private>", "global": None}
+        return self.pick(lambda: self.rng.choice([v for v in self.values if isinstance(v.type, ir.MemRefType) and (
+            (str(ir.MemRefType(v.type).memory_space) if ir.MemRefType(v.type).memory_space else None) in
+            [wanted[s] for s in spaces])] or [None]))
+
+    def name(self):
+        self.names += 1
+        return self.pick(lambda: self.rng.choice([f"b{self.names}", f"b{self.names}", "b1", "k"]))
+
+    # ----- steps -----
+    def step(self, depth: int) -> None:
+        """One builder call (or a nested loop or branch, whose body is more steps)."""
+        name, action = self.rng.choice(CALLS)
+        if name in ("loop", "if_") and depth >= 3:
+            return
+        self.calls += 1
+        try:
+            made = action(self, depth)
+        except (BuilderError, ContractError):
+            self.refused += 1
+            return
+        except _UserError:
+            return
+        except Exception as error:  # noqa: BLE001 - what the fuzzer counts
+            self.escaped.append(f"{name}: {type(error).__name__}: {error} | "
+                                f"{traceback.format_tb(error.__traceback__)[-1].strip()[:300]}")
+            return
+        for value in made if isinstance(made, (list, tuple)) else [made]:
+            if isinstance(value, ir.Value):
+                self.values.append(value)
+
+    def body(self, depth: int) -> None:
+        for _ in range(self.rng.randrange(0, 5)):
+            self.step(depth + 1)
+        if self.rng.random() < 0.05:
+            raise _UserError()
+
+
+class _UserError(Exception):
+    """The user's own exception, raised inside a loop or branch and caught outside it."""
+
+
+def _loop(p: Program, depth: int):
+    carried = p.pick(lambda: [v for v in p.rng.sample(p.values, min(2, len(p.values)))
+                              if str(v.type) in ("index", "i32", "f32")])
+    with p.k.loop(p.index(), p.index(), p.small(1, 1, 2, 0), carried=carried) as it:
+        if isinstance(it, ir.Value):
+            p.values.append(it)
+            p.body(depth)
+            return None
+        p.values += [it.index, *it.values]
+        p.body(depth)
+        it.next(*_spread(p.pick(lambda: it.values)))
+    return it.results
+
+
+def _if(p: Program, depth: int):
+    condition = p.pick(lambda: p.of_type("i1") or p.k.compare("ult", p.k.thread_id(), 32))
+    results = p.pick(lambda: p.rng.choice([[], ["f32"], ["index", "i32"]]))
+    with p.k.if_(condition, results) as branch:
+        p.body(depth)
+        if branch is None:
+            return None
+        values = [p.k.constant(1.0 if kind == "f32" else 1, kind) for kind in results]
+        branch.otherwise(*_spread(p.pick(values)))
+        p.body(depth)
+        branch.done(*_spread(p.pick(values)))
+    return branch.results
+
+
+def _spread(arguments) -> list:
+    """A call's argument list: the list given, or one (junk) argument."""
+    return list(arguments) if isinstance(arguments, (list, tuple)) else [arguments]
+
+
+def _transfer(p: Program, depth: int):
+    registers, tile = p.buffer("private"), p.buffer("shared")
+    dst, src = (registers, tile) if p.rng.random() < 0.5 else (tile, registers)
+    return transfer(p.small(*OPCODES), dst, src, dst_layout=p.small(*LAYOUTS), src_layout=p.small(*LAYOUTS),
+                    scope=p.small("warp", "warp", "cta", "thread"))
+
+
+def _mma(p: Program, depth: int):
+    words, accumulators = p.buffer("private"), p.buffer("private")
+    slots = lambda n: p.pick(lambda: [p.rng.randrange(0, 8) for _ in range(n)])  # noqa: E731
+    if p.rng.random() < 0.5:
+        return p.k.mma_m16n8k16(words, slots(4), words, slots(2), accumulators, slots(4), p.small("f16", "bf16", "s8"))
+    return p.k.mma_m16n8k32(words, slots(4), words, slots(2), accumulators, slots(4), p.small("s8", "u8"),
+                            saturate=p.small(False, True))
+
+
+CALLS = [
+    ("thread_id", lambda p, d: p.k.thread_id(p.small("x", "y", "z"))),
+    ("lane_id", lambda p, d: p.k.lane_id()),
+    ("block_id", lambda p, d: p.k.block_id(p.small("x", "y"))),
+    ("grid_size", lambda p, d: p.k.grid_size(p.small("x"))),
+    ("block_size", lambda p, d: p.k.block_size(p.small("x", "z"))),
+    ("warp_id", lambda p, d: p.k.warp_id()),
+    ("index", lambda p, d: p.k.index(p.small(0, 1, 7, 64, 2**62))),
+    ("constant", lambda p, d: p.k.constant(p.small(0, 1, -1, 255, 2**31, 0.5, float("inf"), 1e39),
+                                           p.small("i32", "f32", "i8", "i1", "f16", "bf16", "i64", "index"))),
+    ("as_index", lambda p, d: p.k.as_index(p.index())),
+    ("minimum", lambda p, d: p.k.minimum(p.index(), p.index())),
+    ("compare", lambda p, d: p.k.compare(p.small("ult", "eq", "sge", "lt"), p.index(), p.index())),
+    ("shared", lambda p, d: p.k.shared(p.name(), p.small(64, 4096, 8192, 16), p.small(*ELEMENTS),
+                                       p.small(16, 128, 1024, 3))),
+    ("shared_bytes", lambda p, d: p.k.shared_bytes(p.name(), p.small(256, 8192, 16), p.small(16, 1024))),
+    ("dynamic_shared", lambda p, d: p.k.dynamic_shared(p.small(16, 128, 1024, 8))),
+    ("registers", lambda p, d: p.k.registers(p.small(4, 8, 2, 1), p.small("i32", "f32", "i32", "f16", "i8"))),
+    ("view", lambda p, d: p.k.view(p.buffer("shared"), p.pick(lambda: (p.rng.choice([16, 64, 1024]),)),
+                                   p.small("f16", "i32", "f32"), p.small(0, 16, 128, p.of_type("index")))),
+    ("subview", lambda p, d: p.k.subview(p.buffer("shared", "private"), p.small(0, 4, 64), p.small(4, 16, 64))),
+    ("offset", lambda p, d: p.k.offset(p.small(*LAYOUTS), p.pick(lambda: [p.index(), p.index()]))),
+    ("planned", lambda p, d: [v for pair in p.k.planned(p.buffer("shared"), p.small(*LAYOUTS), p.pick(
+        lambda: [[p.index(), p.small(0, 8)], [p.index(), p.small(0, 16)]]), p.small(1, 8)) for v in pair]),
+    ("load", lambda p, d: p.k.load(p.buffer("shared", "private", "global"), p.pick(lambda: [p.index()]))),
+    ("store", lambda p, d: p.k.store(p.pick(lambda: p.rng.choice(p.values)), p.buffer("shared", "private", "global"),
+                                     p.pick(lambda: [p.index()]))),
+    ("load_vector", lambda p, d: p.k.load_vector(p.buffer("shared", "global", "private"), p.pick(lambda: [p.index()]),
+                                                 p.small(8, 4, 2, 3), assume_aligned=p.small(False, True))),
+    ("store_vector", lambda p, d: p.k.store_vector(p.of_type("vector"), p.buffer("shared", "global"),
+                                                   p.pick(lambda: [p.index()]), assume_aligned=p.small(False, True))),
+    ("copy_async", lambda p, d: p.k.copy_async(p.buffer("shared"), p.pick(lambda: [p.index()]), p.buffer("global"),
+                                               p.pick(lambda: [p.index()]), bytes=p.small(16, 8, 4, 2),
+                                               valid=p.small(None, p.of_type("index"), 3), whole=p.small(False, True))),
+    ("commit_group", lambda p, d: p.k.commit_group(p.pick(lambda: [p.of_type("!nvgpu")]))),
+    ("wait_groups", lambda p, d: p.k.wait_groups(p.of_type("!nvgpu"), p.small(0, 1, 2))),
+    ("copy_tile", lambda p, d: p.k.copy_tile(p.buffer("shared"), p.small(*LAYOUTS), p.buffer("global"), p.index(),
+                                             p.small(64, 128, p.of_type("index")), rows=p.small(64, 8), cols=p.small(64, 8),
+                                             valid_rows=p.index(), valid_cols=p.index())),
+    ("copy_tile_async", lambda p, d: p.k.copy_tile_async(
+        p.buffer("shared"), p.small(*LAYOUTS), p.buffer("global"), p.index(), p.small(64, p.of_type("index")),
+        rows=p.small(64, 8), cols=p.small(64, 8), valid_rows=p.small(None, p.of_type("index")),
+        valid_cols=p.small(None, 64, p.of_type("index")), chunk_bytes=p.small(16, 8, 4))),
+    ("transfer", _transfer),
+    ("mma", _mma),
+    ("pack_f16", lambda p, d: p.k.pack_f16(p.of_type("f32"), p.of_type("f32"), p.small("f16", "bf16"))),
+    ("exp2", lambda p, d: p.k.exp2(p.of_type("f32"))),
+    ("divide", lambda p, d: p.k.divide(p.of_type("f32"), p.of_type("f32"))),
+    ("shuffle", lambda p, d: p.k.shuffle(p.of_type("f32", "i32"), p.small(1, 16, 31), p.small("xor", "down", "idx"),
+                                         p.small(32, 16))),
+    ("warp_reduce", lambda p, d: p.k.warp_reduce(p.of_type("f32"), p.small("max", "add"), p.small(32, 4))),
+    ("any_lane", lambda p, d: p.k.any_lane(p.of_type("i1"))),
+    ("barrier", lambda p, d: p.k.barrier()),
+    ("mbarriers", lambda p, d: p.k.mbarriers(p.name(), p.small(2, 1), p.small(128, 32))),
+    ("arrive", lambda p, d: p.k.arrive(p.buffer("shared"), p.small(0, 1, p.of_type("index")),
+                                       per_warp=p.small(False, True))),
+    ("arrive_on_copies", lambda p, d: p.k.arrive_on_copies(p.buffer("shared"), p.small(0, 1))),
+    ("wait_phase", lambda p, d: p.k.wait_phase(p.buffer("shared"), p.small(0, 1), p.small(0, 1, p.of_type("i32")))),
+    ("a call on a finished kernel", lambda p, d: p.finished.load(p.finished.arguments[0], [p.index()])),
+    ("loop", _loop),
+    ("if_", _if),
+]
+
+
+def run_program(seed: int, steps: int = 24) -> dict:
+    """Build one random program; its counts, the exceptions that escaped, and whether what was built compiles."""
+    rng = random.Random(seed)
+    context = ir.Context()
+    result = {"seed": seed, "escaped": [], "invalid": None}
+    try:
+        with Kernel("other", [Global("f32"), "index"], context=context) as other:
+            foreign = [other.thread_id(), other.shared("o", 64), other.registers(4, "f32"), *other.arguments]
+        with Kernel("k", [Global("f16"), "index", Global("f32")], block=(rng.choice([128, 32, 256]), 1, 1),
+                    chip=rng.choice(CHIPS), fast_math=rng.random() < 0.3, context=context) as kernel:
+            program = Program(rng, kernel, other, foreign)
+            for _ in range(steps):
+                program.step(0)
+    except Exception as error:  # noqa: BLE001 - outside any call: the builder's own entry or exit
+        result["escaped"].append(f"kernel: {type(error).__name__}: {error}")
+        return result
+    result.update(calls=program.calls, refused=program.refused, escaped=program.escaped)
+    try:
+        for text in compile_to_ptx_texts(kernel.module):
+            cubin_of_ptx(text.text, text.chip)
+    except CompileError as error:
+        result["invalid"] = str(error)[-1500:]
+    return result
