@@ -31,6 +31,12 @@ from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, enclosin
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.passes.uniformity import is_kernel
 
+# gpu ops that convert-gpu-to-nvvm (MLIR 22) marks illegal without a pattern, and what to write instead.
+_NO_NVVM_LOWERING = {
+    "gpu.subgroup_id": "a warp's index is gpu.thread_id x divided by 32 (the builder's warp_id)",
+    "gpu.num_subgroups": "the warps of a block are its gpu.block_dim product divided by 32",
+    "gpu.subgroup_size": "a warp is 32 lanes on every NVIDIA GPU: use the constant 32",
+}
 _SYMBOL_OPS = ("gpu.func", "func.func", "llvm.func", "memref.global", "llvm.mlir.global")
 _SHAPE = re.compile(r"m = (\d+), n = (\d+)(?:, k = (\d+))?")
 _MMA_TYPE = re.compile(r"#nvvm\.mma_type<(\w+)>")
@@ -49,6 +55,10 @@ def check_nvptx(root: ir.Operation, pass_) -> None:
             module_targets[op] = [t for t in nvvm_targets(op) if targets.chip_problem(t.chip) is None]
         if name.startswith("nvvm."):
             problems.extend((op.location, violation) for violation in _instruction_problems(op, module_targets))
+        if name in _NO_NVVM_LOWERING and enclosing(op, ("gpu.module",)) is not None:
+            problems.append((op.location, Violation(Rule.TARGET, f"{name} has no lowering to NVVM (upstream's "
+                                                                  f"convert-gpu-to-nvvm leaves it illegal); "
+                                                                  f"{_NO_NVVM_LOWERING[name]}")))
         if name in ("memref.global", "llvm.mlir.global") and "alignment" in op.attributes:
             problem = targets.alignment_problem(ir.IntegerAttr(op.attributes["alignment"]).value)
             if problem:

@@ -563,5 +563,6 @@ def target_facts(op: ir.Operation) -> list[dict]:
     if module is None:
         return [{}]
     foreign = foreign_targets(module)
-    found = [{"chip": target.chip, "ptx": target.ptx, "foreign_targets": foreign} for target in nvvm_targets(module)]
+    found = [{"chip": target.chip, "ptx": target.ptx, "features": target.features, "foreign_targets": foreign}
+             for target in nvvm_targets(module)]
     return found or [{"foreign_targets": foreign}]

@@ -13,7 +13,7 @@ from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
 from mlir_tile import targets
-from mlir_tile.diagnostics import PipelineFailure
+from mlir_tile.diagnostics import Diag, PipelineFailure
 from mlir_tile.passes.registry import TILE_TO_PTX
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.ptx import CompileError, cubin_of_ptx
@@ -50,6 +50,9 @@ def compile_to_ptx_texts(module: ir.Module | ir.Operation, chip: str | None = No
     `source_name` names the file the module was parsed from, if any (for the diagnostics and the hint)."""
     if chip is not None:
         targets.require_chip(chip)  # a TargetError before any pipeline is built
+    misplaced = _nested_gpu_modules(module.operation)
+    if misplaced:
+        raise PipelineError(PipelineFailure(None, misplaced), source_name)
     copy = module.operation.clone()
     try:
         run_pipeline(copy, [TILE_TO_PTX.step(chip=chip)], input_is_file=source_name is not None)
@@ -65,9 +68,33 @@ def compile_to_ptx_texts(module: ir.Module | ir.Operation, chip: str | None = No
                 texts.append(PtxText(name, ptx_chip(text), text))
     copy.erase()
     if not texts:
-        raise CompileError(f"{source_name or PYTHON_MODULE}: error: the module has no gpu.module to compile: "
-                           f"kernels live in a gpu.module")
+        raise PipelineError(PipelineFailure(None, [_located(module.operation, "the module has no gpu.module to compile: "
+                                                                              "kernels live in a gpu.module")]), source_name)
     return texts
+
+
+def _located(op: ir.Operation, message: str) -> Diag:
+    location = op.location
+    if location.is_a_file():
+        return Diag("error", location.filename, location.start_line, location.start_col, message)
+    return Diag("error", None, None, None, message)
+
+
+def _nested_gpu_modules(root: ir.Operation) -> list[Diag]:
+    """An error at each gpu.module that is not at the top level of the module (tile-to-ptx, like
+    gpu-module-to-binary, compiles those alone: a nested one would be left out without a word)."""
+    found = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "gpu.module" and op.parent is not None and op.parent.parent is not None:
+            found.append(_located(op, f"gpu.module @{ir.StringAttr(op.attributes['sym_name']).value} is inside "
+                                      f"a '{op.parent.name}', not at the top level of the module: only top-level "
+                                      f"gpu.modules are compiled; move it out"))
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
 
 
 def compile_to_ptx(module: ir.Module | ir.Operation, chip: str | None = None, *,

@@ -86,8 +86,12 @@ class PipelineFailure(Exception):
         if reproducer_path is None:
             return (f"pass '{self.element}' failed; --mlir-pass-pipeline-crash-reproducer=FILE writes the IR it "
                     f"received to FILE, to reproduce with tile-opt FILE {command}")
-        with open(reproducer_path, "w") as stream:
-            stream.write(self.reproducer)
+        try:
+            with open(reproducer_path, "w") as stream:
+                stream.write(self.reproducer)
+        except OSError as error:
+            return (f"pass '{self.element}' failed; error: cannot write the reproducer '{reproducer_path}': "
+                    f"{error.strerror or error}")
         return f"pass '{self.element}' failed; reproduce with: tile-opt {reproducer_path} {command}"
 
     def shifted(self, lines: int, source_name: str) -> "PipelineFailure":

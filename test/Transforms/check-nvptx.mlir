@@ -89,3 +89,20 @@ gpu.module @odd_feature [#nvvm.target<chip = "sm_90", features = "cta">] {
 // expected-error-re@+1 {{[target] {{.*}}chip 'sm_70' is not a chip that both LLVM's NVPTX backend and CUDA 13.0's ptxas know}}
 gpu.module @older_than_ptxas_knows [#nvvm.target<chip = "sm_70">] {
 }
+
+// -----
+
+// gpu ops that convert-gpu-to-nvvm leaves illegal are a diagnostic here, with what to write instead, not a
+// legalization failure in the lowering.
+gpu.module @no_nvvm_lowering [#nvvm.target<chip = "sm_90">] {
+  gpu.func @k(%out: memref<32xindex>) kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    // expected-error@+1 {{[target] gpu.subgroup_id has no lowering to NVVM (upstream's convert-gpu-to-nvvm leaves it illegal); a warp's index is gpu.thread_id x divided by 32}}
+    %s = gpu.subgroup_id : index
+    // expected-error@+1 {{[target] gpu.subgroup_size has no lowering to NVVM}}
+    %z = gpu.subgroup_size : index
+    %c0 = arith.constant 0 : index
+    memref.store %s, %out[%c0] : memref<32xindex>
+    memref.store %z, %out[%c0] : memref<32xindex>
+    gpu.return
+  }
+}

@@ -58,6 +58,21 @@ gpu.module @ptx_too_old [#nvvm.target<chip = "sm_90", features = "+ptx60">] {
 
 // -----
 
+// A feature other than +ptxNN passes the transfer's own checks no longer: it would fail translation.
+gpu.module @features_not_ptx [#nvvm.target<chip = "sm_90", features = "+sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    // expected-error@+1 {{[target] the gpu.module's #nvvm.target: features "+sm_90" is not one +ptxNN (such as +ptx78)}}
+    "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+        dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
 gpu.module @ptx_new_enough [#nvvm.target<chip = "sm_90", features = "+ptx80">] {
   memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {

@@ -124,6 +124,9 @@ def check_chip(query: Query, opcode: Opcode) -> list[Violation]:
     chip, ptx = query.chip, query.ptx
     if chip is None or not query.device_code:
         return []
+    if targets.features_problem(query.features):
+        return [Violation(Rule.TARGET, f"the gpu.module's #nvvm.target: {targets.features_problem(query.features)}; "
+                                       f"it is the one feature LLVM is given")]
     needed = targets.MINIMUM_ARCHITECTURE[opcode.instruction]
     problem = targets.chip_problem(chip, needed)
     if problem:

@@ -283,7 +283,8 @@ class Query:
     block_size: the kernel's known block size (None: unknown). divergence: why the op might run on some lanes
     only (None: all lanes run it). chip, ptx: the NVVM target it is compiled for (None: not known yet; the
     pipeline fills the chip in). device_code: inside a gpu.module or a gpu.launch body. static_shared_bytes:
-    the kernel's workgroup memref.globals. foreign_targets: the gpu.module's targets that are not NVVM ones."""
+    the kernel's workgroup memref.globals. foreign_targets: the gpu.module's targets that are not NVVM ones.
+    features: the #nvvm.target's features option as written."""
 
     opcode: object
     scope: object
@@ -299,6 +300,7 @@ class Query:
     device_code: bool = True
     static_shared_bytes: int | None = None
     foreign_targets: tuple[str, ...] = ()
+    features: str = ""
 
     @classmethod
     def of_layouts(cls, opcode: str, registers, shared, *, register_slots: int, shared_words: int,

@@ -14,12 +14,15 @@ from mlir_tile.diagnostics import Diag, PipelineFailure
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per level and overflows its stack near 4,000
-_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[{(\[]|[})\]]')
+# A string literal, unrolled: a run of plain characters is one step, so a 20 MB literal is matched in constant
+# memory (the form with an alternation per character kept a backtracking frame per character: 2.5 GB).
+_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+_BRACKETS = re.compile(_STRING + r'|//[^\n]*|[{(\[]|[})\]]')
 
 
 _TARGET_ATTRIBUTE = re.compile(r"#(nvvm|rocdl|xevm)\s*\.\s*target\s*<([^>]*)>")
-_PARAMETER = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|-?\d+)')
-_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+_PARAMETER = re.compile(r'(\w+)\s*=\s*(' + _STRING + r'|-?\d+)')
+_STRING_OR_COMMENT = re.compile(_STRING + r'|//[^\n]*')
 
 
 def _without_comments(text: str) -> str:

@@ -18,7 +18,7 @@ from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.diagnostics import Diag, PipelineFailure
 from mlir_tile.pipeline import run_pipeline
 from mlir_tile.pipeline_text import split_elements
-from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.cli import OutputError, quiet_on_closed_pipe, write_output
 from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
 from mlir_tile.tools.upstream import upstream_passes
 
@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Session(options.allow_unregistered_dialect) as session:
             return _process(session, text, source_name, options)
+    except OutputError as error:
+        print(f"tile-opt: error: {error}", file=sys.stderr)
+        return 1
     except Exception as error:  # a bug in tile-opt itself: one line, not a traceback
         if os.environ.get("TILE_DEBUG"):
             raise
@@ -239,12 +242,7 @@ def _process(session: Session, text, source_name: str, options) -> int:
             status |= 1 if module is None else 0
         if module is not None:
             outputs.append(render(module, options))
-    result = b"// -----\n".join(outputs)
-    if options.output == "-":
-        sys.stdout.buffer.write(result)
-    else:
-        with open(options.output, "wb") as stream:
-            stream.write(result)
+    write_output(options.output, b"// -----\n".join(outputs))
     return status
 
 

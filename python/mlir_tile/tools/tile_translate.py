@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from mlir_tile import targets
-from mlir_tile.cli import quiet_on_closed_pipe
+from mlir_tile.cli import OutputError, quiet_on_closed_pipe, write_output
 from mlir_tile.compile import PipelineError, PtxText, compile_to_ptx_texts
 from mlir_tile.diagnostics import PipelineFailure
 from mlir_tile.ptx import CompileError, cubin_of_ptx
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as error:
         print(f"tile-translate: {error}", file=sys.stderr)
         return 1
-    except (CompileError, OSError) as error:
+    except (CompileError, OutputError) as error:
         print(f"tile-translate: error: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # a bug in tile-translate itself: one line, not a traceback
@@ -95,23 +95,23 @@ def _write(texts: list[PtxText], options) -> None:
     cubin = options.translation == "cubin"
     results = [(text, cubin_of_ptx(text.text, text.chip) if cubin else text.text) for text in texts]
     if options.output_dir is not None:
-        options.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            options.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise OutputError(f"cannot make the folder '{options.output_dir}': {error.strerror or error}") from None
         for text, result in results:
             path = options.output_dir / f"{text.module}.{text.chip}.{'cubin' if cubin else 'ptx'}"
-            path.write_bytes(result) if cubin else path.write_text(result)
+            write_output(str(path), result if cubin else result.encode())
         return
     if cubin and len(results) > 1:
         names = ", ".join(f"@{text.module} ({text.chip})" for text, _ in results)
         raise CompileError(f"the input makes {len(results)} cubins ({names}) and -o names one file: use --output-dir")
     if cubin:
-        Path(options.output).write_bytes(results[0][1])
+        write_output(options.output, results[0][1])
         return
     written = results[0][1] if len(results) == 1 else SEPARATOR.join(
         f"// gpu.module @{text.module} for {text.chip}\n{result}" for text, result in results)
-    if options.output == "-":
-        sys.stdout.write(written)
-    else:
-        Path(options.output).write_text(written)
+    write_output(options.output, written.encode())
 
 
 if __name__ == "__main__":
