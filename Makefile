@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lit pytest cmake-check bench venv clean
+.PHONY: demo test lit pytest cmake-check bench venv clean gpu-inputs
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,20 +17,25 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/seed_example.py --demo
 
-# The lit suite runs through CMake's check-tile target, which proves that target works.
+# The lit suite runs through CMake's check-tile target, which proves that target works. pytest runs a worker
+# per core (pytest-xdist); `make pytest ARGS="-m 'not slow'"` leaves out the end-to-end kernel builds.
 test: $(STAMP)
 	$(MAKE) cmake-check
-	$(BIN)/python -m pytest -q -rs test/unit test/fuzz
+	$(BIN)/python -m pytest -q -rs -n auto test/unit test/fuzz
 
 cmake-check: $(STAMP)
 	cmake -S . -B build -DPython3_EXECUTABLE=$(abspath $(BIN)/python) >/dev/null
 	cmake --build build --target check-tile
 
+# The PTX the GPU tests run (test/unit/test_runtime_gpu.py), built here; carry build/gpu-inputs to a GPU host.
+gpu-inputs: $(STAMP)
+	$(BIN)/python test/gpu_inputs.py build/gpu-inputs
+
 lit: $(STAMP)
 	$(BIN)/lit -sv test
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -rs test/unit test/fuzz
+	$(BIN)/python -m pytest -q -rs -n auto $(ARGS) test/unit test/fuzz
 
 # Benchmarks, build side (see benchmarks/bench.py): kernels, compile latency (against NVRTC, installed
 # here by the `bench` extra) and pass scaling into DIR, which then travels to a GPU host for

@@ -31,7 +31,7 @@ setup(
             "filecheck",
             "nvidia-nvjitlink==13.0.88",  # PTX -> cubin in-process: the ptxas of CUDA 13.0, as on every machine
         ],
-        "test": ["pytest", "hypothesis", "setuptools>=70.1", "nvidia-cutlass==4.2.0.0"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "setuptools>=70.1", "nvidia-cutlass==4.2.0.0"],
         "bench": ["nvidia-cuda-nvrtc==13.0.88"],
     },
     entry_points={

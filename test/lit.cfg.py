@@ -9,7 +9,7 @@ import lit.formats
 config.name = "mlir-tile"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py"]
-config.excludes = ["lit.cfg.py", "unit", "fuzz", "Output", "Inputs", "conftest.py"]
+config.excludes = ["lit.cfg.py", "unit", "fuzz", "Output", "Inputs", "conftest.py", "gpu_inputs.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.test_source_root, "Output")
 

@@ -29,3 +29,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def filecheck(tmp_path):
+    """filecheck(text, checks): FileCheck (the `filecheck` of the compiler extra) of `text` against the CHECK
+    lines `checks`; an AssertionError with FileCheck's report when they do not match."""
+    import subprocess
+    import sys
+
+    def check(text: str, checks: str) -> None:
+        (tmp_path / "checks").write_text(checks)
+        tool = Path(sys.executable).with_name("filecheck")
+        ran = subprocess.run([str(tool if tool.exists() else "filecheck"), str(tmp_path / "checks")], input=text,
+                             capture_output=True, text=True)
+        assert ran.returncode == 0, ran.stderr[-4000:]
+    return check

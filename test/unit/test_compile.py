@@ -1,38 +1,54 @@
-"""compile_to_ptx on the spec example. The build half of the GPU test: the PTX that the GPU test
-(test_runtime_gpu.py) runs is checked in, and must be exactly what mlir-tile compiles now, so the GPU half
-(on a host without MLIR) and this half (on a host without a GPU) together test the whole path. And a
+"""compile_to_ptx on the examples: the build half of the GPU tests. The PTX's structure is checked where it
+is compiled (FileCheck, instruction counts); test/gpu_inputs.py builds the same PTX for the GPU half
+(test_runtime_gpu.py, on a host without MLIR), so the two halves together test the whole path. And a
 pipeline's failure as a process pool hands it back: pickled whole."""
 import pickle
-from pathlib import Path
 
 import pytest
 from mlir import ir
 from mlir.dialects import arith, gpu
 
 import seed_example
-from kernel_example import with_build_options
 from mlir_tile.builder import Global, Kernel
 from mlir_tile.compile import PipelineError, compile_to_ptx
 
-SPEC_EXAMPLE_PTX = Path(__file__).with_name("Inputs") / "spec_example.ptx"
+
+def test_spec_example_ptx_is_two_ldmatrix_x2_and_the_table_stores(filecheck):
+    """The spec's example: two x2 (one per repeat, the second at an immediate offset from the first's
+    address), the loaded words stored to slots 0, 2, 8 and 10 of each thread's row, the rest -777."""
+    filecheck(compile_to_ptx(seed_example.build_module()), """
+    CHECK: .target sm_90
+    CHECK: .visible .entry matrix_kernel(
+    CHECK: .maxntid 32, 1, 1
+    CHECK-NOT: .local
+    CHECK: ldmatrix.sync.aligned.m8n8.x2.shared.b16 {[[A:%r[0-9]+]], [[B:%r[0-9]+]]}, [[[P:%rd[0-9]+]]];
+    CHECK-NEXT: ldmatrix.sync.aligned.m8n8.x2.shared.b16 {[[C:%r[0-9]+]], [[D:%r[0-9]+]]}, [[[P]]+512];
+    CHECK-NOT: ldmatrix
+    CHECK: st.global.b32 [[[O:%rd[0-9]+]]], [[A]];
+    CHECK-NEXT: st.global.b32 [[[O]]+4], -777;
+    CHECK-NEXT: st.global.b32 [[[O]]+8], [[B]];
+    CHECK: st.global.b32 [[[O]]+32], [[C]];
+    CHECK: st.global.b32 [[[O]]+40], [[D]];
+    CHECK-NOT: ldmatrix
+    """)
 
 
-def test_spec_example_ptx_is_what_mlir_tile_compiles():
-    compiled = compile_to_ptx(seed_example.build_module())
-    assert compiled == SPEC_EXAMPLE_PTX.read_text(), (
-        "the compiled PTX changed: if the change is intended, run "
-        "`python examples/seed_example.py --ptx-out test/unit/Inputs/spec_example.ptx`")
-
-
-def test_dynamic_shared_example_ptx_is_what_mlir_tile_compiles():
-    """The build half of the dynamic-shared-memory GPU test (examples/dynamic_shared.py)."""
+def test_dynamic_shared_example_ptx_reads_past_48_kib_through_one_x4_trans(filecheck):
+    """The build half of the dynamic-shared-memory GPU test (examples/dynamic_shared.py): the buffer is the
+    extern dynamic array, filled by a loop of 32-bit stores up to 49408 bytes, then one ldmatrix.x4.trans."""
     import dynamic_shared
 
-    compiled = compile_to_ptx(dynamic_shared.build_module())
-    assert ".extern .shared .align 16 .b8 __dynamic_shmem__0[];" in compiled
-    assert compiled == (SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text(), (
-        "the compiled PTX changed: if intended, run "
-        "`python examples/dynamic_shared.py --ptx-out test/unit/Inputs/dynamic_shared.ptx`")
+    filecheck(compile_to_ptx(dynamic_shared.build_module()), """
+    CHECK: .extern .shared .align 16 .b8 __dynamic_shmem__0[];
+    CHECK: .visible .entry from_dynamic_shared(
+    CHECK: mov.b64 [[BASE:%rd[0-9]+]], __dynamic_shmem__0;
+    CHECK: st.shared.b32
+    CHECK: setp.ne.b64 {{%p[0-9]+}}, {{%rd[0-9]+}}, 49408;
+    CHECK: bar.sync 0;
+    CHECK: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+    CHECK-NOT: ldmatrix
+    CHECK-NOT: .local
+    """)
 
 
 def test_mma_example_ptx_is_what_mlir_tile_compiles():
@@ -48,8 +64,6 @@ def test_mma_example_ptx_is_what_mlir_tile_compiles():
     assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared", compiled)) == 4  # C: 4 n-pairs
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 32
     assert ".local" not in compiled
-    assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text(), (
-        "the compiled PTX changed: if intended, run `python examples/mma_tile.py --ptx-out test/unit/Inputs/mma_tile.ptx`")
 
 
 def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
@@ -64,8 +78,6 @@ def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 + 8  # A: 2 k-blocks; B: x 4 n-pairs
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32", compiled)) == 16
     assert ".local" not in compiled
-    assert compiled == (SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text(), (
-        "the compiled PTX changed: if intended, run `python examples/mma_s8.py --ptx-out test/unit/Inputs/mma_s8.ptx`")
 
 
 def test_gemm_example_ptx_is_what_mlir_tile_compiles():
@@ -88,9 +100,6 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
     assert sum(1 for offset, _ in copies if not offset) == 3  # one base (prologue, each loop), the rest immediates
     assert ".local" not in compiled
     assert ".extern .shared .align 2048" in compiled  # the B tile's swizzle Sw<3,2,4> repeats every 2048 bytes
-    build = {"dtype": "f16", "b_major": "kn", "align": 16, "tile": "128x128x32s4"}  # the example's defaults
-    assert with_build_options(compiled, build) == (Path(__file__).with_name("Inputs") / "gemm.ptx").read_text(), (
-        "the compiled PTX changed: if intended, run `python examples/gemm.py --ptx-out test/unit/Inputs/gemm.ptx`")
 
 
 def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
@@ -117,18 +126,11 @@ def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
     as fp32 pairs (no stmatrix); the reduction sums in fp32 and rounds once."""
     import gemm
 
-    inputs = Path(__file__).with_name("Inputs")
     split = compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED))
     assert gemm.SPLIT_CHECKED.split_k and gemm.SPLIT_CHECKED.align == 2
     assert "stmatrix" not in split and split.count("st.global.b32") == 32  # 64 x 64 fp32 over 128 threads
     reduce = compile_to_ptx(gemm.build_reduce_module("f16"))
     assert "add.rn.f32" in reduce and reduce.count("cvt.rn.f16.f32") == 1
-    regenerate = ("if intended, run: python -c 'import sys; sys.path.insert(0, \"examples\"); import gemm; "
-                  "from mlir_tile.compile import compile_to_ptx as c; from pathlib import Path as P; "
-                  "P(\"test/unit/Inputs/gemm_split.ptx\").write_text(c(gemm.build_module(\"f16\", gemm.SPLIT_CHECKED))); "
-                  "P(\"test/unit/Inputs/gemm_reduce.ptx\").write_text(c(gemm.build_reduce_module(\"f16\")))'")
-    assert split == (inputs / "gemm_split.ptx").read_text(), f"the split-K kernel's PTX changed: {regenerate}"
-    assert reduce == (inputs / "gemm_reduce.ptx").read_text(), f"the reduction's PTX changed: {regenerate}"
 
 
 def test_attention_example_ptx_is_what_mlir_tile_compiles():
@@ -149,9 +151,6 @@ def test_attention_example_ptx_is_what_mlir_tile_compiles():
     assert len(re.findall(r"shfl\.sync\.bfly\.b32", compiled)) == 2 * 8 + 8  # + the row sums once
     assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8
     assert len(re.findall(r"bar\.sync", compiled)) == 4
-    build = {"dtype": "f16", "head_dim": 64, "causal": False, "tuned": False}  # the example's defaults
-    assert with_build_options(compiled, build) == (Path(__file__).with_name("Inputs") / "attention.ptx").read_text(), (
-        "the compiled PTX changed: if intended, run `python examples/attention.py --ptx-out test/unit/Inputs/attention.ptx`")
 
 
 @pytest.mark.parametrize("source_name", [None, "kernel.py"])

@@ -1,11 +1,22 @@
-"""The cuda-python runtime on a real GPU. Needs no MLIR: these run on GPU hosts without the compiler."""
+"""The cuda-python runtime on a real GPU. Needs no MLIR: these run on GPU hosts without the compiler, on the
+PTX that `make gpu-inputs` (test/gpu_inputs.py) built where the compiler is, carried along."""
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
-SPEC_EXAMPLE_PTX = Path(__file__).with_name("Inputs") / "spec_example.ptx"
+GPU_INPUTS = Path(os.environ.get("MLIR_TILE_GPU_INPUTS", Path(__file__).resolve().parents[2] / "build" / "gpu-inputs"))
+
+
+def gpu_input(name: str) -> Path:
+    """A PTX file of test/gpu_inputs.py's folder; the test skips, saying how to build it, where it is missing."""
+    path = GPU_INPUTS / name
+    if not path.exists():
+        pytest.skip(f"{path} was not built: run `make gpu-inputs` where the compiler is and carry build/gpu-inputs "
+                    f"(or set MLIR_TILE_GPU_INPUTS)")
+    return path
 
 # Hand-written PTX: out[i] = in[i] * 3 + k for i < n.
 SCALE_PTX = r"""
@@ -82,20 +93,20 @@ def test_thousands_of_launches_do_not_leak_device_memory(runtime):
 
 
 def test_spec_example_ptx_on_the_gpu(runtime):
-    """The run half: the spec example's PTX, as mlir-tile compiles it (test_spec_example_ptx_is_what_mlir_tile_
-    compiles, in test_compile.py, keeps the file current without a GPU), gives the spec's table; no MLIR needed."""
+    """The run half: the spec example's PTX, as mlir-tile compiles it (test_compile.py checks its structure where
+    it is compiled), gives the spec's table; no MLIR needed."""
     import seed_example
 
-    out = seed_example.run_on_gpu(SPEC_EXAMPLE_PTX.read_text())
+    out = seed_example.run_on_gpu(gpu_input("spec_example.ptx").read_text())
     np.testing.assert_array_equal(out, seed_example.expected_table(seed_example.inputs()))
 
 
 def test_a_transfer_from_dynamic_shared_memory_beyond_48_kib(runtime):
-    """The run half: the checked-in PTX (test_compile.py keeps it current) reads words past byte 49152 of
+    """The run half: the PTX (test_compile.py checks it where it is compiled) reads words past byte 49152 of
     dynamic shared memory; the launch opts the kernel in to the larger size."""
     import dynamic_shared
 
-    out = dynamic_shared.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text())
+    out = dynamic_shared.run_on_gpu(gpu_input("dynamic_shared.ptx").read_text())
     np.testing.assert_array_equal(out, dynamic_shared.expected(dynamic_shared.inputs()))
     assert dynamic_shared.SHARED_BYTES > 48 * 1024
 
@@ -132,7 +143,7 @@ def test_more_dynamic_shared_memory_than_the_device_has_is_a_clear_error(runtime
 
     import dynamic_shared
 
-    module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "dynamic_shared.ptx").read_text(), name="too_much")
+    module = runtime.load_ptx(gpu_input("dynamic_shared.ptx").read_text(), name="too_much")
     with pytest.raises(CudaError, match=r"300000 bytes of dynamic shared memory \(\+0 static\) is more than the \d+ a block can have"):
         module.launch(dynamic_shared.KERNEL, [dynamic_shared.inputs(), np.zeros((32, 4), np.uint32)], grid=1,
                       block=32, shared_bytes=300000)
@@ -143,7 +154,7 @@ def test_the_mma_tile_matches_numpy():
     tile.matrix_transfer from swizzled shared tiles."""
     import mma_tile
 
-    ok, worst = mma_tile.check(mma_tile.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_tile.ptx").read_text()))
+    ok, worst = mma_tile.check(mma_tile.run_on_gpu(gpu_input("mma_tile.ptx").read_text()))
     assert ok, f"largest error {worst}"
 
 
@@ -153,7 +164,7 @@ def test_the_s8_mma_tile_equals_numpy():
     import mma_s8
 
     a, b = mma_s8.inputs()
-    assert np.array_equal(mma_s8.run_on_gpu((SPEC_EXAMPLE_PTX.parent / "mma_s8.ptx").read_text()), mma_s8.reference(a, b))
+    assert np.array_equal(mma_s8.run_on_gpu(gpu_input("mma_s8.ptx").read_text()), mma_s8.reference(a, b))
 
 
 def test_launch_on_device_arrays_copies_nothing_and_uses_the_producers_stream(runtime):
@@ -203,7 +214,7 @@ def test_the_gemm_example_matches_numpy():
     multiple of the tile and N, K none of 128 or 32, against numpy within fp16 rounding."""
     import gemm
 
-    ok, line = gemm.run_and_check((SPEC_EXAMPLE_PTX.parent / "gemm.ptx").read_text())
+    ok, line = gemm.run_and_check(gpu_input("gemm.ptx").read_text())
     assert ok, line
 
 
@@ -212,14 +223,14 @@ def test_the_gemm_example_matches_numpy():
     (4, 264),  # CTAs walking 3, 2, 2 and 2 tiles; a k-tile inside K, one with a K tail, then the next tile's 3
 ])
 def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
-    """The persistent kernel (Inputs/gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
+    """The persistent kernel (gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
     with a caller's grid: past the tiles the extra CTAs do nothing, under them each CTA walks several tiles;
     C is the product."""
     import gemm
 
     config, (m, n) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520)
     a, b = gemm.inputs(m, n, depth, element="bf16")
-    module = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
+    module = runtime.load_ptx(gpu_input("gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
     _, _, c = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
                                          depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
     ok, worst = gemm.check(c, a, b, "bf16")
@@ -235,7 +246,7 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
 
     config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
     a, b = gemm.inputs(m, n, depth)  # fp16 bit patterns
-    split = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_split.ptx").read_text(), name="gemm_split")
+    split = runtime.load_ptx(gpu_input("gemm_split.ptx").read_text(), name="gemm_split")
     _, _, partials, *_ = split.launch(gemm.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
                                       grid=config.grid(m, n, splits), block=config.threads,
                                       shared_bytes=config.shared_bytes)
@@ -244,7 +255,7 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
         columns = slice(s * per_split, (s + 1) * per_split)
         expected = decode(a[:, columns], "f16") @ decode(b[columns], "f16")
         np.testing.assert_allclose(partials[s * m * n:(s + 1) * m * n].reshape(m, n), expected, rtol=1e-5, atol=1e-4)
-    reducer = runtime.load_ptx((SPEC_EXAMPLE_PTX.parent / "gemm_reduce.ptx").read_text(), name="gemm_reduce")
+    reducer = runtime.load_ptx(gpu_input("gemm_reduce.ptx").read_text(), name="gemm_reduce")
     _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m * n, splits],
                               grid=-(-m * n // gemm.REDUCE_THREADS), block=gemm.REDUCE_THREADS)
     ok, worst = gemm.check(c.reshape(m, n), a, b)
@@ -256,7 +267,7 @@ def test_the_attention_example_matches_numpy():
     the key tiles, against numpy's softmax attention and log-sum-exp."""
     import attention
 
-    ok, line = attention.run_and_check((SPEC_EXAMPLE_PTX.parent / "attention.ptx").read_text())
+    ok, line = attention.run_and_check(gpu_input("attention.ptx").read_text())
     assert ok, line
 
 
@@ -272,5 +283,5 @@ def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, writte
     numpy."""
     from test_kernel_example import example
 
-    ran = example(name, "--run-ptx", SPEC_EXAMPLE_PTX.parent / written, *arguments)
+    ran = example(name, "--run-ptx", gpu_input(written), *arguments)
     assert ran.returncode == 0 and "bf16" in ran.stdout and "matches numpy: True" in ran.stdout, ran.stdout + ran.stderr

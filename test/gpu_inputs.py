@@ -1,0 +1,61 @@
+"""The PTX that test/unit/test_runtime_gpu.py runs on a GPU host (which has no MLIR), built here from the
+examples as their `--ptx-out` writes it:
+
+    python test/gpu_inputs.py build/gpu-inputs        # `make gpu-inputs`
+
+Carry build/gpu-inputs to the GPU host; the GPU tests read it there (or the folder MLIR_TILE_GPU_INPUTS
+names), and skip, saying so, where it was not built. Nothing of it is checked in: the build half of each GPU
+test checks the PTX's structure where it is compiled (test_compile.py, test_kernel_example.py).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# file name: the example and its options (the options are recorded in the PTX's first line)
+BY_COMMAND_LINE = {
+    "spec_example.ptx": ["seed_example.py"],
+    "dynamic_shared.ptx": ["dynamic_shared.py"],
+    "mma_tile.ptx": ["mma_tile.py"],
+    "mma_s8.ptx": ["mma_s8.py"],
+    "gemm.ptx": ["gemm.py"],
+    "gemm_bf16_nk.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
+    "gemm_bf16_nk_persistent.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
+    "attention.ptx": ["attention.py"],
+    "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
+}
+
+
+def _split_k(folder: Path) -> None:
+    """The split-K kernel and its reduction, which no example's command line builds."""
+    sys.path.insert(0, str(REPO / "examples"))
+    import gemm
+
+    from mlir_tile.compile import compile_to_ptx
+
+    (folder / "gemm_split.ptx").write_text(compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED)))
+    (folder / "gemm_reduce.ptx").write_text(compile_to_ptx(gemm.build_reduce_module("f16")))
+
+
+def build(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(item):
+        name, (example, *options) = item
+        return name, subprocess.run([sys.executable, str(REPO / "examples" / example), "--ptx-out", str(folder / name),
+                                     *options], capture_output=True, text=True)
+
+    with ThreadPoolExecutor() as pool:
+        ran = list(pool.map(run, BY_COMMAND_LINE.items()))
+    failed = [f"{name}: {result.stderr.strip()[-2000:]}" for name, result in ran if result.returncode]
+    if failed:
+        raise SystemExit("\n".join(failed))
+    _split_k(folder)
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "build" / "gpu-inputs"))
