@@ -26,6 +26,7 @@ def test_a_cta_computes_attention_on_the_reference_model(config, seq, causal):
     assert "matches numpy" in attention.emulate(config, seq, causal)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
 @pytest.mark.parametrize("config", PICKED, ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):

@@ -18,6 +18,7 @@ def test_a_cta_of_the_gemm_computes_the_product_on_the_reference_model(config):
     assert "matches numpy" in gemm.emulate(config, k_tiles=2 if config.bk == 32 else 1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
 @pytest.mark.parametrize("chip, config", [(chip, config) for chip in ("sm_90", "sm_80")
                                            for config in gemm.VARIANTS + gemm.SPLIT_VARIANTS

@@ -16,6 +16,7 @@ def example(name, *arguments):
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, options, recorded, entry", [
     ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
      {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4"}, "gemm"),
