@@ -472,8 +472,8 @@ def block_size(op: ir.Operation, launch: ir.Operation | None = None) -> tuple[in
 
 def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     """The largest value an index/integer value can take, where the IR proves one: thread ids below the
-    kernel's known block size, lane ids below 32, constants, and +, *, /, mod, shifts and masks of those
-    (unsigned); None when nothing is proven."""
+    kernel's known block size, lane ids below 32, constants, and +, *, /, mod, shifts, masks, unsigned
+    min/max and selects of those (unsigned); None when nothing is proven."""
     op = defining_op(value)
     if op is None or depth == 0:
         return None
@@ -501,6 +501,12 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
     if name == "arith.andi":
         bounds = [bound for bound in (of(0), of(1)) if bound is not None]
         return min(bounds) if bounds else None
+    if name == "arith.select":
+        bounds = [of(1), of(2)]
+        return None if None in bounds else max(bounds)
+    if name == "arith.minui":
+        bounds = [bound for bound in (of(0), of(1)) if bound is not None]
+        return min(bounds) if bounds else None
     if len(operands) < 2:
         return None
     first, second = of(0), of(1)
@@ -519,6 +525,8 @@ def upper_bound(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
         return first << second if second < _WORD_BITS else None
     if name in ("arith.ori", "arith.xori"):
         return (1 << max(first, second).bit_length()) - 1
+    if name == "arith.maxui":
+        return max(first, second)
     return None
 
 

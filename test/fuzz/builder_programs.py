@@ -32,6 +32,13 @@ LAYOUTS = ["(64,64):(64,1)", "Sw<3,3,3> o (64,64):(64,1)", "(8,8):(8,1)", "(16,8
 OPCODES = ["ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.shared.b16",
            "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.shared.b16", "ld", 5]
 JUNK = [None, -1, 0, 1, 3, 2**31, 2**40, -2**70, 1.5, float("nan"), True, "", "x", "i32", (), [], [1, 2], {}, object()]
+# (opcode, registers, shared words, dst layout, src layout) of legal warp transfers, for the stock's buffers
+TRANSFERS = [
+    ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "(4,8,4):(1,4@laneid,1@laneid)", "(4,8,4):(32,4,1)"),
+    ("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "(2,8,4):(1,4@laneid,1@laneid)", "(2,8,4):(32,4,1)"),
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16", "(1,8,4):(0,4@laneid,1@laneid)", "(1,8,4):(0,4,1)"),
+    ("stmatrix.sync.aligned.m8n8.x4.shared.b16", "(4,8,4):(32,4,1)", "(4,8,4):(1,4@laneid,1@laneid)"),
+]
 
 
 class Program:
@@ -43,6 +50,14 @@ class Program:
         self.names = 0
         self.calls = self.refused = 0
         self.escaped: list[str] = []
+        self.clean = False  # this step's arguments are all plausible (most steps), else each may be junk
+        # a stock of well-formed buffers, so that the calls that need them are accepted often enough to be
+        # compiled: a 64 x 64 f16 tile, 512 i32 words, registers
+        self.tile, self.words = kernel.shared("tile", 64 * 64, "f16", 128), kernel.shared("words", 512, "i32", 128)
+        self.registers, self.accumulators = kernel.registers(8), kernel.registers(8, "f32")
+        self.values += [self.tile, self.words, self.registers, self.accumulators, kernel.shared_bytes("bytes", 4096),
+                        kernel.constant(0.5, "f32"), kernel.constant(2.0, "f16"), kernel.constant(7),
+                        kernel.compare("ult", kernel.lane_id(), 16)]
 
     # ----- arguments -----
     def of_type(self, *types: str):
@@ -50,9 +65,10 @@ class Program:
         return self.rng.choice(matching) if matching else None
 
     def pick(self, plausible):
-        """Mostly the plausible argument, sometimes junk, a value of any type, or one of another kernel."""
-        roll = self.rng.random()
-        if roll < 0.82:
+        """The plausible argument in a clean step; otherwise mostly, else junk, a value of any type, or one of
+        another kernel."""
+        roll = 0.0 if self.clean else self.rng.random()
+        if roll < 0.75:
             return plausible() if callable(plausible) else plausible
         if roll < 0.90:
             return self.rng.choice(JUNK)
@@ -72,6 +88,10 @@ class Program:
             (str(ir.MemRefType(v.type).memory_space) if ir.MemRefType(v.type).memory_space else None) in
             [wanted[s] for s in spaces])] or [None]))
 
+    def barriers(self):
+        """Mostly a buffer `mbarriers` made (i64 words in shared memory), else any shared buffer."""
+        return self.pick(lambda: self.of_type("memref<1xi64, #gpu", "memref<2xi64, #gpu") or self.buffer("shared"))
+
     def name(self):
         self.names += 1
         return self.pick(lambda: self.rng.choice([f"b{self.names}", f"b{self.names}", "b1", "k"]))
@@ -83,6 +103,7 @@ class Program:
         if name in ("loop", "if_") and depth >= 3:
             return
         self.calls += 1
+        self.clean = self.rng.random() < 0.6
         try:
             made = action(self, depth)
         except (BuilderError, ContractError):
@@ -143,19 +164,62 @@ def _spread(arguments) -> list:
 
 
 def _transfer(p: Program, depth: int):
-    registers, tile = p.buffer("private"), p.buffer("shared")
-    dst, src = (registers, tile) if p.rng.random() < 0.5 else (tile, registers)
-    return transfer(p.small(*OPCODES), dst, src, dst_layout=p.small(*LAYOUTS), src_layout=p.small(*LAYOUTS),
-                    scope=p.small("warp", "warp", "cta", "thread"))
+    opcode, registers_layout, shared_layout = p.rng.choice(TRANSFERS)
+    registers, tile = p.pick(p.registers), p.pick(lambda: p.words if p.rng.random() < 0.8 else p.buffer("shared"))
+    load = opcode.startswith("ld")
+    return transfer(p.pick(opcode), registers if load else tile, tile if load else registers,
+                    dst_layout=p.pick(registers_layout if load else shared_layout),
+                    src_layout=p.pick(shared_layout if load else registers_layout),
+                    scope=p.pick(lambda: p.rng.choice(["warp", "warp", "cta", "thread"])))
 
 
 def _mma(p: Program, depth: int):
-    words, accumulators = p.buffer("private"), p.buffer("private")
-    slots = lambda n: p.pick(lambda: [p.rng.randrange(0, 8) for _ in range(n)])  # noqa: E731
+    slots = lambda n: p.pick(lambda: p.rng.sample(range(8), n))  # noqa: E731
+    words, accumulators = p.pick(p.registers), p.pick(p.accumulators)
     if p.rng.random() < 0.5:
         return p.k.mma_m16n8k16(words, slots(4), words, slots(2), accumulators, slots(4), p.small("f16", "bf16", "s8"))
-    return p.k.mma_m16n8k32(words, slots(4), words, slots(2), accumulators, slots(4), p.small("s8", "u8"),
+    return p.k.mma_m16n8k32(words, slots(4), words, slots(2), p.pick(p.registers), slots(4), p.small("s8", "u8"),
                             saturate=p.small(False, True))
+
+
+def _store(p: Program, depth: int):
+    buffer = p.buffer("shared", "private", "global")
+    element = str(ir.MemRefType(buffer.type).element_type) if isinstance(buffer, ir.Value) and isinstance(
+        buffer.type, ir.MemRefType) else "i32"
+    return p.k.store(p.pick(lambda: p.of_type(element)), buffer, p.pick(lambda: [p.index()]))
+
+
+def _copy_async(p: Program, depth: int):
+    eighth = p.pick(lambda: p.k.index(8 * p.rng.randrange(0, 512)))
+    return p.k.copy_async(p.pick(p.tile), p.pick(lambda: [eighth]), p.pick(lambda: p.k.arguments[0]),
+                          p.pick(lambda: [p.rng.choice([eighth, 8 * p.rng.randrange(0, 64)])]), bytes=p.small(16, 8, 4, 2),
+                          valid=p.small(None, p.of_type("index"), 3), whole=p.small(False, True))
+
+
+TILES = [("(64,64):(64,1)", 64, 64), ("Sw<3,3,3> o (64,64):(64,1)", 64, 64), ("(16,64):(64,1)", 16, 64),
+         ("(64,32):(32,1)", 64, 32)]  # (layout, rows, cols) of tiles of the stock's 64 x 64 f16 buffer
+
+
+def _copy_tile_async(p: Program, depth: int):
+    layout, rows, cols = p.rng.choice(TILES)
+    return p.k.copy_tile_async(
+        p.pick(p.tile), p.pick(layout), p.pick(p.k.arguments[0]), p.index(), p.small(64, 128, p.of_type("index")),
+        rows=p.pick(rows), cols=p.pick(cols), valid_rows=p.small(None, p.of_type("index"), 17),
+        valid_cols=p.small(None, 64, 24, p.of_type("index")), chunk_bytes=p.small(16, 8, 4))
+
+
+def _copy_tile(p: Program, depth: int):
+    layout, rows, cols = p.rng.choice(TILES)
+    return p.k.copy_tile(p.pick(p.tile), p.pick(layout), p.pick(p.k.arguments[0]), p.index(),
+                         p.small(64, 100, p.of_type("index")), rows=p.pick(rows), cols=p.pick(cols),
+                         valid_rows=p.index(), valid_cols=p.index())
+
+
+def _planned(p: Program, depth: int):
+    row = p.pick(lambda: p.k.warp_id() if p.k.block[0] >= 32 else p.k.index(0))
+    coordinates = p.pick(lambda: [[(row, 0), p.rng.choice([0, 8])], [(row, p.rng.choice([4, 8])), 0]])
+    return [v for pair in p.k.planned(p.pick(p.tile), p.small("(64,64):(64,1)", "Sw<3,3,3> o (64,64):(64,1)",
+                                                               *LAYOUTS), coordinates, p.small(1, 8)) for v in pair]
 
 
 CALLS = [
@@ -180,27 +244,18 @@ CALLS = [
                                    p.small("f16", "i32", "f32"), p.small(0, 16, 128, p.of_type("index")))),
     ("subview", lambda p, d: p.k.subview(p.buffer("shared", "private"), p.small(0, 4, 64), p.small(4, 16, 64))),
     ("offset", lambda p, d: p.k.offset(p.small(*LAYOUTS), p.pick(lambda: [p.index(), p.index()]))),
-    ("planned", lambda p, d: [v for pair in p.k.planned(p.buffer("shared"), p.small(*LAYOUTS), p.pick(
-        lambda: [[p.index(), p.small(0, 8)], [p.index(), p.small(0, 16)]]), p.small(1, 8)) for v in pair]),
+    ("planned", _planned),
     ("load", lambda p, d: p.k.load(p.buffer("shared", "private", "global"), p.pick(lambda: [p.index()]))),
-    ("store", lambda p, d: p.k.store(p.pick(lambda: p.rng.choice(p.values)), p.buffer("shared", "private", "global"),
-                                     p.pick(lambda: [p.index()]))),
+    ("store", _store),
     ("load_vector", lambda p, d: p.k.load_vector(p.buffer("shared", "global", "private"), p.pick(lambda: [p.index()]),
                                                  p.small(8, 4, 2, 3), assume_aligned=p.small(False, True))),
     ("store_vector", lambda p, d: p.k.store_vector(p.of_type("vector"), p.buffer("shared", "global"),
                                                    p.pick(lambda: [p.index()]), assume_aligned=p.small(False, True))),
-    ("copy_async", lambda p, d: p.k.copy_async(p.buffer("shared"), p.pick(lambda: [p.index()]), p.buffer("global"),
-                                               p.pick(lambda: [p.index()]), bytes=p.small(16, 8, 4, 2),
-                                               valid=p.small(None, p.of_type("index"), 3), whole=p.small(False, True))),
+    ("copy_async", _copy_async),
     ("commit_group", lambda p, d: p.k.commit_group(p.pick(lambda: [p.of_type("!nvgpu")]))),
     ("wait_groups", lambda p, d: p.k.wait_groups(p.of_type("!nvgpu"), p.small(0, 1, 2))),
-    ("copy_tile", lambda p, d: p.k.copy_tile(p.buffer("shared"), p.small(*LAYOUTS), p.buffer("global"), p.index(),
-                                             p.small(64, 128, p.of_type("index")), rows=p.small(64, 8), cols=p.small(64, 8),
-                                             valid_rows=p.index(), valid_cols=p.index())),
-    ("copy_tile_async", lambda p, d: p.k.copy_tile_async(
-        p.buffer("shared"), p.small(*LAYOUTS), p.buffer("global"), p.index(), p.small(64, p.of_type("index")),
-        rows=p.small(64, 8), cols=p.small(64, 8), valid_rows=p.small(None, p.of_type("index")),
-        valid_cols=p.small(None, 64, p.of_type("index")), chunk_bytes=p.small(16, 8, 4))),
+    ("copy_tile", _copy_tile),
+    ("copy_tile_async", _copy_tile_async),
     ("transfer", _transfer),
     ("mma", _mma),
     ("pack_f16", lambda p, d: p.k.pack_f16(p.of_type("f32"), p.of_type("f32"), p.small("f16", "bf16"))),
@@ -212,10 +267,10 @@ CALLS = [
     ("any_lane", lambda p, d: p.k.any_lane(p.of_type("i1"))),
     ("barrier", lambda p, d: p.k.barrier()),
     ("mbarriers", lambda p, d: p.k.mbarriers(p.name(), p.small(2, 1), p.small(128, 32))),
-    ("arrive", lambda p, d: p.k.arrive(p.buffer("shared"), p.small(0, 1, p.of_type("index")),
-                                       per_warp=p.small(False, True))),
-    ("arrive_on_copies", lambda p, d: p.k.arrive_on_copies(p.buffer("shared"), p.small(0, 1))),
-    ("wait_phase", lambda p, d: p.k.wait_phase(p.buffer("shared"), p.small(0, 1), p.small(0, 1, p.of_type("i32")))),
+    ("commit_group of copies", lambda p, d: p.k.commit_group([_copy_async(p, d)])),
+    ("arrive", lambda p, d: p.k.arrive(p.barriers(), p.small(0, 1, p.of_type("index")), per_warp=p.small(False, True))),
+    ("arrive_on_copies", lambda p, d: p.k.arrive_on_copies(p.barriers(), p.small(0, 1))),
+    ("wait_phase", lambda p, d: p.k.wait_phase(p.barriers(), p.small(0, 1), p.small(0, 1, p.of_type("i32")))),
     ("a call on a finished kernel", lambda p, d: p.finished.load(p.finished.arguments[0], [p.index()])),
     ("loop", _loop),
     ("if_", _if),

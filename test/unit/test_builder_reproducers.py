@@ -130,6 +130,19 @@ MISUSE = {
                                          r"a memref extent must be an integer from 1 to 2147483647"),
     "more static shared memory than a kernel declares": (lambda k: (k.shared("a", 8192), k.shared("b", 8192)),
                                                          r"shared 'b': the kernel declares 65536 bytes"),
+    # found by the fuzzer's builder channel
+    "a view of a subview": (lambda k: k.view(k.subview(k.shared_bytes("b", 64), 4, 16), (4,), "i8"),
+                            r"view: the buffer must be 1-D bytes \(i8\) from its start"),
+    "warp_reduce of an operation that is a list": (lambda k: k.warp_reduce(k.constant(1.0, "f32"), [1]),
+                                                   r"warp_reduce: operation is one of"),
+    "planned with an empty coordinate": (lambda k: k.planned(k.shared("s", 64), "(8,8):(8,1)", [()]),
+                                         r"offset: layout \(8,8\):\(8,1\) has 2 modes; give one coordinate per mode"),
+    "copy_async whole with a partial constant": (
+        lambda k: k.copy_async(k.shared("s", 64, "f16"), [0], k.arguments[0], [0], bytes=4, valid=3, whole=True),
+        r"copy_async: whole=True takes a valid proven to be 0 or all 2 elements .*, got 3"),
+    "copy_async whole with an unproven count": (
+        lambda k: k.copy_async(k.shared("s", 64, "f16"), [0], k.arguments[0], [0], valid=k.arguments[1], whole=True),
+        r"copy_async: whole=True takes a valid proven to be 0 or all 8 elements .*, got not proven"),
 }
 
 
@@ -139,6 +152,18 @@ def test_misuse_is_a_builder_error_at_the_call(name):
     with pytest.raises(BuilderError, match=message):
         _build(action)
     assert ir.Context.current is None
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda k: k.mbarriers("b", 1, 32), r"mbarriers: mbarrier.init needs sm_80 or newer, but the gpu.module targets sm_75"),
+    (lambda k: k.copy_async(k.shared("s", 64, "f16"), [0], k.arguments[0], [0]),
+     r"copy_async: cp.async.shared.global needs sm_80 or newer, but the gpu.module targets sm_75"),
+])
+def test_an_instruction_the_kernels_chip_lacks_is_a_builder_error(call, message):
+    """(LLVM stopped the process on mbarrier.init for sm_75, at compile_to_ptx.)"""
+    with pytest.raises(BuilderError, match=message):
+        with Kernel("k", ARGUMENTS, chip="sm_75", context=ir.Context()) as k:
+            call(k)
 
 
 @pytest.mark.parametrize("argument", ["memref<?xf32>", "tensor<4xf32>", "none", "memref<4xf32, 3>",
@@ -201,6 +226,9 @@ ACCEPTED = {
     # the dynamic extent's sentinel is no end of the buffer
     "load_vector at a constant index of dynamic_shared()": lambda k: k.store_vector(
         k.load_vector(k.view(k.dynamic_shared(), (64,), "f16"), [16], 8), k.arguments[0], [0]),
+    "planned where the values fall on a mode of extent 1": lambda k: k.planned(
+        k.shared("s", 64, "f16"), "(1,64):(64,1)", [[(k.thread_id(), 0), 0], [(k.thread_id(), 0), 8]], 8),
+    "the offset of a block id (no operands to bound)": lambda k: k.offset("(8,8):(8,1)", [k.block_id(), 0]),
     "an unsigned bit pattern of i32 and the i1 true": lambda k: k.store(
         k.constant(0xFFFFFFFF), k.shared("s", 1), [k.index(0)]) or k.any_lane(k.constant(True, "i1")),
 }

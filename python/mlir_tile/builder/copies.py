@@ -10,7 +10,7 @@ from mlir.dialects import arith, memref, nvgpu, vector
 
 from mlir_tile.builder.common import BuilderError, count, memref_value, typed_value
 from mlir_tile.layout import Layout
-from mlir_tile.passes.ir_facts import value_multiple
+from mlir_tile.passes.ir_facts import constant_int, upper_bound, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 ASYNC_TOKEN = "!nvgpu.device.async.token"
@@ -30,8 +30,8 @@ class Copies:
         """`cp.async` of `bytes` (4, 8 or 16) from global `src[src_indices]` to shared `dst[dst_indices]`
         (`nvgpu.device_async_copy`; 16 bytes bypass L1, `.cg`). `valid`: how many leading elements to read
         (an index value, clamped to 0..all); the rest are zero-filled, so a tile's tail needs no branch (with
-        none valid, no byte is read). `whole`: the caller knows `valid` is 0 or all (no clamp is emitted;
-        copy_tile_async proves it). Both addresses' alignment is proven or BuilderError. Returns the copy's
+        none valid, no byte is read). `whole`: `valid` is 0 or all, proven (a constant or a select of the
+        two: no clamp is emitted, as copy_tile_async does). Both addresses' alignment is proven or BuilderError. Returns the copy's
         token for `commit_group`."""
         self._require("copy_async", "nvvm.cp.async.shared.global")
         memref_value(dst, "copy_async dst", "shared"), memref_value(src, "copy_async src", "global")
@@ -52,6 +52,11 @@ class Copies:
         count_valid = None
         if valid is not None and whole:
             count_valid = self.as_index(valid)
+            constant, bound = constant_int(count_valid), upper_bound(count_valid)
+            if (constant is not None and constant not in (0, elements)) or bound is None or bound > elements:
+                found = constant if constant is not None else "not proven" if bound is None else f"up to {bound}"
+                raise BuilderError(f"copy_async: whole=True takes a valid proven to be 0 or all {elements} elements "
+                                   f"(a select of the two), got {found}; leave whole out to clamp it")
         elif valid is not None:
             clamped = arith.maxsi(self.as_index(valid), self.index(0))
             count_valid = arith.minsi(clamped, self.index(elements))

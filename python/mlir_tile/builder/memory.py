@@ -209,6 +209,8 @@ class Memory:
             return [(buffer, self.offset(layout, c)) for c in coordinates]
         origin = [part if part is not None else 0 for part in parts[0]]
         _, dynamic, _, _ = self._split_offset(layout, origin)
+        if dynamic is None:  # the values fall on modes of extent 1 or stride 0: every offset is a constant
+            dynamic = self.index(0)
         base = self._swizzled(dynamic, swizzle) if swizzle else dynamic
         extent = max(c for _, _, c, _ in splits) + elements
         view = memref.subview(memref_value(buffer, "planned"), [base], [extent], [1])
