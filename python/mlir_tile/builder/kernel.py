@@ -74,14 +74,14 @@ def _building(method):
     arguments is visible where the call builds (made in this kernel, in this block or one around it)."""
     @functools.wraps(method)
     def call(self, *arguments, **keywords):
-        what = f"{method.__name__}"
+        what = method.__name__
         if not self._open:
             raise BuilderError(f"{what}: kernel '{self.name}' is not being built: call it inside `with "
                                f"Kernel(...) as k:` (this kernel's block has ended or not begun)")
         here = enclosing_blocks(ir.InsertionPoint.current.block)
         if self.body not in here:
-            raise BuilderError(f"{what}: the builder is inside another kernel's `with` block, not kernel "
-                               f"'{self.name}''s; call this kernel's methods in its own block")
+            raise BuilderError(f"{what}: the builder is inside another kernel's `with` block, not that of kernel "
+                               f"'{self.name}'; call a kernel's methods in its own block")
         if here[0] in self.ended_blocks:
             raise BuilderError(f"{what}: this loop body or branch was ended by it.next(...) or branch.otherwise/"
                                f"done(...); build before that call, or after the `with` block")
@@ -334,10 +334,16 @@ class Kernel(Memory, Copies, Compute):
         return arith.cmpi(getattr(arith.CmpIPredicate, predicate), self.as_index(a), self.as_index(b))
 
 
-for _name, _method in list(vars(Memory).items()) + list(vars(Copies).items()) + list(vars(Compute).items()) + \
-        list(vars(Kernel).items()):
-    if not _name.startswith("_") and callable(_method) and not isinstance(_method, type):
-        setattr(Kernel, _name, _building(_method))
+def _check_every_public_call(kernel: type) -> None:
+    """Every public method of the kernel and its mixins, wrapped by `_building`: one place checks them all,
+    a method added later included."""
+    for part in (Memory, Copies, Compute, kernel):
+        for name, method in list(vars(part).items()):
+            if not name.startswith("_") and callable(method) and not isinstance(method, type):
+                setattr(kernel, name, _building(method))
+
+
+_check_every_public_call(Kernel)
 
 
 class _Iteration:

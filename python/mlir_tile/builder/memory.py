@@ -10,7 +10,7 @@ from mlir.dialects import arith, gpu, memref, vector
 
 from mlir_tile import targets
 from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, is_int, memref_type,
-                                      memref_value, power_of_two, typed_value)
+                                      memref_value, power_of_two)
 from mlir_tile.layout import Layout, as_layout
 from mlir_tile.passes.extern_shared import ALIGNMENT_ATTRIBUTE
 from mlir_tile.passes.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
@@ -150,7 +150,7 @@ class Memory:
         constant, dynamic, largest = 0, None, 0
         for axis, (coordinate, size) in enumerate(zip(coordinates, layout.sizes)):
             leaves = layout.mode(axis)
-            if isinstance(coordinate, tuple) and len(coordinate) == 2 and _is_int(coordinate[1]):
+            if isinstance(coordinate, tuple) and len(coordinate) == 2 and is_int(coordinate[1]):
                 if len(leaves) != 1:
                     raise BuilderError(f"offset: a (value, int) coordinate needs a mode with one leaf; mode {axis} "
                                        f"of {layout} is {leaves}")
@@ -158,7 +158,7 @@ class Memory:
                 if not 0 <= shift < size:
                     raise BuilderError(f"offset: constant part {shift} of mode {axis} is outside its size {size}")
                 constant += shift * leaves[0][1]
-            if _is_int(coordinate):
+            if is_int(coordinate):
                 if not 0 <= coordinate < size:
                     raise BuilderError(f"offset: coordinate {coordinate} of mode {axis} is outside its size {size}")
                 below = 1
@@ -198,7 +198,7 @@ class Memory:
         self._layout_fits(buffer, layout, "planned")
         coordinates = [list(c) for c in coordinates]
         splits = [self._split_offset(layout, c, emit=False) for c in coordinates]  # checks each coordinate
-        parts = [[c[0] if isinstance(c, tuple) else None if _is_int(c) else c for c in point] for point in coordinates]
+        parts = [[c[0] if isinstance(c, tuple) else None if is_int(c) else c for c in point] for point in coordinates]
         if not splits:
             return []
         layout, _, _, largest = splits[0]
@@ -325,5 +325,3 @@ def _above(constant: int, largest: int) -> bool:
     return largest >= 0 and constant >> largest.bit_length() << largest.bit_length() == constant
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -12,7 +12,6 @@ import os
 import re
 import sys
 
-from mlir import ir
 
 from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.diagnostics import Diag, PipelineFailure
