@@ -174,3 +174,31 @@ def test_a_swizzle_xors_bits_of_the_offset():
 def test_malformed_nested_or_swizzled_layouts_say_why(text, message):
     with pytest.raises(ValueError, match=message):
         Layout.parse(text)
+
+
+@pytest.mark.parametrize("text", ["(\u0663,8):(1,4)", "(4,8):(1,\u0664)", "(4,8):(1,4@lane\u00efd)"])
+def test_layout_text_is_ascii_digits_and_names(text):
+    """Python's int() reads the Arabic-Indic digit three; the layout grammar does not."""
+    with pytest.raises(ValueError, match="unexpected character"):
+        Layout.parse(text)
+
+
+@pytest.mark.parametrize("swizzle", ["Sw<3,2,3>", 3, (3, 2, 3)])
+def test_a_swizzle_that_is_no_swizzle_is_a_value_error(swizzle):
+    with pytest.raises(ValueError, match="layout swizzle is a Swizzle"):
+        Layout((8, 32), (32, 1), swizzle)
+
+
+def test_tuples_nested_past_the_limit_are_a_value_error_not_a_recursion_error():
+    deep = 4
+    for _ in range(2000):
+        deep = (deep,)
+    with pytest.raises(ValueError, match="nests tuples more than 64 deep"):
+        Layout((deep,), (deep,))
+
+
+def test_a_swizzled_layouts_cosize_is_computed_once():
+    layout = Layout.parse("Sw<3,4,3> o (256,64):(64,1)")
+    assert "cosize" not in vars(layout)
+    first = layout.cosize
+    assert vars(layout)["cosize"] == first == 256 * 64

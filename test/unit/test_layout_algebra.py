@@ -232,3 +232,20 @@ def test_a_swizzle_stays_outside_what_composition_and_divide_keep():
 def test_undefined_inputs_are_value_errors_that_say_why(operation, arguments, message):
     with pytest.raises(ValueError, match=message):
         getattr(ours, operation)(*[Layout.parse(a) for a in arguments])
+
+
+@pytest.mark.parametrize("function", [ours.coalesce, ours.complement, ours.right_inverse, ours.left_inverse,
+                                      ours.make_layout, ours.unpack_b32, ours.pack_b16_as_b32])
+def test_the_algebra_takes_layout_text_and_refuses_what_is_no_layout(function):
+    assert function(Layout.parse("(4,8):(8,1)")) == function("(4,8):(8,1)")
+    for junk in (5, None, 1.5, ["(4,8):(8,1)"]):
+        with pytest.raises(ValueError, match=f"{function.__name__}: takes a layout"):
+            function(junk)
+
+
+@pytest.mark.parametrize("function", [ours.composition, ours.logical_divide, ours.logical_product,
+                                      ours.zipped_divide, ours.tiled_divide, ours.blocked_product, ours.raked_product])
+def test_binary_operations_take_layout_text_on_either_side(function):
+    assert function("(8,8):(1,8)", "2:1") == function(Layout.parse("(8,8):(1,8)"), Layout.parse("2:1"))
+    with pytest.raises(ValueError):
+        function(object(), "2:1")
