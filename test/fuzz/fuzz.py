@@ -2,7 +2,7 @@
 through the Python builder, counting what a compiler must never do.
 
     python test/fuzz/fuzz.py --inputs 10000 --seed 1                       # the text channel's long run
-    python test/fuzz/fuzz.py --channel builder --inputs 20000 --seed 2 --jobs 2  # the builder channel's
+    python test/fuzz/fuzz.py --channel builder --inputs 20000 --seed 2 --jobs 2 --timeout 60  # the builder's
     python test/fuzz/fuzz.py --inputs 150 --seed 7 --report r.json
 
 The builder channel (builder_programs.py) builds random programs that call every public builder call with

@@ -2,7 +2,7 @@
 crash, hang, traceback, internal error, unlocated error, odd exit status or accepted-but-unassembled PTX; 400
 random builder programs, and not one crash, hang, exception of the bindings or accepted-then-invalid program.
 The long runs are by hand: `python test/fuzz/fuzz.py --inputs 10000 --seed N` and
-`python test/fuzz/fuzz.py --channel builder --inputs 20000 --seed N --jobs 2`."""
+`python test/fuzz/fuzz.py --channel builder --inputs 20000 --seed N --jobs 2 --timeout 60`."""
 import json
 
 import fuzz
