@@ -84,6 +84,20 @@ def mma_shape_text_problem(text: str) -> tuple[str, int, int] | None:
     return None
 
 
+_STRING_OR_QUOTE = re.compile(_STRING + r'|//[^\n]*|"')
+
+
+def unterminated_string_problem(text: str) -> tuple[str, int, int] | None:
+    """(message, line, column) of a string literal that its line does not close, the lexer's own error, found
+    in the text: after some ops (an 8-bit nvvm.ldmatrix), upstream's parser reports it and then stops the
+    process ("unhandled captured errors") instead of returning the error."""
+    for token in _STRING_OR_QUOTE.finditer(text):
+        if token.group() == '"':
+            line = text.count("\n", 0, token.start()) + 1
+            return "expected '\"' in string literal", line, token.start() - text.rfind("\n", 0, token.start())
+    return None
+
+
 def nesting_problem(text: str) -> str | None:
     """Why `text` nests too deeply to parse safely (None when it does not), found in one linear scan."""
     depth = deepest = line = 0
@@ -154,7 +168,7 @@ class Session:
             problem = nesting_problem(text)
             if problem:
                 raise PipelineFailure(None, [Diag("error", source_name, None, None, problem)])
-            for problem in (target_text_problem(text), mma_shape_text_problem(text)):
+            for problem in (target_text_problem(text), mma_shape_text_problem(text), unterminated_string_problem(text)):
                 if problem:
                     raise PipelineFailure(None, [Diag("error", source_name, problem[1], problem[2], problem[0])])
         with self.context:
