@@ -36,9 +36,9 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tile-opt=mlir_tile.tools.tile_opt:main",
-            "tile-translate=mlir_tile.tools.tile_translate:main",
-            "mlir-opt=mlir_tile.tools.upstream:mlir_opt",
+            "tile-opt=mlir_tile.tools.commands:tile_opt",
+            "tile-translate=mlir_tile.tools.commands:tile_translate",
+            "mlir-opt=mlir_tile.tools.commands:mlir_opt",
         ]
     },
 )

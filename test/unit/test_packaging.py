@@ -4,9 +4,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PURE = ["layout", "contract", "targets", "address_plan", "coverage", "tiled", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
-        "halves", "ptx", "runtime", "cli", "testing.difftest_runner"]
+        "halves", "ptx", "runtime", "cli", "testing.difftest_runner", "tools.commands"]
 
 
 def test_the_wheel_holds_every_module_and_the_dialect_definition(tmp_path):
@@ -26,15 +28,37 @@ def test_the_wheel_holds_every_module_and_the_dialect_definition(tmp_path):
     assert any(r.startswith("xtc-mlir-python-bindings") and 'extra == "compiler"' in r for r in requires)
 
 
+BLOCK_MLIR = (
+    "import sys, importlib.abc\n"
+    "class Block(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'mlir' or name.startswith('mlir.'):\n"
+    "            raise ImportError('mlir is blocked: ' + name)\n"
+    "sys.meta_path.insert(0, Block())\n"
+)
+
+
+@pytest.mark.parametrize("command", ["tile_opt", "tile_translate", "mlir_opt"])
+def test_a_compiler_command_without_the_compiler_says_which_extra_it_needs(command):
+    """A runtime-only install still has the console scripts: each says in one line what to install."""
+    program = BLOCK_MLIR + f"from mlir_tile.tools import commands\nsys.exit(commands.{command}())\n"
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    name = command.replace("_", "-")
+    assert (result.returncode, result.stdout) == (1, "") and result.stderr == (
+        f"{name}: needs the MLIR compiler, which this install does not have; install mlir-tile with its compiler "
+        f"extra (pip install 'WHEEL[compiler]', or pip install -e '.[compiler]' in the source tree)\n")
+
+
+def test_a_compiler_command_with_the_compiler_runs_its_tool():
+    result = subprocess.run([sys.executable, "-c", "import sys\nfrom mlir_tile.tools import commands\n"
+                             "sys.argv = ['tile-opt', '--version']\nsys.exit(commands.tile_opt())"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("tile-opt (mlir-tile"), result.stderr
+
+
 def test_the_pure_modules_import_with_mlir_blocked():
     """The runtime side (a GPU host) has no MLIR: these modules must not reach for it."""
-    program = (
-        "import sys, importlib.abc\n"
-        "class Block(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'mlir' or name.startswith('mlir.'):\n"
-        "            raise ImportError('mlir is blocked: ' + name)\n"
-        "sys.meta_path.insert(0, Block())\n"
+    program = BLOCK_MLIR + (
         f"for name in {PURE!r}:\n"
         "    importlib.import_module('mlir_tile.' + name)\n"
         "print('imported', len(sys.modules))\n"
