@@ -19,6 +19,9 @@ _cext.globals.append_dialect_search_prefix(__name__)
 
 IRDL_FILE = Path(__file__).with_name("tile.irdl.mlir")
 OP_NAME = "tile.matrix_transfer"
+# a gpu.module's attribute: the alignment its dynamic shared memory is declared with in the PTX (the builder's
+# dynamic_shared sets it, tile-extern-dynamic-shared writes it)
+ALIGNMENT_ATTRIBUTE = "tile.dynamic_shared_alignment"
 
 _LAYOUT_ATTR = re.compile(r'^#tile\.layout<"(.*)">$', re.S)
 

@@ -6,7 +6,7 @@ registers itself as a search prefix, so this module is found (without it the bin
 import for every op they wrap).
 
 The builder here builds; it does not judge. `mlir_tile.builder.transfer` builds and then asks the one
-adapter (`mlir_tile.passes.adapter`) for the contract's verdict, as the verifier pass does.
+adapter (`mlir_tile.analysis.adapter`) for the contract's verdict, as the verifier pass does.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The tile passes and pipelines, by name: IR analyses (`ir_facts`, `adapter`), the passes (`verify`,
-`lower`, `target`) and their declarations (`registry`)."""
+"""The tile passes and pipelines, by name: the passes (`verify`, `lower`, `target`, ...) and their
+declarations (`registry`); the IR analyses they share with the builder are `mlir_tile.analysis`."""
 from mlir_tile.passes import banks, check_nvptx, extern_shared, lower, target, verify, widen
 from mlir_tile.passes.registry import TILE_TO_NVVM, TILE_TO_PTX, PassDefinition, PipelineDefinition
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile.banks import transfer_wavefronts
-from mlir_tile.passes.adapter import transfer_ops, transfer_verdict
-from mlir_tile.passes.ir_facts import FactCache
+from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
+from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.passes.remarks import report
 from mlir_tile.widen import widened

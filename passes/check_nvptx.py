@@ -27,9 +27,9 @@ from mlir import ir
 
 from mlir_tile import targets
 from mlir_tile.contract import Rule, Violation
-from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, enclosing, foreign_targets, nvvm_targets
+from mlir_tile.analysis.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, enclosing, foreign_targets, nvvm_targets
 from mlir_tile.passes.registry import PassDefinition
-from mlir_tile.passes.uniformity import is_kernel
+from mlir_tile.analysis.uniformity import is_kernel
 
 # gpu ops that convert-gpu-to-nvvm (MLIR 22) marks illegal without a pattern, and what to write instead.
 _NO_NVVM_LOWERING = {

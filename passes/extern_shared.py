@@ -21,12 +21,10 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
 from mlir_tile.passes.registry import PassDefinition
 
 WORKGROUP_ADDRESS_SPACE = 3
-
-
-ALIGNMENT_ATTRIBUTE = "tile.dynamic_shared_alignment"
 
 
 def extern_dynamic_shared(root: ir.Operation, pass_) -> None:

@@ -38,8 +38,8 @@ from mlir.dialects import arith, gpu
 from mlir_tile import contract
 from mlir_tile.address_plan import AddressPlan, address_plan
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.passes.adapter import diagnostic, transfer_ops, transfer_verdict
-from mlir_tile.passes.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
+from mlir_tile.analysis.adapter import diagnostic, transfer_ops, transfer_verdict
+from mlir_tile.analysis.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
 from mlir_tile.passes.registry import PassDefinition
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"

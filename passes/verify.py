@@ -18,8 +18,8 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile.banks import transfer_wavefronts
-from mlir_tile.passes.adapter import diagnostic, transfer_ops, transfer_verdict
-from mlir_tile.passes.ir_facts import FactCache
+from mlir_tile.analysis.adapter import diagnostic, transfer_ops, transfer_verdict
+from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import Option, PassDefinition, parse_boolean
 from mlir_tile.passes.remarks import report
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile.dialect import layout_attr
-from mlir_tile.passes.adapter import transfer_ops, transfer_verdict
-from mlir_tile.passes.ir_facts import FactCache
+from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
+from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.widen import widened
 

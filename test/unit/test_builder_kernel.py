@@ -141,7 +141,7 @@ def test_alignment_is_proven_from_the_argument_the_index_and_the_view():
 @pytest.mark.parametrize("layout", ["Sw<3,3,3> o (128,64):(64,1)", "(128,64):(72,1)", "Sw<2,3,3> o (128,32):(32,1)"])
 def test_planned_addresses_are_the_layouts_offsets(layout):
     """The copy plan (one per-thread base, constant offsets) addresses the same element as offset()."""
-    from mlir_tile.passes.ir_facts import upper_bound
+    from mlir_tile.analysis.ir_facts import upper_bound
 
     rows, cols = as_layout(layout).sizes
     with kernel() as k:

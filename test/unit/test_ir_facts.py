@@ -5,7 +5,7 @@ true, and nothing more."""
 import pytest
 from mlir import ir
 
-from mlir_tile.passes.ir_facts import access_alignment, argument_alignment, upper_bound, value_multiple
+from mlir_tile.analysis.ir_facts import access_alignment, argument_alignment, upper_bound, value_multiple
 
 KERNEL = """
 gpu.module @m {{

@@ -65,3 +65,24 @@ def test_the_pure_modules_import_with_mlir_blocked():
     )
     result = subprocess.run([sys.executable, "-c", "import importlib\n" + program], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_builder_imports_no_pass():
+    """Layers point one way: the builder (and the checked transfer) stand on mlir_tile.analysis, not on the
+    passes, which stand on it too."""
+    program = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.startswith('mlir_tile.passes'):\n"
+        "            raise ImportError('the passes are blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from mlir_tile.builder import Kernel, transfer\n"
+        "with Kernel('k', [], block=(32, 1, 1)) as k:\n"
+        "    transfer('ldmatrix.sync.aligned.m8n8.x4.shared.b16', k.registers(4), k.shared('s', 512),\n"
+        "             dst_layout='(4,8,4):(1,4@laneid,1@laneid)', src_layout='(4,8,4):(32,4,1)')\n"
+        "    k.dynamic_shared(128)\n"
+        "print('built')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "built\n", result.stderr

@@ -13,7 +13,7 @@ from mlir_tile.builder.common import (BuilderError, caller_location, check_visib
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.layout import Layout
-from mlir_tile.passes.adapter import transfer_verdict
+from mlir_tile.analysis.adapter import transfer_verdict
 
 
 def transfer(

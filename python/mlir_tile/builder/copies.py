@@ -10,7 +10,7 @@ from mlir.dialects import arith, memref, nvgpu, vector
 
 from mlir_tile.builder.common import BuilderError, count, memref_value, typed_value
 from mlir_tile.layout import Layout
-from mlir_tile.passes.ir_facts import constant_int, upper_bound, value_multiple
+from mlir_tile.analysis.ir_facts import constant_int, upper_bound, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 ASYNC_TOKEN = "!nvgpu.device.async.token"

@@ -11,9 +11,9 @@ from mlir.dialects import arith, gpu, memref, vector
 from mlir_tile import targets
 from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, is_int, memref_type,
                                       memref_value, power_of_two)
+from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
 from mlir_tile.layout import Layout, as_layout
-from mlir_tile.passes.extern_shared import ALIGNMENT_ATTRIBUTE
-from mlir_tile.passes.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
+from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
 
 VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
 

@@ -5,7 +5,7 @@ Every sentence of the specification's "Legality conditions" is one `Rule`, check
 `operands`, `shape`, `registers` and `shared` (the per-coordinate rules). A `Query` holds everything a
 transfer is judged by; `verdict(query)` returns the `Verdict`: every violation, and the checked `Transfer`
 when there is none. The verifier pass, the lowering and the Python builder build their query through one
-adapter (`mlir_tile.passes.adapter`), so they cannot disagree; the reference emulator and the benchmarks
+adapter (`mlir_tile.analysis.adapter`), so they cannot disagree; the reference emulator and the benchmarks
 start from `Query.of_layouts`. Each rejection names its rule, the offending coordinate or value and a fix.
 """
 from mlir_tile.contract.model import (ATTRIBUTES, MAX_LOCAL_BYTES, MAX_REGISTERS, ROW_BYTES, ROWS, SCOPES,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile.contract import WARP_SIZE
-from mlir_tile.passes.ir_facts import BLOCK_SIZE_ATTRIBUTES, FUNCTION_OPS, constant_int, defining_op, memory_space
+from mlir_tile.analysis.ir_facts import BLOCK_SIZE_ATTRIBUTES, FUNCTION_OPS, constant_int, defining_op, memory_space
 
 _DIVERGENT_SOURCES = {
     "gpu.thread_id", "gpu.lane_id", "gpu.global_id",

@@ -14,7 +14,7 @@ from mlir import ir
 from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.passes.ir_facts import FactCache
+from mlir_tile.analysis.ir_facts import FactCache
 
 
 def transfer_ops(root: ir.Operation) -> list[MatrixTransferOp]:

@@ -419,7 +419,7 @@ class FactCache:
         """Why `op` might run on some lanes of a warp only, or (`every_warp`) on some warps only (None:
         every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
         body of a single-block kernel needs none: no branch or loop can leave lanes behind."""
-        from mlir_tile.passes.uniformity import Uniformity, is_kernel
+        from mlir_tile.analysis.uniformity import Uniformity, is_kernel
 
         op = op.operation
         function = self.place(op).function
