@@ -74,6 +74,8 @@ def _building(method):
     arguments is visible where the call builds (made in this kernel, in this block or one around it)."""
     @functools.wraps(method)
     def call(self, *arguments, **keywords):
+        if self._inside_call:  # made by another builder call, whose caller's arguments were checked
+            return method(self, *arguments, **keywords)
         what = method.__name__
         if not self._open:
             raise BuilderError(f"{what}: kernel '{self.name}' is not being built: call it inside `with "
@@ -86,7 +88,11 @@ def _building(method):
             raise BuilderError(f"{what}: this loop body or branch was ended by it.next(...) or branch.otherwise/"
                                f"done(...); build before that call, or after the `with` block")
         check_visible(values_in([*arguments, *keywords.values()]), what, here)
-        return method(self, *arguments, **keywords)
+        self._inside_call = True
+        try:
+            return method(self, *arguments, **keywords)
+        finally:
+            self._inside_call = False
     return call
 
 
@@ -136,6 +142,7 @@ class Kernel(Memory, Copies, Compute):
         self._location = caller_location(self.context)  # diagnostics on the kernel point at the Kernel(...) line
         self._scopes: list = []
         self._open = False  # between __enter__ and __exit__: the builder's calls build into this kernel
+        self._inside_call = False  # a builder call is running: the calls it makes are not the user's
         self.mbarrier_buffers: set[str] = set()  # the shared buffers `mbarriers` made and initialized
         self.symbols: set[str] = {self.name}  # the gpu.module's symbols: the kernel and its shared buffers
         self.static_shared_bytes = 0
