@@ -215,6 +215,12 @@ def _copy_tile(p: Program, depth: int):
                          valid_rows=p.index(), valid_cols=p.index())
 
 
+def _tile_chunks(p: Program, depth: int):
+    layout, rows, cols = p.rng.choice(TILES)
+    chunks = p.k.tile_chunks(p.pick(p.tile), p.pick(layout), p.pick(rows), p.pick(cols), p.small(16, 8, 4, 3))
+    return [v for pair in p.k.chunk_addresses(p.pick(p.tile), p.pick(chunks)) for v in pair]
+
+
 def _planned(p: Program, depth: int):
     row = p.pick(lambda: p.k.warp_id() if p.k.block[0] >= 32 else p.k.index(0))
     coordinates = p.pick(lambda: [[(row, 0), p.rng.choice([0, 8])], [(row, p.rng.choice([4, 8])), 0]])
@@ -256,6 +262,7 @@ CALLS = [
     ("wait_groups", lambda p, d: p.k.wait_groups(p.of_type("!nvgpu"), p.small(0, 1, 2))),
     ("copy_tile", _copy_tile),
     ("copy_tile_async", _copy_tile_async),
+    ("tile_chunks and chunk_addresses", _tile_chunks),
     ("transfer", _transfer),
     ("mma", _mma),
     ("pack_f16", lambda p, d: p.k.pack_f16(p.of_type("f32"), p.of_type("f32"), p.small("f16", "bf16"))),
