@@ -73,7 +73,7 @@ class Compute:
             raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
         # NVVM takes f16 pairs as vector<2xf16> and bf16 pairs as the i32 word that holds them
         pair = ir.VectorType.get([2], parse_type(element))
-        self._mma("m = 16, n = 8, k = 16", element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
+        self._mma((16, 8, 16), element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
                   (lambda word: llvm.bitcast(pair, word)) if element == "f16" else (lambda word: word))
 
     def mma_m16n8k32(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
@@ -87,15 +87,15 @@ class Compute:
         if not isinstance(saturate, bool):
             raise BuilderError(f"mma_m16n8k32: saturate is True or False, got {saturate!r}")
         overflow = ir.Attribute.parse(f"#nvvm.mma_int_overflow<{'satfinite' if saturate else 'wrapped'}>")
-        self._mma("m = 16, n = 8, k = 32", element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots,
+        self._mma((16, 8, 32), element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots,
                   accumulators, c_slots, lambda word: word, int_overflow_behavior=overflow)
 
-    def _mma(self, shape: str, element: str, accumulator: ir.Type, a, a_slots, b, b_slots, accumulators, c_slots,
-             operand, **attributes) -> None:
+    def _mma(self, shape: tuple[int, int, int], element: str, accumulator: ir.Type, a, a_slots, b, b_slots,
+             accumulators, c_slots, operand, **attributes) -> None:
         """One nvvm.mma.sync (row x col) with every attribute set: operands loaded from register storage
         (`operand` turns a loaded word into the multiplicand's type), results stored back to the accumulators."""
-        self._require("mma", "nvvm.mma.sync", shape.replace("m = ", "m").replace(", n = ", "n").replace(", k = ", "k"),
-                      element)
+        m, n, k = shape
+        self._require("mma", "nvvm.mma.sync", f"m{m}n{n}k{k}", element)
         i32 = ir.IntegerType.get_signless(32)
         for name, buffer, slots in (("A", a, a_slots), ("B", b, b_slots), ("accumulator", accumulators, c_slots)):
             kind = ir.MemRefType(memref_value(buffer, "mma", "private").type)
@@ -112,7 +112,7 @@ class Compute:
             raise BuilderError(f"mma: the accumulator slots {list(c_slots)} repeat a slot")
         result = nvvm.mma_sync(
             ir.Type.parse(f"!llvm.struct<({', '.join([str(accumulator)] * 4)})>"),
-            ir.Attribute.parse(f"#nvvm.shape<{shape}>"),
+            ir.Attribute.parse(f"#nvvm.shape<m = {m}, n = {n}, k = {k}>"),
             ir.Attribute.parse("#nvvm.mma_layout<row>"), ir.Attribute.parse("#nvvm.mma_layout<col>"),
             [operand(self.load(a, [slot])) for slot in a_slots], [operand(self.load(b, [slot])) for slot in b_slots],
             [self.load(accumulators, [slot]) for slot in c_slots],
