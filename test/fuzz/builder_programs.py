@@ -140,12 +140,14 @@ def _loop(p: Program, depth: int):
             return None
         p.values += [it.index, *it.values]
         p.body(depth)
-        it.next(*_spread(p.pick(lambda: it.values)))
+        # the values carried round: mostly this iteration's, sometimes others of their types (a thread id...)
+        it.next(*_spread(p.pick(lambda: [v if p.rng.random() < 0.7 else p.of_type(str(v.type)) for v in it.values])))
     return it.results
 
 
 def _if(p: Program, depth: int):
-    condition = p.pick(lambda: p.of_type("i1") or p.k.compare("ult", p.k.thread_id(), 32))
+    condition = p.pick(lambda: p.rng.choice([lambda: p.of_type("i1"), lambda: p.k.compare("ult", p.k.thread_id(), 32),
+                                             lambda: p.k.compare("eq", p.of_type("index"), 0)])())
     results = p.pick(lambda: p.rng.choice([[], ["f32"], ["index", "i32"]]))
     with p.k.if_(condition, results) as branch:
         p.body(depth)

@@ -238,3 +238,21 @@ ACCEPTED = {
 def test_what_the_builder_accepts_compiles(name):
     kernel = _build(ACCEPTED[name])
     assert ".entry k(" in compile_to_ptx(kernel.module)
+
+
+def test_a_carried_value_that_the_body_makes_thread_dependent_is_refused_at_it_next():
+    """A transfer under a branch on a carried value is legal when built (the value's next iterations are not
+    known yet) and illegal once it.next carries a thread id round: the builder judges the loop's transfers
+    again there, removes the illegal one and raises, so the kernel still compiles (the pass once rejected it
+    at compile_to_ptx, after the builder had accepted it)."""
+    with Kernel("k", [Global("f16")], block=(32, 1, 1), context=ir.Context()) as k:
+        registers, tile = k.registers(4), k.shared("s", 512)
+        with pytest.raises(BuilderError, match=r"loop: it.next\(...\) carries values round that make a transfer of "
+                                               r"this loop illegal, so it was removed: \[participation\] .* scf.if"):
+            with k.loop(0, 4, carried=[k.index(0)]) as it:
+                with k.if_(k.compare("eq", it.values[0], 0)):
+                    transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", registers, tile,
+                             dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="(4,8,4):(32,4,1)")
+                it.next(k.thread_id())
+        k.store(k.load(registers, [0]), k.shared("out", 32), [k.lane_id()])
+    assert "ldmatrix" not in compile_to_ptx(k.module)

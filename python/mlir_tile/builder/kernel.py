@@ -19,6 +19,8 @@ from mlir_tile.builder.common import (ELEMENT_TYPES, SCALAR_TYPES, BuilderError,
 from mlir_tile.builder.compute import Compute
 from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
+from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
+from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.dialect import load_dialect
 
 _LARGEST_FINITE = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38,
@@ -370,6 +372,21 @@ class _Iteration:
         scf.YieldOp(list(values))
         self.yielded = True
         self._kernel.ended_blocks.append(self._op.body)
+        self._judge_transfers_again()
+
+    def _judge_transfers_again(self) -> None:
+        """The loop's transfers, judged again now that the carried values' next iterations are known: one that
+        a branch on a carried value holds, legal when it was built, may be illegal once the body carries a
+        thread-dependent value round. Such a transfer is removed (as `transfer` removes an illegal one) and
+        a BuilderError raised here, at it.next, with the contract's verdict, so that what the builder accepts
+        still compiles."""
+        facts = FactCache()  # one uniformity analysis of the kernel for all of them
+        for op in transfer_ops(self._op.operation):
+            _, violations = transfer_verdict(op, facts)
+            if violations:
+                op.operation.erase()
+                raise BuilderError("loop: it.next(...) carries values round that make a transfer of this loop "
+                                   "illegal, so it was removed: " + "; ".join(map(str, violations)))
 
     @property
     def results(self) -> list[ir.Value]:
