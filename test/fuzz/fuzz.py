@@ -293,7 +293,8 @@ def judge_program(answer: dict) -> list[str]:
 
 def run(inputs: int, seed: int, timeout: float = 10.0, keep: Path | None = None, channel: str = "text",
         jobs: int = 1) -> dict:
-    """`inputs` inputs of one channel, through `jobs` worker processes; the counts per class and examples."""
+    """`inputs` inputs of one channel, through `jobs` worker processes; the counts per class and examples.
+    Input i is the seed's i-th draw whatever the jobs (drawn in order, when a worker is free)."""
     rng = random.Random(seed)
     corpus = seeds() if channel == "text" else []
     classes = CLASSES if channel == "text" else BUILDER_CLASSES
@@ -301,14 +302,12 @@ def run(inputs: int, seed: int, timeout: float = 10.0, keep: Path | None = None,
     examples: dict[str, list] = {name: [] for name in classes}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="tile-fuzz-") as scratch:
-        if channel == "text":  # drawn up front, in order: the inputs are the seed's whatever the jobs
-            requests = [_text_request(rng, corpus, Path(scratch), index) for index in range(inputs)]
-        else:
-            requests = [({"program": seed * 1_000_003 + index}, None) for index in range(inputs)]
+        def draw(index: int) -> tuple[dict, str | None]:
+            if channel == "text":
+                return _text_request(rng, corpus, Path(scratch), index)
+            return {"program": seed * 1_000_003 + index}, None
 
-        def answer(index: int, worker: Worker) -> None:
-            request, text = requests[index]
-            found = worker.ask(request)
+        def record(index: int, request: dict, text: str | None, found) -> None:
             classes_found = [found] if isinstance(found, str) else (
                 judge(found, Path(request["path"])) if channel == "text" else judge_program(found))
             for name in classes_found:
@@ -320,14 +319,17 @@ def run(inputs: int, seed: int, timeout: float = 10.0, keep: Path | None = None,
                 if keep is not None and text is not None:
                     keep.mkdir(parents=True, exist_ok=True)
                     (keep / f"{name.replace(' ', '_')}_{index}.mlir").write_text(text)
+            if "path" in request:
+                Path(request["path"]).unlink()
 
-        _in_workers(answer, inputs, jobs, timeout)
+        _in_workers(draw, record, inputs, jobs, timeout)
     return {"channel": channel, "inputs": inputs, "seed": seed, "seconds": round(time.time() - started, 1),
             "counts": counts, "examples": {k: v for k, v in examples.items() if v}}
 
 
-def _in_workers(answer, inputs: int, jobs: int, timeout: float) -> None:
-    """answer(index, worker) for every index, `jobs` worker processes at once (one thread each)."""
+def _in_workers(draw, record, inputs: int, jobs: int, timeout: float) -> None:
+    """Each input drawn (in order), asked of a worker and recorded, `jobs` worker processes at once (one thread
+    each); drawing and recording hold a lock, asking does not."""
     indices = iter(range(inputs))
     lock = threading.Lock()
 
@@ -336,9 +338,12 @@ def _in_workers(answer, inputs: int, jobs: int, timeout: float) -> None:
         while True:
             with lock:
                 index = next(indices, None)
-            if index is None:
-                break
-            answer(index, worker)
+                if index is None:
+                    break
+                request, text = draw(index)
+            found = worker.ask(request)
+            with lock:
+                record(index, request, text, found)
         worker.stop()
 
     threads = [threading.Thread(target=drain) for _ in range(max(1, jobs))]
