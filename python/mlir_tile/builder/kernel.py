@@ -293,15 +293,12 @@ class Kernel(Memory, Copies, Compute):
         with ir.InsertionPoint(for_op.body):
             try:
                 yield iteration if carried else for_op.induction_variable
-            except BaseException:
-                if not carried or not iteration.yielded:
+            finally:  # ended on every path, an exception's too: without it.next the values go round unchanged
+                missing_next = carried and not iteration.yielded
+                if not carried or missing_next:
                     scf.YieldOp(iteration.values if carried else [])
-                raise
-            if not carried:
-                scf.YieldOp([])
-            elif not iteration.yielded:
-                scf.YieldOp(iteration.values)
-                raise BuilderError("loop: a loop with carried values ends its body with it.next(...)")
+        if missing_next:
+            raise BuilderError("loop: a loop with carried values ends its body with it.next(...)")
 
     @contextlib.contextmanager
     def if_(self, condition: ir.Value, results: Sequence[ir.Type | str] = ()):
