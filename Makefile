@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lit pytest cmake-check bench venv clean gpu-inputs
+.PHONY: demo test lit pytest cmake-check bench venv clean gpu-inputs kernels wheel
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ cmake-check: $(STAMP)
 gpu-inputs: $(STAMP)
 	$(BIN)/python test/gpu_inputs.py build/gpu-inputs
 
+# The kernels `mlir_tile.kernels` may pick, for sm_90 and sm_80, into the package (about 300, 5-10 minutes on
+# two cores; kept between runs), then the wheel that ships them into dist/: `pip install dist/mlir_tile-*.whl`
+# on a GPU host runs matmul and attention without the compiler.
+kernels: $(STAMP)
+	$(BIN)/python -m mlir_tile.kernels.ship
+
+wheel: kernels
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
+
 lit: $(STAMP)
 	$(BIN)/lit -sv test
 
@@ -47,4 +56,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py scaling $(DIR)
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build dist $(VENV) python/mlir_tile/kernels/shipped

@@ -1,4 +1,4 @@
-"""The builder's FlashAttention-2 forward (examples/attention.py) against torch's SDPA backends, in one process.
+"""The builder's FlashAttention-2 forward (mlir_tile.kernels.attention) against torch's SDPA backends, in one process.
 
     python benchmarks/attention.py build DIR     # here (MLIR): the 8 kernels' PTX
     python3 benchmarks/attention.py check DIR    # GPU host: random cases against torch's math backend (fp32)
@@ -17,7 +17,7 @@ import random
 import sys
 from pathlib import Path
 
-from torch_timing import clock_and_power, load_example, medians_interleaved, profile_launches, sustained_rate
+from torch_timing import clock_and_power, library, load_example, medians_interleaved, profile_launches, sustained_rate
 
 WARMUP, REPEATS, CHECKED = 3, 20, 120
 
@@ -27,7 +27,13 @@ def _example():
 
 
 def build(directory: Path) -> None:
-    _example().build_variants(directory / "attention")
+    """The kernels `Attention` picks and the CTAs measured beside them, as the library ships them."""
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels.ship import ship
+
+    ship(directory / "attention", chips=("sm_90",))
+    for config in _example().measured_kernels():
+        (directory / "attention" / "sm_90" / f"{config}.ptx").write_text(compile_to_ptx(_example().build_module(config)))
 
 
 def _reference(q, k, v, causal):
@@ -47,8 +53,8 @@ def check(directory: Path) -> None:
     rng = random.Random(7)
     failures, worst = [], 0.0
     with Runtime() as runtime:
-        attentions = [example.Attention(runtime, directory / "attention")] + [
-            example.Attention(runtime, directory / "attention", {64: shape, 128: shape}) for shape in example.SHAPES]
+        attentions = [example.Attention(library(runtime, directory / "attention"))] + [
+            example.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in example.SHAPES]
         attention = attentions[0]
         for trial in range(CHECKED):
             batch, heads = rng.randint(1, 3), rng.randint(1, 4)
@@ -113,8 +119,8 @@ def clocks(directory: Path) -> None:
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))
     flop, report = 4 * batch * heads * seq * seq * d, {}
     with Runtime() as runtime:
-        ours = {"default": example.Attention(runtime, directory / "attention")}
-        ours.update({str(shape): example.Attention(runtime, directory / "attention", {d: shape})
+        ours = {"default": example.Attention(library(runtime, directory / "attention"))}
+        ours.update({str(shape): example.Attention(library(runtime, directory / "attention"), {d: shape})
                      for shape in example.SHAPES})
         calls = {name: (lambda attention=attention: attention(q, k, v)) for name, attention in ours.items()}
         for name, call in {**calls, **_torch_backends(q, k, v, False)}.items():
@@ -132,8 +138,8 @@ def run(directory: Path) -> None:
     example = _example()
     results = []
     with Runtime() as runtime:
-        default = example.Attention(runtime, directory / "attention")
-        shaped = [example.Attention(runtime, directory / "attention", {64: shape, 128: shape}) for shape in example.SHAPES]
+        default = example.Attention(library(runtime, directory / "attention"))
+        shaped = [example.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in example.SHAPES]
         for element, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
             for d in (64, 128):
                 for seq in (1024, 4096, 8192):
@@ -177,7 +183,7 @@ def launch(directory: Path, which: str, d: int) -> None:
     else:
         with Runtime() as runtime:
             shape = {} if which == "default" else example.SHAPES[int(which)]
-            example.Attention(runtime, directory / "attention", {d: shape})(q, k, v)
+            example.Attention(library(runtime, directory / "attention"), {d: shape})(q, k, v)
     torch.cuda.synchronize()
 
 

@@ -1,4 +1,4 @@
-"""The builder's GEMM (examples/gemm.py) against cuBLAS and Triton's mma.sync path, in one process on the GPU.
+"""The builder's GEMM (mlir_tile.kernels.gemm) against cuBLAS and Triton's mma.sync path, in one process on the GPU.
 
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from torch_timing import (SUSTAINED, clock_and_power, load_example, medians_interleaved, profile_launches,
+from torch_timing import (SUSTAINED, clock_and_power, library, load_example, medians_interleaved, profile_launches,
                           sustained_rate)
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
@@ -52,7 +52,9 @@ def build(directory: Path) -> None:
     from mlir_tile.compile import compile_to_ptx
 
     example = _example()
-    example.build_variants(directory / "variants")
+    from mlir_tile.kernels.ship import ship
+
+    ship(directory / "variants", chips=("sm_90",))
     write_peak_source(directory)
     variants = []
     for config in configs(example):
@@ -155,7 +157,7 @@ def run(directory: Path) -> None:
     with Runtime() as runtime:
         peak = mma_sync_peak(runtime, directory)
         print(json.dumps({"mma.sync peak": round(peak, 1)}), flush=True)
-        matmul = _example().Matmul(runtime, directory / "variants")
+        matmul = _example().Matmul(library(runtime, directory / "variants"))
         stream = torch.cuda.current_stream()
         for element in ELEMENTS:
             dtype = torch.float16 if element == "f16" else torch.bfloat16
@@ -216,7 +218,7 @@ def clocks(directory: Path) -> None:
     with Runtime() as runtime:
         report["mma.sync peak loop"] = clock_and_power(
             lambda: mma_sync_peak(runtime, directory, repeats=int(SUSTAINED / 1.8e-3)))
-        matmul, triton_mma = _example().Matmul(runtime, directory / "variants"), _triton_matmul(mma_v3=False)
+        matmul, triton_mma = _example().Matmul(library(runtime, directory / "variants")), _triton_matmul(mma_v3=False)
         size = 8192
         for dtype in (torch.float16, torch.bfloat16):
             a, b = (torch.randn(size, size, device="cuda", dtype=dtype) for _ in range(2))
@@ -274,7 +276,7 @@ def fixed(directory: Path) -> None:
 
     example, (m, n, _), report = _example(), PROFILED, []
     with Runtime() as runtime:
-        matmul = example.Matmul(runtime, directory / "variants")
+        matmul = example.Matmul(library(runtime, directory / "variants"))
         for dtype in (torch.float16, torch.bfloat16):
             calls, tiles = {}, (example.TILES[0], example.PERSISTENT)
             for depth in FIXED_DEPTHS:
@@ -336,7 +338,7 @@ def check(directory: Path) -> None:
     special = [1, 2, 3, 7, 8, 13, 17, 31, 61, 127, 128, 129, 257, 1000, 1031, 4097]
     failures, count = [], 0
     with Runtime() as runtime:
-        matmul = example.Matmul(runtime, directory / "variants")
+        matmul = example.Matmul(library(runtime, directory / "variants"))
         for trial in range(CHECKED):
             m, n, k = (rng.choice(special) if rng.random() < 0.4 else rng.randint(1, 1500) for _ in range(3))
             dtype = (torch.float16, torch.bfloat16)[trial % 2]

@@ -1,22 +1,22 @@
-"""What the torch-side benchmarks share: loading an example by path (the GPU host runs them from the
+"""What the torch-side benchmarks share: the kernel modules and their PTX (the GPU host runs them from the
 repository, without the compiler), timing calls with CUDA events, and profiling launches with ncu."""
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
 def load_example(name: str):
-    """examples/NAME.py as a module (registered, so that its dataclasses resolve their module)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The kernel module `name` of mlir_tile.kernels ("gemm", "attention"), MLIR-free until it builds."""
+    import importlib
+
+    return importlib.import_module(f"mlir_tile.kernels.{'flash_attention' if name == 'attention' else name}")
+
+
+def library(runtime, folder: Path):
+    """The kernels `build` wrote into `folder` (per chip, as the wheel ships them), for `runtime`'s device."""
+    from mlir_tile.kernels.library import KernelLibrary
+
+    return KernelLibrary(runtime, shipped=folder)
 
 
 WARM_SECONDS = 0.3

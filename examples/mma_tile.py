@@ -181,7 +181,7 @@ def emulate() -> str:
 
 
 def main() -> int:
-    from kernel_example import main as example_main
+    from mlir_tile.kernels.command_line import main as example_main
 
     return example_main(__doc__, build_module, run_and_check, emulate)
 

@@ -5,7 +5,7 @@ examples as their `--ptx-out` writes it:
 
 Carry build/gpu-inputs to the GPU host; the GPU tests read it there (or the folder MLIR_TILE_GPU_INPUTS
 names), and skip, saying so, where it was not built. Nothing of it is checked in: the build half of each GPU
-test checks the PTX's structure where it is compiled (test_compile.py, test_kernel_example.py).
+test checks the PTX's structure where it is compiled (test_compile.py, test_kernels_command_line.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# file name: the example and its options (the options are recorded in the PTX's first line)
+KERNELS = ("gemm.py", "attention.py")  # the library's kernels: `python -m mlir_tile.kernels.gemm`, ...
+# file name: the example (or kernel) and its options (the options are recorded in the PTX's first line)
 BY_COMMAND_LINE = {
     "spec_example.ptx": ["seed_example.py"],
     "dynamic_shared.ptx": ["dynamic_shared.py"],
@@ -32,10 +33,8 @@ BY_COMMAND_LINE = {
 
 def _split_k(folder: Path) -> None:
     """The split-K kernel and its reduction, which no example's command line builds."""
-    sys.path.insert(0, str(REPO / "examples"))
-    import gemm
-
     from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels import gemm
 
     (folder / "gemm_split.ptx").write_text(compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED)))
     (folder / "gemm_reduce.ptx").write_text(compile_to_ptx(gemm.build_reduce_module("f16")))
@@ -46,8 +45,10 @@ def build(folder: Path) -> None:
 
     def run(item):
         name, (example, *options) = item
-        return name, subprocess.run([sys.executable, str(REPO / "examples" / example), "--ptx-out", str(folder / name),
-                                     *options], capture_output=True, text=True)
+        command = (["-m", f"mlir_tile.kernels.{example.removesuffix('.py')}"] if example in KERNELS
+                   else [str(REPO / "examples" / example)])
+        return name, subprocess.run([sys.executable, *command, "--ptx-out", str(folder / name), *options],
+                                    capture_output=True, text=True)
 
     with ThreadPoolExecutor() as pool:
         ran = list(pool.map(run, BY_COMMAND_LINE.items()))
@@ -55,6 +56,26 @@ def build(folder: Path) -> None:
     if failed:
         raise SystemExit("\n".join(failed))
     _split_k(folder)
+    _user_epilogue(folder)
+
+
+def _user_epilogue(folder: Path) -> None:
+    """The kernels of the epilogue test_kernels_ops_gpu.py writes itself (`bias.then(gelu_tanh)`, bf16, every
+    sm_90 tile), which the GPU host, having no compiler, cannot build on first use: into `kernels/` as the
+    cache of these sources lays them out (the test points MLIR_TILE_CACHE_DIR at `folder`)."""
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.epilogues import bias, gelu_tanh
+    from mlir_tile.kernels.library import source_digest
+
+    epilogue, chip = bias.then(gelu_tanh), "sm_90"
+    kernels = folder / "kernels" / source_digest() / chip
+    kernels.mkdir(parents=True, exist_ok=True)
+    for config in gemm.variants_for(chip, epilogue):
+        (kernels / f"{gemm.kernel_name('bf16', config, epilogue)}.ptx").write_text(
+            compile_to_ptx(gemm.build_module("bf16", config, chip, epilogue=epilogue)))
+    (kernels / f"{gemm.reduce_name('bf16', epilogue)}.ptx").write_text(
+        compile_to_ptx(gemm.build_reduce_module("bf16", chip, epilogue=epilogue)))
 
 
 if __name__ == "__main__":

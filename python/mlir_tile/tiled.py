@@ -108,6 +108,26 @@ class TiledMma:
         pair, second = divmod(n, 2)
         return [4 * (pair + self.n_blocks // 2 * m) + 2 * second + i for i in range(2)]
 
+    @property
+    def accumulator_slots(self) -> int:  # f32 accumulators per thread
+        return 4 * self.m_blocks * self.n_blocks
+
+    def accumulator_block(self, m: int, n: int) -> list[int]:
+        """The f32 accumulator slots c0..c3 of the warp's (m16, n8) block `m`, `n`."""
+        return [4 * (m * self.n_blocks + n) + i for i in range(4)]
+
+    def accumulator_coordinates(self) -> tuple[Layout, Layout]:
+        """(rows, columns): where in the BM x BN tile each thread's f32 accumulator lies, as CuTe's thread-value
+        layout split by coordinate (CuTe's C TV layout composed with the tile's identity tensor): layouts of
+        (thread, slot) -> row and -> column. Thread (quad lane, lane group, warp n, warp m), slot (c0..c3 as
+        (column + 1, row + 8), n8 block, m16 block): the ISA's c32 fragment (`fragments.fragment_element`,
+        checked against it for every lane and slot in the tests) in the warp grid's order (warp = n + WN * m)
+        and `accumulator_block`'s slot order."""
+        (wm, wn), mb, nb = self.warps, self.m_blocks, self.n_blocks
+        shape = ((4, 8, wn, wm), (2, 2, nb, mb))
+        return (Layout(shape, ((0, 1, 0, 16 * mb), (0, 8, 0, 16))),
+                Layout(shape, ((2, 0, 8 * nb, 0), (1, 0, 8, 0))))
+
 
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
 

@@ -81,13 +81,13 @@ def test_s8_mma_example_ptx_is_what_mlir_tile_compiles():
 
 
 def test_gemm_example_ptx_is_what_mlir_tile_compiles():
-    """The build half of the GEMM GPU test (examples/gemm.py): two main loops (CTAs inside M and N while the
+    """The build half of the GEMM GPU test (mlir_tile.kernels.gemm): two main loops (CTAs inside M and N while the
     k-tile copied lies inside K, then the rest), each per k-tile eight 16-byte cp.async with one base per thread
     and immediate offsets, 16 ldmatrix.x4 (A, B with .trans) and 64 mma; the first loop's copies carry no
     zero-fill operand."""
     import re
 
-    import gemm
+    from mlir_tile.kernels import gemm
 
     compiled = compile_to_ptx(gemm.build_module())
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 * 8 + 4  # loops, prologue
@@ -109,7 +109,7 @@ def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
     the first tile's 3 k-tiles unpredicated (K >= 192) and loads one k16 block's fragments."""
     import re
 
-    import gemm
+    from mlir_tile.kernels import gemm
 
     compiled = compile_to_ptx(gemm.build_module("bf16", gemm.variant(gemm.PERSISTENT, 16, b_major="nk")))
     copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(?:\+\d+)?\], \[%rd\d+(?:\+\d+)?\], 16(, %r\d+)?;", compiled)
@@ -124,7 +124,7 @@ def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
 def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
     """The build half of the split-K GPU test: SPLIT_CHECKED (64 x 64 tiles, element copies) writes its partial
     as fp32 pairs (no stmatrix); the reduction sums in fp32 and rounds once."""
-    import gemm
+    from mlir_tile.kernels import gemm
 
     split = compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED))
     assert gemm.SPLIT_CHECKED.split_k and gemm.SPLIT_CHECKED.align == 2
@@ -134,14 +134,14 @@ def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
 
 
 def test_attention_example_ptx_is_what_mlir_tile_compiles():
-    """The build half of the attention GPU test (examples/attention.py, d = 64): per key tile, 16 ldmatrix.x4 of
+    """The build half of the attention GPU test (mlir_tile.kernels.attention, d = 64): per key tile, 16 ldmatrix.x4 of
     K, 16 ldmatrix.x4.trans of V, 128 mma.sync, 68 ex2.approx.ftz (16 probabilities and a correction per row,
     4 rows a thread) and 8 xor shuffles; twice (the tiles without and with the mask), and Q's 8 x4 once. Four
     barriers: before Q's fragments, one per turn of each loop (the copies it issued visible, the stage they
     overwrite next free), before the O tile's rows."""
     import re
 
-    import attention
+    from mlir_tile.kernels import flash_attention as attention
 
     compiled = compile_to_ptx(attention.build_module())
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 2 * 16

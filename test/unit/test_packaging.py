@@ -8,7 +8,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PURE = ["layout", "contract", "targets", "address_plan", "coverage", "tiled", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
-        "halves", "ptx", "runtime", "cli", "testing.difftest_runner", "tools.commands"]
+        "halves", "ptx", "runtime", "cli", "testing.difftest_runner", "tools.commands", "kernels", "kernels.gemm",
+        "kernels.flash_attention", "kernels.epilogues", "kernels.library", "kernels.command_line", "kernels.ship"]
 
 
 def test_the_wheel_holds_every_module_and_the_dialect_definition(tmp_path):

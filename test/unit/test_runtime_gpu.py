@@ -210,9 +210,9 @@ def test_a_host_array_that_is_not_numpy_is_refused(runtime):
 
 
 def test_the_gemm_example_matches_numpy():
-    """The run half: examples/gemm.py (the builder's 4-stage cp.async GEMM) on 1000 x 1016 x 504, whose M is no
+    """The run half: mlir_tile.kernels.gemm (the builder's 4-stage cp.async GEMM) on 1000 x 1016 x 504, whose M is no
     multiple of the tile and N, K none of 128 or 32, against numpy within fp16 rounding."""
-    import gemm
+    from mlir_tile.kernels import gemm
 
     ok, line = gemm.run_and_check(gpu_input("gemm.ptx").read_text())
     assert ok, line
@@ -226,7 +226,7 @@ def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
     """The persistent kernel (gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
     with a caller's grid: past the tiles the extra CTAs do nothing, under them each CTA walks several tiles;
     C is the product."""
-    import gemm
+    from mlir_tile.kernels import gemm
 
     config, (m, n) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520)
     a, b = gemm.inputs(m, n, depth, element="bf16")
@@ -238,10 +238,10 @@ def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
 
 
 def test_split_k_partials_and_their_reduction_match_numpy(runtime):
-    """The run half of split-K (examples/gemm.py's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
+    """The run half of split-K (mlir_tile.kernels.gemm's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
     k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
-    import gemm
+    from mlir_tile.kernels import gemm
     from mlir_tile.halves import decode
 
     config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
@@ -256,16 +256,16 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
         expected = decode(a[:, columns], "f16") @ decode(b[columns], "f16")
         np.testing.assert_allclose(partials[s * m * n:(s + 1) * m * n].reshape(m, n), expected, rtol=1e-5, atol=1e-4)
     reducer = runtime.load_ptx(gpu_input("gemm_reduce.ptx").read_text(), name="gemm_reduce")
-    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m * n, splits],
+    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m, n, splits],
                               grid=-(-m * n // gemm.REDUCE_THREADS), block=gemm.REDUCE_THREADS)
     ok, worst = gemm.check(c.reshape(m, n), a, b)
     assert ok, worst
 
 
 def test_the_attention_example_matches_numpy():
-    """The run half: examples/attention.py (d = 64, fp16) on 3 heads of 200 positions, a tail in the query and
+    """The run half: mlir_tile.kernels.attention (d = 64, fp16) on 3 heads of 200 positions, a tail in the query and
     the key tiles, against numpy's softmax attention and log-sum-exp."""
-    import attention
+    from mlir_tile.kernels import flash_attention as attention
 
     ok, line = attention.run_and_check(gpu_input("attention.ptx").read_text())
     assert ok, line
@@ -278,10 +278,10 @@ def test_the_attention_example_matches_numpy():
     ("attention.py", "attention_bf16_d128_causal.ptx", ["--batch", 2, "--heads", 3, "--seq", 257]),
 ])
 def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, written, arguments):
-    """The run half of test_kernel_example.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile (and on its
+    """The run half of test_kernels_command_line.py's --ptx-out: bf16, B as [N, K] on the 128 x 256 tile (and on its
     persistent kernel), and the tuned d 128 causal attention, each taken from the PTX's first line, against
     numpy."""
-    from test_kernel_example import example
+    from test_kernels_command_line import example
 
     ran = example(name, "--run-ptx", gpu_input(written), *arguments)
     assert ran.returncode == 0 and "bf16" in ran.stdout and "matches numpy: True" in ran.stdout, ran.stdout + ran.stderr

@@ -160,3 +160,25 @@ def test_s8_fragments_hold_the_bytes_the_isa_tables_say(warps, tile):
                         row, column = fragment_element("b8", lane, register, part)  # n-block 0's b0, b1
                         value = int(registers[32 * warp + lane, tiled.b_slots(n, k)[register]]) >> (8 * part) & 0xFF
                         assert value == byte(row + 8 * (wn_ * tiled.n_blocks + n), column + 32 * k)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_accumulator_coordinates_are_the_isa_c32_fragment_in_the_warp_grid(config):
+    """Every thread's f32 accumulator slot lies, by `accumulator_coordinates`, where the ISA's c32 table puts
+    accumulator c_i of the warp's (m16, n8) block (`accumulator_block`), in the warp's part of the tile (warp
+    w = n + WN * m covers rows m * BM/WM and columns n * BN/WN onwards); and the slots of all threads cover the
+    BM x BN tile once."""
+    tiled = tiles(config)
+    (wm, wn), (bm, bn, _) = tiled.warps, tiled.tile
+    rows, columns = tiled.accumulator_coordinates()
+    seen = np.zeros((bm, bn), int)
+    for thread in range(32 * wm * wn):
+        warp, lane = divmod(thread, 32)
+        for mi, ni in itertools.product(range(tiled.m_blocks), range(tiled.n_blocks)):
+            for i, slot in enumerate(tiled.accumulator_block(mi, ni)):
+                row, column = fragment_element("c32", lane, i, 0)
+                expected = (warp // wn * bm // wm + 16 * mi + row, warp % wn * bn // wn + 8 * ni + column)
+                assert (rows(thread, slot).offset, columns(thread, slot).offset) == expected, (thread, slot)
+                seen[expected] += 1
+    assert (seen == 1).all()
+    assert rows.sizes == (32 * wm * wn, tiled.accumulator_slots)

@@ -1,4 +1,4 @@
-"""The command line of examples/gemm.py and examples/attention.py (kernel_example.py) without a GPU: options
+"""The command line of mlir_tile.kernels.gemm and mlir_tile.kernels.attention (kernels/command_line.py) without a GPU: options
 choose the kernel, --ptx-out records them in the PTX's first line, --run-ptx takes them from there and refuses
 one that contradicts them; what the kernels do not take is a usage error (exit status 2), never a traceback."""
 import json
@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def example(name, *arguments):
-    return subprocess.run([sys.executable, str(REPO / "examples" / name), *map(str, arguments)], capture_output=True,
-                          text=True, timeout=600)
+    """`python -m mlir_tile.kernels.NAME` (gemm.py: gemm, attention.py: attention) with these arguments."""
+    return subprocess.run([sys.executable, "-m", f"mlir_tile.kernels.{name.removesuffix('.py')}",
+                           *map(str, arguments)], capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
@@ -44,7 +45,7 @@ def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, filecheck,
 def recorded(tmp_path_factory):
     """PTX files that record build options (what --ptx-out writes first) and hold no kernel: what --run-ptx
     reads before it would launch anything."""
-    from kernel_example import with_build_options
+    from mlir_tile.kernels.command_line import with_build_options
 
     folder = tmp_path_factory.mktemp("recorded")
     for name, build in {"gemm_bf16_nk.ptx": {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4"},

@@ -1,6 +1,6 @@
-"""The command line the kernel examples share (mma_tile.py, mma_s8.py, dynamic_shared.py, gemm.py, attention.py):
-build the PTX here, run it on a GPU host (which has no MLIR), or check the transfers on the reference model (no
-GPU, no MLIR)."""
+"""The command line the kernels and the examples share (`python -m mlir_tile.kernels.gemm`, `.attention`,
+examples/mma_tile.py, mma_s8.py, dynamic_shared.py): build the PTX here, run it on a GPU host (which has no
+MLIR), or check the transfers on the reference model (no GPU, no MLIR)."""
 from __future__ import annotations
 
 import argparse

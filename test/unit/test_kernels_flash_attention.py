@@ -1,4 +1,4 @@
-"""examples/attention.py without a GPU: a CTA on the reference model (every fragment against the ISA's tables, O
+"""mlir_tile.kernels.attention without a GPU: a CTA on the reference model (every fragment against the ISA's tables, O
 against numpy), every kernel `Attention` runs assembles with ptxas without spills, the softmax's knobs change
 the PTX as they say, and unsupported ones are ValueErrors."""
 import re
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-import attention
+from mlir_tile.kernels import flash_attention as attention
 from mlir import ir
 from mlir_tile.compile import compile_to_ptx
 

@@ -1,4 +1,4 @@
-"""examples/gemm.py without a GPU: every transfer of a one-CTA GEMM on the reference model against the PTX ISA's
+"""mlir_tile.kernels.gemm without a GPU: every transfer of a one-CTA GEMM on the reference model against the PTX ISA's
 fragment tables and C against numpy, for each B layout and tile; ptxas assembles every variant, sm_80 (no
 stmatrix) and split-K ones included, the 16-byte ones without spills; Matmul's split-K rule."""
 import re
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-import gemm
+from mlir_tile.kernels import gemm
 from mlir_tile.compile import compile_to_ptx
 
 

@@ -1,0 +1,22 @@
+"""mlir-tile's kernels as a library: `matmul` and `attention` on torch tensors, as torch operators
+(`torch.ops.mlir_tile.*`, with fake implementations, so they run inside `torch.compile`d models).
+
+    from mlir_tile.kernels import matmul, attention
+    y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
+    o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
+
+Importing this package loads no MLIR and no torch: the operators are registered on first use. The kernels
+are the ones the wheel ships for the GPU's chip, or built on first use where the `compiler` extra is installed
+(`library`). The kernels' builders (`gemm`, `attention`) and the epilogues users write (`epilogues`) are
+modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
+"""
+
+__all__ = ["attention", "matmul"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from mlir_tile.kernels import ops
+
+        return getattr(ops, name)
+    raise AttributeError(f"module 'mlir_tile.kernels' has no attribute {name!r}")

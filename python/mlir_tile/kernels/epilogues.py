@@ -1,0 +1,280 @@
+"""Epilogues: what a GEMM does to each fp32 accumulator, with its place in C, before it is rounded and stored.
+
+An `Epilogue` is a Python function of (value, at) -> value, where `value` is the accumulator (an `F32`, which
+takes Python arithmetic: `+ - * /` with other `F32`s or numbers, `maximum`, `exp`, `tanh`, `sigmoid`) and
+`at` says where it lies: `at.row`, `at.column` (index values of C's element) and `at.load(name)`, the element
+of one of the epilogue's operands there (an extra kernel argument: a per-column vector such as a bias, a
+per-row vector, an M x N matrix such as a residual, or an fp32 scalar), read as fp32. Loads are clamped into
+the matrix: the accumulators of an edge tile past M or N are computed but never stored. The ready-made ones
+(`bias`, `relu`, `gelu_tanh`, `silu`, `residual_add`) compose with `then`:
+
+    fused = bias.then(gelu_tanh)                                  # gelu(x @ w.T + b)
+
+    @epilogue(Operand("scale", "scalar"))
+    def scaled_silu(x, at):
+        return x * sigmoid(x) * at.load("scale")
+
+The builder-side half (`apply`) needs MLIR; defining epilogues does not.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+KINDS = ("column", "row", "matrix", "scalar", "integer")  # an operand's shape: N elements, M elements, M x N,
+# one fp32, one integer (what `Site.when` branches on)
+LOG2_E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An extra kernel argument an epilogue reads: `kind` one of KINDS; vectors and matrices are C's element
+    type (fp16 or bf16), contiguous; a scalar is fp32, an integer 64-bit."""
+    name: str
+    kind: str
+
+    def __post_init__(self):
+        if not (isinstance(self.name, str) and self.name.isidentifier()):
+            raise ValueError(f"epilogue operand: the name is an identifier, got {self.name!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"epilogue operand {self.name!r}: kind is one of {', '.join(KINDS)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """`function(value, at)` over each accumulator, reading `operands`; `name` names the kernels built with it
+    (with a fingerprint of the function's code, so that an edited epilogue is a new kernel)."""
+    name: str
+    function: Callable
+    operands: tuple[Operand, ...] = ()
+
+    def __post_init__(self):
+        names = [operand.name for operand in self.operands]
+        if len(set(names)) != len(names):
+            raise ValueError(f"epilogue {self.name!r}: operand names repeat: {names}")
+        if not callable(self.function):
+            raise ValueError(f"epilogue {self.name!r}: the function is a callable of (value, at)")
+
+    def then(self, other: "Epilogue") -> "Epilogue":
+        """This epilogue, then `other` on its result."""
+        def both(value, at):
+            return other.function(self.function(value, at), at)
+
+        return Epilogue(f"{self.name}+{other.name}", both, self.operands + other.operands)
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the name, the operands and the code of the function and of what it closes over."""
+        digest = hashlib.sha256(repr((self.name, self.operands)).encode())
+        _digest_function(digest, self.function, depth=0)
+        return digest.hexdigest()[:16]
+
+    def apply(self, k, value, row, column, m, n, arguments):
+        """The epilogue on one accumulator in kernel `k`: `value` an f32 ir.Value at (row, column) of an m x n C
+        (index values); `arguments` the kernel arguments of `operands`, in order. Returns an f32 ir.Value."""
+        at = Site(k, row, column, m, n, dict(zip((o.name for o in self.operands), zip(self.operands, arguments))))
+        result = self.function(F32(k, value), at)
+        if isinstance(result, (int, float)):
+            result = F32.constant(k, result)
+        if not isinstance(result, F32):
+            raise ValueError(f"epilogue {self.name!r}: the function returns an F32 (or a number), got {result!r}")
+        return result.value
+
+
+def _digest_function(digest, function, depth: int) -> None:
+    """The function's code and what it closes over, independent of where its file lies (the wheel's kernels
+    are named at build time and looked up in the user's install)."""
+    code = getattr(function, "__code__", None)
+    if code is None or depth > 8:
+        digest.update(repr(function).encode())
+        return
+    _digest_code(digest, code)
+    for cell in function.__closure__ or ():
+        contents = cell.cell_contents
+        if isinstance(contents, Epilogue):
+            digest.update(contents.fingerprint.encode())
+        elif callable(contents):
+            _digest_function(digest, contents, depth + 1)
+        else:
+            digest.update(repr(contents).encode())
+
+
+def _digest_code(digest, code) -> None:
+    digest.update(code.co_code + repr((code.co_names, code.co_varnames)).encode())
+    for constant in code.co_consts:
+        if hasattr(constant, "co_code"):
+            _digest_code(digest, constant)
+        else:
+            digest.update(repr(constant).encode())
+
+
+def epilogue(*operands: Operand, name: str | None = None) -> Callable[[Callable], Epilogue]:
+    """A decorator: the function of (value, at) as an Epilogue reading `operands`."""
+    def make(function: Callable) -> Epilogue:
+        return Epilogue(name or function.__name__, function, tuple(operands))
+
+    return make
+
+
+class Site:
+    """Where an accumulator lies: `row`, `column` (index ir.Values) and `load(name)`, its operand's element
+    there as an F32."""
+
+    def __init__(self, k, row, column, m, n, operands: dict):
+        self.k, self.row, self.column, self.m, self.n, self._operands = k, row, column, m, n, operands
+
+    def _operand(self, name: str, integer: bool):
+        if name not in self._operands:
+            raise ValueError(f"epilogue: no operand {name!r}; it has {', '.join(self._operands) or 'none'} (declare "
+                             f"it with Operand({name!r}, kind))")
+        operand, argument = self._operands[name]
+        if (operand.kind == "integer") != integer:
+            raise ValueError(f"epilogue: operand {name!r} is of kind {operand.kind}: "
+                             f"{'load' if integer else 'equals'} takes the others")
+        return operand, argument
+
+    def equals(self, name: str, value: int):
+        """Whether the integer operand `name` is `value` (an i1 for `when`)."""
+        return self.k.compare("eq", self._operand(name, integer=True)[1], value)
+
+    def when(self, condition, then: Callable[[], "F32"], otherwise: "F32") -> "F32":
+        """`then()` where `condition` (from `equals`) holds, else `otherwise`: a branch that every thread takes
+        alike, so that one kernel serves several epilogues at the cost of a few instructions."""
+        with self.k.if_(condition, ["f32"]) as branch:
+            branch.otherwise(then().value)
+            branch.done(otherwise.value)
+        return F32(self.k, branch.results[0])
+
+    def load(self, name: str) -> "F32":
+        operand, argument = self._operand(name, integer=False)
+        if operand.kind == "scalar":
+            return F32(self.k, argument)
+        from mlir import ir
+        from mlir.dialects import arith
+
+        k = self.k
+        row, column = (k.minimum(index, arith.subi(extent, k.index(1)))
+                       for index, extent in ((self.row, self.m), (self.column, self.n)))
+        index = {"column": column, "row": row, "matrix": None}[operand.kind]
+        if index is None:
+            index = arith.addi(arith.muli(row, self.n), column)
+        return F32(k, arith.extf(ir.F32Type.get(), k.load(argument, [index])))
+
+
+class F32:
+    """An fp32 value of the kernel being built, with Python's arithmetic."""
+
+    def __init__(self, k, value):
+        self.k, self.value = k, value
+
+    @staticmethod
+    def constant(k, number: float) -> "F32":
+        return F32(k, k.constant(float(number), "f32"))
+
+    def _other(self, other) -> "F32":
+        if isinstance(other, F32):
+            return other
+        if isinstance(other, (int, float)):
+            return F32.constant(self.k, other)
+        raise TypeError(f"epilogue arithmetic takes F32 values and numbers, got {other!r}")
+
+    def _binary(self, operation: str, other, reverse: bool = False) -> "F32":
+        from mlir.dialects import arith
+
+        a, b = self, self._other(other)
+        if reverse:
+            a, b = b, a
+        return F32(self.k, getattr(arith, operation)(a.value, b.value))
+
+    def __add__(self, other): return self._binary("addf", other)
+    def __radd__(self, other): return self._binary("addf", other, True)
+    def __sub__(self, other): return self._binary("subf", other)
+    def __rsub__(self, other): return self._binary("subf", other, True)
+    def __mul__(self, other): return self._binary("mulf", other)
+    def __rmul__(self, other): return self._binary("mulf", other, True)
+    def __truediv__(self, other): return self._binary("divf", other)
+    def __rtruediv__(self, other): return self._binary("divf", other, True)
+    def __neg__(self): return self._binary("subf", 0.0, True)
+
+
+def maximum(a: F32, b) -> F32:
+    return a._binary("maximumf", b)
+
+
+def minimum(a: F32, b) -> F32:
+    return a._binary("minimumf", b)
+
+
+def exp2(x: F32) -> F32:
+    """2^x: `ex2.approx.ftz.f32` (2 ulp; what an epilogue rounds to 16 bits anyway)."""
+    from mlir import ir
+    from mlir.dialects import llvm
+
+    return F32(x.k, llvm.call_intrinsic(ir.F32Type.get(), "llvm.nvvm.ex2.approx.ftz.f", [x.value], [], []))
+
+
+def exp(x: F32) -> F32:
+    return exp2(x * LOG2_E)
+
+
+def sigmoid(x: F32) -> F32:
+    """1 / (1 + e^-x): 0 where e^-x overflows, 1 where it underflows."""
+    return 1.0 / (1.0 + exp(-x))
+
+
+def tanh(x: F32) -> F32:
+    return 2.0 * sigmoid(2.0 * x) - 1.0
+
+
+SQRT_2_OVER_PI = 0.7978845608028654
+
+bias = Epilogue("bias", lambda x, at: x + at.load("bias"), (Operand("bias", "column"),))
+relu = Epilogue("relu", lambda x, at: maximum(x, 0.0))
+# torch's gelu(approximate="tanh"): x (1 + tanh(u)) / 2 = x sigmoid(2u)
+gelu_tanh = Epilogue("gelu_tanh", lambda x, at: x * sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+silu = Epilogue("silu", lambda x, at: x * sigmoid(x))
+residual_add = Epilogue("residual_add", lambda x, at: x + at.load("residual"), (Operand("residual", "matrix"),))
+ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
+
+
+
+
+def chain(bias_: bool = False, activation: str | None = None, residual: bool = False) -> Epilogue | None:
+    """The ready-made epilogues in `matmul`'s order, as one kernel's: + bias, then the activation, then
+    + residual (None: none of them)."""
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"activation is one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+    parts = [e for e, used in ((bias, bias_), (ACTIVATIONS.get(activation), activation), (residual_add, residual))
+             if used]
+    combined = None
+    for part in parts:
+        combined = part if combined is None else combined.then(part)
+    return combined
+
+
+CODES = {None: 0, **{name: code for code, name in enumerate(ACTIVATIONS, 1)}}  # `selectable`'s activation codes
+
+
+def _selected(x, at):
+    x = at.when(at.equals("has_bias", 1), lambda: x + at.load("bias"), x)
+    for name, activation in ACTIVATIONS.items():
+        x = at.when(at.equals("activation", CODES[name]), lambda: activation.function(x, at), x)
+    return at.when(at.equals("has_residual", 1), lambda: x + at.load("residual"), x)
+
+
+# Every `chain` in one kernel, chosen at launch: + bias where has_bias is 1, the activation of CODES, +
+# residual where has_residual is 1 (an operand not added is never read: any pointer does). The kernels the
+# wheel ships take it, so that a runtime-only install runs every ready-made epilogue.
+selectable = Epilogue("selectable", _selected, (Operand("bias", "column"), Operand("residual", "matrix"),
+                                                Operand("has_bias", "integer"), Operand("activation", "integer"),
+                                                Operand("has_residual", "integer")))
+
+
+def selection(bias_=None, activation: str | None = None, residual=None, placeholder=None) -> tuple:
+    """`selectable`'s operands for a bias and a residual (tensors or None: `placeholder` passed in their place)
+    and an activation's name."""
+    if activation not in CODES:
+        raise ValueError(f"activation is one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+    return (placeholder if bias_ is None else bias_, placeholder if residual is None else residual,
+            int(bias_ is not None), CODES[activation], int(residual is not None))

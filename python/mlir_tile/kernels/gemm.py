@@ -1,0 +1,992 @@
+"""C = A x B on tensor cores, written with the builder alone: fp16 or bf16 in, fp32 accumulate, the input type
+out; A row-major M x K, B row-major K x N (or N x K: the weight of torch.nn.functional.linear), C row-major
+M x N, any M, N, K >= 1.
+
+    python -m mlir_tile.kernels.gemm --demo               # the main loop's transfers and mma in the PTX; a GPU run if any
+    python -m mlir_tile.kernels.gemm --ptx-out g.ptx      # needs MLIR
+    python -m mlir_tile.kernels.gemm --run-ptx g.ptx      # needs a GPU, no MLIR: a 1000 x 1016 x 504 product checked
+    python -m mlir_tile.kernels.gemm --emulate            # a CTA's transfers and product on the reference model
+
+Options choose the kernel: --dtype f16|bf16, --b-major kn|nk (B as [K, N] or [N, K]), --align 16|8|4|2 (the
+bytes rows start on; 2: any sizes) and --tile (one of `Matmul`'s, e.g. 128x256x64s4); and the product the GPU
+run checks: --shape M N K. --ptx-out records the kernel's options in the PTX's first line, and --run-ptx runs
+the PTX as built (`python -m mlir_tile.kernels.gemm --ptx-out g.ptx --dtype bf16 --b-major nk`, then on the GPU host
+`python -m mlir_tile.kernels.gemm --run-ptx g.ptx --shape 4096 4096 4096`).
+
+The default `Config`: one CTA of 4 warps (2 x 2, 64 x 64 each) computes a 128 x 128 tile of C (CTAs in
+groups of 8 tile rows, for L2), walking K in 32-wide k-tiles through a 4-stage cp.async pipeline in dynamic
+shared memory (64 KiB). Per k16 block: the fragments of the next block by one ldmatrix.x4 / ldmatrix.x4.trans
+transfer each (the CTA layouts of `mlir_tile.tiled`, from the algebra; two register buffers), and 32
+mma.sync m16n8k16 on this block's; at a k-tile's first block, the copies of the k-tile three ahead (CuTe's
+TiledCopy: 16-byte chunks, one base address per thread and immediate offsets, rows and columns past the
+matrix zero-filled); before its last, the wait for the next k-tile and a barrier. CTAs inside M and N run
+a twin of that loop without the zero-fill while the k-tile they copy lies inside K. The epilogue packs the
+accumulators, stores them with stmatrix into a swizzled C tile and writes 16-byte rows inside C (sm_80, which
+has no stmatrix: each lane's accumulator pairs directly). `Matmul` picks the tile per product (`pick_tile`).
+
+Kernel parameters (any cuda-python, CuPy or torch user can launch the PTX; `Matmul` does it for torch
+tensors): `gemm(a, b, c, m, n_units, k_units)`, three pointers to arrays aligned to `align` bytes, and three
+64-bit integers: M, N / unit and K / unit, where unit = align / 2 elements (align 16: N and K multiples of 8,
+16-byte cp.async; 8 and 4: narrower copies; 2: any N and K, element copies). Grid ceil(M / 128) *
+ceil(N / 128) (one dimension), block 128, `Config.shared_bytes` of dynamic shared memory.
+
+The persistent kernel (`Config.persistent`, the 128 x 256 x 64 tile in 4 stages with B [N, K] and rows on 16
+bytes, `--tile 128x256x64s4p`; `Matmul` takes it for bf16 with B [N, K] where its tiles fill the SMs):
+the same parameters, grid min(tiles, SMs), `Config.shared_bytes` (the stages and a 64-row band of the C
+tile). CTA c walks C tiles c, c + grid, ...; each tile's last 3 k-tiles' steps copy the next tile's first
+3, so they land while this one finishes, and each tile's C goes out through the band in two halves. Edge
+tiles move back inside M and N, so it takes M >= 128, N >= 256 and K >= 192 (it traps otherwise).
+
+Split-K (`Config.split_k`, which `Matmul` takes where the C tiles leave SMs idle and K is long: `pick_splits`):
+`gemm(a, b, partials, m, n_units, k_units, splits)`, grid `splits` times the tiles; CTA `tile + s * tiles`
+walks k-tiles s * ceil(k_tiles / splits) onwards and writes its fp32 product to `partials` [splits, M, N]
+(zeros where no k-tile is left for it); then `gemm_reduce(partials, c, M * N, splits)`
+(`build_reduce_module`) sums each element over the splits in order and rounds it once.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from mlir_tile.kernels.epilogues import Epilogue, selectable
+
+KERNEL = "gemm"
+HALF = 2  # bytes of an element
+SHAPE = (1000, 1016, 504)  # the checked product: M not a multiple of the tile, N and K not of 128 or 32
+
+
+@dataclass(frozen=True)
+class Config:
+    """A CTA tile (bm x bn, k-tiles of bk), its warp grid, the pipeline's stages and the block order's group:
+    `group` consecutive CTAs walk down `group` rows of tiles before moving right, so that they share A's and
+    B's tiles in L2 (Triton's GROUP_SIZE_M)."""
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    warps: tuple[int, int] = (2, 2)
+    stages: int = 4
+    group: int = 8
+    pipelined: bool = True  # fragments one k16 block ahead, in two register buffers (CUTLASS's mainloop)
+    b_major: str = "kn"  # B as K x N (row-major [K, N]), or "nk": N x K (torch.nn.functional.linear's weight)
+    align: int = 16  # bytes every row of A, B and C starts on: N and K multiples of align / 2 (cp.async of that
+    # size; 2: any sizes, element copies)
+    split_k: bool = False  # the k-tiles shared out among `splits` CTAs per C tile (a run-time parameter), each
+    # writing its fp32 partial product to a workspace that `build_reduce_module`'s kernel sums into C
+    persistent: bool = False  # one CTA an SM (the grid: min(tiles, SMs)) walking C tiles cta, cta + grid, ...,
+    # the next tile's first k-tiles copied during this one's last (`_persistent_loop`); takes M >= bm, N >= bn
+    # and K >= (stages - 1) * bk (sm_90, B [N, K], rows on 16 bytes)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm * self.bk + self.bk * self.bn) * HALF
+
+    @property
+    def shared_bytes(self) -> int:  # the stages, or the epilogue's C tile where it is larger (persistent: the
+        # stages and a band of C's tile beside them)
+        if self.persistent:
+            return self.stages * self.stage_bytes + self.bm * self.bn * HALF // self.warps[0]
+        return max(self.stages * self.stage_bytes, 0 if self.split_k else self.bm * self.bn * HALF)
+
+    def tiles(self, m: int, n: int) -> int:  # C tiles of an M x N product
+        return -(-m // self.bm) * -(-n // self.bn)
+
+    def grid(self, m: int, n: int, splits: int = 1, sms: int | None = None) -> int:
+        """CTAs to launch for an M x N product: one per C tile (and split), persistent one per SM (`sms`) at
+        most."""
+        if self.persistent and sms is None:
+            raise ValueError("gemm: a persistent kernel's grid is min(tiles, SMs): give sms")
+        return min(self.tiles(m, n), sms) if self.persistent else self.tiles(m, n) * splits
+
+    def takes(self, m: int, n: int, depth: int) -> bool:
+        """Whether the kernel computes an M x N x K product (the persistent one moves edge tiles inside M and N
+        and copies a tile's first `stages - 1` k-tiles during the tile before it)."""
+        return not self.persistent or (m >= self.bm and n >= self.bn and depth >= (self.stages - 1) * self.bk)
+
+    def sizes_taken(self) -> str:  # what `takes` says, for the errors
+        return f"M >= {self.bm}, N >= {self.bn} and K >= {(self.stages - 1) * self.bk}"
+
+    def __str__(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_g{self.group}"
+                f"{'_p' if self.pipelined else ''}_{self.b_major}_a{self.align}{'_split' if self.split_k else ''}"
+                f"{'_persistent' if self.persistent else ''}")
+
+    @property
+    def unit(self) -> int:  # elements N and K are multiples of: the kernel takes N / unit and K / unit
+        return self.align // HALF
+
+
+DEFAULT = Config()
+
+
+def tiled_mma(config: Config = DEFAULT):
+    """The CTA's transfers from the shared tiles' layouts (in 32-bit words; `synthesize` picks each tile's
+    swizzle so that every ldmatrix, stmatrix and 16-byte copy phase is conflict-free)."""
+    from mlir_tile.synthesize import Tile, synthesize
+    from mlir_tile.tiled import tiled_mma_m16n8k16
+
+    def tile(rows, columns):
+        shape = Tile(rows, columns)
+        return synthesize(shape).layout(shape)
+
+    b = tile(config.bk, config.bn) if config.b_major == "kn" else tile(config.bn, config.bk)
+    return tiled_mma_m16n8k16(config.warps, (config.bm, config.bn, config.bk), tile(config.bm, config.bk), b,
+                              tile(config.bm, config.bn), config.b_major)
+
+
+def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None,
+                 epilogue: Epilogue | None = None):
+    """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
+    sm_80 (no stmatrix) stores each thread's accumulator pairs directly. `config.persistent`: see
+    `Config.persistent` (sm_90, rows on 16 bytes, B [N, K]). `epilogue` (see `epilogues`): applied to
+    each accumulator before it is rounded, its operands the kernel's arguments after the sizes (a split-K
+    kernel leaves it to `build_reduce_module`'s)."""
+    from mlir.dialects import arith, llvm
+
+    from mlir_tile import contract
+    from mlir_tile.builder import Global, Kernel, transfer
+    from mlir_tile.layout import Layout, unpack_b32
+
+    tiled = tiled_mma(config)
+    bm, bn, bk, stages, threads = config.bm, config.bn, config.bk, config.stages, config.threads
+    a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
+    split_k, persistent = config.split_k, config.persistent
+    if persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or split_k
+                       or not config.pipelined):
+        raise ValueError(f"gemm: a persistent kernel is built for sm_90, rows on 16 bytes, B [N, K], pipelined, "
+                         f"without split-K; got {config} for {chip}")
+    parameters = [Global(element), Global(element), Global("f32" if split_k else element), "index", "index", "index"]
+    if split_k:
+        parameters.append("index")
+    elif epilogue is not None:
+        parameters += operand_parameters(epilogue, element)
+    with Kernel(KERNEL, parameters, block=(threads, 1, 1), chip=chip, context=context) as k:
+        a, b, c, m, n_units, depth = k.arguments[:6]
+        splits, extras = (k.arguments[6:], []) if split_k else ([], k.arguments[6:])
+        n = n_units
+        if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
+            n, depth = arith.muli(n_units, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
+        # the block order: `group` rows of tiles at a time, down each column of the group, then right
+        tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
+        tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
+        tiles, per_group = arith.muli(tiles_m, tiles_n), arith.muli(tiles_n, k.index(config.group))
+
+        def tile_origin(tile):  # (row0, col0) of C tile `tile` in the block order
+            first_m = arith.muli(arith.divui(tile, per_group), k.index(config.group))
+            group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
+            within = arith.remui(tile, per_group)
+            return (arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm)),
+                    arith.muli(arith.divui(within, group_rows), k.index(bn)))
+
+        block = k.block_id()
+        if split_k:  # block b: the C tile b mod tiles, the split b / tiles
+            split, block = arith.divui(block, tiles), arith.remui(block, tiles)
+        k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
+        k_start, k_extent = None, depth  # the CTA's columns of A: k_start (0: None) and how many
+        if split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left (maybe none)
+            per_split = arith.divui(arith.addi(k_tiles, arith.subi(splits[0], k.index(1))), splits[0])
+            k_start = arith.muli(arith.muli(split, per_split), k.index(bk))
+            k_extent = arith.maxsi(arith.minsi(arith.subi(depth, k_start), arith.muli(per_split, k.index(bk))),
+                                   k.index(0))
+            k_tiles = arith.divui(arith.addi(k_extent, k.index(bk - 1)), k.index(bk))
+        # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
+        shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
+        accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
+        zero = k.constant(0.0, "f32")
+
+        def clear_accumulators():
+            for slot in range(4 * tiled.m_blocks * tiled.n_blocks):
+                k.store(zero, accumulators, [slot])
+
+        clear_accumulators()
+
+        def stage_offset(k_tile):
+            return arith.muli(arith.remui(k_tile, k.index(stages)), k.index(config.stage_bytes))
+
+        def k_tile_copies(row0, col0, column, k_left, at):  # (tile view, layout, source, origin, row stride, rows,
+            # cols, valid rows, cols) of the A and B tiles at `column` (k_left columns of K from it) into stage `at`
+            a_tile = k.view(shared, (bm * bk,), element, at)
+            b_tile = k.view(shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
+            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
+                      arith.subi(m, row0), k_left)
+            if config.b_major == "kn":
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(column, n), col0), n, bk, bn, k_left,
+                          arith.subi(n, col0))
+            else:
+                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
+                          arith.subi(n, col0), k_left)
+            return a_copy, b_copy
+
+        def load(copies, rows_inside=False, columns_inside=False):  # the copies (zero past the matrix) and their
+            # group; `rows_inside`, `columns_inside`: the tiles' rows, columns are known to lie inside the matrix,
+            # so the copies take no predicate for them
+            tokens = []
+            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in copies:
+                tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
+                                            valid_rows=None if rows_inside else valid_rows,
+                                            valid_cols=None if columns_inside else valid_cols, chunk_bytes=config.align)
+            return k.commit_group(tokens)
+
+        blocks = tiled.a.k_blocks
+
+        def fragments(at, block, buffers):  # ldmatrix of one k16 block (all of them: block None) of stage `at`
+            for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], bm * bk * HALF)):
+                t = operand.whole if block is None else operand.k_block(block)
+                words = k.view(shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
+                if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
+                    words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
+                transfer(t.opcode, registers, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
+
+        def multiply(buffers, blocks_in_buffers):
+            for block in range(blocks_in_buffers):
+                for mi in range(tiled.m_blocks):
+                    for ni in range(tiled.n_blocks):
+                        k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
+                                       accumulators, tiled.accumulator_block(mi, ni), element)
+
+        def start_pipeline(copy_ahead):
+            """The pipelined loop's prologue: the copies of the first `stages - 1` k-tiles (`copy_ahead(j)`
+            issues k-tile j's into stage j and returns its group), the wait for the first and the fragments of
+            its first k16 block; returns the last group and the two register buffers."""
+            for ahead in range(stages - 1):
+                group = copy_ahead(ahead)
+            buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
+                       for _ in range(2)]
+            k.wait_groups(group, stages - 2)
+            k.barrier()
+            fragments(stage_offset(k.index(0)), 0, buffers[0])
+            return group, buffers
+
+        def pipelined_step(k_tile, stage_at, buffers, group, copy):
+            """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied,
+            at the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step
+            before read), before the last the wait for the next k-tile and a barrier. `stage_at(k_tile)`: the
+            byte offset of its stage."""
+            for block in range(blocks):
+                if block == blocks - 1:  # the next k-tile has landed, and nobody reads this one's stage any more
+                    k.wait_groups(group, stages - 2)
+                    k.barrier()
+                    fragments(stage_at(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
+                else:
+                    fragments(stage_at(k_tile), block + 1, buffers[(block + 1) % 2])
+                if block == 0:
+                    copy()
+                multiply(buffers[block % 2], 1)
+
+        c_regs = k.registers(tiled.c.whole.slots)
+        parts = config.warps[0] if persistent else 1
+
+        def store_c(row0, col0, first_row, first_col, region):
+            """C's tile (rows from first_row, columns from first_col) packed, through shared memory at byte
+            `region` by stmatrix and out in 16-byte rows: in `parts` bands of rows, one warp row's each (then
+            the region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0)
+            (a persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and
+            inside M and N."""
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    values = [finished(k, tiled, accumulators, slot, (first_row, first_col), (m, n), epilogue, extras)
+                              for slot in tiled.accumulator_block(mi, ni)]
+                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                        k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
+            rows, part_bytes = bm // parts, bm * bn * HALF // parts
+            t, (own, starts), warp_index = tiled.c.whole, tiled.c.whole.one_warp(), k.warp_id() if parts > 1 else None
+            # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
+            band = c_halves if parts == 1 else Layout((rows, bn), c_halves.stride, c_halves.swizzle)
+            for part in range(parts):
+                tile_at = region - part * part_bytes  # where C's tile lies so that this band lies in the region
+                if parts == 1:
+                    transfer(t.opcode, k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at)), c_regs,
+                             dst_layout=t.shared, src_layout=t.registers, scope="cta")
+                else:  # the band's warps, each its own part on a subview at its start (which enters the swizzle)
+                    if part:
+                        k.barrier()  # everyone has read the band before
+                    for warp in range(part * config.warps[1], (part + 1) * config.warps[1]):
+                        with k.if_(k.compare("eq", warp_index, warp)):
+                            whole = k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at))
+                            start = starts.offset(warp)
+                            transfer(own.opcode, k.subview(whole, start, tiled.c.tile.cosize - start), c_regs,
+                                     dst_layout=own.shared, src_layout=own.registers, scope="warp")
+                k.barrier()
+                c_tile = k.view(shared, (rows * bn,), element, k.index(region))
+                chunks = k.tile_chunks(c_tile, band, rows, bn)  # 16-byte chunks of the band
+                column = arith.addi(first_col, chunks.col)
+                inside_columns = k.compare("uge", column, col0) if persistent else k.compare("ult", column, n)
+                for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
+                    global_row = arith.addi(arith.addi(first_row, chunks.row), k.index(part * rows + rows_before))
+                    row_inside = k.compare("uge" if persistent else "ult", global_row, row0 if persistent else m)
+                    at = arith.addi(arith.muli(global_row, n), column)
+                    if config.unit == 8:  # with N a multiple of 8: whole chunks
+                        with k.if_(arith.andi(inside_columns, row_inside)):
+                            k.store_vector(k.load_vector(view, [index], 8), c, [at])
+                        continue
+                    for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
+                        piece_inside = k.compare("ult", arith.addi(column, k.index(e)), n)
+                        with k.if_(arith.andi(piece_inside, row_inside)):
+                            piece = arith.addi(index, k.index(e))
+                            if config.unit == 1:
+                                k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
+                            else:
+                                k.store_vector(k.load_vector(view, [piece], config.unit), c,
+                                               [arith.addi(at, k.index(e))])
+
+        if persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow, and a tile's
+            # first k-tiles are copied during the tile before: else trap (Matmul and the command line refuse
+            # such sizes before launching)
+            with k.if_(arith.ori(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn)),
+                                 k.compare("ult", depth, (stages - 1) * bk))):
+                llvm.intr_trap()
+            with k.if_(k.compare("ult", block, tiles)):  # a grid past the tiles: the rest idle
+                _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load,
+                                 stage_offset, start_pipeline, pipelined_step, store_c, clear_accumulators)
+            return k.module
+        row0, col0 = tile_origin(block)
+
+        def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
+            # matrix; `inside`: the k-tile is known to lie inside A and B, so the copies go unpredicated
+            k0 = arith.muli(k_tile, k.index(bk))  # from k_start
+            column = k0 if k_start is None else arith.addi(k_start, k0)
+            return load(k_tile_copies(row0, col0, column, arith.subi(k_extent, k0), stage_offset(k_tile)), inside,
+                        inside)
+
+        group = None
+        if config.align == HALF:  # rows of any alignment: element copies, one stage
+            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+            with k.loop(0, k_tiles) as k_tile:
+                k.barrier()  # everyone is done with the stage
+                k0 = arith.muli(k_tile, k.index(bk))
+                column = k0 if k_start is None else arith.addi(k_start, k0)
+                for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
+                        row0, col0, column, arith.subi(k_extent, k0), k.index(0)):
+                    k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
+                                valid_cols=valid_cols)
+                k.barrier()
+                fragments(k.index(0), None, (a_regs, b_regs))
+                multiply((a_regs, b_regs), blocks)
+        elif config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
+            group, buffers = start_pipeline(lambda ahead: load_k_tile(k.index(ahead)))
+
+            def k_tile_step(k_tile, inside):
+                pipelined_step(k_tile, stage_offset, buffers, group,
+                               lambda: load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside))
+
+            # CTAs inside M and N first run the steps whose copies (of k-tile + stages - 1) lie inside K with
+            # no predicate (CUTLASS's predicate-free main loop), then every CTA the rest with them
+            inside_k = arith.subi(arith.divui(k_extent, k.index(bk)), k.index(stages - 1))
+            interior = arith.andi(arith.andi(k.compare("ule", arith.addi(row0, k.index(bm)), m),
+                                             k.compare("ule", arith.addi(col0, k.index(bn)), n)),
+                                  k.compare("sge", inside_k, k.index(0)))
+            unpredicated = arith.select(interior, inside_k, k.index(0))
+            with k.loop(0, unpredicated) as k_tile:
+                k_tile_step(k_tile, inside=True)
+            with k.loop(unpredicated, k_tiles) as k_tile:
+                k_tile_step(k_tile, inside=False)
+        else:
+            for ahead in range(stages - 1):
+                group = load_k_tile(k.index(ahead))
+            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+            with k.loop(0, k_tiles) as k_tile:
+                k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
+                k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
+                load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
+                fragments(stage_offset(k_tile), None, (a_regs, b_regs))
+                multiply((a_regs, b_regs), blocks)
+        if group is not None:
+            k.wait_groups(group, 0)
+        if split_k:  # the partial product, fp32, at [split, row, column] of the workspace
+            _store_accumulators(k, config, tiled, accumulators, c, (m, n), (row0, col0), "f32",
+                                workspace_at=arith.muli(arith.muli(split, m), n))
+            return k.module
+        k.barrier()
+        if int(chip.removeprefix("sm_").rstrip("a")) < 90:
+            _store_accumulators(k, config, tiled, accumulators, c, (m, n), (row0, col0), element, epilogue, extras)
+            return k.module
+        store_c(row0, col0, row0, col0, 0)
+    return k.module
+
+
+def _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, stage_offset,
+                     start_pipeline, pipelined_step, store_c, clear_accumulators) -> None:
+    """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles cta,
+    cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the inner
+    loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its last
+    `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then the
+    tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the next
+    tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M >= bm,
+    N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements; K >=
+    (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
+    from mlir.dialects import arith
+
+    bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
+    ahead = stages - 1
+    ctas, cta = k.grid_size(), k.block_id()
+    own_tiles = arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas)
+
+    def inside(row0, col0):  # the tile's origin moved back inside M and N; its column in units of 8 (a proven
+        # multiple of 8)
+        units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(n_units, k.index(bn // 8)))
+        return k.minimum(row0, arith.subi(m, k.index(bm))), units
+
+    def stage_at(first_stage, k_tile):  # the byte offset of a tile's k-tile's stage
+        return stage_offset(arith.addi(first_stage, k_tile))
+
+    def load_k_tile(at, k_tile, origin, columns_inside):  # columns past K zero-filled unless `columns_inside`
+        row0, col_units = origin
+        k0 = arith.muli(k_tile, k.index(bk))
+        return load(k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(depth, k0), at),
+                    rows_inside=True, columns_inside=columns_inside)
+
+    first_origin = inside(*tile_origin(cta))
+    group, buffers = start_pipeline(lambda k_tile: load_k_tile(stage_offset(k.index(k_tile)), k.index(k_tile),
+                                                               first_origin, True))
+    with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
+        tile, first_stage = turn.values
+        # the origins recomputed where needed (divisions once a tile) rather than held across the loops
+        origin = inside(*tile_origin(tile))
+
+        def step(k_tile, copied, copy_origin, columns_inside):  # copying k-tile `copied` of the tile at copy_origin
+            pipelined_step(k_tile, lambda at: stage_at(first_stage, at), buffers, group,
+                           lambda: load_k_tile(stage_at(first_stage, arith.addi(k_tile, k.index(ahead))), copied,
+                                               copy_origin, columns_inside))
+
+        last_copies = arith.subi(k_tiles, k.index(ahead))  # the first step that copies the next tile's k-tiles
+        inside_k = arith.subi(arith.divui(depth, k.index(bk)), k.index(ahead))
+        with k.loop(0, inside_k) as k_tile:
+            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, True)
+        with k.loop(inside_k, last_copies) as k_tile:
+            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, False)
+        following = arith.addi(tile, ctas)  # the next tile, or past the CTA's last this one again (its
+        # first k-tiles copied into stages nobody reads)
+        next_origin = inside(*tile_origin(arith.select(k.compare("ult", following, tiles), following, tile)))
+        with k.loop(last_copies, k_tiles) as k_tile:
+            step(k_tile, arith.subi(k_tile, last_copies), next_origin, True)
+        row0, col0 = tile_origin(tile)
+        first_row, col_units = inside(row0, col0)
+        store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), stages * config.stage_bytes)
+        clear_accumulators()
+        turn.next(following, arith.remui(arith.addi(first_stage, k_tiles), k.index(stages)))
+    k.wait_groups(group, 0)
+
+
+def _store_accumulators(k, config, tiled, accumulators, c, sizes, origin, element, epilogue=None, extras=(),
+                        workspace_at=None):
+    """Without stmatrix (sm_80), or a split's fp32 partial (element "f32", into the workspace from
+    `workspace_at`): each thread stores its accumulator pairs (c0, c1 and c2, c3 of each block: one row, two
+    adjacent columns, where `TiledMma.accumulator_coordinates` puts them) to C, as one store of the pair (4
+    bytes, 8 in fp32) per pair inside C; `epilogue` applied first."""
+    from mlir import ir
+    from mlir.dialects import arith, vector
+
+    m, n = sizes
+    pair_type, half = ir.VectorType.get([2], ir.Type.parse(element)), ir.Type.parse(element)
+    for mi in range(tiled.m_blocks):
+        for ni in range(tiled.n_blocks):
+            for pair in range(2):
+                slots = tiled.accumulator_block(mi, ni)[2 * pair:2 * pair + 2]
+                row, column = accumulator_place(k, tiled, slots[0], origin)
+                values = [finished(k, tiled, accumulators, slot, origin, sizes, epilogue, extras) for slot in slots]
+                at = arith.addi(arith.muli(row, n), column)
+                if workspace_at is not None:
+                    at = arith.addi(workspace_at, at)
+                low, high = (v if element == "f32" else arith.truncf(half, v) for v in values)
+                row_inside = k.compare("ult", row, m)
+                if config.unit > 1:  # N even: the pair lies inside C or outside it, on 4 bytes
+                    with k.if_(arith.andi(row_inside, k.compare("ult", column, n))):
+                        k.store_vector(vector.from_elements(pair_type, [low, high]), c, [at])
+                    continue
+                for e, value in enumerate((low, high)):
+                    with k.if_(arith.andi(row_inside, k.compare("ult", arith.addi(column, k.index(e)), n))):
+                        k.store(value, c, [arith.addi(at, k.index(e))])
+
+
+def accumulator_place(k, tiled, slot: int, origin) -> tuple:
+    """(row, column) in C of this thread's accumulator `slot` of the tile at `origin` (index values), from
+    the tiled mma's accumulator layouts."""
+    from mlir.dialects import arith
+
+    return tuple(arith.addi(start, k.offset(layout, [k.thread_id(), slot]))
+                 for start, layout in zip(origin, tiled.accumulator_coordinates()))
+
+
+def finished(k, tiled, accumulators, slot: int, origin, sizes, epilogue, extras):
+    """Accumulator `slot`, the epilogue applied (at its place in C) where there is one."""
+    value = k.load(accumulators, [slot])
+    if epilogue is None:
+        return value
+    return epilogue.apply(k, value, *accumulator_place(k, tiled, slot, origin), *sizes, extras)
+
+
+def operand_parameters(epilogue, element: str) -> list:
+    """The kernel parameters of an epilogue's operands: arrays of C's element, fp32 scalars."""
+    from mlir_tile.builder import Global
+
+    kinds = {"scalar": "f32", "integer": "index"}
+    return [kinds.get(operand.kind) or Global(element, alignment=HALF) for operand in epilogue.operands]
+
+
+REDUCE_KERNEL, REDUCE_THREADS = "gemm_reduce", 256
+
+
+def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None, epilogue: Epilogue | None = None):
+    """C from a split-K product's partials: `gemm_reduce(partials, c, m, n, splits, *operands)`, `partials`
+    fp32, `splits` arrays of M x N elements one after the other (the split_k kernel's workspace), `c` M x N
+    elements of `element`. Thread i of the grid sums element i over the splits in order (the same sum every
+    run), applies `epilogue` (its operands after `splits`) and rounds it once. Grid
+    ceil(M * N / REDUCE_THREADS), block REDUCE_THREADS."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import Global, Kernel
+
+    parameters = [Global("f32"), Global(element), "index", "index", "index"]
+    parameters += operand_parameters(epilogue, element) if epilogue is not None else []
+    with Kernel(REDUCE_KERNEL, parameters, block=(REDUCE_THREADS, 1, 1), chip=chip, context=context) as k:
+        partials, c, m, n, splits, *extras = k.arguments
+        count = arith.muli(m, n)
+        i = arith.addi(arith.muli(k.block_id(), k.index(REDUCE_THREADS)), k.thread_id())
+        with k.if_(k.compare("ult", i, count)):
+            with k.loop(0, splits, carried=[k.constant(0.0, "f32")]) as it:
+                it.next(arith.addf(it.values[0], k.load(partials, [arith.addi(arith.muli(it.index, count), i)])))
+            total = it.results[0]
+            if epilogue is not None:
+                total = epilogue.apply(k, total, arith.divui(i, n), arith.remui(i, n), m, n, extras)
+            k.store(arith.truncf(ir.Type.parse(element), total), c, [i])
+    return k.module
+
+
+# The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
+# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type and B layout, the
+# tiles measured fastest (benchmarks/RESULTS.md, H200, 2048^3 to 8192^3 and the LLM shapes): f16 128 x 256 in
+# 64-wide k-tiles and 4 stages (2-8% faster than 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16
+# with B [N, K] 128 x 256 in 128-wide k-tiles and 2 stages (7-9% faster than 128 x 128; 64-wide in 4 stages
+# 2-6% slower), with B [K, N] the 128 x 128 tile (128 x 256 in 128-wide k-tiles -1 to +3% at 2048^3-4096^3,
+# 1-7% slower at 8192^3, 4000^3 and the LLM shapes). (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3
+# but spills in the sm_80 build.)
+TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
+         {})
+# The persistent kernel (one CTA an SM, the next tile's first k-tiles copied during this one's last) of the
+# first tile: with B [N, K] bf16 5-6% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM
+# shapes, 1-2% at 2048^3; f16 level with its non-persistent twin (-1 to +2%) but 2.5-3.5% slower at 2048^3
+# and 3.5% faster at 4000^3, so f16 keeps the twin (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K],
+# M >= 128, N >= 256 and K >= 192.
+PERSISTENT = dict(TILES[0], persistent=True)
+PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
+             ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (PERSISTENT, TILES[1], TILES[2])}
+# Element copies (rows on 2 bytes: K or N odd) wait for each k-tile's loads, so a product of few CTAs is
+# bound by their latency: 64 x 64 tiles give it 4 times the CTAs.
+ELEMENT_TILES = ({}, dict(bm=64, bn=64))
+FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
+
+
+def pick_tile(m: int, n: int, depth: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn",
+              chip: str = "sm_90", epilogue: Epilogue | None = None) -> dict:
+    """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
+    align 2) built for `chip` whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest
+    where none does."""
+    tiles = ELEMENT_TILES if align == HALF else PREFERRED[element, b_major]
+    built = ((tile, variant(tile, align, b_major=b_major)) for tile in tiles)
+    return next((tile for tile, config in built if config in variants_for(chip, epilogue) and config.takes(m, n, depth)
+                 and config.tiles(m, n) >= FILL * sms), tiles[-1])
+
+
+# Split-K where the C tiles leave SMs idle (cuBLAS and CUTLASS do the same): a split walks at least
+# SPLIT_K_TILES k-tiles, so that its pipeline fills and its partial's fp32 traffic stays small beside them.
+SPLIT_K_TILES, MAX_SPLITS = 32, 16
+
+
+def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
+    """How many CTAs share each C tile's k-tiles: 1 where the tiles cover FILL of the SMs, else as many as
+    fill the SMs once, with SPLIT_K_TILES k-tiles each at least, MAX_SPLITS at most."""
+    tiles, k_tiles = config.tiles(m, n), -(-depth // config.bk)
+    if tiles >= FILL * sms:
+        return 1
+    return max(1, min(sms // tiles, k_tiles // SPLIT_K_TILES, MAX_SPLITS))
+
+
+def tile_name(tile: dict) -> str:
+    config = Config(**tile)
+    return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}{'p' if config.persistent else ''}"
+
+
+def configure(b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4") -> Config:
+    """The variant of a tile of TILES or ELEMENT_TILES by its name (`tile_name`) for B's layout and rows on
+    `align` bytes, as `Matmul` would run it; ValueError where Matmul has no such variant."""
+    named = {tile_name(t): t for t in TILES + (PERSISTENT,) + ELEMENT_TILES}
+    config = variant(named[tile], align, b_major=b_major) if tile in named else None
+    if config not in VARIANTS:
+        taken = [name for name, t in named.items() if variant(t, align, b_major=b_major) in VARIANTS]
+        raise ValueError(f"gemm: no variant of tile {tile!r} for B {b_major} and rows on {align} bytes; these are: "
+                         f"{', '.join(taken)}")
+    return config
+
+
+def variant(tile: dict, align: int, **fields) -> Config:
+    """The kernel of `tile` for rows on `align` bytes: 4- and 8-byte copies issue 4 and 2 times the cp.async of
+    16-byte ones, and with 64-wide k-tiles ptxas spills their addresses (up to 300 bytes), so they take
+    32-wide k-tiles in 4 stages."""
+    if align in (4, 8) and tile.get("bk", Config.bk) > 32:
+        tile = {**tile, "bk": 32, "stages": 4}
+    return Config(align=align, **tile, **fields)
+
+
+def smallest_tile(align: int) -> dict:
+    """The tile `Matmul` takes where no tile's CTAs fill the SMs, and the one split-K runs on."""
+    return (ELEMENT_TILES if align == HALF else TILES)[-1]
+
+
+# (narrow copies take both 128 x 256 tiles to the same kernel: each is listed once)
+VARIANTS = list(dict.fromkeys(
+    [variant(tile, align, b_major=major) for major in ("kn", "nk") for align in (16, 8, 4) for tile in TILES]
+    + [variant(PERSISTENT, 16, b_major="nk")]
+    + [variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]))
+
+
+def variants_for(chip: str, epilogue: Epilogue | None = None) -> list[Config]:
+    """VARIANTS that are built for `chip` (the persistent kernel: sm_90) and `epilogue`: the persistent kernel
+    holds the next tile's first fragments through the epilogue, and with `selectable`'s branches it spills
+    (976 bytes), so that one runs on the other tiles."""
+    return [config for config in VARIANTS
+            if not config.persistent or (chip == "sm_90" and epilogue is not selectable)]
+
+
+SPLIT_VARIANTS = [variant(smallest_tile(align), align, b_major=major, split_k=True) for major in ("kn", "nk")
+                  for align in (16, 8, 4, HALF)]
+# the split-K kernel the GPU tests run: element copies (any K)
+SPLIT_CHECKED = variant(smallest_tile(HALF), HALF, b_major="kn", split_k=True)
+
+
+def shipped_kernels(chip: str, epilogues=(None, selectable)):
+    """(name, build) of every kernel `Matmul` may pick for `chip`: each (element, B layout, alignment, tile,
+    split) variant and the split's reduction, with each of `epilogues` (None: plain)."""
+    for element in ("f16", "bf16"):
+        for epilogue in epilogues:
+            for config in variants_for(chip, epilogue):
+                yield kernel_name(element, config, epilogue), partial(build_module, element, config, chip,
+                                                                      epilogue=epilogue)
+            yield reduce_name(element, epilogue), partial(build_reduce_module, element, chip, epilogue=epilogue)
+        for config in SPLIT_VARIANTS:
+            yield kernel_name(element, config), partial(build_module, element, config, chip)
+
+
+def kernel_name(element: str, config: Config, epilogue: Epilogue | None = None) -> str:
+    """The name a kernel's PTX is kept under (see `library`): what it computes."""
+    return f"{KERNEL}_{element}_{config}{epilogue_suffix(epilogue)}"
+
+
+def reduce_name(element: str, epilogue: Epilogue | None = None) -> str:
+    return f"{REDUCE_KERNEL}_{element}{epilogue_suffix(epilogue)}"
+
+
+def epilogue_suffix(epilogue: Epilogue | None) -> str:
+    if epilogue is None:
+        return ""
+    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in epilogue.name)
+    return f"_{name}_{epilogue.fingerprint}"
+
+
+class Matmul:
+    """C = epilogue(A x B) on torch tensors through mlir-tile's runtime (no host copies, torch's current
+    stream): the variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
+    (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M
+    x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
+    ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
+    ValueError for what the kernels do not take."""
+
+    def __init__(self, library):
+        self.library, self.plans = library, {}
+        self.sms = library.runtime.device.properties.multiprocessor_count
+        self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
+
+    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None,
+                 epilogue: Epilogue | None = None, operands: tuple = ()):
+        """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
+        copies take `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of
+        `pick_splits`' choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's
+        dtype to write C into; `operands`: the epilogue's, in its order (tensors of A's dtype, floats)."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue)
+        if key not in self.plans:  # what depends only on the key is checked and worked out once
+            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue)
+        config, module, grid, sizes, reduction = self.plans[key]
+        if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
+            raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
+        m, n = sizes[0], sizes[1] * config.unit
+        extras = checked_operands(epilogue, operands, m, n, a)
+        if out is None:
+            out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+        elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
+            raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
+                             f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
+        self.last_config, self.last_splits, stream = config, 1 if reduction is None else reduction[1], torch_stream(a)
+        if reduction is None:
+            module.launch(KERNEL, [a, b, out, *sizes, *extras], grid=grid, block=config.threads,
+                          shared_bytes=config.shared_bytes, stream=stream)
+            return out
+        reducer, splits = reduction
+        partials = torch.empty(splits * m * n, dtype=torch.float32, device=a.device)
+        module.launch(KERNEL, [a, b, partials, *sizes, splits], grid=grid, block=config.threads,
+                      shared_bytes=config.shared_bytes, stream=stream)
+        reducer.launch(REDUCE_KERNEL, [partials, out, m, n, splits, *extras], grid=-(-m * n // REDUCE_THREADS),
+                       block=REDUCE_THREADS, stream=stream)
+        return out
+
+    def _plan(self, a, b, b_major, tile, splits, epilogue):
+        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits) or None) for
+        these operands, or ValueError."""
+        element, (m, n, depth) = _element_and_sizes(a, b, b_major)
+        if tile is not None and tile not in TILES + (PERSISTENT,):
+            raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
+        if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
+            raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
+        align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
+        smallest = smallest_tile(align)
+        if splits is not None and splits > 1:
+            if tile not in (None, smallest) and align != HALF:
+                raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
+            tile = smallest
+        elif tile is None or align == HALF:
+            tile = pick_tile(m, n, depth, self.sms, element, align, b_major, self.library.chip, epilogue)
+        config = variant(tile, align, b_major=b_major)
+        if config.persistent and (config not in variants_for(self.library.chip, epilogue)
+                                  or not config.takes(m, n, depth)):
+            raise ValueError(f"gemm: the persistent tile takes B [N, K] with N and K multiples of 8, "
+                             f"{config.sizes_taken()}; got B {b_major}, {m} x {n} x {depth}")
+        if splits is None:
+            splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
+        reduction = None
+        if splits > 1:
+            config = variant(tile, align, b_major=b_major, split_k=True)
+            reduction = (self._reducer(element, epilogue), splits)
+            epilogue = None  # the reduction applies it
+        chip = self.library.chip
+        module = self.library.module(kernel_name(element, config, epilogue),
+                                     lambda: build_module(element, config, chip, epilogue=epilogue))
+        return config, module, config.grid(m, n, splits, self.sms), (m, n // config.unit, depth // config.unit), reduction
+
+    def _reducer(self, element: str, epilogue):
+        chip = self.library.chip
+        return self.library.module(reduce_name(element, epilogue),
+                                   lambda: build_reduce_module(element, chip, epilogue=epilogue))
+
+
+def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
+    """The element type and (M, N, K) of A and B, or ValueError."""
+    import torch
+
+    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
+    if element is None or b.dtype != a.dtype:
+        raise ValueError(f"gemm: A and B are both float16 or both bfloat16, got {a.dtype} and {b.dtype}")
+    if b_major not in ("kn", "nk"):
+        raise ValueError(f"gemm: b_major is 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_major!r}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError("gemm: A and B are 2-D CUDA tensors")
+    m, depth = a.shape
+    n, b_depth = (b.shape[1], b.shape[0]) if b_major == "kn" else b.shape
+    if b_depth != depth or m == 0 or n == 0 or depth == 0:
+        raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
+                         f"or a size is 0")
+    return element, (m, n, depth)
+
+
+def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> list:
+    """The epilogue's operands as kernel arguments, each checked against its kind, or ValueError. A tensor
+    operand may be None where the epilogue does not read it (`epilogues.selectable`)."""
+    declared = epilogue.operands if epilogue is not None else ()
+    if len(operands) != len(declared):
+        raise ValueError(f"gemm: the epilogue takes {len(declared)} operands "
+                         f"({', '.join(o.name for o in declared) or 'none'}), got {len(operands)}")
+    arguments = []
+    for operand, value in zip(declared, operands):
+        if operand.kind in ("scalar", "integer"):
+            number = (int,) if operand.kind == "integer" else (int, float)
+            if not isinstance(value, number) or isinstance(value, bool):
+                raise ValueError(f"gemm: epilogue operand {operand.name!r} is {'an int' if number == (int,) else 'a number'}"
+                                 f", got {value!r}")
+            arguments.append(np.float32(value) if operand.kind == "scalar" else value)
+            continue
+        if value is None:  # an operand the epilogue does not read (a branch on an integer leaves it out)
+            arguments.append(a)
+            continue
+        shape = {"column": (n,), "row": (m,), "matrix": (m, n)}[operand.kind]
+        if (getattr(value, "shape", None) != shape or value.dtype != a.dtype or not value.is_contiguous()
+                or value.device != a.device):
+            raise ValueError(f"gemm: epilogue operand {operand.name!r} is a contiguous {' x '.join(map(str, shape))} "
+                             f"tensor of {a.dtype} on {a.device}, got {_described(value)}")
+        arguments.append(value)
+    return arguments
+
+
+def _described(value) -> str:
+    shape = getattr(value, "shape", None)
+    return repr(value) if shape is None else f"{tuple(shape)} {value.dtype} on {value.device}"
+
+
+def inputs(m: int, n: int, depth: int, seed: int = 5, element: str = "f16") -> tuple[np.ndarray, np.ndarray]:
+    """A (M x K) and B (K x N) of uniform values in [-1, 1) as `element` bit patterns (uint16: numpy has no bf16)."""
+    from mlir_tile.halves import encode
+
+    rng = np.random.default_rng(seed)
+    return encode(rng.uniform(-1, 1, (m, depth)), element), encode(rng.uniform(-1, 1, (depth, n)), element)
+
+
+def check(c: np.ndarray, a: np.ndarray, b: np.ndarray, element: str = "f16") -> tuple[bool, float]:
+    """C, A and B as `element` bit patterns: the rounding of the fp32 product to `element` (half an ulp) plus
+    fp32 accumulation in another order than numpy's (K terms of at most 1: 1e-5 * K absolute), with a factor
+    2 of room on the rounding."""
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+
+    exact = decode(a, element) @ decode(b, element)
+    error = np.abs(decode(c, element) - exact)
+    return bool((error <= 2 * UNIT_ROUNDOFF[element] * np.abs(exact) + 1e-5 * a.shape[1]).all()), float(error.max())
+
+
+def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4",
+                  shape: tuple[int, int, int] = SHAPE) -> tuple[bool, str]:
+    """The kernel of these build options (see `configure`) in `ptx` on an M x N x K product of random values,
+    against numpy."""
+    from mlir_tile.runtime import Runtime
+
+    config, (m, n, depth) = configure(b_major, align, tile), shape
+    if min(shape) < 1 or n % config.unit or depth % config.unit:
+        raise ValueError(f"gemm: rows on {config.align} bytes take M, N, K >= 1 with N and K multiples of "
+                         f"{config.unit}, not {m} x {n} x {depth}; --align 2 takes any sizes")
+    if not config.takes(m, n, depth):
+        raise ValueError(f"gemm: the persistent tile takes {config.sizes_taken()}, not {m} x {n} x {depth}")
+    a, b = inputs(m, n, depth, element=dtype)
+    b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
+    with Runtime() as runtime:
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        _, _, c = module.launch(KERNEL, [a, b_given, np.zeros((m, n), np.uint16), m, n // config.unit,
+                                         depth // config.unit],
+                                grid=config.grid(m, n, sms=runtime.device.properties.multiprocessor_count),
+                                block=config.threads, shared_bytes=config.shared_bytes)
+    ok, worst = check(c, a, b, dtype)
+    return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM ({config}) matches numpy: {ok} (largest error "
+                f"{worst:.2e})")
+
+
+def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") -> str:
+    """A one-CTA GEMM (bm x bn x k_tiles * bk, of `element`) on the reference model: each k-tile's A and B tiles placed
+    in shared words by their layouts, every transfer (A, B by ldmatrix, C by stmatrix) run by the ISA model
+    with each lane's fragments checked against the PTX ISA's tables, the mma.sync products from those
+    fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.halves import decode, encode
+    from mlir_tile.layout import Layout, unpack_b32
+    from mlir_tile.reference import b16_half, b16_tile_words
+    from mlir_tile.reference import emulate as run_transfer
+
+    tiled = tiled_mma(config)
+    (wm, wn), threads, depth = config.warps, config.threads, k_tiles * config.bk
+    a, b = inputs(config.bm, config.bn, depth, seed=3, element=element)  # bit patterns
+    b_tile_source = b if config.b_major == "kn" else np.ascontiguousarray(b.T)
+
+    accumulators = np.zeros((wm, wn, 16 * tiled.m_blocks, 8 * tiled.n_blocks), np.float32)
+    for k_tile in range(k_tiles):
+        columns = slice(k_tile * config.bk, (k_tile + 1) * config.bk)
+        b_source = b_tile_source[columns] if config.b_major == "kn" else b_tile_source[:, columns]
+        loaded = {}
+        for operand, matrix in ((tiled.a, a[:, columns]), (tiled.b, b_source)):
+            t = operand.whole
+            loaded[operand.name] = run_transfer(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32),
+                                                b16_tile_words(operand.tile, matrix), "cta")
+        for warp in range(wm * wn):
+            wn_, wm_ = warp % wn, warp // wn
+            a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.uint16)
+            b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.uint16)
+            # per operand: its table, registers per block, blocks, slots, where a (block, index, row, column) of
+            # the table lies in the warp's matrix, and that matrix's element in the whole one
+            operands = (("a", "a16", 4, tiled.m_blocks, tiled.a_slots, a_warp,
+                         lambda block, i, r, c: (16 * i + r, 16 * block + c),
+                         lambda r, c: a[16 * wm_ * tiled.m_blocks + r, columns][c]),
+                        ("b", "b16", 2, tiled.n_blocks, tiled.b_slots, b_warp,
+                         lambda block, i, r, c: (16 * block + r, 8 * i + c),
+                         lambda r, c: b[columns][r, 8 * wn_ * tiled.n_blocks + c]))
+            for lane in range(32):
+                thread = 32 * warp + lane
+                for block in range(tiled.a.k_blocks):
+                    for name, table, registers, count, slots_of, warp_matrix, place, whole in operands:
+                        for i, register, part in ((i, r, h) for i in range(count) for r in range(registers)
+                                                  for h in range(2)):
+                            row, col = place(block, i, *fragment_element(table, lane, register, part))
+                            value = b16_half(loaded[name][thread, slots_of(i, block)[register]], part)
+                            assert value == whole(row, col), (name.upper(), thread, block, i, register)
+                            warp_matrix[row, col] = value
+            accumulators[wm_, wn_] += decode(a_warp, element) @ decode(b_warp, element)
+    packed = np.zeros((threads, tiled.c.whole.slots), np.uint32)
+    for warp in range(wm * wn):
+        wn_, wm_ = warp % wn, warp // wn
+        for lane in range(32):
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                        bits = 0
+                        for part in range(2):  # c16 register `pair`: the fp16 pair of accumulators 2 pair, + 1
+                            row, col = fragment_element("c16", lane, pair, part)
+                            value = accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8]
+                            bits |= int(encode(value, element)) << (16 * part)
+                        packed[32 * warp + lane, slot] = bits
+    t, layout = tiled.c.whole, unpack_b32(tiled.c.tile)
+    if not config.persistent:
+        c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
+        halves = c_words.view(np.uint16)
+        c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
+                     np.uint16)
+    else:  # as the persistent kernel stores C: in bands of rows through a region of one band, each warp of the
+        # band its own transfer on a subview at its start, the band read back by its own layout
+        own, starts = t.one_warp()
+        parts, band_words = wm, tiled.c.tile.cosize // wm
+        band = Layout((config.bm // parts, config.bn), layout.stride, layout.swizzle)
+        bands = []
+        for part in range(parts):
+            tile_words = np.zeros(tiled.c.tile.cosize, np.uint32)  # the C tile's view; its band lies in the region
+            for warp in range(part * wn, (part + 1) * wn):
+                start = starts.offset(warp)
+                tile_words[start:] = run_transfer(own.opcode, own.shared, own.registers, tile_words[start:],
+                                                  packed[32 * warp:32 * (warp + 1)], "warp")
+            halves = tile_words[part * band_words:(part + 1) * band_words].view(np.uint16)
+            bands.append([[halves[band(row, col).offset] for col in range(config.bn)] for row in range(band.sizes[0])])
+        c = np.array(sum(bands, []), np.uint16)
+    assert check(c, a, b, element)[0], "C"
+    return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA ({config}): every lane's A and B "
+            f"fragments hold what the PTX ISA's tables say, and C through stmatrix matches numpy")
+
+
+def add_options(parser) -> tuple[str, ...]:
+    from mlir_tile.halves import ELEMENTS
+
+    parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="A's, B's and C's element type (default f16)")
+    parser.add_argument("--b-major", choices=("kn", "nk"), default="kn",
+                        help="B given as [K, N] (kn, the default) or [N, K] (nk: torch.nn.functional.linear's weight)")
+    parser.add_argument("--align", type=int, choices=(16, 8, 4, 2), default=16,
+                        help="bytes every row starts on: N and K multiples of align / 2 (default 16; 2: any sizes)")
+    parser.add_argument("--tile", default="128x128x32s4",
+                        help="the CTA tile, BMxBNxBK and stages, one of Matmul's (default 128x128x32s4)")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=SHAPE,
+                        help=f"the product the GPU run checks (default {' '.join(map(str, SHAPE))})")
+    return ("dtype", "b_major", "align", "tile")
+
+
+def main() -> int:
+    from mlir_tile.kernels.command_line import main as example_main
+
+    def build(dtype, b_major, align, tile):
+        return build_module(dtype, configure(b_major, align, tile))
+
+    def emulate_cta(dtype, b_major, align, tile, shape):  # one CTA, the shape aside
+        config = configure(b_major, align, tile)
+        return emulate(config, 2 if config.bk == 32 else 1, dtype)
+
+    return example_main(__doc__, build, run_and_check, emulate_cta, options=add_options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

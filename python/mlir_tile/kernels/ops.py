@@ -1,0 +1,169 @@
+"""`matmul` and `attention` on torch tensors, registered as torch custom operators (`torch.ops.mlir_tile.*`)
+with fake implementations: inside a `torch.compile`d model they are single graph nodes of known output
+shapes. Each runs on the tensors' device and torch's current stream, its kernels from a `KernelLibrary` per
+device (shipped, cached, or built on first use).
+
+No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
+"""
+import threading
+from typing import List, Optional, Tuple
+
+import torch
+
+from mlir_tile.kernels import flash_attention
+from mlir_tile.kernels import epilogues, gemm
+from mlir_tile.kernels.library import KernelLibrary
+from mlir_tile.runtime import Runtime
+
+_lock = threading.Lock()
+_per_device: dict = {}
+
+
+class _Kernels:
+    """One device's library and the two kernels' launchers on it."""
+
+    def __init__(self, device_index: int):
+        self.library = KernelLibrary(Runtime(device_index))
+        self.matmul = gemm.Matmul(self.library)
+        self._attention = None
+
+    @property
+    def attention(self):
+        if self._attention is None:
+            self._attention = flash_attention.Attention(self.library)
+        return self._attention
+
+
+def kernels_on(device: torch.device) -> _Kernels:
+    """The launchers of `device` (a CUDA device), made on first use."""
+    if device.type != "cuda":
+        raise ValueError(f"mlir_tile.kernels run on CUDA tensors, got tensors on {device}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _lock:
+        if index not in _per_device:
+            _per_device[index] = _Kernels(index)
+        return _per_device[index]
+
+
+def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, epilogue=None, operands=(), out=None):
+    """epilogue(a @ b) in a's dtype (fp16 or bf16, fp32 accumulation): `a` [..., K]; `b` [K, N] (b_layout "kn")
+    or [N, K] ("nk": an nn.Linear weight, so `matmul(x, w, b_layout="nk", bias=b)` is F.linear(x, w, b)).
+    The ready-made epilogue: + `bias` [N], then `activation` ("relu", "gelu_tanh" as F.gelu(approximate=
+    "tanh"), "silu"), then + `residual` [..., N]; or `epilogue`, an `epilogues.Epilogue` of your own, with its
+    `operands` (tensors and numbers in its order). `out`: a contiguous [..., N] tensor to write into."""
+    if epilogue is not None:
+        if bias is not None or activation is not None or residual is not None:
+            raise ValueError("matmul: give bias/activation/residual or an epilogue of your own, not both")
+        tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+        scalars = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
+        result = _custom_operator(epilogue)(a, b, b_layout, tensors, scalars)
+    else:
+        if out is not None:
+            torch.ops.mlir_tile.matmul_out(a, b, b_layout, bias, activation, residual, out)
+            return out
+        return torch.ops.mlir_tile.matmul(a, b, b_layout, bias, activation, residual)
+    if out is not None:
+        out.copy_(result)
+        return out
+    return result
+
+
+def attention(q, k, v, *, causal=False):
+    """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
+    q, k, v [batch, heads, seq, d] of one dtype (fp16 or bf16), d 64 or 128 (torch's SDPA with
+    scale=None)."""
+    return torch.ops.mlir_tile.attention(q, k, v, causal)
+
+
+def _output_shape(a, b, b_layout: str) -> List[int]:
+    if b.dim() != 2 or a.dim() < 1:
+        raise ValueError(f"matmul: a is [..., K] and b 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return [*a.shape[:-1], b.shape[1] if b_layout == "kn" else b.shape[0]]
+
+
+def _run(a, b, b_layout, out, epilogue, operands) -> None:
+    """epilogue(a @ b) into `out`, a contiguous [..., N] tensor; `operands` in the epilogue's order."""
+    rows = a.reshape(-1, a.shape[-1]).contiguous()
+    m, n = rows.shape[0], out.shape[-1]
+    if m == 0 or n == 0:
+        return
+    flat = [x.reshape(m, n).contiguous() if isinstance(x, torch.Tensor) and x.dim() > 1 else
+            x.contiguous() if isinstance(x, torch.Tensor) else x for x in operands]  # numbers and None as given
+    kernels_on(a.device).matmul(rows, b.contiguous(), b_major=b_layout, out=out.view(m, n), epilogue=epilogue,
+                                operands=tuple(flat))
+
+
+def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
+    """The ready-made epilogues through the kernels every install has: `epilogues.selectable`."""
+    if residual is not None and list(residual.shape) != list(out.shape):
+        raise ValueError(f"matmul: residual is {tuple(out.shape)} like the product, got {tuple(residual.shape)}")
+    if bias is None and activation is None and residual is None:
+        _run(a, b, b_layout, out, None, ())
+        return
+    _run(a, b, b_layout, out, epilogues.selectable, epilogues.selection(bias, activation, residual))
+
+
+@torch.library.custom_op("mlir_tile::matmul", mutates_args=())
+def _matmul(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
+            activation: Optional[str], residual: Optional[torch.Tensor]) -> torch.Tensor:
+    out = a.new_empty(_output_shape(a, b, b_layout))
+    _standard(a, b, b_layout, bias, activation, residual, out)
+    return out
+
+
+@_matmul.register_fake
+def _matmul_fake(a, b, b_layout, bias, activation, residual):
+    return a.new_empty(_output_shape(a, b, b_layout))
+
+
+@torch.library.custom_op("mlir_tile::matmul_out", mutates_args=("out",))
+def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
+                activation: Optional[str], residual: Optional[torch.Tensor], out: torch.Tensor) -> None:
+    if list(out.shape) != _output_shape(a, b, b_layout) or not out.is_contiguous():
+        raise ValueError(f"matmul: out is a contiguous {_output_shape(a, b, b_layout)} tensor, got "
+                         f"{tuple(out.shape)}")
+    _standard(a, b, b_layout, bias, activation, residual, out)
+
+
+@_matmul_out.register_fake
+def _matmul_out_fake(a, b, b_layout, bias, activation, residual, out):
+    return None
+
+
+_custom_operators: dict = {}
+
+
+def _custom_operator(epilogue: epilogues.Epilogue):
+    """A torch operator `mlir_tile::matmul_<name>_<fingerprint>` for a user's epilogue, registered once: its
+    tensor operands and its numbers in two lists (in the epilogue's order within each)."""
+    suffix = gemm.epilogue_suffix(epilogue).replace("-", "_")
+    with _lock:
+        if suffix in _custom_operators:
+            return _custom_operators[suffix]
+
+        def run(a: torch.Tensor, b: torch.Tensor, b_layout: str, tensors: List[torch.Tensor],
+                scalars: List[float]) -> torch.Tensor:
+            out = a.new_empty(_output_shape(a, b, b_layout))
+            kinds = [o.kind == "scalar" for o in epilogue.operands]
+            if (len(tensors), len(scalars)) != (kinds.count(False), kinds.count(True)):
+                raise ValueError(f"matmul: epilogue {epilogue.name!r} takes {kinds.count(False)} tensors and "
+                                 f"{kinds.count(True)} numbers, got {len(tensors)} and {len(scalars)}")
+            given, numbers = iter(tensors), iter(scalars)
+            ordered = [next(numbers) if o.kind == "scalar" else next(given) for o in epilogue.operands]
+            _run(a, b, b_layout, out, epilogue, ordered)
+            return out
+
+        operator = torch.library.custom_op(f"mlir_tile::matmul{suffix}", run, mutates_args=())
+        operator.register_fake(lambda a, b, b_layout, tensors, scalars: a.new_empty(_output_shape(a, b, b_layout)))
+        _custom_operators[suffix] = operator
+        return operator
+
+
+@torch.library.custom_op("mlir_tile::attention", mutates_args=())
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
+
+
+@_attention.register_fake
+def _attention_fake(q, k, v, causal):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)

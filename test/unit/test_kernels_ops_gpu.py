@@ -1,0 +1,143 @@
+"""mlir_tile.kernels' torch operators on the GPU, as a user calls them (installed alone, they run the kernels the
+wheel ships): `matmul` on random shapes of both dtypes and B layouts, with and without each ready-made
+epilogue, against torch's fp32 product; `attention` on random cases against fp32 softmax attention and its
+log-sum-exp; both inside a torch.compile'd module; importing them loads no MLIR. Skipped without torch or a
+GPU (the reason shown)."""
+import random
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernels' torch operators need torch")
+F = torch.nn.functional
+pytestmark = pytest.mark.gpu
+
+GEMM_CASES, ATTENTION_CASES = 240, 120
+ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "silu": F.silu}
+
+
+def test_importing_the_operators_loads_no_mlir():
+    ran = subprocess.run([sys.executable, "-c", "import sys; from mlir_tile.kernels import matmul, attention; "
+                          "matmul.__name__, attention.__name__; "
+                          "print(sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.')))"],
+                         capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr
+
+
+def _gemm_case(rng: random.Random, trial: int):
+    """(M, N, K, dtype, b_layout, bias?, activation, residual?): sizes of every alignment (odd ones too), one
+    case in eight large enough for the 128 x 256 and persistent tiles, every epilogue part alone and
+    together."""
+    large = trial % 8 == 7
+    sizes = [rng.choice([rng.randint(1, 300), rng.randint(1, 40) * 8, rng.randint(200, 1500)]) for _ in range(3)]
+    if large:
+        sizes = [rng.choice([2048, 4096, 3000]), rng.choice([2048, 4096, 2816]), rng.choice([512, 1024, 200 * 8])]
+    dtype = (torch.float16, torch.bfloat16)[trial % 2]
+    parts = trial // 2 % 6  # none, bias, each activation alone with the bias half the time, the residual
+    activation = [None, None, "relu", "gelu_tanh", "silu", None][parts] if parts in (2, 3, 4) else None
+    bias = parts == 1 or (activation is not None and rng.random() < 0.5)
+    residual = parts == 5 or rng.random() < 0.15
+    return (*sizes, dtype, rng.choice(["kn", "nk"]), bias, activation, residual)
+
+
+def test_matmul_with_each_ready_made_epilogue_matches_torch_in_fp32():
+    rng, failures = random.Random(11), []
+    for trial in range(GEMM_CASES):
+        m, n, k, dtype, layout, has_bias, activation, has_residual = case = _gemm_case(rng, trial)
+        a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
+        b = torch.rand(*((k, n) if layout == "kn" else (n, k)), device="cuda", dtype=dtype) * 2 - 1
+        bias = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
+        residual = torch.randn(m, n, device="cuda", dtype=dtype) if has_residual else None
+        got = torch.ops.mlir_tile.matmul(a, b, layout, bias, activation, residual)
+        exact = a.float() @ (b.float() if layout == "kn" else b.float().T)
+        exact = ACTIVATIONS[activation](exact + (0 if bias is None else bias.float()))
+        exact = exact + (0 if residual is None else residual.float())
+        bound = 2 ** -7 * exact.abs() + 2e-5 * k + 2 ** -10
+        if not bool(((got.float() - exact).abs() <= bound).all()):
+            failures.append((case, float((got.float() - exact).abs().max())))
+    assert not failures, failures[:10]
+
+
+def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_own(monkeypatch):
+    """The epilogue of its own is built where the compiler is installed; a GPU host takes it from the cache
+    test/gpu_inputs.py fills (`make gpu-inputs`)."""
+    from test_runtime_gpu import gpu_input
+
+    from mlir_tile.kernels import matmul
+
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(gpu_input("kernels").parent))
+    from mlir_tile.kernels.epilogues import bias, gelu_tanh
+
+    x = torch.rand(2, 100, 256, device="cuda", dtype=torch.bfloat16) - 0.5
+    w, b = torch.rand(384, 256, device="cuda", dtype=torch.bfloat16) - 0.5, torch.randn(384, device="cuda",
+                                                                                       dtype=torch.bfloat16)
+    expected = F.gelu(F.linear(x.float(), w.float(), b.float()), approximate="tanh")
+    out = torch.empty(2, 100, 384, device="cuda", dtype=torch.bfloat16)
+    for got in (matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh", out=out),
+                matmul(x, w, b_layout="nk", epilogue=bias.then(gelu_tanh), operands=(b,))):
+        assert got.shape == (2, 100, 384)
+        assert bool(((got.float() - expected).abs() <= 2 ** -7 * expected.abs() + 2 ** -9).all())
+
+
+def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
+    from mlir_tile.kernels import attention
+
+    rng, failures = random.Random(5), []
+    for trial in range(ATTENTION_CASES):
+        batch, heads, d = rng.randint(1, 2), rng.randint(1, 4), rng.choice([64, 128])
+        seq, causal = rng.choice([1, 17, 64, 65, 128, 129, 200, rng.randint(1, 700)]), rng.random() < 0.5
+        dtype = (torch.float16, torch.bfloat16)[trial % 2]
+        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+        o, lse = attention(q, k, v, causal=causal)
+        scores = q.float() @ k.float().transpose(-1, -2) / d ** 0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
+        expected = scores.softmax(-1) @ v.float()
+        o_error = float((o.float() - expected).abs().max())
+        lse_error = float((lse - scores.logsumexp(-1)).abs().max())
+        if o_error > (2 ** -6 if dtype == torch.bfloat16 else 2 ** -9) + 2 ** -7 or lse_error > 1e-3:
+            failures.append(((batch, heads, seq, d, causal, dtype), o_error, lse_error))
+    assert not failures, failures[:10]
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(128, 512, device="cuda", dtype=torch.bfloat16)
+        self.down = torch.nn.Linear(512, 128, device="cuda", dtype=torch.bfloat16)
+
+    def forward(self, x, use_library: bool = True):
+        q = k = v = x.view(x.shape[0], 2, x.shape[1], 64)
+        if use_library:
+            from mlir_tile.kernels import attention, matmul
+
+            o, _ = attention(q, k, v, causal=True)
+            h = matmul(o.reshape(x.shape), self.up.weight, b_layout="nk", bias=self.up.bias, activation="silu")
+            return matmul(h, self.down.weight, b_layout="nk", bias=self.down.bias, residual=x)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.down(F.silu(self.up(o.reshape(x.shape)))) + x
+
+
+def test_the_operators_run_inside_a_torch_compiled_module():
+    block, x = Block(), torch.randn(4, 256, 128, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        compiled = torch.compile(block, fullgraph=True)(x)
+        expected = block(x, use_library=False)
+    assert compiled.shape == expected.shape
+    assert float((compiled.float() - expected.float()).abs().max()) < 0.1
+
+
+def test_what_the_kernels_do_not_take_is_a_value_error_at_the_call():
+    from mlir_tile.kernels import attention, matmul
+
+    a = torch.ones(8, 8, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="both float16 or both bfloat16"):
+        matmul(a, a.float())
+    with pytest.raises(ValueError, match="activation is one of relu, gelu_tanh, silu"):
+        matmul(a, a, activation="gelu")
+    with pytest.raises(ValueError, match="epilogue operand 'bias' is a contiguous 8 tensor"):
+        matmul(a, a, bias=torch.ones(9, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="head dim 64 or 128"):
+        attention(*(torch.ones(1, 1, 4, 32, device="cuda", dtype=torch.float16),) * 3)
