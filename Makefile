@@ -38,6 +38,7 @@ kernels: $(STAMP)
 	$(BIN)/python -m mlir_tile.kernels.ship
 
 wheel: kernels
+	rm -rf build/lib build/bdist.* dist  # (setuptools packs what an older build left in build/lib)
 	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 
 lit: $(STAMP)

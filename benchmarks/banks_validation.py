@@ -6,7 +6,7 @@ does just that transfer; ncu counts the shared-memory wavefronts and the LDSM in
     ncu --csv --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,\\
         l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_inst_executed_op_stsm.sum \\
         python3 benchmarks/banks_validation.py launch DIR > DIR/ncu.csv          # on the GPU host
-    python3 benchmarks/banks_validation.py compare DIR    # and its table into RESULTS.md
+    python3 benchmarks/banks_validation.py compare DIR    # and its table into DIR/RESULTS.md
 """
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def compare(directory: Path) -> None:
     print(summary)
     from bench import replace_sections
 
-    replace_sections(None, {"The bank-conflict model, layout by layout (issue 14, part 1)": [
+    replace_sections(directory, None, {"The bank-conflict model, layout by layout (issue 14, part 1)": [
         "", f"`benchmarks/banks_validation.py` ({len(table)} one-warp kernels, ncu on the H200): **{summary}**. "
         "Wavefronts per instruction: predicted by `mlir_tile.banks`, measured = the load (store) wavefront counter "
         "over the LDSM count (the kernel's known STSM count). Synthesized = a layout of the synthesis table.", "",

@@ -9,7 +9,7 @@
     python benchmarks/bench.py run     DIR    # GPU host (cuda-python, numpy, ptxas, cuobjdump): correctness
                                               # cross-check, throughput, SASS, cubin load / driver JIT latency
     python benchmarks/bench.py profile DIR    # GPU host with ncu: shared-pipe and stall metrics per kernel
-    python benchmarks/bench.py report  DIR    # RESULTS.md from DIR/*.json
+    python benchmarks/bench.py report  DIR    # DIR/RESULTS.md from DIR/*.json
     python benchmarks/bench.py all     DIR    # build, scaling, run, report, on a machine with GPU and compiler
 
 Both kernels of a layout run the same loop: shared memory filled with its word indices, then per thread
@@ -863,12 +863,11 @@ def compile_latency_lines(compile_info: dict, load: dict) -> list[str]:
     ]
 
 
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
-
-
-def replace_sections(head: list[str] | None, sections: dict[str, list[str]]) -> None:
-    """RESULTS.md with the head (the text before the first `## ` heading, when given) and the `## ` sections
-    named in `sections` replaced, new ones appended; the other sections, which other runs wrote, kept."""
+def replace_sections(directory: Path, head: list[str] | None, sections: dict[str, list[str]]) -> Path:
+    """DIR/RESULTS.md (a run's folder: nothing tracked is written) with the head (the text before the first `## `
+    heading, when given) and the `## ` sections named in `sections` replaced, new ones appended; the other
+    sections, which other runs into DIR wrote, kept. Returns its path."""
+    RESULTS = directory / "RESULTS.md"
     text = RESULTS.read_text() if RESULTS.exists() else ""
     parts = re.split(r"(?m)^(?=## )", text)
     kept_head, kept = parts[0], {part.splitlines()[0]: part.rstrip("\n") + "\n\n" for part in parts[1:]}
@@ -876,6 +875,7 @@ def replace_sections(head: list[str] | None, sections: dict[str, list[str]]) -> 
         kept[f"## {title}"] = "\n".join([f"## {title}", *lines]).rstrip("\n") + "\n\n"
     new_head = "\n".join(head).rstrip("\n") + "\n\n" if head is not None else kept_head
     RESULTS.write_text((new_head + "".join(kept.values())).rstrip("\n") + "\n")
+    return RESULTS
 
 
 def report(directory: Path) -> None:
@@ -885,8 +885,8 @@ def report(directory: Path) -> None:
     profiled = json.loads((directory / "profile.json").read_text()) if (directory / "profile.json").exists() else {}
     profiles = profiled.get("kernels", [])
     if config_set != "transfers":
-        replace_sections(None, {SET_SECTIONS[config_set]: SET_REPORTS[config_set](results, second, profiles)})
-        print(RESULTS.read_text())
+        print(replace_sections(directory, None, {SET_SECTIONS[config_set]: SET_REPORTS[config_set](results, second,
+                                                                                              profiles)}).read_text())
         return
     compile_info = json.loads((directory / "compile.json").read_text())
     scaling_rows = json.loads((directory / "scaling.json").read_text()) if (directory / "scaling.json").exists() else []
@@ -938,8 +938,7 @@ def report(directory: Path) -> None:
         sections["Where the time goes (ncu --clock-control none, one launch each)"] = lines
     if scaling_rows:
         sections["Pass scaling (CPU)"] = scaling_lines(scaling_rows, compile_info.get("cpu", "not recorded"))
-    replace_sections(head, sections)
-    print(RESULTS.read_text())
+    print(replace_sections(directory, head, sections).read_text())
 
 
 def scaling_lines(rows: list[dict], cpu: str) -> list[str]:

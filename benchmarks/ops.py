@@ -9,6 +9,8 @@ fused by the ready-made epilogue against torch's unfused F.linear then F.gelu; a
 FlashAttention-2's SDPA. Times: CUDA events around each call, the calls of a case taking turns
 (`medians_interleaved`); the clock and power: nvidia-smi under our operator's sustained run.
 """
+import datetime
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -60,7 +62,8 @@ def attention_cases():
 
 def main(out: Path) -> int:
     results = []
-    for name, flop, calls in [*linear_cases(), *attention_cases()]:
+    for name, flop, calls in itertools.chain(linear_cases(), attention_cases()):  # each case timed before the
+        # generator makes the next one's tensors (its calls read them)
         medians = medians_interleaved(calls, WARMUP, REPEATS)
         ours = medians["operator"]
         sustained = clock_and_power(lambda: sustained_rate(calls["operator"], flop, SUSTAINED / 3))
@@ -69,8 +72,9 @@ def main(out: Path) -> int:
         print(json.dumps(row), flush=True)
         results.append(row)
     out.mkdir(parents=True, exist_ok=True)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     (out / "ops.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                              "cases": results}, indent=1))
+                                              "date": date, "cases": results}, indent=1))
     return 0
 
 

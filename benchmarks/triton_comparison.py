@@ -19,7 +19,7 @@ simple kernel keeps C in registers).
 
 Conversions (GPU): Triton's own conversions between the writer's layout and the operand layouts, whose scratch
 memory `optimalSwizzling` lays out, measured with ncu against the floor of their instructions. Each part
-writes its table into RESULTS.md.
+writes its table into the folder's RESULTS.md.
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def conversion_compare(directory: Path) -> None:
         at_floor += loads == floor["ld"] and stores == floor["st"]
         lines.append(f"| {entry['tile']} | {entry['transfer']} | {', '.join(entry['instructions'])} | "
                      f"{stores} / {floor['st']} | {loads} / {floor['ld']} | {entry['shared_bytes']} |")
-    replace_sections(None, {"Against Triton's optimalSwizzling, on the H200 (issue 14, part 2)": [
+    replace_sections(directory, None, {"Against Triton's optimalSwizzling, on the H200 (issue 14, part 2)": [
         "", "`benchmarks/triton_comparison.py conversions`: for each combination, a Gluon `convert_layout` between the "
         "16-byte writer's blocked layout and the mma operand layout (A; B, read with .trans; for the stmatrix rows, "
         "fp16 C from the mma layout to the writer's, where Triton writes with st.shared.v4 and reads with ldmatrix), "
@@ -226,7 +226,7 @@ def main() -> None:
     less_memory = sum(e["ours_bytes"] <= e["triton_bytes"] for e in rows_out)
     import triton
 
-    replace_sections(None, {"Against Triton's layouts (issue 14, part 2)": [
+    replace_sections(Path(sys.argv[1]).parent, None, {"Against Triton's layouts (issue 14, part 2)": [
         "", f"`benchmarks/triton_comparison.py`, Triton {triton.__version__}: for each combination of the synthesis "
         "table, the shared encoding Triton's compiler gives that tile as a `tl.dot` operand on sm_80 (where dot "
         "operands go through shared memory and ldmatrix), read from its TTGIR, costed by the same bank model on the "

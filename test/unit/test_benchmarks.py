@@ -2,6 +2,7 @@
 share (the bank model) is what its row claims, the synthesized ones are conflict-free, a widened kernel is
 really built wider, and the writer kernels address the synthesized layouts (checked against the layout)."""
 import re
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,12 @@ def test_the_main_loop_is_the_loop_with_the_most_mma_and_the_fewest_instructions
     """
     assert bench.mma_loop_counts(listing) == {"instructions": 5, "HMMA": 2, "LDSM": 1, "LDGSTS": 0, "BAR": 1, "other": 1,
                                               "per HMMA": 2.5}  # the loop at 0x30: its branch the "other"
+
+
+def test_results_md_is_the_rendering_of_the_kept_json():
+    """benchmarks/RESULTS.md is generated (results.py) from benchmarks/results/*.json, never edited by hand."""
+    import results
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks"
+    assert (folder / "RESULTS.md").read_text() == results.render(folder / "results")
+    assert "| case | ours TFLOP/s |" in (folder / "RESULTS.md").read_text()

@@ -100,12 +100,16 @@ def test_numbers_become_constants():
     assert "arith.constant 2.000000e+00 : f32" in text and "arith.subf" in text
 
 
-def test_the_fingerprint_does_not_depend_on_where_the_code_lies():
-    """The wheel's kernels are named where they are built and looked up in the user's install."""
-    source = "from mlir_tile.kernels.epilogues import Epilogue\ne = Epilogue('e', lambda x, at: x * 2.0 + 1.0)\n"
+def test_the_fingerprint_is_of_the_source_not_of_where_it_lies(tmp_path):
+    """The wheel's kernels are named where they are built and looked up in the user's install (another place,
+    maybe another Python version, whose bytecode differs): the fingerprint reads the source."""
     made = []
-    for file in ("/build/here/epilogues.py", "/site-packages/there/epilogues.py"):
+    for folder, spacing in (("build", ""), ("install", "\n\n")):
+        (tmp_path / folder).mkdir()
+        module = tmp_path / folder / "mine.py"
+        module.write_text(spacing + "from mlir_tile.kernels.epilogues import Epilogue\n"
+                          "e = Epilogue('e', lambda x, at: x * 2.0 + 1.0)\n")
         scope: dict = {}
-        exec(compile("\n" * len(made) + source, file, "exec"), scope)
+        exec(compile(module.read_text(), str(module), "exec"), scope)
         made.append(scope["e"].fingerprint)
     assert made[0] == made[1]

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch", reason="the kernels' torch operators need torch")
+import mlir_tile.kernels.ops  # noqa: E402,F401  (registers torch.ops.mlir_tile.*)
 F = torch.nn.functional
 pytestmark = pytest.mark.gpu
 
@@ -42,21 +43,51 @@ def _gemm_case(rng: random.Random, trial: int):
     return (*sizes, dtype, rng.choice(["kn", "nk"]), bias, activation, residual)
 
 
+def _operands(m, n, k, dtype, layout, has_bias, has_residual):
+    """A, B in [-1, 1) (B laid out as `layout` says), a bias and a residual where asked for."""
+    a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
+    b = torch.rand(*((k, n) if layout == "kn" else (n, k)), device="cuda", dtype=dtype) * 2 - 1
+    bias = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
+    residual = torch.randn(m, n, device="cuda", dtype=dtype) if has_residual else None
+    return a, b, bias, residual
+
+
+def _wrong(got, a, b, layout, bias, activation, residual):
+    """The largest error where `got` is not within the 16-bit rounding (2^-7 relative, room 2) of the fp32
+    result and fp32 accumulation in another order (2e-5 per term of at most 1); None where it is."""
+    exact = a.float() @ (b.float() if layout == "kn" else b.float().T)
+    exact = ACTIVATIONS[activation](exact + (0 if bias is None else bias.float()))
+    exact = exact + (0 if residual is None else residual.float())
+    error = (got.float() - exact).abs()
+    return None if bool((error <= 2 ** -7 * exact.abs() + 2e-5 * a.shape[1] + 2 ** -10).all()) else float(error.max())
+
+
 def test_matmul_with_each_ready_made_epilogue_matches_torch_in_fp32():
     rng, failures = random.Random(11), []
     for trial in range(GEMM_CASES):
         m, n, k, dtype, layout, has_bias, activation, has_residual = case = _gemm_case(rng, trial)
-        a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
-        b = torch.rand(*((k, n) if layout == "kn" else (n, k)), device="cuda", dtype=dtype) * 2 - 1
-        bias = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
-        residual = torch.randn(m, n, device="cuda", dtype=dtype) if has_residual else None
+        a, b, bias, residual = _operands(m, n, k, dtype, layout, has_bias, has_residual)
         got = torch.ops.mlir_tile.matmul(a, b, layout, bias, activation, residual)
-        exact = a.float() @ (b.float() if layout == "kn" else b.float().T)
-        exact = ACTIVATIONS[activation](exact + (0 if bias is None else bias.float()))
-        exact = exact + (0 if residual is None else residual.float())
-        bound = 2 ** -7 * exact.abs() + 2e-5 * k + 2 ** -10
-        if not bool(((got.float() - exact).abs() <= bound).all()):
-            failures.append((case, float((got.float() - exact).abs().max())))
+        if (worst := _wrong(got, a, b, layout, bias, activation, residual)) is not None:
+            failures.append((case, worst))
+    assert not failures, failures[:10]
+
+
+def test_the_sm80_kernels_run_every_epilogue_on_this_gpu_too():
+    """The kernels shipped for chips other than Hopper (pair stores without stmatrix), JIT-compiled here."""
+    from mlir_tile.kernels import epilogues, gemm
+    from mlir_tile.kernels.library import KernelLibrary
+    from mlir_tile.runtime import Runtime
+
+    launcher, rng, failures = gemm.Matmul(KernelLibrary(Runtime(), chip="sm_80")), random.Random(3), []
+    for trial in range(32):
+        m, n, k, dtype, layout, has_bias, activation, has_residual = case = _gemm_case(rng, trial)
+        a, b, bias, residual = _operands(m, n, k, dtype, layout, has_bias, has_residual)
+        chosen = None if not (has_bias or activation or has_residual) else epilogues.selectable
+        operands = () if chosen is None else epilogues.selection(bias, activation, residual)
+        got = launcher(a, b, b_major=layout, epilogue=chosen, operands=operands)
+        if (worst := _wrong(got, a, b, layout, bias, activation, residual)) is not None:
+            failures.append((case, worst))
     assert not failures, failures[:10]
 
 

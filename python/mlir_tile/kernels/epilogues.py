@@ -19,6 +19,7 @@ The builder-side half (`apply`) needs MLIR; defining epilogues does not.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -83,13 +84,16 @@ class Epilogue:
 
 
 def _digest_function(digest, function, depth: int) -> None:
-    """The function's code and what it closes over, independent of where its file lies (the wheel's kernels
-    are named at build time and looked up in the user's install)."""
+    """The function's source text and what it closes over: the same in the wheel's build and in the user's
+    install, whatever the files' places and the Python version (bytecode differs between versions)."""
     code = getattr(function, "__code__", None)
     if code is None or depth > 8:
         digest.update(repr(function).encode())
         return
-    _digest_code(digest, code)
+    try:
+        digest.update(inspect.getsource(function).encode())
+    except (OSError, TypeError):  # defined where no source is kept (an interactive session)
+        digest.update(code.co_code + repr(code.co_consts).encode())
     for cell in function.__closure__ or ():
         contents = cell.cell_contents
         if isinstance(contents, Epilogue):
@@ -98,15 +102,6 @@ def _digest_function(digest, function, depth: int) -> None:
             _digest_function(digest, contents, depth + 1)
         else:
             digest.update(repr(contents).encode())
-
-
-def _digest_code(digest, code) -> None:
-    digest.update(code.co_code + repr((code.co_names, code.co_varnames)).encode())
-    for constant in code.co_consts:
-        if hasattr(constant, "co_code"):
-            _digest_code(digest, constant)
-        else:
-            digest.update(repr(constant).encode())
 
 
 def epilogue(*operands: Operand, name: str | None = None) -> Callable[[Callable], Epilogue]:

@@ -166,4 +166,4 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # contiguous, as the kernel's
