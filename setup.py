@@ -21,7 +21,7 @@ setup(
     # the kernels' PTX for installs without the compiler: `python -m mlir_tile.kernels.ship` (`make wheel`)
     package_data={"mlir_tile.dialect": ["*.irdl.mlir"], "mlir_tile.kernels": ["shipped/*/*.ptx"]},
     # The runtime (a GPU host) needs only cuda-python and numpy; the compiler (MLIR, the passes, ptxas
-    # checks, nvJitLink) is the `compiler` extra: `pip install mlir-tile[compiler]` where kernels are built.
+    # checks, nvJitLink) is the `compiler` extra: `pip install 'WHEEL[compiler]'` where kernels are built.
     install_requires=["numpy", "cuda-python"],
     extras_require={
         "compiler": [

@@ -32,7 +32,7 @@ def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
     the events time the GPU alone: timed one call after a synchronization, whatever lay between it and the
     kernel's start (the host's launch path, an idle GPU) fell inside the events, and on the H200 every
     kernel, ours and the anchors, measured 9-12% slow at 0.4-3 ms a call and 30-33% slow at 40 us
-    (benchmarks/RESULTS.md)."""
+    (docs/notes/benchmark-history.md)."""
     import time
 
     import torch

@@ -1,6 +1,6 @@
 """Load PTX and run kernels with cuda-python, on device arrays (torch, CuPy, JAX: anything with DLPack or the
 CUDA Array Interface) without copies, or on numpy arrays copied in and out. Imports no MLIR: a GPU host needs
-only this file's dependencies (cuda-python, numpy), `pip install mlir-tile` without the `compiler` extra.
+only this file's dependencies (cuda-python, numpy): the wheel installed without the `compiler` extra.
 
     with Runtime() as rt:
         module = rt.load_ptx(ptx)

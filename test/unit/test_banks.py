@@ -18,7 +18,7 @@ from mlir_tile.testing.random_transfers import transfers
 ])
 def test_the_counts_the_h200_measured_and_the_bandwidth_share(shared, registers, opcode, per_instruction, share):
     """Wavefronts per instruction as ncu counted them; the predicted share of 128 B/clock is matrices over
-    wavefronts (measured within 3% of it: benchmarks/RESULTS.md)."""
+    wavefronts (measured within 3% of it: docs/notes/benchmark-history.md)."""
     transfer = contract.verdict(contract.Query.of_layouts(f"ldmatrix.sync.aligned.m8n8.{opcode}.shared.b16", registers, shared,
                                         register_slots=16, shared_words=2048)).require()
     model = transfer_wavefronts(transfer)

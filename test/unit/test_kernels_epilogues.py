@@ -1,5 +1,5 @@
 """mlir_tile/kernels/epilogues.py without a GPU: an epilogue's arithmetic and loads in the IR it emits (loads
-clamped into the matrix, operands by kind), compositions in order, `selectable`'s branches, the fingerprint
+clamped into the matrix, operands by kind), compositions in order, `selectable`'s arms, the fingerprint
 that names built kernels, and the errors a user gets for a malformed epilogue. Their values on the GPU:
 test_kernels_ops_gpu.py."""
 import pytest
@@ -8,15 +8,17 @@ from mlir import ir
 from mlir_tile.builder import Global, Kernel
 from mlir_tile.compile import compile_to_ptx
 from mlir_tile.kernels import epilogues
-from mlir_tile.kernels.epilogues import Epilogue, Operand, epilogue, maximum
+from mlir_tile.kernels.epilogues import Choice, Epilogue, Operand, epilogue, maximum
+from mlir_tile.kernels.gemm import for_each_arm
 
 
-def applied(chosen: Epilogue, extra_parameters):
-    """A kernel that applies `chosen` to out[0] at (row 5, column 7) of an m x n C, its operands after m, n."""
+def applied(chosen, extra_parameters):
+    """A kernel that applies `chosen` (an Epilogue or a Choice, as the GEMM does: `gemm.for_each_arm`) to out[0]
+    at (row 5, column 7) of an m x n C, its operands after m, n."""
     with Kernel("k", [Global("f32"), "index", "index", *extra_parameters], block=(32, 1, 1), context=ir.Context()) as k:
         out, m, n, *extras = k.arguments
-        result = chosen.apply(k, k.load(out, [0]), k.index(5), k.index(7), m, n, extras)
-        k.store(result, out, [0])
+        value = k.load(out, [0])
+        for_each_arm(k, chosen, extras, (m, n), lambda finish: k.store(finish(value, k.index(5), k.index(7)), out, [0]))
     return k.module
 
 
@@ -41,14 +43,29 @@ def test_chains_apply_in_order_and_lower_to_ptx():
     assert [o.name for o in chained.operands] == ["bias", "residual"]
     ptx = compile_to_ptx(applied(chained, [Global("bf16"), Global("bf16")]))
     assert ptx.count("ex2.approx.ftz.f32") == 1 and ptx.count("ld.global") == 3  # out, bias, residual
+    assert ptx.count("rcp.approx.ftz.f32") == 1 and "div.rn" not in ptx  # sigmoid's reciprocal
 
 
-def test_selectable_branches_on_its_integers_and_lowers_to_ptx():
-    ptx = compile_to_ptx(applied(epilogues.selectable, [Global("bf16"), Global("bf16"), "index", "index", "index"]))
-    assert ptx.count("ex2.approx.ftz.f32") == 2  # gelu_tanh's and silu's, each in its branch
-    assert epilogues.selection(None, "silu", None) == (None, None, 0, 3, 0)
+def test_selectable_branches_once_per_arm_and_lowers_to_ptx(filecheck):
+    """One branch a thread per arm (activation x residual), the bias a load at element 0 where there is none."""
+    module = applied(epilogues.selectable, [Global("bf16"), Global("bf16"), "index", "index"])
+    filecheck(str(module), """
+    CHECK-COUNT-8: scf.if
+    CHECK-NOT: scf.if
+    """)
+    ptx = compile_to_ptx(module)
+    assert ptx.count("ex2.approx.ftz.f32") == 4 and ptx.count("rcp.approx.ftz.f32") == 4  # gelu's, silu's, twice
+    assert epilogues.selection(None, "silu", None) == (None, None, 0, 3)
+    assert epilogues.selection("b", None, "r") == ("b", "r", 1, 4)
     with pytest.raises(ValueError, match="activation is one of relu, gelu_tanh, silu"):
         epilogues.selection(None, "gelu")
+
+
+def test_a_choice_selects_by_an_integer_operand():
+    with pytest.raises(ValueError, match="the selector 'arm' is one of its integer operands"):
+        Choice("c", "arm", (epilogues.relu,), (Operand("arm", "scalar"),))
+    with pytest.raises(ValueError, match="it has no arms"):
+        Choice("c", "arm", (), (Operand("arm", "integer"),))
 
 
 def test_a_user_epilogue_with_a_scalar_and_a_row_vector(filecheck):

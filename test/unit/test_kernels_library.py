@@ -40,7 +40,7 @@ def test_a_kernel_not_shipped_is_built_once_into_the_cache(tmp_path, monkeypatch
 def test_without_the_compiler_a_missing_kernel_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(library, "compiler_installed", lambda: False)
     kernels = KernelLibrary(FakeRuntime(), "sm_90", shipped=tmp_path, cache=tmp_path / "cache")
-    with pytest.raises(KernelNotAvailable, match=r"gemm_y for sm_90 is not among .* pip install 'mlir-tile\[compiler\]'"):
+    with pytest.raises(KernelNotAvailable, match=r"gemm_y for sm_90 is not among .* compiler extra .*pip install 'WHEEL\[compiler\]'"):
         kernels.ptx("gemm_y", built)
 
 

@@ -5,7 +5,8 @@
     y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
     o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
 
-Importing this package loads no MLIR and no torch: the operators are registered on first use. The kernels
+Importing this package loads no MLIR and no torch: the operators are registered on first use of `matmul` or
+`attention` (or by `import mlir_tile.kernels.ops`, for code that calls `torch.ops.mlir_tile.matmul` itself). The kernels
 are the ones the wheel ships for the GPU's chip, or built on first use where the `compiler` extra is installed
 (`library`). The kernels' builders (`gemm`, `attention`) and the epilogues users write (`epilogues`) are
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.

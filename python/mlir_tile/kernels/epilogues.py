@@ -18,13 +18,14 @@ The builder-side half (`apply`) needs MLIR; defining epilogues does not.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from dataclasses import dataclass
 from typing import Callable
 
 KINDS = ("column", "row", "matrix", "scalar", "integer")  # an operand's shape: N elements, M elements, M x N,
-# one fp32, one integer (what `Site.when` branches on)
+# one fp32, one integer (what `Site.equals` compares, a `Choice` selects by)
 LOG2_E = 1.4426950408889634
 
 
@@ -64,23 +65,48 @@ class Epilogue:
 
         return Epilogue(f"{self.name}+{other.name}", both, self.operands + other.operands)
 
-    @property
+    @functools.cached_property  # (a launcher names its kernel by it on every new shape)
     def fingerprint(self) -> str:
         """A digest of the name, the operands and the code of the function and of what it closes over."""
         digest = hashlib.sha256(repr((self.name, self.operands)).encode())
         _digest_function(digest, self.function, depth=0)
         return digest.hexdigest()[:16]
 
-    def apply(self, k, value, row, column, m, n, arguments):
+    def apply(self, k, value, row, column, m, n, arguments, operands: tuple | None = None):
         """The epilogue on one accumulator in kernel `k`: `value` an f32 ir.Value at (row, column) of an m x n C
-        (index values); `arguments` the kernel arguments of `operands`, in order. Returns an f32 ir.Value."""
-        at = Site(k, row, column, m, n, dict(zip((o.name for o in self.operands), zip(self.operands, arguments))))
+        (index values); `arguments` the kernel arguments of `operands` (by default this epilogue's; a
+        `Choice`'s arm reads the Choice's), in order. Returns an f32 ir.Value."""
+        operands = self.operands if operands is None else operands
+        at = Site(k, row, column, m, n, dict(zip((o.name for o in operands), zip(operands, arguments))))
         result = self.function(F32(k, value), at)
         if isinstance(result, (int, float)):
             result = F32.constant(k, result)
         if not isinstance(result, F32):
             raise ValueError(f"epilogue {self.name!r}: the function returns an F32 (or a number), got {result!r}")
         return result.value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of `arms` (epilogues), chosen at launch by the integer operand `selector` (arm i where it is i): the
+    kernel branches once per thread around its whole epilogue, not once per accumulator, so that one kernel
+    serves several epilogues at the cost of its code size. The arms read `operands` (the selector among them)."""
+    name: str
+    selector: str
+    arms: tuple[Epilogue, ...]
+    operands: tuple[Operand, ...]
+
+    def __post_init__(self):
+        kinds = {o.name: o.kind for o in self.operands}
+        if kinds.get(self.selector) != "integer":
+            raise ValueError(f"choice {self.name!r}: the selector {self.selector!r} is one of its integer operands")
+        if not self.arms:
+            raise ValueError(f"choice {self.name!r}: it has no arms")
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(repr((self.name, self.selector, self.operands, [a.fingerprint for a in self.arms]))
+                              .encode()).hexdigest()[:16]
 
 
 def _digest_function(digest, function, depth: int) -> None:
@@ -130,18 +156,13 @@ class Site:
         return operand, argument
 
     def equals(self, name: str, value: int):
-        """Whether the integer operand `name` is `value` (an i1 for `when`)."""
+        """Whether the integer operand `name` is `value` (an i1, for `load`'s `where`)."""
         return self.k.compare("eq", self._operand(name, integer=True)[1], value)
 
-    def when(self, condition, then: Callable[[], "F32"], otherwise: "F32") -> "F32":
-        """`then()` where `condition` (from `equals`) holds, else `otherwise`: a branch that every thread takes
-        alike, so that one kernel serves several epilogues at the cost of a few instructions."""
-        with self.k.if_(condition, ["f32"]) as branch:
-            branch.otherwise(then().value)
-            branch.done(otherwise.value)
-        return F32(self.k, branch.results[0])
-
-    def load(self, name: str) -> "F32":
+    def load(self, name: str, where=None) -> "F32":
+        """Operand `name`'s element at this accumulator, as fp32. `where` (an i1 from `equals`): only where it
+        holds, else 0, without a branch: the load reads element 0 then, so any array of one element or more
+        may stand in for an operand that is not there."""
         operand, argument = self._operand(name, integer=False)
         if operand.kind == "scalar":
             return F32(self.k, argument)
@@ -154,7 +175,10 @@ class Site:
         index = {"column": column, "row": row, "matrix": None}[operand.kind]
         if index is None:
             index = arith.addi(arith.muli(row, self.n), column)
-        return F32(k, arith.extf(ir.F32Type.get(), k.load(argument, [index])))
+        if where is not None:
+            index = arith.select(where, index, k.index(0))
+        value = arith.extf(ir.F32Type.get(), k.load(argument, [index]))
+        return F32(k, value if where is None else arith.select(where, value, k.constant(0.0, "f32")))
 
 
 class F32:
@@ -213,9 +237,17 @@ def exp(x: F32) -> F32:
     return exp2(x * LOG2_E)
 
 
+def reciprocal(x: F32) -> F32:
+    """1 / x: `rcp.approx.ftz.f32` (1 ulp; 0 for infinity), where the IEEE division is some 20 instructions."""
+    from mlir import ir
+    from mlir.dialects import llvm
+
+    return F32(x.k, llvm.call_intrinsic(ir.F32Type.get(), "llvm.nvvm.rcp.approx.ftz.f", [x.value], [], []))
+
+
 def sigmoid(x: F32) -> F32:
     """1 / (1 + e^-x): 0 where e^-x overflows, 1 where it underflows."""
-    return 1.0 / (1.0 + exp(-x))
+    return reciprocal(1.0 + exp(-x))
 
 
 def tanh(x: F32) -> F32:
@@ -235,6 +267,7 @@ ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
 
+@functools.cache  # one Epilogue per combination: a launcher's plans are keyed by it
 def chain(bias_: bool = False, activation: str | None = None, residual: bool = False) -> Epilogue | None:
     """The ready-made epilogues in `matmul`'s order, as one kernel's: + bias, then the activation, then
     + residual (None: none of them)."""
@@ -251,25 +284,33 @@ def chain(bias_: bool = False, activation: str | None = None, residual: bool = F
 CODES = {None: 0, **{name: code for code, name in enumerate(ACTIVATIONS, 1)}}  # `selectable`'s activation codes
 
 
-def _selected(x, at):
-    x = at.when(at.equals("has_bias", 1), lambda: x + at.load("bias"), x)
-    for name, activation in ACTIVATIONS.items():
-        x = at.when(at.equals("activation", CODES[name]), lambda: activation.function(x, at), x)
-    return at.when(at.equals("has_residual", 1), lambda: x + at.load("residual"), x)
+SELECTABLE_OPERANDS = (Operand("bias", "column"), Operand("residual", "matrix"), Operand("has_bias", "integer"),
+                       Operand("arm", "integer"))
 
 
-# Every `chain` in one kernel, chosen at launch: + bias where has_bias is 1, the activation of CODES, +
-# residual where has_residual is 1 (an operand not added is never read: any pointer does). The kernels the
-# wheel ships take it, so that a runtime-only install runs every ready-made epilogue.
-selectable = Epilogue("selectable", _selected, (Operand("bias", "column"), Operand("residual", "matrix"),
-                                                Operand("has_bias", "integer"), Operand("activation", "integer"),
-                                                Operand("has_residual", "integer")))
+def _arm(activation: Epilogue | None, residual: bool) -> Epilogue:
+    """+ bias where has_bias is 1 (a load without a branch), `activation`, + residual if `residual`."""
+    def arm(x, at):
+        x = x + at.load("bias", where=at.equals("has_bias", 1))
+        x = x if activation is None else activation.function(x, at)
+        return x + at.load("residual") if residual else x
+
+    return Epilogue(f"selectable_{activation.name if activation else 'none'}{'_residual' if residual else ''}", arm)
+
+
+# Every `chain` in one kernel, chosen at launch: arm `CODES[activation] + len(CODES) * residual` (one branch a
+# thread, around the whole epilogue), + bias where has_bias is 1 (the bias not there is read at element 0 and
+# discarded: any array of one element or more stands in). The residual has arms of its own: loaded without a
+# branch, the scheduler hoists its loads and the 128 x 256 tile spills. The kernels the wheel ships take it,
+# so that a runtime-only install runs every ready-made epilogue.
+selectable = Choice("selectable", "arm", tuple(_arm(ACTIVATIONS.get(name), residual)
+                                             for residual in (False, True) for name in CODES), SELECTABLE_OPERANDS)
 
 
 def selection(bias_=None, activation: str | None = None, residual=None, placeholder=None) -> tuple:
-    """`selectable`'s operands for a bias and a residual (tensors or None: `placeholder` passed in their place)
-    and an activation's name."""
+    """`selectable`'s operands for a bias and a residual (tensors or None: `placeholder`, or the launcher's
+    stand-in, passed in their place) and an activation's name."""
     if activation not in CODES:
         raise ValueError(f"activation is one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
     return (placeholder if bias_ is None else bias_, placeholder if residual is None else residual,
-            int(bias_ is not None), CODES[activation], int(residual is not None))
+            int(bias_ is not None), CODES[activation] + len(CODES) * (residual is not None))

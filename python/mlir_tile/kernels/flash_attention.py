@@ -398,7 +398,7 @@ def build_module(config: Config = Config(), context=None):
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
 # The CTA `Attention` takes per (head dim, causal) where not the default, as measured on the H200
-# (benchmarks/RESULTS.md): every row's max first and, but at d 128 without the mask, both reductions as trees:
+# (docs/notes/benchmark-history.md): every row's max first and, but at d 128 without the mask, both reductions as trees:
 # 1-7% faster; at d 64 the stages' mbarriers in place of the barrier a tile: 1-7% faster (at d 128 0-7%
 # slower); at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
 # tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster, and O's 128

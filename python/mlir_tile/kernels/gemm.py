@@ -51,7 +51,7 @@ from functools import partial
 
 import numpy as np
 
-from mlir_tile.kernels.epilogues import Epilogue, selectable
+from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 
 KERNEL = "gemm"
 HALF = 2  # bytes of an element
@@ -141,7 +141,7 @@ def tiled_mma(config: Config = DEFAULT):
 
 
 def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None,
-                 epilogue: Epilogue | None = None):
+                 epilogue: Epilogue | Choice | None = None):
     """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
     sm_80 (no stmatrix) stores each thread's accumulator pairs directly. `config.persistent`: see
     `Config.persistent` (sm_90, rows on 16 bytes, B [N, K]). `epilogue` (see `epilogues`): applied to
@@ -288,12 +288,15 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
             the region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0)
             (a persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and
             inside M and N."""
-            for mi in range(tiled.m_blocks):
-                for ni in range(tiled.n_blocks):
-                    values = [finished(k, tiled, accumulators, slot, (first_row, first_col), (m, n), epilogue, extras)
-                              for slot in tiled.accumulator_block(mi, ni)]
-                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
-                        k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
+            def pack(finish):
+                for mi in range(tiled.m_blocks):
+                    for ni in range(tiled.n_blocks):
+                        values = [finished(k, tiled, accumulators, slot, (first_row, first_col), finish)
+                                  for slot in tiled.accumulator_block(mi, ni)]
+                        for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                            k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
+
+            for_each_arm(k, epilogue, extras, (m, n), pack)
             rows, part_bytes = bm // parts, bm * bn * HALF // parts
             t, (own, starts), warp_index = tiled.c.whole, tiled.c.whole.one_warp(), k.warp_id() if parts > 1 else None
             # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
@@ -479,6 +482,11 @@ def _store_accumulators(k, config, tiled, accumulators, c, sizes, origin, elemen
     `workspace_at`): each thread stores its accumulator pairs (c0, c1 and c2, c3 of each block: one row, two
     adjacent columns, where `TiledMma.accumulator_coordinates` puts them) to C, as one store of the pair (4
     bytes, 8 in fp32) per pair inside C; `epilogue` applied first."""
+    for_each_arm(k, epilogue, extras, sizes, lambda finish: _store_pairs(k, config, tiled, accumulators, c, sizes,
+                                                                        origin, element, finish, workspace_at))
+
+
+def _store_pairs(k, config, tiled, accumulators, c, sizes, origin, element, finish, workspace_at) -> None:
     from mlir import ir
     from mlir.dialects import arith, vector
 
@@ -489,7 +497,7 @@ def _store_accumulators(k, config, tiled, accumulators, c, sizes, origin, elemen
             for pair in range(2):
                 slots = tiled.accumulator_block(mi, ni)[2 * pair:2 * pair + 2]
                 row, column = accumulator_place(k, tiled, slots[0], origin)
-                values = [finished(k, tiled, accumulators, slot, origin, sizes, epilogue, extras) for slot in slots]
+                values = [finished(k, tiled, accumulators, slot, origin, finish) for slot in slots]
                 at = arith.addi(arith.muli(row, n), column)
                 if workspace_at is not None:
                     at = arith.addi(workspace_at, at)
@@ -513,12 +521,32 @@ def accumulator_place(k, tiled, slot: int, origin) -> tuple:
                  for start, layout in zip(origin, tiled.accumulator_coordinates()))
 
 
-def finished(k, tiled, accumulators, slot: int, origin, sizes, epilogue, extras):
-    """Accumulator `slot`, the epilogue applied (at its place in C) where there is one."""
+def finished(k, tiled, accumulators, slot: int, origin, finish):
+    """Accumulator `slot`, `finish` (an epilogue's arm: see `for_each_arm`) applied at its place in C where
+    there is one."""
     value = k.load(accumulators, [slot])
+    return value if finish is None else finish(value, *accumulator_place(k, tiled, slot, origin))
+
+
+def for_each_arm(k, epilogue, extras, sizes, emit) -> None:
+    """`emit(finish)` emits the store code, `finish(value, row, column)` the epilogue on one accumulator (None
+    where there is none): once, or for a `Choice` once per arm, inside the branch where its selector holds
+    (one branch a thread around the whole epilogue)."""
     if epilogue is None:
-        return value
-    return epilogue.apply(k, value, *accumulator_place(k, tiled, slot, origin), *sizes, extras)
+        emit(None)
+        return
+    operands = epilogue.operands
+    if isinstance(epilogue, Epilogue):
+        emit(partial(_apply, k, epilogue, sizes, extras, operands))
+        return
+    selector = extras[[operand.name for operand in operands].index(epilogue.selector)]
+    for code, arm in enumerate(epilogue.arms):
+        with k.if_(k.compare("eq", selector, code)):
+            emit(partial(_apply, k, arm, sizes, extras, operands))
+
+
+def _apply(k, epilogue, sizes, extras, operands, value, row, column):
+    return epilogue.apply(k, value, row, column, *sizes, extras, operands)
 
 
 def operand_parameters(epilogue, element: str) -> list:
@@ -532,7 +560,7 @@ def operand_parameters(epilogue, element: str) -> list:
 REDUCE_KERNEL, REDUCE_THREADS = "gemm_reduce", 256
 
 
-def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None, epilogue: Epilogue | None = None):
+def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None, epilogue: Epilogue | Choice | None = None):
     """C from a split-K product's partials: `gemm_reduce(partials, c, m, n, splits, *operands)`, `partials`
     fp32, `splits` arrays of M x N elements one after the other (the split_k kernel's workspace), `c` M x N
     elements of `element`. Thread i of the grid sums element i over the splits in order (the same sum every
@@ -552,16 +580,19 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None,
         with k.if_(k.compare("ult", i, count)):
             with k.loop(0, splits, carried=[k.constant(0.0, "f32")]) as it:
                 it.next(arith.addf(it.values[0], k.load(partials, [arith.addi(arith.muli(it.index, count), i)])))
-            total = it.results[0]
-            if epilogue is not None:
-                total = epilogue.apply(k, total, arith.divui(i, n), arith.remui(i, n), m, n, extras)
-            k.store(arith.truncf(ir.Type.parse(element), total), c, [i])
+            total, place = it.results[0], (arith.divui(i, n), arith.remui(i, n)) if epilogue is not None else ()
+
+            def store(finish):
+                value = total if finish is None else finish(total, *place)
+                k.store(arith.truncf(ir.Type.parse(element), value), c, [i])
+
+            for_each_arm(k, epilogue, extras, (m, n), store)
     return k.module
 
 
 # The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
 # mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type and B layout, the
-# tiles measured fastest (benchmarks/RESULTS.md, H200, 2048^3 to 8192^3 and the LLM shapes): f16 128 x 256 in
+# tiles measured fastest (docs/notes/benchmark-history.md, H200, 2048^3 to 8192^3 and the LLM shapes): f16 128 x 256 in
 # 64-wide k-tiles and 4 stages (2-8% faster than 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16
 # with B [N, K] 128 x 256 in 128-wide k-tiles and 2 stages (7-9% faster than 128 x 128; 64-wide in 4 stages
 # 2-6% slower), with B [K, N] the 128 x 128 tile (128 x 256 in 128-wide k-tiles -1 to +3% at 2048^3-4096^3,
@@ -572,7 +603,7 @@ TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=25
 # The persistent kernel (one CTA an SM, the next tile's first k-tiles copied during this one's last) of the
 # first tile: with B [N, K] bf16 5-6% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM
 # shapes, 1-2% at 2048^3; f16 level with its non-persistent twin (-1 to +2%) but 2.5-3.5% slower at 2048^3
-# and 3.5% faster at 4000^3, so f16 keeps the twin (benchmarks/RESULTS.md). Rows on 16 bytes, B [N, K],
+# and 3.5% faster at 4000^3, so f16 keeps the twin (docs/notes/benchmark-history.md). Rows on 16 bytes, B [N, K],
 # M >= 128, N >= 256 and K >= 192.
 PERSISTENT = dict(TILES[0], persistent=True)
 PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
@@ -584,7 +615,7 @@ FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take
 
 
 def pick_tile(m: int, n: int, depth: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn",
-              chip: str = "sm_90", epilogue: Epilogue | None = None) -> dict:
+              chip: str = "sm_90", epilogue: Epilogue | Choice | None = None) -> dict:
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) built for `chip` whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest
     where none does."""
@@ -646,10 +677,10 @@ VARIANTS = list(dict.fromkeys(
     + [variant(tile, HALF, b_major=major) for major in ("kn", "nk") for tile in ELEMENT_TILES]))
 
 
-def variants_for(chip: str, epilogue: Epilogue | None = None) -> list[Config]:
+def variants_for(chip: str, epilogue: Epilogue | Choice | None = None) -> list[Config]:
     """VARIANTS that are built for `chip` (the persistent kernel: sm_90) and `epilogue`: the persistent kernel
-    holds the next tile's first fragments through the epilogue, and with `selectable`'s branches it spills
-    (976 bytes), so that one runs on the other tiles."""
+    holds the next tile's first fragments through the epilogue, and with `selectable`'s arms it spills (2.6
+    KB), so that one runs on the other tiles."""
     return [config for config in VARIANTS
             if not config.persistent or (chip == "sm_90" and epilogue is not selectable)]
 
@@ -673,12 +704,12 @@ def shipped_kernels(chip: str, epilogues=(None, selectable)):
             yield kernel_name(element, config), partial(build_module, element, config, chip)
 
 
-def kernel_name(element: str, config: Config, epilogue: Epilogue | None = None) -> str:
+def kernel_name(element: str, config: Config, epilogue: Epilogue | Choice | None = None) -> str:
     """The name a kernel's PTX is kept under (see `library`): what it computes."""
     return f"{KERNEL}_{element}_{config}{epilogue_suffix(epilogue)}"
 
 
-def reduce_name(element: str, epilogue: Epilogue | None = None) -> str:
+def reduce_name(element: str, epilogue: Epilogue | Choice | None = None) -> str:
     return f"{REDUCE_KERNEL}_{element}{epilogue_suffix(epilogue)}"
 
 
@@ -703,7 +734,7 @@ class Matmul:
         self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
 
     def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None,
-                 epilogue: Epilogue | None = None, operands: tuple = ()):
+                 epilogue: Epilogue | Choice | None = None, operands: tuple = ()):
         """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
         copies take `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of
         `pick_splits`' choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's

@@ -9,6 +9,7 @@ sources (`source_digest`), so an edited library never runs a stale kernel.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -58,6 +59,7 @@ def cache_folder() -> Path | None:
     return None if root is None else root / "kernels" / source_digest()
 
 
+@functools.cache  # (asked on every ready-made epilogue's call)
 def compiler_installed() -> bool:
     from importlib.util import find_spec
 
@@ -93,7 +95,8 @@ class KernelLibrary:
             return cached.read_text()
         if not compiler_installed():
             raise KernelNotAvailable(f"the kernel {name} for {self.chip} is not among the kernels this install ships; "
-                                     f"install the compiler to build it: pip install 'mlir-tile[compiler]'")
+                                     f"install mlir-tile with its compiler extra to build it (pip install "
+                                     f"'WHEEL[compiler]', or pip install -e '.[compiler]' in the source tree)")
         from mlir_tile.compile import compile_to_ptx
 
         ptx = compile_to_ptx(build())
