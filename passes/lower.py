@@ -40,6 +40,7 @@ from mlir_tile.address_plan import AddressPlan, address_plan
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.analysis.adapter import diagnostic, transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing
+from mlir_tile.analysis.offsets import mode_offset, swizzled
 from mlir_tile.passes.registry import PassDefinition
 
 ROW_SHAPE = "#nvvm.ld_st_matrix_shape<m = 8, n = 8>"
@@ -220,12 +221,12 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
 
     def make_lane_offset() -> ir.Value:
         lane = arith.index_cast(vocabulary.i32, gpu.lane_id())
-        terms = [_mode_offset(arith.andi(lane, vocabulary.i32_constant(7)), row_mode, vocabulary)]
+        terms = [mode_offset(arith.andi(lane, vocabulary.i32_constant(7)), row_mode, vocabulary.i32_constant)]
         if count > 1:
             matrix = arith.andi(arith.shrui(lane, vocabulary.i32_constant(3)), vocabulary.i32_constant(count - 1))
-            terms.append(_mode_offset(matrix, matrix_mode, vocabulary))
+            terms.append(mode_offset(matrix, matrix_mode, vocabulary.i32_constant))
         if transfer.group_rank:
-            terms.append(_mode_offset(_warp_in_group(transfer, op, vocabulary), group_mode, vocabulary))
+            terms.append(mode_offset(_warp_in_group(transfer, op, vocabulary), group_mode, vocabulary.i32_constant))
         terms = [term for term in terms if term is not None]
         offset = terms[0] if terms else vocabulary.i32_constant(0)
         for term in terms[1:]:
@@ -238,7 +239,7 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
     swizzle = layout_.swizzle
     if swizzle is not None:  # the lane part swizzled, also once per function
         swizzled_lane = vocabulary.function_invariant(op, ("swizzled", lane_key, swizzle),
-                                                      lambda: _swizzled(lane_offset, swizzle, vocabulary))
+                                                      lambda: swizzled(lane_offset, swizzle, vocabulary.i32_constant))
 
     descriptor = _descriptor(shared, vocabulary)
     base = vocabulary.extract(vocabulary.shared_pointer, descriptor, 1)
@@ -260,7 +261,8 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
             elif repeat.form == "xor":
                 offset = arith.xori(swizzled_lane, vocabulary.i32_constant(repeat.operand))
             else:
-                offset = _swizzled(arith.addi(lane_offset, vocabulary.i32_constant(repeat.operand)), swizzle, vocabulary)
+                offset = swizzled(arith.addi(lane_offset, vocabulary.i32_constant(repeat.operand)), swizzle,
+                                  vocabulary.i32_constant)
             pointer = vocabulary.gep(base, offset)
         if repeat.immediate:
             pointer = vocabulary.gep(pointer, repeat.immediate)
@@ -281,47 +283,6 @@ def _emit_transfer(transfer: contract.Transfer, op: MatrixTransferOp, registers:
                 values.append(word if word.type == vocabulary.i32 else arith.bitcast(vocabulary.i32, word))
             attributes = {name: value for name, value in matrix_attributes.items() if name != "num"}
             ir.Operation.create("nvvm.stmatrix", operands=[pointer, *values], attributes=attributes)
-
-
-def _mode_offset(value: ir.Value, mode: list[tuple[int, int]], vocabulary: _Vocabulary) -> ir.Value | None:
-    """The memory offset of a mode's coordinate `value` (an i32 below the mode's size): its sub-coordinates,
-    colexicographic, times their strides; shifts and masks for power-of-two extents. None when it is 0."""
-    terms, below = [], 1
-    for position, (extent, stride) in enumerate(mode):
-        if extent > 1 and stride:
-            part = value
-            if below > 1:
-                part = (arith.shrui(part, vocabulary.i32_constant(below.bit_length() - 1)) if _power_of_two(below)
-                        else arith.divui(part, vocabulary.i32_constant(below)))
-            if position < len(mode) - 1:
-                part = (arith.andi(part, vocabulary.i32_constant(extent - 1)) if _power_of_two(extent)
-                        else arith.remui(part, vocabulary.i32_constant(extent)))
-            terms.append(_scaled(part, stride, vocabulary))
-        below *= extent
-    if not terms:
-        return None
-    offset = terms[0]
-    for term in terms[1:]:
-        offset = arith.addi(offset, term)
-    return offset
-
-
-def _power_of_two(number: int) -> bool:
-    return number > 0 and number & (number - 1) == 0
-
-
-def _swizzled(offset: ir.Value, swizzle, vocabulary: _Vocabulary) -> ir.Value:
-    """`offset ^ ((offset >> S) & mask)`: Sw<B,M,S> in three i32 instructions."""
-    moved = arith.shrui(offset, vocabulary.i32_constant(swizzle.shift))
-    return arith.xori(offset, arith.andi(moved, vocabulary.i32_constant(swizzle.mask)))
-
-
-def _scaled(value: ir.Value, factor: int, vocabulary: _Vocabulary) -> ir.Value:
-    if factor == 1:
-        return value
-    if factor > 0 and factor & (factor - 1) == 0:
-        return arith.shli(value, vocabulary.i32_constant(factor.bit_length() - 1))
-    return arith.muli(value, vocabulary.i32_constant(factor))
 
 
 def _warp_in_group(transfer: contract.Transfer, op: ir.Operation, vocabulary: _Vocabulary) -> ir.Value:

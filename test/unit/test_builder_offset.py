@@ -12,7 +12,7 @@ from mlir_tile.layout import Layout, Swizzle
 
 _ARITH = {"arith.addi": lambda a, b: a + b, "arith.muli": lambda a, b: a * b, "arith.divui": lambda a, b: a // b,
           "arith.remui": lambda a, b: a % b, "arith.shrui": lambda a, b: a >> b, "arith.andi": lambda a, b: a & b,
-          "arith.xori": lambda a, b: a ^ b}
+          "arith.xori": lambda a, b: a ^ b, "arith.shli": lambda a, b: a << b}
 
 
 def evaluate(function: ir.Operation, thread: int) -> int:

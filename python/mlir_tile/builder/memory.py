@@ -14,6 +14,7 @@ from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, i
 from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
 from mlir_tile.layout import Layout, as_layout
 from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
+from mlir_tile.analysis.offsets import mode_offset, swizzled
 
 VECTOR_BYTES = (2, 4, 8, 16)  # ld/st widths PTX has (.b16, .b32, .v2.b32, .v4.b32)
 
@@ -128,11 +129,11 @@ class Memory:
         if swizzle is None:
             return dynamic if constant == 0 else arith.addi(dynamic, self.index(constant))
         if _above(constant, largest):  # no carries: the sum is an xor, and the swizzle is linear over xor
-            swizzled, moved = self._swizzled(dynamic, swizzle), swizzle(constant)
+            thread_part, moved = swizzled(dynamic, swizzle, self.index), swizzle(constant)
             if constant == 0:
-                return swizzled
-            return (arith.addi if _above(moved, largest) else arith.xori)(swizzled, self.index(moved))
-        return self._swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle)
+                return thread_part
+            return (arith.addi if _above(moved, largest) else arith.xori)(thread_part, self.index(moved))
+        return swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle, self.index)
 
     def _split_offset(self, layout, coordinates, emit: bool = True) -> tuple[Layout, ir.Value | None, int, int]:
         """(layout, thread-dependent part as index arithmetic or None, constant part, the thread-dependent
@@ -168,18 +169,13 @@ class Memory:
                 continue
             value = self.as_index(coordinate)
             bound = upper_bound(value) if len(leaves) == 1 else None  # a single leaf: the value's own range
-            below = 1
-            for position, (extent, stride) in enumerate(leaves):
+            for extent, stride in leaves:
                 top = extent - 1 if bound is None else min(extent - 1, bound)
                 if extent > 1 and stride:
                     largest = largest + top * stride if stride > 0 and largest >= 0 else -1
-                if extent > 1 and stride and emit:
-                    digit = value if below == 1 else arith.divui(value, self.index(below))
-                    if position < len(leaves) - 1:
-                        digit = arith.remui(digit, self.index(extent))
-                    term = digit if stride == 1 else arith.muli(digit, self.index(stride))
-                    dynamic = term if dynamic is None else arith.addi(dynamic, term)
-                below *= extent
+            term = mode_offset(value, leaves, self.index) if emit else None
+            if term is not None:
+                dynamic = term if dynamic is None else arith.addi(dynamic, term)
         return layout, dynamic, constant, largest
 
     def planned(self, buffer: ir.Value, layout: Layout | str, coordinates: Sequence[Sequence],
@@ -211,14 +207,10 @@ class Memory:
         _, dynamic, _, _ = self._split_offset(layout, origin)
         if dynamic is None:  # the values fall on modes of extent 1 or stride 0: every offset is a constant
             dynamic = self.index(0)
-        base = self._swizzled(dynamic, swizzle) if swizzle else dynamic
+        base = swizzled(dynamic, swizzle, self.index) if swizzle else dynamic
         extent = max(c for _, _, c, _ in splits) + elements
         view = memref.subview(memref_value(buffer, "planned"), [base], [extent], [1])
         return [(view, self.index(c)) for _, _, c, _ in splits]
-
-    def _swizzled(self, value: ir.Value, swizzle) -> ir.Value:
-        moved = arith.shrui(value, self.index(swizzle.shift))
-        return arith.xori(value, arith.andi(moved, self.index(swizzle.mask)))
 
     # ----- loads and stores -----
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
