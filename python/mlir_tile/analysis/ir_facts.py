@@ -342,9 +342,12 @@ class FactCache:
     of transfers.) Valid while the run creates and erases no memref values and no ops that hold transfers,
     which the tile passes don't."""
 
-    def __init__(self) -> None:
+    def __init__(self, uniformities: dict | None = None) -> None:
+        """`uniformities`: the analyses of a function that grows between runs (a builder's kernel, function ->
+        Uniformity), each extended to the ops added since instead of redone; by default one per run."""
         self._symbol_tables: dict = {}
-        self._uniformity: dict = {}
+        self._uniformity: dict = uniformities if uniformities is not None else {}
+        self._growing = uniformities is not None
         self._operands: dict = {}
         self._static_shared: dict = {}
         self._targets: dict = {}
@@ -430,6 +433,8 @@ class FactCache:
             return "it is not inside a kernel or a gpu.launch body"
         if function not in self._uniformity:
             self._uniformity[function] = Uniformity(function)
+        elif self._growing:
+            self._uniformity[function].extend()
         return self._uniformity[function].divergence_reason(op, every_warp)
 
 

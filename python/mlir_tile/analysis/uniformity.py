@@ -79,16 +79,35 @@ class Uniformity:
         self.level: dict = {}  # value -> WARPS or LANES; absent: uniform
         self._worklist: list = []
         self._branch: dict = {}  # region (its entry block) -> (the highest level, the first branch at it)
-        function = function.operation
+        self._seen: set = set()  # the ops analysed
+        self._function = function = function.operation
         self._whole_warps_in_x = _block_x_in_whole_warps(function)
-        function.walk(self._seed, ir.WalkOrder.PRE_ORDER)
         if function.name in FUNCTION_OPS and not is_kernel(function) and _on_device(function):
             for block in function.regions[0].blocks:  # a device function's callers may pass anything
                 self._mark(block.arguments)
+        self.extend()
+
+    def extend(self) -> None:
+        """The analysis extended to the ops added to the function since (all of them the first time): each new
+        op seeded and its operands' levels carried through it, then the levels that rose carried through every
+        use. Facts only rise, so this is the analysis of the function as it is now, provided no op was erased
+        (a builder adding ops between transfers extends one analysis instead of redoing it)."""
+        self._function.walk(self._analyse_new, ir.WalkOrder.PRE_ORDER)
         while self._worklist:
             value = self._worklist.pop()
             for use in value.uses:
                 self._propagate(use.owner, use.operand_number, self.level[value])
+
+    def _analyse_new(self, op: ir.Operation) -> ir.WalkResult:
+        op = op.operation
+        if op in self._seen:
+            return ir.WalkResult.ADVANCE
+        self._seen.add(op)
+        self._seed(op)
+        for number, operand in enumerate(op.operands):
+            if operand in self.level:
+                self._propagate(op, number, self.level[operand])
+        return ir.WalkResult.ADVANCE
 
     def is_divergent(self, value: ir.Value) -> bool:
         return self.level.get(value) == LANES

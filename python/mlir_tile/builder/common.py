@@ -163,3 +163,20 @@ def caller_location(context: ir.Context) -> ir.Location:
     if frame is None:
         return ir.Location.unknown(context)
     return ir.Location.file(frame.f_code.co_filename, frame.f_lineno, 1, context=context)
+
+
+# An open Kernel's function -> the analyses its transfers' checks share (`FactCache(uniformities=...)`): one
+# uniformity analysis of the kernel, extended as it grows, where a fresh one per transfer took about half of a
+# GEMM's build time.
+KERNEL_ANALYSES: dict = {}
+
+
+def kernel_analyses(op: ir.Operation) -> dict | None:
+    """The analyses of the open Kernel whose function holds `op`; None outside one (a fresh analysis then)."""
+    parent = op.operation.parent
+    while parent is not None:
+        parent = parent.operation
+        if parent in KERNEL_ANALYSES:
+            return KERNEL_ANALYSES[parent]
+        parent = parent.parent
+    return None

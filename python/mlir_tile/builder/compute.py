@@ -9,11 +9,12 @@ from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
 from mlir_tile.builder.common import (BuilderError, caller_location, check_visible, count, enclosing_blocks, is_int,
-                                      memref_value, parse_type, typed_value)
+                                      kernel_analyses, memref_value, parse_type, typed_value)
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.layout import Layout
 from mlir_tile.analysis.adapter import transfer_verdict
+from mlir_tile.analysis.ir_facts import FactCache
 
 
 def transfer(
@@ -51,8 +52,11 @@ def transfer(
     loc = loc or caller_location((ip.block.owner.context if ip else ir.Location.current.context))
     op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
-        _, violations = transfer_verdict(op)
+        analyses = kernel_analyses(op)
+        _, violations = transfer_verdict(op, FactCache(analyses))
         if violations:
+            if analyses is not None:
+                analyses.clear()  # (an extended analysis assumes no op was erased)
             op.operation.erase()
             raise contract.ContractError(violations)
     return op

@@ -13,9 +13,9 @@ from mlir import ir
 from mlir.dialects import arith, gpu, scf
 
 from mlir_tile import targets
-from mlir_tile.builder.common import (ELEMENT_TYPES, SCALAR_TYPES, BuilderError, caller_location, check_visible,
-                                      count, element_type, enclosing_blocks, identifier, is_int, parse_type,
-                                      values_in)
+from mlir_tile.builder.common import (ELEMENT_TYPES, KERNEL_ANALYSES, SCALAR_TYPES, BuilderError, caller_location,
+                                      check_visible, count, element_type, enclosing_blocks, identifier, is_int,
+                                      parse_type, values_in)
 from mlir_tile.builder.compute import Compute
 from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
@@ -165,6 +165,7 @@ class Kernel(Memory, Copies, Compute):
         self._insertion = ir.InsertionPoint(self.body)
         self._insertion.__enter__()
         self._open = True
+        KERNEL_ANALYSES[self.func.operation] = {}
         return self
 
     def _build_kernel(self) -> None:
@@ -194,6 +195,7 @@ class Kernel(Memory, Copies, Compute):
 
     def __exit__(self, kind, value, traceback) -> None:
         self._open = False
+        KERNEL_ANALYSES.pop(self.func.operation, None)
         gpu.ReturnOp([])  # also after an exception: the module stays valid IR for whoever catches it
         self._insertion.__exit__(kind, value, traceback)
         for scope in reversed(self._scopes):
@@ -377,10 +379,13 @@ class _Iteration:
         thread-dependent value round. Such a transfer is removed (as `transfer` removes an illegal one) and
         a BuilderError raised here, at it.next, with the contract's verdict, so that what the builder accepts
         still compiles."""
-        facts = FactCache()  # one uniformity analysis of the kernel for all of them
+        analyses = KERNEL_ANALYSES.get(self._kernel.func.operation)
+        facts = FactCache(analyses)  # one uniformity analysis of the kernel for all of them
         for op in transfer_ops(self._op.operation):
             _, violations = transfer_verdict(op, facts)
             if violations:
+                if analyses is not None:
+                    analyses.clear()  # (an extended analysis assumes no op was erased)
                 op.operation.erase()
                 raise BuilderError("loop: it.next(...) carries values round that make a transfer of this loop "
                                    "illegal, so it was removed: " + "; ".join(map(str, violations)))
