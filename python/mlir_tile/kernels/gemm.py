@@ -147,333 +147,433 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     `Config.persistent` (sm_90, rows on 16 bytes, B [N, K]). `epilogue` (see `epilogues`): applied to
     each accumulator before it is rounded, its operands the kernel's arguments after the sizes (a split-K
     kernel leaves it to `build_reduce_module`'s)."""
-    from mlir.dialects import arith, llvm
+    from mlir_tile.builder import Global, Kernel
 
-    from mlir_tile import contract
-    from mlir_tile.builder import Global, Kernel, transfer
-    from mlir_tile.layout import Layout, unpack_b32
-
-    tiled = tiled_mma(config)
-    bm, bn, bk, stages, threads = config.bm, config.bn, config.bk, config.stages, config.threads
-    a_halves, b_halves, c_halves = (unpack_b32(operand.tile) for operand in (tiled.a, tiled.b, tiled.c))
-    split_k, persistent = config.split_k, config.persistent
-    if persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or split_k
-                       or not config.pipelined):
+    if config.persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or config.split_k
+                              or not config.pipelined):
         raise ValueError(f"gemm: a persistent kernel is built for sm_90, rows on 16 bytes, B [N, K], pipelined, "
                          f"without split-K; got {config} for {chip}")
-    parameters = [Global(element), Global(element), Global("f32" if split_k else element), "index", "index", "index"]
-    if split_k:
+    parameters = [Global(element), Global(element), Global("f32" if config.split_k else element), "index", "index",
+                  "index"]
+    if config.split_k:
         parameters.append("index")
     elif epilogue is not None:
         parameters += operand_parameters(epilogue, element)
-    with Kernel(KERNEL, parameters, block=(threads, 1, 1), chip=chip, context=context) as k:
-        a, b, c, m, n_units, depth = k.arguments[:6]
-        splits, extras = (k.arguments[6:], []) if split_k else ([], k.arguments[6:])
-        n = n_units
-        if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
-            n, depth = arith.muli(n_units, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
-        # the block order: `group` rows of tiles at a time, down each column of the group, then right
-        tiles_m = arith.divui(arith.addi(m, k.index(bm - 1)), k.index(bm))
-        tiles_n = arith.divui(arith.addi(n, k.index(bn - 1)), k.index(bn))
-        tiles, per_group = arith.muli(tiles_m, tiles_n), arith.muli(tiles_n, k.index(config.group))
-
-        def tile_origin(tile):  # (row0, col0) of C tile `tile` in the block order
-            first_m = arith.muli(arith.divui(tile, per_group), k.index(config.group))
-            group_rows = k.minimum(arith.subi(tiles_m, first_m), config.group)
-            within = arith.remui(tile, per_group)
-            return (arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(bm)),
-                    arith.muli(arith.divui(within, group_rows), k.index(bn)))
-
-        block = k.block_id()
-        if split_k:  # block b: the C tile b mod tiles, the split b / tiles
-            split, block = arith.divui(block, tiles), arith.remui(block, tiles)
-        k_tiles = arith.divui(arith.addi(depth, k.index(bk - 1)), k.index(bk))
-        k_start, k_extent = None, depth  # the CTA's columns of A: k_start (0: None) and how many
-        if split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left (maybe none)
-            per_split = arith.divui(arith.addi(k_tiles, arith.subi(splits[0], k.index(1))), splits[0])
-            k_start = arith.muli(arith.muli(split, per_split), k.index(bk))
-            k_extent = arith.maxsi(arith.minsi(arith.subi(depth, k_start), arith.muli(per_split, k.index(bk))),
-                                   k.index(0))
-            k_tiles = arith.divui(arith.addi(k_extent, k.index(bk - 1)), k.index(bk))
-        # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
-        shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
-        accumulators = k.registers(4 * tiled.m_blocks * tiled.n_blocks, "f32")
-        zero = k.constant(0.0, "f32")
-
-        def clear_accumulators():
-            for slot in range(4 * tiled.m_blocks * tiled.n_blocks):
-                k.store(zero, accumulators, [slot])
-
-        clear_accumulators()
-
-        def stage_offset(k_tile):
-            return arith.muli(arith.remui(k_tile, k.index(stages)), k.index(config.stage_bytes))
-
-        def k_tile_copies(row0, col0, column, k_left, at):  # (tile view, layout, source, origin, row stride, rows,
-            # cols, valid rows, cols) of the A and B tiles at `column` (k_left columns of K from it) into stage `at`
-            a_tile = k.view(shared, (bm * bk,), element, at)
-            b_tile = k.view(shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
-            a_copy = (a_tile, a_halves, a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
-                      arith.subi(m, row0), k_left)
-            if config.b_major == "kn":
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(column, n), col0), n, bk, bn, k_left,
-                          arith.subi(n, col0))
-            else:
-                b_copy = (b_tile, b_halves, b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
-                          arith.subi(n, col0), k_left)
-            return a_copy, b_copy
-
-        def load(copies, rows_inside=False, columns_inside=False):  # the copies (zero past the matrix) and their
-            # group; `rows_inside`, `columns_inside`: the tiles' rows, columns are known to lie inside the matrix,
-            # so the copies take no predicate for them
-            tokens = []
-            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in copies:
-                tokens += k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
-                                            valid_rows=None if rows_inside else valid_rows,
-                                            valid_cols=None if columns_inside else valid_cols, chunk_bytes=config.align)
-            return k.commit_group(tokens)
-
-        blocks = tiled.a.k_blocks
-
-        def fragments(at, block, buffers):  # ldmatrix of one k16 block (all of them: block None) of stage `at`
-            for operand, registers, offset in ((tiled.a, buffers[0], 0), (tiled.b, buffers[1], bm * bk * HALF)):
-                t = operand.whole if block is None else operand.k_block(block)
-                words = k.view(shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
-                if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
-                    words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
-                transfer(t.opcode, registers, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
-
-        def multiply(buffers, blocks_in_buffers):
-            for block in range(blocks_in_buffers):
-                for mi in range(tiled.m_blocks):
-                    for ni in range(tiled.n_blocks):
-                        k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
-                                       accumulators, tiled.accumulator_block(mi, ni), element)
-
-        def start_pipeline(copy_ahead):
-            """The pipelined loop's prologue: the copies of the first `stages - 1` k-tiles (`copy_ahead(j)`
-            issues k-tile j's into stage j and returns its group), the wait for the first and the fragments of
-            its first k16 block; returns the last group and the two register buffers."""
-            for ahead in range(stages - 1):
-                group = copy_ahead(ahead)
-            buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
-                       for _ in range(2)]
-            k.wait_groups(group, stages - 2)
-            k.barrier()
-            fragments(stage_offset(k.index(0)), 0, buffers[0])
-            return group, buffers
-
-        def pipelined_step(k_tile, stage_at, buffers, group, copy):
-            """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied,
-            at the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step
-            before read), before the last the wait for the next k-tile and a barrier. `stage_at(k_tile)`: the
-            byte offset of its stage."""
-            for block in range(blocks):
-                if block == blocks - 1:  # the next k-tile has landed, and nobody reads this one's stage any more
-                    k.wait_groups(group, stages - 2)
-                    k.barrier()
-                    fragments(stage_at(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
-                else:
-                    fragments(stage_at(k_tile), block + 1, buffers[(block + 1) % 2])
-                if block == 0:
-                    copy()
-                multiply(buffers[block % 2], 1)
-
-        c_regs = k.registers(tiled.c.whole.slots)
-        parts = config.warps[0] if persistent else 1
-
-        def store_c(row0, col0, first_row, first_col, region):
-            """C's tile (rows from first_row, columns from first_col) packed, through shared memory at byte
-            `region` by stmatrix and out in 16-byte rows: in `parts` bands of rows, one warp row's each (then
-            the region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0)
-            (a persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and
-            inside M and N."""
-            def pack(finish):
-                for mi in range(tiled.m_blocks):
-                    for ni in range(tiled.n_blocks):
-                        values = [finished(k, tiled, accumulators, slot, (first_row, first_col), finish)
-                                  for slot in tiled.accumulator_block(mi, ni)]
-                        for pair, slot in enumerate(tiled.c_slots(mi, ni)):
-                            k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], element), c_regs, [slot])
-
-            for_each_arm(k, epilogue, extras, (m, n), pack)
-            rows, part_bytes = bm // parts, bm * bn * HALF // parts
-            t, (own, starts), warp_index = tiled.c.whole, tiled.c.whole.one_warp(), k.warp_id() if parts > 1 else None
-            # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
-            band = c_halves if parts == 1 else Layout((rows, bn), c_halves.stride, c_halves.swizzle)
-            for part in range(parts):
-                tile_at = region - part * part_bytes  # where C's tile lies so that this band lies in the region
-                if parts == 1:
-                    transfer(t.opcode, k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at)), c_regs,
-                             dst_layout=t.shared, src_layout=t.registers, scope="cta")
-                else:  # the band's warps, each its own part on a subview at its start (which enters the swizzle)
-                    if part:
-                        k.barrier()  # everyone has read the band before
-                    for warp in range(part * config.warps[1], (part + 1) * config.warps[1]):
-                        with k.if_(k.compare("eq", warp_index, warp)):
-                            whole = k.view(shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at))
-                            start = starts.offset(warp)
-                            transfer(own.opcode, k.subview(whole, start, tiled.c.tile.cosize - start), c_regs,
-                                     dst_layout=own.shared, src_layout=own.registers, scope="warp")
-                k.barrier()
-                c_tile = k.view(shared, (rows * bn,), element, k.index(region))
-                chunks = k.tile_chunks(c_tile, band, rows, bn)  # 16-byte chunks of the band
-                column = arith.addi(first_col, chunks.col)
-                inside_columns = k.compare("uge", column, col0) if persistent else k.compare("ult", column, n)
-                for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
-                    global_row = arith.addi(arith.addi(first_row, chunks.row), k.index(part * rows + rows_before))
-                    row_inside = k.compare("uge" if persistent else "ult", global_row, row0 if persistent else m)
-                    at = arith.addi(arith.muli(global_row, n), column)
-                    if config.unit == 8:  # with N a multiple of 8: whole chunks
-                        with k.if_(arith.andi(inside_columns, row_inside)):
-                            k.store_vector(k.load_vector(view, [index], 8), c, [at])
-                        continue
-                    for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
-                        piece_inside = k.compare("ult", arith.addi(column, k.index(e)), n)
-                        with k.if_(arith.andi(piece_inside, row_inside)):
-                            piece = arith.addi(index, k.index(e))
-                            if config.unit == 1:
-                                k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
-                            else:
-                                k.store_vector(k.load_vector(view, [piece], config.unit), c,
-                                               [arith.addi(at, k.index(e))])
-
-        if persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow, and a tile's
-            # first k-tiles are copied during the tile before: else trap (Matmul and the command line refuse
-            # such sizes before launching)
-            with k.if_(arith.ori(arith.ori(k.compare("ult", m, bm), k.compare("ult", n, bn)),
-                                 k.compare("ult", depth, (stages - 1) * bk))):
-                llvm.intr_trap()
-            with k.if_(k.compare("ult", block, tiles)):  # a grid past the tiles: the rest idle
-                _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load,
-                                 stage_offset, start_pipeline, pipelined_step, store_c, clear_accumulators)
-            return k.module
-        row0, col0 = tile_origin(block)
-
-        def load_k_tile(k_tile, inside=False):  # the copies of k-tile `k_tile` into its stage, zero past the
-            # matrix; `inside`: the k-tile is known to lie inside A and B, so the copies go unpredicated
-            k0 = arith.muli(k_tile, k.index(bk))  # from k_start
-            column = k0 if k_start is None else arith.addi(k_start, k0)
-            return load(k_tile_copies(row0, col0, column, arith.subi(k_extent, k0), stage_offset(k_tile)), inside,
-                        inside)
-
-        group = None
-        if config.align == HALF:  # rows of any alignment: element copies, one stage
-            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
-            with k.loop(0, k_tiles) as k_tile:
-                k.barrier()  # everyone is done with the stage
-                k0 = arith.muli(k_tile, k.index(bk))
-                column = k0 if k_start is None else arith.addi(k_start, k0)
-                for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in k_tile_copies(
-                        row0, col0, column, arith.subi(k_extent, k0), k.index(0)):
-                    k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
-                                valid_cols=valid_cols)
-                k.barrier()
-                fragments(k.index(0), None, (a_regs, b_regs))
-                multiply((a_regs, b_regs), blocks)
-        elif config.pipelined:  # block b of k-tile t is loaded while block b - 1 is multiplied
-            group, buffers = start_pipeline(lambda ahead: load_k_tile(k.index(ahead)))
-
-            def k_tile_step(k_tile, inside):
-                pipelined_step(k_tile, stage_offset, buffers, group,
-                               lambda: load_k_tile(arith.addi(k_tile, k.index(stages - 1)), inside))
-
-            # CTAs inside M and N first run the steps whose copies (of k-tile + stages - 1) lie inside K with
-            # no predicate (CUTLASS's predicate-free main loop), then every CTA the rest with them
-            inside_k = arith.subi(arith.divui(k_extent, k.index(bk)), k.index(stages - 1))
-            interior = arith.andi(arith.andi(k.compare("ule", arith.addi(row0, k.index(bm)), m),
-                                             k.compare("ule", arith.addi(col0, k.index(bn)), n)),
-                                  k.compare("sge", inside_k, k.index(0)))
-            unpredicated = arith.select(interior, inside_k, k.index(0))
-            with k.loop(0, unpredicated) as k_tile:
-                k_tile_step(k_tile, inside=True)
-            with k.loop(unpredicated, k_tiles) as k_tile:
-                k_tile_step(k_tile, inside=False)
-        else:
-            for ahead in range(stages - 1):
-                group = load_k_tile(k.index(ahead))
-            a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
-            with k.loop(0, k_tiles) as k_tile:
-                k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
-                k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
-                load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
-                fragments(stage_offset(k_tile), None, (a_regs, b_regs))
-                multiply((a_regs, b_regs), blocks)
-        if group is not None:
-            k.wait_groups(group, 0)
-        if split_k:  # the partial product, fp32, at [split, row, column] of the workspace
-            _store_accumulators(k, config, tiled, accumulators, c, (m, n), (row0, col0), "f32",
-                                workspace_at=arith.muli(arith.muli(split, m), n))
-            return k.module
-        k.barrier()
-        if int(chip.removeprefix("sm_").rstrip("a")) < 90:
-            _store_accumulators(k, config, tiled, accumulators, c, (m, n), (row0, col0), element, epilogue, extras)
-            return k.module
-        store_c(row0, col0, row0, col0, 0)
+    with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip=chip, context=context) as k:
+        _Gemm(k, element, config, chip, epilogue).build()
     return k.module
 
 
-def _persistent_loop(k, config, tile_origin, tiles, k_tiles, m, n_units, depth, k_tile_copies, load, stage_offset,
-                     start_pipeline, pipelined_step, store_c, clear_accumulators) -> None:
-    """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles cta,
-    cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the inner
-    loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its last
-    `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then the
-    tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the next
-    tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M >= bm,
-    N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements; K >=
-    (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
-    from mlir.dialects import arith
+class _Gemm:
+    """The GEMM kernel `build_module` builds into `k`: its sizes and block order, the shared stages and the
+    register storage (made here, in the order the kernel's IR has them), then `build` emits the main loop
+    (`element_copies`, `pipelined`, `unpipelined` or `persistent`) and the epilogue."""
 
-    bm, bn, bk, stages = config.bm, config.bn, config.bk, config.stages
-    ahead = stages - 1
-    ctas, cta = k.grid_size(), k.block_id()
-    own_tiles = arith.divui(arith.addi(arith.subi(tiles, cta), arith.subi(ctas, k.index(1))), ctas)
+    def __init__(self, k, element: str, config: Config, chip: str, epilogue):
+        from mlir.dialects import arith
 
-    def inside(row0, col0):  # the tile's origin moved back inside M and N; its column in units of 8 (a proven
-        # multiple of 8)
-        units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(n_units, k.index(bn // 8)))
-        return k.minimum(row0, arith.subi(m, k.index(bm))), units
+        from mlir_tile import contract
+        from mlir_tile.layout import unpack_b32
 
-    def stage_at(first_stage, k_tile):  # the byte offset of a tile's k-tile's stage
-        return stage_offset(arith.addi(first_stage, k_tile))
+        self.k, self.element, self.config, self.chip, self.epilogue = k, element, config, chip, epilogue
+        self.tiled = tiled = tiled_mma(config)
+        self.a_halves, self.b_halves, self.c_halves = (unpack_b32(o.tile) for o in (tiled.a, tiled.b, tiled.c))
+        self.a, self.b, self.c, self.m, self.n_units, depth = k.arguments[:6]
+        self.splits, self.extras = (k.arguments[6:], []) if config.split_k else ([], k.arguments[6:])
+        self.n, self.depth = self.n_units, depth
+        if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
+            self.n, self.depth = arith.muli(self.n_units, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
+        # the block order: `group` rows of tiles at a time, down each column of the group, then right
+        self.tiles_m = arith.divui(arith.addi(self.m, k.index(config.bm - 1)), k.index(config.bm))
+        tiles_n = arith.divui(arith.addi(self.n, k.index(config.bn - 1)), k.index(config.bn))
+        self.tiles, self.per_group = arith.muli(self.tiles_m, tiles_n), arith.muli(tiles_n, k.index(config.group))
+        self.block = k.block_id()
+        if config.split_k:  # block b: the C tile b mod tiles, the split b / tiles
+            self.split, self.block = arith.divui(self.block, self.tiles), arith.remui(self.block, self.tiles)
+        self._k_range()
+        # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
+        self.shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
+        self.accumulators = k.registers(tiled.accumulator_slots, "f32")
+        self.zero = k.constant(0.0, "f32")
+        self.clear_accumulators()
+        self.c_regs = k.registers(tiled.c.whole.slots)
+        self.parts = config.warps[0] if config.persistent else 1
 
-    def load_k_tile(at, k_tile, origin, columns_inside):  # columns past K zero-filled unless `columns_inside`
+    def _k_range(self) -> None:
+        """k_tiles, and the CTA's columns of A: from k_start (0: None), k_extent of them (a split's share)."""
+        from mlir.dialects import arith
+
+        k, bk = self.k, self.config.bk
+        self.k_tiles = arith.divui(arith.addi(self.depth, k.index(bk - 1)), k.index(bk))
+        self.k_start, self.k_extent = None, self.depth
+        if self.config.split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left
+            per_split = arith.divui(arith.addi(self.k_tiles, arith.subi(self.splits[0], k.index(1))), self.splits[0])
+            self.k_start = arith.muli(arith.muli(self.split, per_split), k.index(bk))
+            self.k_extent = arith.maxsi(arith.minsi(arith.subi(self.depth, self.k_start),
+                                                    arith.muli(per_split, k.index(bk))), k.index(0))
+            self.k_tiles = arith.divui(arith.addi(self.k_extent, k.index(bk - 1)), k.index(bk))
+
+    def build(self) -> None:
+        from mlir.dialects import arith, llvm
+
+        k, config = self.k, self.config
+        if config.persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow, and a
+            # tile's first k-tiles are copied during the tile before: else trap (Matmul and the command line
+            # refuse such sizes before launching)
+            with k.if_(arith.ori(arith.ori(k.compare("ult", self.m, config.bm), k.compare("ult", self.n, config.bn)),
+                                 k.compare("ult", self.depth, (config.stages - 1) * config.bk))):
+                llvm.intr_trap()
+            with k.if_(k.compare("ult", self.block, self.tiles)):  # a grid past the tiles: the rest idle
+                self.persistent()
+            return
+        self.row0, self.col0 = self.tile_origin(self.block)
+        if config.align == HALF:
+            group = self.element_copies()
+        else:
+            group = self.pipelined() if config.pipelined else self.unpipelined()
+        if group is not None:
+            k.wait_groups(group, 0)
+        self.epilogue_out()
+
+    def epilogue_out(self) -> None:
+        """C out: a split's fp32 partial at [split, row, column] of the workspace, sm_80's pair stores, or
+        sm_90's stmatrix through shared memory."""
+        from mlir.dialects import arith
+
+        k, sizes, origin = self.k, (self.m, self.n), (self.row0, self.col0)
+        if self.config.split_k:
+            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.c, sizes, origin, "f32",
+                                workspace_at=arith.muli(arith.muli(self.split, self.m), self.n))
+            return
+        k.barrier()
+        if int(self.chip.removeprefix("sm_").rstrip("a")) < 90:
+            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.c, sizes, origin, self.element,
+                                self.epilogue, self.extras)
+            return
+        self.store_c(self.row0, self.col0, self.row0, self.col0, 0)
+
+    # ----- the pieces of the main loops -----
+    def tile_origin(self, tile):
+        """(row0, col0) of C tile `tile` in the block order."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        first_m = arith.muli(arith.divui(tile, self.per_group), k.index(config.group))
+        group_rows = k.minimum(arith.subi(self.tiles_m, first_m), config.group)
+        within = arith.remui(tile, self.per_group)
+        return (arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(config.bm)),
+                arith.muli(arith.divui(within, group_rows), k.index(config.bn)))
+
+    def clear_accumulators(self) -> None:
+        for slot in range(self.tiled.accumulator_slots):
+            self.k.store(self.zero, self.accumulators, [slot])
+
+    def stage_offset(self, k_tile):
+        from mlir.dialects import arith
+
+        k = self.k
+        return arith.muli(arith.remui(k_tile, k.index(self.config.stages)), k.index(self.config.stage_bytes))
+
+    def k_tile_copies(self, row0, col0, column, k_left, at):
+        """(tile view, layout, source, origin, row stride, rows, cols, valid rows, cols) of the A and B tiles at
+        `column` (k_left columns of K from it) into stage `at`."""
+        from mlir.dialects import arith
+
+        k, config, element = self.k, self.config, self.element
+        bm, bn, bk, depth, n = config.bm, config.bn, config.bk, self.depth, self.n
+        a_tile = k.view(self.shared, (bm * bk,), element, at)
+        b_tile = k.view(self.shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
+        a_copy = (a_tile, self.a_halves, self.a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
+                  arith.subi(self.m, row0), k_left)
+        if config.b_major == "kn":
+            b_copy = (b_tile, self.b_halves, self.b, arith.addi(arith.muli(column, n), col0), n, bk, bn, k_left,
+                      arith.subi(n, col0))
+        else:
+            b_copy = (b_tile, self.b_halves, self.b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
+                      arith.subi(n, col0), k_left)
+        return a_copy, b_copy
+
+    def load(self, copies, rows_inside=False, columns_inside=False):
+        """The copies (zero past the matrix) and their group; `rows_inside`, `columns_inside`: the tiles' rows,
+        columns are known to lie inside the matrix, so the copies take no predicate for them."""
+        tokens = []
+        for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in copies:
+            tokens += self.k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
+                                             valid_rows=None if rows_inside else valid_rows,
+                                             valid_cols=None if columns_inside else valid_cols,
+                                             chunk_bytes=self.config.align)
+        return self.k.commit_group(tokens)
+
+    def load_k_tile(self, k_tile, inside=False):
+        """The copies of k-tile `k_tile` into its stage, zero past the matrix; `inside`: the k-tile is known to
+        lie inside A and B, so the copies go unpredicated."""
+        from mlir.dialects import arith
+
+        k0 = arith.muli(k_tile, self.k.index(self.config.bk))  # from k_start
+        column = k0 if self.k_start is None else arith.addi(self.k_start, k0)
+        return self.load(self.k_tile_copies(self.row0, self.col0, column, arith.subi(self.k_extent, k0),
+                                            self.stage_offset(k_tile)), inside, inside)
+
+    def fragments(self, at, block, buffers) -> None:
+        """ldmatrix of one k16 block (all of them: block None) of stage `at`."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder import transfer
+
+        k, tiled = self.k, self.tiled
+        for operand, registers, offset in ((tiled.a, buffers[0], 0),
+                                           (tiled.b, buffers[1], self.config.bm * self.config.bk * HALF)):
+            t = operand.whole if block is None else operand.k_block(block)
+            words = k.view(self.shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
+            if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
+                words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
+            transfer(t.opcode, registers, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
+
+    def multiply(self, buffers, blocks_in_buffers: int) -> None:
+        tiled = self.tiled
+        for block in range(blocks_in_buffers):
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    self.k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
+                                        self.accumulators, tiled.accumulator_block(mi, ni), self.element)
+
+    def start_pipeline(self, copy_ahead):
+        """The pipelined loop's prologue: the copies of the first `stages - 1` k-tiles (`copy_ahead(j)` issues
+        k-tile j's into stage j and returns its group), the wait for the first and the fragments of its first
+        k16 block; returns the last group and the two register buffers."""
+        k, tiled, stages = self.k, self.tiled, self.config.stages
+        for ahead in range(stages - 1):
+            group = copy_ahead(ahead)
+        blocks = tiled.a.k_blocks
+        buffers = [(k.registers(tiled.a.whole.slots // blocks), k.registers(tiled.b.whole.slots // blocks))
+                   for _ in range(2)]
+        k.wait_groups(group, stages - 2)
+        k.barrier()
+        self.fragments(self.stage_offset(k.index(0)), 0, buffers[0])
+        return group, buffers
+
+    def pipelined_step(self, k_tile, stage_at, buffers, group, copy) -> None:
+        """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied, at
+        the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step before
+        read), before the last the wait for the next k-tile and a barrier. `stage_at(k_tile)`: the byte offset
+        of its stage."""
+        from mlir.dialects import arith
+
+        k, blocks = self.k, self.tiled.a.k_blocks
+        for block in range(blocks):
+            if block == blocks - 1:  # the next k-tile has landed, and nobody reads this one's stage any more
+                k.wait_groups(group, self.config.stages - 2)
+                k.barrier()
+                self.fragments(stage_at(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
+            else:
+                self.fragments(stage_at(k_tile), block + 1, buffers[(block + 1) % 2])
+            if block == 0:
+                copy()
+            self.multiply(buffers[block % 2], 1)
+
+    # ----- the main loops -----
+    def element_copies(self):
+        """Rows of any alignment: element copies into one stage, waited for by each k-tile (no group)."""
+        from mlir.dialects import arith
+
+        k, tiled, bk = self.k, self.tiled, self.config.bk
+        a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+        with k.loop(0, self.k_tiles) as k_tile:
+            k.barrier()  # everyone is done with the stage
+            k0 = arith.muli(k_tile, k.index(bk))
+            column = k0 if self.k_start is None else arith.addi(self.k_start, k0)
+            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in self.k_tile_copies(
+                    self.row0, self.col0, column, arith.subi(self.k_extent, k0), k.index(0)):
+                k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
+                            valid_cols=valid_cols)
+            k.barrier()
+            self.fragments(k.index(0), None, (a_regs, b_regs))
+            self.multiply((a_regs, b_regs), tiled.a.k_blocks)
+        return None
+
+    def pipelined(self):
+        """Block b of k-tile t loaded while block b - 1 is multiplied. CTAs inside M and N first run the steps
+        whose copies (of k-tile + stages - 1) lie inside K with no predicate (CUTLASS's predicate-free main
+        loop), then every CTA the rest with them. Returns the last copies' group."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        group, buffers = self.start_pipeline(lambda ahead: self.load_k_tile(k.index(ahead)))
+
+        def k_tile_step(k_tile, inside):
+            self.pipelined_step(k_tile, self.stage_offset, buffers, group,
+                                lambda: self.load_k_tile(arith.addi(k_tile, k.index(config.stages - 1)), inside))
+
+        inside_k = arith.subi(arith.divui(self.k_extent, k.index(config.bk)), k.index(config.stages - 1))
+        interior = arith.andi(arith.andi(k.compare("ule", arith.addi(self.row0, k.index(config.bm)), self.m),
+                                         k.compare("ule", arith.addi(self.col0, k.index(config.bn)), self.n)),
+                              k.compare("sge", inside_k, k.index(0)))
+        unpredicated = arith.select(interior, inside_k, k.index(0))
+        with k.loop(0, unpredicated) as k_tile:
+            k_tile_step(k_tile, inside=True)
+        with k.loop(unpredicated, self.k_tiles) as k_tile:
+            k_tile_step(k_tile, inside=False)
+        return group
+
+    def unpipelined(self):
+        """Each k-tile's fragments all at once after its copies landed. Returns the last copies' group."""
+        from mlir.dialects import arith
+
+        k, tiled, stages = self.k, self.tiled, self.config.stages
+        for ahead in range(stages - 1):
+            group = self.load_k_tile(k.index(ahead))
+        a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
+        with k.loop(0, self.k_tiles) as k_tile:
+            k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
+            k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
+            self.load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
+            self.fragments(self.stage_offset(k_tile), None, (a_regs, b_regs))
+            self.multiply((a_regs, b_regs), tiled.a.k_blocks)
+        return group
+
+    def persistent(self) -> None:
+        """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles
+        cta, cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the
+        inner loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its
+        last `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then
+        the tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the
+        next tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M
+        >= bm, N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements;
+        K >= (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        ahead = config.stages - 1
+        ctas, cta = k.grid_size(), k.block_id()
+        own_tiles = arith.divui(arith.addi(arith.subi(self.tiles, cta), arith.subi(ctas, k.index(1))), ctas)
+        first_origin = self._inside(*self.tile_origin(cta))
+        group, buffers = self.start_pipeline(lambda k_tile: self._persistent_copies(
+            self.stage_offset(k.index(k_tile)), k.index(k_tile), first_origin, True))
+        with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
+            tile, first_stage = turn.values
+            # the origins recomputed where needed (divisions once a tile) rather than held across the loops
+            origin = self._inside(*self.tile_origin(tile))
+
+            def step(k_tile, copied, copy_origin, columns_inside):  # copying k-tile `copied` of the tile there
+                self.pipelined_step(k_tile, lambda at: self.stage_offset(arith.addi(first_stage, at)), buffers, group,
+                                    lambda: self._persistent_copies(self.stage_offset(arith.addi(
+                                        first_stage, arith.addi(k_tile, k.index(ahead)))), copied, copy_origin,
+                                        columns_inside))
+
+            last_copies = arith.subi(self.k_tiles, k.index(ahead))  # the first step copying the next tile's
+            inside_k = arith.subi(arith.divui(self.depth, k.index(config.bk)), k.index(ahead))
+            with k.loop(0, inside_k) as k_tile:
+                step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, True)
+            with k.loop(inside_k, last_copies) as k_tile:
+                step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, False)
+            following = arith.addi(tile, ctas)  # the next tile, or past the CTA's last this one again (its
+            # first k-tiles copied into stages nobody reads)
+            next_origin = self._inside(*self.tile_origin(arith.select(k.compare("ult", following, self.tiles),
+                                                                      following, tile)))
+            with k.loop(last_copies, self.k_tiles) as k_tile:
+                step(k_tile, arith.subi(k_tile, last_copies), next_origin, True)
+            row0, col0 = self.tile_origin(tile)
+            first_row, col_units = self._inside(row0, col0)
+            self.store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), config.stages * config.stage_bytes)
+            self.clear_accumulators()
+            turn.next(following, arith.remui(arith.addi(first_stage, self.k_tiles), k.index(config.stages)))
+        k.wait_groups(group, 0)
+
+    def _inside(self, row0, col0):
+        """The tile's origin moved back inside M and N; its column in units of 8 (a proven multiple of 8)."""
+        from mlir.dialects import arith
+
+        k = self.k
+        units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(self.n_units, k.index(self.config.bn // 8)))
+        return k.minimum(row0, arith.subi(self.m, k.index(self.config.bm))), units
+
+    def _persistent_copies(self, at, k_tile, origin, columns_inside):
+        """A tile's k-tile into stage `at`; columns past K zero-filled unless `columns_inside`."""
+        from mlir.dialects import arith
+
+        k = self.k
         row0, col_units = origin
-        k0 = arith.muli(k_tile, k.index(bk))
-        return load(k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(depth, k0), at),
-                    rows_inside=True, columns_inside=columns_inside)
+        k0 = arith.muli(k_tile, k.index(self.config.bk))
+        return self.load(self.k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(self.depth, k0),
+                                            at), rows_inside=True, columns_inside=columns_inside)
 
-    first_origin = inside(*tile_origin(cta))
-    group, buffers = start_pipeline(lambda k_tile: load_k_tile(stage_offset(k.index(k_tile)), k.index(k_tile),
-                                                               first_origin, True))
-    with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
-        tile, first_stage = turn.values
-        # the origins recomputed where needed (divisions once a tile) rather than held across the loops
-        origin = inside(*tile_origin(tile))
+    # ----- the sm_90 epilogue -----
+    def store_c(self, row0, col0, first_row, first_col, region: int) -> None:
+        """C's tile (rows from first_row, columns from first_col) packed, through shared memory at byte
+        `region` by stmatrix and out in 16-byte rows: in `parts` bands of rows, one warp row's each (then the
+        region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0) (a
+        persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and inside M
+        and N."""
+        from mlir_tile.layout import Layout
 
-        def step(k_tile, copied, copy_origin, columns_inside):  # copying k-tile `copied` of the tile at copy_origin
-            pipelined_step(k_tile, lambda at: stage_at(first_stage, at), buffers, group,
-                           lambda: load_k_tile(stage_at(first_stage, arith.addi(k_tile, k.index(ahead))), copied,
-                                               copy_origin, columns_inside))
+        k, tiled, config, parts = self.k, self.tiled, self.config, self.parts
 
-        last_copies = arith.subi(k_tiles, k.index(ahead))  # the first step that copies the next tile's k-tiles
-        inside_k = arith.subi(arith.divui(depth, k.index(bk)), k.index(ahead))
-        with k.loop(0, inside_k) as k_tile:
-            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, True)
-        with k.loop(inside_k, last_copies) as k_tile:
-            step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, False)
-        following = arith.addi(tile, ctas)  # the next tile, or past the CTA's last this one again (its
-        # first k-tiles copied into stages nobody reads)
-        next_origin = inside(*tile_origin(arith.select(k.compare("ult", following, tiles), following, tile)))
-        with k.loop(last_copies, k_tiles) as k_tile:
-            step(k_tile, arith.subi(k_tile, last_copies), next_origin, True)
-        row0, col0 = tile_origin(tile)
-        first_row, col_units = inside(row0, col0)
-        store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), stages * config.stage_bytes)
-        clear_accumulators()
-        turn.next(following, arith.remui(arith.addi(first_stage, k_tiles), k.index(stages)))
-    k.wait_groups(group, 0)
+        def pack(finish):
+            for mi in range(tiled.m_blocks):
+                for ni in range(tiled.n_blocks):
+                    values = [finished(k, tiled, self.accumulators, slot, (first_row, first_col), finish)
+                              for slot in tiled.accumulator_block(mi, ni)]
+                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                        k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], self.element), self.c_regs, [slot])
+
+        for_each_arm(k, self.epilogue, self.extras, (self.m, self.n), pack)
+        rows, part_bytes = config.bm // parts, config.bm * config.bn * HALF // parts
+        warp_index = k.warp_id() if parts > 1 else None
+        # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
+        band = self.c_halves if parts == 1 else Layout((rows, config.bn), self.c_halves.stride, self.c_halves.swizzle)
+        for part in range(parts):
+            self._c_into_shared(region - part * part_bytes, part, warp_index)
+            k.barrier()
+            self._band_out(band, rows, part, region, (row0, col0), (first_row, first_col))
+
+    def _c_into_shared(self, tile_at: int, part: int, warp_index) -> None:
+        """stmatrix of the packed C into the C tile at byte `tile_at` (where it lies so that band `part` lies in
+        the region): one CTA-wide transfer, or in bands each warp of the band its own part on a subview at its
+        start (which enters the swizzle)."""
+        from mlir_tile.builder import transfer
+
+        k, tiled, config = self.k, self.tiled, self.config
+        t, (own, starts) = tiled.c.whole, tiled.c.whole.one_warp()
+        if self.parts == 1:
+            transfer(t.opcode, k.view(self.shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at)), self.c_regs,
+                     dst_layout=t.shared, src_layout=t.registers, scope="cta")
+            return
+        if part:
+            k.barrier()  # everyone has read the band before
+        for warp in range(part * config.warps[1], (part + 1) * config.warps[1]):
+            with k.if_(k.compare("eq", warp_index, warp)):
+                whole = k.view(self.shared, (tiled.c.tile.cosize,), "i32", k.index(tile_at))
+                start = starts.offset(warp)
+                transfer(own.opcode, k.subview(whole, start, tiled.c.tile.cosize - start), self.c_regs,
+                         dst_layout=own.shared, src_layout=own.registers, scope="warp")
+
+    def _band_out(self, band, rows: int, part: int, region: int, origin, first) -> None:
+        """Band `part` of C (`rows` rows at byte `region`) out to global memory in 16-byte chunks, or pieces of
+        `unit` elements where N is not a multiple of 8, each inside C (and, persistent, at or past `origin`)."""
+        from mlir.dialects import arith
+
+        k, config, c, n = self.k, self.config, self.c, self.n
+        (row0, col0), (first_row, first_col), persistent = origin, first, config.persistent
+        c_tile = k.view(self.shared, (rows * config.bn,), self.element, k.index(region))
+        chunks = k.tile_chunks(c_tile, band, rows, config.bn)  # 16-byte chunks of the band
+        column = arith.addi(first_col, chunks.col)
+        inside_columns = k.compare("uge", column, col0) if persistent else k.compare("ult", column, n)
+        for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
+            global_row = arith.addi(arith.addi(first_row, chunks.row), k.index(part * rows + rows_before))
+            row_inside = k.compare("uge" if persistent else "ult", global_row, row0 if persistent else self.m)
+            at = arith.addi(arith.muli(global_row, n), column)
+            if config.unit == 8:  # with N a multiple of 8: whole chunks
+                with k.if_(arith.andi(inside_columns, row_inside)):
+                    k.store_vector(k.load_vector(view, [index], 8), c, [at])
+                continue
+            for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
+                piece_inside = k.compare("ult", arith.addi(column, k.index(e)), n)
+                with k.if_(arith.andi(piece_inside, row_inside)):
+                    piece = arith.addi(index, k.index(e))
+                    if config.unit == 1:
+                        k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
+                    else:
+                        k.store_vector(k.load_vector(view, [piece], config.unit), c, [arith.addi(at, k.index(e))])
 
 
 def _store_accumulators(k, config, tiled, accumulators, c, sizes, origin, element, epilogue=None, extras=(),
@@ -909,86 +1009,103 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") ->
     in shared words by their layouts, every transfer (A, B by ldmatrix, C by stmatrix) run by the ISA model
     with each lane's fragments checked against the PTX ISA's tables, the mma.sync products from those
     fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.halves import decode, encode
-    from mlir_tile.layout import Layout, unpack_b32
-    from mlir_tile.reference import b16_half, b16_tile_words
-    from mlir_tile.reference import emulate as run_transfer
+    from mlir_tile.halves import decode
 
     tiled = tiled_mma(config)
-    (wm, wn), threads, depth = config.warps, config.threads, k_tiles * config.bk
+    (wm, wn), depth = config.warps, k_tiles * config.bk
     a, b = inputs(config.bm, config.bn, depth, seed=3, element=element)  # bit patterns
-    b_tile_source = b if config.b_major == "kn" else np.ascontiguousarray(b.T)
-
     accumulators = np.zeros((wm, wn, 16 * tiled.m_blocks, 8 * tiled.n_blocks), np.float32)
     for k_tile in range(k_tiles):
         columns = slice(k_tile * config.bk, (k_tile + 1) * config.bk)
-        b_source = b_tile_source[columns] if config.b_major == "kn" else b_tile_source[:, columns]
-        loaded = {}
-        for operand, matrix in ((tiled.a, a[:, columns]), (tiled.b, b_source)):
-            t = operand.whole
-            loaded[operand.name] = run_transfer(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32),
-                                                b16_tile_words(operand.tile, matrix), "cta")
-        for warp in range(wm * wn):
-            wn_, wm_ = warp % wn, warp // wn
-            a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.uint16)
-            b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.uint16)
-            # per operand: its table, registers per block, blocks, slots, where a (block, index, row, column) of
-            # the table lies in the warp's matrix, and that matrix's element in the whole one
-            operands = (("a", "a16", 4, tiled.m_blocks, tiled.a_slots, a_warp,
-                         lambda block, i, r, c: (16 * i + r, 16 * block + c),
-                         lambda r, c: a[16 * wm_ * tiled.m_blocks + r, columns][c]),
-                        ("b", "b16", 2, tiled.n_blocks, tiled.b_slots, b_warp,
-                         lambda block, i, r, c: (16 * block + r, 8 * i + c),
-                         lambda r, c: b[columns][r, 8 * wn_ * tiled.n_blocks + c]))
-            for lane in range(32):
-                thread = 32 * warp + lane
-                for block in range(tiled.a.k_blocks):
-                    for name, table, registers, count, slots_of, warp_matrix, place, whole in operands:
-                        for i, register, part in ((i, r, h) for i in range(count) for r in range(registers)
-                                                  for h in range(2)):
-                            row, col = place(block, i, *fragment_element(table, lane, register, part))
-                            value = b16_half(loaded[name][thread, slots_of(i, block)[register]], part)
-                            assert value == whole(row, col), (name.upper(), thread, block, i, register)
-                            warp_matrix[row, col] = value
-            accumulators[wm_, wn_] += decode(a_warp, element) @ decode(b_warp, element)
-    packed = np.zeros((threads, tiled.c.whole.slots), np.uint32)
-    for warp in range(wm * wn):
-        wn_, wm_ = warp % wn, warp // wn
-        for lane in range(32):
-            for mi in range(tiled.m_blocks):
-                for ni in range(tiled.n_blocks):
-                    for pair, slot in enumerate(tiled.c_slots(mi, ni)):
-                        bits = 0
-                        for part in range(2):  # c16 register `pair`: the fp16 pair of accumulators 2 pair, + 1
-                            row, col = fragment_element("c16", lane, pair, part)
-                            value = accumulators[wm_, wn_][16 * mi + row, 8 * ni + col % 8]
-                            bits |= int(encode(value, element)) << (16 * part)
-                        packed[32 * warp + lane, slot] = bits
-    t, layout = tiled.c.whole, unpack_b32(tiled.c.tile)
-    if not config.persistent:
-        c_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed, "cta")
-        halves = c_words.view(np.uint16)
-        c = np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
-                     np.uint16)
-    else:  # as the persistent kernel stores C: in bands of rows through a region of one band, each warp of the
-        # band its own transfer on a subview at its start, the band read back by its own layout
-        own, starts = t.one_warp()
-        parts, band_words = wm, tiled.c.tile.cosize // wm
-        band = Layout((config.bm // parts, config.bn), layout.stride, layout.swizzle)
-        bands = []
-        for part in range(parts):
-            tile_words = np.zeros(tiled.c.tile.cosize, np.uint32)  # the C tile's view; its band lies in the region
-            for warp in range(part * wn, (part + 1) * wn):
-                start = starts.offset(warp)
-                tile_words[start:] = run_transfer(own.opcode, own.shared, own.registers, tile_words[start:],
-                                                  packed[32 * warp:32 * (warp + 1)], "warp")
-            halves = tile_words[part * band_words:(part + 1) * band_words].view(np.uint16)
-            bands.append([[halves[band(row, col).offset] for col in range(config.bn)] for row in range(band.sizes[0])])
-        c = np.array(sum(bands, []), np.uint16)
+        for warp, (a_warp, b_warp) in enumerate(_emulated_fragments(config, tiled, a, b, columns)):
+            accumulators[warp // wn, warp % wn] += decode(a_warp, element) @ decode(b_warp, element)
+    c = _emulated_c(config, tiled, _packed(config, tiled, accumulators, element))
     assert check(c, a, b, element)[0], "C"
     return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA ({config}): every lane's A and B "
             f"fragments hold what the PTX ISA's tables say, and C through stmatrix matches numpy")
+
+
+def _emulated_fragments(config: Config, tiled, a, b, columns):
+    """Per warp, the (A, B) matrices its lanes' fragments of one k-tile hold, by the ISA model's transfers,
+    each element checked against the PTX ISA's fragment tables."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.reference import b16_half, b16_tile_words
+    from mlir_tile.reference import emulate as run_transfer
+
+    (wm, wn), threads = config.warps, config.threads
+    b_source = b[columns] if config.b_major == "kn" else np.ascontiguousarray(b.T)[:, columns]
+    loaded = {}
+    for operand, matrix in ((tiled.a, a[:, columns]), (tiled.b, b_source)):
+        t = operand.whole
+        loaded[operand.name] = run_transfer(t.opcode, t.registers, t.shared, np.zeros((threads, t.slots), np.uint32),
+                                            b16_tile_words(operand.tile, matrix), "cta")
+    for warp in range(wm * wn):
+        wn_, wm_ = warp % wn, warp // wn
+        a_warp = np.zeros((16 * tiled.m_blocks, config.bk), np.uint16)
+        b_warp = np.zeros((config.bk, 8 * tiled.n_blocks), np.uint16)
+        # per operand: its table, registers per block, blocks, slots, where a (block, index, row, column) of the
+        # table lies in the warp's matrix, and that matrix's element in the whole one
+        operands = (("a", "a16", 4, tiled.m_blocks, tiled.a_slots, a_warp,
+                     lambda block, i, r, c: (16 * i + r, 16 * block + c),
+                     lambda r, c: a[16 * wm_ * tiled.m_blocks + r, columns][c]),
+                    ("b", "b16", 2, tiled.n_blocks, tiled.b_slots, b_warp,
+                     lambda block, i, r, c: (16 * block + r, 8 * i + c),
+                     lambda r, c: b[columns][r, 8 * wn_ * tiled.n_blocks + c]))
+        for lane, block in ((lane, block) for lane in range(32) for block in range(tiled.a.k_blocks)):
+            for name, table, registers, count, slots_of, warp_matrix, place, whole in operands:
+                for i, register, part in ((i, r, h) for i in range(count) for r in range(registers) for h in range(2)):
+                    row, col = place(block, i, *fragment_element(table, lane, register, part))
+                    value = b16_half(loaded[name][32 * warp + lane, slots_of(i, block)[register]], part)
+                    assert value == whole(row, col), (name.upper(), 32 * warp + lane, block, i, register)
+                    warp_matrix[row, col] = value
+        yield a_warp, b_warp
+
+
+def _packed(config: Config, tiled, accumulators, element: str):
+    """Each thread's packed C registers (the ISA's c16 pairs) from the warps' accumulator matrices."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.halves import encode
+
+    (wm, wn) = config.warps
+    packed = np.zeros((config.threads, tiled.c.whole.slots), np.uint32)
+    for warp, lane in ((warp, lane) for warp in range(wm * wn) for lane in range(32)):
+        for mi, ni in ((mi, ni) for mi in range(tiled.m_blocks) for ni in range(tiled.n_blocks)):
+            for pair, slot in enumerate(tiled.c_slots(mi, ni)):
+                bits = 0
+                for part in range(2):  # c16 register `pair`: the fp16 pair of accumulators 2 pair, + 1
+                    row, col = fragment_element("c16", lane, pair, part)
+                    value = accumulators[warp // wn, warp % wn][16 * mi + row, 8 * ni + col % 8]
+                    bits |= int(encode(value, element)) << (16 * part)
+                packed[32 * warp + lane, slot] = bits
+    return packed
+
+
+def _emulated_c(config: Config, tiled, packed):
+    """C as the kernel's stmatrix leaves it in shared memory, read back through the C tile's layout: one
+    CTA-wide transfer, or (persistent) in bands of rows through a region of one band, each warp of the band
+    its own transfer on a subview at its start, the band read back by its own layout."""
+    from mlir_tile.layout import Layout, unpack_b32
+    from mlir_tile.reference import emulate as run_transfer
+
+    t, layout, (wm, wn) = tiled.c.whole, unpack_b32(tiled.c.tile), config.warps
+    if not config.persistent:
+        halves = run_transfer(t.opcode, t.shared, t.registers, np.zeros(tiled.c.tile.cosize, np.uint32), packed,
+                              "cta").view(np.uint16)
+        return np.array([[halves[layout(row, col).offset] for col in range(config.bn)] for row in range(config.bm)],
+                        np.uint16)
+    own, starts = t.one_warp()
+    parts, band_words = wm, tiled.c.tile.cosize // wm
+    band = Layout((config.bm // parts, config.bn), layout.stride, layout.swizzle)
+    bands = []
+    for part in range(parts):
+        tile_words = np.zeros(tiled.c.tile.cosize, np.uint32)  # the C tile's view; its band lies in the region
+        for warp in range(part * wn, (part + 1) * wn):
+            start = starts.offset(warp)
+            tile_words[start:] = run_transfer(own.opcode, own.shared, own.registers, tile_words[start:],
+                                              packed[32 * warp:32 * (warp + 1)], "warp")
+        halves = tile_words[part * band_words:(part + 1) * band_words].view(np.uint16)
+        bands.append([[halves[band(row, col).offset] for col in range(config.bn)] for row in range(band.sizes[0])])
+    return np.array(sum(bands, []), np.uint16)
 
 
 def add_options(parser) -> tuple[str, ...]:
