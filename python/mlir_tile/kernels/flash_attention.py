@@ -115,285 +115,367 @@ def tiled(config: Config):
 
 
 def build_module(config: Config = Config(), context=None):
-    from mlir import ir
-    from mlir.dialects import arith
-    from mlir.dialects import math as math_dialect
-
-    from mlir_tile import contract
-    from mlir_tile.builder import Global, Kernel, transfer
-    from mlir_tile.fragments import c_as_a_operand
-    from mlir_tile.layout import unpack_b32
+    """The kernel of `config` (see the module's docstring)."""
+    from mlir_tile.builder import Global, Kernel
 
     if config.head_dim not in (64, 128) or config.element not in ("f16", "bf16"):
         raise ValueError(f"attention: head dims 64 and 128, f16 and bf16; got {config.head_dim}, {config.element}")
-    scores, output = tiled(config)
-    d, rows, element = config.head_dim, config.rows, config.element
-    q_halves, kv_halves = unpack_b32(scores.a.tile), unpack_b32(scores.b.tile)
-    m_blocks, key_blocks, d_blocks = scores.m_blocks, config.keys // 8, d // 8
-    q_bytes, kv_bytes = config.tile_bytes
-    scale = LOG2E / math.sqrt(d)
-    with Kernel(KERNEL, [Global(element)] * 4 + [Global("f32"), "index"], block=(config.threads, 1, 1), fast_math=True,
-                context=context) as k:
-        q, keys, values, o, lse, seq = k.arguments
-        query_tiles = arith.divui(arith.addi(seq, k.index(rows - 1)), k.index(rows))
+    with Kernel(KERNEL, [Global(config.element)] * 4 + [Global("f32"), "index"], block=(config.threads, 1, 1),
+                fast_math=True, context=context) as k:
+        _Attention(k, config).build()
+    return k.module
+
+
+class _Attention:
+    """The attention kernel `build_module` builds into `k`: the CTA's query tile and head, the ids and
+    constants (made here, in the order the kernel's IR has them); `build` emits the prologue (Q's and the
+    first K/V tile's copies, the register storage), the main loop over key tiles and the epilogue."""
+
+    def __init__(self, k, config: Config):
+        from mlir import ir
+        from mlir.dialects import arith
+
+        from mlir_tile import contract
+        from mlir_tile.fragments import c_as_a_operand
+        from mlir_tile.layout import unpack_b32
+
+        self.k, self.config = k, config
+        self.scores, self.output = tiled(config)
+        scores = self.scores
+        self.d, self.rows, self.element = config.head_dim, config.rows, config.element
+        self.q_halves, self.kv_halves = unpack_b32(scores.a.tile), unpack_b32(scores.b.tile)
+        self.m_blocks, self.key_blocks, self.d_blocks = scores.m_blocks, config.keys // 8, config.head_dim // 8
+        self.q_bytes, self.kv_bytes = config.tile_bytes
+        self.q, self.keys, self.values, self.o, self.lse, self.seq = k.arguments
+        query_tiles = arith.divui(arith.addi(self.seq, k.index(self.rows - 1)), k.index(self.rows))
         head = arith.divui(k.block_id(), query_tiles)
         query_tile = arith.remui(k.block_id(), query_tiles)
         if config.causal:  # the longest rows (the last query tiles) first, so that the short ones fill the tail
             query_tile = arith.subi(arith.subi(query_tiles, k.index(1)), query_tile)
-        q0 = arith.muli(query_tile, k.index(rows))
-        head_start = arith.muli(head, seq)  # the head's first row
-        shared = k.dynamic_shared(alignment=max(contract.aligned_for(t) for t in (scores.a.tile, scores.b.tile)))
+        self.q0 = arith.muli(query_tile, k.index(self.rows))
+        self.head_start = arith.muli(head, self.seq)  # the head's first row
+        self.shared = k.dynamic_shared(alignment=max(contract.aligned_for(t) for t in (scores.a.tile, scores.b.tile)))
         f32 = ir.F32Type.get()
-        lane, warp = k.lane_id(), k.warp_id()
-        group, quad = arith.divui(lane, k.index(4)), arith.muli(arith.remui(lane, k.index(4)), k.index(2))
-        negative_infinity = arith.constant(f32, float("-inf"))
-        scale_value = arith.constant(f32, scale)
-        zero = k.constant(0.0, "f32")
+        lane, self.warp = k.lane_id(), k.warp_id()
+        self.group, self.quad = arith.divui(lane, k.index(4)), arith.muli(arith.remui(lane, k.index(4)), k.index(2))
+        self.negative_infinity = arith.constant(f32, float("-inf"))
+        self.scale_value = arith.constant(f32, LOG2E / math.sqrt(self.d))
+        self.zero = k.constant(0.0, "f32")
+        # P's A register r holds the packed accumulators (low, low + 1) of n-block n_offset
+        self.p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(c_as_a_operand())}
+        # with the mask, a key tile may start past some warp's last row (a whole tile past its first row)
+        self.warps_may_skip = config.causal and config.rows >= 16 * self.m_blocks + config.keys
 
-        def copy_rows(tile_view, layout, source, first, count, valid):
-            return k.copy_tile_async(tile_view, layout, source, arith.muli(arith.addi(head_start, first), k.index(d)),
-                                     d, rows=count, cols=d, valid_rows=arith.subi(valid, first))
+    def build(self) -> None:
+        self.start()
+        self.main_loop()
+        self.epilogue()
 
-        def stage_of(tile_index):  # K/V tile u lives in stage u % 2, as its (u // 2)-th occupant (phase_of)
-            return arith.remui(tile_index, k.index(2))
+    # ----- copies and stages -----
+    def copy_rows(self, tile_view, layout, source, first, count, valid):
+        from mlir.dialects import arith
 
-        def phase_of(tile_index):
-            return arith.divui(tile_index, k.index(2))
+        k, d = self.k, self.d
+        return k.copy_tile_async(tile_view, layout, source, arith.muli(arith.addi(self.head_start, first), k.index(d)),
+                                 d, rows=count, cols=d, valid_rows=arith.subi(valid, first))
 
-        def kv_stage(tile_index, which):  # bytes of K (which 0) or V (1) of the tile's stage
-            first = k.index(q_bytes + which * 2 * kv_bytes)
-            return arith.addi(first, arith.muli(stage_of(tile_index), k.index(kv_bytes)))
+    def stage_of(self, tile_index):  # K/V tile u lives in stage u % 2, as its (u // 2)-th occupant (phase_of)
+        from mlir.dialects import arith
 
-        def load(tile_index, which):  # the copies of K (which 0) or V (1) of a key tile into its stage
-            first = arith.muli(tile_index, k.index(config.keys))
-            view = k.view(shared, (config.keys * d,), element, kv_stage(tile_index, which))
-            return copy_rows(view, kv_halves, (keys, values)[which], first, config.keys, seq)
+        return arith.remui(tile_index, self.k.index(2))
 
+    def phase_of(self, tile_index):
+        from mlir.dialects import arith
+
+        return arith.divui(tile_index, self.k.index(2))
+
+    def kv_stage(self, tile_index, which):  # bytes of K (which 0) or V (1) of the tile's stage
+        from mlir.dialects import arith
+
+        k = self.k
+        first = k.index(self.q_bytes + which * 2 * self.kv_bytes)
+        return arith.addi(first, arith.muli(self.stage_of(tile_index), k.index(self.kv_bytes)))
+
+    def load(self, tile_index, which):  # the copies of K (which 0) or V (1) of a key tile into its stage
+        from mlir.dialects import arith
+
+        k, keys = self.k, self.config.keys
+        first = arith.muli(tile_index, k.index(keys))
+        view = k.view(self.shared, (keys * self.d,), self.element, self.kv_stage(tile_index, which))
+        return self.copy_rows(view, self.kv_halves, (self.keys, self.values)[which], first, keys, self.seq)
+
+    def start(self) -> None:
+        """Q's and the first K/V tile's copies (and the stages' mbarriers), the register storage, O and the row
+        statistics cleared, Q's fragments where they stay in registers."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder import transfer
+
+        k, config, scores, output, m_blocks = self.k, self.config, self.scores, self.output, self.m_blocks
         if config.stage_barriers:  # per stage: its copies landed (full), and every warp has read it (empty)
-            full, empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
-        q_tokens = copy_rows(k.view(shared, (rows * d,), element), q_halves, q, q0, rows, seq)
-        first_group = k.commit_group(q_tokens + load(k.index(0), 0) + load(k.index(0), 1))
+            self.full, self.empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
+        q_tokens = self.copy_rows(k.view(self.shared, (self.rows * self.d,), self.element), self.q_halves, self.q,
+                                  self.q0, self.rows, self.seq)
+        self.first_group = k.commit_group(q_tokens + self.load(k.index(0), 0) + self.load(k.index(0), 1))
         if config.stage_barriers:  # tile 0 is full phase 0 of stage 0; both stages start empty (phase 0)
-            k.arrive_on_copies(full, 0)
-            k.arrive(empty, 0, per_warp=True)
-            k.arrive(empty, 1, per_warp=True)
-        kv_tiles = arith.divui(arith.addi(seq, k.index(config.keys - 1)), k.index(config.keys))
+            k.arrive_on_copies(self.full, 0)
+            k.arrive(self.empty, 0, per_warp=True)
+            k.arrive(self.empty, 1, per_warp=True)
+        self.kv_tiles = arith.divui(arith.addi(self.seq, k.index(config.keys - 1)), k.index(config.keys))
         if config.causal:  # keys up to the CTA's last query row
-            kv_tiles = k.minimum(kv_tiles, arith.divui(arith.addi(q0, k.index(rows + config.keys - 1)), k.index(config.keys)))
-
-        q_regs = k.registers(scores.a.whole.slots if config.q_in_registers else scores.a.whole.slots // scores.a.k_blocks)
-        k_regs = k.registers(scores.b.whole.slots // scores.b.k_blocks)
-        v_regs = k.registers(output.b.whole.slots // output.b.k_blocks)
-        p_regs = k.registers(output.a.whole.slots)
-        s_acc = k.registers(4 * m_blocks * key_blocks, "f32")
-        o_acc = k.registers(4 * m_blocks * d_blocks, "f32")
-        row_max = k.registers(2 * m_blocks, "f32")
-        row_sum = k.registers(2 * m_blocks, "f32")
-        for slot in range(4 * m_blocks * d_blocks):
-            k.store(zero, o_acc, [slot])
+            self.kv_tiles = k.minimum(self.kv_tiles, arith.divui(arith.addi(self.q0, k.index(self.rows + config.keys - 1)),
+                                                                 k.index(config.keys)))
+        self.q_regs = k.registers(scores.a.whole.slots if config.q_in_registers
+                                  else scores.a.whole.slots // scores.a.k_blocks)
+        self.k_regs = k.registers(scores.b.whole.slots // scores.b.k_blocks)
+        self.v_regs = k.registers(output.b.whole.slots // output.b.k_blocks)
+        self.p_regs = k.registers(output.a.whole.slots)
+        self.s_acc = k.registers(4 * m_blocks * self.key_blocks, "f32")
+        self.o_acc = k.registers(4 * m_blocks * self.d_blocks, "f32")
+        self.row_max, self.row_sum = k.registers(2 * m_blocks, "f32"), k.registers(2 * m_blocks, "f32")
+        for slot in range(4 * m_blocks * self.d_blocks):
+            k.store(self.zero, self.o_acc, [slot])
         for slot in range(2 * m_blocks):
-            k.store(negative_infinity, row_max, [slot])
-            k.store(zero, row_sum, [slot])
-        k.wait_groups(first_group, 0)
+            k.store(self.negative_infinity, self.row_max, [slot])
+            k.store(self.zero, self.row_sum, [slot])
+        k.wait_groups(self.first_group, 0)
         k.barrier()
         if config.q_in_registers:
             t = scores.a.whole
-            transfer(t.opcode, q_regs, k.view(shared, (scores.a.tile.cosize,), "i32"), dst_layout=t.registers,
-                     src_layout=t.shared, scope="cta")
+            transfer(t.opcode, self.q_regs, k.view(self.shared, (scores.a.tile.cosize,), "i32"),
+                     dst_layout=t.registers, src_layout=t.shared, scope="cta")
 
-        def query_row(mi, half):  # this thread's query row of m16 block `mi`: row g, or g + 8
-            return arith.addi(arith.addi(q0, group), arith.addi(arith.muli(warp, k.index(16 * m_blocks)),
-                                                                k.index(16 * mi + 8 * half)))
+    # ----- one key tile -----
+    def query_row(self, mi, half):  # this thread's query row of m16 block `mi`: row g, or g + 8
+        from mlir.dialects import arith
 
-        def slots(n_blocks, mi, ni):
-            return [4 * (mi * n_blocks + ni) + i for i in range(4)]
+        k = self.k
+        return arith.addi(arith.addi(self.q0, self.group), arith.addi(arith.muli(self.warp, k.index(16 * self.m_blocks)),
+                                                                      k.index(16 * mi + 8 * half)))
 
-        def load_block(operand, registers, tile_bytes, block, own_warp):
-            """One k16 block's fragments of a Q, K or V tile (at tile_bytes): the CTA's transfer, or (own_warp)
-            the warp's own, for a warp that may skip the tile (on a view where its part starts: whole rows,
-            whole swizzle periods, so the swizzle keeps its place; K's and V's start where the tile does)."""
-            t, scope, words = operand.k_block(block), "cta", operand.tile.cosize
-            if own_warp:
-                t, starts = t.one_warp()
-                scope, words = "warp", words - max(starts.offset(w) for w in range(starts.size))
-                if words < operand.tile.cosize:
-                    tile_bytes = arith.addi(tile_bytes, arith.muli(k.offset(starts, [warp]), k.index(4)))
-            view = k.view(shared, (words,), "i32", tile_bytes)
-            if t.shared_offset:
-                view = k.subview(view, t.shared_offset, words - t.shared_offset)
-            transfer(t.opcode, registers, view, dst_layout=t.registers, src_layout=t.shared, scope=scope)
+    def slots(self, n_blocks, mi, ni):
+        return [4 * (mi * n_blocks + ni) + i for i in range(4)]
 
-        def products(tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks, own_warp):
-            """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is
-            A where it is Q and Q stays in shared memory. own_warp: each warp's own transfers."""
-            a_from_shared = tiled_mma is scores and not config.q_in_registers
-            for block in range(tiled_mma.b.k_blocks):
-                if a_from_shared:
-                    load_block(tiled_mma.a, a_regs, k.index(0), block, own_warp)
-                load_block(tiled_mma.b, b_regs, kv_stage(tile_index, which), block, own_warp)
-                for mi in range(m_blocks):
-                    for ni in range(n_blocks):
-                        k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
-                                       tiled_mma.b_slots(ni, 0), accumulators, slots(n_blocks, mi, ni), element)
+    def load_block(self, operand, registers, tile_bytes, block, own_warp) -> None:
+        """One k16 block's fragments of a Q, K or V tile (at tile_bytes): the CTA's transfer, or (own_warp) the
+        warp's own, for a warp that may skip the tile (on a view where its part starts: whole rows, whole
+        swizzle periods, so the swizzle keeps its place; K's and V's start where the tile does)."""
+        from mlir.dialects import arith
 
-        def row_reduce(values, combine):  # a row's max or sum: a tree of pairs (tree_reductions), else a chain
-            if not config.tree_reductions:
-                return functools.reduce(combine, values)
-            while len(values) > 1:
-                values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
-            return values[0]
+        from mlir_tile.builder import transfer
 
-        def scores_of(tile_index, own_warp):  # S = Q K^T of one key tile
-            for slot in range(4 * m_blocks * key_blocks):
-                k.store(zero, s_acc, [slot])
-            products(scores, q_regs, k_regs, tile_index, 0, s_acc, key_blocks, own_warp)
+        k = self.k
+        t, scope, words = operand.k_block(block), "cta", operand.tile.cosize
+        if own_warp:
+            t, starts = t.one_warp()
+            scope, words = "warp", words - max(starts.offset(w) for w in range(starts.size))
+            if words < operand.tile.cosize:
+                tile_bytes = arith.addi(tile_bytes, arith.muli(k.offset(starts, [self.warp]), k.index(4)))
+        view = k.view(self.shared, (words,), "i32", tile_bytes)
+        if t.shared_offset:
+            view = k.subview(view, t.shared_offset, words - t.shared_offset)
+        transfer(t.opcode, registers, view, dst_layout=t.registers, src_layout=t.shared, scope=scope)
 
-        # P's A register r holds the packed accumulators (low, low + 1) of n-block n_offset
-        p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(c_as_a_operand())}
+    def products(self, tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks, own_warp) -> None:
+        """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is A
+        where it is Q and Q stays in shared memory. own_warp: each warp's own transfers."""
+        k = self.k
+        a_from_shared = tiled_mma is self.scores and not self.config.q_in_registers
+        for block in range(tiled_mma.b.k_blocks):
+            if a_from_shared:
+                self.load_block(tiled_mma.a, a_regs, k.index(0), block, own_warp)
+            self.load_block(tiled_mma.b, b_regs, self.kv_stage(tile_index, which), block, own_warp)
+            for mi in range(self.m_blocks):
+                for ni in range(n_blocks):
+                    k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
+                                   tiled_mma.b_slots(ni, 0), accumulators, self.slots(n_blocks, mi, ni), self.element)
 
-        def softmax(tile_index, masked: bool):
-            """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is
-            the A operand of P V. `masked`: some keys may be past the sequence or above the diagonal (the last
-            tile, the causal diagonal's), so each is compared. Returns what `rescale` applies to O."""
-            key0 = arith.addi(arith.muli(tile_index, k.index(config.keys)), quad)
-            corrections, grown = [], None
+    def row_reduce(self, values, combine):  # a row's max or sum: a tree of pairs (tree_reductions), else a chain
+        if not self.config.tree_reductions:
+            return functools.reduce(combine, values)
+        while len(values) > 1:
+            values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+        return values[0]
 
-            def row_maximum(mi, half):  # the row's scores (masked) and its old and new max
-                query = query_row(mi, half)
-                scores_of_row = []
-                for ni in range(key_blocks):
+    def scores_of(self, tile_index, own_warp) -> None:  # S = Q K^T of one key tile
+        for slot in range(4 * self.m_blocks * self.key_blocks):
+            self.k.store(self.zero, self.s_acc, [slot])
+        self.products(self.scores, self.q_regs, self.k_regs, tile_index, 0, self.s_acc, self.key_blocks, own_warp)
+
+    def softmax(self, tile_index, masked: bool):
+        """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is the
+        A operand of P V. `masked`: some keys may be past the sequence or above the diagonal (the last tile,
+        the causal diagonal's), so each is compared. Returns what `rescale` applies to O."""
+        from mlir.dialects import arith
+
+        k = self.k
+        key0 = arith.addi(arith.muli(tile_index, k.index(self.config.keys)), self.quad)
+        corrections, grown = [], None
+        rows_of_thread = [(mi, half) for mi in range(self.m_blocks) for half in range(2)]  # rows g, g + 8 of each m16
+        if self.config.maxima_first:
+            maxima = [self._row_maximum(key0, masked, *row) for row in rows_of_thread]
+        for number, row in enumerate(rows_of_thread):
+            maximum = maxima[number] if self.config.maxima_first else self._row_maximum(key0, masked, *row)
+            larger = self._probabilities(*row, *maximum, corrections)
+            grown = larger if grown is None else arith.ori(grown, larger)
+        return corrections, grown
+
+    def _row_maximum(self, key0, masked, mi, half):
+        """The row's scores (masked) and its old and new max."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        query = self.query_row(mi, half)
+        scores_of_row = []
+        for ni in range(self.key_blocks):
+            for column in range(2):
+                slot = self.slots(self.key_blocks, mi, ni)[2 * half + column]
+                key = arith.addi(key0, k.index(8 * ni + column))
+                score = k.load(self.s_acc, [slot])
+                if masked:
+                    valid = k.compare("ult", key, self.seq)
+                    if config.causal:
+                        valid = arith.andi(valid, k.compare("ule", key, query))
+                    score = arith.select(valid, score, self.negative_infinity)
+                scores_of_row.append(score)
+        peak = self.row_reduce(scores_of_row, arith.maximumf)
+        # the running max is kept scaled (log2 domain); each probability is exp2 of one fma (FA2's
+        # scale_apply_exp2): the first tile has a valid key in every row, so it is finite
+        old_max = k.load(self.row_max, [2 * mi + half])
+        return scores_of_row, old_max, arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4),
+                                                                           self.scale_value))
+
+    def _probabilities(self, mi, half, scores_of_row, old_max, new_max, corrections):
+        """P's words of the row; the sum moves on. Returns whether the row's max grew (an i1)."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k, state = self.k, 2 * mi + half
+        correction = k.exp2(arith.subf(old_max, new_max))
+        negative_max = arith.negf(new_max)
+        probabilities_of_row = []
+        for ni in range(self.key_blocks):  # P's word of the row's keys 8 ni + 2 quad + (0, 1), packed at once
+            pair = [k.exp2(math_dialect.fma(score, self.scale_value, negative_max))
+                    for score in scores_of_row[2 * ni:2 * ni + 2]]
+            word = self.output.a_slots(mi, ni // 2)[self.p_register[ni % 2, 2 * half]]
+            k.store(k.pack_f16(*pair, self.element), self.p_regs, [word])
+            probabilities_of_row.extend(pair)
+        total = self.row_reduce(probabilities_of_row, arith.addf)
+        k.store(new_max, self.row_max, [state])
+        k.store(arith.addf(arith.mulf(k.load(self.row_sum, [state]), correction), total), self.row_sum, [state])
+        corrections.append((mi, half, correction))
+        return arith.cmpf(arith.CmpFPredicate.OGT, new_max, old_max)
+
+    def rescale(self, corrections, grown) -> None:  # O's rows by exp2(old max - new max); lazily: where a max grew
+        from mlir.dialects import arith
+
+        k = self.k
+
+        def multiply():
+            for mi, half, correction in corrections:
+                for ni in range(self.d_blocks):
                     for column in range(2):
-                        slot = slots(key_blocks, mi, ni)[2 * half + column]
-                        key = arith.addi(key0, k.index(8 * ni + column))
-                        score = k.load(s_acc, [slot])
-                        if masked:
-                            valid = k.compare("ult", key, seq)
-                            if config.causal:
-                                valid = arith.andi(valid, k.compare("ule", key, query))
-                            score = arith.select(valid, score, negative_infinity)
-                        scores_of_row.append(score)
-                peak = row_reduce(scores_of_row, arith.maximumf)
-                # the running max is kept scaled (log2 domain); each probability is exp2 of one fma
-                # (FA2's scale_apply_exp2): the first tile has a valid key in every row, so it is finite
-                old_max = k.load(row_max, [2 * mi + half])
-                return scores_of_row, old_max, arith.maximumf(old_max, arith.mulf(k.warp_reduce(peak, "max", lanes=4),
-                                                                                   scale_value))
-
-            def probabilities(mi, half, scores_of_row, old_max, new_max):  # P's words of the row; the sum moves on
-                nonlocal grown
-                state = 2 * mi + half
-                correction = k.exp2(arith.subf(old_max, new_max))
-                negative_max = arith.negf(new_max)
-                probabilities_of_row = []
-                for ni in range(key_blocks):  # P's word of the row's keys 8 ni + 2 quad + (0, 1), packed at once
-                    pair = [k.exp2(math_dialect.fma(score, scale_value, negative_max))
-                            for score in scores_of_row[2 * ni:2 * ni + 2]]
-                    word = output.a_slots(mi, ni // 2)[p_register[ni % 2, 2 * half]]
-                    k.store(k.pack_f16(*pair, element), p_regs, [word])
-                    probabilities_of_row.extend(pair)
-                total = row_reduce(probabilities_of_row, arith.addf)
-                k.store(new_max, row_max, [state])
-                k.store(arith.addf(arith.mulf(k.load(row_sum, [state]), correction), total), row_sum, [state])
-                corrections.append((mi, half, correction))
-                larger = arith.cmpf(arith.CmpFPredicate.OGT, new_max, old_max)
-                grown = larger if grown is None else arith.ori(grown, larger)
-
-            rows_of_thread = [(mi, half) for mi in range(m_blocks) for half in range(2)]  # rows g, g + 8 of each m16
-            if config.maxima_first:
-                for row, maximum in zip(rows_of_thread, [row_maximum(*row) for row in rows_of_thread]):
-                    probabilities(*row, *maximum)
-            else:
-                for row in rows_of_thread:
-                    probabilities(*row, *row_maximum(*row))
-            return corrections, grown
-
-        def rescale(corrections, grown):  # O's rows by exp2(old max - new max); lazily: only where a max grew
-            def multiply():
-                for mi, half, correction in corrections:
-                    for ni in range(d_blocks):
-                        for column in range(2):
-                            slot = slots(d_blocks, mi, ni)[2 * half + column]
-                            k.store(arith.mulf(k.load(o_acc, [slot]), correction), o_acc, [slot])
-            if config.lazy_rescale:
-                with k.if_(k.any_lane(grown)):
-                    multiply()
-            else:
+                        slot = self.slots(self.d_blocks, mi, ni)[2 * half + column]
+                        k.store(arith.mulf(k.load(self.o_acc, [slot]), correction), self.o_acc, [slot])
+        if self.config.lazy_rescale:
+            with k.if_(k.any_lane(grown)):
                 multiply()
+        else:
+            multiply()
 
-        # with the mask, a key tile may start past some warp's last row (a whole tile past its first row)
-        warps_may_skip = config.causal and config.rows >= 16 * m_blocks + config.keys
+    def tile_work(self, tile_index, masked: bool, own_warp: bool) -> None:  # S, its softmax and O += P V
+        self.scores_of(tile_index, own_warp)
+        self.rescale(*self.softmax(tile_index, masked))
+        self.products(self.output, self.p_regs, self.v_regs, tile_index, 1, self.o_acc, self.d_blocks, own_warp)
 
-        def tile_work(tile_index, masked: bool, own_warp: bool):  # S, its softmax and O += P V
-            scores_of(tile_index, own_warp)
-            rescale(*softmax(tile_index, masked))
-            products(output, p_regs, v_regs, tile_index, 1, o_acc, d_blocks, own_warp)
+    def key_tile(self, tile_index, masked: bool) -> None:
+        """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
+        read), this tile's S, softmax and P V, then the wait and the one barrier after which the copies are
+        visible and every warp is done with the stage the next turn's copies overwrite. With stage barriers:
+        the wait for the stage's `empty` phase before the copies, for the tile's `full` phase after them, and
+        this warp's arrival on its stage's `empty` at the end."""
+        from mlir.dialects import arith
 
-        def key_tile(tile_index, masked: bool):
-            """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
-            read), this tile's S, softmax and P V, then the wait and the one barrier after which the copies
-            are visible and every warp is done with the stage the next turn's copies overwrite. With stage
-            barriers: the wait for the stage's `empty` phase before the copies, for the tile's `full` phase
-            after them, and this warp's arrival on its stage's `empty` at the end."""
-            following = arith.addi(tile_index, k.index(1))
-            if config.stage_barriers:  # tile u fills stage u % 2 once its phase u // 2 of `empty` is complete
-                k.wait_phase(empty, stage_of(following), phase_of(following))
-            k.commit_group(load(following, 0) + load(following, 1))
-            if config.stage_barriers:
-                k.arrive_on_copies(full, stage_of(following))
-                k.wait_phase(full, stage_of(tile_index), phase_of(tile_index))
-            if masked and warps_may_skip:  # a tile wholly above the diagonal for the warp's rows changes nothing
-                rows_end = arith.addi(q0, arith.muli(arith.addi(warp, k.index(1)), k.index(16 * m_blocks)))
-                with k.if_(k.compare("ult", arith.muli(tile_index, k.index(config.keys)), rows_end)):
-                    tile_work(tile_index, masked, own_warp=True)
-            else:
-                tile_work(tile_index, masked, own_warp=False)
-            if config.stage_barriers:
-                k.arrive(empty, stage_of(tile_index), per_warp=True)
-            else:
-                k.wait_groups(first_group, 0)
-                k.barrier()
-
-        # tiles whose every key is valid for every row of the CTA go without the mask; the rest with it
-        full_tiles = arith.divui(seq, k.index(config.keys))
-        if config.causal:
-            full_tiles = k.minimum(full_tiles, arith.divui(q0, k.index(config.keys)))
-        with k.loop(0, full_tiles) as tile_index:
-            key_tile(tile_index, masked=False)
-        with k.loop(full_tiles, kv_tiles) as tile_index:
-            key_tile(tile_index, masked=True)
-        if config.stage_barriers:  # the last tile's copies (never read) landed; every warp is done with Q's tile
-            k.wait_groups(first_group, 0)
+        k, config = self.k, self.config
+        following = arith.addi(tile_index, k.index(1))
+        if config.stage_barriers:  # tile u fills stage u % 2 once its phase u // 2 of `empty` is complete
+            k.wait_phase(self.empty, self.stage_of(following), self.phase_of(following))
+        k.commit_group(self.load(following, 0) + self.load(following, 1))
+        if config.stage_barriers:
+            k.arrive_on_copies(self.full, self.stage_of(following))
+            k.wait_phase(self.full, self.stage_of(tile_index), self.phase_of(tile_index))
+        if masked and self.warps_may_skip:  # a tile wholly above the diagonal for the warp's rows changes nothing
+            rows_end = arith.addi(self.q0, arith.muli(arith.addi(self.warp, k.index(1)), k.index(16 * self.m_blocks)))
+            with k.if_(k.compare("ult", arith.muli(tile_index, k.index(config.keys)), rows_end)):
+                self.tile_work(tile_index, masked, own_warp=True)
+        else:
+            self.tile_work(tile_index, masked, own_warp=False)
+        if config.stage_barriers:
+            k.arrive(self.empty, self.stage_of(tile_index), per_warp=True)
+        else:
+            k.wait_groups(self.first_group, 0)
             k.barrier()
+
+    def main_loop(self) -> None:
+        """Tiles whose every key is valid for every row of the CTA go without the mask; the rest with it."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        full_tiles = arith.divui(self.seq, k.index(config.keys))
+        if config.causal:
+            full_tiles = k.minimum(full_tiles, arith.divui(self.q0, k.index(config.keys)))
+        with k.loop(0, full_tiles) as tile_index:
+            self.key_tile(tile_index, masked=False)
+        with k.loop(full_tiles, self.kv_tiles) as tile_index:
+            self.key_tile(tile_index, masked=True)
+        if config.stage_barriers:  # the last tile's copies (never read) landed; every warp is done with Q's tile
+            k.wait_groups(self.first_group, 0)
+            k.barrier()
+
+    # ----- the epilogue -----
+    def epilogue(self) -> None:
+        """O divided by the row sums, packed, through the Q tile by stmatrix and out in 16-byte rows; each
+        row's log-sum-exp (natural log) by the row's first quad lane."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder import transfer
+
+        k, output, d = self.k, self.output, self.d
         o_regs = k.registers(output.c.whole.slots)
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
-        for mi in range(m_blocks):
-            sums = []
-            for half in range(2):
-                state = 2 * mi + half
-                total = k.warp_reduce(k.load(row_sum, [state]), "add", lanes=4)
-                sums.append(k.divide(k.constant(1.0, "f32"), total))
-                row = query_row(mi, half)
-                log_sum = arith.mulf(arith.addf(k.load(row_max, [state]), math_dialect.log2(total)), log2_of_e_inverse)
-                with k.if_(arith.andi(k.compare("eq", quad, 0), k.compare("ult", row, seq))):
-                    k.store(log_sum, lse, [arith.addi(head_start, row)])
-            for ni in range(d_blocks):
-                accumulators = [k.load(o_acc, [slot]) for slot in slots(d_blocks, mi, ni)]
+        for mi in range(self.m_blocks):
+            sums = [self._row_total(mi, half, log2_of_e_inverse) for half in range(2)]
+            for ni in range(self.d_blocks):
+                accumulators = [k.load(self.o_acc, [slot]) for slot in self.slots(self.d_blocks, mi, ni)]
                 for pair, slot in enumerate(output.c_slots(mi, ni)):
                     low, high = (arith.mulf(accumulators[2 * pair + i], sums[pair]) for i in range(2))
-                    k.store(k.pack_f16(low, high, element), o_regs, [slot])
+                    k.store(k.pack_f16(low, high, self.element), o_regs, [slot])
         t = output.c.whole
-        transfer(t.opcode, k.view(shared, (output.c.tile.cosize,), "i32"), o_regs, dst_layout=t.shared,
+        transfer(t.opcode, k.view(self.shared, (output.c.tile.cosize,), "i32"), o_regs, dst_layout=t.shared,
                  src_layout=t.registers, scope="cta")
         k.barrier()
-        tile = k.view(shared, (rows * d,), element)
-        chunks = k.tile_chunks(tile, q_halves, rows, d)  # 16-byte chunks of the O tile
+        tile = k.view(self.shared, (self.rows * d,), self.element)
+        chunks = k.tile_chunks(tile, self.q_halves, self.rows, d)  # 16-byte chunks of the O tile
         row, col = chunks.row, chunks.col
         for (view, index), before in zip(k.chunk_addresses(tile, chunks), chunks.rows_before):
-            query = arith.addi(arith.addi(q0, row), k.index(before))
-            with k.if_(k.compare("ult", query, seq)):
-                k.store_vector(k.load_vector(view, [index], 8), o,
-                               [arith.addi(arith.muli(arith.addi(head_start, query), k.index(d)), col)])
-    return k.module
+            query = arith.addi(arith.addi(self.q0, row), k.index(before))
+            with k.if_(k.compare("ult", query, self.seq)):
+                k.store_vector(k.load_vector(view, [index], 8), self.o,
+                               [arith.addi(arith.muli(arith.addi(self.head_start, query), k.index(d)), col)])
+
+    def _row_total(self, mi, half, log2_of_e_inverse):
+        """1 / the row's sum (over its quad), its log-sum-exp stored on the way."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k, state = self.k, 2 * mi + half
+        total = k.warp_reduce(k.load(self.row_sum, [state]), "add", lanes=4)
+        inverse = k.divide(k.constant(1.0, "f32"), total)
+        row = self.query_row(mi, half)
+        log_sum = arith.mulf(arith.addf(k.load(self.row_max, [state]), math_dialect.log2(total)), log2_of_e_inverse)
+        with k.if_(arith.andi(k.compare("eq", self.quad, 0), k.compare("ult", row, self.seq))):
+            k.store(log_sum, self.lse, [arith.addi(self.head_start, row)])
+        return inverse
 
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
@@ -532,60 +614,22 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     S from them; the online softmax as the kernel computes it; P's A fragment built from S's accumulators by
     `fragments.c_as_a_operand` and read back through the A table; O through stmatrix, against numpy.
     AssertionError otherwise."""
-    from mlir_tile.fragments import c_as_a_operand, fragment_element
     from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
-    from mlir_tile.layout import unpack_b32
-    from mlir_tile.reference import b16_half, b16_tile_words
-    from mlir_tile.reference import emulate as run_transfer
 
     config = replace(config, causal=causal)
     scores, output = tiled(config)
-    rows, d, threads, m_blocks, element = config.rows, config.head_dim, config.threads, scores.m_blocks, config.element
+    rows, d, m_blocks, element = config.rows, config.head_dim, scores.m_blocks, config.element
     rng = np.random.default_rng(5)
     q, k, v = (encode(rng.uniform(-1, 1, (seq, d)), element) for _ in range(3))  # bit patterns
-    tiles = -(-seq // config.keys)
-
-    def padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
-        return np.concatenate([matrix, np.zeros((count - len(matrix), d), np.uint16)])
-
-    def fragments(transfer, words):  # each thread's registers after one transfer, by the ISA model
-        return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
-                            np.zeros((threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
-
-    def value(registers, thread, slot, part):
-        return b16_half(registers[thread, slot], part)
-
-    q_tile = padded(q[:rows], rows)  # the first CTA's query rows
-    q_regs = fragments(scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
-    q_warps = np.zeros((config.warps, 16 * m_blocks, d), np.uint16)  # each warp's rows, as its A fragments hold them
-    for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
-        for block, mi, register, part in ((b, m, r, h) for b in range(scores.a.k_blocks) for m in range(m_blocks)
-                                          for r in range(4) for h in range(2)):
-            row, col = fragment_element("a16", lane, register, part)
-            got = value(q_regs, 32 * warp + lane, scores.a_slots(mi, block)[register], part)
-            assert got == q_tile[16 * (warp * m_blocks + mi) + row, 16 * block + col], ("Q", warp, lane)
-            q_warps[warp, 16 * mi + row, 16 * block + col] = got
-    scale = LOG2E / math.sqrt(d)
+    q_warps = _emulated_q(config, scores, _padded(q[:rows], rows))  # the first CTA's query rows
     peak = np.full((config.warps, 16 * m_blocks), -np.inf, np.float32)
     total = np.zeros_like(peak)
     out = np.zeros((config.warps, 16 * m_blocks, d), np.float32)
-    for tile in range(tiles):
+    for tile in range(-(-seq // config.keys)):
         keys = slice(tile * config.keys, (tile + 1) * config.keys)
-        k_words = b16_tile_words(scores.b.tile, padded(k[keys], config.keys))
-        v_words = b16_tile_words(output.b.tile, padded(v[keys], config.keys))
-        k_regs = [fragments(scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
-        v_regs = [fragments(output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
-        for warp in range(config.warps):
-            k_t = np.zeros((d, config.keys), np.uint16)  # K^T of the tile, as the B fragments hold it
-            for block in range(scores.b.k_blocks):
-                for lane in range(32):
-                    thread = 32 * warp + lane
-                    for ni, register, part in ((n, r, h) for n in range(config.keys // 8) for r in range(2) for h in range(2)):
-                        kk, nn = fragment_element("b16", lane, register, part)
-                        got = value(k_regs[block], thread, scores.b_slots(ni, 0)[register], part)
-                        assert got == padded(k[keys], config.keys)[8 * ni + nn, 16 * block + kk], ("K", thread)
-                        k_t[16 * block + kk, 8 * ni + nn] = got
-            s = (decode(q_warps[warp], element) @ decode(k_t, element)) * np.float32(scale)
+        kv = (_padded(k[keys], config.keys), _padded(v[keys], config.keys))
+        for warp, (k_t, v_warp) in enumerate(_emulated_kv(config, scores, output, *kv)):
+            s = (decode(q_warps[warp], element) @ decode(k_t, element)) * np.float32(LOG2E / math.sqrt(d))
             query = 16 * m_blocks * warp + np.arange(16 * m_blocks)[:, None]
             key = tile * config.keys + np.arange(config.keys)[None, :]
             s = np.where((key < seq) & ((key <= query) if causal else True), s, -np.inf)
@@ -594,27 +638,102 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
             p = np.exp2(s - new_peak[:, None]).astype(np.float32)
             total[warp] = total[warp] * correction + p.sum(1)
             peak[warp] = new_peak
-            # P's A fragment: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan
-            p_warp = np.zeros((16 * m_blocks, config.keys), np.uint16)
-            for lane in range(32):
-                for mi, block in ((m, b) for m in range(m_blocks) for b in range(config.keys // 16)):
-                    for register, (n_offset, low, high) in enumerate(c_as_a_operand()):
-                        for part, accumulator in enumerate((low, high)):
-                            row, col = fragment_element("c32", lane, accumulator, 0)
-                            probability = encode(p[16 * mi + row, 8 * (2 * block + n_offset) + col], element)
-                            a_row, a_col = fragment_element("a16", lane, register, part)
-                            p_warp[16 * mi + a_row, 16 * block + a_col] = probability
-            v_warp = np.zeros((config.keys, d), np.uint16)
-            for block in range(output.b.k_blocks):
-                for lane in range(32):
-                    for ni, register, part in ((n, r, h) for n in range(d // 8) for r in range(2) for h in range(2)):
-                        kk, nn = fragment_element("b16", lane, register, part)
-                        got = value(v_regs[block], 32 * warp + lane, output.b_slots(ni, 0)[register], part)
-                        assert got == padded(v[keys], config.keys)[16 * block + kk, 8 * ni + nn], ("V", warp, lane)
-                        v_warp[16 * block + kk, 8 * ni + nn] = got
+            p_warp = _p_fragment(config, p, element)
             out[warp] = out[warp] * correction[:, None] + decode(p_warp, element) @ decode(v_warp, element)
-    result = encode((out / total[:, :, None]).reshape(rows, d), element)
-    packed = np.zeros((threads, output.c.whole.slots), np.uint32)
+    queries = min(seq, rows)
+    o = _emulated_o(config, output, encode((out / total[:, :, None]).reshape(rows, d), element), queries)
+    expected, _ = reference(*(decode(x, element)[None] for x in (q, k, v)), causal)
+    error = float(np.abs(decode(o, element) - expected[0, :queries]).max())
+    assert error <= 8 * UNIT_ROUNDOFF[element], f"O differs from numpy by {error}"
+    return (f"reference model: one {rows}-row {element} CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
+            f"and V fragments hold what the PTX ISA's tables say, P is S's accumulators, and O through stmatrix "
+            f"matches numpy (largest error {error:.1e})")
+
+
+def _padded(matrix, count):  # zero rows past the sequence, as the copies' zero-fill leaves them
+    return np.concatenate([matrix, np.zeros((count - len(matrix), matrix.shape[1]), np.uint16)])
+
+
+def _fragments(config: Config, transfer, words):  # each thread's registers after one transfer, by the ISA model
+    from mlir_tile.reference import emulate as run_transfer
+
+    return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
+                        np.zeros((config.threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
+
+
+def _emulated_q(config: Config, scores, q_tile):
+    """Each warp's query rows, as its A fragments hold them (each element checked against the A table)."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.reference import b16_half, b16_tile_words
+
+    m_blocks = scores.m_blocks
+    q_regs = _fragments(config, scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
+    q_warps = np.zeros((config.warps, 16 * m_blocks, config.head_dim), np.uint16)
+    for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
+        for block, mi, register, part in ((b, m, r, h) for b in range(scores.a.k_blocks) for m in range(m_blocks)
+                                          for r in range(4) for h in range(2)):
+            row, col = fragment_element("a16", lane, register, part)
+            got = b16_half(q_regs[32 * warp + lane, scores.a_slots(mi, block)[register]], part)
+            assert got == q_tile[16 * (warp * m_blocks + mi) + row, 16 * block + col], ("Q", warp, lane)
+            q_warps[warp, 16 * mi + row, 16 * block + col] = got
+    return q_warps
+
+
+def _emulated_kv(config: Config, scores, output, k_tile, v_tile):
+    """Per warp, (K^T, V) of a key tile as the warp's B fragments hold them (K as the N x K operand, V with
+    .trans), each element checked against the B table."""
+    from mlir_tile.reference import b16_tile_words
+
+    k_words, v_words = b16_tile_words(scores.b.tile, k_tile), b16_tile_words(output.b.tile, v_tile)
+    k_regs = [_fragments(config, scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
+    v_regs = [_fragments(config, output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
+    for warp in range(config.warps):
+        yield (_b_matrix(scores, k_regs, config.keys // 8, warp, lambda kk, nn: k_tile[nn, kk], "K"),
+               _b_matrix(output, v_regs, config.head_dim // 8, warp, lambda kk, nn: v_tile[kk, nn], "V"))
+
+
+def _b_matrix(tiled_mma, registers, n_blocks: int, warp: int, source, name: str):
+    """The (k x n) B matrix a warp's fragments hold, block by block; `source(k, n)` the element they must."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.reference import b16_half
+
+    matrix = np.zeros((16 * len(registers), 8 * n_blocks), np.uint16)
+    for block, lane in ((b, l) for b in range(len(registers)) for l in range(32)):
+        for ni, register, part in ((n, r, h) for n in range(n_blocks) for r in range(2) for h in range(2)):
+            kk, nn = fragment_element("b16", lane, register, part)
+            got = b16_half(registers[block][32 * warp + lane, tiled_mma.b_slots(ni, 0)[register]], part)
+            assert got == source(16 * block + kk, 8 * ni + nn), (name, warp, lane)
+            matrix[16 * block + kk, 8 * ni + nn] = got
+    return matrix
+
+
+def _p_fragment(config: Config, p, element: str):
+    """P's A fragment of a warp: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan,
+    read back through the A table."""
+    from mlir_tile.fragments import c_as_a_operand, fragment_element
+    from mlir_tile.halves import encode
+
+    m_blocks = p.shape[0] // 16
+    p_warp = np.zeros((16 * m_blocks, config.keys), np.uint16)
+    for lane in range(32):
+        for mi, block in ((m, b) for m in range(m_blocks) for b in range(config.keys // 16)):
+            for register, (n_offset, low, high) in enumerate(c_as_a_operand()):
+                for part, accumulator in enumerate((low, high)):
+                    row, col = fragment_element("c32", lane, accumulator, 0)
+                    probability = encode(p[16 * mi + row, 8 * (2 * block + n_offset) + col], element)
+                    a_row, a_col = fragment_element("a16", lane, register, part)
+                    p_warp[16 * mi + a_row, 16 * block + a_col] = probability
+    return p_warp
+
+
+def _emulated_o(config: Config, output, result, queries: int):
+    """O's first `queries` rows as stmatrix of the packed (c16) registers leaves them in the tile."""
+    from mlir_tile.fragments import fragment_element
+    from mlir_tile.layout import unpack_b32
+    from mlir_tile.reference import emulate as run_transfer
+
+    d, m_blocks = config.head_dim, output.m_blocks
+    packed = np.zeros((config.threads, output.c.whole.slots), np.uint32)
     for warp, lane in ((w, l) for w in range(config.warps) for l in range(32)):
         for mi, ni in ((m, n) for m in range(m_blocks) for n in range(d // 8)):
             for pair, slot in enumerate(output.c_slots(mi, ni)):
@@ -625,14 +744,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     t = output.c.whole
     o_words = run_transfer(t.opcode, t.shared, t.registers, np.zeros(output.c.tile.cosize, np.uint32), packed, "cta")
     layout, halves = unpack_b32(output.c.tile), o_words.view(np.uint16)
-    queries = min(seq, rows)
-    o = np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(queries)], np.uint16)
-    expected, _ = reference(*(decode(x, element)[None] for x in (q, k, v)), causal)
-    error = float(np.abs(decode(o, element) - expected[0, :queries]).max())
-    assert error <= 8 * UNIT_ROUNDOFF[element], f"O differs from numpy by {error}"
-    return (f"reference model: one {rows}-row {element} CTA, {seq} positions{' causal' if causal else ''}: every lane's Q, K "
-            f"and V fragments hold what the PTX ISA's tables say, P is S's accumulators, and O through stmatrix "
-            f"matches numpy (largest error {error:.1e})")
+    return np.array([[halves[layout(row, col).offset] for col in range(d)] for row in range(queries)], np.uint16)
 
 
 def add_options(parser) -> tuple[str, ...]:
