@@ -4,7 +4,8 @@ import pytest
 from mlir import ir
 from mlir.dialects import arith
 
-from mlir_tile.builder import BuilderError, Global, Kernel
+from mlir_tile import contract
+from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.layout import as_layout
 
 def kernel(arguments=(Global("f32"), Global("f16"), "index"), **options):
@@ -160,3 +161,13 @@ def test_planned_addresses_are_the_layouts_offsets(layout):
                 base = r0 * as_layout(layout).flat_strides(0)[0] + c0
                 base = swizzle(base) if swizzle else base
                 assert base + ir.IntegerAttr(index.owner.attributes["value"]).value == expected
+
+
+def test_a_buffer_aligned_below_the_swizzle_period_says_the_builders_fix():
+    """The contract's [row-alignment] fix for a swizzled tile names the builder's argument too, not only the
+    IR's attribute."""
+    with kernel() as k:
+        words, registers = k.shared("s", 256, alignment=128), k.registers(4)
+        with pytest.raises(contract.ContractError, match=r"in the builder: alignment=1024 on k.shared / k.dynamic_shared"):
+            transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", registers, words,
+                     dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="Sw<3,2,3> o (4,8,4):(8,32,1)")

@@ -86,7 +86,8 @@ def check_buffer_alignment(transfer: Transfer) -> list[Violation]:
             Rule.ROW_ALIGNMENT,
             f"{role}: the IR proves {proven} for the shared buffer, but every row must start 16-byte aligned; "
             f"declare it with memref.global ... {{alignment = 16 : i64}} (or memref.alloca/alloc "
-            f"{{alignment = 16}}, or memref.assume_alignment %buf, 16)",
+            f"{{alignment = 16}}, or memref.assume_alignment %buf, 16; in the builder: alignment=16 on "
+            f"k.shared / k.dynamic_shared, a view's offset a multiple of 16 bytes)",
         )
     ]
 
@@ -145,8 +146,10 @@ def check_swizzle_alignment(transfer: Transfer) -> list[Violation]:
     return [Violation(Rule.ROW_ALIGNMENT, f"{transfer.shared_role}_layout {transfer.shared}: the swizzle repeats every "
                                           f"{needed} bytes of the offset from the buffer, but the IR proves {proven} "
                                           f"for the buffer; declare it with {{alignment = {needed} : i64}} (or "
-                                          f"memref.assume_alignment %buf, {needed}), so that the swizzled offsets sit "
-                                          f"on the banks the swizzle was chosen for, as TMA's swizzle modes require")]
+                                          f"memref.assume_alignment %buf, {needed}; in the builder: alignment={needed} "
+                                          f"on k.shared / k.dynamic_shared, a view's offset a multiple of {needed} "
+                                          f"bytes), so that the swizzled offsets sit on the banks the swizzle was "
+                                          f"chosen for, as TMA's swizzle modes require")]
 
 
 def check_store_race(transfer: Transfer) -> list[Violation]:
