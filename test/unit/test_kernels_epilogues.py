@@ -130,3 +130,14 @@ def test_the_fingerprint_is_of_the_source_not_of_where_it_lies(tmp_path):
         exec(compile(module.read_text(), str(module), "exec"), scope)
         made.append(scope["e"].fingerprint)
     assert made[0] == made[1]
+
+
+def test_operands_are_arranged_in_the_epilogues_order_from_tensors_and_numbers():
+    """What a user epilogue's torch operator receives (tensors and numbers apart) goes back into its order;
+    integers come back as ints; a wrong count says what it takes."""
+    mixed = Epilogue("mixed", lambda x, at: x, (Operand("gate", "matrix"), Operand("scale", "scalar"),
+                                                Operand("bias", "column"), Operand("arm", "integer")))
+    assert epilogues.arranged(mixed, ["g", "b"], [0.5, 3.0]) == ["g", 0.5, "b", 3]
+    assert isinstance(epilogues.arranged(mixed, ["g", "b"], [0.5, 3.0])[3], int)
+    with pytest.raises(ValueError, match="takes 2 tensors and 2 numbers, got 1 and 2"):
+        epilogues.arranged(mixed, ["g"], [0.5, 3.0])

@@ -314,3 +314,15 @@ def selection(bias_=None, activation: str | None = None, residual=None, placehol
         raise ValueError(f"activation is one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
     return (placeholder if bias_ is None else bias_, placeholder if residual is None else residual,
             int(bias_ is not None), CODES[activation] + len(CODES) * (residual is not None))
+
+
+def arranged(chosen: "Epilogue | Choice", tensors: list, numbers: list) -> list:
+    """The operands of `chosen` in its order, from its array operands (`tensors`, in order) and its numbers
+    (`numbers`, in order: scalars, and integers given back as ints), as a torch operator's schema carries them."""
+    is_number = [operand.kind in ("scalar", "integer") for operand in chosen.operands]
+    if (len(tensors), len(numbers)) != (is_number.count(False), is_number.count(True)):
+        raise ValueError(f"matmul: epilogue {chosen.name!r} takes {is_number.count(False)} tensors and "
+                         f"{is_number.count(True)} numbers, got {len(tensors)} and {len(numbers)}")
+    given, values = iter(tensors), iter(numbers)
+    return [(int(next(values)) if operand.kind == "integer" else next(values)) if number else next(given)
+            for operand, number in zip(chosen.operands, is_number)]

@@ -54,9 +54,11 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
     if epilogue is not None:
         if bias is not None or activation is not None or residual is not None:
             raise ValueError("matmul: give bias/activation/residual or an epilogue of your own, not both")
+        if any(not isinstance(x, (torch.Tensor, int, float)) or isinstance(x, bool) for x in operands):
+            raise ValueError(f"matmul: an epilogue's operands are tensors and numbers, got {operands!r}")
         tensors = [x for x in operands if isinstance(x, torch.Tensor)]
-        scalars = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
-        result = _custom_operator(epilogue)(a, b, b_layout, tensors, scalars)
+        numbers = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
+        result = _custom_operator(epilogue)(a, b, b_layout, tensors, numbers)
     else:
         if out is not None:
             torch.ops.mlir_tile.matmul_out(a, b, b_layout, bias, activation, residual, out)
@@ -138,26 +140,20 @@ _custom_operators: dict = {}
 
 def _custom_operator(epilogue: epilogues.Epilogue):
     """A torch operator `mlir_tile::matmul_<name>_<fingerprint>` for a user's epilogue, registered once: its
-    tensor operands and its numbers in two lists (in the epilogue's order within each)."""
+    tensor operands and its numbers (scalars and integers) in two lists, each in the epilogue's order."""
     suffix = gemm.epilogue_suffix(epilogue).replace("-", "_")
     with _lock:
         if suffix in _custom_operators:
             return _custom_operators[suffix]
 
         def run(a: torch.Tensor, b: torch.Tensor, b_layout: str, tensors: List[torch.Tensor],
-                scalars: List[float]) -> torch.Tensor:
+                numbers: List[float]) -> torch.Tensor:
             out = a.new_empty(_output_shape(a, b, b_layout))
-            kinds = [o.kind == "scalar" for o in epilogue.operands]
-            if (len(tensors), len(scalars)) != (kinds.count(False), kinds.count(True)):
-                raise ValueError(f"matmul: epilogue {epilogue.name!r} takes {kinds.count(False)} tensors and "
-                                 f"{kinds.count(True)} numbers, got {len(tensors)} and {len(scalars)}")
-            given, numbers = iter(tensors), iter(scalars)
-            ordered = [next(numbers) if o.kind == "scalar" else next(given) for o in epilogue.operands]
-            _run(a, b, b_layout, out, epilogue, ordered)
+            _run(a, b, b_layout, out, epilogue, epilogues.arranged(epilogue, tensors, numbers))
             return out
 
         operator = torch.library.custom_op(f"mlir_tile::matmul{suffix}", run, mutates_args=())
-        operator.register_fake(lambda a, b, b_layout, tensors, scalars: a.new_empty(_output_shape(a, b, b_layout)))
+        operator.register_fake(lambda a, b, b_layout, tensors, numbers: a.new_empty(_output_shape(a, b, b_layout)))
         _custom_operators[suffix] = operator
         return operator
 
