@@ -19,6 +19,7 @@ MAX_TEXT = 4096  # characters of layout text: a bound on what one op may ask the
 MAX_DEPTH = 8  # modes inside modes, in layout text
 MAX_NESTING = 64  # tuples inside tuples of a Layout built in Python (the algebra nests deeper than text does)
 MAX_ENUMERATED = 1 << 16  # coordinates a swizzled layout's cosize visits one by one
+MAX_TABULATED = 4096  # coordinates of a mode that `linear_offset` tabulates
 
 
 @dataclass(frozen=True)
@@ -268,10 +269,37 @@ class Layout:
 
     def linear_offset(self, *coord: int) -> int:
         """The memory offset before the swizzle."""
+        tables = self._mode_offsets
+        if tables is not None and len(coord) == len(tables):  # the contract's checks ask this by the thousand
+            total = 0
+            for c, table in zip(coord, tables):
+                if type(c) is not int or not 0 <= c < len(table):
+                    self._check_coordinate(coord)  # raises, saying which axis
+                total += table[c]
+            return total
         self._check_coordinate(coord)
         if self._flat_memory_strides is not None:  # the common case, without splitting coordinates
             return sum(c * s for c, s in zip(coord, self._flat_memory_strides))
         return sum(c * s for c, s in self._leaves(coord) if not isinstance(s, ThreadStride))
+
+    @functools.cached_property
+    def _mode_offsets(self) -> tuple[tuple[int, ...], ...] | None:
+        """Per mode, the memory offset of each of its coordinates (thread strides count 0): an offset is then
+        one lookup a mode. None where a mode is too large to tabulate (MAX_TABULATED coordinates)."""
+        if any(size > MAX_TABULATED for size in self.sizes):
+            return None
+        tables = []
+        for axis, size in enumerate(self.sizes):
+            table = []
+            for c in range(size):
+                offset = 0
+                for extent, stride in self._modes[axis]:
+                    if not isinstance(stride, ThreadStride):
+                        offset += c % extent * stride
+                    c //= extent
+                table.append(offset)
+            tables.append(tuple(table))
+        return tuple(tables)
 
     @functools.cached_property
     def _flat_memory_strides(self) -> tuple[int, ...] | None:

@@ -202,3 +202,17 @@ def test_a_swizzled_layouts_cosize_is_computed_once():
     assert "cosize" not in vars(layout)
     first = layout.cosize
     assert vars(layout)["cosize"] == first == 256 * 64
+
+
+@pytest.mark.parametrize("layout", [Layout(((4, 8), 3), ((3, 40), 1000)), Layout(((100, 60), 2), ((2, 300), 1))],
+                         ids=["tabulated", "a mode past MAX_TABULATED"])
+def test_offsets_are_the_sum_of_each_leafs_coordinate_times_its_stride(layout):
+    """linear_offset looks offsets up per mode where the modes are small and computes them where one is not;
+    both are the colexicographic sum, and both refuse a coordinate outside the layout saying which axis."""
+    ((inner, inner_stride), (_, outer_stride)), (columns, column_stride) = layout.mode(0), layout.mode(1)[0]
+    for row, column in [(0, 0), (5, 1), (layout.sizes[0] - 1, columns - 1)]:
+        expected = row % inner * inner_stride + row // inner * outer_stride + column * column_stride
+        assert layout.linear_offset(row, column) == expected
+    for bad in [(-1, 0), (0, columns), (1.0, 0)]:
+        with pytest.raises(ValueError, match="outside layout"):
+            layout.linear_offset(*bad)
