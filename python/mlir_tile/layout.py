@@ -196,7 +196,9 @@ class Layout:
 
     @classmethod
     def parse(cls, text: str) -> "Layout":
-        return _LayoutParser(text).parse()
+        """The layout of `text` (CuTe's notation), one object per text: a Layout is immutable, and a transfer's
+        layouts are read from its attributes by the builder, the verifier and the lowering alike."""
+        return _parsed(text) if isinstance(text, str) else _LayoutParser(text).parse()
 
     # ----- size -----
     @property
@@ -356,6 +358,11 @@ class _LayoutFactory:
 
 
 S = _LayoutFactory()
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Layout:
+    return _LayoutParser(text).parse()
 
 
 def as_layout(value: "Layout | str") -> Layout:
