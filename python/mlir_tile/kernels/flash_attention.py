@@ -253,9 +253,6 @@ class _Attention:
         return arith.addi(arith.addi(self.q0, self.group), arith.addi(arith.muli(self.warp, k.index(16 * self.m_blocks)),
                                                                       k.index(16 * mi + 8 * half)))
 
-    def slots(self, n_blocks, mi, ni):
-        return [4 * (mi * n_blocks + ni) + i for i in range(4)]
-
     def load_block(self, operand, registers, tile_bytes, block, own_warp) -> None:
         """One k16 block's fragments of a Q, K or V tile (at tile_bytes): the CTA's transfer, or (own_warp) the
         warp's own, for a warp that may skip the tile (on a view where its part starts: whole rows, whole
@@ -276,7 +273,7 @@ class _Attention:
             view = k.subview(view, t.shared_offset, words - t.shared_offset)
         transfer(t.opcode, registers, view, dst_layout=t.registers, src_layout=t.shared, scope=scope)
 
-    def products(self, tiled_mma, a_regs, b_regs, tile_index, which, accumulators, n_blocks, own_warp) -> None:
+    def products(self, tiled_mma, a_regs, b_regs, tile_index, which, accumulators, own_warp) -> None:
         """accumulators += A B, B (K, which 0, or V, 1) loaded one k16 block at a time into b_regs; so is A
         where it is Q and Q stays in shared memory. own_warp: each warp's own transfers."""
         k = self.k
@@ -286,9 +283,9 @@ class _Attention:
                 self.load_block(tiled_mma.a, a_regs, k.index(0), block, own_warp)
             self.load_block(tiled_mma.b, b_regs, self.kv_stage(tile_index, which), block, own_warp)
             for mi in range(self.m_blocks):
-                for ni in range(n_blocks):
+                for ni in range(tiled_mma.n_blocks):
                     k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
-                                   tiled_mma.b_slots(ni, 0), accumulators, self.slots(n_blocks, mi, ni), self.element)
+                                   tiled_mma.b_slots(ni, 0), accumulators, tiled_mma.accumulator_block(mi, ni), self.element)
 
     def row_reduce(self, values, combine):  # a row's max or sum: a tree of pairs (tree_reductions), else a chain
         if not self.config.tree_reductions:
@@ -300,7 +297,7 @@ class _Attention:
     def scores_of(self, tile_index, own_warp) -> None:  # S = Q K^T of one key tile
         for slot in range(4 * self.m_blocks * self.key_blocks):
             self.k.store(self.zero, self.s_acc, [slot])
-        self.products(self.scores, self.q_regs, self.k_regs, tile_index, 0, self.s_acc, self.key_blocks, own_warp)
+        self.products(self.scores, self.q_regs, self.k_regs, tile_index, 0, self.s_acc, own_warp)
 
     def softmax(self, tile_index, masked: bool):
         """S's online softmax: the row maxima and sums move on, P (S's accumulators, exp2'd and packed) is the
@@ -329,7 +326,7 @@ class _Attention:
         scores_of_row = []
         for ni in range(self.key_blocks):
             for column in range(2):
-                slot = self.slots(self.key_blocks, mi, ni)[2 * half + column]
+                slot = self.scores.accumulator_block(mi, ni)[2 * half + column]
                 key = arith.addi(key0, k.index(8 * ni + column))
                 score = k.load(self.s_acc, [slot])
                 if masked:
@@ -375,7 +372,7 @@ class _Attention:
             for mi, half, correction in corrections:
                 for ni in range(self.d_blocks):
                     for column in range(2):
-                        slot = self.slots(self.d_blocks, mi, ni)[2 * half + column]
+                        slot = self.output.accumulator_block(mi, ni)[2 * half + column]
                         k.store(arith.mulf(k.load(self.o_acc, [slot]), correction), self.o_acc, [slot])
         if self.config.lazy_rescale:
             with k.if_(k.any_lane(grown)):
@@ -386,7 +383,7 @@ class _Attention:
     def tile_work(self, tile_index, masked: bool, own_warp: bool) -> None:  # S, its softmax and O += P V
         self.scores_of(tile_index, own_warp)
         self.rescale(*self.softmax(tile_index, masked))
-        self.products(self.output, self.p_regs, self.v_regs, tile_index, 1, self.o_acc, self.d_blocks, own_warp)
+        self.products(self.output, self.p_regs, self.v_regs, tile_index, 1, self.o_acc, own_warp)
 
     def key_tile(self, tile_index, masked: bool) -> None:
         """One turn of the main loop: the next tile's copies issued (past the last tile: zero-filled, never
@@ -446,7 +443,7 @@ class _Attention:
         for mi in range(self.m_blocks):
             sums = [self._row_total(mi, half, log2_of_e_inverse) for half in range(2)]
             for ni in range(self.d_blocks):
-                accumulators = [k.load(self.o_acc, [slot]) for slot in self.slots(self.d_blocks, mi, ni)]
+                accumulators = [k.load(self.o_acc, [slot]) for slot in self.output.accumulator_block(mi, ni)]
                 for pair, slot in enumerate(output.c_slots(mi, ni)):
                     low, high = (arith.mulf(accumulators[2 * pair + i], sums[pair]) for i in range(2))
                     k.store(k.pack_f16(low, high, self.element), o_regs, [slot])
@@ -688,15 +685,16 @@ def _emulated_kv(config: Config, scores, output, k_tile, v_tile):
     k_regs = [_fragments(config, scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
     v_regs = [_fragments(config, output.b.k_block(block), v_words) for block in range(output.b.k_blocks)]
     for warp in range(config.warps):
-        yield (_b_matrix(scores, k_regs, config.keys // 8, warp, lambda kk, nn: k_tile[nn, kk], "K"),
-               _b_matrix(output, v_regs, config.head_dim // 8, warp, lambda kk, nn: v_tile[kk, nn], "V"))
+        yield (_b_matrix(scores, k_regs, warp, lambda kk, nn: k_tile[nn, kk], "K"),
+               _b_matrix(output, v_regs, warp, lambda kk, nn: v_tile[kk, nn], "V"))
 
 
-def _b_matrix(tiled_mma, registers, n_blocks: int, warp: int, source, name: str):
+def _b_matrix(tiled_mma, registers, warp: int, source, name: str):
     """The (k x n) B matrix a warp's fragments hold, block by block; `source(k, n)` the element they must."""
     from mlir_tile.fragments import fragment_element
     from mlir_tile.reference import b16_half
 
+    n_blocks = tiled_mma.n_blocks
     matrix = np.zeros((16 * len(registers), 8 * n_blocks), np.uint16)
     for block, lane in ((b, l) for b in range(len(registers)) for l in range(32)):
         for ni, register, part in ((n, r, h) for n in range(n_blocks) for r in range(2) for h in range(2)):
