@@ -180,6 +180,13 @@ class Compute:
             distance //= 2
         return value
 
+    def leads_lanes(self, lanes: int) -> ir.Value:
+        """Whether this lane is the first of its group of `lanes` consecutive lanes (an i1): the one of a group
+        that stores what `warp_reduce(..., lanes=lanes)` gave all of them."""
+        if lanes not in (1, 2, 4, 8, 16, 32):
+            raise BuilderError(f"leads_lanes: lanes a power of two up to 32, got {lanes!r}")
+        return arith.cmpi(arith.CmpIPredicate.eq, arith.remui(self.lane_id(), self.index(lanes)), self.index(0))
+
     def any_lane(self, predicate: ir.Value) -> ir.Value:
         """`vote.sync.any.pred` over the full warp: true in every lane where `predicate` (an i1) is true in
         some lane, so that a branch on it is uniform across the warp."""

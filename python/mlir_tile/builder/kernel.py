@@ -19,6 +19,7 @@ from mlir_tile.builder.common import (ELEMENT_TYPES, KERNEL_ANALYSES, SCALAR_TYP
 from mlir_tile.builder.compute import Compute
 from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
+from mlir_tile.builder.tensor import Tensors
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.dialect import load_dialect
@@ -98,7 +99,7 @@ def _building(method):
     return call
 
 
-class Kernel(Memory, Copies, Compute):
+class Kernel(Memory, Copies, Compute, Tensors):
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
     Arguments are types, their text, or `Global(element, alignment)` arrays; static memrefs and Globals are
@@ -228,6 +229,12 @@ class Kernel(Memory, Copies, Compute):
         _dimension(dimension, "block_size")
         return self.index(self.block["xyz".index(dimension)])
 
+    def global_thread_id(self) -> ir.Value:
+        """The thread's index in a one-dimensional grid of one-dimensional blocks (block_id * block + thread_id)."""
+        if self.block[1:] != (1, 1):
+            raise BuilderError(f"global_thread_id: the block {self.block} is not one-dimensional")
+        return arith.addi(arith.muli(self.block_id(), self.index(self.block[0])), self.thread_id())
+
     def warp_id(self) -> ir.Value:
         """The warp's index in a one-dimensional block (thread_id x / 32)."""
         if self.block[1:] != (1, 1):
@@ -345,7 +352,7 @@ class Kernel(Memory, Copies, Compute):
 def _check_every_public_call(kernel: type) -> None:
     """Every public method of the kernel and its mixins, wrapped by `_building`: one place checks them all,
     a method added later included."""
-    for part in (Memory, Copies, Compute, kernel):
+    for part in (Memory, Copies, Compute, Tensors, kernel):
         for name, method in list(vars(part).items()):
             if not name.startswith("_") and callable(method) and not isinstance(method, type):
                 setattr(kernel, name, _building(method))

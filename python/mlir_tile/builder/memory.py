@@ -64,11 +64,12 @@ class Memory:
         return memref.assume_alignment(buffer, alignment)
 
     def view(self, buffer: ir.Value, shape: Sequence[int], element: str = "i32",
-             byte_offset: int | ir.Value = 0) -> ir.Value:
+             byte_offset: int | ir.Value = 0, element_offset: ir.Value | None = None) -> ir.Value:
         """`memref.view` of a byte buffer (shared_bytes, dynamic_shared) as `shape` elements of `element`,
-        starting `byte_offset` bytes in (an int, or an index value such as a pipeline stage's offset): a view
-        of the same bytes, not a conversion. The alignment proof follows it (a byte offset proven a multiple
-        of 16 keeps 16-byte rows aligned; of a swizzle's period, keeps the swizzle's place)."""
+        starting `byte_offset` bytes in (an int, or an index value such as a pipeline stage's offset) and
+        `element_offset` elements further (an index value: a warp's part of a tile): a view of the same bytes,
+        not a conversion. The alignment proof follows it (a byte offset proven a multiple of 16 keeps 16-byte
+        rows aligned; of a swizzle's period, keeps the swizzle's place)."""
         source = ir.MemRefType(memref_value(buffer, "view").type)
         if (not isinstance(source.element_type, ir.IntegerType) or source.element_type.width != 8 or source.rank != 1
                 or source.get_strides_and_offset() != ([1], 0)):
@@ -80,6 +81,8 @@ class Memory:
         kind = memref_type(shape, element, str(source.memory_space) if source.memory_space else None)
         offset = self.as_index(byte_offset)
         width = _element_bytes(kind)
+        if element_offset is not None:
+            offset = arith.addi(offset, arith.muli(self.as_index(element_offset), self.index(width)))
         if value_multiple(offset) % width:
             raise BuilderError(f"view: byte_offset {byte_offset if is_int(byte_offset) else '(a value)'} is not a "
                                f"proven multiple of the {width}-byte {kind.element_type} elements")
@@ -134,6 +137,16 @@ class Memory:
                 return thread_part
             return (arith.addi if _above(moved, largest) else arith.xori)(thread_part, self.index(moved))
         return swizzled(dynamic if constant == 0 else arith.addi(dynamic, self.index(constant)), swizzle, self.index)
+
+    def offset_parts(self, layout: Layout | str, coordinates: Sequence) -> tuple[ir.Value | None, int]:
+        """`offset`'s two parts for a layout without a swizzle: the coordinates' thread-dependent part (index
+        arithmetic, None where there is none) and the constant, so that a caller adding a base of its own adds
+        it before the constant (accesses differing only in the constant then share base + the thread part)."""
+        layout, dynamic, constant, _ = self._split_offset(layout, coordinates)
+        if layout.swizzle is not None:
+            raise BuilderError(f"offset_parts: {layout} is swizzled, so its offset does not split into a sum; use "
+                               f"offset")
+        return dynamic, constant
 
     def _split_offset(self, layout, coordinates, emit: bool = True) -> tuple[Layout, ir.Value | None, int, int]:
         """(layout, thread-dependent part as index arithmetic or None, constant part, the thread-dependent

@@ -170,14 +170,10 @@ class Site:
         from mlir.dialects import arith
 
         k = self.k
-        row, column = (k.minimum(index, arith.subi(extent, k.index(1)))
-                       for index, extent in ((self.row, self.m), (self.column, self.n)))
-        index = {"column": column, "row": row, "matrix": None}[operand.kind]
-        if index is None:
-            index = arith.addi(arith.muli(row, self.n), column)
-        if where is not None:
-            index = arith.select(where, index, k.index(0))
-        value = arith.extf(ir.F32Type.get(), k.load(argument, [index]))
+        row, column = k.identity_tensor((self.m, self.n)).clamped((self.row, self.column))  # clamped into C
+        tensor, at = {"column": ((self.n,), (column,)), "row": ((self.m,), (row,)),
+                      "matrix": ((self.m, self.n), (row, column))}[operand.kind]
+        value = arith.extf(ir.F32Type.get(), k.tensor(argument, tensor).load(at, where=where))
         return F32(k, value if where is None else arith.select(where, value, k.constant(0.0, "f32")))
 
 

@@ -127,15 +127,16 @@ def build_module(config: Config = Config(), context=None):
 
 
 class _Attention:
-    """The attention kernel `build_module` builds into `k`: the CTA's query tile and head, the ids and
-    constants (made here, in the order the kernel's IR has them); `build` emits the prologue (Q's and the
-    first K/V tile's copies, the register storage), the main loop over key tiles and the epilogue."""
+    """The attention kernel `build_module` builds into `k`: Q, K, V, O and the log-sum-exp as one head's
+    tensors, the CTA's query tile and key tiles, the stages and constants (made here, in the order the kernel's
+    IR has them); `build` emits the prologue (Q's and the first K/V tile's copies, the register storage), the
+    main loop over key tiles and the epilogue. Every address, row and key comes from the tensors and the
+    tiled mmas' accumulator layouts."""
 
     def __init__(self, k, config: Config):
-        from mlir import ir
-        from mlir.dialects import arith
-
         from mlir_tile import contract
+        from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing
+        from mlir_tile.builder.tensor import local_tile
         from mlir_tile.fragments import c_as_a_operand
         from mlir_tile.layout import unpack_b32
 
@@ -145,21 +146,30 @@ class _Attention:
         self.d, self.rows, self.element = config.head_dim, config.rows, config.element
         self.q_halves, self.kv_halves = unpack_b32(scores.a.tile), unpack_b32(scores.b.tile)
         self.m_blocks, self.key_blocks, self.d_blocks = scores.m_blocks, config.keys // 8, config.head_dim // 8
-        self.q_bytes, self.kv_bytes = config.tile_bytes
-        self.q, self.keys, self.values, self.o, self.lse, self.seq = k.arguments
-        query_tiles = arith.divui(arith.addi(self.seq, k.index(self.rows - 1)), k.index(self.rows))
-        head = arith.divui(k.block_id(), query_tiles)
-        query_tile = arith.remui(k.block_id(), query_tiles)
-        if config.causal:  # the longest rows (the last query tiles) first, so that the short ones fill the tail
-            query_tile = arith.subi(arith.subi(query_tiles, k.index(1)), query_tile)
-        self.q0 = arith.muli(query_tile, k.index(self.rows))
-        self.head_start = arith.muli(head, self.seq)  # the head's first row
+        q, keys, values, o, lse, self.seq = k.arguments
+        order = QueryTiles(k, self.seq, self.rows, reverse=config.causal)
+        head, query_tile = order.of_block(k.block_id())
+        q_tile, kv_tile = (self.rows, self.d), (config.keys, self.d)
+        self.g_q, self.g_o, self.g_k, self.g_v = (  # the head's rows of Q and O at the query tile, K and V by key tile
+            local_tile(k.tensor(memory, (order.heads, self.seq, self.d))[head, None, None], tile, at)
+            for memory, tile, at in ((q, q_tile, (query_tile, 0)), (o, q_tile, (query_tile, 0)),
+                                     (keys, kv_tile, (None, 0)), (values, kv_tile, (None, 0))))
+        self.m_lse = k.tensor(lse, (order.heads, self.seq))[head, None]
+        self.c_q = local_tile(k.identity_tensor((self.seq, self.d)), q_tile, (query_tile, 0))
+        self.c_kv = local_tile(k.identity_tensor((self.seq, self.d)), kv_tile, (None, 0))
+        # (query, key) of S by key tile
+        self.c_scores = local_tile(k.identity_tensor((self.seq, self.seq)), (self.rows, config.keys), (query_tile, None))
+        self.q0 = self.c_q[0, 0][0]
+        self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, self.rows, config.causal)
         self.shared = k.dynamic_shared(alignment=max(contract.aligned_for(t) for t in (scores.a.tile, scores.b.tile)))
-        f32 = ir.F32Type.get()
-        lane, self.warp = k.lane_id(), k.warp_id()
-        self.group, self.quad = arith.divui(lane, k.index(4)), arith.muli(arith.remui(lane, k.index(4)), k.index(2))
-        self.negative_infinity = arith.constant(f32, float("-inf"))
-        self.scale_value = arith.constant(f32, LOG2E / math.sqrt(self.d))
+        q_bytes, kv_bytes = config.tile_bytes
+        # K's two stages after Q's tile, then V's
+        self.rings = [StageRing(k, self.shared, 2, [(self.element, kv_bytes // HALF)], start=q_bytes + which * 2 * kv_bytes)
+                      for which in range(2)]
+        self.ring = self.rings[0]  # (the stage and phase of a key tile, which V's ring shares)
+        self.warp = k.warp_id()
+        self.negative_infinity = k.constant(float("-inf"), "f32")
+        self.scale_value = k.constant(LOG2E / math.sqrt(self.d), "f32")
         self.zero = k.constant(0.0, "f32")
         # P's A register r holds the packed accumulators (low, low + 1) of n-block n_offset
         self.p_register = {(n_offset, low): register for register, (n_offset, low, _) in enumerate(c_as_a_operand())}
@@ -172,59 +182,27 @@ class _Attention:
         self.epilogue()
 
     # ----- copies and stages -----
-    def copy_rows(self, tile_view, layout, source, first, count, valid):
-        from mlir.dialects import arith
-
-        k, d = self.k, self.d
-        return k.copy_tile_async(tile_view, layout, source, arith.muli(arith.addi(self.head_start, first), k.index(d)),
-                                 d, rows=count, cols=d, valid_rows=arith.subi(valid, first))
-
-    def stage_of(self, tile_index):  # K/V tile u lives in stage u % 2, as its (u // 2)-th occupant (phase_of)
-        from mlir.dialects import arith
-
-        return arith.remui(tile_index, self.k.index(2))
-
-    def phase_of(self, tile_index):
-        from mlir.dialects import arith
-
-        return arith.divui(tile_index, self.k.index(2))
-
-    def kv_stage(self, tile_index, which):  # bytes of K (which 0) or V (1) of the tile's stage
-        from mlir.dialects import arith
-
-        k = self.k
-        first = k.index(self.q_bytes + which * 2 * self.kv_bytes)
-        return arith.addi(first, arith.muli(self.stage_of(tile_index), k.index(self.kv_bytes)))
-
     def load(self, tile_index, which):  # the copies of K (which 0) or V (1) of a key tile into its stage
-        from mlir.dialects import arith
-
-        k, keys = self.k, self.config.keys
-        first = arith.muli(tile_index, k.index(keys))
-        view = k.view(self.shared, (keys * self.d,), self.element, self.kv_stage(tile_index, which))
-        return self.copy_rows(view, self.kv_halves, (self.keys, self.values)[which], first, keys, self.seq)
+        (view,) = self.rings[which].views(self.ring.stage(tile_index))
+        valid = self.c_kv[None, None, tile_index].residue([0])
+        return self.k.copy((self.g_k, self.g_v)[which][None, None, tile_index], self.k.tensor(view, self.kv_halves),
+                           valid=valid)
 
     def start(self) -> None:
         """Q's and the first K/V tile's copies (and the stages' mbarriers), the register storage, O and the row
         statistics cleared, Q's fragments where they stay in registers."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder import transfer
 
         k, config, scores, output, m_blocks = self.k, self.config, self.scores, self.output, self.m_blocks
         if config.stage_barriers:  # per stage: its copies landed (full), and every warp has read it (empty)
             self.full, self.empty = k.mbarriers("full", 2, config.threads), k.mbarriers("empty", 2, config.warps)
-        q_tokens = self.copy_rows(k.view(self.shared, (self.rows * self.d,), self.element), self.q_halves, self.q,
-                                  self.q0, self.rows, self.seq)
-        self.first_group = k.commit_group(q_tokens + self.load(k.index(0), 0) + self.load(k.index(0), 1))
+        q_tile = k.tensor(k.view(self.shared, (self.rows * self.d,), self.element), self.q_halves)
+        q_tokens = k.copy(self.g_q, q_tile, valid=self.c_q.residue([0]))
+        self.first_group = k.commit_group(q_tokens + self.load(0, 0) + self.load(0, 1))
         if config.stage_barriers:  # tile 0 is full phase 0 of stage 0; both stages start empty (phase 0)
             k.arrive_on_copies(self.full, 0)
             k.arrive(self.empty, 0, per_warp=True)
             k.arrive(self.empty, 1, per_warp=True)
-        self.kv_tiles = arith.divui(arith.addi(self.seq, k.index(config.keys - 1)), k.index(config.keys))
-        if config.causal:  # keys up to the CTA's last query row
-            self.kv_tiles = k.minimum(self.kv_tiles, arith.divui(arith.addi(self.q0, k.index(self.rows + config.keys - 1)),
-                                                                 k.index(config.keys)))
         self.q_regs = k.registers(scores.a.whole.slots if config.q_in_registers
                                   else scores.a.whole.slots // scores.a.k_blocks)
         self.k_regs = k.registers(scores.b.whole.slots // scores.b.k_blocks)
@@ -246,29 +224,20 @@ class _Attention:
                      dst_layout=t.registers, src_layout=t.shared, scope="cta")
 
     # ----- one key tile -----
-    def query_row(self, mi, half):  # this thread's query row of m16 block `mi`: row g, or g + 8
-        from mlir.dialects import arith
-
-        k = self.k
-        return arith.addi(arith.addi(self.q0, self.group), arith.addi(arith.muli(self.warp, k.index(16 * self.m_blocks)),
-                                                                      k.index(16 * mi + 8 * half)))
-
     def load_block(self, operand, registers, tile_bytes, block, own_warp) -> None:
         """One k16 block's fragments of a Q, K or V tile (at tile_bytes): the CTA's transfer, or (own_warp) the
         warp's own, for a warp that may skip the tile (on a view where its part starts: whole rows, whole
         swizzle periods, so the swizzle keeps its place; K's and V's start where the tile does)."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder import transfer
 
         k = self.k
-        t, scope, words = operand.k_block(block), "cta", operand.tile.cosize
+        t, scope, words, start = operand.k_block(block), "cta", operand.tile.cosize, None
         if own_warp:
             t, starts = t.one_warp()
             scope, words = "warp", words - max(starts.offset(w) for w in range(starts.size))
             if words < operand.tile.cosize:
-                tile_bytes = arith.addi(tile_bytes, arith.muli(k.offset(starts, [self.warp]), k.index(4)))
-        view = k.view(self.shared, (words,), "i32", tile_bytes)
+                start = k.offset(starts, [self.warp])
+        view = k.view(self.shared, (words,), "i32", tile_bytes, element_offset=start)
         if t.shared_offset:
             view = k.subview(view, t.shared_offset, words - t.shared_offset)
         transfer(t.opcode, registers, view, dst_layout=t.registers, src_layout=t.shared, scope=scope)
@@ -281,7 +250,7 @@ class _Attention:
         for block in range(tiled_mma.b.k_blocks):
             if a_from_shared:
                 self.load_block(tiled_mma.a, a_regs, k.index(0), block, own_warp)
-            self.load_block(tiled_mma.b, b_regs, self.kv_stage(tile_index, which), block, own_warp)
+            self.load_block(tiled_mma.b, b_regs, self.rings[which].offset(self.ring.stage(tile_index)), block, own_warp)
             for mi in range(self.m_blocks):
                 for ni in range(tiled_mma.n_blocks):
                     k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
@@ -305,33 +274,33 @@ class _Attention:
         the causal diagonal's), so each is compared. Returns what `rescale` applies to O."""
         from mlir.dialects import arith
 
-        k = self.k
-        key0 = arith.addi(arith.muli(tile_index, k.index(self.config.keys)), self.quad)
+        # (query, key) of each of S's accumulators: the tile's coordinates as the scores' mma partitions them
+        place = self.c_scores[None, None, tile_index].partition(self.scores.accumulator_coordinates())
         corrections, grown = [], None
         rows_of_thread = [(mi, half) for mi in range(self.m_blocks) for half in range(2)]  # rows g, g + 8 of each m16
         if self.config.maxima_first:
-            maxima = [self._row_maximum(key0, masked, *row) for row in rows_of_thread]
+            maxima = [self._row_maximum(place, masked, *row) for row in rows_of_thread]
         for number, row in enumerate(rows_of_thread):
-            maximum = maxima[number] if self.config.maxima_first else self._row_maximum(key0, masked, *row)
+            maximum = maxima[number] if self.config.maxima_first else self._row_maximum(place, masked, *row)
             larger = self._probabilities(*row, *maximum, corrections)
             grown = larger if grown is None else arith.ori(grown, larger)
         return corrections, grown
 
-    def _row_maximum(self, key0, masked, mi, half):
-        """The row's scores (masked) and its old and new max."""
+    def _row_maximum(self, place, masked, mi, half):
+        """The row's scores (masked: keys past the sequence and, causal, above the diagonal at -inf) and its
+        old and new max."""
         from mlir.dialects import arith
 
         k, config = self.k, self.config
-        query = self.query_row(mi, half)
         scores_of_row = []
         for ni in range(self.key_blocks):
             for column in range(2):
                 slot = self.scores.accumulator_block(mi, ni)[2 * half + column]
-                key = arith.addi(key0, k.index(8 * ni + column))
                 score = k.load(self.s_acc, [slot])
                 if masked:
-                    valid = k.compare("ult", key, self.seq)
+                    valid = place.inside((k.thread_id(), slot), dimensions=[1])
                     if config.causal:
+                        query, key = place[k.thread_id(), slot]
                         valid = arith.andi(valid, k.compare("ule", key, query))
                     score = arith.select(valid, score, self.negative_infinity)
                 scores_of_row.append(score)
@@ -391,39 +360,31 @@ class _Attention:
         visible and every warp is done with the stage the next turn's copies overwrite. With stage barriers:
         the wait for the stage's `empty` phase before the copies, for the tile's `full` phase after them, and
         this warp's arrival on its stage's `empty` at the end."""
-        from mlir.dialects import arith
-
-        k, config = self.k, self.config
-        following = arith.addi(tile_index, k.index(1))
+        k, config, ring = self.k, self.config, self.ring
+        following = ring.later(tile_index, 1)
         if config.stage_barriers:  # tile u fills stage u % 2 once its phase u // 2 of `empty` is complete
-            k.wait_phase(self.empty, self.stage_of(following), self.phase_of(following))
+            k.wait_phase(self.empty, ring.stage(following), ring.phase(following))
         k.commit_group(self.load(following, 0) + self.load(following, 1))
         if config.stage_barriers:
-            k.arrive_on_copies(self.full, self.stage_of(following))
-            k.wait_phase(self.full, self.stage_of(tile_index), self.phase_of(tile_index))
+            k.arrive_on_copies(self.full, ring.stage(following))
+            k.wait_phase(self.full, ring.stage(tile_index), ring.phase(tile_index))
         if masked and self.warps_may_skip:  # a tile wholly above the diagonal for the warp's rows changes nothing
-            rows_end = arith.addi(self.q0, arith.muli(arith.addi(self.warp, k.index(1)), k.index(16 * self.m_blocks)))
-            with k.if_(k.compare("ult", arith.muli(tile_index, k.index(config.keys)), rows_end)):
+            with k.if_(self.key_tiles.reaches(tile_index, self.warp, 16 * self.m_blocks)):
                 self.tile_work(tile_index, masked, own_warp=True)
         else:
             self.tile_work(tile_index, masked, own_warp=False)
         if config.stage_barriers:
-            k.arrive(self.empty, self.stage_of(tile_index), per_warp=True)
+            k.arrive(self.empty, ring.stage(tile_index), per_warp=True)
         else:
             k.wait_groups(self.first_group, 0)
             k.barrier()
 
     def main_loop(self) -> None:
         """Tiles whose every key is valid for every row of the CTA go without the mask; the rest with it."""
-        from mlir.dialects import arith
-
         k, config = self.k, self.config
-        full_tiles = arith.divui(self.seq, k.index(config.keys))
-        if config.causal:
-            full_tiles = k.minimum(full_tiles, arith.divui(self.q0, k.index(config.keys)))
-        with k.loop(0, full_tiles) as tile_index:
+        with k.loop(0, self.key_tiles.unmasked) as tile_index:
             self.key_tile(tile_index, masked=False)
-        with k.loop(full_tiles, self.kv_tiles) as tile_index:
+        with k.loop(self.key_tiles.unmasked, self.key_tiles.count) as tile_index:
             self.key_tile(tile_index, masked=True)
         if config.stage_barriers:  # the last tile's copies (never read) landed; every warp is done with Q's tile
             k.wait_groups(self.first_group, 0)
@@ -432,7 +393,7 @@ class _Attention:
     # ----- the epilogue -----
     def epilogue(self) -> None:
         """O divided by the row sums, packed, through the Q tile by stmatrix and out in 16-byte rows; each
-        row's log-sum-exp (natural log) by the row's first quad lane."""
+        row's log-sum-exp (natural log)."""
         from mlir.dialects import arith
 
         from mlir_tile.builder import transfer
@@ -440,8 +401,9 @@ class _Attention:
         k, output, d = self.k, self.output, self.d
         o_regs = k.registers(output.c.whole.slots)
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
+        place = self.c_q.partition(output.accumulator_coordinates())  # (row, column) of each of O's accumulators
         for mi in range(self.m_blocks):
-            sums = [self._row_total(mi, half, log2_of_e_inverse) for half in range(2)]
+            sums = [self._row_total(place, mi, half, log2_of_e_inverse) for half in range(2)]
             for ni in range(self.d_blocks):
                 accumulators = [k.load(self.o_acc, [slot]) for slot in self.output.accumulator_block(mi, ni)]
                 for pair, slot in enumerate(output.c_slots(mi, ni)):
@@ -453,14 +415,12 @@ class _Attention:
         k.barrier()
         tile = k.view(self.shared, (self.rows * d,), self.element)
         chunks = k.tile_chunks(tile, self.q_halves, self.rows, d)  # 16-byte chunks of the O tile
-        row, col = chunks.row, chunks.col
         for (view, index), before in zip(k.chunk_addresses(tile, chunks), chunks.rows_before):
-            query = arith.addi(arith.addi(self.q0, row), k.index(before))
-            with k.if_(k.compare("ult", query, self.seq)):
-                k.store_vector(k.load_vector(view, [index], 8), self.o,
-                               [arith.addi(arith.muli(arith.addi(self.head_start, query), k.index(d)), col)])
+            at = ((chunks.row, before), chunks.col)
+            with k.if_(self.c_q.inside(at, dimensions=[0])):
+                k.store_vector(k.load_vector(view, [index], 8), self.g_o.memory, [self.g_o.offset(at)])
 
-    def _row_total(self, mi, half, log2_of_e_inverse):
+    def _row_total(self, place, mi, half, log2_of_e_inverse):
         """1 / the row's sum (over its quad), its log-sum-exp stored on the way."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
@@ -468,10 +428,10 @@ class _Attention:
         k, state = self.k, 2 * mi + half
         total = k.warp_reduce(k.load(self.row_sum, [state]), "add", lanes=4)
         inverse = k.divide(k.constant(1.0, "f32"), total)
-        row = self.query_row(mi, half)
+        first = (k.thread_id(), self.output.accumulator_block(mi, 0)[2 * half])
         log_sum = arith.mulf(arith.addf(k.load(self.row_max, [state]), math_dialect.log2(total)), log2_of_e_inverse)
-        with k.if_(arith.andi(k.compare("eq", self.quad, 0), k.compare("ult", row, self.seq))):
-            k.store(log_sum, self.lse, [arith.addi(self.head_start, row)])
+        with k.if_(arith.andi(k.leads_lanes(4), place.inside(first, dimensions=[0]))):  # the row's quad: one store
+            self.m_lse[place[first][0]] = log_sum
         return inverse
 
 

@@ -165,53 +165,44 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
 
 
 class _Gemm:
-    """The GEMM kernel `build_module` builds into `k`: its sizes and block order, the shared stages and the
-    register storage (made here, in the order the kernel's IR has them), then `build` emits the main loop
-    (`element_copies`, `pipelined`, `unpipelined` or `persistent`) and the epilogue."""
+    """The GEMM kernel `build_module` builds into `k`: A, B and C as tensors, the tile order and the shared
+    stages and register storage (made here, in the order the kernel's IR has them); `build` emits the main
+    loop (`element_copies`, `pipelined`, `unpipelined` or `persistent`) and the epilogue. Every address and
+    predicate comes from the tensors (`mlir_tile.builder.tensor`) and the schedule (`builder.schedule`)."""
 
     def __init__(self, k, element: str, config: Config, chip: str, epilogue):
-        from mlir.dialects import arith
-
         from mlir_tile import contract
+        from mlir_tile.builder.schedule import SplitK, StageRing, TileOrder
+        from mlir_tile.builder.tensor import in_units
         from mlir_tile.layout import unpack_b32
 
         self.k, self.element, self.config, self.chip, self.epilogue = k, element, config, chip, epilogue
         self.tiled = tiled = tiled_mma(config)
         self.a_halves, self.b_halves, self.c_halves = (unpack_b32(o.tile) for o in (tiled.a, tiled.b, tiled.c))
-        self.a, self.b, self.c, self.m, self.n_units, depth = k.arguments[:6]
+        a, b, c, self.m, n_units, k_units = k.arguments[:6]
         self.splits, self.extras = (k.arguments[6:], []) if config.split_k else ([], k.arguments[6:])
-        self.n, self.depth = self.n_units, depth
-        if config.unit > 1:  # the parameters are N / unit and K / unit: every row starts on `align` bytes, provably
-            self.n, self.depth = arith.muli(self.n_units, k.index(config.unit)), arith.muli(depth, k.index(config.unit))
-        # the block order: `group` rows of tiles at a time, down each column of the group, then right
-        self.tiles_m = arith.divui(arith.addi(self.m, k.index(config.bm - 1)), k.index(config.bm))
-        tiles_n = arith.divui(arith.addi(self.n, k.index(config.bn - 1)), k.index(config.bn))
-        self.tiles, self.per_group = arith.muli(self.tiles_m, tiles_n), arith.muli(tiles_n, k.index(config.group))
-        self.block = k.block_id()
-        if config.split_k:  # block b: the C tile b mod tiles, the split b / tiles
-            self.split, self.block = arith.divui(self.block, self.tiles), arith.remui(self.block, self.tiles)
-        self._k_range()
+        # N and K come as counts of `unit`s: every row then starts on `align` bytes, provably
+        self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.unit)
+        self.order = TileOrder(k, (self.m, self.n), (config.bm, config.bn), config.group)
+        self.block, self.k_columns = k.block_id(), (0, self.depth)  # the CTA's C tile, its columns of A
+        self.mA = k.tensor(a, (self.m, self.depth))
+        self.mB = k.tensor(b, (self.depth, self.n) if config.b_major == "kn" else (self.n, self.depth))
+        self.mC = k.tensor(c, (self.m, self.n))
+        if config.split_k:  # the split's fp32 partial product goes to its M x N slice of the workspace
+            split_k = SplitK(k, self.order.count, self.depth, config.bk, self.splits[0])
+            split, self.block = split_k.of_block(self.block)
+            self.k_columns = split_k.columns(split)
+            self.mC = k.tensor(c, (self.splits[0], self.m, self.n))[split, None, None]
+        self.cC = k.identity_tensor((self.m, self.n))
         # the buffer starts on the longest swizzle period, so that every stage's swizzle keeps its banks
         self.shared = k.dynamic_shared(alignment=max(contract.aligned_for(o.tile) for o in (tiled.a, tiled.b, tiled.c)))
+        self.ring = StageRing(k, self.shared, config.stages, [(element, config.bm * config.bk),
+                                                              (element, config.bk * config.bn)])
         self.accumulators = k.registers(tiled.accumulator_slots, "f32")
         self.zero = k.constant(0.0, "f32")
         self.clear_accumulators()
         self.c_regs = k.registers(tiled.c.whole.slots)
         self.parts = config.warps[0] if config.persistent else 1
-
-    def _k_range(self) -> None:
-        """k_tiles, and the CTA's columns of A: from k_start (0: None), k_extent of them (a split's share)."""
-        from mlir.dialects import arith
-
-        k, bk = self.k, self.config.bk
-        self.k_tiles = arith.divui(arith.addi(self.depth, k.index(bk - 1)), k.index(bk))
-        self.k_start, self.k_extent = None, self.depth
-        if self.config.split_k:  # split s walks k-tiles s * per_split onwards, per_split of them or what is left
-            per_split = arith.divui(arith.addi(self.k_tiles, arith.subi(self.splits[0], k.index(1))), self.splits[0])
-            self.k_start = arith.muli(arith.muli(self.split, per_split), k.index(bk))
-            self.k_extent = arith.maxsi(arith.minsi(arith.subi(self.depth, self.k_start),
-                                                    arith.muli(per_split, k.index(bk))), k.index(0))
-            self.k_tiles = arith.divui(arith.addi(self.k_extent, k.index(bk - 1)), k.index(bk))
 
     def build(self) -> None:
         from mlir.dialects import arith, llvm
@@ -223,10 +214,11 @@ class _Gemm:
             with k.if_(arith.ori(arith.ori(k.compare("ult", self.m, config.bm), k.compare("ult", self.n, config.bn)),
                                  k.compare("ult", self.depth, (config.stages - 1) * config.bk))):
                 llvm.intr_trap()
-            with k.if_(k.compare("ult", self.block, self.tiles)):  # a grid past the tiles: the rest idle
+            with k.if_(k.compare("ult", self.block, self.order.count)):  # a grid past the tiles: the rest idle
                 self.persistent()
             return
-        self.row0, self.col0 = self.tile_origin(self.block)
+        self.origin = self.order.origin(self.block)
+        self.operands = self.operand_tiles(self.origin)
         if config.align == HALF:
             group = self.element_copies()
         else:
@@ -236,95 +228,65 @@ class _Gemm:
         self.epilogue_out()
 
     def epilogue_out(self) -> None:
-        """C out: a split's fp32 partial at [split, row, column] of the workspace, sm_80's pair stores, or
-        sm_90's stmatrix through shared memory."""
-        from mlir.dialects import arith
-
-        k, sizes, origin = self.k, (self.m, self.n), (self.row0, self.col0)
+        """C out: a split's fp32 partial into its slice of the workspace, sm_80's pair stores, or sm_90's
+        stmatrix through shared memory."""
+        k, origin = self.k, self.origin
         if self.config.split_k:
-            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.c, sizes, origin, "f32",
-                                workspace_at=arith.muli(arith.muli(self.split, self.m), self.n))
+            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.mC, self.cC, origin, "f32")
             return
         k.barrier()
         if int(self.chip.removeprefix("sm_").rstrip("a")) < 90:
-            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.c, sizes, origin, self.element,
+            _store_accumulators(k, self.config, self.tiled, self.accumulators, self.mC, self.cC, origin, self.element,
                                 self.epilogue, self.extras)
             return
-        self.store_c(self.row0, self.col0, self.row0, self.col0, 0)
+        self.store_c(origin, origin, 0)
 
     # ----- the pieces of the main loops -----
-    def tile_origin(self, tile):
-        """(row0, col0) of C tile `tile` in the block order."""
-        from mlir.dialects import arith
+    def operand_tiles(self, origin) -> list:
+        """(tiles, coordinates, K's mode) of A and B for the C tile at element `origin`: the tile's rows of A and
+        columns of B by k-tile from the CTA's first column of K on (tile x k-tiles), their coordinates for
+        the predicates, and which of the tile's two modes runs along K."""
+        from mlir_tile.builder.tensor import local_tile
 
         k, config = self.k, self.config
-        first_m = arith.muli(arith.divui(tile, self.per_group), k.index(config.group))
-        group_rows = k.minimum(arith.subi(self.tiles_m, first_m), config.group)
-        within = arith.remui(tile, self.per_group)
-        return (arith.muli(arith.addi(first_m, arith.remui(within, group_rows)), k.index(config.bm)),
-                arith.muli(arith.divui(within, group_rows), k.index(config.bn)))
+        (row0, col0), (k_start, k_end) = origin, self.k_columns
+        along_k = ((self.mA, (row0, k_start), (config.bm, config.bk), (self.m, k_end), 1),)
+        if config.b_major == "kn":
+            along_k += ((self.mB, (k_start, col0), (config.bk, config.bn), (k_end, self.n), 0),)
+        else:
+            along_k += ((self.mB, (col0, k_start), (config.bn, config.bk), (self.n, k_end), 1),)
+        tiles = []
+        for tensor, start, tiler, extents, k_mode in along_k:
+            by_k = (0, None) if k_mode == 1 else (None, 0)
+            tiles.append((local_tile(tensor.domain_offset(start), tiler, by_k),
+                          local_tile(k.identity_tensor(extents).domain_offset(start), tiler, by_k), k_mode))
+        return tiles
 
     def clear_accumulators(self) -> None:
         for slot in range(self.tiled.accumulator_slots):
             self.k.store(self.zero, self.accumulators, [slot])
 
-    def stage_offset(self, k_tile):
-        from mlir.dialects import arith
+    def load(self, operands, k_tile, stage, inside_mn=False, inside_k=False, asynchronous=True):
+        """The copies of k-tile `k_tile` of `operands` (`operand_tiles`) into `stage`, zero past the matrix
+        (and its group, asynchronous); `inside_mn`, `inside_k`: the tiles' rows and columns of M or N, of K
+        are known to lie inside the matrix, so the copies take no predicate for them."""
+        k, tokens = self.k, []
+        for (tiles, coordinates, k_mode), view, layout in zip(operands, self.ring.views(stage),
+                                                              (self.a_halves, self.b_halves)):
+            known = [inside_mn, inside_mn]
+            known[k_mode] = inside_k
+            valid = coordinates[None, None, k_tile].residue([d for d in range(2) if not known[d]])
+            tokens += k.copy(tiles[None, None, k_tile], k.tensor(view, layout), valid=valid,
+                             chunk_bytes=self.config.align, asynchronous=asynchronous)
+        return k.commit_group(tokens) if asynchronous else None
 
-        k = self.k
-        return arith.muli(arith.remui(k_tile, k.index(self.config.stages)), k.index(self.config.stage_bytes))
-
-    def k_tile_copies(self, row0, col0, column, k_left, at):
-        """(tile view, layout, source, origin, row stride, rows, cols, valid rows, cols) of the A and B tiles at
-        `column` (k_left columns of K from it) into stage `at`."""
-        from mlir.dialects import arith
-
-        k, config, element = self.k, self.config, self.element
-        bm, bn, bk, depth, n = config.bm, config.bn, config.bk, self.depth, self.n
-        a_tile = k.view(self.shared, (bm * bk,), element, at)
-        b_tile = k.view(self.shared, (bk * bn,), element, arith.addi(at, k.index(bm * bk * HALF)))
-        a_copy = (a_tile, self.a_halves, self.a, arith.addi(arith.muli(row0, depth), column), depth, bm, bk,
-                  arith.subi(self.m, row0), k_left)
-        if config.b_major == "kn":
-            b_copy = (b_tile, self.b_halves, self.b, arith.addi(arith.muli(column, n), col0), n, bk, bn, k_left,
-                      arith.subi(n, col0))
-        else:
-            b_copy = (b_tile, self.b_halves, self.b, arith.addi(arith.muli(col0, depth), column), depth, bn, bk,
-                      arith.subi(n, col0), k_left)
-        return a_copy, b_copy
-
-    def load(self, copies, rows_inside=False, columns_inside=False):
-        """The copies (zero past the matrix) and their group; `rows_inside`, `columns_inside`: the tiles' rows,
-        columns are known to lie inside the matrix, so the copies take no predicate for them."""
-        tokens = []
-        for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in copies:
-            tokens += self.k.copy_tile_async(tile, layout, source, origin, stride, rows=rows, cols=cols,
-                                             valid_rows=None if rows_inside else valid_rows,
-                                             valid_cols=None if columns_inside else valid_cols,
-                                             chunk_bytes=self.config.align)
-        return self.k.commit_group(tokens)
-
-    def load_k_tile(self, k_tile, inside=False):
-        """The copies of k-tile `k_tile` into its stage, zero past the matrix; `inside`: the k-tile is known to
-        lie inside A and B, so the copies go unpredicated."""
-        from mlir.dialects import arith
-
-        k0 = arith.muli(k_tile, self.k.index(self.config.bk))  # from k_start
-        column = k0 if self.k_start is None else arith.addi(self.k_start, k0)
-        return self.load(self.k_tile_copies(self.row0, self.col0, column, arith.subi(self.k_extent, k0),
-                                            self.stage_offset(k_tile)), inside, inside)
-
-    def fragments(self, at, block, buffers) -> None:
-        """ldmatrix of one k16 block (all of them: block None) of stage `at`."""
-        from mlir.dialects import arith
-
+    def fragments(self, stage, block, buffers) -> None:
+        """ldmatrix of one k16 block (all of them: block None) of `stage`."""
         from mlir_tile.builder import transfer
 
         k, tiled = self.k, self.tiled
-        for operand, registers, offset in ((tiled.a, buffers[0], 0),
-                                           (tiled.b, buffers[1], self.config.bm * self.config.bk * HALF)):
+        for operand, registers, words in zip((tiled.a, tiled.b), buffers, self.ring.views(stage, "i32")):
             t = operand.whole if block is None else operand.k_block(block)
-            words = k.view(self.shared, (operand.tile.cosize,), "i32", arith.addi(at, k.index(offset)))
             if t.shared_offset:  # the block's view of the stage: the swizzle keeps its place
                 words = k.subview(words, t.shared_offset, operand.tile.cosize - t.shared_offset)
             transfer(t.opcode, registers, words, dst_layout=t.registers, src_layout=t.shared, scope="cta")
@@ -337,10 +299,10 @@ class _Gemm:
                     self.k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                         self.accumulators, tiled.accumulator_block(mi, ni), self.element)
 
-    def start_pipeline(self, copy_ahead):
+    def start_pipeline(self, copy_ahead, first_stage):
         """The pipelined loop's prologue: the copies of the first `stages - 1` k-tiles (`copy_ahead(j)` issues
-        k-tile j's into stage j and returns its group), the wait for the first and the fragments of its first
-        k16 block; returns the last group and the two register buffers."""
+        k-tile j's and returns its group), the wait for the first and the fragments of its first k16 block
+        (in `first_stage`); returns the last group and the two register buffers."""
         k, tiled, stages = self.k, self.tiled, self.config.stages
         for ahead in range(stages - 1):
             group = copy_ahead(ahead)
@@ -349,24 +311,22 @@ class _Gemm:
                    for _ in range(2)]
         k.wait_groups(group, stages - 2)
         k.barrier()
-        self.fragments(self.stage_offset(k.index(0)), 0, buffers[0])
+        self.fragments(first_stage, 0, buffers[0])
         return group, buffers
 
-    def pipelined_step(self, k_tile, stage_at, buffers, group, copy) -> None:
+    def pipelined_step(self, stage_of, buffers, group, copy) -> None:
         """One k-tile of the pipelined loop: block b's fragments loaded while block b - 1's are multiplied, at
         the first block the copies (`copy()`: of the k-tile `stages - 1` ahead, into the stage the step before
-        read), before the last the wait for the next k-tile and a barrier. `stage_at(k_tile)`: the byte offset
-        of its stage."""
-        from mlir.dialects import arith
-
+        read), before the last the wait for the next k-tile and a barrier. `stage_of(ahead)`: the stage of the
+        k-tile `ahead` after this one."""
         k, blocks = self.k, self.tiled.a.k_blocks
         for block in range(blocks):
             if block == blocks - 1:  # the next k-tile has landed, and nobody reads this one's stage any more
                 k.wait_groups(group, self.config.stages - 2)
                 k.barrier()
-                self.fragments(stage_at(arith.addi(k_tile, k.index(1))), 0, buffers[(block + 1) % 2])
+                self.fragments(stage_of(1), 0, buffers[(block + 1) % 2])
             else:
-                self.fragments(stage_at(k_tile), block + 1, buffers[(block + 1) % 2])
+                self.fragments(stage_of(0), block + 1, buffers[(block + 1) % 2])
             if block == 0:
                 copy()
             self.multiply(buffers[block % 2], 1)
@@ -374,20 +334,14 @@ class _Gemm:
     # ----- the main loops -----
     def element_copies(self):
         """Rows of any alignment: element copies into one stage, waited for by each k-tile (no group)."""
-        from mlir.dialects import arith
-
-        k, tiled, bk = self.k, self.tiled, self.config.bk
+        k, tiled = self.k, self.tiled
         a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
-        with k.loop(0, self.k_tiles) as k_tile:
+        first = k.index(0)
+        with k.loop(0, self.operands[0][1].shape[2]) as k_tile:
             k.barrier()  # everyone is done with the stage
-            k0 = arith.muli(k_tile, k.index(bk))
-            column = k0 if self.k_start is None else arith.addi(self.k_start, k0)
-            for tile, layout, source, origin, stride, rows, cols, valid_rows, valid_cols in self.k_tile_copies(
-                    self.row0, self.col0, column, arith.subi(self.k_extent, k0), k.index(0)):
-                k.copy_tile(tile, layout, source, origin, stride, rows=rows, cols=cols, valid_rows=valid_rows,
-                            valid_cols=valid_cols)
+            self.load(self.operands, k_tile, first, asynchronous=False)
             k.barrier()
-            self.fragments(k.index(0), None, (a_regs, b_regs))
+            self.fragments(first, None, (a_regs, b_regs))
             self.multiply((a_regs, b_regs), tiled.a.k_blocks)
         return None
 
@@ -395,128 +349,100 @@ class _Gemm:
         """Block b of k-tile t loaded while block b - 1 is multiplied. CTAs inside M and N first run the steps
         whose copies (of k-tile + stages - 1) lie inside K with no predicate (CUTLASS's predicate-free main
         loop), then every CTA the rest with them. Returns the last copies' group."""
-        from mlir.dialects import arith
+        from mlir_tile.builder.schedule import predicate_free_steps
 
-        k, config = self.k, self.config
-        group, buffers = self.start_pipeline(lambda ahead: self.load_k_tile(k.index(ahead)))
+        k, ring, ahead = self.k, self.ring, self.config.stages - 1
+        group, buffers = self.start_pipeline(lambda j: self.load(self.operands, j, ring.stage(j)),
+                                             ring.stage(0))
+        a_tiles = self.operands[0][1]
 
         def k_tile_step(k_tile, inside):
-            self.pipelined_step(k_tile, self.stage_offset, buffers, group,
-                                lambda: self.load_k_tile(arith.addi(k_tile, k.index(config.stages - 1)), inside))
+            self.pipelined_step(lambda after: ring.stage(k_tile, after), buffers, group, lambda: self.load(
+                self.operands, ring.later(k_tile, ahead), ring.stage(k_tile, ahead), inside, inside))
 
-        inside_k = arith.subi(arith.divui(self.k_extent, k.index(config.bk)), k.index(config.stages - 1))
-        interior = arith.andi(arith.andi(k.compare("ule", arith.addi(self.row0, k.index(config.bm)), self.m),
-                                         k.compare("ule", arith.addi(self.col0, k.index(config.bn)), self.n)),
-                              k.compare("sge", inside_k, k.index(0)))
-        unpredicated = arith.select(interior, inside_k, k.index(0))
+        unpredicated = predicate_free_steps(k, self.cC.domain_offset(self.origin), (self.config.bm, self.config.bn),
+                                            a_tiles[None, None, 0], ahead)
         with k.loop(0, unpredicated) as k_tile:
             k_tile_step(k_tile, inside=True)
-        with k.loop(unpredicated, self.k_tiles) as k_tile:
+        with k.loop(unpredicated, a_tiles.shape[2]) as k_tile:
             k_tile_step(k_tile, inside=False)
         return group
 
     def unpipelined(self):
         """Each k-tile's fragments all at once after its copies landed. Returns the last copies' group."""
-        from mlir.dialects import arith
-
-        k, tiled, stages = self.k, self.tiled, self.config.stages
+        k, tiled, ring, stages = self.k, self.tiled, self.ring, self.config.stages
         for ahead in range(stages - 1):
-            group = self.load_k_tile(k.index(ahead))
+            group = self.load(self.operands, ahead, ring.stage(ahead))
         a_regs, b_regs = k.registers(tiled.a.whole.slots), k.registers(tiled.b.whole.slots)
-        with k.loop(0, self.k_tiles) as k_tile:
+        with k.loop(0, self.operands[0][1].shape[2]) as k_tile:
             k.wait_groups(group, stages - 2)  # k-tile `k_tile` has landed (this thread's part)
             k.barrier()  # everyone's part, and everyone is done with the stage the next copies overwrite
-            self.load_k_tile(arith.addi(k_tile, k.index(stages - 1)))
-            self.fragments(self.stage_offset(k_tile), None, (a_regs, b_regs))
+            self.load(self.operands, ring.later(k_tile, stages - 1), ring.stage(k_tile, stages - 1))
+            self.fragments(ring.stage(k_tile), None, (a_regs, b_regs))
             self.multiply((a_regs, b_regs), tiled.a.k_blocks)
         return group
 
     def persistent(self) -> None:
-        """The persistent kernel's loops (`Config.persistent`): CTA `cta` of `ctas` (the grid) walks C tiles
-        cta, cta + ctas, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the
-        inner loops: the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its
-        last `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then
-        the tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the
-        next tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M
-        >= bm, N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements;
-        K >= (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
-        from mlir.dialects import arith
+        """The persistent kernel's loops (`Config.persistent`): CTA `cta` of the grid walks C tiles cta, cta +
+        grid, ... (the outer loop), each tile's k-tiles by the non-persistent kernel's step (the inner loops:
+        the copies of the k-tile `stages - 1` ahead, unpredicated while it lies inside K), but its last
+        `stages - 1` steps copy the next tile's first k-tiles, so they land while this tile finishes; then the
+        tile's C goes out (`store_c`, in bands through a region of its own after the stages) while the next
+        tile's first fragments wait in registers. Tiles at the edges of M and N are moved back inside (M >= bm,
+        N >= bn): no copy needs a row predicate, and the epilogue stores only the tile's own elements; K >=
+        (stages - 1) * bk, so a tile's first k-tiles lie inside K."""
+        from mlir_tile.builder.schedule import PersistentSteps
 
-        k, config = self.k, self.config
+        k, config, ring, order = self.k, self.config, self.ring, self.order
         ahead = config.stages - 1
-        ctas, cta = k.grid_size(), k.block_id()
-        own_tiles = arith.divui(arith.addi(arith.subi(self.tiles, cta), arith.subi(ctas, k.index(1))), ctas)
-        first_origin = self._inside(*self.tile_origin(cta))
-        group, buffers = self.start_pipeline(lambda k_tile: self._persistent_copies(
-            self.stage_offset(k.index(k_tile)), k.index(k_tile), first_origin, True))
+        cta, own_tiles = order.persistent()
+        first_operands = self.operand_tiles(order.origin(cta, inside=True))
+        group, buffers = self.start_pipeline(lambda j: self.load(first_operands, j, ring.stage(j), True, True),
+                                             ring.stage(0))
         with k.loop(0, own_tiles, carried=[cta, k.index(0)]) as turn:  # the tile, its first k-tile's stage
             tile, first_stage = turn.values
             # the origins recomputed where needed (divisions once a tile) rather than held across the loops
-            origin = self._inside(*self.tile_origin(tile))
+            origin = order.origin(tile, inside=True)
+            operands = self.operand_tiles(origin)
+            steps = PersistentSteps(k, operands[0][1][None, None, 0], config.bk, ahead)
 
-            def step(k_tile, copied, copy_origin, columns_inside):  # copying k-tile `copied` of the tile there
-                self.pipelined_step(k_tile, lambda at: self.stage_offset(arith.addi(first_stage, at)), buffers, group,
-                                    lambda: self._persistent_copies(self.stage_offset(arith.addi(
-                                        first_stage, arith.addi(k_tile, k.index(ahead)))), copied, copy_origin,
-                                        columns_inside))
+            def step(k_tile, copied_operands, copied, inside_k):  # copying k-tile `copied` of their tile
+                self.pipelined_step(lambda after: ring.stage(k_tile, after, first_stage), buffers, group,
+                                    lambda: self.load(copied_operands, copied, ring.stage(k_tile, ahead, first_stage),
+                                                      True, inside_k))
 
-            last_copies = arith.subi(self.k_tiles, k.index(ahead))  # the first step copying the next tile's
-            inside_k = arith.subi(arith.divui(self.depth, k.index(config.bk)), k.index(ahead))
-            with k.loop(0, inside_k) as k_tile:
-                step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, True)
-            with k.loop(inside_k, last_copies) as k_tile:
-                step(k_tile, arith.addi(k_tile, k.index(ahead)), origin, False)
-            following = arith.addi(tile, ctas)  # the next tile, or past the CTA's last this one again (its
-            # first k-tiles copied into stages nobody reads)
-            next_origin = self._inside(*self.tile_origin(arith.select(k.compare("ult", following, self.tiles),
-                                                                      following, tile)))
-            with k.loop(last_copies, self.k_tiles) as k_tile:
-                step(k_tile, arith.subi(k_tile, last_copies), next_origin, True)
-            row0, col0 = self.tile_origin(tile)
-            first_row, col_units = self._inside(row0, col0)
-            self.store_c(row0, col0, first_row, arith.muli(col_units, k.index(8)), config.stages * config.stage_bytes)
+            with k.loop(0, steps.inside_k) as k_tile:
+                step(k_tile, operands, ring.later(k_tile, ahead), True)
+            with k.loop(steps.inside_k, steps.last_copies) as k_tile:
+                step(k_tile, operands, ring.later(k_tile, ahead), False)
+            next_operands = self.operand_tiles(order.origin(order.following(tile), inside=True))
+            with k.loop(steps.last_copies, steps.k_tiles) as k_tile:
+                step(k_tile, next_operands, steps.of_next_tile(k_tile), True)
+            self.store_c(order.origin(tile), order.origin(tile, inside=True), config.stages * config.stage_bytes)
             self.clear_accumulators()
-            turn.next(following, arith.remui(arith.addi(first_stage, self.k_tiles), k.index(config.stages)))
+            turn.next(order.step(tile), ring.after(first_stage, steps.k_tiles))
         k.wait_groups(group, 0)
 
-    def _inside(self, row0, col0):
-        """The tile's origin moved back inside M and N; its column in units of 8 (a proven multiple of 8)."""
-        from mlir.dialects import arith
-
-        k = self.k
-        units = k.minimum(arith.divui(col0, k.index(8)), arith.subi(self.n_units, k.index(self.config.bn // 8)))
-        return k.minimum(row0, arith.subi(self.m, k.index(self.config.bm))), units
-
-    def _persistent_copies(self, at, k_tile, origin, columns_inside):
-        """A tile's k-tile into stage `at`; columns past K zero-filled unless `columns_inside`."""
-        from mlir.dialects import arith
-
-        k = self.k
-        row0, col_units = origin
-        k0 = arith.muli(k_tile, k.index(self.config.bk))
-        return self.load(self.k_tile_copies(row0, arith.muli(col_units, k.index(8)), k0, arith.subi(self.depth, k0),
-                                            at), rows_inside=True, columns_inside=columns_inside)
-
     # ----- the sm_90 epilogue -----
-    def store_c(self, row0, col0, first_row, first_col, region: int) -> None:
-        """C's tile (rows from first_row, columns from first_col) packed, through shared memory at byte
-        `region` by stmatrix and out in 16-byte rows: in `parts` bands of rows, one warp row's each (then the
-        region holds one band: bm * bn / parts elements), only the elements at or past (row0, col0) (a
-        persistent kernel's tile moved back inside M and N: the rest are the tiles' before it) and inside M
-        and N."""
+    def store_c(self, origin, first, region: int) -> None:
+        """C's tile (from element `first`) packed, through shared memory at byte `region` by stmatrix and out
+        in 16-byte rows: in `parts` bands of rows, one warp row's each (then the region holds one band: bm *
+        bn / parts elements), only the elements at or past `origin` (a persistent kernel's tile moved back
+        inside M and N: the rest are the tiles' before it) and inside M and N."""
         from mlir_tile.layout import Layout
 
         k, tiled, config, parts = self.k, self.tiled, self.config, self.parts
+        place = self.cC.domain_offset(first).partition(tiled.accumulator_coordinates())
 
         def pack(finish):
             for mi in range(tiled.m_blocks):
                 for ni in range(tiled.n_blocks):
-                    values = [finished(k, tiled, self.accumulators, slot, (first_row, first_col), finish)
+                    values = [finished(k, place, self.accumulators, slot, finish)
                               for slot in tiled.accumulator_block(mi, ni)]
                     for pair, slot in enumerate(tiled.c_slots(mi, ni)):
                         k.store(k.pack_f16(values[2 * pair], values[2 * pair + 1], self.element), self.c_regs, [slot])
 
-        for_each_arm(k, self.epilogue, self.extras, (self.m, self.n), pack)
+        for_each_arm(k, self.epilogue, self.extras, self.cC.extent, pack)
         rows, part_bytes = config.bm // parts, config.bm * config.bn * HALF // parts
         warp_index = k.warp_id() if parts > 1 else None
         # a band's rows: each band's swizzle is the first's (a band is whole swizzle periods)
@@ -524,7 +450,7 @@ class _Gemm:
         for part in range(parts):
             self._c_into_shared(region - part * part_bytes, part, warp_index)
             k.barrier()
-            self._band_out(band, rows, part, region, (row0, col0), (first_row, first_col))
+            self._band_out(band, rows, part, region, origin, first)
 
     def _c_into_shared(self, tile_at: int, part: int, warp_index) -> None:
         """stmatrix of the packed C into the C tile at byte `tile_at` (where it lies so that band `part` lies in
@@ -548,84 +474,73 @@ class _Gemm:
                          dst_layout=own.shared, src_layout=own.registers, scope="warp")
 
     def _band_out(self, band, rows: int, part: int, region: int, origin, first) -> None:
-        """Band `part` of C (`rows` rows at byte `region`) out to global memory in 16-byte chunks, or pieces of
-        `unit` elements where N is not a multiple of 8, each inside C (and, persistent, at or past `origin`)."""
-        from mlir.dialects import arith
+        """Band `part` of C's tile at `first` (`rows` rows at byte `region`) out to global memory in 16-byte
+        chunks, or pieces of `unit` elements where N is not a multiple of 8, each inside C (and, persistent, at
+        or past `origin`)."""
+        from mlir.dialects import vector
 
-        k, config, c, n = self.k, self.config, self.c, self.n
-        (row0, col0), (first_row, first_col), persistent = origin, first, config.persistent
+        k, config = self.k, self.config
         c_tile = k.view(self.shared, (rows * config.bn,), self.element, k.index(region))
         chunks = k.tile_chunks(c_tile, band, rows, config.bn)  # 16-byte chunks of the band
-        column = arith.addi(first_col, chunks.col)
-        inside_columns = k.compare("uge", column, col0) if persistent else k.compare("ult", column, n)
+        g_c, c_c = self.mC.domain_offset(first), self.cC.domain_offset(first)
+        start = origin if config.persistent else None
         for (view, index), rows_before in zip(k.chunk_addresses(c_tile, chunks), chunks.rows_before):
-            global_row = arith.addi(arith.addi(first_row, chunks.row), k.index(part * rows + rows_before))
-            row_inside = k.compare("uge" if persistent else "ult", global_row, row0 if persistent else self.m)
-            at = arith.addi(arith.muli(global_row, n), column)
+            at = ((chunks.row, part * rows + rows_before), chunks.col)
+            place = g_c.offset(at)  # outside the branches, where the chunks share its parts
             if config.unit == 8:  # with N a multiple of 8: whole chunks
-                with k.if_(arith.andi(inside_columns, row_inside)):
-                    k.store_vector(k.load_vector(view, [index], 8), c, [at])
+                with k.if_(c_c.inside(at, start=start)):
+                    k.store_vector(k.load_vector(view, [index], 8), g_c.memory, [place])
                 continue
+            chunk = k.load_vector(view, [index], 8)
             for e in range(0, 8, config.unit):  # pieces of `unit` elements, each inside C or outside it
-                piece_inside = k.compare("ult", arith.addi(column, k.index(e)), n)
-                with k.if_(arith.andi(piece_inside, row_inside)):
-                    piece = arith.addi(index, k.index(e))
+                piece_at = (at[0], (chunks.col, e))
+                piece_place = g_c.offset(piece_at)
+                with k.if_(c_c.inside(piece_at)):
+                    piece = vector.shuffle(chunk, chunk, list(range(e, e + config.unit)))  # elements e, e + 1, ...
                     if config.unit == 1:
-                        k.store(k.load(view, [piece]), c, [arith.addi(at, k.index(e))])
+                        k.store(vector.extract(piece, [], [0]), g_c.memory, [piece_place])
                     else:
-                        k.store_vector(k.load_vector(view, [piece], config.unit), c, [arith.addi(at, k.index(e))])
+                        k.store_vector(piece, g_c.memory, [piece_place])
 
 
-def _store_accumulators(k, config, tiled, accumulators, c, sizes, origin, element, epilogue=None, extras=(),
-                        workspace_at=None):
-    """Without stmatrix (sm_80), or a split's fp32 partial (element "f32", into the workspace from
-    `workspace_at`): each thread stores its accumulator pairs (c0, c1 and c2, c3 of each block: one row, two
-    adjacent columns, where `TiledMma.accumulator_coordinates` puts them) to C, as one store of the pair (4
-    bytes, 8 in fp32) per pair inside C; `epilogue` applied first."""
-    for_each_arm(k, epilogue, extras, sizes, lambda finish: _store_pairs(k, config, tiled, accumulators, c, sizes,
-                                                                        origin, element, finish, workspace_at))
+def _store_accumulators(k, config, tiled, accumulators, g_c, c_c, origin, element, epilogue=None, extras=()):
+    """Without stmatrix (sm_80), or a split's fp32 partial (element "f32", `g_c` its slice of the workspace):
+    each thread stores its accumulator pairs (c0, c1 and c2, c3 of each block: one row, two adjacent columns,
+    where `TiledMma.accumulator_coordinates` puts them) of the C tile at `origin` to `g_c`, as one store of
+    the pair (4 bytes, 8 in fp32) per pair inside C (`c_c`, C's coordinates); `epilogue` applied first."""
+    place = c_c.domain_offset(origin).partition(tiled.accumulator_coordinates())
+    for_each_arm(k, epilogue, extras, c_c.extent, lambda finish: _store_pairs(k, config, tiled, accumulators, g_c,
+                                                                             c_c, place, element, finish))
 
 
-def _store_pairs(k, config, tiled, accumulators, c, sizes, origin, element, finish, workspace_at) -> None:
+def _store_pairs(k, config, tiled, accumulators, g_c, c_c, place, element, finish) -> None:
     from mlir import ir
     from mlir.dialects import arith, vector
 
-    m, n = sizes
     pair_type, half = ir.VectorType.get([2], ir.Type.parse(element)), ir.Type.parse(element)
     for mi in range(tiled.m_blocks):
         for ni in range(tiled.n_blocks):
             for pair in range(2):
                 slots = tiled.accumulator_block(mi, ni)[2 * pair:2 * pair + 2]
-                row, column = accumulator_place(k, tiled, slots[0], origin)
-                values = [finished(k, tiled, accumulators, slot, origin, finish) for slot in slots]
-                at = arith.addi(arith.muli(row, n), column)
-                if workspace_at is not None:
-                    at = arith.addi(workspace_at, at)
+                row, column = place[k.thread_id(), slots[0]]
+                values = [finished(k, place, accumulators, slot, finish) for slot in slots]
                 low, high = (v if element == "f32" else arith.truncf(half, v) for v in values)
-                row_inside = k.compare("ult", row, m)
                 if config.unit > 1:  # N even: the pair lies inside C or outside it, on 4 bytes
-                    with k.if_(arith.andi(row_inside, k.compare("ult", column, n))):
-                        k.store_vector(vector.from_elements(pair_type, [low, high]), c, [at])
+                    at = g_c.offset((row, column))
+                    with k.if_(c_c.inside((row, column))):
+                        k.store_vector(vector.from_elements(pair_type, [low, high]), g_c.memory, [at])
                     continue
                 for e, value in enumerate((low, high)):
-                    with k.if_(arith.andi(row_inside, k.compare("ult", arith.addi(column, k.index(e)), n))):
-                        k.store(value, c, [arith.addi(at, k.index(e))])
+                    at = g_c.offset((row, (column, e)))
+                    with k.if_(c_c.inside((row, (column, e)))):
+                        k.store(value, g_c.memory, [at])
 
 
-def accumulator_place(k, tiled, slot: int, origin) -> tuple:
-    """(row, column) in C of this thread's accumulator `slot` of the tile at `origin` (index values), from
-    the tiled mma's accumulator layouts."""
-    from mlir.dialects import arith
-
-    return tuple(arith.addi(start, k.offset(layout, [k.thread_id(), slot]))
-                 for start, layout in zip(origin, tiled.accumulator_coordinates()))
-
-
-def finished(k, tiled, accumulators, slot: int, origin, finish):
-    """Accumulator `slot`, `finish` (an epilogue's arm: see `for_each_arm`) applied at its place in C where
-    there is one."""
+def finished(k, place, accumulators, slot: int, finish):
+    """Accumulator `slot`, `finish` (an epilogue's arm: see `for_each_arm`) applied at its place in C (`place`:
+    C's coordinates as the tiled mma's accumulators partition them) where there is one."""
     value = k.load(accumulators, [slot])
-    return value if finish is None else finish(value, *accumulator_place(k, tiled, slot, origin))
+    return value if finish is None else finish(value, *place[k.thread_id(), slot])
 
 
 def for_each_arm(k, epilogue, extras, sizes, emit) -> None:
@@ -662,10 +577,9 @@ REDUCE_KERNEL, REDUCE_THREADS = "gemm_reduce", 256
 
 def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None, epilogue: Epilogue | Choice | None = None):
     """C from a split-K product's partials: `gemm_reduce(partials, c, m, n, splits, *operands)`, `partials`
-    fp32, `splits` arrays of M x N elements one after the other (the split_k kernel's workspace), `c` M x N
-    elements of `element`. Thread i of the grid sums element i over the splits in order (the same sum every
-    run), applies `epilogue` (its operands after `splits`) and rounds it once. Grid
-    ceil(M * N / REDUCE_THREADS), block REDUCE_THREADS."""
+    fp32 [splits, M, N] (the split_k kernel's workspace), `c` M x N elements of `element`. Thread i of the
+    grid sums element i over the splits in order (the same sum every run), applies `epilogue` (its operands
+    after `splits`) and rounds it once. Grid ceil(M * N / REDUCE_THREADS), block REDUCE_THREADS."""
     from mlir import ir
     from mlir.dialects import arith
 
@@ -675,16 +589,16 @@ def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None,
     parameters += operand_parameters(epilogue, element) if epilogue is not None else []
     with Kernel(REDUCE_KERNEL, parameters, block=(REDUCE_THREADS, 1, 1), chip=chip, context=context) as k:
         partials, c, m, n, splits, *extras = k.arguments
-        count = arith.muli(m, n)
-        i = arith.addi(arith.muli(k.block_id(), k.index(REDUCE_THREADS)), k.thread_id())
-        with k.if_(k.compare("ult", i, count)):
+        m_partials, m_c, c_c = k.tensor(partials, (splits, m, n)), k.tensor(c, (m, n)), k.identity_tensor((m, n))
+        row, column = c_c.coordinate_of(k.global_thread_id())
+        with k.if_(c_c.inside((row, column), dimensions=[0])):  # past M x N: past the last row
             with k.loop(0, splits, carried=[k.constant(0.0, "f32")]) as it:
-                it.next(arith.addf(it.values[0], k.load(partials, [arith.addi(arith.muli(it.index, count), i)])))
-            total, place = it.results[0], (arith.divui(i, n), arith.remui(i, n)) if epilogue is not None else ()
+                it.next(arith.addf(it.values[0], m_partials[it.index, row, column]))
+            total = it.results[0]
 
             def store(finish):
-                value = total if finish is None else finish(total, *place)
-                k.store(arith.truncf(ir.Type.parse(element), value), c, [i])
+                value = total if finish is None else finish(total, row, column)
+                m_c[row, column] = arith.truncf(ir.Type.parse(element), value)
 
             for_each_arm(k, epilogue, extras, (m, n), store)
     return k.module

@@ -1,0 +1,208 @@
+"""Which tile a CTA takes and where a pipeline's stages are: the index arithmetic of a kernel's schedule, made
+here once (CuTe DSL's tile schedulers and pipeline states), so that kernels hold none.
+
+    order = TileOrder(k, (m, n), (128, 256), group=8)          # Triton's grouped order of the C tiles
+    m_tile, n_tile = order.coordinate(k.block_id())
+    ring = StageRing(k, shared, stages=4, parts=[("f16", 128 * 32), ("f16", 32 * 256)])
+    a_stage, b_stage = ring.views(k_tile)                       # stage k_tile mod 4: its A and B tiles
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import arith
+
+from mlir_tile.builder.common import BuilderError, count
+from mlir_tile.builder.tensor import Coordinates, Integer, ceil_div, whole_tiles
+
+_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1}
+
+
+class TileOrder:
+    """The tiles of an `extents` (M x N) product in tiles of `tile`, in Triton's grouped order: `group` rows of
+    tiles at a time, down each column of the group, then right (a group's tiles share rows of A and columns of
+    B in L2). `count` is the number of tiles."""
+
+    def __init__(self, kernel, extents: Sequence[Integer], tile: Sequence[int], group: int = 1):
+        self.k, self.extents, self.tile, self.group = kernel, tuple(extents), tuple(tile), count(group, "group")
+        self.tiles_m, tiles_n = (ceil_div(kernel, e, t) for e, t in zip(extents, tile))
+        self.count = arith.muli(kernel.as_index(self.tiles_m), kernel.as_index(tiles_n))
+        self.per_group = arith.muli(kernel.as_index(tiles_n), kernel.index(group))
+
+    def coordinate(self, tile: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(row, column) of tile number `tile`, in tiles."""
+        k = self.k
+        first_m = arith.muli(arith.divui(tile, self.per_group), k.index(self.group))
+        group_rows = k.minimum(arith.subi(self.tiles_m, first_m), self.group)
+        within = arith.remui(tile, self.per_group)
+        return arith.addi(first_m, arith.remui(within, group_rows)), arith.divui(within, group_rows)
+
+    def origin(self, tile: ir.Value, inside: bool = False) -> tuple[ir.Value, ir.Value]:
+        """The element coordinate of tile `tile`'s first element; `inside`: moved back so that the whole tile
+        lies inside the extents (which must hold one tile: a persistent kernel's edge tiles, whose elements
+        before the true origin are their neighbours')."""
+        k = self.k
+        origin = [arith.muli(c, k.index(t)) for c, t in zip(self.coordinate(tile), self.tile)]
+        if inside:
+            origin = [k.minimum(o, arith.subi(k.as_index(e), k.index(t))) for o, e, t in zip(origin, self.extents,
+                                                                                            self.tile)]
+        return tuple(origin)
+
+    def persistent(self) -> tuple[ir.Value, ir.Value]:
+        """A persistent grid's walk for this CTA: (its first tile, how many it takes): CTA c of the grid's g
+        takes tiles c, c + g, ... below `count`."""
+        k = self.k
+        ctas, cta = k.grid_size(), k.block_id()
+        return cta, arith.divui(arith.addi(arith.subi(self.count, cta), arith.subi(ctas, k.index(1))), ctas)
+
+    def step(self, tile: ir.Value) -> ir.Value:
+        """The tile after `tile` in a persistent CTA's walk (maybe past the last)."""
+        return arith.addi(tile, self.k.grid_size())
+
+    def following(self, tile: ir.Value) -> ir.Value:
+        """The tile after `tile` in a persistent CTA's walk, or `tile` itself past the last."""
+        after = self.step(tile)
+        return arith.select(self.k.compare("ult", after, self.count), after, tile)
+
+
+class QueryTiles:
+    """A grid of (head, row tile) blocks over `heads` x `extent` rows in tiles of `rows`: block b takes row
+    tile b mod tiles of head b / tiles; `reverse`: the last row tiles first (causal attention's longest rows,
+    so that the short ones fill the tail)."""
+
+    def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False):
+        self.k, self.rows, self.reverse = kernel, count(rows, "rows"), reverse
+        self.count = kernel.as_index(ceil_div(kernel, extent, rows))
+        self.heads = arith.divui(kernel.grid_size(), self.count)
+
+    def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(head, row tile) of grid block `block`."""
+        k = self.k
+        head, tile = arith.divui(block, self.count), arith.remui(block, self.count)
+        if self.reverse:
+            tile = arith.subi(arith.subi(self.count, k.index(1)), tile)
+        return head, tile
+
+
+class KeyTiles:
+    """The key tiles attention's query rows [first_row, first_row + rows) of `extent` walk, `keys` a tile:
+    all of them (`count`), or causal those up to its last row; the first `unmasked` of them have every key
+    valid for every row (inside the sequence and, causal, at or below each row's diagonal)."""
+
+    def __init__(self, kernel, extent: ir.Value, keys: int, first_row: ir.Value, rows: int, causal: bool):
+        k = self.k = kernel
+        self.keys, self.first_row = keys, first_row
+        self.count = k.as_index(ceil_div(k, extent, keys))
+        self.unmasked = k.as_index(whole_tiles(k, extent, keys))
+        if causal:
+            self.count = k.minimum(self.count, ceil_div(k, arith.addi(first_row, k.index(rows)), keys))
+            self.unmasked = k.minimum(self.unmasked, whole_tiles(k, first_row, keys))
+
+    def reaches(self, tile: ir.Value, warp: ir.Value, rows_per_warp: int) -> ir.Value:
+        """Whether key tile `tile` starts at or before the last of warp `warp`'s rows (`rows_per_warp` each,
+        in order): under the causal mask the warp has work in it (an i1, the same for the warp)."""
+        k = self.k
+        rows_end = arith.addi(self.first_row, arith.muli(arith.addi(warp, k.index(1)), k.index(rows_per_warp)))
+        return k.compare("ult", arith.muli(tile, k.index(self.keys)), rows_end)
+
+
+class SplitK:
+    """Split-K: a grid of `splits` x the order's tiles; block b takes tile b mod tiles of split b / tiles,
+    and split s the k-tiles from s * ceil(k_tiles / splits) on, that many or what is left."""
+
+    def __init__(self, kernel, tiles: ir.Value, depth: Integer, tile_k: int, splits: ir.Value):
+        self.k, self.tiles, self.depth, self.tile_k, self.splits = kernel, tiles, depth, tile_k, splits
+
+    def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(split, tile) of grid block `block`."""
+        return arith.divui(block, self.tiles), arith.remui(block, self.tiles)
+
+    def columns(self, split: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The split's columns of A: (first, last + 1)."""
+        k, bk = self.k, self.tile_k
+        k_tiles = k.as_index(ceil_div(k, self.depth, bk))
+        per_split = arith.divui(arith.addi(k_tiles, arith.subi(self.splits, k.index(1))), self.splits)
+        start = arith.muli(arith.muli(split, per_split), k.index(bk))
+        extent = arith.maxsi(arith.minsi(arith.subi(k.as_index(self.depth), start), arith.muli(per_split, k.index(bk))),
+                             k.index(0))
+        return start, arith.addi(start, extent)
+
+
+class StageRing:
+    """A pipeline's `stages` stages in one shared byte buffer from byte `start` on, each holding `parts`
+    (element, count) tiles one after the other; k-tile t lives in stage (first + t) mod stages (`first`: a
+    persistent kernel's rotation), as its (t / stages)-th occupant (`phase`). The buffer's alignment and the
+    stage size keep every stage's swizzle in place."""
+
+    def __init__(self, kernel, buffer: ir.Value, stages: int, parts: Sequence[tuple[str, int]], start: int = 0):
+        self.k, self.buffer, self.stages, self.start = kernel, buffer, count(stages, "stages"), start
+        if not parts or any(element not in _BYTES for element, _ in parts):
+            raise BuilderError(f"StageRing: parts are (element, count) with elements of {sorted(_BYTES)}, got {parts!r}")
+        self.parts = list(parts)
+        self.starts = [sum(_BYTES[e] * n for e, n in self.parts[:i]) for i in range(len(self.parts))]
+        self.bytes = sum(_BYTES[e] * n for e, n in self.parts)
+
+    def stage(self, k_tile: Integer, ahead: int = 0, first: ir.Value | None = None) -> ir.Value:
+        """The stage of k-tile `k_tile` + `ahead`."""
+        k = self.k
+        if isinstance(k_tile, int) and first is None:
+            return k.index((k_tile + ahead) % self.stages)
+        at = k.as_index(k_tile) if not ahead else arith.addi(k.as_index(k_tile), k.index(ahead))
+        if first is not None:
+            at = arith.addi(first, at)
+        return arith.remui(at, k.index(self.stages))
+
+    def later(self, k_tile: ir.Value, ahead: int) -> ir.Value:
+        """The k-tile `ahead` after `k_tile` (the one a pipelined step copies)."""
+        return arith.addi(k_tile, self.k.index(ahead))
+
+    def phase(self, k_tile: ir.Value) -> ir.Value:
+        """How many k-tiles the stage of `k_tile` held before it (an mbarrier's phase, by its parity)."""
+        return arith.divui(k_tile, self.k.index(self.stages))
+
+    def offset(self, stage: ir.Value, part: int = 0) -> ir.Value:
+        """The first byte of the stage's tile `part`."""
+        at = arith.muli(stage, self.k.index(self.bytes))
+        first = self.start + self.starts[part]
+        return arith.addi(at, self.k.index(first)) if first else at
+
+    def views(self, stage: ir.Value, element: str | None = None) -> list[ir.Value]:
+        """The stage's tiles as views of their elements (or all of `element`, e.g. i32 words for transfers)."""
+        k = self.k
+        return [k.view(self.buffer, ((n * _BYTES[e]) // _BYTES[element or e],), element or e, self.offset(stage, part))
+                for part, (e, n) in enumerate(self.parts)]
+
+    def after(self, first: ir.Value, k_tiles: ir.Value) -> ir.Value:
+        """The stage following `k_tiles` k-tiles from stage `first`."""
+        return arith.remui(arith.addi(first, k_tiles), self.k.index(self.stages))
+
+
+def predicate_free_steps(kernel, tile: Coordinates, extents: Sequence[int], k_tiles: Coordinates, ahead: int) -> ir.Value:
+    """How many steps of a pipeline `ahead` k-tiles deep copy with no predicate (CUTLASS's predicate-free main
+    loop): where the CTA's `extents` tile from `tile`'s first coordinate lies inside the matrix, the steps
+    whose copied k-tile lies wholly inside K (`k_tiles`: the first k-tile's coordinates, K its last
+    dimension), else none."""
+    k = kernel
+    whole = k.as_index(whole_tiles(k, k_tiles.residue()[-1], k_tiles.shape[-1]))
+    inside_k = arith.subi(whole, k.index(ahead))
+    interior = arith.andi(tile.holds(extents), k.compare("sge", inside_k, 0))
+    return arith.select(interior, inside_k, k.index(0))
+
+
+class PersistentSteps:
+    """A persistent pipeline's steps over one tile's `k_tiles` (its first k-tile's coordinates, K the last
+    dimension), each copying the k-tile `ahead` after its own: up to `inside_k` that k-tile lies wholly inside
+    K, up to `last_copies` it is this tile's, and from there on the next tile's first ones
+    (`of_next_tile`)."""
+
+    def __init__(self, kernel, k_tiles: Coordinates, tile_k: int, ahead: int):
+        k = self.k = kernel
+        extent = k_tiles.residue()[-1]
+        self.k_tiles = k.as_index(ceil_div(k, extent, tile_k))
+        self.inside_k = arith.subi(k.as_index(whole_tiles(k, extent, tile_k)), k.index(ahead))
+        self.last_copies = arith.subi(self.k_tiles, k.index(ahead))
+
+    def of_next_tile(self, k_tile: ir.Value) -> ir.Value:
+        """The next tile's k-tile that step `k_tile` (one of the last) copies."""
+        return arith.subi(k_tile, self.last_copies)
