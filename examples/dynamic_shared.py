@@ -20,17 +20,16 @@ SHARED_BYTES = 4 * WORDS
 
 
 def build_module(context=None):
-    from mlir.dialects import arith
-
     from mlir_tile.builder import Kernel, transfer
 
     with Kernel(KERNEL, [f"memref<{WORDS}xi32>", "memref<32x4xi32>"], block=(32, 1, 1), context=context) as k:
         data, out = k.arguments
         words = k.view(k.dynamic_shared(), (WORDS,))
         lane = k.lane_id()
+        passes = (WORDS // 32, 32)  # the copy: pass, lane
+        source, destination = k.tensor(data, passes), k.tensor(words, passes)
         with k.loop(0, WORDS // 32) as step:
-            position = arith.addi(lane, arith.muli(step, k.index(32)))
-            k.store(k.load(data, [position]), words, [position])
+            destination[step, lane] = source[step, lane]
         k.barrier()
         registers = k.registers(4)
         transfer(OPCODE, registers, words, dst_layout=REGISTERS, src_layout=SHARED)

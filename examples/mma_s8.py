@@ -37,6 +37,11 @@ A_REGISTERS = "(4,2,4,8,4):(1@warpid,4,1,4@laneid,1@laneid)"
 # 2p; b0, b1 of 2p+1).
 B_SHARED = f"{SWIZZLE} o (4,4,2,(2,2),8,4):(0,{16 * ROW_WORDS},8,(4,{8 * ROW_WORDS}),{ROW_WORDS},1)"
 B_REGISTERS = "(4,4,2,4,8,4):(1@warpid,8,4,1,4@laneid,1@laneid)"
+STAGED = f"({WORDS // 128},128):(128,1)"  # the copies into the tiles: (pass, thread) -> word thread + 128 pass
+# C's accumulators, (thread, slot) -> row and -> column (the PTX ISA's C fragment of m16n8k32): thread (lane in
+# quad, quad, warp), slot n-block * 4 + c_i; c0, c1 at (quad, 2 lane + 0/1), c2, c3 eight rows further, warp w
+# rows 16w..16w+15
+C_PLACES = ("((4,8,4),(2,2,8)):((0,1,16),(0,8,0))", "((4,8,4),(2,2,8)):((2,0,0),(1,0,8))")
 
 
 def swizzle_words(index: np.ndarray) -> np.ndarray:
@@ -44,8 +49,6 @@ def swizzle_words(index: np.ndarray) -> np.ndarray:
 
 
 def build_module(context=None):
-    from mlir.dialects import arith
-
     from mlir_tile import contract
     from mlir_tile.builder import Kernel, transfer
     from mlir_tile.layout import Layout
@@ -56,11 +59,9 @@ def build_module(context=None):
         tid = k.thread_id()
         tiles = {name: k.shared(name, WORDS, alignment=max(contract.aligned_for(Layout.parse(layout)) for layout in (A_SHARED, B_SHARED))) for name in ("a_tile", "b_tile")}
         for source, tile in ((a_global, tiles["a_tile"]), (b_global, tiles["b_tile"])):
+            rows, swizzled = k.tensor(source, STAGED), k.tensor(tile, f"{SWIZZLE} o {STAGED}")
             with k.loop(0, WORDS // 128) as step:
-                index = arith.addi(tid, arith.muli(step, k.index(128)))
-                swizzled = arith.xori(index, arith.andi(arith.shrui(index, k.index(SWIZZLE.shift)),
-                                                        k.index(SWIZZLE.mask)))
-                k.store(k.load(source, [index]), tile, [swizzled])
+                swizzled[step, tid] = rows[step, tid]
         k.barrier()
         a, b = k.registers(8), k.registers(32)
         transfer(LDMATRIX, a, tiles["a_tile"], dst_layout=A_REGISTERS, src_layout=A_SHARED, scope="warpgroup")
@@ -74,16 +75,9 @@ def build_module(context=None):
                 b_slot = pair * 8 + k_block * 4 + 2 * second
                 k.mma_m16n8k32(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
                                accumulators, [n_block * 4 + i for i in range(4)])
-        # c0, c1 at (group, 2 * thread + 0/1), c2, c3 eight rows further (the PTX ISA's C fragment of m16n8k32)
-        lane = k.lane_id()
-        group, thread = arith.shrui(lane, k.index(2)), arith.andi(lane, k.index(3))
-        warp = arith.shrui(tid, k.index(5))
-        row = arith.addi(arith.muli(warp, k.index(16)), group)
-        for n_block in range(8):
-            for register in range(4):
-                column = arith.addi(arith.muli(thread, k.index(2)), k.index(8 * n_block + (register & 1)))
-                at = arith.addi(arith.muli(arith.addi(row, k.index(8 * (register >> 1))), k.index(N)), column)
-                k.store(k.load(accumulators, [n_block * 4 + register]), c_global, [at])
+        c, place = k.tensor(c_global, (M, N)), k.identity_tensor((M, N)).partition(C_PLACES)
+        for slot in range(32):
+            c[place[tid, slot]] = k.load(accumulators, [slot])
     return k.module
 
 

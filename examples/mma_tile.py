@@ -34,6 +34,9 @@ B_REGISTERS = "(4,4,4,4,8,4):(1@warpid,16,4,1,4@laneid,1@laneid)"
 # C: warp rows as for A, n-pair (4):(8 words); slots n-pair * 4 + (c01, c23 of n-block 2p; of 2p+1).
 C_SHARED = f"{SWIZZLE} o (4,4,(2,2),8,4):(512,8,(256,4),32,1)"
 C_REGISTERS = "(4,4,4,8,4):(1@warpid,4,1,4@laneid,1@laneid)"
+# The copies between global rows and the swizzled tiles: (pass, thread) -> word thread + 128 pass
+STAGED = f"({WORDS // 128},128):(128,1)"
+STAGED_SWIZZLED = f"{SWIZZLE} o {STAGED}"
 
 
 def build_module(context=None):
@@ -50,16 +53,12 @@ def build_module(context=None):
         tid = k.thread_id()
         tiles = {name: k.shared(name, WORDS, alignment=contract.aligned_for(Layout.parse(A_SHARED))) for name in ("a_tile", "b_tile", "c_tile")}
 
-        def swizzled(index):  # Sw<3,2,3> on a word index: index ^ ((index >> 3) & 28)
-            return arith.xori(index, arith.andi(arith.shrui(index, k.index(3)), k.index(28)))
-
-        def copy(source, destination, swizzle_destination):
+        def copy(source, destination, swizzle_destination):  # pass, thread: word thread + 128 pass of the tile
+            rows, swizzled = k.tensor(source, STAGED), k.tensor(destination, STAGED_SWIZZLED)
+            if not swizzle_destination:
+                rows, swizzled = k.tensor(source, STAGED_SWIZZLED), k.tensor(destination, STAGED)
             with k.loop(0, WORDS // 128) as step:
-                index = arith.addi(tid, arith.muli(step, k.index(128)))
-                if swizzle_destination:
-                    k.store(k.load(source, [index]), destination, [swizzled(index)])
-                else:
-                    k.store(k.load(source, [swizzled(index)]), destination, [index])
+                swizzled[step, tid] = rows[step, tid]
 
         copy(a_global, tiles["a_tile"], True)
         copy(b_global, tiles["b_tile"], True)

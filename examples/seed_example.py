@@ -27,6 +27,9 @@ SHARED = S[(16, 4, 2):(8, 1, 128)]
 REGISTERS = S[(2, 2, 8, 4):(8, 2, 4 @ laneid, 1 @ laneid)]
 SHARED_STD = SHARED.rearrange("(r m) w k -> k m r w", r=8, m=2)
 SENTINEL = 4294966519  # bit pattern of int32(-777)
+# The copy into shared memory: lane l's pass q takes word l + 32 q of A in row-major order (lane = (2, 4, 4):
+# the word's last coordinate, its middle one, the row within 4), per coordinate of A (16, 4, 2)
+COPY = [S[((2, 4, 4), 4):((0, 0, 1), 4)], S[((2, 4, 4), 4):((0, 1, 0), 0)], S[((2, 4, 4), 4):((1, 0, 0), 0)]]
 KERNEL_NAME = "matrix_kernel"
 SHARED_WORDS = 256
 
@@ -34,21 +37,15 @@ SHARED_WORDS = 256
 def build_module(context=None):
     """kernel(A: memref<16x4x2xi32>, Out: memref<32x12xi32>), one warp; in `context`, else the current or
     the builder's shared default context."""
-    from mlir.dialects import arith
-
     from mlir_tile.builder import Kernel, transfer
 
     with Kernel(KERNEL_NAME, ["memref<16x4x2xi32>", "memref<32x12xi32>"], block=(32, 1, 1), context=context) as k:
         a, out = k.arguments
         lane = k.lane_id()
         sm = k.shared("sm", SHARED_WORDS, alignment=16)
+        copied = k.identity_tensor((16, 4, 2)).partition(COPY)  # (lane, pass) -> A's coordinate
         with k.loop(0, 4) as q:  # each lane copies 4 of the 128 words of A into shared memory
-            n = arith.addi(lane, arith.muli(q, k.index(32)))
-            coordinate = [
-                arith.divui(n, k.index(8)),
-                arith.remui(arith.divui(n, k.index(2)), k.index(4)),
-                arith.remui(n, k.index(2)),
-            ]
+            coordinate = list(copied[lane, q])
             k.store(k.load(a, coordinate), sm, [k.offset(SHARED, coordinate)])
         k.barrier()
         raw = k.registers(12)

@@ -1,9 +1,12 @@
 """The kernel builder's new calls: every misuse is a BuilderError naming the reason; alignment proofs accept
-what the IR proves and nothing more; planned copy addresses equal the layout's offsets."""
+what the IR proves and nothing more; planned copy addresses equal the layout's offsets; the grid's thread
+index, the lanes that lead their groups and views from a warp's part, interpreted (index_code)."""
 import pytest
 from mlir import ir
 from mlir.dialects import arith
 
+from index_code import kernel as index_kernel
+from index_code import run
 from mlir_tile import contract
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.layout import as_layout
@@ -24,6 +27,8 @@ MISUSE = {
     "if_ without otherwise": (lambda k: _if_without_otherwise(k), r"calls branch.otherwise\(...\) and branch.done",
                               None),
     "compare predicate": (lambda k: k.compare("lt", 0, 1), r"unknown predicate 'lt'", None),
+    "leads_lanes": (lambda k: k.leads_lanes(3), r"leads_lanes: lanes a power of two up to 32", None),
+    "offset_parts swizzled": (lambda k: k.offset_parts("Sw<1,2,3> o (8,8):(8,1)", [0, 0]), r"is swizzled", None),
     "vector width": (lambda k: k.load_vector(k.arguments[0], [0], 3), r"3 x f32 is 12 bytes", None),
     "vector unproven": (lambda k: k.load_vector(k.arguments[0], [k.arguments[2]], 4),
                         r"16-byte access needs 16-byte alignment, but only 4 bytes are proven", None),
@@ -171,3 +176,13 @@ def test_a_buffer_aligned_below_the_swizzle_period_says_the_builders_fix():
         with pytest.raises(contract.ContractError, match=r"in the builder: alignment=1024 on k.shared / k.dynamic_shared"):
             transfer("ldmatrix.sync.aligned.m8n8.x4.shared.b16", registers, words,
                      dst_layout="(4,8,4):(1,4@laneid,1@laneid)", src_layout="Sw<3,2,3> o (4,8,4):(8,32,1)")
+
+
+@pytest.mark.parametrize("thread, block", [(0, 0), (5, 0), (31, 3), (100, 2)])
+def test_the_grid_index_and_the_lanes_that_lead_their_group(thread, block):
+    def build(k):
+        view = k.view(k.dynamic_shared(), (16,), "i32", 64, element_offset=k.thread_id())
+        return [k.global_thread_id(), k.leads_lanes(4), k.leads_lanes(32), view.owner.operands[1]]
+
+    stored = run(index_kernel(0, build, block=128), [], thread=thread, block=block)
+    assert stored == {0: block * 128 + thread, 1: int(thread % 4 == 0), 2: int(thread % 32 == 0), 3: 64 + 4 * thread}

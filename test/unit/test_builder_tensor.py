@@ -1,8 +1,7 @@
-"""The tensor layer (builder/tensor.py) and the schedule (builder/schedule.py): the index code they emit,
-interpreted for given kernel arguments and thread and block ids, equals what numpy's own indexing gives
-(np.arange arrays, np.indices, np.unravel_index) and independent Python models of Triton's grouped order
-and split-K's shares; `k.copy` on tensors emits exactly the tiled copy of `copy_tile_async`; misuse is a
-BuilderError."""
+"""The tensor layer (builder/tensor.py): the index code it emits, interpreted for given kernel arguments and
+thread and block ids (index_code), equals what numpy's own indexing gives (np.arange arrays, np.indices,
+np.unravel_index); partitions add the tile's origin to the thread-value layouts' positions; `k.copy` on
+tensors emits exactly the tiled copy of `copy_tile_async`; misuse is a BuilderError."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,57 +10,10 @@ from mlir import ir
 from mlir.passmanager import PassManager
 from mlir.dialects import arith
 
+from index_code import kernel, run
 from mlir_tile.builder import BuilderError, Global, Kernel
-from mlir_tile.builder.schedule import SplitK, StageRing, TileOrder, predicate_free_steps
 from mlir_tile.builder.tensor import ceil_div, in_units, local_tile, whole_tiles
 from mlir_tile.layout import Layout
-
-_BINARY = {"arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b, "arith.muli": lambda a, b: a * b,
-           "arith.divui": lambda a, b: a // b, "arith.remui": lambda a, b: a % b, "arith.minui": min,
-           "arith.minsi": min, "arith.maxsi": max, "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b,
-           "arith.xori": lambda a, b: a ^ b, "arith.shli": lambda a, b: a << b, "arith.shrui": lambda a, b: a >> b}
-_COMPARE = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b, 3: lambda a, b: a <= b,
-            4: lambda a, b: a > b, 5: lambda a, b: a >= b, 6: lambda a, b: a < b, 7: lambda a, b: a <= b,
-            8: lambda a, b: a > b, 9: lambda a, b: a >= b}  # arith.CmpIPredicate's numbering
-
-
-def run(kernel: Kernel, arguments: list[int], thread: int = 0, block: int = 0, grid: int = 1) -> dict[int, int]:
-    """What the kernel's straight-line code stores to its first argument (an index memref), by position, for
-    these index arguments (after the first) and ids."""
-    function = next(op for op in kernel.module.operation.regions[0].blocks[0].operations[0].regions[0].blocks[0]
-                    .operations if op.operation.name == "gpu.func").operation
-    entry = function.regions[0].blocks[0]
-    values = {entry.arguments[i + 1]: value for i, value in enumerate(arguments)}
-    stored = {}
-    for op in (o.operation for o in entry.operations):
-        operands = [values.get(v) for v in op.operands]
-        ids = {"gpu.thread_id": thread, "gpu.block_id": block, "gpu.grid_dim": grid}
-        if op.name in ids:
-            values[op.result] = ids[op.name]
-        elif op.name == "arith.constant":
-            values[op.result] = ir.IntegerAttr(op.attributes["value"]).value
-        elif op.name in _BINARY:
-            values[op.result] = _BINARY[op.name](*operands)
-        elif op.name == "arith.cmpi":
-            values[op.result] = int(_COMPARE[ir.IntegerAttr(op.attributes["predicate"]).value](*operands))
-        elif op.name == "arith.select":
-            values[op.result] = operands[1] if operands[0] else operands[2]
-        elif op.name == "arith.index_castui":
-            values[op.result] = operands[0]
-        elif op.name == "memref.store":
-            stored[operands[2]] = operands[0]
-    return stored
-
-
-def kernel(sizes: int, build, block: int = 32) -> Kernel:
-    """A kernel of an output memref and `sizes` index arguments; `build(k, *sizes)` returns the values to store."""
-    with Kernel("k", ["memref<64xindex>", *["index"] * sizes], block=(block, 1, 1), context=ir.Context()) as k:
-        out, *arguments = k.arguments
-        for position, value in enumerate(build(k, *arguments)):
-            if isinstance(value, ir.Value) and value.type == ir.IntegerType.get_signless(1):
-                value = arith.index_castui(ir.IndexType.get(), value)
-            k.store(k.as_index(value), out, [position])
-    return k
 
 
 @settings(max_examples=40, deadline=None)
@@ -122,70 +74,6 @@ def test_a_partition_adds_the_tiles_origin_to_the_layouts_position():
     for thread in (0, 3):
         assert run(kernel(2, build), [16, 40], thread=thread) == {0: 16 + rows.offset(thread, 1),
                                                                   1: 40 + columns.offset(thread, 1)}
-
-
-def grouped_order(m_tiles: int, n_tiles: int, group: int, tile: int) -> tuple[int, int]:
-    """Triton's matmul tutorial: pid -> (pid_m, pid_n) with GROUP_SIZE_M."""
-    in_group = group * n_tiles
-    first_m = tile // in_group * group
-    size = min(m_tiles - first_m, group)
-    return first_m + tile % in_group % size, tile % in_group // size
-
-
-@settings(max_examples=30, deadline=None)
-@given(m=st.integers(1, 2000), n=st.integers(1, 2000), group=st.sampled_from([1, 4, 8]), data=st.data())
-def test_the_tile_order_is_tritons_grouped_order(m, n, group, data):
-    m_tiles, n_tiles = -(-m // 128), -(-n // 64)
-    tile = data.draw(st.integers(0, m_tiles * n_tiles - 1))
-
-    def build(k, m_value, n_value, tile_value):
-        order = TileOrder(k, (m_value, n_value), (128, 64), group)
-        return [order.count, *order.coordinate(tile_value), *order.origin(tile_value, inside=True)]
-
-    stored = run(kernel(3, build), [m, n, tile])
-    pid_m, pid_n = grouped_order(m_tiles, n_tiles, group, tile)
-    assert [stored[i] for i in range(3)] == [m_tiles * n_tiles, pid_m, pid_n]
-    if m >= 128 and n >= 64:  # moved back inside: the tile's elements all lie inside
-        assert (stored[3], stored[4]) == (min(pid_m * 128, m - 128), min(pid_n * 64, n - 64))
-
-
-@settings(max_examples=30, deadline=None)
-@given(depth=st.integers(1, 5000), splits=st.integers(1, 16), data=st.data())
-def test_split_k_shares_the_k_tiles_as_evenly_as_ceil_allows(depth, splits, data):
-    tiles = 7
-    block = data.draw(st.integers(0, tiles * splits - 1))
-
-    def build(k, depth_value, splits_value, block_value):
-        split_k = SplitK(k, k.as_index(tiles), depth_value, 32, splits_value)
-        split, tile = split_k.of_block(block_value)
-        return [split, tile, *split_k.columns(split)]
-
-    stored = run(kernel(3, build), [depth, splits, block])
-    split = block // tiles
-    k_tiles = list(range(0, depth, 32))
-    per = -(-len(k_tiles) // splits)
-    share = k_tiles[split * per:(split + 1) * per]
-    first = split * per * 32
-    assert [stored[i] for i in range(4)] == [split, block % tiles, first, min(depth, first + len(share) * 32)
-                                             if share else first]
-
-
-def test_the_stage_ring_places_k_tiles_round_the_stages():
-    def build(k, k_tile, first):
-        ring = StageRing(k, k.dynamic_shared(), 3, [("f16", 64), ("f32", 8)])
-        return [ring.stage(k_tile, 2), ring.offset(ring.stage(k_tile, 0, first)), ring.after(first, k_tile),
-                ring.stage(5), ring.bytes]
-
-    assert run(kernel(2, build), [7, 1]) == {0: 0, 1: (1 + 7) % 3 * 160, 2: 2, 3: 2, 4: 160}
-
-
-@pytest.mark.parametrize("m, depth, inside", [(256, 320, 8), (100, 320, 0), (256, 64, 0), (256, 96, 1)])
-def test_predicate_free_steps_count_the_copies_inside_the_matrix(m, depth, inside):
-    def build(k, m_value, depth_value):
-        tiles = local_tile(k.identity_tensor((m_value, depth_value)), (128, 32), (0, None))
-        return [predicate_free_steps(k, k.identity_tensor((m_value, depth_value)), (128, 32), tiles[None, None, 0], 2)]
-
-    assert run(kernel(2, build), [m, depth]) == {0: inside}
 
 
 def test_static_extents_fold_to_constants():

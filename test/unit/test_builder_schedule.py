@@ -1,0 +1,106 @@
+"""The schedules (builder/schedule.py): the tile order is Triton's grouped order (its tutorial's formula), split-K
+shares the k-tiles as ceil division says, the stage ring places k-tiles round the stages, and the
+predicate-free steps are the copies that lie inside the matrix; the index code interpreted (index_code)."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from index_code import kernel, run
+from mlir_tile.builder.schedule import KeyTiles, QueryTiles, SplitK, StageRing, TileOrder, predicate_free_steps
+from mlir_tile.builder.tensor import local_tile
+def grouped_order(m_tiles: int, n_tiles: int, group: int, tile: int) -> tuple[int, int]:
+    """Triton's matmul tutorial: pid -> (pid_m, pid_n) with GROUP_SIZE_M."""
+    in_group = group * n_tiles
+    first_m = tile // in_group * group
+    size = min(m_tiles - first_m, group)
+    return first_m + tile % in_group % size, tile % in_group // size
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 2000), n=st.integers(1, 2000), group=st.sampled_from([1, 4, 8]), data=st.data())
+def test_the_tile_order_is_tritons_grouped_order(m, n, group, data):
+    m_tiles, n_tiles = -(-m // 128), -(-n // 64)
+    tile = data.draw(st.integers(0, m_tiles * n_tiles - 1))
+
+    def build(k, m_value, n_value, tile_value):
+        order = TileOrder(k, (m_value, n_value), (128, 64), group)
+        return [order.count, *order.coordinate(tile_value), *order.origin(tile_value, inside=True)]
+
+    stored = run(kernel(3, build), [m, n, tile])
+    pid_m, pid_n = grouped_order(m_tiles, n_tiles, group, tile)
+    assert [stored[i] for i in range(3)] == [m_tiles * n_tiles, pid_m, pid_n]
+    if m >= 128 and n >= 64:  # moved back inside: the tile's elements all lie inside
+        assert (stored[3], stored[4]) == (min(pid_m * 128, m - 128), min(pid_n * 64, n - 64))
+
+
+@settings(max_examples=30, deadline=None)
+@given(depth=st.integers(1, 5000), splits=st.integers(1, 16), data=st.data())
+def test_split_k_shares_the_k_tiles_as_evenly_as_ceil_allows(depth, splits, data):
+    tiles = 7
+    block = data.draw(st.integers(0, tiles * splits - 1))
+
+    def build(k, depth_value, splits_value, block_value):
+        split_k = SplitK(k, k.as_index(tiles), depth_value, 32, splits_value)
+        split, tile = split_k.of_block(block_value)
+        return [split, tile, *split_k.columns(split)]
+
+    stored = run(kernel(3, build), [depth, splits, block])
+    split = block // tiles
+    k_tiles = list(range(0, depth, 32))
+    per = -(-len(k_tiles) // splits)
+    share = k_tiles[split * per:(split + 1) * per]
+    first = split * per * 32
+    assert [stored[i] for i in range(4)] == [split, block % tiles, first, min(depth, first + len(share) * 32)
+                                             if share else first]
+
+
+def test_the_stage_ring_places_k_tiles_round_the_stages():
+    def build(k, k_tile, first):
+        ring = StageRing(k, k.dynamic_shared(), 3, [("f16", 64), ("f32", 8)])
+        return [ring.stage(k_tile, 2), ring.offset(ring.stage(k_tile, 0, first)), ring.after(first, k_tile),
+                ring.stage(5), ring.bytes]
+
+    assert run(kernel(2, build), [7, 1]) == {0: 0, 1: (1 + 7) % 3 * 160, 2: 2, 3: 2, 4: 160}
+
+
+@pytest.mark.parametrize("m, depth, inside", [(256, 320, 8), (100, 320, 0), (256, 64, 0), (256, 96, 1)])
+def test_predicate_free_steps_count_the_copies_inside_the_matrix(m, depth, inside):
+    def build(k, m_value, depth_value):
+        tiles = local_tile(k.identity_tensor((m_value, depth_value)), (128, 32), (0, None))
+        return [predicate_free_steps(k, k.identity_tensor((m_value, depth_value)), (128, 32), tiles[None, None, 0], 2)]
+
+    assert run(kernel(2, build), [m, depth]) == {0: inside}
+
+
+@settings(max_examples=30, deadline=None)
+@given(seq=st.integers(1, 3000), heads=st.integers(1, 6), reverse=st.booleans(), data=st.data())
+def test_query_tiles_walk_each_heads_row_tiles(seq, heads, reverse, data):
+    tiles = -(-seq // 128)
+    block = data.draw(st.integers(0, heads * tiles - 1))
+
+    def build(k, seq_value):
+        order = QueryTiles(k, seq_value, 128, reverse)
+        return [order.count, order.heads, *order.of_block(k.block_id())]
+
+    stored = run(kernel(1, build), [seq], block=block, grid=heads * tiles)
+    tile = block % tiles
+    assert [stored[i] for i in range(4)] == [tiles, heads, block // tiles, tiles - 1 - tile if reverse else tile]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seq=st.integers(1, 3000), causal=st.booleans(), data=st.data())
+def test_key_tiles_are_those_some_row_sees_and_unmasked_those_all_see_whole(seq, causal, data):
+    rows, keys = 128, 64
+    first_row = data.draw(st.integers(0, (seq - 1) // rows)) * rows
+    tile, warp = data.draw(st.integers(0, -(-seq // keys))), data.draw(st.integers(0, 3))
+
+    def build(k, seq_value, first_value, tile_value, warp_value):
+        tiles = KeyTiles(k, seq_value, keys, first_value, rows, causal)
+        return [tiles.count, tiles.unmasked, tiles.reaches(tile_value, warp_value, 32)]
+
+    stored = run(kernel(4, build), [seq, first_row, tile, warp])
+    last_row = first_row + rows - 1  # (the tile's rows past the sequence see what the others see)
+    seen = [t for t in range(-(-seq // keys)) if not causal or t * keys <= last_row]
+    whole = [t for t in seen if (t + 1) * keys <= seq and (not causal or (t + 1) * keys - 1 <= first_row)]
+    assert [stored[0], stored[1]] == [len(seen), len(whole)]
+    assert stored[2] == int(tile * keys <= first_row + 32 * (warp + 1) - 1)
