@@ -83,9 +83,9 @@ class Tensor:
     def domain_offset(self, origin: Sequence) -> "Tensor":
         """The tensor from coordinate `origin` on (CuTe's domain_offset): its extents what is left past it."""
         _full(self, origin, "domain_offset")
-        k = self.kernel
-        return Tensor(k, self.memory, shape=[_sub(k, s, o) for s, o in zip(self.shape, origin)], stride=self.stride,
-                      base=_dot(k, self.base, origin, self.stride))
+        origin, k = _coordinate(tuple(origin), self), self.kernel
+        return Tensor(k, self.memory, shape=[_sub(k, s, _sum(k, o)) for s, o in zip(self.shape, origin)],
+                      stride=self.stride, base=_dot(k, self.base, origin, self.stride))
 
     def __repr__(self) -> str:
         return f"Tensor({_text(self.shape)}:{_text(self.stride) if self.layout is None else self.layout})"
@@ -127,7 +127,7 @@ class Coordinates:
     def domain_offset(self, origin: Sequence) -> "Coordinates":
         """The coordinates from `origin` on (CuTe's domain_offset): the value at 0 is `origin`'s."""
         origin = _coordinate(tuple(origin), self)
-        shape = [_sub(self.kernel, s, o) for s, o in zip(self.shape, origin)]
+        shape = [_sub(self.kernel, s, _sum(self.kernel, o)) for s, o in zip(self.shape, origin)]
         return Coordinates(self.kernel, shape, self.extent, self._at(origin), self.stride)
 
     def partition(self, layouts: Sequence[Layout]) -> "Partition":
@@ -383,6 +383,11 @@ def _add(k, a: Integer, b: Integer, emit: bool = False) -> Integer:
     if is_int(b) and b == 0:
         return a
     return arith.addi(k.as_index(a), k.as_index(b))
+
+
+def _sum(k, entry) -> Integer:
+    """A coordinate entry's value: a (value, int) pair is their sum."""
+    return _add(k, *entry) if isinstance(entry, tuple) else entry
 
 
 def _sub(k, a: Integer, b: Integer) -> Integer:
