@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from mlir_tile.atoms import MMA_M16N8K32
 from mlir_tile.synthesize import Tile, synthesize
 
 KERNEL = "mma_s8"
@@ -73,7 +74,7 @@ def build_module(context=None):
             for n_block in range(8):
                 pair, second = divmod(n_block, 2)
                 b_slot = pair * 8 + k_block * 4 + 2 * second
-                k.mma_m16n8k32(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
+                k.mma(MMA_M16N8K32, a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
                                accumulators, [n_block * 4 + i for i in range(4)])
         c, place = k.tensor(c_global, (M, N)), k.identity_tensor((M, N)).partition(C_PLACES)
         for slot in range(32):

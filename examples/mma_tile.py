@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from mlir_tile.atoms import MMA_M16N8K16
+
 KERNEL = "mma_tile"
 M = N = K = 64
 WORDS = 64 * 32  # a 64x64 fp16 tile as 32-bit words
@@ -92,7 +94,7 @@ def issue_mmas(k, a, b, accumulators) -> None:
         for n_block in range(8):
             pair, second = divmod(n_block, 2)
             b_slot = k_block * 16 + pair * 4 + 2 * second
-            k.mma_m16n8k16(a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
+            k.mma(MMA_M16N8K16, a, [k_block * 4 + i for i in range(4)], b, [b_slot, b_slot + 1],
                            accumulators, [n_block * 4 + i for i in range(4)])
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir_tile import contract
+from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32, MmaAtom
 from mlir_tile.coverage import Coverage, prove_coverage
 from mlir_tile.fragments import MMA_ORDER, NK_ORDER
 from mlir_tile.layout import Layout, composition, laneid, make_layout, tiled_divide, warpid
@@ -82,6 +83,7 @@ def _checked(transfer: OperandTransfer, tile: Layout) -> contract.Transfer:
 
 @dataclass(frozen=True)
 class TiledMma:
+    atom: MmaAtom
     warps: tuple[int, int]  # (WM, WN)
     tile: tuple[int, int, int]  # (BM, BN, BK) in elements
     a: Operand
@@ -117,16 +119,21 @@ class TiledMma:
         return [4 * (m * self.n_blocks + n) + i for i in range(4)]
 
     def accumulator_coordinates(self) -> tuple[Layout, Layout]:
-        """(rows, columns): where in the BM x BN tile each thread's f32 accumulator lies, as CuTe's thread-value
+        """(rows, columns): where in the BM x BN tile each thread's accumulator lies, as CuTe's thread-value
         layout split by coordinate (CuTe's C TV layout composed with the tile's identity tensor): layouts of
-        (thread, slot) -> row and -> column. Thread (quad lane, lane group, warp n, warp m), slot (c0..c3 as
-        (column + 1, row + 8), n8 block, m16 block): the ISA's c32 fragment (`fragments.fragment_element`,
-        checked against it for every lane and slot in the tests) in the warp grid's order (warp = n + WN * m)
-        and `accumulator_block`'s slot order."""
+        (thread, slot) -> row and -> column. The atom's C layout (`atoms`: the ISA's fragment, checked against
+        its table for every lane and value in the tests) tiled over the warp grid (thread: lane modes, warp
+        n, warp m; warp = n + WN * m) and the warp's blocks (slot: c0..c3, n8 block, m16 block:
+        `accumulator_block`'s order)."""
         (wm, wn), mb, nb = self.warps, self.m_blocks, self.n_blocks
-        shape = ((4, 8, wn, wm), (2, 2, nb, mb))
-        return (Layout(shape, ((0, 1, 0, 16 * mb), (0, 8, 0, 16))),
-                Layout(shape, ((2, 0, 8 * nb, 0), (1, 0, 8, 0))))
+        (m, n, _), c = self.atom.shape, self.atom.c
+
+        def tiled(layout: Layout, warp_strides: tuple, block_strides: tuple) -> Layout:
+            (threads, values), (thread_strides, value_strides) = layout.shape, layout.stride
+            return Layout(((*threads, wn, wm), (*values, nb, mb)),
+                          ((*thread_strides, *warp_strides), (*value_strides, *block_strides)))
+
+        return tiled(c.rows, (0, m * mb), (0, m)), tiled(c.columns, (n * nb, 0), (n, 0))
 
 
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
@@ -137,7 +144,7 @@ def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: La
     """The A, B and C transfers of a (BM, BN, BK) CTA tile of f16/bf16 over a (WM, WN) warp grid. `a` is
     BM x BK/2 words, `b` BK x BN/2 (b_major "kn") or BN x BK/2 ("nk"), `c` BM x BN/2; each a (rows, words)
     layout."""
-    return _tiled_mma(warps, tile, a, b, c, b_major, elements_per_word=2)
+    return _tiled_mma(MMA_M16N8K16, warps, tile, a, b, c, b_major)
 
 
 def tiled_mma_m16n8k32(warps: tuple[int, int], tile: tuple[int, int, int], a: Layout, b: Layout) -> TiledMma:
@@ -146,12 +153,12 @@ def tiled_mma_m16n8k32(warps: tuple[int, int], tile: tuple[int, int, int], a: La
     A k32 block is 8 words, as a k16 block of f16 is, and the ISA's m16n8k32 fragments hold the words that
     m16n8k16's hold (the byte tables "a8", "b8" of `fragments`): the same transfers. C (s32) has no stmatrix
     form: `c` is None."""
-    return _tiled_mma(warps, tile, a, b, None, "nk", elements_per_word=4)
+    return _tiled_mma(MMA_M16N8K32, warps, tile, a, b, None, "nk")
 
 
-def _tiled_mma(warps, tile, a, b, c, b_major, elements_per_word) -> TiledMma:
-    (wm, wn), (bm, bn, bk) = warps, tile
-    k_block = 8 * elements_per_word  # a k16 (f16) or k32 (s8) block: 8 words
+def _tiled_mma(atom: MmaAtom, warps, tile, a, b, c, b_major) -> TiledMma:
+    (wm, wn), (bm, bn, bk), elements_per_word = warps, tile, atom.per_register
+    k_block = atom.shape[2]  # a k16 (f16) or k32 (s8) block: 8 words
     if b_major not in ("kn", "nk"):
         raise ValueError(f"b_major is 'kn' (B as K x N, .trans) or 'nk' (B as N x K), got {b_major!r}")
     if bm % (16 * wm) or bn % (16 * wn) or bk % k_block:
@@ -172,7 +179,7 @@ def _tiled_mma(warps, tile, a, b, c, b_major, elements_per_word) -> TiledMma:
         operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), wm, rows_split="n", k_mode="words")
     operand_c = None if c is None else _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER,
                                                  (wm, wn), 1, rows_split="m", words_split="n")
-    return TiledMma((wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
+    return TiledMma(atom, (wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
 
 
 def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[int, int], copies: int,

@@ -19,6 +19,7 @@ import traceback
 
 from mlir import ir
 
+from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.compile import compile_to_ptx_texts
 from mlir_tile.contract import ContractError
@@ -179,8 +180,8 @@ def _mma(p: Program, depth: int):
     slots = lambda n: p.pick(lambda: p.rng.sample(range(8), n))  # noqa: E731
     words, accumulators = p.pick(p.registers), p.pick(p.accumulators)
     if p.rng.random() < 0.5:
-        return p.k.mma_m16n8k16(words, slots(4), words, slots(2), accumulators, slots(4), p.small("f16", "bf16", "s8"))
-    return p.k.mma_m16n8k32(words, slots(4), words, slots(2), p.pick(p.registers), slots(4), p.small("s8", "u8"),
+        return p.k.mma(MMA_M16N8K16, words, slots(4), words, slots(2), accumulators, slots(4), p.small("f16", "bf16", "s8"))
+    return p.k.mma(MMA_M16N8K32, words, slots(4), words, slots(2), p.pick(p.registers), slots(4), p.small("s8", "u8"),
                             saturate=p.small(False, True))
 
 

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlir import ir
 
+from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.layout import S
 
@@ -79,9 +80,9 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
             "offset": lambda: k.offset(first, [second]),
             "transfer": lambda: transfer(first, registers, second, dst_layout=S[(4, 8, 4):(1, 1, 1)],
                                                 src_layout="(4,8,4):(32,4,1)"),
-            "mma16": lambda: k.mma_m16n8k16(registers, [0, 1, 2, first], registers, [0, 1], registers, [0, 1, 2, 3],
+            "mma16": lambda: k.mma(MMA_M16N8K16, registers, [0, 1, 2, first], registers, [0, 1], registers, [0, 1, 2, 3],
                                             element=second),
-            "mma32": lambda: k.mma_m16n8k32(registers, [0, 1, 2, 3], registers, [first, 1], registers, [0, 1, 2, 3],
+            "mma32": lambda: k.mma(MMA_M16N8K32, registers, [0, 1, 2, 3], registers, [first, 1], registers, [0, 1, 2, 3],
                                             element=second),
         }
         try:
@@ -98,11 +99,15 @@ def test_an_impossible_block_is_a_builder_error():
 @pytest.mark.parametrize("element, accumulator, message", [
     ("s8", "f32", r"the accumulator registers of the s8 mma hold 32-bit words of i32, got f32"),
     ("f16", "i32", r"the accumulator registers of the f16 mma hold 32-bit words of f32, got i32"),
-    ("s4", "i32", r"element s8 or u8"),
+    ("s4", "i32", r"mma m16n8k32: element one of s8, u8"),
 ])
 def test_mma_operands_of_the_wrong_kind_are_builder_errors(element, accumulator, message):
     with Kernel("k", [], context=ir.Context()) as k:
         words, accumulators = k.registers(4), k.registers(4, accumulator)
-        mma = k.mma_m16n8k16 if element == "f16" else k.mma_m16n8k32
+        atom = MMA_M16N8K16 if element == "f16" else MMA_M16N8K32
         with pytest.raises(BuilderError, match=message):
-            mma(words, [0, 1, 2, 3], words, [0, 1], accumulators, [0, 1, 2, 3], element=element)
+            k.mma(atom, words, [0, 1, 2, 3], words, [0, 1], accumulators, [0, 1, 2, 3], element=element)
+        with pytest.raises(BuilderError, match=r"mma: an MmaAtom"):
+            k.mma("m16n8k16", words, [0, 1, 2, 3], words, [0, 1], accumulators, [0, 1, 2, 3])
+        with pytest.raises(BuilderError, match=r"True only for integer accumulators"):
+            k.mma(MMA_M16N8K16, words, [0, 1, 2, 3], words, [0, 1], accumulators, [0, 1, 2, 3], saturate=True)

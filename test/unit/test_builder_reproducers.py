@@ -5,6 +5,7 @@ builder accepts, compile_to_ptx compiles."""
 import pytest
 from mlir import ir
 
+from mlir_tile.atoms import MMA_M16N8K16
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
 from mlir_tile.compile import compile_to_ptx
 
@@ -78,7 +79,7 @@ MISUSE = {
     "dynamic_shared(2**31)": (lambda k: k.dynamic_shared(2**31),
                               r"dynamic_shared alignment must be a power of two from 16 to 1073741824, got 2147483648"),
     "an mma with f32 words as its bf16 A operand": (
-        lambda k: k.mma_m16n8k16(k.registers(4, "f32"), [0, 1, 2, 3], k.registers(2), [0, 1], k.registers(4, "f32"),
+        lambda k: k.mma(MMA_M16N8K16, k.registers(4, "f32"), [0, 1, 2, 3], k.registers(2), [0, 1], k.registers(4, "f32"),
                                  [0, 1, 2, 3], element="bf16"),
         r"mma: the A registers of the bf16 mma hold 32-bit words of i32, got f32"),
     "a loop index after its loop": (_loop_index_after_its_loop, r"was made inside a loop or branch that has ended"),
@@ -104,11 +105,11 @@ MISUSE = {
     "a copy_tile_async layout with a negative stride": (
         lambda k: _tile_copy(k, layout="(64,64):(-64,1)"), r"reaches offset -4032, before the buffer's start"),
     "an mma slot past its registers": (
-        lambda k: k.mma_m16n8k16(k.registers(4), [0, 1, 2, 9], k.registers(2), [0, 1], k.registers(4, "f32"),
+        lambda k: k.mma(MMA_M16N8K16, k.registers(4), [0, 1, 2, 9], k.registers(2), [0, 1], k.registers(4, "f32"),
                                  [0, 1, 2, 3]),
         r"mma: the A slots \[0, 1, 2, 9\] are not all slots of memref<4xi32"),
     "an mma's accumulator slots repeated": (
-        lambda k: k.mma_m16n8k16(k.registers(4), [0, 1, 2, 3], k.registers(2), [0, 1], k.registers(4, "f32"),
+        lambda k: k.mma(MMA_M16N8K16, k.registers(4), [0, 1, 2, 3], k.registers(2), [0, 1], k.registers(4, "f32"),
                                  [0, 1, 1, 3]),
         r"the accumulator slots \[0, 1, 1, 3\] repeat a slot"),
     # once silently wrong constants

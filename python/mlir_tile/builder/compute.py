@@ -8,6 +8,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
+from mlir_tile.atoms import MmaAtom
 from mlir_tile.builder.common import (BuilderError, caller_location, check_visible, count, enclosing_blocks, is_int,
                                       kernel_analyses, memref_value, parse_type, typed_value)
 from mlir_tile.dialect import load_dialect
@@ -67,32 +68,34 @@ SHUFFLE_MODES = ("xor", "down", "up", "idx")
 
 class Compute:
     # ----- mma.sync -----
-    def mma_m16n8k16(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
-                     accumulators: ir.Value, c_slots: Sequence[int], element: str = "f16") -> None:
-        """`mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32` on the words that transfers filled:
-        A from slots `a_slots` (a0..a3) of register storage `a`, B from `b_slots` (b0, b1) of `b`, and the f32
-        accumulators in `c_slots` (c0..c3) of `accumulators`, updated in place. Every attribute of nvvm.mma.sync
-        is set (the bindings abort the process when the multiplicand types are left to inference)."""
-        if element not in ("f16", "bf16") or not _slots(a_slots, 4) or not _slots(b_slots, 2) or not _slots(c_slots, 4):
-            raise BuilderError("mma_m16n8k16: element f16 or bf16, 4 A slots, 2 B slots and 4 accumulator slots")
+    def mma(self, atom: MmaAtom, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
+            accumulators: ir.Value, c_slots: Sequence[int], element: str | None = None, saturate: bool = False) -> None:
+        """One `mma.sync.aligned.<atom>.row.col` (`atoms.MMA_M16N8K16`: f32 accumulators, f16 or bf16;
+        `atoms.MMA_M16N8K32`: s32, s8 or u8, wrapping on overflow unless `saturate`) on the words that transfers
+        filled: A from `a_slots` (a0, a1, ...) of register storage `a`, B from `b_slots` (b0, b1) of `b`, the
+        accumulators in `c_slots` (c0..c3) of `accumulators`, updated in place; `element` the atom's first type
+        by default. Every attribute of nvvm.mma.sync is set (the bindings abort the process when the
+        multiplicand types are left to inference)."""
+        if not isinstance(atom, MmaAtom):
+            raise BuilderError(f"mma: an MmaAtom (mlir_tile.atoms.MMA_M16N8K16, MMA_M16N8K32), got {atom!r}")
+        element = atom.elements[0] if element is None else element
+        (a_count, b_count, c_count), integer = atom.registers, atom.accumulator == "s32"
+        if (element not in atom.elements or not _slots(a_slots, a_count) or not _slots(b_slots, b_count)
+                or not _slots(c_slots, c_count)):
+            raise BuilderError(f"mma {atom.name}: element one of {', '.join(atom.elements)}, {a_count} A slots, "
+                               f"{b_count} B slots and {c_count} accumulator slots")
+        if not isinstance(saturate, bool) or (saturate and not integer):
+            raise BuilderError(f"mma {atom.name}: saturate is True or False, and True only for integer accumulators; "
+                               f"got {saturate!r}")
+        if integer:
+            overflow = ir.Attribute.parse(f"#nvvm.mma_int_overflow<{'satfinite' if saturate else 'wrapped'}>")
+            self._mma(atom.shape, element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots, accumulators,
+                      c_slots, lambda word: word, int_overflow_behavior=overflow)
+            return
         # NVVM takes f16 pairs as vector<2xf16> and bf16 pairs as the i32 word that holds them
         pair = ir.VectorType.get([2], parse_type(element))
-        self._mma((16, 8, 16), element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
+        self._mma(atom.shape, element, ir.F32Type.get(), a, a_slots, b, b_slots, accumulators, c_slots,
                   (lambda word: llvm.bitcast(pair, word)) if element == "f16" else (lambda word: word))
-
-    def mma_m16n8k32(self, a: ir.Value, a_slots: Sequence[int], b: ir.Value, b_slots: Sequence[int],
-                     accumulators: ir.Value, c_slots: Sequence[int], element: str = "s8",
-                     saturate: bool = False) -> None:
-        """`mma.sync.aligned.m16n8k32.row.col{.satfinite}.s32.{s8|u8}.{s8|u8}.s32`: A (four words of four 8-bit
-        elements) from `a_slots` of `a`, B from `b_slots` (b0, b1) of `b`, the s32 accumulators in `c_slots`
-        (i32 register storage) updated in place; wrapping on overflow unless `saturate`."""
-        if element not in ("s8", "u8") or not _slots(a_slots, 4) or not _slots(b_slots, 2) or not _slots(c_slots, 4):
-            raise BuilderError("mma_m16n8k32: element s8 or u8, 4 A slots, 2 B slots and 4 accumulator slots")
-        if not isinstance(saturate, bool):
-            raise BuilderError(f"mma_m16n8k32: saturate is True or False, got {saturate!r}")
-        overflow = ir.Attribute.parse(f"#nvvm.mma_int_overflow<{'satfinite' if saturate else 'wrapped'}>")
-        self._mma((16, 8, 32), element, ir.IntegerType.get_signless(32), a, a_slots, b, b_slots,
-                  accumulators, c_slots, lambda word: word, int_overflow_behavior=overflow)
 
     def _mma(self, shape: tuple[int, int, int], element: str, accumulator: ir.Type, a, a_slots, b, b_slots,
              accumulators, c_slots, operand, **attributes) -> None:

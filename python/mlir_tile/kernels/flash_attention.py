@@ -253,7 +253,7 @@ class _Attention:
             self.load_block(tiled_mma.b, b_regs, self.rings[which].offset(self.ring.stage(tile_index)), block, own_warp)
             for mi in range(self.m_blocks):
                 for ni in range(tiled_mma.n_blocks):
-                    k.mma_m16n8k16(a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
+                    k.mma(tiled_mma.atom, a_regs, tiled_mma.a_slots(mi, 0 if a_from_shared else block), b_regs,
                                    tiled_mma.b_slots(ni, 0), accumulators, tiled_mma.accumulator_block(mi, ni), self.element)
 
     def row_reduce(self, values, combine):  # a row's max or sum: a tree of pairs (tree_reductions), else a chain

@@ -296,7 +296,7 @@ class _Gemm:
         for block in range(blocks_in_buffers):
             for mi in range(tiled.m_blocks):
                 for ni in range(tiled.n_blocks):
-                    self.k.mma_m16n8k16(buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
+                    self.k.mma(tiled.atom, buffers[0], tiled.a_slots(mi, block), buffers[1], tiled.b_slots(ni, block),
                                         self.accumulators, tiled.accumulator_block(mi, ni), self.element)
 
     def start_pipeline(self, copy_ahead, first_stage):
