@@ -21,6 +21,8 @@ from mlir import ir
 
 from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
+from mlir_tile.builder.schedule import StageRing, TileOrder
+from mlir_tile.builder.tensor import local_tile
 from mlir_tile.compile import compile_to_ptx_texts
 from mlir_tile.contract import ContractError
 from mlir_tile.ptx import CompileError, cubin_of_ptx
@@ -56,6 +58,7 @@ class Program:
         # compiled: a 64 x 64 f16 tile, 512 i32 words, registers
         self.tile, self.words = kernel.shared("tile", 64 * 64, "f16", 128), kernel.shared("words", 512, "i32", 128)
         self.registers, self.accumulators = kernel.registers(8), kernel.registers(8, "f32")
+        self.tensors: list = []  # tensors made so far (some inside loops and branches that have ended)
         self.values += [self.tile, self.words, self.registers, self.accumulators, kernel.shared_bytes("bytes", 4096),
                         kernel.constant(0.5, "f32"), kernel.constant(2.0, "f16"), kernel.constant(7),
                         kernel.compare("ult", kernel.lane_id(), 16)]
@@ -231,6 +234,48 @@ def _planned(p: Program, depth: int):
                                                                *LAYOUTS), coordinates, p.small(1, 8)) for v in pair]
 
 
+def _global_tile(p: Program, depth: int):
+    """A tile of A (argument 0, rows of 64 halves) and its coordinates by local_tile, a slice of them, offsets,
+    residues and predicates; sometimes copied into the stock's tile."""
+    rows = p.index()
+    matrix = p.k.tensor(p.pick(lambda: p.k.arguments[0]), p.pick(lambda: (rows, 64)), p.small(None, (64, 1), (rows, 1)))
+    at = p.pick(lambda: (p.index(), None))
+    tiles = local_tile(p.pick(matrix), p.pick((16, 64)), at)
+    coordinates = local_tile(p.k.identity_tensor(p.pick(lambda: (rows, 64))), p.pick((16, 64)), at)
+    p.tensors += [tiles, coordinates]
+    here = coordinates[None, None, p.index()]
+    made = [tiles.offset(p.pick(lambda: (p.index(), 0, p.index()))), *here.residue(), here.inside(p.pick((0, 8)))]
+    if p.rng.random() < 0.3:
+        made += p.k.copy(tiles[None, None, 0], p.k.tensor(p.pick(p.tile), p.small("(16,64):(64,1)", *LAYOUTS)),
+                         valid=p.pick(lambda: here.residue()), chunk_bytes=p.small(16, 8, 2),
+                         asynchronous=p.small(True, False))
+    return [v for v in made if isinstance(v, ir.Value)]
+
+
+def _tensor_again(p: Program, depth: int):
+    """A tensor made by an earlier step (maybe inside a loop or branch that has ended) read, sliced or tiled."""
+    tensor = p.pick(lambda: p.rng.choice(p.tensors) if p.tensors else None)
+    if tensor is None or not hasattr(tensor, "rank"):
+        raise BuilderError("no tensor")  # (what a junk pick is: not a call)
+    coordinate = p.pick(lambda: tuple(p.index() for _ in range(tensor.rank)))
+    calls = [lambda: tensor[coordinate], lambda: tensor.domain_offset(coordinate)]
+    if hasattr(tensor, "partition"):  # an identity tensor
+        calls.append(lambda: tensor.partition(p.small(("(32,4):(1,32)", "(32,4):(4,1)"), ("4:1",)))[p.pick(
+            lambda: (p.k.thread_id(), p.index()))])
+    return values_of(p.rng.choice(calls)())
+
+
+def values_of(made) -> list:
+    return [made] if isinstance(made, ir.Value) else [v for v in made if isinstance(v, ir.Value)] if isinstance(
+        made, tuple) else []
+
+
+def _schedule(p: Program, depth: int):
+    order = TileOrder(p.k, p.pick(lambda: (p.index(), p.index())), p.pick((128, 64)), p.small(8, 1, 0))
+    ring = StageRing(p.k, p.buffer("shared"), p.small(2, 4, 0), p.pick([("f16", 64), ("f16", 128)]))
+    return [*order.origin(p.index(), inside=p.small(False, True)), *ring.views(ring.stage(p.index(), p.small(0, 1)))]
+
+
 CALLS = [
     ("thread_id", lambda p, d: p.k.thread_id(p.small("x", "y", "z"))),
     ("lane_id", lambda p, d: p.k.lane_id()),
@@ -282,6 +327,11 @@ CALLS = [
     ("arrive_on_copies", lambda p, d: p.k.arrive_on_copies(p.barriers(), p.small(0, 1))),
     ("wait_phase", lambda p, d: p.k.wait_phase(p.barriers(), p.small(0, 1), p.small(0, 1, p.of_type("i32")))),
     ("a call on a finished kernel", lambda p, d: p.finished.load(p.finished.arguments[0], [p.index()])),
+    ("tensor, local_tile, identity_tensor, copy", _global_tile),
+    ("a tensor again", _tensor_again),
+    ("schedule", _schedule),
+    ("global_thread_id", lambda p, d: p.k.global_thread_id()),
+    ("leads_lanes", lambda p, d: p.k.leads_lanes(p.small(4, 32, 3))),
     ("loop", _loop),
     ("if_", _if),
 ]

@@ -120,3 +120,15 @@ def test_misuse_is_a_builder_error(misuse, message):
         tensor = k.tensor(k.arguments[0], (k.arguments[1], 64))
         with pytest.raises(BuilderError, match=message):
             misuse(k, tensor, k.identity_tensor((8, 8)))
+
+
+def test_a_tensor_made_inside_an_ended_loop_is_refused_after_it():
+    with Kernel("k", [Global("f16"), "index"], context=ir.Context()) as k:
+        with k.loop(0, 4) as i:
+            tile = local_tile(k.tensor(k.arguments[0], (k.arguments[1], 64)), (16, 64), (i, 0))
+            tile.offset((0, 0))  # inside: fine
+        with pytest.raises(BuilderError, match=r"Tensor.offset: the value .* was made inside a loop or branch that has "
+                                               r"ended"):
+            tile.offset((0, 0))
+    with pytest.raises(BuilderError, match=r"Tensor.offset: its kernel 'k' is not being built"):
+        tile.offset((0, 0))

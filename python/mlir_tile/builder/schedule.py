@@ -13,10 +13,17 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import arith
 
-from mlir_tile.builder.common import BuilderError, count
-from mlir_tile.builder.tensor import Coordinates, Integer, ceil_div, whole_tiles
+from mlir_tile.builder.common import BuilderError, count, is_int, memref_value
+from mlir_tile.builder.tensor import Coordinates, Integer, as_integer, ceil_div, whole_tiles
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1}
+
+
+def _pair(kernel, values, what: str, check) -> tuple:
+    if not isinstance(values, (list, tuple)) or len(values) != 2:
+        raise BuilderError(f"TileOrder: {what} are (rows, columns), got {values!r}")
+    return tuple(check(kernel, v, f"TileOrder: {what}") if check is as_integer else check(v, f"TileOrder: {what}")
+                 for v in values)
 
 
 class TileOrder:
@@ -25,14 +32,16 @@ class TileOrder:
     B in L2). `count` is the number of tiles."""
 
     def __init__(self, kernel, extents: Sequence[Integer], tile: Sequence[int], group: int = 1):
-        self.k, self.extents, self.tile, self.group = kernel, tuple(extents), tuple(tile), count(group, "group")
-        self.tiles_m, tiles_n = (ceil_div(kernel, e, t) for e, t in zip(extents, tile))
+        self.k, self.group = kernel, count(group, "TileOrder: group")
+        self.extents, self.tile = _pair(kernel, extents, "extents", as_integer), _pair(kernel, tile, "tile", count)
+        self.tiles_m, tiles_n = (kernel.as_index(ceil_div(kernel, e, t)) for e, t in zip(self.extents, self.tile))
         self.count = arith.muli(kernel.as_index(self.tiles_m), kernel.as_index(tiles_n))
         self.per_group = arith.muli(kernel.as_index(tiles_n), kernel.index(group))
 
     def coordinate(self, tile: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(row, column) of tile number `tile`, in tiles."""
         k = self.k
+        tile = k.as_index(tile)
         first_m = arith.muli(arith.divui(tile, self.per_group), k.index(self.group))
         group_rows = k.minimum(arith.subi(self.tiles_m, first_m), self.group)
         within = arith.remui(tile, self.per_group)
@@ -58,12 +67,12 @@ class TileOrder:
 
     def step(self, tile: ir.Value) -> ir.Value:
         """The tile after `tile` in a persistent CTA's walk (maybe past the last)."""
-        return arith.addi(tile, self.k.grid_size())
+        return arith.addi(self.k.as_index(tile), self.k.grid_size())
 
     def following(self, tile: ir.Value) -> ir.Value:
         """The tile after `tile` in a persistent CTA's walk, or `tile` itself past the last."""
         after = self.step(tile)
-        return arith.select(self.k.compare("ult", after, self.count), after, tile)
+        return arith.select(self.k.compare("ult", after, self.count), after, self.k.as_index(tile))
 
 
 class QueryTiles:
@@ -72,13 +81,14 @@ class QueryTiles:
     so that the short ones fill the tail)."""
 
     def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False):
-        self.k, self.rows, self.reverse = kernel, count(rows, "rows"), reverse
-        self.count = kernel.as_index(ceil_div(kernel, extent, rows))
+        self.k, self.rows, self.reverse = kernel, count(rows, "QueryTiles: rows"), bool(reverse)
+        self.count = kernel.as_index(ceil_div(kernel, as_integer(kernel, extent, "QueryTiles: extent"), rows))
         self.heads = arith.divui(kernel.grid_size(), self.count)
 
     def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(head, row tile) of grid block `block`."""
         k = self.k
+        block = k.as_index(block)
         head, tile = arith.divui(block, self.count), arith.remui(block, self.count)
         if self.reverse:
             tile = arith.subi(arith.subi(self.count, k.index(1)), tile)
@@ -92,7 +102,8 @@ class KeyTiles:
 
     def __init__(self, kernel, extent: ir.Value, keys: int, first_row: ir.Value, rows: int, causal: bool):
         k = self.k = kernel
-        self.keys, self.first_row = keys, first_row
+        self.keys, self.first_row = count(keys, "KeyTiles: keys"), k.as_index(first_row)
+        rows, extent = count(rows, "KeyTiles: rows"), as_integer(k, extent, "KeyTiles: extent")
         self.count = k.as_index(ceil_div(k, extent, keys))
         self.unmasked = k.as_index(whole_tiles(k, extent, keys))
         if causal:
@@ -103,8 +114,9 @@ class KeyTiles:
         """Whether key tile `tile` starts at or before the last of warp `warp`'s rows (`rows_per_warp` each,
         in order): under the causal mask the warp has work in it (an i1, the same for the warp)."""
         k = self.k
-        rows_end = arith.addi(self.first_row, arith.muli(arith.addi(warp, k.index(1)), k.index(rows_per_warp)))
-        return k.compare("ult", arith.muli(tile, k.index(self.keys)), rows_end)
+        rows_end = arith.addi(self.first_row, arith.muli(arith.addi(k.as_index(warp), k.index(1)),
+                                                         k.index(count(rows_per_warp, "rows_per_warp"))))
+        return k.compare("ult", arith.muli(k.as_index(tile), k.index(self.keys)), rows_end)
 
 
 class SplitK:
@@ -112,15 +124,18 @@ class SplitK:
     and split s the k-tiles from s * ceil(k_tiles / splits) on, that many or what is left."""
 
     def __init__(self, kernel, tiles: ir.Value, depth: Integer, tile_k: int, splits: ir.Value):
-        self.k, self.tiles, self.depth, self.tile_k, self.splits = kernel, tiles, depth, tile_k, splits
+        self.k, self.tiles, self.splits = kernel, kernel.as_index(tiles), kernel.as_index(splits)
+        self.depth, self.tile_k = as_integer(kernel, depth, "SplitK: depth"), count(tile_k, "SplitK: tile_k")
 
     def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(split, tile) of grid block `block`."""
+        block = self.k.as_index(block)
         return arith.divui(block, self.tiles), arith.remui(block, self.tiles)
 
     def columns(self, split: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The split's columns of A: (first, last + 1)."""
         k, bk = self.k, self.tile_k
+        split = k.as_index(split)
         k_tiles = k.as_index(ceil_div(k, self.depth, bk))
         per_split = arith.divui(arith.addi(k_tiles, arith.subi(self.splits, k.index(1))), self.splits)
         start = arith.muli(arith.muli(split, per_split), k.index(bk))
@@ -136,34 +151,39 @@ class StageRing:
     stage size keep every stage's swizzle in place."""
 
     def __init__(self, kernel, buffer: ir.Value, stages: int, parts: Sequence[tuple[str, int]], start: int = 0):
-        self.k, self.buffer, self.stages, self.start = kernel, buffer, count(stages, "stages"), start
-        if not parts or any(element not in _BYTES for element, _ in parts):
+        memref_value(buffer, "StageRing: buffer", "shared")
+        self.k, self.buffer, self.stages = kernel, buffer, count(stages, "StageRing: stages")
+        self.start = count(start, "StageRing: start", minimum=0)
+        if (not isinstance(parts, (list, tuple)) or not parts
+                or any(not isinstance(part, tuple) or len(part) != 2 or part[0] not in _BYTES for part in parts)):
             raise BuilderError(f"StageRing: parts are (element, count) with elements of {sorted(_BYTES)}, got {parts!r}")
+        for _, elements in parts:
+            count(elements, "StageRing: a part's elements")
         self.parts = list(parts)
         self.starts = [sum(_BYTES[e] * n for e, n in self.parts[:i]) for i in range(len(self.parts))]
         self.bytes = sum(_BYTES[e] * n for e, n in self.parts)
 
     def stage(self, k_tile: Integer, ahead: int = 0, first: ir.Value | None = None) -> ir.Value:
         """The stage of k-tile `k_tile` + `ahead`."""
-        k = self.k
-        if isinstance(k_tile, int) and first is None:
+        k, ahead = self.k, count(ahead, "StageRing: ahead", minimum=0)
+        if is_int(k_tile) and first is None:
             return k.index((k_tile + ahead) % self.stages)
         at = k.as_index(k_tile) if not ahead else arith.addi(k.as_index(k_tile), k.index(ahead))
         if first is not None:
-            at = arith.addi(first, at)
+            at = arith.addi(k.as_index(first), at)
         return arith.remui(at, k.index(self.stages))
 
     def later(self, k_tile: ir.Value, ahead: int) -> ir.Value:
         """The k-tile `ahead` after `k_tile` (the one a pipelined step copies)."""
-        return arith.addi(k_tile, self.k.index(ahead))
+        return arith.addi(self.k.as_index(k_tile), self.k.index(count(ahead, "ahead", minimum=0)))
 
     def phase(self, k_tile: ir.Value) -> ir.Value:
         """How many k-tiles the stage of `k_tile` held before it (an mbarrier's phase, by its parity)."""
-        return arith.divui(k_tile, self.k.index(self.stages))
+        return arith.divui(self.k.as_index(k_tile), self.k.index(self.stages))
 
     def offset(self, stage: ir.Value, part: int = 0) -> ir.Value:
         """The first byte of the stage's tile `part`."""
-        at = arith.muli(stage, self.k.index(self.bytes))
+        at = arith.muli(self.k.as_index(stage), self.k.index(self.bytes))
         first = self.start + self.starts[part]
         return arith.addi(at, self.k.index(first)) if first else at
 
@@ -175,7 +195,8 @@ class StageRing:
 
     def after(self, first: ir.Value, k_tiles: ir.Value) -> ir.Value:
         """The stage following `k_tiles` k-tiles from stage `first`."""
-        return arith.remui(arith.addi(first, k_tiles), self.k.index(self.stages))
+        k = self.k
+        return arith.remui(arith.addi(k.as_index(first), k.as_index(k_tiles)), k.index(self.stages))
 
 
 def predicate_free_steps(kernel, tile: Coordinates, extents: Sequence[int], k_tiles: Coordinates, ahead: int) -> ir.Value:
@@ -184,6 +205,8 @@ def predicate_free_steps(kernel, tile: Coordinates, extents: Sequence[int], k_ti
     whose copied k-tile lies wholly inside K (`k_tiles`: the first k-tile's coordinates, K its last
     dimension), else none."""
     k = kernel
+    if not isinstance(tile, Coordinates) or not isinstance(k_tiles, Coordinates):
+        raise BuilderError("predicate_free_steps: the tile's and the k-tile's coordinates are identity tensors")
     whole = k.as_index(whole_tiles(k, k_tiles.residue()[-1], k_tiles.shape[-1]))
     inside_k = arith.subi(whole, k.index(ahead))
     interior = arith.andi(tile.holds(extents), k.compare("sge", inside_k, 0))
@@ -198,11 +221,14 @@ class PersistentSteps:
 
     def __init__(self, kernel, k_tiles: Coordinates, tile_k: int, ahead: int):
         k = self.k = kernel
+        if not isinstance(k_tiles, Coordinates):
+            raise BuilderError("PersistentSteps: the first k-tile's coordinates are an identity tensor")
         extent = k_tiles.residue()[-1]
+        tile_k, ahead = count(tile_k, "PersistentSteps: tile_k"), count(ahead, "PersistentSteps: ahead", minimum=0)
         self.k_tiles = k.as_index(ceil_div(k, extent, tile_k))
         self.inside_k = arith.subi(k.as_index(whole_tiles(k, extent, tile_k)), k.index(ahead))
         self.last_copies = arith.subi(self.k_tiles, k.index(ahead))
 
     def of_next_tile(self, k_tile: ir.Value) -> ir.Value:
         """The next tile's k-tile that step `k_tile` (one of the last) copies."""
-        return arith.subi(k_tile, self.last_copies)
+        return arith.subi(self.k.as_index(k_tile), self.last_copies)

@@ -16,15 +16,34 @@ identity tensor); `None` entries keep their modes (CuTe's `_`) and the result is
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import arith
 
-from mlir_tile.builder.common import BuilderError, count, is_int, memref_value
+from mlir_tile.builder.common import (BuilderError, check_visible, count, enclosing_blocks, is_int, memref_value,
+                                      values_in)
 from mlir_tile.layout import Layout, as_layout
 
 Integer = int | ir.Value  # an extent, stride or coordinate: static, or an index value
+
+
+def _here(method):
+    """A call on a tensor: its kernel is being built, and every value the tensor holds and every value among the
+    arguments is visible where the call builds (a tensor made inside a loop that has ended cannot be used after
+    it, as no value made there can)."""
+    @functools.wraps(method)
+    def call(self, *arguments, **keywords):
+        what = f"{type(self).__name__}.{method.__name__.strip('_')}"
+        kernel = self.kernel
+        if not getattr(kernel, "_open", False):
+            raise BuilderError(f"{what}: its kernel '{kernel.name}' is not being built; use a tensor inside the "
+                               f"kernel's `with` block")
+        here = enclosing_blocks(ir.InsertionPoint.current.block)
+        check_visible(values_in([*self.held(), *arguments, *keywords.values()]), what, here)
+        return method(self, *arguments, **keywords)
+    return call
 
 
 class Tensor:
@@ -42,21 +61,28 @@ class Tensor:
     def rank(self) -> int:
         return len(self.shape)
 
+    def held(self) -> list:
+        """The IR values the tensor holds (its base, extents and strides)."""
+        return [self.base, *self.shape, *self.stride]
+
+    @_here
     def offset(self, coordinate: Sequence) -> ir.Value:
         """The element offset in `memory` of a coordinate (an entry per mode: ints or index values; a static
         layout also takes CuTe's nested (value, int) form, see `Kernel.offset`)."""
         _full(self, coordinate, "offset")
-        coordinate, k = _coordinate(tuple(coordinate), self), self.kernel
+        coordinate, k = _coordinate(coordinate, self), self.kernel
         if self.layout is not None:
             return _add(k, self.base, k.offset(self.layout, list(coordinate)), emit=True)
         return k.as_index(_dot(k, self.base, coordinate, self.stride))
 
+    @_here
     def __getitem__(self, coordinate):
         coordinate = _coordinate(coordinate, self)
         if any(c is None for c in coordinate):
             return self._sliced(coordinate)
         return self.load(coordinate)
 
+    @_here
     def load(self, coordinate: Sequence, where: ir.Value | None = None) -> ir.Value:
         """The element at `coordinate`; with `where` (an i1), that element where it holds, else the tensor's
         first (no branch: a tensor of one element or more stands in for one that is not there)."""
@@ -65,6 +91,7 @@ class Tensor:
             offset = arith.select(where, offset, self.kernel.as_index(self.base))
         return self.kernel.load(self.memory, [offset])
 
+    @_here
     def __setitem__(self, coordinate, value: ir.Value) -> None:
         self.kernel.store(value, self.memory, [self.offset(_coordinate(coordinate, self))])
 
@@ -77,13 +104,15 @@ class Tensor:
         return Tensor(self.kernel, self.memory, shape=[self.shape[a] for a in kept],
                       stride=[self.stride[a] for a in kept], base=_dot(self.kernel, self.base, fixed, self.stride))
 
+    @_here
     def local_tile(self, tiler: Sequence[int], coordinate: Sequence) -> "Tensor":
         return Tensor(self.kernel, self.memory, **_tiled(self, tiler, coordinate, self.stride, self.base))
 
+    @_here
     def domain_offset(self, origin: Sequence) -> "Tensor":
         """The tensor from coordinate `origin` on (CuTe's domain_offset): its extents what is left past it."""
         _full(self, origin, "domain_offset")
-        origin, k = _coordinate(tuple(origin), self), self.kernel
+        origin, k = _coordinate(origin, self), self.kernel
         return Tensor(k, self.memory, shape=[_sub(k, s, _sum(k, o)) for s, o in zip(self.shape, origin)],
                       stride=self.stride, base=_dot(k, self.base, origin, self.stride))
 
@@ -105,6 +134,11 @@ class Coordinates:
     def rank(self) -> int:
         return len(self.shape)
 
+    def held(self) -> list:
+        """The IR values the tensor holds (its extents and origin)."""
+        return [*self.shape, *self.extent, *self.origin]
+
+    @_here
     def __getitem__(self, coordinate):
         coordinate = _coordinate(coordinate, self)
         k = self.kernel
@@ -119,23 +153,26 @@ class Coordinates:
         k = self.kernel
         return tuple(_dot(k, start, coordinate, [step[d] for step in self.stride]) for d, start in enumerate(self.origin))
 
+    @_here
     def local_tile(self, tiler: Sequence[int], coordinate: Sequence) -> "Coordinates":
         k = self.kernel
         tiled = _tiled(self, tiler, coordinate, self.stride, self.origin, vector=True)
         return Coordinates(k, tiled["shape"], self.extent, tiled["base"], tiled["stride"])
 
+    @_here
     def domain_offset(self, origin: Sequence) -> "Coordinates":
         """The coordinates from `origin` on (CuTe's domain_offset): the value at 0 is `origin`'s."""
-        origin = _coordinate(tuple(origin), self)
+        origin = _coordinate(origin, self)
         shape = [_sub(self.kernel, s, _sum(self.kernel, o)) for s, o in zip(self.shape, origin)]
         return Coordinates(self.kernel, shape, self.extent, self._at(origin), self.stride)
 
+    @_here
     def partition(self, layouts: Sequence[Layout]) -> "Partition":
         """These coordinates as a thread-value partition reaches them (CuTe's `thr_mma.partition_C(cC)`):
         `layouts[d]` maps the partition's coordinate (e.g. (thread, slot)) to the position along dimension d
         of the tile at this tensor's origin (`TiledMma.accumulator_coordinates()`)."""
-        if len(layouts) != len(self.origin):
-            raise BuilderError(f"partition: a layout per dimension ({len(self.origin)}), got {len(layouts)}")
+        if not isinstance(layouts, (list, tuple)) or len(layouts) != len(self.origin):
+            raise BuilderError(f"partition: a layout per dimension ({len(self.origin)}), got {layouts!r}")
         try:
             layouts = [as_layout(layout) for layout in layouts]
         except ValueError as error:
@@ -144,46 +181,63 @@ class Coordinates:
             raise BuilderError("partition: a thread-value layout has no swizzle")
         return Partition(self, layouts)
 
+    @_here
     def coordinate_of(self, index: ir.Value) -> tuple:
         """The coordinate of element `index` of this tensor in row-major order (CuTe's idx2crd with
         LayoutRight), index values: the last dimension's remainder, the rest's quotients."""
         k, point = self.kernel, []
+        index = k.as_index(index)
         for extent in reversed(self.shape[1:]):
             point.append(arith.remui(index, k.as_index(extent)))
             index = arith.divui(index, k.as_index(extent))
         return tuple(k.as_index(c) for c in self[tuple([index, *reversed(point)])])
 
+    @_here
     def residue(self, dimensions: Sequence[int] | None = None) -> tuple:
         """How many of the whole tensor's coordinates lie at or past this tensor's first, per dimension (CuTe's
         residue: a tile's valid rows and columns, for copies that zero-fill the rest), as index values; only
         in `dimensions` (all by default), None in the others (known inside)."""
+        if dimensions is not None and not isinstance(dimensions, (list, tuple)):
+            raise BuilderError(f"residue: dimensions are a list of the tensor's dimensions, got {dimensions!r}")
         k = self.kernel
         return tuple(k.as_index(_sub(k, e, o)) if dimensions is None or d in dimensions else None
                      for d, (e, o) in enumerate(zip(self.extent, self.origin)))
 
+    @_here
     def holds(self, tile: Sequence[int]) -> ir.Value:
         """Whether a `tile` from this tensor's first coordinate lies wholly inside the whole tensor (an i1)."""
+        if not isinstance(tile, (list, tuple)) or len(tile) != len(self.origin):
+            raise BuilderError(f"holds: a tile extent per dimension ({len(self.origin)}), got {tile!r}")
+        tile = [count(extent, "holds: tile extent") for extent in tile]
         k, result = self.kernel, None
         for start, extent, size in zip(self.origin, self.extent, tile):
             test = k.compare("ule", _add(k, start, size, emit=True), extent)
             result = test if result is None else arith.andi(result, test)
         return result
 
+    @_here
     def clamped(self, coordinate: Sequence) -> tuple:
         """The whole tensor's coordinate of `coordinate`, each entry clamped to the last inside (unsigned): an
         always-valid place to read at."""
         k = self.kernel
-        return tuple(k.minimum(p, _sub(k, e, 1)) for p, e in zip(self[tuple(coordinate)], self.extent))
+        return tuple(k.minimum(p, _sub(k, e, 1)) for p, e in zip(self[_coordinate(coordinate, self)], self.extent))
 
+    @_here
     def inside(self, coordinate: Sequence, dimensions: Sequence[int] | None = None, start: Sequence | None = None
                ) -> ir.Value:
         """Whether the element at `coordinate` lies inside the whole tensor (CuTe's `elem_less(c, shape)`),
         unsigned, in the `dimensions` given (all by default): an i1 value. With `start` (a coordinate of the
         whole tensor), whether it lies at or past `start` instead (a region the extent is known to hold)."""
-        return _inside(self.kernel, self[tuple(coordinate)], self.extent, dimensions, start)
+        return _inside(self.kernel, self[_coordinate(coordinate, self)], self.extent, dimensions, start)
 
 
 def _inside(k, point, extent, dimensions, start) -> ir.Value:
+    every = range(len(point))
+    if dimensions is not None and (not isinstance(dimensions, (list, tuple)) or any(
+            not is_int(d) or d not in every for d in dimensions)):
+        raise BuilderError(f"inside: dimensions are a list of the tensor's dimensions {list(every)}, got {dimensions!r}")
+    if start is not None and (not isinstance(start, (list, tuple)) or len(start) != len(point)):
+        raise BuilderError(f"inside: start is a coordinate of the whole tensor ({len(point)} entries), got {start!r}")
     tests = [k.compare("ult", point[d], extent[d]) if start is None else k.compare("uge", point[d], start[d])
              for d in (range(len(point)) if dimensions is None else dimensions)]
     if not tests:
@@ -199,7 +253,12 @@ class Partition:
 
     def __init__(self, coordinates: Coordinates, layouts: Sequence[Layout]):
         self.coordinates, self.layouts = coordinates, list(layouts)
+        self.kernel = coordinates.kernel
 
+    def held(self) -> list:
+        return self.coordinates.held()
+
+    @_here
     def __getitem__(self, coordinate) -> tuple:
         """The whole tensor's coordinate of the partition's element `coordinate` (ints or index values)."""
         k = self.coordinates.kernel
@@ -210,6 +269,7 @@ class Partition:
             point.append(k.as_index(_add(k, _add(k, start, 0 if dynamic is None else dynamic), constant)))
         return tuple(point)
 
+    @_here
     def inside(self, coordinate, dimensions: Sequence[int] | None = None) -> ir.Value:
         """Whether the partition's element `coordinate` lies inside the whole tensor (see Coordinates.inside)."""
         return _inside(self.coordinates.kernel, self[coordinate], self.coordinates.extent, dimensions, None)
@@ -228,7 +288,7 @@ class Tensors:
             stride, step = [], 1
             for extent in reversed(layout):
                 stride.insert(0, step)
-                step = _mul(self, step, _integer(self, extent, "tensor: extent"))
+                step = _mul(self, step, as_integer(self, extent, "tensor: extent"))
         if stride is None:
             try:
                 layout = as_layout(layout)
@@ -238,14 +298,14 @@ class Tensors:
             return Tensor(self, memory, layout, base=self.as_index(base) if isinstance(base, ir.Value) else base)
         if not isinstance(layout, (list, tuple)) or not isinstance(stride, (list, tuple)) or len(layout) != len(stride):
             raise BuilderError(f"tensor: extents and strides, one of each per mode, got {layout!r} and {stride!r}")
-        return Tensor(self, memory, shape=[_integer(self, e, "tensor: extent") for e in layout],
-                      stride=[_integer(self, s, "tensor: stride") for s in stride], base=base)
+        return Tensor(self, memory, shape=[as_integer(self, e, "tensor: extent") for e in layout],
+                      stride=[as_integer(self, s, "tensor: stride") for s in stride], base=base)
 
     def identity_tensor(self, shape: Sequence[Integer]) -> "Coordinates":
         """CuTe's `make_identity_tensor(shape)`: each coordinate's value is itself."""
         if not isinstance(shape, (list, tuple)) or not shape:
             raise BuilderError(f"identity_tensor: a shape (extents, ints or index values), got {shape!r}")
-        shape = tuple(_integer(self, s, "identity_tensor: shape") for s in shape)
+        shape = tuple(as_integer(self, s, "identity_tensor: shape") for s in shape)
         units = [tuple(int(d == axis) for d in range(len(shape))) for axis in range(len(shape))]
         return Coordinates(self, shape, shape, (0,) * len(shape), units)
 
@@ -320,7 +380,7 @@ def _tiled(tensor, tiler, coordinate, stride, base, vector: bool = False) -> dic
     if not isinstance(tiler, (list, tuple)) or len(tiler) != tensor.rank:
         raise BuilderError(f"{what}: a tile extent per mode of the rank-{tensor.rank} tensor, got {tiler!r}")
     tiler = [count(t, f"{what}: tile extent") for t in tiler]
-    coordinate = _coordinate(tuple(coordinate), tensor)
+    coordinate = _coordinate(coordinate, tensor)
     scale = (lambda step, t: tuple(_mul(k, s, t) for s in step)) if vector else (lambda step, t: _mul(k, step, t))
     tile_strides = [scale(s, t) for s, t in zip(stride, tiler)]
     fixed = [0 if c is None else c for c in coordinate]
@@ -334,6 +394,8 @@ def _tiled(tensor, tiler, coordinate, stride, base, vector: bool = False) -> dic
 
 
 def _coordinate(coordinate, tensor) -> tuple:
+    if isinstance(coordinate, list):
+        coordinate = tuple(coordinate)
     if not isinstance(coordinate, tuple):
         coordinate = (coordinate,)
     if len(coordinate) != tensor.rank:
@@ -352,7 +414,8 @@ def _full(tensor, coordinate, what: str) -> None:
         raise BuilderError(f"{what}: an entry per mode of the rank-{tensor.rank} tensor, got {coordinate!r}")
 
 
-def _integer(kernel, value, what: str) -> Integer:
+def as_integer(kernel, value, what: str) -> Integer:
+    """An extent or stride: a non-negative int, or an index value (BuilderError for anything else)."""
     if is_int(value):
         return count(value, what, minimum=0)
     return kernel.as_index(value)
