@@ -1,8 +1,13 @@
-"""MMA atoms as values (CuTe's MMA_Atom, pure Python): one mma.sync instruction's shape, element types and, per
-operand, its thread-value layout: (lane, value) -> the (row, column) of the operand's tile that the value holds.
-The tiled mma (`mlir_tile.tiled`) spreads an atom over a warp grid and blocks, the builder's `Kernel.mma`
-issues it, and the tests check every lane and value of each layout against the PTX ISA's fragment tables
-(`fragments.fragment_element`): a new mma instruction is a new atom.
+"""Instructions as values (CuTe's MMA_Atom and Copy_Atom, pure Python), each with its thread-value layouts:
+(lane, value) -> the (row, column) of the tile that the value holds.
+
+An MMA atom is one mma.sync: its shape, element types and the layouts of A, B and C. A copy atom is one warp's
+ldmatrix or stmatrix of four 8x8 b16 matrices: its opcode, its registers' layout (`REGISTERS_X4`), the order
+its matrices take in a 16 x 16 block (`MMA_ORDER`, `NK_ORDER`: what makes the block one mma operand) and the
+layout of the block's elements it moves. The tiled mma (`mlir_tile.tiled`) spreads an MMA atom over a warp
+grid and blocks and its operands' copy atoms over the shared tiles, the builder's `Kernel.mma` issues an MMA
+atom and `transfer` a tiled copy atom's layouts, and the tests check every lane and value of each layout
+against the PTX ISA's fragment tables (`fragments.fragment_element`): a new instruction is a new atom.
 
 Lanes are (4, 8): (lane in its quad, quad). Values: A's (element in its register, register), ordered as the
 instruction takes them (a0, a1, ...); B's the same for one n8 block's b0, b1 (k down the rows, n across); C's
@@ -13,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from mlir_tile.layout import Layout
+from mlir_tile.layout import Layout, Swizzle, composition, laneid
 
 
 class ThreadValues(NamedTuple):
@@ -75,3 +80,46 @@ MMA_M16N8K32 = MmaAtom(
     c=_C)
 
 ATOMS = (MMA_M16N8K16, MMA_M16N8K32)
+
+
+# ----- copy atoms -----
+REGISTERS_X4 = Layout((4, 8, 4), (1, 4 @ laneid, 1 @ laneid))  # (matrix, row, word) -> register slot, lane
+# A 16x8-word block's x4 coordinates (matrix, row, word) as indices of the block (column-major over its 16 rows
+# and 8 words): the order mma.sync takes the four matrices in. MMA_ORDER: matrix i at +8 rows if i & 1, +4
+# words if i >> 1 (A, C, and B read with .trans from a K x N tile). NK_ORDER: +4 words (k 8..15) if i & 1, +8
+# rows (n 8..15) if i >> 1 (B read from an N x K tile).
+MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
+NK_ORDER = Layout.parse("((2,2),8,4):((64,8),1,16)")
+
+
+def block_layout(pitch: int, order: Layout, swizzle: Swizzle | None) -> Layout:
+    """The four 8x8 matrices of a 16x16 b16 block (16 rows of 8 words, `pitch` words apart) in `order`, by
+    CuTe's composition. The block's start is the memref's offset (a subview at the block); a swizzle applies
+    to the offset from the buffer, so a subview of a swizzled tile at any block reads that block."""
+    block = composition(Layout((16, 8), (pitch, 1)), order)
+    return Layout(block.shape, block.stride, swizzle)
+
+
+@dataclass(frozen=True)
+class CopyAtom:
+    opcode: str
+    order: Layout  # (matrix, row, word) -> the 16 x 8-word block's index (MMA_ORDER or NK_ORDER)
+    values: ThreadValues  # (lane, (part, register)) -> (row, column) of the 16 x 16 block's b16 elements
+    registers: Layout = REGISTERS_X4
+
+    def fragment(self, pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
+        """(register layout, shared layout) of one 16 x 16 block of a tile whose rows are `pitch` words apart."""
+        return self.registers, block_layout(pitch, self.order, swizzle)
+
+
+# Lane l's register r holds row l / 4, word l % 4 of matrix r (ldmatrix, stmatrix); with .trans, column l / 4
+# and rows 2 (l % 4) + part. Matrices in MMA_ORDER: +8 rows if r & 1, +8 columns if r >> 1; NK_ORDER: +8
+# columns if r & 1, +8 rows if r >> 1.
+_ROWS_FIRST = _thread_values("((4,8),(2,2,2)):((0,1),(0,8,0))", "((4,8),(2,2,2)):((2,0),(1,0,8))")
+LDMATRIX_X4 = CopyAtom("ldmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, _ROWS_FIRST)
+STMATRIX_X4 = CopyAtom("stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER, _ROWS_FIRST)
+LDMATRIX_X4_TRANS = CopyAtom("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", MMA_ORDER, _thread_values(
+    "((4,8),(2,2,2)):((2,0),(1,8,0))", "((4,8),(2,2,2)):((0,1),(0,0,8))"))
+LDMATRIX_X4_NK = CopyAtom("ldmatrix.sync.aligned.m8n8.x4.shared.b16", NK_ORDER, _thread_values(
+    "((4,8),(2,2,2)):((0,1),(0,0,8))", "((4,8),(2,2,2)):((2,0),(1,8,0))"))
+COPY_ATOMS = (LDMATRIX_X4, STMATRIX_X4, LDMATRIX_X4_TRANS, LDMATRIX_X4_NK)

@@ -10,52 +10,36 @@ written out in `fragment_element` so that tests can check every lane and registe
 """
 from __future__ import annotations
 
-from mlir_tile.layout import Layout, Swizzle, composition, laneid
-
-REGISTERS_X4 = Layout((4, 8, 4), (1, 4 @ laneid, 1 @ laneid))
-
-# A 16x8-word block's x4 coordinates (matrix, row, word) as indices of the block (column-major over its 16 rows
-# and 8 words): the order mma.sync takes the four matrices in. MMA_ORDER: matrix i at +8 rows if i & 1, +4
-# words if i >> 1 (A, C, and B read with .trans from a K x N tile). NK_ORDER: +4 words (k 8..15) if i & 1, +8
-# rows (n 8..15) if i >> 1 (B read from an N x K tile).
-MMA_ORDER = Layout.parse("((2,2),8,4):((8,64),1,16)")
-NK_ORDER = Layout.parse("((2,2),8,4):((64,8),1,16)")
-
-
-def _blocks(pitch: int, order: Layout, swizzle: Swizzle | None) -> Layout:
-    """The four 8x8 matrices of a 16x16 b16 block (16 rows of 8 words, `pitch` words apart) in `order`, by
-    CuTe's composition. The block's start is the memref's offset (a subview at the block); a swizzle applies
-    to the offset from the buffer, so a subview of a swizzled tile at any block reads that block."""
-    block = composition(Layout((16, 8), (pitch, 1)), order)
-    return Layout(block.shape, block.stride, swizzle)
+from mlir_tile.atoms import LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, STMATRIX_X4
+from mlir_tile.layout import Layout, Swizzle
 
 
 def mma_m16n8k16_a(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
     """A (16x16, row-major) of mma.m16n8k16 f16/bf16: ldmatrix.x4; a0..a3 = (rows 0-7 | 8-15) x (k 0-7 | 8-15)."""
-    return REGISTERS_X4, _blocks(pitch, MMA_ORDER, swizzle)
+    return LDMATRIX_X4.fragment(pitch, swizzle)
 
 
 def mma_m16n8k16_b_trans(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
     """B (16x8, col) of mma.m16n8k16 for two n-blocks at once, from a row-major k x n tile: ldmatrix.x4.trans;
     slots 0,1 = b0,b1 of n-block 0, slots 2,3 = b0,b1 of n-block 1."""
-    return REGISTERS_X4, _blocks(pitch, MMA_ORDER, swizzle)
+    return LDMATRIX_X4_TRANS.fragment(pitch, swizzle)
 
 
 def mma_m16n8k16_c(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
     """C/D (16x8) of two n-blocks stored with stmatrix.x4 after packing each (c0,c1) and (c2,c3) pair to two
     16-bit values: slots 0,1 = n-block 0's pairs, slots 2,3 = n-block 1's."""
-    return REGISTERS_X4, _blocks(pitch, MMA_ORDER, swizzle)
+    return STMATRIX_X4.fragment(pitch, swizzle)
 
 
 def mma_m16n8k32_a(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
     """A (16x32 bytes, row-major) of mma.m16n8k32 s8/u8: the same words as the f16 A operand (ldmatrix.x4)."""
-    return REGISTERS_X4, _blocks(pitch, MMA_ORDER, swizzle)
+    return LDMATRIX_X4.fragment(pitch, swizzle)
 
 
 def mma_m16n8k32_b(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:
     """B (32x8 bytes, col) of mma.m16n8k32 s8/u8 for two n-blocks, from an n x k tile with k contiguous (8-bit
     data cannot be transposed by .trans): ldmatrix.x4; slots 0,1 = b0,b1 of n-block 0, 2,3 of n-block 1."""
-    return REGISTERS_X4, _blocks(pitch, NK_ORDER, swizzle)
+    return LDMATRIX_X4_NK.fragment(pitch, swizzle)
 
 
 def fragment_element(operand: str, lane: int, register: int, part: int) -> tuple[int, int]:

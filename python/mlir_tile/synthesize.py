@@ -20,7 +20,7 @@ from typing import Callable
 
 from mlir_tile.banks import matrix_wavefronts
 from mlir_tile.cli import quiet_on_closed_pipe
-from mlir_tile.fragments import MMA_ORDER
+from mlir_tile.atoms import MMA_ORDER
 from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
 from mlir_tile.targets import max_shared_bytes
 

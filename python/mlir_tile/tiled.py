@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir_tile import contract
-from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32, MmaAtom
+from mlir_tile.atoms import (LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, MMA_M16N8K16, MMA_M16N8K32, STMATRIX_X4,
+                             CopyAtom, MmaAtom)
 from mlir_tile.coverage import Coverage, prove_coverage
-from mlir_tile.fragments import MMA_ORDER, NK_ORDER
-from mlir_tile.layout import Layout, composition, laneid, make_layout, tiled_divide, warpid
+from mlir_tile.layout import Layout, composition, make_layout, tiled_divide, warpid
 
 
 
@@ -136,9 +136,6 @@ class TiledMma:
         return tiled(c.rows, (0, m * mb), (0, m)), tiled(c.columns, (n * nb, 0), (n, 0))
 
 
-LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-
-
 def tiled_mma_m16n8k16(warps: tuple[int, int], tile: tuple[int, int, int], a: Layout, b: Layout, c: Layout,
                        b_major: str = "kn") -> TiledMma:
     """The A, B and C transfers of a (BM, BN, BK) CTA tile of f16/bf16 over a (WM, WN) warp grid. `a` is
@@ -171,21 +168,20 @@ def _tiled_mma(atom: MmaAtom, warps, tile, a, b, c, b_major) -> TiledMma:
     for name, layout, shape in shapes:
         if layout.rank != 2 or layout.sizes != shape:
             raise ValueError(f"{name}: a (rows, words) layout of {shape} words, got {layout}")
-    operand_a = _operand("a", a, LDMATRIX, MMA_ORDER, (wm, wn), wn, rows_split="m", k_mode="words")
+    operand_a = _operand("a", a, LDMATRIX_X4, (wm, wn), wn, rows_split="m", k_mode="words")
     if b_major == "kn":
-        operand_b = _operand("b", b, LDMATRIX.replace("x4", "x4.trans"), MMA_ORDER, (wm, wn), wm, words_split="n",
-                             k_mode="rows")
+        operand_b = _operand("b", b, LDMATRIX_X4_TRANS, (wm, wn), wm, words_split="n", k_mode="rows")
     else:
-        operand_b = _operand("b", b, LDMATRIX, NK_ORDER, (wm, wn), wm, rows_split="n", k_mode="words")
-    operand_c = None if c is None else _operand("c", c, "stmatrix.sync.aligned.m8n8.x4.shared.b16", MMA_ORDER,
-                                                 (wm, wn), 1, rows_split="m", words_split="n")
+        operand_b = _operand("b", b, LDMATRIX_X4_NK, (wm, wn), wm, rows_split="n", k_mode="words")
+    operand_c = None if c is None else _operand("c", c, STMATRIX_X4, (wm, wn), 1, rows_split="m", words_split="n")
     return TiledMma(atom, (wm, wn), (bm, bn, bk), operand_a, operand_b, operand_c, b_major)
 
 
-def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[int, int], copies: int,
+def _operand(name: str, tile: Layout, atom: CopyAtom, warps: tuple[int, int], copies: int,
              rows_split: str | None = None, words_split: str | None = None, k_mode: str | None = None) -> Operand:
-    """The transfer: (warps, k blocks?, the warp's blocks along rows, along words, matrix, row, word). The
-    tile's rows and words are split over the warps along "m" or "n" (or not); `copies` warps read each word."""
+    """The copy atom tiled over the tile (CuTe's make_tiled_copy_A/B/C): (warps, k blocks?, the warp's blocks
+    along rows, along words, matrix, row, word). The tile's rows and words are split over the warps along "m"
+    or "n" (or not); `copies` warps read each word."""
     wm, wn = warps
     split = {"m": wm, "n": wn, None: 1}
     block, row_blocks, word_blocks = tiled_divide(Layout(tile.shape, tile.stride), (Layout.parse("16:1"), Layout.parse("8:1")))
@@ -196,19 +192,20 @@ def _operand(name: str, tile: Layout, opcode: str, order: Layout, warps: tuple[i
     per_warp = {"rows": rows[0], "words": words[0]}
     k = per_warp.pop(k_mode) if k_mode else None  # the k16 blocks lead: a k16 block is one slice
     blocks = ([k] if k is not None else []) + list(per_warp.values())
-    matrices = composition(block, order)
+    matrices = composition(block, atom.order)
     shared = make_layout(make_layout(*warp_modes), *blocks, *matrices)
     shared = Layout(shared.shape, shared.stride, tile.swizzle)
     block_sizes = [b.size for b in blocks]
-    strides, running = [], 4
+    strides, running = [], atom.registers.sizes[0]
     for size in reversed(block_sizes):  # the innermost block mode next to the matrix: slot order a0..a3 per block
         strides.insert(0, running)
         running *= size
-    registers = Layout((wm * wn, *block_sizes, 4, 8, 4), (1 @ warpid, *strides, 1, 4 @ laneid, 1 @ laneid))
+    registers = Layout((wm * wn, *block_sizes, *atom.registers.shape), (1 @ warpid, *strides, *atom.registers.stride))
     slots = running
     k_blocks = k.size if k is not None else 1
     k_stride = (k.stride[0] if k is not None else 0, strides[0] if k is not None else 0)
-    return Operand(name, tile, opcode, OperandTransfer(opcode, registers, shared, slots), k_blocks, k_stride, copies)
+    return Operand(name, tile, atom.opcode, OperandTransfer(atom.opcode, registers, shared, slots), k_blocks, k_stride,
+                   copies)
 
 
 def _split(blocks: int, warps: int) -> Layout:

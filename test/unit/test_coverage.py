@@ -7,7 +7,7 @@ import pytest
 from mlir_tile import contract
 from mlir_tile.coverage import CoverageError, prove_coverage
 from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
-from mlir_tile.fragments import MMA_ORDER
+from mlir_tile.atoms import MMA_ORDER
 
 L = Layout.parse
 GEMM_A = "Sw<2,2,3> o ((2,2),2,4,(2,2),8,4):((0,1024),8,256,(128,4),16,1)"  # written by hand in the trial GEMM
