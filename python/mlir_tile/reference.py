@@ -146,3 +146,19 @@ def b16_tile_words(layout: Layout, values: np.ndarray) -> np.ndarray:
 def b16_half(word: int, part: int) -> np.uint16:
     """Half `part` (0: low) of a 32-bit register or shared word."""
     return np.uint16(int(word) >> (16 * part) & 0xFFFF)
+
+
+def tma_box_write(box: np.ndarray, swizzle_bytes: int, shared: np.ndarray, start: int = 0) -> None:
+    """A tiled TMA load's write of `box` (rows x columns of any element type) into the byte array `shared` from
+    byte `start`, as the tensor map's swizzle mode defines it: row r's bytes at start + r x the row's bytes, each
+    16-byte chunk's address then with its bits [4, 4 + B) xor'ed with its bits [7, 7 + B), B = log2(swizzle bytes
+    / 16) (none: unswizzled)."""
+    rows = box.shape[0]
+    data = np.ascontiguousarray(box).view(np.uint8).reshape(rows, -1)
+    row_bytes = data.shape[1]
+    bits = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes]
+    for row in range(rows):
+        for chunk in range(row_bytes // 16):
+            address = start + row * row_bytes + 16 * chunk
+            address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
+            shared[address:address + 16] = data[row, 16 * chunk:16 * chunk + 16]

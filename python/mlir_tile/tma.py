@@ -1,0 +1,95 @@
+"""TMA boxes from shared tiles' layouts (pure Python; issue 39's first part): which tensor-map swizzle mode and
+box write a shared tile exactly as its consumers read it, or why none does.
+
+A tiled TMA load writes a box of `rows` x `columns` elements into shared memory row after row (`columns` x
+element bytes a row, no padding), the byte address of each 16-byte chunk then swizzled by the tensor map's mode:
+CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B xor the address's bits [4, 4 + B) with its bits [7, 7 + B), B = 1, 2,
+3: CuTe's `Sw<B,4,3>` on bytes (`Sw<B,3,3>` on 16-bit elements, `Sw<B,2,3>` on 32-bit words). A swizzled box's
+rows are at most the swizzle's span (32, 64, 128 bytes); the pattern repeats every 2^B x 128 bytes, so a box
+keeps it only from a start aligned to that (`ALIGNMENT`), and only whole repeats stay inside the box's bytes
+(the swizzle moves chunks between the rows of one repeat), which `Box` requires. `box_for` is what the verifier and the builder will
+ask of a tile's layout before issuing a TMA load into it; the reference model's `tma_box_write` (written from
+the definition, bit by bit) is the tests' oracle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir_tile.layout import Layout, Swizzle, as_layout
+
+SWIZZLE_BYTES = (0, 32, 64, 128)  # the modes: none, 32B, 64B, 128B
+MAX_BOX = 256  # elements along each dimension of a box
+ALIGNMENT = {0: 128, 32: 256, 64: 512, 128: 1024}  # bytes a box's shared start needs (a swizzle's repeat), per mode
+
+
+class TmaMismatch(ValueError):
+    """No TMA box writes the layout: the reason, naming the element where the closest mode differs."""
+
+
+@dataclass(frozen=True)
+class Box:
+    rows: int
+    columns: int
+    element_bits: int
+    swizzle_bytes: int  # one of SWIZZLE_BYTES
+
+    def __post_init__(self) -> None:
+        row_bytes = self.columns * self.element_bits // 8
+        if self.element_bits not in (8, 16, 32, 64):
+            raise ValueError(f"TMA box: elements of 8, 16, 32 or 64 bits, got {self.element_bits}")
+        if not (1 <= self.rows <= MAX_BOX and 1 <= self.columns <= MAX_BOX):
+            raise ValueError(f"TMA box: 1 to {MAX_BOX} elements along each dimension, got {self.rows} x {self.columns}")
+        if self.swizzle_bytes not in SWIZZLE_BYTES:
+            raise ValueError(f"TMA box: swizzle of {SWIZZLE_BYTES} bytes, got {self.swizzle_bytes}")
+        if row_bytes % 16:
+            raise ValueError(f"TMA box: a row of {row_bytes} bytes; a box's rows are multiples of 16 bytes")
+        if self.swizzle_bytes and row_bytes > self.swizzle_bytes:
+            raise ValueError(f"TMA box: a row of {row_bytes} bytes is wider than the {self.swizzle_bytes}-byte "
+                             f"swizzle's span")
+        if self.swizzle_bytes and self.rows * row_bytes % ALIGNMENT[self.swizzle_bytes]:
+            raise ValueError(f"TMA box: {self.rows} rows of {row_bytes} bytes are not whole {ALIGNMENT[self.swizzle_bytes]}"
+                             f"-byte repeats of the {self.swizzle_bytes}-byte swizzle, whose chunks would land past the "
+                             f"box's bytes")
+
+    @property
+    def layout(self) -> Layout:
+        """(row, column) -> the element offset the box writes it to, from a start aligned to `ALIGNMENT`."""
+        swizzle = None
+        if self.swizzle_bytes:
+            unit = {8: 4, 16: 3, 32: 2, 64: 1}[self.element_bits]  # log2 of the elements in 16 bytes
+            swizzle = Swizzle(SWIZZLE_BYTES.index(self.swizzle_bytes), unit, 3)
+        return Layout((self.rows, self.columns), (self.columns, 1), swizzle)
+
+
+def box_for(layout: Layout | str, element_bits: int) -> Box:
+    """The box (swizzle mode and extents) whose TMA load writes a (rows, columns) shared tile exactly where
+    `layout` puts each element (offsets in elements of `element_bits`); TmaMismatch naming the first element
+    where the nearest candidate differs (the swizzle modes the row width allows, widest first)."""
+    layout = as_layout(layout)
+    if layout.rank != 2:
+        raise TmaMismatch(f"a TMA box is (rows, columns): the layout {layout} has {layout.rank} modes")
+    rows, columns = layout.sizes
+    row_bytes = columns * element_bits // 8
+    candidates = []
+    for swizzle_bytes in reversed(SWIZZLE_BYTES):
+        try:
+            candidates.append(Box(rows, columns, element_bits, swizzle_bytes))
+        except ValueError as error:
+            reason = str(error)
+    if not candidates:
+        raise TmaMismatch(f"no TMA box is {rows} x {columns} elements of {element_bits} bits: {reason}")
+    differences = []
+    for box in candidates:
+        written = box.layout
+        first = next(((r, c) for r in range(rows) for c in range(columns)
+                      if written.offset(r, c) != layout.offset(r, c)), None)
+        if first is None:
+            return box
+        differences.append((box, first, written.offset(*first)))
+    box, (r, c), offset = differences[0]
+    modes = ", ".join(f"{b.swizzle_bytes}B" if b.swizzle_bytes else "none" for b, _, _ in differences)
+    raise TmaMismatch(f"no TMA box writes {layout} ({rows} x {columns} elements of {element_bits} bits, rows of "
+                      f"{row_bytes} bytes; modes tried: {modes}): with the {box.swizzle_bytes or 'no'}"
+                      f"{'-byte' if box.swizzle_bytes else ''} swizzle element ({r}, {c}) lands at offset {offset}, "
+                      f"the layout puts it at {layout.offset(r, c)}; a TMA tile is rows of the box's width, "
+                      f"swizzled as Sw<B,4,3> on bytes (B = 1, 2, 3 for 32, 64, 128 bytes)")

@@ -1,0 +1,70 @@
+"""TMA boxes (tma.py): the layout a box of each swizzle mode and element size writes is where the reference
+model's write from the definition (bits [4, 4 + B) of each 16-byte chunk's address xor'ed with bits [7, 7 + B))
+puts every element; `box_for` finds the mode of the project's synthesized tiles and names the element where a
+layout no box writes differs; boxes past TMA's limits are refused."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.reference import tma_box_write
+from mlir_tile.synthesize import Tile, synthesize
+from mlir_tile.tma import ALIGNMENT, Box, TmaMismatch, box_for
+
+DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+@settings(max_examples=60, deadline=None)
+@given(element_bits=st.sampled_from([8, 16, 32, 64]), swizzle_bytes=st.sampled_from([0, 32, 64, 128]),
+       data=st.data())
+def test_a_boxs_layout_is_where_the_tma_write_puts_each_element(element_bits, swizzle_bytes, data):
+    element_bytes = element_bits // 8
+    widest = (swizzle_bytes or 256) // element_bytes
+    columns = data.draw(st.sampled_from([c for c in range(16 // element_bytes, min(widest, 256) + 1,
+                                                          16 // element_bytes)]))
+    row_bytes = columns * element_bytes  # the fewest rows that are whole repeats of the swizzle:
+    repeat = math.lcm(row_bytes, ALIGNMENT[swizzle_bytes]) // row_bytes if swizzle_bytes else 1
+    rows = repeat * data.draw(st.integers(1, max(1, 40 // repeat)))
+    box = Box(rows, columns, element_bits, swizzle_bytes)
+    start = ALIGNMENT[swizzle_bytes] * data.draw(st.integers(0, 3))
+    values = np.arange(1, rows * columns + 1, dtype=DTYPES[element_bits]).reshape(rows, columns)
+    shared = np.zeros(start + rows * columns * element_bytes + ALIGNMENT[swizzle_bytes], np.uint8)
+    tma_box_write(values, swizzle_bytes, shared, start)
+    elements = shared[start:start + rows * columns * element_bytes].view(DTYPES[element_bits])
+    for r in range(rows):
+        for c in range(columns):
+            assert elements[box.layout.offset(r, c)] == values[r, c], (r, c)
+
+
+@pytest.mark.parametrize("rows, columns, element_bits, swizzle_bytes", [
+    (128, 64, 16, 128), (64, 32, 16, 64), (64, 16, 16, 32), (128, 32, 32, 128), (64, 128, 8, 128)])
+def test_box_for_finds_the_mode_that_writes_the_tile(rows, columns, element_bits, swizzle_bytes):
+    assert box_for(Box(rows, columns, element_bits, swizzle_bytes).layout, element_bits) == Box(
+        rows, columns, element_bits, swizzle_bytes)
+
+
+def test_the_synthesized_tiles_of_64_half_rows_are_128_byte_boxes():
+    words = synthesize(Tile(128, 64)).layout(Tile(128, 64))  # (rows, 32-bit words): the GEMM's A tile
+    assert box_for(words, 32) == Box(128, 32, 32, 128)
+
+
+def test_a_layout_no_box_writes_names_the_element_that_differs():
+    with pytest.raises(TmaMismatch, match=r"with the 128-byte swizzle element \(4, 0\) lands at offset 288, the layout "
+                                          r"puts it at 256"):
+        box_for(Layout((64, 64), (64, 1), Swizzle(2, 3, 3)), 16)  # 64B's pattern on 128-byte rows
+    with pytest.raises(TmaMismatch, match=r"modes tried: none"):
+        box_for(Layout((8, 8), (16, 1)), 16)  # padded rows: a box's rows are contiguous
+    with pytest.raises(TmaMismatch, match=r"a box's rows are multiples of 16 bytes"):
+        box_for("(8,4):(4,1)", 16)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ((8, 300, 16, 0), r"1 to 256 elements"), ((8, 128, 16, 128), r"wider than the 128-byte swizzle's span"),
+    ((9, 32, 16, 64), r"not whole 512-byte repeats"),
+    ((8, 8, 12, 0), r"elements of 8, 16, 32 or 64 bits"), ((8, 64, 16, 96), r"swizzle of \(0, 32, 64, 128\)")])
+def test_boxes_past_tmas_limits_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Box(*fields)
