@@ -121,10 +121,12 @@ CHIP_OPTION = Option("chip", targets.require_chip, None,
 # pointers for static memref arguments, so a kernel takes one pointer per buffer. No canonicalize/cse: LLVM's optimizer makes the same
 # PTX without them (checked on the spec example and every benchmark kernel), and they cost 10% of compile time.
 # lower-affine runs again after expand-strided-metadata, which composes a subview of a dynamically placed
-# subview with an affine.apply (left unconverted, it failed the translation to LLVM).
+# subview with an affine.apply (left unconverted, it failed the translation to LLVM). convert-nvvm-to-llvm
+# turns the NVVM ops that only exist as inline PTX (Hopper's mbarrier waits by parity and expected
+# transactions, which TMA loads complete on) into it; the kernels before it compile to the same PTX.
 _GPU_MODULE_TO_NVVM = (
     "gpu.module(convert-nvgpu-to-nvvm, lower-affine, convert-scf-to-cf, expand-strided-metadata, lower-affine, "
-    "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1})"
+    "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}, convert-nvvm-to-llvm)"
 )
 
 

@@ -3,6 +3,8 @@ is compiled (FileCheck, instruction counts); test/gpu_inputs.py builds the same 
 (test_runtime_gpu.py, on a host without MLIR), so the two halves together test the whole path. And a
 pipeline's failure as a process pool hands it back: pickled whole."""
 import pickle
+import shutil
+import subprocess
 
 import pytest
 from mlir import ir
@@ -167,3 +169,58 @@ def test_a_pipeline_error_pickles_with_its_failure(source_name):
     assert str(copy) == str(error) and "gpu.subgroup_id" in str(copy)
     assert (copy.failure.element, copy.failure.diagnostics, copy.failure.reproducer) == (
         error.failure.element, error.failure.diagnostics, error.failure.reproducer)
+
+
+TMA_LOAD = """
+!map = !nvgpu.tensormap.descriptor<tensor = memref<64x64xf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b,
+                                   l2promo = none, oob = zero, interleave = none>
+!barrier = !nvgpu.mbarrier.group<memorySpace = #gpu.address_space<workgroup>>
+module attributes {gpu.container_module} {
+  gpu.module @kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    memref.global "private" @tile : memref<64x64xf16, #gpu.address_space<workgroup>> {alignment = 1024}
+    gpu.func @tma(%map_pointer: !llvm.ptr, %out: memref<64xf16>) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+      %map = builtin.unrealized_conversion_cast %map_pointer : !llvm.ptr to !map
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %bytes = arith.constant 8192 : index
+      %tid = gpu.thread_id x
+      %tile = memref.get_global @tile : memref<64x64xf16, #gpu.address_space<workgroup>>
+      %barrier = nvgpu.mbarrier.create -> !barrier
+      %first = arith.cmpi eq, %tid, %c0 : index
+      nvgpu.mbarrier.init %barrier[%c0], %c1, predicate = %first : !barrier
+      gpu.barrier
+      scf.if %first {
+        nvgpu.tma.async.load %map[%c0, %c0], %barrier[%c0] to %tile : !map, !barrier -> memref<64x64xf16, #gpu.address_space<workgroup>>
+        nvgpu.mbarrier.arrive.expect_tx %barrier[%c0], %bytes : !barrier
+      }
+      %phase = arith.constant false
+      %ticks = arith.constant 10000000 : index
+      nvgpu.mbarrier.try_wait.parity %barrier[%c0], %phase, %ticks : !barrier
+      %value = memref.load %tile[%c0, %tid] : memref<64x64xf16, #gpu.address_space<workgroup>>
+      memref.store %value, %out[%tid] : memref<64xf16>
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_a_tma_load_completing_on_an_mbarrier_compiles_for_sm_90a(filecheck, tmp_path):
+    """Hopper's data path through the pipeline (upstream nvgpu ops, the tensor map passed as a pointer): the
+    bulk tensor copy completing on the mbarrier, the expected bytes, the wait by parity (inline PTX, which
+    convert-nvvm-to-llvm makes), and ptxas -arch=sm_90a takes it."""
+    with ir.Context():
+        ptx = compile_to_ptx(ir.Module.parse(TMA_LOAD), chip="sm_90a")
+    filecheck(ptx, """
+    CHECK: .target sm_90a
+    CHECK: mbarrier.init.shared.b64
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+    CHECK-SAME: [__mbarrier];
+    CHECK: mbarrier.arrive.expect_tx.shared.b64 {{%rd[0-9]+}}, [__mbarrier], {{%r[0-9]+}};
+    CHECK: mbarrier.try_wait.parity.shared.b64
+    """)
+    if shutil.which("ptxas"):
+        (tmp_path / "tma.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "tma.ptx"), "-o", str(tmp_path / "tma.cubin")],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0, assembled.stderr
