@@ -57,6 +57,9 @@ def build(folder: Path) -> None:
         raise SystemExit("\n".join(failed))
     _split_k(folder)
     _user_epilogue(folder)
+    from mlir_tile.testing import tma_boxes
+
+    tma_boxes.build(folder / "tma")  # TMA's box writes, each swizzle mode (sm_90a)
 
 
 def _user_epilogue(folder: Path) -> None:

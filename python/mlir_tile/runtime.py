@@ -168,6 +168,27 @@ class Runtime:
             _check(_driver().cuMemcpyHtoDAsync(int(buffer.handle), array.ctypes.data, array.nbytes, int(self.stream.handle)))
         return buffer
 
+    def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box) -> np.ndarray:
+        """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
+        `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
+        of 16) in boxes of `box` (`mlir_tile.tma.Box`: its extents, element size and swizzle mode), elements
+        past the matrix read as zeros: to copy to the device (64-byte aligned, as allocations are) and pass."""
+        import ctypes
+
+        driver = _driver()
+        kinds = {8: "UINT8", 16: "UINT16", 32: "UINT32", 64: "UINT64"}
+        swizzles = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+        rows, columns = shape
+        tensor_map = _check(driver.cuTensorMapEncodeTiled(
+            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[box.element_bits]}"), 2, address,
+            [driver.cuuint64_t(columns), driver.cuuint64_t(rows)], [driver.cuuint64_t(row_stride_bytes)],
+            [driver.cuuint32_t(box.columns), driver.cuuint32_t(box.rows)], [driver.cuuint32_t(1)] * 2,
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzles[box.swizzle_bytes]}"),
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+        return np.frombuffer(ctypes.string_at(tensor_map.getPtr(), 128), np.uint8).copy()
+
     def to_host(self, buffer, like: np.ndarray) -> np.ndarray:
         result = np.empty_like(np.ascontiguousarray(like))
         if result.nbytes:

@@ -19,6 +19,9 @@ from mlir_tile.layout import Layout, Swizzle, as_layout
 
 SWIZZLE_BYTES = (0, 32, 64, 128)  # the modes: none, 32B, 64B, 128B
 MAX_BOX = 256  # elements along each dimension of a box
+# A box's innermost coordinate times the element size: a multiple of this, or the load is an illegal
+# instruction (measured on the H200, every swizzle mode, interior and edge boxes alike; rows are free)
+INNER_COORDINATE_BYTES = 16
 ALIGNMENT = {0: 128, 32: 256, 64: 512, 128: 1024}  # bytes a box's shared start needs (a swizzle's repeat), per mode
 
 

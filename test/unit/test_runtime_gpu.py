@@ -285,3 +285,14 @@ def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, writte
 
     ran = example(name, "--run-ptx", gpu_input(written), *arguments)
     assert ran.returncode == 0 and "bf16" in ran.stdout and "matches numpy: True" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_tma_box_writes_are_the_reference_models_byte_for_byte(runtime):
+    """Each swizzle mode's box at random coordinates of a random matrix (half of them across its edges, zero
+    filled): the shared tile's bytes as the kernel copies them out are the reference model's TMA write."""
+    from mlir_tile.testing import tma_boxes
+
+    if runtime.device.compute_capability < (9, 0):
+        pytest.skip(f"TMA needs sm_90; this GPU is sm_{''.join(map(str, runtime.device.compute_capability))}")
+    folder = gpu_input("tma")
+    assert tma_boxes.run(folder, seed=int(os.environ.get("MLIR_TILE_TMA_SEED", "0"))) == []

@@ -68,3 +68,21 @@ def test_a_layout_no_box_writes_names_the_element_that_differs():
 def test_boxes_past_tmas_limits_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         Box(*fields)
+
+
+def test_the_gpu_bundles_kernels_compile_for_sm_90a_and_assemble(tmp_path):
+    """The build half of test_runtime_gpu's TMA test: one kernel per box, each a bulk tensor copy on an
+    mbarrier that ptxas -arch=sm_90a takes."""
+    import shutil
+    import subprocess
+
+    from mlir_tile.testing import tma_boxes
+
+    tma_boxes.build(tmp_path)
+    for box in tma_boxes.BOXES:
+        ptx = tmp_path / f"{tma_boxes.name(box)}.ptx"
+        assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx.read_text()
+        if shutil.which("ptxas"):
+            assembled = subprocess.run(["ptxas", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "box.cubin")],
+                                       capture_output=True, text=True)
+            assert assembled.returncode == 0, assembled.stderr
