@@ -20,7 +20,7 @@ import traceback
 from mlir import ir
 
 from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
-from mlir_tile.builder import BuilderError, Global, Kernel, transfer
+from mlir_tile.builder import BuilderError, Global, Kernel, TensorMap, transfer
 from mlir_tile.builder.schedule import StageRing, TileOrder
 from mlir_tile.builder.tensor import local_tile
 from mlir_tile.compile import compile_to_ptx_texts
@@ -270,6 +270,16 @@ def values_of(made) -> list:
         made, tuple) else []
 
 
+def _tma_load(p: Program, depth: int):
+    """A TMA load of the stock's tile (a swizzled layout needs 1024 bytes it has not: refused) and its bytes."""
+    barriers = p.pick(lambda: p.of_type("memref<1xi64, #gpu") or p.k.mbarriers(p.name(), 1, 1))
+    column = p.pick(lambda: p.rng.choice([p.k.index(8 * p.rng.randrange(0, 8)), p.index()]))
+    box = p.k.tma_load(p.k.tensor(p.pick(p.tile), p.small("(64,64):(64,1)", "Sw<3,3,3> o (64,64):(64,1)", *LAYOUTS)),
+                       p.pick(lambda: p.k.arguments[3]), p.pick(lambda: (p.index(), column)), barriers,
+                       p.small(0, 1))
+    p.k.expect_bytes(barriers, p.small(0, 1), p.pick(box))
+
+
 def _schedule(p: Program, depth: int):
     order = TileOrder(p.k, p.pick(lambda: (p.index(), p.index())), p.pick((128, 64)), p.small(8, 1, 0))
     ring = StageRing(p.k, p.buffer("shared"), p.small(2, 4, 0), p.pick([("f16", 64), ("f16", 128)]))
@@ -330,6 +340,7 @@ CALLS = [
     ("tensor, local_tile, identity_tensor, copy", _global_tile),
     ("a tensor again", _tensor_again),
     ("schedule", _schedule),
+    ("tma_load and expect_bytes", _tma_load),
     ("global_thread_id", lambda p, d: p.k.global_thread_id()),
     ("leads_lanes", lambda p, d: p.k.leads_lanes(p.small(4, 32, 3))),
     ("loop", _loop),
@@ -345,7 +356,7 @@ def run_program(seed: int, steps: int = 24) -> dict:
     try:
         with Kernel("other", [Global("f32"), "index"], context=context) as other:
             foreign = [other.thread_id(), other.shared("o", 64), other.registers(4, "f32"), *other.arguments]
-        with Kernel("k", [Global("f16"), "index", Global("f32")], block=(rng.choice([128, 32, 256]), 1, 1),
+        with Kernel("k", [Global("f16"), "index", Global("f32"), TensorMap()], block=(rng.choice([128, 32, 256]), 1, 1),
                     chip=rng.choice(CHIPS), fast_math=rng.random() < 0.3, context=context) as kernel:
             program = Program(rng, kernel, other, foreign)
             for _ in range(steps):

@@ -86,3 +86,51 @@ def test_the_gpu_bundles_kernels_compile_for_sm_90a_and_assemble(tmp_path):
             assembled = subprocess.run(["ptxas", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "box.cubin")],
                                        capture_output=True, text=True)
             assert assembled.returncode == 0, assembled.stderr
+
+
+def _tma_kernel(action):
+    """A kernel of a tensor map, a row and a column, its shared tile 64 x 64 halves on 1024 bytes."""
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+
+    with Kernel("k", [TensorMap(), "index", "index"], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        tensor_map, row, column = k.arguments
+        barriers = k.mbarriers("loaded", 1, 1)
+        return action(k, tensor_map, row, column, barriers)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("the 64B pattern on 128-byte rows", r"tma_load: no TMA box writes .* element \(4, 0\) lands at offset 288"),
+    ("a column of any value", r"the column must be a proven multiple of 16 bytes \(8 elements\)"),
+    ("a tile at 512 bytes", r"needs its tile to start on 1024 bytes, but 512 bytes are proven"),
+])
+def test_tma_load_refuses_what_it_cannot_prove(case, message):
+    from mlir.dialects import arith
+
+    from mlir_tile.builder import BuilderError
+
+    def action(k, tensor_map, row, column, barriers):
+        shared = k.dynamic_shared(alignment=1024)
+        layout, offset = Box(64, 64, 16, 128).layout, 0
+        if case == "the 64B pattern on 128-byte rows":
+            layout = Layout((64, 64), (64, 1), Swizzle(2, 3, 3))
+        if case == "a tile at 512 bytes":
+            offset = 512
+        else:
+            column = arith.muli(column, k.index(8)) if case != "a column of any value" else column
+        tile = k.tensor(k.view(shared, (64 * 64,), "f16", offset), layout)
+        with pytest.raises(BuilderError, match=message):
+            k.tma_load(tile, tensor_map, (row, column if case != "a tile at 512 bytes" else k.index(0)), barriers)
+    _tma_kernel(action)
+
+
+def test_tma_load_returns_the_box_the_host_encodes():
+    from mlir.dialects import arith
+
+    def action(k, tensor_map, row, column, barriers):
+        tile = k.tensor(k.view(k.dynamic_shared(alignment=1024), (64 * 32,), "f16"), Box(64, 32, 16, 64).layout)
+        box = k.tma_load(tile, tensor_map, (row, arith.muli(column, k.index(8))), barriers)
+        k.expect_bytes(barriers, 0, box)
+        return box
+    assert _tma_kernel(action) == Box(64, 32, 16, 64)

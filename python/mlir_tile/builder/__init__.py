@@ -18,6 +18,6 @@ parse, a non-integer size, an impossible block, an unknown chip, an alignment th
 """
 from mlir_tile.builder.common import BuilderError, caller_location, memref_type, parse_type
 from mlir_tile.builder.compute import transfer
-from mlir_tile.builder.kernel import Global, Kernel
+from mlir_tile.builder.kernel import Global, Kernel, TensorMap
 
-__all__ = ["BuilderError", "Global", "Kernel", "caller_location", "memref_type", "parse_type", "transfer"]
+__all__ = ["BuilderError", "Global", "Kernel", "TensorMap", "caller_location", "memref_type", "parse_type", "transfer"]

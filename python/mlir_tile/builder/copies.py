@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from mlir import ir
-from mlir.dialects import arith, memref, nvgpu, vector
+from mlir.dialects import arith, llvm, memref, nvgpu, nvvm, vector
 
-from mlir_tile.builder.common import BuilderError, count, memref_value, typed_value
+from mlir_tile.builder.common import BuilderError, count, is_int, memref_value, typed_value
 from mlir_tile.layout import Layout
-from mlir_tile.analysis.ir_facts import constant_int, upper_bound, value_multiple
+from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 ASYNC_TOKEN = "!nvgpu.device.async.token"
@@ -148,6 +148,64 @@ class Copies:
             raise BuilderError(f"chunk_addresses: chunks come from tile_chunks, got {type(chunks).__name__}")
         return self.planned(tile, chunks.layout, [[(chunks.row, r), chunks.col] for r in chunks.rows_before],
                             chunks.chunk)
+
+    def tma_load(self, dst, tensor_map: ir.Value, coordinate: Sequence, barriers: ir.Value,
+                 index: ir.Value | int = 0) -> "Box":
+        """A TMA load (`cp.async.bulk.tensor.2d`, sm_90) of the box at `coordinate` (row, column of the tensor
+        map's matrix) into the shared tensor `dst` (`Kernel.tensor` of a shared view at its start, through the
+        tile's layout), completing on mbarrier `index` of `barriers` (`mbarriers`) once its bytes have landed:
+        count them there with `expect_bytes`. One thread issues it (under `if_`: each thread that runs it loads
+        the box). Returns the `tma.Box` (extents and swizzle mode) that the tile's layout asks for, for which
+        the host encodes the tensor map (`Runtime.tensor_map`). BuilderError where no box writes the layout
+        (naming the element that differs), where the tile's start is not proven aligned to the swizzle's
+        repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200)."""
+        from mlir_tile.builder.tensor import Tensor
+        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES, TmaMismatch, box_for
+
+        self._require("tma_load", "nvvm.cp.async.bulk.tensor.shared.cluster.global")
+        if not isinstance(dst, Tensor) or dst.layout is None or dst.rank != 2 or not (is_int(dst.base) and dst.base == 0):
+            raise BuilderError(f"tma_load: dst is a rank-2 shared Tensor through the tile's layout, from its memory's "
+                               f"start, got {dst!r}")
+        memory = ir.MemRefType(memref_value(dst.memory, "tma_load dst", "shared").type)
+        if memory.get_strides_and_offset() != ([1], 0):
+            raise BuilderError(f"tma_load: dst's memory is a 1-D view from its start (k.view), got {memory}")
+        typed_value(tensor_map, "tma_load tensor_map", "!llvm.ptr")
+        element_bits = getattr(memory.element_type, "width", 0)
+        try:
+            box = box_for(dst.layout, element_bits)
+        except TmaMismatch as error:
+            raise BuilderError(f"tma_load: {error}") from None
+        proven = access_alignment(dst.memory, [self.index(0)])
+        if proven is None or proven < ALIGNMENT[box.swizzle_bytes]:
+            raise BuilderError(f"tma_load: the box's {box.swizzle_bytes or 'un'}swizzled write needs its tile to start "
+                               f"on {ALIGNMENT[box.swizzle_bytes]} bytes, but {proven or 'no alignment'} "
+                               f"{'bytes are' if proven else 'is'} proven (dynamic_shared(alignment=...), views at "
+                               f"multiples of it)")
+        if not isinstance(coordinate, (list, tuple)) or len(coordinate) != 2:
+            raise BuilderError(f"tma_load: coordinate is (row, column) of the matrix, got {coordinate!r}")
+        row, column = (self.as_index(c) for c in coordinate)
+        if value_multiple(column) * element_bits // 8 % INNER_COORDINATE_BYTES:
+            raise BuilderError(f"tma_load: the column must be a proven multiple of {INNER_COORDINATE_BYTES} bytes "
+                               f"({INNER_COORDINATE_BYTES * 8 // element_bits} elements); a TMA load at another "
+                               f"column is an illegal instruction")
+        i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
+        start = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(dst.memory))
+        # the destination in the cluster's shared window (address space 7), which this CTA's own is part of
+        destination = llvm.addrspacecast(llvm.PointerType.get(7), llvm.inttoptr(llvm.PointerType.get(3), start))
+        nvvm.cp_async_bulk_tensor_shared_cluster_global(
+            destination, tensor_map, [arith.index_cast(i32, column), arith.index_cast(i32, row)],
+            self._mbarrier(barriers, index), [])
+        return box
+
+    def expect_bytes(self, barriers: ir.Value, index: ir.Value | int, box: "Box") -> None:
+        """`mbarrier.arrive.expect_tx`: this thread's arrival on mbarrier `index`, the phase also waiting for the
+        bytes of a `tma_load` of `box` (one arrival of the phase's `arrivals`)."""
+        from mlir_tile.tma import Box
+
+        if not isinstance(box, Box):
+            raise BuilderError(f"expect_bytes: the tma.Box that tma_load returned, got {box!r}")
+        nvvm.mbarrier_arrive_expect_tx(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index),
+                                       self.constant(box.rows * box.columns * box.element_bits // 8))
 
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,

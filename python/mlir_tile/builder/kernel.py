@@ -41,9 +41,18 @@ class Global:
     ELEMENTS = ("f16", "bf16", "f32", "i8", "i32", "i16", "f64", "i64")
 
 
+@dataclass(frozen=True)
+class TensorMap:
+    """A kernel argument that is a TMA tensor map: a pointer to its 128 bytes in global memory (made on the
+    host by `Runtime.tensor_map` for the `tma.Box` that `Kernel.tma_load` returns, then copied to the
+    device), an `!llvm.ptr` in the kernel."""
+
+
 def _argument_type(spec) -> tuple[ir.Type, int | None]:
-    """A kernel argument's type and declared alignment: a Global, a scalar of SCALAR_TYPES, or a static memref
-    of ELEMENT_TYPES in global memory (passed as a bare pointer)."""
+    """A kernel argument's type and declared alignment: a Global, a TensorMap, a scalar of SCALAR_TYPES, or a
+    static memref of ELEMENT_TYPES in global memory (passed as a bare pointer)."""
+    if isinstance(spec, TensorMap):
+        return ir.Type.parse("!llvm.ptr"), None
     if isinstance(spec, Global):
         if spec.element not in Global.ELEMENTS:
             raise BuilderError(f"Global: element {spec.element!r} is not one of {', '.join(Global.ELEMENTS)}")

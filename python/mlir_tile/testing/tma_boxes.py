@@ -1,5 +1,5 @@
-"""A GPU differential bundle for TMA's box writes: one kernel per box (each swizzle mode), whose one thread
-loads the box at a coordinate of a global matrix into a shared tile (upstream's `nvgpu.tma.async.load`,
+"""A GPU differential bundle for TMA's box writes: one kernel per box (each swizzle mode), built with the builder,
+whose one thread loads the box at a coordinate of a global matrix into a shared tile (`Kernel.tma_load`,
 completing on an mbarrier) and whose threads then copy the tile's memory as it lies to global memory; the
 host compares it, byte for byte, with the reference model's write (`reference.tma_box_write`) of the same
 box, zero past the matrix's edges. Inner coordinates are multiples of 16 bytes (`tma.INNER_COORDINATE_BYTES`).
@@ -24,62 +24,35 @@ def name(box: Box) -> str:
     return f"tma_{box.rows}x{box.columns}_{box.element_bits}b_{box.swizzle_bytes}"
 
 
-def kernel_text(box: Box) -> str:
-    """tma_box(map, out, row, column): the box at (row, column) of the map's matrix into a shared tile, then
-    out[i] = the tile's element i in memory order."""
+def build_module(box: Box):
+    """tma_box(map, out, row, column_units): the box at (row, column_units x 16 bytes) of the map's matrix loaded
+    by `Kernel.tma_load` into a shared tile through the box's layout, then out[i] = the tile's element i in
+    memory order."""
+    from mlir_tile.builder import Global, Kernel, TensorMap
+    from mlir_tile.builder.tensor import in_units
+
     element, count = ELEMENT[box.element_bits], box.rows * box.columns
-    tile = f"memref<{box.rows}x{box.columns}x{element}, #gpu.address_space<workgroup>>"
-    swizzle = f"swizzle_{box.swizzle_bytes}b" if box.swizzle_bytes else "none"
-    return f"""
-!map = !nvgpu.tensormap.descriptor<tensor = {tile}, swizzle = {swizzle}, l2promo = none, oob = zero, interleave = none>
-!barrier = !nvgpu.mbarrier.group<memorySpace = #gpu.address_space<workgroup>>
-module attributes {{gpu.container_module}} {{
-  gpu.module @kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {{
-    memref.global "private" @tile : {tile} {{alignment = 1024}}
-    gpu.func @{KERNEL}(%map_pointer: !llvm.ptr, %out: memref<{count}x{element}>, %row: index, %column: index) kernel
-        attributes {{known_block_size = array<i32: {THREADS}, 1, 1>}} {{
-      %map = builtin.unrealized_conversion_cast %map_pointer : !llvm.ptr to !map
-      %c0 = arith.constant 0 : index
-      %c1 = arith.constant 1 : index
-      %columns = arith.constant {box.columns} : index
-      %count = arith.constant {count} : index
-      %threads = arith.constant {THREADS} : index
-      %bytes = arith.constant {count * box.element_bits // 8} : index
-      %tid = gpu.thread_id x
-      %tile = memref.get_global @tile : {tile}
-      %barrier = nvgpu.mbarrier.create -> !barrier
-      %first = arith.cmpi eq, %tid, %c0 : index
-      nvgpu.mbarrier.init %barrier[%c0], %c1, predicate = %first : !barrier
-      gpu.barrier
-      scf.if %first {{
-        nvgpu.tma.async.load %map[%column, %row], %barrier[%c0] to %tile : !map, !barrier -> {tile}
-        nvgpu.mbarrier.arrive.expect_tx %barrier[%c0], %bytes : !barrier
-      }}
-      %phase = arith.constant false
-      %ticks = arith.constant 10000000 : index
-      nvgpu.mbarrier.try_wait.parity %barrier[%c0], %phase, %ticks : !barrier
-      scf.for %i = %tid to %count step %threads {{
-        %r = arith.divui %i, %columns : index
-        %c = arith.remui %i, %columns : index
-        %value = memref.load %tile[%r, %c] : {tile}
-        memref.store %value, %out[%i] : memref<{count}x{element}>
-      }}
-      gpu.return
-    }}
-  }}
-}}
-"""
+    passes = (count // THREADS, THREADS)
+    with Kernel(KERNEL, [TensorMap(), Global(element), "index", "index"], block=(THREADS, 1, 1), chip="sm_90a") as k:
+        tensor_map, out, row, column_units = k.arguments
+        column = in_units(k, column_units, INNER_COORDINATE_BYTES * 8 // box.element_bits)
+        view = k.view(k.dynamic_shared(alignment=1024), (count,), element)
+        barriers = k.mbarriers("loaded", 1, 1)
+        with k.if_(k.compare("eq", k.thread_id(), 0)):
+            k.expect_bytes(barriers, 0, k.tma_load(k.tensor(view, box.layout), tensor_map, (row, column), barriers))
+        k.wait_phase(barriers, 0, 0)
+        tile, copied = k.tensor(view, passes), k.tensor(out, passes)
+        for step in range(passes[0]):
+            copied[step, k.thread_id()] = tile[step, k.thread_id()]
+    return k.module
 
 
 def build(folder: Path) -> None:
-    from mlir import ir
-
     from mlir_tile.compile import compile_to_ptx
 
     folder.mkdir(parents=True, exist_ok=True)
     for box in BOXES:
-        with ir.Context():
-            (folder / f"{name(box)}.ptx").write_text(compile_to_ptx(ir.Module.parse(kernel_text(box)), chip="sm_90a"))
+        (folder / f"{name(box)}.ptx").write_text(compile_to_ptx(build_module(box)))
 
 
 def expected(matrix: np.ndarray, box: Box, row: int, column: int) -> np.ndarray:
@@ -116,7 +89,8 @@ def run(folder: Path, seed: int = 0, placements: int = 6) -> list[str]:
                 column = step * int(rng.integers((columns - box.columns // 2) // step, columns // step) if edge else
                                     rng.integers(0, (columns - box.columns) // step))
                 (out,) = module.launch(KERNEL, [int(tensor_map.handle), np.zeros(box.rows * box.columns, dtype), row,
-                                                column], grid=1, block=THREADS)
+                                                column // step], grid=1, block=THREADS,
+                                       shared_bytes=box.rows * box.columns * matrix.itemsize)
                 want = expected(matrix, box, row, column)
                 if not np.array_equal(out, want):
                     first = int(np.flatnonzero(out != want)[0])
