@@ -114,6 +114,9 @@ def test_copy_on_tensors_emits_the_tiled_copy():
     (lambda k, t, c: k.copy(t, t), "dst is a rank-2 shared Tensor"),
     (lambda k, t, c: k.tensor(t.memory, (4, 4), (1,)), "one of each per mode"),
     (lambda k, t, c: c.partition(["4:1"]), "a layout per dimension"),
+    (lambda k, t, c: k.tensor(t.memory, (8, 8), base=-3), "tensor: base"),
+    (lambda k, t, c: k.copy(k.tensor(t.memory, (8, 8), (1, k.arguments[1])), k.tensor(
+        k.view(k.dynamic_shared(), (64,), "f16"), "(8,8):(8,1)")), "its column stride must be 1, got a value"),
 ])
 def test_misuse_is_a_builder_error(misuse, message):
     with Kernel("k", [Global("f16"), "index"], context=ir.Context()) as k:

@@ -284,6 +284,7 @@ class Tensors:
         of extents `layout` and strides `stride` (Integers: a global matrix, e.g. `(m, depth), (depth, 1)`;
         without strides, row-major: CuTe's LayoutRight)."""
         memref_value(memory, "tensor")
+        base = as_integer(self, base, "tensor: base")
         if stride is None and isinstance(layout, (list, tuple)):
             stride, step = [], 1
             for extent in reversed(layout):
@@ -295,7 +296,7 @@ class Tensors:
             except ValueError as error:
                 raise BuilderError(f"tensor: {error}") from None
             self._layout_fits(memory, layout, "tensor")
-            return Tensor(self, memory, layout, base=self.as_index(base) if isinstance(base, ir.Value) else base)
+            return Tensor(self, memory, layout, base=base)
         if not isinstance(layout, (list, tuple)) or not isinstance(stride, (list, tuple)) or len(layout) != len(stride):
             raise BuilderError(f"tensor: extents and strides, one of each per mode, got {layout!r} and {stride!r}")
         return Tensor(self, memory, shape=[as_integer(self, e, "tensor: extent") for e in layout],
@@ -321,7 +322,7 @@ class Tensors:
                 raise BuilderError(f"copy: {name} is a rank-2 {'shared' if static else 'global'} Tensor "
                                    f"({'a static layout' if static else 'Kernel.tensor of extents and strides'}), "
                                    f"got {tensor!r}")
-        if src.stride[1] != 1:
+        if not (is_int(src.stride[1]) and src.stride[1] == 1):
             raise BuilderError(f"copy: the source's rows are read in chunks: its column stride must be 1, got "
                                f"{src.stride[1] if is_int(src.stride[1]) else 'a value'}")
         if not isinstance(valid, (list, tuple)) or len(valid) != 2:
