@@ -123,3 +123,44 @@ LDMATRIX_X4_TRANS = CopyAtom("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", M
 LDMATRIX_X4_NK = CopyAtom("ldmatrix.sync.aligned.m8n8.x4.shared.b16", NK_ORDER, _thread_values(
     "((4,8),(2,2,2)):((0,1),(0,0,8))", "((4,8),(2,2,2)):((2,0),(1,8,0))"))
 COPY_ATOMS = (LDMATRIX_X4, STMATRIX_X4, LDMATRIX_X4_TRANS, LDMATRIX_X4_NK)
+
+
+# ----- warpgroup MMA (sm_90a) -----
+@dataclass(frozen=True)
+class WgmmaAtom:
+    """One `wgmma.mma_async.sync.aligned.m64n<N>k<K>` of a warpgroup (128 threads): A (64 x K) and B (N x K)
+    read from shared memory through descriptors (`mlir_tile.wgmma`), D (64 x N, f32) in registers, `c` its
+    thread-value layout: (thread of the warpgroup, value) -> (row, column)."""
+    element: str  # f16, bf16 (K 16) or e4m3, e5m2 (K 32)
+    shape: tuple[int, int, int]  # (64, N, K)
+    c: ThreadValues
+
+    @property
+    def name(self) -> str:
+        return "m{}n{}k{}".format(*self.shape)
+
+    @property
+    def element_bits(self) -> int:
+        return WGMMA_ELEMENTS[self.element]
+
+    @property
+    def transposable(self) -> bool:
+        """Whether A and B may be MN-major (the ISA's imm-trans: 16-bit elements only)."""
+        return self.element_bits == 16
+
+
+WGMMA_ELEMENTS = {"f16": 16, "bf16": 16, "e4m3": 8, "e5m2": 8}
+WARPGROUP_THREADS = 128
+
+
+def wgmma(n: int, element: str = "f16") -> WgmmaAtom:
+    """The wgmma atom m64n<n>k<32 bytes> for `element` (N a multiple of 8 from 8 to 256). Warp w of the warpgroup
+    holds accumulator rows 16 w .. 16 w + 15; in it, lane l's d[4 j + i] is row l / 4 (+ 8 for i >= 2), column
+    8 j + 2 (l % 4) + i % 2 (the mma.sync m16n8 accumulator, once per 8 columns)."""
+    if element not in WGMMA_ELEMENTS:
+        raise ValueError(f"wgmma: element one of {', '.join(WGMMA_ELEMENTS)}, got {element!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma: N a multiple of 8 from 8 to 256, got {n!r}")
+    blocks = n // 8
+    c = _thread_values(f"((4,8,4),(2,2,{blocks})):((0,1,16),(0,8,0))", f"((4,8,4),(2,2,{blocks})):((2,0,0),(1,0,8))")
+    return WgmmaAtom(element, (64, n, 256 // WGMMA_ELEMENTS[element]), c)

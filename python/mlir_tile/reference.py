@@ -162,3 +162,57 @@ def tma_box_write(box: np.ndarray, swizzle_bytes: int, shared: np.ndarray, start
             address = start + row * row_bytes + 16 * chunk
             address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
             shared[address:address + 16] = data[row, 16 * chunk:16 * chunk + 16]
+
+
+# ----- wgmma (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": the shared memory matrix
+# layout, the matrix descriptor, the register fragments), written from the ISA's text -----
+WARPGROUP = 128
+
+
+def wgmma_operand(shared: np.ndarray, descriptor: int, k_major: bool, element_bits: int, rows: int) -> np.ndarray:
+    """The `rows` x K operand (K = 32 bytes of elements) that wgmma reads from the byte array `shared` (the
+    CTA's shared window from address 0) through the 64-bit `descriptor`, as raw element bits (uint8/16/32).
+
+    The descriptor: start address bits 0-13, leading dimension byte offset 16-29, stride dimension byte offset
+    32-45 (each >> 4), swizzle mode 62-63 (0 none, 1 128B, 2 64B, 3 32B); base offset 0. The operand is made
+    of core matrices of 8 x 16 bytes. K-major: a core matrix is 8 rows (M/N) of 16 bytes of K. Unswizzled, its
+    rows are 16 bytes apart, the core matrix next along K is LBO further, the one 8 rows down SBO further.
+    Swizzled by W bytes, a row is W bytes of K (the core matrices of a row side by side), 8 rows W bytes apart
+    form the pattern, the next 8 rows SBO further; LBO is not used. MN-major: a core matrix is 8 K-rows of 16
+    bytes of M/N. Unswizzled, its K-rows are 16 bytes apart, the core matrix next along M/N is SBO further,
+    the one 8 K down LBO further. Swizzled by W bytes, a K-row holds W bytes of M/N, 8 K-rows W bytes apart,
+    the next W bytes of M/N LBO further, the next 8 K SBO further. The swizzle: address bits [4, 4+b) xor'ed
+    with bits [7, 7+b), b = log2(W / 16), on the shared address."""
+    start, leading, stride = ((descriptor >> shift & 0x3FFF) << 4 for shift in (0, 16, 32))
+    width = {0: 0, 1: 128, 2: 64, 3: 32}[descriptor >> 62 & 3]
+    size = element_bits // 8
+    per_chunk, columns = 16 // size, 32 // size
+    out = np.zeros((rows, columns), {1: np.uint8, 2: np.uint16, 4: np.uint32}[size])
+    for row in range(rows):
+        for column in range(columns):
+            if k_major:
+                core_row, core, across = row % 8, row // 8, column * size  # `across`: bytes along the row
+                if width:
+                    address = start + core * stride + core_row * width + across
+                else:
+                    address = start + core * stride + (across // 16) * leading + core_row * 16 + across % 16
+            else:
+                k_row, k_group, across = column % 8, column // 8, row * size
+                if width:
+                    address = start + (across // width) * leading + k_group * stride + k_row * width + across % width
+                else:
+                    address = start + (across // 16) * stride + k_group * leading + k_row * 16 + across % 16
+            if width:
+                bits = {128: 3, 64: 2, 32: 1}[width]
+                address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
+            out[row, column] = int.from_bytes(shared[address:address + size].tobytes(), "little")
+    return out
+
+
+def wgmma_accumulator_position(thread: int, value: int) -> tuple[int, int]:
+    """(row, column) of the m64nN accumulator D that register `value` of warpgroup thread `thread` holds: warp w
+    holds rows 16 w to 16 w + 15; in it, lane l's d[4 j + i] is row l / 4 (+ 8 for i = 2, 3), column 8 j +
+    2 (l % 4) + i % 2."""
+    warp, lane = divmod(thread, 32)
+    group, i = divmod(value, 4)
+    return 16 * warp + lane // 4 + 8 * (i // 2), 8 * group + 2 * (lane % 4) + i % 2

@@ -57,11 +57,25 @@ class Box:
     @property
     def layout(self) -> Layout:
         """(row, column) -> the element offset the box writes it to, from a start aligned to `ALIGNMENT`."""
+        return Layout((self.rows, self.columns), (self.columns, 1), swizzle_on_elements(self.swizzle_bytes,
+                                                                                          self.element_bits))
+
+
+def swizzle_on_elements(swizzle_bytes: int, element_bits: int) -> Swizzle | None:
+    """A swizzle mode (`SWIZZLE_BYTES`) as CuTe's swizzle of element offsets: `Sw<B,4,3>` on bytes is
+    `Sw<B,4-log2(element bytes),3>` on elements (`Sw<3,3,3>` for 128 bytes of 16-bit elements); None unswizzled.
+    TMA's boxes and wgmma's descriptors swizzle alike."""
+    if not swizzle_bytes:
+        return None
+    unit = {8: 4, 16: 3, 32: 2, 64: 1}[element_bits]  # log2 of the elements in 16 bytes
+    return Swizzle(SWIZZLE_BYTES.index(swizzle_bytes), unit, 3)
+
+
+def swizzle_bytes_of(swizzle: Swizzle | None, element_bits: int) -> int | None:
+    """The swizzle mode whose `swizzle_on_elements` is `swizzle` (0 for none), or None where no mode is."""
+    if swizzle is not None and not swizzle.bits:  # Sw<0,M,S> moves nothing
         swizzle = None
-        if self.swizzle_bytes:
-            unit = {8: 4, 16: 3, 32: 2, 64: 1}[self.element_bits]  # log2 of the elements in 16 bytes
-            swizzle = Swizzle(SWIZZLE_BYTES.index(self.swizzle_bytes), unit, 3)
-        return Layout((self.rows, self.columns), (self.columns, 1), swizzle)
+    return next((mode for mode in SWIZZLE_BYTES if swizzle_on_elements(mode, element_bits) == swizzle), None)
 
 
 def box_for(layout: Layout | str, element_bits: int) -> Box:
