@@ -42,6 +42,9 @@ CHIP_MINIMUM_PTX = {
 # The highest PTX ISA version LLVM 22 knows (`+ptx` features it lists); above it llc warns and ignores it.
 MAXIMUM_PTX = 90
 
+# wgmma (and setmaxnreg) exist on sm_90a alone: not on sm_90, nor on sm_100a and later (tcgen05 replaces them)
+WARPGROUP_CHIPS = frozenset({"sm_90a"})
+
 # Per instruction: the architecture (x 10 of the compute capability) and PTX ISA version that introduced it.
 MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
 MINIMUM_PTX = {"ldmatrix": 65, "stmatrix": 78}
@@ -91,6 +94,10 @@ def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None
         forms = [need for (form, _), need in _MMA.items() if form == shape]
         architecture, ptx = _MMA.get((shape, element)) or max(forms, default=(90, 78))
         return Requirement(f"mma.sync.{shape}{'.' + element if element else ''}", architecture, ptx)
+    if op_name.startswith("nvvm.wgmma"):
+        return Requirement(op_name.removeprefix("nvvm."), 90, 80, specific=True)
+    if op_name == "nvvm.fence.proxy":
+        return Requirement("fence.proxy.async", 90, 80)  # (the async proxy came with sm_90)
     if op_name.startswith("nvvm.cp.async.bulk") or op_name in _MBARRIER_SM90:
         return Requirement(op_name.removeprefix("nvvm."), 90, 80)
     if op_name.startswith("nvvm.mbarrier.try_wait"):

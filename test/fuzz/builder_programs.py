@@ -19,7 +19,7 @@ import traceback
 
 from mlir import ir
 
-from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
+from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32, WgmmaAtom, wgmma
 from mlir_tile.builder import BuilderError, Global, Kernel, TensorMap, transfer
 from mlir_tile.builder.schedule import StageRing, TileOrder
 from mlir_tile.builder.tensor import local_tile
@@ -27,7 +27,7 @@ from mlir_tile.compile import compile_to_ptx_texts
 from mlir_tile.contract import ContractError
 from mlir_tile.ptx import CompileError, cubin_of_ptx
 
-CHIPS = ["sm_90", "sm_90", "sm_90a", "sm_80", "sm_75"]
+CHIPS = ["sm_90", "sm_90", "sm_90a", "sm_90a", "sm_80", "sm_75"]
 ELEMENTS = ["i32", "f16", "bf16", "f32", "i8", "i64", "index", "i1", "f17", "", "memref<4xi32>"]
 LAYOUTS = ["(64,64):(64,1)", "Sw<3,3,3> o (64,64):(64,1)", "(8,8):(8,1)", "(16,8):(8,1)", "(4,8,4):(32,4,1)",
            "(64,32):(32,1)", "(2,2,8,4):(8,2,4@laneid,1@laneid)", "((2,2),8,4):((8,2),4@laneid,1@laneid)",
@@ -58,6 +58,7 @@ class Program:
         # compiled: a 64 x 64 f16 tile, 512 i32 words, registers
         self.tile, self.words = kernel.shared("tile", 64 * 64, "f16", 128), kernel.shared("words", 512, "i32", 128)
         self.registers, self.accumulators = kernel.registers(8), kernel.registers(8, "f32")
+        self.wgmma_accumulators: list = []  # Kernel.accumulators made so far
         self.tensors: list = []  # tensors made so far (some inside loops and branches that have ended)
         self.values += [self.tile, self.words, self.registers, self.accumulators, kernel.shared_bytes("bytes", 4096),
                         kernel.constant(0.5, "f32"), kernel.constant(2.0, "f16"), kernel.constant(7),
@@ -280,6 +281,41 @@ def _tma_load(p: Program, depth: int):
     p.k.expect_bytes(barriers, p.small(0, 1), p.pick(box))
 
 
+WGMMA_TILES = ["Sw<3,3,3> o (64,64):(64,1)", "Sw<3,3,3> o (128,64):(64,1)", "Sw<2,3,3> o (64,32):(32,1)",
+               "(64,64):(1,64)", "Sw<3,3,3> o (64,64):(1,64)", "((8,8),(8,2)):((8,64),(1,512))", *LAYOUTS]
+
+
+def _wgmma(p: Program, depth: int):
+    """A wgmma batch (f16, N 64, K-major 128-byte tiles of a dynamic shared window when plausible; other atoms,
+    elements, layouts, offsets and junk otherwise), its accumulators kept for the reads, waits and stores that
+    may follow while it is in flight."""
+    atom = p.pick(lambda: wgmma(64, "f16") if p.rng.random() < 0.7 else wgmma(p.rng.choice([8, 256]), "e4m3"))
+    if isinstance(atom, WgmmaAtom) and p.rng.random() < 0.8:
+        p.wgmma_accumulators.append(p.k.accumulators(atom))
+    held = p.pick(lambda: p.rng.choice(p.wgmma_accumulators) if p.wgmma_accumulators else None)
+    window = p.k.dynamic_shared(p.pick(1024))
+    element = p.pick("f16" if getattr(atom, "element", "f16") == "f16" else "i8")
+    a = p.k.tensor(p.k.view(window, (p.pick(8192),), element, p.pick(0)), p.pick("Sw<3,3,3> o (128,64):(64,1)"
+                                                                                if p.rng.random() < 0.7 else
+                                                                                p.rng.choice(WGMMA_TILES)))
+    b = p.k.tensor(p.k.view(window, (p.pick(4096),), element, p.pick(16384)), p.pick("Sw<3,3,3> o (64,64):(64,1)"
+                                                                                  if p.rng.random() < 0.7 else
+                                                                                  p.rng.choice(WGMMA_TILES)))
+    block = p.pick(lambda: p.rng.choice([0, 1, 1, p.k.thread_id(), p.index()]))
+    p.k.wgmma(atom, a, b, held, accumulate=p.small(True, False), a_row_block=block)
+
+
+def _wgmma_after(p: Program, depth: int):
+    """What follows a batch: a wait (naming accumulators or not), a read, a store or a coordinate of them."""
+    held = p.rng.choice(p.wgmma_accumulators) if p.wgmma_accumulators else None
+    calls = [lambda: p.k.wgmma_wait(p.small(0, 1, 8), p.pick(lambda: [held] if held else []))]
+    if held is not None:
+        calls += [lambda: p.k.load(held.registers, [p.small(0, 1, 200)]),
+                  lambda: p.k.store(p.k.constant(1.0, "f32"), held.registers, [p.small(0, 3)]),
+                  lambda: held.coordinate(p.small(0, 5, -1, 999))]
+    return values_of(p.rng.choice(calls)())
+
+
 def _schedule(p: Program, depth: int):
     order = TileOrder(p.k, p.pick(lambda: (p.index(), p.index())), p.pick((128, 64)), p.small(8, 1, 0))
     ring = StageRing(p.k, p.buffer("shared"), p.small(2, 4, 0), p.pick([("f16", 64), ("f16", 128)]))
@@ -341,6 +377,9 @@ CALLS = [
     ("a tensor again", _tensor_again),
     ("schedule", _schedule),
     ("tma_load and expect_bytes", _tma_load),
+    ("wgmma", _wgmma),
+    ("wgmma again", _wgmma),
+    ("wgmma's wait and accumulators", _wgmma_after),
     ("global_thread_id", lambda p, d: p.k.global_thread_id()),
     ("leads_lanes", lambda p, d: p.k.leads_lanes(p.small(4, 32, 3))),
     ("loop", _loop),
@@ -356,7 +395,7 @@ def run_program(seed: int, steps: int = 24) -> dict:
     try:
         with Kernel("other", [Global("f32"), "index"], context=context) as other:
             foreign = [other.thread_id(), other.shared("o", 64), other.registers(4, "f32"), *other.arguments]
-        with Kernel("k", [Global("f16"), "index", Global("f32"), TensorMap()], block=(rng.choice([128, 32, 256]), 1, 1),
+        with Kernel("k", [Global("f16"), "index", Global("f32"), TensorMap()], block=(rng.choice([128, 32, 256, 256]), 1, 1),
                     chip=rng.choice(CHIPS), fast_math=rng.random() < 0.3, context=context) as kernel:
             program = Program(rng, kernel, other, foreign)
             for _ in range(steps):

@@ -27,7 +27,7 @@ def run(kernel: Kernel, arguments: list[int], thread: int = 0, block: int = 0, g
         ids = {"gpu.thread_id": thread, "gpu.block_id": block, "gpu.grid_dim": grid, "gpu.lane_id": thread % 32}
         if op.name in ids:
             values[op.result] = ids[op.name]
-        elif op.name == "arith.constant":
+        elif op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
             values[op.result] = ir.IntegerAttr(op.attributes["value"]).value
         elif op.name in _BINARY:
             values[op.result] = _BINARY[op.name](*operands)

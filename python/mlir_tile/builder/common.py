@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import math
 from pathlib import Path
 from typing import Sequence
@@ -163,6 +164,13 @@ def caller_location(context: ir.Context) -> ir.Location:
     if frame is None:
         return ir.Location.unknown(context)
     return ir.Location.file(frame.f_code.co_filename, frame.f_lineno, 1, context=context)
+
+
+def location_text(location: ir.Location) -> str:
+    """`file:line` of a file location (what `caller_location` makes), else the location as MLIR prints it."""
+    text = str(location).removeprefix("loc(").removesuffix(")")
+    match = re.fullmatch(r'"(.*)":(\d+):\d+', text)
+    return f"{match.group(1)}:{match.group(2)}" if match else text
 
 
 # An open Kernel's function -> the analyses its transfers' checks share (`FactCache(uniformities=...)`): one

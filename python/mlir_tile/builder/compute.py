@@ -9,7 +9,8 @@ from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
 from mlir_tile.atoms import MmaAtom
-from mlir_tile.builder.common import (BuilderError, caller_location, check_visible, count, enclosing_blocks, is_int,
+from mlir_tile.builder import asynchrony
+from mlir_tile.builder.common import (BuilderError, caller_location, location_text, check_visible, count, enclosing_blocks, is_int,
                                       kernel_analyses, memref_value, parse_type, typed_value)
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
@@ -51,6 +52,8 @@ def transfer(
         if not isinstance(layout, (Layout, str)):
             raise BuilderError(f"transfer: {what} must be a Layout or its text, got {layout!r}")
     loc = loc or caller_location((ip.block.owner.context if ip else ir.Location.current.context))
+    for value in (dst, src):
+        asynchrony.access_anywhere(value, f"a transfer ({opcode})", lambda: f"at {location_text(loc)}")
     op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
         analyses = kernel_analyses(op)

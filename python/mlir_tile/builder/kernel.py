@@ -20,6 +20,9 @@ from mlir_tile.builder.compute import Compute
 from mlir_tile.builder.copies import Copies
 from mlir_tile.builder.memory import Memory
 from mlir_tile.builder.tensor import Tensors
+from mlir_tile.builder import asynchrony
+from mlir_tile.builder.asynchrony import WgmmaGroups
+from mlir_tile.builder.warpgroup import Warpgroups
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.dialect import load_dialect
@@ -108,7 +111,7 @@ def _building(method):
     return call
 
 
-class Kernel(Memory, Copies, Compute, Tensors):
+class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
     Arguments are types, their text, or `Global(element, alignment)` arrays; static memrefs and Globals are
@@ -159,6 +162,8 @@ class Kernel(Memory, Copies, Compute, Tensors):
         self.symbols: set[str] = {self.name}  # the gpu.module's symbols: the kernel and its shared buffers
         self.static_shared_bytes = 0
         self.ended_blocks: list[ir.Block] = []  # loop bodies and branches ended by it.next / branch.otherwise
+        self.wgmma_groups = WgmmaGroups()  # wgmma groups in flight and the accumulators they own
+        self._wgmma_internal = False  # wgmma's own reads and writes of its accumulators are not checked
 
     def __enter__(self) -> "Kernel":
         if self._open or hasattr(self, "module"):
@@ -176,6 +181,7 @@ class Kernel(Memory, Copies, Compute, Tensors):
         self._insertion.__enter__()
         self._open = True
         KERNEL_ANALYSES[self.func.operation] = {}
+        asynchrony.OPEN.append(self.wgmma_groups)
         return self
 
     def _build_kernel(self) -> None:
@@ -206,6 +212,8 @@ class Kernel(Memory, Copies, Compute, Tensors):
     def __exit__(self, kind, value, traceback) -> None:
         self._open = False
         KERNEL_ANALYSES.pop(self.func.operation, None)
+        if self.wgmma_groups in asynchrony.OPEN:
+            asynchrony.OPEN.remove(self.wgmma_groups)
         gpu.ReturnOp([])  # also after an exception: the module stays valid IR for whoever catches it
         self._insertion.__exit__(kind, value, traceback)
         for scope in reversed(self._scopes):
@@ -308,13 +316,17 @@ class Kernel(Memory, Copies, Compute, Tensors):
             raise BuilderError(f"loop: the step is a positive integer or an index value, got {step!r}")
         for_op = scf.ForOp(self.as_index(lower), self.as_index(upper), self.as_index(step), carried or None)
         iteration = _Iteration(for_op, [v.type for v in carried], self) if carried else None
+        self.wgmma_groups.open("loop")
+        failed = True
         with ir.InsertionPoint(for_op.body):
             try:
                 yield iteration if carried else for_op.induction_variable
+                failed = False
             finally:  # ended on every path, an exception's too: without it.next the values go round unchanged
                 missing_next = carried and not iteration.yielded
                 if not carried or missing_next:
                     scf.YieldOp(iteration.values if carried else [])
+                self.wgmma_groups.close(check=not failed)
         if missing_next:
             raise BuilderError("loop: a loop with carried values ends its body with it.next(...)")
 
@@ -330,12 +342,14 @@ class Kernel(Memory, Copies, Compute, Tensors):
             raise BuilderError(f"if_: results is a list of types, got {results!r}")
         kinds = [element_type(t, "if_ results", SCALAR_TYPES) for t in results]
         if_op = scf.IfOp(condition, kinds, has_else=bool(kinds))
+        self.wgmma_groups.open("branch")  # (both paths of an if with results, conservatively one)
         if not kinds:
             with ir.InsertionPoint(if_op.then_block):
                 try:
                     yield None
                 finally:
                     scf.YieldOp([])
+                    self.wgmma_groups.close()
             return
         branch = _Branch(if_op, kinds, self)
         branch.insertion = ir.InsertionPoint(if_op.then_block)
@@ -347,6 +361,7 @@ class Kernel(Memory, Copies, Compute, Tensors):
             raise
         finally:
             branch.insertion.__exit__(None, None, None)
+            self.wgmma_groups.close()
         if branch.stage != 2:
             branch.abandon()
             raise BuilderError("if_: a conditional with results calls branch.otherwise(...) and branch.done(...)")
@@ -361,7 +376,7 @@ class Kernel(Memory, Copies, Compute, Tensors):
 def _check_every_public_call(kernel: type) -> None:
     """Every public method of the kernel and its mixins, wrapped by `_building`: one place checks them all,
     a method added later included."""
-    for part in (Memory, Copies, Compute, Tensors, kernel):
+    for part in (Memory, Copies, Compute, Tensors, Warpgroups, kernel):
         for name, method in list(vars(part).items()):
             if not name.startswith("_") and callable(method) and not isinstance(method, type):
                 setattr(kernel, name, _building(method))

@@ -9,8 +9,8 @@ from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
 
 from mlir_tile import targets
-from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, count, identifier, is_int, memref_type,
-                                      memref_value, power_of_two)
+from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, caller_location, count, identifier, location_text, is_int,
+                                      memref_type, memref_value, power_of_two)
 from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
 from mlir_tile.layout import Layout, as_layout
 from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
@@ -227,12 +227,21 @@ class Memory:
 
     # ----- loads and stores -----
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> ir.Value:
-        return memref.load(buffer, self._indices(buffer, indices, "load"))
+        places = self._indices(buffer, indices, "load")
+        self._touch(buffer, "a load")
+        return memref.load(buffer, places)
 
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int]) -> None:
         if not isinstance(value, ir.Value) or value.type != ir.MemRefType(memref_value(buffer, "store").type).element_type:
             raise BuilderError(f"store: the value must be an ir.Value of the buffer's element type, got {value!r}")
-        memref.store(value, buffer, self._indices(buffer, indices, "store"))
+        places = self._indices(buffer, indices, "store")
+        self._touch(buffer, "a store")
+        memref.store(value, buffer, places)
+
+    def _touch(self, buffer: ir.Value, what: str) -> None:
+        """A read or write of `buffer` by the program: refused while a wgmma group owns it."""
+        if not self._wgmma_internal:
+            self.wgmma_groups.access(buffer, what, lambda: _where(self.context))
 
     def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value | int], elements: int, *,
                     assume_aligned: bool = False) -> ir.Value:
@@ -241,6 +250,7 @@ class Memory:
         alignment, a shared buffer's, a view's offset) and the indices, else BuilderError. `assume_aligned`
         is the explicit opt-out: the caller promises the alignment."""
         kind, places, alignment = self._vector_access("load_vector", buffer, indices, elements, assume_aligned)
+        self._touch(buffer, "a vector load")
         return vector.load(kind, buffer, places, alignment=alignment)
 
     def store_vector(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value | int], *,
@@ -254,6 +264,7 @@ class Memory:
                                                       else 0, assume_aligned)
         if kind != value.type:
             raise BuilderError(f"store_vector: a {value.type} cannot be stored to {buffer.type} (wanted {kind})")
+        self._touch(buffer, "a vector store")
         vector.store(value, buffer, places, alignment=alignment)
 
     def _vector_access(self, what, buffer, indices, elements, assume_aligned):
@@ -330,3 +341,8 @@ def _above(constant: int, largest: int) -> bool:
     return largest >= 0 and constant >> largest.bit_length() << largest.bit_length() == constant
 
 
+
+
+def _where(context: ir.Context) -> str:
+    """`at file:line` of the user's call, for a diagnostic raised later than the call (at a loop's end)."""
+    return f"at {location_text(caller_location(context))}"

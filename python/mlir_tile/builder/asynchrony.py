@@ -1,0 +1,119 @@
+"""wgmma's asynchrony, enforced while building: a `wgmma` batch is one committed group that owns its
+accumulators' registers until a `wgmma_wait` retires it; reading or writing them before then (a load, a store,
+a transfer) is a BuilderError [wgmma-in-flight] at that call.
+
+The tracker follows the program as it is built: groups in flight, newest last; `wgmma_wait(n)` keeps the n
+newest. A branch may not run: after it, a group is in flight if it is so before or at its end. A loop's body
+runs again with what its end left in flight (the next iteration), so at the loop's end the body's accesses are
+checked again from there, until nothing new is in flight; a hazard found so is reported at the access's line.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_tile.builder.common import BuilderError
+
+KEPT = 8  # groups told apart (a wait keeps at most 7); older ones are one
+OPEN: list["WgmmaGroups"] = []  # the trackers of the kernels being built (a transfer names no kernel)
+
+
+def access_anywhere(buffer: ir.Value, what: str, where) -> None:
+    """An access from outside a kernel's calls (`transfer`): checked by the kernel whose accumulators it is."""
+    for tracker in OPEN:
+        tracker.access(buffer, what, where)
+
+
+def _merged(first: list[frozenset], second: list[frozenset]) -> list[frozenset]:
+    """In flight after one path or the other: the groups aligned newest to newest."""
+    length = max(len(first), len(second))
+    padded = [[frozenset()] * (length - len(p)) + p for p in (first, second)]
+    return _capped([a | b for a, b in zip(*padded)])
+
+
+def _capped(groups: list[frozenset]) -> list[frozenset]:
+    if len(groups) <= KEPT:
+        return groups
+    return [frozenset().union(*groups[:-KEPT + 1])] + groups[-KEPT + 1:]
+
+
+class WgmmaGroups:
+    def __init__(self) -> None:
+        self.in_flight: list[frozenset] = []  # each committed group's accumulator storages (ids)
+        self.names: dict[int, str] = {}  # accumulator storage id -> how diagnostics name it
+        self.frames: list[tuple[str, list, list]] = []  # open loop/branch bodies: (kind, events, state at entry)
+
+    def storage(self, registers: ir.Value, name: str) -> None:
+        self.names[_key(registers)] = name
+
+    def issue(self, registers: ir.Value) -> None:
+        self._record(("issue", _key(registers)))
+        self.in_flight = _capped(self.in_flight + [frozenset({_key(registers)})])
+
+    def wait(self, pending: int) -> None:
+        self._record(("wait", pending))
+        self.in_flight = self.in_flight[len(self.in_flight) - pending:] if pending else []
+
+    def access(self, buffer: ir.Value, what: str, where) -> None:
+        """`what` (a load, a store, a transfer) of `buffer` at `where()` (`at file:line`, asked only of an
+        accumulator storage)."""
+        key = _key(buffer)
+        if key not in self.names:
+            return
+        where = where()
+        self._record(("access", key, what, where))
+        _check(self.in_flight, key, what, where, self.names, "")
+
+    def open(self, kind: str) -> None:
+        self.frames.append((kind, [], list(self.in_flight)))
+
+    def close(self, check: bool = True) -> None:
+        """The body ends: a branch's paths merge; a loop's body is checked again from what its end leaves in
+        flight, until that no longer grows."""
+        kind, events, entry = self.frames.pop()
+        if kind == "loop" and check:
+            self.in_flight = _loop(events, entry, self.in_flight, self.names)
+        else:
+            self.in_flight = _merged(entry, self.in_flight)
+        self._record((kind, events))
+
+    def _record(self, event: tuple) -> None:
+        if self.frames:
+            self.frames[-1][1].append(event)
+
+
+def _key(value) -> int | None:
+    return hash(value) if isinstance(value, ir.Value) else None
+
+
+def _check(in_flight, key, what, where, names, when) -> None:
+    if any(key in group for group in in_flight):
+        raise BuilderError(f"[wgmma-in-flight] {what} of {names[key]} {where}{when}: a wgmma group writing them is "
+                           f"still in flight; wgmma_wait(...) for it first (wgmma_wait(0) retires every group)")
+
+
+def _loop(events: list, entry: list, end: list, names: dict) -> list:
+    state = _merged(entry, end)
+    for _ in range(2 * KEPT):
+        after = _run(events, state, names)
+        grown = _merged(state, after)
+        if grown == state:
+            return grown
+        state = grown
+    return state
+
+
+def _run(events: list, state: list, names: dict) -> list:
+    """`events` replayed from `state`: what is in flight after them; BuilderError at a hazard."""
+    for event in events:
+        kind = event[0]
+        if kind == "access":
+            _check(state, event[1], event[2], event[3], names, ", in the loop's next iteration")
+        elif kind == "issue":
+            state = _capped(state + [frozenset({event[1]})])
+        elif kind == "wait":
+            state = state[len(state) - event[1]:] if event[1] else []
+        elif kind == "branch":
+            state = _merged(state, _run(event[1], state, names))
+        else:
+            state = _loop(event[1], state, _run(event[1], state, names), names)
+    return state

@@ -1,0 +1,237 @@
+"""Warpgroup MMA (sm_90a): `wgmma.mma_async` on shared tensors, the descriptors derived from their layouts
+and proven (`mlir_tile.wgmma`), the accumulators in registers with their thread-value layout, and the
+asynchrony: a batch is fenced and committed as one group, `wgmma_wait` retires groups."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import arith, llvm, memref, nvvm
+
+from mlir_tile import targets
+from mlir_tile.analysis.ir_facts import access_alignment, upper_bound
+from mlir_tile.atoms import WARPGROUP_THREADS, WgmmaAtom
+from mlir_tile.builder.common import BuilderError, is_int, memref_value
+from mlir_tile.tma import ALIGNMENT
+from mlir_tile.wgmma import Descriptor, WgmmaMismatch, descriptor_for
+
+_TYPES = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2"}
+# the descriptor's major as NVVM's layout attribute: A row-major (M x K, K contiguous) is K-major; B col-major
+# (K x N, K contiguous) is K-major
+_LAYOUT = {("a", "K"): "row", ("a", "MN"): "col", ("b", "K"): "col", ("b", "MN"): "row"}
+
+
+class Accumulators:
+    """A warpgroup's m64nN accumulators (`Kernel.accumulators`): `registers` (N / 2 f32 a thread) laid out by
+    the atom's `c` thread-value layout."""
+
+    def __init__(self, kernel, atom: WgmmaAtom, registers: ir.Value):
+        self.kernel, self.atom, self.registers = kernel, atom, registers
+
+    def held(self) -> list:
+        return [self.registers]
+
+    def coordinate(self, slot: int) -> tuple[ir.Value, ir.Value]:
+        """(row, column) of the 64 x N tile that this thread's accumulator `slot` holds, index values."""
+        k, (m, n, _) = self.kernel, self.atom.shape
+        if not is_int(slot) or not 0 <= slot < n // 2:
+            raise BuilderError(f"accumulators: slot 0 to {n // 2 - 1}, got {slot!r}")
+        thread = arith.remui(k.thread_id(), k.index(WARPGROUP_THREADS))
+        return k.identity_tensor((m, n)).partition([self.atom.c.rows, self.atom.c.columns])[thread, slot]
+
+
+class Warpgroups:
+    def accumulators(self, atom: WgmmaAtom) -> Accumulators:
+        """The accumulators of `atom` for this thread, zeroed: N / 2 f32 registers."""
+        self._warpgroup_kernel("accumulators", atom)
+        registers = self.registers(atom.shape[1] // 2, "f32")
+        zero = self.constant(0.0, "f32")
+        for slot in range(atom.shape[1] // 2):
+            self.store(zero, registers, [slot])
+        self.wgmma_groups.storage(registers, f"the {atom.name} accumulators")
+        return Accumulators(self, atom, registers)
+
+    def wgmma(self, atom: WgmmaAtom, a, b, accumulators: Accumulators, *, accumulate: bool = True,
+              a_row_block: ir.Value | int = 0) -> None:
+        """D += A B^T over the K of shared tiles `a` (M x K: the warpgroup's 64 rows at row block `a_row_block`,
+        an int or an index value with a proven bound) and `b` (N x K), one `wgmma.mma_async` per `atom` K,
+        fenced (`wgmma.fence`) and committed as one group (`wgmma.commit_group`): the accumulators are this
+        warpgroup's until `wgmma_wait` retires the group. `accumulate=False`: D = A B^T (the first K step's
+        scale-d is 0). Each tile's descriptors come from its layout (K- or MN-major, any swizzle mode;
+        `wgmma.descriptor_for`), every element of every operand checked; BuilderError naming the element where
+        no descriptor reads the layout, or where a tile's start is not proven on its swizzle's repeat."""
+        self._warpgroup_kernel("wgmma", atom)
+        if not isinstance(accumulators, Accumulators) or accumulators.atom != atom:
+            raise BuilderError(f"[wgmma-accumulators] wgmma: accumulators are Kernel.accumulators(atom) of this atom ({atom.name}), "
+                               f"got {accumulators!r}")
+        if not isinstance(accumulate, bool):
+            raise BuilderError(f"wgmma: accumulate is True or False, got {accumulate!r}")
+        _, n, k_step = atom.shape
+        rows, depth = _operand_tile("a", a, atom), _operand_tile("b", b, atom)
+        if rows[1] != depth[1] or depth[0] != n or rows[0] % 64 or rows[1] % k_step:
+            raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: a is M x K (M a multiple of 64), b is {n} x K, K a multiple of "
+                               f"{k_step}; got a {rows[0]} x {rows[1]}, b {depth[0]} x {depth[1]}")
+        blocks = _row_blocks(a_row_block, rows[0] // 64)
+        steps = rows[1] // k_step
+        a_fields, a_starts, a_block_bytes = _descriptors("a", a, atom, 64, steps, blocks)
+        b_fields, b_starts, _ = _descriptors("b", b, atom, n, steps, [0])
+        for name, fields in (("a", a_fields), ("b", b_fields)):
+            if fields.major == "MN" and not atom.transposable:
+                raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma transposes only "
+                                   f"16-bit operands); lay the tile out with K contiguous")
+        a_base = self._descriptor_base(a.memory, a_fields, a_row_block, a_block_bytes)
+        b_base = self._descriptor_base(b.memory, b_fields, 0, 0)
+        self._issue(atom, accumulators, [(arith.addi(a_base, self._i64(a_starts[s] >> 4)),
+                                          arith.addi(b_base, self._i64(b_starts[s] >> 4))) for s in range(steps)],
+                    (_LAYOUT["a", a_fields.major], _LAYOUT["b", b_fields.major]), accumulate)
+        self.wgmma_groups.issue(accumulators.registers)
+
+    def async_proxy_fence(self) -> None:
+        """`fence.proxy.async.shared::cta`: this thread's shared-memory writes (st.shared, stmatrix) become
+        visible to the async proxy (wgmma's operand reads, TMA stores); a barrier after it orders them for
+        the other threads' wgmma."""
+        self._require("async_proxy_fence", "nvvm.fence.proxy")
+        nvvm.fence_proxy(nvvm.ProxyKind.async_shared, space=nvvm.SharedSpace.shared_cta)
+
+    def wgmma_wait(self, pending: int = 0, accumulators: Sequence[Accumulators] = ()) -> None:
+        """`wgmma.wait_group pending`: wait until at most `pending` of this warpgroup's committed groups are in
+        flight (0: every one's accumulators are written). `accumulators`: those the retired groups wrote, which
+        pass through the wait (its inline PTX takes and gives back their registers), so that no read of them
+        is scheduled above it; without them ptxas finds such a read and waits there itself (C7517)."""
+        self._warpgroup_kernel("wgmma_wait")
+        if not is_int(pending) or not 0 <= pending <= 7:
+            raise BuilderError(f"wgmma_wait: pending is 0 to 7, got {pending!r}")
+        if not isinstance(accumulators, (list, tuple)) or not all(isinstance(a, Accumulators) for a in accumulators):
+            raise BuilderError(f"wgmma_wait: accumulators is a list of Kernel.accumulators(...), got {accumulators!r}")
+        self.wgmma_groups.wait(pending)
+        if not accumulators:
+            nvvm.wgmma_wait_group_sync_aligned(pending)
+            return
+        f32 = ir.F32Type.get()
+        places = [(held.registers, slot) for held in accumulators for slot in range(held.atom.shape[1] // 2)]
+        struct = llvm.StructType.get_literal([f32] * len(places))
+        constraints = ",".join(["=f"] * len(places) + [str(i) for i in range(len(places))])
+        self._wgmma_internal = True
+        try:
+            waited = llvm.inline_asm(struct, [self.load(registers, [slot]) for registers, slot in places],
+                                     f"wgmma.wait_group.sync.aligned {pending};", constraints, has_side_effects=True)
+            for position, (registers, slot) in enumerate(places):
+                self.store(llvm.extractvalue(f32, waited, [position]), registers, [slot])
+        finally:
+            self._wgmma_internal = False
+
+    def _warpgroup_kernel(self, what: str, atom=WgmmaAtom) -> None:
+        """BuilderError unless the kernel runs wgmma (its chip, whole warpgroups) and `atom` is a WgmmaAtom."""
+        if atom is not WgmmaAtom and not isinstance(atom, WgmmaAtom):
+            raise BuilderError(f"[wgmma-atom] {what}: a WgmmaAtom (mlir_tile.atoms.wgmma(n, element)), got {atom!r}")
+        if self.chip not in targets.WARPGROUP_CHIPS:
+            raise BuilderError(f"[wgmma-chip] {what}: wgmma runs on {', '.join(sorted(targets.WARPGROUP_CHIPS))} only, the kernel "
+                               f"targets {self.chip}; build it with Kernel(..., chip=\"sm_90a\")")
+        threads = self.block[0] * self.block[1] * self.block[2]
+        if self.block[1] * self.block[2] != 1 or threads % WARPGROUP_THREADS:
+            raise BuilderError(f"[wgmma-warpgroup] {what}: a warpgroup is {WARPGROUP_THREADS} consecutive threads: the block is (x, 1, "
+                               f"1) with x a multiple of {WARPGROUP_THREADS}, got {self.block}")
+
+    def _i64(self, value: int) -> ir.Value:
+        """An i64 constant of a 64-bit pattern (a descriptor's swizzle bits set the sign bit)."""
+        return arith.constant(ir.IntegerType.get_signless(64), value - (1 << 64) if value >= 1 << 63 else value)
+
+    def _descriptor_base(self, tile: ir.Value, fields: Descriptor, row_block, block_bytes: int) -> ir.Value:
+        """The descriptor without its operand's offset: the fields, plus the tile's shared address (and the row
+        block's bytes) in 16-byte units."""
+        i64 = ir.IntegerType.get_signless(64)
+        address = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(tile))
+        units = arith.addi(arith.shrui(address, self._i64(4)), self._i64(fields.bits()))
+        if is_int(row_block):
+            return arith.addi(units, self._i64(row_block * block_bytes >> 4))
+        return arith.addi(units, arith.muli(arith.index_cast(i64, row_block), self._i64(block_bytes >> 4)))
+
+    def _issue(self, atom: WgmmaAtom, accumulators: Accumulators, descriptors: Sequence, layouts, accumulate: bool):
+        self._wgmma_internal = True
+        try:
+            self._issue_batch(atom, accumulators, descriptors, layouts, accumulate)
+        finally:
+            self._wgmma_internal = False
+
+    def _issue_batch(self, atom, accumulators, descriptors, layouts, accumulate) -> None:
+        f32, count = ir.F32Type.get(), atom.shape[1] // 2
+        struct = llvm.StructType.get_literal([f32] * count)
+        value = llvm.mlir_undef(struct)
+        for slot in range(count):
+            value = llvm.insertvalue(value, self.load(accumulators.registers, [slot]), [slot])
+        kind = getattr(nvvm.WGMMATypes, _TYPES[atom.element])
+        shape = ir.Attribute.parse("#nvvm.shape<m = {}, n = {}, k = {}>".format(*atom.shape))
+        nvvm.wgmma_fence_aligned()
+        for step, (a_descriptor, b_descriptor) in enumerate(descriptors):
+            scale = nvvm.WGMMAScaleOut.one if accumulate or step else nvvm.WGMMAScaleOut.zero
+            value = nvvm.wgmma_mma_async(struct, value, a_descriptor, b_descriptor, shape, kind, kind,
+                                         nvvm.WGMMATypes.f32, scale, nvvm.WGMMAScaleIn.one, nvvm.WGMMAScaleIn.one,
+                                         getattr(nvvm.MMALayout, layouts[0]), getattr(nvvm.MMALayout, layouts[1]))
+        nvvm.wgmma_commit_group_sync_aligned()
+        for slot in range(count):
+            self.store(llvm.extractvalue(f32, value, [slot]), accumulators.registers, [slot])
+
+
+def _operand_tile(name: str, tile, atom: WgmmaAtom) -> tuple[int, int]:
+    from mlir_tile.builder.tensor import Tensor
+
+    if (not isinstance(tile, Tensor) or tile.layout is None or tile.rank != 2
+            or not (is_int(tile.base) and tile.base == 0)):
+        raise BuilderError(f"[wgmma-operand] wgmma: {name} is a rank-2 shared Tensor through its tile's layout, from its memory's "
+                           f"start, got {tile!r}")
+    kind = ir.MemRefType(memref_value(tile.memory, f"wgmma {name}", "shared").type)
+    if kind.get_strides_and_offset() != ([1], 0):
+        raise BuilderError(f"[wgmma-operand] wgmma: {name}'s memory is a 1-D view from its start (k.view), got {kind}")
+    if getattr(kind.element_type, "width", 0) != atom.element_bits:
+        raise BuilderError(f"[wgmma-operand] wgmma {atom.name}.{atom.element}: {name}'s memory holds {atom.element_bits}-bit "
+                           f"elements, got {kind.element_type}")
+    return tile.layout.sizes
+
+
+def _row_blocks(row_block, blocks: int) -> list[int]:
+    """Every row block the warpgroup may read: the int given, or all a value's proven bound allows."""
+    if is_int(row_block):
+        if not 0 <= row_block < blocks:
+            raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block is 0 to {blocks - 1} (a has {blocks} blocks of 64 rows), got "
+                               f"{row_block}")
+        return [row_block]
+    if not isinstance(row_block, ir.Value) or not isinstance(row_block.type, ir.IndexType):
+        raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block is an int or an index value, got {row_block!r}")
+    bound = upper_bound(row_block)
+    if bound is None or bound >= blocks:
+        raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block must be proven below {blocks} (a has {blocks} blocks of 64 rows), "
+                           f"but {'no bound' if bound is None else f'only {bound}'} is proven (e.g. the thread "
+                           f"id / 128 of a block of {blocks} warpgroups)")
+    return list(range(blocks))
+
+
+def _descriptors(name: str, tile, atom: WgmmaAtom, rows: int, steps: int, blocks: list[int]):
+    """The descriptor fields of tile `name`, each K step's start in bytes (row block 0), and the bytes between
+    row blocks: every row block and K step checked element by element, their fields alike and their starts a
+    row block's bytes apart."""
+    k_step, fields, starts, block_bytes = atom.shape[2], set(), {}, 0
+    for block in blocks:
+        for step in range(steps):
+            try:
+                descriptor, start = descriptor_for(tile.layout, atom.element_bits, rows, k_step,
+                                                   (64 * block, k_step * step))
+            except WgmmaMismatch as error:
+                raise BuilderError(f"[wgmma-descriptor] wgmma: {name}: {error}") from None
+            fields.add(descriptor)
+            if block == blocks[0]:
+                starts[step] = start
+            elif block == blocks[1]:
+                block_bytes = start - starts[step]
+            if start != starts[step] + (block - blocks[0]) * block_bytes:
+                raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s row blocks of 64 are not equally far apart in {tile.layout}")
+    if len(fields) > 1:
+        raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s K steps or row blocks read through different descriptors "
+                           f"({', '.join(map(str, fields))}); one descriptor's fields serve a whole tile")
+    fields = fields.pop()
+    needed = ALIGNMENT[fields.swizzle_bytes] if fields.swizzle_bytes else 16
+    proven = access_alignment(tile.memory, [tile.kernel.index(0)])
+    if proven is None or proven < needed:
+        raise BuilderError(f"[wgmma-alignment] wgmma: {name}'s {fields.swizzle_bytes or 'un'}swizzled tile must start on {needed} "
+                           f"bytes, but {proven or 'no alignment'} {'bytes are' if proven else 'is'} proven "
+                           f"(dynamic_shared(alignment=...), views at multiples of it)")
+    return fields, [starts[s] for s in range(steps)], block_bytes

@@ -1,0 +1,200 @@
+"""The builder's wgmma (builder/warpgroup.py, builder/asynchrony.py): a batch over shared tensors lowers to
+fenced, committed `wgmma.mma_async` with the descriptors the tiles' layouts give (checked in the PTX and by
+ptxas for sm_90a), and everything it cannot prove is a BuilderError with its [rule] tag: the chip, the block,
+the tiles' layouts, alignment and row blocks, fp8's K-major operands, and the accumulators read or written
+while a group that writes them is in flight (also in a loop's next iteration, and through a transfer)."""
+import shutil
+import subprocess
+
+import pytest
+from mlir import ir
+from mlir.dialects import arith
+
+from mlir_tile.atoms import wgmma
+from mlir_tile.builder import BuilderError, Global, Kernel
+from mlir_tile.compile import compile_to_ptx
+from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.tma import Box
+
+ATOM = wgmma(64, "f16")
+A_TILE, B_TILE = Box(128, 64, 16, 128).layout, Box(64, 64, 16, 128).layout  # K-major, 128-byte swizzle
+
+
+def _kernel(body, *, chip="sm_90a", threads=256, element="f16"):
+    with Kernel("k", [Global("f32")], block=(threads, 1, 1), chip=chip, context=ir.Context()) as k:
+        shared = k.dynamic_shared(alignment=1024)
+        a = k.tensor(k.view(shared, (A_TILE.cosize,), element), A_TILE)
+        b = k.tensor(k.view(shared, (B_TILE.cosize,), element, byte_offset=16384), B_TILE)
+        body(k, a, b, k.arguments[0])
+    return k.module
+
+
+def _product(k, a, b, out, atom=ATOM):
+    accumulators = k.accumulators(atom)
+    k.wgmma(atom, a, b, accumulators, a_row_block=arith.divui(k.thread_id(), k.index(128)))
+    k.wgmma_wait(0, [accumulators])
+    for slot in range(2):
+        k.tensor(out, (1 << 16,))[k.global_thread_id()] = k.load(accumulators.registers, [slot])
+    return accumulators
+
+
+def test_a_batch_is_fenced_committed_and_reads_through_the_tiles_descriptors(filecheck, tmp_path):
+    ptx = compile_to_ptx(_kernel(_product))
+    # K-major 128-byte swizzle: LBO 1, SBO 1024 / 16 = 64, mode 1 (bit 62), each K step 32 bytes further
+    fields = (1 << 62) | (64 << 32) | (1 << 16)
+    filecheck(ptx, f"""
+    CHECK: .target sm_90a
+    CHECK: wgmma.fence.sync.aligned;
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{{{.*}}}}, p, 1, 1, 0, 0;
+    CHECK: wgmma.commit_group.sync.aligned;
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    """)
+    assert str(fields) in ptx or str(fields - (1 << 64)) in ptx or hex(fields)[2:] in ptx.lower()
+    if shutil.which("ptxas"):
+        (tmp_path / "k.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0, assembled.stderr
+        assert "C75" not in assembled.stderr  # no wait injected, nothing serialized
+    assert "scale-d" not in ptx
+
+
+def test_mn_major_operands_transpose_and_accumulate_false_zeroes_the_first_step(filecheck):
+    b_tile = Layout((64, 64), (1, 64), Swizzle(3, 3, 3))  # (n, k): n contiguous, a (k, n) TMA box
+
+    def body(k, a, b, out):
+        b = k.tensor(b.memory, b_tile)
+        accumulators = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators, accumulate=False)
+        k.wgmma_wait(0, [accumulators])
+        k.tensor(out, (1 << 16,))[k.global_thread_id()] = k.load(accumulators.registers, [0])
+    filecheck(compile_to_ptx(_kernel(body)), """
+    CHECK: setp.ne.b32 p, 0, 0;
+    CHECK-NEXT: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, p, 1, 1, 0, 1;
+    CHECK: setp.ne.b32 p, 1, 0;
+    CHECK-NEXT: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, p, 1, 1, 0, 1;
+    """)
+
+
+def _refused(body, message, **options):
+    with pytest.raises(BuilderError, match=message):
+        _kernel(body, **options)
+
+
+def test_wgmma_needs_sm_90a_and_whole_warpgroups():
+    _refused(_product, r"\[wgmma-chip\] .*sm_90a only, the kernel targets sm_90", chip="sm_90")
+    _refused(_product, r"\[wgmma-warpgroup\] .*multiple of 128", threads=96)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("rows not K-contiguous", r"\[wgmma-descriptor\] .*reads operand element \(1, 0\) at byte 16 .* puts it at 128"),
+    ("a tile at 512 bytes", r"\[wgmma-alignment\] .*start on 1024 bytes, but 512 bytes are proven"),
+    ("an unbounded row block", r"\[wgmma-row-block\] .*proven below 2"),
+    ("a row block past the tile", r"\[wgmma-row-block\] .*0 to 1"),
+    ("fp8 MN-major", r"\[wgmma-k-major\] .*must be K-major"),
+    ("another atom's accumulators", r"\[wgmma-accumulators\]"),
+    ("a global tensor", r"\[wgmma-operand\] .*rank-2 shared Tensor"),
+    ("K of a and b differ", r"\[wgmma-operand\] .*b is 64 x K"),
+])
+def test_wgmma_refuses_what_it_cannot_prove(case, message):
+    def body(k, a, b, out):
+        atom, accumulators, block = ATOM, None, 0
+        if case == "rows not K-contiguous":
+            a = k.tensor(a.memory, Layout((128, 64), (64, 1)))
+        if case == "a tile at 512 bytes":
+            a = k.tensor(k.view(k.dynamic_shared(alignment=1024), (A_TILE.cosize,), "f16", byte_offset=512), A_TILE)
+        if case == "an unbounded row block":
+            block = k.arguments[0] and arith.index_cast(ir.IndexType.get(), k.constant(5))
+            block = arith.addi(block, k.block_id())
+        if case == "a row block past the tile":
+            block = 2
+        if case == "fp8 MN-major":
+            atom = wgmma(64, "e4m3")
+            memory = k.view(k.dynamic_shared(alignment=1024), (16384,), "i8")
+            a = k.tensor(memory, Box(128, 128, 8, 128).layout)
+            b = k.tensor(memory, Layout(((16, 4), (8, 16)), ((1, 128), (16, 512))))  # MN-major core matrices
+        if case == "another atom's accumulators":
+            accumulators = k.accumulators(wgmma(32, "f16"))
+        if case == "a global tensor":
+            a = k.tensor(out, (128, 64))
+        if case == "K of a and b differ":
+            b = k.tensor(b.memory, Box(64, 32, 16, 64).layout)
+        accumulators = accumulators or k.accumulators(atom)
+        k.wgmma(atom, a, b, accumulators, a_row_block=block)
+    _refused(body, message)
+
+
+def test_reading_accumulators_in_flight_is_refused_at_the_read():
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators)
+        k.load(accumulators.registers, [0])
+    _refused(body, r"\[wgmma-in-flight\] a load of the m64n64k16 accumulators at .*test_builder_warpgroup.py:\d+")
+
+
+def test_a_wait_that_leaves_the_group_in_flight_does_not_cover_it():
+    def body(k, a, b, out):
+        accumulators, other = k.accumulators(ATOM), k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators)
+        k.wgmma(ATOM, a, b, other)
+        k.wgmma_wait(1)
+        k.load(accumulators.registers, [0])  # the older group: retired
+        k.store(k.constant(0.0, "f32"), other.registers, [0])  # the newer: still in flight
+    _refused(body, r"\[wgmma-in-flight\] a store of the m64n64k16 accumulators")
+
+
+def test_a_read_before_the_loops_wait_is_refused_for_the_next_iteration():
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        with k.loop(0, 4):
+            k.load(accumulators.registers, [0])  # first iteration fine; the next sees the group in flight
+            k.wgmma(ATOM, a, b, accumulators)
+        k.wgmma_wait(0)
+    _refused(body, r"\[wgmma-in-flight\] a load .* in the loop's next iteration")
+
+
+def test_a_wait_in_a_branch_does_not_cover_the_path_around_it():
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators)
+        with k.if_(k.compare("eq", k.thread_id(), 0)):
+            k.wgmma_wait(0)
+            k.load(accumulators.registers, [0])  # fine here, after the wait on this path
+        k.load(accumulators.registers, [1])
+    _refused(body, r"\[wgmma-in-flight\] a load")
+
+
+def test_a_chained_loop_with_the_wait_after_it_builds():
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        with k.loop(0, 4):
+            k.wgmma(ATOM, a, b, accumulators)
+        k.wgmma_wait(0, [accumulators])
+        k.tensor(out, (1 << 16,))[k.global_thread_id()] = k.load(accumulators.registers, [0])
+    assert "wgmma.mma_async" in compile_to_ptx(_kernel(body))
+
+
+def test_a_transfer_of_accumulators_in_flight_is_refused():
+    from mlir_tile.builder import transfer
+
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators)
+        transfer("stmatrix.sync.aligned.m8n8.x4.shared.b16", a.memory, accumulators.registers,
+                 dst_layout="(4,8,4):(64,8,1)", src_layout="(4,8,4):(1,4@laneid,1@laneid)")
+    _refused(body, r"\[wgmma-in-flight\] a transfer \(stmatrix")
+
+
+@pytest.mark.parametrize("thread", [0, 5, 37, 127, 200])
+def test_accumulator_coordinates_are_the_atoms_thread_value_layout(thread):
+    import index_code
+
+    atom = wgmma(24, "bf16")
+    with Kernel("k", ["memref<64xindex>"], block=(256, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        accumulators = k.accumulators(atom)
+        for slot in range(12):
+            for position, value in enumerate(accumulators.coordinate(slot)):
+                k.store(value, k.arguments[0], [2 * slot + position])
+    stored = index_code.run(k, [], thread=thread)
+    assert [(stored[2 * v], stored[2 * v + 1]) for v in range(12)] == [atom.c.coordinate(thread % 128, v)
+                                                                        for v in range(12)]
