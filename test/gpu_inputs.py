@@ -57,9 +57,10 @@ def build(folder: Path) -> None:
         raise SystemExit("\n".join(failed))
     _split_k(folder)
     _user_epilogue(folder)
-    from mlir_tile.testing import tma_boxes
+    from mlir_tile.testing import tma_boxes, wgmma_operands
 
     tma_boxes.build(folder / "tma")  # TMA's box writes, each swizzle mode (sm_90a)
+    wgmma_operands.build(folder / "wgmma", seed=39, layouts=150)  # wgmma's descriptors and operand tiles
 
 
 def _user_epilogue(folder: Path) -> None:
