@@ -26,6 +26,9 @@ BY_COMMAND_LINE = {
     "gemm.ptx": ["gemm.py"],
     "gemm_bf16_nk.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
     "gemm_bf16_nk_persistent.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
+    "gemm_hopper.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk"],
+    "gemm_hopper_bf16_kn.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn", "--tile",
+                                "128x256x64s3"],
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
 }

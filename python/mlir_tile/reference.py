@@ -148,6 +148,19 @@ def b16_half(word: int, part: int) -> np.uint16:
     return np.uint16(int(word) >> (16 * part) & 0xFFFF)
 
 
+def tma_box_read(shared: np.ndarray, swizzle_bytes: int, rows: int, row_bytes: int, start: int = 0) -> np.ndarray:
+    """What a tiled TMA store reads of a box (rows x row_bytes) from the byte array `shared` from byte `start`:
+    row r's 16-byte chunk c from start + r x row_bytes + 16 c, that address swizzled as for the load."""
+    bits = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes]
+    out = np.zeros((rows, row_bytes), np.uint8)
+    for row in range(rows):
+        for chunk in range(row_bytes // 16):
+            address = start + row * row_bytes + 16 * chunk
+            address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
+            out[row, 16 * chunk:16 * chunk + 16] = shared[address:address + 16]
+    return out
+
+
 def tma_box_write(box: np.ndarray, swizzle_bytes: int, shared: np.ndarray, start: int = 0) -> None:
     """A tiled TMA load's write of `box` (rows x columns of any element type) into the byte array `shared` from
     byte `start`, as the tensor map's swizzle mode defines it: row r's bytes at start + r x the row's bytes, each

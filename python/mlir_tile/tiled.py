@@ -153,6 +153,14 @@ def tiled_mma_m16n8k32(warps: tuple[int, int], tile: tuple[int, int, int], a: La
     return _tiled_mma(MMA_M16N8K32, warps, tile, a, b, None, "nk")
 
 
+def tiled_store_c(warps: int, c: Layout) -> Operand:
+    """The stmatrix transfer of packed C pairs held as a column of `warps` warps each holds 16 rows of (the
+    mma.sync accumulator, which wgmma's is per warp of its warpgroup) into the C tile `c` (BM x BN/2 words,
+    `warps` = BM / 16): one scope "cta" transfer, the packed pair i of n8 block n at slot `c_slots(0, n)[i]`
+    of a TiledMma of one m16 block a warp."""
+    return _operand("c", c, STMATRIX_X4, (warps, 1), 1, rows_split="m", words_split="n")
+
+
 def _tiled_mma(atom: MmaAtom, warps, tile, a, b, c, b_major) -> TiledMma:
     (wm, wn), (bm, bn, bk), elements_per_word = warps, tile, atom.per_register
     k_block = atom.shape[2]  # a k16 (f16) or k32 (s8) block: 8 words

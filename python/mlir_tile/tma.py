@@ -110,3 +110,28 @@ def box_for(layout: Layout | str, element_bits: int) -> Box:
                       f"{'-byte' if box.swizzle_bytes else ''} swizzle element ({r}, {c}) lands at offset {offset}, "
                       f"the layout puts it at {layout.offset(r, c)}; a TMA tile is rows of the box's width, "
                       f"swizzled as Sw<B,4,3> on bytes (B = 1, 2, 3 for 32, 64, 128 bytes)")
+
+
+def column_boxes(layout: Layout | str, element_bits: int, columns: int) -> list[tuple[int, Box]]:
+    """A (rows, columns) tile as TMA boxes of `columns` columns side by side (a 128-byte-swizzled tile wider
+    than 128 bytes is such boxes): per box, (its first element's offset in the tile, the box that writes or
+    reads it), each proven element by element (`box_for` of the tile's layout at the box, relative to that
+    offset); TmaMismatch naming the box and the element where one is not a box."""
+    layout = as_layout(layout)
+    rows, width = layout.sizes
+    if columns < 1 or width % columns:
+        raise TmaMismatch(f"a tile {width} columns wide is no whole number of boxes {columns} columns wide")
+    boxes = []
+    for first in range(0, width, columns):
+        start = layout.offset(0, first)
+        shifted = [[layout.offset(r, first + c) - start for c in range(columns)] for r in range(rows)]
+        box = box_for(Layout((rows, columns), (columns, 1), layout.swizzle), element_bits)
+        if start % (ALIGNMENT[box.swizzle_bytes] * 8 // element_bits) or any(
+                shifted[r][c] != box.layout.offset(r, c) for r in range(rows) for c in range(columns)):
+            wrong = next(((r, c) for r in range(rows) for c in range(columns)
+                          if shifted[r][c] != box.layout.offset(r, c)), (0, 0))
+            raise TmaMismatch(f"the columns {first} to {first + columns - 1} of {layout} are no TMA box: element "
+                              f"{wrong} lies {shifted[wrong[0]][wrong[1]]} elements past the box's first (at {start}), "
+                              f"the {box.swizzle_bytes or 'un'}swizzled box puts it at {box.layout.offset(*wrong)}")
+        boxes.append((start, box))
+    return boxes

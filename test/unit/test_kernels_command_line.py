@@ -20,9 +20,9 @@ def example(name, *arguments):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, options, recorded, entry", [
     ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
-     {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4"}, "gemm"),
+     {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4", "arch": "sm_90"}, "gemm"),
     ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
-     {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4p"}, "gemm"),
+     {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4p", "arch": "sm_90"}, "gemm"),
     ("attention.py", ["--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
      {"dtype": "bf16", "head_dim": 128, "causal": True, "tuned": True}, "attention"),
 ])
@@ -48,9 +48,10 @@ def recorded(tmp_path_factory):
     from mlir_tile.kernels.command_line import with_build_options
 
     folder = tmp_path_factory.mktemp("recorded")
-    for name, build in {"gemm_bf16_nk.ptx": {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4"},
+    for name, build in {"gemm_bf16_nk.ptx": {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4",
+                                             "arch": "sm_90"},
                         "gemm_bf16_nk_persistent.ptx": {"dtype": "bf16", "b_major": "nk", "align": 16,
-                                                        "tile": "128x256x64s4p"},
+                                                        "tile": "128x256x64s4p", "arch": "sm_90"},
                         "attention_bf16_d128_causal.ptx": {"dtype": "bf16", "head_dim": 128, "causal": True,
                                                            "tuned": True},
                         "attention.ptx": {"dtype": "f16", "head_dim": 64, "causal": False, "tuned": False}}.items():

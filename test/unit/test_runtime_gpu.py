@@ -1,5 +1,6 @@
 """The cuda-python runtime on a real GPU. Needs no MLIR: these run on GPU hosts without the compiler, on the
 PTX that `make gpu-inputs` (test/gpu_inputs.py) built where the compiler is, carried along."""
+import json
 import os
 from pathlib import Path
 
@@ -215,6 +216,20 @@ def test_the_gemm_example_matches_numpy():
     from mlir_tile.kernels import gemm
 
     ok, line = gemm.run_and_check(gpu_input("gemm.ptx").read_text())
+    assert ok, line
+
+
+@pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx"])
+@pytest.mark.parametrize("shape", [(1000, 1016, 504), (1, 8, 8), (129, 72, 8), (333, 200, 1000), (2048, 2048, 2048)])
+def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
+    """Hopper's path (TMA loads on mbarriers, wgmma, stmatrix, TMA stores; B [N, K] f16 and [K, N] bf16) on
+    products with tails in M, N and K (zero-filled loads, clipped stores), fewer k-tiles than stages, a
+    single row."""
+    from mlir_tile.kernels import gemm
+
+    ptx = gpu_input(name).read_text()
+    built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
+    ok, line = gemm.run_and_check(ptx, **built, shape=shape)
     assert ok, line
 
 

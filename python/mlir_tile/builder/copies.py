@@ -159,43 +159,72 @@ class Copies:
         the host encodes the tensor map (`Runtime.tensor_map`). BuilderError where no box writes the layout
         (naming the element that differs), where the tile's start is not proven aligned to the swizzle's
         repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200)."""
-        from mlir_tile.builder.tensor import Tensor
-        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES, TmaMismatch, box_for
-
-        self._require("tma_load", "nvvm.cp.async.bulk.tensor.shared.cluster.global")
-        if not isinstance(dst, Tensor) or dst.layout is None or dst.rank != 2 or not (is_int(dst.base) and dst.base == 0):
-            raise BuilderError(f"tma_load: dst is a rank-2 shared Tensor through the tile's layout, from its memory's "
-                               f"start, got {dst!r}")
-        memory = ir.MemRefType(memref_value(dst.memory, "tma_load dst", "shared").type)
-        if memory.get_strides_and_offset() != ([1], 0):
-            raise BuilderError(f"tma_load: dst's memory is a 1-D view from its start (k.view), got {memory}")
-        typed_value(tensor_map, "tma_load tensor_map", "!llvm.ptr")
-        element_bits = getattr(memory.element_type, "width", 0)
-        try:
-            box = box_for(dst.layout, element_bits)
-        except TmaMismatch as error:
-            raise BuilderError(f"tma_load: {error}") from None
-        proven = access_alignment(dst.memory, [self.index(0)])
-        if proven is None or proven < ALIGNMENT[box.swizzle_bytes]:
-            raise BuilderError(f"tma_load: the box's {box.swizzle_bytes or 'un'}swizzled write needs its tile to start "
-                               f"on {ALIGNMENT[box.swizzle_bytes]} bytes, but {proven or 'no alignment'} "
-                               f"{'bytes are' if proven else 'is'} proven (dynamic_shared(alignment=...), views at "
-                               f"multiples of it)")
-        if not isinstance(coordinate, (list, tuple)) or len(coordinate) != 2:
-            raise BuilderError(f"tma_load: coordinate is (row, column) of the matrix, got {coordinate!r}")
-        row, column = (self.as_index(c) for c in coordinate)
-        if value_multiple(column) * element_bits // 8 % INNER_COORDINATE_BYTES:
-            raise BuilderError(f"tma_load: the column must be a proven multiple of {INNER_COORDINATE_BYTES} bytes "
-                               f"({INNER_COORDINATE_BYTES * 8 // element_bits} elements); a TMA load at another "
-                               f"column is an illegal instruction")
-        i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
-        start = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(dst.memory))
+        box, start, row, column = self._tma_box("tma_load", dst, tensor_map, coordinate)
+        i32 = ir.IntegerType.get_signless(32)
         # the destination in the cluster's shared window (address space 7), which this CTA's own is part of
         destination = llvm.addrspacecast(llvm.PointerType.get(7), llvm.inttoptr(llvm.PointerType.get(3), start))
         nvvm.cp_async_bulk_tensor_shared_cluster_global(
             destination, tensor_map, [arith.index_cast(i32, column), arith.index_cast(i32, row)],
             self._mbarrier(barriers, index), [])
         return box
+
+    def _tma_box(self, what: str, tile, tensor_map: ir.Value, coordinate: Sequence):
+        """(the box, the tile's shared address as an i64, row, column) of a TMA load or store of `tile` at
+        `coordinate`, every fact the instruction needs proven: the tile's layout is a box's, its start on the
+        swizzle's repeat, the column on 16 bytes."""
+        from mlir_tile.builder.tensor import Tensor
+        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES, TmaMismatch, box_for
+
+        self._require(what, "nvvm.cp.async.bulk.tensor.shared.cluster.global")
+        if not isinstance(tile, Tensor) or tile.layout is None or tile.rank != 2 or not (is_int(tile.base) and tile.base == 0):
+            raise BuilderError(f"[tma-tile] {what}: the tile is a rank-2 shared Tensor through its layout, from its "
+                               f"memory's start, got {tile!r}")
+        memory = ir.MemRefType(memref_value(tile.memory, f"{what} tile", "shared").type)
+        if memory.get_strides_and_offset() != ([1], 0):
+            raise BuilderError(f"[tma-tile] {what}: the tile's memory is a 1-D view from its start (k.view), got {memory}")
+        typed_value(tensor_map, f"{what} tensor_map", "!llvm.ptr")
+        element_bits = getattr(memory.element_type, "width", 0)
+        try:
+            box = box_for(tile.layout, element_bits)
+        except TmaMismatch as error:
+            raise BuilderError(f"[tma-box] {what}: {error}") from None
+        proven = access_alignment(tile.memory, [self.index(0)])
+        if proven is None or proven < ALIGNMENT[box.swizzle_bytes]:
+            raise BuilderError(f"[tma-alignment] {what}: the box's {box.swizzle_bytes or 'un'}swizzled tile must start "
+                               f"on {ALIGNMENT[box.swizzle_bytes]} bytes, but {proven or 'no alignment'} "
+                               f"{'bytes are' if proven else 'is'} proven (dynamic_shared(alignment=...), views at "
+                               f"multiples of it)")
+        if not isinstance(coordinate, (list, tuple)) or len(coordinate) != 2:
+            raise BuilderError(f"{what}: coordinate is (row, column) of the matrix, got {coordinate!r}")
+        row, column = (self.as_index(c) for c in coordinate)
+        if value_multiple(column) * element_bits // 8 % INNER_COORDINATE_BYTES:
+            raise BuilderError(f"[tma-column] {what}: the column must be a proven multiple of {INNER_COORDINATE_BYTES} "
+                               f"bytes ({INNER_COORDINATE_BYTES * 8 // element_bits} elements); a TMA access at another "
+                               f"column is an illegal instruction")
+        i64 = ir.IntegerType.get_signless(64)
+        return box, arith.index_cast(i64, memref.extract_aligned_pointer_as_index(tile.memory)), row, column
+
+    def tma_store(self, src, tensor_map: ir.Value, coordinate: Sequence) -> "Box":
+        """A TMA store (`cp.async.bulk.tensor.2d.global.shared::cta`) of the shared tensor `src` (through its
+        tile's layout, which must be a TMA box's: as for `tma_load`) to the box at `coordinate` (row, column) of
+        the tensor map's matrix, rows and columns past the matrix left alone (no predicate), committed as one
+        bulk group: `tma_store_wait` before the tile's memory is written again or the kernel ends. The tile's
+        writes must reach the async proxy first: every writer's `async_proxy_fence`, then a barrier. One
+        thread issues it. Returns the box, for the host's tensor map."""
+        box, start, row, column = self._tma_box("tma_store", src, tensor_map, coordinate)
+        i32 = ir.IntegerType.get_signless(32)
+        nvvm.cp_async_bulk_tensor_global_shared_cta(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
+                                                   [arith.index_cast(i32, column), arith.index_cast(i32, row)])
+        nvvm.cp_async_bulk_commit_group()
+        return box
+
+    def tma_store_wait(self, pending: int = 0) -> None:
+        """`cp.async.bulk.wait_group.read pending`: this thread's TMA stores but the newest `pending` have read
+        their tiles (the tiles may be written again; the global writes go on)."""
+        if not is_int(pending) or not 0 <= pending <= 7:
+            raise BuilderError(f"tma_store_wait: pending is 0 to 7, got {pending!r}")
+        self._require("tma_store_wait", "nvvm.cp.async.bulk.wait_group")
+        nvvm.cp_async_bulk_wait_group(pending, read=True)
 
     def expect_bytes(self, barriers: ir.Value, index: ir.Value | int, box: "Box") -> None:
         """`mbarrier.arrive.expect_tx`: this thread's arrival on mbarrier `index`, the phase also waiting for the

@@ -658,7 +658,10 @@ def tile_name(tile: dict) -> str:
     return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}{'p' if config.persistent else ''}"
 
 
-def configure(b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4") -> Config:
+DEFAULT_TILE = "128x128x32s4"
+
+
+def configure(b_major: str = "kn", align: int = 16, tile: str = DEFAULT_TILE) -> Config:
     """The variant of a tile of TILES or ELEMENT_TILES by its name (`tile_name`) for B's layout and rows on
     `align` bytes, as `Matmul` would run it; ValueError where Matmul has no such variant."""
     named = {tile_name(t): t for t in TILES + (PERSISTENT,) + ELEMENT_TILES}
@@ -893,10 +896,15 @@ def check(c: np.ndarray, a: np.ndarray, b: np.ndarray, element: str = "f16") -> 
     return bool((error <= 2 * UNIT_ROUNDOFF[element] * np.abs(exact) + 1e-5 * a.shape[1]).all()), float(error.max())
 
 
-def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str = "128x128x32s4",
-                  shape: tuple[int, int, int] = SHAPE) -> tuple[bool, str]:
-    """The kernel of these build options (see `configure`) in `ptx` on an M x N x K product of random values,
-    against numpy."""
+def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str | None = None,
+                  shape: tuple[int, int, int] = SHAPE, arch: str = "sm_90") -> tuple[bool, str]:
+    """The kernel of these build options (see `configure`; `arch` sm_90a: `hopper_gemm`'s) in `ptx` on an M x N
+    x K product of random values, against numpy."""
+    if arch == "sm_90a":
+        from mlir_tile.kernels import hopper_gemm
+
+        return hopper_gemm.run_and_check(ptx, dtype, b_major, tile or hopper_gemm.DEFAULT_TILE, shape)
+    tile = tile or DEFAULT_TILE
     from mlir_tile.runtime import Runtime
 
     config, (m, n, depth) = configure(b_major, align, tile), shape
@@ -1030,21 +1038,35 @@ def add_options(parser) -> tuple[str, ...]:
                         help="B given as [K, N] (kn, the default) or [N, K] (nk: torch.nn.functional.linear's weight)")
     parser.add_argument("--align", type=int, choices=(16, 8, 4, 2), default=16,
                         help="bytes every row starts on: N and K multiples of align / 2 (default 16; 2: any sizes)")
-    parser.add_argument("--tile", default="128x128x32s4",
-                        help="the CTA tile, BMxBNxBK and stages, one of Matmul's (default 128x128x32s4)")
+    parser.add_argument("--tile", default=None,
+                        help=f"the CTA tile, BMxBNxBK and stages, one of Matmul's (default {DEFAULT_TILE}; with "
+                             f"--arch sm_90a any BMxBNx64sS, BM 64 to 256, BN 64 to 256 in 64s, default 128x128x64s4)")
+    parser.add_argument("--arch", choices=("sm_90", "sm_90a"), default="sm_90",
+                        help="sm_90: the mma.sync path (cp.async, ldmatrix); sm_90a: Hopper's (TMA, wgmma, TMA stores; "
+                             "rows on 16 bytes)")
     parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=SHAPE,
                         help=f"the product the GPU run checks (default {' '.join(map(str, SHAPE))})")
-    return ("dtype", "b_major", "align", "tile")
+    return ("dtype", "b_major", "align", "tile", "arch")
 
 
 def main() -> int:
     from mlir_tile.kernels.command_line import main as example_main
 
-    def build(dtype, b_major, align, tile):
-        return build_module(dtype, configure(b_major, align, tile))
+    def build(dtype, b_major, align, tile, arch):
+        if arch == "sm_90a":
+            from mlir_tile.kernels import hopper_gemm
 
-    def emulate_cta(dtype, b_major, align, tile, shape):  # one CTA, the shape aside
-        config = configure(b_major, align, tile)
+            if align != 16:
+                raise ValueError("gemm: Hopper's path (TMA) takes rows on 16 bytes: --align 16")
+            return hopper_gemm.build_module(dtype, hopper_gemm.configure(b_major, tile or hopper_gemm.DEFAULT_TILE))
+        return build_module(dtype, configure(b_major, align, tile or DEFAULT_TILE))
+
+    def emulate_cta(dtype, b_major, align, tile, shape, arch):  # one CTA, the shape aside
+        if arch == "sm_90a":
+            from mlir_tile.kernels import hopper_gemm
+
+            return hopper_gemm.emulate(hopper_gemm.configure(b_major, tile or hopper_gemm.DEFAULT_TILE), 2, dtype)
+        config = configure(b_major, align, tile or DEFAULT_TILE)
         return emulate(config, 2 if config.bk == 32 else 1, dtype)
 
     return example_main(__doc__, build, run_and_check, emulate_cta, options=add_options)

@@ -1,0 +1,104 @@
+"""The Hopper GEMM tile kernel (kernels/hopper_gemm.py) without a GPU: its PTX has the data path the module
+describes (TMA loads on full barriers, a wgmma batch per k-tile, empty barriers, stmatrix into the C tile, TMA
+stores waited for), ptxas -arch=sm_90a assembles it without spills or injected waits; the reference model
+runs one CTA as the kernel does (TMA box writes, wgmma through the kernel's descriptors, stmatrix, the TMA
+stores' reads) and gets numpy's C; the C tile's stmatrix layout and its TMA boxes are proven the same bytes;
+the command line builds it with --arch sm_90a and refuses what it does not take."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mlir_tile.kernels import hopper_gemm
+from mlir_tile.kernels.hopper_gemm import HopperConfig, configure
+
+
+@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x256x64s3", "bf16"),
+                                                    ("nk", "64x128x64s2", "bf16")])
+def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_major, tile, element):
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure(b_major, tile)
+    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    b_loads = 1 if b_major == "nk" else config.bn // 64
+    filecheck(ptx, f"""
+    CHECK: .target sm_90a
+    CHECK: .visible .entry gemm(
+    CHECK-COUNT-{config.stages}: mbarrier.init.shared.b64 [full{{{{.*}}}}], {{{{%r[0-9]+}}}};
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+    CHECK: mbarrier.try_wait.parity.shared.b64
+    CHECK: wgmma.fence.sync.aligned;
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n{config.bn}k16.f32.{element}.{element}
+    CHECK: wgmma.commit_group.sync.aligned;
+    CHECK: wgmma.wait_group.sync.aligned 1;
+    CHECK: mbarrier.arrive.shared.b64
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    CHECK: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK: fence.proxy.async.shared::cta;
+    CHECK-COUNT-{config.bn // 64}: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
+    CHECK: cp.async.bulk.wait_group.read 0;
+    """)
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == (config.stages + 1) * (1 + b_loads)
+    if shutil.which("ptxas"):
+        (tmp_path / "g.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "g.ptx"), "-o", str(tmp_path / "g.cubin")],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0, assembled.stderr
+        assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4", "bf16"),
+                                                    ("kn", "64x256x64s2", "f16"), ("nk", "256x64x64s2", "bf16")])
+def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element):
+    assert "give C as numpy does" in hopper_gemm.emulate(configure(b_major, tile), 2, element)
+
+
+def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
+    from mlir_tile.tma import Box, column_boxes
+
+    layouts = hopper_gemm.tiles(HopperConfig(bm=128, bn=256))
+    assert column_boxes(layouts["c"], 16, 64) == [(128 * 64 * j, Box(128, 64, 16, 128)) for j in range(4)]
+    assert layouts["c_words"].cosize * 2 == layouts["c"].cosize
+
+
+def test_column_boxes_names_the_element_where_a_tile_is_no_box():
+    from mlir_tile.layout import Layout, Swizzle
+    from mlir_tile.tma import TmaMismatch, column_boxes
+
+    padded = Layout((64, (64, 2)), (64, (1, 64 * 64 + 8)), Swizzle(3, 3, 3))  # the second box 8 elements late
+    with pytest.raises(TmaMismatch, match="columns 64 to 127 .* are no TMA box"):
+        column_boxes(padded, 16, 64)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(bm=96), "BM 64 to 256"), (dict(bn=96), "multiples of 64"), (dict(bk=32), "BK 64"),
+    (dict(stages=1), "2 stages or more"), (dict(b_major="mk"), "B 'nk' or 'kn'"),
+])
+def test_configurations_outside_the_kernel_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        HopperConfig(**fields)
+    with pytest.raises(ValueError, match="a tile is BMxBNxBKsSTAGES"):
+        configure("nk", "128x128x64")
+
+
+def _gemm(*arguments):
+    return subprocess.run([sys.executable, "-m", "mlir_tile.kernels.gemm", *map(str, arguments)], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_command_line_builds_the_hopper_gemm(tmp_path, filecheck):
+    ran = _gemm("--ptx-out", tmp_path / "g.ptx", "--arch", "sm_90a", "--b-major", "nk")
+    assert ran.returncode == 0, ran.stderr
+    filecheck((tmp_path / "g.ptx").read_text(), """
+    CHECK: // mlir-tile example built with: {"dtype": "f16", "b_major": "nk", "align": 16, "tile": null, "arch": "sm_90a"}
+    CHECK: .target sm_90a
+    CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16
+    """)
+
+
+@pytest.mark.parametrize("options, message", [(["--align", "8"], "rows on 16 bytes: --align 16"),
+                                              (["--tile", "128x96x64s4"], "multiples of 64")])
+def test_the_command_line_refuses_what_the_hopper_gemm_does_not_take(tmp_path, options, message):
+    ran = _gemm("--ptx-out", tmp_path / "g.ptx", "--arch", "sm_90a", *options)
+    assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
