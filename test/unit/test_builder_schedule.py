@@ -104,3 +104,49 @@ def test_key_tiles_are_those_some_row_sees_and_unmasked_those_all_see_whole(seq,
     whole = [t for t in seen if (t + 1) * keys <= seq and (not causal or (t + 1) * keys - 1 <= first_row)]
     assert [stored[0], stored[1]] == [len(seen), len(whole)]
     assert stored[2] == int(tile * keys <= first_row + 32 * (warp + 1) - 1)
+
+
+def test_a_tma_pipelines_waits_take_their_parity_from_the_k_tile(filecheck):
+    """The producer's acquire of k-tile t waits on the empty barrier with parity (t / stages + 1) mod 2 (the
+    first round passes at once), the consumer's wait on the full barrier with t / stages mod 2; loads count on
+    the full barrier with their bytes; releases are one arrival a warp."""
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+    from mlir_tile.builder.schedule import TmaPipeline
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.tma import Box
+
+    box = Box(64, 64, 16, 128)
+    with Kernel("k", [TensorMap(), "index"], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        tensor_map, k_tile = k.arguments
+        ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64)])
+        pipeline = TmaPipeline(k, ring, consumer_warps=4, loads=1)
+        pipeline.acquire(k_tile)
+        pipeline.load(k_tile, k.tensor(ring.views(ring.stage(k_tile))[0], box.layout), tensor_map, (0, 0))
+        pipeline.wait(k_tile)
+        pipeline.release(k_tile)
+    filecheck(compile_to_ptx(k.module), """
+    CHECK-COUNT-3: mbarrier.init.shared.b64 [pipeline_full{{.*}}], [[LOADS:%r[0-9]+]];
+    CHECK-COUNT-3: mbarrier.init.shared.b64 [pipeline_empty{{.*}}], [[WARPS:%r[0-9]+]];
+    CHECK: mul.hi.u64 {{%rd[0-9]+}}, {{%rd[0-9]+}}, -6148914691236517205;
+    CHECK: and.b32 [[PARITY:%r[0-9]+]], {{%r[0-9]+}}, 1;
+    CHECK: xor.b32 [[BEFORE:%r[0-9]+]], [[PARITY]], 1;
+    CHECK: mbarrier.try_wait.parity.shared.b64 {{%p[0-9]+}}, [[[EMPTY:%rd[0-9]+]]], [[BEFORE]];
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes {{.*}}, [[[FULL:%rd[0-9]+]]];
+    CHECK: mbarrier.arrive.expect_tx.shared.b64 {{%rd[0-9]+}}, [[[FULL]]], {{%r[0-9]+}};
+    CHECK: mbarrier.try_wait.parity.shared.b64 {{%p[0-9]+}}, [[[FULL]]], [[PARITY]];
+    CHECK: bar.warp.sync -1;
+    CHECK: mbarrier.arrive.shared.b64 {{%rd[0-9]+}}, [[[EMPTY]]];
+    """)
+
+
+def test_a_tma_pipeline_is_made_of_a_stage_ring():
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Kernel
+    from mlir_tile.builder.schedule import TmaPipeline
+
+    with Kernel("k", [], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        with pytest.raises(BuilderError, match="TmaPipeline: a StageRing"):
+            TmaPipeline(k, k.dynamic_shared(), 4, 1)

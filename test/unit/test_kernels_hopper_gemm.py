@@ -25,7 +25,7 @@ def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_maj
     filecheck(ptx, f"""
     CHECK: .target sm_90a
     CHECK: .visible .entry gemm(
-    CHECK-COUNT-{config.stages}: mbarrier.init.shared.b64 [full{{{{.*}}}}], {{{{%r[0-9]+}}}};
+    CHECK-COUNT-{config.stages}: mbarrier.init.shared.b64 [pipeline_full{{{{.*}}}}], {{{{%r[0-9]+}}}};
     CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
     CHECK: mbarrier.try_wait.parity.shared.b64
     CHECK: wgmma.fence.sync.aligned;

@@ -190,7 +190,8 @@ class Copies:
             raise BuilderError(f"[tma-box] {what}: {error}") from None
         proven = access_alignment(tile.memory, [self.index(0)])
         if proven is None or proven < ALIGNMENT[box.swizzle_bytes]:
-            raise BuilderError(f"[tma-alignment] {what}: the box's {box.swizzle_bytes or 'un'}swizzled tile must start "
+            mode = f"{box.swizzle_bytes}-byte " if box.swizzle_bytes else "un"
+            raise BuilderError(f"[tma-alignment] {what}: the box's {mode}swizzled tile must start "
                                f"on {ALIGNMENT[box.swizzle_bytes]} bytes, but {proven or 'no alignment'} "
                                f"{'bytes are' if proven else 'is'} proven (dynamic_shared(alignment=...), views at "
                                f"multiples of it)")

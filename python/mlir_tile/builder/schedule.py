@@ -199,6 +199,50 @@ class StageRing:
         return arith.remui(arith.addi(k.as_index(first), k.as_index(k_tiles)), k.index(self.stages))
 
 
+class TmaPipeline:
+    """A `StageRing` filled by TMA and read by consumers, its phases the library's (CUTLASS's PipelineTmaAsync,
+    CuTe DSL's PipelineState): per stage a full barrier (the producer's `loads` arrivals, each with the bytes
+    of its box) and an empty barrier (each of the `consumer_warps` warps' arrival once done with the stage).
+    K-tile t uses stage t mod stages for the (t / stages)-th time; every wait's parity comes from t.
+
+        pipeline.acquire(t)                    # producer: t's stage released by its previous k-tile's readers
+        pipeline.load(t, tile, map, (row, column))   # a TMA load into the stage, counted on its full barrier
+        pipeline.wait(t)                       # consumer: t's bytes have landed
+        pipeline.release(t)                    # consumer (every thread of each consumer warp): done with t's stage
+    """
+
+    def __init__(self, kernel, ring: StageRing, consumer_warps: int, loads: int, name: str = "pipeline"):
+        if not isinstance(ring, StageRing):
+            raise BuilderError(f"TmaPipeline: a StageRing, got {ring!r}")
+        self.k, self.ring = kernel, ring
+        self.full = kernel.mbarriers(f"{name}_full", ring.stages, count(loads, "TmaPipeline: loads"))
+        self.empty = kernel.mbarriers(f"{name}_empty", ring.stages, count(consumer_warps, "TmaPipeline: consumer_warps"))
+
+    def acquire(self, k_tile: Integer) -> None:
+        """Wait until k-tile `k_tile`'s stage is free: its previous occupant (k-tile - stages) released. The
+        first round waits on the parity before a barrier's first phase, which counts as complete (no wait)."""
+        k = self.k
+        parity = arith.addi(self.ring.phase(k.as_index(k_tile)), k.index(1))
+        k.wait_phase(self.empty, self.ring.stage(k_tile), parity)
+
+    def load(self, k_tile: Integer, tile, tensor_map: ir.Value, coordinate: Sequence):
+        """`Kernel.tma_load` of `tile` (a tensor of the stage's memory) at `coordinate` completing on k-tile
+        `k_tile`'s full barrier, its bytes expected there (one of the `loads` arrivals). Returns the box."""
+        stage = self.ring.stage(k_tile)
+        box = self.k.tma_load(tile, tensor_map, coordinate, self.full, stage)
+        self.k.expect_bytes(self.full, stage, box)
+        return box
+
+    def wait(self, k_tile: Integer) -> None:
+        """Wait until every load of k-tile `k_tile` has landed in its stage."""
+        self.k.wait_phase(self.full, self.ring.stage(k_tile), self.ring.phase(self.k.as_index(k_tile)))
+
+    def release(self, k_tile: Integer) -> None:
+        """This warp is done reading k-tile `k_tile`'s stage (its wgmma groups retired: `wgmma_wait`); called
+        by every thread of each consumer warp."""
+        self.k.arrive(self.empty, self.ring.stage(k_tile), per_warp=True)
+
+
 def predicate_free_steps(kernel, tile: Coordinates, extents: Sequence[int], k_tiles: Coordinates, ahead: int) -> ir.Value:
     """How many steps of a pipeline `ahead` k-tiles deep copy with no predicate (CUTLASS's predicate-free main
     loop): where the CTA's `extents` tile from `tile`'s first coordinate lies inside the matrix, the steps

@@ -231,7 +231,8 @@ def _descriptors(name: str, tile, atom: WgmmaAtom, rows: int, steps: int, blocks
     needed = ALIGNMENT[fields.swizzle_bytes] if fields.swizzle_bytes else 16
     proven = access_alignment(tile.memory, [tile.kernel.index(0)])
     if proven is None or proven < needed:
-        raise BuilderError(f"[wgmma-alignment] wgmma: {name}'s {fields.swizzle_bytes or 'un'}swizzled tile must start on {needed} "
+        mode = f"{fields.swizzle_bytes}-byte " if fields.swizzle_bytes else "un"
+        raise BuilderError(f"[wgmma-alignment] wgmma: {name}'s {mode}swizzled tile must start on {needed} "
                            f"bytes, but {proven or 'no alignment'} {'bytes are' if proven else 'is'} proven "
                            f"(dynamic_shared(alignment=...), views at multiples of it)")
     return fields, [starts[s] for s in range(steps)], block_bytes

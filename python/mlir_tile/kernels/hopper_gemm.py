@@ -133,7 +133,7 @@ class _HopperGemm:
         from mlir.dialects import arith
 
         from mlir_tile.atoms import wgmma
-        from mlir_tile.builder.schedule import StageRing, TileOrder
+        from mlir_tile.builder.schedule import StageRing, TileOrder, TmaPipeline
         from mlir_tile.builder.tensor import ceil_div, in_units
 
         self.k, self.element, self.config, self.epilogue = k, element, config, epilogue
@@ -147,8 +147,7 @@ class _HopperGemm:
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(element, part) for part in config.parts])
         loads = 1 + (1 if config.b_major == "nk" else config.bn // SWIZZLE_COLUMNS)
-        self.full = k.mbarriers("full", config.stages, loads)  # thread 0's arrivals with each box's bytes
-        self.empty = k.mbarriers("empty", config.stages, config.threads // 32)  # every warp done with the stage
+        self.pipeline = TmaPipeline(k, self.ring, config.threads // 32, loads)
         self.warpgroup = arith.divui(k.thread_id(), k.index(128))
         self.producer = k.compare("eq", k.thread_id(), 0)
         self.accumulators = k.accumulators(self.atom)
@@ -169,26 +168,23 @@ class _HopperGemm:
         return arith.andi(a, b)
 
     def load(self, k_tile) -> None:
-        """k-tile `k_tile`'s A and B boxes into its stage, completing on the stage's full barrier (thread 0)."""
+        """k-tile `k_tile`'s A and B boxes into its stage (thread 0), once the stage is free."""
         from mlir.dialects import arith
 
-        k, config = self.k, self.config
-        stage = self.ring.stage(k_tile)
-        a_view, b_view = self.ring.views(stage)
+        k, config, pipeline = self.k, self.config, self.pipeline
+        pipeline.acquire(k_tile)
+        a_view, b_view = self.ring.views(self.ring.stage(k_tile))
         column = arith.muli(k_tile, k.index(config.bk))
         row0, col0 = self.origin
-        box = k.tma_load(k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column), self.full, stage)
-        k.expect_bytes(self.full, stage, box)
+        pipeline.load(k_tile, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
         if config.b_major == "nk":
-            box = k.tma_load(k.tensor(b_view, boxes(config)["b"].layout), self.b_map, (col0, column), self.full, stage)
-            k.expect_bytes(self.full, stage, box)
+            pipeline.load(k_tile, k.tensor(b_view, boxes(config)["b"].layout), self.b_map, (col0, column))
             return
         for first, box in self._b_boxes():
             view = k.view(self.shared, (box.rows * box.columns,), self.element,
-                          arith.addi(self.ring.offset(stage, 1), k.index(first * ELEMENT_BYTES)))
-            loaded = k.tma_load(k.tensor(view, box.layout), self.b_map,
-                                (column, arith.addi(col0, k.index(first // config.bk))), self.full, stage)
-            k.expect_bytes(self.full, stage, loaded)
+                          arith.addi(self.ring.offset(self.ring.stage(k_tile), 1), k.index(first * ELEMENT_BYTES)))
+            pipeline.load(k_tile, k.tensor(view, box.layout), self.b_map,
+                          (column, arith.addi(col0, k.index(first // config.bk))))
 
     def _b_boxes(self):
         """B [K, N]'s boxes in a stage: (first element, box), the (k, n) tile's columns of 64 proven boxes."""
@@ -198,23 +194,20 @@ class _HopperGemm:
 
     def step(self, k_tile) -> None:
         """k-tile `k_tile`: its batch once its stage is full; then, the batch before retired, the stage of
-        k-tile - 1 released by every warp and refilled by thread 0 with k-tile - 1 + stages."""
+        k-tile - 1 released by every warp, and thread 0 loads k-tile - 1 + stages into it."""
         from mlir.dialects import arith
 
-        k, config, ring = self.k, self.config, self.ring
-        stage = ring.stage(k_tile)
-        k.wait_phase(self.full, stage, ring.phase(k_tile))
-        a_view, b_view = ring.views(stage)
+        k, config, ring, pipeline = self.k, self.config, self.ring, self.pipeline
+        pipeline.wait(k_tile)
+        a_view, b_view = ring.views(ring.stage(k_tile))
         k.wgmma(self.atom, k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), self.accumulators,
                 a_row_block=self.warpgroup)
         k.wgmma_wait(1)
         with k.if_(k.compare("uge", k_tile, 1)):
             previous = arith.subi(k_tile, k.index(1))
-            released = ring.stage(previous)
-            k.arrive(self.empty, released, per_warp=True)
+            pipeline.release(previous)
             refill = ring.later(previous, config.stages)
             with k.if_(self._and(self.producer, k.compare("ult", refill, self.k_tiles))):
-                k.wait_phase(self.empty, released, ring.phase(previous))
                 self.load(refill)
 
     def store_c(self) -> None:

@@ -1,0 +1,98 @@
+# RUN: %python %s | filecheck %s
+"""Hopper's builder rules, each legal and illegal: the wgmma calls ([wgmma-*]: chip, warpgroup, operand,
+descriptor, alignment, row block, K-major, accumulators, in flight) and TMA's ([tma-*]: tile, box, alignment,
+column). A legal call prints the op it built; an illegal one its BuilderError, the [rule] tag first."""
+import re
+
+from mlir import ir
+from mlir.dialects import arith
+
+from mlir_tile.atoms import wgmma
+from mlir_tile.builder import BuilderError, Global, Kernel, TensorMap
+from mlir_tile.layout import Layout
+from mlir_tile.tma import Box
+
+ATOM = wgmma(64, "f16")
+A, B = Box(128, 64, 16, 128).layout, Box(64, 64, 16, 128).layout
+
+
+def case(name, body, chip="sm_90a", threads=256):
+    """Build `body(k, a, b, accumulators, tensor_map)`; print the first wgmma or TMA op, or the error."""
+    print(f"\nCASE: {name}")
+    try:
+        with Kernel("k", [TensorMap(), Global("f16")], block=(threads, 1, 1), chip=chip, context=ir.Context()) as k:
+            shared = k.dynamic_shared(alignment=1024)
+            a = k.tensor(k.view(shared, (A.cosize,), "f16"), A)
+            b = k.tensor(k.view(shared, (B.cosize,), "f16", byte_offset=16384), B)
+            accumulators = k.accumulators(ATOM) if chip == "sm_90a" and threads % 128 == 0 else None
+            body(k, a, b, accumulators, k.arguments[0])
+    except BuilderError as error:
+        print(f"error: {error}")
+        return
+    ops = re.findall(r"nvvm\.(?:wgmma\.mma_async|cp\.async\.bulk\.tensor\.[\w.]+)", str(k.module))
+    print(f"built: {ops[0] if ops else 'nothing'}")
+
+
+def product(k, a, b, accumulators, _, **options):
+    k.wgmma(ATOM, a, b, accumulators, a_row_block=arith.divui(k.thread_id(), k.index(128)), **options)
+
+
+# CHECK-LABEL: CASE: a K-major 128-byte batch
+# CHECK: built: nvvm.wgmma.mma_async
+case("a K-major 128-byte batch", product)
+# CHECK-LABEL: CASE: wgmma on sm_90
+# CHECK: error: [wgmma-chip] wgmma: wgmma runs on sm_90a only, the kernel targets sm_90
+case("wgmma on sm_90", lambda k, a, b, _, m: k.wgmma(ATOM, a, b, None), chip="sm_90")
+# CHECK-LABEL: CASE: a block of 96 threads
+# CHECK: error: [wgmma-warpgroup] wgmma: a warpgroup is 128 consecutive threads
+case("a block of 96 threads", lambda k, a, b, _, m: k.wgmma(ATOM, a, b, None), threads=96)
+# CHECK-LABEL: CASE: a global tensor as A
+# CHECK: error: [wgmma-operand] wgmma: a is a rank-2 shared Tensor
+case("a global tensor as A", lambda k, a, b, acc, m: k.wgmma(ATOM, k.tensor(k.arguments[1], (128, 64)), b, acc))
+# CHECK-LABEL: CASE: A's rows unswizzled 128 bytes apart
+# CHECK: error: [wgmma-descriptor] wgmma: a: no wgmma descriptor reads (128,64):(64,1) (16-bit elements) at (0, 0): {{.*}} reads operand element (1, 0) at byte 16 of the tile, the layout puts it at 128
+case("A's rows unswizzled 128 bytes apart",
+     lambda k, a, b, acc, m: k.wgmma(ATOM, k.tensor(a.memory, Layout((128, 64), (64, 1))), b, acc))
+# CHECK-LABEL: CASE: a tile 512 bytes in
+# CHECK: error: [wgmma-alignment] wgmma: b's 128-byte swizzled tile must start on 1024 bytes, but 512 bytes are proven
+case("a tile 512 bytes in", lambda k, a, b, acc, m: k.wgmma(ATOM, a, k.tensor(k.view(
+    k.dynamic_shared(alignment=1024), (B.cosize,), "f16", byte_offset=512), B), acc))
+# CHECK-LABEL: CASE: a row block past A
+# CHECK: error: [wgmma-row-block] wgmma: a_row_block is 0 to 1 (a has 2 blocks of 64 rows), got 2
+case("a row block past A", lambda k, a, b, acc, m: k.wgmma(ATOM, a, b, acc, a_row_block=2))
+# CHECK-LABEL: CASE: an MN-major fp8 B
+# CHECK: error: [wgmma-k-major] wgmma m64n64k32.e4m3: b must be K-major
+case("an MN-major fp8 B", lambda k, a, b, acc, m: k.wgmma(
+    wgmma(64, "e4m3"), k.tensor(k.view(k.dynamic_shared(alignment=1024), (16384,), "i8"), Box(128, 128, 8, 128).layout),
+    k.tensor(k.view(k.dynamic_shared(alignment=1024), (8192,), "i8"),
+             Layout(((16, 4), (8, 16)), ((1, 128), (16, 512)))), k.accumulators(wgmma(64, "e4m3"))))
+# CHECK-LABEL: CASE: another atom's accumulators
+# CHECK: error: [wgmma-accumulators] wgmma: accumulators are Kernel.accumulators(atom) of this atom (m64n64k16)
+case("another atom's accumulators", lambda k, a, b, acc, m: k.wgmma(ATOM, a, b, k.accumulators(wgmma(32))))
+# CHECK-LABEL: CASE: reading the accumulators after the wait
+# CHECK: built: nvvm.wgmma.mma_async
+case("reading the accumulators after the wait", lambda k, a, b, acc, m: (
+    product(k, a, b, acc, m), k.wgmma_wait(0, [acc]), k.load(acc.registers, [0])))
+# CHECK-LABEL: CASE: reading the accumulators in flight
+# CHECK: error: [wgmma-in-flight] a load of the m64n64k16 accumulators at {{.*}}hopper.py:[[# @LINE + 1]]: a wgmma group writing them is still in flight
+case("reading the accumulators in flight", lambda k, a, b, acc, m: (product(k, a, b, acc, m), k.load(acc.registers, [0])))
+# CHECK-LABEL: CASE: a TMA load of the A tile
+# CHECK: built: nvvm.cp.async.bulk.tensor.shared.cluster.global
+case("a TMA load of the A tile", lambda k, a, b, acc, m: k.tma_load(a, m, (0, 64), k.mbarriers("loaded", 1, 1)))
+# CHECK-LABEL: CASE: a TMA store of a global tensor
+# CHECK: error: [tma-tile] tma_store: the tile is a rank-2 shared Tensor
+case("a TMA store of a global tensor", lambda k, a, b, acc, m: k.tma_store(k.tensor(k.arguments[1], (64, 64)), m, (0, 0)))
+# CHECK-LABEL: CASE: a TMA store of a tile no box reads
+# CHECK: error: [tma-box] tma_store: no TMA box writes (64,64):(1,64)
+case("a TMA store of a tile no box reads", lambda k, a, b, acc, m: k.tma_store(
+    k.tensor(b.memory, Layout((64, 64), (1, 64))), m, (0, 0)))
+# CHECK-LABEL: CASE: a TMA store 512 bytes in
+# CHECK: error: [tma-alignment] tma_store: the box's 128-byte swizzled tile must start on 1024 bytes
+case("a TMA store 512 bytes in", lambda k, a, b, acc, m: k.tma_store(k.tensor(k.view(
+    k.dynamic_shared(alignment=1024), (B.cosize,), "f16", byte_offset=512), B), m, (0, 0)))
+# CHECK-LABEL: CASE: a TMA store at column 4
+# CHECK: error: [tma-column] tma_store: the column must be a proven multiple of 16 bytes (8 elements)
+case("a TMA store at column 4", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 4)))
+# CHECK-LABEL: CASE: a TMA store of the B tile
+# CHECK: built: nvvm.cp.async.bulk.tensor.global.shared.cta
+case("a TMA store of the B tile", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 64)))
