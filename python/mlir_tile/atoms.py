@@ -134,6 +134,7 @@ class WgmmaAtom:
     element: str  # f16, bf16 (K 16) or e4m3, e5m2 (K 32)
     shape: tuple[int, int, int]  # (64, N, K)
     c: ThreadValues
+    a: ThreadValues  # A from registers (the RS form): (thread, value) -> (row, k) of the 64 x K operand
 
     @property
     def name(self) -> str:
@@ -163,4 +164,40 @@ def wgmma(n: int, element: str = "f16") -> WgmmaAtom:
         raise ValueError(f"wgmma: N a multiple of 8 from 8 to 256, got {n!r}")
     blocks = n // 8
     c = _thread_values(f"((4,8,4),(2,2,{blocks})):((0,1,16),(0,8,0))", f"((4,8,4),(2,2,{blocks})):((2,0,0),(1,0,8))")
-    return WgmmaAtom(element, (64, n, 256 // WGMMA_ELEMENTS[element]), c)
+    # A in registers: each warp's 16 rows as mma.sync's A fragment (m16n8k16, or m16n8k32's for 8-bit elements)
+    if WGMMA_ELEMENTS[element] == 16:
+        a = _thread_values("((4,8,4),(2,2,2)):((0,1,16),(0,8,0))", "((4,8,4),(2,2,2)):((2,0,0),(1,0,8))")
+    else:
+        a = _thread_values("((4,8,4),(4,2,2)):((0,1,16),(0,8,0))", "((4,8,4),(4,2,2)):((4,0,0),(1,0,16))")
+    return WgmmaAtom(element, (64, n, 256 // WGMMA_ELEMENTS[element]), c, a)
+
+
+def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom) -> list[list[int]]:
+    """How `accumulating`'s accumulators (64 x N) become the register A operand of `multiplying` over its N / K
+    steps with no data leaving its thread (FlashAttention's P): per A register of each K step (step-major), the
+    accumulator slots its elements are, low part first. ValueError naming the element that another thread holds
+    (an 8-bit A register holds 4 consecutive columns, an accumulator thread 2: a shuffle would be needed)."""
+    (m, n, _), k = accumulating.shape, multiplying.shape[2]
+    if n % k:
+        raise ValueError(f"accumulators_as_a: N ({n}) is no whole number of {multiplying.name}'s K ({k})")
+    holder = {accumulating.c.coordinate(t, v): (t, v) for t in range(WARPGROUP_THREADS) for v in range(n // 2)}
+    per_register = 32 // multiplying.element_bits
+
+    def slot(step: int, value: int) -> int:
+        """The accumulator slot every thread holds A's `value` of K step `step` in, proven for each thread."""
+        slots = set()
+        for thread in range(WARPGROUP_THREADS):
+            row, column = multiplying.a.coordinate(thread, value)
+            owner, held = holder[row, step * k + column]
+            if owner != thread:
+                raise ValueError(f"accumulators_as_a: A's element ({row}, {step * k + column}) of thread {thread} is "
+                                 f"accumulator slot {held} of thread {owner}: {multiplying.element} needs a shuffle")
+            slots.add(held)
+        if len(slots) != 1:
+            raise ValueError(f"accumulators_as_a: A's value {value} of K step {step} is accumulator slots {sorted(slots)} "
+                             f"in different threads")
+        return slots.pop()
+
+    registers = multiplying.a.rows.sizes[1] // per_register
+    return [[slot(step, register * per_register + part) for part in range(per_register)]
+            for step in range(n // k) for register in range(registers)]

@@ -74,7 +74,7 @@ case("another atom's accumulators", lambda k, a, b, acc, m: k.wgmma(ATOM, a, b, 
 case("reading the accumulators after the wait", lambda k, a, b, acc, m: (
     product(k, a, b, acc, m), k.wgmma_wait(0, [acc]), k.load(acc.registers, [0])))
 # CHECK-LABEL: CASE: reading the accumulators in flight
-# CHECK: error: [wgmma-in-flight] a load of the m64n64k16 accumulators at {{.*}}hopper.py:[[# @LINE + 1]]: a wgmma group writing them is still in flight
+# CHECK: error: [wgmma-in-flight] a load of the m64n64k16 accumulators at {{.*}}hopper.py:[[# @LINE + 1]]: a wgmma group using them is still in flight
 case("reading the accumulators in flight", lambda k, a, b, acc, m: (product(k, a, b, acc, m), k.load(acc.registers, [0])))
 # CHECK-LABEL: CASE: a TMA load of the A tile
 # CHECK: built: nvvm.cp.async.bulk.tensor.shared.cluster.global
@@ -96,3 +96,11 @@ case("a TMA store at column 4", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 4)
 # CHECK-LABEL: CASE: a TMA store of the B tile
 # CHECK: built: nvvm.cp.async.bulk.tensor.global.shared.cta
 case("a TMA store of the B tile", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 64)))
+# CHECK-LABEL: CASE: S as the register A of S V
+# CHECK: built: nvvm.wgmma.mma_async
+case("S as the register A of S V", lambda k, a, b, acc, m: (
+    product(k, a, b, acc, m), k.wgmma_wait(0, [acc]),
+    k.wgmma(ATOM, k.accumulators_as_a(acc, ATOM), b, k.accumulators(ATOM))))
+# CHECK-LABEL: CASE: S as an fp8 register A
+# CHECK: error: [wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got e4m3
+case("S as an fp8 register A", lambda k, a, b, acc, m: k.accumulators_as_a(acc, wgmma(64, "e4m3")))

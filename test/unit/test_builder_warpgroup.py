@@ -94,7 +94,7 @@ def test_wgmma_needs_sm_90a_and_whole_warpgroups():
     ("fp8 MN-major", r"\[wgmma-k-major\] .*must be K-major"),
     ("another atom's accumulators", r"\[wgmma-accumulators\]"),
     ("a global tensor", r"\[wgmma-operand\] .*rank-2 shared Tensor"),
-    ("K of a and b differ", r"\[wgmma-operand\] .*b is 64 x K"),
+    ("K of a and b differ", r"\[wgmma-operand\] .*with b's K; got a 128 x 64, b 64 x 32"),
 ])
 def test_wgmma_refuses_what_it_cannot_prove(case, message):
     def body(k, a, b, out):
@@ -198,3 +198,42 @@ def test_accumulator_coordinates_are_the_atoms_thread_value_layout(thread):
     stored = index_code.run(k, [], thread=thread)
     assert [(stored[2 * v], stored[2 * v + 1]) for v in range(12)] == [atom.c.coordinate(thread % 128, v)
                                                                         for v in range(12)]
+
+
+def test_an_accumulator_as_the_rs_forms_a_needs_no_shared_memory(filecheck):
+    """S = A B^T, then S packed in its threads as the A of S V^T: the RS form's inline PTX (A's four words, B's
+    descriptor, scale-d 0 for the first K step), after S's wait."""
+    v_tile = Box(64, 64, 16, 128).layout  # (n2, k = n1): K-major
+
+    def body(k, a, b, out):
+        scores, output = k.accumulators(ATOM), k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, scores, accumulate=False)
+        k.wgmma_wait(0, [scores])
+        k.wgmma(ATOM, k.accumulators_as_a(scores, ATOM), k.tensor(b.memory, v_tile), output, accumulate=False)
+        k.wgmma_wait(0, [output])
+        k.tensor(out, (1 << 16,))[k.global_thread_id()] = k.load(output.registers, [0])
+    filecheck(compile_to_ptx(_kernel(body)), """
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, p, 1, 1, 0, 0;
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    CHECK: cvt.rn.f16x2.f32
+    CHECK: setp.ne.b32 p, 0, 0;
+    CHECK-NEXT: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 0;
+    CHECK-COUNT-3: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, p, 1, 1, 0;
+    """)
+
+
+def test_packing_accumulators_in_flight_or_of_fp8_is_refused():
+    def in_flight(k, a, b, out):
+        scores = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, scores)
+        k.accumulators_as_a(scores, ATOM)
+    _refused(in_flight, r"\[wgmma-in-flight\] a load of the m64n64k16 accumulators")
+
+    def eight_bits(k, a, b, out):
+        k.accumulators_as_a(k.accumulators(ATOM), wgmma(64, "e4m3"))
+    _refused(eight_bits, r"\[wgmma-rs-layout\] accumulators_as_a: packs f16 or bf16")
+
+    def wrong_steps(k, a, b, out):
+        fragment = k.accumulators_as_a(k.accumulators(wgmma(32, "f16")), ATOM)  # 2 K steps; b has 4
+        k.wgmma(ATOM, fragment, b, k.accumulators(ATOM))
+    _refused(wrong_steps, r"\[wgmma-operand\] .*register A of f16 over 4 K steps \(b's K\), got one of f16 over 2")

@@ -315,10 +315,10 @@ def test_tma_box_writes_are_the_reference_models_byte_for_byte(runtime):
 
 def test_wgmma_operand_reads_are_the_reference_models_bit_for_bit(runtime):
     """wgmma on the H200 through random descriptors (every swizzle mode, major, element type: 9 kernels x 120
-    descriptor pairs) against the reference model's operand fetch, and through 150 random operand tiles built
-    with the builder's `k.wgmma` against A B^T of what the layouts hold (MLIR_TILE_WGMMA_SEED picks the data and
-    descriptors)."""
+    descriptor pairs) against the reference model's operand fetch, through 150 random operand tiles built
+    with the builder's `k.wgmma` against A B^T of what the layouts hold, and through 30 chains S = Q K^T, O = S V^T
+    with S kept in registers as the RS form's A (MLIR_TILE_WGMMA_SEED picks the data and descriptors)."""
     from mlir_tile.testing import wgmma_operands
 
     ran, failures = wgmma_operands.run(gpu_input("wgmma"), seed=int(os.environ.get("MLIR_TILE_WGMMA_SEED", "0")))
-    assert failures == [] and ran == len(wgmma_operands.DESCRIPTOR_KERNELS) * 120 + 150
+    assert failures == [] and ran == len(wgmma_operands.DESCRIPTOR_KERNELS) * 120 + 150 + 30

@@ -117,3 +117,19 @@ def test_wgmma_atoms_outside_the_isa_are_refused(n, element, wanted):
 def test_fp8_atoms_read_32_elements_of_k_and_16_bit_atoms_16():
     assert wgmma(128, "e4m3").shape == (64, 128, 32) and not wgmma(128, "e5m2").transposable
     assert wgmma(128, "bf16").shape == (64, 128, 16) and wgmma(128, "bf16").transposable
+
+
+def test_an_f16_accumulator_is_the_next_products_register_a_in_its_own_thread():
+    from mlir_tile.atoms import accumulators_as_a
+
+    slots = accumulators_as_a(wgmma(64, "f16"), wgmma(128, "bf16"))
+    # K step s: a0 (row l/4, columns 2(l%4)..) is n8 block 2s's c0 c1, a1 its c2 c3, a2 and a3 block 2s + 1's
+    assert slots == [[8 * s + 2 * r, 8 * s + 2 * r + 1] for s in range(4) for r in range(4)]
+
+
+def test_an_8_bit_a_register_would_need_a_shuffle():
+    from mlir_tile.atoms import accumulators_as_a
+
+    with pytest.raises(ValueError, match=r"A's element \(0, 4\) of thread 1 is accumulator slot 0 of thread 2: e4m3 "
+                                         r"needs a shuffle"):
+        accumulators_as_a(wgmma(64, "f16"), wgmma(64, "e4m3"))

@@ -45,9 +45,11 @@ class WgmmaGroups:
     def storage(self, registers: ir.Value, name: str) -> None:
         self.names[_key(registers)] = name
 
-    def issue(self, registers: ir.Value) -> None:
-        self._record(("issue", _key(registers)))
-        self.in_flight = _capped(self.in_flight + [frozenset({_key(registers)})])
+    def issue(self, *registers: ir.Value) -> None:
+        """A committed group that writes (accumulators) or reads (a register A operand) these storages."""
+        group = frozenset(_key(r) for r in registers)
+        self._record(("issue", group))
+        self.in_flight = _capped(self.in_flight + [group])
 
     def wait(self, pending: int) -> None:
         self._record(("wait", pending))
@@ -87,7 +89,7 @@ def _key(value) -> int | None:
 
 def _check(in_flight, key, what, where, names, when) -> None:
     if any(key in group for group in in_flight):
-        raise BuilderError(f"[wgmma-in-flight] {what} of {names[key]} {where}{when}: a wgmma group writing them is "
+        raise BuilderError(f"[wgmma-in-flight] {what} of {names[key]} {where}{when}: a wgmma group using them is "
                            f"still in flight; wgmma_wait(...) for it first (wgmma_wait(0) retires every group)")
 
 
@@ -109,7 +111,7 @@ def _run(events: list, state: list, names: dict) -> list:
         if kind == "access":
             _check(state, event[1], event[2], event[3], names, ", in the loop's next iteration")
         elif kind == "issue":
-            state = _capped(state + [frozenset({event[1]})])
+            state = _capped(state + [event[1]])
         elif kind == "wait":
             state = state[len(state) - event[1]:] if event[1] else []
         elif kind == "branch":

@@ -40,6 +40,20 @@ class Accumulators:
         return k.identity_tensor((m, n)).partition([self.atom.c.rows, self.atom.c.columns])[thread, slot]
 
 
+class Fragment:
+    """A warpgroup's A operand in registers (wgmma's RS form) of `atom` over `steps` K steps: `registers` (i32
+    words), K step s in slots 4 s .. 4 s + 3 (a0..a3 of the atom's `a` thread-value layout)."""
+
+    def __init__(self, kernel, atom: WgmmaAtom, registers: ir.Value, steps: int):
+        self.kernel, self.atom, self.registers, self.steps = kernel, atom, registers, steps
+
+    def held(self) -> list:
+        return [self.registers]
+
+    def step_slots(self, step: int) -> list[int]:
+        return [4 * step + i for i in range(4)]
+
+
 class Warpgroups:
     def accumulators(self, atom: WgmmaAtom) -> Accumulators:
         """The accumulators of `atom` for this thread, zeroed: N / 2 f32 registers."""
@@ -51,10 +65,33 @@ class Warpgroups:
         self.wgmma_groups.storage(registers, f"the {atom.name} accumulators")
         return Accumulators(self, atom, registers)
 
+    def accumulators_as_a(self, accumulators: Accumulators, atom: WgmmaAtom) -> Fragment:
+        """`accumulators` (64 x N, f32) rounded to `atom`'s element and packed as its register A operand over N /
+        K steps, each thread's own (FlashAttention's P for P V: no shared memory, no shuffle); the layouts prove
+        that every element stays in its thread (`atoms.accumulators_as_a`), else BuilderError [wgmma-rs-layout]."""
+        from mlir_tile.atoms import accumulators_as_a
+
+        self._warpgroup_kernel("accumulators_as_a", atom)
+        if not isinstance(accumulators, Accumulators):
+            raise BuilderError(f"accumulators_as_a: Kernel.accumulators(...), got {accumulators!r}")
+        if atom.element not in ("f16", "bf16"):
+            raise BuilderError(f"[wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got {atom.element}")
+        try:
+            slots = accumulators_as_a(accumulators.atom, atom)
+        except ValueError as error:
+            raise BuilderError(f"[wgmma-rs-layout] {error}") from None
+        registers = self.registers(len(slots), "i32")
+        for word, (low, high) in enumerate(slots):
+            values = [self.load(accumulators.registers, [slot]) for slot in (low, high)]
+            self.store(self.pack_f16(*values, atom.element), registers, [word])
+        self.wgmma_groups.storage(registers, f"the {atom.name} register A operand")
+        return Fragment(self, atom, registers, len(slots) // 4)
+
     def wgmma(self, atom: WgmmaAtom, a, b, accumulators: Accumulators, *, accumulate: bool = True,
               a_row_block: ir.Value | int = 0) -> None:
         """D += A B^T over the K of shared tiles `a` (M x K: the warpgroup's 64 rows at row block `a_row_block`,
-        an int or an index value with a proven bound) and `b` (N x K), one `wgmma.mma_async` per `atom` K,
+        an int or an index value with a proven bound; or a register `Fragment`, the RS form) and `b` (N x K),
+        one `wgmma.mma_async` per `atom` K,
         fenced (`wgmma.fence`) and committed as one group (`wgmma.commit_group`): the accumulators are this
         warpgroup's until `wgmma_wait` retires the group. `accumulate=False`: D = A B^T (the first K step's
         scale-d is 0). Each tile's descriptors come from its layout (K- or MN-major, any swizzle mode;
@@ -67,22 +104,34 @@ class Warpgroups:
         if not isinstance(accumulate, bool):
             raise BuilderError(f"wgmma: accumulate is True or False, got {accumulate!r}")
         _, n, k_step = atom.shape
-        rows, depth = _operand_tile("a", a, atom), _operand_tile("b", b, atom)
-        if rows[1] != depth[1] or depth[0] != n or rows[0] % 64 or rows[1] % k_step:
-            raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: a is M x K (M a multiple of 64), b is {n} x K, K a multiple of "
-                               f"{k_step}; got a {rows[0]} x {rows[1]}, b {depth[0]} x {depth[1]}")
-        blocks = _row_blocks(a_row_block, rows[0] // 64)
-        steps = rows[1] // k_step
-        a_fields, a_starts, a_block_bytes = _descriptors("a", a, atom, 64, steps, blocks)
+        depth = _operand_tile("b", b, atom)
+        if depth[0] != n or depth[1] % k_step:
+            raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: b is {n} x K, K a multiple of {k_step}; got b "
+                               f"{depth[0]} x {depth[1]}")
+        steps = depth[1] // k_step
         b_fields, b_starts, _ = _descriptors("b", b, atom, n, steps, [0])
-        for name, fields in (("a", a_fields), ("b", b_fields)):
-            if fields.major == "MN" and not atom.transposable:
-                raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma transposes only "
-                                   f"16-bit operands); lay the tile out with K contiguous")
-        a_base = self._descriptor_base(a.memory, a_fields, a_row_block, a_block_bytes)
+        _k_major("b", b_fields, atom)
         b_base = self._descriptor_base(b.memory, b_fields, 0, 0)
-        self._issue(atom, accumulators, [(arith.addi(a_base, self._i64(a_starts[s] >> 4)),
-                                          arith.addi(b_base, self._i64(b_starts[s] >> 4))) for s in range(steps)],
+        b_descriptors = [arith.addi(b_base, self._i64(b_starts[s] >> 4)) for s in range(steps)]
+        if isinstance(a, Fragment):
+            if a.atom.element != atom.element or a.steps != steps:
+                raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: a register A of {atom.element} over {steps} K "
+                                   f"steps (b's K), got one of {a.atom.element} over {a.steps}")
+            a_operands = [[self.load(a.registers, [slot]) for slot in a.step_slots(s)] for s in range(steps)]
+            self._issue(atom, accumulators, list(zip(a_operands, b_descriptors)), (None, _LAYOUT["b", b_fields.major]),
+                        accumulate)
+            self.wgmma_groups.issue(accumulators.registers, a.registers)
+            return
+        rows = _operand_tile("a", a, atom)
+        if rows[1] != depth[1] or rows[0] % 64:
+            raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: a is M x K (M a multiple of 64) with b's K; got a "
+                               f"{rows[0]} x {rows[1]}, b {depth[0]} x {depth[1]}")
+        blocks = _row_blocks(a_row_block, rows[0] // 64)
+        a_fields, a_starts, a_block_bytes = _descriptors("a", a, atom, 64, steps, blocks)
+        _k_major("a", a_fields, atom)
+        a_base = self._descriptor_base(a.memory, a_fields, a_row_block, a_block_bytes)
+        self._issue(atom, accumulators, [(arith.addi(a_base, self._i64(a_starts[s] >> 4)), b_descriptors[s])
+                                         for s in range(steps)],
                     (_LAYOUT["a", a_fields.major], _LAYOUT["b", b_fields.major]), accumulate)
         self.wgmma_groups.issue(accumulators.registers)
 
@@ -162,14 +211,39 @@ class Warpgroups:
         kind = getattr(nvvm.WGMMATypes, _TYPES[atom.element])
         shape = ir.Attribute.parse("#nvvm.shape<m = {}, n = {}, k = {}>".format(*atom.shape))
         nvvm.wgmma_fence_aligned()
-        for step, (a_descriptor, b_descriptor) in enumerate(descriptors):
+        for step, (a_operand, b_descriptor) in enumerate(descriptors):
+            if isinstance(a_operand, list):  # A in registers: the RS form, which NVVM's op does not have
+                value = _register_a(atom, struct, value, a_operand, b_descriptor, accumulate or step, layouts[1])
+                continue
             scale = nvvm.WGMMAScaleOut.one if accumulate or step else nvvm.WGMMAScaleOut.zero
-            value = nvvm.wgmma_mma_async(struct, value, a_descriptor, b_descriptor, shape, kind, kind,
+            value = nvvm.wgmma_mma_async(struct, value, a_operand, b_descriptor, shape, kind, kind,
                                          nvvm.WGMMATypes.f32, scale, nvvm.WGMMAScaleIn.one, nvvm.WGMMAScaleIn.one,
                                          getattr(nvvm.MMALayout, layouts[0]), getattr(nvvm.MMALayout, layouts[1]))
         nvvm.wgmma_commit_group_sync_aligned()
         for slot in range(count):
             self.store(llvm.extractvalue(f32, value, [slot]), accumulators.registers, [slot])
+
+
+def _register_a(atom: WgmmaAtom, struct, accumulators, a_words, b_descriptor, accumulate, b_layout: str):
+    """One RS-form `wgmma.mma_async` as inline PTX (NVVM's op takes A only by descriptor): the accumulators in
+    and out (tied), A's 32-bit words, B's descriptor; scale-d 1 or 0, A and B unscaled, B transposed where
+    MN-major (16-bit elements only)."""
+    f32, count = ir.F32Type.get(), atom.shape[1] // 2
+    values = [llvm.extractvalue(f32, accumulators, [slot]) for slot in range(count)]
+    d = ", ".join(f"${i}" for i in range(count))
+    a = ", ".join(f"${2 * count + i}" for i in range(len(a_words)))
+    transpose = f", {int(b_layout == 'row')}" if atom.transposable else ""
+    text = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {int(bool(accumulate))}, 0;\n"
+            f"wgmma.mma_async.sync.aligned.{atom.name}.f32.{atom.element}.{atom.element} {{{d}}}, {{{a}}}, "
+            f"${2 * count + len(a_words)}, p, 1, 1{transpose};\n}}")
+    constraints = ",".join(["=f"] * count + [str(i) for i in range(count)] + ["r"] * len(a_words) + ["l"])
+    return llvm.inline_asm(struct, [*values, *a_words, b_descriptor], text, constraints, has_side_effects=True)
+
+
+def _k_major(name: str, fields: Descriptor, atom: WgmmaAtom) -> None:
+    if fields.major == "MN" and not atom.transposable:
+        raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma transposes "
+                           f"only 16-bit operands); lay the tile out with K contiguous")
 
 
 def _operand_tile(name: str, tile, atom: WgmmaAtom) -> tuple[int, int]:

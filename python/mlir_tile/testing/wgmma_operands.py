@@ -8,6 +8,9 @@ host draws the fields (every swizzle mode, LBO and SBO, starts inside a swizzle'
 the unused LBO of a swizzled K-major tile random), and expects the product of the operands that
 `reference.wgmma_operand` reads, placed by `reference.wgmma_accumulator_position`.
 
+Chains: S = Q K^T by wgmma from shared tiles, then P = S kept in registers as the A operand of P V^T (the RS
+form, `accumulators_as_a`), V a random tiling: against the exact product.
+
 Layouts: one kernel per random operand tiling (K- or MN-major, each swizzle mode, gaps between core matrices
 or swizzle atoms, one or two warpgroups, 1 to 4 K steps), built with the builder's `k.wgmma` on shared tensors
 and stored through the accumulators' coordinates: the host places each matrix element where the layout says
@@ -26,7 +29,7 @@ import numpy as np
 
 from mlir_tile.atoms import WGMMA_ELEMENTS, wgmma
 from mlir_tile.layout import Layout
-from mlir_tile.tma import ALIGNMENT, swizzle_on_elements
+from mlir_tile.tma import ALIGNMENT, Box, swizzle_on_elements
 
 WINDOW = 48 * 1024  # the dynamic shared window the kernels fill (48 KiB: no opt-in attribute needed)
 A_REGION = 16 * 1024  # descriptors: A reads below this, B at or above it
@@ -216,20 +219,86 @@ def build_layout_kernel(case: dict):
     return k.module
 
 
-def build(folder: Path, seed: int = 0, layouts: int = 120) -> dict:
-    """The descriptor kernels and `layouts` random tile kernels (their cases in layouts.json)."""
+def draw_chain_case(rng: random.Random) -> dict:
+    """S = Q K^T (64 x N1, shared operands), then S as the register A operand of S V (V an N2 x N1 tile of any
+    major and swizzle mode): FlashAttention's two products, P kept in registers."""
+    while True:  # V in the window's last 16 KiB (Q and K^T's tile below them)
+        element, n1, n2 = rng.choice(["f16", "bf16"]), rng.choice([16, 32, 64, 128]), rng.choice([16, 64, 128])
+        major, width = rng.choice(["K", "MN"]), rng.choice([0, 32, 64, 128])
+        width = min(width, n1 * 2) if major == "K" else min(width, n2 * 2)
+        v = random_tile(rng, major, width, 16, n2, n1)
+        if v.cosize * 2 <= WINDOW - 32768:
+            return {"element": element, "n1": n1, "n2": n2, "q": str(Box(64, 64, 16, 128).layout),
+                    "k": str(Box(n1, 64, 16, 128).layout), "v": str(v)}
+
+
+def build_chain_kernel(case: dict):
+    """wgmma_chain(image, out): Q at the window's start, K^T's tile at 16 KiB, V's at 48 KiB - its bytes; S by
+    an SS wgmma, P = S packed as A (`accumulators_as_a`), O = P V^T by an RS wgmma, stored by coordinates."""
+    from mlir_tile.builder import Global, Kernel
+
+    first, second = wgmma(case["n1"], case["element"]), wgmma(case["n2"], case["element"])
+    q, key, v = (Layout.parse(case[name]) for name in ("q", "k", "v"))
+    with Kernel("wgmma_chain", [Global("i32"), Global("f32")], block=(128, 1, 1), chip="sm_90a") as k:
+        image, out = k.arguments
+        shared = k.dynamic_shared(alignment=1024)
+        _fill(k, image, k.view(shared, (WINDOW // 4,), "i32"))
+        tiles = [k.tensor(k.view(shared, (layout.cosize,), case["element"], at), layout)
+                 for layout, at in ((q, 0), (key, 16384), (v, _v_offset(v)))]
+        scores = k.accumulators(first)
+        k.wgmma(first, tiles[0], tiles[1], scores, accumulate=False)
+        k.wgmma_wait(0, [scores])
+        output = k.accumulators(second)
+        k.wgmma(second, k.accumulators_as_a(scores, second), tiles[2], output, accumulate=False)
+        k.wgmma_wait(0, [output])
+        product = k.tensor(out, (64, case["n2"]))
+        for slot in range(case["n2"] // 2):
+            product[output.coordinate(slot)] = k.load(output.registers, [slot])
+    return k.module
+
+
+def _v_offset(v: Layout) -> int:
+    return (WINDOW - v.cosize * 2) // 1024 * 1024
+
+
+def _run_chain_case(runtime, folder: Path, case: dict, data: np.random.Generator) -> str | None:
+    element, n1, n2 = case["element"], case["n1"], case["n2"]
+    image, matrices = np.zeros(WINDOW // 2, np.uint16), []
+    for name, rows, columns, start in (("q", 64, 64, 0), ("k", n1, 64, 8192), ("v", n2, n1, None)):
+        layout = Layout.parse(case[name])
+        start = _v_offset(layout) // 2 if start is None else start
+        values = small_integers(data, rows * columns, element).reshape(rows, columns)
+        for i in range(rows):
+            for j in range(columns):
+                image[start + layout.offset(i, j)] = values[i, j]
+        matrices.append(as_float(values, element))
+    module = runtime.load_ptx((folder / case["ptx"]).read_text(), name=case["ptx"])
+    (out,) = module.launch("wgmma_chain", [image.view(np.uint32), np.zeros((64, n2), np.float32)], grid=1, block=128,
+                           shared_bytes=WINDOW)[1:2]
+    want = ((matrices[0] @ matrices[1].T) @ matrices[2].T).astype(np.float32)
+    if np.array_equal(out, want):
+        return None
+    r, c = np.argwhere(out != want)[0]
+    return f"{case['ptx']} ({element}, N1 {n1}, N2 {n2}, V {case['v']}): O[{r}, {c}] is {out[r, c]}, (Q K^T) V is {want[r, c]}"
+
+
+def build(folder: Path, seed: int = 0, layouts: int = 120, chains: int = 30) -> dict:
+    """The descriptor kernels, `layouts` random tile kernels and `chains` SS-then-RS kernels (their cases in
+    layouts.json)."""
     from mlir_tile.compile import compile_to_ptx
 
     folder.mkdir(parents=True, exist_ok=True)
     for kernel in DESCRIPTOR_KERNELS:
         (folder / f"{_descriptor_name(*kernel)}.ptx").write_text(compile_to_ptx(build_descriptor_kernel(*kernel)))
     rng, cases = random.Random(seed), []
-    for index in range(layouts):
-        case = {**draw_layout_case(rng), "ptx": f"tiles_{index}.ptx"}
-        (folder / case["ptx"]).write_text(compile_to_ptx(build_layout_kernel(case)))
+    for index in range(layouts + chains):
+        chain = index >= layouts
+        case = {**(draw_chain_case(rng) if chain else draw_layout_case(rng)), "ptx": f"tiles_{index}.ptx",
+                "chain": chain}
+        (folder / case["ptx"]).write_text(compile_to_ptx(build_chain_kernel(case) if chain else build_layout_kernel(case)))
         cases.append(case)
     (folder / "layouts.json").write_text(json.dumps({"seed": seed, "cases": cases}, indent=1))
-    return {"descriptor kernels": len(DESCRIPTOR_KERNELS), "layout kernels": len(cases)}
+    return {"descriptor kernels": len(DESCRIPTOR_KERNELS), "layout kernels": layouts, "chain kernels": chains}
 
 
 def _expected_from_descriptors(image: np.ndarray, element: str, majors, n: int, a_bits: int, b_bits: int) -> np.ndarray:
@@ -267,7 +336,7 @@ def run(folder: Path, seed: int = 0, per_kernel: int = 120) -> tuple[int, list[s
                                     f"model says {want[t, v]}")
         for case in json.loads((folder / "layouts.json").read_text())["cases"]:
             ran += 1
-            problem = _run_layout_case(runtime, folder, case, data)
+            problem = (_run_chain_case if case.get("chain") else _run_layout_case)(runtime, folder, case, data)
             if problem:
                 failures.append(problem)
     return ran, failures
