@@ -511,3 +511,67 @@ gpu.module @warp_index_when_x_splits_warps [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// A warpgroup's transfer may sit under a branch on the warpgroup's index (warp specialization: the consumers'
+// epilogue), which the same in a warpgroup's 128 threads.
+gpu.module @warpgroup_scope_under_warpgroup_branch [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %c128 = arith.constant 128 : index
+    %c1 = arith.constant 1 : index
+    %g = arith.divui %t, %c128 : index
+    %p = arith.cmpi eq, %g, %c1 : index
+    scf.if %p {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warpgroup",
+          dst_layout = #tile.layout<"(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @cta_scope_under_warpgroup_branch [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<1024xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %sm = memref.get_global @sm : memref<1024xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %c7 = arith.constant 7 : index
+    %c0 = arith.constant 0 : index
+    %g = arith.shrui %t, %c7 : index
+    %p = arith.cmpi eq, %g, %c0 : index
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition differs between warpgroups (the warpgroup's index), and the transfer's scope spans the block}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "cta",
+          dst_layout = #tile.layout<"(8,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(8,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<1024xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @warpgroup_scope_under_warp_branch [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %c32 = arith.constant 32 : index
+    %c1 = arith.constant 1 : index
+    %w = arith.divui %t, %c32 : index
+    %p = arith.cmpi eq, %w, %c1 : index
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition differs between warps (the warp's index), and the transfer's scope spans warps}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warpgroup",
+          dst_layout = #tile.layout<"(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}

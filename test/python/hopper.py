@@ -29,7 +29,8 @@ def case(name, body, chip="sm_90a", threads=256):
     except BuilderError as error:
         print(f"error: {error}")
         return
-    ops = re.findall(r"nvvm\.(?:wgmma\.mma_async|cp\.async\.bulk\.tensor\.[\w.]+)", str(k.module))
+    ops = re.findall(r"nvvm\.(?:wgmma\.mma_async|cp\.async\.bulk\.tensor\.[\w.]+|setmaxregister +[a-z]+ \d+|barrier id = [^:\n]+)",
+                     str(k.module))
     print(f"built: {ops[0] if ops else 'nothing'}")
 
 
@@ -41,7 +42,7 @@ def product(k, a, b, accumulators, _, **options):
 # CHECK: built: nvvm.wgmma.mma_async
 case("a K-major 128-byte batch", product)
 # CHECK-LABEL: CASE: wgmma on sm_90
-# CHECK: error: [wgmma-chip] wgmma: wgmma runs on sm_90a only, the kernel targets sm_90
+# CHECK: error: [wgmma-chip] wgmma: warpgroup instructions (wgmma, setmaxnreg) run on sm_90a only, the kernel targets sm_90
 case("wgmma on sm_90", lambda k, a, b, _, m: k.wgmma(ATOM, a, b, None), chip="sm_90")
 # CHECK-LABEL: CASE: a block of 96 threads
 # CHECK: error: [wgmma-warpgroup] wgmma: a warpgroup is 128 consecutive threads
@@ -104,3 +105,18 @@ case("S as the register A of S V", lambda k, a, b, acc, m: (
 # CHECK-LABEL: CASE: S as an fp8 register A
 # CHECK: error: [wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got e4m3
 case("S as an fp8 register A", lambda k, a, b, acc, m: k.accumulators_as_a(acc, wgmma(64, "e4m3")))
+# CHECK-LABEL: CASE: the producer's registers lowered
+# CHECK: built: nvvm.setmaxregister {{ +}}decrease 40
+case("the producer's registers lowered", lambda k, a, b, acc, m: k.set_max_registers(40, "decrease"))
+# CHECK-LABEL: CASE: registers not in eights
+# CHECK: error: [setmaxnreg] set_max_registers: a count multiple of 8 from 24 to 256 and action 'increase' or 'decrease', got 100, 'increase'
+case("registers not in eights", lambda k, a, b, acc, m: k.set_max_registers(100, "increase"))
+# CHECK-LABEL: CASE: setmaxnreg on sm_90
+# CHECK: error: [wgmma-chip] set_max_registers: warpgroup instructions (wgmma, setmaxnreg) run on sm_90a only
+case("setmaxnreg on sm_90", lambda k, a, b, acc, m: k.set_max_registers(40, "decrease"), chip="sm_90")
+# CHECK-LABEL: CASE: the consumers' barrier
+# CHECK: built: nvvm.barrier id = %{{.*}} number_of_threads = %
+case("the consumers' barrier", lambda k, a, b, acc, m: k.named_barrier(1, 128))
+# CHECK-LABEL: CASE: barrier 0 as a named barrier
+# CHECK: error: [named-barrier] named_barrier: index 1 to 15 and threads a multiple of 32 up to the block's 256, got 0, 128
+case("barrier 0 as a named barrier", lambda k, a, b, acc, m: k.named_barrier(0, 128))

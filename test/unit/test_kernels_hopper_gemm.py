@@ -14,9 +14,10 @@ from mlir_tile.kernels import hopper_gemm
 from mlir_tile.kernels.hopper_gemm import HopperConfig, configure
 
 
-@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x256x64s3", "bf16"),
-                                                    ("nk", "64x128x64s2", "bf16")])
+@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4u", "f16"), ("kn", "128x256x64s3u", "bf16"),
+                                                    ("nk", "64x128x64s2u", "bf16")])
 def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_major, tile, element):
+    """Unspecialized: every warpgroup a consumer, thread 0 refilling the stages between its batches."""
     from mlir_tile.compile import compile_to_ptx
 
     config = configure(b_major, tile)
@@ -34,12 +35,51 @@ def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_maj
     CHECK: wgmma.wait_group.sync.aligned 1;
     CHECK: mbarrier.arrive.shared.b64
     CHECK: wgmma.wait_group.sync.aligned 0;
+    CHECK: bar.sync 0;
     CHECK: stmatrix.sync.aligned.m8n8.x4.shared.b16
     CHECK: fence.proxy.async.shared::cta;
     CHECK-COUNT-{config.bn // 64}: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
     CHECK: cp.async.bulk.wait_group.read 0;
     """)
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == (config.stages + 1) * (1 + b_loads)
+    assert "setmaxnreg" not in ptx
+    _assembles(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("tile, entry, consumer", [("128x256x64s3", 168, 232), ("256x128x64s3", 96, 104),
+                                                   ("64x128x64s4", None, None), ("128x128x64s4p", 168, 232)])
+def test_the_warp_specialized_kernel_gives_the_producers_registers_to_the_consumers(filecheck, tmp_path, tile, entry,
+                                                                                     consumer):
+    """Warpgroup 0 produces (lowered to 40 registers where the block could not have 255 a thread), one thread
+    loading every k-tile; the consumers (raised by exactly what it gave back: more would wait forever) run
+    the batches, meet on named barrier 1 and store C."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", tile)
+    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    consumers = 128 * config.consumers
+    assert (config.rebalanced, config.entry_registers if config.rebalanced else None,
+            config.consumer_registers if config.rebalanced else None) == (entry is not None, entry, consumer)
+    if entry is not None:
+        assert 128 * (entry - 40) >= consumers * (consumer - entry)  # what the consumers take, the producer gave
+        filecheck(ptx, f"""
+        CHECK-DAG: setmaxnreg.inc.sync.aligned.u32 {consumer};
+        CHECK-DAG: setmaxnreg.dec.sync.aligned.u32 40;
+        """)
+    filecheck(ptx, f"""
+    CHECK: .maxntid {config.threads}, 1, 1
+    CHECK: wgmma.mma_async.sync.aligned.m64n{config.bn}k16
+    CHECK: bar.sync 1, {consumers};
+    CHECK: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK: bar.sync 1, {consumers};
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
+    """)
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 2  # the producer's loop: A's box, B's
+    _assembles(ptx, tmp_path)
+
+
+def _assembles(ptx: str, tmp_path) -> None:
+    """ptxas -arch=sm_90a takes it: no spills, no wait injected or serialization (C75xx), setmaxnreg honoured."""
     if shutil.which("ptxas"):
         (tmp_path / "g.ptx").write_text(ptx)
         assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "g.ptx"), "-o", str(tmp_path / "g.cubin")],
@@ -48,7 +88,7 @@ def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_maj
         assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
 
 
-@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4", "bf16"),
+@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4u", "bf16"),
                                                     ("kn", "64x256x64s2", "f16"), ("nk", "256x64x64s2", "bf16")])
 def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element):
     assert "give C as numpy does" in hopper_gemm.emulate(configure(b_major, tile), 2, element)
@@ -74,11 +114,12 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
 @pytest.mark.parametrize("fields, message", [
     (dict(bm=96), "BM 64 to 256"), (dict(bn=96), "multiples of 64"), (dict(bk=32), "BK 64"),
     (dict(stages=1), "2 stages or more"), (dict(b_major="mk"), "B 'nk' or 'kn'"),
+    (dict(persistent=True, specialized=False), "a persistent kernel is warp-specialized"),
 ])
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match="a tile is BMxBNxBKsSTAGES"):
+    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[u\|p\]"):
         configure("nk", "128x128x64")
 
 
@@ -102,3 +143,19 @@ def test_the_command_line_builds_the_hopper_gemm(tmp_path, filecheck):
 def test_the_command_line_refuses_what_the_hopper_gemm_does_not_take(tmp_path, options, message):
     ran = _gemm("--ptx-out", tmp_path / "g.ptx", "--arch", "sm_90a", *options)
     assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+
+
+def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
+    """Persistent: one CTA an SM at most; the C tile after the stages (the producer is already loading the next
+    tile's k-tiles into them); the consumers release a tile's last stage and clear the accumulators after
+    its epilogue; the producer's and the consumers' k-tile counts run on across tiles (the stage and parity
+    of walk turn t's k-tile j are those of t x k-tiles + j)."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", "128x256x64s3p")
+    assert config.persistent and config.specialized
+    assert config.grid(1000, 1016, 132) == 32 and config.grid(8192, 8192, 132) == 132
+    assert config.shared_bytes == config.stage_bytes + 128 * 256 * 2
+    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    assert "%nctaid.x" in ptx  # the walk steps by the grid
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 2 and ptx.count("setmaxnreg") == 2

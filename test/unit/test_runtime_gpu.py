@@ -219,7 +219,7 @@ def test_the_gemm_example_matches_numpy():
     assert ok, line
 
 
-@pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx"])
+@pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx", "gemm_hopper_persistent.ptx"])
 @pytest.mark.parametrize("shape", [(1000, 1016, 504), (1, 8, 8), (129, 72, 8), (333, 200, 1000), (2048, 2048, 2048)])
 def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     """Hopper's path (TMA loads on mbarriers, wgmma, stmatrix, TMA stores; B [N, K] f16 and [K, N] bf16) on
@@ -230,6 +230,17 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
     ok, line = gemm.run_and_check(ptx, **built, shape=shape)
+    assert ok, line
+
+
+@pytest.mark.parametrize("ctas", [1, 5, 13])
+def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, ctas):
+    """The persistent Hopper kernel on 1000 x 1016 x 504 (8 x 4 C tiles of 128 x 256) with 1, 5 and 13 CTAs:
+    each walks several tiles, its pipeline's stages and phases running on from one tile to the next."""
+    from mlir_tile.kernels import hopper_gemm
+
+    ok, line = hopper_gemm.run_and_check(gpu_input("gemm_hopper_persistent.ptx").read_text(), "f16", "nk",
+                                         "128x256x64s3p", (1000, 1016, 504), ctas=ctas)
     assert ok, line
 
 

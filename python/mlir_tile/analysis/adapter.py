@@ -49,8 +49,9 @@ def transfer_verdict(
         extra_attributes=tuple(op.extra_attributes),
         block_size=facts.block_size(operation),
         # host code: a [target] error. A warp's transfer may sit under a branch that differs between warps
-        # (warp specialization), one whose scope spans warps may not
-        divergence=facts.divergence(operation, every_warp=op.scope != "warp") if place.device_code else None,
+        # (warp specialization), a warpgroup's under one that differs between warpgroups, a block's under none
+        divergence=facts.divergence(operation, op.scope if op.scope in ("warp", "warpgroup") else "cta")
+        if place.device_code else None,
         device_code=place.device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),
     )

@@ -418,9 +418,9 @@ class FactCache:
             self._targets[module] = target_facts(op)
         return self._targets[module]
 
-    def divergence(self, op: ir.Operation, every_warp: bool) -> str | None:
-        """Why `op` might run on some lanes of a warp only, or (`every_warp`) on some warps only (None:
-        every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
+    def divergence(self, op: ir.Operation, span: str) -> str | None:
+        """Why `op` might run on some lanes of a warp only, or (spanning a "warpgroup" or the "cta") on some
+        warps of it only (None: every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
         body of a single-block kernel needs none: no branch or loop can leave lanes behind."""
         from mlir_tile.analysis.uniformity import Uniformity, is_kernel
 
@@ -435,7 +435,7 @@ class FactCache:
             self._uniformity[function] = Uniformity(function)
         elif self._growing:
             self._uniformity[function].extend()
-        return self._uniformity[function].divergence_reason(op, every_warp)
+        return self._uniformity[function].divergence_reason(op, span)
 
 
 FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")

@@ -2,13 +2,15 @@
 runs on all 32 lanes of a warp, or on every warp.
 
 Sound by construction: a value is uniform only when the analysis proves it. Each value has a level:
-uniform (the same in every thread of the block), WARPS (the same in the lanes of a warp, maybe not from warp
-to warp) or LANES (may differ between lanes). Sources of LANES are the thread and lane ids (ops and
+uniform (the same in every thread of the block), WARPGROUPS (the same in the 128 threads of a warpgroup, maybe
+not from warpgroup to warpgroup), WARPS (the same in the lanes of a warp, maybe not from warp to warp) or LANES
+(may differ between lanes). Sources of LANES are the thread and lane ids (ops and
 `gpu.launch` body arguments), loads from private memory, the arguments of functions that are not kernels,
 and the result of every op the analysis does not know (a call, a shuffle, an atomic, an op of another
 dialect). Sources of WARPS are `gpu.subgroup_id` and the warp index `thread_id x / c` (`arith.divui` by a
 constant multiple of 32, or `arith.shrui` by 5 or more) in a kernel whose known_block_size x is a multiple of
-32, so that each warp's 32 consecutive threads share it. Known pure ops (arith, math, index, affine.apply,
+32, so that each warp's 32 consecutive threads share it; of WARPGROUPS the warpgroup index, the same with a
+multiple of 128 (a shift by 7 or more) and known_block_size x a multiple of 128. Known pure ops (arith, math, index, affine.apply,
 memref views, loads from shared or global memory, block ids and sizes) take the highest level of their
 operands. Control ops (scf.if / for / while / index_switch, affine.for / if) give their results and block
 arguments the highest level of any operand or any value yielded inside. It runs once per function, as a
@@ -17,7 +19,8 @@ worklist over value uses (a value's level only rises, at most twice): linear in 
 An op runs on all lanes of the warps that reach it when every enclosing region op is a control op whose
 operands that decide how often the region runs are below LANES, every enclosing multi-block region reaches
 the op's block only from its entry or through such branches, and the outermost scope is a kernel or a
-`gpu.launch` body; on every warp of the block when they are all uniform. Anything else, unknown region ops
+`gpu.launch` body; on every warp of the warpgroups that reach it when they are below WARPS; on every warp of
+the block when they are all uniform. Anything else, unknown region ops
 included, is a reason to reject.
 """
 from __future__ import annotations
@@ -59,7 +62,10 @@ _CONTROL_OPS = {
 _YIELDS = {"scf.yield", "scf.condition", "affine.yield", "memref.alloca_scope.return"}
 _BRANCHES = {"cf.br", "cf.cond_br", "cf.switch"}
 KERNEL_ATTRIBUTES = ("gpu.kernel", "nvvm.kernel")
-WARPS, LANES = 1, 2  # the levels above uniform: differs between warps; differs between lanes
+WARPGROUPS, WARPS, LANES = 1, 2, 3  # the levels above uniform: differs between warpgroups, warps, lanes
+WARPGROUP_THREADS = 128
+# the level a region's deciding operands must stay below for an op spanning a warp, a warpgroup, a block
+SPAN_LIMITS = {"warp": LANES, "warpgroup": WARPS, "cta": WARPGROUPS}
 _THREAD_ID_X = ("gpu.thread_id", "nvvm.read.ptx.sreg.tid.x")
 _LAUNCH_THREAD_ARGUMENTS = range(3, 6)  # gpu.launch body: block ids, thread ids, grid sizes, block sizes
 
@@ -81,7 +87,8 @@ class Uniformity:
         self._branch: dict = {}  # region (its entry block) -> (the highest level, the first branch at it)
         self._seen: set = set()  # the ops analysed
         self._function = function = function.operation
-        self._whole_warps_in_x = _block_x_in_whole_warps(function)
+        self._whole_warps_in_x = _block_x_in_whole(function, WARP_SIZE)
+        self._whole_warpgroups_in_x = _block_x_in_whole(function, WARPGROUP_THREADS)
         if function.name in FUNCTION_OPS and not is_kernel(function) and _on_device(function):
             for block in function.regions[0].blocks:  # a device function's callers may pass anything
                 self._mark(block.arguments)
@@ -156,16 +163,18 @@ class Uniformity:
                 self._mark(successor.arguments, level)
         elif name in _CONTROL_OPS:
             self._mark_regions_and_results(op, level)
-        elif self._whole_warps_in_x and operand == 0 and _is_warp_index(op):
-            self._mark(op.results, WARPS)
+        elif self._whole_warps_in_x and operand == 0 and _threads_per_index(op) and _threads_per_index(op) % WARP_SIZE == 0:
+            whole = self._whole_warpgroups_in_x and _threads_per_index(op) % WARPGROUP_THREADS == 0
+            self._mark(op.results, WARPGROUPS if whole else WARPS)
         elif _is_uniform_op(name):
             self._mark(op.results, level)
 
     # ----- participation -----
-    def divergence_reason(self, op: ir.Operation, every_warp: bool) -> str | None:
-        """Why `op` might run with some lanes of a warp inactive (or, `every_warp`, with some warps of the
-        block not running it), or None when that is proven not to happen."""
-        limit = WARPS if every_warp else LANES
+    def divergence_reason(self, op: ir.Operation, span: str = "warp") -> str | None:
+        """Why `op` might run with some lanes of a warp inactive (or, spanning a "warpgroup" or the "cta",
+        with some warps of its warpgroup or of the block not running it), or None when that is proven not to
+        happen."""
+        limit = SPAN_LIMITS[span]
         child, scope = op.operation, op.operation.parent
         while scope is not None:
             scope = scope.operation
@@ -213,30 +222,34 @@ class Uniformity:
 def _varies(level: int, plural: bool = False) -> str:
     if level == LANES:
         return f"depend{'' if plural else 's'} on the thread id"
-    return f"differ{'' if plural else 's'} between warps (the warp's index), and the transfer's scope spans warps"
+    if level == WARPS:
+        return f"differ{'' if plural else 's'} between warps (the warp's index), and the transfer's scope spans warps"
+    return (f"differ{'' if plural else 's'} between warpgroups (the warpgroup's index), and the transfer's scope spans "
+            f"the block (scope \"warpgroup\" may sit under such a branch)")
 
 
-def _block_x_in_whole_warps(function: ir.Operation) -> bool:
-    """Whether the kernel's known_block_size x is a multiple of 32: then a warp's threads are 32 consecutive
-    x ids (threads are numbered x fastest) and share thread_id x / 32."""
+def _block_x_in_whole(function: ir.Operation, threads: int) -> bool:
+    """Whether the kernel's known_block_size x is a multiple of `threads` (32: a warp, 128: a warpgroup): then
+    each group's threads are consecutive x ids (threads are numbered x fastest) and share thread_id x / threads."""
     for name in BLOCK_SIZE_ATTRIBUTES:
         if name in function.attributes:
-            return ir.DenseI32ArrayAttr(function.attributes[name])[0] % WARP_SIZE == 0
+            return ir.DenseI32ArrayAttr(function.attributes[name])[0] % threads == 0
     return False
 
 
-def _is_warp_index(op: ir.Operation) -> bool:
-    """`thread_id x / c` (arith.divui by a constant multiple of 32, or arith.shrui by 5 or more)."""
+def _threads_per_index(op: ir.Operation) -> int:
+    """c for `thread_id x / c` (arith.divui by a positive constant, or arith.shrui by a constant: 2^shift);
+    0 for any other op."""
     if op.name not in ("arith.divui", "arith.shrui"):
-        return False
+        return 0
     source = defining_op(op.operands[0])
     if source is None or source.name not in _THREAD_ID_X or (
             source.name == "gpu.thread_id" and str(source.attributes["dimension"]) != "#gpu<dim x>"):
-        return False
+        return 0
     constant = constant_int(op.operands[1])
-    if constant is None:
-        return False
-    return constant > 0 and constant % WARP_SIZE == 0 if op.name == "arith.divui" else constant >= 5
+    if constant is None or constant <= 0 or (op.name == "arith.shrui" and constant >= 63):
+        return 0
+    return constant if op.name == "arith.divui" else 1 << constant
 
 
 def _region_key(op: ir.Operation) -> ir.Block:

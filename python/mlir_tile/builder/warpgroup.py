@@ -135,6 +135,32 @@ class Warpgroups:
                     (_LAYOUT["a", a_fields.major], _LAYOUT["b", b_fields.major]), accumulate)
         self.wgmma_groups.issue(accumulators.registers)
 
+    def warpgroup_id(self) -> ir.Value:
+        """This thread's warpgroup in the block (thread_id / 128): an index value with its bound proven."""
+        self._warpgroup_kernel("warpgroup_id")
+        return arith.divui(self.thread_id(), self.index(WARPGROUP_THREADS))
+
+    def set_max_registers(self, count: int, action: str) -> None:
+        """`setmaxnreg.{inc|dec}.sync.aligned.u32 count`: this warpgroup's registers a thread raised to or lowered
+        to `count` (a multiple of 8 from 24 to 256; every thread of the warpgroup runs it): warp specialization's
+        producers give theirs to the consumers. The kernel's own count (what ptxas allots a thread at launch,
+        `min_blocks_per_sm=1` with the block's size) must leave the increase room in the register file."""
+        self._warpgroup_kernel("set_max_registers")
+        if not is_int(count) or count % 8 or not 24 <= count <= 256 or action not in ("increase", "decrease"):
+            raise BuilderError(f"[setmaxnreg] set_max_registers: a count multiple of 8 from 24 to 256 and action "
+                               f"'increase' or 'decrease', got {count!r}, {action!r}")
+        nvvm.setmaxregister(count, getattr(nvvm.SetMaxRegisterAction, action))
+
+    def named_barrier(self, index: int, threads: int) -> None:
+        """`bar.sync index, threads`: the first `threads` to arrive at barrier `index` (1 to 15; 0 is
+        `barrier`'s, the whole block's) go on together: a barrier among some warpgroups (the consumers of a
+        warp-specialized kernel), which the others never reach. `threads` a multiple of 32 up to the block."""
+        block = self.block[0] * self.block[1] * self.block[2]
+        if not is_int(index) or not 1 <= index <= 15 or not is_int(threads) or threads % 32 or not 32 <= threads <= block:
+            raise BuilderError(f"[named-barrier] named_barrier: index 1 to 15 and threads a multiple of 32 up to the "
+                               f"block's {block}, got {index!r}, {threads!r}")
+        nvvm.barrier(None, barrier_id=self.constant(index), number_of_threads=self.constant(threads))
+
     def async_proxy_fence(self) -> None:
         """`fence.proxy.async.shared::cta`: this thread's shared-memory writes (st.shared, stmatrix) become
         visible to the async proxy (wgmma's operand reads, TMA stores); a barrier after it orders them for
@@ -174,7 +200,8 @@ class Warpgroups:
         if atom is not WgmmaAtom and not isinstance(atom, WgmmaAtom):
             raise BuilderError(f"[wgmma-atom] {what}: a WgmmaAtom (mlir_tile.atoms.wgmma(n, element)), got {atom!r}")
         if self.chip not in targets.WARPGROUP_CHIPS:
-            raise BuilderError(f"[wgmma-chip] {what}: wgmma runs on {', '.join(sorted(targets.WARPGROUP_CHIPS))} only, the kernel "
+            raise BuilderError(f"[wgmma-chip] {what}: warpgroup instructions (wgmma, setmaxnreg) run on "
+                               f"{', '.join(sorted(targets.WARPGROUP_CHIPS))} only, the kernel "
                                f"targets {self.chip}; build it with Kernel(..., chip=\"sm_90a\")")
         threads = self.block[0] * self.block[1] * self.block[2]
         if self.block[1] * self.block[2] != 1 or threads % WARPGROUP_THREADS:

@@ -8,8 +8,9 @@ M x N, any M, N, K >= 1.
     python -m mlir_tile.kernels.gemm --emulate            # a CTA's transfers and product on the reference model
 
 Options choose the kernel: --dtype f16|bf16, --b-major kn|nk (B as [K, N] or [N, K]), --align 16|8|4|2 (the
-bytes rows start on; 2: any sizes) and --tile (one of `Matmul`'s, e.g. 128x256x64s4); and the product the GPU
-run checks: --shape M N K. --ptx-out records the kernel's options in the PTX's first line, and --run-ptx runs
+bytes rows start on; 2: any sizes), --tile (one of `Matmul`'s, e.g. 128x256x64s4) and --arch (sm_90, the
+default: this module's mma.sync kernel; sm_90a: `hopper_gemm`'s, TMA and wgmma, tiles BMxBNx64sS[u]); and the
+product the GPU run checks: --shape M N K. --ptx-out records the kernel's options in the PTX's first line, and --run-ptx runs
 the PTX as built (`python -m mlir_tile.kernels.gemm --ptx-out g.ptx --dtype bf16 --b-major nk`, then on the GPU host
 `python -m mlir_tile.kernels.gemm --run-ptx g.ptx --shape 4096 4096 4096`).
 

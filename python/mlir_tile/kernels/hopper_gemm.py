@@ -12,15 +12,17 @@ bytes). Tails need no predicate: TMA zero-fills the loads past the matrices and 
 
 Kernel parameters: `gemm(a_map, b_map, c_map, m, n, k)`: three pointers to 128-byte CUtensorMaps in global
 memory (`tensor_maps` encodes them for the boxes `boxes` lists) and the three sizes. Grid: the C tiles, in
-Triton's grouped order; block: 128 threads per warpgroup (BM / 64 warpgroups, one 64-row band of C each);
-`HopperConfig.shared_bytes` of dynamic shared memory.
+Triton's grouped order; block: `HopperConfig.threads`, 128 a warpgroup: BM / 64 consumers (64 rows of C each)
+and, specialized, a producer first; `HopperConfig.shared_bytes` of dynamic shared memory.
 
-The main loop (every thread a consumer; thread 0 also the producer): the first `stages` k-tiles are loaded
-up front; k-tile t waits for its stage's full barrier (TMA's bytes landed), issues its wgmma batch and waits
-until only that batch is in flight (`wgmma_wait(1)`), so the batch of k-tile t - 1 has read its stage: each
-warp arrives on that stage's empty barrier, and thread 0, once all warps have, loads k-tile t - 1 + stages
-into it. This is the correct, simple pipeline of issue 39; producer warpgroups, setmaxnreg, clusters and a
-persistent scheduler are issue 40's.
+Warp-specialized (`HopperConfig.specialized`, CUTLASS's and FlashAttention-3's form): warpgroup 0 is the
+producer, lowered to 40 registers a thread (`setmaxnreg`), one thread of it issuing every k-tile's TMA loads
+into the `TmaPipeline`'s stages as they are released; the consumers, raised to what the register file leaves,
+wait for each k-tile, issue its wgmma batch and wait until only that batch is in flight (`wgmma_wait(1)`), so
+the batch of k-tile t - 1 has read its stage, which each consumer warp then releases. The consumers meet on a
+named barrier (the producer never reaches it) before stmatrix and before the TMA stores. Unspecialized, every
+warpgroup is a consumer and thread 0 also refills each released stage between its batches. Clusters with
+TMA multicast and a persistent scheduler are not built yet (issue 40 makes the kernel fast).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from mlir_tile.kernels.epilogues import Choice, Epilogue
 KERNEL = "gemm"
 ELEMENT_BYTES = 2
 SWIZZLE_COLUMNS = 64  # 16-bit elements in a 128-byte swizzle's row: a box's width
+REGISTER_FILE, PRODUCER_REGISTERS = 65536, 40  # 32-bit registers of an SM; what the producer keeps a thread
 
 
 @dataclass(frozen=True)
@@ -41,22 +44,48 @@ class HopperConfig:
     stages: int = 4
     b_major: str = "nk"
     group: int = 8  # Triton's GROUP_SIZE_M
+    specialized: bool = True  # a producer warpgroup (TMA, 40 registers a thread) beside the consumers (wgmma)
+    persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
             raise ValueError(f"hopper gemm: BM 64 to 256 (64 a warpgroup) and BN 64 to 256, multiples of 64; got "
                              f"{self.bm} x {self.bn}")
+        if self.persistent and not self.specialized:
+            raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
+                             "the next tile)")
         if self.bk != SWIZZLE_COLUMNS or self.stages < 2 or self.b_major not in ("nk", "kn"):
             raise ValueError(f"hopper gemm: BK {SWIZZLE_COLUMNS} (a 128-byte swizzled row), 2 stages or more, B "
                              f"'nk' or 'kn'; got {self}")
 
     @property
-    def warpgroups(self) -> int:
+    def consumers(self) -> int:  # warpgroups issuing wgmma, 64 rows of C each
         return self.bm // 64
 
     @property
     def threads(self) -> int:
-        return 128 * self.warpgroups
+        return 128 * (self.consumers + self.specialized)
+
+    @property
+    def rebalanced(self) -> bool:
+        """Whether the producer gives its registers to the consumers (`setmaxnreg`): where the block could not
+        have 255 a thread (with one consumer it can, and ptxas then knows no count to start from)."""
+        return self.specialized and self.threads * 255 > REGISTER_FILE
+
+    @property
+    def entry_registers(self) -> int:
+        """What ptxas gives each thread at launch in a kernel that runs setmaxnreg: the register file over the
+        block (its .maxntid), in multiples of 8."""
+        return REGISTER_FILE // self.threads // 8 * 8
+
+    @property
+    def consumer_registers(self) -> int:
+        """What each consumer thread raises its registers to: the pool setmaxnreg.inc draws on is only what this
+        block's producer gave back (its 128 threads from `entry_registers` to PRODUCER_REGISTERS), shared out
+        among the consumers in multiples of 8 (with 2 consumers 168 -> 232, CUTLASS's); asking for more waits
+        forever."""
+        entry = self.entry_registers
+        return (entry + (entry - PRODUCER_REGISTERS) // self.consumers) // 8 * 8
 
     @property
     def parts(self) -> list[int]:
@@ -64,11 +93,21 @@ class HopperConfig:
         return [self.bm * self.bk, self.bn * self.bk]
 
     @property
-    def shared_bytes(self) -> int:  # the stages (the C tile reuses their bytes once the main loop is done)
+    def stage_bytes(self) -> int:
         return self.stages * sum(self.parts) * ELEMENT_BYTES
 
+    @property
+    def shared_bytes(self) -> int:  # the stages; the C tile reuses their bytes, persistent has its own after them
+        return self.stage_bytes + (self.bm * self.bn * ELEMENT_BYTES if self.persistent else 0)
+
+    def grid(self, m: int, n: int, sms: int) -> int:
+        """CTAs to launch: one per C tile, or (persistent) one per SM at most."""
+        tiles = -(-m // self.bm) * -(-n // self.bn)
+        return min(tiles, sms) if self.persistent else tiles
+
     def __str__(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}_sm90a"
+        return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
+                f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def tiles(config: HopperConfig) -> dict:
@@ -91,7 +130,13 @@ def tiles(config: HopperConfig) -> dict:
     c_words = Layout((config.bm, (words, boxes_of)), (words, (1, config.bm * words)),
                      Swizzle(swizzle.bits, swizzle.base - 1, swizzle.shift))
     _same_bytes(c, c_words)
-    return {"a": a, "b": b, "c": c, "c_words": c_words}
+    # one consumer's 64 rows, from its first word (64 rows of 32 words further each): what it stores by stmatrix
+    c_band = Layout((64, (words, boxes_of)), (words, (1, config.bm * words)), c_words.swizzle)
+    for group in range(config.consumers):
+        if any(c_band.offset(r, w) + 64 * words * group != c_words.offset(64 * group + r, w)
+               for r in range(64) for w in range(words * boxes_of)):
+            raise ValueError(f"hopper gemm: consumer {group}'s rows of {c_words} are not {c_band} from its first word")
+    return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band}
 
 
 def _same_bytes(halves, words) -> None:
@@ -141,49 +186,99 @@ class _HopperGemm:
         self.extras = k.arguments[6:]
         self.n, self.depth = in_units(k, n_units, 8), in_units(k, k_units, 8)  # rows on 16 bytes, proven
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
-        order = TileOrder(k, (self.m, self.n), (config.bm, config.bn), config.group)
-        self.origin = order.origin(k.block_id())
+        self.order = TileOrder(k, (self.m, self.n), (config.bm, config.bn), config.group)
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(element, part) for part in config.parts])
         loads = 1 + (1 if config.b_major == "nk" else config.bn // SWIZZLE_COLUMNS)
-        self.pipeline = TmaPipeline(k, self.ring, config.threads // 32, loads)
-        self.warpgroup = arith.divui(k.thread_id(), k.index(128))
+        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, loads)
+        self.warpgroup = k.warpgroup_id()
+        # the consumer's index (its 64 rows of A and C), and its threads counted from 0
+        first = k.index(128 * config.specialized)
+        self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(int(config.specialized))), k.index(config.consumers))
+        self.consumer_thread = arith.subi(k.thread_id(), first)
         self.producer = k.compare("eq", k.thread_id(), 0)
+        self.storer = k.compare("eq", k.thread_id(), first)  # the first consumer thread: C's TMA stores
         self.accumulators = k.accumulators(self.atom)
 
     def build(self) -> None:
         k, config = self.k, self.config
-        for k_tile in range(config.stages):  # the first k-tiles, each where K has it
-            with k.if_(self._and(self.producer, k.compare("ult", k_tile, self.k_tiles))):
-                self.load(k.index(k_tile))
+        if not config.specialized:  # every warpgroup a consumer; thread 0 also loads, between its batches
+            origin = self.order.origin(k.block_id())
+            for k_tile in range(config.stages):  # the first k-tiles, each where K has it
+                with k.if_(self._and(self.producer, k.compare("ult", k_tile, self.k_tiles))):
+                    self.load(k.index(k_tile), origin, k.index(k_tile))
+            self.consume(origin, k.index(0), 0)
+            return
+        first, own = (self.order.persistent() if config.persistent else (k.block_id(), k.index(1)))
+        with k.if_(k.compare("eq", self.warpgroup, 0)):  # the producer: one thread loads every k-tile
+            if config.rebalanced:
+                k.set_max_registers(PRODUCER_REGISTERS, "decrease")
+            with k.if_(self.producer):
+                with k.loop(0, own) as turn:
+                    origin = self.order.origin(self._tile(first, turn))
+                    with k.loop(0, self.k_tiles) as k_tile:
+                        self.load(self._in_ring(turn, k_tile), origin, k_tile)
+        with k.if_(k.compare("ne", self.warpgroup, 0)):
+            if config.rebalanced:
+                k.set_max_registers(config.consumer_registers, "increase")
+            with k.loop(0, own) as turn:
+                self.consume(self.order.origin(self._tile(first, turn)), turn,
+                             config.stage_bytes if config.persistent else 0)
+
+    def _tile(self, first, turn):
+        """The C tile of this CTA's walk at `turn`: first + turn x grid (one turn unless persistent)."""
+        from mlir.dialects import arith
+
+        if not self.config.persistent:
+            return first
+        return arith.addi(first, arith.muli(turn, self.k.grid_size()))
+
+    def _in_ring(self, turn, k_tile):
+        """The pipeline's count of `k_tile` of the walk's tile `turn`: the stages and phases run on across tiles."""
+        from mlir.dialects import arith
+
+        return arith.addi(arith.muli(self.k.as_index(turn), self.k_tiles), self.k.as_index(k_tile))
+
+    def consume(self, origin, turn, region: int) -> None:
+        """The consumers' main loop over one C tile (walk turn `turn`) and its epilogue through the C tile at
+        byte `region`; a persistent walk then releases the tile's last stage and clears the accumulators."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
         with k.loop(0, self.k_tiles) as k_tile:
-            self.step(k_tile)
+            self.step(self._in_ring(turn, k_tile), k_tile, origin)
         k.wgmma_wait(0, [self.accumulators])
-        self.store_c()
+        if config.persistent:  # the producer's next tile needs every stage back
+            self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
+        self.store_c(origin, region)
+        if config.persistent:
+            zero = k.constant(0.0, "f32")
+            for slot in range(config.bn // 2):
+                k.store(zero, self.accumulators.registers, [slot])
 
     def _and(self, a, b):
         from mlir.dialects import arith
 
         return arith.andi(a, b)
 
-    def load(self, k_tile) -> None:
-        """k-tile `k_tile`'s A and B boxes into its stage (thread 0), once the stage is free."""
+    def load(self, in_ring, origin, k_tile) -> None:
+        """k-tile `k_tile` of the C tile at `origin` (the pipeline's `in_ring`-th) into its stage, once free."""
         from mlir.dialects import arith
 
         k, config, pipeline = self.k, self.config, self.pipeline
-        pipeline.acquire(k_tile)
-        a_view, b_view = self.ring.views(self.ring.stage(k_tile))
+        pipeline.acquire(in_ring)
+        a_view, b_view = self.ring.views(self.ring.stage(in_ring))
         column = arith.muli(k_tile, k.index(config.bk))
-        row0, col0 = self.origin
-        pipeline.load(k_tile, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
+        row0, col0 = origin
+        pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
         if config.b_major == "nk":
-            pipeline.load(k_tile, k.tensor(b_view, boxes(config)["b"].layout), self.b_map, (col0, column))
+            pipeline.load(in_ring, k.tensor(b_view, boxes(config)["b"].layout), self.b_map, (col0, column))
             return
         for first, box in self._b_boxes():
             view = k.view(self.shared, (box.rows * box.columns,), self.element,
-                          arith.addi(self.ring.offset(self.ring.stage(k_tile), 1), k.index(first * ELEMENT_BYTES)))
-            pipeline.load(k_tile, k.tensor(view, box.layout), self.b_map,
+                          arith.addi(self.ring.offset(self.ring.stage(in_ring), 1), k.index(first * ELEMENT_BYTES)))
+            pipeline.load(in_ring, k.tensor(view, box.layout), self.b_map,
                           (column, arith.addi(col0, k.index(first // config.bk))))
 
     def _b_boxes(self):
@@ -192,27 +287,28 @@ class _HopperGemm:
 
         return column_boxes(_as_kn(self.tiles["b"]), 16, SWIZZLE_COLUMNS)
 
-    def step(self, k_tile) -> None:
-        """k-tile `k_tile`: its batch once its stage is full; then, the batch before retired, the stage of
-        k-tile - 1 released by every warp, and thread 0 loads k-tile - 1 + stages into it."""
+    def step(self, in_ring, k_tile, origin) -> None:
+        """k-tile `k_tile` (the pipeline's `in_ring`-th): its batch once its stage is full; then, the batch
+        before retired, the stage before released by every consumer warp (and, unspecialized, refilled by
+        thread 0 with the k-tile `stages` after that one)."""
         from mlir.dialects import arith
 
         k, config, ring, pipeline = self.k, self.config, self.ring, self.pipeline
-        pipeline.wait(k_tile)
-        a_view, b_view = ring.views(ring.stage(k_tile))
+        pipeline.wait(in_ring)
+        a_view, b_view = ring.views(ring.stage(in_ring))
         k.wgmma(self.atom, k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), self.accumulators,
-                a_row_block=self.warpgroup)
+                a_row_block=self.consumer)
         k.wgmma_wait(1)
         with k.if_(k.compare("uge", k_tile, 1)):
-            previous = arith.subi(k_tile, k.index(1))
-            pipeline.release(previous)
-            refill = ring.later(previous, config.stages)
-            with k.if_(self._and(self.producer, k.compare("ult", refill, self.k_tiles))):
-                self.load(refill)
+            pipeline.release(arith.subi(in_ring, k.index(1)))
+            if not config.specialized:  # thread 0 refills the released stage (in_ring is k_tile here)
+                refill = ring.later(arith.subi(k_tile, k.index(1)), config.stages)
+                with k.if_(self._and(self.producer, k.compare("ult", refill, self.k_tiles))):
+                    self.load(refill, origin, refill)
 
-    def store_c(self) -> None:
-        """The accumulators (the epilogue applied) packed, stmatrix into the C tile over the stages' bytes,
-        then one TMA store per 64-column box of it by thread 0."""
+    def store_c(self, origin, region: int) -> None:
+        """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64 rows of the C tile
+        over the stages' bytes, then one TMA store per 64-column box of it by the first consumer thread."""
         from mlir.dialects import arith
 
         from mlir_tile.builder import transfer
@@ -222,16 +318,15 @@ class _HopperGemm:
         from mlir_tile.tma import column_boxes
 
         k, config, atom = self.k, self.config, self.atom
-        words = self.tiles["c_words"]
-        c = tiled_store_c(config.bm // 16, words)
-        registers = k.registers(c.whole.slots)
+        band = tiled_store_c(4, self.tiles["c_band"])  # a consumer's 64 rows, one warpgroup's transfer
+        registers = k.registers(band.whole.slots)
         rows, columns = atom.c.rows, atom.c.columns
-        thread_values = [Layout((rows.shape[0] + (config.warpgroups,), rows.shape[1]),
+        thread_values = [Layout((rows.shape[0] + (config.consumers,), rows.shape[1]),
                                 (rows.stride[0] + (64,), rows.stride[1])),
-                         Layout((columns.shape[0] + (config.warpgroups,), columns.shape[1]),
+                         Layout((columns.shape[0] + (config.consumers,), columns.shape[1]),
                                 (columns.stride[0] + (0,), columns.stride[1]))]
         c_c = k.identity_tensor((self.m, self.n))
-        place = c_c.domain_offset(self.origin).partition(thread_values)
+        place = c_c.domain_offset(origin).partition(thread_values)
 
         def pack(finish):
             for block in range(config.bn // 8):
@@ -240,37 +335,47 @@ class _HopperGemm:
                     values = []
                     for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
                         value = k.load(self.accumulators.registers, [value_slot])
-                        values.append(value if finish is None else finish(value, *place[k.thread_id(), value_slot]))
+                        values.append(value if finish is None else
+                                      finish(value, *place[self.consumer_thread, value_slot]))
                     k.store(k.pack_f16(*values, self.element), registers, [slot])
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
-        k.barrier()  # every warpgroup's batches have read the stages the C tile overwrites
-        transfer(c.whole.opcode, k.view(self.shared, (words.cosize,), "i32"), registers,
-                 dst_layout=c.whole.shared, src_layout=c.whole.registers, scope="cta")
+        self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
+        band_at = arith.addi(arith.muli(self.consumer, k.index(64 * SWIZZLE_COLUMNS * ELEMENT_BYTES)), k.index(region))
+        transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", band_at), registers,
+                 dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
-        k.barrier()
-        row0, col0 = self.origin
-        with k.if_(self.producer):
+        self.consumers_meet()
+        row0, col0 = origin
+        with k.if_(self.storer):
             for first, box in column_boxes(self.tiles["c"], 16, SWIZZLE_COLUMNS):
-                view = k.view(self.shared, (box.rows * box.columns,), self.element, first * ELEMENT_BYTES)
+                view = k.view(self.shared, (box.rows * box.columns,), self.element, region + first * ELEMENT_BYTES)
                 k.tma_store(k.tensor(view, box.layout), self.c_map,
                             (row0, arith.addi(col0, k.index(first // config.bm))))
             k.tma_store_wait(0)
 
+    def consumers_meet(self) -> None:
+        """A barrier of the consumer warpgroups (the producer, specialized, never reaches it)."""
+        if self.config.specialized:
+            self.k.named_barrier(1, 128 * self.config.consumers)
+        else:
+            self.k.barrier()
 
-TILE_NAME = "{bm}x{bn}x{bk}s{stages}"
+
 DEFAULT_TILE = "128x128x64s4"
 
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE) -> HopperConfig:
-    """The Hopper kernel of a tile named BMxBNxBKsSTAGES for B's layout; ValueError for one it does not take."""
+    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; a final "u": unspecialized, "p":
+    persistent) for B's layout; ValueError for one it does not take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)([up]?)", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES (e.g. {DEFAULT_TILE}), got {tile!r}")
-    bm, bn, bk, stages = map(int, match.groups())
-    return HopperConfig(bm, bn, bk, stages, b_major)
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[u|p] (e.g. {DEFAULT_TILE}), got {tile!r}")
+    bm, bn, bk, stages = map(int, match.groups()[:4])
+    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
+                        persistent=match.group(5) == "p")
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
@@ -284,8 +389,9 @@ def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConf
 
 
 def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
-                  shape: tuple[int, int, int] = (1000, 1016, 504)) -> tuple[bool, str]:
-    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`gemm.check`)."""
+                  shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None) -> tuple[bool, str]:
+    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`gemm.check`); `ctas`: a
+    persistent kernel's grid (default: one per SM, at most one per tile)."""
     import numpy as np
 
     from mlir_tile.kernels.gemm import check, inputs
@@ -301,7 +407,7 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
         matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16))]
         maps = tensor_maps(runtime, *matrices, m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
-        grid = -(-m // config.bm) * -(-n // config.bn)
+        grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count)
         module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // 8, depth // 8], grid=grid,
                       block=config.threads, shared_bytes=config.shared_bytes)
         c = runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))
@@ -329,10 +435,10 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
 
     layouts, depth = tiles(config), k_tiles * config.bk
     a, b = inputs(config.bm, config.bn, depth, seed=3, element=element)  # bit patterns; b is K x N
-    accumulators = np.zeros((config.warpgroups, 64, config.bn))
+    accumulators = np.zeros((config.consumers, 64, config.bn))
     a_bytes = config.parts[0] * ELEMENT_BYTES
     for k_tile in range(k_tiles):
-        stage, columns = np.zeros(config.shared_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
+        stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
         reference.tma_box_write(a[:, columns], 128, stage)
         if config.b_major == "nk":
             reference.tma_box_write(np.ascontiguousarray(b[columns].T), 128, stage, a_bytes)
@@ -340,7 +446,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
             for first, box in column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS):
                 n0 = first // config.bk
                 reference.tma_box_write(b[columns, n0:n0 + box.columns], 128, stage, a_bytes + first * ELEMENT_BYTES)
-        for group in range(config.warpgroups):
+        for group in range(config.consumers):
             for step in range(config.bk // 16):
                 fetched = []
                 for name, rows, origin, at in (("a", 64, (64 * group, 16 * step), 0), ("b", config.bn, (0, 16 * step), a_bytes)):
@@ -348,18 +454,21 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                     fetched.append(decode(reference.wgmma_operand(stage, fields.bits(at + start), fields.major == "K",
                                                                   16, rows), element))
                 accumulators[group] += fetched[0] @ fetched[1].T
-    c = tiled_store_c(config.bm // 16, layouts["c_words"])
-    packed = np.zeros((config.threads, c.whole.slots), np.uint32)
-    for thread in range(config.threads):
-        product = accumulators[thread // 128].astype(np.float32)
-        for block in range(config.bn // 8):
-            for half in range(2):
-                pair = [product[reference.wgmma_accumulator_position(thread % 128, 4 * block + 2 * half + i)]
-                        for i in range(2)]
-                bits = _encoded(np.array(pair), element)
-                packed[thread, 4 * (block // 2) + 2 * (block % 2) + half] = int(bits[0]) | int(bits[1]) << 16
-    words = reference.emulate(c.whole.opcode, c.whole.shared, c.whole.registers,
-                              np.zeros(layouts["c_words"].cosize, np.uint32), packed, "cta")
+    band = tiled_store_c(4, layouts["c_band"])
+    words = np.zeros(layouts["c_words"].cosize, np.uint32)
+    for group in range(config.consumers):  # each consumer's stmatrix into its rows, from its first word
+        packed = np.zeros((128, band.whole.slots), np.uint32)
+        for thread in range(128):
+            product = accumulators[group].astype(np.float32)
+            for block in range(config.bn // 8):
+                for half in range(2):
+                    pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
+                            for i in range(2)]
+                    bits = _encoded(np.array(pair), element)
+                    packed[thread, 4 * (block // 2) + 2 * (block % 2) + half] = int(bits[0]) | int(bits[1]) << 16
+        start = 64 * SWIZZLE_COLUMNS // 2 * group
+        words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
+                                          packed, "warpgroup")
     shared = words.view(np.uint8)
     out = np.zeros((config.bm, config.bn), np.uint16)
     for first, box in column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS):
