@@ -120,3 +120,12 @@ case("the consumers' barrier", lambda k, a, b, acc, m: k.named_barrier(1, 128))
 # CHECK-LABEL: CASE: barrier 0 as a named barrier
 # CHECK: error: [named-barrier] named_barrier: index 1 to 15 and threads a multiple of 32 up to the block's 256, got 0, 128
 case("barrier 0 as a named barrier", lambda k, a, b, acc, m: k.named_barrier(0, 128))
+# CHECK-LABEL: CASE: writing B's tile while a batch reads it
+# CHECK: error: [wgmma-in-flight] a store at {{.*}}hopper.py:{{[0-9]+}}, in the loop's next iteration writes bytes 16384 to 24575 of the shared tile a wgmma group still reads (bytes 16384 to 24575)
+def refill_under_the_batch(k, a, b, acc, m):
+    with k.loop(0, 2):
+        k.store(k.load(b.memory, [0]), b.memory, [0])
+        product(k, a, b, acc, m)
+
+
+case("writing B's tile while a batch reads it", refill_under_the_batch)

@@ -237,3 +237,41 @@ def test_packing_accumulators_in_flight_or_of_fp8_is_refused():
         fragment = k.accumulators_as_a(k.accumulators(wgmma(32, "f16")), ATOM)  # 2 K steps; b has 4
         k.wgmma(ATOM, fragment, b, k.accumulators(ATOM))
     _refused(wrong_steps, r"\[wgmma-operand\] .*register A of f16 over 4 K steps \(b's K\), got one of f16 over 2")
+
+
+@pytest.mark.parametrize("write, message", [
+    ("store", r"\[wgmma-in-flight\] a store at .*test_builder_warpgroup.py:\d+ writes bytes 16384 to 24575 of the shared "
+              r"tile a wgmma group still reads \(bytes 16384 to 24575\)"),
+    ("transfer", r"\[wgmma-in-flight\] a transfer \(stmatrix.*\) at .* writes bytes 0 to 2047 of the shared tile"),
+    ("next iteration", r"\[wgmma-in-flight\] a store at .*, in the loop's next iteration writes bytes 16384 to 24575"),
+])
+def test_writing_a_tile_a_batch_reads_before_the_wait_is_refused(write, message):
+    from mlir_tile.builder import transfer
+
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        if write == "next iteration":
+            with k.loop(0, 4):
+                k.store(k.load(b.memory, [0]), b.memory, [0])  # the next iteration's batch still reads it
+                k.wgmma(ATOM, a, b, accumulators)
+            k.wgmma_wait(0)
+            return
+        k.wgmma(ATOM, a, b, accumulators)
+        if write == "store":
+            k.store(k.load(b.memory, [0]), b.memory, [0])
+        else:
+            words = k.view(k.dynamic_shared(alignment=1024), (512,), "i32")
+            transfer("stmatrix.sync.aligned.m8n8.x4.shared.b16", words, k.registers(4),
+                     dst_layout="(4,8,4):(32,4,1)", src_layout="(4,8,4):(1,4@laneid,1@laneid)")
+    _refused(body, message)
+
+
+def test_writing_other_bytes_or_after_the_wait_builds():
+    def body(k, a, b, out):
+        accumulators = k.accumulators(ATOM)
+        k.wgmma(ATOM, a, b, accumulators)
+        elsewhere = k.view(k.dynamic_shared(alignment=1024), (64,), "f16", byte_offset=32768)
+        k.store(k.load(b.memory, [0]), elsewhere, [0])  # past both tiles
+        k.wgmma_wait(0)
+        k.store(k.load(b.memory, [0]), b.memory, [0])
+    assert "wgmma.mma_async" in compile_to_ptx(_kernel(body))

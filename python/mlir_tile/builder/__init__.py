@@ -7,10 +7,13 @@
         transfer(LDMATRIX, regs, sm, dst_layout=..., src_layout=..., scope="warp")
     print(k.module)
 
-Four parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `memory` (buffers, views,
-layout offsets and planned addresses, proven-aligned vector access), `copies` (cp.async, its groups, tiles)
-and `compute` (the checked transfer, mma.sync, fast math, shuffles). `transfer` checks the contract while
-building, through the adapter the verifier pass uses, so a Python user sees an illegal transfer where it is written.
+Parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `memory` (buffers, views,
+layout offsets and planned addresses, proven-aligned vector access), `copies` (cp.async, its groups, tiles;
+TMA loads and stores), `compute` (the checked transfer, mma.sync, fast math, shuffles, mbarriers), `tensor`
+(CuTe's tensors and partitions), `schedule` (tile orders, stage rings, the TMA pipeline), `warpgroup` (wgmma
+from shared tensors or registers, accumulators, setmaxnreg, named barriers) and `asynchrony` (which wgmma
+groups are in flight, and what they own). `transfer` checks the contract while building, through the adapter
+the verifier pass uses, so a Python user sees an illegal transfer where it is written.
 
 Errors: an illegal transfer raises `contract.ContractError`; any other misuse (a type text that does not
 parse, a non-integer size, an impossible block, an unknown chip, an alignment that cannot be proven) raises

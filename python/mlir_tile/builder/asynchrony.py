@@ -1,6 +1,9 @@
 """wgmma's asynchrony, enforced while building: a `wgmma` batch is one committed group that owns its
-accumulators' registers until a `wgmma_wait` retires it; reading or writing them before then (a load, a store,
-a transfer) is a BuilderError [wgmma-in-flight] at that call.
+accumulators' registers (and a register A) until a `wgmma_wait` retires it; reading or writing them before
+then (a load, a store, a transfer) is a BuilderError [wgmma-in-flight] at that call. The shared tiles it reads
+are its too: a write into their bytes before the wait (a store, a transfer, a copy, a TMA load) is refused
+where both places are known bytes of one buffer (views at constant offsets); a tile at an offset computed at
+run time (a pipeline's stage) is the pipeline's to protect, which refills a stage only after its release.
 
 The tracker follows the program as it is built: groups in flight, newest last; `wgmma_wait(n)` keeps the n
 newest. A branch may not run: after it, a group is in flight if it is so before or at its end. A loop's body
@@ -17,10 +20,11 @@ KEPT = 8  # groups told apart (a wait keeps at most 7); older ones are one
 OPEN: list["WgmmaGroups"] = []  # the trackers of the kernels being built (a transfer names no kernel)
 
 
-def access_anywhere(buffer: ir.Value, what: str, where) -> None:
-    """An access from outside a kernel's calls (`transfer`): checked by the kernel whose accumulators it is."""
+def access_anywhere(buffer: ir.Value, what: str, where, writes: bool = False) -> None:
+    """An access from outside a kernel's calls (`transfer`): checked by the kernel whose accumulators (or
+    tiles) it is."""
     for tracker in OPEN:
-        tracker.access(buffer, what, where)
+        tracker.access(buffer, what, where, writes)
 
 
 def _merged(first: list[frozenset], second: list[frozenset]) -> list[frozenset]:
@@ -40,14 +44,18 @@ class WgmmaGroups:
     def __init__(self) -> None:
         self.in_flight: list[frozenset] = []  # each committed group's accumulator storages (ids)
         self.names: dict[int, str] = {}  # accumulator storage id -> how diagnostics name it
+        self.tiles_read = False  # whether any group has read a shared tile of known bytes
         self.frames: list[tuple[str, list, list]] = []  # open loop/branch bodies: (kind, events, state at entry)
 
     def storage(self, registers: ir.Value, name: str) -> None:
         self.names[_key(registers)] = name
 
-    def issue(self, *registers: ir.Value) -> None:
-        """A committed group that writes (accumulators) or reads (a register A operand) these storages."""
-        group = frozenset(_key(r) for r in registers)
+    def issue(self, *registers: ir.Value, tiles=()) -> None:
+        """A committed group that writes (accumulators) or reads (a register A operand) these storages and
+        reads these shared tiles (those of known bytes are kept: `shared_bytes`)."""
+        places = [place for place in map(shared_bytes, tiles) if place is not None]
+        self.tiles_read = self.tiles_read or bool(places)
+        group = frozenset([_key(r) for r in registers] + places)
         self._record(("issue", group))
         self.in_flight = _capped(self.in_flight + [group])
 
@@ -55,15 +63,20 @@ class WgmmaGroups:
         self._record(("wait", pending))
         self.in_flight = self.in_flight[len(self.in_flight) - pending:] if pending else []
 
-    def access(self, buffer: ir.Value, what: str, where) -> None:
+    def access(self, buffer: ir.Value, what: str, where, writes: bool = False) -> None:
         """`what` (a load, a store, a transfer) of `buffer` at `where()` (`at file:line`, asked only of an
-        accumulator storage)."""
+        accumulator storage or a write to a shared tile a group may read)."""
         key = _key(buffer)
-        if key not in self.names:
-            return
-        where = where()
-        self._record(("access", key, what, where))
-        _check(self.in_flight, key, what, where, self.names, "")
+        if key in self.names:
+            where = where()
+            self._record(("access", key, what, where))
+            _check(self.in_flight, key, what, where, self.names, "")
+        elif writes and (self.tiles_read or self.frames):  # (a loop's later batches may read what it writes)
+            place = shared_bytes(buffer)
+            if place is not None:
+                where = where()
+                self._record(("write", place, what, where))
+                _check_tiles(self.in_flight, place, what, where, "")
 
     def open(self, kind: str) -> None:
         self.frames.append((kind, [], list(self.in_flight)))
@@ -87,10 +100,51 @@ def _key(value) -> int | None:
     return hash(value) if isinstance(value, ir.Value) else None
 
 
+def shared_bytes(buffer) -> tuple | None:
+    """(the buffer, first byte, byte past the last) that a shared memref covers, where views at constant
+    offsets tell: the dynamic window (every gpu.dynamic_shared_memory is the same bytes) or a named buffer;
+    None where an offset is computed at run time or the memref is not shared memory."""
+    from mlir_tile.analysis.ir_facts import constant_int, defining_op
+
+    if not isinstance(buffer, ir.Value) or not isinstance(buffer.type, ir.MemRefType):
+        return None
+    kind = ir.MemRefType(buffer.type)
+    if "workgroup" not in str(kind.memory_space) or not kind.has_static_shape:
+        return None
+    size = kind.shape[0] * max(1, getattr(kind.element_type, "width", 8) // 8) if kind.rank == 1 else None
+    op, start = defining_op(buffer), 0
+    while op is not None and size is not None:
+        if op.name == "memref.view":
+            shift = constant_int(op.operands[1])
+            if shift is None:
+                return None
+            start += shift
+            op = defining_op(op.operands[0])
+        elif op.name == "memref.assume_alignment":
+            op = defining_op(op.operands[0])
+        elif op.name == "gpu.dynamic_shared_memory":
+            return "dynamic", start, start + size
+        elif op.name == "memref.get_global":
+            return str(op.attributes["name"]), start, start + size
+        else:
+            return None
+    return None
+
+
 def _check(in_flight, key, what, where, names, when) -> None:
     if any(key in group for group in in_flight):
         raise BuilderError(f"[wgmma-in-flight] {what} of {names[key]} {where}{when}: a wgmma group using them is "
                            f"still in flight; wgmma_wait(...) for it first (wgmma_wait(0) retires every group)")
+
+
+def _check_tiles(in_flight, place, what, where, when) -> None:
+    buffer, first, last = place
+    for group in in_flight:
+        for held in group:
+            if isinstance(held, tuple) and held[0] == buffer and held[1] < last and first < held[2]:
+                raise BuilderError(f"[wgmma-in-flight] {what} {where}{when} writes bytes {first} to {last - 1} of the "
+                                   f"shared tile a wgmma group still reads (bytes {held[1]} to {held[2] - 1}); "
+                                   f"wgmma_wait(...) for it first")
 
 
 def _loop(events: list, entry: list, end: list, names: dict) -> list:
@@ -110,6 +164,8 @@ def _run(events: list, state: list, names: dict) -> list:
         kind = event[0]
         if kind == "access":
             _check(state, event[1], event[2], event[3], names, ", in the loop's next iteration")
+        elif kind == "write":
+            _check_tiles(state, event[1], event[2], event[3], ", in the loop's next iteration")
         elif kind == "issue":
             state = _capped(state + [event[1]])
         elif kind == "wait":

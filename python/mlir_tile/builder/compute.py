@@ -53,7 +53,8 @@ def transfer(
             raise BuilderError(f"transfer: {what} must be a Layout or its text, got {layout!r}")
     loc = loc or caller_location((ip.block.owner.context if ip else ir.Location.current.context))
     for value in (dst, src):
-        asynchrony.access_anywhere(value, f"a transfer ({opcode})", lambda: f"at {location_text(loc)}")
+        asynchrony.access_anywhere(value, f"a transfer ({opcode})", lambda: f"at {location_text(loc)}",
+                                   writes=value is dst)
     op = MatrixTransferOp(opcode, dst, src, dst_layout=dst_layout, src_layout=src_layout, scope=scope, loc=loc, ip=ip)
     if check:
         analyses = kernel_analyses(op)

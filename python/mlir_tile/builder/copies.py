@@ -35,6 +35,7 @@ class Copies:
         token for `commit_group`."""
         self._require("copy_async", "nvvm.cp.async.shared.global")
         memref_value(dst, "copy_async dst", "shared"), memref_value(src, "copy_async src", "global")
+        self._touch(dst, "a cp.async", writes=True)
         if not isinstance(whole, bool):
             raise BuilderError(f"copy_async: whole is True or False, got {whole!r}")
         if bytes not in ASYNC_COPY_BYTES:
@@ -160,6 +161,7 @@ class Copies:
         (naming the element that differs), where the tile's start is not proven aligned to the swizzle's
         repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200)."""
         box, start, row, column = self._tma_box("tma_load", dst, tensor_map, coordinate)
+        self._touch(dst.memory, "a TMA load", writes=True)
         i32 = ir.IntegerType.get_signless(32)
         # the destination in the cluster's shared window (address space 7), which this CTA's own is part of
         destination = llvm.addrspacecast(llvm.PointerType.get(7), llvm.inttoptr(llvm.PointerType.get(3), start))

@@ -235,13 +235,14 @@ class Memory:
         if not isinstance(value, ir.Value) or value.type != ir.MemRefType(memref_value(buffer, "store").type).element_type:
             raise BuilderError(f"store: the value must be an ir.Value of the buffer's element type, got {value!r}")
         places = self._indices(buffer, indices, "store")
-        self._touch(buffer, "a store")
+        self._touch(buffer, "a store", writes=True)
         memref.store(value, buffer, places)
 
-    def _touch(self, buffer: ir.Value, what: str) -> None:
-        """A read or write of `buffer` by the program: refused while a wgmma group owns it."""
+    def _touch(self, buffer: ir.Value, what: str, writes: bool = False) -> None:
+        """A read or write of `buffer` by the program: refused while a wgmma group owns it (or, a write,
+        reads it)."""
         if not self._wgmma_internal:
-            self.wgmma_groups.access(buffer, what, lambda: _where(self.context))
+            self.wgmma_groups.access(buffer, what, lambda: _where(self.context), writes)
 
     def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value | int], elements: int, *,
                     assume_aligned: bool = False) -> ir.Value:
@@ -264,7 +265,7 @@ class Memory:
                                                       else 0, assume_aligned)
         if kind != value.type:
             raise BuilderError(f"store_vector: a {value.type} cannot be stored to {buffer.type} (wanted {kind})")
-        self._touch(buffer, "a vector store")
+        self._touch(buffer, "a vector store", writes=True)
         vector.store(value, buffer, places, alignment=alignment)
 
     def _vector_access(self, what, buffer, indices, elements, assume_aligned):

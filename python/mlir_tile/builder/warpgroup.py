@@ -120,7 +120,7 @@ class Warpgroups:
             a_operands = [[self.load(a.registers, [slot]) for slot in a.step_slots(s)] for s in range(steps)]
             self._issue(atom, accumulators, list(zip(a_operands, b_descriptors)), (None, _LAYOUT["b", b_fields.major]),
                         accumulate)
-            self.wgmma_groups.issue(accumulators.registers, a.registers)
+            self.wgmma_groups.issue(accumulators.registers, a.registers, tiles=[b.memory])
             return
         rows = _operand_tile("a", a, atom)
         if rows[1] != depth[1] or rows[0] % 64:
@@ -133,7 +133,7 @@ class Warpgroups:
         self._issue(atom, accumulators, [(arith.addi(a_base, self._i64(a_starts[s] >> 4)), b_descriptors[s])
                                          for s in range(steps)],
                     (_LAYOUT["a", a_fields.major], _LAYOUT["b", b_fields.major]), accumulate)
-        self.wgmma_groups.issue(accumulators.registers)
+        self.wgmma_groups.issue(accumulators.registers, tiles=[a.memory, b.memory])
 
     def warpgroup_id(self) -> ir.Value:
         """This thread's warpgroup in the block (thread_id / 128): an index value with its bound proven."""
