@@ -32,7 +32,23 @@ def render_ops(data: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"ops": render_ops}
+HOW["wgmma_loop"] = ("`python benchmarks/wgmma_loop.py build DIR` here, `python3 benchmarks/wgmma_loop.py run DIR` on the "
+                     "GPU host: the pure instruction loops on every SM (two warpgroups a block, 4 x m64n256 a batch, "
+                     "no waits inside the loop; the mma.sync loop of benchmarks/fragment_loop.py), in a first burst from "
+                     "the chip as the run found it (the boost clock) and then launched back to back for 3 s (the clock "
+                     "the chip holds); TFLOP/s the median launch's, the SM clock and power nvidia-smi's medians.")
+
+
+def render_wgmma_loop(data: dict) -> list[str]:
+    lines = [f"## The ceiling: pure wgmma and mma.sync loops ({data['date']})", "", HOW["wgmma_loop"], "",
+             "| loop | TFLOP/s | SM MHz | W |", "|---|---|---|---|"]
+    for name, row in data.items():
+        if isinstance(row, dict):
+            lines.append(f"| {name} | {row['TFLOP/s']} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
+    return lines
+
+
+RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop}
 
 
 def render(folder: Path) -> str:
