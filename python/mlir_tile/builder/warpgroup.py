@@ -15,10 +15,9 @@ from mlir_tile.builder.common import BuilderError, is_int, memref_value
 from mlir_tile.tma import ALIGNMENT
 from mlir_tile.wgmma import Descriptor, WgmmaMismatch, descriptor_for
 
-_TYPES = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2"}
 # the descriptor's major as NVVM's layout attribute: A row-major (M x K, K contiguous) is K-major; B col-major
 # (K x N, K contiguous) is K-major
-_LAYOUT = {("a", "K"): "row", ("a", "MN"): "col", ("b", "K"): "col", ("b", "MN"): "row"}
+NVVM_LAYOUT = {("a", "K"): "row", ("a", "MN"): "col", ("b", "K"): "col", ("b", "MN"): "row"}
 
 
 class Accumulators:
@@ -99,7 +98,8 @@ class Warpgroups:
         no descriptor reads the layout, or where a tile's start is not proven on its swizzle's repeat."""
         self._warpgroup_kernel("wgmma", atom)
         if not isinstance(accumulators, Accumulators) or accumulators.atom != atom:
-            raise BuilderError(f"[wgmma-accumulators] wgmma: accumulators are Kernel.accumulators(atom) of this atom ({atom.name}), "
+            raise BuilderError(f"[wgmma-accumulators] wgmma: accumulators are Kernel.accumulators(atom) of this atom "
+                               f"({atom.name}), "
                                f"got {accumulators!r}")
         if not isinstance(accumulate, bool):
             raise BuilderError(f"wgmma: accumulate is True or False, got {accumulate!r}")
@@ -118,8 +118,8 @@ class Warpgroups:
                 raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: a register A of {atom.element} over {steps} K "
                                    f"steps (b's K), got one of {a.atom.element} over {a.steps}")
             a_operands = [[self.load(a.registers, [slot]) for slot in a.step_slots(s)] for s in range(steps)]
-            self._issue(atom, accumulators, list(zip(a_operands, b_descriptors)), (None, _LAYOUT["b", b_fields.major]),
-                        accumulate)
+            self._issue(atom, accumulators, list(zip(a_operands, b_descriptors)),
+                        (None, NVVM_LAYOUT["b", b_fields.major]), accumulate)
             self.wgmma_groups.issue(accumulators.registers, a.registers, tiles=[b.memory])
             return
         rows = _operand_tile("a", a, atom)
@@ -132,7 +132,7 @@ class Warpgroups:
         a_base = self._descriptor_base(a.memory, a_fields, a_row_block, a_block_bytes)
         self._issue(atom, accumulators, [(arith.addi(a_base, self._i64(a_starts[s] >> 4)), b_descriptors[s])
                                          for s in range(steps)],
-                    (_LAYOUT["a", a_fields.major], _LAYOUT["b", b_fields.major]), accumulate)
+                    (NVVM_LAYOUT["a", a_fields.major], NVVM_LAYOUT["b", b_fields.major]), accumulate)
         self.wgmma_groups.issue(accumulators.registers, tiles=[a.memory, b.memory])
 
     def warpgroup_id(self) -> ir.Value:
@@ -156,7 +156,8 @@ class Warpgroups:
         `barrier`'s, the whole block's) go on together: a barrier among some warpgroups (the consumers of a
         warp-specialized kernel), which the others never reach. `threads` a multiple of 32 up to the block."""
         block = self.block[0] * self.block[1] * self.block[2]
-        if not is_int(index) or not 1 <= index <= 15 or not is_int(threads) or threads % 32 or not 32 <= threads <= block:
+        if (not is_int(index) or not 1 <= index <= 15 or not is_int(threads) or threads % 32
+                or not 32 <= threads <= block):
             raise BuilderError(f"[named-barrier] named_barrier: index 1 to 15 and threads a multiple of 32 up to the "
                                f"block's {block}, got {index!r}, {threads!r}")
         nvvm.barrier(None, barrier_id=self.constant(index), number_of_threads=self.constant(threads))
@@ -205,7 +206,8 @@ class Warpgroups:
                                f"targets {self.chip}; build it with Kernel(..., chip=\"sm_90a\")")
         threads = self.block[0] * self.block[1] * self.block[2]
         if self.block[1] * self.block[2] != 1 or threads % WARPGROUP_THREADS:
-            raise BuilderError(f"[wgmma-warpgroup] {what}: a warpgroup is {WARPGROUP_THREADS} consecutive threads: the block is (x, 1, "
+            raise BuilderError(f"[wgmma-warpgroup] {what}: a warpgroup is {WARPGROUP_THREADS} consecutive threads: "
+                               f"the block is (x, 1, "
                                f"1) with x a multiple of {WARPGROUP_THREADS}, got {self.block}")
 
     def _i64(self, value: int) -> ir.Value:
@@ -235,7 +237,7 @@ class Warpgroups:
         value = llvm.mlir_undef(struct)
         for slot in range(count):
             value = llvm.insertvalue(value, self.load(accumulators.registers, [slot]), [slot])
-        kind = getattr(nvvm.WGMMATypes, _TYPES[atom.element])
+        kind = getattr(nvvm.WGMMATypes, atom.element)
         shape = ir.Attribute.parse("#nvvm.shape<m = {}, n = {}, k = {}>".format(*atom.shape))
         nvvm.wgmma_fence_aligned()
         for step, (a_operand, b_descriptor) in enumerate(descriptors):
@@ -269,7 +271,8 @@ def _register_a(atom: WgmmaAtom, struct, accumulators, a_words, b_descriptor, ac
 
 def _k_major(name: str, fields: Descriptor, atom: WgmmaAtom) -> None:
     if fields.major == "MN" and not atom.transposable:
-        raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma transposes "
+        raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma "
+                           f"transposes "
                            f"only 16-bit operands); lay the tile out with K contiguous")
 
 
@@ -278,13 +281,15 @@ def _operand_tile(name: str, tile, atom: WgmmaAtom) -> tuple[int, int]:
 
     if (not isinstance(tile, Tensor) or tile.layout is None or tile.rank != 2
             or not (is_int(tile.base) and tile.base == 0)):
-        raise BuilderError(f"[wgmma-operand] wgmma: {name} is a rank-2 shared Tensor through its tile's layout, from its memory's "
+        raise BuilderError(f"[wgmma-operand] wgmma: {name} is a rank-2 shared Tensor through its tile's layout, from "
+                           f"its memory's "
                            f"start, got {tile!r}")
     kind = ir.MemRefType(memref_value(tile.memory, f"wgmma {name}", "shared").type)
     if kind.get_strides_and_offset() != ([1], 0):
         raise BuilderError(f"[wgmma-operand] wgmma: {name}'s memory is a 1-D view from its start (k.view), got {kind}")
     if getattr(kind.element_type, "width", 0) != atom.element_bits:
-        raise BuilderError(f"[wgmma-operand] wgmma {atom.name}.{atom.element}: {name}'s memory holds {atom.element_bits}-bit "
+        raise BuilderError(f"[wgmma-operand] wgmma {atom.name}.{atom.element}: {name}'s memory holds "
+                           f"{atom.element_bits}-bit "
                            f"elements, got {kind.element_type}")
     return tile.layout.sizes
 
@@ -293,14 +298,16 @@ def _row_blocks(row_block, blocks: int) -> list[int]:
     """Every row block the warpgroup may read: the int given, or all a value's proven bound allows."""
     if is_int(row_block):
         if not 0 <= row_block < blocks:
-            raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block is 0 to {blocks - 1} (a has {blocks} blocks of 64 rows), got "
+            raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block is 0 to {blocks - 1} (a has {blocks} blocks of "
+                               f"64 rows), got "
                                f"{row_block}")
         return [row_block]
     if not isinstance(row_block, ir.Value) or not isinstance(row_block.type, ir.IndexType):
         raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block is an int or an index value, got {row_block!r}")
     bound = upper_bound(row_block)
     if bound is None or bound >= blocks:
-        raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block must be proven below {blocks} (a has {blocks} blocks of 64 rows), "
+        raise BuilderError(f"[wgmma-row-block] wgmma: a_row_block must be proven below {blocks} (a has {blocks} "
+                           f"blocks of 64 rows), "
                            f"but {'no bound' if bound is None else f'only {bound}'} is proven (e.g. the thread "
                            f"id / 128 of a block of {blocks} warpgroups)")
     return list(range(blocks))
@@ -324,9 +331,11 @@ def _descriptors(name: str, tile, atom: WgmmaAtom, rows: int, steps: int, blocks
             elif block == blocks[1]:
                 block_bytes = start - starts[step]
             if start != starts[step] + (block - blocks[0]) * block_bytes:
-                raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s row blocks of 64 are not equally far apart in {tile.layout}")
+                raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s row blocks of 64 are not equally far apart in "
+                                   f"{tile.layout}")
     if len(fields) > 1:
-        raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s K steps or row blocks read through different descriptors "
+        raise BuilderError(f"[wgmma-descriptor] wgmma: {name}'s K steps or row blocks read through different "
+                           f"descriptors "
                            f"({', '.join(map(str, fields))}); one descriptor's fields serve a whole tile")
     fields = fields.pop()
     needed = ALIGNMENT[fields.swizzle_bytes] if fields.swizzle_bytes else 16

@@ -427,7 +427,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     import numpy as np
 
     from mlir_tile import reference
-    from mlir_tile.halves import decode
+    from mlir_tile.halves import decode, encode
     from mlir_tile.kernels.gemm import check, inputs
     from mlir_tile.tiled import tiled_store_c
     from mlir_tile.tma import column_boxes
@@ -464,7 +464,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                 for half in range(2):
                     pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
                             for i in range(2)]
-                    bits = _encoded(np.array(pair), element)
+                    bits = encode(np.array(pair), element)
                     packed[thread, 4 * (block // 2) + 2 * (block % 2) + half] = int(bits[0]) | int(bits[1]) << 16
         start = 64 * SWIZZLE_COLUMNS // 2 * group
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
@@ -486,9 +486,3 @@ def _as_kn(b):
     from mlir_tile.layout import Layout
 
     return Layout((b.shape[1], b.shape[0]), (b.stride[1], b.stride[0]), b.swizzle)
-
-
-def _encoded(values, element: str):
-    from mlir_tile.halves import encode
-
-    return encode(values, element)

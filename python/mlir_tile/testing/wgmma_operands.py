@@ -37,7 +37,6 @@ A_REGION = 16 * 1024  # descriptors: A reads below this, B at or above it
 DESCRIPTOR_KERNELS = [("f16", "K", "K", 64), ("f16", "K", "MN", 128), ("f16", "MN", "K", 32), ("f16", "MN", "MN", 256),
                       ("f16", "K", "K", 8), ("bf16", "K", "K", 96), ("bf16", "MN", "MN", 64), ("e4m3", "K", "K", 128),
                       ("e5m2", "K", "K", 64)]
-_LAYOUT = {("a", "K"): "row", ("a", "MN"): "col", ("b", "K"): "col", ("b", "MN"): "row"}
 _BITS = {16: np.uint16, 8: np.uint8}
 
 
@@ -52,6 +51,7 @@ def build_descriptor_kernel(element: str, a_major: str, b_major: str, n: int):
     from mlir.dialects import arith, memref
 
     from mlir_tile.builder import Global, Kernel
+    from mlir_tile.builder.warpgroup import NVVM_LAYOUT
 
     atom = wgmma(n, element)
     with Kernel("wgmma_desc", [Global("i32"), Global("f32"), "i64", "i64"], block=(128, 1, 1), chip="sm_90a") as k:
@@ -62,7 +62,7 @@ def build_descriptor_kernel(element: str, a_major: str, b_major: str, n: int):
         base = arith.shrui(arith.index_cast(i64, memref.extract_aligned_pointer_as_index(window)), k._i64(4))
         accumulators = k.accumulators(atom)
         k._issue(atom, accumulators, [(arith.addi(a_descriptor, base), arith.addi(b_descriptor, base))],
-                 (_LAYOUT["a", a_major], _LAYOUT["b", b_major]), accumulate=False)
+                 (NVVM_LAYOUT["a", a_major], NVVM_LAYOUT["b", b_major]), accumulate=False)
         k.wgmma_wait(0, [accumulators])
         results = k.tensor(out, (128, n // 2))
         for slot in range(n // 2):
