@@ -42,7 +42,8 @@ def _capped(groups: list[frozenset]) -> list[frozenset]:
 
 class WgmmaGroups:
     def __init__(self) -> None:
-        self.in_flight: list[frozenset] = []  # each committed group's accumulator storages (ids)
+        # each committed group's resources: register storages (ids) and shared tiles' bytes (buffer, first, end)
+        self.in_flight: list[frozenset] = []
         self.names: dict[int, str] = {}  # accumulator storage id -> how diagnostics name it
         self.tiles_read = False  # whether any group has read a shared tile of known bytes
         self.frames: list[tuple[str, list, list]] = []  # open loop/branch bodies: (kind, events, state at entry)

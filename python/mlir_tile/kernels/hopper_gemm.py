@@ -150,11 +150,14 @@ def _same_bytes(halves, words) -> None:
 
 
 def boxes(config: HopperConfig):
-    """The TMA boxes of A, B and C whose tensor maps the kernel takes."""
-    from mlir_tile.tma import Box
+    """The TMA boxes of A, B and C whose tensor maps the kernel takes: those its tiles' layouts prove (a tile
+    of several boxes side by side: the first's, all alike)."""
+    from mlir_tile.tma import box_for, column_boxes
 
-    b = Box(config.bn, config.bk, 16, 128) if config.b_major == "nk" else Box(config.bk, SWIZZLE_COLUMNS, 16, 128)
-    return {"a": Box(config.bm, config.bk, 16, 128), "b": b, "c": Box(config.bm, SWIZZLE_COLUMNS, 16, 128)}
+    layouts = tiles(config)
+    b = box_for(layouts["b"], 16) if config.b_major == "nk" else column_boxes(_as_kn(layouts["b"]), 16,
+                                                                               SWIZZLE_COLUMNS)[0][1]
+    return {"a": box_for(layouts["a"], 16), "b": b, "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
 
 
 def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), context=None,
@@ -273,7 +276,7 @@ class _HopperGemm:
         row0, col0 = origin
         pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
         if config.b_major == "nk":
-            pipeline.load(in_ring, k.tensor(b_view, boxes(config)["b"].layout), self.b_map, (col0, column))
+            pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (col0, column))
             return
         for first, box in self._b_boxes():
             view = k.view(self.shared, (box.rows * box.columns,), self.element,
