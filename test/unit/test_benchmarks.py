@@ -142,3 +142,31 @@ def test_results_md_is_the_rendering_of_the_kept_json():
     folder = Path(__file__).resolve().parents[2] / "benchmarks"
     assert (folder / "RESULTS.md").read_text() == results.render(folder / "results")
     assert "| case | ours, TFLOP/s |" in (folder / "RESULTS.md").read_text()
+
+
+def test_the_wgmma_loop_is_four_m64n256_batches_a_turn_with_no_wait_inside(tmp_path, filecheck):
+    """benchmarks/wgmma_loop.py's kernels: two warpgroups, each turn of the loop one fenced batch of 4 wgmma
+    m64n256 (f16 k16, e4m3 k32) on resident 128-byte-swizzled tiles and no wait until after the loop; ptxas
+    sm_90a takes them without an injected wait (C7517) or serialization."""
+    import shutil
+    import subprocess
+
+    import wgmma_loop
+
+    wgmma_loop.build(tmp_path)
+    for element, k in (("f16", 16), ("e4m3", 32)):
+        ptx = (tmp_path / f"wgmma_{element}.ptx").read_text()
+        filecheck(ptx, f"""
+        CHECK: .maxntid 256, 1, 1
+        CHECK: wgmma.fence.sync.aligned;
+        CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k{k}.f32.{element}.{element}
+        CHECK-NEXT: }}
+        CHECK: wgmma.commit_group.sync.aligned;
+        CHECK-NOT: wgmma.wait_group
+        CHECK: bra
+        CHECK: wgmma.wait_group.sync.aligned 0;
+        """)
+        if shutil.which("ptxas"):
+            assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / f"wgmma_{element}.ptx"), "-o",
+                                        str(tmp_path / f"{element}.cubin")], capture_output=True, text=True)
+            assert assembled.returncode == 0 and "C75" not in assembled.stderr, assembled.stderr
