@@ -109,7 +109,10 @@ def _module_problems(module: ir.Operation) -> list[Violation]:
 def _instruction_problems(op: ir.Operation, module_targets: dict) -> list[Violation]:
     shape = _SHAPE.search(str(op.attributes["shape"])) if "shape" in op.attributes else None
     shape_text = "m{}n{}{}".format(shape[1], shape[2], f"k{shape[3]}" if shape[3] else "") if shape else None
-    requirement = targets.nvvm_requirement(op.name, shape_text, _mma_type(op) if op.name == "nvvm.mma.sync" else None)
+    name = op.name
+    if name.startswith("nvvm.mbarrier") and len(op.operands) and str(op.operands[0].type) == "!llvm.ptr<7>":
+        name += ".shared::cluster"  # on a cluster peer's barrier: another, newer form
+    requirement = targets.nvvm_requirement(name, shape_text, _mma_type(op) if name == "nvvm.mma.sync" else None)
     module = enclosing(op, ("gpu.module",))
     if requirement is None or module is None:
         return []

@@ -208,6 +208,21 @@ def torch_stream(tensor) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
+def _launch_config(grid, block, shared_bytes: int, cluster=None):
+    """cuda.core's LaunchConfig of `grid` blocks; with `cluster` (CTAs a cluster, dividing the grid along each
+    dimension), cuda.core counts the grid in clusters: the blocks are divided by it."""
+    from cuda.core import LaunchConfig
+
+    if cluster is None:
+        return LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
+    grid3, cluster3 = (tuple(v) + (1,) * (3 - len(v)) if isinstance(v, (tuple, list)) else (v, 1, 1)
+                       for v in (grid, cluster))
+    if any(g % c for g, c in zip(grid3, cluster3)):
+        raise ValueError(f"launch: a grid of {grid3} blocks is no whole number of clusters of {cluster3}")
+    return LaunchConfig(grid=tuple(g // c for g, c in zip(grid3, cluster3)), cluster=cluster3, block=block,
+                        shmem_size=shared_bytes)
+
+
 def _by_value(argument, wait_on):
     """A launch argument: a device array's pointer, a Python int as a 64-bit value, else the argument as is.
 
@@ -261,8 +276,11 @@ class LoadedModule:
         block=32,
         shared_bytes: int = 0,
         stream=None,
+        cluster=None,
     ) -> list:
-        """Launch `kernel_name` with `grid` x `block` threads and `shared_bytes` of dynamic shared memory.
+        """Launch `kernel_name` with `grid` x `block` threads and `shared_bytes` of dynamic shared memory;
+        `cluster`: CTAs a thread block cluster (an int or (x, y, z), dividing `grid`), as a kernel built with
+        `Kernel(..., cluster=...)` requires.
 
         Arguments, in the kernel's parameter order:
         - device arrays (DLPack or CUDA Array Interface producers: torch, CuPy, JAX): their pointer, no copy;
@@ -279,7 +297,7 @@ class LoadedModule:
         kernel = self._kernels.get(kernel_name) or self.kernel(kernel_name)
         on = runtime.stream if stream is None else runtime.stream_of(stream)
         wait_on = on if stream is None else None
-        config = self._config(kernel_name, kernel, grid, block, shared_bytes)
+        config = self._config(kernel_name, kernel, grid, block, shared_bytes, cluster)
         launch_arguments = []
         for argument in arguments:
             if isinstance(argument, np.ndarray):
@@ -310,23 +328,21 @@ class LoadedModule:
             for buffer, _ in buffers:
                 buffer.close()
 
-    def _config(self, kernel_name: str, kernel, grid, block, shared_bytes: int):
+    def _config(self, kernel_name: str, kernel, grid, block, shared_bytes: int, cluster=None):
         """The LaunchConfig for this shape, made (and the kernel's dynamic shared memory allowed) once."""
         try:
-            key = (kernel_name, grid, block, shared_bytes)
+            key = (kernel_name, grid, block, shared_bytes, cluster)
             config = self._configs.get(key)
         except TypeError:  # a list
-            key = (kernel_name, str(grid), str(block), shared_bytes)
+            key = (kernel_name, str(grid), str(block), shared_bytes, str(cluster))
             config = self._configs.get(key)
         if config is None:
-            from cuda.core import LaunchConfig
-
             self.runtime.allow_dynamic_shared(kernel, shared_bytes)
-            config = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
+            config = self._configs[key] = _launch_config(grid, block, shared_bytes, cluster)
         return config
 
     def time(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,
-             warmup: int = 3, repeats: int = 20) -> Timing:
+             warmup: int = 3, repeats: int = 20, cluster=None) -> Timing:
         """Median-ready launch times in ms, measured with CUDA events around each launch after warm-up.
         Arguments as for `launch`; numpy arrays are copied to the device once and reused."""
         from cuda.core import EventOptions, LaunchConfig, launch
@@ -336,7 +352,7 @@ class LoadedModule:
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
         launch_arguments = [b if b is not None else _by_value(a, runtime.stream) for a, b in zip(arguments, buffers)]
         runtime.allow_dynamic_shared(kernel, shared_bytes)
-        config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
+        config = _launch_config(grid, block, shared_bytes, cluster)
         timing = EventOptions(timing_enabled=True)
         try:
             for _ in range(warmup):

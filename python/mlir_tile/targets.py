@@ -42,6 +42,23 @@ CHIP_MINIMUM_PTX = {
 # The highest PTX ISA version LLVM 22 knows (`+ptx` features it lists); above it llc warns and ignores it.
 MAXIMUM_PTX = 90
 
+# Thread block clusters (sm_90 and newer): at most this many CTAs in a cluster without the non-portable opt-in
+PORTABLE_CLUSTER_CTAS = 8
+
+
+def cluster_problem(cluster, chip: str) -> str | None:
+    """Why `cluster` (CTAs along x, y, z) cannot be a kernel's cluster on `chip`, or None."""
+    if (not isinstance(cluster, (tuple, list)) or len(cluster) != 3
+            or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cluster)):
+        return f"a cluster is (x, y, z) positive CTA counts, got {cluster!r}"
+    size = cluster[0] * cluster[1] * cluster[2]
+    if size > PORTABLE_CLUSTER_CTAS:
+        return f"a cluster of {size} CTAs is more than the portable {PORTABLE_CLUSTER_CTAS}"
+    if architecture(chip) < 90:
+        return f"thread block clusters need sm_90 or newer, the kernel targets {chip}"
+    return None
+
+
 # wgmma (and setmaxnreg) exist on sm_90a alone: not on sm_90, nor on sm_100a and later (tcgen05 replaces them)
 WARPGROUP_CHIPS = frozenset({"sm_90a"})
 
@@ -82,6 +99,14 @@ _MBARRIER_SM90 = ("nvvm.mbarrier.arrive.expect_tx", "nvvm.mbarrier.expect_tx", "
                   "nvvm.mbarrier.arrive.drop.expect_tx", "nvvm.fence.mbarrier.init")
 
 
+# Thread block cluster instructions (PTX 7.8, sm_90): the cluster barrier, mapa, the cluster's special registers
+_CLUSTER_OPS = ("nvvm.cluster.arrive", "nvvm.cluster.arrive.relaxed", "nvvm.cluster.wait", "nvvm.mapa",
+                "nvvm.read.ptx.sreg.cluster.ctarank", "nvvm.read.ptx.sreg.cluster.nctarank",
+                "nvvm.read.ptx.sreg.clusterid.x", "nvvm.read.ptx.sreg.clusterid.y", "nvvm.read.ptx.sreg.clusterid.z",
+                "nvvm.read.ptx.sreg.cluster.ctaid.x", "nvvm.read.ptx.sreg.cluster.ctaid.y",
+                "nvvm.read.ptx.sreg.cluster.ctaid.z")
+
+
 def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None = None) -> Requirement | None:
     """What the NVVM op `op_name` (with its shape `m8n8`/`m16n8k16` and element or multiplicand type) needs;
     None for ops it does not constrain here. An mma form missing from the table gets its shape's strictest."""
@@ -94,6 +119,12 @@ def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None
         forms = [need for (form, _), need in _MMA.items() if form == shape]
         architecture, ptx = _MMA.get((shape, element)) or max(forms, default=(90, 78))
         return Requirement(f"mma.sync.{shape}{'.' + element if element else ''}", architecture, ptx)
+    if op_name.endswith(".shared::cluster"):  # an mbarrier op on a cluster peer's barrier (scope cluster)
+        return Requirement(op_name.removeprefix("nvvm."), 90, 80)
+    if op_name in _CLUSTER_OPS:
+        return Requirement(op_name.removeprefix("nvvm."), 90, 78)
+    if op_name == "nvvm.setmaxregister":
+        return Requirement("setmaxnreg", 90, 80, specific=True)
     if op_name.startswith("nvvm.wgmma"):
         return Requirement(op_name.removeprefix("nvvm."), 90, 80, specific=True)
     if op_name == "nvvm.fence.proxy":

@@ -79,3 +79,34 @@ gpu.module @mma_forms [#nvvm.target<chip = "sm_75", features = "+ptx65">] {
 // expected-error-re@+1 {{[target] this gpu.module targets #rocdl.target<chip = "gfx90a">: mlir-tile compiles for NVIDIA GPUs (#nvvm.target) only}}
 gpu.module @amd [#rocdl.target<chip = "gfx90a">] {
 }
+
+// -----
+
+// An arrival on a cluster peer's mbarrier (scope cluster, shared::cluster) needs PTX 8.0.
+gpu.module @remote_arrive_ptx [#nvvm.target<chip = "sm_90">] {
+  gpu.func @k(%p: !llvm.ptr<7>) kernel {
+    // expected-error-re@+1 {{[target] nvvm.mbarrier.arrive: mbarrier.arrive.shared::cluster needs PTX 8.0, but the gpu.module's #nvvm.target names no PTX version, so LLVM uses sm_90's lowest, 7.8; add features = "+ptx80"}}
+    nvvm.mbarrier.arrive %p {scope = #nvvm.mem_scope<cluster>} : !llvm.ptr<7>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @setmaxnreg_on_sm_90 [#nvvm.target<chip = "sm_90", features = "+ptx80">] {
+  gpu.func @k() kernel {
+    // expected-error-re@+1 {{[target] nvvm.setmaxregister: setmaxnreg needs an architecture-specific chip, sm_90a/f or newer}}
+    nvvm.setmaxregister increase 232
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @cluster_barrier_on_sm_80 [#nvvm.target<chip = "sm_80">] {
+  gpu.func @k() kernel {
+    // expected-error-re@+1 {{[target] nvvm.cluster.arrive: cluster.arrive needs sm_90 or newer, but the gpu.module targets sm_80}}
+    nvvm.cluster.arrive
+    gpu.return
+  }
+}

@@ -379,6 +379,20 @@ CALLS = [
     ("tma_load and expect_bytes", _tma_load),
     ("wgmma", _wgmma),
     ("wgmma again", _wgmma),
+    ("accumulators_as_a", lambda p, d: p.k.accumulators_as_a(
+        p.pick(lambda: p.rng.choice(p.wgmma_accumulators) if p.wgmma_accumulators else None),
+        p.pick(lambda: wgmma(p.rng.choice([64, 32]), p.rng.choice(["f16", "e4m3"]))))),
+    ("tma_store and its wait", lambda p, d: (p.k.tma_store(p.k.tensor(p.pick(p.tile), p.small(
+        "Sw<3,3,3> o (64,64):(64,1)", *LAYOUTS)), p.pick(lambda: p.k.arguments[3]), p.pick(lambda: (p.index(), 0))),
+        p.k.tma_store_wait(p.small(0, 1, 9)))),
+    ("async_proxy_fence", lambda p, d: p.k.async_proxy_fence()),
+    ("warpgroup_id", lambda p, d: p.k.warpgroup_id()),
+    ("set_max_registers", lambda p, d: p.k.set_max_registers(p.small(40, 232, 100, 0), p.small("increase", "decrease",
+                                                                                             "up"))),
+    ("named_barrier", lambda p, d: p.k.named_barrier(p.small(1, 0, 16), p.small(128, 256, 33))),
+    ("cluster_rank", lambda p, d: p.k.cluster_rank()),
+    ("cluster_barrier", lambda p, d: p.k.cluster_barrier()),
+    ("arrive_remote", lambda p, d: p.k.arrive_remote(p.barriers(), p.small(0, 1), p.small(0, 1, 5, p.of_type("index")))),
     ("wgmma's wait and accumulators", _wgmma_after),
     ("global_thread_id", lambda p, d: p.k.global_thread_id()),
     ("leads_lanes", lambda p, d: p.k.leads_lanes(p.small(4, 32, 3))),
@@ -395,8 +409,10 @@ def run_program(seed: int, steps: int = 24) -> dict:
     try:
         with Kernel("other", [Global("f32"), "index"], context=context) as other:
             foreign = [other.thread_id(), other.shared("o", 64), other.registers(4, "f32"), *other.arguments]
+        chip = rng.choice(CHIPS)
+        cluster = rng.choice([None, None, (2, 1, 1)]) if chip.startswith("sm_90") else None
         with Kernel("k", [Global("f16"), "index", Global("f32"), TensorMap()], block=(rng.choice([128, 32, 256, 256]), 1, 1),
-                    chip=rng.choice(CHIPS), fast_math=rng.random() < 0.3, context=context) as kernel:
+                    chip=chip, fast_math=rng.random() < 0.3, context=context, cluster=cluster) as kernel:
             program = Program(rng, kernel, other, foreign)
             for _ in range(steps):
                 program.step(0)

@@ -16,11 +16,12 @@ ATOM = wgmma(64, "f16")
 A, B = Box(128, 64, 16, 128).layout, Box(64, 64, 16, 128).layout
 
 
-def case(name, body, chip="sm_90a", threads=256):
+def case(name, body, chip="sm_90a", threads=256, cluster=None):
     """Build `body(k, a, b, accumulators, tensor_map)`; print the first wgmma or TMA op, or the error."""
     print(f"\nCASE: {name}")
     try:
-        with Kernel("k", [TensorMap(), Global("f16")], block=(threads, 1, 1), chip=chip, context=ir.Context()) as k:
+        with Kernel("k", [TensorMap(), Global("f16")], block=(threads, 1, 1), chip=chip, context=ir.Context(),
+                    cluster=cluster) as k:
             shared = k.dynamic_shared(alignment=1024)
             a = k.tensor(k.view(shared, (A.cosize,), "f16"), A)
             b = k.tensor(k.view(shared, (B.cosize,), "f16", byte_offset=16384), B)
@@ -129,3 +130,14 @@ def refill_under_the_batch(k, a, b, acc, m):
 
 
 case("writing B's tile while a batch reads it", refill_under_the_batch)
+# CHECK-LABEL: CASE: a TMA load multicast to both CTAs of a cluster
+# CHECK: built: nvvm.cp.async.bulk.tensor.shared.cluster.global
+case("a TMA load multicast to both CTAs of a cluster", lambda k, a, b, acc, m: k.tma_load(
+    a, m, (0, 64), k.mbarriers("loaded", 1, 1), multicast=0b11), cluster=(2, 1, 1))
+# CHECK-LABEL: CASE: a multicast past the cluster
+# CHECK: error: [cluster] tma_load: multicast is a mask of the cluster's 2 CTA ranks (1 to 3), got 4
+case("a multicast past the cluster", lambda k, a, b, acc, m: k.tma_load(
+    a, m, (0, 64), k.mbarriers("loaded", 1, 1), multicast=0b100), cluster=(2, 1, 1))
+# CHECK-LABEL: CASE: a cluster of 16 CTAs
+# CHECK: error: [cluster] Kernel: a cluster of 16 CTAs is more than the portable 8
+case("a cluster of 16 CTAs", product, cluster=(16, 1, 1))

@@ -333,3 +333,11 @@ def test_wgmma_operand_reads_are_the_reference_models_bit_for_bit(runtime):
 
     ran, failures = wgmma_operands.run(gpu_input("wgmma"), seed=int(os.environ.get("MLIR_TILE_WGMMA_SEED", "0")))
     assert failures == [] and ran == len(wgmma_operands.DESCRIPTOR_KERNELS) * 120 + 150 + 30
+
+
+def test_a_multicast_tma_load_lands_in_every_cta_of_its_cluster(runtime):
+    """Clusters of 2 CTAs (the runtime's cluster launch): rank 0's one TMA load multicast into both CTAs'
+    tiles, each completing on its own mbarrier; every CTA's tile is the reference model's box write."""
+    from mlir_tile.testing import tma_boxes
+
+    assert tma_boxes.run_multicast(gpu_input("tma"), seed=int(os.environ.get("MLIR_TILE_TMA_SEED", "0"))) == []

@@ -43,6 +43,7 @@ _UNIFORM_WHEN_OPERANDS_ARE = {
     "memref.extract_strided_metadata", "memref.extract_aligned_pointer_as_index", "memref.dim", "memref.rank",
     "memref.load", "gpu.dynamic_shared_memory",
     "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.cluster_id", "gpu.cluster_dim", "gpu.cluster_block_id",
+    "nvvm.read.ptx.sreg.cluster.ctarank", "nvvm.read.ptx.sreg.cluster.nctarank",
     "gpu.num_subgroups", "gpu.subgroup_size",
     "llvm.mlir.constant", "llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero", "ub.poison",
     "builtin.unrealized_conversion_cast",

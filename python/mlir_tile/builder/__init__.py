@@ -11,8 +11,9 @@ Parts: `kernel` (the kernel, arguments, ids, values, loops and conditionals), `m
 layout offsets and planned addresses, proven-aligned vector access), `copies` (cp.async, its groups, tiles;
 TMA loads and stores), `compute` (the checked transfer, mma.sync, fast math, shuffles, mbarriers), `tensor`
 (CuTe's tensors and partitions), `schedule` (tile orders, stage rings, the TMA pipeline), `warpgroup` (wgmma
-from shared tensors or registers, accumulators, setmaxnreg, named barriers) and `asynchrony` (which wgmma
-groups are in flight, and what they own). `transfer` checks the contract while building, through the adapter
+from shared tensors or registers, accumulators, setmaxnreg, named barriers), `cluster` (thread block clusters:
+rank, barrier, arrivals on a peer, TMA multicast) and `asynchrony` (which wgmma groups are in flight, and what
+they own). `transfer` checks the contract while building, through the adapter
 the verifier pass uses, so a Python user sees an illegal transfer where it is written.
 
 Errors: an illegal transfer raises `contract.ContractError`; any other misuse (a type text that does not

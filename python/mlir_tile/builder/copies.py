@@ -151,7 +151,7 @@ class Copies:
                             chunks.chunk)
 
     def tma_load(self, dst, tensor_map: ir.Value, coordinate: Sequence, barriers: ir.Value,
-                 index: ir.Value | int = 0) -> "Box":
+                 index: ir.Value | int = 0, multicast: int | None = None) -> "Box":
         """A TMA load (`cp.async.bulk.tensor.2d`, sm_90) of the box at `coordinate` (row, column of the tensor
         map's matrix) into the shared tensor `dst` (`Kernel.tensor` of a shared view at its start, through the
         tile's layout), completing on mbarrier `index` of `barriers` (`mbarriers`) once its bytes have landed:
@@ -159,15 +159,25 @@ class Copies:
         the box). Returns the `tma.Box` (extents and swizzle mode) that the tile's layout asks for, for which
         the host encodes the tensor map (`Runtime.tensor_map`). BuilderError where no box writes the layout
         (naming the element that differs), where the tile's start is not proven aligned to the swizzle's
-        repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200)."""
+        repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200).
+        `multicast`: a mask of the cluster's CTA ranks (`Kernel(..., cluster=...)`) the box lands in, each at the
+        tile's offset, each completing its own mbarrier `index` (each expects the box's bytes)."""
         box, start, row, column = self._tma_box("tma_load", dst, tensor_map, coordinate)
         self._touch(dst.memory, "a TMA load", writes=True)
         i32 = ir.IntegerType.get_signless(32)
         # the destination in the cluster's shared window (address space 7), which this CTA's own is part of
         destination = llvm.addrspacecast(llvm.PointerType.get(7), llvm.inttoptr(llvm.PointerType.get(3), start))
+        mask = None
+        if multicast is not None:
+            self._clustered("tma_load")
+            size = self.cluster[0] * self.cluster[1] * self.cluster[2]
+            if not is_int(multicast) or not 0 < multicast < 1 << size:
+                raise BuilderError(f"[cluster] tma_load: multicast is a mask of the cluster's {size} CTA ranks (1 to "
+                                   f"{(1 << size) - 1}), got {multicast!r}")
+            mask = arith.constant(ir.IntegerType.get_signless(16), multicast)
         nvvm.cp_async_bulk_tensor_shared_cluster_global(
             destination, tensor_map, [arith.index_cast(i32, column), arith.index_cast(i32, row)],
-            self._mbarrier(barriers, index), [])
+            self._mbarrier(barriers, index), [], multicast_mask=mask)
         return box
 
     def _tma_box(self, what: str, tile, tensor_map: ir.Value, coordinate: Sequence):

@@ -22,6 +22,7 @@ from mlir_tile.builder.memory import Memory
 from mlir_tile.builder.tensor import Tensors
 from mlir_tile.builder import asynchrony
 from mlir_tile.builder.asynchrony import WgmmaGroups
+from mlir_tile.builder.cluster import Clusters
 from mlir_tile.builder.warpgroup import Warpgroups
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
@@ -111,7 +112,7 @@ def _building(method):
     return call
 
 
-class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
+class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
     Arguments are types, their text, or `Global(element, alignment)` arrays; static memrefs and Globals are
@@ -134,6 +135,7 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
         chip: str = targets.DEFAULT_CHIP,
         module_name: str = "kernels",
         context: ir.Context | None = None,
+        cluster: tuple[int, int, int] | None = None,
     ):
         self.name = identifier(name, "kernel name")
         self.module_name = identifier(module_name, "gpu.module name")
@@ -146,6 +148,10 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
         problem = targets.chip_problem(chip)
         if problem:
             raise BuilderError(f"chip {problem}")
+        problem = cluster is not None and targets.cluster_problem(cluster, chip)
+        if problem:
+            raise BuilderError(f"[cluster] Kernel: {problem}")
+        self.cluster = None if cluster is None else tuple(cluster)  # CTAs a cluster (x, y, z): launched so
         if not isinstance(fast_math, bool):
             raise BuilderError(f"fast_math is True or False, got {fast_math!r}")
         self.chip, self.fast_math = chip, fast_math
@@ -201,6 +207,8 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
         if any(alignments):
             self.func.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(
                 {"llvm.align": ir.IntegerAttr.get(i64, a)} if a else {}) for a in alignments])
+        if self.cluster:  # PTX .reqnctapercluster: the launch must give this cluster shape
+            self.func.attributes["nvvm.cluster_dim"] = ir.DenseI32ArrayAttr.get(list(self.cluster))
         if self.min_blocks_per_sm:  # PTX .minnctapersm: registers are budgeted for this occupancy
             self.func.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(i32, self.min_blocks_per_sm)
         if self.fast_math:  # LLVM's NVPTX backend picks the .ftz forms of f32 arithmetic for this function
@@ -376,7 +384,7 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups):
 def _check_every_public_call(kernel: type) -> None:
     """Every public method of the kernel and its mixins, wrapped by `_building`: one place checks them all,
     a method added later included."""
-    for part in (Memory, Copies, Compute, Tensors, Warpgroups, kernel):
+    for part in (Memory, Copies, Compute, Tensors, Warpgroups, Clusters, kernel):
         for name, method in list(vars(part).items()):
             if not name.startswith("_") and callable(method) and not isinstance(method, type):
                 setattr(kernel, name, _building(method))

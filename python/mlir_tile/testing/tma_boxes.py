@@ -6,6 +6,7 @@ box, zero past the matrix's edges. Inner coordinates are multiples of 16 bytes (
 
     build(folder)              # here, with MLIR: tma_<rows>x<columns>_<swizzle>.ptx per box
     run(folder, seed)          # on the GPU host (no MLIR): the boxes at random coordinates, tails included
+    run_multicast(folder)      # one load into every CTA of a 2-CTA cluster (multicast), each CTA's tile checked
 """
 from __future__ import annotations
 
@@ -47,12 +48,44 @@ def build_module(box: Box):
     return k.module
 
 
+MULTICAST_BOX, CLUSTER = Box(64, 64, 16, 128), 2
+
+
+def build_multicast_module(box: Box = MULTICAST_BOX):
+    """tma_multicast(map, out, row, column_units), launched in clusters of CLUSTER CTAs: rank 0 loads the box
+    once into the tile of every CTA of its cluster (`multicast`), each CTA waits for its own mbarrier and copies
+    its tile's memory to out[cluster block, ...]: every copy must be the reference model's write."""
+    from mlir_tile.builder import Global, Kernel, TensorMap
+    from mlir_tile.builder.tensor import in_units
+
+    element, count = ELEMENT[box.element_bits], box.rows * box.columns
+    with Kernel("tma_multicast", [TensorMap(), Global(element), "index", "index"], block=(THREADS, 1, 1),
+                chip="sm_90a", cluster=(CLUSTER, 1, 1)) as k:
+        tensor_map, out, row, column_units = k.arguments
+        column = in_units(k, column_units, INNER_COORDINATE_BYTES * 8 // box.element_bits)
+        view = k.view(k.dynamic_shared(alignment=1024), (count,), element)
+        barriers = k.mbarriers("loaded", 1, 1)
+        k.cluster_barrier()  # every CTA's mbarrier initialized before the multicast completes on it
+        with k.if_(k.compare("eq", k.thread_id(), 0)):
+            k.expect_bytes(barriers, 0, box)
+            with k.if_(k.compare("eq", k.cluster_rank(), 0)):
+                k.tma_load(k.tensor(view, box.layout), tensor_map, (row, column), barriers, multicast=(1 << CLUSTER) - 1)
+        k.wait_phase(barriers, 0, 0)
+        passes = (count // THREADS, THREADS)
+        tile, copied = k.tensor(view, passes), k.tensor(out, (k.grid_size(), *passes))
+        for step in range(passes[0]):
+            copied[k.block_id(), step, k.thread_id()] = tile[step, k.thread_id()]
+        k.cluster_barrier()  # no CTA leaves while the multicast may still write into a peer
+    return k.module
+
+
 def build(folder: Path) -> None:
     from mlir_tile.compile import compile_to_ptx
 
     folder.mkdir(parents=True, exist_ok=True)
     for box in BOXES:
         (folder / f"{name(box)}.ptx").write_text(compile_to_ptx(build_module(box)))
+    (folder / "tma_multicast.ptx").write_text(compile_to_ptx(build_multicast_module()))
 
 
 def expected(matrix: np.ndarray, box: Box, row: int, column: int) -> np.ndarray:
@@ -98,4 +131,37 @@ def run(folder: Path, seed: int = 0, placements: int = 6) -> list[str]:
                                     f"{out[first]}, the model says {want[first]}")
             source.close()
             tensor_map.close()
+    return failures
+
+
+def run_multicast(folder: Path, seed: int = 0, placements: int = 4, clusters: int = 3) -> list[str]:
+    """The multicast kernel in `clusters` clusters at random coordinates (half across the edges): the
+    mismatches of any CTA's tile against the reference model's write (empty: all as the model says)."""
+    from mlir_tile.runtime import Runtime
+
+    box, rng, failures = MULTICAST_BOX, np.random.default_rng(seed), []
+    with Runtime() as runtime:
+        rows, columns = 200, 8 * 37
+        matrix = rng.integers(1, 2**16 - 1, (rows, columns)).astype(np.uint16)
+        source = runtime.to_device(matrix)
+        tensor_map = runtime.to_device(runtime.tensor_map(int(source.handle), (rows, columns), columns * 2, box))
+        module = runtime.load_ptx((folder / "tma_multicast.ptx").read_text(), name="tma_multicast")
+        grid = CLUSTER * clusters
+        for placement in range(placements):
+            edge = placement >= placements // 2
+            row = int(rng.integers(rows - box.rows // 2, rows) if edge else rng.integers(0, rows - box.rows))
+            column = 8 * int(rng.integers((columns - box.columns // 2) // 8, columns // 8) if edge else
+                             rng.integers(0, (columns - box.columns) // 8))
+            (out,) = module.launch("tma_multicast", [int(tensor_map.handle), np.zeros((grid, box.rows * box.columns),
+                                                                                       np.uint16), row, column // 8],
+                                   grid=grid, block=THREADS, shared_bytes=box.rows * box.columns * 2,
+                                   cluster=CLUSTER)[1:2]
+            want = expected(matrix, box, row, column)
+            for block in range(grid):
+                if not np.array_equal(out[block], want):
+                    first = int(np.flatnonzero(out[block] != want)[0])
+                    failures.append(f"multicast at ({row}, {column}): CTA {block}'s element {first} is "
+                                    f"{out[block][first]}, the model says {want[first]}")
+        source.close()
+        tensor_map.close()
     return failures
