@@ -345,7 +345,7 @@ class LoadedModule:
              warmup: int = 3, repeats: int = 20, cluster=None) -> Timing:
         """Median-ready launch times in ms, measured with CUDA events around each launch after warm-up.
         Arguments as for `launch`; numpy arrays are copied to the device once and reused."""
-        from cuda.core import EventOptions, LaunchConfig, launch
+        from cuda.core import EventOptions, launch
 
         runtime = self.runtime
         kernel = self.kernel(kernel_name)
