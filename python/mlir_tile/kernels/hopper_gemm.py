@@ -176,6 +176,12 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     return k.module
 
 
+def packed_slot(block: int, half: int) -> int:
+    """The register slot of n8 block `block`'s packed pair `half` (c0 c1, or c2 c3 eight rows down) in the C
+    stmatrix transfer (`tiled_store_c`'s c_slots(0, block)): the accumulator slots 4 block + 2 half, + 1."""
+    return 4 * (block // 2) + 2 * (block % 2) + half
+
+
 class _HopperGemm:
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
         from mlir.dialects import arith
@@ -205,11 +211,13 @@ class _HopperGemm:
         self.accumulators = k.accumulators(self.atom)
 
     def build(self) -> None:
+        from mlir.dialects import arith
+
         k, config = self.k, self.config
         if not config.specialized:  # every warpgroup a consumer; thread 0 also loads, between its batches
             origin = self.order.origin(k.block_id())
             for k_tile in range(config.stages):  # the first k-tiles, each where K has it
-                with k.if_(self._and(self.producer, k.compare("ult", k_tile, self.k_tiles))):
+                with k.if_(arith.andi(self.producer, k.compare("ult", k_tile, self.k_tiles))):
                     self.load(k.index(k_tile), origin, k.index(k_tile))
             self.consume(origin, k.index(0), 0)
             return
@@ -260,11 +268,6 @@ class _HopperGemm:
             for slot in range(config.bn // 2):
                 k.store(zero, self.accumulators.registers, [slot])
 
-    def _and(self, a, b):
-        from mlir.dialects import arith
-
-        return arith.andi(a, b)
-
     def load(self, in_ring, origin, k_tile) -> None:
         """k-tile `k_tile` of the C tile at `origin` (the pipeline's `in_ring`-th) into its stage, once free."""
         from mlir.dialects import arith
@@ -306,7 +309,7 @@ class _HopperGemm:
             pipeline.release(arith.subi(in_ring, k.index(1)))
             if not config.specialized:  # thread 0 refills the released stage (in_ring is k_tile here)
                 refill = ring.later(arith.subi(k_tile, k.index(1)), config.stages)
-                with k.if_(self._and(self.producer, k.compare("ult", refill, self.k_tiles))):
+                with k.if_(arith.andi(self.producer, k.compare("ult", refill, self.k_tiles))):
                     self.load(refill, origin, refill)
 
     def store_c(self, origin, region: int) -> None:
@@ -334,7 +337,7 @@ class _HopperGemm:
         def pack(finish):
             for block in range(config.bn // 8):
                 for half in range(2):  # (c0, c1) row l / 4, (c2, c3) eight rows further: register slot
-                    slot = 4 * (block // 2) + 2 * (block % 2) + half  # `tiled_store_c`'s c_slots(0, block)
+                    slot = packed_slot(block, half)
                     values = []
                     for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
                         value = k.load(self.accumulators.registers, [value_slot])
@@ -468,7 +471,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                     pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
                             for i in range(2)]
                     bits = encode(np.array(pair), element)
-                    packed[thread, 4 * (block // 2) + 2 * (block % 2) + half] = int(bits[0]) | int(bits[1]) << 16
+                    packed[thread, packed_slot(block, half)] = int(bits[0]) | int(bits[1]) << 16
         start = 64 * SWIZZLE_COLUMNS // 2 * group
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
                                           packed, "warpgroup")
