@@ -1,5 +1,8 @@
-"""The builder's GEMM (mlir_tile.kernels.gemm) against cuBLAS and Triton's mma.sync path, in one process on the GPU.
+"""The builder's GEMMs against cuBLAS and Triton, in one process on the GPU: Hopper's path (hopper_gemm: TMA,
+wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
 
+    python benchmarks/gemm.py hopper-build DIR # here (MLIR): the Hopper kernels' PTX and the wgmma loop into DIR
+    python3 benchmarks/gemm.py hopper DIR [f16|bf16]   # GPU host: DIR/gemm_hopper.json, sustained (see `hopper`)
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
@@ -21,9 +24,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from torch_timing import (SUSTAINED, clock_and_power, library, load_example, medians_interleaved, profile_launches,
-                          sustained_rate)
+                          sustained_interleaved, sustained_rate)
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
@@ -103,6 +107,154 @@ def _triton_matmul(mma_v3: bool):
         matmul[lambda meta: (triton.cdiv(n, meta["BN"]), triton.cdiv(m, meta["BM"]))](a, b, c, m, n, k)
     run.autotuner = matmul
     return run
+
+
+# Hopper's path: the issue's shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some
+HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
+                 (2048, 2048, 2048)]
+HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
+HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p", "128x256x64s3c2"],
+                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p"]}
+# Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
+TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
+                         (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
+
+
+def hopper_build(directory: Path) -> None:
+    """Each of HOPPER_TILES for f16 and bf16 with B [N, K] and [K, N] (PTX, sm_90a), and the pure wgmma loop."""
+    import wgmma_loop
+
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels import hopper_gemm
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for element in ELEMENTS:
+        for major in ("nk", "kn"):
+            for tile in HOPPER_TILES[major]:
+                module = hopper_gemm.build_module(element, hopper_gemm.configure(major, tile))
+                (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
+    wgmma_loop.build(directory)
+
+
+def _triton_grouped():
+    """Triton's tutorial matmul as its tutorial writes it (grouped tile order, strides: B [N, K] is passed
+    as its transposed view), autotuned over TRITON_HOPPER_CONFIGS by its own autotuner, compiled by
+    default (wgmma and TMA on the H200)."""
+    import triton
+    import triton.language as tl
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_warps=w, num_stages=s)
+               for bm, bn, bk, w, s in TRITON_HOPPER_CONFIGS]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def matmul(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr, GROUP: tl.constexpr):
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        first_m = pid // (GROUP * tiles_n) * GROUP
+        rows = min(tiles_m - first_m, GROUP)
+        pid_m, pid_n = first_m + (pid % (GROUP * tiles_n)) % rows, (pid % (GROUP * tiles_n)) // rows
+        rm, rn, rk = (pid_m * BM + tl.arange(0, BM)) % M, (pid_n * BN + tl.arange(0, BN)) % N, tl.arange(0, BK)
+        x, y = a + rm[:, None] * sam + rk[None, :] * sak, b + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, tl.cdiv(K, BK)):
+            acc += tl.dot(tl.load(x, mask=rk[None, :] < K - k0 * BK, other=0.0),
+                          tl.load(y, mask=rk[:, None] < K - k0 * BK, other=0.0))
+            x, y = x + BK * sak, y + BK * sbk
+        cm, cn = pid_m * BM + tl.arange(0, BM), pid_n * BN + tl.arange(0, BN)
+        tl.store(c + cm[:, None] * scm + cn[None, :] * scn, acc.to(c.dtype.element_ty),
+                 mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+    def run(a, b, c):  # b: [K, N], any strides
+        (m, k), n = a.shape, b.shape[1]
+        matmul[lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)](
+            a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
+    return run
+
+
+def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str) -> dict:
+    """A call per Hopper tile on a, b (B as `major`), each into its own C (`c_of(name)`), its tensor maps
+    made once (kept alive by the call)."""
+    import torch
+
+    from mlir_tile.kernels import hopper_gemm
+
+    (m, depth), n = a.shape, (b.shape[0] if major == "nk" else b.shape[1])
+    sms, stream, calls = runtime.device.properties.multiprocessor_count, torch.cuda.current_stream(), {}
+    for tile, module in modules.items():
+        config, c = hopper_gemm.configure(major, tile), c_of(tile)
+        box, maps = hopper_gemm.boxes(config), []
+        for name, matrix in (("a", a), ("b", b), ("c", c)):
+            maps.append(runtime.to_device(runtime.tensor_map(matrix.data_ptr(), tuple(matrix.shape),
+                                                             matrix.stride(0) * 2, box[name])))
+        arguments = [int(x.handle) for x in maps] + [m, n // 8, depth // 8]
+        calls[tile] = (lambda module=module, config=config, arguments=arguments, maps=maps:
+                       module.launch(hopper_gemm.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
+                                     shared_bytes=config.shared_bytes, stream=stream,
+                                     cluster=config.cluster if config.cluster > 1 else None))
+    return calls
+
+
+def hopper(directory: Path, elements: Sequence[str] = ELEMENTS) -> None:
+    """Per shape, dtype and B layout: every Hopper tile, cuBLAS (torch.mm; B [N, K] through its transposed
+    view, as F.linear calls it) and Triton's default path (`_triton_grouped`), timed with
+    `sustained_interleaved` (back to back, rounds interleaved, medians, the SM clock and power beside); each
+    result checked against cuBLAS's; then the pure wgmma f16 loop sustained, the ceiling."""
+    import torch
+    import wgmma_loop
+
+    from mlir_tile.runtime import Runtime
+
+    triton_mm, results = _triton_grouped(), []
+    cases = [(e, "nk", s) for e in elements for s in HOPPER_SHAPES] + [("f16", "kn", s) for s in HOPPER_KN_SHAPES
+                                                                         if "f16" in elements]
+    with Runtime() as runtime:
+        modules = {(e, major): {tile: runtime.load_ptx((directory / f"hopper_{e}_{major}_{tile}.ptx").read_text(),
+                                                       name=f"{e}_{major}_{tile}") for tile in HOPPER_TILES[major]}
+                   for e in ELEMENTS for major in ("nk", "kn")}
+        for element, major, (m, n, k) in cases:
+            dtype = torch.float16 if element == "f16" else torch.bfloat16
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(n, k, device="cuda", dtype=dtype) if major == "nk" else torch.randn(k, n, device="cuda", dtype=dtype)
+            b_kn = b.t() if major == "nk" else b
+            outputs = {name: torch.empty(m, n, device="cuda", dtype=dtype) for name in HOPPER_TILES[major] + ["cuBLAS", "Triton"]}
+            calls = _hopper_calls(runtime, modules[element, major], a, b, outputs.__getitem__, major)
+            calls["cuBLAS"] = lambda: torch.mm(a, b_kn, out=outputs["cuBLAS"])
+            calls["Triton"] = lambda: triton_mm(a, b_kn, outputs["Triton"])
+            seconds, conditions = sustained_interleaved(calls)
+            rates = {name: 2 * m * n * k / t / 1e12 for name, t in seconds.items()}
+            errors = {name: ((out.float() - outputs["cuBLAS"].float()).abs().max() / outputs["cuBLAS"].float().abs().max()).item()
+                      for name, out in outputs.items() if name != "cuBLAS"}
+            best = max(HOPPER_TILES[major], key=rates.get)
+            row = {"element": element, "b_major": major, "shape": [m, n, k], "TFLOP/s": {x: round(r, 1) for x, r in rates.items()},
+                   "best": best, "vs cuBLAS": round(rates[best] / rates["cuBLAS"], 3),
+                   "vs Triton": round(rates[best] / rates["Triton"], 3), **conditions,
+                   "largest difference from cuBLAS (relative to its largest)": errors}
+            print(json.dumps({x: row[x] for x in ("element", "b_major", "shape", "best", "vs cuBLAS", "vs Triton",
+                                                  "SM MHz", "W", "TFLOP/s")}), flush=True)
+            results.append(row)
+            (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results}, indent=1))  # so far
+            torch.cuda.empty_cache()
+        ceiling = _wgmma_ceiling(runtime, directory, wgmma_loop)
+    (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results, "wgmma f16 loop, sustained": ceiling},
+                                                           indent=1))
+
+
+def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
+    """The pure wgmma f16 loop's TFLOP/s launched back to back for SUSTAINED seconds, clock and power beside."""
+    import torch
+
+    sms = runtime.device.properties.multiprocessor_count
+    module = runtime.load_ptx((directory / "wgmma_f16.ptx").read_text(), name="wgmma_f16")
+    out = torch.zeros(1 << 20, device="cuda", dtype=torch.int32)
+    window = (64 * wgmma_loop.WARPGROUPS + wgmma_loop.N) * 128
+    stream = torch.cuda.current_stream()
+    call = lambda: module.launch("wgmma_loop", [out, wgmma_loop.ITERATIONS["f16"]], grid=sms,
+                                 block=128 * wgmma_loop.WARPGROUPS, shared_bytes=window, stream=stream)
+    ceiling = clock_and_power(lambda: sustained_rate(call, wgmma_loop.flop_per_launch("f16", sms)))
+    print(json.dumps({"wgmma f16 loop, sustained": ceiling}), flush=True)
+    return ceiling
 
 
 def sass(directory: Path) -> None:
@@ -382,6 +534,8 @@ if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
     if command == "launch":
         launch(directory, sys.argv[3], *map(int, sys.argv[4:]))
+    elif command == "hopper":
+        hopper(directory, sys.argv[3:] or ELEMENTS)
     else:
         {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
-         "fixed": fixed}[command](directory)
+         "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper}[command](directory)

@@ -66,21 +66,85 @@ def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
+SUSTAINED_WARMUP = 2.0  # seconds of all the calls back to back before timing: the chip at its loaded clock
+ROUND_SECONDS = 0.025  # each call's share of a round: launches back to back for about this long
+
+
+def sustained_interleaved(calls: dict, rounds: int = 15) -> tuple[dict, dict]:
+    """Per call, the median over `rounds` of its time a launch, timed as a training loop issues work: every
+    launch queued back to back on one stream with no synchronization, sleep or idle gap between them, rounds
+    of all the calls taking turns (each round starting one call later), each call's turn a run of launches
+    lasting about ROUND_SECONDS between two CUDA events; after SUSTAINED_WARMUP seconds of the same, so that
+    the chip runs at the clock it holds under this load, not an idle chip's boost. Returns (seconds a
+    launch by name, the SM clock in MHz and the board's power in W while the rounds ran)."""
+    import time
+
+    import torch
+
+    names = list(calls)
+    once = {}
+    for name in names:  # each call's time alone, for its launches a turn
+        calls[name]()
+        torch.cuda.synchronize()
+        begun = time.perf_counter()
+        for _ in range(3):
+            calls[name]()
+        torch.cuda.synchronize()
+        once[name] = (time.perf_counter() - begun) / 3
+    launches = {name: max(2, round(ROUND_SECONDS / once[name])) for name in names}
+    begun = time.perf_counter()
+    while time.perf_counter() - begun < SUSTAINED_WARMUP:
+        for name in names:
+            for _ in range(launches[name]):
+                calls[name]()
+    events = []
+    with _sampled_clock_and_power() as conditions:
+        for round_ in range(rounds):
+            first = round_ % len(names)
+            for name in names[first:] + names[:first]:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(launches[name]):
+                    calls[name]()
+                end.record()
+                events.append((name, start, end))
+        torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    for name, start, end in events:
+        times[name].append(start.elapsed_time(end) / 1e3 / launches[name])
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}, conditions
+
+
+class _sampled_clock_and_power:
+    """nvidia-smi's SM clock and board power every 50 ms while the block runs: the medians of the middle half
+    of the samples, into the dict the block is given."""
+
+    def __enter__(self) -> dict:
+        import subprocess
+
+        self.sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
+                                         "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
+        self.conditions = {}
+        return self.conditions
+
+    def __exit__(self, *failure) -> None:
+        import statistics
+
+        self.sampler.terminate()
+        rows = [tuple(map(float, line.split(","))) for line in self.sampler.communicate()[0].splitlines() if "," in line]
+        middle = rows[len(rows) // 4: max(len(rows) // 4 + 1, 3 * len(rows) // 4)]
+        if middle:
+            self.conditions.update({"SM MHz": statistics.median(r[0] for r in middle),
+                                    "W": statistics.median(r[1] for r in middle), "samples": len(middle)})
+
+
 def clock_and_power(work) -> dict:
     """`work()`'s TFLOP/s, with the SM clock (MHz) and the board's power (W) meanwhile: nvidia-smi sampled every
     50 ms, the median of the middle half of the samples (the H200 lowers its clock to stay under its power
     limit, so a rate is read beside the clock it ran at)."""
-    import statistics
-    import subprocess
-
-    sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                                "-lms", "50"], stdout=subprocess.PIPE, text=True)
-    rate = work()
-    sampler.terminate()
-    rows = [tuple(map(float, line.split(","))) for line in sampler.communicate()[0].splitlines() if "," in line]
-    middle = rows[len(rows) // 4: max(len(rows) // 4 + 1, 3 * len(rows) // 4)]
-    return {"TFLOP/s": round(rate, 1), "SM MHz": statistics.median(r[0] for r in middle),
-            "W": statistics.median(r[1] for r in middle), "samples": len(middle)}
+    with _sampled_clock_and_power() as conditions:
+        rate = work()
+    return {"TFLOP/s": round(rate, 1), **conditions}
 
 
 SUSTAINED = 3.0  # seconds a workload of the `clocks` commands runs back to back

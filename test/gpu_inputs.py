@@ -30,6 +30,11 @@ BY_COMMAND_LINE = {
     "gemm_hopper_bf16_kn.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn", "--tile",
                                 "128x256x64s3"],
     "gemm_hopper_persistent.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x256x64s3p"],
+    "gemm_hopper_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x256x64s3c2"],
+    "gemm_hopper_bf16_kn_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn",
+                                        "--tile", "128x64x64s4c2"],
+    "gemm_hopper_persistent_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile",
+                                           "128x256x64s3pc2"],
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
 }

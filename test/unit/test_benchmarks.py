@@ -170,3 +170,21 @@ def test_the_wgmma_loop_is_four_m64n256_batches_a_turn_with_no_wait_inside(tmp_p
             assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / f"wgmma_{element}.ptx"), "-o",
                                         str(tmp_path / f"{element}.cubin")], capture_output=True, text=True)
             assert assembled.returncode == 0 and "C75" not in assembled.stderr, assembled.stderr
+
+
+def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
+    """benchmarks/gemm.py's Hopper tiles are kernels hopper_gemm builds for their B layout (a cluster tile with
+    B [K, N] and several boxes a stage is refused: it must not be in the list), each launched on whole clusters."""
+    import importlib.util
+
+    from mlir_tile.kernels.hopper_gemm import configure
+
+    spec = importlib.util.spec_from_file_location("gemm_benchmark", Path(bench.__file__).with_name("gemm.py"))
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+
+    for major, tiles in benchmark.HOPPER_TILES.items():
+        for tile in tiles:
+            config = configure(major, tile)
+            assert config.grid(4096, 11008, 132) % config.cluster == 0
+    assert set(benchmark.HOPPER_TILES) == {"nk", "kn"} and "128x256x64s3" in benchmark.HOPPER_TILES["kn"]

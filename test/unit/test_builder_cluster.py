@@ -23,6 +23,8 @@ def _cluster_kernel(body, cluster=(2, 1, 1), chip="sm_90a"):
 
 
 def test_a_cluster_kernel_multicasts_and_arrives_on_its_peer(filecheck, tmp_path):
+    """mbarriers of a cluster kernel: initialized, fenced for the cluster and met by every CTA of it (no peer's
+    multicast or arrival reaches them before), not by bar.sync alone."""
     def body(k, tile, barriers, tensor_map):
         k.cluster_barrier()
         with k.if_(k.compare("eq", k.cluster_rank(), 0)):
@@ -32,6 +34,11 @@ def test_a_cluster_kernel_multicasts_and_arrives_on_its_peer(filecheck, tmp_path
     filecheck(ptx, """
     CHECK: .explicitcluster
     CHECK-NEXT: .reqnctapercluster 2, 1, 1
+    CHECK: mbarrier.init.shared.b64
+    CHECK-NOT: bar.sync
+    CHECK: fence.mbarrier_init.release.cluster;
+    CHECK-NEXT: barrier.cluster.arrive.aligned;
+    CHECK-NEXT: barrier.cluster.wait.aligned;
     CHECK: barrier.cluster.arrive.aligned;
     CHECK-NEXT: barrier.cluster.wait.aligned;
     CHECK: %cluster_ctarank

@@ -141,6 +141,59 @@ def test_a_tma_pipelines_waits_take_their_parity_from_the_k_tile(filecheck):
     """)
 
 
+def test_a_multicast_pipelines_stage_is_free_once_every_cta_of_the_cluster_released_it(filecheck):
+    """TmaPipeline(multicast=True) in clusters of 2: each stage's empty barrier counts the consumer warps of
+    both CTAs, a release arrives on the stage of each (lane r on CTA r's, through mapa), and a multicast load's
+    arrival expects the box from each CTA of its mask."""
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+    from mlir_tile.builder.schedule import TmaPipeline
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.tma import Box
+
+    box = Box(32, 64, 16, 128)
+    with Kernel("k", [TensorMap(), "index"], block=(128, 1, 1), chip="sm_90a", cluster=(2, 1, 1),
+                context=ir.Context()) as k:
+        tensor_map, k_tile = k.arguments
+        ring = StageRing(k, k.dynamic_shared(alignment=1024), 2, [("f16", 32 * 64)])
+        pipeline = TmaPipeline(k, ring, consumer_warps=4, loads=1, multicast=True)
+        pipeline.load(k_tile, k.tensor(ring.views(ring.stage(k_tile))[0], box.layout), tensor_map, (0, 0),
+                      multicast=0b11)
+        pipeline.release(k_tile)
+    filecheck(compile_to_ptx(k.module), """
+    CHECK: mov.b32 [[WARPS:%r[0-9]+]], 8;
+    CHECK-COUNT-2: mbarrier.init.shared.b64 [pipeline_empty{{.*}}], [[WARPS]];
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster
+    CHECK: mov.b32 [[BYTES:%r[0-9]+]], 8192;
+    CHECK-NEXT: mbarrier.arrive.expect_tx.shared.b64 {{%rd[0-9]+}}, [{{%rd[0-9]+}}], [[BYTES]];
+    CHECK: bar.warp.sync -1;
+    CHECK: setp.gt.u32 {{%p[0-9]+}}, [[LANE:%r[0-9]+]], 1;
+    CHECK: mapa.shared::cluster.u64 {{%rd[0-9]+}}, {{%rd[0-9]+}}, [[LANE]];
+    CHECK: mbarrier.arrive.release.cluster.shared::cluster.b64
+    """)
+
+
+@pytest.mark.parametrize("multicast, load, message", [
+    (True, None, r"\[cluster\] TmaPipeline\(multicast=True\): the kernel is not built for clusters"),
+    (False, 0b11, r"\[cluster\] TmaPipeline.load: a multicast load fills peers' stages"),
+])
+def test_a_multicast_needs_a_cluster_and_a_pipeline_that_waits_for_the_peers(multicast, load, message):
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Kernel, TensorMap
+    from mlir_tile.builder.schedule import TmaPipeline
+    from mlir_tile.tma import Box
+
+    box = Box(64, 64, 16, 128)
+    with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", cluster=None if multicast else (2, 1, 1),
+                context=ir.Context()) as k:
+        ring = StageRing(k, k.dynamic_shared(alignment=1024), 2, [("f16", 64 * 64)])
+        with pytest.raises(BuilderError, match=message):
+            pipeline = TmaPipeline(k, ring, 4, 1, multicast=multicast)
+            pipeline.load(0, k.tensor(ring.views(0)[0], box.layout), k.arguments[0], (0, 0), multicast=load)
+
+
 def test_a_tma_pipeline_is_made_of_a_stage_ring():
     from mlir import ir
 

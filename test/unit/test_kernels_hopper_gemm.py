@@ -88,6 +88,53 @@ def _assembles(ptx: str, tmp_path) -> None:
         assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
 
 
+@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x256x64s3c2", "f16"), ("kn", "128x64x64s4c4", "bf16"),
+                                                    ("nk", "128x256x64s3pc2", "bf16")])
+def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, element):
+    """Clusters of 2 or 4 CTAs on adjacent row tiles of one column of C: each CTA's producer loads its A and
+    its rank's rows of each of B's boxes, multicast to the whole cluster, its arrival expecting the parts
+    of every CTA (the stage's bytes in all); the barriers are fenced and met by the cluster before any
+    load, a stage's empty barrier counts every CTA's consumer warps, each release arrives on every CTA's,
+    and no CTA leaves before the cluster meets again."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure(b_major, tile)
+    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    b_loads = 1 if b_major == "nk" else config.bn // 64
+    part_bytes = config.parts[1] * 2 // b_loads // config.cluster
+    filecheck(ptx, f"""
+    CHECK: .reqnctapercluster {config.cluster}, 1, 1
+    CHECK-COUNT-{config.stages}: mbarrier.init.shared.b64 [pipeline_full{{{{.*}}}}], {{{{%r[0-9]+}}}};
+    CHECK: fence.mbarrier_init.release.cluster;
+    CHECK-NEXT: barrier.cluster.arrive.aligned;
+    CHECK: mov.b32 [[WARPS:%r[0-9]+]], {4 * config.consumers * config.cluster};
+    CHECK-COUNT-{config.stages}: mbarrier.init.shared.b64 [pipeline_empty{{{{.*}}}}], [[WARPS]];
+    CHECK: fence.mbarrier_init.release.cluster;
+    CHECK: mapa.shared::cluster.u64
+    CHECK: mbarrier.arrive.release.cluster.shared::cluster.b64
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [
+    CHECK: mov.b32 {{{{%r[0-9]+}}}}, {config.parts[0] * 2};
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster
+    CHECK: mov.b32 {{{{%r[0-9]+}}}}, {part_bytes * config.cluster};
+    CHECK: barrier.cluster.arrive.aligned;
+    CHECK-NEXT: barrier.cluster.wait.aligned;
+    CHECK-NEXT: ret;
+    """)
+    assert ptx.count(".multicast::cluster") == b_loads and "%cluster_ctarank" in ptx
+    assert hopper_gemm.boxes(config)["b"].rows * 64 * 2 == part_bytes
+    _assembles(ptx, tmp_path)
+    assert "give C as numpy does" in hopper_gemm.emulate(config, 2, element)
+
+
+def test_a_clusters_grid_is_whole_clusters_of_row_tiles():
+    """1000 x 1016 in 128 x 256 tiles, clusters of 2: 4 x 4 clusters (the last's second row tile past M); a
+    persistent grid of whole clusters, one CTA an SM at most."""
+    assert configure("nk", "128x256x64s3c2").grid(1000, 1016, 132) == 32
+    assert configure("nk", "128x256x64s3pc2").grid(8192, 8192, 132) == 132
+    assert configure("nk", "128x128x64s4pc4").grid(8192, 8192, 130) == 128
+    assert configure("nk", "128x128x64s4c4").grid(1, 8, 132) == 4
+
+
 @pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4u", "bf16"),
                                                     ("kn", "64x256x64s2", "f16"), ("nk", "256x64x64s2", "bf16")])
 def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element):
@@ -115,11 +162,13 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
     (dict(bm=96), "BM 64 to 256"), (dict(bn=96), "multiples of 64"), (dict(bk=32), "BK 64"),
     (dict(stages=1), "2 stages or more"), (dict(b_major="mk"), "B 'nk' or 'kn'"),
     (dict(persistent=True, specialized=False), "a persistent kernel is warp-specialized"),
+    (dict(cluster=3), "clusters of 1, 2 or 4 CTAs"), (dict(cluster=2, specialized=False), "got 2, unspecialized"),
+    (dict(cluster=2, b_major="kn", bn=128), "clusters with B \\[K, N\\] take BN 64"),
 ])
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[u\|p\]"):
+    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[u\|p\]\[cCLUSTER\]"):
         configure("nk", "128x128x64")
 
 

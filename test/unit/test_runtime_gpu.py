@@ -219,12 +219,15 @@ def test_the_gemm_example_matches_numpy():
     assert ok, line
 
 
-@pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx", "gemm_hopper_persistent.ptx"])
+@pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx", "gemm_hopper_persistent.ptx",
+                                  "gemm_hopper_cluster.ptx", "gemm_hopper_bf16_kn_cluster.ptx",
+                                  "gemm_hopper_persistent_cluster.ptx"])
 @pytest.mark.parametrize("shape", [(1000, 1016, 504), (1, 8, 8), (129, 72, 8), (333, 200, 1000), (2048, 2048, 2048)])
 def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     """Hopper's path (TMA loads on mbarriers, wgmma, stmatrix, TMA stores; B [N, K] f16 and [K, N] bf16) on
     products with tails in M, N and K (zero-filled loads, clipped stores), fewer k-tiles than stages, a
-    single row."""
+    single row; in clusters of 2 CTAs sharing B's k-tiles by multicast (a cluster's second CTA past M when its
+    rows of tiles are)."""
     from mlir_tile.kernels import gemm
 
     ptx = gpu_input(name).read_text()
@@ -233,14 +236,18 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     assert ok, line
 
 
-@pytest.mark.parametrize("ctas", [1, 5, 13])
-def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, ctas):
-    """The persistent Hopper kernel on 1000 x 1016 x 504 (8 x 4 C tiles of 128 x 256) with 1, 5 and 13 CTAs:
-    each walks several tiles, its pipeline's stages and phases running on from one tile to the next."""
+@pytest.mark.parametrize("name, tile, ctas", [("gemm_hopper_persistent.ptx", "128x256x64s3p", 1),
+                                              ("gemm_hopper_persistent.ptx", "128x256x64s3p", 5),
+                                              ("gemm_hopper_persistent.ptx", "128x256x64s3p", 13),
+                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 2),
+                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 6)])
+def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, name, tile, ctas):
+    """The persistent Hopper kernel on 1000 x 1016 x 504 (8 x 4 C tiles of 128 x 256) with 1, 5 and 13 CTAs,
+    and in clusters of 2 (4 x 4 tiles of 256 x 256 for the clusters) with 1 and 3 clusters: each walks
+    several tiles, its pipeline's stages and phases running on from one tile to the next."""
     from mlir_tile.kernels import hopper_gemm
 
-    ok, line = hopper_gemm.run_and_check(gpu_input("gemm_hopper_persistent.ptx").read_text(), "f16", "nk",
-                                         "128x256x64s3p", (1000, 1016, 504), ctas=ctas)
+    ok, line = hopper_gemm.run_and_check(gpu_input(name).read_text(), "f16", "nk", tile, (1000, 1016, 504), ctas=ctas)
     assert ok, line
 
 

@@ -209,8 +209,10 @@ class Compute:
     def mbarriers(self, name: str, number: int, arrivals: int) -> ir.Value:
         """`number` mbarriers in shared memory (a workgroup buffer `name` of 8-byte words), each completing a
         phase at `arrivals` arrivals: thread 0 of the block initializes them here (`mbarrier.init`), then a
-        `bar.sync`, so that no thread arrives or waits before they are. Phases count from 0; a thread waits for
-        phase n by its parity (`wait_phase(..., n % 2)`), so no barrier may run two phases ahead of a waiter."""
+        `bar.sync`, so that no thread arrives or waits before they are; in a clustered kernel the fence after
+        the initialization and a cluster barrier instead, so that no peer CTA's multicast or arrival reaches
+        them first. Phases count from 0; a thread waits for phase n by its parity (`wait_phase(..., n % 2)`),
+        so no barrier may run two phases ahead of a waiter."""
         self._require("mbarriers", "nvvm.mbarrier.init")
         count(arrivals, "mbarriers: arrivals")
         if arrivals >= 1 << 20:  # PTX: the expected count is at most 2^20 - 1
@@ -223,7 +225,12 @@ class Compute:
         with self.if_(self.compare("eq", self.thread_id(), 0)):
             for index in range(number):
                 nvvm.mbarrier_init(self._mbarrier(barriers, index), self.constant(arrivals))
-        gpu.barrier()
+        if self.cluster is None:
+            gpu.barrier()
+            return barriers
+        self._require("mbarriers", "nvvm.fence.mbarrier.init")
+        nvvm.fence_mbarrier_init()
+        self.cluster_barrier()
         return barriers
 
     def arrive(self, barriers: ir.Value, index: ir.Value | int, *, per_warp: bool = False) -> None:

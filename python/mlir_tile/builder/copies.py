@@ -180,26 +180,32 @@ class Copies:
             self._mbarrier(barriers, index), [], multicast_mask=mask)
         return box
 
-    def _tma_box(self, what: str, tile, tensor_map: ir.Value, coordinate: Sequence):
-        """(the box, the tile's shared address as an i64, row, column) of a TMA load or store of `tile` at
-        `coordinate`, every fact the instruction needs proven: the tile's layout is a box's, its start on the
-        swizzle's repeat, the column on 16 bytes."""
+    def _tma_tile(self, what: str, tile) -> "Box":
+        """The TMA box whose write `tile` (a rank-2 shared tensor from its memory's start) is, or BuilderError."""
         from mlir_tile.builder.tensor import Tensor
-        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES, TmaMismatch, box_for
+        from mlir_tile.tma import TmaMismatch, box_for
 
-        self._require(what, "nvvm.cp.async.bulk.tensor.shared.cluster.global")
         if not isinstance(tile, Tensor) or tile.layout is None or tile.rank != 2 or not (is_int(tile.base) and tile.base == 0):
             raise BuilderError(f"[tma-tile] {what}: the tile is a rank-2 shared Tensor through its layout, from its "
                                f"memory's start, got {tile!r}")
         memory = ir.MemRefType(memref_value(tile.memory, f"{what} tile", "shared").type)
         if memory.get_strides_and_offset() != ([1], 0):
             raise BuilderError(f"[tma-tile] {what}: the tile's memory is a 1-D view from its start (k.view), got {memory}")
-        typed_value(tensor_map, f"{what} tensor_map", "!llvm.ptr")
-        element_bits = getattr(memory.element_type, "width", 0)
         try:
-            box = box_for(tile.layout, element_bits)
+            return box_for(tile.layout, getattr(memory.element_type, "width", 0))
         except TmaMismatch as error:
             raise BuilderError(f"[tma-box] {what}: {error}") from None
+
+    def _tma_box(self, what: str, tile, tensor_map: ir.Value, coordinate: Sequence):
+        """(the box, the tile's shared address as an i64, row, column) of a TMA load or store of `tile` at
+        `coordinate`, every fact the instruction needs proven: the tile's layout is a box's, its start on the
+        swizzle's repeat, the column on 16 bytes."""
+        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES
+
+        self._require(what, "nvvm.cp.async.bulk.tensor.shared.cluster.global")
+        box = self._tma_tile(what, tile)
+        typed_value(tensor_map, f"{what} tensor_map", "!llvm.ptr")
+        element_bits = box.element_bits
         proven = access_alignment(tile.memory, [self.index(0)])
         if proven is None or proven < ALIGNMENT[box.swizzle_bytes]:
             mode = f"{box.swizzle_bytes}-byte " if box.swizzle_bytes else "un"
@@ -239,15 +245,17 @@ class Copies:
         self._require("tma_store_wait", "nvvm.cp.async.bulk.wait_group")
         nvvm.cp_async_bulk_wait_group(pending, read=True)
 
-    def expect_bytes(self, barriers: ir.Value, index: ir.Value | int, box: "Box") -> None:
+    def expect_bytes(self, barriers: ir.Value, index: ir.Value | int, box: "Box", copies: int = 1) -> None:
         """`mbarrier.arrive.expect_tx`: this thread's arrival on mbarrier `index`, the phase also waiting for the
-        bytes of a `tma_load` of `box` (one arrival of the phase's `arrivals`)."""
+        bytes of `copies` TMA loads of `box` (one arrival of the phase's `arrivals`; several copies: the boxes
+        the cluster's CTAs multicast into this one)."""
         from mlir_tile.tma import Box
 
         if not isinstance(box, Box):
             raise BuilderError(f"expect_bytes: the tma.Box that tma_load returned, got {box!r}")
+        count(copies, "expect_bytes: copies", maximum=16)
         nvvm.mbarrier_arrive_expect_tx(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index),
-                                       self.constant(box.rows * box.columns * box.element_bits // 8))
+                                       self.constant(copies * box.rows * box.columns * box.element_bits // 8))
 
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, nvvm
 
 from mlir_tile.builder.common import BuilderError, count, is_int, memref_value
 from mlir_tile.builder.tensor import Coordinates, Integer, as_integer, ceil_div, whole_tiles
@@ -58,11 +58,15 @@ class TileOrder:
                                                                                             self.tile)]
         return tuple(origin)
 
-    def persistent(self) -> tuple[ir.Value, ir.Value]:
+    def persistent(self, together: int = 1) -> tuple[ir.Value, ir.Value]:
         """A persistent grid's walk for this CTA: (its first tile, how many it takes): CTA c of the grid's g
-        takes tiles c, c + g, ... below `count`."""
+        takes tiles c, c + g, ... below `count`. `together`: the grid's CTAs in sets of that many consecutive
+        ones (a cluster's) that take each tile together: set c of the g sets takes c, c + g, ..."""
         k = self.k
+        together = count(together, "TileOrder.persistent: together")
         ctas, cta = k.grid_size(), k.block_id()
+        if together > 1:
+            ctas, cta = arith.divui(ctas, k.index(together)), arith.divui(cta, k.index(together))
         return cta, arith.divui(arith.addi(arith.subi(self.count, cta), arith.subi(ctas, k.index(1))), ctas)
 
     def step(self, tile: ir.Value) -> ir.Value:
@@ -209,14 +213,25 @@ class TmaPipeline:
         pipeline.load(t, tile, map, (row, column))   # a TMA load into the stage, counted on its full barrier
         pipeline.wait(t)                       # consumer: t's bytes have landed
         pipeline.release(t)                    # consumer (every thread of each consumer warp): done with t's stage
+
+    `multicast` (a clustered kernel): the cluster's CTAs fill each other's stages (`load(..., multicast=mask)`),
+    so a stage is free only once the consumer warps of every CTA of the cluster released it: its empty
+    barrier counts them all, and `release` arrives on the stage of every CTA.
     """
 
-    def __init__(self, kernel, ring: StageRing, consumer_warps: int, loads: int, name: str = "pipeline"):
+    def __init__(self, kernel, ring: StageRing, consumer_warps: int, loads: int, name: str = "pipeline",
+                 multicast: bool = False):
         if not isinstance(ring, StageRing):
             raise BuilderError(f"TmaPipeline: a StageRing, got {ring!r}")
+        if not isinstance(multicast, bool):
+            raise BuilderError(f"TmaPipeline: multicast is True or False, got {multicast!r}")
+        if multicast:
+            kernel._clustered("TmaPipeline(multicast=True)")
         self.k, self.ring = kernel, ring
+        self.ctas = kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2] if multicast else 1
         self.full = kernel.mbarriers(f"{name}_full", ring.stages, count(loads, "TmaPipeline: loads"))
-        self.empty = kernel.mbarriers(f"{name}_empty", ring.stages, count(consumer_warps, "TmaPipeline: consumer_warps"))
+        warps = count(consumer_warps, "TmaPipeline: consumer_warps")
+        self.empty = kernel.mbarriers(f"{name}_empty", ring.stages, warps * self.ctas)
 
     def acquire(self, k_tile: Integer) -> None:
         """Wait until k-tile `k_tile`'s stage is free: its previous occupant (k-tile - stages) released. The
@@ -225,12 +240,19 @@ class TmaPipeline:
         parity = arith.addi(self.ring.phase(k.as_index(k_tile)), k.index(1))
         k.wait_phase(self.empty, self.ring.stage(k_tile), parity)
 
-    def load(self, k_tile: Integer, tile, tensor_map: ir.Value, coordinate: Sequence):
+    def load(self, k_tile: Integer, tile, tensor_map: ir.Value, coordinate: Sequence, multicast: int | None = None):
         """`Kernel.tma_load` of `tile` (a tensor of the stage's memory) at `coordinate` completing on k-tile
-        `k_tile`'s full barrier, its bytes expected there (one of the `loads` arrivals). Returns the box."""
+        `k_tile`'s full barrier, its bytes expected there (one of the `loads` arrivals; a peer's bytes may land
+        first: the phase's transaction count goes below zero until then). `multicast`: a mask of the cluster's
+        CTAs the box lands in, each of which loads a box of the same size into this stage with the same mask
+        (CUTLASS's multicast, a tile split among the CTAs that share it): the arrival expects a box from each.
+        Returns the box."""
+        if multicast is not None and self.ctas == 1:
+            raise BuilderError("[cluster] TmaPipeline.load: a multicast load fills peers' stages, which only a "
+                               "TmaPipeline(..., multicast=True) waits for the peers to release")
         stage = self.ring.stage(k_tile)
-        box = self.k.tma_load(tile, tensor_map, coordinate, self.full, stage)
-        self.k.expect_bytes(self.full, stage, box)
+        box = self.k.tma_load(tile, tensor_map, coordinate, self.full, stage, multicast=multicast)
+        self.k.expect_bytes(self.full, stage, box, copies=1 if multicast is None else bin(multicast).count("1"))
         return box
 
     def wait(self, k_tile: Integer) -> None:
@@ -239,8 +261,14 @@ class TmaPipeline:
 
     def release(self, k_tile: Integer) -> None:
         """This warp is done reading k-tile `k_tile`'s stage (its wgmma groups retired: `wgmma_wait`); called
-        by every thread of each consumer warp."""
-        self.k.arrive(self.empty, self.ring.stage(k_tile), per_warp=True)
+        by every thread of each consumer warp. Multicast: lane r arrives on CTA r's stage."""
+        k, stage = self.k, self.ring.stage(k_tile)
+        if self.ctas == 1:
+            k.arrive(self.empty, stage, per_warp=True)
+            return
+        nvvm.bar_warp_sync(k.constant(-1))  # the warp's reads ordered before its lanes' arrivals
+        with k.if_(k.compare("ult", k.lane_id(), self.ctas)):
+            k.arrive_remote(self.empty, stage, k.lane_id())
 
 
 def predicate_free_steps(kernel, tile: Coordinates, extents: Sequence[int], k_tiles: Coordinates, ahead: int) -> ir.Value:

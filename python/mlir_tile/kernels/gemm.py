@@ -9,7 +9,7 @@ M x N, any M, N, K >= 1.
 
 Options choose the kernel: --dtype f16|bf16, --b-major kn|nk (B as [K, N] or [N, K]), --align 16|8|4|2 (the
 bytes rows start on; 2: any sizes), --tile (one of `Matmul`'s, e.g. 128x256x64s4) and --arch (sm_90, the
-default: this module's mma.sync kernel; sm_90a: `hopper_gemm`'s, TMA and wgmma, tiles BMxBNx64sS[u]); and the
+default: this module's mma.sync kernel; sm_90a: `hopper_gemm`'s, TMA and wgmma, tiles BMxBNx64sS[u|p][cN]); and the
 product the GPU run checks: --shape M N K. --ptx-out records the kernel's options in the PTX's first line, and --run-ptx runs
 the PTX as built (`python -m mlir_tile.kernels.gemm --ptx-out g.ptx --dtype bf16 --b-major nk`, then on the GPU host
 `python -m mlir_tile.kernels.gemm --run-ptx g.ptx --shape 4096 4096 4096`).
@@ -1041,7 +1041,8 @@ def add_options(parser) -> tuple[str, ...]:
                         help="bytes every row starts on: N and K multiples of align / 2 (default 16; 2: any sizes)")
     parser.add_argument("--tile", default=None,
                         help=f"the CTA tile, BMxBNxBK and stages, one of Matmul's (default {DEFAULT_TILE}; with "
-                             f"--arch sm_90a any BMxBNx64sS, BM 64 to 256, BN 64 to 256 in 64s, default 128x128x64s4)")
+                             f"--arch sm_90a any BMxBNx64sS, BM 64 to 256, BN 64 to 256 in 64s, default 128x128x64s4; "
+                             f"then u: unspecialized, p: persistent, c2 or c4: clusters sharing B by multicast)")
     parser.add_argument("--arch", choices=("sm_90", "sm_90a"), default="sm_90",
                         help="sm_90: the mma.sync path (cp.async, ldmatrix); sm_90a: Hopper's (TMA, wgmma, TMA stores; "
                              "rows on 16 bytes)")

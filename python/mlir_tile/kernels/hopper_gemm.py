@@ -21,8 +21,13 @@ into the `TmaPipeline`'s stages as they are released; the consumers, raised to w
 wait for each k-tile, issue its wgmma batch and wait until only that batch is in flight (`wgmma_wait(1)`), so
 the batch of k-tile t - 1 has read its stage, which each consumer warp then releases. The consumers meet on a
 named barrier (the producer never reaches it) before stmatrix and before the TMA stores. Unspecialized, every
-warpgroup is a consumer and thread 0 also refills each released stage between its batches. Clusters with
-TMA multicast and a persistent scheduler are not built yet (issue 40 makes the kernel fast).
+warpgroup is a consumer and thread 0 also refills each released stage between its batches.
+
+Persistent (tiles "...p"): one CTA an SM walks C tiles cta, cta + grid, ..., the pipeline's k-tile count
+running on across its tiles, C in its own region after the stages. Clusters (tiles "...c2", "...c4"): the
+cluster's CTAs take adjacent row tiles of one column of C; each producer loads its A and its rank's rows of
+each of B's boxes, multicast to every CTA of the cluster (`TmaPipeline(multicast=True)`: a stage is free once
+every CTA's consumers released it).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class HopperConfig:
     group: int = 8  # Triton's GROUP_SIZE_M
     specialized: bool = True  # a producer warpgroup (TMA, 40 registers a thread) beside the consumers (wgmma)
     persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
+    cluster: int = 1  # CTAs of a cluster, on adjacent row tiles of one column: each loads 1/cluster of B for all
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -54,6 +60,13 @@ class HopperConfig:
         if self.persistent and not self.specialized:
             raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
                              "the next tile)")
+        if self.cluster not in (1, 2, 4) or self.cluster > 1 and not self.specialized:
+            raise ValueError(f"hopper gemm: clusters of 1, 2 or 4 CTAs, warp-specialized (a producer multicasts "
+                             f"its part of B); got {self.cluster}{'' if self.specialized else ', unspecialized'}")
+        if self.cluster > 1 and self.b_major == "kn" and self.bn > SWIZZLE_COLUMNS:
+            raise ValueError(f"hopper gemm: clusters with B [K, N] take BN {SWIZZLE_COLUMNS} (one multicast box a "
+                             f"stage): with more boxes the H200 gave wrong products in the CTAs of rank 1 and up "
+                             f"(docs/notes/hopper-path.md); got BN {self.bn}")
         if self.bk != SWIZZLE_COLUMNS or self.stages < 2 or self.b_major not in ("nk", "kn"):
             raise ValueError(f"hopper gemm: BK {SWIZZLE_COLUMNS} (a 128-byte swizzled row), 2 stages or more, B "
                              f"'nk' or 'kn'; got {self}")
@@ -69,8 +82,10 @@ class HopperConfig:
     @property
     def rebalanced(self) -> bool:
         """Whether the producer gives its registers to the consumers (`setmaxnreg`): where the block could not
-        have 255 a thread (with one consumer it can, and ptxas then knows no count to start from)."""
-        return self.specialized and self.threads * 255 > REGISTER_FILE
+        have 255 a thread (with one consumer it can, and ptxas then knows no count to start from) and the
+        consumers' accumulators are BN / 2 >= 64 registers a thread (with fewer, ptxas allocates below the
+        entry count and ignores setmaxnreg: C7508)."""
+        return self.specialized and self.threads * 255 > REGISTER_FILE and self.bn >= 128
 
     @property
     def entry_registers(self) -> int:
@@ -101,13 +116,15 @@ class HopperConfig:
         return self.stage_bytes + (self.bm * self.bn * ELEMENT_BYTES if self.persistent else 0)
 
     def grid(self, m: int, n: int, sms: int) -> int:
-        """CTAs to launch: one per C tile, or (persistent) one per SM at most."""
-        tiles = -(-m // self.bm) * -(-n // self.bn)
-        return min(tiles, sms) if self.persistent else tiles
+        """CTAs to launch: one per C tile, or (persistent) one per SM at most; whole clusters (a cluster's last
+        rows of tiles may lie past M: its CTAs there load zeros and store nothing)."""
+        clusters = -(-m // (self.bm * self.cluster)) * -(-n // self.bn)
+        return self.cluster * (min(clusters, sms // self.cluster) if self.persistent else clusters)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
-                f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
+                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}_sm90a")
 
 
 def tiles(config: HopperConfig) -> dict:
@@ -151,13 +168,33 @@ def _same_bytes(halves, words) -> None:
 
 def boxes(config: HopperConfig):
     """The TMA boxes of A, B and C whose tensor maps the kernel takes: those its tiles' layouts prove (a tile
-    of several boxes side by side: the first's, all alike)."""
+    of several boxes side by side: the first's, all alike; B's: a cluster CTA's part of one)."""
     from mlir_tile.tma import box_for, column_boxes
 
     layouts = tiles(config)
-    b = box_for(layouts["b"], 16) if config.b_major == "nk" else column_boxes(_as_kn(layouts["b"]), 16,
-                                                                               SWIZZLE_COLUMNS)[0][1]
-    return {"a": box_for(layouts["a"], 16), "b": b, "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
+    return {"a": box_for(layouts["a"], 16), "b": b_parts(config)[0][1],
+            "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
+
+
+def b_parts(config: HopperConfig) -> list:
+    """What each CTA of a cluster loads of a stage's B tile and multicasts to all: (first element, box) of
+    rank 0's part of each of the tile's boxes (B [N, K]: one box; [K, N]: one per 64 columns), rank r's
+    r x the part's rows further down the box (rows and elements): the box's rows split in `cluster` bands,
+    each band proven to be a box's layout from its first element."""
+    from mlir_tile.tma import Box, box_for, column_boxes
+
+    layouts = tiles(config)
+    whole = ([(0, box_for(layouts["b"], 16))] if config.b_major == "nk" else
+             column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS))
+    parts = []
+    for first, box in whole:
+        part = Box(box.rows // config.cluster, box.columns, box.element_bits, box.swizzle_bytes)
+        for rank in range(config.cluster):
+            if any(box.layout.offset(rank * part.rows + i, j) != rank * part.rows * part.columns + part.layout.offset(i, j)
+                   for i in range(part.rows) for j in range(part.columns)):
+                raise ValueError(f"hopper gemm: rows {rank * part.rows} on of B's box {box} are not the box {part}")
+        parts.append((first, part))
+    return parts
 
 
 def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), context=None,
@@ -171,7 +208,8 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
         raise ValueError(f"hopper gemm: f16 or bf16, got {element!r}")
     parameters = [TensorMap(), TensorMap(), TensorMap(), "index", "index", "index"]
     parameters += operand_parameters(epilogue, element) if epilogue is not None else []
-    with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip="sm_90a", context=context) as k:
+    with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip="sm_90a", context=context,
+                cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
         _HopperGemm(k, element, config, epilogue).build()
     return k.module
 
@@ -195,12 +233,15 @@ class _HopperGemm:
         self.extras = k.arguments[6:]
         self.n, self.depth = in_units(k, n_units, 8), in_units(k, k_units, 8)  # rows on 16 bytes, proven
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
-        self.order = TileOrder(k, (self.m, self.n), (config.bm, config.bn), config.group)
+        # a cluster's CTAs take adjacent row tiles of one column (one C tile of cluster x BM rows to the order)
+        self.order = TileOrder(k, (self.m, self.n), (config.bm * config.cluster, config.bn),
+                               max(1, config.group // config.cluster))
+        self.rank = k.cluster_rank() if config.cluster > 1 else None
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(element, part) for part in config.parts])
         loads = 1 + (1 if config.b_major == "nk" else config.bn // SWIZZLE_COLUMNS)
-        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, loads)
+        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, loads, multicast=config.cluster > 1)
         self.warpgroup = k.warpgroup_id()
         # the consumer's index (its 64 rows of A and C), and its threads counted from 0
         first = k.index(128 * config.specialized)
@@ -215,35 +256,51 @@ class _HopperGemm:
 
         k, config = self.k, self.config
         if not config.specialized:  # every warpgroup a consumer; thread 0 also loads, between its batches
-            origin = self.order.origin(k.block_id())
+            origin = self.origin(k.block_id())
             for k_tile in range(config.stages):  # the first k-tiles, each where K has it
                 with k.if_(arith.andi(self.producer, k.compare("ult", k_tile, self.k_tiles))):
                     self.load(k.index(k_tile), origin, k.index(k_tile))
             self.consume(origin, k.index(0), 0)
             return
-        first, own = (self.order.persistent() if config.persistent else (k.block_id(), k.index(1)))
+        first, own = (self.order.persistent(config.cluster) if config.persistent else
+                      (arith.divui(k.block_id(), k.index(config.cluster)), k.index(1)))
         with k.if_(k.compare("eq", self.warpgroup, 0)):  # the producer: one thread loads every k-tile
             if config.rebalanced:
                 k.set_max_registers(PRODUCER_REGISTERS, "decrease")
             with k.if_(self.producer):
                 with k.loop(0, own) as turn:
-                    origin = self.order.origin(self._tile(first, turn))
+                    origin = self.origin(self._tile(first, turn))
                     with k.loop(0, self.k_tiles) as k_tile:
                         self.load(self._in_ring(turn, k_tile), origin, k_tile)
         with k.if_(k.compare("ne", self.warpgroup, 0)):
             if config.rebalanced:
                 k.set_max_registers(config.consumer_registers, "increase")
             with k.loop(0, own) as turn:
-                self.consume(self.order.origin(self._tile(first, turn)), turn,
+                self.consume(self.origin(self._tile(first, turn)), turn,
                              config.stage_bytes if config.persistent else 0)
+        if config.cluster > 1:  # no CTA leaves while a peer may still arrive on its barriers
+            k.cluster_barrier()
+
+    def origin(self, tile):
+        """The first element of this CTA's C tile of tile `tile` of the order (its rank's rows of a cluster's)."""
+        from mlir.dialects import arith
+
+        row0, col0 = self.order.origin(tile)
+        if self.rank is None:
+            return row0, col0
+        return arith.addi(row0, arith.muli(self.rank, self.k.index(self.config.bm))), col0
 
     def _tile(self, first, turn):
-        """The C tile of this CTA's walk at `turn`: first + turn x grid (one turn unless persistent)."""
+        """The C tile of this CTA's walk at `turn`: first + turn x the grid's clusters (one turn unless
+        persistent)."""
         from mlir.dialects import arith
 
         if not self.config.persistent:
             return first
-        return arith.addi(first, arith.muli(turn, self.k.grid_size()))
+        walkers = self.k.grid_size()
+        if self.config.cluster > 1:
+            walkers = arith.divui(walkers, self.k.index(self.config.cluster))
+        return arith.addi(first, arith.muli(turn, walkers))
 
     def _in_ring(self, turn, k_tile):
         """The pipeline's count of `k_tile` of the walk's tile `turn`: the stages and phases run on across tiles."""
@@ -278,20 +335,20 @@ class _HopperGemm:
         column = arith.muli(k_tile, k.index(config.bk))
         row0, col0 = origin
         pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
-        if config.b_major == "nk":
+        if config.b_major == "nk" and config.cluster == 1:
             pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (col0, column))
             return
-        for first, box in self._b_boxes():
-            view = k.view(self.shared, (box.rows * box.columns,), self.element,
-                          arith.addi(self.ring.offset(self.ring.stage(in_ring), 1), k.index(first * ELEMENT_BYTES)))
-            pipeline.load(in_ring, k.tensor(view, box.layout), self.b_map,
-                          (column, arith.addi(col0, k.index(first // config.bk))))
-
-    def _b_boxes(self):
-        """B [K, N]'s boxes in a stage: (first element, box), the (k, n) tile's columns of 64 proven boxes."""
-        from mlir_tile.tma import column_boxes
-
-        return column_boxes(_as_kn(self.tiles["b"]), 16, SWIZZLE_COLUMNS)
+        b_at = self.ring.offset(self.ring.stage(in_ring), 1)
+        for first, part in b_parts(config):  # B [K, N]: a box every 64 columns; this CTA's rows of each
+            box_row, box_column = (col0, column) if config.b_major == "nk" else (column, arith.addi(
+                col0, k.index(first // config.bk)))
+            if self.rank is not None:
+                first = arith.addi(k.index(first), arith.muli(self.rank, k.index(part.rows * part.columns)))
+                box_row = arith.addi(box_row, arith.muli(self.rank, k.index(part.rows)))
+            view = k.view(self.shared, (part.rows * part.columns,), self.element,
+                          arith.addi(b_at, arith.muli(k.as_index(first), k.index(ELEMENT_BYTES))))
+            pipeline.load(in_ring, k.tensor(view, part.layout), self.b_map, (box_row, box_column),
+                          multicast=None if self.rank is None else (1 << config.cluster) - 1)
 
     def step(self, in_ring, k_tile, origin) -> None:
         """k-tile `k_tile` (the pipeline's `in_ring`-th): its batch once its stage is full; then, the batch
@@ -372,16 +429,18 @@ DEFAULT_TILE = "128x128x64s4"
 
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE) -> HopperConfig:
-    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; a final "u": unspecialized, "p":
-    persistent) for B's layout; ValueError for one it does not take."""
+    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "u": unspecialized, "p":
+    persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout; ValueError for one it does not
+    take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)([up]?)", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)([up]?)(?:c(\d+))?", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[u|p] (e.g. {DEFAULT_TILE}), got {tile!r}")
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
+                         f"128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
-                        persistent=match.group(5) == "p")
+                        persistent=match.group(5) == "p", cluster=int(match.group(6) or 1))
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
@@ -415,7 +474,8 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count)
         module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // 8, depth // 8], grid=grid,
-                      block=config.threads, shared_bytes=config.shared_bytes)
+                      block=config.threads, shared_bytes=config.shared_bytes,
+                      cluster=config.cluster if config.cluster > 1 else None)
         c = runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))
         for buffer in matrices + maps:
             buffer.close()
@@ -446,12 +506,12 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     for k_tile in range(k_tiles):
         stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
         reference.tma_box_write(a[:, columns], 128, stage)
-        if config.b_major == "nk":
-            reference.tma_box_write(np.ascontiguousarray(b[columns].T), 128, stage, a_bytes)
-        else:
-            for first, box in column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS):
-                n0 = first // config.bk
-                reference.tma_box_write(b[columns, n0:n0 + box.columns], 128, stage, a_bytes + first * ELEMENT_BYTES)
+        given = b[columns].T if config.b_major == "nk" else b[columns]  # B's rows as its tensor map has them
+        for first, part in b_parts(config):  # each cluster CTA's part of each box (multicast: the same bytes)
+            for rank in range(config.cluster):
+                row0, column0 = rank * part.rows, 0 if config.b_major == "nk" else first // config.bk
+                reference.tma_box_write(np.ascontiguousarray(given[row0:row0 + part.rows, column0:column0 + part.columns]),
+                                        128, stage, a_bytes + (first + row0 * part.columns) * ELEMENT_BYTES)
         for group in range(config.consumers):
             for step in range(config.bk // 16):
                 fetched = []
