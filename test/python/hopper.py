@@ -1,7 +1,7 @@
 # RUN: %python %s | filecheck %s
 """Hopper's builder rules, each legal and illegal: the wgmma calls ([wgmma-*]: chip, warpgroup, operand,
-descriptor, alignment, row block, K-major, accumulators, in flight) and TMA's ([tma-*]: tile, box, alignment,
-column). A legal call prints the op it built; an illegal one its BuilderError, the [rule] tag first."""
+descriptor, alignment, row block, K-major, accumulators, in flight: tiles and pipeline stages) and TMA's
+([tma-*]: tile, box, alignment, column). A legal call prints the op it built; an illegal one its BuilderError, the [rule] tag first."""
 import re
 
 from mlir import ir
@@ -141,3 +141,29 @@ case("a multicast past the cluster", lambda k, a, b, acc, m: k.tma_load(
 # CHECK-LABEL: CASE: a cluster of 16 CTAs
 # CHECK: error: [cluster] Kernel: a cluster of 16 CTAs is more than the portable 8
 case("a cluster of 16 CTAs", product, cluster=(16, 1, 1))
+
+
+def pipelined(release_back):
+    """A consumer's loop over a 3-stage TmaPipeline: wait for k-tile t, its batch, wgmma_wait(1), then the
+    release of k-tile t - release_back."""
+    def body(k, a, b, acc, m):
+        from mlir_tile.builder.schedule import StageRing, TmaPipeline
+
+        ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", A.cosize), ("f16", B.cosize)], start=32768)
+        pipeline = TmaPipeline(k, ring, consumer_warps=8, loads=2)
+        with k.loop(1, 8) as t:
+            pipeline.wait(t)
+            stage_a, stage_b = ring.views(ring.stage(t))
+            product(k, k.tensor(stage_a, A), k.tensor(stage_b, B), acc, m)
+            k.wgmma_wait(1)
+            pipeline.release(arith.subi(t, k.index(release_back)))
+        k.wgmma_wait(0)
+    return body
+
+
+# CHECK-LABEL: CASE: releasing the stage before the batch in flight
+# CHECK: built: nvvm.wgmma.mma_async
+case("releasing the stage before the batch in flight", pipelined(1))
+# CHECK-LABEL: CASE: releasing the stage of the batch in flight
+# CHECK: error: [wgmma-in-flight] TmaPipeline.release at {{.*}}hopper.py:{{[0-9]+}} frees or writes k-tile t-3's stage of a pipeline whose k-tile t's stage a wgmma group still reads; wgmma_wait(...) for that group first
+case("releasing the stage of the batch in flight", pipelined(3))

@@ -4,6 +4,8 @@ are a BuilderError [wgmma-in-flight] at the call, through waits that leave it in
 not run and a loop's next iteration; what the waits cover builds."""
 import pytest
 
+from mlir_tile.builder import BuilderError
+
 from mlir_tile.compile import compile_to_ptx
 from test_builder_warpgroup import ATOM, _kernel, _refused
 
@@ -105,3 +107,86 @@ def test_writing_other_bytes_or_after_the_wait_builds():
         k.wgmma_wait(0)
         k.store(k.load(b.memory, [0]), b.memory, [0])
     assert "wgmma.mma_async" in compile_to_ptx(_kernel(body))
+
+
+def _pipelined(k, schedule):
+    """A TmaPipeline over 3 stages of a 64 x 64 A and B tile each; `schedule(k, pipeline, step)`, where step(t)
+    waits for k-tile t and issues its batch, builds the consumer's loop over k-tiles 1 to 7."""
+    from mlir_tile.builder.schedule import StageRing, TmaPipeline
+    from mlir_tile.tma import Box
+
+    box = Box(64, 64, 16, 128)
+    ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64), ("f16", 64 * 64)])
+    pipeline = TmaPipeline(k, ring, consumer_warps=4, loads=2)
+    accumulators = k.accumulators(ATOM)
+
+    def step(t):
+        pipeline.wait(t)
+        a, b = (k.tensor(view, box.layout) for view in ring.views(ring.stage(t)))
+        k.wgmma(ATOM, a, b, accumulators)
+
+    with k.loop(1, 8) as t:
+        schedule(k, pipeline, step, t)
+    k.wgmma_wait(0, [accumulators])
+
+
+def _stage_kernel(schedule):
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+
+    with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        _pipelined(k, schedule)
+    return k.module
+
+
+def _release_the_one_before(k, pipeline, step, t):  # the mainloop of CUTLASS's and the Hopper GEMM's consumers
+    from mlir.dialects import arith
+
+    step(t)
+    k.wgmma_wait(1)
+    pipeline.release(arith.subi(t, k.index(1)))
+
+
+def test_releasing_the_stage_before_the_batch_in_flight_builds():
+    """Batch t in flight (wgmma_wait(1)), the stage of t - 1 released: proven another of the 3 stages; the
+    previous iteration's batch is retired by the wait before the release."""
+    assert "mbarrier.arrive" in compile_to_ptx(_stage_kernel(_release_the_one_before))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("release before the wait", r"\[wgmma-in-flight\] TmaPipeline.release at .*test_builder_asynchrony.py:\d+ frees or "
+                                r"writes k-tile t's stage of a pipeline whose k-tile t's stage a wgmma group still "
+                                r"reads; wgmma_wait"),
+    ("release t - 3", r"TmaPipeline.release .* frees or writes k-tile t-3's stage of a pipeline whose k-tile t's stage "
+                      r"a wgmma group still reads"),
+    ("no wait at all", r"TmaPipeline.release .*, in the loop's next iteration frees or writes k-tile t-1's stage of a "
+                       r"pipeline whose an earlier iteration's k-tile's stage a wgmma group still reads \(not proven "
+                       r"another of its 3 stages\)"),
+    ("a k-tile of its own", r"TmaPipeline.release .* \(not proven another of its 3 stages\)"),
+    ("a store into the stage", r"\[wgmma-in-flight\] a store at .* frees or writes k-tile t's stage"),
+])
+def test_freeing_or_writing_a_stage_a_batch_may_still_read_is_refused(case, message):
+    """The stage of k-tile t released, or written, while the batch reading it is in flight; a release three
+    k-tiles back (the same of 3 stages); without any wait, the release of t - 1 meets the previous
+    iteration's batch in the loop's next iteration; a k-tile computed apart from t cannot be proven another
+    stage."""
+    from mlir.dialects import arith
+
+    def schedule(k, pipeline, step, t):
+        step(t)
+        if case == "release before the wait":
+            pipeline.release(t)
+        elif case == "release t - 3":
+            k.wgmma_wait(1)
+            pipeline.release(arith.subi(t, k.index(3)))
+        elif case == "no wait at all":
+            pipeline.release(arith.subi(t, k.index(1)))
+        elif case == "a k-tile of its own":
+            k.wgmma_wait(1)
+            pipeline.release(arith.muli(t, k.index(2)))
+        else:
+            view = pipeline.ring.views(pipeline.ring.stage(t))[1]
+            k.store(k.load(view, [0]), view, [0])
+    with pytest.raises(BuilderError, match=message):
+        _stage_kernel(schedule)

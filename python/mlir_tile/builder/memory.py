@@ -244,6 +244,11 @@ class Memory:
         if not self._wgmma_internal:
             self.wgmma_groups.access(buffer, what, lambda: _where(self.context), writes)
 
+    def _stage_freed(self, ring, k_tile, what: str) -> None:
+        """`what` lets k-tile `k_tile`'s stage of StageRing `ring` be written: refused while a wgmma group may
+        read it (`asynchrony`)."""
+        self.wgmma_groups.stage_written(id(ring), ring.stages, k_tile, what, lambda: _where(self.context))
+
     def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value | int], elements: int, *,
                     assume_aligned: bool = False) -> ir.Value:
         """`elements` consecutive elements along the last dimension from `buffer[indices]`, as one 2/4/8/16-byte

@@ -194,8 +194,11 @@ class StageRing:
     def views(self, stage: ir.Value, element: str | None = None) -> list[ir.Value]:
         """The stage's tiles as views of their elements (or all of `element`, e.g. i32 words for transfers)."""
         k = self.k
-        return [k.view(self.buffer, ((n * _BYTES[e]) // _BYTES[element or e],), element or e, self.offset(stage, part))
-                for part, (e, n) in enumerate(self.parts)]
+        views = [k.view(self.buffer, ((n * _BYTES[e]) // _BYTES[element or e],), element or e, self.offset(stage, part))
+                 for part, (e, n) in enumerate(self.parts)]
+        for view in views:  # (a wgmma batch reading one holds the stage until its wait)
+            k.wgmma_groups.stage_view(view, id(self), self.stages, stage)
+        return views
 
     def after(self, first: ir.Value, k_tiles: ir.Value) -> ir.Value:
         """The stage following `k_tiles` k-tiles from stage `first`."""
@@ -251,6 +254,7 @@ class TmaPipeline:
             raise BuilderError("[cluster] TmaPipeline.load: a multicast load fills peers' stages, which only a "
                                "TmaPipeline(..., multicast=True) waits for the peers to release")
         stage = self.ring.stage(k_tile)
+        self.k._stage_freed(self.ring, k_tile, "TmaPipeline.load")
         box = self.k.tma_load(tile, tensor_map, coordinate, self.full, stage, multicast=multicast)
         self.k.expect_bytes(self.full, stage, box, copies=1 if multicast is None else bin(multicast).count("1"))
         return box
@@ -263,6 +267,7 @@ class TmaPipeline:
         """This warp is done reading k-tile `k_tile`'s stage (its wgmma groups retired: `wgmma_wait`); called
         by every thread of each consumer warp. Multicast: lane r arrives on CTA r's stage."""
         k, stage = self.k, self.ring.stage(k_tile)
+        k._stage_freed(self.ring, k_tile, "TmaPipeline.release")
         if self.ctas == 1:
             k.arrive(self.empty, stage, per_warp=True)
             return
