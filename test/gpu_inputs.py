@@ -74,10 +74,10 @@ def build(folder: Path) -> None:
 
 def _user_epilogue(folder: Path) -> None:
     """The kernels of the epilogue test_kernels_ops_gpu.py writes itself (`bias.then(gelu_tanh)`, bf16, every
-    sm_90 tile), which the GPU host, having no compiler, cannot build on first use: into `kernels/` as the
+    sm_90 tile and Hopper kernel), which the GPU host, having no compiler, cannot build on first use: into `kernels/` as the
     cache of these sources lays them out (the test points MLIR_TILE_CACHE_DIR at `folder`)."""
     from mlir_tile.compile import compile_to_ptx
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels import gemm, hopper_gemm
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
     from mlir_tile.kernels.library import source_digest
 
@@ -87,6 +87,9 @@ def _user_epilogue(folder: Path) -> None:
     for config in gemm.variants_for(chip, epilogue):
         (kernels / f"{gemm.kernel_name('bf16', config, epilogue)}.ptx").write_text(
             compile_to_ptx(gemm.build_module("bf16", config, chip, epilogue=epilogue)))
+    for name, build in hopper_gemm.shipped_kernels([epilogue]):  # Matmul's Hopper path on sm_90
+        if "_bf16_" in name:
+            (kernels / f"{name}.ptx").write_text(compile_to_ptx(build()))
     (kernels / f"{gemm.reduce_name('bf16', epilogue)}.ptx").write_text(
         compile_to_ptx(gemm.build_reduce_module("bf16", chip, epilogue=epilogue)))
 

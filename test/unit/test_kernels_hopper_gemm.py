@@ -208,3 +208,44 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
     assert "%nctaid.x" in ptx  # the walk steps by the grid
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 2 and ptx.count("setmaxnreg") == 2
+
+
+@pytest.mark.parametrize("chip, sizes, tile, splits, aligned, takes", [
+    ("sm_90", (4096, 4096, 4096), None, None, True, True),
+    ("sm_80", (4096, 4096, 4096), None, None, True, False),  # no wgmma
+    ("sm_90", (4096, 4096, 4100), None, None, True, False),  # K off 16 bytes: no TMA
+    ("sm_90", (4096, 4092, 4096), None, None, True, False),  # N likewise
+    ("sm_90", (4096, 4096, 4096), None, None, False, False),  # an address off 16 bytes
+    ("sm_90", (4096, 4096, 4096), {"bm": 128, "bn": 128}, None, True, False),  # an mma.sync tile named
+    ("sm_90", (4096, 4096, 4096), None, 2, True, False),  # split-K asked for
+    ("sm_90", (256, 512, 8192), None, None, True, False),  # 8 tiles, deep K: the mma.sync path splits K
+    ("sm_90", (256, 512, 8192), None, 1, True, True),  # ... unless told not to
+])
+def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, tile, splits, aligned, takes):
+    from mlir_tile.kernels.gemm import takes_hopper
+
+    assert takes_hopper(chip, *sizes, 132, "nk", tile, splits, aligned) is takes
+
+
+def test_matmul_picks_the_wide_tile_where_it_fills_the_sms_and_no_epilogue_is_fused():
+    from mlir_tile.kernels.epilogues import bias, gelu_tanh
+    from mlir_tile.kernels.hopper_gemm import library_config
+
+    assert str(library_config(4096, 4096, "nk", 132, 0.9)).startswith("128x256x64_s3")
+    assert str(library_config(1024, 1024, "kn", 132, 0.9)).startswith("128x128x64_s4")  # 32 wide tiles
+    assert str(library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))).startswith("128x128x64_s4")
+
+
+def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
+    """Each (element, B layout, epilogue) with its tiles, named apart from the mma.sync kernels; the fused
+    epilogue's kernel (128 x 128) assembles without spills."""
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.epilogues import bias, gelu_tanh
+
+    names = [name for name, _ in gemm.shipped_kernels("sm_90")]
+    hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1)
+    assert not any("_sm90a" in name for name, _ in gemm.shipped_kernels("sm_80"))
+    config = hopper_gemm.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
+    _assembles(compile_to_ptx(hopper_gemm.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)

@@ -654,6 +654,19 @@ def pick_splits(m: int, n: int, depth: int, sms: int, config: Config) -> int:
     return max(1, min(sms // tiles, k_tiles // SPLIT_K_TILES, MAX_SPLITS))
 
 
+TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
+
+
+def takes_hopper(chip: str, m: int, n: int, depth: int, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
+    """Whether `Matmul` runs an M x N x K product on Hopper's path (`hopper_gemm`): the sm_90 library, no
+    mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
+    TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
+    not, it keeps the product)."""
+    if chip != "sm_90" or tile is not None or splits not in (None, 1) or not aligned or n % 8 or depth % 8:
+        return False
+    return splits == 1 or pick_splits(m, n, depth, sms, variant(smallest_tile(16), 16, b_major=b_major)) == 1
+
+
 def tile_name(tile: dict) -> str:
     config = Config(**tile)
     return f"{config.bm}x{config.bn}x{config.bk}s{config.stages}{'p' if config.persistent else ''}"
@@ -711,7 +724,12 @@ SPLIT_CHECKED = variant(smallest_tile(HALF), HALF, b_major="kn", split_k=True)
 
 def shipped_kernels(chip: str, epilogues=(None, selectable)):
     """(name, build) of every kernel `Matmul` may pick for `chip`: each (element, B layout, alignment, tile,
-    split) variant and the split's reduction, with each of `epilogues` (None: plain)."""
+    split) variant and the split's reduction, with each of `epilogues` (None: plain); on sm_90 also the
+    Hopper path's (`hopper_gemm.shipped_kernels`)."""
+    from mlir_tile.kernels import hopper_gemm
+
+    if chip == "sm_90":
+        yield from hopper_gemm.shipped_kernels(epilogues)
     for element in ("f16", "bf16"):
         for epilogue in epilogues:
             for config in variants_for(chip, epilogue):
@@ -740,15 +758,20 @@ def epilogue_suffix(epilogue: Epilogue | None) -> str:
 
 class Matmul:
     """C = epilogue(A x B) on torch tensors through mlir-tile's runtime (no host copies, torch's current
-    stream): the variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
+    stream). On Hopper (the sm_90 library) Hopper's path where it takes the product (`takes_hopper`: TMA,
+    wgmma, `hopper_gemm.library_config`'s tile, the tensor maps kept by `hopper_gemm.TensorMaps`); else the
+    mma.sync variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
     (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M
     x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
     ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
     ValueError for what the kernels do not take."""
 
     def __init__(self, library):
+        from mlir_tile.kernels.hopper_gemm import TensorMaps
+
         self.library, self.plans = library, {}
         self.sms = library.runtime.device.properties.multiprocessor_count
+        self.maps = TensorMaps(library.runtime)
         self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
 
     def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None,
@@ -761,9 +784,11 @@ class Matmul:
 
         from mlir_tile.runtime import torch_stream
 
-        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue)
+        aligned = all(t.data_ptr() % TMA_ADDRESS_BYTES == 0 for t in (a, b) + (() if out is None else (out,)))
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
+               aligned)
         if key not in self.plans:  # what depends only on the key is checked and worked out once
-            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue)
+            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue, aligned)
         config, module, grid, sizes, reduction = self.plans[key]
         if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
             raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
@@ -774,7 +799,14 @@ class Matmul:
         elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
             raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
                              f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
-        self.last_config, self.last_splits, stream = config, 1 if reduction is None else reduction[1], torch_stream(a)
+        hopper = isinstance(reduction, dict)  # Hopper's path: its TMA boxes of A, B and C
+        self.last_config, self.last_splits = config, 1 if reduction is None or hopper else reduction[1]
+        stream = torch_stream(a)
+        if hopper:
+            maps = [self.maps(tensor, reduction[name]) for name, tensor in (("a", a), ("b", b), ("c", out))]
+            module.launch(KERNEL, [*maps, *sizes, *extras], grid=grid, block=config.threads,
+                          shared_bytes=config.shared_bytes, stream=stream)
+            return out
         if reduction is None:
             module.launch(KERNEL, [a, b, out, *sizes, *extras], grid=grid, block=config.threads,
                           shared_bytes=config.shared_bytes, stream=stream)
@@ -787,10 +819,12 @@ class Matmul:
                        block=REDUCE_THREADS, stream=stream)
         return out
 
-    def _plan(self, a, b, b_major, tile, splits, epilogue):
-        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits) or None) for
-        these operands, or ValueError."""
+    def _plan(self, a, b, b_major, tile, splits, epilogue, aligned):
+        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits), None, or on
+        Hopper's path its TMA boxes) for these operands, or ValueError."""
         element, (m, n, depth) = _element_and_sizes(a, b, b_major)
+        if takes_hopper(self.library.chip, m, n, depth, self.sms, b_major, tile, splits, aligned):
+            return self._hopper_plan(element, m, n, depth, b_major, epilogue)
         if tile is not None and tile not in TILES + (PERSISTENT,):
             raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
@@ -819,6 +853,15 @@ class Matmul:
         module = self.library.module(kernel_name(element, config, epilogue),
                                      lambda: build_module(element, config, chip, epilogue=epilogue))
         return config, module, config.grid(m, n, splits, self.sms), (m, n // config.unit, depth // config.unit), reduction
+
+    def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
+        from mlir_tile.kernels import hopper_gemm
+
+        config = hopper_gemm.library_config(m, n, b_major, self.sms, FILL, epilogue)
+        module = self.library.module(hopper_gemm.kernel_name(element, config, epilogue),
+                                     lambda: hopper_gemm.build_module(element, config, epilogue=epilogue))
+        sizes = (m, n // config.unit, depth // config.unit)
+        return config, module, config.grid(m, n, self.sms), sizes, hopper_gemm.boxes(config)
 
     def _reducer(self, element: str, epilogue):
         chip = self.library.chip

@@ -71,6 +71,8 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: BK {SWIZZLE_COLUMNS} (a 128-byte swizzled row), 2 stages or more, B "
                              f"'nk' or 'kn'; got {self}")
 
+    unit = 8  # N and K are multiples of it (TMA: rows on 16 bytes); the kernel takes N / 8 and K / 8
+
     @property
     def consumers(self) -> int:  # warpgroups issuing wgmma, 64 rows of C each
         return self.bm // 64
@@ -441,6 +443,62 @@ def configure(b_major: str = "nk", tile: str = DEFAULT_TILE) -> HopperConfig:
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
                         persistent=match.group(5) == "p", cluster=int(match.group(6) or 1))
+
+
+# What `gemm.Matmul` takes on Hopper: the tile benchmarks/gemm.py's `hopper` measured fastest at every shape
+# (docs/notes/hopper-path.md), and the 128 x 128 one (twice the CTAs; an epilogue's registers beside the
+# accumulators: with 128 x 256's, ptxas spills 0.5-5.6 KB a thread)
+LIBRARY_TILES = ("128x256x64s3", "128x128x64s4")
+
+
+def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None) -> HopperConfig:
+    """`Matmul`'s kernel for an M x N product: LIBRARY_TILES' first where its CTAs cover `fill` of the `sms`
+    multiprocessors and no epilogue is fused, else the second."""
+    wide = configure(b_major, LIBRARY_TILES[0])
+    return wide if epilogue is None and wide.grid(m, n, sms) >= fill * sms else configure(b_major, LIBRARY_TILES[1])
+
+
+def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice | None = None) -> str:
+    """The name the library keeps the kernel's PTX under (beside the mma.sync kernels: its config ends _sm90a)."""
+    from mlir_tile.kernels.gemm import epilogue_suffix
+
+    return f"{KERNEL}_{element}_{config}{epilogue_suffix(epilogue)}"
+
+
+def shipped_kernels(epilogues) -> list:
+    """(name, build) of every Hopper kernel `Matmul` may pick: each element, B layout and epilogue (None:
+    plain) with the tiles `library_config` takes for it."""
+    from functools import partial
+
+    return [(kernel_name(element, config, epilogue), partial(build_module, element, config, epilogue=epilogue))
+            for element in ("f16", "bf16") for epilogue in epilogues for major in ("nk", "kn")
+            for config in (configure(major, tile) for tile in LIBRARY_TILES[epilogue is not None:])]
+
+
+class TensorMaps:
+    """The device tensor maps a Hopper kernel is launched with, one per (address, shape, row stride, box),
+    the `kept` most recent kept (a training loop's weights and buffers come back at the same addresses, so
+    each is encoded once). A new one is copied on torch's current stream, before the launch that reads it."""
+
+    def __init__(self, runtime, kept: int = 256):
+        from collections import OrderedDict
+
+        self.runtime, self.kept, self.maps = runtime, kept, OrderedDict()
+
+    def __call__(self, tensor, box):
+        """The map of 2-D row-major CUDA `tensor` (16-bit elements, rows on 16 bytes, 16-byte aligned) in boxes
+        of `box`, as a device tensor of its 128 bytes."""
+        import torch
+
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0), box, tensor.device.index)
+        found = self.maps.pop(key, None)
+        if found is None:
+            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0) * ELEMENT_BYTES, box)
+            found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
+        self.maps[key] = found
+        while len(self.maps) > self.kept:
+            self.maps.popitem(last=False)
+        return found
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
