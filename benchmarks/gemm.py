@@ -2,7 +2,7 @@
 wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
 
     python benchmarks/gemm.py hopper-build DIR # here (MLIR): the Hopper kernels' PTX and the wgmma loop into DIR
-    python3 benchmarks/gemm.py hopper DIR [f16|bf16]   # GPU host: DIR/gemm_hopper.json, sustained (see `hopper`)
+    python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3]  # GPU host: DIR/gemm_hopper.json, sustained
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
@@ -115,24 +115,29 @@ HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
 HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p", "128x256x64s3c2"],
                 "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p"]}
+FP8_TILES = ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2"]  # e4m3, B [N, K]
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                          (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
 
 
+def _hopper_kernels() -> list[tuple[str, str, str]]:
+    """(element, B layout, tile) of every Hopper kernel measured."""
+    return ([(element, major, tile) for element in ELEMENTS for major in ("nk", "kn") for tile in HOPPER_TILES[major]]
+            + [("e4m3", "nk", tile) for tile in FP8_TILES])
+
+
 def hopper_build(directory: Path) -> None:
-    """Each of HOPPER_TILES for f16 and bf16 with B [N, K] and [K, N] (PTX, sm_90a), and the pure wgmma loop."""
+    """Each of `_hopper_kernels` (PTX, sm_90a), and the pure wgmma loop."""
     import wgmma_loop
 
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_gemm
 
     directory.mkdir(parents=True, exist_ok=True)
-    for element in ELEMENTS:
-        for major in ("nk", "kn"):
-            for tile in HOPPER_TILES[major]:
-                module = hopper_gemm.build_module(element, hopper_gemm.configure(major, tile))
-                (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
+    for element, major, tile in _hopper_kernels():
+        module = hopper_gemm.build_module(element, hopper_gemm.configure(major, tile, element))
+        (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
     wgmma_loop.build(directory)
 
 
@@ -173,9 +178,9 @@ def _triton_grouped():
     return run
 
 
-def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str) -> dict:
-    """A call per Hopper tile on a, b (B as `major`), each into its own C (`c_of(name)`), its tensor maps
-    made once (kept alive by the call)."""
+def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, scales=()) -> dict:
+    """A call per Hopper tile (`modules`: tile -> module) on a, b (B as `major`), each into its own C
+    (`c_of(tile)`), its tensor maps made once (kept alive by the call); e4m3: `scales` after the sizes."""
     import torch
 
     from mlir_tile.kernels import hopper_gemm
@@ -183,12 +188,12 @@ def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str) -> dict:
     (m, depth), n = a.shape, (b.shape[0] if major == "nk" else b.shape[1])
     sms, stream, calls = runtime.device.properties.multiprocessor_count, torch.cuda.current_stream(), {}
     for tile, module in modules.items():
-        config, c = hopper_gemm.configure(major, tile), c_of(tile)
+        config, c = hopper_gemm.configure(major, tile, element), c_of(tile)
         box, maps = hopper_gemm.boxes(config), []
         for name, matrix in (("a", a), ("b", b), ("c", c)):
             maps.append(runtime.to_device(runtime.tensor_map(matrix.data_ptr(), tuple(matrix.shape),
-                                                             matrix.stride(0) * 2, box[name])))
-        arguments = [int(x.handle) for x in maps] + [m, n // 8, depth // 8]
+                                                             matrix.stride(0) * matrix.element_size(), box[name])))
+        arguments = [int(x.handle) for x in maps] + [m, n // config.unit, depth // config.k_unit, *scales]
         calls[tile] = (lambda module=module, config=config, arguments=arguments, maps=maps:
                        module.launch(hopper_gemm.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
                                      shared_bytes=config.shared_bytes, stream=stream,
@@ -196,49 +201,72 @@ def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str) -> dict:
     return calls
 
 
-def hopper(directory: Path, elements: Sequence[str] = ELEMENTS) -> None:
-    """Per shape, dtype and B layout: every Hopper tile, cuBLAS (torch.mm; B [N, K] through its transposed
-    view, as F.linear calls it) and Triton's default path (`_triton_grouped`), timed with
-    `sustained_interleaved` (back to back, rounds interleaved, medians, the SM clock and power beside); each
-    result checked against cuBLAS's; then the pure wgmma f16 loop sustained, the ceiling."""
+def _operands_and_anchors(element: str, major: str, m: int, n: int, k: int, triton_mm) -> tuple:
+    """(A, B as `major`, e4m3's scales, {anchor: call(out)}) of one case: cuBLAS (torch.mm; B [N, K] through
+    its transposed view, as F.linear calls it) and Triton's default path; for e4m3 cuBLASLt's fp8 GEMM
+    (torch._scaled_mm, B [N, K] as its column-major [K, N] view, per-tensor scales, bf16 out)."""
+    import torch
+
+    if element == "e4m3":
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        scales = [torch.ones(1, device="cuda", dtype=torch.float32) for _ in range(2)]
+        return a, b, scales, {"cuBLASLt fp8": lambda out: torch._scaled_mm(a, b.t(), *scales, out_dtype=torch.bfloat16,
+                                                                            out=out)}
+    dtype = torch.float16 if element == "f16" else torch.bfloat16
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(*((n, k) if major == "nk" else (k, n)), device="cuda", dtype=dtype)
+    b_kn = b.t() if major == "nk" else b
+    return a, b, [], {"cuBLAS": lambda out: torch.mm(a, b_kn, out=out), "Triton": lambda out: triton_mm(a, b_kn, out)}
+
+
+def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> None:
+    """Per shape, element and B layout: every Hopper tile beside the anchors (`_operands_and_anchors`), timed
+    with `sustained_interleaved` (back to back, rounds interleaved, medians, the SM clock and power beside);
+    each result checked against the first anchor's; then the pure wgmma f16 loop sustained, the ceiling."""
     import torch
     import wgmma_loop
 
     from mlir_tile.runtime import Runtime
 
     triton_mm, results = _triton_grouped(), []
-    cases = [(e, "nk", s) for e in elements for s in HOPPER_SHAPES] + [("f16", "kn", s) for s in HOPPER_KN_SHAPES
-                                                                         if "f16" in elements]
+    cases = ([(e, "nk", s) for e in elements for s in HOPPER_SHAPES[:4 if e == "e4m3" else None]]
+             + [("f16", "kn", s) for s in HOPPER_KN_SHAPES if "f16" in elements])
     with Runtime() as runtime:
-        modules = {(e, major): {tile: runtime.load_ptx((directory / f"hopper_{e}_{major}_{tile}.ptx").read_text(),
-                                                       name=f"{e}_{major}_{tile}") for tile in HOPPER_TILES[major]}
-                   for e in ELEMENTS for major in ("nk", "kn")}
+        modules = {}
+        for element, major, tile in _hopper_kernels():
+            modules.setdefault((element, major), {})[tile] = runtime.load_ptx(
+                (directory / f"hopper_{element}_{major}_{tile}.ptx").read_text(), name=f"{element}_{major}_{tile}")
         for element, major, (m, n, k) in cases:
-            dtype = torch.float16 if element == "f16" else torch.bfloat16
-            a = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(n, k, device="cuda", dtype=dtype) if major == "nk" else torch.randn(k, n, device="cuda", dtype=dtype)
-            b_kn = b.t() if major == "nk" else b
-            outputs = {name: torch.empty(m, n, device="cuda", dtype=dtype) for name in HOPPER_TILES[major] + ["cuBLAS", "Triton"]}
-            calls = _hopper_calls(runtime, modules[element, major], a, b, outputs.__getitem__, major)
-            calls["cuBLAS"] = lambda: torch.mm(a, b_kn, out=outputs["cuBLAS"])
-            calls["Triton"] = lambda: triton_mm(a, b_kn, outputs["Triton"])
+            a, b, scales, anchors = _operands_and_anchors(element, major, m, n, k, triton_mm)
+            out_type = torch.bfloat16 if element == "e4m3" else a.dtype
+            outputs = {name: torch.empty(m, n, device="cuda", dtype=out_type) for name in [*modules[element, major], *anchors]}
+            calls = _hopper_calls(runtime, modules[element, major], a, b, outputs.__getitem__, major, element, scales)
+            calls.update({name: (lambda call=call, out=outputs[name]: call(out)) for name, call in anchors.items()})
             seconds, conditions = sustained_interleaved(calls)
-            rates = {name: 2 * m * n * k / t / 1e12 for name, t in seconds.items()}
-            errors = {name: ((out.float() - outputs["cuBLAS"].float()).abs().max() / outputs["cuBLAS"].float().abs().max()).item()
-                      for name, out in outputs.items() if name != "cuBLAS"}
-            best = max(HOPPER_TILES[major], key=rates.get)
-            row = {"element": element, "b_major": major, "shape": [m, n, k], "TFLOP/s": {x: round(r, 1) for x, r in rates.items()},
-                   "best": best, "vs cuBLAS": round(rates[best] / rates["cuBLAS"], 3),
-                   "vs Triton": round(rates[best] / rates["Triton"], 3), **conditions,
-                   "largest difference from cuBLAS (relative to its largest)": errors}
-            print(json.dumps({x: row[x] for x in ("element", "b_major", "shape", "best", "vs cuBLAS", "vs Triton",
-                                                  "SM MHz", "W", "TFLOP/s")}), flush=True)
-            results.append(row)
+            results.append(_hopper_row(element, major, (m, n, k), seconds, conditions, outputs, list(anchors)))
             (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results}, indent=1))  # so far
             torch.cuda.empty_cache()
         ceiling = _wgmma_ceiling(runtime, directory, wgmma_loop)
     (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results, "wgmma f16 loop, sustained": ceiling},
                                                            indent=1))
+
+
+def _hopper_row(element, major, shape, seconds, conditions, outputs, anchors) -> dict:
+    """One case's rates (TFLOP/s), the best tile's ratios to each anchor, the conditions, and each result's
+    largest difference from the first anchor's (relative to its largest value); printed as it comes."""
+    m, n, k = shape
+    rates = {name: 2 * m * n * k / t / 1e12 for name, t in seconds.items()}
+    reference = outputs[anchors[0]].float()
+    errors = {name: ((out.float() - reference).abs().max() / reference.abs().max()).item()
+              for name, out in outputs.items() if name != anchors[0]}
+    best = max((name for name in rates if name not in anchors), key=rates.get)
+    row = {"element": element, "b_major": major, "shape": list(shape), "best": best,
+           **{f"vs {anchor}": round(rates[best] / rates[anchor], 3) for anchor in anchors}, **conditions,
+           "TFLOP/s": {x: round(r, 1) for x, r in rates.items()},
+           f"largest difference from {anchors[0]} (relative to its largest)": errors}
+    print(json.dumps({x: v for x, v in row.items() if not x.startswith("largest")}), flush=True)
+    return row
 
 
 def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
@@ -535,7 +563,7 @@ if __name__ == "__main__":
     if command == "launch":
         launch(directory, sys.argv[3], *map(int, sys.argv[4:]))
     elif command == "hopper":
-        hopper(directory, sys.argv[3:] or ELEMENTS)
+        hopper(directory, tuple(sys.argv[3:]) or ELEMENTS + ("e4m3",))
     else:
         {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
          "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper}[command](directory)

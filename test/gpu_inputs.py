@@ -35,6 +35,7 @@ BY_COMMAND_LINE = {
                                         "--tile", "128x64x64s4c2"],
     "gemm_hopper_persistent_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile",
                                            "128x256x64s3pc2"],
+    "gemm_hopper_e4m3.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "e4m3", "--b-major", "nk"],
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
 }

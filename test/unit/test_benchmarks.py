@@ -173,8 +173,9 @@ def test_the_wgmma_loop_is_four_m64n256_batches_a_turn_with_no_wait_inside(tmp_p
 
 
 def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
-    """benchmarks/gemm.py's Hopper tiles are kernels hopper_gemm builds for their B layout (a cluster tile with
-    B [K, N] and several boxes a stage is refused: it must not be in the list), each launched on whole clusters."""
+    """benchmarks/gemm.py's Hopper tiles are kernels hopper_gemm builds for their element and B layout (a
+    cluster tile with B [K, N] and several boxes a stage is refused: it must not be in the list), each launched
+    on whole clusters, within the SM's shared memory."""
     import importlib.util
 
     from mlir_tile.kernels.hopper_gemm import configure
@@ -183,8 +184,7 @@ def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
 
-    for major, tiles in benchmark.HOPPER_TILES.items():
-        for tile in tiles:
-            config = configure(major, tile)
-            assert config.grid(4096, 11008, 132) % config.cluster == 0
+    for element, major, tile in benchmark._hopper_kernels():
+        config = configure(major, tile, element)
+        assert config.grid(4096, 11008, 132) % config.cluster == 0 and config.shared_bytes <= 227 * 1024
     assert set(benchmark.HOPPER_TILES) == {"nk", "kn"} and "128x256x64s3" in benchmark.HOPPER_TILES["kn"]

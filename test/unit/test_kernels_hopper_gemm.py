@@ -249,3 +249,44 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     assert not any("_sm90a" in name for name, _ in gemm.shipped_kernels("sm_80"))
     config = hopper_gemm.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
     _assembles(compile_to_ptx(hopper_gemm.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
+
+
+def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filecheck, tmp_path):
+    """e4m3 A and B [N, K] in 128-byte rows of 128 elements (BK 128, 8-bit TMA boxes), m64nNk32 batches, the
+    accumulators times scale_a x scale_b (read once from their one-element arrays) rounded to bf16 pairs."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", hopper_gemm.FP8_TILE, "e4m3")
+    assert (config.bk, config.k_unit, config.stage_bytes) == (128, 16, 4 * (128 + 256) * 128)
+    assert hopper_gemm.boxes(config)["a"].element_bits == 8 and hopper_gemm.boxes(config)["c"].element_bits == 16
+    ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
+    filecheck(ptx, """
+    CHECK: .param .u64 {{.*}}gemm_param_6,
+    CHECK-NEXT: .param .u64 {{.*}}gemm_param_7
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    CHECK: ld.global.b32 [[SCALE_A:%r[0-9]+]], [%rd{{[0-9]+}}];
+    CHECK-NEXT: ld.global.b32 [[SCALE_B:%r[0-9]+]], [%rd{{[0-9]+}}];
+    CHECK-NEXT: mul.rn.f32 [[SCALE:%r[0-9]+]], [[SCALE_A]], [[SCALE_B]];
+    CHECK-NEXT: mul.rn.f32 [[LOW:%r[0-9]+]], %r{{[0-9]+}}, [[SCALE]];
+    CHECK-NEXT: mul.rn.f32 [[HIGH:%r[0-9]+]], %r{{[0-9]+}}, [[SCALE]];
+    CHECK-NEXT: cvt.rn.bf16x2.f32 %r{{[0-9]+}}, [[HIGH]], [[LOW]];
+    CHECK: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    """)
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == 2  # A's box, B's
+    _assembles(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("tile", ["128x256x128s4", "128x128x128s3c2"])
+def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile):
+    assert "give C as numpy does" in hopper_gemm.emulate(configure("nk", tile, "e4m3"), 2, "e4m3")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: configure("kn", "128x256x128s4", "e4m3"), "fp8 B is \\[N, K\\]"),
+    (lambda: configure("nk", "128x256x64s4", "e4m3"), "BK 64 or 128"),
+    (lambda: hopper_gemm.build_module("e4m3", configure("nk", "128x256x64s3")), "e4m3 with 8-bit ones"),
+])
+def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

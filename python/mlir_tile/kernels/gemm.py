@@ -947,7 +947,7 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int 
     if arch == "sm_90a":
         from mlir_tile.kernels import hopper_gemm
 
-        return hopper_gemm.run_and_check(ptx, dtype, b_major, tile or hopper_gemm.DEFAULT_TILE, shape)
+        return hopper_gemm.run_and_check(ptx, dtype, b_major, tile or hopper_gemm.default_tile(dtype), shape)
     tile = tile or DEFAULT_TILE
     from mlir_tile.runtime import Runtime
 
@@ -1077,7 +1077,9 @@ def _emulated_c(config: Config, tiled, packed):
 def add_options(parser) -> tuple[str, ...]:
     from mlir_tile.halves import ELEMENTS
 
-    parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="A's, B's and C's element type (default f16)")
+    parser.add_argument("--dtype", choices=ELEMENTS + ("e4m3",), default="f16",
+                        help="A's, B's and C's element type (default f16; e4m3: A and B, C bf16, with --arch sm_90a "
+                             "and B [N, K])")
     parser.add_argument("--b-major", choices=("kn", "nk"), default="kn",
                         help="B given as [K, N] (kn, the default) or [N, K] (nk: torch.nn.functional.linear's weight)")
     parser.add_argument("--align", type=int, choices=(16, 8, 4, 2), default=16,
@@ -1103,14 +1105,20 @@ def main() -> int:
 
             if align != 16:
                 raise ValueError("gemm: Hopper's path (TMA) takes rows on 16 bytes: --align 16")
-            return hopper_gemm.build_module(dtype, hopper_gemm.configure(b_major, tile or hopper_gemm.DEFAULT_TILE))
+            return hopper_gemm.build_module(dtype, hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype),
+                                                                         dtype))
+        if dtype == "e4m3":
+            raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")
         return build_module(dtype, configure(b_major, align, tile or DEFAULT_TILE))
 
     def emulate_cta(dtype, b_major, align, tile, shape, arch):  # one CTA, the shape aside
         if arch == "sm_90a":
             from mlir_tile.kernels import hopper_gemm
 
-            return hopper_gemm.emulate(hopper_gemm.configure(b_major, tile or hopper_gemm.DEFAULT_TILE), 2, dtype)
+            return hopper_gemm.emulate(hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype), dtype),
+                                       2, dtype)
+        if dtype == "e4m3":
+            raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")
         config = configure(b_major, align, tile or DEFAULT_TILE)
         return emulate(config, 2 if config.bk == 32 else 1, dtype)
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 
 KERNEL = "gemm"
-ELEMENT_BYTES = 2
+ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
 SWIZZLE_COLUMNS = 64  # 16-bit elements in a 128-byte swizzle's row: a box's width
+SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and B's elements
 REGISTER_FILE, PRODUCER_REGISTERS = 65536, 40  # 32-bit registers of an SM; what the producer keeps a thread
 
 
@@ -52,6 +53,7 @@ class HopperConfig:
     specialized: bool = True  # a producer warpgroup (TMA, 40 registers a thread) beside the consumers (wgmma)
     persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
     cluster: int = 1  # CTAs of a cluster, on adjacent row tiles of one column: each loads 1/cluster of B for all
+    element_bits: int = 16  # A's and B's: 16 (f16, bf16: C of the same type) or 8 (e4m3: C bf16, BK 128)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -67,11 +69,20 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: clusters with B [K, N] take BN {SWIZZLE_COLUMNS} (one multicast box a "
                              f"stage): with more boxes the H200 gave wrong products in the CTAs of rank 1 and up "
                              f"(docs/notes/hopper-path.md); got BN {self.bn}")
-        if self.bk != SWIZZLE_COLUMNS or self.stages < 2 or self.b_major not in ("nk", "kn"):
-            raise ValueError(f"hopper gemm: BK {SWIZZLE_COLUMNS} (a 128-byte swizzled row), 2 stages or more, B "
-                             f"'nk' or 'kn'; got {self}")
+        if self.element_bits == 8 and self.b_major != "nk":
+            raise ValueError("hopper gemm: fp8 B is [N, K] (wgmma reads 8-bit operands K-major only; B [K, N] "
+                             "would be transposed in the kernel, which is not built yet)")
+        if (self.element_bits not in (8, 16) or self.bk != SWIZZLE_BITS // self.element_bits or self.stages < 2
+                or self.b_major not in ("nk", "kn")):
+            raise ValueError(f"hopper gemm: elements of 16 or 8 bits, BK {SWIZZLE_BITS // 16} or "
+                             f"{SWIZZLE_BITS // 8} (a 128-byte swizzled row), 2 stages or more, B 'nk' or 'kn'; got "
+                             f"{self}")
 
-    unit = 8  # N and K are multiples of it (TMA: rows on 16 bytes); the kernel takes N / 8 and K / 8
+    unit = 8  # N is a multiple of it (TMA: C's rows on 16 bytes); the kernel takes N / 8
+
+    @property
+    def k_unit(self) -> int:  # K is a multiple of it (A's and B's rows on 16 bytes); the kernel takes K / k_unit
+        return 128 // self.element_bits
 
     @property
     def consumers(self) -> int:  # warpgroups issuing wgmma, 64 rows of C each
@@ -111,7 +122,7 @@ class HopperConfig:
 
     @property
     def stage_bytes(self) -> int:
-        return self.stages * sum(self.parts) * ELEMENT_BYTES
+        return self.stages * sum(self.parts) * self.element_bits // 8
 
     @property
     def shared_bytes(self) -> int:  # the stages; the C tile reuses their bytes, persistent has its own after them
@@ -126,7 +137,7 @@ class HopperConfig:
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
-                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}_sm90a")
+                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}_sm90a")
 
 
 def tiles(config: HopperConfig) -> dict:
@@ -139,9 +150,9 @@ def tiles(config: HopperConfig) -> dict:
 
     swizzle = Box(64, SWIZZLE_COLUMNS, 16, 128).layout.swizzle
     boxes_of = config.bn // SWIZZLE_COLUMNS
-    a = Box(config.bm, config.bk, 16, 128).layout
+    a = Box(config.bm, config.bk, config.element_bits, 128).layout
     if config.b_major == "nk":
-        b = Box(config.bn, config.bk, 16, 128).layout
+        b = Box(config.bn, config.bk, config.element_bits, 128).layout
     else:  # (n, k): n runs along a box's 64 columns, the boxes BK x 64 apart
         b = Layout(((SWIZZLE_COLUMNS, boxes_of), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS), swizzle)
     c = Layout((config.bm, (SWIZZLE_COLUMNS, boxes_of)), (SWIZZLE_COLUMNS, (1, config.bm * SWIZZLE_COLUMNS)), swizzle)
@@ -174,7 +185,7 @@ def boxes(config: HopperConfig):
     from mlir_tile.tma import box_for, column_boxes
 
     layouts = tiles(config)
-    return {"a": box_for(layouts["a"], 16), "b": b_parts(config)[0][1],
+    return {"a": box_for(layouts["a"], config.element_bits), "b": b_parts(config)[0][1],
             "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
 
 
@@ -186,7 +197,7 @@ def b_parts(config: HopperConfig) -> list:
     from mlir_tile.tma import Box, box_for, column_boxes
 
     layouts = tiles(config)
-    whole = ([(0, box_for(layouts["b"], 16))] if config.b_major == "nk" else
+    whole = ([(0, box_for(layouts["b"], config.element_bits))] if config.b_major == "nk" else
              column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS))
     parts = []
     for first, box in whole:
@@ -202,18 +213,27 @@ def b_parts(config: HopperConfig) -> list:
 def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), context=None,
                  epilogue: Epilogue | Choice | None = None):
     """The kernel (see the module's text); `epilogue` applied to each accumulator before it is rounded, its
-    operands the kernel's arguments after the sizes."""
-    from mlir_tile.builder import Kernel, TensorMap
+    operands the kernel's arguments after the sizes. e4m3 (`config.element_bits` 8): C is bf16, the
+    accumulators scaled by scale_a x scale_b (two one-element fp32 arrays after the sizes: per-tensor scales,
+    as torch._scaled_mm takes them) before the epilogue."""
+    from mlir_tile.builder import Global, Kernel, TensorMap
     from mlir_tile.kernels.gemm import operand_parameters
 
-    if element not in ("f16", "bf16"):
-        raise ValueError(f"hopper gemm: f16 or bf16, got {element!r}")
+    if (element, config.element_bits) not in (("f16", 16), ("bf16", 16), ("e4m3", 8)):
+        raise ValueError(f"hopper gemm: f16 or bf16 with 16-bit configurations, e4m3 with 8-bit ones; got "
+                         f"{element!r} and {config}")
     parameters = [TensorMap(), TensorMap(), TensorMap(), "index", "index", "index"]
-    parameters += operand_parameters(epilogue, element) if epilogue is not None else []
+    parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
+    parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
     with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip="sm_90a", context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
         _HopperGemm(k, element, config, epilogue).build()
     return k.module
+
+
+def output_element(element: str) -> str:
+    """C's element type for inputs of `element`: bf16 for fp8 (as torch._scaled_mm's out_dtype), else theirs."""
+    return "bf16" if element == "e4m3" else element
 
 
 def packed_slot(block: int, half: int) -> int:
@@ -231,9 +251,12 @@ class _HopperGemm:
         from mlir_tile.builder.tensor import ceil_div, in_units
 
         self.k, self.element, self.config, self.epilogue = k, element, config, epilogue
+        self.out, self.storage = output_element(element), "i8" if config.element_bits == 8 else element
         self.a_map, self.b_map, self.c_map, self.m, n_units, k_units = k.arguments[:6]
-        self.extras = k.arguments[6:]
-        self.n, self.depth = in_units(k, n_units, 8), in_units(k, k_units, 8)  # rows on 16 bytes, proven
+        self.scales = k.arguments[6:8] if element == "e4m3" else []
+        self.extras = k.arguments[6 + len(self.scales):]
+        # rows on 16 bytes, proven
+        self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.k_unit)
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
         # a cluster's CTAs take adjacent row tiles of one column (one C tile of cluster x BM rows to the order)
         self.order = TileOrder(k, (self.m, self.n), (config.bm * config.cluster, config.bn),
@@ -241,7 +264,7 @@ class _HopperGemm:
         self.rank = k.cluster_rank() if config.cluster > 1 else None
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         self.shared = k.dynamic_shared(alignment=1024)
-        self.ring = StageRing(k, self.shared, config.stages, [(element, part) for part in config.parts])
+        self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         loads = 1 + (1 if config.b_major == "nk" else config.bn // SWIZZLE_COLUMNS)
         self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, loads, multicast=config.cluster > 1)
         self.warpgroup = k.warpgroup_id()
@@ -347,8 +370,8 @@ class _HopperGemm:
             if self.rank is not None:
                 first = arith.addi(k.index(first), arith.muli(self.rank, k.index(part.rows * part.columns)))
                 box_row = arith.addi(box_row, arith.muli(self.rank, k.index(part.rows)))
-            view = k.view(self.shared, (part.rows * part.columns,), self.element,
-                          arith.addi(b_at, arith.muli(k.as_index(first), k.index(ELEMENT_BYTES))))
+            view = k.view(self.shared, (part.rows * part.columns,), self.storage,
+                          arith.addi(b_at, arith.muli(k.as_index(first), k.index(config.element_bits // 8))))
             pipeline.load(in_ring, k.tensor(view, part.layout), self.b_map, (box_row, box_column),
                           multicast=None if self.rank is None else (1 << config.cluster) - 1)
 
@@ -392,6 +415,7 @@ class _HopperGemm:
                                 (columns.stride[0] + (0,), columns.stride[1]))]
         c_c = k.identity_tensor((self.m, self.n))
         place = c_c.domain_offset(origin).partition(thread_values)
+        scale = arith.mulf(*(k.load(s, [0]) for s in self.scales)) if self.scales else None
 
         def pack(finish):
             for block in range(config.bn // 8):
@@ -400,9 +424,10 @@ class _HopperGemm:
                     values = []
                     for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
                         value = k.load(self.accumulators.registers, [value_slot])
+                        value = value if scale is None else arith.mulf(value, scale)
                         values.append(value if finish is None else
                                       finish(value, *place[self.consumer_thread, value_slot]))
-                    k.store(k.pack_f16(*values, self.element), registers, [slot])
+                    k.store(k.pack_f16(*values, self.out), registers, [slot])
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
@@ -414,7 +439,7 @@ class _HopperGemm:
         row0, col0 = origin
         with k.if_(self.storer):
             for first, box in column_boxes(self.tiles["c"], 16, SWIZZLE_COLUMNS):
-                view = k.view(self.shared, (box.rows * box.columns,), self.element, region + first * ELEMENT_BYTES)
+                view = k.view(self.shared, (box.rows * box.columns,), self.out, region + first * ELEMENT_BYTES)
                 k.tma_store(k.tensor(view, box.layout), self.c_map,
                             (row0, arith.addi(col0, k.index(first // config.bm))))
             k.tma_store_wait(0)
@@ -427,13 +452,17 @@ class _HopperGemm:
             self.k.barrier()
 
 
-DEFAULT_TILE = "128x128x64s4"
+DEFAULT_TILE, FP8_TILE = "128x128x64s4", "128x256x128s4"
 
 
-def configure(b_major: str = "nk", tile: str = DEFAULT_TILE) -> HopperConfig:
+def default_tile(element: str) -> str:
+    return FP8_TILE if element == "e4m3" else DEFAULT_TILE
+
+
+def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16") -> HopperConfig:
     """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "u": unspecialized, "p":
-    persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout; ValueError for one it does not
-    take."""
+    persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout and the inputs' `element` (e4m3:
+    BK 128); ValueError for one it does not take."""
     import re
 
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)([up]?)(?:c(\d+))?", tile)
@@ -442,7 +471,8 @@ def configure(b_major: str = "nk", tile: str = DEFAULT_TILE) -> HopperConfig:
                          f"128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
-                        persistent=match.group(5) == "p", cluster=int(match.group(6) or 1))
+                        persistent=match.group(5) == "p", cluster=int(match.group(6) or 1),
+                        element_bits=8 if element == "e4m3" else 16)
 
 
 # What `gemm.Matmul` takes on Hopper: the tile benchmarks/gemm.py's `hopper` measured fastest at every shape
@@ -507,8 +537,34 @@ def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConf
     box = boxes(config)
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
     shapes = {"a": (a, (m, depth)), "b": (b, b_shape), "c": (c, (m, n))}
-    return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * ELEMENT_BYTES, box[name]))
-            for name, (matrix, shape) in shapes.items()]
+    return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8,
+                                                 box[name])) for name, (matrix, shape) in shapes.items()]
+
+
+FP8_SCALES = (0.5, 0.25)  # the per-tensor scales fp8 products are checked with (powers of two: exact)
+
+
+def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5):
+    """(A bits M x K, B bits K x N, check(C bits) -> (ok, largest error)) of a product of `element`: 16-bit
+    uniform values against numpy (`gemm.inputs`, `gemm.check`); e4m3 small integers (exact products and
+    sums), C the bf16 of the product times FP8_SCALES'."""
+    import numpy as np
+
+    from mlir_tile import fp8
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+    from mlir_tile.kernels.gemm import check, inputs
+
+    if element != "e4m3":
+        a, b = inputs(m, n, depth, seed=seed, element=element)
+        return a, b, lambda c: check(c, a, b, element)
+    rng = np.random.default_rng(seed)
+    a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
+
+    def check_fp8(c):
+        exact = fp8.decode(a, element) @ fp8.decode(b, element) * FP8_SCALES[0] * FP8_SCALES[1]
+        error = np.abs(decode(c, "bf16") - exact)
+        return bool((error <= UNIT_ROUNDOFF["bf16"] * np.abs(exact)).all()), float(error.max())
+    return a, b, check_fp8
 
 
 def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
@@ -517,27 +573,27 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
     persistent kernel's grid (default: one per SM, at most one per tile)."""
     import numpy as np
 
-    from mlir_tile.kernels.gemm import check, inputs
     from mlir_tile.runtime import Runtime
 
-    config, (m, n, depth) = configure(b_major, tile), shape
-    if min(shape) < 1 or n % 8 or depth % 8:
-        raise ValueError(f"hopper gemm: M, N, K >= 1 with N and K multiples of 8 (TMA: rows on 16 bytes), not "
-                         f"{m} x {n} x {depth}")
-    a, b = inputs(m, n, depth, element=dtype)
+    config, (m, n, depth) = configure(b_major, tile, dtype), shape
+    if min(shape) < 1 or n % 8 or depth % config.k_unit:
+        raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of 8 and K of {config.k_unit} (TMA: rows on "
+                         f"16 bytes), not {m} x {n} x {depth}")
+    a, b, check = inputs_and_check(m, n, depth, dtype)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
+    scales = [np.array([s], np.float32) for s in FP8_SCALES] if dtype == "e4m3" else []
     with Runtime() as runtime:
-        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16))]
-        maps = tensor_maps(runtime, *matrices, m, n, depth, config)
+        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16), *scales)]
+        maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count)
-        module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // 8, depth // 8], grid=grid,
-                      block=config.threads, shared_bytes=config.shared_bytes,
-                      cluster=config.cluster if config.cluster > 1 else None)
+        module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // 8, depth // config.k_unit] +
+                      [int(x.handle) for x in matrices[3:]], grid=grid, block=config.threads,
+                      shared_bytes=config.shared_bytes, cluster=config.cluster if config.cluster > 1 else None)
         c = runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))
         for buffer in matrices + maps:
             buffer.close()
-    ok, worst = check(c, a, b, dtype)
+    ok, worst = check(c)
     return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM on Hopper's path ({config}: TMA, wgmma, stmatrix, TMA "
                 f"store) matches numpy: {ok} (largest error {worst:.2e})")
 
@@ -550,17 +606,17 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     C boxes read by the TMA store's model: C against numpy. AssertionError otherwise."""
     import numpy as np
 
-    from mlir_tile import reference
-    from mlir_tile.halves import decode, encode
-    from mlir_tile.kernels.gemm import check, inputs
+    from mlir_tile import fp8, halves, reference
     from mlir_tile.tiled import tiled_store_c
     from mlir_tile.tma import column_boxes
     from mlir_tile.wgmma import descriptor_for
 
-    layouts, depth = tiles(config), k_tiles * config.bk
-    a, b = inputs(config.bm, config.bn, depth, seed=3, element=element)  # bit patterns; b is K x N
+    layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
+    a, b, check = inputs_and_check(config.bm, config.bn, depth, element, seed=3)  # bit patterns; b is K x N
+    decode = fp8.decode if element == "e4m3" else halves.decode
+    scale = FP8_SCALES[0] * FP8_SCALES[1] if element == "e4m3" else 1.0
     accumulators = np.zeros((config.consumers, 64, config.bn))
-    a_bytes = config.parts[0] * ELEMENT_BYTES
+    a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
         stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
         reference.tma_box_write(a[:, columns], 128, stage)
@@ -569,27 +625,28 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
             for rank in range(config.cluster):
                 row0, column0 = rank * part.rows, 0 if config.b_major == "nk" else first // config.bk
                 reference.tma_box_write(np.ascontiguousarray(given[row0:row0 + part.rows, column0:column0 + part.columns]),
-                                        128, stage, a_bytes + (first + row0 * part.columns) * ELEMENT_BYTES)
+                                        128, stage, a_bytes + (first + row0 * part.columns) * bits // 8)
         for group in range(config.consumers):
-            for step in range(config.bk // 16):
+            for step in range(config.bk // k_step):
                 fetched = []
-                for name, rows, origin, at in (("a", 64, (64 * group, 16 * step), 0), ("b", config.bn, (0, 16 * step), a_bytes)):
-                    fields, start = descriptor_for(layouts[name], 16, rows, 16, origin)
+                for name, rows, origin, at in (("a", 64, (64 * group, k_step * step), 0),
+                                               ("b", config.bn, (0, k_step * step), a_bytes)):
+                    fields, start = descriptor_for(layouts[name], bits, rows, k_step, origin)
                     fetched.append(decode(reference.wgmma_operand(stage, fields.bits(at + start), fields.major == "K",
-                                                                  16, rows), element))
+                                                                  bits, rows), element))
                 accumulators[group] += fetched[0] @ fetched[1].T
     band = tiled_store_c(4, layouts["c_band"])
     words = np.zeros(layouts["c_words"].cosize, np.uint32)
     for group in range(config.consumers):  # each consumer's stmatrix into its rows, from its first word
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
-            product = accumulators[group].astype(np.float32)
+            product = (accumulators[group] * scale).astype(np.float32)
             for block in range(config.bn // 8):
                 for half in range(2):
                     pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
                             for i in range(2)]
-                    bits = encode(np.array(pair), element)
-                    packed[thread, packed_slot(block, half)] = int(bits[0]) | int(bits[1]) << 16
+                    pair = halves.encode(np.array(pair), output_element(element))
+                    packed[thread, packed_slot(block, half)] = int(pair[0]) | int(pair[1]) << 16
         start = 64 * SWIZZLE_COLUMNS // 2 * group
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
                                           packed, "warpgroup")
@@ -598,7 +655,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     for first, box in column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS):
         read = reference.tma_box_read(shared, 128, box.rows, box.columns * ELEMENT_BYTES, first * ELEMENT_BYTES)
         out[:, first // config.bm:first // config.bm + box.columns] = read.view(np.uint16)
-    ok, worst = check(out, a, b, element)
+    ok, worst = check(out)
     assert ok, f"C differs from numpy by up to {worst}"
     return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA on Hopper's path ({config}): TMA's "
             f"box writes, wgmma's operand fetches through the kernel's descriptors, stmatrix into the C tile and the "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlir_tile import fp8
 from mlir_tile.atoms import WGMMA_ELEMENTS, wgmma
 from mlir_tile.layout import Layout
 from mlir_tile.tma import ALIGNMENT, Box, swizzle_on_elements
@@ -112,18 +113,7 @@ def small_integers(rng: np.random.Generator, count: int, element: str) -> np.nda
         return values.astype(np.float16).view(np.uint16)
     if element == "bf16":
         return (values.view(np.uint32) >> 16).astype(np.uint16)
-    return np.array([_fp8_bits(v, element) for v in values], np.uint8)
-
-
-def _fp8_bits(value: float, element: str) -> int:
-    """An integer in [-3, 3] as e4m3 (bias 7, 3 mantissa bits) or e5m2 (bias 15, 2 mantissa bits) bits."""
-    if value == 0:
-        return 0
-    sign, magnitude = (0x80 if value < 0 else 0), abs(int(value))
-    exponent = magnitude.bit_length() - 1
-    mantissa_bits, bias = (3, 7) if element == "e4m3" else (2, 15)
-    mantissa = (magnitude - (1 << exponent)) << mantissa_bits >> exponent
-    return sign | (exponent + bias) << mantissa_bits | mantissa
+    return fp8.encode_integers(values, element)
 
 
 def as_float(bits: np.ndarray, element: str) -> np.ndarray:
@@ -132,12 +122,7 @@ def as_float(bits: np.ndarray, element: str) -> np.ndarray:
         return bits.view(np.float16).astype(np.float64)
     if element == "bf16":
         return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    mantissa_bits, bias = (3, 7) if element == "e4m3" else (2, 15)
-    exponent = (bits >> mantissa_bits) & ((1 << (7 - mantissa_bits)) - 1)
-    mantissa = bits & ((1 << mantissa_bits) - 1)
-    magnitude = np.where(exponent == 0, mantissa * 2.0 ** (1 - bias - mantissa_bits),
-                         (1 + mantissa / 2 ** mantissa_bits) * 2.0 ** (exponent.astype(np.int64) - bias))
-    return np.where(bits & 0x80, -magnitude, magnitude)
+    return fp8.decode(bits, element)
 
 
 def random_tile(rng: random.Random, major: str, width: int, element_bits: int, rows: int, depth: int) -> Layout:
