@@ -33,7 +33,7 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
           (256, 1024, 8192)]  # the last: 16 C tiles of 128 x 128 for 132 SMs, split-K's case with 16-byte copies
 WARMUP, REPEATS = 5, 30
-CHECKED = 240
+CHECKED, HOPPER_CHECKED = 240, 320
 ELEMENTS = ("f16", "bf16")
 
 
@@ -506,7 +506,8 @@ def check(directory: Path) -> None:
     + 2^-8 sqrt(K) (the output's rounding, bf16's 8 bits the coarser, and the fp32 accumulation order over
     K terms of unit variance); half of them on each of the example's TILES in turn (one in eight of all on
     the persistent tile, with B [N, K] and sizes it takes), half on `pick_tile`'s choice, one in eight of
-    those with a split-K count given; and the documented errors."""
+    those with a split-K count given; then HOPPER_CHECKED shapes on Hopper's path (`_check_hopper`); and the
+    documented errors."""
     import random
 
     import torch
@@ -538,6 +539,7 @@ def check(directory: Path) -> None:
             count += 1
             if bad:
                 failures.append({"shape": [m, n, k], "dtype": str(dtype), "b_major": major, "bad": bad})
+        hopper_failures = _check_hopper(matmul, rng) if runtime.device.compute_capability == (9, 0) else None
         errors = []
         a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
         for what, call in (("float32 input", lambda: matmul(a.float(), a.float())),
@@ -553,9 +555,35 @@ def check(directory: Path) -> None:
                 errors.append(f"{what}: no error")
             except ValueError as error:
                 print(f"{what}: ValueError: {error}")
-    report = {"shapes": count, "failures": failures, "error paths without an error": errors}
+    report = {"shapes": count, "failures": failures, "error paths without an error": errors,
+              "Hopper's path": None if hopper_failures is None else {"shapes": HOPPER_CHECKED, "failures": hopper_failures}}
     print(json.dumps(report))
     (directory / "gemm_check.json").write_text(json.dumps(report, indent=1))
+
+
+def _check_hopper(matmul, rng) -> list:
+    """HOPPER_CHECKED random products on Hopper's path (sm_90; K not split: `splits=1`): M of any size (1,
+    primes, past every tile), N and K multiples of 8 (TMA's 16-byte rows) from 8 up, both B layouts and
+    dtypes, each checked as `check`'s against torch's fp32 product and against running elsewhere."""
+    import torch
+
+    special = [1, 2, 3, 7, 13, 61, 127, 128, 129, 257, 1000, 1031, 4097]
+    failures = []
+    for trial in range(HOPPER_CHECKED):
+        m = rng.choice(special) if rng.random() < 0.4 else rng.randint(1, 1500)
+        n, k = (8 * (rng.choice([1, 2, 9, 16, 17, 33, 127]) if rng.random() < 0.4 else rng.randint(1, 300)) for _ in range(2))
+        dtype, major = (torch.float16, torch.bfloat16)[trial % 2], ("kn", "nk")[(trial // 2) % 2]
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(*((k, n) if major == "kn" else (n, k)), device="cuda", dtype=dtype)
+        c = matmul(a, b, b_major=major, splits=1)
+        reference = a.float() @ (b.float() if major == "kn" else b.float().T)
+        bad = ((c.float() - reference).abs() > 2 ** -7 * reference.abs() + 2 ** -8 * k ** 0.5).sum().item()
+        on_hopper = str(matmul.last_config).endswith("_sm90a")
+        if bad or not on_hopper:
+            failures.append({"shape": [m, n, k], "dtype": str(dtype), "b_major": major, "bad": bad,
+                             "kernel": str(matmul.last_config)})
+    print(json.dumps({"Hopper's path": HOPPER_CHECKED, "failures": failures[:10]}), flush=True)
+    return failures
 
 
 if __name__ == "__main__":
