@@ -277,15 +277,28 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
     _assembles(ptx, tmp_path)
 
 
-@pytest.mark.parametrize("tile", ["128x256x128s4", "128x128x128s3c2"])
-def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile):
-    assert "give C as numpy does" in hopper_gemm.emulate(configure("nk", tile, "e4m3"), 2, "e4m3")
+@pytest.mark.parametrize("tile, row_scales", [("128x256x128s4", False), ("128x128x128s3c2", False),
+                                              (hopper_gemm.FP8_ROWS_TILE, True)])
+def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row_scales):
+    assert "give C as numpy does" in hopper_gemm.emulate(configure("nk", tile, "e4m3", row_scales), 2, "e4m3")
+
+
+def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(filecheck, tmp_path):
+    """Per-row scales: each thread loads its 2 rows' scale_a and its BN / 4 columns' scale_b once (clamped
+    to M - 1 and N - 1: C's rows and columns past them are clipped by the store), then multiplies."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)
+    ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
+    assert ptx.count("ld.global.b32") == 2 + config.bn // 4 and ptx.count("min.u64") >= 2 + config.bn // 4
+    _assembles(ptx, tmp_path)
 
 
 @pytest.mark.parametrize("call, message", [
     (lambda: configure("kn", "128x256x128s4", "e4m3"), "fp8 B is \\[N, K\\]"),
     (lambda: configure("nk", "128x256x64s4", "e4m3"), "BK 64 or 128"),
     (lambda: hopper_gemm.build_module("e4m3", configure("nk", "128x256x64s3")), "e4m3 with 8-bit ones"),
+    (lambda: configure("nk", "128x256x64s3", "f16", row_scales=True), "row scales are fp8's"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

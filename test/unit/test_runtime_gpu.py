@@ -237,14 +237,15 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
 
 
 @pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (129, 72, 16), (333, 200, 1008), (2048, 2048, 2048)])
-def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape):
-    """e4m3 A and B [N, K] (small integers: exact products and sums), per-tensor scales, C bf16: C is the
-    bf16 of the exact product times the scales, with tails in M, N and K."""
-    from mlir_tile.kernels import gemm
+@pytest.mark.parametrize("row_scales", [False, True])
+def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_scales):
+    """e4m3 A and B [N, K] (small integers: exact products and sums), per-tensor or per-row scales, C bf16:
+    C is the bf16 of the exact product times the scales, with tails in M, N and K."""
+    from mlir_tile.kernels import hopper_gemm
 
-    ptx = gpu_input("gemm_hopper_e4m3.ptx").read_text()
-    built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
-    ok, line = gemm.run_and_check(ptx, **built, shape=shape)
+    ptx = gpu_input("gemm_hopper_e4m3_rows.ptx" if row_scales else "gemm_hopper_e4m3.ptx").read_text()
+    tile = hopper_gemm.FP8_ROWS_TILE if row_scales else hopper_gemm.FP8_TILE
+    ok, line = hopper_gemm.run_and_check(ptx, "e4m3", "nk", tile, shape, row_scales=row_scales)
     assert ok, line
 
 

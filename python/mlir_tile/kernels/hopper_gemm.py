@@ -54,6 +54,7 @@ class HopperConfig:
     persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
     cluster: int = 1  # CTAs of a cluster, on adjacent row tiles of one column: each loads 1/cluster of B for all
     element_bits: int = 16  # A's and B's: 16 (f16, bf16: C of the same type) or 8 (e4m3: C bf16, BK 128)
+    row_scales: bool = False  # fp8: scale_a per row of A ([M]) and scale_b per row of B ([N]), not per tensor
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -69,6 +70,8 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: clusters with B [K, N] take BN {SWIZZLE_COLUMNS} (one multicast box a "
                              f"stage): with more boxes the H200 gave wrong products in the CTAs of rank 1 and up "
                              f"(docs/notes/hopper-path.md); got BN {self.bn}")
+        if self.row_scales and self.element_bits != 8:
+            raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.element_bits == 8 and self.b_major != "nk":
             raise ValueError("hopper gemm: fp8 B is [N, K] (wgmma reads 8-bit operands K-major only; B [K, N] "
                              "would be transposed in the kernel, which is not built yet)")
@@ -137,7 +140,7 @@ class HopperConfig:
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
-                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}_sm90a")
+                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}{'_rowscales' if self.row_scales else ''}_sm90a")
 
 
 def tiles(config: HopperConfig) -> dict:
@@ -214,8 +217,9 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
                  epilogue: Epilogue | Choice | None = None):
     """The kernel (see the module's text); `epilogue` applied to each accumulator before it is rounded, its
     operands the kernel's arguments after the sizes. e4m3 (`config.element_bits` 8): C is bf16, the
-    accumulators scaled by scale_a x scale_b (two one-element fp32 arrays after the sizes: per-tensor scales,
-    as torch._scaled_mm takes them) before the epilogue."""
+    accumulators scaled by scale_a x scale_b before the epilogue: two fp32 arrays after the sizes, of one
+    element (per-tensor scales, as torch._scaled_mm takes them) or, with `config.row_scales`, scale_a [M] (A's
+    rows) and scale_b [N] (B's rows: C's columns)."""
     from mlir_tile.builder import Global, Kernel, TensorMap
     from mlir_tile.kernels.gemm import operand_parameters
 
@@ -415,16 +419,14 @@ class _HopperGemm:
                                 (columns.stride[0] + (0,), columns.stride[1]))]
         c_c = k.identity_tensor((self.m, self.n))
         place = c_c.domain_offset(origin).partition(thread_values)
-        scale = arith.mulf(*(k.load(s, [0]) for s in self.scales)) if self.scales else None
-
         def pack(finish):
+            scaled = self.scaling(place)  # (its loads inside the arm's branch: one a scale, each arm)
             for block in range(config.bn // 8):
                 for half in range(2):  # (c0, c1) row l / 4, (c2, c3) eight rows further: register slot
                     slot = packed_slot(block, half)
                     values = []
                     for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
-                        value = k.load(self.accumulators.registers, [value_slot])
-                        value = value if scale is None else arith.mulf(value, scale)
+                        value = scaled(k.load(self.accumulators.registers, [value_slot]), value_slot)
                         values.append(value if finish is None else
                                       finish(value, *place[self.consumer_thread, value_slot]))
                     k.store(k.pack_f16(*values, self.out), registers, [slot])
@@ -444,6 +446,30 @@ class _HopperGemm:
                             (row0, arith.addi(col0, k.index(first // config.bm))))
             k.tma_store_wait(0)
 
+    def scaling(self, place):
+        """`scaled(value, slot)`: accumulator slot's value times its scales (fp8), each scale loaded once: the
+        per-tensor product, or (row scales) the row's scale_a and the column's scale_b, rows and columns past
+        C read at its last (their results are clipped; beside a 128 x 256 tile's accumulators ptxas spills
+        352 bytes a thread: row scales take FP8_ROWS_TILE)."""
+        from mlir.dialects import arith
+
+        k, cached = self.k, {}
+        if not self.scales:
+            return lambda value, slot: value
+        if not self.config.row_scales:
+            scale = arith.mulf(*(k.load(s, [0]) for s in self.scales))
+            return lambda value, slot: arith.mulf(value, scale)
+
+        def scaled(value, slot):
+            row, column = place[self.consumer_thread, slot]
+            for key, array, at, extent in (("row", self.scales[0], row, self.m), ("column", self.scales[1], column, self.n)):
+                key = (key, slot % 4 // 2) if key == "row" else (key, slot // 4, slot % 2)  # a row: c0 c1, or c2 c3
+                if key not in cached:
+                    cached[key] = k.load(array, [k.minimum(at, arith.subi(k.as_index(extent), k.index(1)))])
+                value = arith.mulf(value, cached[key])
+            return value
+        return scaled
+
     def consumers_meet(self) -> None:
         """A barrier of the consumer warpgroups (the producer, specialized, never reaches it)."""
         if self.config.specialized:
@@ -452,14 +478,14 @@ class _HopperGemm:
             self.k.barrier()
 
 
-DEFAULT_TILE, FP8_TILE = "128x128x64s4", "128x256x128s4"
+DEFAULT_TILE, FP8_TILE, FP8_ROWS_TILE = "128x128x64s4", "128x256x128s4", "128x128x128s4"
 
 
 def default_tile(element: str) -> str:
     return FP8_TILE if element == "e4m3" else DEFAULT_TILE
 
 
-def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16") -> HopperConfig:
+def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
     """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "u": unspecialized, "p":
     persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout and the inputs' `element` (e4m3:
     BK 128); ValueError for one it does not take."""
@@ -472,7 +498,7 @@ def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
                         persistent=match.group(5) == "p", cluster=int(match.group(6) or 1),
-                        element_bits=8 if element == "e4m3" else 16)
+                        element_bits=8 if element == "e4m3" else 16, row_scales=row_scales)
 
 
 # What `gemm.Matmul` takes on Hopper: the tile benchmarks/gemm.py's `hopper` measured fastest at every shape
@@ -541,13 +567,20 @@ def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConf
                                                  box[name])) for name, (matrix, shape) in shapes.items()]
 
 
-FP8_SCALES = (0.5, 0.25)  # the per-tensor scales fp8 products are checked with (powers of two: exact)
+def fp8_scales(m: int, n: int, row_scales: bool) -> tuple:
+    """The scales fp8 products are checked with (powers of two: exact): 0.5 and 0.25 per tensor, or per row
+    2^-(r mod 3) for A's rows r and 2^-(c mod 4) / 2 for B's rows (C's columns) c."""
+    import numpy as np
+
+    if not row_scales:
+        return np.array([0.5], np.float32), np.array([0.25], np.float32)
+    return (2.0 ** -(np.arange(m) % 3)).astype(np.float32), (2.0 ** -(np.arange(n) % 4 + 1)).astype(np.float32)
 
 
-def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5):
-    """(A bits M x K, B bits K x N, check(C bits) -> (ok, largest error)) of a product of `element`: 16-bit
-    uniform values against numpy (`gemm.inputs`, `gemm.check`); e4m3 small integers (exact products and
-    sums), C the bf16 of the product times FP8_SCALES'."""
+def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False):
+    """(A bits M x K, B bits K x N, the fp8 scales, check(C bits) -> (ok, largest error)) of a product of
+    `element`: 16-bit uniform values against numpy (`gemm.inputs`, `gemm.check`; no scales); e4m3 small
+    integers (exact products and sums), C the bf16 of the product times `fp8_scales`'."""
     import numpy as np
 
     from mlir_tile import fp8
@@ -556,32 +589,34 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5):
 
     if element != "e4m3":
         a, b = inputs(m, n, depth, seed=seed, element=element)
-        return a, b, lambda c: check(c, a, b, element)
+        return a, b, (), lambda c: check(c, a, b, element)
     rng = np.random.default_rng(seed)
     a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
+    scales = fp8_scales(m, n, row_scales)
 
     def check_fp8(c):
-        exact = fp8.decode(a, element) @ fp8.decode(b, element) * FP8_SCALES[0] * FP8_SCALES[1]
+        exact = fp8.decode(a, element) @ fp8.decode(b, element) * scales[0][:, None] * scales[1][None, :]
         error = np.abs(decode(c, "bf16") - exact)
         return bool((error <= UNIT_ROUNDOFF["bf16"] * np.abs(exact)).all()), float(error.max())
-    return a, b, check_fp8
+    return a, b, scales, check_fp8
 
 
 def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
-                  shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None) -> tuple[bool, str]:
-    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`gemm.check`); `ctas`: a
-    persistent kernel's grid (default: one per SM, at most one per tile)."""
+                  shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None,
+                  row_scales: bool = False) -> tuple[bool, str]:
+    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`inputs_and_check`);
+    `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
+    kernel's (`HopperConfig.row_scales`)."""
     import numpy as np
 
     from mlir_tile.runtime import Runtime
 
-    config, (m, n, depth) = configure(b_major, tile, dtype), shape
+    config, (m, n, depth) = configure(b_major, tile, dtype, row_scales), shape
     if min(shape) < 1 or n % 8 or depth % config.k_unit:
         raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of 8 and K of {config.k_unit} (TMA: rows on "
                          f"16 bytes), not {m} x {n} x {depth}")
-    a, b, check = inputs_and_check(m, n, depth, dtype)
+    a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
-    scales = [np.array([s], np.float32) for s in FP8_SCALES] if dtype == "e4m3" else []
     with Runtime() as runtime:
         matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16), *scales)]
         maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
@@ -612,9 +647,9 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     from mlir_tile.wgmma import descriptor_for
 
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
-    a, b, check = inputs_and_check(config.bm, config.bn, depth, element, seed=3)  # bit patterns; b is K x N
+    a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales)  # b: K x N
     decode = fp8.decode if element == "e4m3" else halves.decode
-    scale = FP8_SCALES[0] * FP8_SCALES[1] if element == "e4m3" else 1.0
+    scale = np.outer(np.resize(scales[0], config.bm), np.resize(scales[1], config.bn)) if scales else 1.0
     accumulators = np.zeros((config.consumers, 64, config.bn))
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
@@ -640,7 +675,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     for group in range(config.consumers):  # each consumer's stmatrix into its rows, from its first word
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
-            product = (accumulators[group] * scale).astype(np.float32)
+            product = (accumulators[group] * (scale[64 * group:64 * (group + 1)] if scales else 1.0)).astype(np.float32)
             for block in range(config.bn // 8):
                 for half in range(2):
                     pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
