@@ -8,7 +8,8 @@
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
 * seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
-heads * d = 2048. Times: CUDA events around each call, the calls of a configuration taking turns, median of REPEATS after WARMUP.
+heads * d = 2048. Times: `torch_timing.sustained_interleaved` (back to back, the calls of a configuration taking
+turns, medians, the SM clock and power beside).
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import random
 import sys
 from pathlib import Path
 
-from torch_timing import clock_and_power, library, load_example, medians_interleaved, profile_launches, sustained_rate
+from torch_timing import clock_and_power, library, load_example, profile_launches, sustained_interleaved, sustained_rate
 
-WARMUP, REPEATS, CHECKED = 3, 20, 120
+CHECKED = 120
 
 
 def _example():
@@ -130,7 +131,7 @@ def clocks(directory: Path) -> None:
 
 
 def run(directory: Path) -> None:
-    """Per configuration, every kernel shape and both torch backends timed in turns (`medians_interleaved`)."""
+    """Per configuration, every kernel shape and both torch backends timed in turns (`sustained_interleaved`)."""
     import torch
 
     from mlir_tile.runtime import Runtime
@@ -150,8 +151,8 @@ def run(directory: Path) -> None:
                         ours = {name: (lambda attention=attention: attention(q, k, v, causal=causal)) for name, attention
                                 in [("default", default)] + [(str(shape), a) for shape, a in zip(example.SHAPES, shaped)]}
                         anchors = _torch_backends(q, k, v, causal)
-                        seconds = medians_interleaved({**ours, **anchors}, WARMUP, REPEATS)
-                        row = {"element": element, "d": d, "seq": seq, "causal": causal,
+                        seconds, conditions = sustained_interleaved({**ours, **anchors})
+                        row = {"element": element, "d": d, "seq": seq, "causal": causal, **conditions,
                                "variants": {name: flops / seconds[name] / 1e12 for name in ours},
                                **{name: flops / seconds[name] / 1e12 for name in anchors}}
                         row["mlir-tile"] = max(row["variants"].values())

@@ -15,8 +15,8 @@ On the GPU host every kernel runs on torch tensors through `mlir_tile.runtime` (
 stream), as a user replacing `torch.matmul` would. Triton's kernel is the tutorial matmul (its own code, its
 own autotuning over the same tile shapes), compiled with DISABLE_MMA_V3=1 so that it takes mma.sync and
 ldmatrix, as ours does, and again as Triton compiles it by default (wgmma); the pure mma.sync loop of
-fragment_loop.py gives the instruction's peak in the same process. Times: CUDA events around each launch, the
-calls of a shape taking turns, median of REPEATS after WARMUP.
+fragment_loop.py gives the instruction's peak in the same process. Times: `torch_timing.sustained_interleaved`
+(back to back, the calls of a shape taking turns, medians, the SM clock and power beside).
 """
 from __future__ import annotations
 
@@ -26,13 +26,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from torch_timing import (SUSTAINED, clock_and_power, library, load_example, medians_interleaved, profile_launches,
-                          sustained_interleaved, sustained_rate)
+from torch_timing import (SUSTAINED, clock_and_power, library, load_example, profile_launches, sustained_interleaved,
+                          sustained_rate)
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
           (256, 1024, 8192)]  # the last: 16 C tiles of 128 x 128 for 132 SMs, split-K's case with 16-byte copies
-WARMUP, REPEATS = 5, 30
 CHECKED, HOPPER_CHECKED = 240, 320
 ELEMENTS = ("f16", "bf16")
 
@@ -324,7 +323,7 @@ def sass(directory: Path) -> None:
 
 
 def run(directory: Path) -> None:
-    """Per shape and dtype, every call timed in turns (`medians_interleaved`): Matmul's pick for both B
+    """Per shape and dtype, every call timed in turns (`sustained_interleaved`): Matmul's pick for both B
     layouts, each measured tile, cuBLAS, Triton's mma.sync path and its default; the pure mma.sync loop once."""
     import torch
     from fragment_loop import mma_sync_peak
@@ -369,8 +368,8 @@ def run(directory: Path) -> None:
                 anchor_out = torch.empty(m, n, device="cuda", dtype=dtype)
                 anchors = {"cuBLAS": lambda: torch.matmul(a, b, out=anchor_out),
                            **{name: (lambda t=t: t(a, b, anchor_out)) for name, t in tritons.items()}}
-                seconds = medians_interleaved({**calls, **anchors}, WARMUP, REPEATS)
-                row = {"element": element, "shape": [m, n, k], "picked tile": "; ".join(picked),
+                seconds, conditions = sustained_interleaved({**calls, **anchors})
+                row = {"element": element, "shape": [m, n, k], "picked tile": "; ".join(picked), **conditions,
                        "relative_error": {name: ((out.float() - reference).abs() / (reference.abs() + k ** 0.5)).max().item()
                                           for name, out in outputs.items()},
                        "mlir-tile": {name: 2 * m * n * k / seconds[name] / 1e12 for name in calls},
@@ -466,7 +465,7 @@ def fixed(directory: Path) -> None:
                     calls[depth, example.tile_name(tile)] = lambda a=a, b=b, tile=tile: matmul(a, b, b_major="nk",
                                                                                                tile=tile)
             for round_ in range(2):
-                measured = medians_interleaved(calls, WARMUP, REPEATS)
+                measured = sustained_interleaved(calls)[0]
                 for tile in map(example.tile_name, tiles):
                     times = {depth: t for (depth, name), t in measured.items() if name == tile}
                     mean_k, mean_t = sum(times) / len(times), sum(times.values()) / len(times)

@@ -7,10 +7,9 @@ Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and
 (`gemm.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
 fused by the ready-made epilogue (without the compiler: the shipped `epilogues.selectable`) against our product
 without it and torch's unfused F.linear then F.gelu; attention against cuDNN's and
-FlashAttention-2's SDPA. The ratios: each call launched back to back for a quarter second at a time, the calls
-of a case taking turns four times with no pause between them (as a training loop issues them), median
-TFLOP/s; the SM clock and the power: nvidia-smi over those turns. Beside them, CUDA-event medians of single
-calls (`medians_interleaved`).
+FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
+with no synchronization or pause, as a training loop issues them, rounds of the calls taking turns, medians);
+the SM clock and the power: nvidia-smi over those rounds.
 """
 import datetime
 import itertools
@@ -22,9 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_timing import SUSTAINED, clock_and_power, medians_interleaved, sustained_rate
+from torch_timing import sustained_interleaved
 
-WARMUP, REPEATS = 5, 30
 LINEAR = [(8192, 4096, 4096), (8192, 11008, 4096), (4096, 4096, 11008), (2048, 2048, 2048)]  # M, N, K
 ATTENTION = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (8, 32, 2048, 64, True)]  # batch, heads, seq, d
 
@@ -64,30 +62,15 @@ def attention_cases():
             "FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)}
 
 
-ROUNDS, ROUND_SECONDS = 4, SUSTAINED / 12  # each call's share of a case: back to back, in turns
-
-
-def sustained_turns(calls: dict, flop: float) -> dict:
-    """Per call, the median TFLOP/s of ROUNDS turns of ROUND_SECONDS each, launched back to back as a training
-    loop issues them, the calls taking turns round after round with no pause between them."""
-    rates = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            rates[name].append(sustained_rate(call, flop, ROUND_SECONDS))
-    return {name: sorted(r)[len(r) // 2] for name, r in rates.items()}
-
-
 def main(out: Path) -> int:
     results = []
     for name, flop, calls in itertools.chain(linear_cases(), attention_cases()):  # each case timed before the
         # generator makes the next one's tensors (its calls read them)
-        medians = medians_interleaved(calls, WARMUP, REPEATS)
-        rates = {}
-        sampled = clock_and_power(lambda: rates.update(sustained_turns(calls, flop)) or rates["operator"])
-        row = {"case": name, "seconds": medians, "sustained TFLOP/s": {k: round(r, 1) for k, r in rates.items()},
+        seconds, sampled = sustained_interleaved(calls)
+        rates = {k: flop / t / 1e12 for k, t in seconds.items()}
+        row = {"case": name, "seconds": seconds, "sustained TFLOP/s": {k: round(r, 1) for k, r in rates.items()},
                "operator vs": {k: round(rates["operator"] / r, 3) for k, r in rates.items() if k != "operator"},
-               "operator vs, CUDA events": {k: round(t / medians["operator"], 3) for k, t in medians.items()
-                                            if k != "operator"}, **sampled}
+               **sampled}
         print(json.dumps(row), flush=True)
         results.append(row)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,53 +19,6 @@ def library(runtime, folder: Path):
     return KernelLibrary(runtime, shipped=folder)
 
 
-WARM_SECONDS = 0.3
-SLEEP_CYCLES_PER_SECOND = 2e9  # the GPU's clock, about: torch.cuda._sleep counts cycles
-
-
-def medians_interleaved(calls: dict, warmup: int, repeats: int) -> dict:
-    """Per call, the median of `repeats` CUDA-event-timed runs after `warmup` untimed ones (and rounds of all
-    the calls until WARM_SECONDS have passed: the GPU's clock rises from idle over milliseconds, longer than
-    a few small products), the calls taking turns round by round, so that the clock's drift over the
-    measurement falls on all of them alike, each round starting one call later than the one before.
-    Each round is queued behind a GPU sleep longer than twice the host's slowest enqueue of a round, so
-    the events time the GPU alone: timed one call after a synchronization, whatever lay between it and the
-    kernel's start (the host's launch path, an idle GPU) fell inside the events, and on the H200 every
-    kernel, ours and the anchors, measured 9-12% slow at 0.4-3 ms a call and 30-33% slow at 40 us
-    (docs/notes/benchmark-history.md)."""
-    import time
-
-    import torch
-
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
-    enqueue, start = 0.0, time.perf_counter()
-    while time.perf_counter() - start < WARM_SECONDS:
-        begun = time.perf_counter()
-        for call in calls.values():
-            call()
-        enqueue = max(enqueue, time.perf_counter() - begun)
-        torch.cuda.synchronize()
-    times = {name: [] for name in calls}
-    names = list(calls)
-    for round_ in range(repeats):
-        torch.cuda._sleep(int(2 * enqueue * SLEEP_CYCLES_PER_SECOND))
-        first, events = round_ % len(names), []
-        begun = time.perf_counter()
-        for name in names[first:] + names[:first]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            calls[name]()
-            end.record()
-            events.append((name, start, end))
-        enqueue = max(enqueue, time.perf_counter() - begun)
-        torch.cuda.synchronize()
-        for name, start, end in events:
-            times[name].append(start.elapsed_time(end) / 1e3)
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
-
-
 SUSTAINED_WARMUP = 2.0  # seconds of all the calls back to back before timing: the chip at its loaded clock
 ROUND_SECONDS = 0.025  # each call's share of a round: launches back to back for about this long
 
