@@ -140,7 +140,8 @@ class HopperConfig:
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
-                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}{'_rowscales' if self.row_scales else ''}_sm90a")
+                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
+                f"{'_rowscales' if self.row_scales else ''}_sm90a")
 
 
 def tiles(config: HopperConfig) -> dict:
@@ -542,14 +543,15 @@ class TensorMaps:
         self.runtime, self.kept, self.maps = runtime, kept, OrderedDict()
 
     def __call__(self, tensor, box):
-        """The map of 2-D row-major CUDA `tensor` (16-bit elements, rows on 16 bytes, 16-byte aligned) in boxes
-        of `box`, as a device tensor of its 128 bytes."""
+        """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`, as a
+        device tensor of its 128 bytes."""
         import torch
 
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0), box, tensor.device.index)
         found = self.maps.pop(key, None)
         if found is None:
-            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0) * ELEMENT_BYTES, box)
+            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0) * tensor.element_size(),
+                                              box)
             found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
         self.maps[key] = found
         while len(self.maps) > self.kept:
