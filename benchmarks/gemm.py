@@ -108,12 +108,13 @@ def _triton_matmul(mma_v3: bool):
     return run
 
 
-# Hopper's path: the shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some
+# Hopper's path: the shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some;
+# the tiles: Matmul's two (hopper_gemm.LIBRARY_TILES) and their neighbours
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
-HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p", "128x256x64s3c2"],
-                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x256x64s3p"]}
+HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2"],
+                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p"]}
 FP8_TILES = ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2"]  # e4m3, B [N, K]
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
