@@ -180,20 +180,20 @@ def _triton_grouped():
 
 def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, scales=()) -> dict:
     """A call per Hopper tile (`modules`: tile -> module) on a, b (B as `major`), each into its own C
-    (`c_of(tile)`), its tensor maps made once (kept alive by the call); e4m3: `scales` after the sizes."""
+    (`c_of(tile)`), its tensor maps made once (`hopper_gemm.TensorMaps`, kept alive by the call); e4m3:
+    `scales` after the sizes."""
     import torch
 
     from mlir_tile.kernels import hopper_gemm
 
     (m, depth), n = a.shape, (b.shape[0] if major == "nk" else b.shape[1])
     sms, stream, calls = runtime.device.properties.multiprocessor_count, torch.cuda.current_stream(), {}
+    tensor_maps = hopper_gemm.TensorMaps(runtime)
     for tile, module in modules.items():
         config, c = hopper_gemm.configure(major, tile, element), c_of(tile)
-        box, maps = hopper_gemm.boxes(config), []
-        for name, matrix in (("a", a), ("b", b), ("c", c)):
-            maps.append(runtime.to_device(runtime.tensor_map(matrix.data_ptr(), tuple(matrix.shape),
-                                                             matrix.stride(0) * matrix.element_size(), box[name])))
-        arguments = [int(x.handle) for x in maps] + [m, n // config.unit, depth // config.k_unit, *scales]
+        box = hopper_gemm.boxes(config)
+        maps = [tensor_maps(matrix, box[name]) for name, matrix in (("a", a), ("b", b), ("c", c))]
+        arguments = [*maps, m, n // config.unit, depth // config.k_unit, *scales]
         calls[tile] = (lambda module=module, config=config, arguments=arguments, maps=maps:
                        module.launch(hopper_gemm.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
                                      shared_bytes=config.shared_bytes, stream=stream,
