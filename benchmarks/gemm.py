@@ -115,7 +115,8 @@ HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
 HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2"],
                 "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p"]}
-FP8_TILES = ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2"]  # e4m3, B [N, K]
+FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2"],  # e4m3
+             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3"]}
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                          (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
@@ -124,7 +125,7 @@ TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 
 def _hopper_kernels() -> list[tuple[str, str, str]]:
     """(element, B layout, tile) of every Hopper kernel measured."""
     return ([(element, major, tile) for element in ELEMENTS for major in ("nk", "kn") for tile in HOPPER_TILES[major]]
-            + [("e4m3", "nk", tile) for tile in FP8_TILES])
+            + [("e4m3", major, tile) for major, tiles in FP8_TILES.items() for tile in tiles])
 
 
 def hopper_build(directory: Path) -> None:
@@ -204,15 +205,19 @@ def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, 
 def _operands_and_anchors(element: str, major: str, m: int, n: int, k: int, triton_mm) -> tuple:
     """(A, B as `major`, e4m3's scales, {anchor: call(out)}) of one case: cuBLAS (torch.mm; B [N, K] through
     its transposed view, as F.linear calls it) and Triton's default path; for e4m3 cuBLASLt's fp8 GEMM
-    (torch._scaled_mm, B [N, K] as its column-major [K, N] view, per-tensor scales, bf16 out)."""
+    (torch._scaled_mm, which takes B only column-major: B [N, K]'s transposed view, or B [K, N] transposed
+    into a copy first, per-tensor scales, bf16 out)."""
     import torch
 
     if element == "e4m3":
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(*((n, k) if major == "nk" else (k, n)), device="cuda").to(torch.float8_e4m3fn)
         scales = [torch.ones(1, device="cuda", dtype=torch.float32) for _ in range(2)]
-        return a, b, scales, {"cuBLASLt fp8": lambda out: torch._scaled_mm(a, b.t(), *scales, out_dtype=torch.bfloat16,
-                                                                            out=out)}
+        if major == "nk":
+            return a, b, scales, {"cuBLASLt fp8": lambda out: torch._scaled_mm(a, b.t(), *scales, out_dtype=torch.bfloat16,
+                                                                                out=out)}
+        return a, b, scales, {"transpose + cuBLASLt fp8": lambda out: torch._scaled_mm(
+            a, b.t().contiguous().t(), *scales, out_dtype=torch.bfloat16, out=out)}
     dtype = torch.float16 if element == "f16" else torch.bfloat16
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(*((n, k) if major == "nk" else (k, n)), device="cuda", dtype=dtype)
@@ -231,7 +236,8 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
 
     triton_mm, results = _triton_grouped(), []
     cases = ([(e, "nk", s) for e in elements for s in HOPPER_SHAPES[:4 if e == "e4m3" else None]]
-             + [("f16", "kn", s) for s in HOPPER_KN_SHAPES if "f16" in elements])
+             + [("f16", "kn", s) for s in HOPPER_KN_SHAPES if "f16" in elements]
+             + [("e4m3", "kn", s) for s in HOPPER_SHAPES[:4] if "e4m3" in elements])
     with Runtime() as runtime:
         modules = {}
         for element, major, tile in _hopper_kernels():

@@ -37,6 +37,7 @@ BY_COMMAND_LINE = {
     "gemm_hopper_persistent_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile",
                                            "128x256x64s3pc2"],
     "gemm_hopper_e4m3.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "e4m3", "--b-major", "nk"],
+    "gemm_hopper_e4m3_kn.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "e4m3", "--b-major", "kn"],
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
 }
@@ -72,8 +73,9 @@ def build(folder: Path) -> None:
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_gemm
 
-    rows = hopper_gemm.configure("nk", hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)  # (no command-line option)
-    (folder / "gemm_hopper_e4m3_rows.ptx").write_text(compile_to_ptx(hopper_gemm.build_module("e4m3", rows)))
+    for major, suffix in (("nk", ""), ("kn", "_kn")):  # (no command-line option)
+        rows = hopper_gemm.configure(major, hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)
+        (folder / f"gemm_hopper_e4m3{suffix}_rows.ptx").write_text(compile_to_ptx(hopper_gemm.build_module("e4m3", rows)))
 
     tma_boxes.build(folder / "tma")  # TMA's box writes, each swizzle mode (sm_90a)
     wgmma_operands.build(folder / "wgmma", seed=39, layouts=150)  # wgmma's descriptors and operand tiles

@@ -130,6 +130,20 @@ def stmatrix_warp(count: int, trans: bool, addresses: list[int], words: list[lis
                 shared[start + word] = int(image[row, 2 * word]) | (int(image[row, 2 * word + 1]) << 16)
 
 
+def prmt(a: int, b: int, selector: int) -> int:
+    """`prmt.b32 d, a, b, selector` (the default mode), as the PTX ISA describes it: byte i of d is byte
+    (nibble i of the selector) & 7 of the eight bytes of b:a (a's are 0-3), or that byte's sign bit
+    replicated where the nibble's bit 3 is set."""
+    source, result = (int(a) & 0xFFFFFFFF) | (int(b) & 0xFFFFFFFF) << 32, 0
+    for i in range(4):
+        nibble = selector >> 4 * i & 0xF
+        byte = source >> 8 * (nibble & 7) & 0xFF
+        if nibble & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        result |= byte << 8 * i
+    return result
+
+
 def b16_tile_words(layout: Layout, values: np.ndarray) -> np.ndarray:
     """The shared words of a (rows, words) tile layout whose 16-bit elements are `values` (rows x 2 * words,
     any 16-bit dtype): element (r, c) in half c % 2 of word layout(r, c // 2), what a copy of the rows leaves

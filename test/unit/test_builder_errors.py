@@ -30,7 +30,8 @@ def test_kernel_misuse_raises_value_errors_and_leaves_no_context(name, block, ch
                              "minimum", "compare", "if_", "carried", "view", "subview", "dynamic_shared",
                              "load_vector", "store_vector", "copy_async", "copy_tile_async", "copy_tile",
                              "commit_group", "wait_groups", "planned", "tile_chunks", "chunk_addresses", "shuffle", "warp_reduce", "exp2", "divide",
-                             "pack_f16", "mbarriers", "arrive", "arrive_on_copies", "wait_phase", "any_lane"]),
+                             "pack_f16", "mbarriers", "arrive", "arrive_on_copies", "wait_phase", "any_lane",
+                             "byte_permute", "lane_table", "transpose_bytes"]),
        first=junk, second=junk)
 def test_builder_method_misuse_raises_value_errors(call, first, second):
     with Kernel("k", [Global("f16"), "index"], block=(128, 1, 1), context=ir.Context()) as k:
@@ -69,6 +70,9 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
             "arrive_on_copies": lambda: k.arrive_on_copies(first, second),
             "wait_phase": lambda: k.wait_phase(k.mbarriers("bars", 2, 128), first, second),
             "any_lane": lambda: k.any_lane(first),
+            "byte_permute": lambda: k.byte_permute(k.constant(1), first, second),
+            "lane_table": lambda: k.lane_table([first] * 31 + [second]),
+            "transpose_bytes": lambda: k.transpose_bytes(first, tile, second, 0),
             "shared": lambda: k.shared(first, second),
             "registers": lambda: k.registers(first, second),
             "index": lambda: k.index(first),

@@ -176,3 +176,35 @@ def test_packing_accumulators_in_flight_or_of_fp8_is_refused():
         fragment = k.accumulators_as_a(k.accumulators(wgmma(32, "f16")), ATOM)  # 2 K steps; b has 4
         k.wgmma(ATOM, fragment, b, k.accumulators(ATOM))
     _refused(wrong_steps, r"\[wgmma-operand\] .*register A of f16 over 4 K steps \(b's K\), got one of f16 over 2")
+
+
+def test_transpose_bytes_is_ldmatrix_trans_byte_permutes_and_stmatrix(filecheck, tmp_path):
+    """A warpgroup's transposition of a 64 x 64 tile of bytes (one step a warp): two ldmatrix.trans, each lane's
+    selectors picked by two bits of its lane id (q >= 2, c >= 4) once, four prmt.b32 a store, two stmatrix."""
+    from mlir_tile.byte_transpose import byte_transpose
+
+    swizzle = Swizzle(2, 2, 3)  # 64-byte rows
+    plan = byte_transpose(Layout((64, 16), (16, 1), swizzle), Layout((64, 16), (16, 1), swizzle))
+    with Kernel("k", [], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        k.transpose_bytes(plan, k.dynamic_shared(alignment=1024), 0, 4096)
+    ptx = compile_to_ptx(k.module)
+    filecheck(ptx, """
+    CHECK-COUNT-2: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+    CHECK-COUNT-8: prmt.b32
+    CHECK-COUNT-2: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    """)
+    assert ptx.count("prmt.b32") == 8 and ptx.count("selp.b32") <= 6
+    ptxas = shutil.which("ptxas")
+    if ptxas:
+        (tmp_path / "k.ptx").write_text(ptx)
+        subprocess.run([ptxas, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], check=True)
+
+
+def test_lane_table_and_byte_permute_refuse_what_they_cannot_take():
+    with Kernel("k", [], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        for call in (lambda: k.lane_table([0] * 31), lambda: k.lane_table([1 << 32] * 32),
+                     lambda: k.byte_permute(k.constant(1), k.constant(2), 1 << 16),
+                     lambda: k.byte_permute(k.constant(1.0, "f32"), k.constant(2), 0x3210),
+                     lambda: k.transpose_bytes("plan", k.dynamic_shared(), 0, 0)):
+            with pytest.raises(BuilderError):
+                call()

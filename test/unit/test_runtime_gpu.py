@@ -238,14 +238,19 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
 
 @pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (129, 72, 16), (333, 200, 1008), (2048, 2048, 2048)])
 @pytest.mark.parametrize("row_scales", [False, True])
-def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_scales):
-    """e4m3 A and B [N, K] (small integers: exact products and sums), per-tensor or per-row scales, C bf16:
-    C is the bf16 of the exact product times the scales, with tails in M, N and K."""
+@pytest.mark.parametrize("b_major", ["nk", "kn"])
+def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_scales, b_major):
+    """e4m3 A and B [N, K] or [K, N] (transposed in the kernel), small integers (exact products and sums),
+    per-tensor or per-row scales, C bf16: C is the bf16 of the exact product times the scales, with tails in
+    M, N and K."""
     from mlir_tile.kernels import hopper_gemm
 
-    ptx = gpu_input("gemm_hopper_e4m3_rows.ptx" if row_scales else "gemm_hopper_e4m3.ptx").read_text()
-    tile = hopper_gemm.FP8_ROWS_TILE if row_scales else hopper_gemm.FP8_TILE
-    ok, line = hopper_gemm.run_and_check(ptx, "e4m3", "nk", tile, shape, row_scales=row_scales)
+    if b_major == "kn":  # B's rows of N bytes on 16 bytes
+        shape = (shape[0], -(-shape[1] // 16) * 16, shape[2])
+    suffix = ("_kn" if b_major == "kn" else "") + ("_rows" if row_scales else "")
+    ptx = gpu_input(f"gemm_hopper_e4m3{suffix}.ptx").read_text()
+    tile = hopper_gemm.FP8_ROWS_TILE if row_scales else hopper_gemm.default_tile("e4m3", b_major)
+    ok, line = hopper_gemm.run_and_check(ptx, "e4m3", b_major, tile, shape, row_scales=row_scales)
     assert ok, line
 
 

@@ -1,5 +1,5 @@
-"""Compute: the checked `tile.matrix_transfer`, mma.sync on register storage, packing, the fast-math
-choices, warp shuffles and reductions, barriers."""
+"""Compute: the checked `tile.matrix_transfer`, mma.sync on register storage, packing and byte permutes,
+the fast-math choices, warp shuffles and reductions, barriers."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -142,6 +142,68 @@ class Compute:
         pair = vector.from_elements(ir.VectorType.get([2], ir.F32Type.get()), [low, high])
         narrow = arith.truncf(ir.VectorType.get([2], parse_type(element)), pair)
         return llvm.bitcast(ir.IntegerType.get_signless(32), narrow)
+
+    def byte_permute(self, low: ir.Value, high: ir.Value, selector: ir.Value | int) -> ir.Value:
+        """`prmt.b32`: byte i of the i32 result is byte (nibble i of `selector`) & 7 of the eight bytes of
+        high:low (low's are 0-3; a nibble's bit 3 replicates that byte's sign), the PTX ISA's default mode
+        (`reference.prmt`). `selector`: an i32 value (e.g. a `lane_table`'s) or an int below 2^16."""
+        typed_value(low, "byte_permute: low", "i32"), typed_value(high, "byte_permute: high", "i32")
+        if is_int(selector):
+            if not 0 <= selector < 1 << 16:
+                raise BuilderError(f"byte_permute: a selector is four nibbles (0 to 0xFFFF), got {selector!r}")
+            selector = self.constant(selector)
+        else:
+            typed_value(selector, "byte_permute: selector", "i32")
+        i32 = ir.IntegerType.get_signless(32)
+        return llvm.inline_asm(i32, [low, high, selector], "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r")
+
+    def transpose_bytes(self, plan, buffer: ir.Value, source_byte: ir.Value | int, target_byte: ir.Value | int) -> None:
+        """Run `plan` (a `byte_transpose.ByteTranspose`: a tile of bytes in rows of K rewritten in rows of N) by
+        this warpgroup: the source tile from byte `source_byte` of the shared byte `buffer`, the target from
+        `target_byte` (each on its swizzle's period, so that the views keep the swizzle in place); each step's
+        two ldmatrix.trans, four byte permutes (each lane's selector: `lane_table`) and two stmatrix, the
+        transfers checked as any. The stores are generic-proxy writes: `async_proxy_fence` before wgmma reads."""
+        from mlir_tile.byte_transpose import ByteTranspose
+
+        if not isinstance(plan, ByteTranspose):
+            raise BuilderError(f"transpose_bytes: a byte_transpose.ByteTranspose, got {plan!r}")
+        memref_value(buffer, "transpose_bytes: buffer", "shared")
+        loaded, stored = [self.registers(4) for _ in plan.loads], [self.registers(4) for _ in plan.stores]
+        selectors = [self.lane_table(list(lanes)) for lanes in plan.selectors]
+
+        source, target = (self.view(buffer, (tile.cosize,), "i32", at)
+                          for tile, at in ((plan.source, source_byte), (plan.target, target_byte)))
+
+        def view(tile: ir.Value, words: int) -> ir.Value:  # (a subview's offset enters the swizzle)
+            return self.subview(tile, words, ir.MemRefType(tile.type).shape[0] - words)
+        for source_at, target_at in plan.steps:
+            for load, registers in zip(plan.loads, loaded):
+                transfer(load.opcode, registers, view(source, source_at + load.offset),
+                         dst_layout=load.registers, src_layout=load.shared, scope="warpgroup")
+            for selector, registers in zip(selectors, stored):
+                for slot in range(4):
+                    low, high = (self.load(words, [slot]) for words in loaded)
+                    self.store(self.byte_permute(low, high, selector), registers, [slot])
+            for store, registers in zip(plan.stores, stored):
+                transfer(store.opcode, view(target, target_at + store.offset), registers,
+                         dst_layout=store.shared, src_layout=store.registers, scope="warpgroup")
+
+    def lane_table(self, values: Sequence[int]) -> ir.Value:
+        """values[lane id] as an i32, for 32 ints of 32 bits: selects on the bits of the lane id the table
+        depends on (a constant where it depends on none)."""
+        if (not isinstance(values, (list, tuple)) or len(values) != 32
+                or any(not is_int(v) or not -(1 << 31) <= v < 1 << 32 for v in values)):
+            raise BuilderError(f"lane_table: 32 ints of 32 bits, one a lane, got {values!r}")
+        bits = [b for b in range(5) if any(values[lane] != values[lane ^ 1 << b] for lane in range(32))]
+        lane = self.lane_id()
+
+        def pick(lane_bits: int, remaining: list[int]) -> ir.Value:
+            if not remaining:
+                return self.constant(values[lane_bits])
+            bit, rest = remaining[0], remaining[1:]
+            is_set = self.compare("ne", arith.andi(lane, self.index(1 << bit)), 0)
+            return arith.select(is_set, pick(lane_bits | 1 << bit, rest), pick(lane_bits, rest))
+        return pick(0, bits)
 
     # ----- f32 math, fast or exact by the kernel's fast_math -----
     def exp2(self, value: ir.Value) -> ir.Value:

@@ -217,13 +217,16 @@ class TmaPipeline:
         pipeline.wait(t)                       # consumer: t's bytes have landed
         pipeline.release(t)                    # consumer (every thread of each consumer warp): done with t's stage
 
+    `writers`: warps that fill a part of each stage themselves (shared-memory stores, e.g. `transpose_bytes`),
+    each arriving on the full barrier once done (`written`) beside the loads.
+
     `multicast` (a clustered kernel): the cluster's CTAs fill each other's stages (`load(..., multicast=mask)`),
     so a stage is free only once the consumer warps of every CTA of the cluster released it: its empty
     barrier counts them all, and `release` arrives on the stage of every CTA.
     """
 
     def __init__(self, kernel, ring: StageRing, consumer_warps: int, loads: int, name: str = "pipeline",
-                 multicast: bool = False):
+                 multicast: bool = False, writers: int = 0):
         if not isinstance(ring, StageRing):
             raise BuilderError(f"TmaPipeline: a StageRing, got {ring!r}")
         if not isinstance(multicast, bool):
@@ -232,7 +235,8 @@ class TmaPipeline:
             kernel._clustered("TmaPipeline(multicast=True)")
         self.k, self.ring = kernel, ring
         self.ctas = kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2] if multicast else 1
-        self.full = kernel.mbarriers(f"{name}_full", ring.stages, count(loads, "TmaPipeline: loads"))
+        self.writers = count(writers, "TmaPipeline: writers", minimum=0)
+        self.full = kernel.mbarriers(f"{name}_full", ring.stages, count(loads, "TmaPipeline: loads") + self.writers)
         warps = count(consumer_warps, "TmaPipeline: consumer_warps")
         self.empty = kernel.mbarriers(f"{name}_empty", ring.stages, warps * self.ctas)
 
@@ -262,6 +266,15 @@ class TmaPipeline:
     def wait(self, k_tile: Integer) -> None:
         """Wait until every load of k-tile `k_tile` has landed in its stage."""
         self.k.wait_phase(self.full, self.ring.stage(k_tile), self.ring.phase(self.k.as_index(k_tile)))
+
+    def written(self, k_tile: Integer) -> None:
+        """This warp (one of the `writers`, every thread of it) has written its part of k-tile `k_tile`'s stage
+        by generic-proxy stores: fenced for the async proxy (wgmma's operand reads), then the warp's arrival on
+        the stage's full barrier. It acquires the stage first (`acquire`), as a producer does."""
+        if not self.writers:
+            raise BuilderError("TmaPipeline.written: the pipeline counts no writers (TmaPipeline(..., writers=N))")
+        self.k.async_proxy_fence()
+        self.k.arrive(self.full, self.ring.stage(k_tile), per_warp=True)
 
     def release(self, k_tile: Integer) -> None:
         """This warp is done reading k-tile `k_tile`'s stage (its wgmma groups retired: `wgmma_wait`); called

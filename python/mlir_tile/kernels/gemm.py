@@ -947,7 +947,7 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int 
     if arch == "sm_90a":
         from mlir_tile.kernels import hopper_gemm
 
-        return hopper_gemm.run_and_check(ptx, dtype, b_major, tile or hopper_gemm.default_tile(dtype), shape)
+        return hopper_gemm.run_and_check(ptx, dtype, b_major, tile or hopper_gemm.default_tile(dtype, b_major), shape)
     tile = tile or DEFAULT_TILE
     from mlir_tile.runtime import Runtime
 
@@ -1105,7 +1105,7 @@ def main() -> int:
 
             if align != 16:
                 raise ValueError("gemm: Hopper's path (TMA) takes rows on 16 bytes: --align 16")
-            return hopper_gemm.build_module(dtype, hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype),
+            return hopper_gemm.build_module(dtype, hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype, b_major),
                                                                          dtype))
         if dtype == "e4m3":
             raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")
@@ -1115,7 +1115,7 @@ def main() -> int:
         if arch == "sm_90a":
             from mlir_tile.kernels import hopper_gemm
 
-            return hopper_gemm.emulate(hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype), dtype),
+            return hopper_gemm.emulate(hopper_gemm.configure(b_major, tile or hopper_gemm.default_tile(dtype, b_major), dtype),
                                        2, dtype)
         if dtype == "e4m3":
             raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")

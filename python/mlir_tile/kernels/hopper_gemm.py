@@ -31,6 +31,7 @@ every CTA's consumers released it).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from mlir_tile.kernels.epilogues import Choice, Epilogue
@@ -39,7 +40,11 @@ KERNEL = "gemm"
 ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
 SWIZZLE_COLUMNS = 64  # 16-bit elements in a 128-byte swizzle's row: a box's width
 SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and B's elements
-REGISTER_FILE, PRODUCER_REGISTERS = 65536, 40  # 32-bit registers of an SM; what the producer keeps a thread
+REGISTER_FILE = 65536  # 32-bit registers of an SM
+# what the producer keeps a thread: TMA's issue alone; with fp8 B [K, N] also the transposition (ptxas spills
+# its byte permutes' words below 56)
+PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
+TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the transposing warpgroup
 
 
 @dataclass(frozen=True)
@@ -72,16 +77,26 @@ class HopperConfig:
                              f"(docs/notes/hopper-path.md); got BN {self.bn}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
-        if self.element_bits == 8 and self.b_major != "nk":
-            raise ValueError("hopper gemm: fp8 B is [N, K] (wgmma reads 8-bit operands K-major only; B [K, N] "
-                             "would be transposed in the kernel, which is not built yet)")
+        if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
+                                or self.stages <= TRANSPOSE_STAGES):
+            raise ValueError(f"hopper gemm: fp8 with B [K, N] (each k-tile of B rewritten K-major by the producer "
+                             f"warpgroup: wgmma reads 8-bit operands K-major only) is warp-specialized, not persistent, "
+                             f"one CTA a cluster, BN a multiple of 128 (TMA boxes of 128 bytes), more than "
+                             f"{TRANSPOSE_STAGES} stages; got {self}")
         if (self.element_bits not in (8, 16) or self.bk != SWIZZLE_BITS // self.element_bits or self.stages < 2
                 or self.b_major not in ("nk", "kn")):
             raise ValueError(f"hopper gemm: elements of 16 or 8 bits, BK {SWIZZLE_BITS // 16} or "
                              f"{SWIZZLE_BITS // 8} (a 128-byte swizzled row), 2 stages or more, B 'nk' or 'kn'; got "
                              f"{self}")
+        from mlir_tile.targets import max_shared_bytes
 
-    unit = 8  # N is a multiple of it (TMA: C's rows on 16 bytes); the kernel takes N / 8
+        if self.shared_bytes > max_shared_bytes("sm_90a"):
+            raise ValueError(f"hopper gemm: {self} needs {self.shared_bytes} bytes of shared memory, more than the "
+                             f"{max_shared_bytes('sm_90a')} a block may use on sm_90a: fewer stages or a smaller tile")
+
+    @property
+    def unit(self) -> int:  # N is a multiple of it (TMA: C's rows on 16 bytes, fp8 B [K, N]'s too); the kernel takes N / unit
+        return 16 if self.transposed else 8
 
     @property
     def k_unit(self) -> int:  # K is a multiple of it (A's and B's rows on 16 bytes); the kernel takes K / k_unit
@@ -90,6 +105,11 @@ class HopperConfig:
     @property
     def consumers(self) -> int:  # warpgroups issuing wgmma, 64 rows of C each
         return self.bm // 64
+
+    @property
+    def transposed(self) -> bool:
+        """fp8 with B [K, N]: the producer warpgroup rewrites each k-tile of B K-major (`byte_transpose`)."""
+        return self.element_bits == 8 and self.b_major == "kn"
 
     @property
     def threads(self) -> int:
@@ -112,11 +132,15 @@ class HopperConfig:
     @property
     def consumer_registers(self) -> int:
         """What each consumer thread raises its registers to: the pool setmaxnreg.inc draws on is only what this
-        block's producer gave back (its 128 threads from `entry_registers` to PRODUCER_REGISTERS), shared out
+        block's producer gave back (its 128 threads from `entry_registers` to `producer_registers`), shared out
         among the consumers in multiples of 8 (with 2 consumers 168 -> 232, CUTLASS's); asking for more waits
         forever."""
         entry = self.entry_registers
-        return (entry + (entry - PRODUCER_REGISTERS) // self.consumers) // 8 * 8
+        return (entry + (entry - self.producer_registers) // self.consumers) // 8 * 8
+
+    @property
+    def producer_registers(self) -> int:
+        return TRANSPOSING_PRODUCER_REGISTERS if self.transposed else PRODUCER_REGISTERS
 
     @property
     def parts(self) -> list[int]:
@@ -128,8 +152,12 @@ class HopperConfig:
         return self.stages * sum(self.parts) * self.element_bits // 8
 
     @property
+    def staging_bytes(self) -> int:  # fp8 B [K, N]'s k-tiles as TMA wrote them, after the stages
+        return TRANSPOSE_STAGES * self.bk * self.bn if self.transposed else 0
+
+    @property
     def shared_bytes(self) -> int:  # the stages; the C tile reuses their bytes, persistent has its own after them
-        return self.stage_bytes + (self.bm * self.bn * ELEMENT_BYTES if self.persistent else 0)
+        return self.stage_bytes + (self.bm * self.bn * ELEMENT_BYTES if self.persistent else 0) + self.staging_bytes
 
     def grid(self, m: int, n: int, sms: int) -> int:
         """CTAs to launch: one per C tile, or (persistent) one per SM at most; whole clusters (a cluster's last
@@ -148,14 +176,20 @@ def tiles(config: HopperConfig) -> dict:
     """The shared tiles' layouts, in elements: A (BM x BK) and B (N x K coordinates) as TMA writes them, C
     (BM x BN) as TMA stores read it. A and B [N, K]: K-major rows of 128 bytes, `Sw<3,3,3>` (one box each);
     B [K, N]: boxes of BK rows by 64 columns side by side (MN-major for wgmma); C: boxes of BM rows by 64
-    columns side by side."""
+    columns side by side. fp8 B [K, N] (`transposed`): "b_staging" (K x N: boxes of BK rows by 128 bytes side
+    by side, as TMA writes them) and "b" as B [N, K]'s, which the transposer writes."""
     from mlir_tile.layout import Layout, Swizzle
     from mlir_tile.tma import Box
 
     swizzle = Box(64, SWIZZLE_COLUMNS, 16, 128).layout.swizzle
     boxes_of = config.bn // SWIZZLE_COLUMNS
     a = Box(config.bm, config.bk, config.element_bits, 128).layout
-    if config.b_major == "nk":
+    staging = {}
+    if config.transposed:
+        columns = SWIZZLE_BITS // 8
+        staging["b_staging"] = Layout((config.bk, (columns, config.bn // columns)), (columns, (1, config.bk * columns)),
+                                      Box(config.bk, columns, 8, 128).layout.swizzle)
+    if config.b_major == "nk" or config.transposed:
         b = Box(config.bn, config.bk, config.element_bits, 128).layout
     else:  # (n, k): n runs along a box's 64 columns, the boxes BK x 64 apart
         b = Layout(((SWIZZLE_COLUMNS, boxes_of), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS), swizzle)
@@ -170,17 +204,36 @@ def tiles(config: HopperConfig) -> dict:
         if any(c_band.offset(r, w) + 64 * words * group != c_words.offset(64 * group + r, w)
                for r in range(64) for w in range(words * boxes_of)):
             raise ValueError(f"hopper gemm: consumer {group}'s rows of {c_words} are not {c_band} from its first word")
-    return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band}
+    return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band, **staging}
 
 
-def _same_bytes(halves, words) -> None:
-    """Proof that element (r, c) of the 16-bit layout is half c % 2 of word (r, c // 2) of the word layout."""
-    rows, columns = halves.sizes
+def _same_bytes(elements, words, per_word: int = 2) -> None:
+    """Proof that element (r, c) of the layout of elements (`per_word` a 32-bit word) is part c % per_word of
+    word (r, c // per_word) of the word layout."""
+    rows, columns = elements.sizes
     for r in range(rows):
         for c in range(columns):
-            if halves.offset(r, c) != 2 * words.offset(r, c // 2) + c % 2:
-                raise ValueError(f"hopper gemm: C's element ({r}, {c}) is not where the stmatrix layout {words} "
-                                 f"writes it ({halves})")
+            if elements.offset(r, c) != per_word * words.offset(r, c // per_word) + c % per_word:
+                raise ValueError(f"hopper gemm: element ({r}, {c}) of {elements} is not where the word layout {words} "
+                                 f"has it")
+
+
+@functools.lru_cache(maxsize=None)
+def transposition(config: HopperConfig):
+    """fp8 B [K, N]'s k-tile rewritten K-major: `byte_transpose` of the staging tile's words into B's, each
+    word layout proven to hold its tile's bytes."""
+    from mlir_tile.byte_transpose import byte_transpose
+    from mlir_tile.layout import Layout, Swizzle
+
+    layouts = tiles(config)
+    words = SWIZZLE_BITS // 32  # a 128-byte row's
+    swizzle = layouts["b"].swizzle
+    on_words = Swizzle(swizzle.bits, swizzle.base - 2, swizzle.shift)
+    staging = Layout((config.bk, (words, config.bn // (4 * words))), (words, (1, config.bk * words)), on_words)
+    b = Layout((config.bn, words), (words, 1), on_words)
+    _same_bytes(layouts["b_staging"], staging, 4)
+    _same_bytes(layouts["b"], b, 4)
+    return byte_transpose(staging, b)
 
 
 def boxes(config: HopperConfig):
@@ -193,6 +246,7 @@ def boxes(config: HopperConfig):
             "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
 
 
+@functools.lru_cache(maxsize=None)
 def b_parts(config: HopperConfig) -> list:
     """What each CTA of a cluster loads of a stage's B tile and multicasts to all: (first element, box) of
     rank 0's part of each of the tile's boxes (B [N, K]: one box; [K, N]: one per 64 columns), rank r's
@@ -202,16 +256,18 @@ def b_parts(config: HopperConfig) -> list:
 
     layouts = tiles(config)
     whole = ([(0, box_for(layouts["b"], config.element_bits))] if config.b_major == "nk" else
+             column_boxes(layouts["b_staging"], 8, SWIZZLE_BITS // 8) if config.transposed else
              column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS))
     parts = []
     for first, box in whole:
         part = Box(box.rows // config.cluster, box.columns, box.element_bits, box.swizzle_bytes)
-        for rank in range(config.cluster):
-            if any(box.layout.offset(rank * part.rows + i, j) != rank * part.rows * part.columns + part.layout.offset(i, j)
+        box_layout, part_layout = box.layout, part.layout
+        for rank in range(1, config.cluster):  # (rank 0's part is the box's first rows, as any box's)
+            if any(box_layout.offset(rank * part.rows + i, j) != rank * part.rows * part.columns + part_layout.offset(i, j)
                    for i in range(part.rows) for j in range(part.columns)):
                 raise ValueError(f"hopper gemm: rows {rank * part.rows} on of B's box {box} are not the box {part}")
         parts.append((first, part))
-    return parts
+    return tuple(parts)
 
 
 def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), context=None,
@@ -270,8 +326,13 @@ class _HopperGemm:
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
-        loads = 1 + (1 if config.b_major == "nk" else config.bn // SWIZZLE_COLUMNS)
-        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, loads, multicast=config.cluster > 1)
+        b_loads = 1 if config.b_major == "nk" else 0 if config.transposed else config.bn // SWIZZLE_COLUMNS
+        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 1 + b_loads, multicast=config.cluster > 1,
+                                    writers=4 if config.transposed else 0)
+        if config.transposed:  # B's k-tiles as TMA writes them, read by the transposing warpgroup
+            self.staging_ring = StageRing(k, self.shared, TRANSPOSE_STAGES, [("i8", config.bk * config.bn)],
+                                          start=config.stage_bytes)
+            self.staging = TmaPipeline(k, self.staging_ring, 4, len(b_parts(config)), name="staging")
         self.warpgroup = k.warpgroup_id()
         # the consumer's index (its 64 rows of A and C), and its threads counted from 0
         first = k.index(128 * config.specialized)
@@ -296,12 +357,15 @@ class _HopperGemm:
                       (arith.divui(k.block_id(), k.index(config.cluster)), k.index(1)))
         with k.if_(k.compare("eq", self.warpgroup, 0)):  # the producer: one thread loads every k-tile
             if config.rebalanced:
-                k.set_max_registers(PRODUCER_REGISTERS, "decrease")
-            with k.if_(self.producer):
-                with k.loop(0, own) as turn:
-                    origin = self.origin(self._tile(first, turn))
-                    with k.loop(0, self.k_tiles) as k_tile:
-                        self.load(self._in_ring(turn, k_tile), origin, k_tile)
+                k.set_max_registers(config.producer_registers, "decrease")
+            if config.transposed:
+                self.produce_transposed(self.origin(first))
+            else:
+                with k.if_(self.producer):
+                    with k.loop(0, own) as turn:
+                        origin = self.origin(self._tile(first, turn))
+                        with k.loop(0, self.k_tiles) as k_tile:
+                            self.load(self._in_ring(turn, k_tile), origin, k_tile)
         with k.if_(k.compare("ne", self.warpgroup, 0)):
             if config.rebalanced:
                 k.set_max_registers(config.consumer_registers, "increase")
@@ -355,6 +419,36 @@ class _HopperGemm:
             for slot in range(config.bn // 2):
                 k.store(zero, self.accumulators.registers, [slot])
 
+    def produce_transposed(self, origin) -> None:
+        """fp8 B [K, N]: the producer warpgroup transposes each k-tile of B (`transpose`), its first thread
+        loading k-tile t + TRANSPOSE_STAGES after transposing k-tile t (the staging stage it fills was freed by
+        that transposition; its main stage needs the consumers past k-tile t + TRANSPOSE_STAGES - stages,
+        whose stage t's transposition has filled: stages > TRANSPOSE_STAGES)."""
+        from mlir.dialects import arith
+
+        k = self.k
+        with k.if_(self.producer):
+            for k_tile in range(TRANSPOSE_STAGES):
+                with k.if_(k.compare("ult", k_tile, self.k_tiles)):
+                    self.load(k.index(k_tile), origin, k.index(k_tile))
+        with k.loop(0, self.k_tiles) as k_tile:
+            self.transpose(k_tile)
+            later = self.ring.later(k_tile, TRANSPOSE_STAGES)
+            with k.if_(arith.andi(self.producer, k.compare("ult", later, self.k_tiles))):
+                self.load(later, origin, later)
+
+    def transpose(self, k_tile) -> None:
+        """fp8 B [K, N]: the producer warpgroup's turn at k-tile `k_tile`: once TMA wrote it into its staging
+        stage and its stage is free, B's tile rewritten K-major there (`transposition`), counted on the stage's
+        full barrier beside A's load; the staging stage then released."""
+        k, ring, staging = self.k, self.staging_ring, self.staging
+        staging.wait(k_tile)
+        self.pipeline.acquire(k_tile)
+        k.transpose_bytes(transposition(self.config), self.shared, ring.offset(ring.stage(k_tile)),
+                          self.ring.offset(self.ring.stage(k_tile), 1))
+        self.pipeline.written(k_tile)
+        staging.release(k_tile)
+
     def load(self, in_ring, origin, k_tile) -> None:
         """k-tile `k_tile` of the C tile at `origin` (the pipeline's `in_ring`-th) into its stage, once free."""
         from mlir.dialects import arith
@@ -365,6 +459,14 @@ class _HopperGemm:
         column = arith.muli(k_tile, k.index(config.bk))
         row0, col0 = origin
         pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
+        if config.transposed:  # into the staging stage, once the transposer released it
+            self.staging.acquire(in_ring)
+            staged = self.staging_ring.offset(self.staging_ring.stage(in_ring))
+            for first, box in b_parts(config):
+                view = k.view(self.shared, (box.rows * box.columns,), "i8", arith.addi(staged, k.index(first)))
+                self.staging.load(in_ring, k.tensor(view, box.layout), self.b_map,
+                                  (column, arith.addi(col0, k.index(first // config.bk))))
+            return
         if config.b_major == "nk" and config.cluster == 1:
             pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (col0, column))
             return
@@ -480,10 +582,13 @@ class _HopperGemm:
 
 
 DEFAULT_TILE, FP8_TILE, FP8_ROWS_TILE = "128x128x64s4", "128x256x128s4", "128x128x128s4"
+FP8_KN_TILE = "128x256x128s3"  # fp8 B [K, N]: the staging stages take the fourth stage's shared memory
 
 
-def default_tile(element: str) -> str:
-    return FP8_TILE if element == "e4m3" else DEFAULT_TILE
+def default_tile(element: str, b_major: str = "nk") -> str:
+    if element == "e4m3":
+        return FP8_KN_TILE if b_major == "kn" else FP8_TILE
+    return DEFAULT_TILE
 
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
@@ -614,9 +719,9 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
     from mlir_tile.runtime import Runtime
 
     config, (m, n, depth) = configure(b_major, tile, dtype, row_scales), shape
-    if min(shape) < 1 or n % 8 or depth % config.k_unit:
-        raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of 8 and K of {config.k_unit} (TMA: rows on "
-                         f"16 bytes), not {m} x {n} x {depth}")
+    if min(shape) < 1 or n % config.unit or depth % config.k_unit:
+        raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
+                         f"rows on 16 bytes), not {m} x {n} x {depth}")
     a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:
@@ -624,7 +729,7 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
         maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count)
-        module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // 8, depth // config.k_unit] +
+        module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // config.unit, depth // config.k_unit] +
                       [int(x.handle) for x in matrices[3:]], grid=grid, block=config.threads,
                       shared_bytes=config.shared_bytes, cluster=config.cluster if config.cluster > 1 else None)
         c = runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))
@@ -643,7 +748,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     C boxes read by the TMA store's model: C against numpy. AssertionError otherwise."""
     import numpy as np
 
-    from mlir_tile import fp8, halves, reference
+    from mlir_tile import byte_transpose, fp8, halves, reference
     from mlir_tile.tiled import tiled_store_c
     from mlir_tile.tma import column_boxes
     from mlir_tile.wgmma import descriptor_for
@@ -658,7 +763,15 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
         stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
         reference.tma_box_write(a[:, columns], 128, stage)
         given = b[columns].T if config.b_major == "nk" else b[columns]  # B's rows as its tensor map has them
-        for first, part in b_parts(config):  # each cluster CTA's part of each box (multicast: the same bytes)
+        if config.transposed:  # TMA's boxes into the staging stage, rewritten K-major into the stage
+            staged = np.zeros(config.bk * config.bn, np.uint8)
+            for first, box in b_parts(config):
+                reference.tma_box_write(np.ascontiguousarray(given[:, first // config.bk:first // config.bk + box.columns]),
+                                        128, staged, first)
+            plan = transposition(config)
+            moved = byte_transpose.emulate(plan, staged.view(np.uint32), np.zeros(plan.target.cosize, np.uint32))
+            stage[a_bytes:a_bytes + moved.nbytes] = moved.view(np.uint8)
+        for first, part in b_parts(config) if not config.transposed else []:  # each cluster CTA's part of each box
             for rank in range(config.cluster):
                 row0, column0 = rank * part.rows, 0 if config.b_major == "nk" else first // config.bk
                 reference.tma_box_write(np.ascontiguousarray(given[row0:row0 + part.rows, column0:column0 + part.columns]),
