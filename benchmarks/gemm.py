@@ -2,7 +2,8 @@
 wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
 
     python benchmarks/gemm.py hopper-build DIR # here (MLIR): the Hopper kernels' PTX and the wgmma loop into DIR
-    python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3]  # GPU host: DIR/gemm_hopper.json, sustained
+    python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3] [nk|kn]  # GPU host: DIR/gemm_hopper.json, sustained
+    python3 benchmarks/gemm.py hopper-profile DIR  # GPU host with ncu: the wgmma pipe, shared wavefronts, stalls
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
@@ -235,9 +236,12 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
     from mlir_tile.runtime import Runtime
 
     triton_mm, results = _triton_grouped(), []
+    majors = [x for x in elements if x in ("nk", "kn")] or ["nk", "kn"]  # "kn" alone: only B [K, N]'s cases
+    elements = [x for x in elements if x not in ("nk", "kn")]
     cases = ([(e, "nk", s) for e in elements for s in HOPPER_SHAPES[:4 if e == "e4m3" else None]]
              + [("f16", "kn", s) for s in HOPPER_KN_SHAPES if "f16" in elements]
              + [("e4m3", "kn", s) for s in HOPPER_SHAPES[:4] if "e4m3" in elements])
+    cases = [case for case in cases if case[1] in majors]
     with Runtime() as runtime:
         modules = {}
         for element, major, tile in _hopper_kernels():
@@ -289,6 +293,42 @@ def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
     ceiling = clock_and_power(lambda: sustained_rate(call, wgmma_loop.flop_per_launch("f16", sms)))
     print(json.dumps({"wgmma f16 loop, sustained": ceiling}), flush=True)
     return ceiling
+
+
+HOPPER_PROFILED = [("f16", "nk", "128x256x64s3"), ("e4m3", "nk", "128x256x128s4"), ("e4m3", "kn", "128x256x128s3")]
+
+
+def hopper_launch(directory: Path, element: str, major: str, tile: str) -> None:
+    """One launch of a Hopper tile at PROFILED, then one of its first anchor (cuBLAS; e4m3 cuBLASLt, after its
+    transposed copy with B [K, N]): what `hopper_profile` runs under ncu."""
+    import torch
+
+    from mlir_tile.runtime import Runtime
+
+    m, n, k = PROFILED
+    a, b, scales, anchors = _operands_and_anchors(element, major, m, n, k, triton_mm=None)
+    out_type = torch.bfloat16 if element == "e4m3" else a.dtype
+    with Runtime() as runtime:
+        module = runtime.load_ptx((directory / f"hopper_{element}_{major}_{tile}.ptx").read_text(), name=tile)
+        calls = _hopper_calls(runtime, {tile: module}, a, b, lambda _: torch.empty(m, n, device="cuda", dtype=out_type),
+                              major, element, scales)
+        calls[tile]()
+        next(iter(anchors.values()))(torch.empty(m, n, device="cuda", dtype=out_type))
+        torch.cuda.synchronize()
+
+
+def hopper_profile(directory: Path) -> None:
+    """ncu (clocks left alone) on each of HOPPER_PROFILED and its anchor at PROFILED: the wgmma pipe's busy
+    share, shared-memory instructions and wavefronts (only the C tile's stmatrix and, fp8 B [K, N], the
+    transposition's ldmatrix/stmatrix go through the LSU: the bank model says 4 wavefronts an x4), stalls."""
+    report = []
+    for element, major, tile in HOPPER_PROFILED:
+        ours, anchor = profile_launches([__file__, "hopper-launch", str(directory), element, major, tile],
+                                        "gemm|sm90|cutlass|xmma|nvjet", 2)
+        for who, entry in (("ours " + tile, ours), ("anchor", anchor)):
+            report.append({"element": element, "b_major": major, "shape": PROFILED, "who": who, **entry})
+            print(json.dumps(report[-1]), flush=True)
+    (directory / "gemm_hopper_profile.json").write_text(json.dumps(report, indent=1))
 
 
 def sass(directory: Path) -> None:
@@ -596,8 +636,10 @@ if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
     if command == "launch":
         launch(directory, sys.argv[3], *map(int, sys.argv[4:]))
+    elif command == "hopper-launch":
+        hopper_launch(directory, *sys.argv[3:6])
     elif command == "hopper":
         hopper(directory, tuple(sys.argv[3:]) or ELEMENTS + ("e4m3",))
     else:
         {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
-         "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper}[command](directory)
+         "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper, "hopper-profile": hopper_profile}[command](directory)

@@ -6,7 +6,7 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
 fused by the ready-made epilogue (without the compiler: the shipped `epilogues.selectable`) against our product
-without it and torch's unfused F.linear then F.gelu; attention against cuDNN's and
+without it and torch's unfused F.linear then F.gelu, and linear + bias + SiLU against F.linear then F.silu; attention against cuDNN's and
 FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
 with no synchronization or pause, as a training loop issues them, rounds of the calls taking turns, medians);
 the SM clock and the power: nvidia-smi over those rounds.
@@ -42,6 +42,9 @@ def linear_cases():
             "operator": lambda: matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh"),
             "ours, no epilogue": lambda: matmul(x, w, b_layout="nk"),
             "cuBLAS+torch": lambda: F.gelu(F.linear(x, w, b), approximate="tanh")}
+        yield f"silu(linear + bias) {m}x{n}x{k}", 2 * m * n * k, {
+            "operator": lambda: matmul(x, w, b_layout="nk", bias=b, activation="silu"),
+            "cuBLAS+torch": lambda: F.silu(F.linear(x, w, b))}
 
 
 def attention_cases():

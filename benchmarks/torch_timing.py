@@ -135,6 +135,7 @@ PROFILE_METRICS = {
     "shared wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     "shared pipe %": "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed",
     "tensor pipe %": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "wgmma pipe %": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "issue active %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
     **{f"stall {reason}": f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
        for reason in ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",

@@ -240,15 +240,17 @@ def test_matmul_picks_the_wide_tile_where_it_fills_the_sms_and_no_epilogue_is_fu
 
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
-    """Each (element, B layout, epilogue) with its tiles, named apart from the mma.sync kernels; the fused
-    epilogue's kernel (128 x 128) assembles without spills."""
+    """Each (element, B layout, epilogue) with its tiles, and fp8's for each B layout and kind of scales
+    (`ScaledMatmul`), named apart from the mma.sync kernels; the fused epilogue's kernel (128 x 128) assembles
+    without spills."""
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import gemm
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
     names = [name for name, _ in gemm.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1)
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1) + 2 * 2
+    assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm.shipped_kernels("sm_80"))
     config = hopper_gemm.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
     _assembles(compile_to_ptx(hopper_gemm.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)

@@ -172,3 +172,78 @@ def test_what_the_kernels_do_not_take_is_a_value_error_at_the_call():
         matmul(a, a, bias=torch.ones(9, device="cuda", dtype=torch.float16))
     with pytest.raises(ValueError, match="head dim 64 or 128"):
         attention(*(torch.ones(1, 1, 4, 32, device="cuda", dtype=torch.float16),) * 3)
+
+
+HOPPER_CASES = 320  # random shapes a dtype and epilogue on Hopper's path, and a kind of fp8 scales
+_hopper_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                  reason="Hopper's path (TMA, wgmma) runs on sm_90 only")
+
+
+def _hopper_sizes(rng: random.Random, multiple: int) -> tuple[int, int, int]:
+    """M of any size (1, primes, past every tile), N and K multiples of `multiple` (TMA's 16-byte rows), each
+    often a non-multiple of every tile extent."""
+    special = [1, 2, 3, 7, 13, 61, 127, 128, 129, 257, 1000, 1031, 4097]
+    m = rng.choice(special) if rng.random() < 0.4 else rng.randint(1, 1500)
+    n, k = (multiple * (rng.choice([1, 2, 9, 16, 17, 33, 127]) if rng.random() < 0.4 else rng.randint(1, 2400 // multiple))
+            for _ in range(2))
+    return m, n, k
+
+
+@_hopper_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("activation", [None, "gelu_tanh", "silu"])
+def test_the_hopper_path_matches_torch_on_random_shapes_with_each_epilogue(dtype, activation):
+    """HOPPER_CASES products on the Hopper kernels the library ships (K not split: `splits=1`), B [K, N] and
+    [N, K] in turn, plain or with bias + the activation (the shipped `epilogues.selectable`)."""
+    from mlir_tile.kernels import epilogues, ops
+
+    launcher, rng, failures = ops.kernels_on(torch.device("cuda")).matmul, random.Random(23), []
+    for trial in range(HOPPER_CASES):
+        (m, n, k), layout = _hopper_sizes(rng, 8), ("kn", "nk")[trial % 2]
+        a, b, bias, _ = _operands(m, n, k, dtype, layout, activation is not None, False)
+        chosen = None if activation is None else epilogues.selectable
+        operands = () if activation is None else epilogues.selection(bias, activation, None)
+        got = launcher(a, b, b_major=layout, splits=1, epilogue=chosen, operands=operands)
+        worst = _wrong(got, a, b, layout, bias, activation, None)
+        if worst is not None or not str(launcher.last_config).endswith("_sm90a"):
+            failures.append(((m, n, k, layout), worst, str(launcher.last_config)))
+    assert not failures, failures[:10]
+
+
+@_hopper_only
+@pytest.mark.parametrize("row_scales", [False, True])
+def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(row_scales):
+    """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in
+    turn, power-of-two scales per tensor or per row: C is the bf16 of the exact scaled product, bit for bit."""
+    from mlir_tile.kernels import scaled_mm
+
+    rng, failures = random.Random(29), []
+    for trial in range(HOPPER_CASES):
+        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2]
+        a = torch.randint(-3, 4, (m, k), device="cuda").float()
+        b = torch.randint(-3, 4, (n, k) if layout == "nk" else (k, n), device="cuda").float()
+        if row_scales:
+            scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (size,), device="cuda").float() for size in (m, n))
+        else:
+            scale_a, scale_b = (torch.tensor([value], device="cuda") for value in (0.5, 0.25))
+        got = scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scale_a, scale_b, b_layout=layout)
+        exact = (a @ (b.T if layout == "nk" else b)) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
+        if not torch.equal(got, exact.to(torch.bfloat16)):
+            failures.append(((m, n, k, layout), float((got.float() - exact).abs().max())))
+    assert not failures, failures[:10]
+
+
+@_hopper_only
+def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
+    from mlir_tile.kernels import scaled_mm
+
+    a = torch.ones(32, 64, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones(1, device="cuda")
+    for call, message in ((lambda: scaled_mm(a.float(), a, one, one), "float8_e4m3fn"),
+                          (lambda: scaled_mm(a, a[:, :48].contiguous(), one, one), "K extents differ"),
+                          (lambda: scaled_mm(a, torch.ones(64, 24, device="cuda").to(torch.float8_e4m3fn), one, one,
+                                             b_layout="kn"), "N a multiple of 16"),
+                          (lambda: scaled_mm(a, a, torch.ones(3, device="cuda"), one), "of one element each"),
+                          (lambda: scaled_mm(a, a, one, one, b_layout="mn"), "b_major 'nk'")):
+        with pytest.raises(ValueError, match=message):
+            call()

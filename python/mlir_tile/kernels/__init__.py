@@ -1,8 +1,9 @@
-"""mlir-tile's kernels as a library: `matmul` and `attention` on torch tensors, as torch operators
+"""mlir-tile's kernels as a library: `matmul`, `scaled_mm` and `attention` on torch tensors, as torch operators
 (`torch.ops.mlir_tile.*`, with fake implementations, so they run inside `torch.compile`d models).
 
-    from mlir_tile.kernels import matmul, attention
+    from mlir_tile.kernels import matmul, scaled_mm, attention
     y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
+    y = scaled_mm(x8, w8, scale_x, scale_w)                            # fp8 e4m3 in, bf16 out (Hopper)
     o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
 
 Importing this package loads no MLIR and no torch: the operators are registered on first use of `matmul` or
@@ -12,7 +13,7 @@ are the ones the wheel ships for the GPU's chip, or built on first use where the
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
 """
 
-__all__ = ["attention", "matmul"]
+__all__ = ["attention", "matmul", "scaled_mm"]
 
 
 def __getattr__(name: str):

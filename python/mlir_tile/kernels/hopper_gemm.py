@@ -172,6 +172,7 @@ class HopperConfig:
                 f"{'_rowscales' if self.row_scales else ''}_sm90a")
 
 
+@functools.lru_cache(maxsize=None)  # (its proofs take seconds: a launcher asks for every new shape)
 def tiles(config: HopperConfig) -> dict:
     """The shared tiles' layouts, in elements: A (BM x BK) and B (N x K coordinates) as TMA writes them, C
     (BM x BN) as TMA stores read it. A and B [N, K]: K-major rows of 128 bytes, `Sw<3,3,3>` (one box each);
@@ -236,6 +237,7 @@ def transposition(config: HopperConfig):
     return byte_transpose(staging, b)
 
 
+@functools.lru_cache(maxsize=None)
 def boxes(config: HopperConfig):
     """The TMA boxes of A, B and C whose tensor maps the kernel takes: those its tiles' layouts prove (a tile
     of several boxes side by side: the first's, all alike; B's: a cluster CTA's part of one)."""
@@ -628,13 +630,84 @@ def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice 
 
 
 def shipped_kernels(epilogues) -> list:
-    """(name, build) of every Hopper kernel `Matmul` may pick: each element, B layout and epilogue (None:
-    plain) with the tiles `library_config` takes for it."""
+    """(name, build) of every Hopper kernel `Matmul` and `ScaledMatmul` may pick: each element, B layout and
+    epilogue (None: plain) with the tiles `library_config` takes for it; fp8's with either B layout and
+    either kind of scales (`scaled_config`)."""
     from functools import partial
 
+    sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for epilogue in epilogues
+               for major in ("nk", "kn") for tile in LIBRARY_TILES[epilogue is not None:]]
+    eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
     return [(kernel_name(element, config, epilogue), partial(build_module, element, config, epilogue=epilogue))
-            for element in ("f16", "bf16") for epilogue in epilogues for major in ("nk", "kn")
-            for config in (configure(major, tile) for tile in LIBRARY_TILES[epilogue is not None:])]
+            for element, config, epilogue in sixteen + eight]
+
+
+def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:
+    """`ScaledMatmul`'s kernel: the fp8 tile benchmarks/gemm.py measured fastest for B's layout, or with
+    per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
+    return configure(b_major, FP8_ROWS_TILE if row_scales else default_tile("e4m3", b_major), "e4m3", row_scales)
+
+
+class ScaledMatmul:
+    """C = (A x B) * scale_a * scale_b in bf16 from fp8 e4m3 torch tensors, as torch._scaled_mm computes it, on
+    Hopper's path (the sm_90 library): A [M, K] and B [N, K] (`b_major` "nk") or [K, N] ("kn", transposed in
+    the kernel, where torch._scaled_mm needs a transposed copy), row-major; scale_a and scale_b fp32, one
+    element each (per tensor) or [M] and [N] (per row). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
+    address on 16 bytes (TMA). On torch's current stream; the tensor maps kept (`TensorMaps`). ValueError for
+    what the kernels do not take."""
+
+    def __init__(self, library):
+        if library.chip != "sm_90":
+            raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
+        self.library, self.maps = library, TensorMaps(library.runtime)
+        self.sms = library.runtime.device.properties.multiprocessor_count
+
+    def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        m, n, depth, row_scales = _scaled_sizes(a, b, scale_a, scale_b, b_major)
+        config = scaled_config(b_major, row_scales)
+        if n % config.unit or depth % config.k_unit:
+            raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
+                             f"bytes), got {m} x {n} x {depth} with B {b_major}")
+        if out is None:
+            out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
+        elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
+            raise ValueError(f"scaled matmul: out is a contiguous {m} x {n} CUDA tensor of bfloat16, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        if any(t.data_ptr() % 16 for t in (a, b, out)):
+            raise ValueError("scaled matmul: A, B and out start on 16 bytes (TMA)")
+        module = self.library.module(kernel_name("e4m3", config), lambda: build_module("e4m3", config))
+        box = boxes(config)
+        maps = [self.maps(tensor, box[name]) for name, tensor in (("a", a), ("b", b), ("c", out))]
+        module.launch(KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
+                      grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
+                      stream=torch_stream(a))
+        return out
+
+
+def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, bool]:
+    """(M, N, K, per-row scales) of ScaledMatmul's operands, or ValueError."""
+    import torch
+
+    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"scaled matmul: A and B are float8_e4m3fn, got {a.dtype} and {b.dtype}")
+    if b_major not in ("kn", "nk") or a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"scaled matmul: 2-D A and B, b_major 'nk' (B [N, K]) or 'kn' (B [K, N]); got {b_major!r}")
+    if not all(t.is_cuda and t.is_contiguous() for t in (a, b, scale_a, scale_b)):
+        raise ValueError("scaled matmul: A, B and the scales are contiguous CUDA tensors")
+    (m, depth), (n, b_depth) = a.shape, (b.shape if b_major == "nk" else b.shape[::-1])
+    if b_depth != depth or 0 in (m, n, depth):
+        raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
+                         f"differ or a size is 0")
+    per_tensor = scale_a.numel() == 1 and scale_b.numel() == 1
+    if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
+            per_tensor or (scale_a.numel(), scale_b.numel()) == (m, n)):
+        raise ValueError(f"scaled matmul: float32 scales of one element each or of [M] = [{m}] and [N] = [{n}], got "
+                         f"{scale_a.dtype} {tuple(scale_a.shape)} and {scale_b.dtype} {tuple(scale_b.shape)}")
+    return m, n, depth, not per_tensor
 
 
 class TensorMaps:

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from mlir_tile.kernels import flash_attention
-from mlir_tile.kernels import epilogues, gemm
+from mlir_tile.kernels import epilogues, gemm, hopper_gemm
 from mlir_tile.kernels.library import KernelLibrary, compiler_installed
 from mlir_tile.runtime import Runtime
 
@@ -25,7 +25,13 @@ class _Kernels:
     def __init__(self, device_index: int):
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm.Matmul(self.library)
-        self._attention = None
+        self._attention, self._scaled = None, None
+
+    @property
+    def scaled(self):
+        if self._scaled is None:
+            self._scaled = hopper_gemm.ScaledMatmul(self.library)
+        return self._scaled
 
     @property
     def attention(self):
@@ -68,6 +74,13 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
         out.copy_(result)
         return out
     return result
+
+
+def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
+    """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
+    torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
+    per row (scale_a [M], scale_b [N]); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
+    return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
 def attention(q, k, v, *, causal=False):
@@ -156,6 +169,23 @@ def _custom_operator(epilogue: epilogues.Epilogue):
         operator.register_fake(lambda a, b, b_layout, tensors, numbers: a.new_empty(_output_shape(a, b, b_layout)))
         _custom_operators[suffix] = operator
         return operator
+
+
+def _scaled_shape(a, b, b_layout: str) -> List[int]:
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"scaled_mm: 2-D a and b, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return [a.shape[0], b.shape[0] if b_layout == "nk" else b.shape[1]]
+
+
+@torch.library.custom_op("mlir_tile::scaled_mm", mutates_args=())
+def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+               b_layout: str) -> torch.Tensor:
+    return kernels_on(a.device).scaled(a, b, scale_a, scale_b, b_major=b_layout)
+
+
+@_scaled_mm.register_fake
+def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
+    return a.new_empty(_scaled_shape(a, b, b_layout), dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("mlir_tile::attention", mutates_args=())
