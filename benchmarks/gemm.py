@@ -2,8 +2,9 @@
 wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
 
     python benchmarks/gemm.py hopper-build DIR # here (MLIR): the Hopper kernels' PTX and the wgmma loop into DIR
-    python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3] [nk|kn]  # GPU host: DIR/gemm_hopper.json, sustained
+    python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3] [nk|kn]  # GPU host: DIR/gemm_hopper_<args>.json, sustained
     python3 benchmarks/gemm.py hopper-profile DIR  # GPU host with ncu: the wgmma pipe, shared wavefronts, stalls
+    python benchmarks/gemm.py hopper-table DIR  # DIR/hopper_tiles.json from DIR/gemm_hopper*.json: the library's tiles
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
@@ -110,14 +111,15 @@ def _triton_matmul(mma_v3: bool):
 
 
 # Hopper's path: the issue's shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some;
-# the tiles: Matmul's two (hopper_gemm.LIBRARY_TILES) and their neighbours
+# the tiles: the library's candidates (hopper_gemm.EPILOGUE_TILE among them) and their neighbours
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
-HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2"],
-                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p"]}
-FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2"],  # e4m3
-             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3"]}
+HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2",
+                       "256x128x64s4w", "256x128x64s3w"],
+                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "256x128x64s4w"]}
+FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2", "256x128x128s4w"],  # e4m3
+             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3", "256x128x128s3w"]}
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                          (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
@@ -236,6 +238,7 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
     from mlir_tile.runtime import Runtime
 
     triton_mm, results = _triton_grouped(), []
+    out = directory / ("gemm_hopper" + "".join(f"_{x}" for x in elements) + ".json")  # (runs apart: `hopper_table`)
     majors = [x for x in elements if x in ("nk", "kn")] or ["nk", "kn"]  # "kn" alone: only B [K, N]'s cases
     elements = [x for x in elements if x not in ("nk", "kn")]
     cases = ([(e, "nk", s) for e in elements for s in HOPPER_SHAPES[:4 if e == "e4m3" else None]]
@@ -255,10 +258,10 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
             calls.update({name: (lambda call=call, out=outputs[name]: call(out)) for name, call in anchors.items()})
             seconds, conditions = sustained_interleaved(calls)
             results.append(_hopper_row(element, major, (m, n, k), seconds, conditions, outputs, list(anchors)))
-            (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results}, indent=1))  # so far
+            out.write_text(json.dumps({"shapes": results}, indent=1))  # so far
             torch.cuda.empty_cache()
         ceiling = _wgmma_ceiling(runtime, directory, wgmma_loop)
-    (directory / "gemm_hopper.json").write_text(json.dumps({"shapes": results, "wgmma f16 loop, sustained": ceiling},
+    out.write_text(json.dumps({"shapes": results, "wgmma f16 loop, sustained": ceiling},
                                                            indent=1))
 
 
@@ -293,6 +296,38 @@ def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
     ceiling = clock_and_power(lambda: sustained_rate(call, wgmma_loop.flop_per_launch("f16", sms)))
     print(json.dumps({"wgmma f16 loop, sustained": ceiling}), flush=True)
     return ceiling
+
+
+def hopper_table(directory: Path) -> None:
+    """DIR/hopper_tiles.json (copy it beside mlir_tile/kernels/hopper_gemm.py: `hopper_gemm.measured_tile`) from
+    every DIR/gemm_hopper*.json `hopper` wrote: per dtype and B layout, of the tiles measured at every shape
+    that a library kernel may be (one CTA a cluster, not persistent: both ran slower), the one fastest at the
+    most shapes (ties: the higher geometric mean); a pair never measured (bf16 with B [K, N]) takes f16's."""
+    import math
+    import re
+
+    files = sorted(directory.glob("gemm_hopper*.json"))
+    rows = [row for file in files for row in json.loads(file.read_text())["shapes"]]
+    tiles, rates = {}, {}
+    for element in ("f16", "bf16", "e4m3"):
+        for major in ("nk", "kn"):
+            group = [row for row in rows if (row["element"], row["b_major"]) == (element, major)]
+            if not group:
+                continue
+            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+w?", t)} for row in group]
+            candidates = set.intersection(*(set(m) for m in measured))
+            wins = {t: sum(max(m, key=m.get) == t for m in measured if set(m) >= candidates) for t in candidates}
+            mean = {t: math.exp(sum(math.log(m[t]) for m in measured) / len(measured)) for t in candidates}
+            key = f"{element}:{major}"
+            tiles[key] = max(candidates, key=lambda t: (wins[t], mean[t]))
+            rates[key] = {t: round(mean[t], 1) for t in sorted(candidates, key=mean.get, reverse=True)}
+    for major in ("nk", "kn"):
+        if f"f16:{major}" in tiles:
+            tiles.setdefault(f"bf16:{major}", tiles[f"f16:{major}"])
+    table = {"from": [file.name for file in files], "shapes": len(rows), "tiles": tiles,
+             "geometric mean TFLOP/s": rates}
+    (directory / "hopper_tiles.json").write_text(json.dumps(table, indent=1) + "\n")
+    print(json.dumps(tiles))
 
 
 HOPPER_PROFILED = [("f16", "nk", "128x256x64s3"), ("e4m3", "nk", "128x256x128s4"), ("e4m3", "kn", "128x256x128s3")]
@@ -642,4 +677,5 @@ if __name__ == "__main__":
         hopper(directory, tuple(sys.argv[3:]) or ELEMENTS + ("e4m3",))
     else:
         {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
-         "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper, "hopper-profile": hopper_profile}[command](directory)
+         "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper, "hopper-profile": hopper_profile,
+         "hopper-table": hopper_table}[command](directory)

@@ -3,6 +3,7 @@ repository, without the compiler), timing calls with CUDA events, and profiling 
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 def load_example(name: str):

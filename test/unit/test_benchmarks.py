@@ -187,6 +187,30 @@ def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
     for element, major, tile in benchmark._hopper_kernels():
         config = configure(major, tile, element)
         assert config.grid(4096, 11008, 132) % config.cluster == 0 and config.shared_bytes <= 227 * 1024
-    from mlir_tile.kernels.hopper_gemm import LIBRARY_TILES
+    from mlir_tile.kernels.hopper_gemm import EPILOGUE_TILE, measured_tile
 
-    assert all(set(LIBRARY_TILES) <= set(tiles) for tiles in benchmark.HOPPER_TILES.values())  # what Matmul picks
+    for major, tiles in benchmark.HOPPER_TILES.items():  # what Matmul and ScaledMatmul pick is measured
+        assert {EPILOGUE_TILE, measured_tile("f16", major), measured_tile("bf16", major)} <= set(tiles)
+        assert measured_tile("e4m3", major) in benchmark.FP8_TILES[major]
+
+
+def test_the_measured_table_takes_the_tile_fastest_at_the_most_shapes(tmp_path):
+    """hopper-table: per dtype and B layout, among the tiles measured at every shape (no cluster, not
+    persistent), the most wins, then the higher geometric mean; bf16, unmeasured, takes f16's."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("gemm_benchmark", Path(bench.__file__).with_name("gemm.py"))
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    row = lambda element, major, rates: {"element": element, "b_major": major, "TFLOP/s": rates}
+    shapes = [row("f16", "nk", {"128x256x64s3": 600, "256x128x64s4w": 650, "128x256x64s3c2": 900, "cuBLAS": 700}),
+              row("f16", "nk", {"128x256x64s3": 640, "256x128x64s4w": 630, "128x256x64s3c2": 900, "cuBLAS": 700}),
+              row("f16", "nk", {"128x256x64s3": 610, "256x128x64s4w": 660, "128x256x64s3p": 990, "cuBLAS": 700}),
+              row("f16", "kn", {"128x256x64s3": 500, "128x128x64s4": 500}),
+              row("f16", "kn", {"128x256x64s3": 500, "128x128x64s4": 501})]
+    (tmp_path / "gemm_hopper_f16.json").write_text(json.dumps({"shapes": shapes}))
+    benchmark.hopper_table(tmp_path)
+    tiles = json.loads((tmp_path / "hopper_tiles.json").read_text())["tiles"]
+    assert tiles == {"f16:nk": "256x128x64s4w", "f16:kn": "128x128x64s4", "bf16:nk": "256x128x64s4w",
+                     "bf16:kn": "128x128x64s4"}

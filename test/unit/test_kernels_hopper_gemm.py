@@ -167,12 +167,41 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
     (dict(persistent=True, specialized=False), "a persistent kernel is warp-specialized"),
     (dict(cluster=3), "clusters of 1, 2 or 4 CTAs"), (dict(cluster=2, specialized=False), "got 2, unspecialized"),
     (dict(cluster=2, b_major="kn", bn=128), "clusters with B \\[K, N\\] take BN 64"),
+    (dict(bm=256, bn=256, consumer_rows=128), "at most 128 registers"),
+    (dict(bm=256, consumer_rows=128, specialized=False), "128: warp-specialized"),
+    (dict(bm=192, consumer_rows=128), "64 or 128 rows of BM"), (dict(consumer_rows=96), "64 or 128 rows of BM"),
 ])
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[u\|p\]\[cCLUSTER\]"):
+    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[u\|p\]\[cCLUSTER\]"):
         configure("nk", "128x128x64")
+
+
+def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path):
+    """256 x 128 with two consumers of 128 rows (CUTLASS's cooperative tile; "w"): each k-tile two batches, one
+    per 64-row block of A (row blocks 2 c and 2 c + 1), waited down to those two before the stage before is
+    released; 384 threads, the consumers raised to 232 registers; C stored in four 64-row bands."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", "256x128x64s4w")
+    assert (config.consumers, config.threads, config.accumulator_registers, config.consumer_registers) == (2, 384, 128, 232)
+    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    filecheck(ptx, """
+    CHECK: mbarrier.try_wait.parity.shared.b64
+    CHECK: wgmma.fence.sync.aligned;
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16
+    CHECK: wgmma.commit_group.sync.aligned;
+    CHECK: wgmma.fence.sync.aligned;
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16
+    CHECK: wgmma.commit_group.sync.aligned;
+    CHECK: wgmma.wait_group.sync.aligned 2;
+    CHECK: mbarrier.arrive.shared.b64
+    """)
+    assert ptx.count("wgmma.mma_async") == 8 and ptx.count("stmatrix") == 2 * 128 // 16
+    assert re.search(r"setmaxnreg.inc.sync.aligned.u32\s+232;", ptx)
+    _assembles(ptx, tmp_path)
+    assert "give C as numpy does" in hopper_gemm.emulate(config, 1)
 
 
 def _gemm(*arguments):
@@ -230,13 +259,21 @@ def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, ti
     assert takes_hopper(chip, *sizes, 132, "nk", tile, splits, aligned) is takes
 
 
-def test_matmul_picks_the_wide_tile_where_it_fills_the_sms_and_no_epilogue_is_fused():
+def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_epilogue_is_fused():
+    """The measured table (hopper_tiles.json, the benchmark's data) names a tile the kernel takes for every dtype
+    and B layout; Matmul runs it where its CTAs fill the SMs and no epilogue is fused, else the 128 x 128 one."""
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
-    from mlir_tile.kernels.hopper_gemm import library_config
+    from mlir_tile.kernels.hopper_gemm import EPILOGUE_TILE, library_config, measured_tile
 
-    assert str(library_config(4096, 4096, "nk", 132, 0.9)).startswith("128x256x64_s3")
-    assert str(library_config(1024, 1024, "kn", 132, 0.9)).startswith("128x128x64_s4")  # 32 wide tiles
-    assert str(library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))).startswith("128x128x64_s4")
+    for element in ("f16", "bf16", "e4m3"):
+        for major in ("nk", "kn"):
+            configure(major, measured_tile(element, major), element)
+    measured = configure("nk", measured_tile("bf16", "nk"))
+    assert library_config(4096, 4096, "nk", 132, 0.9, element="bf16") == measured
+    assert library_config(1024, 1024, "kn", 132, 0.9) == configure("kn", EPILOGUE_TILE)  # 32 tiles of 256 x 128
+    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == configure("nk", EPILOGUE_TILE)
+    with pytest.raises(ValueError, match="no measured tile for e5m2:nk"):
+        measured_tile("e5m2", "nk")
 
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):

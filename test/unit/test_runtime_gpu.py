@@ -221,13 +221,14 @@ def test_the_gemm_example_matches_numpy():
 
 @pytest.mark.parametrize("name", ["gemm_hopper.ptx", "gemm_hopper_bf16_kn.ptx", "gemm_hopper_persistent.ptx",
                                   "gemm_hopper_cluster.ptx", "gemm_hopper_bf16_kn_cluster.ptx",
-                                  "gemm_hopper_persistent_cluster.ptx"])
+                                  "gemm_hopper_persistent_cluster.ptx", "gemm_hopper_wide.ptx",
+                                  "gemm_hopper_bf16_kn_wide.ptx"])
 @pytest.mark.parametrize("shape", [(1000, 1016, 504), (1, 8, 8), (129, 72, 8), (333, 200, 1000), (2048, 2048, 2048)])
 def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     """Hopper's path (TMA loads on mbarriers, wgmma, stmatrix, TMA stores; B [N, K] f16 and [K, N] bf16) on
     products with tails in M, N and K (zero-filled loads, clipped stores), fewer k-tiles than stages, a
     single row; in clusters of 2 CTAs sharing B's k-tiles by multicast (a cluster's second CTA past M when its
-    rows of tiles are)."""
+    rows of tiles are); consumers of 128 rows (two batches a k-tile, "...w")."""
     from mlir_tile.kernels import gemm
 
     ptx = gpu_input(name).read_text()

@@ -759,8 +759,8 @@ def epilogue_suffix(epilogue: Epilogue | None) -> str:
 class Matmul:
     """C = epilogue(A x B) on torch tensors through mlir-tile's runtime (no host copies, torch's current
     stream). On Hopper (the sm_90 library) Hopper's path where it takes the product (`takes_hopper`: TMA,
-    wgmma, `hopper_gemm.library_config`'s tile, the tensor maps kept by `hopper_gemm.TensorMaps`); else the
-    mma.sync variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
+    wgmma, `hopper_gemm.library_config`'s tile, measured per dtype and B layout; the tensor maps kept by
+    `hopper_gemm.TensorMaps`); else the mma.sync variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
     (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M
     x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
     ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
@@ -857,7 +857,7 @@ class Matmul:
     def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
         from mlir_tile.kernels import hopper_gemm
 
-        config = hopper_gemm.library_config(m, n, b_major, self.sms, FILL, epilogue)
+        config = hopper_gemm.library_config(m, n, b_major, self.sms, FILL, epilogue, element)
         module = self.library.module(hopper_gemm.kernel_name(element, config, epilogue),
                                      lambda: hopper_gemm.build_module(element, config, epilogue=epilogue))
         sizes = (m, n // config.unit, depth // config.unit)

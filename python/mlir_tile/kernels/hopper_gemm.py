@@ -60,11 +60,17 @@ class HopperConfig:
     cluster: int = 1  # CTAs of a cluster, on adjacent row tiles of one column: each loads 1/cluster of B for all
     element_bits: int = 16  # A's and B's: 16 (f16, bf16: C of the same type) or 8 (e4m3: C bf16, BK 128)
     row_scales: bool = False  # fp8: scale_a per row of A ([M]) and scale_b per row of B ([N]), not per tensor
+    consumer_rows: int = 64  # rows of C a consumer warpgroup: 64 (one m64 batch a k-tile) or 128 (two)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
             raise ValueError(f"hopper gemm: BM 64 to 256 (64 a warpgroup) and BN 64 to 256, multiples of 64; got "
                              f"{self.bm} x {self.bn}")
+        if self.consumer_rows not in (64, 128) or self.bm % self.consumer_rows or (
+                self.consumer_rows > 64 and (not self.specialized or self.accumulator_registers > 128)):
+            raise ValueError(f"hopper gemm: a consumer takes 64 or 128 rows of BM (128: warp-specialized, its "
+                             f"accumulators at most 128 registers a thread, BN <= 128); got {self.consumer_rows} of "
+                             f"{self.bm} x {self.bn}{'' if self.specialized else ', unspecialized'}")
         if self.persistent and not self.specialized:
             raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
                              "the next tile)")
@@ -103,8 +109,12 @@ class HopperConfig:
         return 128 // self.element_bits
 
     @property
-    def consumers(self) -> int:  # warpgroups issuing wgmma, 64 rows of C each
-        return self.bm // 64
+    def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each
+        return self.bm // self.consumer_rows
+
+    @property
+    def accumulator_registers(self) -> int:  # fp32 accumulators a consumer thread: BN / 2 a 64-row batch
+        return self.consumer_rows // 64 * self.bn // 2
 
     @property
     def transposed(self) -> bool:
@@ -119,9 +129,9 @@ class HopperConfig:
     def rebalanced(self) -> bool:
         """Whether the producer gives its registers to the consumers (`setmaxnreg`): where the block could not
         have 255 a thread (with one consumer it can, and ptxas then knows no count to start from) and the
-        consumers' accumulators are BN / 2 >= 64 registers a thread (with fewer, ptxas allocates below the
+        consumers' accumulators are 64 registers a thread or more (with fewer, ptxas allocates below the
         entry count and ignores setmaxnreg: C7508)."""
-        return self.specialized and self.threads * 255 > REGISTER_FILE and self.bn >= 128
+        return self.specialized and self.threads * 255 > REGISTER_FILE and self.accumulator_registers >= 64
 
     @property
     def entry_registers(self) -> int:
@@ -169,7 +179,7 @@ class HopperConfig:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
-                f"{'_rowscales' if self.row_scales else ''}_sm90a")
+                f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}_sm90a")
 
 
 @functools.lru_cache(maxsize=None)  # (its proofs take seconds: a launcher asks for every new shape)
@@ -201,10 +211,10 @@ def tiles(config: HopperConfig) -> dict:
     _same_bytes(c, c_words)
     # one consumer's 64 rows, from its first word (64 rows of 32 words further each): what it stores by stmatrix
     c_band = Layout((64, (words, boxes_of)), (words, (1, config.bm * words)), c_words.swizzle)
-    for group in range(config.consumers):
+    for group in range(config.bm // 64):
         if any(c_band.offset(r, w) + 64 * words * group != c_words.offset(64 * group + r, w)
                for r in range(64) for w in range(words * boxes_of)):
-            raise ValueError(f"hopper gemm: consumer {group}'s rows of {c_words} are not {c_band} from its first word")
+            raise ValueError(f"hopper gemm: row band {group}'s rows of {c_words} are not {c_band} from its first word")
     return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band, **staging}
 
 
@@ -342,7 +352,8 @@ class _HopperGemm:
         self.consumer_thread = arith.subi(k.thread_id(), first)
         self.producer = k.compare("eq", k.thread_id(), 0)
         self.storer = k.compare("eq", k.thread_id(), first)  # the first consumer thread: C's TMA stores
-        self.accumulators = k.accumulators(self.atom)
+        # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
+        self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
 
     def build(self) -> None:
         from mlir.dialects import arith
@@ -412,14 +423,15 @@ class _HopperGemm:
         k, config = self.k, self.config
         with k.loop(0, self.k_tiles) as k_tile:
             self.step(self._in_ring(turn, k_tile), k_tile, origin)
-        k.wgmma_wait(0, [self.accumulators])
+        k.wgmma_wait(0, self.accumulators)
         if config.persistent:  # the producer's next tile needs every stage back
             self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
         self.store_c(origin, region)
         if config.persistent:
             zero = k.constant(0.0, "f32")
-            for slot in range(config.bn // 2):
-                k.store(zero, self.accumulators.registers, [slot])
+            for accumulators in self.accumulators:
+                for slot in range(config.bn // 2):
+                    k.store(zero, accumulators.registers, [slot])
 
     def produce_transposed(self, origin) -> None:
         """fp8 B [K, N]: the producer warpgroup transposes each k-tile of B (`transpose`), its first thread
@@ -493,9 +505,12 @@ class _HopperGemm:
         k, config, ring, pipeline = self.k, self.config, self.ring, self.pipeline
         pipeline.wait(in_ring)
         a_view, b_view = ring.views(ring.stage(in_ring))
-        k.wgmma(self.atom, k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), self.accumulators,
-                a_row_block=self.consumer)
-        k.wgmma_wait(1)
+        a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
+        first_block = arith.muli(self.consumer, k.index(batches)) if batches > 1 else self.consumer
+        for batch, accumulators in enumerate(self.accumulators):
+            k.wgmma(self.atom, a_tile, b_tile, accumulators,
+                    a_row_block=arith.addi(first_block, k.index(batch)) if batch else first_block)
+        k.wgmma_wait(batches)  # this k-tile's batches may run on; the previous one's have read their stage
         with k.if_(k.compare("uge", k_tile, 1)):
             pipeline.release(arith.subi(in_ring, k.index(1)))
             if not config.specialized:  # thread 0 refills the released stage (in_ring is k_tile here)
@@ -504,43 +519,42 @@ class _HopperGemm:
                     self.load(refill, origin, refill)
 
     def store_c(self, origin, region: int) -> None:
-        """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64 rows of the C tile
-        over the stages' bytes, then one TMA store per 64-column box of it by the first consumer thread."""
+        """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
+        C tile over the stages' bytes (one a batch), then one TMA store per 64-column box of it by the first
+        consumer thread."""
         from mlir.dialects import arith
 
         from mlir_tile.builder import transfer
         from mlir_tile.kernels.gemm import for_each_arm
-        from mlir_tile.layout import Layout
         from mlir_tile.tiled import tiled_store_c
         from mlir_tile.tma import column_boxes
 
-        k, config, atom = self.k, self.config, self.atom
-        band = tiled_store_c(4, self.tiles["c_band"])  # a consumer's 64 rows, one warpgroup's transfer
-        registers = k.registers(band.whole.slots)
-        rows, columns = atom.c.rows, atom.c.columns
-        thread_values = [Layout((rows.shape[0] + (config.consumers,), rows.shape[1]),
-                                (rows.stride[0] + (64,), rows.stride[1])),
-                         Layout((columns.shape[0] + (config.consumers,), columns.shape[1]),
-                                (columns.stride[0] + (0,), columns.stride[1]))]
+        k, config = self.k, self.config
+        band = tiled_store_c(4, self.tiles["c_band"])  # 64 rows, one warpgroup's transfer
+        packed = [k.registers(band.whole.slots) for _ in self.accumulators]
         c_c = k.identity_tensor((self.m, self.n))
-        place = c_c.domain_offset(origin).partition(thread_values)
+        places = [self._place(c_c, origin, batch) for batch in range(len(self.accumulators))]
+
         def pack(finish):
-            scaled = self.scaling(place)  # (its loads inside the arm's branch: one a scale, each arm)
-            for block in range(config.bn // 8):
-                for half in range(2):  # (c0, c1) row l / 4, (c2, c3) eight rows further: register slot
-                    slot = packed_slot(block, half)
-                    values = []
-                    for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
-                        value = scaled(k.load(self.accumulators.registers, [value_slot]), value_slot)
-                        values.append(value if finish is None else
-                                      finish(value, *place[self.consumer_thread, value_slot]))
-                    k.store(k.pack_f16(*values, self.out), registers, [slot])
+            for accumulators, registers, place in zip(self.accumulators, packed, places):
+                scaled = self.scaling(place)  # (its loads inside the arm's branch: one a scale, each arm)
+                for block in range(config.bn // 8):
+                    for half in range(2):  # (c0, c1) row l / 4, (c2, c3) eight rows further: register slot
+                        values = []
+                        for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
+                            value = scaled(k.load(accumulators.registers, [value_slot]), value_slot)
+                            values.append(value if finish is None else
+                                          finish(value, *place[self.consumer_thread, value_slot]))
+                        k.store(k.pack_f16(*values, self.out), registers, [packed_slot(block, half)])
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
-        band_at = arith.addi(arith.muli(self.consumer, k.index(64 * SWIZZLE_COLUMNS * ELEMENT_BYTES)), k.index(region))
-        transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", band_at), registers,
-                 dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
+        band_bytes = 64 * SWIZZLE_COLUMNS * ELEMENT_BYTES
+        for batch, registers in enumerate(packed):
+            first_band = arith.muli(self.consumer, k.index(len(packed))) if len(packed) > 1 else self.consumer
+            at = arith.addi(arith.muli(first_band, k.index(band_bytes)), k.index(region + batch * band_bytes))
+            transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", at), registers,
+                     dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
         self.consumers_meet()
         row0, col0 = origin
@@ -550,6 +564,22 @@ class _HopperGemm:
                 k.tma_store(k.tensor(view, box.layout), self.c_map,
                             (row0, arith.addi(col0, k.index(first // config.bm))))
             k.tma_store_wait(0)
+
+    def _place(self, c_c, origin, batch: int):
+        """(consumer thread, accumulator slot) -> C's (row, column) of batch `batch` of this CTA's consumers: the
+        atom's accumulator layout, each consumer `consumer_rows` further down, the batch 64 x `batch` rows."""
+        from mlir.dialects import arith
+
+        from mlir_tile.layout import Layout
+
+        rows, columns = self.atom.c.rows, self.atom.c.columns
+        consumers, step = self.config.consumers, self.config.consumer_rows
+        thread_values = [Layout((rows.shape[0] + (consumers,), rows.shape[1]), (rows.stride[0] + (step,), rows.stride[1])),
+                         Layout((columns.shape[0] + (consumers,), columns.shape[1]),
+                                (columns.stride[0] + (0,), columns.stride[1]))]
+        row0, col0 = origin
+        first = (arith.addi(row0, self.k.index(64 * batch)) if batch else row0, col0)
+        return c_c.domain_offset(first).partition(thread_values)
 
     def scaling(self, place):
         """`scaled(value, slot)`: accumulator slot's value times its scales (fp8), each scale loaded once: the
@@ -594,32 +624,48 @@ def default_tile(element: str, b_major: str = "nk") -> str:
 
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
-    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "u": unspecialized, "p":
-    persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout and the inputs' `element` (e4m3:
-    BK 128); ValueError for one it does not take."""
+    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
+    "u": unspecialized, "p": persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout and the
+    inputs' `element` (e4m3: BK 128); ValueError for one it does not take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)([up]?)(?:c(\d+))?", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)([up]?)(?:c(\d+))?", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
-                         f"128x256x64s3c2), got {tile!r}")
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
+                         f"256x128x64s4w, 128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
-    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(5) != "u",
-                        persistent=match.group(5) == "p", cluster=int(match.group(6) or 1),
-                        element_bits=8 if element == "e4m3" else 16, row_scales=row_scales)
+    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(6) != "u",
+                        persistent=match.group(6) == "p", cluster=int(match.group(7) or 1),
+                        element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
+                        consumer_rows=128 if match.group(5) else 64)
 
 
-# What `gemm.Matmul` takes on Hopper: the tile benchmarks/gemm.py's `hopper` measured fastest at every shape
-# (docs/notes/hopper-path.md), and the 128 x 128 one (twice the CTAs; an epilogue's registers beside the
-# accumulators: with 128 x 256's, ptxas spills 0.5-5.6 KB a thread)
-LIBRARY_TILES = ("128x256x64s3", "128x128x64s4")
+# The tile a fused epilogue takes (twice the CTAs of the widest; an epilogue's registers beside the accumulators:
+# with 128 x 256's, ptxas spills 0.5-5.6 KB a thread) and where the measured tile leaves SMs idle
+EPILOGUE_TILE = "128x128x64s4"
+MEASURED_TILES = "hopper_tiles.json"  # beside this module: written by `benchmarks/gemm.py hopper-table`
 
 
-def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None) -> HopperConfig:
-    """`Matmul`'s kernel for an M x N product: LIBRARY_TILES' first where its CTAs cover `fill` of the `sms`
-    multiprocessors and no epilogue is fused, else the second."""
-    wide = configure(b_major, LIBRARY_TILES[0])
-    return wide if epilogue is None and wide.grid(m, n, sms) >= fill * sms else configure(b_major, LIBRARY_TILES[1])
+@functools.lru_cache(maxsize=None)
+def measured_tile(element: str, b_major: str) -> str:
+    """The tile benchmarks/gemm.py's `hopper` measured fastest at the most shapes for `element` and B's layout
+    on the H200 (MEASURED_TILES, data the benchmark writes: `hopper-table`)."""
+    import json
+    from pathlib import Path
+
+    table = json.loads((Path(__file__).parent / MEASURED_TILES).read_text())["tiles"]
+    key = f"{element}:{b_major}"
+    if key not in table:
+        raise ValueError(f"hopper gemm: {MEASURED_TILES} has no measured tile for {key}; it has {sorted(table)}")
+    return table[key]
+
+
+def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None,
+                   element: str = "f16") -> HopperConfig:
+    """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
+    of the `sms` multiprocessors and no epilogue is fused, else EPILOGUE_TILE."""
+    measured = configure(b_major, measured_tile(element, b_major))
+    return measured if epilogue is None and measured.grid(m, n, sms) >= fill * sms else configure(b_major, EPILOGUE_TILE)
 
 
 def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice | None = None) -> str:
@@ -636,16 +682,17 @@ def shipped_kernels(epilogues) -> list:
     from functools import partial
 
     sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for epilogue in epilogues
-               for major in ("nk", "kn") for tile in LIBRARY_TILES[epilogue is not None:]]
+               for major in ("nk", "kn")
+               for tile in ([EPILOGUE_TILE] if epilogue is not None else [measured_tile(element, major), EPILOGUE_TILE])]
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
     return [(kernel_name(element, config, epilogue), partial(build_module, element, config, epilogue=epilogue))
             for element, config, epilogue in sixteen + eight]
 
 
 def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:
-    """`ScaledMatmul`'s kernel: the fp8 tile benchmarks/gemm.py measured fastest for B's layout, or with
-    per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
-    return configure(b_major, FP8_ROWS_TILE if row_scales else default_tile("e4m3", b_major), "e4m3", row_scales)
+    """`ScaledMatmul`'s kernel: the fp8 tile measured fastest for B's layout (`measured_tile`), or with per-row
+    scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
+    return configure(b_major, FP8_ROWS_TILE if row_scales else measured_tile("e4m3", b_major), "e4m3", row_scales)
 
 
 class ScaledMatmul:
@@ -830,7 +877,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales)  # b: K x N
     decode = fp8.decode if element == "e4m3" else halves.decode
     scale = np.outer(np.resize(scales[0], config.bm), np.resize(scales[1], config.bn)) if scales else 1.0
-    accumulators = np.zeros((config.consumers, 64, config.bn))
+    accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
         stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
@@ -849,7 +896,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                 row0, column0 = rank * part.rows, 0 if config.b_major == "nk" else first // config.bk
                 reference.tma_box_write(np.ascontiguousarray(given[row0:row0 + part.rows, column0:column0 + part.columns]),
                                         128, stage, a_bytes + (first + row0 * part.columns) * bits // 8)
-        for group in range(config.consumers):
+        for group in range(config.bm // 64):
             for step in range(config.bk // k_step):
                 fetched = []
                 for name, rows, origin, at in (("a", 64, (64 * group, k_step * step), 0),
@@ -860,7 +907,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                 accumulators[group] += fetched[0] @ fetched[1].T
     band = tiled_store_c(4, layouts["c_band"])
     words = np.zeros(layouts["c_words"].cosize, np.uint32)
-    for group in range(config.consumers):  # each consumer's stmatrix into its rows, from its first word
+    for group in range(config.bm // 64):  # each consumer's stmatrix into its rows, from its first word
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
             product = (accumulators[group] * (scale[64 * group:64 * (group + 1)] if scales else 1.0)).astype(np.float32)
