@@ -368,7 +368,7 @@ CALLS = [
     ("any_lane", lambda p, d: p.k.any_lane(p.of_type("i1"))),
     ("byte_permute", lambda p, d: p.k.byte_permute(p.of_type("i32"), p.of_type("i32"),
                                                    p.small(0x6420, 0x3175, 1 << 16, p.of_type("i32", "f32")))),
-    ("lane_table", lambda p, d: p.k.lane_table([p.small(0x6420, 0x7531, 1 << 32) for _ in range(p.small(32, 31))])),
+    ("lane_table", lambda p, d: p.k.lane_table([p.small(0x6420, 0x7531, 1 << 32) for _ in range(p.rng.choice((32, 31)))])),
     ("barrier", lambda p, d: p.k.barrier()),
     ("mbarriers", lambda p, d: p.k.mbarriers(p.name(), p.small(2, 1), p.small(128, 32))),
     ("commit_group of copies", lambda p, d: p.k.commit_group([_copy_async(p, d)])),
