@@ -1,8 +1,9 @@
 """mlir_tile.kernels' torch operators on the GPU, as a user calls them (installed alone, they run the kernels the
 wheel ships): `matmul` on random shapes of both dtypes and B layouts, with and without each ready-made
-epilogue, against torch's fp32 product; `attention` on random cases against fp32 softmax attention and its
-log-sum-exp; both inside a torch.compile'd module; importing them loads no MLIR. Skipped without torch or a
-GPU (the reason shown)."""
+epilogue, against torch's fp32 product, and on Hopper (sm_90) 320 shapes a dtype and epilogue on Hopper's path;
+`scaled_mm` (fp8) bit for bit against the exact scaled product; `attention` on random cases against fp32
+softmax attention and its log-sum-exp; inside a torch.compile'd module; importing them loads no MLIR. Skipped
+without torch or a GPU (the reason shown)."""
 import random
 import subprocess
 import sys
