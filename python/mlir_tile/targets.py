@@ -159,6 +159,8 @@ def requirement_problem(requirement: Requirement, chip: str, ptx: int | None) ->
 # maximum shared memory per thread block, with the opt-in); chips not listed get the smallest below. A kernel
 # may declare at most STATIC_SHARED_BYTES of it statically (ptxas: "Entry function uses too much shared data").
 STATIC_SHARED_BYTES = 48 * 1024
+# 32-bit registers of one SM's register file (sm_75 to sm_120), and the most one thread may have
+REGISTER_FILE, MAX_THREAD_REGISTERS = 65536, 255
 _MAX_SHARED_BYTES = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
                      100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
 MAX_ALIGNMENT = 2**31  # the largest .align ptxas accepts (2^32: "Constant overflow")

@@ -208,3 +208,26 @@ def test_lane_table_and_byte_permute_refuse_what_they_cannot_take():
                      lambda: k.transpose_bytes("plan", k.dynamic_shared(), 0, 0)):
             with pytest.raises(BuilderError):
                 call()
+
+
+@pytest.mark.parametrize("threads, calls, refused", [
+    (384, [(168, "decrease")], None), (384, [(176, "decrease")], "above the kernel's largest count so far \\(168"),
+    (128, [(40, "increase"), (232, "decrease")], "above the kernel's largest count so far \\(40"),
+    (128, [(232, "decrease"), (40, "increase")], "below the decrease to 232"),
+    (384, [(232, "increase"), (200, "decrease")], None), (384, [(40, "decrease"), (232, "increase")], None),
+])
+def test_setmaxnreg_counts_ptxas_takes(threads, calls, refused, tmp_path):
+    """ptxas refuses a decrease above the kernel's largest count: its largest increase, else what the block's
+    size leaves a thread (C7406, found by the builder fuzzer); the builder refuses it at the call."""
+    with Kernel("k", [], block=(threads, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        *before, last = calls
+        for count, action in before:
+            k.set_max_registers(count, action)
+        if refused is not None:
+            with pytest.raises(BuilderError, match=refused):
+                k.set_max_registers(*last)
+            return
+        k.set_max_registers(*last)
+    if shutil.which("ptxas"):  # what the builder accepts, ptxas takes
+        (tmp_path / "k.ptx").write_text(compile_to_ptx(k.module))
+        subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], check=True)

@@ -11,6 +11,7 @@ from mlir.dialects import arith, llvm, memref, nvvm
 from mlir_tile import targets
 from mlir_tile.analysis.ir_facts import access_alignment, upper_bound
 from mlir_tile.atoms import WARPGROUP_THREADS, WgmmaAtom
+from mlir_tile.targets import MAX_THREAD_REGISTERS, REGISTER_FILE
 from mlir_tile.builder.common import BuilderError, is_int, memref_value
 from mlir_tile.tma import ALIGNMENT
 from mlir_tile.wgmma import Descriptor, WgmmaMismatch, descriptor_for
@@ -144,11 +145,30 @@ class Warpgroups:
         """`setmaxnreg.{inc|dec}.sync.aligned.u32 count`: this warpgroup's registers a thread raised to or lowered
         to `count` (a multiple of 8 from 24 to 256; every thread of the warpgroup runs it): warp specialization's
         producers give theirs to the consumers. The kernel's own count (what ptxas allots a thread at launch,
-        `min_blocks_per_sm=1` with the block's size) must leave the increase room in the register file."""
+        `min_blocks_per_sm=1` with the block's size) must leave the increase room in the register file.
+
+        ptxas refuses a decrease to more than the kernel's largest count (C7406), which it takes to be its
+        largest increase, or without one what the block's size leaves a thread (the register file over the
+        block, at most 255, in multiples of 8): so a decrease above the largest increase so far (or that share),
+        and an increase below a decrease made before it, are refused here, at the call."""
         self._warpgroup_kernel("set_max_registers")
         if not is_int(count) or count % 8 or not 24 <= count <= 256 or action not in ("increase", "decrease"):
             raise BuilderError(f"[setmaxnreg] set_max_registers: a count multiple of 8 from 24 to 256 and action "
                                f"'increase' or 'decrease', got {count!r}, {action!r}")
+        made = self.__dict__.setdefault("_register_counts", {"increase": [], "decrease": []})
+        threads = self.block[0] * self.block[1] * self.block[2]
+        largest = max(made["increase"], default=min(MAX_THREAD_REGISTERS, REGISTER_FILE // threads) // 8 * 8)
+        if action == "decrease" and count > largest:
+            raise BuilderError(f"[setmaxnreg] set_max_registers: a decrease to {count} registers is above the "
+                               f"kernel's largest count so far ({largest}: its largest increase, or without one "
+                               f"what {threads} threads leave of the register file), which ptxas refuses (C7406); "
+                               f"decrease to {largest} or less")
+        if action == "increase" and count < max(made["decrease"], default=0):
+            raise BuilderError(f"[setmaxnreg] set_max_registers: an increase to {count} registers, below the "
+                               f"decrease to {max(made['decrease'])} made before it, would make it the kernel's "
+                               f"largest count, which ptxas refuses the decrease against (C7406); increase to "
+                               f"{max(made['decrease'])} or more")
+        made[action].append(count)
         nvvm.setmaxregister(count, getattr(nvvm.SetMaxRegisterAction, action))
 
     def named_barrier(self, index: int, threads: int) -> None:

@@ -35,16 +35,16 @@ import functools
 from dataclasses import dataclass
 
 from mlir_tile.kernels.epilogues import Choice, Epilogue
+from mlir_tile.targets import REGISTER_FILE
 
 KERNEL = "gemm"
 ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
 SWIZZLE_COLUMNS = 64  # 16-bit elements in a 128-byte swizzle's row: a box's width
 SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and B's elements
-REGISTER_FILE = 65536  # 32-bit registers of an SM
 # what the producer keeps a thread: TMA's issue alone; with fp8 B [K, N] also the transposition (ptxas spills
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
-TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the transposing warpgroup
+TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
 
 
 @dataclass(frozen=True)
