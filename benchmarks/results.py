@@ -12,11 +12,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-HOW = {"ops": "`python3 benchmarks/ops.py DIR` on the GPU host (the wheel installed alone: `make wheel` here). "
-              "Each call of a case is launched back to back for a quarter second at a time, the calls taking turns "
-              "four times with no pause between them, as a training loop issues them; TFLOP/s are the medians of "
-              "those turns, `vs` our operator's rate over the other's (above 1: ours is faster), the SM clock and "
-              "board power nvidia-smi's medians over the case's turns."}
+SUSTAINED = ("every call of a case launched back to back on one stream with no synchronization or pause, after 2 s "
+             "of the same (the clock the chip holds under the load), then 15 rounds of the calls taking turns, each "
+             "turn about 25 ms of launches (`torch_timing.sustained_interleaved`); TFLOP/s are the medians of the "
+             "turns, the SM clock and board power nvidia-smi's over the rounds")
+HOW = {"ops": "`python3 benchmarks/ops.py DIR` on the GPU host (the package's shipped kernels, no MLIR there): "
+              + SUSTAINED + "; `vs` our operator's rate over the other's (above 1: ours is faster)."}
 
 
 def render_ops(data: dict) -> list[str]:
@@ -48,6 +49,26 @@ def render_wgmma_loop(data: dict) -> list[str]:
     return lines
 
 
+HOW["gemm_hopper"] = ("`python benchmarks/gemm.py hopper-build DIR` here, `python3 benchmarks/gemm.py hopper DIR f16 nk` "
+                      "(and `bf16 nk`, `e4m3`, `f16 kn`) on the GPU host: every Hopper tile beside cuBLAS (torch.mm), "
+                      "Triton's tutorial matmul (grouped order, its autotuner, wgmma) and for e4m3 cuBLASLt "
+                      "(torch._scaled_mm; with B [K, N] after a transposed copy), " + SUSTAINED
+                      + "; the best of our tiles and its rate over each anchor's.")
+
+
+def render_gemm_hopper(runs: list) -> list[str]:
+    lines = ["## The Hopper GEMM against cuBLAS, cuBLASLt and Triton (NVIDIA H200)", "", HOW["gemm_hopper"], "",
+             "| dtype | B | M x N x K | our best tile | TFLOP/s | vs the anchors | SM MHz | W |",
+             "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for row in run["shapes"]:
+            anchors = ", ".join(f"{k[3:]} {v:.3f}" for k, v in row.items() if k.startswith("vs "))
+            shape = "x".join(map(str, row["shape"]))
+            lines.append(f"| {row['element']} | {row['b_major']} | {shape} | {row['best']} | "
+                         f"{row['TFLOP/s'][row['best']]} | {anchors} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
+    return lines
+
+
 RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop}
 
 
@@ -59,6 +80,9 @@ def render(folder: Path) -> str:
         path = folder / f"{name}.json"
         if path.exists():
             lines += renderer(json.loads(path.read_text())) + [""]
+    hopper = sorted(folder.glob("gemm_hopper_*.json"))
+    if hopper:
+        lines += render_gemm_hopper([json.loads(path.read_text()) for path in hopper]) + [""]
     return "\n".join(lines)
 
 
