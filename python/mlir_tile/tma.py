@@ -126,12 +126,13 @@ def column_boxes(layout: Layout | str, element_bits: int, columns: int) -> list[
         start = layout.offset(0, first)
         shifted = [[layout.offset(r, first + c) - start for c in range(columns)] for r in range(rows)]
         box = box_for(Layout((rows, columns), (columns, 1), layout.swizzle), element_bits)
+        box_layout = box.layout  # (one Layout: each `box.layout` is a new one, its offset tables built again)
         if start % (ALIGNMENT[box.swizzle_bytes] * 8 // element_bits) or any(
-                shifted[r][c] != box.layout.offset(r, c) for r in range(rows) for c in range(columns)):
+                shifted[r][c] != box_layout.offset(r, c) for r in range(rows) for c in range(columns)):
             wrong = next(((r, c) for r in range(rows) for c in range(columns)
-                          if shifted[r][c] != box.layout.offset(r, c)), (0, 0))
+                          if shifted[r][c] != box_layout.offset(r, c)), (0, 0))
             raise TmaMismatch(f"the columns {first} to {first + columns - 1} of {layout} are no TMA box: element "
                               f"{wrong} lies {shifted[wrong[0]][wrong[1]]} elements past the box's first (at {start}), "
-                              f"the {box.swizzle_bytes or 'un'}swizzled box puts it at {box.layout.offset(*wrong)}")
+                              f"the {box.swizzle_bytes or 'un'}swizzled box puts it at {box_layout.offset(*wrong)}")
         boxes.append((start, box))
     return boxes
