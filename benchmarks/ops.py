@@ -6,8 +6,8 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
 fused by the ready-made epilogue (without the compiler: the shipped `epilogues.selectable`) against our product
-without it and torch's unfused F.linear then F.gelu, and linear + bias + SiLU against F.linear then F.silu; attention against cuDNN's and
-FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
+without it and torch's unfused F.linear then F.gelu, and linear + bias + SiLU against F.linear then F.silu;
+attention against cuDNN's and FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
 with no synchronization or pause, as a training loop issues them, rounds of the calls taking turns, medians);
 the SM clock and the power: nvidia-smi over those rounds.
 """

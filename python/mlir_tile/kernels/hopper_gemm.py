@@ -5,15 +5,19 @@ swizzled C tile, and TMA stores of it. No address is computed by hand: tiles are
 descriptors are derived from them and proven (`mlir_tile.tma`, `mlir_tile.wgmma`), the stmatrix transfer is
 checked by the contract and the C tile proven to be the TMA stores' boxes (`tma.column_boxes`).
 
-f16 or bf16 in, fp32 accumulate, the input type out. A row-major M x K, B row-major [N, K] (`b_major` "nk",
-the weight of torch.nn.functional.linear: K-major, as wgmma reads it) or [K, N] ("kn": read MN-major, in
-boxes of 64 columns), C row-major M x N; any M, N, K >= 1 with N and K multiples of 8 (TMA: rows on 16
-bytes). Tails need no predicate: TMA zero-fills the loads past the matrices and clips the stores.
+f16 or bf16 in, fp32 accumulate, the input type out; or fp8 e4m3 in, scaled per tensor or per row, bf16 out
+(`ScaledMatmul`). A row-major M x K, B row-major [N, K] (`b_major` "nk", the weight of
+torch.nn.functional.linear: K-major, as wgmma reads it) or [K, N] ("kn": 16-bit read MN-major in boxes of 64
+columns; fp8 rewritten K-major in the kernel by the producer warpgroup, `byte_transpose`), C row-major M x N;
+any M, N, K >= 1 with N and K multiples of 8 (16 for fp8's K, and N with B [K, N]: TMA's rows on 16 bytes).
+Tails need no predicate: TMA zero-fills the loads past the matrices and clips the stores.
 
 Kernel parameters: `gemm(a_map, b_map, c_map, m, n, k)`: three pointers to 128-byte CUtensorMaps in global
 memory (`tensor_maps` encodes them for the boxes `boxes` lists) and the three sizes. Grid: the C tiles, in
-Triton's grouped order; block: `HopperConfig.threads`, 128 a warpgroup: BM / 64 consumers (64 rows of C each)
-and, specialized, a producer first; `HopperConfig.shared_bytes` of dynamic shared memory.
+Triton's grouped order; block: `HopperConfig.threads`, 128 a warpgroup: consumers of 64 rows of C each, or
+(tiles "...w") of 128 rows in two batches a k-tile, and, specialized, a producer first;
+`HopperConfig.shared_bytes` of dynamic shared memory. The library's tile for each dtype and B layout is the
+one `benchmarks/gemm.py` measured fastest (`measured_tile`, data in MEASURED_TILES).
 
 Warp-specialized (`HopperConfig.specialized`, CUTLASS's and FlashAttention-3's form): warpgroup 0 is the
 producer, lowered to 40 registers a thread (`setmaxnreg`), one thread of it issuing every k-tile's TMA loads
@@ -35,7 +39,7 @@ import functools
 from dataclasses import dataclass
 
 from mlir_tile.kernels.epilogues import Choice, Epilogue
-from mlir_tile.targets import REGISTER_FILE
+from mlir_tile.targets import REGISTER_FILE, max_shared_bytes
 
 KERNEL = "gemm"
 ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
@@ -44,6 +48,7 @@ SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and
 # what the producer keeps a thread: TMA's issue alone; with fp8 B [K, N] also the transposition (ptxas spills
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
+BARRIER_BYTES = 1024  # the mbarriers' static shared memory, as ptxas lays it out beside the dynamic
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
 
 
@@ -94,14 +99,13 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: elements of 16 or 8 bits, BK {SWIZZLE_BITS // 16} or "
                              f"{SWIZZLE_BITS // 8} (a 128-byte swizzled row), 2 stages or more, B 'nk' or 'kn'; got "
                              f"{self}")
-        from mlir_tile.targets import max_shared_bytes
-
-        if self.shared_bytes > max_shared_bytes("sm_90a"):
-            raise ValueError(f"hopper gemm: {self} needs {self.shared_bytes} bytes of shared memory, more than the "
-                             f"{max_shared_bytes('sm_90a')} a block may use on sm_90a: fewer stages or a smaller tile")
+        if self.shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
+            raise ValueError(f"hopper gemm: {self} needs {self.shared_bytes} bytes of shared memory and its barriers' "
+                             f"{BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use on sm_90a: "
+                             f"fewer stages or a smaller tile")
 
     @property
-    def unit(self) -> int:  # N is a multiple of it (TMA: C's rows on 16 bytes, fp8 B [K, N]'s too); the kernel takes N / unit
+    def unit(self) -> int:  # N a multiple of it (TMA: C's rows on 16 bytes, fp8 B [K, N]'s too); the kernel takes N / unit
         return 16 if self.transposed else 8
 
     @property
