@@ -5,6 +5,7 @@ wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
     python3 benchmarks/gemm.py hopper DIR [f16|bf16|e4m3] [nk|kn]  # GPU host: DIR/gemm_hopper_<args>.json, sustained
     python3 benchmarks/gemm.py hopper-profile DIR  # GPU host with ncu: the wgmma pipe, shared wavefronts, stalls
     python benchmarks/gemm.py hopper-table DIR  # DIR/hopper_tiles.json from DIR/gemm_hopper*.json: the library's tiles
+    python3 benchmarks/gemm.py hopper-fused DIR  # GPU host: bias + gelu/silu fused, against torch's unfused
     python benchmarks/gemm.py build DIR        # here (MLIR): the fp16 and bf16 kernels' PTX into DIR
     python3 benchmarks/gemm.py run DIR         # GPU host, runtime-only install, torch and Triton: DIR/gemm.json
     python3 benchmarks/gemm.py check DIR       # GPU host: 240 random shapes against torch, and the error paths
@@ -131,18 +132,58 @@ def _hopper_kernels() -> list[tuple[str, str, str]]:
             + [("e4m3", major, tile) for major, tiles in FP8_TILES.items() for tile in tiles])
 
 
+# Fused epilogues on Hopper's path (bf16, B [N, K]): the ready-made chains on the library's two tiles
+FUSED_TILES, FUSED_ACTIVATIONS = ["256x128x64s4w", "128x128x64s4"], ["gelu_tanh", "silu"]
+
+
 def hopper_build(directory: Path) -> None:
-    """Each of `_hopper_kernels` (PTX, sm_90a), and the pure wgmma loop."""
+    """Each of `_hopper_kernels` (PTX, sm_90a), bias + each of FUSED_ACTIVATIONS on FUSED_TILES, and the pure
+    wgmma loop."""
     import wgmma_loop
 
     from mlir_tile.compile import compile_to_ptx
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels import epilogues, hopper_gemm
 
     directory.mkdir(parents=True, exist_ok=True)
     for element, major, tile in _hopper_kernels():
         module = hopper_gemm.build_module(element, hopper_gemm.configure(major, tile, element))
         (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
+    for tile in FUSED_TILES:
+        for activation in FUSED_ACTIVATIONS:
+            module = hopper_gemm.build_module("bf16", hopper_gemm.configure("nk", tile),
+                                              epilogue=epilogues.chain(True, activation))
+            (directory / f"hopper_bf16_nk_{tile}_{activation}.ptx").write_text(compile_to_ptx(module))
     wgmma_loop.build(directory)
+
+
+def hopper_fused(directory: Path) -> None:
+    """bias + gelu_tanh and bias + silu fused into the Hopper kernel (each of FUSED_TILES) beside torch's
+    unfused F.linear then the activation and cuBLAS's product alone, bf16, B [N, K], at HOPPER_SHAPES' first
+    five, timed as `hopper` times; each result checked against torch's: DIR/gemm_fused_hopper.json."""
+    import torch
+    import torch.nn.functional as F
+
+    from mlir_tile.runtime import Runtime
+
+    torch_activation = {"gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "silu": F.silu}
+    results = []
+    with Runtime() as runtime:
+        for activation in FUSED_ACTIVATIONS:
+            modules = {tile: runtime.load_ptx((directory / f"hopper_bf16_nk_{tile}_{activation}.ptx").read_text(),
+                                              name=f"{tile}_{activation}") for tile in FUSED_TILES}
+            for m, n, k in HOPPER_SHAPES[:5]:
+                a, w = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for shape in ((m, k), (n, k)))
+                bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+                anchors = {"cuBLAS+torch": lambda: torch_activation[activation](F.linear(a, w, bias)),
+                           "cuBLAS alone": lambda: F.linear(a, w)}  # (as a model calls them: new tensors)
+                outputs = {name: torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for name in modules}
+                calls = {**_hopper_calls(runtime, modules, a, w, outputs.__getitem__, "nk", "bf16", [bias]), **anchors}
+                seconds, conditions = sustained_interleaved(calls)
+                outputs.update({name: call() for name, call in anchors.items()})
+                row = _hopper_row("bf16", "nk", (m, n, k), seconds, conditions, outputs, list(anchors))
+                results.append({"activation": activation, **row})
+                (directory / "gemm_fused_hopper.json").write_text(json.dumps({"shapes": results}, indent=1))
+                torch.cuda.empty_cache()
 
 
 def _triton_grouped():
@@ -182,10 +223,10 @@ def _triton_grouped():
     return run
 
 
-def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, scales=()) -> dict:
+def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, extras=()) -> dict:
     """A call per Hopper tile (`modules`: tile -> module) on a, b (B as `major`), each into its own C
     (`c_of(tile)`), its tensor maps made once (`hopper_gemm.TensorMaps`, kept alive by the call); e4m3:
-    `scales` after the sizes."""
+    `extras` after the sizes (e4m3's scales, an epilogue's operands)."""
     import torch
 
     from mlir_tile.kernels import hopper_gemm
@@ -197,7 +238,7 @@ def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, 
         config, c = hopper_gemm.configure(major, tile, element), c_of(tile)
         box = hopper_gemm.boxes(config)
         maps = [tensor_maps(matrix, box[name]) for name, matrix in (("a", a), ("b", b), ("c", c))]
-        arguments = [*maps, m, n // config.unit, depth // config.k_unit, *scales]
+        arguments = [*maps, m, n // config.unit, depth // config.k_unit, *extras]
         calls[tile] = (lambda module=module, config=config, arguments=arguments, maps=maps:
                        module.launch(hopper_gemm.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
                                      shared_bytes=config.shared_bytes, stream=stream,
@@ -678,4 +719,4 @@ if __name__ == "__main__":
     else:
         {"build": build, "run": run, "check": check, "profile": profile, "clocks": clocks, "sass": sass,
          "fixed": fixed, "hopper-build": hopper_build, "hopper": hopper, "hopper-profile": hopper_profile,
-         "hopper-table": hopper_table}[command](directory)
+         "hopper-table": hopper_table, "hopper-fused": hopper_fused}[command](directory)
