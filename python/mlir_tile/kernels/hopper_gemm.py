@@ -710,7 +710,7 @@ class ScaledMatmul:
     def __init__(self, library):
         if library.chip != "sm_90":
             raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
-        self.library, self.maps = library, TensorMaps(library.runtime)
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), {}
         self.sms = library.runtime.device.properties.multiprocessor_count
 
     def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None):
@@ -719,7 +719,11 @@ class ScaledMatmul:
         from mlir_tile.runtime import torch_stream
 
         m, n, depth, row_scales = _scaled_sizes(a, b, scale_a, scale_b, b_major)
-        config = scaled_config(b_major, row_scales)
+        if (b_major, row_scales) not in self.plans:  # (the kernel and its boxes, once)
+            config = scaled_config(b_major, row_scales)
+            self.plans[b_major, row_scales] = (config, boxes(config), self.library.module(
+                kernel_name("e4m3", config), lambda: build_module("e4m3", config)))
+        config, box, module = self.plans[b_major, row_scales]
         if n % config.unit or depth % config.k_unit:
             raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
                              f"bytes), got {m} x {n} x {depth} with B {b_major}")
@@ -730,8 +734,6 @@ class ScaledMatmul:
                              f"{tuple(out.shape)} {out.dtype}")
         if any(t.data_ptr() % 16 for t in (a, b, out)):
             raise ValueError("scaled matmul: A, B and out start on 16 bytes (TMA)")
-        module = self.library.module(kernel_name("e4m3", config), lambda: build_module("e4m3", config))
-        box = boxes(config)
         maps = [self.maps(tensor, box[name]) for name, tensor in (("a", a), ("b", b), ("c", out))]
         module.launch(KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
                       grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
