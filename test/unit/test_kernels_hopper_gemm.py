@@ -170,11 +170,13 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
     (dict(bm=256, bn=256, consumer_rows=128), "at most 128 registers"),
     (dict(bm=256, consumer_rows=128, specialized=False), "128: warp-specialized"),
     (dict(bm=192, consumer_rows=128), "64 or 128 rows of BM"), (dict(consumer_rows=96), "64 or 128 rows of BM"),
+    (dict(split_k=True, persistent=True), "split-K is warp-specialized, not persistent"),
+    (dict(split_k=True, element_bits=8, bk=128), "split-K is .* 16-bit"),
 ])
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[u\|p\]\[cCLUSTER\]"):
+    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[k\]\[u\|p\]\[cCLUSTER\]"):
         configure("nk", "128x128x64")
 
 
@@ -202,6 +204,28 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     assert re.search(r"setmaxnreg.inc.sync.aligned.u32\s+232;", ptx)
     _assembles(ptx, tmp_path)
     assert "give C as numpy does" in hopper_gemm.emulate(config, 1)
+
+
+@pytest.mark.parametrize("major, tile, element", [("nk", "128x128x64s4k", "f16"), ("kn", "256x128x64s4wk", "bf16")])
+def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, tile, element):
+    """Split-K ("k"): the splits after the sizes, each CTA's tile and split from its block (`SplitK`), its run of
+    k-tiles loaded at the split's first column, the accumulators stored as fp32 pairs (8 bytes) into the
+    split's slice of the workspace under C's bounds: no stmatrix, no TMA store (gemm_reduce sums and rounds)."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure(major, tile)
+    assert config.split_k and str(config).endswith("_splitk_sm90a")
+    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    filecheck(ptx, """
+    CHECK: .param .u64 {{.*}}gemm_param_2,
+    CHECK: .param .u64 {{.*}}gemm_param_6
+    CHECK: wgmma.mma_async.sync.aligned
+    CHECK: st.global.v2.b32
+    """)
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
+    assert ptx.count("st.global.v2.b32") == config.accumulator_registers // 2
+    assert "stmatrix" not in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
+    _assembles(ptx, tmp_path)
 
 
 def _gemm(*arguments):

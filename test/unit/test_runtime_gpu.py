@@ -237,6 +237,20 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     assert ok, line
 
 
+@pytest.mark.parametrize("name", ["gemm_hopper_split.ptx", "gemm_hopper_bf16_kn_wide_split.ptx"])
+@pytest.mark.parametrize("shape, splits", [((1000, 1016, 504), 3), ((1, 8, 8), 2), ((129, 72, 4096), 7),
+                                           ((333, 200, 1000), 40), ((512, 512, 8192), 16)])
+def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, shape, splits):
+    """Split-K on Hopper's path: `splits` CTAs a C tile, each a run of k-tiles (none left for some with 40),
+    their fp32 partials summed and rounded on the host as gemm_reduce does."""
+    from mlir_tile.kernels import hopper_gemm
+
+    ptx = gpu_input(name).read_text()
+    built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
+    ok, line = hopper_gemm.run_and_check(ptx, built["dtype"], built["b_major"], built["tile"], shape, splits=splits)
+    assert ok, line
+
+
 @pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (129, 72, 16), (333, 200, 1008), (2048, 2048, 2048)])
 @pytest.mark.parametrize("row_scales", [False, True])
 @pytest.mark.parametrize("b_major", ["nk", "kn"])

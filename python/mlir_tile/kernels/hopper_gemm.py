@@ -66,6 +66,7 @@ class HopperConfig:
     element_bits: int = 16  # A's and B's: 16 (f16, bf16: C of the same type) or 8 (e4m3: C bf16, BK 128)
     row_scales: bool = False  # fp8: scale_a per row of A ([M]) and scale_b per row of B ([N]), not per tensor
     consumer_rows: int = 64  # rows of C a consumer warpgroup: 64 (one m64 batch a k-tile) or 128 (two)
+    split_k: bool = False  # `splits` CTAs a C tile, each a run of k-tiles, fp32 partials for gemm_reduce to sum
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -76,6 +77,9 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: a consumer takes 64 or 128 rows of BM (128: warp-specialized, its "
                              f"accumulators at most 128 registers a thread, BN <= 128); got {self.consumer_rows} of "
                              f"{self.bm} x {self.bn}{'' if self.specialized else ', unspecialized'}")
+        if self.split_k and (not self.specialized or self.persistent or self.cluster > 1 or self.element_bits != 16):
+            raise ValueError(f"hopper gemm: split-K is warp-specialized, not persistent, one CTA a cluster, 16-bit; "
+                             f"got {self}")
         if self.persistent and not self.specialized:
             raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
                              "the next tile)")
@@ -183,7 +187,8 @@ class HopperConfig:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
-                f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}_sm90a")
+                f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
+                f"{'_splitk' if self.split_k else ''}_sm90a")
 
 
 @functools.lru_cache(maxsize=None)  # (its proofs take seconds: a launcher asks for every new shape)
@@ -299,8 +304,11 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     if (element, config.element_bits) not in (("f16", 16), ("bf16", 16), ("e4m3", 8)):
         raise ValueError(f"hopper gemm: f16 or bf16 with 16-bit configurations, e4m3 with 8-bit ones; got "
                          f"{element!r} and {config}")
-    parameters = [TensorMap(), TensorMap(), TensorMap(), "index", "index", "index"]
+    if config.split_k and epilogue is not None:
+        raise ValueError("hopper gemm: a split-K kernel writes fp32 partials; gemm_reduce applies the epilogue")
+    parameters = [TensorMap(), TensorMap(), Global("f32") if config.split_k else TensorMap(), "index", "index", "index"]
     parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
+    parameters += ["index"] if config.split_k else []  # the splits
     parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
     with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip="sm_90a", context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
@@ -331,7 +339,7 @@ class _HopperGemm:
         self.out, self.storage = output_element(element), "i8" if config.element_bits == 8 else element
         self.a_map, self.b_map, self.c_map, self.m, n_units, k_units = k.arguments[:6]
         self.scales = k.arguments[6:8] if element == "e4m3" else []
-        self.extras = k.arguments[6 + len(self.scales):]
+        self.extras = [] if config.split_k else k.arguments[6 + len(self.scales):]
         # rows on 16 bytes, proven
         self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.k_unit)
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
@@ -340,6 +348,8 @@ class _HopperGemm:
                                max(1, config.group // config.cluster))
         self.rank = k.cluster_rank() if config.cluster > 1 else None
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
+        if config.split_k:
+            self._split(k.arguments[6])
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         b_loads = 1 if config.b_major == "nk" else 0 if config.transposed else config.bn // SWIZZLE_COLUMNS
@@ -359,6 +369,22 @@ class _HopperGemm:
         # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
         self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
 
+    def _split(self, splits) -> None:
+        """Split-K: this CTA's C tile and split (`SplitK`: the grid is splits x the tiles), its run of k-tiles
+        from `k_first` (`k_tiles` of them, none where K has no more), and its fp32 slice of the workspace."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.schedule import SplitK
+        from mlir_tile.builder.tensor import ceil_div
+
+        k, bk = self.k, self.config.bk
+        split_k = SplitK(k, self.order.count, self.depth, bk, splits)
+        self.split, self.split_tile = split_k.of_block(k.block_id())
+        start, end = split_k.columns(self.split)
+        self.k_first = arith.divui(start, k.index(bk))
+        self.k_tiles = k.as_index(ceil_div(k, arith.subi(end, start), bk))
+        self.partials = k.tensor(self.c_map, (splits, self.m, self.n))[self.split, None, None]
+
     def build(self) -> None:
         from mlir.dialects import arith
 
@@ -371,6 +397,7 @@ class _HopperGemm:
             self.consume(origin, k.index(0), 0)
             return
         first, own = (self.order.persistent(config.cluster) if config.persistent else
+                      (self.split_tile, k.index(1)) if config.split_k else
                       (arith.divui(k.block_id(), k.index(config.cluster)), k.index(1)))
         with k.if_(k.compare("eq", self.warpgroup, 0)):  # the producer: one thread loads every k-tile
             if config.rebalanced:
@@ -430,7 +457,10 @@ class _HopperGemm:
         k.wgmma_wait(0, self.accumulators)
         if config.persistent:  # the producer's next tile needs every stage back
             self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
-        self.store_c(origin, region)
+        if config.split_k:
+            self.store_partials(origin)
+        else:
+            self.store_c(origin, region)
         if config.persistent:
             zero = k.constant(0.0, "f32")
             for accumulators in self.accumulators:
@@ -474,7 +504,7 @@ class _HopperGemm:
         k, config, pipeline = self.k, self.config, self.pipeline
         pipeline.acquire(in_ring)
         a_view, b_view = self.ring.views(self.ring.stage(in_ring))
-        column = arith.muli(k_tile, k.index(config.bk))
+        column = arith.muli(arith.addi(self.k_first, k_tile) if config.split_k else k_tile, k.index(config.bk))
         row0, col0 = origin
         pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
         if config.transposed:  # into the staging stage, once the transposer released it
@@ -569,6 +599,23 @@ class _HopperGemm:
                             (row0, arith.addi(col0, k.index(first // config.bm))))
             k.tma_store_wait(0)
 
+    def store_partials(self, origin) -> None:
+        """Split-K: each accumulator pair (one row, two adjacent columns) stored as 8 bytes into this split's fp32
+        slice of the workspace where it lies inside C; gemm_reduce sums the splits into C."""
+        from mlir import ir
+        from mlir.dialects import vector
+
+        k, pair = self.k, ir.VectorType.get([2], ir.F32Type.get())
+        c_c = k.identity_tensor((self.m, self.n))
+        for batch, accumulators in enumerate(self.accumulators):
+            place = self._place(c_c, origin, batch)
+            for slot in range(0, self.config.bn // 2, 2):  # (c0, c1), (c2, c3) of each n8 block
+                row, column = place[self.consumer_thread, slot]
+                values = [k.load(accumulators.registers, [s]) for s in (slot, slot + 1)]
+                with k.if_(c_c.inside((row, column))):
+                    k.store_vector(vector.from_elements(pair, values), self.partials.memory,
+                                   [self.partials.offset((row, column))])
+
     def _place(self, c_c, origin, batch: int):
         """(consumer thread, accumulator slot) -> C's (row, column) of batch `batch` of this CTA's consumers: the
         atom's accumulator layout, each consumer `consumer_rows` further down, the batch 64 x `batch` rows."""
@@ -629,19 +676,19 @@ def default_tile(element: str, b_major: str = "nk") -> str:
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
     """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
-    "u": unspecialized, "p": persistent; "cN": clusters of N CTAs sharing B by multicast) for B's layout and the
-    inputs' `element` (e4m3: BK 128); ValueError for one it does not take."""
+    "k": split-K, "u": unspecialized, "p": persistent; "cN": clusters of N CTAs sharing B by multicast) for B's
+    layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does not take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)([up]?)(?:c(\d+))?", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([up]?)(?:c(\d+))?", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
-                         f"256x128x64s4w, 128x256x64s3c2), got {tile!r}")
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
+                         f"256x128x64s4w, 128x128x64s4k, 128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
-    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(6) != "u",
-                        persistent=match.group(6) == "p", cluster=int(match.group(7) or 1),
+    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(7) != "u",
+                        persistent=match.group(7) == "p", cluster=int(match.group(8) or 1),
                         element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
-                        consumer_rows=128 if match.group(5) else 64)
+                        consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)))
 
 
 # The tile a fused epilogue takes (twice the CTAs of the widest; an epilogue's registers beside the accumulators:
@@ -791,11 +838,12 @@ class TensorMaps:
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
-    """The three tensor maps (device copies) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N)
-    for the kernel's boxes; keep them alive until the launch is done."""
+    """The tensor maps (device copies) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N; None
+    for a split-K kernel, which writes fp32 partials) for the kernel's boxes; keep them alive until the launch
+    is done."""
     box = boxes(config)
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
-    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), "c": (c, (m, n))}
+    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), **({"c": (c, (m, n))} if c is not None else {})}
     return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8,
                                                  box[name])) for name, (matrix, shape) in shapes.items()]
 
@@ -836,10 +884,11 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
 
 def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
                   shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None,
-                  row_scales: bool = False) -> tuple[bool, str]:
+                  row_scales: bool = False, splits: int = 3) -> tuple[bool, str]:
     """The kernel in `ptx` on an M x N x K product of random values, against numpy (`inputs_and_check`);
     `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
-    kernel's (`HopperConfig.row_scales`)."""
+    kernel's (`HopperConfig.row_scales`); `splits`: a split-K kernel's, its fp32 partials summed here and
+    rounded as gemm_reduce rounds them."""
     import numpy as np
 
     from mlir_tile.runtime import Runtime
@@ -850,17 +899,24 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
                          f"rows on 16 bytes), not {m} x {n} x {depth}")
     a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
+    out = np.zeros((splits, m, n), np.float32) if config.split_k else np.zeros((m, n), np.uint16)
     with Runtime() as runtime:
-        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16), *scales)]
-        maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
+        matrices = [runtime.to_device(x) for x in (a, b_given, out, *scales)]
+        maps = tensor_maps(runtime, *matrices[:2], None if config.split_k else matrices[2], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
-        grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count)
-        module.launch(KERNEL, [int(x.handle) for x in maps] + [m, n // config.unit, depth // config.k_unit] +
-                      [int(x.handle) for x in matrices[3:]], grid=grid, block=config.threads,
-                      shared_bytes=config.shared_bytes, cluster=config.cluster if config.cluster > 1 else None)
-        c = runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))
+        grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count) * (splits if config.split_k else 1)
+        pointers = [int(x.handle) for x in maps] + ([int(matrices[2].handle)] if config.split_k else [])
+        module.launch(KERNEL, pointers + [m, n // config.unit, depth // config.k_unit] +
+                      [int(x.handle) for x in matrices[3:]] + ([splits] if config.split_k else []), grid=grid,
+                      block=config.threads, shared_bytes=config.shared_bytes,
+                      cluster=config.cluster if config.cluster > 1 else None)
+        c = runtime.to_host(matrices[2], out)
         for buffer in matrices + maps:
             buffer.close()
+    if config.split_k:
+        from mlir_tile.halves import encode
+
+        c = encode(c.sum(axis=0), output_element(dtype))
     ok, worst = check(c)
     return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM on Hopper's path ({config}: TMA, wgmma, stmatrix, TMA "
                 f"store) matches numpy: {ok} (largest error {worst:.2e})")
@@ -875,6 +931,10 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     import numpy as np
 
     from mlir_tile import byte_transpose, fp8, halves, reference
+
+    if config.split_k:
+        raise ValueError("hopper gemm: a split-K CTA stores its accumulators as they are (no stmatrix, no TMA "
+                         "store): `run_and_check` checks its partials on the GPU")
     from mlir_tile.tiled import tiled_store_c
     from mlir_tile.tma import column_boxes
     from mlir_tile.wgmma import descriptor_for
