@@ -117,8 +117,9 @@ HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
 HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2",
-                       "256x128x64s4w", "256x128x64s3w"],
-                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "256x128x64s4w"]}
+                       "256x128x64s4w", "256x128x64s3w", "128x128x64s4wg", "128x128x64s5wg"],
+                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "256x128x64s4w",
+                       "128x128x64s4wg"]}
 FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2", "256x128x128s4w"],  # e4m3
              "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3", "256x128x128s3w"]}
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
@@ -342,8 +343,9 @@ def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
 def hopper_table(directory: Path) -> None:
     """DIR/hopper_tiles.json (copy it beside mlir_tile/kernels/hopper_gemm.py: `hopper_gemm.measured_tile`) from
     every DIR/gemm_hopper*.json `hopper` wrote: per dtype and B layout, of the tiles measured at every shape
-    that a library kernel may be (one CTA a cluster, not persistent: both ran slower), the one fastest at the
-    most shapes (ties: the higher geometric mean); a pair never measured (bf16 with B [K, N]) takes f16's."""
+    that a library kernel may be (one CTA a cluster; persistent only as ping-pong: the plain persistent tiles
+    and the clusters ran slower), the one fastest at the most shapes (ties: the higher geometric mean); a pair
+    never measured (bf16 with B [K, N]) takes f16's."""
     import math
     import re
 
@@ -355,7 +357,7 @@ def hopper_table(directory: Path) -> None:
             group = [row for row in rows if (row["element"], row["b_major"]) == (element, major)]
             if not group:
                 continue
-            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+w?", t)} for row in group]
+            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+(w|wg)?", t)} for row in group]
             candidates = set.intersection(*(set(m) for m in measured))
             wins = {t: sum(max(m, key=m.get) == t for m in measured if set(m) >= candidates) for t in candidates}
             mean = {t: math.exp(sum(math.log(m[t]) for m in measured) / len(measured)) for t in candidates}

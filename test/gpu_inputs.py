@@ -39,6 +39,7 @@ BY_COMMAND_LINE = {
     "gemm_hopper_wide.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "256x128x64s4w"],
     "gemm_hopper_bf16_kn_wide.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn", "--tile",
                                      "256x128x64s4w"],
+    "gemm_hopper_pingpong.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x128x64s4wg"],
     "gemm_hopper_split.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x128x64s4k"],
     "gemm_hopper_bf16_kn_wide_split.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn",
                                            "--tile", "256x128x64s4wk"],

@@ -176,7 +176,7 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[k\]\[u\|p\]\[cCLUSTER\]"):
+    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[k\]\[u\|p\|g\]\[cCLUSTER\]"):
         configure("nk", "128x128x64")
 
 
@@ -226,6 +226,26 @@ def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, t
     assert ptx.count("st.global.v2.b32") == config.accumulator_registers // 2
     assert "stmatrix" not in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
     _assembles(ptx, tmp_path)
+
+
+def test_ping_pong_consumers_take_turns_at_a_persistent_walk(filecheck, tmp_path):
+    """"...wg": two consumers of all 128 rows, consumer c taking the walk's turns c, c + 2, ...: its main loop
+    waits on named barrier 2 + c (after the first turn) and lets the other's start by arriving on 3 - c once it
+    waited for its k-tiles; each stage is read by one consumer (4 warps release it); each consumer's epilogue
+    meets its own warps (barrier 4 + c) and stores its own C tile after the stages."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure("nk", "128x128x64s4wg")
+    assert (config.pingpong, config.persistent, config.consumers, config.stage_readers) == (True, True, 2, 4)
+    assert config.shared_bytes == config.stage_bytes + 2 * 128 * 128 * 2
+    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    barriers = sorted(set(re.findall(r"bar\.(sync|arrive)\s+(\d+), (\d+)", ptx)))
+    assert barriers == [("arrive", "2", "256"), ("arrive", "3", "256"), ("sync", "2", "256"), ("sync", "3", "256"),
+                        ("sync", "4", "128"), ("sync", "5", "128")]
+    assert ptx.count("wgmma.mma_async") == 2 * 2 * 4  # each consumer's branch: two batches of 4 k16 steps
+    _assembles(ptx, tmp_path)
+    with pytest.raises(ValueError, match="ping-pong consumers are persistent"):
+        configure("nk", "256x128x64s4wg")
 
 
 def _gemm(*arguments):

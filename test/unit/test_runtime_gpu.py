@@ -273,11 +273,17 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
                                               ("gemm_hopper_persistent.ptx", "128x256x64s3p", 5),
                                               ("gemm_hopper_persistent.ptx", "128x256x64s3p", 13),
                                               ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 2),
-                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 6)])
+                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 6),
+                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 1),
+                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 5),
+                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 13),
+                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 64)])
 def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, name, tile, ctas):
     """The persistent Hopper kernel on 1000 x 1016 x 504 (8 x 4 C tiles of 128 x 256) with 1, 5 and 13 CTAs,
     and in clusters of 2 (4 x 4 tiles of 256 x 256 for the clusters) with 1 and 3 clusters: each walks
-    several tiles, its pipeline's stages and phases running on from one tile to the next."""
+    several tiles, its pipeline's stages and phases running on from one tile to the next; ping-pong (8 x 8
+    tiles of 128 x 128, its two consumers taking turns) with 1, 5, 13 and 64 CTAs (one tile each: one
+    consumer idle)."""
     from mlir_tile.kernels import hopper_gemm
 
     ok, line = hopper_gemm.run_and_check(gpu_input(name).read_text(), "f16", "nk", tile, (1000, 1016, 504), ctas=ctas)

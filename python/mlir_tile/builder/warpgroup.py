@@ -182,6 +182,17 @@ class Warpgroups:
                                f"block's {block}, got {index!r}, {threads!r}")
         nvvm.barrier(None, barrier_id=self.constant(index), number_of_threads=self.constant(threads))
 
+    def named_barrier_arrive(self, index: int, threads: int) -> None:
+        """`bar.arrive index, threads`: this thread's arrival on named barrier `index` without waiting: the other
+        side of a `named_barrier` that `threads` threads meet at, some arriving (a producer of an order: "you
+        may go"), the rest waiting there (CUTLASS's ordered warpgroups). Index and threads as named_barrier's."""
+        block = self.block[0] * self.block[1] * self.block[2]
+        if (not is_int(index) or not 1 <= index <= 15 or not is_int(threads) or threads % 32
+                or not 32 <= threads <= block):
+            raise BuilderError(f"[named-barrier] named_barrier_arrive: index 1 to 15 and threads a multiple of 32 up "
+                               f"to the block's {block}, got {index!r}, {threads!r}")
+        nvvm.barrier_arrive(self.constant(threads), barrier_id=self.constant(index))
+
     def async_proxy_fence(self) -> None:
         """`fence.proxy.async.shared::cta`: this thread's shared-memory writes (st.shared, stmatrix) become
         visible to the async proxy (wgmma's operand reads, TMA stores); a barrier after it orders them for

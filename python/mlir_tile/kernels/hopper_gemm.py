@@ -49,6 +49,8 @@ SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
 BARRIER_BYTES = 1024  # the mbarriers' static shared memory, as ptxas lays it out beside the dynamic
+# ping-pong's named barriers: 2 + c lets consumer c start its main loop, 4 + c meets consumer c's warps alone
+PINGPONG_ORDER, PINGPONG_MEET = 2, 4
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
 
 
@@ -67,6 +69,8 @@ class HopperConfig:
     row_scales: bool = False  # fp8: scale_a per row of A ([M]) and scale_b per row of B ([N]), not per tensor
     consumer_rows: int = 64  # rows of C a consumer warpgroup: 64 (one m64 batch a k-tile) or 128 (two)
     split_k: bool = False  # `splits` CTAs a C tile, each a run of k-tiles, fp32 partials for gemm_reduce to sum
+    pingpong: bool = False  # persistent, two consumers of all BM rows taking the walk's tiles in turn, one's
+    # epilogue under the other's main loop (CUTLASS's ping-pong)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -80,6 +84,10 @@ class HopperConfig:
         if self.split_k and (not self.specialized or self.persistent or self.cluster > 1 or self.element_bits != 16):
             raise ValueError(f"hopper gemm: split-K is warp-specialized, not persistent, one CTA a cluster, 16-bit; "
                              f"got {self}")
+        if self.pingpong and (not self.persistent or self.cluster > 1 or self.consumer_rows != self.bm
+                              or self.element_bits != 16 or self.split_k):
+            raise ValueError(f"hopper gemm: ping-pong consumers are persistent, one CTA a cluster, each of all BM rows "
+                             f"(BM 128, 'w'), 16-bit, not split; got {self}")
         if self.persistent and not self.specialized:
             raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
                              "the next tile)")
@@ -117,8 +125,12 @@ class HopperConfig:
         return 128 // self.element_bits
 
     @property
-    def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each
-        return self.bm // self.consumer_rows
+    def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each (ping-pong: 2 in turn)
+        return 2 if self.pingpong else self.bm // self.consumer_rows
+
+    @property
+    def stage_readers(self) -> int:  # consumer warps that read each stage: all, or (ping-pong) one consumer's
+        return 4 if self.pingpong else 4 * self.consumers
 
     @property
     def accumulator_registers(self) -> int:  # fp32 accumulators a consumer thread: BN / 2 a 64-row batch
@@ -175,7 +187,12 @@ class HopperConfig:
 
     @property
     def shared_bytes(self) -> int:  # the stages; the C tile reuses their bytes, persistent has its own after them
-        return self.stage_bytes + (self.bm * self.bn * ELEMENT_BYTES if self.persistent else 0) + self.staging_bytes
+        c_tiles = (2 if self.pingpong else 1) if self.persistent else 0  # (a ping-pong consumer's C tile each)
+        return self.stage_bytes + c_tiles * self.c_bytes + self.staging_bytes
+
+    @property
+    def c_bytes(self) -> int:
+        return self.bm * self.bn * ELEMENT_BYTES
 
     def grid(self, m: int, n: int, sms: int) -> int:
         """CTAs to launch: one per C tile, or (persistent) one per SM at most; whole clusters (a cluster's last
@@ -188,7 +205,7 @@ class HopperConfig:
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
-                f"{'_splitk' if self.split_k else ''}_sm90a")
+                f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}_sm90a")
 
 
 @functools.lru_cache(maxsize=None)  # (its proofs take seconds: a launcher asks for every new shape)
@@ -353,7 +370,7 @@ class _HopperGemm:
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         b_loads = 1 if config.b_major == "nk" else 0 if config.transposed else config.bn // SWIZZLE_COLUMNS
-        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 1 + b_loads, multicast=config.cluster > 1,
+        self.pipeline = TmaPipeline(k, self.ring, config.stage_readers, 1 + b_loads, multicast=config.cluster > 1,
                                     writers=4 if config.transposed else 0)
         if config.transposed:  # B's k-tiles as TMA writes them, read by the transposing warpgroup
             self.staging_ring = StageRing(k, self.shared, TRANSPOSE_STAGES, [("i8", config.bk * config.bn)],
@@ -364,6 +381,11 @@ class _HopperGemm:
         first = k.index(128 * config.specialized)
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(int(config.specialized))), k.index(config.consumers))
         self.consumer_thread = arith.subi(k.thread_id(), first)
+        # (ping-pong: each consumer takes all BM rows of its own tiles, its threads counted from its first)
+        self.row_group = k.index(0) if config.pingpong else self.consumer
+        if config.pingpong:
+            self.consumer_thread = arith.remui(self.consumer_thread, k.index(128))
+        self.side = None  # the ping-pong consumer being built
         self.producer = k.compare("eq", k.thread_id(), 0)
         self.storer = k.compare("eq", k.thread_id(), first)  # the first consumer thread: C's TMA stores
         # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
@@ -410,12 +432,15 @@ class _HopperGemm:
                         origin = self.origin(self._tile(first, turn))
                         with k.loop(0, self.k_tiles) as k_tile:
                             self.load(self._in_ring(turn, k_tile), origin, k_tile)
-        with k.if_(k.compare("ne", self.warpgroup, 0)):
-            if config.rebalanced:
-                k.set_max_registers(config.consumer_registers, "increase")
-            with k.loop(0, own) as turn:
-                self.consume(self.origin(self._tile(first, turn)), turn,
-                             config.stage_bytes if config.persistent else 0)
+        if config.pingpong:
+            self.consume_in_turns(first, own)
+        else:
+            with k.if_(k.compare("ne", self.warpgroup, 0)):
+                if config.rebalanced:
+                    k.set_max_registers(config.consumer_registers, "increase")
+                with k.loop(0, own) as turn:
+                    self.consume(self.origin(self._tile(first, turn)), turn,
+                                 config.stage_bytes if config.persistent else 0)
         if config.cluster > 1:  # no CTA leaves while a peer may still arrive on its barriers
             k.cluster_barrier()
 
@@ -446,14 +471,38 @@ class _HopperGemm:
 
         return arith.addi(arith.muli(self.k.as_index(turn), self.k_tiles), self.k.as_index(k_tile))
 
-    def consume(self, origin, turn, region: int) -> None:
+    def consume_in_turns(self, first, own) -> None:
+        """Ping-pong: consumer c (warpgroup 1 + c) takes the walk's turns c, c + 2, ..., each with all BM rows
+        and its own C tile after the stages; built once for each, so that its barriers are constants."""
+        k, config = self.k, self.config
+        for side in range(2):
+            with k.if_(k.compare("eq", self.warpgroup, 1 + side)):
+                if config.rebalanced:
+                    k.set_max_registers(config.consumer_registers, "increase")
+                self.side = side
+                with k.loop(side, own, 2) as turn:
+                    self.consume(self.origin(self._tile(first, turn)), turn, config.stage_bytes + side * config.c_bytes,
+                                 own)
+                self.side = None
+
+    def consume(self, origin, turn, region: int, turns=None) -> None:
         """The consumers' main loop over one C tile (walk turn `turn`) and its epilogue through the C tile at
-        byte `region`; a persistent walk then releases the tile's last stage and clears the accumulators."""
+        byte `region`; a persistent walk then releases the tile's last stage and clears the accumulators.
+        Ping-pong (`turns`: the walk's): the main loop starts once the other consumer's, of the turn before,
+        has waited for all its k-tiles (so that every stage's phases this one waits on are the next ones), and
+        lets the other consumer's next main loop start once it has waited for its own; the epilogue then runs
+        under the other's main loop."""
         from mlir.dialects import arith
 
         k, config = self.k, self.config
+        if self.side is not None:
+            with k.if_(k.compare("uge", turn, 1)):
+                k.named_barrier(PINGPONG_ORDER + self.side, 256)
         with k.loop(0, self.k_tiles) as k_tile:
             self.step(self._in_ring(turn, k_tile), k_tile, origin)
+        if self.side is not None:
+            with k.if_(k.compare("ult", arith.addi(turn, k.index(1)), turns)):
+                k.named_barrier_arrive(PINGPONG_ORDER + 1 - self.side, 256)
         k.wgmma_wait(0, self.accumulators)
         if config.persistent:  # the producer's next tile needs every stage back
             self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
@@ -540,7 +589,7 @@ class _HopperGemm:
         pipeline.wait(in_ring)
         a_view, b_view = ring.views(ring.stage(in_ring))
         a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
-        first_block = arith.muli(self.consumer, k.index(batches)) if batches > 1 else self.consumer
+        first_block = arith.muli(self.row_group, k.index(batches)) if batches > 1 else self.row_group
         for batch, accumulators in enumerate(self.accumulators):
             k.wgmma(self.atom, a_tile, b_tile, accumulators,
                     a_row_block=arith.addi(first_block, k.index(batch)) if batch else first_block)
@@ -585,7 +634,7 @@ class _HopperGemm:
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
         band_bytes = 64 * SWIZZLE_COLUMNS * ELEMENT_BYTES
         for batch, registers in enumerate(packed):
-            first_band = arith.muli(self.consumer, k.index(len(packed))) if len(packed) > 1 else self.consumer
+            first_band = arith.muli(self.row_group, k.index(len(packed))) if len(packed) > 1 else self.row_group
             at = arith.addi(arith.muli(first_band, k.index(band_bytes)), k.index(region + batch * band_bytes))
             transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", at), registers,
                      dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
@@ -624,7 +673,7 @@ class _HopperGemm:
         from mlir_tile.layout import Layout
 
         rows, columns = self.atom.c.rows, self.atom.c.columns
-        consumers, step = self.config.consumers, self.config.consumer_rows
+        consumers, step = self.config.consumers, 0 if self.config.pingpong else self.config.consumer_rows
         thread_values = [Layout((rows.shape[0] + (consumers,), rows.shape[1]), (rows.stride[0] + (step,), rows.stride[1])),
                          Layout((columns.shape[0] + (consumers,), columns.shape[1]),
                                 (columns.stride[0] + (0,), columns.stride[1]))]
@@ -657,8 +706,11 @@ class _HopperGemm:
         return scaled
 
     def consumers_meet(self) -> None:
-        """A barrier of the consumer warpgroups (the producer, specialized, never reaches it)."""
-        if self.config.specialized:
+        """A barrier of the consumer warpgroups (the producer, specialized, never reaches it; ping-pong: of the
+        consumer being built, named barrier 4 or 5)."""
+        if self.side is not None:
+            self.k.named_barrier(PINGPONG_MEET + self.side, 128)
+        elif self.config.specialized:
             self.k.named_barrier(1, 128 * self.config.consumers)
         else:
             self.k.barrier()
@@ -676,17 +728,19 @@ def default_tile(element: str, b_major: str = "nk") -> str:
 
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
     """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
-    "k": split-K, "u": unspecialized, "p": persistent; "cN": clusters of N CTAs sharing B by multicast) for B's
-    layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does not take."""
+    "k": split-K, "u": unspecialized, "p": persistent, "g": persistent ping-pong; "cN": clusters of N CTAs
+    sharing B by multicast) for B's layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does
+    not take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([up]?)(?:c(\d+))?", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([upg]?)(?:c(\d+))?", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p][cCLUSTER] (e.g. {DEFAULT_TILE}, "
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p|g][cCLUSTER] (e.g. {DEFAULT_TILE}, "
                          f"256x128x64s4w, 128x128x64s4k, 128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(7) != "u",
-                        persistent=match.group(7) == "p", cluster=int(match.group(8) or 1),
+                        persistent=match.group(7) in ("p", "g"), pingpong=match.group(7) == "g",
+                        cluster=int(match.group(8) or 1),
                         element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
                         consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)))
 
