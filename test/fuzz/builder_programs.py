@@ -393,6 +393,7 @@ CALLS = [
     ("set_max_registers", lambda p, d: p.k.set_max_registers(p.small(40, 232, 100, 0), p.small("increase", "decrease",
                                                                                              "up"))),
     ("named_barrier", lambda p, d: p.k.named_barrier(p.small(1, 0, 16), p.small(128, 256, 33))),
+    ("named_barrier_arrive", lambda p, d: p.k.named_barrier_arrive(p.small(2, 0, 16), p.small(128, 256, 33))),
     ("cluster_rank", lambda p, d: p.k.cluster_rank()),
     ("cluster_barrier", lambda p, d: p.k.cluster_barrier()),
     ("arrive_remote", lambda p, d: p.k.arrive_remote(p.barriers(), p.small(0, 1), p.small(0, 1, 5, p.of_type("index")))),

@@ -3,6 +3,7 @@ fenced, committed `wgmma.mma_async` with the descriptors the tiles' layouts give
 ptxas for sm_90a), and everything it cannot prove is a BuilderError with its [rule] tag: the chip, the block,
 the tiles' layouts, alignment and row blocks, fp8's K-major operands, and the accumulators read or written
 while a group that writes them is in flight (also in a loop's next iteration, and through a transfer)."""
+import re
 import shutil
 import subprocess
 
@@ -231,3 +232,16 @@ def test_setmaxnreg_counts_ptxas_takes(threads, calls, refused, tmp_path):
     if shutil.which("ptxas"):  # what the builder accepts, ptxas takes
         (tmp_path / "k.ptx").write_text(compile_to_ptx(k.module))
         subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], check=True)
+
+
+def test_named_barrier_arrive_is_bar_arrive_and_refuses_what_bar_arrive_cannot_take():
+    with Kernel("k", [], block=(256, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        with k.if_(k.compare("eq", k.warpgroup_id(), 0)):
+            k.named_barrier_arrive(3, 256)
+        with k.if_(k.compare("eq", k.warpgroup_id(), 1)):
+            k.named_barrier(3, 256)
+        for index, threads in ((0, 256), (16, 256), (3, 48), (3, 512), ("3", 256)):
+            with pytest.raises(BuilderError, match="named-barrier"):
+                k.named_barrier_arrive(index, threads)
+    ptx = compile_to_ptx(k.module)
+    assert "bar.arrive 3, 256;" in ptx and re.search(r"bar.sync\s+3, 256;", ptx)
