@@ -19,6 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 KERNELS = ("gemm.py", "attention.py")  # the library's kernels: `python -m mlir_tile.kernels.gemm`, ...
 # file name: the example (or kernel) and its options (the options are recorded in the PTX's first line)
+def _hopper(b_major: str, tile: str | None = None, dtype: str = "f16") -> list[str]:
+    """The command line of a Hopper GEMM input (gemm.py --arch sm_90a)."""
+    return (["gemm.py", "--arch", "sm_90a"] + (["--dtype", dtype] if dtype != "f16" else []) + ["--b-major", b_major]
+            + (["--tile", tile] if tile else []))
+
+
 BY_COMMAND_LINE = {
     "spec_example.ptx": ["seed_example.py"],
     "dynamic_shared.ptx": ["dynamic_shared.py"],
@@ -27,24 +33,19 @@ BY_COMMAND_LINE = {
     "gemm.ptx": ["gemm.py"],
     "gemm_bf16_nk.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
     "gemm_bf16_nk_persistent.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
-    "gemm_hopper.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk"],
-    "gemm_hopper_bf16_kn.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn", "--tile",
-                                "128x256x64s3"],
-    "gemm_hopper_persistent.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x256x64s3p"],
-    "gemm_hopper_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x256x64s3c2"],
-    "gemm_hopper_bf16_kn_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn",
-                                        "--tile", "128x64x64s4c2"],
-    "gemm_hopper_persistent_cluster.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile",
-                                           "128x256x64s3pc2"],
-    "gemm_hopper_wide.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "256x128x64s4w"],
-    "gemm_hopper_bf16_kn_wide.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn", "--tile",
-                                     "256x128x64s4w"],
-    "gemm_hopper_pingpong.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x128x64s4wg"],
-    "gemm_hopper_split.ptx": ["gemm.py", "--arch", "sm_90a", "--b-major", "nk", "--tile", "128x128x64s4k"],
-    "gemm_hopper_bf16_kn_wide_split.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "bf16", "--b-major", "kn",
-                                           "--tile", "256x128x64s4wk"],
-    "gemm_hopper_e4m3.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "e4m3", "--b-major", "nk"],
-    "gemm_hopper_e4m3_kn.ptx": ["gemm.py", "--arch", "sm_90a", "--dtype", "e4m3", "--b-major", "kn"],
+    "gemm_hopper.ptx": _hopper("nk"),
+    "gemm_hopper_bf16_kn.ptx": _hopper("kn", "128x256x64s3", "bf16"),
+    "gemm_hopper_persistent.ptx": _hopper("nk", "128x256x64s3p"),
+    "gemm_hopper_cluster.ptx": _hopper("nk", "128x256x64s3c2"),
+    "gemm_hopper_bf16_kn_cluster.ptx": _hopper("kn", "128x64x64s4c2", "bf16"),
+    "gemm_hopper_persistent_cluster.ptx": _hopper("nk", "128x256x64s3pc2"),
+    "gemm_hopper_wide.ptx": _hopper("nk", "256x128x64s4w"),
+    "gemm_hopper_bf16_kn_wide.ptx": _hopper("kn", "256x128x64s4w", "bf16"),
+    "gemm_hopper_pingpong.ptx": _hopper("nk", "128x128x64s4wg"),
+    "gemm_hopper_split.ptx": _hopper("nk", "128x128x64s4k"),
+    "gemm_hopper_bf16_kn_wide_split.ptx": _hopper("kn", "256x128x64s4wk", "bf16"),
+    "gemm_hopper_e4m3.ptx": _hopper("nk", dtype="e4m3"),
+    "gemm_hopper_e4m3_kn.ptx": _hopper("kn", dtype="e4m3"),
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
 }
