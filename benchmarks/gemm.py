@@ -112,7 +112,7 @@ def _triton_matmul(mma_v3: bool):
 
 
 # Hopper's path: the shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some;
-# the tiles: the library's candidates (hopper_gemm.EPILOGUE_TILE among them) and their neighbours
+# the tiles: the library's candidates (hopper_gemm.SMALL_TILE among them) and their neighbours
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]

@@ -303,34 +303,36 @@ def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, ti
     assert takes_hopper(chip, *sizes, 132, "nk", tile, splits, aligned) is takes
 
 
-def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_epilogue_is_fused():
+def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_fused():
     """The measured table (hopper_tiles.json, the benchmark's data) names a tile the kernel takes for every dtype
-    and B layout; Matmul runs it where its CTAs fill the SMs and no epilogue is fused, else the 128 x 128 one."""
-    from mlir_tile.kernels.epilogues import bias, gelu_tanh
-    from mlir_tile.kernels.hopper_gemm import EPILOGUE_TILE, library_config, measured_tile
+    and B layout; Matmul runs it where its CTAs fill the SMs and the epilogue is none or one chain, else the
+    128 x 128 one (a `Choice`'s arms spill beside the wide tile's accumulators)."""
+    from mlir_tile.kernels.epilogues import bias, gelu_tanh, selectable
+    from mlir_tile.kernels.hopper_gemm import SMALL_TILE, library_config, measured_tile
 
     for element in ("f16", "bf16", "e4m3"):
         for major in ("nk", "kn"):
             configure(major, measured_tile(element, major), element)
     measured = configure("nk", measured_tile("bf16", "nk"))
     assert library_config(4096, 4096, "nk", 132, 0.9, element="bf16") == measured
-    assert library_config(1024, 1024, "kn", 132, 0.9) == configure("kn", EPILOGUE_TILE)  # 32 tiles of 256 x 128
-    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == configure("nk", EPILOGUE_TILE)
+    assert library_config(1024, 1024, "kn", 132, 0.9) == configure("kn", SMALL_TILE)  # 32 tiles of 256 x 128
+    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == configure("nk", measured_tile("f16", "nk"))
+    assert library_config(4096, 4096, "nk", 132, 0.9, selectable) == configure("nk", SMALL_TILE)
     with pytest.raises(ValueError, match="no measured tile for e5m2:nk"):
         measured_tile("e5m2", "nk")
 
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
-    """Each (element, B layout, epilogue) with its tiles, and fp8's for each B layout and kind of scales
-    (`ScaledMatmul`), named apart from the mma.sync kernels; the fused epilogue's kernel (128 x 128) assembles
-    without spills."""
+    """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
+    measured tiles, and fp8's for each B layout and kind of scales (`ScaledMatmul`), named apart from the
+    mma.sync kernels; a shipped chain's kernel on the measured tile assembles without spills."""
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import gemm
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
     names = [name for name, _ in gemm.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1) + 2 * 2
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_gemm.SHIPPED_ACTIVATIONS)) + 2 * 2
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm.shipped_kernels("sm_80"))
     config = hopper_gemm.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))

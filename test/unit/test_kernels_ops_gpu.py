@@ -212,6 +212,27 @@ def test_the_hopper_path_matches_torch_on_random_shapes_with_each_epilogue(dtype
 
 
 @_hopper_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
+def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activation):
+    """bias + gelu_tanh / silu through the operator on products whose measured tiles fill the SMs: the chain
+    kernels shipped for them (`hopper_gemm.SHIPPED_ACTIVATIONS`), B [K, N] and [N, K] in turn, M and N
+    past every tile extent."""
+    from mlir_tile.kernels import hopper_gemm, ops
+
+    launcher, rng, failures = ops.kernels_on(torch.device("cuda")).matmul, random.Random(31), []
+    for trial in range(16):
+        m, n, k, layout = rng.randint(2000, 4100), 8 * rng.randint(256, 520), 8 * rng.randint(1, 300), ("kn", "nk")[trial % 2]
+        a, b, bias, _ = _operands(m, n, k, dtype, layout, True, False)
+        got = torch.ops.mlir_tile.matmul(a, b, layout, bias, activation, None)
+        measured = hopper_gemm.measured_tile({torch.float16: "f16", torch.bfloat16: "bf16"}[dtype], layout)
+        worst = _wrong(got, a, b, layout, bias, activation, None)
+        if worst is not None or launcher.last_config != hopper_gemm.configure(layout, measured):
+            failures.append(((m, n, k, layout), worst, str(launcher.last_config)))
+    assert not failures, failures[:10]
+
+
+@_hopper_only
 @pytest.mark.parametrize("row_scales", [False, True])
 def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(row_scales):
     """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in

@@ -387,7 +387,9 @@ class _HopperGemm:
             self.consumer_thread = arith.remui(self.consumer_thread, k.index(128))
         self.side = None  # the ping-pong consumer being built
         self.producer = k.compare("eq", k.thread_id(), 0)
-        self.storer = k.compare("eq", k.thread_id(), first)  # the first consumer thread: C's TMA stores
+        # the first consumer thread issues C's TMA stores; ping-pong: each consumer's first, for its own tiles
+        self.storer = (k.compare("eq", self.consumer_thread, 0) if config.pingpong
+                       else k.compare("eq", k.thread_id(), first))
         # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
         self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
 
@@ -745,9 +747,12 @@ def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16
                         consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)))
 
 
-# The tile a fused epilogue takes (twice the CTAs of the widest; an epilogue's registers beside the accumulators:
-# with 128 x 256's, ptxas spills 0.5-5.6 KB a thread) and where the measured tile leaves SMs idle
-EPILOGUE_TILE = "128x128x64s4"
+# The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
+# registers beside 128-row consumers' accumulators spill (3.8 KB a thread with `selectable` on 256 x 128)
+SMALL_TILE = "128x128x64s4"
+# bias + these, shipped as chains of their own on the measured tiles (on the H200 at issue 40's shapes bias +
+# silu 1.08-1.15x and bias + gelu_tanh 1.00-1.03x torch's unfused, and 1.03-1.08x the same on SMALL_TILE)
+SHIPPED_ACTIVATIONS = ("gelu_tanh", "silu")
 MEASURED_TILES = "hopper_tiles.json"  # beside this module: written by `benchmarks/gemm.py hopper-table`
 
 
@@ -768,9 +773,10 @@ def measured_tile(element: str, b_major: str) -> str:
 def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None,
                    element: str = "f16") -> HopperConfig:
     """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
-    of the `sms` multiprocessors and no epilogue is fused, else EPILOGUE_TILE."""
+    of the `sms` multiprocessors and the epilogue is none or one `Epilogue`, else SMALL_TILE."""
     measured = configure(b_major, measured_tile(element, b_major))
-    return measured if epilogue is None and measured.grid(m, n, sms) >= fill * sms else configure(b_major, EPILOGUE_TILE)
+    fills = measured.grid(m, n, sms) >= fill * sms
+    return measured if fills and not isinstance(epilogue, Choice) else configure(b_major, SMALL_TILE)
 
 
 def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice | None = None) -> str:
@@ -781,14 +787,19 @@ def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice 
 
 
 def shipped_kernels(epilogues) -> list:
-    """(name, build) of every Hopper kernel `Matmul` and `ScaledMatmul` may pick: each element, B layout and
-    epilogue (None: plain) with the tiles `library_config` takes for it; fp8's with either B layout and
-    either kind of scales (`scaled_config`)."""
+    """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
+    epilogue (None: plain) with the tiles `library_config` takes for it; bias + each of SHIPPED_ACTIVATIONS on
+    the measured tiles (not on SMALL_TILE: there the operators take `selectable`); fp8's with either B layout
+    and either kind of scales (`scaled_config`)."""
     from functools import partial
 
-    sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for epilogue in epilogues
-               for major in ("nk", "kn")
-               for tile in ([EPILOGUE_TILE] if epilogue is not None else [measured_tile(element, major), EPILOGUE_TILE])]
+    from mlir_tile.kernels.epilogues import chain
+
+    chains = [chain(True, activation) for activation in SHIPPED_ACTIVATIONS]
+    sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
+               for epilogue in list(epilogues) + chains
+               for tile in ([SMALL_TILE] if isinstance(epilogue, Choice) else [measured_tile(element, major)]
+                            if epilogue is not None else [measured_tile(element, major), SMALL_TILE])]
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
     return [(kernel_name(element, config, epilogue), partial(build_module, element, config, epilogue=epilogue))
             for element, config, epilogue in sixteen + eight]

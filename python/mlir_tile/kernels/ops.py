@@ -12,7 +12,7 @@ import torch
 
 from mlir_tile.kernels import flash_attention
 from mlir_tile.kernels import epilogues, gemm, hopper_gemm
-from mlir_tile.kernels.library import KernelLibrary, compiler_installed
+from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
 from mlir_tile.runtime import Runtime
 
 _lock = threading.Lock()
@@ -25,6 +25,7 @@ class _Kernels:
     def __init__(self, device_index: int):
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm.Matmul(self.library)
+        self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
         self._attention, self._scaled = None, None
 
     @property
@@ -109,15 +110,22 @@ def _run(a, b, b_layout, out, epilogue, operands) -> None:
 
 
 def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
-    """The ready-made epilogues: with the compiler, their `chain` in a kernel of its own (built on first use);
-    without it, the kernels every install ships, `epilogues.selectable` (on the H200 3-4% slower than the
-    chain at 4096^3 and beyond, up to 12% at 2048^3)."""
+    """The ready-made epilogues: their `chain` in a kernel of its own where the install ships it
+    (`hopper_gemm.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
+    else `epilogues.selectable`, which every install ships (on the H200 3-4% slower than the chain at 4096^3
+    and beyond, up to 12% at 2048^3; on Hopper's path it takes the 128 x 128 tile). Where a chain is not
+    shipped, the fallback is remembered per shape and layout."""
     if residual is not None and list(residual.shape) != list(out.shape):
         raise ValueError(f"matmul: residual is {tuple(out.shape)} like the product, got {tuple(residual.shape)}")
     chained = epilogues.chain(bias is not None, activation, residual is not None)
-    if chained is None or compiler_installed():
-        _run(a, b, b_layout, out, chained, [x for x in (bias, residual) if x is not None])
-        return
+    unshipped = kernels_on(a.device).unshipped
+    key = (a.dtype, tuple(a.shape), tuple(b.shape), b_layout, chained and chained.name)
+    if chained is None or compiler_installed() or key not in unshipped:
+        try:
+            _run(a, b, b_layout, out, chained, [x for x in (bias, residual) if x is not None])
+            return
+        except KernelNotAvailable:
+            unshipped.add(key)
     _run(a, b, b_layout, out, epilogues.selectable, epilogues.selection(bias, activation, residual))
 
 
