@@ -5,6 +5,8 @@
     python3 benchmarks/attention.py run DIR      # GPU host: TFLOP/s beside torch's flash and cuDNN backends
     python3 benchmarks/attention.py profile DIR  # GPU host with ncu: shared wavefronts and stalls, ours and FA2's
     python3 benchmarks/attention.py clocks DIR   # GPU host: SM clock and power under each d 128 kernel, sustained
+    python benchmarks/attention.py hopper-build DIR  # here (MLIR): Hopper's attention kernels' PTX
+    python3 benchmarks/attention.py hopper DIR   # GPU host: Hopper's path beside FA2 and cuDNN, the issue's 24 cases
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
 * seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
@@ -165,6 +167,57 @@ def run(directory: Path) -> None:
     (directory / "attention_results.json").write_text(json.dumps(results, indent=1))
 
 
+HOPPER_CASES = [(element, d, seq, causal) for element in ("f16", "bf16") for d in (64, 128) for seq in (1024, 4096, 8192)
+                for causal in (False, True)]
+
+
+def hopper_build(directory: Path) -> None:
+    """Hopper's attention (hopper_attention) for each head dim, mask and element, named as its library names
+    it, into DIR/attention/sm_90."""
+    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.kernels import hopper_attention
+
+    folder = directory / "attention" / "sm_90"
+    folder.mkdir(parents=True, exist_ok=True)
+    for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}:
+        config = hopper_attention.HopperAttentionConfig(d, causal, element)
+        (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
+
+
+def hopper(directory: Path) -> None:
+    """HOPPER_CASES (batch x seq = 16k tokens, heads x d = 2048): Hopper's path, the sm_80 path's (as shipped) and
+    torch's FA2 and cuDNN backends timed in turns (`sustained_interleaved`); TFLOP/s = 4 batch heads seq^2 d,
+    halved for causal (issue 41's count); each output checked against cuDNN's. DIR/attention_hopper.json."""
+    import torch
+
+    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.kernels.library import KernelLibrary
+    from mlir_tile.runtime import Runtime
+
+    results = []
+    with Runtime() as runtime:
+        hopper_path = HopperAttention(library(runtime, directory / "attention"))
+        sm80_path = _example().Attention(KernelLibrary(runtime))  # the kernels the package ships
+        for element, d, seq, causal in HOPPER_CASES:
+            dtype, batch, heads = {"f16": torch.float16, "bf16": torch.bfloat16}[element], 16384 // seq, 2048 // d
+            q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+            flops = 4 * batch * heads * seq * seq * d / (2 if causal else 1)
+            ours = {"hopper": lambda: hopper_path(q, k, v, causal=causal)[0],
+                    "sm80": lambda: sm80_path(q, k, v, causal=causal)[0]}
+            anchors = _torch_backends(q, k, v, causal)
+            seconds, conditions = sustained_interleaved({**ours, **anchors})
+            row = {"element": element, "d": d, "seq": seq, "causal": causal, **conditions,
+                   **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
+            if "cuDNN" in anchors:
+                row["vs cuDNN"] = round(row["hopper"] / row["cuDNN"], 3)
+                row["largest difference from cuDNN"] = float((ours["hopper"]().float() - anchors["cuDNN"]().float()).abs().max())
+            print(json.dumps(row), flush=True)
+            results.append(row)
+            (directory / "attention_hopper.json").write_text(json.dumps(results, indent=1))
+            del q, k, v
+            torch.cuda.empty_cache()
+
+
 PROFILED = (4, 16, 4096)  # batch, heads, seq
 
 
@@ -207,4 +260,5 @@ if __name__ == "__main__":
     if command == "launch":
         launch(directory, sys.argv[3], int(sys.argv[4]))
     else:
-        {"build": build, "check": check, "run": run, "profile": profile, "clocks": clocks}[command](directory)
+        {"build": build, "check": check, "run": run, "profile": profile, "clocks": clocks, "hopper-build": hopper_build,
+         "hopper": hopper}[command](directory)

@@ -48,6 +48,11 @@ BY_COMMAND_LINE = {
     "gemm_hopper_e4m3_kn.ptx": _hopper("kn", dtype="e4m3"),
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
+    "attention_hopper_d128.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128"],
+    "attention_hopper_bf16_d128_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "128",
+                                              "--causal"],
+    "attention_hopper_bf16_d64.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16"],
+    "attention_hopper_d64_causal.ptx": ["attention.py", "--arch", "sm_90a", "--causal"],
 }
 
 

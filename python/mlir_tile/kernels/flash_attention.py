@@ -534,20 +534,31 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tupl
 CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 
-def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False) -> Config:
-    """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's)."""
+def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False, arch: str = "sm_80"):
+    """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's); arch sm_90a:
+    Hopper's (`hopper_attention`)."""
+    if arch == "sm_90a":
+        from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
+
+        if tuned:
+            raise ValueError("attention: --tuned picks the sm_80 kernel's CTA; Hopper's path has its own")
+        return HopperAttentionConfig(head_dim, causal, dtype)
     return Config(head_dim, causal, dtype, **(TUNED.get((head_dim, causal), {}) if tuned else {}))
 
 
 def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
-                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1]) -> tuple[bool, str]:
+                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = "sm_80") -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
     log-sum-exp within 1e-3."""
     from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 
-    config = configure(dtype, head_dim, causal, tuned)
+    config = configure(dtype, head_dim, causal, tuned, arch)
+    if arch == "sm_90a":
+        from mlir_tile.kernels import hopper_attention
+
+        return hopper_attention.run_and_check(ptx, config, batch, heads, seq)
     if min(batch, heads, seq) < 1:
         raise ValueError(f"attention: batch, heads and seq >= 1, got {batch}, {heads}, {seq}")
     rng = np.random.default_rng(1)
@@ -712,20 +723,29 @@ def add_options(parser) -> tuple[str, ...]:
     parser.add_argument("--head-dim", type=int, choices=(64, 128), default=64, help="d (default 64)")
     parser.add_argument("--causal", action="store_true", help="the causal mask")
     parser.add_argument("--tuned", action="store_true", help="the CTA `Attention` runs for d and the mask (TUNED's)")
+    parser.add_argument("--arch", choices=("sm_80", "sm_90a"), default="sm_80",
+                        help="sm_80: mma.sync (FlashAttention-2's form, any sm_80 or newer GPU); sm_90a: Hopper's "
+                             "path (TMA, wgmma, a producer warpgroup; hopper_attention)")
     parser.add_argument("--batch", type=int, default=1, help="the GPU run's batch (default 1)")
     parser.add_argument("--heads", type=int, default=CASE[0], help=f"the GPU run's heads (default {CASE[0]})")
     parser.add_argument("--seq", type=int, default=CASE[1],
                         help=f"positions of the GPU run and of --emulate's case, its first CTA (default {CASE[1]})")
-    return ("dtype", "head_dim", "causal", "tuned")
+    return ("dtype", "head_dim", "causal", "tuned", "arch")
 
 
 def main() -> int:
     from mlir_tile.kernels.command_line import main as example_main
 
-    def build(dtype, head_dim, causal, tuned):
+    def build(dtype, head_dim, causal, tuned, arch):
+        if arch == "sm_90a":
+            from mlir_tile.kernels import hopper_attention
+
+            return hopper_attention.build_module(configure(dtype, head_dim, causal, tuned, arch))
         return build_module(configure(dtype, head_dim, causal, tuned))
 
-    def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq):  # one CTA of one head
+    def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq, arch):  # one CTA of one head
+        if arch == "sm_90a":
+            raise ValueError("attention: --emulate models the sm_80 kernel; Hopper's runs on the GPU (--run-ptx)")
         return emulate(configure(dtype, head_dim, causal, tuned), seq, causal)
 
     return example_main(__doc__, build, run_and_check, emulate_cta, options=add_options)

@@ -1,0 +1,413 @@
+"""Attention's forward pass on Hopper's data path (sm_90a), written with the builder alone: O = softmax(Q K^T *
+scale (+ causal mask)) V and each row's log-sum-exp, f16 or bf16, head dims 64 and 128, any sequence length.
+
+A CTA takes `rows` query rows of one (batch, head) (QueryTiles: causal, the longest rows first). Warpgroup 0
+is the producer (40 registers a thread, `setmaxnreg`): its first thread loads Q's tile once and then each key
+tile's K and V by TMA into a `TmaPipeline`'s stages (128-byte swizzled boxes of 64 columns side by side).
+Each consumer warpgroup takes 64 of the rows: per key tile, S = Q K^T by wgmma from shared memory (Q's row
+block, K as the N x K operand, K-major), the online softmax in the log2 domain on S's accumulators (a row's
+max and sum over the 4 lanes of its quad; exp2), P rounded in place and re-laid as the RS form's A operand of
+P V (`accumulators_as_a`: the layouts prove every element stays in its thread), O += P V by wgmma with V read
+MN-major from its [keys, d] tile, then the stage released. Keys past the sequence, and causal keys past a
+row, are masked only in the tiles that may hold them (`KeyTiles.unmasked`); causal tiles past the CTA's last
+row are not loaded. The epilogue divides O by the row sums and stores each thread's pairs of O and the
+log-sum-exp (natural log) where its row lies inside the sequence.
+
+Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a tile reaching past its head's
+sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
+probabilities 0) and whose query rows are never stored.
+
+Kernel parameters: `attention(q_map, k_map, v_map, o, lse, seq)`: three pointers to CUtensorMaps (`boxes`
+lists their boxes), o [batch * heads, seq, d] of the element type, lse [batch * heads, seq] f32, seq (64-bit).
+Grid `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from mlir_tile.targets import REGISTER_FILE
+
+KERNEL = "attention"
+LOG2E = 1.4426950408889634
+BOX_COLUMNS = 64  # 16-bit elements in a 128-byte swizzled row: each tile is boxes of 64 columns side by side
+PRODUCER_REGISTERS = 40
+ELEMENT_BYTES = 2
+
+
+@dataclass(frozen=True)
+class HopperAttentionConfig:
+    head_dim: int = 128
+    causal: bool = False
+    element: str = "f16"
+    keys: int = 128  # keys a K/V tile: S's N (a consumer thread's S accumulators: keys / 2 fp32)
+    consumers: int = 2  # consumer warpgroups, 64 query rows each
+    stages: int = 2  # K/V tiles in flight
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in (64, 128) or self.element not in ("f16", "bf16"):
+            raise ValueError(f"hopper attention: head dims 64 and 128, f16 and bf16; got {self.head_dim}, "
+                             f"{self.element}")
+        if self.keys % BOX_COLUMNS or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
+            raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
+                             f"got {self}")
+
+    @property
+    def rows(self) -> int:  # query rows a CTA
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def consumer_registers(self) -> int:
+        """What a consumer thread raises its registers to: the entry count (the register file over the block,
+        in multiples of 8) and its share of what the producer gave back."""
+        entry = REGISTER_FILE // self.threads // 8 * 8
+        return min(240, (entry + (entry - PRODUCER_REGISTERS) // self.consumers) // 8 * 8)
+
+    @property
+    def q_bytes(self) -> int:
+        return self.rows * self.head_dim * ELEMENT_BYTES
+
+    @property
+    def stage_bytes(self) -> int:  # a K tile and a V tile
+        return 2 * self.keys * self.head_dim * ELEMENT_BYTES
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.q_bytes + self.stages * self.stage_bytes
+
+    def grid(self, batch_heads: int, seq: int) -> int:
+        return -(-seq // self.rows) * batch_heads
+
+    def __str__(self) -> str:
+        return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
+                f"k{self.keys}s{self.stages}_sm90a")
+
+
+def _boxed(rows: int, columns: int):
+    """A rows x columns tile (row, column) as TMA writes boxes of rows x 64 side by side, 128-byte swizzled."""
+    from mlir_tile.layout import Layout
+    from mlir_tile.tma import Box
+
+    swizzle = Box(64, BOX_COLUMNS, 16, 128).layout.swizzle
+    return Layout((rows, (BOX_COLUMNS, columns // BOX_COLUMNS)), (BOX_COLUMNS, (1, rows * BOX_COLUMNS)), swizzle)
+
+
+@functools.lru_cache(maxsize=None)
+def tiles(config: HopperAttentionConfig) -> dict:
+    """The shared tiles' layouts in elements: Q (rows x d) and K (keys x d) as TMA writes them, K-major for
+    wgmma; V as wgmma's B of P V: (d, keys) of the same [keys, d] boxes, MN-major."""
+    from mlir_tile.layout import Layout
+
+    kv = _boxed(config.keys, config.head_dim)
+    (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
+    return {"q": _boxed(config.rows, config.head_dim), "k": kv,
+            "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
+
+
+@functools.lru_cache(maxsize=None)
+def boxes(config: HopperAttentionConfig) -> dict:
+    """The TMA box of each tensor map (Q's, and K's and V's alike): the first of its tile's boxes."""
+    from mlir_tile.tma import column_boxes
+
+    layouts = tiles(config)
+    return {name: column_boxes(layouts[tile], 16, BOX_COLUMNS)[0][1] for name, tile in (("q", "q"), ("k", "k"),
+                                                                                          ("v", "k"))}
+
+
+def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
+    """The kernel of `config` (see the module's text)."""
+    from mlir_tile.builder import Global, Kernel, TensorMap
+
+    with Kernel(KERNEL, [TensorMap()] * 3 + [Global(config.element), Global("f32"), "index"],
+                block=(config.threads, 1, 1), chip="sm_90a", fast_math=True, context=context) as k:
+        _HopperAttention(k, config).build()
+    return k.module
+
+
+class _HopperAttention:
+    def __init__(self, k, config: HopperAttentionConfig):
+        from mlir.dialects import arith
+
+        from mlir_tile.atoms import wgmma
+        from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing, TmaPipeline
+
+        self.k, self.config, self.d = k, config, config.head_dim
+        self.q_map, self.k_map, self.v_map, o, lse, self.seq = k.arguments
+        order = QueryTiles(k, self.seq, config.rows, reverse=config.causal)
+        self.head, query_tile = order.of_block(k.block_id())
+        self.q0 = arith.muli(query_tile, k.index(config.rows))
+        self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
+        self.g_o = k.tensor(o, (order.heads, self.seq, self.d))[self.head, None, None]
+        self.g_lse = k.tensor(lse, (order.heads, self.seq))[self.head, None]
+        self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
+        self.tiles = tiles(config)
+        self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
+        self.row_halves = _row_halves(self.s_atom)
+        self.shared = k.dynamic_shared(alignment=1024)
+        readers = 4 * config.consumers
+        q_elements, kv_elements = config.rows * self.d, config.keys * self.d
+        self.q_ring = StageRing(k, self.shared, 1, [(config.element, q_elements)])
+        self.q_pipeline = TmaPipeline(k, self.q_ring, readers, self.d // BOX_COLUMNS, name="q")
+        self.ring = StageRing(k, self.shared, config.stages, [(config.element, kv_elements)] * 2, start=config.q_bytes)
+        self.pipeline = TmaPipeline(k, self.ring, readers, 2 * self.d // BOX_COLUMNS, name="kv")
+        self.warpgroup = k.warpgroup_id()
+        # (its bound proven: wgmma's row block of Q)
+        self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
+        self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
+        self.negative_infinity = k.constant(float("-inf"), "f32")
+
+    def build(self) -> None:
+        k, config = self.k, self.config
+        with k.if_(k.compare("eq", self.warpgroup, 0)):
+            k.set_max_registers(PRODUCER_REGISTERS, "decrease")
+            with k.if_(k.compare("eq", k.thread_id(), 0)):
+                self.produce()
+        with k.if_(k.compare("ne", self.warpgroup, 0)):
+            k.set_max_registers(config.consumer_registers, "increase")
+            self.consume()
+
+    # ----- the producer -----
+    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
+        """A tile's boxes (64 columns each, side by side in `layout`) from `row` of `tensor_map` into the shared
+        bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
+        from mlir.dialects import arith
+
+        from mlir_tile.tma import column_boxes
+
+        k = self.k
+        rows = layout.sizes[0]
+        for first, box in column_boxes(layout, 16, BOX_COLUMNS):
+            view = k.view(self.shared, (box.rows * box.columns,), self.config.element,
+                          arith.addi(tile_bytes, k.index(first * ELEMENT_BYTES)))
+            pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(first // rows)))
+
+    def produce(self) -> None:
+        """Q's tile, then each key tile's K and V once its stage is free."""
+        from mlir.dialects import arith
+
+        k, ring = self.k, self.ring
+        self.load_boxes(self.q_pipeline, 0, k.index(0), self.tiles["q"], self.q_map, arith.addi(self.head_row, self.q0))
+        with k.loop(0, self.key_tiles.count) as tile:
+            self.pipeline.acquire(tile)
+            row = arith.addi(self.head_row, arith.muli(tile, k.index(self.config.keys)))
+            stage = ring.stage(tile)
+            for part, tensor_map in ((0, self.k_map), (1, self.v_map)):
+                self.load_boxes(self.pipeline, tile, ring.offset(stage, part), self.tiles["k"], tensor_map, row)
+
+    # ----- the consumers -----
+    def consume(self) -> None:
+        """The row statistics and O cleared, Q's tile waited for, the key tiles (unmasked ones first), the
+        epilogue."""
+        k = self.k
+        self.o_acc, self.s_acc = k.accumulators(self.o_atom), k.accumulators(self.s_atom)
+        self.row_max, self.row_sum = k.registers(2, "f32"), k.registers(2, "f32")
+        for half in range(2):
+            k.store(self.negative_infinity, self.row_max, [half])
+            k.store(k.constant(0.0, "f32"), self.row_sum, [half])
+        self.q_pipeline.wait(0)
+        q_view = k.view(self.shared, (self.config.rows * self.d,), self.config.element)
+        self.q_tile = k.tensor(q_view, self.tiles["q"])
+        with k.loop(0, self.key_tiles.unmasked) as tile:
+            self.key_tile(tile, masked=False)
+        with k.loop(self.key_tiles.unmasked, self.key_tiles.count) as tile:
+            self.key_tile(tile, masked=True)
+        self.epilogue()
+
+    def key_tile(self, tile, masked: bool) -> None:
+        """S = Q K^T, its softmax into P, O rescaled and O += P V, then the stage released."""
+        from mlir.dialects import arith
+
+        k, ring, config = self.k, self.ring, self.config
+        self.pipeline.wait(tile)
+        stage = ring.stage(tile)
+        elements = config.keys * self.d
+        k_tile, v_tile = (k.tensor(k.view(self.shared, (elements,), config.element, ring.offset(stage, part)),
+                                   self.tiles[name]) for part, name in ((0, "k"), (1, "v")))
+        k.wgmma(self.s_atom, self.q_tile, k_tile, self.s_acc, accumulate=False, a_row_block=self.consumer)
+        k.wgmma_wait(0, [self.s_acc])
+        corrections = self.softmax(tile, masked)
+        for slot in range(self.d // 2):  # O's rows by exp2(old max - new max)
+            scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.row_halves[slot]])
+            k.store(scaled, self.o_acc.registers, [slot])
+        p = k.accumulators_as_a(self.s_acc, self.o_atom)
+        k.wgmma(self.o_atom, p, v_tile, self.o_acc)
+        k.wgmma_wait(0, [self.o_acc])
+        self.pipeline.release(tile)
+
+    def softmax(self, tile, masked: bool) -> list:
+        """Each of the thread's two rows: its scores (masked: keys past the sequence, and causal past the row,
+        at -inf), the new max (over the row's quad), the probabilities exp2(s * scale - max) written over S's
+        accumulators, the sum moved on. Returns the rows' corrections exp2(old max - new max)."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k, registers = self.k, self.s_acc.registers
+        corrections = []
+        for half in range(2):
+            slots = [slot for slot in range(self.config.keys // 2) if self.row_halves[slot] == half]
+            scores = [self.masked(k.load(registers, [slot]), slot, tile) if masked else k.load(registers, [slot])
+                      for slot in slots]
+            peak = k.warp_reduce(_tree(scores, arith.maximumf), "max", lanes=4)
+            old_max = k.load(self.row_max, [half])
+            new_max = arith.maximumf(old_max, arith.mulf(peak, self.scale))
+            # a row with no valid key yet keeps -inf: its probabilities exp2(-inf) = 0, not exp2(nan)
+            finite = arith.cmpf(arith.CmpFPredicate.ONE, new_max, self.negative_infinity)
+            safe_max = arith.select(finite, new_max, k.constant(0.0, "f32"))
+            correction = k.exp2(arith.subf(old_max, safe_max))
+            negative = arith.negf(safe_max)
+            probabilities = [k.exp2(math_dialect.fma(score, self.scale, negative)) for score in scores]
+            for slot, probability in zip(slots, probabilities):
+                k.store(probability, registers, [slot])
+            total = arith.addf(arith.mulf(k.load(self.row_sum, [half]), correction), _tree(probabilities, arith.addf))
+            k.store(new_max, self.row_max, [half])
+            k.store(total, self.row_sum, [half])
+            corrections.append(correction)
+        return corrections
+
+    def masked(self, score, slot: int, tile):
+        """`score` where S's accumulator `slot` of key tile `tile` holds a valid key for its row, else -inf."""
+        from mlir.dialects import arith
+
+        k = self.k
+        row, column = self.s_acc.coordinate(slot)
+        key = arith.addi(arith.muli(tile, k.index(self.config.keys)), column)
+        valid = k.compare("ult", key, k.as_index(self.seq))
+        if self.config.causal:
+            query = arith.addi(self.q0, arith.addi(arith.muli(self.consumer, k.index(64)), row))
+            valid = arith.andi(valid, k.compare("ule", key, query))
+        return arith.select(valid, score, self.negative_infinity)
+
+    # ----- the epilogue -----
+    def epilogue(self) -> None:
+        """O / the row sums, each thread's pairs stored where their row lies inside the sequence; the row's
+        log-sum-exp (natural log) by the first lane of its quad."""
+        from mlir import ir
+        from mlir.dialects import arith, vector
+        from mlir.dialects import math as math_dialect
+
+        k, seq = self.k, self.k.as_index(self.seq)
+        element = ir.F16Type.get() if self.config.element == "f16" else ir.BF16Type.get()
+        pair = ir.VectorType.get([2], element)
+        inverses = []
+        for half in range(2):
+            total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
+            inverses.append(k.divide(k.constant(1.0, "f32"), total))
+            row, _ = self.o_acc.coordinate(self._first_slot(half))
+            query = self._query(row)
+            log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
+                                 k.constant(1 / LOG2E, "f32"))
+            with k.if_(arith.andi(k.leads_lanes(4), k.compare("ult", query, seq))):
+                self.g_lse[query] = log_sum
+        for slot in range(0, self.d // 2, 2):  # (c0, c1) or (c2, c3): one row, two adjacent columns
+            row, column = self.o_acc.coordinate(slot)
+            query, inverse = self._query(row), inverses[self.row_halves[slot]]
+            values = [arith.truncf(element, arith.mulf(k.load(self.o_acc.registers, [s]), inverse))
+                      for s in (slot, slot + 1)]
+            with k.if_(k.compare("ult", query, seq)):
+                k.store_vector(vector.from_elements(pair, values), self.g_o.memory, [self.g_o.offset((query, column))])
+
+    def _query(self, row):
+        from mlir.dialects import arith
+
+        return arith.addi(self.q0, arith.addi(arith.muli(self.consumer, self.k.index(64)), row))
+
+    def _first_slot(self, half: int) -> int:
+        return next(slot for slot, h in enumerate(self.row_halves) if h == half)
+
+
+def _row_halves(atom) -> list[int]:
+    """Per accumulator slot, which of a thread's two rows it holds (0: its row, 1: eight further), proven on
+    the atom's accumulator layout for every thread; ValueError otherwise."""
+    rows, slots = atom.c.rows, atom.shape[1] // 2
+    halves = []
+    for slot in range(slots):
+        offsets = {rows.offset(thread, slot) - rows.offset(thread, 0) for thread in range(128)}
+        if offsets not in ({0}, {8}):
+            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not one of a thread's two "
+                             f"rows")
+        halves.append(offsets.pop() // 8)
+    return halves
+
+
+def _tree(values, combine):
+    """The values combined as a tree of pairs (depth log2 n)."""
+    while len(values) > 1:
+        values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
+
+
+
+class HopperAttention:
+    """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous, f16 or bf16, d 64 or
+    128) on Hopper's path, on torch's current stream; kernels from `library` (a `KernelLibrary`), the tensor
+    maps kept (`hopper_gemm.TensorMaps`). ValueError for what the kernel does not take."""
+
+    def __init__(self, library):
+        from mlir_tile.kernels.hopper_gemm import TensorMaps
+
+        self.library, self.maps, self.kernels = library, TensorMaps(library.runtime), {}
+
+    def __call__(self, q, k, v, *, causal: bool = False):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or not (
+                q.shape == k.shape == v.shape):
+            raise ValueError(f"hopper attention: q, k, v of one shape [batch, heads, seq, d], all float16 or all "
+                             f"bfloat16; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} "
+                             f"{v.dtype}")
+        batch, heads, seq, d = q.shape
+        if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
+            raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
+        key = (d, bool(causal), element)
+        if key not in self.kernels:
+            config = HopperAttentionConfig(*key)
+            self.kernels[key] = config, boxes(config), self.library.module(str(config),
+                                                                           functools.partial(build_module, config))
+        config, box, module = self.kernels[key]
+        maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
+        o = torch.empty_like(q)
+        lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
+        module.launch(KERNEL, [*maps, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
+                      shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        return o, lse
+
+
+def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads: int = 3,
+                  seq: int = 200) -> tuple[bool, str]:
+    """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v in [-1, 1), against numpy
+    (`flash_attention.reference`): O within 8 units of the element's roundoff, the log-sum-exp within 1e-3."""
+    import numpy as np
+
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
+    from mlir_tile.kernels.flash_attention import reference
+    from mlir_tile.runtime import Runtime
+
+    if min(batch, heads, seq) < 1:
+        raise ValueError(f"hopper attention: batch, heads and seq >= 1, got {batch}, {heads}, {seq}")
+    rng, d, element = np.random.default_rng(1), config.head_dim, config.element
+    q, k, v = (encode(rng.uniform(-1, 1, (batch * heads, seq, d)), element) for _ in range(3))
+    o, lse = np.zeros_like(q), np.zeros((batch * heads, seq), np.float32)
+    with Runtime() as runtime:
+        buffers = [runtime.to_device(x) for x in (q, k, v, o, lse)]
+        box = boxes(config)
+        maps = [runtime.to_device(runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d), d * ELEMENT_BYTES,
+                                                     box[name])) for buffer, name in zip(buffers, "qkv")]
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[3:]] + [seq], grid=config.grid(batch * heads, seq),
+                      block=config.threads, shared_bytes=config.shared_bytes)
+        o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
+        for buffer in buffers + maps:
+            buffer.close()
+    expected, expected_lse = reference(*(decode(x, element) for x in (q, k, v)), config.causal)
+    error, lse_error = float(np.abs(decode(o, element) - expected).max()), float(np.abs(lse - expected_lse).max())
+    ok = error <= 8 * UNIT_ROUNDOFF[element] and lse_error <= 1e-3
+    return ok, (f"GPU: attention {batch} x {heads} x {seq} x {d} {element}{' causal' if config.causal else ''} on "
+                f"Hopper's path ({config}: TMA, wgmma) matches numpy: {ok} (O {error:.1e}, lse {lse_error:.1e})")

@@ -1,0 +1,92 @@
+"""mlir_tile.kernels.hopper_attention: attention on Hopper's path, the build half (the GPU half is
+test_runtime_gpu.py's test_attention_on_hoppers_path_matches_numpy): its tiles and boxes, the PTX's structure
+(TMA loads by the producer, S by wgmma from shared memory, P V in the RS form, setmaxnreg), ptxas without
+spills for every head dim, mask and element, and what it refuses."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from mlir_tile.kernels import hopper_attention
+from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
+
+CONFIGS = [HopperAttentionConfig(d, causal, element) for d in (64, 128) for causal in (False, True)
+           for element in ("f16", "bf16")]
+
+
+def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
+    """Q (rows x d) and K (keys x d): boxes of 64 columns side by side, 128-byte swizzled (one box a tensor
+    map); V as P V's B: (d, keys) of K's layout, d contiguous in each box."""
+    config = HopperAttentionConfig(128)
+    layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
+    assert (box["q"].rows, box["q"].columns, box["k"].rows, box["k"].columns) == (128, 64, 128, 64)
+    assert box["k"] == box["v"] and box["q"].swizzle_bytes == 128
+    k_layout, v_layout = layouts["k"], layouts["v"]
+    assert all(v_layout.offset(column, key) == k_layout.offset(key, column) for key in range(128) for column in range(128))
+    assert k_layout.offset(0, 64) == 128 * 64  # the second box after the first
+
+
+def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
+    from mlir_tile.atoms import wgmma
+
+    assert hopper_attention._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
+
+
+def _ptx(config: HopperAttentionConfig) -> str:
+    from mlir_tile.compile import compile_to_ptx
+
+    return compile_to_ptx(hopper_attention.build_module(config))
+
+
+def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck):
+    """d 128, 128 keys a tile, two consumers: the producer lowers its registers and loads by TMA on mbarriers;
+    a consumer raises its registers, waits for Q, and per key tile issues S = Q K^T (8 k16 steps, descriptors
+    for both operands) and P V (8 k16 steps with A in registers), exp2 between; both loops (without and with
+    the mask) hold the same main loop."""
+    config = HopperAttentionConfig(128)
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .entry attention(
+    CHECK: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}232;
+    CHECK: mbarrier.try_wait.parity
+    CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK: ex2.approx
+    CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{.*}}}, {{{.*}}}, %rd{{[0-9]+}}
+    """)
+    assert config.consumer_registers == 232 and re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
+    issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)
+    assert issued.count("%rd") == 2 * 128 // 16 and issued.count("{") == 2 * 128 // 16  # two loops: S, then P V
+    assert ptx.count("cp.async.bulk.tensor.2d") == 3 * 128 // 64  # Q's boxes, then K's and V's
+    assert config.shared_bytes == 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_every_configuration_assembles_without_spills(tmp_path, config):
+    if not shutil.which("ptxas"):
+        pytest.skip("ptxas is not installed")
+    (tmp_path / "a.ptx").write_text(_ptx(config))
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0, assembled.stderr
+    assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(head_dim=96), "head dims 64 and 128"), (dict(element="f32"), "f16 and bf16"),
+    (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers")])
+def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        HopperAttentionConfig(**options)
+
+
+def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path):
+    from test_kernels_command_line import example
+
+    ran = example("attention.py", "--ptx-out", tmp_path / "a.ptx", "--arch", "sm_90a", "--head-dim", "128")
+    assert ran.returncode == 0, ran.stderr
+    first = (tmp_path / "a.ptx").read_text().split("\n", 1)[0]
+    assert '"arch": "sm_90a"' in first and '"head_dim": 128' in first
+    for options, message in ((["--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"), (["--emulate"], "Hopper's runs on the GPU")):
+        ran = example("attention.py", "--arch", "sm_90a", *options)
+        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
