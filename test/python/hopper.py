@@ -106,6 +106,30 @@ case("S as the register A of S V", lambda k, a, b, acc, m: (
 # CHECK-LABEL: CASE: S as an fp8 register A
 # CHECK: error: [wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got e4m3
 case("S as an fp8 register A", lambda k, a, b, acc, m: k.accumulators_as_a(acc, wgmma(64, "e4m3")))
+
+
+def packed_again(k, acc, b, wait: bool):
+    """S packed into P, P V issued, S packed into the same P again (a loop's next P), with or without the wait."""
+    p = k.accumulators_as_a(acc, ATOM)
+    output = k.accumulators(ATOM)
+    k.wgmma(ATOM, p, b, output)
+    if wait:
+        k.wgmma_wait(0, [output])
+    return k.accumulators_as_a(acc, ATOM, into=p)
+
+
+# CHECK-LABEL: CASE: P packed again once its P V is done
+# CHECK: built: nvvm.wgmma.mma_async
+case("P packed again once its P V is done", lambda k, a, b, acc, m: (
+    product(k, a, b, acc, m), k.wgmma_wait(0, [acc]), packed_again(k, acc, b, wait=True)))
+# CHECK-LABEL: CASE: P packed again while its P V is in flight
+# CHECK: error: [wgmma-in-flight] {{.*}}register A operand
+case("P packed again while its P V is in flight", lambda k, a, b, acc, m: (
+    product(k, a, b, acc, m), k.wgmma_wait(0, [acc]), packed_again(k, acc, b, wait=False)))
+# CHECK-LABEL: CASE: P packed into a fragment of another atom
+# CHECK: error: accumulators_as_a: into is a Fragment of m64n64k16 over 4 K steps
+case("P packed into a fragment of another atom", lambda k, a, b, acc, m: k.accumulators_as_a(
+    acc, ATOM, into=k.accumulators_as_a(k.accumulators(wgmma(128, "f16")), wgmma(128, "f16"))))
 # CHECK-LABEL: CASE: the producer's registers lowered
 # CHECK: built: nvvm.setmaxregister {{ +}}decrease 40
 case("the producer's registers lowered", lambda k, a, b, acc, m: k.set_max_registers(40, "decrease"))

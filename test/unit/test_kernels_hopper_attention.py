@@ -41,9 +41,9 @@ def _ptx(config: HopperAttentionConfig) -> str:
 
 def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck):
     """d 128, 128 keys a tile, two consumers: the producer lowers its registers and loads by TMA on mbarriers;
-    a consumer raises its registers, waits for Q, and per key tile issues S = Q K^T (8 k16 steps, descriptors
-    for both operands) and P V (8 k16 steps with A in registers), exp2 between; both loops (without and with
-    the mask) hold the same main loop."""
+    a consumer raises its registers, waits for Q, issues key tile 0's S = Q K^T (8 k16 steps, descriptors
+    for both operands) and its exp2s, then in each of two loops (without and with the mask) a tile's S beside
+    the previous tile's P V (8 k16 steps with A in registers), and the last P V after them."""
     config = HopperAttentionConfig(128)
     ptx = _ptx(config)
     filecheck(ptx, """
@@ -56,9 +56,9 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     """)
     assert config.consumer_registers == 232 and re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)
-    assert issued.count("%rd") == 2 * 128 // 16 and issued.count("{") == 2 * 128 // 16  # two loops: S, then P V
+    assert issued.count("%rd") == 3 * 128 // 16 and issued.count("{") == 3 * 128 // 16
     assert ptx.count("cp.async.bulk.tensor.2d") == 3 * 128 // 64  # Q's boxes, then K's and V's
-    assert config.shared_bytes == 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2
+    assert config.shared_bytes == 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2  # Q, then 3 stages of K and V
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
@@ -74,7 +74,8 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 
 @pytest.mark.parametrize("options, message", [
     (dict(head_dim=96), "head dims 64 and 128"), (dict(element="f32"), "f16 and bf16"),
-    (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers")])
+    (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
+    (dict(stages=4), "more than the 232448 a block may use")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -90,3 +91,13 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     for options, message in ((["--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"), (["--emulate"], "Hopper's runs on the GPU")):
         ran = example("attention.py", "--arch", "sm_90a", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+
+
+def test_the_sm90_library_ships_each_hopper_attention_kernel():
+    """Every (d, mask, element) `HopperAttention` picks is among the kernels the wheel ships for sm_90, none for
+    sm_80."""
+    from mlir_tile.kernels import ship
+
+    names = {name for name, _ in ship.kernels("sm_90")}
+    assert {str(config) for config in CONFIGS} <= names
+    assert not any(name.startswith("attention_") and name.endswith("_sm90a") for name, _ in ship.kernels("sm_80"))

@@ -15,7 +15,7 @@ import mlir_tile.kernels.ops  # noqa: E402,F401  (registers torch.ops.mlir_tile.
 F = torch.nn.functional
 pytestmark = pytest.mark.gpu
 
-GEMM_CASES, ATTENTION_CASES = 240, 120
+GEMM_CASES, ATTENTION_CASES = 240, 150
 ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                "silu": F.silu}
 

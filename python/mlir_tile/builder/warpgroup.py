@@ -65,10 +65,13 @@ class Warpgroups:
         self.wgmma_groups.storage(registers, f"the {atom.name} accumulators")
         return Accumulators(self, atom, registers)
 
-    def accumulators_as_a(self, accumulators: Accumulators, atom: WgmmaAtom) -> Fragment:
+    def accumulators_as_a(self, accumulators: Accumulators, atom: WgmmaAtom, into: Fragment | None = None) -> Fragment:
         """`accumulators` (64 x N, f32) rounded to `atom`'s element and packed as its register A operand over N /
         K steps, each thread's own (FlashAttention's P for P V: no shared memory, no shuffle); the layouts prove
-        that every element stays in its thread (`atoms.accumulators_as_a`), else BuilderError [wgmma-rs-layout]."""
+        that every element stays in its thread (`atoms.accumulators_as_a`), else BuilderError [wgmma-rs-layout].
+        `into`: a Fragment of this atom and size made by an earlier call, written over (a value a loop carries:
+        P of one key tile read by the next turn's P V); writing it while a wgmma group reads it is refused
+        [wgmma-in-flight]."""
         from mlir_tile.atoms import accumulators_as_a
 
         self._warpgroup_kernel("accumulators_as_a", atom)
@@ -80,10 +83,15 @@ class Warpgroups:
             slots = accumulators_as_a(accumulators.atom, atom)
         except ValueError as error:
             raise BuilderError(f"[wgmma-rs-layout] {error}") from None
-        registers = self.registers(len(slots), "i32")
+        if into is not None and (not isinstance(into, Fragment) or into.atom != atom or into.steps != len(slots) // 4):
+            raise BuilderError(f"accumulators_as_a: into is a Fragment of {atom.name} over {len(slots) // 4} K steps "
+                               f"(an earlier accumulators_as_a of these accumulators), got {into!r}")
+        registers = self.registers(len(slots), "i32") if into is None else into.registers
         for word, (low, high) in enumerate(slots):
             values = [self.load(accumulators.registers, [slot]) for slot in (low, high)]
             self.store(self.pack_f16(*values, atom.element), registers, [word])
+        if into is not None:
+            return into
         self.wgmma_groups.storage(registers, f"the {atom.name} register A operand")
         return Fragment(self, atom, registers, len(slots) // 4)
 

@@ -27,7 +27,8 @@ import functools
 import math
 from dataclasses import dataclass
 
-from mlir_tile.targets import REGISTER_FILE
+from mlir_tile.kernels.hopper_gemm import BARRIER_BYTES
+from mlir_tile.targets import REGISTER_FILE, max_shared_bytes
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
@@ -43,7 +44,8 @@ class HopperAttentionConfig:
     element: str = "f16"
     keys: int = 128  # keys a K/V tile: S's N (a consumer thread's S accumulators: keys / 2 fp32)
     consumers: int = 2  # consumer warpgroups, 64 query rows each
-    stages: int = 2  # K/V tiles in flight
+    stages: int = 3  # K/V tiles in flight (the stage of tile t is released once P V of t is done, under tile t + 1's
+    # S: with 2 the producer waits; 3 ran 1.02-1.35x 2 on the H200)
 
     def __post_init__(self) -> None:
         if self.head_dim not in (64, 128) or self.element not in ("f16", "bf16"):
@@ -52,6 +54,10 @@ class HopperAttentionConfig:
         if self.keys % BOX_COLUMNS or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
+        if self.shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
+            raise ValueError(f"hopper attention: {self} needs {self.shared_bytes} bytes of shared memory and its "
+                             f"barriers' {BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use "
+                             f"on sm_90a: fewer stages or keys")
 
     @property
     def rows(self) -> int:  # query rows a CTA
@@ -201,8 +207,11 @@ class _HopperAttention:
 
     # ----- the consumers -----
     def consume(self) -> None:
-        """The row statistics and O cleared, Q's tile waited for, the key tiles (unmasked ones first), the
-        epilogue."""
+        """The row statistics and O cleared, Q's tile waited for; key tile 0's S and its softmax into P; then
+        each further key tile (unmasked ones first) in FlashAttention-3's order, its S = Q K^T issued beside
+        the previous tile's P V; the last P V; the epilogue."""
+        from mlir.dialects import arith
+
         k = self.k
         self.o_acc, self.s_acc = k.accumulators(self.o_atom), k.accumulators(self.s_atom)
         self.row_max, self.row_sum = k.registers(2, "f32"), k.registers(2, "f32")
@@ -212,32 +221,46 @@ class _HopperAttention:
         self.q_pipeline.wait(0)
         q_view = k.view(self.shared, (self.config.rows * self.d,), self.config.element)
         self.q_tile = k.tensor(q_view, self.tiles["q"])
-        with k.loop(0, self.key_tiles.unmasked) as tile:
+        self.pipeline.wait(0)
+        k.wgmma(self.s_atom, self.q_tile, self.operand(0, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
+        k.wgmma_wait(0, [self.s_acc])
+        self.softmax(0, masked=True)  # (O is still 0: nothing to rescale)
+        self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
+        split = arith.maxui(self.key_tiles.unmasked, k.index(1))
+        with k.loop(1, split) as tile:
             self.key_tile(tile, masked=False)
-        with k.loop(self.key_tiles.unmasked, self.key_tiles.count) as tile:
+        with k.loop(split, self.key_tiles.count) as tile:
             self.key_tile(tile, masked=True)
+        last = arith.subi(self.key_tiles.count, k.index(1))
+        k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
+        k.wgmma_wait(0, [self.o_acc])
+        self.pipeline.release(last)
         self.epilogue()
 
+    def operand(self, tile, part: int):
+        """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's, MN-major) in its stage."""
+        k, ring, config = self.k, self.ring, self.config
+        view = k.view(self.shared, (config.keys * self.d,), config.element, ring.offset(ring.stage(tile), part))
+        return k.tensor(view, self.tiles["kv"[part]])
+
     def key_tile(self, tile, masked: bool) -> None:
-        """S = Q K^T, its softmax into P, O rescaled and O += P V, then the stage released."""
+        """S = Q K^T of `tile` issued, then O += P V of the tile before; once S is in, its softmax (under that
+        P V); once P V is done, its stage released, O rescaled and S's probabilities packed into P."""
         from mlir.dialects import arith
 
-        k, ring, config = self.k, self.ring, self.config
+        k = self.k
+        before = arith.subi(tile, k.index(1))
         self.pipeline.wait(tile)
-        stage = ring.stage(tile)
-        elements = config.keys * self.d
-        k_tile, v_tile = (k.tensor(k.view(self.shared, (elements,), config.element, ring.offset(stage, part)),
-                                   self.tiles[name]) for part, name in ((0, "k"), (1, "v")))
-        k.wgmma(self.s_atom, self.q_tile, k_tile, self.s_acc, accumulate=False, a_row_block=self.consumer)
-        k.wgmma_wait(0, [self.s_acc])
+        k.wgmma(self.s_atom, self.q_tile, self.operand(tile, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
+        k.wgmma(self.o_atom, self.p, self.operand(before, 1), self.o_acc)
+        k.wgmma_wait(1, [self.s_acc])
         corrections = self.softmax(tile, masked)
+        k.wgmma_wait(0, [self.o_acc])
+        self.pipeline.release(before)
         for slot in range(self.d // 2):  # O's rows by exp2(old max - new max)
             scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.row_halves[slot]])
             k.store(scaled, self.o_acc.registers, [slot])
-        p = k.accumulators_as_a(self.s_acc, self.o_atom)
-        k.wgmma(self.o_atom, p, v_tile, self.o_acc)
-        k.wgmma_wait(0, [self.o_acc])
-        self.pipeline.release(tile)
+        k.accumulators_as_a(self.s_acc, self.o_atom, into=self.p)
 
     def softmax(self, tile, masked: bool) -> list:
         """Each of the thread's two rows: its scores (masked: keys past the sequence, and causal past the row,
@@ -275,7 +298,7 @@ class _HopperAttention:
 
         k = self.k
         row, column = self.s_acc.coordinate(slot)
-        key = arith.addi(arith.muli(tile, k.index(self.config.keys)), column)
+        key = arith.addi(arith.muli(k.as_index(tile), k.index(self.config.keys)), column)
         valid = k.compare("ult", key, k.as_index(self.seq))
         if self.config.causal:
             query = arith.addi(self.q0, arith.addi(arith.muli(self.consumer, k.index(64)), row))
@@ -342,15 +365,28 @@ def _tree(values, combine):
 
 
 
+def shipped_kernels(chip: str):
+    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element)."""
+    if chip != "sm_90":
+        return
+    for d in (64, 128):
+        for causal in (False, True):
+            for element in ("f16", "bf16"):
+                config = HopperAttentionConfig(d, causal, element)
+                yield str(config), functools.partial(build_module, config)
+
+
 class HopperAttention:
     """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous, f16 or bf16, d 64 or
     128) on Hopper's path, on torch's current stream; kernels from `library` (a `KernelLibrary`), the tensor
     maps kept (`hopper_gemm.TensorMaps`). ValueError for what the kernel does not take."""
 
-    def __init__(self, library):
+    def __init__(self, library, shape: dict | None = None):
+        """`shape`: HopperAttentionConfig's fields other than d, the mask and the element (keys, consumers,
+        stages) where not the defaults."""
         from mlir_tile.kernels.hopper_gemm import TensorMaps
 
-        self.library, self.maps, self.kernels = library, TensorMaps(library.runtime), {}
+        self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
 
     def __call__(self, q, k, v, *, causal: bool = False):
         import torch
@@ -368,7 +404,7 @@ class HopperAttention:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         key = (d, bool(causal), element)
         if key not in self.kernels:
-            config = HopperAttentionConfig(*key)
+            config = HopperAttentionConfig(*key, **self.shape)
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
                                                                            functools.partial(build_module, config))
         config, box, module = self.kernels[key]

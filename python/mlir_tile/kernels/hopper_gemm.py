@@ -788,21 +788,25 @@ def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice 
 
 def shipped_kernels(epilogues) -> list:
     """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
-    epilogue (None: plain) with the tiles `library_config` takes for it; bias + each of SHIPPED_ACTIVATIONS on
-    the measured tiles (not on SMALL_TILE: there the operators take `selectable`); fp8's with either B layout
-    and either kind of scales (`scaled_config`)."""
+    epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
+    only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
+    operators take `selectable`); fp8's with either B layout and either kind of scales (`scaled_config`)."""
     from functools import partial
 
     from mlir_tile.kernels.epilogues import chain
 
+    def tiles_for(element, major, epilogue, chained=False):
+        measured = measured_tile(element, major)
+        return [SMALL_TILE] if isinstance(epilogue, Choice) else [measured] if chained else [measured, SMALL_TILE]
+
     chains = [chain(True, activation) for activation in SHIPPED_ACTIVATIONS]
     sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
-               for epilogue in list(epilogues) + chains
-               for tile in ([SMALL_TILE] if isinstance(epilogue, Choice) else [measured_tile(element, major)]
-                            if epilogue is not None else [measured_tile(element, major), SMALL_TILE])]
+               for epilogue, chained in [(e, False) for e in epilogues] + [(c, True) for c in chains]
+               for tile in tiles_for(element, major, epilogue, chained)]
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
-    return [(kernel_name(element, config, epilogue), partial(build_module, element, config, epilogue=epilogue))
-            for element, config, epilogue in sixteen + eight]
+    named = {kernel_name(element, config, epilogue): partial(build_module, element, config, epilogue=epilogue)
+             for element, config, epilogue in sixteen + eight}  # (an epilogue given that is a shipped chain: once)
+    return list(named.items())
 
 
 def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels import flash_attention
+from mlir_tile.kernels import flash_attention, hopper_attention
 from mlir_tile.kernels import epilogues, gemm, hopper_gemm
 from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
 from mlir_tile.runtime import Runtime
@@ -36,8 +36,15 @@ class _Kernels:
 
     @property
     def attention(self):
+        """Hopper's attention (TMA, wgmma) where q, k and v start on 16 bytes, as TMA needs; else the mma.sync
+        kernel (a view into a larger tensor may start anywhere)."""
         if self._attention is None:
-            self._attention = flash_attention.Attention(self.library)
+            hopper, mma_sync = hopper_attention.HopperAttention(self.library), flash_attention.Attention(self.library)
+
+            def attention(q, k, v, *, causal=False):
+                on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
+                return (hopper if on_16_bytes else mma_sync)(q, k, v, causal=causal)
+            self._attention = attention
         return self._attention
 
 
