@@ -61,8 +61,10 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     assert config.shared_bytes == 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2  # Q, then 3 stages of K and V
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("config", CONFIGS + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
+                                              HopperAttentionConfig(64, False, "f16", stages=2)], ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
+    """The shipped kernels, and S narrower than O (64 keys a tile at d 128) and two stages."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     (tmp_path / "a.ptx").write_text(_ptx(config))

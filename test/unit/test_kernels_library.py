@@ -1,6 +1,8 @@
 """mlir_tile/kernels/library.py without a GPU: a kernel is taken from the shipped folder first, else from the
 cache of this library's sources, else built with the compiler into that cache; where the compiler is missing,
 the error names the extra to install. The chip per compute capability."""
+from pathlib import Path
+
 import pytest
 
 from mlir_tile.kernels import library
@@ -60,3 +62,19 @@ def test_the_chip_whose_ptx_a_device_runs(capability, chip):
 def test_a_device_before_ampere_is_refused():
     with pytest.raises(KernelNotAvailable, match="sm_80 or newer GPU; this one is sm_75"):
         chip_of((7, 5))
+
+
+def test_the_source_digest_is_the_same_without_the_editable_install():
+    """A checkout on PYTHONPATH alone (as a GPU host runs it, no editable install mapping `mlir_tile.dialect`
+    and `.passes` to the folders beside python/) digests the same sources, so it finds the kernels cached
+    here under the same folder."""
+    import subprocess
+    import sys
+
+    from mlir_tile.kernels.library import source_digest
+
+    bare = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, 'python'); "
+                           "from mlir_tile.kernels.library import source_digest; print(source_digest())"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.strip() == source_digest()

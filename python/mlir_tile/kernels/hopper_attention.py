@@ -153,7 +153,7 @@ class _HopperAttention:
         self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
         self.tiles = tiles(config)
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
-        self.row_halves = _row_halves(self.s_atom)
+        self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
         self.shared = k.dynamic_shared(alignment=1024)
         readers = 4 * config.consumers
         q_elements, kv_elements = config.rows * self.d, config.keys * self.d
@@ -258,7 +258,7 @@ class _HopperAttention:
         k.wgmma_wait(0, [self.o_acc])
         self.pipeline.release(before)
         for slot in range(self.d // 2):  # O's rows by exp2(old max - new max)
-            scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.row_halves[slot]])
+            scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.o_halves[slot]])
             k.store(scaled, self.o_acc.registers, [slot])
         k.accumulators_as_a(self.s_acc, self.o_atom, into=self.p)
 
@@ -272,7 +272,7 @@ class _HopperAttention:
         k, registers = self.k, self.s_acc.registers
         corrections = []
         for half in range(2):
-            slots = [slot for slot in range(self.config.keys // 2) if self.row_halves[slot] == half]
+            slots = [slot for slot in range(self.config.keys // 2) if self.s_halves[slot] == half]
             scores = [self.masked(k.load(registers, [slot]), slot, tile) if masked else k.load(registers, [slot])
                       for slot in slots]
             peak = k.warp_reduce(_tree(scores, arith.maximumf), "max", lanes=4)
@@ -328,7 +328,7 @@ class _HopperAttention:
                 self.g_lse[query] = log_sum
         for slot in range(0, self.d // 2, 2):  # (c0, c1) or (c2, c3): one row, two adjacent columns
             row, column = self.o_acc.coordinate(slot)
-            query, inverse = self._query(row), inverses[self.row_halves[slot]]
+            query, inverse = self._query(row), inverses[self.o_halves[slot]]
             values = [arith.truncf(element, arith.mulf(k.load(self.o_acc.registers, [s]), inverse))
                       for s in (slot, slot + 1)]
             with k.if_(k.compare("ult", query, seq)):
@@ -340,7 +340,7 @@ class _HopperAttention:
         return arith.addi(self.q0, arith.addi(arith.muli(self.consumer, self.k.index(64)), row))
 
     def _first_slot(self, half: int) -> int:
-        return next(slot for slot, h in enumerate(self.row_halves) if h == half)
+        return next(slot for slot, h in enumerate(self.o_halves) if h == half)
 
 
 def _row_halves(atom) -> list[int]:
@@ -400,6 +400,8 @@ class HopperAttention:
                              f"bfloat16; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} "
                              f"{v.dtype}")
         batch, heads, seq, d = q.shape
+        if d not in (64, 128):
+            raise ValueError(f"attention: head dim 64 or 128, got {d}")
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         key = (d, bool(causal), element)

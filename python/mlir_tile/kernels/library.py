@@ -40,7 +40,9 @@ def source_digest() -> str:
     digest = hashlib.sha256()
     for package in ("mlir_tile", "mlir_tile.dialect", "mlir_tile.passes"):
         spec = find_spec(package)
-        for folder in spec.submodule_search_locations if spec is not None else ():
+        # a checkout on the path without its editable install: the folders beside python/, as that install maps them
+        beside = [PACKAGE.parents[1] / package.rsplit(".", 1)[1]] if spec is None and package != "mlir_tile" else []
+        for folder in spec.submodule_search_locations if spec is not None else [f for f in beside if f.is_dir()]:
             for path in sorted(Path(folder).glob("*.py" if package != "mlir_tile" else "**/*.py")):
                 relative = path.relative_to(folder)
                 if package == "mlir_tile" and relative.parts[0] in ("dialect", "passes"):
