@@ -27,8 +27,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from mlir_tile.kernels.hopper_gemm import BARRIER_BYTES
-from mlir_tile.targets import REGISTER_FILE, max_shared_bytes
+from mlir_tile.kernels.hopper_gemm import check_shared, raised_registers
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
@@ -54,10 +53,7 @@ class HopperAttentionConfig:
         if self.keys % BOX_COLUMNS or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
-        if self.shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
-            raise ValueError(f"hopper attention: {self} needs {self.shared_bytes} bytes of shared memory and its "
-                             f"barriers' {BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use "
-                             f"on sm_90a: fewer stages or keys")
+        check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
 
     @property
     def rows(self) -> int:  # query rows a CTA
@@ -69,10 +65,8 @@ class HopperAttentionConfig:
 
     @property
     def consumer_registers(self) -> int:
-        """What a consumer thread raises its registers to: the entry count (the register file over the block,
-        in multiples of 8) and its share of what the producer gave back."""
-        entry = REGISTER_FILE // self.threads // 8 * 8
-        return min(240, (entry + (entry - PRODUCER_REGISTERS) // self.consumers) // 8 * 8)
+        """What a consumer thread raises its registers to (`hopper_gemm.raised_registers`), at most 240."""
+        return min(240, raised_registers(self.threads, PRODUCER_REGISTERS, self.consumers))
 
     @property
     def q_bytes(self) -> int:

@@ -54,6 +54,23 @@ PINGPONG_ORDER, PINGPONG_MEET = 2, 4
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
 
 
+def check_shared(kernel: str, config, shared_bytes: int, fix: str) -> None:
+    """ValueError where `config`'s dynamic shared memory and the mbarriers' BARRIER_BYTES exceed a block's on
+    sm_90a."""
+    if shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
+        raise ValueError(f"{kernel}: {config} needs {shared_bytes} bytes of shared memory and its barriers' "
+                         f"{BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use on sm_90a: "
+                         f"{fix}")
+
+
+def raised_registers(threads: int, producer: int, consumers: int) -> int:
+    """What each consumer thread of a warp-specialized block raises its registers to (setmaxnreg.inc): the
+    entry count (the register file over the block, in multiples of 8) and its share of what the producer
+    warpgroup gave back going down to `producer`; asking for more waits forever."""
+    entry = REGISTER_FILE // threads // 8 * 8
+    return (entry + (entry - producer) // consumers) // 8 * 8
+
+
 @dataclass(frozen=True)
 class HopperConfig:
     bm: int = 128  # 64 rows a warpgroup
@@ -111,10 +128,7 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: elements of 16 or 8 bits, BK {SWIZZLE_BITS // 16} or "
                              f"{SWIZZLE_BITS // 8} (a 128-byte swizzled row), 2 stages or more, B 'nk' or 'kn'; got "
                              f"{self}")
-        if self.shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
-            raise ValueError(f"hopper gemm: {self} needs {self.shared_bytes} bytes of shared memory and its barriers' "
-                             f"{BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use on sm_90a: "
-                             f"fewer stages or a smaller tile")
+        check_shared("hopper gemm", self, self.shared_bytes, "fewer stages or a smaller tile")
 
     @property
     def unit(self) -> int:  # N a multiple of it (TMA: C's rows on 16 bytes, fp8 B [K, N]'s too); the kernel takes N / unit
@@ -165,8 +179,7 @@ class HopperConfig:
         block's producer gave back (its 128 threads from `entry_registers` to `producer_registers`), shared out
         among the consumers in multiples of 8 (with 2 consumers 168 -> 232, CUTLASS's); asking for more waits
         forever."""
-        entry = self.entry_registers
-        return (entry + (entry - self.producer_registers) // self.consumers) // 8 * 8
+        return raised_registers(self.threads, self.producer_registers, self.consumers)
 
     @property
     def producer_registers(self) -> int:
