@@ -53,6 +53,9 @@ BY_COMMAND_LINE = {
                                               "--causal"],
     "attention_hopper_bf16_d64.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16"],
     "attention_hopper_d64_causal.ptx": ["attention.py", "--arch", "sm_90a", "--causal"],
+    "attention_hopper_d256.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "256"],
+    "attention_hopper_bf16_d256_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "256",
+                                              "--causal"],
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 from mlir_tile.kernels import hopper_attention
 from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
-CONFIGS = [HopperAttentionConfig(d, causal, element) for d in (64, 128) for causal in (False, True)
+CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
            for element in ("f16", "bf16")]
 
 
@@ -48,13 +48,13 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .entry attention(
-    CHECK: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}232;
+    CHECK: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}240;
     CHECK: mbarrier.try_wait.parity
     CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
     CHECK: ex2.approx
     CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{.*}}}, {{{.*}}}, %rd{{[0-9]+}}
     """)
-    assert config.consumer_registers == 232 and re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
+    assert config.consumer_registers == 240 and re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)
     assert issued.count("%rd") == 3 * 128 // 16 and issued.count("{") == 3 * 128 // 16
     assert ptx.count("cp.async.bulk.tensor.2d") == 3 * 128 // 64  # Q's boxes, then K's and V's
@@ -62,9 +62,12 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
 
 
 @pytest.mark.parametrize("config", CONFIGS + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
-                                              HopperAttentionConfig(64, False, "f16", stages=2)], ids=str)
+                                              HopperAttentionConfig(64, False, "f16", stages=2, pingpong=False),
+                                              HopperAttentionConfig.of(256, consumers=1, stages=3, pingpong=False)],
+                         ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
-    """The shipped kernels, and S narrower than O (64 keys a tile at d 128) and two stages."""
+    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's in the 240 a consumer raises
+    to), S narrower than O (64 keys a tile at d 128), two stages, without ping-pong, one consumer."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     (tmp_path / "a.ptx").write_text(_ptx(config))
@@ -75,12 +78,37 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(head_dim=96), "head dims 64 and 128"), (dict(element="f32"), "f16 and bf16"),
+    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1), "ping-pong takes two consumers"), (dict(element="f32"), "f16 and bf16"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
+
+
+def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
+    """Ping-pong: consumer c waits at named barrier 2 + c (256 threads: its 128 and the other's arrival) before
+    each issue of its GEMMs, and arrives at the other's after it; consumer 0's first turn waits for nothing and
+    consumer 1's last arrives nowhere, so that each barrier's arrivals and waits pair up. Without ping-pong, no
+    named barrier."""
+    ptx = _ptx(HopperAttentionConfig(128))
+    waits = re.findall(r"bar\.sync\s+(\d+), 256;", ptx)
+    arrivals = re.findall(r"bar\.arrive\s+(\d+), 256;", ptx)
+    # turns: the first (key tile 0's S), one a loop (the unmasked, the masked), the last P V
+    assert sorted(waits) == ["2", "2", "2", "3", "3", "3", "3"] and sorted(arrivals) == ["2", "2", "2", "3", "3", "3", "3"]
+    filecheck(ptx, """
+    CHECK: bar.sync{{\\s+}}3, 256;
+    CHECK: wgmma.mma_async
+    CHECK: bar.arrive{{\\s+}}3, 256;
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    """)
+    assert not re.search(r"bar\.(sync|arrive)\s+[1-9]", _ptx(HopperAttentionConfig(128, pingpong=False)))
+
+
+def test_head_dim_256_takes_64_keys_and_two_stages():
+    config = HopperAttentionConfig.of(256, True, "bf16")
+    assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 2, 2, 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2)
+    assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
 def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path):

@@ -542,7 +542,7 @@ def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tune
 
         if tuned:
             raise ValueError("attention: --tuned picks the sm_80 kernel's CTA; Hopper's path has its own")
-        return HopperAttentionConfig(head_dim, causal, dtype)
+        return HopperAttentionConfig.of(head_dim, causal, dtype)
     return Config(head_dim, causal, dtype, **(TUNED.get((head_dim, causal), {}) if tuned else {}))
 
 
@@ -720,7 +720,7 @@ def add_options(parser) -> tuple[str, ...]:
     from mlir_tile.halves import ELEMENTS
 
     parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="q's, k's, v's and O's element type (default f16)")
-    parser.add_argument("--head-dim", type=int, choices=(64, 128), default=64, help="d (default 64)")
+    parser.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=64, help="d (default 64; 256 with --arch sm_90a)")
     parser.add_argument("--causal", action="store_true", help="the causal mask")
     parser.add_argument("--tuned", action="store_true", help="the CTA `Attention` runs for d and the mask (TUNED's)")
     parser.add_argument("--arch", choices=("sm_80", "sm_90a"), default="sm_80",

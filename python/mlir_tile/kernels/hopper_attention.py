@@ -1,5 +1,5 @@
 """Attention's forward pass on Hopper's data path (sm_90a), written with the builder alone: O = softmax(Q K^T *
-scale (+ causal mask)) V and each row's log-sum-exp, f16 or bf16, head dims 64 and 128, any sequence length.
+scale (+ causal mask)) V and each row's log-sum-exp, f16 or bf16, head dims 64, 128 and 256, any sequence length.
 
 A CTA takes `rows` query rows of one (batch, head) (QueryTiles: causal, the longest rows first). Warpgroup 0
 is the producer (40 registers a thread, `setmaxnreg`): its first thread loads Q's tile once and then each key
@@ -32,8 +32,13 @@ from mlir_tile.kernels.hopper_gemm import check_shared, raised_registers
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
 BOX_COLUMNS = 64  # 16-bit elements in a 128-byte swizzled row: each tile is boxes of 64 columns side by side
-PRODUCER_REGISTERS = 40
+PRODUCER_REGISTERS = 24
 ELEMENT_BYTES = 2
+HEAD_DIMS = (64, 128, 256)
+# each head dim's fields where not the defaults: at 256, O takes 128 registers a thread and Q 64 KB, so 64 keys
+# a tile (S 32 registers) and 2 stages (Q and two stages of K and V: 192 KB)
+SHAPES = {256: {"keys": 64, "stages": 2}}
+PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 
 
 @dataclass(frozen=True)
@@ -45,15 +50,25 @@ class HopperAttentionConfig:
     consumers: int = 2  # consumer warpgroups, 64 query rows each
     stages: int = 3  # K/V tiles in flight (the stage of tile t is released once P V of t is done, under tile t + 1's
     # S: with 2 the producer waits; 3 ran 1.02-1.35x 2 on the H200)
+    pingpong: bool = True  # two consumers take turns issuing their GEMMs (named barriers): one's softmax under the
+    # other's GEMMs
 
     def __post_init__(self) -> None:
-        if self.head_dim not in (64, 128) or self.element not in ("f16", "bf16"):
-            raise ValueError(f"hopper attention: head dims 64 and 128, f16 and bf16; got {self.head_dim}, "
-                             f"{self.element}")
+        if self.head_dim not in HEAD_DIMS or self.element not in ("f16", "bf16"):
+            raise ValueError(f"hopper attention: head dims {', '.join(map(str, HEAD_DIMS))}, f16 and bf16; got "
+                             f"{self.head_dim}, {self.element}")
         if self.keys % BOX_COLUMNS or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
+        if self.pingpong and self.consumers != 2:
+            raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
+
+    @classmethod
+    def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
+        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim, `shape`'s fields over
+        them."""
+        return cls(head_dim, causal, element, **{**SHAPES.get(head_dim, {}), **shape})
 
     @property
     def rows(self) -> int:  # query rows a CTA
@@ -85,7 +100,7 @@ class HopperAttentionConfig:
 
     def __str__(self) -> str:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
-                f"k{self.keys}s{self.stages}_sm90a")
+                f"k{self.keys}s{self.stages}{'pp' if self.pingpong else ''}_sm90a")
 
 
 def _boxed(rows: int, columns: int):
@@ -216,7 +231,9 @@ class _HopperAttention:
         q_view = k.view(self.shared, (self.config.rows * self.d,), self.config.element)
         self.q_tile = k.tensor(q_view, self.tiles["q"])
         self.pipeline.wait(0)
+        self.wait_turn(first=True)
         k.wgmma(self.s_atom, self.q_tile, self.operand(0, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
+        self.pass_turn()
         k.wgmma_wait(0, [self.s_acc])
         self.softmax(0, masked=True)  # (O is still 0: nothing to rescale)
         self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
@@ -226,10 +243,28 @@ class _HopperAttention:
         with k.loop(split, self.key_tiles.count) as tile:
             self.key_tile(tile, masked=True)
         last = arith.subi(self.key_tiles.count, k.index(1))
+        self.wait_turn()
         k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
+        self.pass_turn(last=True)
         k.wgmma_wait(0, [self.o_acc])
         self.pipeline.release(last)
         self.epilogue()
+
+    def wait_turn(self, first: bool = False) -> None:
+        """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
+        turn before (consumer 0, from its second turn on)."""
+        for consumer in range(2) if self.config.pingpong else ():
+            if not (first and consumer == 0):
+                with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
+                    self.k.named_barrier(PINGPONG_BARRIERS + consumer, 256)
+
+    def pass_turn(self, last: bool = False) -> None:
+        """Ping-pong: this consumer's GEMMs issued, the other's turn (each arrival met by one `wait_turn`: consumer
+        1's last turn has no turn of consumer 0 after it)."""
+        for consumer in range(2) if self.config.pingpong else ():
+            if not (last and consumer == 1):
+                with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
+                    self.k.named_barrier_arrive(PINGPONG_BARRIERS + 1 - consumer, 256)
 
     def operand(self, tile, part: int):
         """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's, MN-major) in its stage."""
@@ -245,8 +280,10 @@ class _HopperAttention:
         k = self.k
         before = arith.subi(tile, k.index(1))
         self.pipeline.wait(tile)
+        self.wait_turn()
         k.wgmma(self.s_atom, self.q_tile, self.operand(tile, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
         k.wgmma(self.o_atom, self.p, self.operand(before, 1), self.o_acc)
+        self.pass_turn()
         k.wgmma_wait(1, [self.s_acc])
         corrections = self.softmax(tile, masked)
         k.wgmma_wait(0, [self.o_acc])
@@ -363,16 +400,16 @@ def shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element)."""
     if chip != "sm_90":
         return
-    for d in (64, 128):
+    for d in HEAD_DIMS:
         for causal in (False, True):
             for element in ("f16", "bf16"):
-                config = HopperAttentionConfig(d, causal, element)
+                config = HopperAttentionConfig.of(d, causal, element)
                 yield str(config), functools.partial(build_module, config)
 
 
 class HopperAttention:
     """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous, f16 or bf16, d 64 or
-    128) on Hopper's path, on torch's current stream; kernels from `library` (a `KernelLibrary`), the tensor
+    128 or 256) on Hopper's path, on torch's current stream; kernels from `library` (a `KernelLibrary`), the tensor
     maps kept (`hopper_gemm.TensorMaps`). ValueError for what the kernel does not take."""
 
     def __init__(self, library, shape: dict | None = None):
@@ -394,13 +431,13 @@ class HopperAttention:
                              f"bfloat16; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} "
                              f"{v.dtype}")
         batch, heads, seq, d = q.shape
-        if d not in (64, 128):
-            raise ValueError(f"attention: head dim 64 or 128, got {d}")
+        if d not in HEAD_DIMS:
+            raise ValueError(f"attention: head dim {', '.join(map(str, HEAD_DIMS))} (256 on Hopper's path only), got {d}")
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         key = (d, bool(causal), element)
         if key not in self.kernels:
-            config = HopperAttentionConfig(*key, **self.shape)
+            config = HopperAttentionConfig.of(*key, **self.shape)
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
                                                                            functools.partial(build_module, config))
         config, box, module = self.kernels[key]

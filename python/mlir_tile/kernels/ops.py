@@ -93,8 +93,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
 
 def attention(q, k, v, *, causal=False):
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
-    q, k, v [batch, heads, seq, d] of one dtype (fp16 or bf16), d 64 or 128 (torch's SDPA with
-    scale=None)."""
+    q, k, v [batch, heads, seq, d] of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's
+    SDPA with scale=None)."""
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
 
