@@ -63,11 +63,12 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
 
 @pytest.mark.parametrize("config", CONFIGS + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
                                               HopperAttentionConfig(64, False, "f16", stages=2, pingpong=False),
-                                              HopperAttentionConfig.of(256, consumers=1, stages=3, pingpong=False)],
+                                              HopperAttentionConfig.of(256, consumers=2, stages=2, pingpong=True)],
                          ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
-    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's in the 240 a consumer raises
-    to), S narrower than O (64 keys a tile at d 128), two stages, without ping-pong, one consumer."""
+    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's), S narrower than O (64 keys a
+    tile at d 128), two stages, without ping-pong, d 256 on two consumers (the 240 registers a consumer raises
+    to)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     (tmp_path / "a.ptx").write_text(_ptx(config))
@@ -105,9 +106,12 @@ def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
     assert not re.search(r"bar\.(sync|arrive)\s+[1-9]", _ptx(HopperAttentionConfig(128, pingpong=False)))
 
 
-def test_head_dim_256_takes_64_keys_and_two_stages():
+def test_each_head_dim_takes_its_measured_shape():
+    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64 without ping-pong; the
+    caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
-    assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 2, 2, 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2)
+    assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
+    assert not HopperAttentionConfig.of(64).pingpong and HopperAttentionConfig.of(128).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 

@@ -35,9 +35,11 @@ BOX_COLUMNS = 64  # 16-bit elements in a 128-byte swizzled row: each tile is box
 PRODUCER_REGISTERS = 24
 ELEMENT_BYTES = 2
 HEAD_DIMS = (64, 128, 256)
-# each head dim's fields where not the defaults: at 256, O takes 128 registers a thread and Q 64 KB, so 64 keys
-# a tile (S 32 registers) and 2 stages (Q and two stages of K and V: 192 KB)
-SHAPES = {256: {"keys": 64, "stages": 2}}
+# each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
+# ping-pong ran 1.01-1.06x without it at d 128 but 0.92-0.97x at d 64; at 256, O takes 128 registers a thread
+# and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x
+# two consumers with 2 stages
+SHAPES = {64: {"pingpong": False}, 256: {"keys": 64, "consumers": 1, "pingpong": False, "stages": 3}}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 
 
