@@ -7,6 +7,8 @@
     python3 benchmarks/attention.py clocks DIR   # GPU host: SM clock and power under each d 128 kernel, sustained
     python benchmarks/attention.py hopper-build DIR  # here (MLIR): Hopper's attention kernels' PTX
     python3 benchmarks/attention.py hopper DIR   # GPU host: Hopper's path beside FA2 and cuDNN, the issue's 24 cases
+    python3 benchmarks/attention.py hopper-fp8 DIR  # GPU host: e4m3 beside our f16 and cuDNN; its accuracy (fp32)
+    python3 benchmarks/attention.py hopper-profile DIR  # GPU host with ncu: the wgmma pipe's share, ours and cuDNN's
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
 * seq^2 * d / time (causal too: the full square, as the issue's table counts); batch * seq = 16k tokens,
@@ -190,16 +192,18 @@ def _hopper_variants(d: int, causal: bool, element: str) -> dict:
 
 
 def hopper_build(directory: Path) -> None:
-    """Hopper's attention (hopper_attention) for each head dim, mask and element, named as its library names
-    it, into DIR/attention/sm_90."""
+    """Hopper's attention (hopper_attention) for each head dim, mask and element (`_hopper_variants`, and e4m3
+    at d 128), named as its library names it, into DIR/attention/sm_90."""
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_attention
 
     folder = directory / "attention" / "sm_90"
     folder.mkdir(parents=True, exist_ok=True)
-    for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}:
-        for config in _hopper_variants(d, causal, element).values():
-            (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
+    configs = [config for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}
+               for config in _hopper_variants(d, causal, element).values()]
+    configs += [hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
+    for config in configs:
+        (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
 
 
 def hopper(directory: Path) -> None:
@@ -239,6 +243,124 @@ def hopper(directory: Path) -> None:
             (directory / "attention_hopper.json").write_text(json.dumps(results, indent=1))
             del q, k, v
             torch.cuda.empty_cache()
+
+
+FP8_CASES = [(seq, causal) for seq in (1024, 4096, 8192) for causal in (False, True)]  # d 128
+
+
+def _quantized(x):
+    """x as float8_e4m3fn with its per-tensor descale (max |x| / 448), and the values that stand for."""
+    import torch
+
+    descale = (x.abs().max().float() / 448).reshape(1)
+    quantized = (x.float() / descale).to(torch.float8_e4m3fn)
+    return quantized, descale, quantized.float() * descale
+
+
+def _fp8_accuracy(path, causal: bool) -> dict:
+    """RMSE of O against fp32 attention of the same inputs (FlashAttention-3's test: N(0, 1) with 0.1% of the
+    entries N(0, 10)), [1, 8, 4096, 128]: ours in e4m3 (the fp32 reference of the values it was given, and of
+    the unquantized inputs), ours in f16, cuDNN in f16 on the same inputs."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    shape = (1, 8, 4096, 128)
+
+    def outlying():
+        x = torch.randn(shape, device="cuda", generator=generator)
+        rare = torch.rand(shape, device="cuda", generator=generator) < 0.001
+        return torch.where(rare, 10 * torch.randn(shape, device="cuda", generator=generator), x)
+    exact = [outlying() for _ in range(3)]
+    quantized = [_quantized(x) for x in exact]
+    with sdpa_kernel(SDPBackend.MATH):
+        reference = F.scaled_dot_product_attention(*exact, is_causal=causal)
+        given = F.scaled_dot_product_attention(*(x[2] for x in quantized), is_causal=causal)
+    fp8, _ = path(*(x[0] for x in quantized), causal=causal, descales=tuple(x[1] for x in quantized))
+    halves = [x.half() for x in exact]
+    f16, _ = path(*halves, causal=causal)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        cudnn = F.scaled_dot_product_attention(*halves, is_causal=causal)
+
+    def rmse(o, against):
+        return float((o.float() - against).pow(2).mean().sqrt())
+    return {"rmse e4m3": rmse(fp8, reference), "rmse e4m3 vs its fp8 values": rmse(fp8, given),
+            "rmse f16": rmse(f16, reference), "rmse cuDNN f16": rmse(cudnn, reference)}
+
+
+def hopper_fp8(directory: Path) -> None:
+    """FP8_CASES (d 128, batch x seq = 16k tokens, 16 heads): our e4m3 kernel beside our f16 one and cuDNN's f16
+    backend, timed in turns (TFLOP/s as `hopper`'s); per mask, the accuracy (`_fp8_accuracy`).
+    DIR/attention_hopper_fp8.json."""
+    import torch
+
+    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.runtime import Runtime
+
+    results = []
+    with Runtime() as runtime:
+        path = HopperAttention(library(runtime, directory / "attention"))
+        for seq, causal in FP8_CASES:
+            batch, heads, d = 16384 // seq, 16, 128
+            q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))
+            (q8, dq, _), (k8, dk, _), (v8, dv, _) = (_quantized(x) for x in (q, k, v))
+            calls = {"e4m3": lambda: path(q8, k8, v8, causal=causal, descales=(dq, dk, dv))[0],
+                     "f16": lambda: path(q, k, v, causal=causal)[0], **_torch_backends(q, k, v, causal)}
+            calls.pop("flash (FA2)", None)
+            seconds, conditions = sustained_interleaved(calls)
+            flops = 4 * batch * heads * seq * seq * d / (2 if causal else 1)
+            row = {"d": d, "seq": seq, "causal": causal, **conditions,
+                   **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
+            row["e4m3 / f16"] = round(row["e4m3"] / row["f16"], 3)
+            if seq == 4096:
+                row.update(_fp8_accuracy(path, causal))
+            print(json.dumps(row), flush=True)
+            results.append(row)
+            (directory / "attention_hopper_fp8.json").write_text(json.dumps(results, indent=1))
+            del q, k, v, q8, k8, v8
+            torch.cuda.empty_cache()
+
+
+HOPPER_PROFILED = (2, 16, 8192, 128)  # batch, heads, seq, d: non-causal
+
+
+def hopper_launch(directory: Path, which: str) -> None:
+    """One launch at HOPPER_PROFILED: ours in `which` ("f16", "e4m3") or cuDNN's f16 ("cudnn"). What
+    `hopper_profile` runs under ncu."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.runtime import Runtime
+
+    q, k, v = (torch.randn(*HOPPER_PROFILED, device="cuda", dtype=torch.float16) for _ in range(3))
+    if which == "cudnn":
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v)
+    else:
+        with Runtime() as runtime:
+            path = HopperAttention(library(runtime, directory / "attention"))
+            if which == "e4m3":
+                (q, dq, _), (k, dk, _), (v, dv, _) = (_quantized(x) for x in (q, k, v))
+                path(q, k, v, descales=(dq, dk, dv))
+            else:
+                path(q, k, v)
+    torch.cuda.synchronize()
+
+
+def hopper_profile(directory: Path) -> None:
+    """ncu (clocks left alone) on one launch each of ours (f16, e4m3) and cuDNN's at HOPPER_PROFILED: the wgmma
+    pipe's busy share of the active cycles (the whole kernel: the main loop is nearly all of it at 8192
+    keys), issue activity, shared-memory wavefronts and bank conflicts (fp8's transposition), stalls.
+    DIR/attention_hopper_profile.json."""
+    report = []
+    for which in ("f16", "e4m3", "cudnn"):
+        entry, = profile_launches([__file__, "hopper-launch", str(directory), which], "attention|cudnn|sm90|fmha", 1)
+        report.append({"who": which, "shape": HOPPER_PROFILED, **entry})
+        print(json.dumps(report[-1]), flush=True)
+    (directory / "attention_hopper_profile.json").write_text(json.dumps(report, indent=1))
 
 
 PROFILED = (4, 16, 4096)  # batch, heads, seq
@@ -282,6 +404,8 @@ if __name__ == "__main__":
     command, directory = sys.argv[1], Path(sys.argv[2])
     if command == "launch":
         launch(directory, sys.argv[3], int(sys.argv[4]))
+    elif command == "hopper-launch":
+        hopper_launch(directory, sys.argv[3])
     else:
         {"build": build, "check": check, "run": run, "profile": profile, "clocks": clocks, "hopper-build": hopper_build,
-         "hopper": hopper}[command](directory)
+         "hopper": hopper, "hopper-fp8": hopper_fp8, "hopper-profile": hopper_profile}[command](directory)

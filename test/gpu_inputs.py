@@ -56,6 +56,9 @@ BY_COMMAND_LINE = {
     "attention_hopper_d256.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "256"],
     "attention_hopper_bf16_d256_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "256",
                                               "--causal"],
+    "attention_hopper_e4m3_d128.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128"],
+    "attention_hopper_e4m3_d128_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128",
+                                              "--causal"],
 }
 
 

@@ -172,15 +172,61 @@ def wgmma(n: int, element: str = "f16") -> WgmmaAtom:
     return WgmmaAtom(element, (64, n, 256 // WGMMA_ELEMENTS[element]), c, a)
 
 
-def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom) -> list[list[int]]:
+def a_key_order(accumulating: WgmmaAtom, multiplying: WgmmaAtom):
+    """The order in which `multiplying`'s register A operand holds the columns of `accumulating`'s accumulators
+    with no data leaving its thread: None where each column keeps its place (16-bit A: a register holds two
+    adjacent columns, as an accumulator thread does), else a Layout over N, column j -> A's column (8-bit A: a
+    register holds 4 adjacent columns where an accumulator thread holds 2 and 2 eight further, so each thread's
+    columns of a row, in order, fill its A values of that row, in order: FlashAttention-3's fp8 P, whose
+    partner B (V) must then hold its K in the same order). ValueError where that order is not one permutation
+    for every thread, or not a layout."""
+    from mlir_tile.layout import Layout, coalesce
+
+    (_, n, _), k = accumulating.shape, multiplying.shape[2]
+    if n % k:
+        raise ValueError(f"accumulators_as_a: N ({n}) is no whole number of {multiplying.name}'s K ({k})")
+    order: dict[int, int] = {}
+    for thread in range(WARPGROUP_THREADS):
+        held: dict[tuple[int, int], list[int]] = {}  # (row, K step) -> this thread's accumulator columns
+        for value in range(n // 2):
+            row, column = accumulating.c.coordinate(thread, value)
+            held.setdefault((row, column // k), []).append(column)
+        wanted: dict[tuple[int, int], list[int]] = {}
+        for step in range(n // k):
+            for value in range(multiplying.a.rows.sizes[1]):
+                row, column = multiplying.a.coordinate(thread, value)
+                wanted.setdefault((row, step), []).append(step * k + column)
+        for place, columns in held.items():
+            for column, target in zip(sorted(columns), sorted(wanted.get(place, []))):
+                if order.setdefault(column, target) != target:
+                    raise ValueError(f"accumulators_as_a: accumulator column {column} goes to A's {order[column]} in "
+                                     f"one thread and to {target} in thread {thread}")
+    if sorted(order) != list(range(n)) or sorted(order.values()) != list(range(n)):
+        raise ValueError(f"accumulators_as_a: {multiplying.name}'s A takes no permutation of {accumulating.name}'s "
+                         f"columns")
+    if all(order[j] == j for j in range(n)):
+        return None
+    bits = k.bit_length() - 1  # each K step's columns by the same bit permutation, the steps in order
+    flat = coalesce(Layout((*(2,) * bits, n // k), (*(order[1 << b] for b in range(bits)), k)))
+    layout = Layout((flat.shape,), (flat.stride,)) if flat.rank > 1 else flat
+    if any(layout.offset(j) != order[j] for j in range(n)):
+        raise ValueError(f"accumulators_as_a: the order of {accumulating.name}'s columns in {multiplying.name}'s A is "
+                         f"no layout")
+    return layout
+
+
+def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom, key_order=None) -> list[list[int]]:
     """How `accumulating`'s accumulators (64 x N) become the register A operand of `multiplying` over its N / K
-    steps with no data leaving its thread (FlashAttention's P): per A register of each K step (step-major), the
-    accumulator slots its elements are, low part first. ValueError naming the element that another thread holds
-    (an 8-bit A register holds 4 consecutive columns, an accumulator thread 2: a shuffle would be needed)."""
+    steps with no data leaving its thread (FlashAttention's P), its columns in `key_order` (`a_key_order`'s;
+    None: in place): per A register of each K step (step-major), the accumulator slots its elements are, low
+    part first. ValueError naming the element that another thread holds."""
     (m, n, _), k = accumulating.shape, multiplying.shape[2]
     if n % k:
         raise ValueError(f"accumulators_as_a: N ({n}) is no whole number of {multiplying.name}'s K ({k})")
     holder = {accumulating.c.coordinate(t, v): (t, v) for t in range(WARPGROUP_THREADS) for v in range(n // 2)}
+    source = list(range(n)) if key_order is None else [0] * n  # A's column -> the accumulator column it holds
+    for column in range(n) if key_order is not None else ():
+        source[key_order.offset(column)] = column
     per_register = 32 // multiplying.element_bits
 
     def slot(step: int, value: int) -> int:
@@ -188,7 +234,7 @@ def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom) -> list[l
         slots = set()
         for thread in range(WARPGROUP_THREADS):
             row, column = multiplying.a.coordinate(thread, value)
-            owner, held = holder[row, step * k + column]
+            owner, held = holder[row, source[step * k + column]]
             if owner != thread:
                 raise ValueError(f"accumulators_as_a: A's element ({row}, {step * k + column}) of thread {thread} is "
                                  f"accumulator slot {held} of thread {owner}: {multiplying.element} needs a shuffle")

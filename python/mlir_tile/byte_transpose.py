@@ -21,6 +21,7 @@ would each be 2-way conflicts; these touch 8 quads a matrix. Which permute a lan
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,9 @@ STORE = "stmatrix.sync.aligned.m8n8.x4.shared.b16"
 # Each transfer's first row and the strides of its matrices' rows: loads X, Y (row r0 + 2 r1 + 4 r2 -> k) and
 # stores P, Q (row c0 + 4 c1 -> n), as the module's text says
 LOAD_ROWS = ((0, (2, 2, 2), (1, 4, 10)), (2, (2, 2, 2), (1, 4, 6)))
+# with a key order (`byte_transpose`'s): X rows 0 .. 7 and Y 8 .. 15, which give lane q rows 2q, 2q + 1 and 2q + 8,
+# 2q + 9: the keys an 8-bit wgmma A register holds where an accumulator thread held them (`atoms.a_key_order`)
+PAIRED_LOAD_ROWS = ((0, (2, 2, 2), (1, 2, 4)), (8, (2, 2, 2), (1, 2, 4)))
 STORE_ROWS = ((0, (4, 2), (2, 9)), (1, (4, 2), (2, 7)))
 REGISTERS = Layout((WARPS, 4, 8, 4), (1 @ warpid, 1, 4 @ laneid, 1 @ laneid))  # (warp, matrix, row, word)
 
@@ -55,20 +59,31 @@ class ByteTranspose:
     stores: tuple[Transfer, Transfer]  # P, Q
     steps: tuple[tuple[int, int], ...]  # each step's first word in the source, in the target
     selectors: tuple[tuple[int, ...], tuple[int, ...]]  # prmt.b32 selector of P's word, of Q's, per lane (32)
+    key_order: Layout | None = None  # source row k -> the target's column (None: k itself)
+
+    def key_at(self, column: int) -> int:
+        """The source row whose byte the target's `column` holds."""
+        return column if self.key_order is None else _inverse(self.key_order)[column]
 
 
-def byte_transpose(source: Layout, target: Layout) -> ByteTranspose:
+def byte_transpose(source: Layout, target: Layout, key_order: Layout | None = None) -> ByteTranspose:
     """The transposition of `source` (rows of K by words of 4 bytes of N) into `target` (rows of N by words of
-    4 bytes of K), both swizzled or not, by one warpgroup; ValueError where the tiles are not whole steps or
-    the proof fails (a byte misplaced, a bank conflict)."""
+    4 bytes of K), both swizzled or not, by one warpgroup; byte (k, n) to (n, k), or with `key_order` (a rank-1
+    permutation of K that keeps each 16 rows together: FlashAttention-3's fp8 V, whose keys P's registers hold
+    in an order of their own) to (n, key_order(k)). ValueError where the tiles are not whole steps or the proof
+    fails (a byte misplaced, a bank conflict)."""
     (rows, words), (target_rows, target_words) = source.sizes, target.sizes
     if rows % (STEP_ROWS * WARPS) or words % STEP_WORDS or (target_rows, target_words) != (4 * words, rows // 4):
         raise ValueError(f"byte transpose: a source of K rows by N / 4 words (K a multiple of {STEP_ROWS * WARPS}, "
                          f"N of {4 * STEP_WORDS}) into a target of N rows by K / 4 words; got {source} and {target}")
+    if key_order is not None and (key_order.rank != 1 or key_order.size != rows
+                                  or sorted(_inverse(key_order)) != list(range(rows))
+                                  or any(key_order.offset(k) // STEP_ROWS != k // STEP_ROWS for k in range(rows))):
+        raise ValueError(f"byte transpose: a key order permutes the {rows} rows, each 16 among themselves; got {key_order}")
     at, target_at = _offsets(source), _offsets(target)
     loads = tuple(Transfer(LOAD, REGISTERS, Layout(
         (WARPS, 4, shape, 4), (at(STEP_ROWS, 0), at(0, 4), tuple(at(s, 0) for s in strides), at(0, 1)), source.swizzle),
-        at(first, 0)) for first, shape, strides in LOAD_ROWS)
+        at(first, 0)) for first, shape, strides in (LOAD_ROWS if key_order is None else PAIRED_LOAD_ROWS))
     stores = tuple(Transfer(STORE, REGISTERS, Layout(
         (WARPS, 4, shape, 4), (target_at(0, STEP_ROWS // 4), target_at(16, 0), tuple(target_at(s, 0) for s in strides),
                                target_at(0, 1)), target.swizzle),
@@ -77,9 +92,16 @@ def byte_transpose(source: Layout, target: Layout) -> ByteTranspose:
     steps = tuple((at(STEP_ROWS * WARPS * (s % k_turns), STEP_WORDS * (s // k_turns)),
                    target_at(4 * STEP_WORDS * (s // k_turns), STEP_ROWS * WARPS // 4 * (s % k_turns)))
                   for s in range(k_turns * words // STEP_WORDS))
-    transpose = ByteTranspose(source, target, loads, stores, steps, _selectors(loads, stores, steps[0], source, target))
+    plan = ByteTranspose(source, target, loads, stores, steps, ((), ()), key_order)
+    transpose = ByteTranspose(source, target, loads, stores, steps, _selectors(plan), key_order)
     _prove(transpose, source, target)
     return transpose
+
+
+@functools.lru_cache(maxsize=None)
+def _inverse(order: Layout) -> dict[int, int]:
+    """{order(k): k} of a rank-1 layout."""
+    return {order.offset(k): k for k in range(order.size)}
 
 
 def _offsets(tile: Layout):
@@ -118,11 +140,13 @@ def _tagged(tile: Layout, tag) -> np.ndarray:
     return words
 
 
-def _selectors(loads, stores, step, source: Layout, target: Layout) -> tuple:
+def _selectors(plan: ByteTranspose) -> tuple:
     """Each lane's prmt selector for P's and Q's words: from the model, which (k, n) each byte of X and Y
     holds (loads of tiles tagged with k, then with n) and which (n, k) each byte of P's and Q's words must
     hold (where stmatrix puts them); ValueError where a lane's selector differs between its registers."""
     from mlir_tile import reference
+
+    loads, stores, step, source, target = plan.loads, plan.stores, plan.steps[0], plan.source, plan.target
 
     labels = []
     for tag in (lambda k, n: k % 256, lambda k, n: n % 256):
@@ -145,9 +169,10 @@ def _selectors(loads, stores, step, source: Layout, target: Layout) -> tuple:
             held = [(int(labels[0][j // 4][thread, slot]) >> 8 * (j % 4) & 0xFF,
                      int(labels[1][j // 4][thread, slot]) >> 8 * (j % 4) & 0xFF) for j in range(8)]
             try:
-                nibbles = [held.index(((k0 + b) % 256, n % 256)) for b in range(4)]
+                nibbles = [held.index((plan.key_at(k0 + b) % 256, n % 256)) for b in range(4)]
             except ValueError:
-                raise ValueError(f"byte transpose: lane {thread % 32}'s registers hold no byte of ({n}, {k0}..{k0 + 3})")
+                raise ValueError(f"byte transpose: lane {thread % 32}'s registers hold no byte of (n {n}, k "
+                                 f"{[plan.key_at(k0 + b) for b in range(4)]})") from None
             per_lane.setdefault(thread % 32, set()).add(sum(j << 4 * b for b, j in enumerate(nibbles)))
         if any(len(found) != 1 for found in per_lane.values()) or len(per_lane) != 32:
             raise ValueError(f"byte transpose: a lane's permute differs between its registers: {per_lane}")
@@ -156,15 +181,15 @@ def _selectors(loads, stores, step, source: Layout, target: Layout) -> tuple:
 
 
 def _prove(transpose: ByteTranspose, source: Layout, target: Layout) -> None:
-    """Every byte (k, n) of the source at (n, k) of the target, by the model (tiles tagged with k, then n);
-    every load and store conflict-free by the bank model."""
+    """Every byte (k, n) of the source at (n, k) of the target (at (n, key_order(k))), by the model (tiles
+    tagged with k, then n); every load and store conflict-free by the bank model."""
     for tag in (lambda k, n: k % 256, lambda k, n: n % 256):
         moved = emulate(transpose, _tagged(source, tag), np.zeros(target.cosize, np.uint32)).view(np.uint8)
         for n in range(target.sizes[0]):
             for k in range(4 * target.sizes[1]):
-                if moved[4 * target.offset(n, k // 4) + k % 4] != tag(k, n):
-                    raise ValueError(f"byte transpose: byte (k {k}, n {n}) of {source} is not at (n {n}, k {k}) of "
-                                     f"{target}")
+                if moved[4 * target.offset(n, k // 4) + k % 4] != tag(transpose.key_at(k), n):
+                    raise ValueError(f"byte transpose: byte (k {transpose.key_at(k)}, n {n}) of {source} is not at "
+                                     f"(n {n}, column {k}) of {target}")
     for source_at, target_at in transpose.steps:
         for transfer, at, tile in ([(t, source_at, source) for t in transpose.loads]
                                    + [(t, target_at, target) for t in transpose.stores]):

@@ -30,3 +30,22 @@ def decode(bits, element: str) -> np.ndarray:
     magnitude = np.where(exponent == 0, mantissa * 2.0 ** (1 - bias - mantissa_bits),
                          (1 + mantissa / 2 ** mantissa_bits) * 2.0 ** (exponent - bias))
     return np.where(bits & 0x80, -magnitude, magnitude)
+
+
+LARGEST_CODE = {"e4m3": 0x7E, "e5m2": 0x7B}  # the largest finite magnitude's bits (448, 57344)
+
+
+def encode(values, element: str) -> np.ndarray:
+    """Floats as `element` bits, rounded to nearest (ties to an even mantissa) and saturated to the finite range
+    (the conversion `cvt.rn.satfinite` makes), for inputs of fp8 kernels."""
+    if element not in FORMATS:
+        raise ValueError(f"fp8: e4m3 or e5m2, got {element!r}")
+    values = np.asarray(values, np.float64)
+    codes = np.arange(LARGEST_CODE[element] + 1)
+    magnitudes = decode(codes.astype(np.uint8), element)
+    size = np.minimum(np.abs(values), magnitudes[-1])
+    above = np.clip(np.searchsorted(magnitudes, size), 1, len(codes) - 1)
+    below = above - 1
+    gap_below, gap_above = size - magnitudes[below], magnitudes[above] - size
+    nearest = np.where((gap_above < gap_below) | ((gap_above == gap_below) & (above % 2 == 0)), above, below)
+    return (np.where(np.signbit(values), 0x80, 0) | codes[nearest]).astype(np.uint8)

@@ -162,21 +162,58 @@ def test_an_accumulator_as_the_rs_forms_a_needs_no_shared_memory(filecheck):
     """)
 
 
-def test_packing_accumulators_in_flight_or_of_fp8_is_refused():
+def test_packing_accumulators_in_flight_or_over_other_k_steps_is_refused():
     def in_flight(k, a, b, out):
         scores = k.accumulators(ATOM)
         k.wgmma(ATOM, a, b, scores)
         k.accumulators_as_a(scores, ATOM)
     _refused(in_flight, r"\[wgmma-in-flight\] a load of the m64n64k16 accumulators")
 
-    def eight_bits(k, a, b, out):
-        k.accumulators_as_a(k.accumulators(ATOM), wgmma(64, "e4m3"))
-    _refused(eight_bits, r"\[wgmma-rs-layout\] accumulators_as_a: packs f16 or bf16")
-
     def wrong_steps(k, a, b, out):
         fragment = k.accumulators_as_a(k.accumulators(wgmma(32, "f16")), ATOM)  # 2 K steps; b has 4
         k.wgmma(ATOM, fragment, b, k.accumulators(ATOM))
     _refused(wrong_steps, r"\[wgmma-operand\] .*register A of f16 over 4 K steps \(b's K\), got one of f16 over 2")
+
+
+FP8 = wgmma(64, "e4m3")
+
+
+def _fp8_p_v(v_layout):
+    """S = Q K^T (e4m3, 64 x 64 keys over K 128), P = S packed as the e4m3 A of P V, O = P V over a V^T tile (64
+    d x 64 keys, 64-byte rows) read through `v_layout` (v_layout(d, key))."""
+    with Kernel("k", [Global("f32")], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        shared = k.dynamic_shared(alignment=1024)
+        q_tile, k_tile = Box(64, 128, 8, 128).layout, Box(64, 128, 8, 128).layout
+        q = k.tensor(k.view(shared, (q_tile.cosize,), "i8"), q_tile)
+        keys = k.tensor(k.view(shared, (k_tile.cosize,), "i8", byte_offset=8192), k_tile)
+        v = k.tensor(k.view(shared, (4096,), "i8", byte_offset=16384), v_layout)
+        scores, output = k.accumulators(FP8), k.accumulators(FP8)
+        k.wgmma(FP8, q, keys, scores, accumulate=False)
+        k.wgmma_wait(0, [scores])
+        k.wgmma(FP8, k.accumulators_as_a(scores, FP8), v, output, accumulate=False)
+        k.wgmma_wait(0, [output])
+        k.tensor(k.arguments[0], (1 << 16,))[k.global_thread_id()] = k.load(output.registers, [0])
+    return k.module
+
+
+V_T = Layout((64, 64), (64, 1), Swizzle(2, 4, 3))  # (d, key): K-major, 64-byte rows, 64-byte swizzle
+
+
+def test_an_fp8_p_holds_its_keys_in_fa3s_order_and_v_is_read_through_it(filecheck):
+    """e4m3 P: four accumulators a word by cvt.rn.satfinite.e4m3x2 (no shuffle: the keys in `atoms.a_key_order`),
+    then P V in the RS form, V given by key (V^T written with key j at column order(j), as the fp8 attention's
+    transposer writes it) and read K-major through the order; V^T in plain key order has no descriptor."""
+    from mlir_tile.atoms import a_key_order
+    from mlir_tile.layout import composition
+
+    order = a_key_order(FP8, FP8)
+    filecheck(compile_to_ptx(_fp8_p_v(composition(V_T, (None, order)))), """
+    CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{.*}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1;
+    CHECK: cvt.rn.satfinite.e4m3x2.f32
+    CHECK: wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{.*}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1;
+    """)
+    with pytest.raises(BuilderError, match=r"\[wgmma-descriptor\] wgmma: b: "):
+        _fp8_p_v(V_T)
 
 
 def test_transpose_bytes_is_ldmatrix_trans_byte_permutes_and_stmatrix(filecheck, tmp_path):

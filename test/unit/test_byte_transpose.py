@@ -47,6 +47,39 @@ def test_random_bytes_come_out_transposed(k, n, boxes):
     assert len(plan.steps) == k * n // (16 * 64 * byte_transpose.WARPS)
 
 
+# FlashAttention-3's fp8 P: accumulator column j is A's column sigma(j) (the PTX ISA's fragments: per 32 keys,
+# j = e + 2q + 8h + 16g -> e + 2h + 4q + 16g), written down here from the ISA's figures, not from atoms
+P_KEY_ORDER = Layout.parse("((2,4,2,2,4)):((1,4,2,16,32))")
+
+
+def _sigma(j: int) -> int:
+    e, q, h, g, s = j % 2, j // 2 % 4, j // 8 % 2, j // 16 % 2, j // 32
+    return e + 2 * h + 4 * q + 16 * g + 32 * s
+
+
+@pytest.mark.parametrize("k, n, boxes", [(128, 128, 1), (128, 256, 2)])
+def test_with_a_key_order_each_key_lands_at_its_column_in_that_order(k, n, boxes):
+    """V [keys, d] rewritten as V^T with key j at column sigma(j): conflict-free, the selectors the plain pairs
+    of rows give (0x6420 / 0x7531, P and Q swapped for lanes 16-31 so that a store's rows avoid one another)."""
+    source, target = _tiles(k, n, boxes)
+    plan = byte_transpose.byte_transpose(source, target, P_KEY_ORDER)
+    matrix = np.random.default_rng(k + n).integers(0, 256, (k, n), dtype=np.uint8)
+    moved = _read(target, byte_transpose.emulate(plan, _write(source, matrix), np.zeros(target.cosize, np.uint32)))
+    assert all((moved[:, _sigma(j)] == matrix[j]).all() for j in range(k))
+    p, q = plan.selectors
+    assert p == (0x6420,) * 16 + (0x7531,) * 16 and q == (0x7531,) * 16 + (0x6420,) * 16
+
+
+@pytest.mark.parametrize("order, message", [
+    (Layout.parse("((2,64)):((64,1))"), "each 16 among themselves"),  # a permutation, but across 16-row steps
+    (Layout.parse("((2,4,2,2,4)):((1,4,2,16,16))"), "permutes the 128 rows"),
+    (Layout.parse("(128,1):(1,1)"), "permutes the 128 rows")])
+def test_a_key_order_that_leaves_its_steps_or_is_no_permutation_is_refused(order, message):
+    source, target = _tiles(128, 128)
+    with pytest.raises(ValueError, match=message):
+        byte_transpose.byte_transpose(source, target, order)
+
+
 def test_each_lane_permutes_by_its_own_selector():
     """Lanes 0-15 make row 2c in P, 16-31 row 2c + 1 (c = lane / 4); lanes with q = lane % 4 >= 2 hold the lower
     pair of rows in Y: the selectors say so, and one lane's wrong selector misplaces its bytes."""

@@ -1,5 +1,5 @@
 """fp8 on the host (fp8.py): small integers as e4m3 and e5m2 bits, by the formats' definitions (sign, biased
-exponent, mantissa), and back; values outside what is exact are refused."""
+exponent, mantissa), and back; values outside what is exact are refused; any float rounded to e4m3 (encode)."""
 import numpy as np
 import pytest
 
@@ -26,3 +26,16 @@ def test_every_small_integer_comes_back_and_subnormals_decode():
 def test_what_is_not_a_small_integer_of_a_format_is_refused(values, element):
     with pytest.raises(ValueError, match="integers in \\[-7, 7\\]"):
         fp8.encode_integers(values, element)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (0.0, 0x00), (-0.0, 0x80), (1.0, 0x38), (1.0625, 0x38), (1.125, 0x39), (1.1875, 0x3A),  # ties to an even mantissa
+    (448.0, 0x7E), (464.0, 0x7E), (1e9, 0x7E), (-1e9, 0xFE),  # saturated, never NaN (0x7F)
+    (2.0 ** -9, 0x01), (2.0 ** -10, 0x00), (3 * 2.0 ** -10, 0x02), (-0.1, 0x9D)])  # 1.6 x 2^-4: exponent 3, mantissa 4.8 -> 5
+def test_encode_rounds_to_nearest_even_and_saturates_as_cvt_satfinite(value, expected):
+    assert int(fp8.encode([value], "e4m3")[0]) == expected
+
+
+def test_encode_is_decodes_inverse_on_every_finite_e4m3():
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)
+    assert (fp8.encode(fp8.decode(codes, "e4m3"), "e4m3") == codes).all()

@@ -12,7 +12,7 @@ from mlir_tile.kernels import hopper_attention
 from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
 CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
-           for element in ("f16", "bf16")]
+           for element in ("f16", "bf16")] + [HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
 
 
 def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
@@ -79,7 +79,9 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1), "ping-pong takes two consumers"), (dict(element="f32"), "f16 and bf16"),
+    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1), "ping-pong takes two consumers"),
+    (dict(head_dim=64, element="e4m3", pingpong=False), "e4m3 takes head dim 128 and 128 keys"),
+    (dict(element="e4m3", keys=64), "e4m3 takes head dim 128 and 128 keys"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
@@ -113,6 +115,42 @@ def test_each_head_dim_takes_its_measured_shape():
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
     assert not HopperAttentionConfig.of(64).pingpong and HopperAttentionConfig.of(128).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
+
+
+def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
+    """e4m3, d 128: V's tiles by TMA into a staging ring, the producer warpgroup's four warps rewrite each as V^T
+    with key j at column order(j) (`transposition`: 4 steps of two ldmatrix.trans, byte permutes, two stmatrix,
+    proven on the model) and arrive on the stage's full barrier; S by e4m3 wgmma from shared memory, P packed as
+    e4m3 (cvt.rn.satfinite) in that order, P V in the RS form; the descales applied; O in bf16."""
+    from mlir_tile.atoms import a_key_order, wgmma
+
+    config = HopperAttentionConfig.of(128, element="e4m3")
+    layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)
+    order = a_key_order(wgmma(128, "e4m3"), wgmma(128, "e4m3"))
+    assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
+    assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
+               for j in range(128))
+    assert config.shared_bytes == 128 * 128 + 3 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .param .u64 attention_param_5,
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_6,
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_7,
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_8
+    CHECK-DAG: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}224;
+    CHECK-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK-DAG: cvt.rn.satfinite.e4m3x2.f32
+    CHECK-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{.*}}}, {{{.*}}}, %rd{{[0-9]+}}
+    CHECK-DAG: cvt.rn.bf16x2.f32
+    CHECK-DAG: setmaxnreg.dec.sync.aligned.u32 {{\\s*}}56;
+    CHECK-DAG: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+    CHECK-DAG: prmt.b32
+    CHECK-DAG: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK-DAG: fence.proxy.async.shared::cta;
+    """)
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 4 and ptx.count("stmatrix.sync") == 2 * 4
+    # Q's box, then K's and V's (128 bytes of d each) of the first two tiles and in the loop
+    assert ptx.count("cp.async.bulk.tensor.2d") == 1 + 3 * 2
 
 
 def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path):

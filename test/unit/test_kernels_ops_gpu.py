@@ -1,8 +1,8 @@
 """mlir_tile.kernels' torch operators on the GPU, as a user calls them (installed alone, they run the kernels the
 wheel ships): `matmul` on random shapes of both dtypes and B layouts, with and without each ready-made
 epilogue, against torch's fp32 product, and on Hopper (sm_90) 320 shapes a dtype and epilogue on Hopper's path;
-`scaled_mm` (fp8) bit for bit against the exact scaled product; `attention` on random cases against fp32
-softmax attention and its log-sum-exp; inside a torch.compile'd module; importing them loads no MLIR. Skipped
+`scaled_mm` (fp8) bit for bit against the exact scaled product; `attention` on random cases (150 a dtype: f16,
+bf16, and e4m3 on Hopper) against fp32 softmax attention and its log-sum-exp; inside a torch.compile'd module; importing them loads no MLIR. Skipped
 without torch or a GPU (the reason shown)."""
 import random
 import subprocess
@@ -16,6 +16,8 @@ F = torch.nn.functional
 pytestmark = pytest.mark.gpu
 
 GEMM_CASES, ATTENTION_CASES = 240, 300  # attention: 150 each dtype
+_hopper_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                  reason="Hopper's path (TMA, wgmma) runs on sm_90 only")
 ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                "silu": F.silu}
 
@@ -135,6 +137,49 @@ def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
     assert not failures, failures[:10]
 
 
+@_hopper_only
+def test_fp8_attention_matches_fp32_attention_of_its_values_within_e4m3s_rounding_of_p():
+    """150 random (batch, heads, seq, causal) at d 128 in float8_e4m3fn with per-tensor descales: O (bf16) within
+    2^-4 max |v| of fp32 attention of the values the fp8 inputs stand for (P is rounded to e4m3: a relative
+    error of at most 2^-4 on each weight), the log-sum-exp within 1e-3; rows peaked (N(0, 2) inputs), so a key
+    misplaced between P and V would show."""
+    from mlir_tile.kernels import attention
+
+    rng, failures = random.Random(7), []
+    for trial in range(ATTENTION_CASES // 2):
+        batch, heads = rng.randint(1, 2), rng.randint(1, 4)
+        seq, causal = rng.choice([1, 17, 64, 65, 128, 129, 200, rng.randint(1, 700)]), rng.random() < 0.5
+        quantized, descales, values = [], [], []
+        for _ in range(3):
+            x = 2 * torch.randn(batch, heads, seq, 128, device="cuda")
+            descale = (x.abs().max() / 448).reshape(1)
+            quantized.append((x / descale).to(torch.float8_e4m3fn))
+            descales.append(descale)
+            values.append(quantized[-1].float() * descale)
+        o, lse = attention(*quantized, causal=causal, descale_q=descales[0], descale_k=descales[1],
+                           descale_v=descales[2])
+        scores = values[0] @ values[1].transpose(-1, -2) / 128 ** 0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
+        expected = scores.softmax(-1) @ values[2]
+        o_error = float((o.float() - expected).abs().max())
+        lse_error = float((lse - scores.logsumexp(-1)).abs().max())
+        bound = 2 ** -4 * float(values[2].abs().max()) + 2 ** -7 * float(expected.abs().max())
+        if o.dtype != torch.bfloat16 or o_error > bound or lse_error > 1e-3:
+            failures.append(((batch, heads, seq, causal), o.dtype, o_error, bound, lse_error))
+    assert not failures, failures[:10]
+
+
+def test_fp8_attention_without_descales_or_with_them_on_16_bit_inputs_is_a_value_error():
+    from mlir_tile.kernels import attention
+
+    q = torch.randn(1, 1, 8, 128, device="cuda")
+    with pytest.raises(ValueError, match="take descale_q, descale_k and descale_v"):
+        attention(*(q.to(torch.float8_e4m3fn),) * 3)
+    with pytest.raises(ValueError, match="descales are for float8_e4m3fn"):
+        attention(*(q.half(),) * 3, descale_q=torch.ones(1, device="cuda"))
+
+
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -177,8 +222,6 @@ def test_what_the_kernels_do_not_take_is_a_value_error_at_the_call():
 
 
 HOPPER_CASES = 320  # random shapes a dtype and epilogue on Hopper's path, and a kind of fp8 scales
-_hopper_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                                  reason="Hopper's path (TMA, wgmma) runs on sm_90 only")
 
 
 def _hopper_sizes(rng: random.Random, multiple: int) -> tuple[int, int, int]:

@@ -127,7 +127,23 @@ def test_an_f16_accumulator_is_the_next_products_register_a_in_its_own_thread():
     assert slots == [[8 * s + 2 * r, 8 * s + 2 * r + 1] for s in range(4) for r in range(4)]
 
 
+def test_16_bit_a_keeps_the_accumulators_order_and_8_bit_a_takes_fa3s():
+    """An 8-bit A register holds 4 adjacent columns where an accumulator thread holds 2 and 2 eight further on:
+    in the order that keeps every value in its thread, per 32 columns j = e + 2q + 8h + 16g -> e + 2h + 4q + 16g
+    (FlashAttention-3's fp8 P), in which A's slots are a thread's c0 c1 c4 c5 (row r), c2 c3 c6 c7 (row r + 8)."""
+    from mlir_tile.atoms import a_key_order, accumulators_as_a
+
+    assert a_key_order(wgmma(64, "f16"), wgmma(128, "bf16")) is None
+    order = a_key_order(wgmma(128, "e4m3"), wgmma(64, "e4m3"))
+    assert [order.offset(j) for j in range(32)] == [e + 2 * h + 4 * q + 16 * g for g in range(2) for h in range(2)
+                                                    for q in range(4) for e in range(2)]
+    assert all(order.offset(j) == order.offset(j % 32) + j // 32 * 32 for j in range(128))
+    slots = accumulators_as_a(wgmma(128, "e4m3"), wgmma(64, "e4m3"), order)
+    assert slots[:4] == [[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 15]] and len(slots) == 16
+
+
 def test_an_8_bit_a_register_would_need_a_shuffle():
+    """... in the accumulators' own order."""
     from mlir_tile.atoms import accumulators_as_a
 
     with pytest.raises(ValueError, match=r"A's element \(0, 4\) of thread 1 is accumulator slot 0 of thread 2: e4m3 "

@@ -143,6 +143,18 @@ class Compute:
         narrow = arith.truncf(ir.VectorType.get([2], parse_type(element)), pair)
         return llvm.bitcast(ir.IntegerType.get_signless(32), narrow)
 
+    def pack_f8(self, values: Sequence[ir.Value], element: str = "e4m3") -> ir.Value:
+        """Four f32 values rounded to 8-bit floats (to nearest, saturated to the finite range) in one i32 word,
+        values[0] in its lowest byte (an 8-bit wgmma A register's order)."""
+        if element not in ("e4m3", "e5m2") or len(values) != 4:
+            raise BuilderError(f"pack_f8: four values and element e4m3 or e5m2, got {len(values)}, {element!r}")
+        for value in values:
+            _f32(value, "pack_f8")
+        # cvt's first operand goes to the upper byte of each pair
+        text = ("{ .reg .b16 lo, hi; cvt.rn.satfinite.%s.f32 lo, $2, $1; cvt.rn.satfinite.%s.f32 hi, $4, $3; "
+                "mov.b32 $0, {lo, hi}; }" % ((element + "x2",) * 2))
+        return llvm.inline_asm(ir.IntegerType.get_signless(32), list(values), text, "=r,f,f,f,f")
+
     def byte_permute(self, low: ir.Value, high: ir.Value, selector: ir.Value | int) -> ir.Value:
         """`prmt.b32`: byte i of the i32 result is byte (nibble i of `selector`) & 7 of the eight bytes of
         high:low (low's are 0-3; a nibble's bit 3 replicates that byte's sign), the PTX ISA's default mode

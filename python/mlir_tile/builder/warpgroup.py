@@ -42,10 +42,12 @@ class Accumulators:
 
 class Fragment:
     """A warpgroup's A operand in registers (wgmma's RS form) of `atom` over `steps` K steps: `registers` (i32
-    words), K step s in slots 4 s .. 4 s + 3 (a0..a3 of the atom's `a` thread-value layout)."""
+    words), K step s in slots 4 s .. 4 s + 3 (a0..a3 of the atom's `a` thread-value layout). `key_order`: where
+    its columns came from another order (`atoms.a_key_order`: column j of the accumulators is A's column
+    key_order(j)), which `wgmma` reads B's K through; None where they kept their places."""
 
-    def __init__(self, kernel, atom: WgmmaAtom, registers: ir.Value, steps: int):
-        self.kernel, self.atom, self.registers, self.steps = kernel, atom, registers, steps
+    def __init__(self, kernel, atom: WgmmaAtom, registers: ir.Value, steps: int, key_order=None):
+        self.kernel, self.atom, self.registers, self.steps, self.key_order = kernel, atom, registers, steps, key_order
 
     def held(self) -> list:
         return [self.registers]
@@ -69,31 +71,34 @@ class Warpgroups:
         """`accumulators` (64 x N, f32) rounded to `atom`'s element and packed as its register A operand over N /
         K steps, each thread's own (FlashAttention's P for P V: no shared memory, no shuffle); the layouts prove
         that every element stays in its thread (`atoms.accumulators_as_a`), else BuilderError [wgmma-rs-layout].
+        8-bit A (e4m3, e5m2; saturated to the element's finite range) holds the columns in the order that keeps
+        them in their threads (`atoms.a_key_order`, FlashAttention-3's fp8 P): the Fragment's `key_order`, through
+        which `wgmma` reads its B, so that B's tile is given in the accumulators' order (V as it is, for P V).
         `into`: a Fragment of this atom and size made by an earlier call, written over (a value a loop carries:
         P of one key tile read by the next turn's P V); writing it while a wgmma group reads it is refused
         [wgmma-in-flight]."""
-        from mlir_tile.atoms import accumulators_as_a
+        from mlir_tile.atoms import a_key_order, accumulators_as_a
 
         self._warpgroup_kernel("accumulators_as_a", atom)
         if not isinstance(accumulators, Accumulators):
             raise BuilderError(f"accumulators_as_a: Kernel.accumulators(...), got {accumulators!r}")
-        if atom.element not in ("f16", "bf16"):
-            raise BuilderError(f"[wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got {atom.element}")
         try:
-            slots = accumulators_as_a(accumulators.atom, atom)
+            order = a_key_order(accumulators.atom, atom)
+            slots = accumulators_as_a(accumulators.atom, atom, order)
         except ValueError as error:
             raise BuilderError(f"[wgmma-rs-layout] {error}") from None
         if into is not None and (not isinstance(into, Fragment) or into.atom != atom or into.steps != len(slots) // 4):
             raise BuilderError(f"accumulators_as_a: into is a Fragment of {atom.name} over {len(slots) // 4} K steps "
                                f"(an earlier accumulators_as_a of these accumulators), got {into!r}")
         registers = self.registers(len(slots), "i32") if into is None else into.registers
-        for word, (low, high) in enumerate(slots):
-            values = [self.load(accumulators.registers, [slot]) for slot in (low, high)]
-            self.store(self.pack_f16(*values, atom.element), registers, [word])
+        for word, parts in enumerate(slots):
+            values = [self.load(accumulators.registers, [slot]) for slot in parts]
+            packed = self.pack_f16(*values, atom.element) if len(parts) == 2 else self.pack_f8(values, atom.element)
+            self.store(packed, registers, [word])
         if into is not None:
             return into
         self.wgmma_groups.storage(registers, f"the {atom.name} register A operand")
-        return Fragment(self, atom, registers, len(slots) // 4)
+        return Fragment(self, atom, registers, len(slots) // 4, order)
 
     def wgmma(self, atom: WgmmaAtom, a, b, accumulators: Accumulators, *, accumulate: bool = True,
               a_row_block: ir.Value | int = 0) -> None:
@@ -114,6 +119,8 @@ class Warpgroups:
             raise BuilderError(f"wgmma: accumulate is True or False, got {accumulate!r}")
         _, n, k_step = atom.shape
         depth = _operand_tile("b", b, atom)
+        if isinstance(a, Fragment) and a.key_order is not None:  # B's K read in the order A holds its columns
+            b = _in_key_order(b, a.key_order)
         if depth[0] != n or depth[1] % k_step:
             raise BuilderError(f"[wgmma-operand] wgmma {atom.name}: b is {n} x K, K a multiple of {k_step}; got b "
                                f"{depth[0]} x {depth[1]}")
@@ -313,6 +320,17 @@ def _k_major(name: str, fields: Descriptor, atom: WgmmaAtom) -> None:
         raise BuilderError(f"[wgmma-k-major] wgmma {atom.name}.{atom.element}: {name} must be K-major (wgmma "
                            f"transposes "
                            f"only 16-bit operands); lay the tile out with K contiguous")
+
+
+def _in_key_order(tile, key_order):
+    """B's tile (N x K) read with its K in `key_order`: at K position key_order(j), its column j."""
+    from mlir_tile.builder.tensor import Tensor
+    from mlir_tile.layout import composition, right_inverse
+
+    if tile.layout.sizes[1] != key_order.size:
+        raise BuilderError(f"[wgmma-operand] wgmma: b's K ({tile.layout.sizes[1]}) is not the register A's "
+                           f"{key_order.size} columns")
+    return Tensor(tile.kernel, tile.memory, composition(tile.layout, (None, right_inverse(key_order))))
 
 
 def _operand_tile(name: str, tile, atom: WgmmaAtom) -> tuple[int, int]:

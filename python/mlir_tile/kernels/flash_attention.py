@@ -719,7 +719,8 @@ def _emulated_o(config: Config, output, result, queries: int):
 def add_options(parser) -> tuple[str, ...]:
     from mlir_tile.halves import ELEMENTS
 
-    parser.add_argument("--dtype", choices=ELEMENTS, default="f16", help="q's, k's, v's and O's element type (default f16)")
+    parser.add_argument("--dtype", choices=(*ELEMENTS, "e4m3"), default="f16",
+                        help="q's, k's, v's and O's element type (default f16; e4m3 with --arch sm_90a: O in bf16)")
     parser.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=64, help="d (default 64; 256 with --arch sm_90a)")
     parser.add_argument("--causal", action="store_true", help="the causal mask")
     parser.add_argument("--tuned", action="store_true", help="the CTA `Attention` runs for d and the mask (TUNED's)")

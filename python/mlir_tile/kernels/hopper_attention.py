@@ -27,14 +27,16 @@ import functools
 import math
 from dataclasses import dataclass
 
-from mlir_tile.kernels.hopper_gemm import check_shared, raised_registers
+from mlir_tile.kernels.hopper_gemm import check_shared, output_element, raised_registers
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
-BOX_COLUMNS = 64  # 16-bit elements in a 128-byte swizzled row: each tile is boxes of 64 columns side by side
-PRODUCER_REGISTERS = 24
-ELEMENT_BYTES = 2
+ROW_BYTES = 128  # a 128-byte swizzled row: each tile is boxes of 128 bytes of columns side by side
+PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 56
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
+FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
+TRANSPOSE_STAGES = 2  # fp8: V tiles as TMA wrote them, waiting for the producer's transposition
 # each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
 # ping-pong ran 1.01-1.06x without it at d 128 but 0.92-0.97x at d 64; at 256, O takes 128 registers a thread
 # and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x
@@ -56,10 +58,13 @@ class HopperAttentionConfig:
     # other's GEMMs
 
     def __post_init__(self) -> None:
-        if self.head_dim not in HEAD_DIMS or self.element not in ("f16", "bf16"):
-            raise ValueError(f"hopper attention: head dims {', '.join(map(str, HEAD_DIMS))}, f16 and bf16; got "
+        if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
+            raise ValueError(f"hopper attention: head dims {', '.join(map(str, HEAD_DIMS))}, f16, bf16 and e4m3; got "
                              f"{self.head_dim}, {self.element}")
-        if self.keys % BOX_COLUMNS or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
+        if self.fp8 and (self.head_dim not in FP8_HEAD_DIMS or self.keys != FP8_KEYS):
+            raise ValueError(f"hopper attention: e4m3 takes head dim {', '.join(map(str, FP8_HEAD_DIMS))} and "
+                             f"{FP8_KEYS} keys a tile; got {self.head_dim}, {self.keys}")
+        if self.keys % 64 or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
         if self.pingpong and self.consumers != 2:
@@ -81,21 +86,39 @@ class HopperAttentionConfig:
         return 128 * (1 + self.consumers)
 
     @property
+    def fp8(self) -> bool:
+        """e4m3: V transposed in the kernel by the producer warpgroup, O in bf16, per-tensor scales."""
+        return self.element == "e4m3"
+
+    @property
+    def element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.element]
+
+    @property
+    def box_columns(self) -> int:
+        return ROW_BYTES // self.element_bytes
+
+    @property
+    def producer_registers(self) -> int:
+        return TRANSPOSING_PRODUCER_REGISTERS if self.fp8 else PRODUCER_REGISTERS
+
+    @property
     def consumer_registers(self) -> int:
         """What a consumer thread raises its registers to (`hopper_gemm.raised_registers`), at most 240."""
-        return min(240, raised_registers(self.threads, PRODUCER_REGISTERS, self.consumers))
+        return min(240, raised_registers(self.threads, self.producer_registers, self.consumers))
 
     @property
     def q_bytes(self) -> int:
-        return self.rows * self.head_dim * ELEMENT_BYTES
+        return self.rows * self.head_dim * self.element_bytes
 
     @property
-    def stage_bytes(self) -> int:  # a K tile and a V tile
-        return 2 * self.keys * self.head_dim * ELEMENT_BYTES
+    def tile_bytes(self) -> int:  # a K, V or V^T tile
+        return self.keys * self.head_dim * self.element_bytes
 
     @property
     def shared_bytes(self) -> int:
-        return self.q_bytes + self.stages * self.stage_bytes
+        """Q, the stages (a K tile and a V tile each: V^T for fp8), and fp8's staged V tiles."""
+        return self.q_bytes + (2 * self.stages + TRANSPOSE_STAGES * self.fp8) * self.tile_bytes
 
     def grid(self, batch_heads: int, seq: int) -> int:
         return -(-seq // self.rows) * batch_heads
@@ -105,25 +128,58 @@ class HopperAttentionConfig:
                 f"k{self.keys}s{self.stages}{'pp' if self.pingpong else ''}_sm90a")
 
 
-def _boxed(rows: int, columns: int):
-    """A rows x columns tile (row, column) as TMA writes boxes of rows x 64 side by side, 128-byte swizzled."""
-    from mlir_tile.layout import Layout
+def _swizzle(config: HopperAttentionConfig):
+    """The 128-byte swizzle on elements of the config's type (TMA's and wgmma's)."""
     from mlir_tile.tma import Box
 
-    swizzle = Box(64, BOX_COLUMNS, 16, 128).layout.swizzle
-    return Layout((rows, (BOX_COLUMNS, columns // BOX_COLUMNS)), (BOX_COLUMNS, (1, rows * BOX_COLUMNS)), swizzle)
+    return Box(8, config.box_columns, 8 * config.element_bytes, ROW_BYTES).layout.swizzle
+
+
+def _boxed(rows: int, config: HopperAttentionConfig):
+    """A rows x d tile (row, column) as TMA writes boxes of rows x 128 bytes side by side, swizzled."""
+    from mlir_tile.layout import Layout
+
+    width = config.box_columns
+    return Layout((rows, (width, config.head_dim // width)), (width, (1, rows * width)), _swizzle(config))
 
 
 @functools.lru_cache(maxsize=None)
 def tiles(config: HopperAttentionConfig) -> dict:
     """The shared tiles' layouts in elements: Q (rows x d) and K (keys x d) as TMA writes them, K-major for
-    wgmma; V as wgmma's B of P V: (d, keys) of the same [keys, d] boxes, MN-major."""
-    from mlir_tile.layout import Layout
+    wgmma; V as wgmma's B of P V, (d, keys): 16-bit, of K's [keys, d] boxes, MN-major; fp8 (K-major only), V^T
+    as the producer writes it from the staged V tile ("v_staged", K's layout), each key k at column
+    key_order(k) of its row, the order in which P's registers hold the keys (`atoms.a_key_order`), so that
+    wgmma reads it through that order K-major."""
+    from mlir_tile.atoms import a_key_order, wgmma
+    from mlir_tile.layout import Layout, composition
 
-    kv = _boxed(config.keys, config.head_dim)
-    (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
-    return {"q": _boxed(config.rows, config.head_dim), "k": kv,
-            "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
+    kv = _boxed(config.keys, config)
+    layouts = {"q": _boxed(config.rows, config), "k": kv}
+    if not config.fp8:
+        (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
+        return {**layouts, "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
+    order = a_key_order(wgmma(config.keys, config.element), wgmma(config.head_dim, config.element))
+    v_t = Layout((config.head_dim, config.keys), (config.keys, 1), _swizzle(config))
+    return {**layouts, "v_staged": kv, "v_t": v_t, "v": composition(v_t, (None, order)), "key_order": order}
+
+
+@functools.lru_cache(maxsize=None)
+def transposition(config: HopperAttentionConfig):
+    """fp8: the staged V tile (keys x d bytes) rewritten as V^T in P's key order (`byte_transpose`), each word
+    layout proven to hold its tile's bytes."""
+    from mlir_tile.byte_transpose import byte_transpose
+    from mlir_tile.kernels.hopper_gemm import same_bytes
+    from mlir_tile.layout import Layout, Swizzle
+
+    layouts, words = tiles(config), ROW_BYTES // 4
+    swizzle = layouts["v_t"].swizzle
+    on_words = Swizzle(swizzle.bits, swizzle.base - 2, swizzle.shift)
+    boxes_across = config.head_dim // config.box_columns
+    staged = Layout((config.keys, (words, boxes_across)), (words, (1, config.keys * words)), on_words)
+    v_t = Layout((config.head_dim, config.keys // 4), (config.keys // 4, 1), on_words)
+    same_bytes(layouts["v_staged"], staged, 4)
+    same_bytes(layouts["v_t"], v_t, 4)
+    return byte_transpose(staged, v_t, layouts["key_order"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,15 +188,16 @@ def boxes(config: HopperAttentionConfig) -> dict:
     from mlir_tile.tma import column_boxes
 
     layouts = tiles(config)
-    return {name: column_boxes(layouts[tile], 16, BOX_COLUMNS)[0][1] for name, tile in (("q", "q"), ("k", "k"),
-                                                                                          ("v", "k"))}
+    return {name: column_boxes(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][1]
+            for name, tile in (("q", "q"), ("k", "k"), ("v", "k"))}
 
 
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
     from mlir_tile.builder import Global, Kernel, TensorMap
 
-    with Kernel(KERNEL, [TensorMap()] * 3 + [Global(config.element), Global("f32"), "index"],
+    scales = [Global("f32")] * 3 if config.fp8 else []
+    with Kernel(KERNEL, [TensorMap()] * 3 + [Global(output_element(config.element)), Global("f32"), "index"] + scales,
                 block=(config.threads, 1, 1), chip="sm_90a", fast_math=True, context=context) as k:
         _HopperAttention(k, config).build()
     return k.module
@@ -154,7 +211,8 @@ class _HopperAttention:
         from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d = k, config, config.head_dim
-        self.q_map, self.k_map, self.v_map, o, lse, self.seq = k.arguments
+        self.q_map, self.k_map, self.v_map, o, lse, self.seq = k.arguments[:6]
+        self.storage = "i8" if config.fp8 else config.element
         order = QueryTiles(k, self.seq, config.rows, reverse=config.causal)
         self.head, query_tile = order.of_block(k.block_id())
         self.q0 = arith.muli(query_tile, k.index(config.rows))
@@ -166,55 +224,116 @@ class _HopperAttention:
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
         self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
         self.shared = k.dynamic_shared(alignment=1024)
-        readers = 4 * config.consumers
-        q_elements, kv_elements = config.rows * self.d, config.keys * self.d
-        self.q_ring = StageRing(k, self.shared, 1, [(config.element, q_elements)])
-        self.q_pipeline = TmaPipeline(k, self.q_ring, readers, self.d // BOX_COLUMNS, name="q")
-        self.ring = StageRing(k, self.shared, config.stages, [(config.element, kv_elements)] * 2, start=config.q_bytes)
-        self.pipeline = TmaPipeline(k, self.ring, readers, 2 * self.d // BOX_COLUMNS, name="kv")
+        readers, boxes_across = 4 * config.consumers, self.d // config.box_columns
+        tile_elements = config.keys * self.d
+        self.q_ring = StageRing(k, self.shared, 1, [(self.storage, config.rows * self.d)])
+        self.q_pipeline = TmaPipeline(k, self.q_ring, readers, boxes_across, name="q")
+        self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes)
+        # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
+        self.pipeline = TmaPipeline(k, self.ring, readers, boxes_across * (2 - config.fp8), name="kv",
+                                    writers=4 if config.fp8 else 0)
+        if config.fp8:
+            self.staging_ring = StageRing(k, self.shared, TRANSPOSE_STAGES, [(self.storage, tile_elements)],
+                                          start=config.q_bytes + config.stages * self.ring.bytes)
+            self.staging = TmaPipeline(k, self.staging_ring, 4, boxes_across, name="staging")
         self.warpgroup = k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
+        if config.fp8:  # S's scale times the descales of Q and K; O's, V's
+            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[6:9])
+            self.scale = arith.mulf(self.scale, arith.mulf(q_scale, k_scale))
         self.negative_infinity = k.constant(float("-inf"), "f32")
 
     def build(self) -> None:
         k, config = self.k, self.config
         with k.if_(k.compare("eq", self.warpgroup, 0)):
-            k.set_max_registers(PRODUCER_REGISTERS, "decrease")
-            with k.if_(k.compare("eq", k.thread_id(), 0)):
-                self.produce()
+            k.set_max_registers(config.producer_registers, "decrease")
+            if config.fp8:
+                self.produce_transposed()
+            else:
+                with k.if_(k.compare("eq", k.thread_id(), 0)):
+                    self.produce()
         with k.if_(k.compare("ne", self.warpgroup, 0)):
             k.set_max_registers(config.consumer_registers, "increase")
             self.consume()
 
     # ----- the producer -----
     def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
-        """A tile's boxes (64 columns each, side by side in `layout`) from `row` of `tensor_map` into the shared
-        bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
+        """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map` into
+        the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
         from mlir.dialects import arith
 
         from mlir_tile.tma import column_boxes
 
-        k = self.k
+        k, config = self.k, self.config
         rows = layout.sizes[0]
-        for first, box in column_boxes(layout, 16, BOX_COLUMNS):
-            view = k.view(self.shared, (box.rows * box.columns,), self.config.element,
-                          arith.addi(tile_bytes, k.index(first * ELEMENT_BYTES)))
+        for first, box in column_boxes(layout, 8 * config.element_bytes, config.box_columns):
+            view = k.view(self.shared, (box.rows * box.columns,), self.storage,
+                          arith.addi(tile_bytes, k.index(first * config.element_bytes)))
             pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(first // rows)))
 
     def produce(self) -> None:
         """Q's tile, then each key tile's K and V once its stage is free."""
+        k = self.k
+        self.load_q()
+        with k.loop(0, self.key_tiles.count) as tile:
+            self.load(tile)
+
+    def load_q(self) -> None:
+        from mlir.dialects import arith
+
+        self.load_boxes(self.q_pipeline, 0, self.k.index(0), self.tiles["q"], self.q_map,
+                        arith.addi(self.head_row, self.q0))
+
+    def load(self, tile) -> None:
+        """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
+        the transposer is done with that)."""
         from mlir.dialects import arith
 
         k, ring = self.k, self.ring
-        self.load_boxes(self.q_pipeline, 0, k.index(0), self.tiles["q"], self.q_map, arith.addi(self.head_row, self.q0))
-        with k.loop(0, self.key_tiles.count) as tile:
-            self.pipeline.acquire(tile)
-            row = arith.addi(self.head_row, arith.muli(tile, k.index(self.config.keys)))
-            stage = ring.stage(tile)
-            for part, tensor_map in ((0, self.k_map), (1, self.v_map)):
-                self.load_boxes(self.pipeline, tile, ring.offset(stage, part), self.tiles["k"], tensor_map, row)
+        self.pipeline.acquire(tile)
+        row = arith.addi(self.head_row, arith.muli(tile, k.index(self.config.keys)))
+        stage = ring.stage(tile)
+        self.load_boxes(self.pipeline, tile, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
+        if not self.config.fp8:
+            self.load_boxes(self.pipeline, tile, ring.offset(stage, 1), self.tiles["k"], self.v_map, row)
+            return
+        self.staging.acquire(tile)
+        staged = self.staging_ring.offset(self.staging_ring.stage(tile))
+        self.load_boxes(self.staging, tile, staged, self.tiles["v_staged"], self.v_map, row)
+
+    def produce_transposed(self) -> None:
+        """fp8: the producer warpgroup transposes each key tile's V into its stage (`transpose`), its first
+        thread loading Q and key tile t + TRANSPOSE_STAGES after transposing tile t (the staging stage it fills
+        was freed by that transposition)."""
+        from mlir.dialects import arith
+
+        k, count = self.k, self.key_tiles.count
+        loader = k.compare("eq", k.thread_id(), 0)
+        with k.if_(loader):
+            self.load_q()
+            for tile in range(TRANSPOSE_STAGES):
+                with k.if_(k.compare("ult", tile, count)):
+                    self.load(k.index(tile))
+        with k.loop(0, count) as tile:
+            self.transpose(tile)
+            later = arith.addi(tile, k.index(TRANSPOSE_STAGES))
+            with k.if_(arith.andi(loader, k.compare("ult", later, count))):
+                self.load(later)
+
+    def transpose(self, tile) -> None:
+        """fp8: once TMA wrote key tile `tile`'s V into its staging stage and its stage is free, V^T written
+        there in P's key order (`transposition`), counted on the stage's full barrier beside K's boxes; the
+        staging stage then released."""
+        k = self.k
+        self.staging.wait(tile)
+        self.pipeline.acquire(tile)
+        k.transpose_bytes(transposition(self.config), self.shared,
+                          self.staging_ring.offset(self.staging_ring.stage(tile)),
+                          self.ring.offset(self.ring.stage(tile), 1))
+        self.pipeline.written(tile)
+        self.staging.release(tile)
 
     # ----- the consumers -----
     def consume(self) -> None:
@@ -230,7 +349,7 @@ class _HopperAttention:
             k.store(self.negative_infinity, self.row_max, [half])
             k.store(k.constant(0.0, "f32"), self.row_sum, [half])
         self.q_pipeline.wait(0)
-        q_view = k.view(self.shared, (self.config.rows * self.d,), self.config.element)
+        q_view = k.view(self.shared, (self.config.rows * self.d,), self.storage)
         self.q_tile = k.tensor(q_view, self.tiles["q"])
         self.pipeline.wait(0)
         self.wait_turn(first=True)
@@ -269,9 +388,10 @@ class _HopperAttention:
                     self.k.named_barrier_arrive(PINGPONG_BARRIERS + 1 - consumer, 256)
 
     def operand(self, tile, part: int):
-        """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's, MN-major) in its stage."""
+        """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's: MN-major; fp8, V^T K-major in P's key
+        order) in its stage."""
         k, ring, config = self.k, self.ring, self.config
-        view = k.view(self.shared, (config.keys * self.d,), config.element, ring.offset(ring.stage(tile), part))
+        view = k.view(self.shared, (config.keys * self.d,), self.storage, ring.offset(ring.stage(tile), part))
         return k.tensor(view, self.tiles["kv"[part]])
 
     def key_tile(self, tile, masked: bool) -> None:
@@ -347,12 +467,12 @@ class _HopperAttention:
         from mlir.dialects import math as math_dialect
 
         k, seq = self.k, self.k.as_index(self.seq)
-        element = ir.F16Type.get() if self.config.element == "f16" else ir.BF16Type.get()
+        element = ir.F16Type.get() if output_element(self.config.element) == "f16" else ir.BF16Type.get()
         pair = ir.VectorType.get([2], element)
-        inverses = []
+        inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
-            inverses.append(k.divide(k.constant(1.0, "f32"), total))
+            inverses.append(k.divide(numerator, total))
             row, _ = self.o_acc.coordinate(self._first_slot(half))
             query = self._query(row)
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
@@ -404,15 +524,16 @@ def shipped_kernels(chip: str):
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
-            for element in ("f16", "bf16"):
+            for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
                 config = HopperAttentionConfig.of(d, causal, element)
                 yield str(config), functools.partial(build_module, config)
 
 
 class HopperAttention:
-    """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous, f16 or bf16, d 64 or
-    128 or 256) on Hopper's path, on torch's current stream; kernels from `library` (a `KernelLibrary`), the tensor
-    maps kept (`hopper_gemm.TensorMaps`). ValueError for what the kernel does not take."""
+    """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous; f16 or bf16 with d 64, 128
+    or 256; float8_e4m3fn with d 128 and per-tensor descales, O in bf16) on Hopper's path, on torch's current
+    stream; kernels from `library` (a `KernelLibrary`), the tensor maps kept (`hopper_gemm.TensorMaps`).
+    ValueError for what the kernel does not take."""
 
     def __init__(self, library, shape: dict | None = None):
         """`shape`: HopperAttentionConfig's fields other than d, the mask and the element (keys, consumers,
@@ -421,22 +542,27 @@ class HopperAttention:
 
         self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
 
-    def __call__(self, q, k, v, *, causal: bool = False):
+    def __call__(self, q, k, v, *, causal: bool = False, descales=None):
+        """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
+        v's): the scores are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v (FlashAttention-3's
+        descale_q, descale_k, descale_v)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
-        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+        element = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}.get(q.dtype)
         if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or not (
                 q.shape == k.shape == v.shape):
-            raise ValueError(f"hopper attention: q, k, v of one shape [batch, heads, seq, d], all float16 or all "
-                             f"bfloat16; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} "
-                             f"{v.dtype}")
+            raise ValueError(f"hopper attention: q, k, v of one shape [batch, heads, seq, d], all float16, bfloat16 "
+                             f"or float8_e4m3fn; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, "
+                             f"{tuple(v.shape)} {v.dtype}")
         batch, heads, seq, d = q.shape
-        if d not in HEAD_DIMS:
-            raise ValueError(f"attention: head dim {', '.join(map(str, HEAD_DIMS))} (256 on Hopper's path only), got {d}")
+        if d not in (FP8_HEAD_DIMS if element == "e4m3" else HEAD_DIMS):
+            raise ValueError(f"attention: head dim {', '.join(map(str, HEAD_DIMS))} (256 on Hopper's path only; "
+                             f"float8_e4m3fn: {', '.join(map(str, FP8_HEAD_DIMS))}), got {d}")
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
+        scales = _descales(descales, element, q.device)
         key = (d, bool(causal), element)
         if key not in self.kernels:
             config = HopperAttentionConfig.of(*key, **self.shape)
@@ -444,41 +570,82 @@ class HopperAttention:
                                                                            functools.partial(build_module, config))
         config, box, module = self.kernels[key]
         maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
-        o = torch.empty_like(q)
+        o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(KERNEL, [*maps, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
+        module.launch(KERNEL, [*maps, o, lse, seq, *scales], grid=config.grid(batch * heads, seq), block=config.threads,
                       shared_bytes=config.shared_bytes, stream=torch_stream(q))
         return o, lse
 
 
-def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads: int = 3,
-                  seq: int = 200) -> tuple[bool, str]:
-    """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v in [-1, 1), against numpy
-    (`flash_attention.reference`): O within 8 units of the element's roundoff, the log-sum-exp within 1e-3."""
+def _descales(descales, element: str, device) -> list:
+    """fp8's three descales, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
+    import torch
+
+    if element != "e4m3":
+        if descales is not None:
+            raise ValueError("hopper attention: descales are for float8_e4m3fn inputs")
+        return []
+    if (not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
+            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device
+            for x in descales)):
+        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
+                         f"tensor of one element on {device}")
+    return [x.contiguous() for x in descales]
+
+
+def _inputs(config: HopperAttentionConfig, shape: tuple, rng) -> tuple[list, list]:
+    """Random q, k, v of `shape` as the kernel takes them, and their values: 16-bit, uniform in [-1, 1); fp8,
+    normal with std 2 (peaked rows, so that a key misplaced in P V shows) quantized with per-tensor scales
+    (descale = max |x| / 448), the values descaled."""
     import numpy as np
 
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
+    from mlir_tile import fp8, halves
+
+    if not config.fp8:
+        raw = [halves.encode(rng.uniform(-1, 1, shape), config.element) for _ in range(3)]
+        return raw, [halves.decode(x, config.element) for x in raw]
+    raw, values, descales = [], [], []
+    for _ in range(3):
+        real = rng.normal(0, 2, shape)
+        descale = np.float32(np.abs(real).max() / 448)
+        raw.append(fp8.encode(real / descale, "e4m3"))
+        values.append(fp8.decode(raw[-1], "e4m3") * descale)
+        descales.append(np.array([descale], np.float32))
+    return raw + descales, values
+
+
+def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads: int = 3,
+                  seq: int = 200) -> tuple[bool, str]:
+    """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v (`_inputs`) against numpy's
+    fp32 attention of their values (`flash_attention.reference`): O within 8 units of the element's roundoff
+    (fp8: of e4m3's, 2^-4 times max |v|: P rounded to e4m3), the log-sum-exp within 1e-3."""
+    import numpy as np
+
+    from mlir_tile.halves import UNIT_ROUNDOFF, decode
     from mlir_tile.kernels.flash_attention import reference
     from mlir_tile.runtime import Runtime
 
     if min(batch, heads, seq) < 1:
         raise ValueError(f"hopper attention: batch, heads and seq >= 1, got {batch}, {heads}, {seq}")
-    rng, d, element = np.random.default_rng(1), config.head_dim, config.element
-    q, k, v = (encode(rng.uniform(-1, 1, (batch * heads, seq, d)), element) for _ in range(3))
-    o, lse = np.zeros_like(q), np.zeros((batch * heads, seq), np.float32)
+    d, out = config.head_dim, output_element(config.element)
+    inputs, values = _inputs(config, (batch * heads, seq, d), np.random.default_rng(1))
+    o, lse = np.zeros((batch * heads, seq, d), np.uint16), np.zeros((batch * heads, seq), np.float32)
     with Runtime() as runtime:
-        buffers = [runtime.to_device(x) for x in (q, k, v, o, lse)]
+        buffers = [runtime.to_device(x) for x in inputs[:3] + [o, lse] + inputs[3:]]
         box = boxes(config)
-        maps = [runtime.to_device(runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d), d * ELEMENT_BYTES,
-                                                     box[name])) for buffer, name in zip(buffers, "qkv")]
+        maps = [runtime.to_device(runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d),
+                                                     d * config.element_bytes, box[name]))
+                for buffer, name in zip(buffers, "qkv")]
         module = runtime.load_ptx(ptx, name=KERNEL)
-        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[3:]] + [seq], grid=config.grid(batch * heads, seq),
-                      block=config.threads, shared_bytes=config.shared_bytes)
+        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[3:5]] + [seq] + [int(x.handle) for x in buffers[5:]],
+                      grid=config.grid(batch * heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
         for buffer in buffers + maps:
             buffer.close()
-    expected, expected_lse = reference(*(decode(x, element) for x in (q, k, v)), config.causal)
-    error, lse_error = float(np.abs(decode(o, element) - expected).max()), float(np.abs(lse - expected_lse).max())
-    ok = error <= 8 * UNIT_ROUNDOFF[element] and lse_error <= 1e-3
-    return ok, (f"GPU: attention {batch} x {heads} x {seq} x {d} {element}{' causal' if config.causal else ''} on "
-                f"Hopper's path ({config}: TMA, wgmma) matches numpy: {ok} (O {error:.1e}, lse {lse_error:.1e})")
+    expected, expected_lse = reference(*values, config.causal)
+    error, lse_error = float(np.abs(decode(o, out) - expected).max()), float(np.abs(lse - expected_lse).max())
+    bound = 2 ** -4 * float(np.abs(values[2]).max()) + 2 * UNIT_ROUNDOFF[out] if config.fp8 else 8 * UNIT_ROUNDOFF[out]
+    ok = error <= bound and lse_error <= 1e-3
+    return ok, (f"GPU: attention {batch} x {heads} x {seq} x {d} {config.element}{' causal' if config.causal else ''} "
+                f"on Hopper's path ({config}: TMA, wgmma) matches numpy: {ok} (O {error:.1e} of {bound:.1e}, lse "
+                f"{lse_error:.1e})")

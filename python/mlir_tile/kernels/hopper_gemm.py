@@ -247,7 +247,7 @@ def tiles(config: HopperConfig) -> dict:
     words = SWIZZLE_COLUMNS // 2  # the C tile as stmatrix writes it: (rows, 32-bit words), the same bytes
     c_words = Layout((config.bm, (words, boxes_of)), (words, (1, config.bm * words)),
                      Swizzle(swizzle.bits, swizzle.base - 1, swizzle.shift))
-    _same_bytes(c, c_words)
+    same_bytes(c, c_words)
     # one consumer's 64 rows, from its first word (64 rows of 32 words further each): what it stores by stmatrix
     c_band = Layout((64, (words, boxes_of)), (words, (1, config.bm * words)), c_words.swizzle)
     for group in range(config.bm // 64):
@@ -257,14 +257,14 @@ def tiles(config: HopperConfig) -> dict:
     return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band, **staging}
 
 
-def _same_bytes(elements, words, per_word: int = 2) -> None:
+def same_bytes(elements, words, per_word: int = 2) -> None:
     """Proof that element (r, c) of the layout of elements (`per_word` a 32-bit word) is part c % per_word of
     word (r, c // per_word) of the word layout."""
     rows, columns = elements.sizes
     for r in range(rows):
         for c in range(columns):
             if elements.offset(r, c) != per_word * words.offset(r, c // per_word) + c % per_word:
-                raise ValueError(f"hopper gemm: element ({r}, {c}) of {elements} is not where the word layout {words} "
+                raise ValueError(f"element ({r}, {c}) of {elements} is not where the word layout {words} "
                                  f"has it")
 
 
@@ -281,8 +281,8 @@ def transposition(config: HopperConfig):
     on_words = Swizzle(swizzle.bits, swizzle.base - 2, swizzle.shift)
     staging = Layout((config.bk, (words, config.bn // (4 * words))), (words, (1, config.bk * words)), on_words)
     b = Layout((config.bn, words), (words, 1), on_words)
-    _same_bytes(layouts["b_staging"], staging, 4)
-    _same_bytes(layouts["b"], b, 4)
+    same_bytes(layouts["b_staging"], staging, 4)
+    same_bytes(layouts["b"], b, 4)
     return byte_transpose(staging, b)
 
 

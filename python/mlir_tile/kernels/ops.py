@@ -37,12 +37,16 @@ class _Kernels:
     @property
     def attention(self):
         """Hopper's attention (TMA, wgmma) where q, k and v start on 16 bytes, as TMA needs; else the mma.sync
-        kernel (a view into a larger tensor may start anywhere)."""
+        kernel (a view into a larger tensor may start anywhere). fp8 (`descales`): Hopper's only."""
         if self._attention is None:
             hopper, mma_sync = hopper_attention.HopperAttention(self.library), flash_attention.Attention(self.library)
 
-            def attention(q, k, v, *, causal=False):
+            def attention(q, k, v, *, causal=False, descales=None):
                 on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
+                if descales is not None:
+                    if self.library.chip != "sm_90":
+                        raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper (sm_90), not {self.library.chip}")
+                    return hopper(q, k, v, causal=causal, descales=descales)
                 return (hopper if on_16_bytes else mma_sync)(q, k, v, causal=causal)
             self._attention = attention
         return self._attention
@@ -91,10 +95,17 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
-def attention(q, k, v, *, causal=False):
+def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q, k, v [batch, heads, seq, d] of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's
-    SDPA with scale=None)."""
+    SDPA with scale=None). float8_e4m3fn q, k, v (Hopper, d 128) with per-tensor descales (fp32 tensors of one
+    element, FlashAttention-3's): softmax(q k^T descale_q descale_k / sqrt(d)) v descale_v, o in bfloat16."""
+    if q.dtype == torch.float8_e4m3fn:
+        if any(x is None for x in (descale_q, descale_k, descale_v)):
+            raise ValueError("attention: float8_e4m3fn q, k, v take descale_q, descale_k and descale_v")
+        return torch.ops.mlir_tile.attention_fp8(q, k, v, descale_q, descale_k, descale_v, causal)
+    if any(x is not None for x in (descale_q, descale_k, descale_v)):
+        raise ValueError(f"attention: descales are for float8_e4m3fn q, k, v, got {q.dtype}")
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
 
@@ -211,3 +222,16 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # contiguous, as the kernel's
+
+
+@torch.library.custom_op("mlir_tile::attention_fp8", mutates_args=())
+def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q: torch.Tensor,
+                   descale_k: torch.Tensor, descale_v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    descales = tuple(x.float().reshape(1).contiguous() if x.numel() == 1 else x for x in (descale_q, descale_k, descale_v))
+    return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
+                                          descales=descales)
+
+
+@_attention_fp8.register_fake
+def _attention_fp8_fake(q, k, v, descale_q, descale_k, descale_v, causal):
+    return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
