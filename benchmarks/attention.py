@@ -201,7 +201,8 @@ def hopper_build(directory: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     configs = [config for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}
                for config in _hopper_variants(d, causal, element).values()]
-    configs += [hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
+    configs += [hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
+                for shape in FP8_SHAPES]
     for config in configs:
         (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
 
@@ -246,6 +247,7 @@ def hopper(directory: Path) -> None:
 
 
 FP8_CASES = [(seq, causal) for seq in (1024, 4096, 8192) for causal in (False, True)]  # d 128
+FP8_SHAPES = [{}, {"pingpong": False}, {"staged": 3}, {"stages": 4}]  # e4m3 kernels' fields measured
 
 
 def _quantized(x):
@@ -290,8 +292,8 @@ def _fp8_accuracy(path, causal: bool) -> dict:
 
 
 def hopper_fp8(directory: Path) -> None:
-    """FP8_CASES (d 128, batch x seq = 16k tokens, 16 heads): our e4m3 kernel beside our f16 one and cuDNN's f16
-    backend, timed in turns (TFLOP/s as `hopper`'s); per mask, the accuracy (`_fp8_accuracy`).
+    """FP8_CASES (d 128, batch x seq = 16k tokens, 16 heads): our e4m3 kernels (FP8_SHAPES) beside our f16 one
+    and cuDNN's f16 backend, timed in turns (TFLOP/s as `hopper`'s); per mask, the accuracy (`_fp8_accuracy`).
     DIR/attention_hopper_fp8.json."""
     import torch
 
@@ -301,17 +303,21 @@ def hopper_fp8(directory: Path) -> None:
     results = []
     with Runtime() as runtime:
         path = HopperAttention(library(runtime, directory / "attention"))
+        fp8_paths = {f"e4m3 {shape}": HopperAttention(library(runtime, directory / "attention"), shape)
+                     for shape in FP8_SHAPES}
         for seq, causal in FP8_CASES:
             batch, heads, d = 16384 // seq, 16, 128
             q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))
             (q8, dq, _), (k8, dk, _), (v8, dv, _) = (_quantized(x) for x in (q, k, v))
-            calls = {"e4m3": lambda: path(q8, k8, v8, causal=causal, descales=(dq, dk, dv))[0],
-                     "f16": lambda: path(q, k, v, causal=causal)[0], **_torch_backends(q, k, v, causal)}
+            calls = {name: (lambda fp8=fp8: fp8(q8, k8, v8, causal=causal, descales=(dq, dk, dv))[0])
+                     for name, fp8 in fp8_paths.items()}
+            calls.update({"f16": lambda: path(q, k, v, causal=causal)[0], **_torch_backends(q, k, v, causal)})
             calls.pop("flash (FA2)", None)
             seconds, conditions = sustained_interleaved(calls)
             flops = 4 * batch * heads * seq * seq * d / (2 if causal else 1)
             row = {"d": d, "seq": seq, "causal": causal, **conditions,
                    **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
+            row["e4m3"] = max(row[name] for name in fp8_paths)
             row["e4m3 / f16"] = round(row["e4m3"] / row["f16"], 3)
             if seq == 4096:
                 row.update(_fp8_accuracy(path, causal))
