@@ -247,7 +247,9 @@ def hopper(directory: Path) -> None:
 
 
 FP8_CASES = [(seq, causal) for seq in (1024, 4096, 8192) for causal in (False, True)]  # d 128
-FP8_SHAPES = [{}, {"pingpong": False}, {"staged": 3}, {"stages": 4}]  # e4m3 kernels' fields measured
+# e4m3 kernels' fields measured, over FP8_SHAPE's (4 stages): 3 stages ran 0.75-0.89x 4, and 3 staged V tiles
+# 0.94-0.98x 2 (session 25)
+FP8_SHAPES = [{}, {"pingpong": False}, {"stages": 5}, {"stages": 5, "pingpong": False}]
 
 
 def _quantized(x):

@@ -81,7 +81,8 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 @pytest.mark.parametrize("options, message", [
     (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1), "ping-pong takes two consumers"),
     (dict(head_dim=64, element="e4m3", pingpong=False), "e4m3 takes head dim 128 and 128 keys"),
-    (dict(element="e4m3", keys=64), "e4m3 takes head dim 128 and 128 keys"), (dict(element="f32"), "f16, bf16 and e4m3"),
+    (dict(element="e4m3", keys=64), "e4m3 takes head dim 128 and 128 keys"),
+    (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
@@ -130,7 +131,7 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
                for j in range(128))
-    assert config.shared_bytes == 128 * 128 + 3 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
+    assert config.shared_bytes == 128 * 128 + 4 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .param .u64 attention_param_5,

@@ -220,7 +220,7 @@ def test_what_the_kernels_do_not_take_is_a_value_error_at_the_call():
         matmul(a, a, activation="gelu")
     with pytest.raises(ValueError, match="epilogue operand 'bias' is a contiguous 8 tensor"):
         matmul(a, a, bias=torch.ones(9, device="cuda", dtype=torch.float16))
-    with pytest.raises(ValueError, match="head dim 64 or 128"):
+    with pytest.raises(ValueError, match="head dim 64, 128, 256"):
         attention(*(torch.ones(1, 1, 4, 32, device="cuda", dtype=torch.float16),) * 3)
 
 

@@ -41,6 +41,9 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x
 # two consumers with 2 stages
 SHAPES = {64: {"pingpong": False}, 256: {"keys": 64, "consumers": 1, "pingpong": False, "stages": 3}}
+# e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
+# later with fewer stages; benchmarks/results/attention_hopper_fp8.json)
+FP8_SHAPE = {"stages": 4}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 
 
@@ -67,17 +70,20 @@ class HopperAttentionConfig:
         if self.keys % 64 or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
-        if self.staged < 1:
-            raise ValueError(f"hopper attention: 1 staged V tile or more, got {self.staged}")
+        if not 1 <= self.staged < self.stages:
+            raise ValueError(f"hopper attention: 1 staged V tile or more, fewer than the stages (the loader waits for "
+                             f"key tile t + staged's stage, which tile t + 1's transposition must free first); got "
+                             f"{self.staged} staged, {self.stages} stages")
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
 
     @classmethod
     def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
-        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim, `shape`'s fields over
-        them."""
-        return cls(head_dim, causal, element, **{**SHAPES.get(head_dim, {}), **shape})
+        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim (and FP8_SHAPE for
+        e4m3), `shape`'s fields over them."""
+        return cls(head_dim, causal, element,
+                   **{**SHAPES.get(head_dim, {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
 
     @property
     def rows(self) -> int:  # query rows a CTA
