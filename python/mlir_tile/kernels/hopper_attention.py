@@ -70,7 +70,7 @@ class HopperAttentionConfig:
         if self.keys % 64 or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
                              f"got {self}")
-        if not 1 <= self.staged < self.stages:
+        if self.fp8 and not 1 <= self.staged < self.stages:
             raise ValueError(f"hopper attention: 1 staged V tile or more, fewer than the stages (the loader waits for "
                              f"key tile t + staged's stage, which tile t + 1's transposition must free first); got "
                              f"{self.staged} staged, {self.stages} stages")
