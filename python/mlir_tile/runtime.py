@@ -168,21 +168,30 @@ class Runtime:
             _check(_driver().cuMemcpyHtoDAsync(int(buffer.handle), array.ctypes.data, array.nbytes, int(self.stream.handle)))
         return buffer
 
-    def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box) -> np.ndarray:
+    def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box,
+                   matrix_stride_bytes: int | None = None) -> np.ndarray:
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
         of 16) in boxes of `box` (`mlir_tile.tma.Box`: its extents, element size and swizzle mode), elements
-        past the matrix read as zeros: to copy to the device (64-byte aligned, as allocations are) and pass."""
+        past the matrix read as zeros (and not written by a store): to copy to the device (64-byte aligned, as
+        allocations are) and pass. `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over
+        a stack of such matrices, its box one matrix's (a box stops at its matrix's last row)."""
         import ctypes
 
+        if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
+            raise ValueError(f"tensor_map: shape (rows, columns), or (matrices, rows, columns) with the matrices' "
+                             f"stride; got {tuple(shape)}, {matrix_stride_bytes}")
         driver = _driver()
         kinds = {8: "UINT8", 16: "UINT16", 32: "UINT32", 64: "UINT64"}
         swizzles = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
-        rows, columns = shape
+        *matrices, rows, columns = shape
+        strides = [row_stride_bytes] + ([matrix_stride_bytes] if matrices else [])
         tensor_map = _check(driver.cuTensorMapEncodeTiled(
-            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[box.element_bits]}"), 2, address,
-            [driver.cuuint64_t(columns), driver.cuuint64_t(rows)], [driver.cuuint64_t(row_stride_bytes)],
-            [driver.cuuint32_t(box.columns), driver.cuuint32_t(box.rows)], [driver.cuuint32_t(1)] * 2,
+            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[box.element_bits]}"), len(shape),
+            address, [driver.cuuint64_t(extent) for extent in (columns, rows, *matrices)],
+            [driver.cuuint64_t(stride) for stride in strides],
+            [driver.cuuint32_t(extent) for extent in (box.columns, box.rows, *[1] * len(matrices))],
+            [driver.cuuint32_t(1)] * len(shape),
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzles[box.swizzle_bytes]}"),
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,

@@ -103,9 +103,16 @@ case("a TMA store of the B tile", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 
 case("S as the register A of S V", lambda k, a, b, acc, m: (
     product(k, a, b, acc, m), k.wgmma_wait(0, [acc]),
     k.wgmma(ATOM, k.accumulators_as_a(acc, ATOM), b, k.accumulators(ATOM))))
-# CHECK-LABEL: CASE: S as an fp8 register A
-# CHECK: error: [wgmma-rs-layout] accumulators_as_a: packs f16 or bf16 A operands, got e4m3
-case("S as an fp8 register A", lambda k, a, b, acc, m: k.accumulators_as_a(acc, wgmma(64, "e4m3")))
+# CHECK-LABEL: CASE: S as an fp8 register A of a 16-bit B
+# CHECK: error: [wgmma-operand] wgmma m64n64k32.e4m3: b's memory holds 8-bit elements
+case("S as an fp8 register A of a 16-bit B", lambda k, a, b, acc, m: k.wgmma(
+    wgmma(64, "e4m3"), k.accumulators_as_a(acc, wgmma(64, "e4m3")), b, k.accumulators(wgmma(64, "e4m3"))))
+# CHECK-LABEL: CASE: a TMA store through a 3-D map
+# CHECK: built: nvvm.cp.async.bulk.tensor.global.shared.cta
+case("a TMA store through a 3-D map", lambda k, a, b, acc, m: k.tma_store(b, m, (3, 0, 64)))
+# CHECK-LABEL: CASE: a TMA store at four coordinates
+# CHECK: error: tma_store: coordinate is (row, column) of the matrix, or (matrix, row, column)
+case("a TMA store at four coordinates", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 3, 0, 64)))
 
 
 def packed_again(k, acc, b, wait: bool):

@@ -106,7 +106,39 @@ def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
     CHECK: bar.arrive{{\\s+}}3, 256;
     CHECK: wgmma.wait_group.sync.aligned 0;
     """)
-    assert not re.search(r"bar\.(sync|arrive)\s+[1-9]", _ptx(HopperAttentionConfig(128, pingpong=False)))
+    assert not re.search(r"bar\.(sync|arrive)\s+[23],", _ptx(HopperAttentionConfig(128, pingpong=False)))
+
+
+def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
+    """Each consumer's O band (64 rows, 16-bit, boxes of 64 columns, proven the bytes of the O tile's words) by
+    stmatrix over its own rows of Q's tile, fenced, its warps met at named barrier 4 + c (128 threads), then a TMA
+    store a box through O's 3-D map (head, row, column: a box stops at its head's last row), waited for. fp8:
+    over the staged V tiles."""
+    config = HopperAttentionConfig(128)
+    layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
+    assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
+    assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
+    fp8 = HopperAttentionConfig.of(128, element="e4m3")
+    assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .entry attention(
+    CHECK-COUNT-8: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK: fence.proxy.async.shared::cta;
+    CHECK: bar.sync{{\\s+}}{{4|5}}, 128;
+    CHECK: cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%rd{{[0-9]+}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}], [%rd{{[0-9]+}}];
+    CHECK-NEXT: cp.async.bulk.commit_group;
+    CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
+    """)
+    assert ptx.count("cp.async.bulk.tensor.3d") == 2 and "st.global.v2" not in ptx  # 2 boxes of 64 columns
+
+
+def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
+    """The band proof: were O's boxes 32 columns wide, a consumer's rows of the O tile would not be its band's
+    layout from its first word, and the configuration is refused."""
+    monkeypatch.setattr(hopper_attention, "O_BOX_COLUMNS", 32)
+    with pytest.raises(ValueError):
+        hopper_attention._o_tiles(HopperAttentionConfig(128))
 
 
 def test_each_head_dim_takes_its_measured_shape():
@@ -149,7 +181,8 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     CHECK-DAG: stmatrix.sync.aligned.m8n8.x4.shared.b16
     CHECK-DAG: fence.proxy.async.shared::cta;
     """)
-    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 4 and ptx.count("stmatrix.sync") == 2 * 4
+    # the transposer's 4 steps of two, then O's band (64 x 128 16-bit a warpgroup: 8 stmatrix.x4 a thread)
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 4 and ptx.count("stmatrix.sync") == 2 * 4 + 8
     # Q's box, then K's and V's (128 bytes of d each) of the first two tiles and in the loop
     assert ptx.count("cp.async.bulk.tensor.2d") == 1 + 3 * 2
 

@@ -153,7 +153,8 @@ class Copies:
     def tma_load(self, dst, tensor_map: ir.Value, coordinate: Sequence, barriers: ir.Value,
                  index: ir.Value | int = 0, multicast: int | None = None) -> "Box":
         """A TMA load (`cp.async.bulk.tensor.2d`, sm_90) of the box at `coordinate` (row, column of the tensor
-        map's matrix) into the shared tensor `dst` (`Kernel.tensor` of a shared view at its start, through the
+        map's matrix; or matrix, row, column of a 3-D map's, `.3d`) into the shared tensor `dst` (`Kernel.tensor`
+        of a shared view at its start, through the
         tile's layout), completing on mbarrier `index` of `barriers` (`mbarriers`) once its bytes have landed:
         count them there with `expect_bytes`. One thread issues it (under `if_`: each thread that runs it loads
         the box). Returns the `tma.Box` (extents and swizzle mode) that the tile's layout asks for, for which
@@ -162,7 +163,7 @@ class Copies:
         repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200).
         `multicast`: a mask of the cluster's CTA ranks (`Kernel(..., cluster=...)`) the box lands in, each at the
         tile's offset, each completing its own mbarrier `index` (each expects the box's bytes)."""
-        box, start, row, column = self._tma_box("tma_load", dst, tensor_map, coordinate)
+        box, start, coordinates = self._tma_box("tma_load", dst, tensor_map, coordinate)
         self._touch(dst.memory, "a TMA load", writes=True)
         i32 = ir.IntegerType.get_signless(32)
         # the destination in the cluster's shared window (address space 7), which this CTA's own is part of
@@ -176,8 +177,8 @@ class Copies:
                                    f"{(1 << size) - 1}), got {multicast!r}")
             mask = arith.constant(ir.IntegerType.get_signless(16), multicast)
         nvvm.cp_async_bulk_tensor_shared_cluster_global(
-            destination, tensor_map, [arith.index_cast(i32, column), arith.index_cast(i32, row)],
-            self._mbarrier(barriers, index), [], multicast_mask=mask)
+            destination, tensor_map, [arith.index_cast(i32, c) for c in coordinates], self._mbarrier(barriers, index), [],
+            multicast_mask=mask)
         return box
 
     def _tma_tile(self, what: str, tile) -> "Box":
@@ -197,9 +198,9 @@ class Copies:
             raise BuilderError(f"[tma-box] {what}: {error}") from None
 
     def _tma_box(self, what: str, tile, tensor_map: ir.Value, coordinate: Sequence):
-        """(the box, the tile's shared address as an i64, row, column) of a TMA load or store of `tile` at
-        `coordinate`, every fact the instruction needs proven: the tile's layout is a box's, its start on the
-        swizzle's repeat, the column on 16 bytes."""
+        """(the box, the tile's shared address as an i64, the coordinates innermost first: column, row and the
+        matrix of a 3-D map) of a TMA load or store of `tile` at `coordinate`, every fact the instruction needs
+        proven: the tile's layout is a box's, its start on the swizzle's repeat, the column on 16 bytes."""
         from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES
 
         self._require(what, "nvvm.cp.async.bulk.tensor.shared.cluster.global")
@@ -213,27 +214,29 @@ class Copies:
                                f"on {ALIGNMENT[box.swizzle_bytes]} bytes, but {proven or 'no alignment'} "
                                f"{'bytes are' if proven else 'is'} proven (dynamic_shared(alignment=...), views at "
                                f"multiples of it)")
-        if not isinstance(coordinate, (list, tuple)) or len(coordinate) != 2:
-            raise BuilderError(f"{what}: coordinate is (row, column) of the matrix, got {coordinate!r}")
-        row, column = (self.as_index(c) for c in coordinate)
+        if not isinstance(coordinate, (list, tuple)) or len(coordinate) not in (2, 3):
+            raise BuilderError(f"{what}: coordinate is (row, column) of the matrix, or (matrix, row, column) of a 3-D "
+                               f"tensor map's matrices (a box of one matrix), got {coordinate!r}")
+        *outer, row, column = (self.as_index(c) for c in coordinate)
         if value_multiple(column) * element_bits // 8 % INNER_COORDINATE_BYTES:
             raise BuilderError(f"[tma-column] {what}: the column must be a proven multiple of {INNER_COORDINATE_BYTES} "
                                f"bytes ({INNER_COORDINATE_BYTES * 8 // element_bits} elements); a TMA access at another "
                                f"column is an illegal instruction")
         i64 = ir.IntegerType.get_signless(64)
-        return box, arith.index_cast(i64, memref.extract_aligned_pointer_as_index(tile.memory)), row, column
+        return box, arith.index_cast(i64, memref.extract_aligned_pointer_as_index(tile.memory)), [column, row, *outer]
 
     def tma_store(self, src, tensor_map: ir.Value, coordinate: Sequence) -> "Box":
         """A TMA store (`cp.async.bulk.tensor.2d.global.shared::cta`) of the shared tensor `src` (through its
         tile's layout, which must be a TMA box's: as for `tma_load`) to the box at `coordinate` (row, column) of
-        the tensor map's matrix, rows and columns past the matrix left alone (no predicate), committed as one
+        the tensor map's matrix, or (matrix, row, column) of a 3-D map's (`.3d`: a box of one matrix, so that it
+        stops at that matrix's last row), rows and columns past the matrix left alone (no predicate), committed as one
         bulk group: `tma_store_wait` before the tile's memory is written again or the kernel ends. The tile's
         writes must reach the async proxy first: every writer's `async_proxy_fence`, then a barrier. One
         thread issues it. Returns the box, for the host's tensor map."""
-        box, start, row, column = self._tma_box("tma_store", src, tensor_map, coordinate)
+        box, start, coordinates = self._tma_box("tma_store", src, tensor_map, coordinate)
         i32 = ir.IntegerType.get_signless(32)
         nvvm.cp_async_bulk_tensor_global_shared_cta(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
-                                                   [arith.index_cast(i32, column), arith.index_cast(i32, row)])
+                                                   [arith.index_cast(i32, c) for c in coordinates])
         nvvm.cp_async_bulk_commit_group()
         return box
 

@@ -1,25 +1,35 @@
 """Attention's forward pass on Hopper's data path (sm_90a), written with the builder alone: O = softmax(Q K^T *
-scale (+ causal mask)) V and each row's log-sum-exp, f16 or bf16, head dims 64, 128 and 256, any sequence length.
+scale (+ causal mask)) V and each row's log-sum-exp; f16 or bf16 with head dims 64, 128 and 256, and e4m3 with
+per-tensor descales (O in bf16) at 128; any sequence length.
 
 A CTA takes `rows` query rows of one (batch, head) (QueryTiles: causal, the longest rows first). Warpgroup 0
-is the producer (40 registers a thread, `setmaxnreg`): its first thread loads Q's tile once and then each key
-tile's K and V by TMA into a `TmaPipeline`'s stages (128-byte swizzled boxes of 64 columns side by side).
-Each consumer warpgroup takes 64 of the rows: per key tile, S = Q K^T by wgmma from shared memory (Q's row
-block, K as the N x K operand, K-major), the online softmax in the log2 domain on S's accumulators (a row's
-max and sum over the 4 lanes of its quad; exp2), P rounded in place and re-laid as the RS form's A operand of
-P V (`accumulators_as_a`: the layouts prove every element stays in its thread), O += P V by wgmma with V read
-MN-major from its [keys, d] tile, then the stage released. Keys past the sequence, and causal keys past a
-row, are masked only in the tiles that may hold them (`KeyTiles.unmasked`); causal tiles past the CTA's last
-row are not loaded. The epilogue divides O by the row sums and stores each thread's pairs of O and the
-log-sum-exp (natural log) where its row lies inside the sequence.
+is the producer (`setmaxnreg` down to 24 registers a thread): its first thread loads Q's tile once and then
+each key tile's K and V by TMA into a `TmaPipeline`'s stages (128-byte swizzled boxes of 128 bytes of columns
+side by side). Each consumer warpgroup takes 64 of the rows, in FlashAttention-3's order: key tile t's S = Q
+K^T (wgmma from shared memory, K as the N x K operand) is issued beside tile t - 1's O += P V (P in registers
+as the RS form's A, `accumulators_as_a`: the layouts prove every element stays in its thread; V read MN-major
+from its [keys, d] tile); the online softmax of S (log2 domain, a row's max and sum over its quad, exp2) runs
+under that P V, then the stage is released, O rescaled and P packed. Two consumers take turns issuing their
+GEMMs (`pingpong`: named barriers), so that one's softmax runs under the other's. Keys past the sequence, and
+causal keys past a row, are masked only in the tiles that may hold them (`KeyTiles.unmasked`); causal tiles
+past the CTA's last row are not loaded. The epilogue divides O by the row sums, stores the log-sum-exp
+(natural log) of the rows inside the sequence, and writes O by stmatrix into shared memory and TMA stores
+through a 3-D map, which stops each box at its head's last row.
+
+e4m3 (wgmma reads 8-bit operands K-major only): V's tiles land in a staging ring, and the producer warpgroup
+(56 registers) rewrites each as V^T in its stage (`transposition`: ldmatrix.trans, byte permutes, stmatrix,
+proven conflict-free), each key at the column in which P's registers hold it (`atoms.a_key_order`), so that
+P packs into e4m3 in its threads and wgmma reads V^T through that order.
 
 Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a tile reaching past its head's
 sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
 probabilities 0) and whose query rows are never stored.
 
-Kernel parameters: `attention(q_map, k_map, v_map, o, lse, seq)`: three pointers to CUtensorMaps (`boxes`
-lists their boxes), o [batch * heads, seq, d] of the element type, lse [batch * heads, seq] f32, seq (64-bit).
-Grid `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
+Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq[, descale_q, descale_k, descale_v])`: four
+pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads * seq, d], O's
+3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for e4m3), lse [batch * heads, seq] f32, seq
+(64-bit), e4m3's three descales (f32, one element each). Grid `HopperAttentionConfig.grid`, block `threads`,
+`shared_bytes` of dynamic shared memory.
 """
 from __future__ import annotations
 
@@ -45,6 +55,8 @@ SHAPES = {64: {"pingpong": False}, 256: {"keys": 64, "consumers": 1, "pingpong":
 # later with fewer stages; benchmarks/results/attention_hopper_fp8.json)
 FP8_SHAPE = {"stages": 4}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
+O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
+O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,9 @@ class HopperAttentionConfig:
                              f"{self.staged} staged, {self.stages} stages")
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
+        if self.fp8 and self.staged * self.tile_bytes < 2 * self.rows * self.head_dim:
+            raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
+                             f"{2 * self.rows * self.head_dim} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
 
     @classmethod
@@ -128,6 +143,12 @@ class HopperAttentionConfig:
         """Q, the stages (a K tile and a V tile each: V^T for fp8), and fp8's staged V tiles."""
         return self.q_bytes + (2 * self.stages + self.staged * self.fp8) * self.tile_bytes
 
+    @property
+    def o_offset(self) -> int:
+        """Where the O tile (rows x d, 16-bit) is written before its TMA stores: over Q's tile (16-bit: each
+        consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles."""
+        return self.q_bytes + 2 * self.stages * self.tile_bytes if self.fp8 else 0
+
     def grid(self, batch_heads: int, seq: int) -> int:
         return -(-seq // self.rows) * batch_heads
 
@@ -162,13 +183,33 @@ def tiles(config: HopperAttentionConfig) -> dict:
     from mlir_tile.layout import Layout, composition
 
     kv = _boxed(config.keys, config)
-    layouts = {"q": _boxed(config.rows, config), "k": kv}
+    layouts = {"q": _boxed(config.rows, config), "k": kv, **_o_tiles(config)}
     if not config.fp8:
         (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
         return {**layouts, "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
     order = a_key_order(wgmma(config.keys, config.element), wgmma(config.head_dim, config.element))
     v_t = Layout((config.head_dim, config.keys), (config.keys, 1), _swizzle(config))
     return {**layouts, "v_staged": kv, "v_t": v_t, "v": composition(v_t, (None, order)), "key_order": order}
+
+
+def _o_tiles(config: HopperAttentionConfig) -> dict:
+    """O's tile (rows x d, 16-bit: boxes of 64 columns side by side, 128-byte swizzled) and a consumer's band of
+    it in 32-bit words from its first (64 rows; what its stmatrix writes), proven the same bytes."""
+    from mlir_tile.kernels.hopper_gemm import same_bytes
+    from mlir_tile.layout import Layout, Swizzle
+    from mlir_tile.tma import Box
+
+    swizzle, boxes_across, words = Box(8, O_BOX_COLUMNS, 16, ROW_BYTES).layout.swizzle, config.head_dim // O_BOX_COLUMNS, 32
+    o = Layout((config.rows, (O_BOX_COLUMNS, boxes_across)), (O_BOX_COLUMNS, (1, config.rows * O_BOX_COLUMNS)), swizzle)
+    on_words = Swizzle(swizzle.bits, swizzle.base - 1, swizzle.shift)
+    o_words = Layout((config.rows, (words, boxes_across)), (words, (1, config.rows * words)), on_words)
+    same_bytes(o, o_words)
+    band = Layout((64, (words, boxes_across)), (words, (1, config.rows * words)), on_words)
+    for consumer in range(config.consumers):
+        if any(band.offset(r, w) + 64 * words * consumer != o_words.offset(64 * consumer + r, w)
+               for r in range(64) for w in range(words * boxes_across)):
+            raise ValueError(f"hopper attention: consumer {consumer}'s rows of {o_words} are not {band} from its first")
+    return {"o": Layout((64, o.shape[1]), (O_BOX_COLUMNS, o.stride[1]), swizzle), "o_band": band}
 
 
 @functools.lru_cache(maxsize=None)
@@ -192,12 +233,14 @@ def transposition(config: HopperAttentionConfig):
 
 @functools.lru_cache(maxsize=None)
 def boxes(config: HopperAttentionConfig) -> dict:
-    """The TMA box of each tensor map (Q's, and K's and V's alike): the first of its tile's boxes."""
+    """The TMA box of each tensor map (Q's, K's and V's alike, O's: a consumer's 64 rows): the first of its
+    tile's boxes."""
     from mlir_tile.tma import column_boxes
 
     layouts = tiles(config)
-    return {name: column_boxes(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][1]
-            for name, tile in (("q", "q"), ("k", "k"), ("v", "k"))}
+    return {**{name: column_boxes(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][1]
+               for name, tile in (("q", "q"), ("k", "k"), ("v", "k"))},
+            "o": column_boxes(layouts["o"], 16, O_BOX_COLUMNS)[0][1]}
 
 
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
@@ -205,7 +248,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     from mlir_tile.builder import Global, Kernel, TensorMap
 
     scales = [Global("f32")] * 3 if config.fp8 else []
-    with Kernel(KERNEL, [TensorMap()] * 3 + [Global(output_element(config.element)), Global("f32"), "index"] + scales,
+    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index"] + scales,
                 block=(config.threads, 1, 1), chip="sm_90a", fast_math=True, context=context) as k:
         _HopperAttention(k, config).build()
     return k.module
@@ -219,13 +262,12 @@ class _HopperAttention:
         from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d = k, config, config.head_dim
-        self.q_map, self.k_map, self.v_map, o, lse, self.seq = k.arguments[:6]
+        self.q_map, self.k_map, self.v_map, self.o_map, lse, self.seq = k.arguments[:6]
         self.storage = "i8" if config.fp8 else config.element
         order = QueryTiles(k, self.seq, config.rows, reverse=config.causal)
         self.head, query_tile = order.of_block(k.block_id())
         self.q0 = arith.muli(query_tile, k.index(config.rows))
         self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
-        self.g_o = k.tensor(o, (order.heads, self.seq, self.d))[self.head, None, None]
         self.g_lse = k.tensor(lse, (order.heads, self.seq))[self.head, None]
         self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
         self.tiles = tiles(config)
@@ -468,15 +510,12 @@ class _HopperAttention:
 
     # ----- the epilogue -----
     def epilogue(self) -> None:
-        """O / the row sums, each thread's pairs stored where their row lies inside the sequence; the row's
-        log-sum-exp (natural log) by the first lane of its quad."""
-        from mlir import ir
-        from mlir.dialects import arith, vector
+        """O / the row sums (fp8: times V's descale) and the row's log-sum-exp (natural log, by the first lane of
+        its quad where the row lies inside the sequence); O through shared memory (`store_o`)."""
+        from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
         k, seq = self.k, self.k.as_index(self.seq)
-        element = ir.F16Type.get() if output_element(self.config.element) == "f16" else ir.BF16Type.get()
-        pair = ir.VectorType.get([2], element)
         inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
@@ -487,13 +526,42 @@ class _HopperAttention:
                                  k.constant(1 / LOG2E, "f32"))
             with k.if_(arith.andi(k.leads_lanes(4), k.compare("ult", query, seq))):
                 self.g_lse[query] = log_sum
-        for slot in range(0, self.d // 2, 2):  # (c0, c1) or (c2, c3): one row, two adjacent columns
-            row, column = self.o_acc.coordinate(slot)
-            query, inverse = self._query(row), inverses[self.o_halves[slot]]
-            values = [arith.truncf(element, arith.mulf(k.load(self.o_acc.registers, [s]), inverse))
-                      for s in (slot, slot + 1)]
-            with k.if_(k.compare("ult", query, seq)):
-                k.store_vector(vector.from_elements(pair, values), self.g_o.memory, [self.g_o.offset((query, column))])
+        self.store_o(inverses)
+
+    def store_o(self, inverses) -> None:
+        """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile (over its own
+        rows of Q's tile; fp8: over the staged V tiles, which no one reads any more), then one TMA store a box
+        of 64 columns by the consumer's first thread once its warps have written (fenced, its named barrier):
+        through the 3-D map of O [batch * heads, seq, d], so that rows past the sequence are not written."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder import transfer
+        from mlir_tile.kernels.hopper_gemm import packed_slot
+        from mlir_tile.tiled import tiled_store_c
+        from mlir_tile.tma import column_boxes
+
+        k, config, out = self.k, self.config, output_element(self.config.element)
+        band = tiled_store_c(4, self.tiles["o_band"])
+        packed = k.registers(band.whole.slots)
+        for block in range(self.d // 8):
+            for half in range(2):  # (c0, c1) of row l / 4, (c2, c3) eight rows further
+                values = [arith.mulf(k.load(self.o_acc.registers, [4 * block + 2 * half + i]), inverses[half])
+                          for i in range(2)]
+                k.store(k.pack_f16(*values, out), packed, [packed_slot(block, half)])
+        band_bytes = 64 * O_BOX_COLUMNS * 2
+        first = arith.addi(k.index(config.o_offset), arith.muli(self.consumer, k.index(band_bytes)))
+        transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
+                 dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
+        k.async_proxy_fence()
+        for consumer in range(config.consumers):  # (a named barrier's index is a constant)
+            with k.if_(k.compare("eq", self.consumer, consumer)):
+                k.named_barrier(O_BARRIERS + consumer, 128)
+        row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
+        with k.if_(k.compare("eq", arith.remui(k.thread_id(), k.index(128)), 0)):
+            for offset, box in column_boxes(self.tiles["o"], 16, O_BOX_COLUMNS):
+                view = k.view(self.shared, (box.rows * box.columns,), out, arith.addi(first, k.index(2 * offset)))
+                k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(offset // 64)))
+            k.tma_store_wait(0)
 
     def _query(self, row):
         from mlir.dialects import arith
@@ -577,10 +645,11 @@ class HopperAttention:
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
                                                                            functools.partial(build_module, config))
         config, box, module = self.kernels[key]
-        maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
         o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
+        maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
+        maps.append(self.maps(o.view(batch * heads, seq, d), box["o"]))
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(KERNEL, [*maps, o, lse, seq, *scales], grid=config.grid(batch * heads, seq), block=config.threads,
+        module.launch(KERNEL, [*maps, lse, seq, *scales], grid=config.grid(batch * heads, seq), block=config.threads,
                       shared_bytes=config.shared_bytes, stream=torch_stream(q))
         return o, lse
 
@@ -645,8 +714,10 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
         maps = [runtime.to_device(runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d),
                                                      d * config.element_bytes, box[name]))
                 for buffer, name in zip(buffers, "qkv")]
+        maps.append(runtime.to_device(runtime.tensor_map(int(buffers[3].handle), (batch * heads, seq, d), 2 * d, box["o"],
+                                                         2 * seq * d)))
         module = runtime.load_ptx(ptx, name=KERNEL)
-        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[3:5]] + [seq] + [int(x.handle) for x in buffers[5:]],
+        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[4:5]] + [seq] + [int(x.handle) for x in buffers[5:]],
                       grid=config.grid(batch * heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
         for buffer in buffers + maps:

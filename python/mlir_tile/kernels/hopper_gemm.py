@@ -904,14 +904,15 @@ class TensorMaps:
 
     def __call__(self, tensor, box):
         """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`, as a
-        device tensor of its 128 bytes."""
+        device tensor of its 128 bytes; of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map)."""
         import torch
 
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0), box, tensor.device.index)
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index)
         found = self.maps.pop(key, None)
         if found is None:
-            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(0) * tensor.element_size(),
-                                              box)
+            size = tensor.element_size()
+            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
+                                              tensor.stride(0) * size if tensor.dim() == 3 else None)
             found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
         self.maps[key] = found
         while len(self.maps) > self.kept:
