@@ -120,6 +120,9 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
     fp8 = HopperAttentionConfig.of(128, element="e4m3")
     assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
+    # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
+    assert [(offset, column) for offset, column, _ in hopper_attention.o_stores(config)] == [(0, 0), (128 * 64, 64)]
+    assert [column for _, column, _ in hopper_attention.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .entry attention(

@@ -231,6 +231,16 @@ def transposition(config: HopperAttentionConfig):
     return byte_transpose(staged, v_t, layouts["key_order"])
 
 
+def o_stores(config: HopperAttentionConfig) -> list:
+    """A consumer's TMA stores of O: per box, (its first element in the band, its first column of O, the box),
+    the column read off the band's layout at that element."""
+    from mlir_tile.tma import column_boxes
+
+    band = tiles(config)["o"]
+    columns = {band.offset(0, column): column for column in range(config.head_dim)}
+    return [(offset, columns[offset], box) for offset, box in column_boxes(band, 16, O_BOX_COLUMNS)]
+
+
 @functools.lru_cache(maxsize=None)
 def boxes(config: HopperAttentionConfig) -> dict:
     """The TMA box of each tensor map (Q's, K's and V's alike, O's: a consumer's 64 rows): the first of its
@@ -538,7 +548,6 @@ class _HopperAttention:
         from mlir_tile.builder import transfer
         from mlir_tile.kernels.hopper_gemm import packed_slot
         from mlir_tile.tiled import tiled_store_c
-        from mlir_tile.tma import column_boxes
 
         k, config, out = self.k, self.config, output_element(self.config.element)
         band = tiled_store_c(4, self.tiles["o_band"])
@@ -558,9 +567,9 @@ class _HopperAttention:
                 k.named_barrier(O_BARRIERS + consumer, 128)
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
         with k.if_(k.compare("eq", arith.remui(k.thread_id(), k.index(128)), 0)):
-            for offset, box in column_boxes(self.tiles["o"], 16, O_BOX_COLUMNS):
+            for offset, column, box in o_stores(config):
                 view = k.view(self.shared, (box.rows * box.columns,), out, arith.addi(first, k.index(2 * offset)))
-                k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(offset // 64)))
+                k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(column)))
             k.tma_store_wait(0)
 
     def _query(self, row):
