@@ -119,7 +119,7 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
     fp8 = HopperAttentionConfig.of(128, element="e4m3")
-    assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
+    assert fp8.o_offset == 128 * 128 + 5 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
     # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
     assert [(offset, column) for offset, column, _ in hopper_attention.o_stores(config)] == [(0, 0), (128 * 64, 64)]
     assert [column for _, column, _ in hopper_attention.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
@@ -166,7 +166,7 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
                for j in range(128))
-    assert config.shared_bytes == 128 * 128 + 4 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
+    assert config.shared_bytes == 128 * 128 + 5 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .param .u64 attention_param_5,
