@@ -69,7 +69,44 @@ def render_gemm_hopper(runs: list) -> list[str]:
     return lines
 
 
-RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop}
+HOW["attention_hopper"] = ("`python benchmarks/attention.py hopper-build DIR` here, `python3 benchmarks/attention.py "
+                           "hopper DIR` on the GPU host: each of our Hopper attention kernels (HOPPER_SHAPES) beside "
+                           "torch's FlashAttention-2 and cuDNN SDPA backends, batch x seq = 16k tokens, heads x d = 2048, "
+                           "TFLOP/s = 4 batch heads seq^2 d, halved for causal, " + SUSTAINED + "; ours the best kernel.")
+
+
+def render_attention_hopper(rows: list) -> list[str]:
+    lines = ["## Attention on Hopper's path against cuDNN and FlashAttention-2 (NVIDIA H200)", "",
+             HOW["attention_hopper"], "",
+             "| dtype | d | seq | causal | ours, TFLOP/s | cuDNN | FA2 | vs cuDNN | SM MHz | W |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['element']} | {row['d']} | {row['seq']} | {'yes' if row['causal'] else 'no'} | "
+                     f"{row['hopper']} | {row.get('cuDNN', '')} | {row.get('flash (FA2)', '')} | "
+                     f"{row.get('vs cuDNN', '')} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
+    return lines
+
+
+HOW["attention_hopper_fp8"] = ("`python3 benchmarks/attention.py hopper-fp8 DIR` on the GPU host: our e4m3 kernel "
+                               "(per-tensor descales) beside our f16 kernel and cuDNN's f16 backend at d 128, 16 heads, "
+                               "TFLOP/s as above, " + SUSTAINED + "; RMSE of O against fp32 attention on "
+                               "FlashAttention-3's test inputs (N(0, 1), 0.1% of entries N(0, 10)), [1, 8, 4096, 128].")
+
+
+def render_attention_hopper_fp8(rows: list) -> list[str]:
+    lines = ["## fp8 (e4m3) attention on Hopper's path (NVIDIA H200)", "", HOW["attention_hopper_fp8"], "",
+             "| seq | causal | e4m3, TFLOP/s | f16 | cuDNN f16 | e4m3 / f16 | RMSE e4m3 | RMSE f16 | SM MHz | W |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        rmse = [f"{row[key]:.1e}" if key in row else "" for key in ("rmse e4m3", "rmse f16")]
+        lines.append(f"| {row['seq']} | {'yes' if row['causal'] else 'no'} | {row['e4m3']} | {row['f16']} | "
+                     f"{row.get('cuDNN', '')} | {row['e4m3 / f16']} | {rmse[0]} | {rmse[1]} | {row['SM MHz']:.0f} | "
+                     f"{row['W']:.0f} |")
+    return lines
+
+
+RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop, "attention_hopper": render_attention_hopper,
+             "attention_hopper_fp8": render_attention_hopper_fp8}
 
 
 def render(folder: Path) -> str:
