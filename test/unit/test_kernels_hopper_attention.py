@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from mlir_tile.kernels import hopper_attention
@@ -134,6 +135,43 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
     """)
     assert ptx.count("cp.async.bulk.tensor.3d") == 2 and "st.global.v2" not in ptx  # 2 boxes of 64 columns
+
+
+def _tag(row: int, column: int) -> int:
+    return row << 8 | column  # rows below 128, columns below 256: one 16-bit value each
+
+
+@pytest.mark.parametrize("config", [HopperAttentionConfig(128), HopperAttentionConfig.of(64),
+                                    HopperAttentionConfig.of(256)], ids=str)
+def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
+    """On the reference model (sharing nothing with the kernel's layouts): each consumer's accumulators tagged
+    with their (row, column) of O by wgmma's fragment, packed in pairs as the epilogue packs them, written by the
+    band's stmatrix from the consumer's first word; then what each TMA store reads of its box (`o_stores`: its
+    first element and its column of O) holds, at box element (r, c), the tag of O's (64 consumer + r, column + c)."""
+    from mlir_tile import reference
+    from mlir_tile.kernels.hopper_gemm import packed_slot
+    from mlir_tile.tiled import tiled_store_c
+
+    d, band = config.head_dim, tiled_store_c(4, hopper_attention.tiles(config)["o_band"])
+    words = np.zeros(config.rows * d // 2, np.uint32)
+    band_words = 64 * hopper_attention.O_BOX_COLUMNS // 2
+    for consumer in range(config.consumers):
+        packed = np.zeros((128, band.whole.slots), np.uint32)
+        for thread in range(128):
+            for block in range(d // 8):
+                for half in range(2):
+                    low, high = (_tag(64 * consumer + row, column) for row, column in (
+                        reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i) for i in range(2)))
+                    packed[thread, packed_slot(block, half)] = low | high << 16
+        start = band_words * consumer
+        words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
+                                          packed, "warpgroup")
+    for consumer in range(config.consumers):
+        for offset, column, box in hopper_attention.o_stores(config):
+            read = reference.tma_box_read(words.view(np.uint8), 128, box.rows, 2 * box.columns,
+                                          4 * band_words * consumer + 2 * offset).view(np.uint16)
+            expected = [[_tag(64 * consumer + r, column + c) for c in range(box.columns)] for r in range(box.rows)]
+            assert (read == np.array(expected, np.uint16)).all(), (consumer, column)
 
 
 def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
