@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from mlir_tile import byte_transpose
 from mlir_tile.kernels import hopper_attention
 from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
@@ -226,6 +227,41 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 4 and ptx.count("stmatrix.sync") == 2 * 4 + 8
     # Q's box, then K's and V's (128 bytes of d each) of the first two tiles and in the loop
     assert ptx.count("cp.async.bulk.tensor.2d") == 1 + 3 * 2
+
+
+def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
+    """The fp8 data path on the reference model (d 128): V (keys x d, small integers exact in e4m3) written by
+    TMA's box into the staging tile, rewritten as V^T by the plan (`transposition`), read by wgmma's operand
+    fetch through the descriptors of V's tile taken in P's key order (as `wgmma` reads a Fragment's B); A made of
+    S's accumulators by `accumulators_as_a`'s slots into the e4m3 A fragment: the sum over K steps of A B^T is
+    S V exactly. A key misplaced between P and V^T anywhere in the chain would show."""
+    from mlir_tile import fp8, reference
+    from mlir_tile.atoms import accumulators_as_a, wgmma
+    from mlir_tile.layout import composition, right_inverse
+    from mlir_tile.wgmma import descriptor_for
+
+    config = HopperAttentionConfig.of(128, element="e4m3")
+    layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)
+    s_atom, o_atom = wgmma(128, "e4m3"), wgmma(128, "e4m3")
+    rng = np.random.default_rng(3)
+    v, scores = rng.integers(-7, 8, (128, 128)), rng.integers(-7, 8, (64, 128))
+    staged = np.zeros(config.tile_bytes, np.uint8)
+    reference.tma_box_write(fp8.encode_integers(v, "e4m3"), 128, staged)
+    v_t = byte_transpose.emulate(plan, staged.view(np.uint32), np.zeros(plan.target.cosize, np.uint32)).view(np.uint8)
+    b = composition(layouts["v"], (None, right_inverse(layouts["key_order"])))
+    slots = accumulators_as_a(s_atom, o_atom, layouts["key_order"])
+    product = np.zeros((64, 128))
+    for step in range(128 // 32):
+        fields, start = descriptor_for(b, 8, 128, 32, (0, 32 * step))
+        b_step = fp8.decode(reference.wgmma_operand(v_t, fields.bits(start), fields.major == "K", 8, 128), "e4m3")
+        a_step = np.zeros((64, 32))
+        for thread in range(128):
+            for value in range(16):
+                row, column = o_atom.a.coordinate(thread, value)
+                slot = slots[4 * step + value // 4][value % 4]
+                a_step[row, column] = scores[reference.wgmma_accumulator_position(thread, slot)]
+        product += a_step @ b_step.T
+    assert (product == scores @ v).all()
 
 
 def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path):
