@@ -271,9 +271,14 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 0, ran.stderr
     first = (tmp_path / "a.ptx").read_text().split("\n", 1)[0]
     assert '"arch": "sm_90a"' in first and '"head_dim": 128' in first
-    for options, message in ((["--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"), (["--emulate"], "Hopper's runs on the GPU")):
+    for options, message in ((["--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"), (["--emulate"], "Hopper's runs on the GPU"),
+                             (["--dtype", "e4m3", "--ptx-out", tmp_path / "c.ptx"], "e4m3 takes head dim 128")):
         ran = example("attention.py", "--arch", "sm_90a", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    ran = example("attention.py", "--dtype", "e4m3", "--ptx-out", tmp_path / "d.ptx")  # the sm_80 kernel: 16-bit only
+    assert ran.returncode == 2 and "f16 and bf16" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
+    assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
 
 
 def test_the_sm90_library_ships_each_hopper_attention_kernel():
