@@ -229,7 +229,8 @@ def hopper(directory: Path) -> None:
 
     results = []
     with Runtime() as runtime:
-        paths = {str(shape): HopperAttention(library(runtime, directory / "attention"), shape) for shape in HOPPER_SHAPES}
+        kernels = library(runtime, directory / "attention")
+        paths = {str(shape): HopperAttention(kernels, shape) for shape in HOPPER_SHAPES}
         sm80_path = _example().Attention(KernelLibrary(runtime))  # the kernels the package ships
         for element, d, seq, causal in HOPPER_CASES:
             dtype, batch, heads = {"f16": torch.float16, "bf16": torch.bfloat16}[element], 16384 // seq, 2048 // d
@@ -313,9 +314,9 @@ def hopper_fp8(directory: Path) -> None:
 
     results = []
     with Runtime() as runtime:
-        path = HopperAttention(library(runtime, directory / "attention"))
-        fp8_paths = {f"e4m3 {shape}": HopperAttention(library(runtime, directory / "attention"), shape)
-                     for shape in FP8_SHAPES}
+        kernels = library(runtime, directory / "attention")
+        path = HopperAttention(kernels)
+        fp8_paths = {f"e4m3 {shape}": HopperAttention(kernels, shape) for shape in FP8_SHAPES}
         for seq, causal in FP8_CASES:
             batch, heads, d = 16384 // seq, 16, 128
             q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))

@@ -176,9 +176,9 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
 
 
 def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
-    """The band proof: were O's boxes 32 columns wide, a consumer's rows of the O tile would not be its band's
-    layout from its first word, and the configuration is refused."""
-    monkeypatch.setattr(hopper_attention, "O_BOX_COLUMNS", 32)
+    """O's tile is proven when made (`hopper_gemm.stored_tile`): were O's boxes 128 columns wide (256 bytes), no
+    128-byte swizzled box would hold a consumer's band, and the configuration is refused."""
+    monkeypatch.setattr(hopper_attention, "O_BOX_COLUMNS", 128)
     with pytest.raises(ValueError):
         hopper_attention._o_tiles(HopperAttentionConfig(128))
 

@@ -216,3 +216,17 @@ def test_offsets_are_the_sum_of_each_leafs_coordinate_times_its_stride(layout):
     for bad in [(-1, 0), (0, columns), (1.0, 0)]:
         with pytest.raises(ValueError, match="outside layout"):
             layout.linear_offset(*bad)
+
+
+def test_words_of_sees_a_boxed_swizzled_tile_as_its_32_bit_words_and_undoes_unpack_b32():
+    """A 128 x 128 16-bit tile of two boxes of 64 columns (Sw<3,3,3> on elements) is 128 x 64 words of boxes of
+    32 (Sw<3,2,3>); a flat word layout unpacked to bytes comes back; a mode across parts of words is refused."""
+    from mlir_tile.layout import Swizzle, unpack_b32, words_of
+
+    tile = Layout((128, (64, 2)), (64, (1, 128 * 64)), Swizzle(3, 3, 3))
+    assert words_of(tile, 2) == Layout((128, (32, 2)), (32, (1, 128 * 32)), Swizzle(3, 2, 3))
+    words = Layout((64, 32), (32, 1), Swizzle(3, 2, 3))
+    assert words_of(unpack_b32(words, 4), 4) == words
+    for junk in (Layout((4, 6), (6, 1)), Layout((4, 8), (1, 4)), Layout((8, 8), (8, 1), Swizzle(3, 1, 3))):
+        with pytest.raises(ValueError, match="words_of"):
+            words_of(junk, 4)

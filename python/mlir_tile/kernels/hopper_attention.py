@@ -194,23 +194,14 @@ def tiles(config: HopperAttentionConfig) -> dict:
 
 
 def _o_tiles(config: HopperAttentionConfig) -> dict:
-    """O's tile (rows x d, 16-bit: boxes of 64 columns side by side, 128-byte swizzled) and a consumer's band of
-    it in 32-bit words from its first (64 rows; what its stmatrix writes), proven the same bytes."""
-    from mlir_tile.kernels.hopper_gemm import same_bytes
-    from mlir_tile.layout import Layout, Swizzle
-    from mlir_tile.tma import Box
+    """O's tile (rows x d, 16-bit, `hopper_gemm.stored_tile`): a consumer's 64 rows of it ("o", the TMA stores'
+    boxes) and of its words from its first ("o_band", what its stmatrix writes)."""
+    from mlir_tile.kernels.hopper_gemm import stored_tile
+    from mlir_tile.layout import Layout
 
-    swizzle, boxes_across, words = Box(8, O_BOX_COLUMNS, 16, ROW_BYTES).layout.swizzle, config.head_dim // O_BOX_COLUMNS, 32
-    o = Layout((config.rows, (O_BOX_COLUMNS, boxes_across)), (O_BOX_COLUMNS, (1, config.rows * O_BOX_COLUMNS)), swizzle)
-    on_words = Swizzle(swizzle.bits, swizzle.base - 1, swizzle.shift)
-    o_words = Layout((config.rows, (words, boxes_across)), (words, (1, config.rows * words)), on_words)
-    same_bytes(o, o_words)
-    band = Layout((64, (words, boxes_across)), (words, (1, config.rows * words)), on_words)
-    for consumer in range(config.consumers):
-        if any(band.offset(r, w) + 64 * words * consumer != o_words.offset(64 * consumer + r, w)
-               for r in range(64) for w in range(words * boxes_across)):
-            raise ValueError(f"hopper attention: consumer {consumer}'s rows of {o_words} are not {band} from its first")
-    return {"o": Layout((64, o.shape[1]), (O_BOX_COLUMNS, o.stride[1]), swizzle), "o_band": band}
+    tile = stored_tile(config.rows, config.head_dim, O_BOX_COLUMNS)
+    o = tile["c"]
+    return {"o": Layout((64, o.shape[1]), (o.stride[0], o.stride[1]), o.swizzle), "o_band": tile["c_band"]}
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,18 +209,10 @@ def transposition(config: HopperAttentionConfig):
     """fp8: the staged V tile (keys x d bytes) rewritten as V^T in P's key order (`byte_transpose`), each word
     layout proven to hold its tile's bytes."""
     from mlir_tile.byte_transpose import byte_transpose
-    from mlir_tile.kernels.hopper_gemm import same_bytes
-    from mlir_tile.layout import Layout, Swizzle
+    from mlir_tile.layout import words_of
 
-    layouts, words = tiles(config), ROW_BYTES // 4
-    swizzle = layouts["v_t"].swizzle
-    on_words = Swizzle(swizzle.bits, swizzle.base - 2, swizzle.shift)
-    boxes_across = config.head_dim // config.box_columns
-    staged = Layout((config.keys, (words, boxes_across)), (words, (1, config.keys * words)), on_words)
-    v_t = Layout((config.head_dim, config.keys // 4), (config.keys // 4, 1), on_words)
-    same_bytes(layouts["v_staged"], staged, 4)
-    same_bytes(layouts["v_t"], v_t, 4)
-    return byte_transpose(staged, v_t, layouts["key_order"])
+    layouts = tiles(config)
+    return byte_transpose(words_of(layouts["v_staged"], 4), words_of(layouts["v_t"], 4), layouts["key_order"])
 
 
 def o_stores(config: HopperAttentionConfig) -> list:
@@ -435,18 +418,21 @@ class _HopperAttention:
     def wait_turn(self, first: bool = False) -> None:
         """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
         turn before (consumer 0, from its second turn on)."""
-        for consumer in range(2) if self.config.pingpong else ():
-            if not (first and consumer == 0):
-                with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
-                    self.k.named_barrier(PINGPONG_BARRIERS + consumer, 256)
+        if self.config.pingpong:
+            self.as_consumer([1] if first else [0, 1], lambda c: self.k.named_barrier(PINGPONG_BARRIERS + c, 256))
 
     def pass_turn(self, last: bool = False) -> None:
         """Ping-pong: this consumer's GEMMs issued, the other's turn (each arrival met by one `wait_turn`: consumer
         1's last turn has no turn of consumer 0 after it)."""
-        for consumer in range(2) if self.config.pingpong else ():
-            if not (last and consumer == 1):
-                with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
-                    self.k.named_barrier_arrive(PINGPONG_BARRIERS + 1 - consumer, 256)
+        if self.config.pingpong:
+            self.as_consumer([0] if last else [0, 1],
+                             lambda c: self.k.named_barrier_arrive(PINGPONG_BARRIERS + 1 - c, 256))
+
+    def as_consumer(self, consumers, act) -> None:
+        """act(c) in consumer c's threads, for each c of `consumers` (a named barrier's index is a constant)."""
+        for consumer in consumers:
+            with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
+                act(consumer)
 
     def operand(self, tile, part: int):
         """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's: MN-major; fp8, V^T K-major in P's key
@@ -563,9 +549,7 @@ class _HopperAttention:
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
-        for consumer in range(config.consumers):  # (a named barrier's index is a constant)
-            with k.if_(k.compare("eq", self.consumer, consumer)):
-                k.named_barrier(O_BARRIERS + consumer, 128)
+        self.as_consumer(range(config.consumers), lambda c: k.named_barrier(O_BARRIERS + c, 128))
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
         with k.if_(k.compare("eq", arith.remui(k.thread_id(), k.index(128)), 0)):
             for offset, column, box in o_stores(config):

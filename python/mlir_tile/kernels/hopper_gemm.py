@@ -228,7 +228,7 @@ def tiles(config: HopperConfig) -> dict:
     B [K, N]: boxes of BK rows by 64 columns side by side (MN-major for wgmma); C: boxes of BM rows by 64
     columns side by side. fp8 B [K, N] (`transposed`): "b_staging" (K x N: boxes of BK rows by 128 bytes side
     by side, as TMA writes them) and "b" as B [N, K]'s, which the transposer writes."""
-    from mlir_tile.layout import Layout, Swizzle
+    from mlir_tile.layout import Layout
     from mlir_tile.tma import Box
 
     swizzle = Box(64, SWIZZLE_COLUMNS, 16, 128).layout.swizzle
@@ -243,29 +243,26 @@ def tiles(config: HopperConfig) -> dict:
         b = Box(config.bn, config.bk, config.element_bits, 128).layout
     else:  # (n, k): n runs along a box's 64 columns, the boxes BK x 64 apart
         b = Layout(((SWIZZLE_COLUMNS, boxes_of), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS), swizzle)
-    c = Layout((config.bm, (SWIZZLE_COLUMNS, boxes_of)), (SWIZZLE_COLUMNS, (1, config.bm * SWIZZLE_COLUMNS)), swizzle)
-    words = SWIZZLE_COLUMNS // 2  # the C tile as stmatrix writes it: (rows, 32-bit words), the same bytes
-    c_words = Layout((config.bm, (words, boxes_of)), (words, (1, config.bm * words)),
-                     Swizzle(swizzle.bits, swizzle.base - 1, swizzle.shift))
-    same_bytes(c, c_words)
-    # one consumer's 64 rows, from its first word (64 rows of 32 words further each): what it stores by stmatrix
-    c_band = Layout((64, (words, boxes_of)), (words, (1, config.bm * words)), c_words.swizzle)
-    for group in range(config.bm // 64):
+    return {"a": a, "b": b, **stored_tile(config.bm, config.bn), **staging}
+
+
+def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> dict:
+    """A 16-bit rows x columns tile as TMA stores read it ("c": boxes of rows x `box_columns` side by side,
+    128-byte swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one warpgroup's
+    64 rows of those words from its first word ("c_band"), proven to be every 64-row band's layout."""
+    from mlir_tile.layout import Layout, words_of
+    from mlir_tile.tma import Box
+
+    swizzle, boxes_of = Box(64, box_columns, 16, 128).layout.swizzle, columns // box_columns
+    c = Layout((rows, (box_columns, boxes_of)), (box_columns, (1, rows * box_columns)), swizzle)
+    c_words = words_of(c, 2)
+    words = box_columns // 2
+    c_band = Layout((64, (words, boxes_of)), (words, (1, rows * words)), c_words.swizzle)
+    for group in range(rows // 64):
         if any(c_band.offset(r, w) + 64 * words * group != c_words.offset(64 * group + r, w)
                for r in range(64) for w in range(words * boxes_of)):
-            raise ValueError(f"hopper gemm: row band {group}'s rows of {c_words} are not {c_band} from its first word")
-    return {"a": a, "b": b, "c": c, "c_words": c_words, "c_band": c_band, **staging}
-
-
-def same_bytes(elements, words, per_word: int = 2) -> None:
-    """Proof that element (r, c) of the layout of elements (`per_word` a 32-bit word) is part c % per_word of
-    word (r, c // per_word) of the word layout."""
-    rows, columns = elements.sizes
-    for r in range(rows):
-        for c in range(columns):
-            if elements.offset(r, c) != per_word * words.offset(r, c // per_word) + c % per_word:
-                raise ValueError(f"element ({r}, {c}) of {elements} is not where the word layout {words} "
-                                 f"has it")
+            raise ValueError(f"row band {group}'s rows of {c_words} are not {c_band} from its first word")
+    return {"c": c, "c_words": c_words, "c_band": c_band}
 
 
 @functools.lru_cache(maxsize=None)
@@ -273,17 +270,10 @@ def transposition(config: HopperConfig):
     """fp8 B [K, N]'s k-tile rewritten K-major: `byte_transpose` of the staging tile's words into B's, each
     word layout proven to hold its tile's bytes."""
     from mlir_tile.byte_transpose import byte_transpose
-    from mlir_tile.layout import Layout, Swizzle
+    from mlir_tile.layout import words_of
 
     layouts = tiles(config)
-    words = SWIZZLE_BITS // 32  # a 128-byte row's
-    swizzle = layouts["b"].swizzle
-    on_words = Swizzle(swizzle.bits, swizzle.base - 2, swizzle.shift)
-    staging = Layout((config.bk, (words, config.bn // (4 * words))), (words, (1, config.bk * words)), on_words)
-    b = Layout((config.bn, words), (words, 1), on_words)
-    same_bytes(layouts["b_staging"], staging, 4)
-    same_bytes(layouts["b"], b, 4)
-    return byte_transpose(staging, b)
+    return byte_transpose(words_of(layouts["b_staging"], 4), words_of(layouts["b"], 4))
 
 
 @functools.lru_cache(maxsize=None)
