@@ -87,6 +87,21 @@ def test_query_tiles_walk_each_heads_row_tiles(seq, heads, reverse, data):
     assert [stored[i] for i in range(4)] == [tiles, heads, block // tiles, tiles - 1 - tile if reverse else tile]
 
 
+@settings(max_examples=30, deadline=None)
+@given(seq=st.integers(1, 3000), heads=st.integers(1, 6), ctas=st.integers(1, 40), data=st.data())
+def test_query_tiles_persistent_walk_deals_the_items_round_the_grid(seq, heads, ctas, data):
+    """heads x row tiles items; CTA c of g takes c, c + g, ... below them (none where c is past the last)."""
+    block = data.draw(st.integers(0, ctas - 1))
+
+    def build(k, seq_value, heads_value):
+        order = QueryTiles(k, seq_value, 128, heads=heads_value)
+        return [order.heads, order.items, *order.persistent()]
+
+    stored = run(kernel(2, build), [seq, heads], block=block, grid=ctas)
+    items = heads * -(-seq // 128)
+    assert [stored[i] for i in range(4)] == [heads, items, block, len(range(block, items, ctas))]
+
+
 @settings(max_examples=40, deadline=None)
 @given(seq=st.integers(1, 3000), causal=st.booleans(), data=st.data())
 def test_key_tiles_are_those_some_row_sees_and_unmasked_those_all_see_whole(seq, causal, data):

@@ -62,12 +62,7 @@ class TileOrder:
         """A persistent grid's walk for this CTA: (its first tile, how many it takes): CTA c of the grid's g
         takes tiles c, c + g, ... below `count`. `together`: the grid's CTAs in sets of that many consecutive
         ones (a cluster's) that take each tile together: set c of the g sets takes c, c + g, ..."""
-        k = self.k
-        together = count(together, "TileOrder.persistent: together")
-        ctas, cta = k.grid_size(), k.block_id()
-        if together > 1:
-            ctas, cta = arith.divui(ctas, k.index(together)), arith.divui(cta, k.index(together))
-        return cta, arith.divui(arith.addi(arith.subi(self.count, cta), arith.subi(ctas, k.index(1))), ctas)
+        return persistent_walk(self.k, self.count, count(together, "TileOrder.persistent: together"))
 
     def step(self, tile: ir.Value) -> ir.Value:
         """The tile after `tile` in a persistent CTA's walk (maybe past the last)."""
@@ -79,18 +74,35 @@ class TileOrder:
         return arith.select(self.k.compare("ult", after, self.count), after, self.k.as_index(tile))
 
 
-class QueryTiles:
-    """A grid of (head, row tile) blocks over `heads` x `extent` rows in tiles of `rows`: block b takes row
-    tile b mod tiles of head b / tiles; `reverse`: the last row tiles first (causal attention's longest rows,
-    so that the short ones fill the tail)."""
+def persistent_walk(kernel, items: ir.Value, together: int = 1) -> tuple[ir.Value, ir.Value]:
+    """A persistent grid's walk over `items` work items: (this CTA's first, how many it takes), CTA c of the
+    grid's g taking c, c + g, ... (`together`: sets of that many consecutive CTAs take each item together)."""
+    k = kernel
+    ctas, cta = k.grid_size(), k.block_id()
+    if together > 1:
+        ctas, cta = arith.divui(ctas, k.index(together)), arith.divui(cta, k.index(together))
+    return cta, arith.divui(arith.addi(arith.subi(k.as_index(items), cta), arith.subi(ctas, k.index(1))), ctas)
 
-    def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False):
+
+class QueryTiles:
+    """(head, row tile) work items over `heads` x `extent` rows in tiles of `rows`: item b is row tile b mod
+    tiles of head b / tiles; `reverse`: the last row tiles first (causal attention's longest rows, so that the
+    short ones fill the tail). `heads`: how many (batch x heads); by default the grid's blocks, one an item."""
+
+    def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False, heads: Integer | None = None):
         self.k, self.rows, self.reverse = kernel, count(rows, "QueryTiles: rows"), bool(reverse)
         self.count = kernel.as_index(ceil_div(kernel, as_integer(kernel, extent, "QueryTiles: extent"), rows))
-        self.heads = arith.divui(kernel.grid_size(), self.count)
+        self.heads = (arith.divui(kernel.grid_size(), self.count) if heads is None
+                      else kernel.as_index(as_integer(kernel, heads, "QueryTiles: heads")))
+        self.items = arith.muli(self.heads, self.count)
+
+    def persistent(self) -> tuple[ir.Value, ir.Value]:
+        """A persistent grid's walk over the items (`persistent_walk`): (this CTA's first, how many); its
+        j-th item is first + j * the grid's blocks."""
+        return persistent_walk(self.k, self.items)
 
     def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """(head, row tile) of grid block `block`."""
+        """(head, row tile) of work item (or grid block) `block`."""
         k = self.k
         block = k.as_index(block)
         head, tile = arith.divui(block, self.count), arith.remui(block, self.count)
