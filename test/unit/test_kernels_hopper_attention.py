@@ -11,7 +11,7 @@ import pytest
 
 from mlir_tile import byte_transpose
 from mlir_tile.kernels import hopper_attention
-from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
+from mlir_tile.kernels.hopper_attention import PERSISTENT_HEAD_DIMS, HopperAttentionConfig
 
 CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
            for element in ("f16", "bf16")] + [HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
@@ -19,10 +19,14 @@ CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) 
 
 def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
     """Q (rows x d) and K (keys x d): boxes of 64 columns side by side, 128-byte swizzled (one box a tensor
-    map); V as P V's B: (d, keys) of K's layout, d contiguous in each box."""
+    map; Q's a consumer's 64 rows, its band: the first's layout, the second's 64 rows further); V as P V's B:
+    (d, keys) of K's layout, d contiguous in each box."""
     config = HopperAttentionConfig(128)
     layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
-    assert (box["q"].rows, box["q"].columns, box["k"].rows, box["k"].columns) == (128, 64, 128, 64)
+    assert (box["q"].rows, box["q"].columns, box["k"].rows, box["k"].columns) == (64, 64, 128, 64)
+    q, band = layouts["q"], layouts["q_band"]
+    assert all(2 * q.offset(64 * c + row, column) == c * hopper_attention.BAND_BYTES + 2 * band.offset(row, column)
+               for c in range(2) for row in range(64) for column in range(128))
     assert box["k"] == box["v"] and box["q"].swizzle_bytes == 128
     k_layout, v_layout = layouts["k"], layouts["v"]
     assert all(v_layout.offset(column, key) == k_layout.offset(key, column) for key in range(128) for column in range(128))
@@ -59,18 +63,21 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     assert config.consumer_registers == 240 and re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)
     assert issued.count("%rd") == 3 * 128 // 16 and issued.count("{") == 3 * 128 // 16
-    assert ptx.count("cp.async.bulk.tensor.2d") == 3 * 128 // 64  # Q's boxes, then K's and V's
+    assert ptx.count("cp.async.bulk.tensor.2d") == 4 * 128 // 64  # Q's boxes (two bands), then K's and V's
     assert config.shared_bytes == 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2  # Q, then 3 stages of K and V
 
 
-@pytest.mark.parametrize("config", CONFIGS + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
-                                              HopperAttentionConfig(64, False, "f16", stages=2, pingpong=False),
-                                              HopperAttentionConfig.of(256, consumers=2, stages=2, pingpong=True)],
-                         ids=str)
+PERSISTENT = [HopperAttentionConfig.of(d, element=element, persistent=True) for d in PERSISTENT_HEAD_DIMS
+              for element in ("f16", "bf16")]
+
+
+@pytest.mark.parametrize("config", CONFIGS + PERSISTENT + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
+                                                           HopperAttentionConfig(64, False, "f16", stages=2,
+                                                                                 pingpong=False)], ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
-    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's), S narrower than O (64 keys a
-    tile at d 128), two stages, without ping-pong, d 256 on two consumers (the 240 registers a consumer raises
-    to)."""
+    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
+    the persistent ones (the producer at 32 registers: its walk beside the loads), S narrower than O (64 keys a
+    tile at d 128), two stages, without ping-pong."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     (tmp_path / "a.ptx").write_text(_ptx(config))
@@ -86,7 +93,10 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(element="e4m3", keys=64), "e4m3 takes head dim 128 and 128 keys"),
     (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
-    (dict(stages=4), "more than the 232448 a block may use")])
+    (dict(stages=4), "more than the 232448 a block may use"),
+    (dict(causal=True, persistent=True), "persistent grid takes 16-bit inputs without the causal mask"),
+    (dict(element="e4m3", persistent=True, pingpong=False), "persistent grid takes 16-bit"),
+    (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "at head dims 64, 128")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -121,7 +131,7 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
     fp8 = HopperAttentionConfig.of(128, element="e4m3")
-    assert fp8.o_offset == 128 * 128 + 5 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
+    assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
     # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
     assert [(offset, column) for offset, column, _ in hopper_attention.o_stores(config)] == [(0, 0), (128 * 64, 64)]
     assert [column for _, column, _ in hopper_attention.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
@@ -205,13 +215,14 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
                for j in range(128))
-    assert config.shared_bytes == 128 * 128 + 5 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
+    assert config.shared_bytes == 128 * 128 + 4 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .param .u64 attention_param_5,
-    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_6,
+    CHECK-NEXT: .param .u64 attention_param_6,
     CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_7,
-    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_8
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_8,
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_9
     CHECK-DAG: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}224;
     CHECK-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
     CHECK-DAG: cvt.rn.satfinite.e4m3x2.f32
@@ -225,8 +236,8 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     """)
     # the transposer's 4 steps of two, then O's band (64 x 128 16-bit a warpgroup: 8 stmatrix.x4 a thread)
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 4 and ptx.count("stmatrix.sync") == 2 * 4 + 8
-    # Q's box, then K's and V's (128 bytes of d each) of the first two tiles and in the loop
-    assert ptx.count("cp.async.bulk.tensor.2d") == 1 + 3 * 2
+    # Q's box a band, then K's and V's (128 bytes of d each) of the first two tiles and in the loop
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 + 3 * 2
 
 
 def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
@@ -279,6 +290,11 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 2 and "f16 and bf16" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
     ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
+    for options, message in ((["--arch", "sm_90a", "--causal"], "without the causal mask"),
+                             (["--arch", "sm_90a", "--head-dim", "256"], "at head dims 64, 128"),
+                             ([], "--persistent is Hopper's path's grid")):
+        ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
+        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
 
 
 def test_the_sm90_library_ships_each_hopper_attention_kernel():

@@ -3,9 +3,9 @@ scale (+ causal mask)) V and each row's log-sum-exp; f16 or bf16 with head dims 
 per-tensor descales (O in bf16) at 128; any sequence length.
 
 A CTA takes `rows` query rows of one (batch, head) (QueryTiles: causal, the longest rows first). Warpgroup 0
-is the producer (`setmaxnreg` down to 24 registers a thread): its first thread loads Q's tile once and then
-each key tile's K and V by TMA into a `TmaPipeline`'s stages (128-byte swizzled boxes of 128 bytes of columns
-side by side). Each consumer warpgroup takes 64 of the rows, in FlashAttention-3's order: key tile t's S = Q
+is the producer (`setmaxnreg` down to 24 registers a thread): its first thread loads each consumer's band of
+Q's tile and then each key tile's K and V by TMA into a `TmaPipeline`'s stages (128-byte swizzled boxes of 128
+bytes of columns side by side). Each consumer warpgroup takes 64 of the rows, in FlashAttention-3's order: key tile t's S = Q
 K^T (wgmma from shared memory, K as the N x K operand) is issued beside tile t - 1's O += P V (P in registers
 as the RS form's A, `accumulators_as_a`: the layouts prove every element stays in its thread; V read MN-major
 from its [keys, d] tile); the online softmax of S (log2 domain, a row's max and sum over its quad, exp2) runs
@@ -25,14 +25,20 @@ Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a til
 sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
 probabilities 0) and whose query rows are never stored.
 
-Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq[, descale_q, descale_k, descale_v])`: four
-pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads * seq, d], O's
-3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for e4m3), lse [batch * heads, seq] f32, seq
-(64-bit), e4m3's three descales (f32, one element each). Grid `HopperAttentionConfig.grid`, block `threads`,
-`shared_bytes` of dynamic shared memory.
+Persistent (16-bit, not causal): one CTA an SM walks the (head, row tile) items c, c + grid, ...; the producer
+loads the next item's first K/V tiles into the stages the last tiles free, then each consumer's band of Q once
+that consumer's TMA stores of O have read it (`store_o` releases it), so that only Q's load stands between
+one item's epilogue and the next item's first S. The ping-pong turns run on across items.
+
+Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads[, descale_q, descale_k,
+descale_v])`: four pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads
+* seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for e4m3), lse [batch * heads,
+seq] f32, seq and batch x heads (64-bit), e4m3's three descales (f32, one element each). Grid
+`HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -42,9 +48,12 @@ from mlir_tile.kernels.hopper_gemm import check_shared, output_element, raised_r
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
 ROW_BYTES = 128  # a 128-byte swizzled row: each tile is boxes of 128 bytes of columns side by side
-PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 56
+BAND_BYTES = 64 * ROW_BYTES  # consumer c's 64 rows of Q's or O's tile start c times this many bytes in
+# a persistent producer holds its walk's item beside the loads (at 24 it spilled); fp8's transposes V
+PRODUCER_REGISTERS, PERSISTENT_PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 32, 56
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
+PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
 # each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
 # ping-pong ran 1.01-1.06x without it at d 128 but 0.92-0.97x at d 64; at 256, O takes 128 registers a thread
@@ -52,9 +61,9 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # two consumers with 2 stages
 SHAPES = {64: {"pingpong": False}, 256: {"keys": 64, "consumers": 1, "pingpong": False, "stages": 3}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
-# later with fewer stages), and 5 without ping-pong 1.04-1.15x 4 with it in the run after (session 25;
+# later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
 # benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 5, "pingpong": False}
+FP8_SHAPE = {"stages": 4, "pingpong": False}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
@@ -72,6 +81,8 @@ class HopperAttentionConfig:
     pingpong: bool = True  # two consumers take turns issuing their GEMMs (named barriers): one's softmax under the
     # other's GEMMs
     staged: int = 2  # fp8: V tiles as TMA wrote them, waiting for the producer's transposition
+    persistent: bool = False  # one CTA an SM walking the (head, row tile) items (`QueryTiles.persistent`): the next
+    # item's K and V load under this one's last tiles and epilogue
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -89,6 +100,11 @@ class HopperAttentionConfig:
                              f"{self.staged} staged, {self.stages} stages")
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
+        if self.persistent and (self.causal or self.fp8 or self.head_dim not in PERSISTENT_HEAD_DIMS):
+            raise ValueError(f"hopper attention: a persistent grid takes 16-bit inputs without the causal mask at head "
+                             f"dims {', '.join(map(str, PERSISTENT_HEAD_DIMS))} (a fixed walk would give some CTAs the "
+                             f"long causal rows of every round, where the block scheduler hands out the longest "
+                             f"first; at d 256 O takes 128 of a consumer's 240 registers and the walk spilled)")
         if self.fp8 and self.staged * self.tile_bytes < 2 * self.rows * self.head_dim:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{2 * self.rows * self.head_dim} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
@@ -124,7 +140,9 @@ class HopperAttentionConfig:
 
     @property
     def producer_registers(self) -> int:
-        return TRANSPOSING_PRODUCER_REGISTERS if self.fp8 else PRODUCER_REGISTERS
+        if self.fp8:
+            return TRANSPOSING_PRODUCER_REGISTERS
+        return PERSISTENT_PRODUCER_REGISTERS if self.persistent else PRODUCER_REGISTERS
 
     @property
     def consumer_registers(self) -> int:
@@ -150,12 +168,15 @@ class HopperAttentionConfig:
         consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles."""
         return self.q_bytes + 2 * self.stages * self.tile_bytes if self.fp8 else 0
 
-    def grid(self, batch_heads: int, seq: int) -> int:
-        return -(-seq // self.rows) * batch_heads
+    def grid(self, batch_heads: int, seq: int, sms: int) -> int:
+        """CTAs to launch: one a (head, row tile) item, or (persistent) one an SM of the `sms` at most."""
+        items = -(-seq // self.rows) * batch_heads
+        return min(items, sms) if self.persistent else items
 
     def __str__(self) -> str:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
-                f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}_sm90a")
+                f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
+                f"{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def _swizzle(config: HopperAttentionConfig):
@@ -183,8 +204,8 @@ def tiles(config: HopperAttentionConfig) -> dict:
     from mlir_tile.atoms import a_key_order, wgmma
     from mlir_tile.layout import Layout, composition
 
-    kv = _boxed(config.keys, config)
-    layouts = {"q": _boxed(config.rows, config), "k": kv, **_o_tiles(config)}
+    kv, q = _boxed(config.keys, config), _boxed(config.rows, config)
+    layouts = {"q": q, "q_band": _band(q), "k": kv, **_o_tiles(config)}
     if not config.fp8:
         (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
         return {**layouts, "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
@@ -200,8 +221,14 @@ def _o_tiles(config: HopperAttentionConfig) -> dict:
     from mlir_tile.layout import Layout
 
     tile = stored_tile(config.rows, config.head_dim, O_BOX_COLUMNS)
-    o = tile["c"]
-    return {"o": Layout((64, o.shape[1]), (o.stride[0], o.stride[1]), o.swizzle), "o_band": tile["c_band"]}
+    return {"o": _band(tile["c"]), "o_band": tile["c_band"]}
+
+
+def _band(tile):
+    """A consumer's 64 rows of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c further."""
+    from mlir_tile.layout import Layout
+
+    return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
 
 
 @functools.lru_cache(maxsize=None)
@@ -216,25 +243,26 @@ def transposition(config: HopperAttentionConfig):
 
 
 def o_stores(config: HopperAttentionConfig) -> list:
-    """A consumer's TMA stores of O: per box, (its first element in the band, its first column of O, the box),
-    the column read off the band's layout at that element."""
+    """A consumer's TMA stores of O: per box, (its first element in the band, its first column of O, the box)."""
+    return _boxes_at(tiles(config)["o"], 16, O_BOX_COLUMNS)
+
+
+def _boxes_at(layout, element_bits: int, columns: int) -> list:
+    """A tile's TMA boxes of `columns` columns (`tma.column_boxes`): per box, (its first element in the tile,
+    its first column, the box), the column read off the layout at that element."""
     from mlir_tile.tma import column_boxes
 
-    band = tiles(config)["o"]
-    columns = {band.offset(0, column): column for column in range(config.head_dim)}
-    return [(offset, columns[offset], box) for offset, box in column_boxes(band, 16, O_BOX_COLUMNS)]
+    first_columns = {layout.offset(0, column): column for column in range(layout.sizes[1])}
+    return [(offset, first_columns[offset], box) for offset, box in column_boxes(layout, element_bits, columns)]
 
 
 @functools.lru_cache(maxsize=None)
 def boxes(config: HopperAttentionConfig) -> dict:
-    """The TMA box of each tensor map (Q's, K's and V's alike, O's: a consumer's 64 rows): the first of its
-    tile's boxes."""
-    from mlir_tile.tma import column_boxes
-
+    """The TMA box of each tensor map (Q's and O's: a consumer's 64 rows; K's and V's: a key tile's): the first
+    of its tile's boxes."""
     layouts = tiles(config)
-    return {**{name: column_boxes(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][1]
-               for name, tile in (("q", "q"), ("k", "k"), ("v", "k"))},
-            "o": column_boxes(layouts["o"], 16, O_BOX_COLUMNS)[0][1]}
+    return {**{name: _boxes_at(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][2]
+               for name, tile in (("q", "q_band"), ("k", "k"), ("v", "k"))}, "o": o_stores(config)[0][2]}
 
 
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
@@ -242,7 +270,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     from mlir_tile.builder import Global, Kernel, TensorMap
 
     scales = [Global("f32")] * 3 if config.fp8 else []
-    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index"] + scales,
+    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index"] + scales,
                 block=(config.threads, 1, 1), chip="sm_90a", fast_math=True, context=context) as k:
         _HopperAttention(k, config).build()
     return k.module
@@ -253,25 +281,22 @@ class _HopperAttention:
         from mlir.dialects import arith
 
         from mlir_tile.atoms import wgmma
-        from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing, TmaPipeline
+        from mlir_tile.builder.schedule import QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d = k, config, config.head_dim
-        self.q_map, self.k_map, self.v_map, self.o_map, lse, self.seq = k.arguments[:6]
+        self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads = k.arguments[:7]
         self.storage = "i8" if config.fp8 else config.element
-        order = QueryTiles(k, self.seq, config.rows, reverse=config.causal)
-        self.head, query_tile = order.of_block(k.block_id())
-        self.q0 = arith.muli(query_tile, k.index(config.rows))
-        self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
-        self.g_lse = k.tensor(lse, (order.heads, self.seq))[self.head, None]
-        self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
+        self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads)
         self.tiles = tiles(config)
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
         self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
         self.shared = k.dynamic_shared(alignment=1024)
         readers, boxes_across = 4 * config.consumers, self.d // config.box_columns
         tile_elements = config.keys * self.d
-        self.q_ring = StageRing(k, self.shared, 1, [(self.storage, config.rows * self.d)])
-        self.q_pipeline = TmaPipeline(k, self.q_ring, readers, boxes_across, name="q")
+        # Q's bands: item j's band of consumer c is the ring's k-tile j * consumers + c (its stage c), released by
+        # the consumer's storing warp once its TMA stores of O (written over the band) have read it
+        self.q_ring = StageRing(k, self.shared, config.consumers, [(self.storage, 64 * self.d)])
+        self.q_pipeline = TmaPipeline(k, self.q_ring, 1, boxes_across, name="q")
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes)
         # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
         self.pipeline = TmaPipeline(k, self.ring, readers, boxes_across * (2 - config.fp8), name="kv",
@@ -285,9 +310,39 @@ class _HopperAttention:
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
         if config.fp8:  # S's scale times the descales of Q and K; O's, V's
-            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[6:9])
+            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[7:10])
             self.scale = arith.mulf(self.scale, arith.mulf(q_scale, k_scale))
         self.negative_infinity = k.constant(float("-inf"), "f32")
+
+    @contextlib.contextmanager
+    def work(self):
+        """`with self.work() as j:` the body once for each of this CTA's items (its block's; persistent, its walk:
+        `QueryTiles.persistent`), j counting them, with the item's head, first row (`q0`), key tiles, and its key
+        tiles' first index in the K/V pipeline (`kv`: the items before it took theirs)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.schedule import KeyTiles
+
+        k, config = self.k, self.config
+        first, count = self.order.persistent() if config.persistent else (k.block_id(), k.index(1))
+        with k.loop(0, count) as j:
+            item = arith.addi(first, arith.muli(j, k.grid_size())) if config.persistent else first
+            self.head, query_tile = self.order.of_block(item)
+            self.q0 = arith.muli(query_tile, k.index(config.rows))
+            self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
+            self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
+            self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
+            # (every item of a persistent walk has as many key tiles: it is not causal)
+            self.kv_base = arith.muli(j, self.key_tiles.count) if config.persistent else None
+            self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
+            self.item = j
+            yield j
+
+    def kv(self, tile):
+        """Key tile `tile` of this item as the K/V pipeline counts it."""
+        from mlir.dialects import arith
+
+        return tile if self.kv_base is None else arith.addi(self.kv_base, self.k.as_index(tile))
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -308,40 +363,50 @@ class _HopperAttention:
         the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
         from mlir.dialects import arith
 
-        from mlir_tile.tma import column_boxes
-
         k, config = self.k, self.config
-        rows = layout.sizes[0]
-        for first, box in column_boxes(layout, 8 * config.element_bytes, config.box_columns):
+        for first, column, box in _boxes_at(layout, 8 * config.element_bytes, config.box_columns):
             view = k.view(self.shared, (box.rows * box.columns,), self.storage,
                           arith.addi(tile_bytes, k.index(first * config.element_bytes)))
-            pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(first // rows)))
+            pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(column)))
 
     def produce(self) -> None:
-        """Q's tile, then each key tile's K and V once its stage is free."""
-        k = self.k
-        self.load_q()
-        with k.loop(0, self.key_tiles.count) as tile:
-            self.load(tile)
-
-    def load_q(self) -> None:
+        """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
+        first `stages` key tiles before Q (their stages free up under the item before's last tiles, Q's bands
+        only once its epilogue has stored O from them)."""
         from mlir.dialects import arith
 
-        self.load_boxes(self.q_pipeline, 0, self.k.index(0), self.tiles["q"], self.q_map,
-                        arith.addi(self.head_row, self.q0))
+        k = self.k
+        with self.work():
+            ahead = arith.select(self.first_item, k.index(0), k.minimum(self.key_tiles.count, self.config.stages))
+            with k.loop(0, ahead) as tile:
+                self.load(tile)
+            self.load_q()
+            with k.loop(ahead, self.key_tiles.count) as tile:
+                self.load(tile)
+
+    def load_q(self) -> None:
+        """This item's band of Q for each consumer, once its stage is free."""
+        from mlir.dialects import arith
+
+        k, consumers = self.k, self.config.consumers
+        for consumer in range(consumers):
+            band = arith.addi(arith.muli(self.item, k.index(consumers)), k.index(consumer))
+            self.q_pipeline.acquire(band)
+            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), self.tiles["q_band"],
+                            self.q_map, arith.addi(self.head_row, arith.addi(self.q0, k.index(64 * consumer))))
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
         the transposer is done with that)."""
         from mlir.dialects import arith
 
-        k, ring = self.k, self.ring
-        self.pipeline.acquire(tile)
+        k, ring, index = self.k, self.ring, self.kv(tile)
+        self.pipeline.acquire(index)
         row = arith.addi(self.head_row, arith.muli(tile, k.index(self.config.keys)))
-        stage = ring.stage(tile)
-        self.load_boxes(self.pipeline, tile, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
+        stage = ring.stage(index)
+        self.load_boxes(self.pipeline, index, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
         if not self.config.fp8:
-            self.load_boxes(self.pipeline, tile, ring.offset(stage, 1), self.tiles["k"], self.v_map, row)
+            self.load_boxes(self.pipeline, index, ring.offset(stage, 1), self.tiles["k"], self.v_map, row)
             return
         self.staging.acquire(tile)
         staged = self.staging_ring.offset(self.staging_ring.stage(tile))
@@ -353,51 +418,63 @@ class _HopperAttention:
         was freed by that transposition)."""
         from mlir.dialects import arith
 
-        k, count = self.k, self.key_tiles.count
+        k = self.k
         loader = k.compare("eq", k.thread_id(), 0)
-        with k.if_(loader):
-            self.load_q()
-            for tile in range(self.config.staged):
-                with k.if_(k.compare("ult", tile, count)):
-                    self.load(k.index(tile))
-        with k.loop(0, count) as tile:
-            self.transpose(tile)
-            later = arith.addi(tile, k.index(self.config.staged))
-            with k.if_(arith.andi(loader, k.compare("ult", later, count))):
-                self.load(later)
+        with self.work():  # (one item: not persistent)
+            count = self.key_tiles.count
+            with k.if_(loader):
+                self.load_q()
+                for tile in range(self.config.staged):
+                    with k.if_(k.compare("ult", tile, count)):
+                        self.load(k.index(tile))
+            with k.loop(0, count) as tile:
+                self.transpose(tile)
+                later = arith.addi(tile, k.index(self.config.staged))
+                with k.if_(arith.andi(loader, k.compare("ult", later, count))):
+                    self.load(later)
 
     def transpose(self, tile) -> None:
         """fp8: once TMA wrote key tile `tile`'s V into its staging stage and its stage is free, V^T written
         there in P's key order (`transposition`), counted on the stage's full barrier beside K's boxes; the
         staging stage then released."""
-        k = self.k
+        k, index = self.k, self.kv(tile)
         self.staging.wait(tile)
-        self.pipeline.acquire(tile)
+        self.pipeline.acquire(index)
         k.transpose_bytes(transposition(self.config), self.shared,
                           self.staging_ring.offset(self.staging_ring.stage(tile)),
-                          self.ring.offset(self.ring.stage(tile), 1))
-        self.pipeline.written(tile)
+                          self.ring.offset(self.ring.stage(index), 1))
+        self.pipeline.written(index)
         self.staging.release(tile)
 
     # ----- the consumers -----
     def consume(self) -> None:
-        """The row statistics and O cleared, Q's tile waited for; key tile 0's S and its softmax into P; then
-        each further key tile (unmasked ones first) in FlashAttention-3's order, its S = Q K^T issued beside
-        the previous tile's P V; the last P V; the epilogue."""
-        from mlir.dialects import arith
-
+        """The accumulators and row statistics; per item: the statistics and O cleared, the consumer's band of Q
+        waited for, key tile 0's S and its softmax into P; then each further key tile (unmasked ones first) in
+        FlashAttention-3's order, its S = Q K^T issued beside the previous tile's P V; the last P V; the
+        epilogue."""
         k = self.k
         self.o_acc, self.s_acc = k.accumulators(self.o_atom), k.accumulators(self.s_atom)
         self.row_max, self.row_sum = k.registers(2, "f32"), k.registers(2, "f32")
+        q_view = k.view(self.shared, (self.config.rows * self.d,), self.storage)
+        self.q_tile = k.tensor(q_view, self.tiles["q"])
+        with self.work():
+            self.attend()
+
+    def attend(self) -> None:
+        from mlir.dialects import arith
+
+        k = self.k
         for half in range(2):
             k.store(self.negative_infinity, self.row_max, [half])
             k.store(k.constant(0.0, "f32"), self.row_sum, [half])
-        self.q_pipeline.wait(0)
-        q_view = k.view(self.shared, (self.config.rows * self.d,), self.storage)
-        self.q_tile = k.tensor(q_view, self.tiles["q"])
-        self.pipeline.wait(0)
+        for slot in range(self.d // 2):  # (the item before's O)
+            k.store(k.constant(0.0, "f32"), self.o_acc.registers, [slot])
+        self.q_pipeline.wait(self.q_band())
+        first = self.kv(0)
+        self.pipeline.wait(first)
         self.wait_turn(first=True)
-        k.wgmma(self.s_atom, self.q_tile, self.operand(0, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
+        k.wgmma(self.s_atom, self.q_tile, self.operand(first, 0), self.s_acc, accumulate=False,
+                a_row_block=self.consumer)
         self.pass_turn()
         k.wgmma_wait(0, [self.s_acc])
         self.softmax(0, masked=True)  # (O is still 0: nothing to rescale)
@@ -407,7 +484,7 @@ class _HopperAttention:
             self.key_tile(tile, masked=False)
         with k.loop(split, self.key_tiles.count) as tile:
             self.key_tile(tile, masked=True)
-        last = arith.subi(self.key_tiles.count, k.index(1))
+        last = self.kv(arith.subi(self.key_tiles.count, k.index(1)))
         self.wait_turn()
         k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
         self.pass_turn(last=True)
@@ -415,18 +492,36 @@ class _HopperAttention:
         self.pipeline.release(last)
         self.epilogue()
 
+    def q_band(self):
+        """This consumer's band of Q in this item, as Q's pipeline counts it."""
+        from mlir.dialects import arith
+
+        k = self.k
+        return arith.addi(arith.muli(self.item, k.index(self.config.consumers)), self.consumer)
+
     def wait_turn(self, first: bool = False) -> None:
         """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
-        turn before (consumer 0, from its second turn on)."""
+        turn before (consumer 0: on an item's first turn, unless the item is the CTA's first)."""
         if self.config.pingpong:
-            self.as_consumer([1] if first else [0, 1], lambda c: self.k.named_barrier(PINGPONG_BARRIERS + c, 256))
+            self.as_consumer([0, 1], lambda c: self._unless(self.first_item if first and c == 0 else None,
+                                                            self.k.named_barrier, PINGPONG_BARRIERS + c))
 
     def pass_turn(self, last: bool = False) -> None:
         """Ping-pong: this consumer's GEMMs issued, the other's turn (each arrival met by one `wait_turn`: consumer
-        1's last turn has no turn of consumer 0 after it)."""
+        1's last turn of the CTA's last item has no turn of consumer 0 after it)."""
         if self.config.pingpong:
-            self.as_consumer([0] if last else [0, 1],
-                             lambda c: self.k.named_barrier_arrive(PINGPONG_BARRIERS + 1 - c, 256))
+            self.as_consumer([0, 1], lambda c: self._unless(self.last_item if last and c == 1 else None,
+                                                            self.k.named_barrier_arrive, PINGPONG_BARRIERS + 1 - c))
+
+    def _unless(self, skip, barrier, index: int) -> None:
+        """barrier(index, 256) of the two consumers, where `skip` (an i1, or None: never) is false."""
+        from mlir.dialects import arith
+
+        if skip is None:
+            barrier(index, 256)
+            return
+        with self.k.if_(arith.xori(skip, self.k.constant(True, "i1"))):
+            barrier(index, 256)
 
     def as_consumer(self, consumers, act) -> None:
         """act(c) in consumer c's threads, for each c of `consumers` (a named barrier's index is a constant)."""
@@ -434,11 +529,11 @@ class _HopperAttention:
             with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
                 act(consumer)
 
-    def operand(self, tile, part: int):
-        """Key tile `tile`'s K (part 0, S's N x K operand) or V (1, P V's: MN-major; fp8, V^T K-major in P's key
-        order) in its stage."""
+    def operand(self, index, part: int):
+        """The K (part 0, S's N x K operand) or V (1, P V's: MN-major; fp8, V^T K-major in P's key order) in the
+        stage of the K/V pipeline's tile `index` (`kv`)."""
         k, ring, config = self.k, self.ring, self.config
-        view = k.view(self.shared, (config.keys * self.d,), self.storage, ring.offset(ring.stage(tile), part))
+        view = k.view(self.shared, (config.keys * self.d,), self.storage, ring.offset(ring.stage(index), part))
         return k.tensor(view, self.tiles["kv"[part]])
 
     def key_tile(self, tile, masked: bool) -> None:
@@ -446,11 +541,12 @@ class _HopperAttention:
         P V); once P V is done, its stage released, O rescaled and S's probabilities packed into P."""
         from mlir.dialects import arith
 
-        k = self.k
-        before = arith.subi(tile, k.index(1))
-        self.pipeline.wait(tile)
+        k, index = self.k, self.kv(tile)
+        before = arith.subi(index, k.index(1))
+        self.pipeline.wait(index)
         self.wait_turn()
-        k.wgmma(self.s_atom, self.q_tile, self.operand(tile, 0), self.s_acc, accumulate=False, a_row_block=self.consumer)
+        k.wgmma(self.s_atom, self.q_tile, self.operand(index, 0), self.s_acc, accumulate=False,
+                a_row_block=self.consumer)
         k.wgmma(self.o_atom, self.p, self.operand(before, 1), self.o_acc)
         self.pass_turn()
         k.wgmma_wait(1, [self.s_acc])
@@ -529,7 +625,9 @@ class _HopperAttention:
         """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile (over its own
         rows of Q's tile; fp8: over the staged V tiles, which no one reads any more), then one TMA store a box
         of 64 columns by the consumer's first thread once its warps have written (fenced, its named barrier):
-        through the 3-D map of O [batch * heads, seq, d], so that rows past the sequence are not written."""
+        through the 3-D map of O [batch * heads, seq, d], so that rows past the sequence are not written. Once
+        the stores have read the band, that thread's warp releases the consumer's band of Q (the next item's
+        may load)."""
         from mlir.dialects import arith
 
         from mlir_tile.builder import transfer
@@ -544,18 +642,20 @@ class _HopperAttention:
                 values = [arith.mulf(k.load(self.o_acc.registers, [4 * block + 2 * half + i]), inverses[half])
                           for i in range(2)]
                 k.store(k.pack_f16(*values, out), packed, [packed_slot(block, half)])
-        band_bytes = 64 * O_BOX_COLUMNS * 2
-        first = arith.addi(k.index(config.o_offset), arith.muli(self.consumer, k.index(band_bytes)))
+        first = arith.addi(k.index(config.o_offset), arith.muli(self.consumer, k.index(BAND_BYTES)))
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
         self.as_consumer(range(config.consumers), lambda c: k.named_barrier(O_BARRIERS + c, 128))
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
-        with k.if_(k.compare("eq", arith.remui(k.thread_id(), k.index(128)), 0)):
+        thread = arith.remui(k.thread_id(), k.index(128))
+        with k.if_(k.compare("eq", thread, 0)):
             for offset, column, box in o_stores(config):
                 view = k.view(self.shared, (box.rows * box.columns,), out, arith.addi(first, k.index(2 * offset)))
                 k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(column)))
             k.tma_store_wait(0)
+        with k.if_(k.compare("ult", thread, 32)):  # (its lane 0 the storing thread)
+            self.q_pipeline.release(self.q_band())
 
     def _query(self, row):
         from mlir.dialects import arith
@@ -611,6 +711,7 @@ class HopperAttention:
         from mlir_tile.kernels.hopper_gemm import TensorMaps
 
         self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
+        self.sms = library.runtime.device.properties.multiprocessor_count
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None):
         """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
@@ -643,8 +744,8 @@ class HopperAttention:
         maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
         maps.append(self.maps(o.view(batch * heads, seq, d), box["o"]))
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(KERNEL, [*maps, lse, seq, *scales], grid=config.grid(batch * heads, seq), block=config.threads,
-                      shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        module.launch(KERNEL, [*maps, lse, seq, batch * heads, *scales], grid=config.grid(batch * heads, seq, self.sms),
+                      block=config.threads, shared_bytes=config.shared_bytes, stream=torch_stream(q))
         return o, lse
 
 
@@ -686,11 +787,12 @@ def _inputs(config: HopperAttentionConfig, shape: tuple, rng) -> tuple[list, lis
 
 
 def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads: int = 3,
-                  seq: int = 200) -> tuple[bool, str]:
+                  seq: int = 200, sms: int | None = None) -> tuple[bool, str]:
     """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v (`_inputs`) against numpy's
     fp32 attention of their values (`flash_attention.reference`): O within 8 units of the element's roundoff,
     the log-sum-exp within 1e-3; fp8: O within (2^-4 + 2 e) max |v| (P rounded to e4m3, each weight moved by
-    the scores' error e, `fp8_score_error`), the log-sum-exp within 1e-3 + e."""
+    the scores' error e, `fp8_score_error`), the log-sum-exp within 1e-3 + e. `sms`: a persistent grid's CTAs
+    at most (by default the device's multiprocessors; fewer: each CTA walks more items)."""
     import numpy as np
 
     from mlir_tile.halves import UNIT_ROUNDOFF, decode
@@ -711,8 +813,10 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
         maps.append(runtime.to_device(runtime.tensor_map(int(buffers[3].handle), (batch * heads, seq, d), 2 * d, box["o"],
                                                          2 * seq * d)))
         module = runtime.load_ptx(ptx, name=KERNEL)
-        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[4:5]] + [seq] + [int(x.handle) for x in buffers[5:]],
-                      grid=config.grid(batch * heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
+        grid = config.grid(batch * heads, seq, sms or runtime.device.properties.multiprocessor_count)
+        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[4:5]] + [seq, batch * heads]
+                      + [int(x.handle) for x in buffers[5:]],
+                      grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
         o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
         for buffer in buffers + maps:
             buffer.close()
@@ -725,7 +829,7 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
         lse_bound += scores
     ok = error <= bound and lse_error <= lse_bound
     return ok, (f"GPU: attention {batch} x {heads} x {seq} x {d} {config.element}{' causal' if config.causal else ''} "
-                f"on Hopper's path ({config}: TMA, wgmma) matches numpy: {ok} (O {error:.1e} of {bound:.1e}, lse "
+                f"on Hopper's path ({config}: TMA, wgmma; {grid} CTAs) matches numpy: {ok} (O {error:.1e} of {bound:.1e}, lse "
                 f"{lse_error:.1e} of {lse_bound:.1e})")
 
 
