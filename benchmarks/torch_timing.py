@@ -27,10 +27,15 @@ ROUND_SECONDS = 0.025  # each call's share of a round: launches back to back for
 def sustained_interleaved(calls: dict, rounds: int = 15) -> tuple[dict, dict]:
     """Per call, the median over `rounds` of its time a launch, timed as a training loop issues work: every
     launch queued back to back on one stream with no synchronization, sleep or idle gap between them, rounds
-    of all the calls taking turns (each round starting one call later), each call's turn a run of launches
+    of all the calls taking turns (each round in its own shuffled order), each call's turn a run of launches
     lasting about ROUND_SECONDS between two CUDA events; after SUSTAINED_WARMUP seconds of the same, so that
     the chip runs at the clock it holds under this load, not an idle chip's boost. Returns (seconds a
-    launch by name, the SM clock in MHz and the board's power in W while the rounds ran)."""
+    launch by name, the SM clock in MHz and the board's power in W while the rounds ran).
+
+    Why shuffled: a turn runs at the clock the turn before it left (the power governor lags), so a fixed
+    cyclic order, in which each call always follows the same one, biased the calls after a power-hungry one:
+    one kernel timed under two names, after cuDNN and after a lighter kernel of ours, differed by 7-12%."""
+    import random
     import time
 
     import torch
@@ -54,8 +59,7 @@ def sustained_interleaved(calls: dict, rounds: int = 15) -> tuple[dict, dict]:
     events = []
     with _sampled_clock_and_power() as conditions:
         for round_ in range(rounds):
-            first = round_ % len(names)
-            for name in names[first:] + names[:first]:
+            for name in random.Random(round_).sample(names, len(names)):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 for _ in range(launches[name]):
@@ -138,6 +142,8 @@ PROFILE_METRICS = {
     "tensor pipe %": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "wgmma pipe %": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "issue active %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "dram read bytes": "dram__bytes_read.sum",
+    "L2 hit %": "lts__t_sector_hit_rate.pct",
     **{f"stall {reason}": f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
        for reason in ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
                       "not_selected", "lg_throttle", "dispatch_stall", "selected")},
