@@ -59,7 +59,10 @@ BY_COMMAND_LINE = {
     "attention_hopper_e4m3_d128.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128"],
     "attention_hopper_e4m3_d128_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128",
                                               "--causal"],
-    "attention_hopper_d128_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--persistent"],
+    "attention_hopper_d128_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--persistent",
+                                             "--pingpong"],
+    "attention_hopper_bf16_d128_pingpong.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "128",
+                                                "--pingpong"],
     "attention_hopper_bf16_d64_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--persistent"],
 }
 

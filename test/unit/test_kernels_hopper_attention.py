@@ -88,7 +88,7 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1), "ping-pong takes two consumers"),
+    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(consumers=1, pingpong=True), "ping-pong takes two consumers"),
     (dict(head_dim=64, element="e4m3", pingpong=False), "e4m3 takes head dim 128 and 128 keys"),
     (dict(element="e4m3", keys=64), "e4m3 takes head dim 128 and 128 keys"),
     (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
@@ -106,8 +106,8 @@ def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
     """Ping-pong: consumer c waits at named barrier 2 + c (256 threads: its 128 and the other's arrival) before
     each issue of its GEMMs, and arrives at the other's after it; consumer 0's first turn waits for nothing and
     consumer 1's last arrives nowhere, so that each barrier's arrivals and waits pair up. Without ping-pong, no
-    named barrier."""
-    ptx = _ptx(HopperAttentionConfig(128))
+    named barrier (the default)."""
+    ptx = _ptx(HopperAttentionConfig(128, pingpong=True))
     waits = re.findall(r"bar\.sync\s+(\d+), 256;", ptx)
     arrivals = re.findall(r"bar\.arrive\s+(\d+), 256;", ptx)
     # turns: the first (key tile 0's S), one a loop (the unmasked, the masked), the last P V
@@ -118,7 +118,7 @@ def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
     CHECK: bar.arrive{{\\s+}}3, 256;
     CHECK: wgmma.wait_group.sync.aligned 0;
     """)
-    assert not re.search(r"bar\.(sync|arrive)\s+[23],", _ptx(HopperAttentionConfig(128, pingpong=False)))
+    assert not re.search(r"bar\.(sync|arrive)\s+[23],", _ptx(HopperAttentionConfig(128)))
 
 
 def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
@@ -194,11 +194,12 @@ def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
 
 
 def test_each_head_dim_takes_its_measured_shape():
-    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64 without ping-pong; the
+    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); no ping-pong by default; the
     caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
-    assert not HopperAttentionConfig.of(64).pingpong and HopperAttentionConfig.of(128).pingpong
+    assert not HopperAttentionConfig.of(64).pingpong and not HopperAttentionConfig.of(128).pingpong
+    assert HopperAttentionConfig.of(128, pingpong=True).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
@@ -292,7 +293,7 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
     for options, message in ((["--arch", "sm_90a", "--causal"], "without the causal mask"),
                              (["--arch", "sm_90a", "--head-dim", "256"], "at head dims 64, 128"),
-                             ([], "--persistent is Hopper's path's grid")):
+                             ([], "--persistent and --pingpong are Hopper's path's")):
         ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
 

@@ -347,14 +347,15 @@ def test_the_attention_example_matches_numpy():
                                   "attention_hopper_bf16_d64.ptx", "attention_hopper_d64_causal.ptx",
                                   "attention_hopper_d256.ptx", "attention_hopper_bf16_d256_causal.ptx",
                                   "attention_hopper_e4m3_d128.ptx", "attention_hopper_e4m3_d128_causal.ptx",
-                                  "attention_hopper_d128_persistent.ptx", "attention_hopper_bf16_d64_persistent.ptx"])
+                                  "attention_hopper_bf16_d128_pingpong.ptx", "attention_hopper_d128_persistent.ptx",
+                                  "attention_hopper_bf16_d64_persistent.ptx"])
 @pytest.mark.parametrize("batch, heads, seq", [(1, 1, 1), (1, 3, 17), (2, 3, 200), (1, 2, 257), (1, 1, 1000),
                                                (1, 2, 2048)])
 def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, seq):
     """Hopper's attention (TMA, wgmma, P in registers as the A of P V, a producer warpgroup) on one position, tails
     in the query and key tiles, heads whose tiles reach into the next head's rows (masked, never stored) and many
-    key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel), causal and not, and
-    the persistent grid (d 64 and 128): O and the log-sum-exp against numpy."""
+    key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel), causal and not,
+    ping-pong and the persistent grid (d 64 and 128): O and the log-sum-exp against numpy."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq)
     assert ok, line
 
@@ -363,7 +364,7 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
 @pytest.mark.parametrize("batch, heads, seq, ctas", [(1, 5, 300, 2), (2, 3, 1000, 3), (1, 7, 129, 5), (1, 1, 2048, 1)])
 def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, batch, heads, seq, ctas):
     """The persistent grid on fewer CTAs than items: each CTA walks several (head, row tile) items, its K/V
-    pipeline and ping-pong turns running on across them, each item's Q loaded once the stores of the item
+    pipeline and (d 128) ping-pong turns running on across them, each item's Q loaded once the stores of the item
     before have read its band (items of one head and of the next, tails, one CTA for all)."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq, sms=ctas)
     assert ok, line

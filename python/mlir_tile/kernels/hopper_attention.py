@@ -9,8 +9,8 @@ bytes of columns side by side). Each consumer warpgroup takes 64 of the rows, in
 K^T (wgmma from shared memory, K as the N x K operand) is issued beside tile t - 1's O += P V (P in registers
 as the RS form's A, `accumulators_as_a`: the layouts prove every element stays in its thread; V read MN-major
 from its [keys, d] tile); the online softmax of S (log2 domain, a row's max and sum over its quad, exp2) runs
-under that P V, then the stage is released, O rescaled and P packed. Two consumers take turns issuing their
-GEMMs (`pingpong`: named barriers), so that one's softmax runs under the other's. Keys past the sequence, and
+under that P V, then the stage is released, O rescaled and P packed. Two consumers may take turns issuing
+their GEMMs (`pingpong`: named barriers), so that one's softmax runs under the other's. Keys past the sequence, and
 causal keys past a row, are masked only in the tiles that may hold them (`KeyTiles.unmasked`); causal tiles
 past the CTA's last row are not loaded. The epilogue divides O by the row sums, stores the log-sum-exp
 (natural log) of the rows inside the sequence, and writes O by stmatrix into shared memory and TMA stores
@@ -56,14 +56,15 @@ HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
 # each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
-# ping-pong ran 1.01-1.06x without it at d 128 but 0.92-0.97x at d 64; at 256, O takes 128 registers a thread
-# and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x
-# two consumers with 2 stages
-SHAPES = {64: {"pingpong": False}, 256: {"keys": 64, "consumers": 1, "pingpong": False, "stages": 3}}
+# at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows
+# with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. (Without ping-pong, d 128 ran 0.98-1.04x
+# with it, d 64 1.03-1.09x (session 26, session 25); a persistent grid 0.95-1.01x the launched one at S 1024 and
+# 0.84-0.89x at 4096 and 8192.)
+SHAPES = {256: {"keys": 64, "consumers": 1, "stages": 3}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
 # benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4, "pingpong": False}
+FP8_SHAPE = {"stages": 4}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
@@ -78,7 +79,7 @@ class HopperAttentionConfig:
     consumers: int = 2  # consumer warpgroups, 64 query rows each
     stages: int = 3  # K/V tiles in flight (the stage of tile t is released once P V of t is done, under tile t + 1's
     # S: with 2 the producer waits; 3 ran 1.02-1.35x 2 on the H200)
-    pingpong: bool = True  # two consumers take turns issuing their GEMMs (named barriers): one's softmax under the
+    pingpong: bool = False  # two consumers take turns issuing their GEMMs (named barriers): one's softmax under the
     # other's GEMMs
     staged: int = 2  # fp8: V tiles as TMA wrote them, waiting for the producer's transposition
     persistent: bool = False  # one CTA an SM walking the (head, row tile) items (`QueryTiles.persistent`): the next
