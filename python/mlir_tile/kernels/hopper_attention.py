@@ -57,8 +57,8 @@ PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
 # each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
 # at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows
-# with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. (Without ping-pong, d 128 ran 0.98-1.04x
-# with it, d 64 1.03-1.09x (session 26, session 25); a persistent grid 0.95-1.01x the launched one at S 1024 and
+# with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. (With ping-pong, d 128 ran 0.94-1.02x
+# without it, d 64 0.92-0.97x (sessions 26 and 25); a persistent grid 0.95-1.01x the launched one at S 1024 and
 # 0.84-0.89x at 4096 and 8192.)
 SHAPES = {256: {"keys": 64, "consumers": 1, "stages": 3}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
