@@ -73,11 +73,14 @@ PERSISTENT = [HopperAttentionConfig.of(d, element=element, persistent=True) for 
 
 @pytest.mark.parametrize("config", CONFIGS + PERSISTENT + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
                                                            HopperAttentionConfig(64, False, "f16", stages=2,
-                                                                                 pingpong=False)], ids=str)
+                                                                                 pingpong=False),
+                                                           HopperAttentionConfig(64, False, "bf16", keys=64,
+                                                                                 consumers=3)], ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
     """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
     the persistent ones (the producer at 32 registers: its walk beside the loads), S narrower than O (64 keys a
-    tile at d 128), two stages, without ping-pong."""
+    tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the occupancy pinned,
+    else ptxas ignores setmaxnreg, C7508)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     (tmp_path / "a.ptx").write_text(_ptx(config))
