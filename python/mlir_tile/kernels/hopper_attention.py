@@ -394,7 +394,7 @@ class _HopperAttention:
 
         k, consumers = self.k, self.config.consumers
         for consumer in range(consumers):
-            band = arith.addi(arith.muli(self.item, k.index(consumers)), k.index(consumer))
+            band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
             self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), self.tiles["q_band"],
                             self.q_map, arith.addi(self.head_row, arith.addi(self.q0, k.index(64 * consumer))))
@@ -496,12 +496,13 @@ class _HopperAttention:
         self.pipeline.release(last)
         self.epilogue()
 
-    def q_band(self):
-        """This consumer's band of Q in this item, as Q's pipeline counts it."""
+    def q_band(self, consumer=None):
+        """A consumer's band of Q in this item (this thread's consumer's by default), as Q's pipeline counts it."""
         from mlir.dialects import arith
 
         k = self.k
-        return arith.addi(arith.muli(self.item, k.index(self.config.consumers)), self.consumer)
+        return arith.addi(arith.muli(self.item, k.index(self.config.consumers)),
+                          self.consumer if consumer is None else consumer)
 
     def wait_turn(self, first: bool = False) -> None:
         """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
