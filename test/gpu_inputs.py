@@ -59,11 +59,13 @@ BY_COMMAND_LINE = {
     "attention_hopper_e4m3_d128.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128"],
     "attention_hopper_e4m3_d128_causal.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128",
                                               "--causal"],
-    "attention_hopper_d128_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--persistent",
-                                             "--pingpong"],
+    "attention_hopper_d128_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--config",
+                                             "persistent=true,pingpong=true"],
     "attention_hopper_bf16_d128_pingpong.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "128",
-                                                "--pingpong"],
-    "attention_hopper_bf16_d64_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--persistent"],
+                                                "--config", "pingpong=true"],
+    "attention_hopper_bf16_d64_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--config",
+                                                 "persistent=true"],
+    "attention_hopper_d64_three_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config", "consumers=3,keys=64"],
 }
 
 

@@ -206,6 +206,17 @@ def test_each_head_dim_takes_its_measured_shape():
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
+def test_a_config_text_gives_the_fields_it_names():
+    """`fields_of`: the command line's --config, ints and booleans by the fields' types, spaces and case aside."""
+    assert HopperAttentionConfig.fields_of("consumers=3, keys=64,persistent=TRUE") == {
+        "consumers": 3, "keys": 64, "persistent": True}
+    assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
+        "pingpong": False}
+    with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
+                                         "persistent; got 'causal'"):
+        HopperAttentionConfig.fields_of("causal=true")
+
+
 def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     """e4m3, d 128: V's tiles by TMA into a staging ring, the producer warpgroup's four warps rewrite each as V^T
     with key j at column order(j) (`transposition`: 4 steps of two ldmatrix.trans, byte permutes, two stmatrix,
@@ -296,9 +307,16 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
     for options, message in ((["--arch", "sm_90a", "--causal"], "without the causal mask"),
                              (["--arch", "sm_90a", "--head-dim", "256"], "at head dims 64, 128"),
-                             ([], "--persistent and --pingpong are Hopper's path's")):
-        ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
+                             ([], "--config sets Hopper's path's fields")):
+        ran = example("attention.py", "--config", "persistent=true", "--ptx-out", tmp_path / "f.ptx", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    for config, message in (("stages=two", "stages takes an integer, got 'two'"),
+                            ("persistent=yes", "persistent takes true or false"),
+                            ("head_dim=64", "a config field is one of keys, consumers")):
+        ran = example("attention.py", "--arch", "sm_90a", "--config", config, "--ptx-out", tmp_path / "g.ptx")
+        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    ran = example("attention.py", "--arch", "sm_90a", "--config", "consumers=3,keys=64", "--ptx-out", tmp_path / "h.ptx")
+    assert ran.returncode == 0 and '"config": "consumers=3,keys=64"' in (tmp_path / "h.ptx").read_text(), ran.stderr
 
 
 def test_the_sm90_library_ships_each_hopper_attention_kernel():

@@ -535,31 +535,32 @@ CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 
 def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False, arch: str = "sm_80",
-              persistent: bool = False, pingpong: bool = False):
+              config: str = ""):
     """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's); arch sm_90a:
-    Hopper's (`hopper_attention`), `persistent` its persistent grid, `pingpong` its consumers taking turns."""
+    Hopper's (`hopper_attention`), `config` its fields over the head dim's ("consumers=3,keys=64":
+    `HopperAttentionConfig.fields_of`)."""
     if arch == "sm_90a":
         from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
         if tuned:
             raise ValueError("attention: --tuned picks the sm_80 kernel's CTA; Hopper's path has its own")
-        chosen = {name: True for name, on in (("persistent", persistent), ("pingpong", pingpong)) if on}
-        return HopperAttentionConfig.of(head_dim, causal, dtype, **chosen)
-    if persistent or pingpong:
-        raise ValueError("attention: --persistent and --pingpong are Hopper's path's (--arch sm_90a)")
+        return HopperAttentionConfig.of(head_dim, causal, dtype, **HopperAttentionConfig.fields_of(config))
+    if config:
+        raise ValueError("attention: --config sets Hopper's path's fields (--arch sm_90a); the sm_80 kernel's are "
+                         "--tuned's")
     return Config(head_dim, causal, dtype, **(TUNED.get((head_dim, causal), {}) if tuned else {}))
 
 
 def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
-                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = "sm_80", persistent: bool = False,
-                  pingpong: bool = False, sms: int | None = None) -> tuple[bool, str]:
+                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = "sm_80", config: str = "",
+                  sms: int | None = None) -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
     log-sum-exp within 1e-3 (Hopper's: `hopper_attention.run_and_check`, `sms` a persistent grid's CTAs)."""
     from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 
-    config = configure(dtype, head_dim, causal, tuned, arch, persistent, pingpong)
+    config = configure(dtype, head_dim, causal, tuned, arch, config)
     if arch == "sm_90a":
         from mlir_tile.kernels import hopper_attention
 
@@ -732,30 +733,29 @@ def add_options(parser) -> tuple[str, ...]:
     parser.add_argument("--arch", choices=("sm_80", "sm_90a"), default="sm_80",
                         help="sm_80: mma.sync (FlashAttention-2's form, any sm_80 or newer GPU); sm_90a: Hopper's "
                              "path (TMA, wgmma, a producer warpgroup; hopper_attention)")
-    parser.add_argument("--persistent", action="store_true",
-                        help="with --arch sm_90a: a persistent grid, one CTA an SM walking the row tiles (16-bit, "
-                             "not causal, d 64 or 128)")
-    parser.add_argument("--pingpong", action="store_true",
-                        help="with --arch sm_90a: the two consumer warpgroups take turns issuing their GEMMs")
+    parser.add_argument("--config", default="", metavar="FIELD=VALUE,...",
+                        help="with --arch sm_90a: the kernel's fields over the head dim's, e.g. persistent=true "
+                             "(one CTA an SM walking the row tiles), pingpong=true (the consumers take turns), "
+                             "consumers=3,keys=64 (HopperAttentionConfig's)")
     parser.add_argument("--batch", type=int, default=1, help="the GPU run's batch (default 1)")
     parser.add_argument("--heads", type=int, default=CASE[0], help=f"the GPU run's heads (default {CASE[0]})")
     parser.add_argument("--seq", type=int, default=CASE[1],
                         help=f"positions of the GPU run and of --emulate's case, its first CTA (default {CASE[1]})")
-    return ("dtype", "head_dim", "causal", "tuned", "arch", "persistent", "pingpong")
+    return ("dtype", "head_dim", "causal", "tuned", "arch", "config")
 
 
 def main() -> int:
     from mlir_tile.kernels.command_line import main as example_main
 
-    def build(dtype, head_dim, causal, tuned, arch, persistent, pingpong):
-        config = configure(dtype, head_dim, causal, tuned, arch, persistent, pingpong)
+    def build(dtype, head_dim, causal, tuned, arch, config):
+        config = configure(dtype, head_dim, causal, tuned, arch, config)
         if arch == "sm_90a":
             from mlir_tile.kernels import hopper_attention
 
             return hopper_attention.build_module(config)
         return build_module(config)
 
-    def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq, arch, persistent, pingpong):  # one CTA, head
+    def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq, arch, config):  # one CTA of one head
         if arch == "sm_90a":
             raise ValueError("attention: --emulate models the sm_80 kernel; Hopper's runs on the GPU (--run-ptx)")
         return emulate(configure(dtype, head_dim, causal, tuned), seq, causal)
