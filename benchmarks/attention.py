@@ -169,10 +169,11 @@ def run(directory: Path) -> None:
     (directory / "attention_results.json").write_text(json.dumps(results, indent=1))
 
 
-# HopperAttentionConfig's fields measured, over each head dim's (`SHAPES`), where they make a kernel of their own
-# ({"consumers": 3, "keys": 64}: 192 rows a CTA, FlashAttention-3's d 64 CTA height; fits d 64 only; not yet timed)
-HOPPER_SHAPES = [{}, {"pingpong": True}, {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True},
-                 {"consumers": 3, "keys": 64}]
+# HopperAttentionConfig's fields measured, over each head dim's and mask's (`SHAPES`), where they make a kernel of
+# their own ({"consumers": 3, "keys": 64}: 192 rows a CTA, FlashAttention-3's d 64 CTA height, the default at d 64
+# without the mask; {"consumers": 2, "keys": 128}: the default elsewhere, timed there too; uniform_q both ways)
+HOPPER_SHAPES = [{}, {"consumers": 2, "keys": 128}, {"uniform_q": True}, {"uniform_q": False}, {"pingpong": True},
+                 {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True}, {"consumers": 3, "keys": 64}]
 HOPPER_CASES = [(element, d, seq, causal) for element in ("f16", "bf16") for d in (64, 128, 256)
                 for seq in (1024, 4096, 8192) for causal in (False, True)]
 
@@ -201,11 +202,11 @@ def hopper_build(directory: Path) -> None:
 
     folder = directory / "attention" / "sm_90"
     folder.mkdir(parents=True, exist_ok=True)
-    configs = [config for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}
-               for config in _hopper_variants(d, causal, element).values()]
-    configs += [hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
-                for shape in FP8_SHAPES]
-    for config in configs:
+    configs = {config for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}
+               for config in _hopper_variants(d, causal, element).values()}
+    configs |= {hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
+                for shape in FP8_SHAPES}
+    for config in sorted(configs, key=str):
         (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
 
 
@@ -260,9 +261,9 @@ def hopper(directory: Path) -> None:
 
 FP8_CASES = [(seq, causal) for seq in (1024, 4096, 8192) for causal in (False, True)]  # d 128
 # e4m3 kernels' fields measured, over FP8_SHAPE's (4 stages, no ping-pong); session 25 also ran 3 stages
-# (0.75-0.89x 4) and 3 staged V tiles (0.94-0.98x 2)
-# ({"stages": 4} is the default again: a control, the same kernel timed under a second name)
-FP8_SHAPES = [{}, {"stages": 5}, {"stages": 4}]
+# (0.75-0.89x 4) and 3 staged V tiles (0.94-0.98x 2); session 26 timed the default under two names (a control of
+# the harness: 0.4-1.7% apart)
+FP8_SHAPES = [{}, {"uniform_q": True}, {"stages": 5}]
 
 
 def _quantized(x):

@@ -75,7 +75,7 @@ HOW["attention_hopper"] = ("`python benchmarks/attention.py hopper-build DIR` he
                            "hopper DIR` on the GPU host: each of our Hopper attention kernels (HOPPER_SHAPES) beside "
                            "torch's FlashAttention-2 and cuDNN SDPA backends, batch x seq = 16k tokens, heads x d = 2048, "
                            "TFLOP/s = 4 batch heads seq^2 d, halved for causal, " + SUSTAINED + SHUFFLED + "; ours the "
-                           "best kernel, its fields over the head dim's defaults (`SHAPES`) beside it.")
+                           "best kernel, its fields over its head dim's and mask's defaults (`SHAPES`) beside it.")
 
 
 def render_attention_hopper(rows: list) -> list[str]:

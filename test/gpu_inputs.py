@@ -65,7 +65,7 @@ BY_COMMAND_LINE = {
                                                 "--config", "pingpong=true"],
     "attention_hopper_bf16_d64_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--config",
                                                  "persistent=true"],
-    "attention_hopper_d64_three_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config", "consumers=3,keys=64"],
+    "attention_hopper_d64_two_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config", "consumers=2,keys=128"],
 }
 
 

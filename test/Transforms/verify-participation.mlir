@@ -575,3 +575,97 @@ gpu.module @warpgroup_scope_under_warp_branch [#nvvm.target<chip = "sm_90">] {
     gpu.return
   }
 }
+
+// -----
+
+// A broadcast (a shuffle idx of the whole warp from a constant lane) gives every lane lane 0's value: a branch
+// on a broadcast lane id is the same in the warp's 32 lanes.
+gpu.module @warp_scope_under_broadcast_lane [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %l32 = arith.index_cast %l : index to i32
+    %c0 = arith.constant 0 : i32
+    %c32 = arith.constant 32 : i32
+    %b, %valid = gpu.shuffle idx %l32, %c0, %c32 : i32
+    %p = arith.cmpi eq, %b, %c0 : i32
+    scf.if %p {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// ... but lane 0's value may differ from warp to warp: not enough for a warpgroup's transfer.
+gpu.module @warpgroup_scope_under_broadcast_thread_id [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %t32 = arith.index_cast %t : index to i32
+    %c0 = arith.constant 0 : i32
+    %c32 = arith.constant 32 : i32
+    %b, %valid = gpu.shuffle idx %t32, %c0, %c32 : i32
+    %p = arith.cmpi eq, %b, %c0 : i32
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition differs between warps (the warp's index), and the transfer's scope spans warps}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warpgroup",
+          dst_layout = #tile.layout<"(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// A broadcast warpgroup index (CUTLASS's canonical_warp_group_idx) keeps its level: the same in a warpgroup.
+gpu.module @warpgroup_scope_under_broadcast_warpgroup_index [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<4xi32, 5>
+    %t = gpu.thread_id x
+    %c128 = arith.constant 128 : index
+    %g = arith.divui %t, %c128 : index
+    %g32 = arith.index_cast %g : index to i32
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %c32 = arith.constant 32 : i32
+    %b, %valid = gpu.shuffle idx %g32, %c0, %c32 : i32
+    %p = arith.cmpi eq, %b, %c1 : i32
+    scf.if %p {
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warpgroup",
+          dst_layout = #tile.layout<"(4,4,8,4):(1@warpid,1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,4,8,4):(128,32,4,1)">} : (memref<4xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}
+
+// -----
+
+// A shuffle idx over 16 lanes gives each half warp its own lane's value: not a broadcast.
+gpu.module @condition_from_a_half_warp_shuffle [#nvvm.target<chip = "sm_90">] {
+  memref.global "private" @sm : memref<512xi32, 3> {alignment = 16 : i64}
+  gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
+    %sm = memref.get_global @sm : memref<512xi32, 3>
+    %r = memref.alloca() : memref<8xi32, 5>
+    %l = gpu.lane_id
+    %l32 = arith.index_cast %l : index to i32
+    %c0 = arith.constant 0 : i32
+    %c16 = arith.constant 16 : i32
+    %b, %valid = gpu.shuffle idx %l32, %c0, %c16 : i32
+    %p = arith.cmpi eq, %b, %c0 : i32
+    scf.if %p {
+      // expected-error-re@+1 {{[participation]{{.*}}inside an scf.if (at {{.*}}) whose condition depends on the thread id}}
+      "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
+          dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
+    }
+    gpu.return
+  }
+}

@@ -29,7 +29,7 @@ def test_kernel_misuse_raises_value_errors_and_leaves_no_context(name, block, ch
                              "offset", "transfer", "mma16", "mma32", "block_id", "grid_size", "block_size",
                              "minimum", "compare", "if_", "carried", "view", "subview", "dynamic_shared",
                              "load_vector", "store_vector", "copy_async", "copy_tile_async", "copy_tile",
-                             "commit_group", "wait_groups", "planned", "tile_chunks", "chunk_addresses", "shuffle", "warp_reduce", "exp2", "divide",
+                             "commit_group", "wait_groups", "planned", "tile_chunks", "chunk_addresses", "shuffle", "broadcast", "warp_reduce", "exp2", "divide",
                              "pack_f16", "mbarriers", "arrive", "arrive_on_copies", "wait_phase", "any_lane",
                              "byte_permute", "lane_table", "transpose_bytes"]),
        first=junk, second=junk)
@@ -61,6 +61,7 @@ def test_builder_method_misuse_raises_value_errors(call, first, second):
             "tile_chunks": lambda: k.tile_chunks(tile, first, second, 64),
             "chunk_addresses": lambda: k.chunk_addresses(first, second),
             "shuffle": lambda: k.shuffle(k.constant(1), first, width=second),
+            "broadcast": lambda: k.broadcast(first),
             "warp_reduce": lambda: k.warp_reduce(k.constant(1.0, "f32"), first, second),
             "exp2": lambda: k.exp2(first),
             "divide": lambda: k.divide(first, second),

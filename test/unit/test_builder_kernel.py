@@ -52,6 +52,7 @@ MISUSE = {
     "shuffle width": (lambda k: k.shuffle(k.constant(1), 3, width=24), r"width a power of two up to 32", None),
     "shuffle mode": (lambda k: k.shuffle(k.constant(1), 1, mode="rotate"), r"mode is one of", None),
     "shuffle value": (lambda k: k.shuffle(k.index(1), 1), r"a 32-bit value", None),
+    "broadcast value": (lambda k: k.broadcast(k.constant(1.0, "f16")), r"broadcast: an index or a 32-bit value", None),
     "reduce operation": (lambda k: k.warp_reduce(k.constant(1.0, "f32"), "mul"), r"operation is one of", None),
     "exp2 value": (lambda k: k.exp2(k.constant(1)), r"exp2: expected a value of type f32", None),
     "warp_id block": (lambda k: k.warp_id(), r"is not one-dimensional", "2d"),

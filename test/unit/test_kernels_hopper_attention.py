@@ -80,14 +80,19 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
     the persistent ones (the producer at 32 registers: its walk beside the loads), S narrower than O (64 keys a
     tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the occupancy pinned,
-    else ptxas ignores setmaxnreg, C7508)."""
+    else ptxas ignores setmaxnreg, C7508); each with its broadcasts from lane 0 (`Kernel.broadcast`)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
-    (tmp_path / "a.ptx").write_text(_ptx(config))
+    ptx = _ptx(config)
+    (tmp_path / "a.ptx").write_text(ptx)
     assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
                                capture_output=True, text=True)
     assert assembled.returncode == 0, assembled.stderr
     assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+    # the values broadcast from lane 0 (two 32-bit halves each) for ptxas's uniform registers: the warpgroup's
+    # index (uniform_q), a persistent walk's first K/V index of each item (the producer's and the consumers')
+    broadcasts = config.uniform_q + 2 * config.persistent
+    assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1;", ptx)) == 2 * broadcasts
 
 
 @pytest.mark.parametrize("options, message", [
@@ -196,11 +201,17 @@ def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
         hopper_attention._o_tiles(HopperAttentionConfig(128))
 
 
-def test_each_head_dim_takes_its_measured_shape():
-    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); no ping-pong by default; the
-    caller's fields over them."""
+def test_each_head_dim_and_mask_take_their_measured_shape():
+    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64 without the mask: three
+    consumers of 64 keys, with it two of 128; Q's descriptors in uniform registers but at d 128 without the mask;
+    no ping-pong by default; the caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
+    unmasked, masked = HopperAttentionConfig.of(64), HopperAttentionConfig.of(64, True)
+    assert (unmasked.consumers, unmasked.keys, unmasked.rows, masked.consumers, masked.keys) == (3, 64, 192, 2, 128)
+    assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128) for causal in (False, True)] == [
+        True, True, False, True]
+    assert HopperAttentionConfig.of(64, consumers=2, keys=128, uniform_q=False) == HopperAttentionConfig(64)
     assert not HopperAttentionConfig.of(64).pingpong and not HopperAttentionConfig.of(128).pingpong
     assert HopperAttentionConfig.of(128, pingpong=True).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
@@ -213,7 +224,7 @@ def test_a_config_text_gives_the_fields_it_names():
     assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
         "pingpong": False}
     with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
-                                         "persistent; got 'causal'"):
+                                         "persistent, uniform_q; got 'causal'"):
         HopperAttentionConfig.fields_of("causal=true")
 
 

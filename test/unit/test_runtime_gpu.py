@@ -348,15 +348,15 @@ def test_the_attention_example_matches_numpy():
                                   "attention_hopper_d256.ptx", "attention_hopper_bf16_d256_causal.ptx",
                                   "attention_hopper_e4m3_d128.ptx", "attention_hopper_e4m3_d128_causal.ptx",
                                   "attention_hopper_bf16_d128_pingpong.ptx", "attention_hopper_d128_persistent.ptx",
-                                  "attention_hopper_bf16_d64_persistent.ptx", "attention_hopper_d64_three_consumers.ptx"])
+                                  "attention_hopper_bf16_d64_persistent.ptx", "attention_hopper_d64_two_consumers.ptx"])
 @pytest.mark.parametrize("batch, heads, seq", [(1, 1, 1), (1, 3, 17), (2, 3, 200), (1, 2, 257), (1, 1, 1000),
                                                (1, 2, 2048)])
 def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, seq):
     """Hopper's attention (TMA, wgmma, P in registers as the A of P V, a producer warpgroup) on one position, tails
     in the query and key tiles, heads whose tiles reach into the next head's rows (masked, never stored) and many
     key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel), causal and not,
-    ping-pong, the persistent grid (d 64 and 128) and three consumers (d 64): O and the log-sum-exp against
-    numpy."""
+    ping-pong, the persistent grid (d 64 and 128), three consumers (d 64's default without the mask) and two
+    there: O and the log-sum-exp against numpy."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq)
     assert ok, line
 

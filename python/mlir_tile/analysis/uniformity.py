@@ -7,7 +7,8 @@ not from warpgroup to warpgroup), WARPS (the same in the lanes of a warp, maybe 
 (may differ between lanes). Sources of LANES are the thread and lane ids (ops and
 `gpu.launch` body arguments), loads from private memory, the arguments of functions that are not kernels,
 and the result of every op the analysis does not know (a call, a shuffle, an atomic, an op of another
-dialect). Sources of WARPS are `gpu.subgroup_id` and the warp index `thread_id x / c` (`arith.divui` by a
+dialect), but a broadcast (a shuffle idx of the whole warp from a constant lane) takes its operand's level, at
+most WARPS. Sources of WARPS are `gpu.subgroup_id` and the warp index `thread_id x / c` (`arith.divui` by a
 constant multiple of 32, or `arith.shrui` by 5 or more) in a kernel whose known_block_size x is a multiple of
 32, so that each warp's 32 consecutive threads share it; of WARPGROUPS the warpgroup index, the same with a
 multiple of 128 (a shift by 7 or more) and known_block_size x a multiple of 128. Known pure ops (arith, math, index, affine.apply,
@@ -146,6 +147,8 @@ class Uniformity:
             self._mark(arguments[i] for i in _LAUNCH_THREAD_ARGUMENTS)
         elif name in _CONTROL_OPS or name in FUNCTION_OPS or name in _BRANCHES or name in _YIELDS:
             pass
+        elif _is_broadcast(op):
+            pass  # lane 0's value: see _propagate
         elif not _is_uniform_op(name):
             self._mark_regions_and_results(op)  # unknown: nothing it yields is proven uniform
         return ir.WalkResult.ADVANCE
@@ -164,6 +167,8 @@ class Uniformity:
                 self._mark(successor.arguments, level)
         elif name in _CONTROL_OPS:
             self._mark_regions_and_results(op, level)
+        elif _is_broadcast(op):
+            self._mark([op.results[0]], min(level, WARPS))  # lane 0's value: shared by the lanes that share it
         elif self._whole_warps_in_x and operand == 0 and _threads_per_index(op) and _threads_per_index(op) % WARP_SIZE == 0:
             whole = self._whole_warpgroups_in_x and _threads_per_index(op) % WARPGROUP_THREADS == 0
             self._mark(op.results, WARPGROUPS if whole else WARPS)
@@ -227,6 +232,15 @@ def _varies(level: int, plural: bool = False) -> str:
         return f"differ{'' if plural else 's'} between warps (the warp's index), and the transfer's scope spans warps"
     return (f"differ{'' if plural else 's'} between warpgroups (the warpgroup's index), and the transfer's scope spans "
             f"the block (scope \"warpgroup\" may sit under such a branch)")
+
+
+def _is_broadcast(op: ir.Operation) -> bool:
+    """A gpu.shuffle idx of all 32 lanes from a constant lane: every lane gets that lane's value (uniform in the
+    warp, and in the warpgroup or block where the value was), and its validity flag is true in every lane."""
+    if op.name != "gpu.shuffle" or "idx" not in str(op.attributes["mode"]):
+        return False
+    lane, width = (constant_int(operand) for operand in list(op.operands)[1:3])
+    return width == WARP_SIZE and lane is not None and 0 <= lane < WARP_SIZE
 
 
 def _block_x_in_whole(function: ir.Operation, threads: int) -> bool:

@@ -246,6 +246,24 @@ class Compute:
         shuffled, _ = gpu.shuffle(value, self.constant(offset), self.constant(width), getattr(gpu.ShuffleMode, mode.upper()))
         return shuffled
 
+    def broadcast(self, value: ir.Value) -> ir.Value:
+        """`value` as lane 0 of the warp holds it (`shfl.sync.idx` from lane 0; an index in two 32-bit halves):
+        the same in every lane by construction, which ptxas then keeps in uniform registers with what is computed
+        from it (CUTLASS's canonical_warp_group_idx), so that a wgmma descriptor or a pipeline index made from it
+        reaches the tensor cores without a move from vector registers (R2UR) each time. For a value the lanes
+        share already (a warpgroup's index, a persistent walk's item), the same value."""
+        if not isinstance(value, ir.Value) or not (isinstance(value.type, ir.IndexType)
+                                                   or getattr(value.type, "width", None) == 32):
+            raise BuilderError(f"broadcast: an index or a 32-bit value, got {value!r}")
+        if not isinstance(value.type, ir.IndexType):
+            return self.shuffle(value, 0, "idx")
+        i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
+        wide = arith.index_cast(i64, value)
+        low, high = (self.shuffle(arith.trunci(i32, half), 0, "idx")
+                     for half in (wide, arith.shrui(wide, arith.constant(i64, 32))))
+        joined = arith.ori(arith.extui(i64, low), arith.shli(arith.extui(i64, high), arith.constant(i64, 32)))
+        return arith.index_cast(ir.IndexType.get(), joined)
+
     def warp_reduce(self, value: ir.Value, operation: str, lanes: int = 32) -> ir.Value:
         """`operation` (max, min, add) of `value` over each group of `lanes` consecutive lanes (a power of two
         up to 32), every lane of a group getting the result: a butterfly of xor shuffles, log2(lanes) steps."""

@@ -55,16 +55,22 @@ ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
-# each head dim's fields where not the defaults, as measured on the H200 (benchmarks/results/attention_hopper.json):
-# at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64 keys a tile and one consumer of 64 rows
-# with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. (With ping-pong, d 128 ran 0.94-1.02x
-# without it, d 64 0.92-0.97x (sessions 26 and 25); a persistent grid 0.95-1.01x the launched one at S 1024 and
-# 0.84-0.89x at 4096 and 8192.)
-SHAPES = {256: {"keys": 64, "consumers": 1, "stages": 3}}
+# each (head dim, causal)'s fields where not the defaults, as measured on the H200
+# (benchmarks/results/attention_hopper.json): at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64
+# keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. At 64
+# without the mask, three consumers (192 rows, FlashAttention-3's d 64 CTA) of 64 keys ran 1.01-1.04x two of 128
+# (session 27); with the mask 0.86-0.89x (the diagonal's masked tiles a larger share of a taller CTA's). (With
+# ping-pong, d 128 ran 0.94-1.02x without it, d 64 0.92-0.97x (sessions 26 and 25); a persistent grid 0.95-1.01x
+# the launched one at S 1024 and 0.84-0.89x at 4096 and 8192.)
+# Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.07x without at d 64 (three consumers), 0.98-1.04x
+# at d 64 causal, 1.02-1.05x at d 128 causal and 0.87-0.94x at d 128 without the mask (session 27)
+_ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3}
+SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, True): {"uniform_q": True},
+          (64, False): {"keys": 64, "consumers": 3, "uniform_q": True}, (64, True): {"uniform_q": True}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
 # benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4}
+FP8_SHAPE = {"stages": 4, "uniform_q": False}  # (uniform_q: timed in session 27's benchmark)
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
@@ -84,6 +90,9 @@ class HopperAttentionConfig:
     staged: int = 2  # fp8: V tiles as TMA wrote them, waiting for the producer's transposition
     persistent: bool = False  # one CTA an SM walking the (head, row tile) items (`QueryTiles.persistent`): the next
     # item's K and V load under this one's last tiles and epilogue
+    uniform_q: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`), so that ptxas keeps
+    # Q's d / 16 wgmma descriptors (each consumer's own) in uniform registers (63 a warp), not moved there (R2UR)
+    # before each wgmma; where they crowd out the K/V pipeline's index, that one moves instead
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -113,10 +122,10 @@ class HopperAttentionConfig:
 
     @classmethod
     def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
-        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim (and FP8_SHAPE for
-        e4m3), `shape`'s fields over them."""
+        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim and mask (and FP8_SHAPE
+        for e4m3), `shape`'s fields over them."""
         return cls(head_dim, causal, element,
-                   **{**SHAPES.get(head_dim, {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
+                   **{**SHAPES.get((head_dim, causal), {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
 
     @classmethod
     def fields_of(cls, text: str) -> dict:
@@ -199,7 +208,7 @@ class HopperAttentionConfig:
     def __str__(self) -> str:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
-                f"{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'u' if self.uniform_q else ''}{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def _swizzle(config: HopperAttentionConfig):
@@ -331,7 +340,7 @@ class _HopperAttention:
             self.staging_ring = StageRing(k, self.shared, config.staged, [(self.storage, tile_elements)],
                                           start=config.q_bytes + config.stages * self.ring.bytes)
             self.staging = TmaPipeline(k, self.staging_ring, 4, boxes_across, name="staging")
-        self.warpgroup = k.warpgroup_id()
+        self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform_q else k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
@@ -359,7 +368,9 @@ class _HopperAttention:
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
             # (every item of a persistent walk has as many key tiles: it is not causal)
-            self.kv_base = arith.muli(j, self.key_tiles.count) if config.persistent else None
+            # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
+            # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
+            self.kv_base = k.broadcast(arith.muli(j, self.key_tiles.count)) if config.persistent else None
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
             self.item = j
             yield j
