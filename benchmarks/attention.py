@@ -173,20 +173,21 @@ def run(directory: Path) -> None:
 # their own ({"consumers": 3, "keys": 64}: 192 rows a CTA, FlashAttention-3's d 64 CTA height, the default at d 64
 # without the mask; {"consumers": 2, "keys": 128}: the default elsewhere, timed there too; uniform_q both ways)
 HOPPER_SHAPES = [{}, {"consumers": 2, "keys": 128}, {"uniform_q": True}, {"uniform_q": False}, {"pingpong": True},
-                 {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True}, {"consumers": 3, "keys": 64}]
+                 {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True}, {"persistent": False},
+                 {"consumers": 3, "keys": 64}]
 HOPPER_CASES = [(element, d, seq, causal) for element in ("f16", "bf16") for d in (64, 128, 256)
                 for seq in (1024, 4096, 8192) for causal in (False, True)]
 
 
-def _hopper_variants(d: int, causal: bool, element: str) -> dict:
-    """{str(shape): config} of HOPPER_SHAPES' kernels at this head dim, mask and element: those that fit
-    (shared memory), each kernel once."""
+def _hopper_variants(d: int, causal: bool, element: str, seq: int) -> dict:
+    """{str(shape): config} of HOPPER_SHAPES' kernels at this head dim, mask, element and sequence, as
+    `HopperAttention` picks them: those that fit (shared memory), each kernel once."""
     from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
     variants = {}
     for shape in HOPPER_SHAPES:
         try:
-            config = HopperAttentionConfig.of(d, causal, element, **shape)
+            config = HopperAttentionConfig.picked(d, causal, element, seq, **shape)
         except ValueError:
             continue
         if config not in variants.values():
@@ -195,15 +196,15 @@ def _hopper_variants(d: int, causal: bool, element: str) -> dict:
 
 
 def hopper_build(directory: Path) -> None:
-    """Hopper's attention (hopper_attention) for each head dim, mask and element (`_hopper_variants`, and e4m3
-    at d 128), named as its library names it, into DIR/attention/sm_90."""
+    """Hopper's attention (hopper_attention) for each head dim, mask, element and sequence (`_hopper_variants`,
+    and e4m3 at d 128), named as its library names it, into DIR/attention/sm_90."""
     from mlir_tile.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_attention
 
     folder = directory / "attention" / "sm_90"
     folder.mkdir(parents=True, exist_ok=True)
-    configs = {config for element, d, causal in {(e, d, c) for e, d, _, c in HOPPER_CASES}
-               for config in _hopper_variants(d, causal, element).values()}
+    configs = {config for element, d, seq, causal in HOPPER_CASES
+               for config in _hopper_variants(d, causal, element, seq).values()}
     configs |= {hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
                 for shape in FP8_SHAPES}
     for config in sorted(configs, key=str):
@@ -239,7 +240,7 @@ def hopper(directory: Path) -> None:
             dtype, batch, heads = {"f16": torch.float16, "bf16": torch.bfloat16}[element], 16384 // seq, 2048 // d
             q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
             flops = 4 * batch * heads * seq * seq * d / (2 if causal else 1)
-            hopper_paths = {f"hopper {shape}": paths[shape] for shape in _hopper_variants(d, causal, element)}
+            hopper_paths = {f"hopper {shape}": paths[shape] for shape in _hopper_variants(d, causal, element, seq)}
             ours = {name: (lambda path=path: path(q, k, v, causal=causal)[0]) for name, path in hopper_paths.items()}
             if d in (64, 128):
                 ours["sm80"] = lambda: sm80_path(q, k, v, causal=causal)[0]

@@ -202,19 +202,37 @@ def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
 
 
 def test_each_head_dim_and_mask_take_their_measured_shape():
-    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64 without the mask: three
-    consumers of 64 keys, with it two of 128; Q's descriptors in uniform registers but at d 128 without the mask;
-    no ping-pong by default; the caller's fields over them."""
+    """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64: three consumers of 64
+    keys; Q's descriptors in uniform registers but at d 128 without the mask; no ping-pong by default; the
+    caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
     unmasked, masked = HopperAttentionConfig.of(64), HopperAttentionConfig.of(64, True)
-    assert (unmasked.consumers, unmasked.keys, unmasked.rows, masked.consumers, masked.keys) == (3, 64, 192, 2, 128)
+    assert (unmasked.consumers, unmasked.keys, unmasked.rows) == (masked.consumers, masked.keys, masked.rows) == (3, 64, 192)
     assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128) for causal in (False, True)] == [
         True, True, False, True]
     assert HopperAttentionConfig.of(64, consumers=2, keys=128, uniform_q=False) == HopperAttentionConfig(64)
     assert not HopperAttentionConfig.of(64).pingpong and not HopperAttentionConfig.of(128).pingpong
     assert HopperAttentionConfig.of(128, pingpong=True).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
+
+
+def test_short_sequences_take_the_persistent_grid_where_it_may_run():
+    """`picked`: up to PERSISTENT_UP_TO_SEQ, 16-bit inputs without the mask at d 64 and 128 walk a persistent grid
+    (unless the caller's shape says otherwise); causal, e4m3, d 256 and longer sequences take the launched one;
+    the kernels shipped hold both where both may run."""
+    from mlir_tile.kernels.hopper_attention import PERSISTENT_UP_TO_SEQ
+
+    limit = PERSISTENT_UP_TO_SEQ
+    assert [HopperAttentionConfig.picked(d, False, element, seq).persistent for d in (64, 128)
+            for element in ("f16", "bf16") for seq in (1, limit, limit + 1)] == [True, True, False] * 4
+    assert not any(HopperAttentionConfig.picked(d, causal, element, 1).persistent for d, causal, element in [
+        (64, True, "f16"), (128, True, "bf16"), (256, False, "f16"), (128, False, "e4m3")])
+    assert not HopperAttentionConfig.picked(128, False, "f16", 1, persistent=False).persistent
+    assert HopperAttentionConfig.picked(128, False, "f16", limit + 1, persistent=True).persistent
+    shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
+    assert {str(HopperAttentionConfig.picked(d, False, e, seq)) for d in (64, 128) for e in ("f16", "bf16")
+            for seq in (1, limit + 1)} <= shipped
 
 
 def test_a_config_text_gives_the_fields_it_names():

@@ -116,13 +116,16 @@ def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_ow
 
 
 def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
+    """Random cases of each 16-bit dtype against fp32, short sequences (Hopper: the persistent grid where it
+    runs) and ones past PERSISTENT_UP_TO_SEQ (the launched grid)."""
     from mlir_tile.kernels import attention
 
     rng, failures = random.Random(5), []
     head_dims = [64, 128, 256] if torch.cuda.get_device_capability() == (9, 0) else [64, 128]  # 256: Hopper's path
     for trial in range(ATTENTION_CASES):
         batch, heads, d = rng.randint(1, 2), rng.randint(1, 4), rng.choice(head_dims)
-        seq, causal = rng.choice([1, 17, 64, 65, 128, 129, 200, rng.randint(1, 700)]), rng.random() < 0.5
+        seq = rng.choice([1, 17, 64, 65, 128, 129, 200, 1025, rng.randint(1, 700), rng.randint(1025, 2100)])
+        causal = rng.random() < 0.5
         dtype = (torch.float16, torch.bfloat16)[trial % 2]
         q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
         o, lse = attention(q, k, v, causal=causal)

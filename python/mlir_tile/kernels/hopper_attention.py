@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir_tile.kernels.hopper_gemm import check_shared, output_element, raised_registers
 
@@ -58,19 +58,25 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # each (head dim, causal)'s fields where not the defaults, as measured on the H200
 # (benchmarks/results/attention_hopper.json): at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64
 # keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. At 64
-# without the mask, three consumers (192 rows, FlashAttention-3's d 64 CTA) of 64 keys ran 1.01-1.04x two of 128
-# (session 27); with the mask 0.86-0.89x (the diagonal's masked tiles a larger share of a taller CTA's). (With
-# ping-pong, d 128 ran 0.94-1.02x without it, d 64 0.92-0.97x (sessions 26 and 25); a persistent grid 0.95-1.01x
-# the launched one at S 1024 and 0.84-0.89x at 4096 and 8192.)
-# Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.07x without at d 64 (three consumers), 0.98-1.04x
-# at d 64 causal, 1.02-1.05x at d 128 causal and 0.87-0.94x at d 128 without the mask (session 27)
+# without the mask, three consumers (192 rows, FlashAttention-3's d 64 CTA) of 64 keys ran 1.02-1.07x two of 128
+# (session 27). (With ping-pong, d 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27
+# and 25); the persistent grid: PERSISTENT_UP_TO_SEQ.)
+# Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x
+# at d 64 causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without
+# the mask (session 27)
+# (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024; before uniform_q 0.86-0.89x)
 _ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3}
+_THREE_CONSUMERS = {"keys": 64, "consumers": 3, "uniform_q": True}
 SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, True): {"uniform_q": True},
-          (64, False): {"keys": 64, "consumers": 3, "uniform_q": True}, (64, True): {"uniform_q": True}}
+          (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
+# `HopperAttention` takes the persistent grid up to this sequence (where it may: `persistent`): with the walk's
+# K/V index broadcast it ran 1.05x the launched grid at d 128, S 1024, 1.01x at d 64; at 4096 and 8192 0.89-0.93x
+# at d 128, 0.95-0.96x at d 64 (session 27)
+PERSISTENT_UP_TO_SEQ = 1024
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
 # benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4, "uniform_q": False}  # (uniform_q: timed in session 27's benchmark)
+FP8_SHAPE = {"stages": 4, "uniform_q": False}  # (uniform_q ran 1.00-1.02x: within the harness's noise)
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
@@ -110,7 +116,7 @@ class HopperAttentionConfig:
                              f"{self.staged} staged, {self.stages} stages")
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
-        if self.persistent and (self.causal or self.fp8 or self.head_dim not in PERSISTENT_HEAD_DIMS):
+        if self.persistent and not self.may_persist:
             raise ValueError(f"hopper attention: a persistent grid takes 16-bit inputs without the causal mask at head "
                              f"dims {', '.join(map(str, PERSISTENT_HEAD_DIMS))} (a fixed walk would give some CTAs the "
                              f"long causal rows of every round, where the block scheduler hands out the longest "
@@ -126,6 +132,20 @@ class HopperAttentionConfig:
         for e4m3), `shape`'s fields over them."""
         return cls(head_dim, causal, element,
                    **{**SHAPES.get((head_dim, causal), {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
+
+    @classmethod
+    def picked(cls, head_dim: int, causal: bool, element: str, seq: int, **shape) -> "HopperAttentionConfig":
+        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration, on the persistent grid up to
+        PERSISTENT_UP_TO_SEQ where that may run and `shape` does not say otherwise."""
+        config = cls.of(head_dim, causal, element, **shape)
+        if "persistent" in shape or seq > PERSISTENT_UP_TO_SEQ or not config.may_persist:
+            return config
+        return replace(config, persistent=True)
+
+    @property
+    def may_persist(self) -> bool:
+        """Whether this configuration may walk a persistent grid: 16-bit, not causal, d in PERSISTENT_HEAD_DIMS."""
+        return not (self.causal or self.fp8) and self.head_dim in PERSISTENT_HEAD_DIMS
 
     @classmethod
     def fields_of(cls, text: str) -> dict:
@@ -727,14 +747,17 @@ def _tree(values, combine):
 
 
 def shipped_kernels(chip: str):
-    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element)."""
+    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where a
+    persistent grid runs short sequences, that one too)."""
     if chip != "sm_90":
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
-                config = HopperAttentionConfig.of(d, causal, element)
-                yield str(config), functools.partial(build_module, config)
+                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in (PERSISTENT_UP_TO_SEQ,
+                                                                                              PERSISTENT_UP_TO_SEQ + 1)}
+                for config in sorted(configs, key=str):
+                    yield str(config), functools.partial(build_module, config)
 
 
 class HopperAttention:
@@ -772,9 +795,9 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device)
-        key = (d, bool(causal), element)
+        key = (d, bool(causal), element, seq <= PERSISTENT_UP_TO_SEQ)
         if key not in self.kernels:
-            config = HopperAttentionConfig.of(*key, **self.shape)
+            config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
                                                                            functools.partial(build_module, config))
         config, box, module = self.kernels[key]
