@@ -112,16 +112,19 @@ def _triton_matmul(mma_v3: bool):
 
 
 # Hopper's path: the shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some;
-# the tiles: the library's candidates (hopper_gemm.SMALL_TILE among them) and their neighbours
+# the tiles: the library's candidates (hopper_gemm.SMALL_TILE among them) and their neighbours; "b": the same with
+# the warpgroup's index broadcast (`HopperConfig.uniform`: the main loop's descriptors in uniform registers)
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
 HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2",
-                       "256x128x64s4w", "256x128x64s3w", "128x128x64s4wg", "128x128x64s5wg"],
+                       "256x128x64s4w", "256x128x64s3w", "128x128x64s4wg", "128x128x64s5wg", "256x128x64s4wb",
+                       "128x256x64s4b", "128x128x64s4b"],
                 "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "256x128x64s4w",
-                       "128x128x64s4wg"]}
-FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2", "256x128x128s4w"],  # e4m3
-             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3", "256x128x128s3w"]}
+                       "128x128x64s4wg", "256x128x64s4wb", "128x128x64s4b"]}
+FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2", "256x128x128s4w",  # e4m3
+                    "256x128x128s4wb"],
+             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3", "256x128x128s3w", "256x128x128s3wb"]}
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                          (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
@@ -357,7 +360,7 @@ def hopper_table(directory: Path) -> None:
             group = [row for row in rows if (row["element"], row["b_major"]) == (element, major)]
             if not group:
                 continue
-            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+(w|wg)?", t)} for row in group]
+            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+(w|wg)?b?", t)} for row in group]
             candidates = set.intersection(*(set(m) for m in measured))
             wins = {t: sum(max(m, key=m.get) == t for m in measured if set(m) >= candidates) for t in candidates}
             mean = {t: math.exp(sum(math.log(m[t]) for m in measured) / len(measured)) for t in candidates}

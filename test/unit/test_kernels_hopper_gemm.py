@@ -206,6 +206,20 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     assert "give C as numpy does" in hopper_gemm.emulate(config, 1)
 
 
+@pytest.mark.parametrize("major, tile", [("nk", "256x128x64s4wb"), ("kn", "128x128x64s4b")])
+def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile):
+    """"b" (`uniform`): the warpgroup's index broadcast from lane 0 (an index in two halves: two shuffles), the
+    kernel otherwise the same: it assembles, and one CTA on the reference model gives numpy's product."""
+    from mlir_tile.compile import compile_to_ptx
+
+    config = configure(major, tile)
+    assert config.uniform and str(config).endswith("_uniform_sm90a") and not configure(major, tile[:-1]).uniform
+    ptx = compile_to_ptx(hopper_gemm.build_module("bf16", config))
+    assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1;", ptx)) == 2
+    _assembles(ptx, tmp_path)
+    assert "give C as numpy does" in hopper_gemm.emulate(config, 1, "bf16")
+
+
 @pytest.mark.parametrize("major, tile, element", [("nk", "128x128x64s4k", "f16"), ("kn", "256x128x64s4wk", "bf16")])
 def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, tile, element):
     """Split-K ("k"): the splits after the sizes, each CTA's tile and split from its block (`SplitK`), its run of

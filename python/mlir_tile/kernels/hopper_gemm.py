@@ -88,6 +88,10 @@ class HopperConfig:
     split_k: bool = False  # `splits` CTAs a C tile, each a run of k-tiles, fp32 partials for gemm_reduce to sum
     pingpong: bool = False  # persistent, two consumers of all BM rows taking the walk's tiles in turn, one's
     # epilogue under the other's main loop (CUTLASS's ping-pong)
+    uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
+    # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
+    # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
+    # yet timed)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -218,7 +222,8 @@ class HopperConfig:
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
-                f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}_sm90a")
+                f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
+                f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
 @functools.lru_cache(maxsize=None)  # (its proofs take seconds: a launcher asks for every new shape)
@@ -379,7 +384,7 @@ class _HopperGemm:
             self.staging_ring = StageRing(k, self.shared, TRANSPOSE_STAGES, [("i8", config.bk * config.bn)],
                                           start=config.stage_bytes)
             self.staging = TmaPipeline(k, self.staging_ring, 4, len(b_parts(config)), name="staging")
-        self.warpgroup = k.warpgroup_id()
+        self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform else k.warpgroup_id()
         # the consumer's index (its 64 rows of A and C), and its threads counted from 0
         first = k.index(128 * config.specialized)
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(int(config.specialized))), k.index(config.consumers))
@@ -734,20 +739,21 @@ def default_tile(element: str, b_major: str = "nk") -> str:
 def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
     """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
     "k": split-K, "u": unspecialized, "p": persistent, "g": persistent ping-pong; "cN": clusters of N CTAs
-    sharing B by multicast) for B's layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does
+    sharing B by multicast; "b": `uniform`) for B's layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does
     not take."""
     import re
 
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([upg]?)(?:c(\d+))?", tile)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([upg]?)(?:c(\d+))?(b?)", tile)
     if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p|g][cCLUSTER] (e.g. {DEFAULT_TILE}, "
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p|g][cCLUSTER][b] (e.g. {DEFAULT_TILE}, "
                          f"256x128x64s4w, 128x128x64s4k, 128x256x64s3c2), got {tile!r}")
     bm, bn, bk, stages = map(int, match.groups()[:4])
     return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(7) != "u",
                         persistent=match.group(7) in ("p", "g"), pingpong=match.group(7) == "g",
                         cluster=int(match.group(8) or 1),
                         element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
-                        consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)))
+                        consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)),
+                        uniform=bool(match.group(9)))
 
 
 # The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
