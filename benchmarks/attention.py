@@ -240,7 +240,8 @@ def hopper(directory: Path) -> None:
             dtype, batch, heads = {"f16": torch.float16, "bf16": torch.bfloat16}[element], 16384 // seq, 2048 // d
             q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
             flops = 4 * batch * heads * seq * seq * d / (2 if causal else 1)
-            hopper_paths = {f"hopper {shape}": paths[shape] for shape in _hopper_variants(d, causal, element, seq)}
+            variants = _hopper_variants(d, causal, element, seq)
+            hopper_paths = {f"hopper {shape}": paths[shape] for shape in variants}
             ours = {name: (lambda path=path: path(q, k, v, causal=causal)[0]) for name, path in hopper_paths.items()}
             if d in (64, 128):
                 ours["sm80"] = lambda: sm80_path(q, k, v, causal=causal)[0]
@@ -249,6 +250,7 @@ def hopper(directory: Path) -> None:
             row = {"element": element, "d": d, "seq": seq, "causal": causal, **conditions,
                    **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
             row["hopper"] = max(row[name] for name in hopper_paths)
+            row["kernels"] = {f"hopper {shape}": str(config) for shape, config in variants.items()}
             if "cuDNN" in anchors:
                 row["vs cuDNN"] = round(row["hopper"] / row["cuDNN"], 3)
                 row["largest difference from cuDNN"] = max(float((_fresh(ours[name], q).float() - anchors["cuDNN"]()

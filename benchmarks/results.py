@@ -75,7 +75,8 @@ HOW["attention_hopper"] = ("`python benchmarks/attention.py hopper-build DIR` he
                            "hopper DIR` on the GPU host: each of our Hopper attention kernels (HOPPER_SHAPES) beside "
                            "torch's FlashAttention-2 and cuDNN SDPA backends, batch x seq = 16k tokens, heads x d = 2048, "
                            "TFLOP/s = 4 batch heads seq^2 d, halved for causal, " + SUSTAINED + SHUFFLED + "; ours the "
-                           "best kernel, its fields over its head dim's and mask's defaults (`SHAPES`) beside it.")
+                           "best kernel, its name beside it (in a run that did not record the names: its fields over "
+                           "the defaults of its head dim and mask, `SHAPES`, at the commit that measured it).")
 
 
 def render_attention_hopper(rows: list) -> list[str]:
@@ -84,9 +85,10 @@ def render_attention_hopper(rows: list) -> list[str]:
              "| dtype | d | seq | causal | ours, TFLOP/s | our kernel | cuDNN | FA2 | vs cuDNN | SM MHz | W |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        best = max((name for name in row if name.startswith("hopper ")), key=row.get).removeprefix("hopper ")
+        best = max((name for name in row if name.startswith("hopper ")), key=row.get)
+        kernel = row["kernels"][best] if "kernels" in row else best.removeprefix("hopper ")  # (earlier runs: fields)
         lines.append(f"| {row['element']} | {row['d']} | {row['seq']} | {'yes' if row['causal'] else 'no'} | "
-                     f"{row['hopper']} | {best} | {row.get('cuDNN', '')} | {row.get('flash (FA2)', '')} | "
+                     f"{row['hopper']} | {kernel} | {row.get('cuDNN', '')} | {row.get('flash (FA2)', '')} | "
                      f"{row.get('vs cuDNN', '')} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
     return lines
 

@@ -135,6 +135,18 @@ def test_the_main_loop_is_the_loop_with_the_most_mma_and_the_fewest_instructions
                                               "per HMMA": 2.5}  # the loop at 0x30: its branch the "other"
 
 
+def test_the_attention_table_names_the_best_kernel_where_the_run_recorded_it():
+    """A row's best Hopper kernel: its name where the run recorded `kernels`, else its fields (older runs)."""
+    import results
+
+    row = {"element": "f16", "d": 64, "seq": 1024, "causal": False, "SM MHz": 1800.0, "W": 680.0, "hopper {}": 300.0,
+           "hopper {'stages': 2}": 310.0, "hopper": 310.0, "cuDNN": 400.0, "vs cuDNN": 0.775}
+    named = {**row, "kernels": {"hopper {}": "attention_d64_f16_r192k64s3u_persistent_sm90a",
+                                "hopper {'stages': 2}": "attention_d64_f16_r192k64s2u_persistent_sm90a"}}
+    assert "| 310.0 | {'stages': 2} | 400.0 |" in results.render_attention_hopper([row])[-1]
+    assert "| 310.0 | attention_d64_f16_r192k64s2u_persistent_sm90a | 400.0 |" in results.render_attention_hopper([named])[-1]
+
+
 def test_results_md_is_the_rendering_of_the_kept_json():
     """benchmarks/RESULTS.md is generated (results.py) from benchmarks/results/*.json, never edited by hand."""
     import results
