@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from mlir_tile.kernels.hopper_gemm import check_shared, output_element, raised_registers
 
@@ -151,23 +151,21 @@ class HopperAttentionConfig:
     def fields_of(cls, text: str) -> dict:
         """The shape fields of "name=value,..." (e.g. "consumers=3,keys=64", "persistent=true"): ints and
         booleans (true/false); head_dim, causal and element are not among them. ValueError naming the field."""
-        import dataclasses
-
-        kinds = {f.name: f.type for f in dataclasses.fields(cls) if f.name not in ("head_dim", "causal", "element")}
-        fields = {}
+        kinds = {f.name: f.type for f in fields(cls) if f.name not in ("head_dim", "causal", "element")}
+        given = {}
         for item in filter(None, text.split(",")):
             name, _, value = item.partition("=")
             name, value = name.strip(), value.strip().lower()
             if name not in kinds:
                 raise ValueError(f"hopper attention: a config field is one of {', '.join(kinds)}; got {name!r}")
             if kinds[name] == "bool" and value in ("true", "false"):
-                fields[name] = value == "true"
+                given[name] = value == "true"
             elif kinds[name] == "int" and value.isdigit():
-                fields[name] = int(value)
+                given[name] = int(value)
             else:
                 wanted = "true or false" if kinds[name] == "bool" else "an integer"
                 raise ValueError(f"hopper attention: {name} takes {wanted}, got {value!r}")
-        return fields
+        return given
 
     @property
     def rows(self) -> int:  # query rows a CTA
