@@ -181,6 +181,9 @@ class Runtime:
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
             raise ValueError(f"tensor_map: shape (rows, columns), or (matrices, rows, columns) with the matrices' "
                              f"stride; got {tuple(shape)}, {matrix_stride_bytes}")
+        if any(extent >= 2**31 for extent in shape):  # (kernels' row and tile counts rely on it too)
+            raise ValueError(f"tensor_map: extents below 2^31 (a TMA copy's coordinates are signed 32-bit: no "
+                             f"element past that is reached), got {tuple(shape)}")
         driver = _driver()
         kinds = {8: "UINT8", 16: "UINT16", 32: "UINT32", 64: "UINT64"}
         swizzles = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
