@@ -109,14 +109,15 @@ def test_writing_other_bytes_or_after_the_wait_builds():
     assert "wgmma.mma_async" in compile_to_ptx(_kernel(body))
 
 
-def _pipelined(k, schedule):
-    """A TmaPipeline over 3 stages of a 64 x 64 A and B tile each; `schedule(k, pipeline, step)`, where step(t)
-    waits for k-tile t and issues its batch, builds the consumer's loop over k-tiles 1 to 7."""
+def _pipelined(k, schedule, narrow: bool = False):
+    """A TmaPipeline over 3 stages of a 64 x 64 A and B tile each (`narrow`: its stages in 32 bits);
+    `schedule(k, pipeline, step)`, where step(t) waits for k-tile t and issues its batch, builds the consumer's
+    loop over k-tiles 1 to 7."""
     from mlir_tile.builder.schedule import StageRing, TmaPipeline
     from mlir_tile.tma import Box
 
     box = Box(64, 64, 16, 128)
-    ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64), ("f16", 64 * 64)])
+    ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64), ("f16", 64 * 64)], narrow=narrow)
     pipeline = TmaPipeline(k, ring, consumer_warps=4, loads=2)
     accumulators = k.accumulators(ATOM)
 
@@ -130,13 +131,13 @@ def _pipelined(k, schedule):
     k.wgmma_wait(0, [accumulators])
 
 
-def _stage_kernel(schedule):
+def _stage_kernel(schedule, narrow: bool = False):
     from mlir import ir
 
     from mlir_tile.builder import Kernel, TensorMap
 
     with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
-        _pipelined(k, schedule)
+        _pipelined(k, schedule, narrow)
     return k.module
 
 
@@ -148,10 +149,12 @@ def _release_the_one_before(k, pipeline, step, t):  # the mainloop of CUTLASS's 
     pipeline.release(arith.subi(t, k.index(1)))
 
 
-def test_releasing_the_stage_before_the_batch_in_flight_builds():
+@pytest.mark.parametrize("narrow", [False, True])
+def test_releasing_the_stage_before_the_batch_in_flight_builds(narrow):
     """Batch t in flight (wgmma_wait(1)), the stage of t - 1 released: proven another of the 3 stages; the
-    previous iteration's batch is retired by the wait before the release."""
-    assert "mbarrier.arrive" in compile_to_ptx(_stage_kernel(_release_the_one_before))
+    previous iteration's batch is retired by the wait before the release (a narrow ring's stages, divided in 32
+    bits, proven the same way)."""
+    assert "mbarrier.arrive" in compile_to_ptx(_stage_kernel(_release_the_one_before, narrow))
 
 
 @pytest.mark.parametrize("case, message", [
@@ -166,7 +169,8 @@ def test_releasing_the_stage_before_the_batch_in_flight_builds():
     ("a k-tile of its own", r"TmaPipeline.release .* \(not proven another of its 3 stages\)"),
     ("a store into the stage", r"\[wgmma-in-flight\] a store at .* frees or writes k-tile t's stage"),
 ])
-def test_freeing_or_writing_a_stage_a_batch_may_still_read_is_refused(case, message):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_freeing_or_writing_a_stage_a_batch_may_still_read_is_refused(case, message, narrow):
     """The stage of k-tile t released, or written, while the batch reading it is in flight; a release three
     k-tiles back (the same of 3 stages); without any wait, the release of t - 1 meets the previous
     iteration's batch in the loop's next iteration; a k-tile computed apart from t cannot be proven another
@@ -189,4 +193,4 @@ def test_freeing_or_writing_a_stage_a_batch_may_still_read_is_refused(case, mess
             view = pipeline.ring.views(pipeline.ring.stage(t))[1]
             k.store(k.load(view, [0]), view, [0])
     with pytest.raises(BuilderError, match=message):
-        _stage_kernel(schedule)
+        _stage_kernel(schedule, narrow)

@@ -156,6 +156,30 @@ def test_a_tma_pipelines_waits_take_their_parity_from_the_k_tile(filecheck):
     """)
 
 
+def test_a_narrow_rings_stages_and_phases_are_divided_in_32_bits(filecheck):
+    """StageRing(narrow=True): k-tile t's stage (t mod 3) and phase (t / 3) by a 32-bit multiply-high, no 64-bit
+    one; anything but True or False for narrow is refused."""
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Kernel
+    from mlir_tile.builder.schedule import TmaPipeline
+    from mlir_tile.compile import compile_to_ptx
+
+    with Kernel("k", ["index"], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        k_tile, = k.arguments
+        ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64)], narrow=True)
+        TmaPipeline(k, ring, consumer_warps=4, loads=1).wait(k_tile)
+        with pytest.raises(BuilderError, match="narrow is True or False, got 1"):
+            StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64)], narrow=1)
+    ptx = compile_to_ptx(k.module)
+    filecheck(ptx, """
+    CHECK: cvt.u32.u64 [[TILE:%r[0-9]+]], %rd{{[0-9]+}};
+    CHECK: mul.hi.u32 {{%r[0-9]+}}, [[TILE]], -1431655765;
+    CHECK: mbarrier.try_wait.parity.shared.b64
+    """)
+    assert "mul.hi.u64" not in ptx
+
+
 def test_a_multicast_pipelines_stage_is_free_once_every_cta_of_the_cluster_released_it(filecheck):
     """TmaPipeline(multicast=True) in clusters of 2: each stage's empty barrier counts the consumer warps of
     both CTAs, a release arrives on the stage of each (lane r on CTA r's, through mapa), and a multicast load's

@@ -188,6 +188,8 @@ def _k_tile_of(stage, stages: int) -> tuple:
     if known is not None:
         return None, known
     op = defining_op(stage)
+    if op is not None and op.name == "arith.index_castui":  # (a narrow ring's: x mod stages in 32 bits)
+        op = defining_op(op.operands[0])
     if op is not None and op.name == "arith.remui" and constant_int(op.operands[1]) == stages:
         return _affine(op.operands[0])
     return ANY, 0

@@ -164,11 +164,17 @@ class StageRing:
     """A pipeline's `stages` stages in one shared byte buffer from byte `start` on, each holding `parts`
     (element, count) tiles one after the other; k-tile t lives in stage (first + t) mod stages (`first`: a
     persistent kernel's rotation), as its (t / stages)-th occupant (`phase`). The buffer's alignment and the
-    stage size keep every stage's swizzle in place."""
+    stage size keep every stage's swizzle in place. `narrow`: every k-tile asked about (with `ahead` and
+    `first` added) lies below 2^31, which the caller proves (a count of tiles of a TMA-mapped extent, whose
+    coordinates are signed 32-bit, say), and stages and phases are divided in 32 bits (in 64, ptxas divides by
+    a constant with a multiply-high chain of 6 instructions)."""
 
-    def __init__(self, kernel, buffer: ir.Value, stages: int, parts: Sequence[tuple[str, int]], start: int = 0):
+    def __init__(self, kernel, buffer: ir.Value, stages: int, parts: Sequence[tuple[str, int]], start: int = 0,
+                 narrow: bool = False):
         memref_value(buffer, "StageRing: buffer", "shared")
-        self.k, self.buffer, self.stages = kernel, buffer, count(stages, "StageRing: stages")
+        if not isinstance(narrow, bool):
+            raise BuilderError(f"StageRing: narrow is True or False, got {narrow!r}")
+        self.k, self.buffer, self.stages, self.narrow = kernel, buffer, count(stages, "StageRing: stages"), narrow
         self.start = count(start, "StageRing: start", minimum=0)
         if (not isinstance(parts, (list, tuple)) or not parts
                 or any(not isinstance(part, tuple) or len(part) != 2 or part[0] not in _BYTES for part in parts)):
@@ -187,7 +193,7 @@ class StageRing:
         at = k.as_index(k_tile) if not ahead else arith.addi(k.as_index(k_tile), k.index(ahead))
         if first is not None:
             at = arith.addi(k.as_index(first), at)
-        return arith.remui(at, k.index(self.stages))
+        return self._by_stages(arith.remui, at)
 
     def later(self, k_tile: ir.Value, ahead: int) -> ir.Value:
         """The k-tile `ahead` after `k_tile` (the one a pipelined step copies)."""
@@ -195,7 +201,15 @@ class StageRing:
 
     def phase(self, k_tile: ir.Value) -> ir.Value:
         """How many k-tiles the stage of `k_tile` held before it (an mbarrier's phase, by its parity)."""
-        return arith.divui(self.k.as_index(k_tile), self.k.index(self.stages))
+        return self._by_stages(arith.divui, self.k.as_index(k_tile))
+
+    def _by_stages(self, divide, at: ir.Value) -> ir.Value:
+        """divide(at, stages) (arith.remui or divui), in 32 bits where the ring is `narrow`."""
+        k = self.k
+        if not self.narrow:
+            return divide(at, k.index(self.stages))
+        narrowed = arith.index_castui(ir.IntegerType.get_signless(32), at)
+        return arith.index_castui(ir.IndexType.get(), divide(narrowed, k.constant(self.stages)))
 
     def offset(self, stage: ir.Value, part: int = 0) -> ir.Value:
         """The first byte of the stage's tile `part`."""
@@ -215,7 +229,7 @@ class StageRing:
     def after(self, first: ir.Value, k_tiles: ir.Value) -> ir.Value:
         """The stage following `k_tiles` k-tiles from stage `first`."""
         k = self.k
-        return arith.remui(arith.addi(k.as_index(first), k.as_index(k_tiles)), k.index(self.stages))
+        return self._by_stages(arith.remui, arith.addi(k.as_index(first), k.as_index(k_tiles)))
 
 
 class TmaPipeline:
