@@ -62,10 +62,11 @@ BY_COMMAND_LINE = {
     "attention_hopper_d128_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--config",
                                              "persistent=true,pingpong=true"],
     "attention_hopper_bf16_d128_pingpong.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "128",
-                                                "--config", "pingpong=true"],
+                                                "--config", "pingpong=true,persistent=false"],
     "attention_hopper_bf16_d64_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--config",
                                                  "persistent=true"],
-    "attention_hopper_d64_two_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config", "consumers=2,keys=128"],
+    "attention_hopper_d64_two_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config",
+                                               "consumers=2,keys=128,persistent=true"],
 }
 
 

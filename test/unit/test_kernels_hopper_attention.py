@@ -156,6 +156,46 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     assert ptx.count("cp.async.bulk.tensor.3d") == 2 and "st.global.v2" not in ptx  # 2 boxes of 64 columns
 
 
+def test_a_persistent_walk_writes_o_apart_from_q(filecheck):
+    """Persistent: O's tile is not written over Q's, so that a consumer's band of Q is free once its last S is
+    done and the next item's Q loads under this item's last P V and epilogue. At d 64 (three consumers of 64
+    keys) O's tile has bytes of its own after the stages: the storing thread waits until the item before's
+    stores have read them, its consumer's warps meet, then they write (and the walk's end waits for the last
+    stores). At d 128 no bytes are left beside 3 stages of 128 keys: O goes over the item's last key tile's
+    stage once every consumer is done with it (named barrier 1, all 256 consumer threads), and that stage is
+    released once the stores have read it. One item a CTA: over Q, as before."""
+    d64, d128 = HopperAttentionConfig.of(64, persistent=True), HopperAttentionConfig(128, persistent=True)
+    assert not d64.o_in_stage and d64.o_offset == d64.q_bytes + 2 * 3 * d64.tile_bytes
+    assert d64.shared_bytes == d64.o_offset + 192 * 64 * 2
+    assert d128.o_in_stage and d128.o_offset is None and d128.shared_bytes == HopperAttentionConfig(128).shared_bytes
+    ptx = _ptx(d64)
+    filecheck(ptx, """
+    CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
+    CHECK: bar.sync{{\\s+}}{{4|5|6}}, 128;
+    CHECK-COUNT-4: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK: fence.proxy.async.shared::cta;
+    CHECK: bar.sync{{\\s+}}{{4|5|6}}, 128;
+    CHECK: cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group
+    CHECK-NEXT: cp.async.bulk.commit_group;
+    CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
+    CHECK-NEXT: $L__BB
+    CHECK-NEXT: ret;
+    """)
+    assert ptx.count("cp.async.bulk.wait_group.read") == 2  # before O is written, and at the walk's end
+    ptx = _ptx(d128)
+    filecheck(ptx, """
+    CHECK: bar.sync{{\\s+}}1, 256;
+    CHECK-COUNT-8: stmatrix.sync.aligned.m8n8.x4.shared.b16
+    CHECK: fence.proxy.async.shared::cta;
+    CHECK: cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group
+    CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
+    CHECK: mbarrier.arrive.shared.b64
+    """)
+    assert ptx.count("cp.async.bulk.wait_group.read") == 1 and not re.search(r"bar\.sync\s+1,", _ptx(HopperAttentionConfig(128)))
+    with pytest.raises(ValueError, match="writes O's tile over a stage"):  # 192 rows of O, stages of 64 keys
+        HopperAttentionConfig(128, consumers=3, keys=64, stages=5, persistent=True)
+
+
 def _tag(row: int, column: int) -> int:
     return row << 8 | column  # rows below 128, columns below 256: one 16-bit value each
 
@@ -203,36 +243,49 @@ def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
 
 def test_each_head_dim_and_mask_take_their_measured_shape():
     """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64: three consumers of 64
-    keys; Q's descriptors in uniform registers but at d 128 without the mask; no ping-pong by default; the
-    caller's fields over them."""
+    keys; d 128 without the mask the persistent grid; at d 64 and 256 the pipelines' indices in 32 bits
+    (`narrow`: its own kernel, named so, on the launched grid; a persistent walk's always are); Q's descriptors
+    in uniform registers but at d 256 and for e4m3; no ping-pong by default; the caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
     unmasked, masked = HopperAttentionConfig.of(64), HopperAttentionConfig.of(64, True)
     assert (unmasked.consumers, unmasked.keys, unmasked.rows) == (masked.consumers, masked.keys, masked.rows) == (3, 64, 192)
-    assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128) for causal in (False, True)] == [
-        True, True, False, True]
-    assert HopperAttentionConfig.of(64, consumers=2, keys=128, uniform_q=False) == HopperAttentionConfig(64)
+    assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128, 256) for causal in (False, True)] == [
+        True] * 4 + [False] * 2 and not HopperAttentionConfig.of(128, element="e4m3").uniform_q
+    assert [HopperAttentionConfig.of(d, causal).narrow for d in (64, 128, 256) for causal in (False, True)] == [
+        True, True, False, False, True, True]
+    assert [HopperAttentionConfig.of(d, causal).persistent for d in (64, 128, 256) for causal in (False, True)] == [
+        False, False, True, False, False, False] and not HopperAttentionConfig.of(128, element="e4m3").persistent
+    assert str(HopperAttentionConfig.of(64)) == "attention_d64_f16_r192k64s3un_sm90a"
+    assert str(HopperAttentionConfig.of(64, persistent=True)) == "attention_d64_f16_r192k64s3u_persistent_sm90a"
+    assert HopperAttentionConfig.of(128, persistent=True).narrow_index
+    assert HopperAttentionConfig.of(64, consumers=2, keys=128, uniform_q=False, narrow=False) == HopperAttentionConfig(64)
     assert not HopperAttentionConfig.of(64).pingpong and not HopperAttentionConfig.of(128).pingpong
     assert HopperAttentionConfig.of(128, pingpong=True).pingpong
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
-def test_short_sequences_take_the_persistent_grid_where_it_may_run():
-    """`picked`: up to PERSISTENT_UP_TO_SEQ, 16-bit inputs without the mask at d 64 and 128 walk a persistent grid
-    (unless the caller's shape says otherwise); causal, e4m3, d 256 and longer sequences take the launched one;
-    the kernels shipped hold both where both may run."""
-    from mlir_tile.kernels.hopper_attention import PERSISTENT_UP_TO_SEQ
+def test_short_sequences_take_their_own_shapes():
+    """`picked`: d 128 without the mask walks the persistent grid at every length; up to SHORT_SEQ, d 64 without
+    the mask walks it with two consumers of 128 keys and d 64 causal takes one consumer (unless the caller's
+    shape says otherwise); causal d 128, e4m3 and d 256 take the launched grid; the kernels shipped hold each
+    pick."""
+    from mlir_tile.kernels.hopper_attention import SHORT_SEQ
 
-    limit = PERSISTENT_UP_TO_SEQ
-    assert [HopperAttentionConfig.picked(d, False, element, seq).persistent for d in (64, 128)
-            for element in ("f16", "bf16") for seq in (1, limit, limit + 1)] == [True, True, False] * 4
-    assert not any(HopperAttentionConfig.picked(d, causal, element, 1).persistent for d, causal, element in [
+    picked = HopperAttentionConfig.picked
+    assert [(picked(d, False, element, seq).persistent, picked(d, False, element, seq).consumers) for d in (64, 128)
+            for element in ("f16", "bf16") for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [
+        (True, 2), (True, 2), (False, 3)] * 2 + [(True, 2)] * 6
+    assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 64
+    assert [picked(64, True, "f16", seq).consumers for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [1, 1, 3]
+    assert not any(picked(d, causal, element, 1).persistent for d, causal, element in [
         (64, True, "f16"), (128, True, "bf16"), (256, False, "f16"), (128, False, "e4m3")])
-    assert not HopperAttentionConfig.picked(128, False, "f16", 1, persistent=False).persistent
-    assert HopperAttentionConfig.picked(128, False, "f16", limit + 1, persistent=True).persistent
+    assert not picked(128, False, "f16", 1, persistent=False).persistent
+    assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
+    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True)
     shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
-    assert {str(HopperAttentionConfig.picked(d, False, e, seq)) for d in (64, 128) for e in ("f16", "bf16")
-            for seq in (1, limit + 1)} <= shipped
+    assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
+            for seq in (1, SHORT_SEQ + 1)} <= shipped
 
 
 def test_a_config_text_gives_the_fields_it_names():
@@ -242,7 +295,7 @@ def test_a_config_text_gives_the_fields_it_names():
     assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
         "pingpong": False}
     with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
-                                         "persistent, uniform_q; got 'causal'"):
+                                         "persistent, uniform_q, narrow; got 'causal'"):
         HopperAttentionConfig.fields_of("causal=true")
 
 

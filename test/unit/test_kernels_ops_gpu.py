@@ -116,8 +116,8 @@ def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_ow
 
 
 def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
-    """Random cases of each 16-bit dtype against fp32, short sequences (Hopper: the persistent grid where it
-    runs) and ones past PERSISTENT_UP_TO_SEQ (the launched grid)."""
+    """Random cases of each 16-bit dtype against fp32, short sequences (Hopper: SHORT_SHAPES' kernels up to
+    SHORT_SEQ) and longer ones (each head dim's and mask's shape)."""
     from mlir_tile.kernels import attention
 
     rng, failures = random.Random(5), []

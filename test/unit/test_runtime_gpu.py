@@ -355,18 +355,22 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
     """Hopper's attention (TMA, wgmma, P in registers as the A of P V, a producer warpgroup) on one position, tails
     in the query and key tiles, heads whose tiles reach into the next head's rows (masked, never stored) and many
     key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel), causal and not,
-    ping-pong, the persistent grid (d 64 and 128), three consumers (d 64's default without the mask) and two
-    there: O and the log-sum-exp against numpy."""
+    ping-pong on the launched grid and the persistent one (d 128's default without the mask), the persistent grid
+    at d 64 (three consumers, and two of 128 keys: d 64's pick up to SHORT_SEQ), three consumers launched (d 64's
+    default past it): O and the log-sum-exp against numpy."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq)
     assert ok, line
 
 
 @pytest.mark.parametrize("name", ["attention_hopper_d128_persistent.ptx", "attention_hopper_bf16_d64_persistent.ptx"])
-@pytest.mark.parametrize("batch, heads, seq, ctas", [(1, 5, 300, 2), (2, 3, 1000, 3), (1, 7, 129, 5), (1, 1, 2048, 1)])
+@pytest.mark.parametrize("batch, heads, seq, ctas", [(1, 5, 300, 2), (2, 3, 1000, 3), (1, 7, 129, 5), (1, 1, 2048, 1),
+                                                     (2, 4, 100, 3)])
 def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, batch, heads, seq, ctas):
     """The persistent grid on fewer CTAs than items: each CTA walks several (head, row tile) items, its K/V
-    pipeline and (d 128) ping-pong turns running on across them, each item's Q loaded once the stores of the item
-    before have read its band (items of one head and of the next, tails, one CTA for all)."""
+    pipeline and (d 128) ping-pong turns running on across them, each item's Q loaded once the item before's
+    last S is done, its O written apart from Q (d 64: O's own tile, once the stores before have read it; d 128:
+    over the last key tile's stage) (items of one head and of the next, tails, one key tile an item, one CTA for
+    all)."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq, sms=ctas)
     assert ok, line
 

@@ -25,10 +25,11 @@ Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a til
 sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
 probabilities 0) and whose query rows are never stored.
 
-Persistent (16-bit, not causal): one CTA an SM walks the (head, row tile) items c, c + grid, ...; the producer
-loads the next item's first K/V tiles into the stages the last tiles free, then each consumer's band of Q once
-that consumer's TMA stores of O have read it (`store_o` releases it), so that only Q's load stands between
-one item's epilogue and the next item's first S. The ping-pong turns run on across items.
+Persistent (16-bit, not causal): one CTA an SM walks the (head, row tile) items c, c + grid, ...; O's tile is
+not written over Q's but into bytes of its own (or, where there are none, over the item's last key tile's
+stage), so each consumer releases its band of Q once its last S is done, and the producer loads the next
+item's first K/V tiles and Q's bands as the item's last tiles free their bytes: the next item's first S waits
+for nothing that loads under this item's epilogue. The ping-pong turns run on across items.
 
 Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads[, descale_q, descale_k,
 descale_v])`: four pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads
@@ -41,9 +42,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
-from mlir_tile.kernels.hopper_gemm import check_shared, output_element, raised_registers
+from mlir_tile.kernels.hopper_gemm import BARRIER_BYTES, check_shared, output_element, raised_registers
+from mlir_tile.targets import max_shared_bytes
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
@@ -60,25 +62,32 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages. At 64
 # without the mask, three consumers (192 rows, FlashAttention-3's d 64 CTA) of 64 keys ran 1.02-1.07x two of 128
 # (session 27). (With ping-pong, d 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27
-# and 25); the persistent grid: PERSISTENT_UP_TO_SEQ.)
+# and 25).) At 128 without the mask, the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x
+# the launched one at S 2048 to 8192, with uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192
+# (session 28).
 # Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x
 # at d 64 causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without
-# the mask (session 27)
+# the mask on the launched grid (session 27)
 # (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024; before uniform_q 0.86-0.89x)
-_ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3}
-_THREE_CONSUMERS = {"keys": 64, "consumers": 3, "uniform_q": True}
-SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, True): {"uniform_q": True},
-          (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
-# `HopperAttention` takes the persistent grid up to this sequence (where it may: `persistent`): with the walk's
-# K/V index broadcast it ran 1.05x the launched grid at d 128, S 1024, 1.01x at d 64; at 4096 and 8192 0.89-0.93x
-# at d 128, 0.95-0.96x at d 64 (session 27)
-PERSISTENT_UP_TO_SEQ = 1024
+# The launched grid's pipeline indices divided in 32 bits (`narrow`) ran 1.02-1.06x at d 64, 1.03-1.07x at d 256
+# and 0.93-0.96x at d 128 (session 28)
+_ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
+_THREE_CONSUMERS = {"keys": 64, "consumers": 3, "uniform_q": True, "narrow": True}
+SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): {"persistent": True, "uniform_q": True},
+          (128, True): {"uniform_q": True}, (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
+# Up to SHORT_SEQ, these fields over SHAPES' (`HopperAttentionConfig.picked`): at d 64 without the mask the
+# persistent grid with two consumers of 128 keys ran 1.07-1.09x the three consumers' launched grid (and their
+# persistent one); at d 64 causal one consumer (64 rows a CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at
+# 8192) (session 28)
+SHORT_SEQ = 1024
+SHORT_SHAPES = {(64, False): {"consumers": 2, "keys": 128, "persistent": True}, (64, True): {"consumers": 1}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
 # benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4, "uniform_q": False}  # (uniform_q ran 1.00-1.02x: within the harness's noise)
+FP8_SHAPE = {"stages": 4, "uniform_q": False, "persistent": False}  # (uniform_q ran 1.00-1.02x: within the harness's noise)
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
+STAGE_FREED_BARRIER = 1  # O over the last key tile's stage (`o_in_stage`): every consumer is done reading it
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
 
 
@@ -99,6 +108,9 @@ class HopperAttentionConfig:
     uniform_q: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`), so that ptxas keeps
     # Q's d / 16 wgmma descriptors (each consumer's own) in uniform registers (63 a warp), not moved there (R2UR)
     # before each wgmma; where they crowd out the K/V pipeline's index, that one moves instead
+    narrow: bool = False  # the launched grid's pipelines divide their indices by the stages in 32 bits
+    # (`StageRing(narrow=True)`: a key tile's index is below 2^31, as the maps' rows are); a persistent walk's
+    # always do
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -121,6 +133,9 @@ class HopperAttentionConfig:
                              f"dims {', '.join(map(str, PERSISTENT_HEAD_DIMS))} (a fixed walk would give some CTAs the "
                              f"long causal rows of every round, where the block scheduler hands out the longest "
                              f"first; at d 256 O takes 128 of a consumer's 240 registers and the walk spilled)")
+        if self.o_in_stage and 2 * self.tile_bytes < self.o_bytes:
+            raise ValueError(f"hopper attention: a persistent walk writes O's tile over a stage where it has no bytes "
+                             f"of its own: {self.o_bytes} bytes, got stages of {2 * self.tile_bytes}; fewer stages")
         if self.fp8 and self.staged * self.tile_bytes < 2 * self.rows * self.head_dim:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{2 * self.rows * self.head_dim} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
@@ -135,12 +150,10 @@ class HopperAttentionConfig:
 
     @classmethod
     def picked(cls, head_dim: int, causal: bool, element: str, seq: int, **shape) -> "HopperAttentionConfig":
-        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration, on the persistent grid up to
-        PERSISTENT_UP_TO_SEQ where that may run and `shape` does not say otherwise."""
-        config = cls.of(head_dim, causal, element, **shape)
-        if "persistent" in shape or seq > PERSISTENT_UP_TO_SEQ or not config.may_persist:
-            return config
-        return replace(config, persistent=True)
+        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration, SHORT_SHAPES' fields over
+        it up to SHORT_SEQ (16-bit), `shape`'s over all."""
+        short = SHORT_SHAPES.get((head_dim, causal), {}) if seq <= SHORT_SEQ and element != "e4m3" else {}
+        return cls.of(head_dim, causal, element, **{**short, **shape})
 
     @property
     def may_persist(self) -> bool:
@@ -208,15 +221,37 @@ class HopperAttentionConfig:
         return self.keys * self.head_dim * self.element_bytes
 
     @property
-    def shared_bytes(self) -> int:
-        """Q, the stages (a K tile and a V tile each: V^T for fp8), and fp8's staged V tiles."""
-        return self.q_bytes + (2 * self.stages + self.staged * self.fp8) * self.tile_bytes
+    def narrow_index(self) -> bool:  # (a persistent walk's indices are counted so as to stay small: `work`)
+        return self.narrow or self.persistent
 
     @property
-    def o_offset(self) -> int:
-        """Where the O tile (rows x d, 16-bit) is written before its TMA stores: over Q's tile (16-bit: each
-        consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles."""
-        return self.q_bytes + 2 * self.stages * self.tile_bytes if self.fp8 else 0
+    def o_bytes(self) -> int:  # O's tile: rows x d, 16-bit
+        return 2 * self.rows * self.head_dim
+
+    @property
+    def o_in_stage(self) -> bool:
+        """Persistent, where O's tile has no bytes of its own beside Q and the stages: O is written over the
+        last key tile's stage (its K and V, once every consumer is done with them), which is released once O's
+        stores have read it."""
+        own = self.q_bytes + 2 * self.stages * self.tile_bytes + self.o_bytes
+        return self.persistent and own + BARRIER_BYTES > max_shared_bytes("sm_90a")
+
+    @property
+    def shared_bytes(self) -> int:
+        """Q, the stages (a K tile and a V tile each: V^T for fp8), fp8's staged V tiles, and a persistent
+        walk's O tile where it has bytes of its own."""
+        own_o = self.persistent and not self.o_in_stage
+        return self.q_bytes + (2 * self.stages + self.staged * self.fp8) * self.tile_bytes + own_o * self.o_bytes
+
+    @property
+    def o_offset(self) -> int | None:
+        """Where the O tile is written before its TMA stores: one item a CTA, over Q's tile (16-bit: each
+        consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles; persistent,
+        after the stages, so that the next item's Q loads under this item's last key tile and epilogue (None:
+        over the last key tile's stage, `o_in_stage`)."""
+        if self.fp8 or self.persistent and not self.o_in_stage:
+            return self.q_bytes + 2 * self.stages * self.tile_bytes
+        return None if self.o_in_stage else 0
 
     def grid(self, batch_heads: int, seq: int, sms: int) -> int:
         """CTAs to launch: one a (head, row tile) item, or (persistent) one an SM of the `sms` at most."""
@@ -226,7 +261,8 @@ class HopperAttentionConfig:
     def __str__(self) -> str:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
-                f"{'u' if self.uniform_q else ''}{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
+                f"{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def _swizzle(config: HopperAttentionConfig):
@@ -347,10 +383,14 @@ class _HopperAttention:
         readers, boxes_across = 4 * config.consumers, self.d // config.box_columns
         tile_elements = config.keys * self.d
         # Q's bands: item j's band of consumer c is the ring's k-tile j * consumers + c (its stage c), released by
-        # the consumer's storing warp once its TMA stores of O (written over the band) have read it
-        self.q_ring = StageRing(k, self.shared, config.consumers, [(self.storage, 64 * self.d)])
+        # the consumer's storing warp once its last S is done (persistent) or once its TMA stores of O, written
+        # over the band, have read it (narrow: j * consumers + c lies below 2^31, as Q's 64-row bands do)
+        self.q_ring = StageRing(k, self.shared, config.consumers, [(self.storage, 64 * self.d)],
+                                narrow=config.narrow_index)
         self.q_pipeline = TmaPipeline(k, self.q_ring, 1, boxes_across, name="q")
-        self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes)
+        # (narrow: the K/V index stays below 2 stages + the key tiles, `work`, and so below 2^31)
+        self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes,
+                              narrow=config.narrow_index)
         # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
         self.pipeline = TmaPipeline(k, self.ring, readers, boxes_across * (2 - config.fp8), name="kv",
                                     writers=4 if config.fp8 else 0)
@@ -371,7 +411,7 @@ class _HopperAttention:
     def work(self):
         """`with self.work() as j:` the body once for each of this CTA's items (its block's; persistent, its walk:
         `QueryTiles.persistent`), j counting them, with the item's head, first row (`q0`), key tiles, and its key
-        tiles' first index in the K/V pipeline (`kv`: the items before it took theirs)."""
+        tiles' first index in the K/V pipeline (`kv`: the items before it took theirs, counted modulo 2 stages)."""
         from mlir.dialects import arith
 
         from mlir_tile.builder.schedule import KeyTiles
@@ -385,10 +425,14 @@ class _HopperAttention:
             self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
-            # (every item of a persistent walk has as many key tiles: it is not causal)
+            # (every item of a persistent walk has as many key tiles: it is not causal; the tiles before it
+            # counted modulo 2 stages, which leaves each tile's stage and phase parity as they are)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
             # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
-            self.kv_base = k.broadcast(arith.muli(j, self.key_tiles.count)) if config.persistent else None
+            self.kv_base = None
+            if config.persistent:
+                before = arith.remui(arith.muli(j, self.key_tiles.count), k.index(2 * config.stages))
+                self.kv_base = k.broadcast(before)
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
             self.item = j
             yield j
@@ -426,13 +470,15 @@ class _HopperAttention:
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
-        first `stages` key tiles before Q (their stages free up under the item before's last tiles, Q's bands
-        only once its epilogue has stored O from them)."""
+        first `stages` - 1 key tiles before Q, in the order their bytes free up under the item before: the
+        stages of its last tiles but one, Q's bands once its last S is done, the last tile's stage once its
+        P V is (or, `o_in_stage`, once its epilogue has stored O from it)."""
         from mlir.dialects import arith
 
         k = self.k
         with self.work():
-            ahead = arith.select(self.first_item, k.index(0), k.minimum(self.key_tiles.count, self.config.stages))
+            ahead = arith.select(self.first_item, k.index(0),
+                                 k.minimum(self.key_tiles.count, self.config.stages - 1))
             with k.loop(0, ahead) as tile:
                 self.load(tile)
             self.load_q()
@@ -514,6 +560,9 @@ class _HopperAttention:
         self.q_tile = k.tensor(q_view, self.tiles["q"])
         with self.work():
             self.attend()
+        if self.config.persistent and not self.config.o_in_stage:  # (the last item's stores read O's tile)
+            with k.if_(k.compare("eq", self.consumer_thread(), 0)):
+                k.tma_store_wait(0)
 
     def attend(self) -> None:
         from mlir.dialects import arith
@@ -539,13 +588,28 @@ class _HopperAttention:
             self.key_tile(tile, masked=False)
         with k.loop(split, self.key_tiles.count) as tile:
             self.key_tile(tile, masked=True)
+        if self.config.persistent:  # (the item's last S is done: the next item's Q may load under its last P V)
+            self.release_q_band()
         last = self.kv(arith.subi(self.key_tiles.count, k.index(1)))
         self.wait_turn()
         k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
         self.pass_turn(last=True)
         k.wgmma_wait(0, [self.o_acc])
-        self.pipeline.release(last)
-        self.epilogue()
+        if not self.config.o_in_stage:
+            self.pipeline.release(last)
+        self.epilogue(last)
+
+    def release_q_band(self) -> None:
+        """This consumer's first warp (its storing thread's) releases its band of Q."""
+        k = self.k
+        with k.if_(k.compare("ult", self.consumer_thread(), 32)):
+            self.q_pipeline.release(self.q_band())
+
+    def consumer_thread(self):
+        """This thread within its consumer warpgroup."""
+        from mlir.dialects import arith
+
+        return arith.remui(self.k.thread_id(), self.k.index(128))
 
     def q_band(self, consumer=None):
         """A consumer's band of Q in this item (this thread's consumer's by default), as Q's pipeline counts it."""
@@ -658,9 +722,10 @@ class _HopperAttention:
         return arith.select(valid, score, self.negative_infinity)
 
     # ----- the epilogue -----
-    def epilogue(self) -> None:
+    def epilogue(self, last) -> None:
         """O / the row sums (fp8: times V's descale) and the row's log-sum-exp (natural log, by the first lane of
-        its quad where the row lies inside the sequence); O through shared memory (`store_o`)."""
+        its quad where the row lies inside the sequence); O through shared memory (`store_o`; `last`: the item's
+        last key tile in the K/V pipeline)."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
@@ -675,15 +740,16 @@ class _HopperAttention:
                                  k.constant(1 / LOG2E, "f32"))
             with k.if_(arith.andi(k.leads_lanes(4), k.compare("ult", query, seq))):
                 self.g_lse[query] = log_sum
-        self.store_o(inverses)
+        self.store_o(inverses, last)
 
-    def store_o(self, inverses) -> None:
-        """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile (over its own
-        rows of Q's tile; fp8: over the staged V tiles, which no one reads any more), then one TMA store a box
-        of 64 columns by the consumer's first thread once its warps have written (fenced, its named barrier):
-        through the 3-D map of O [batch * heads, seq, d], so that rows past the sequence are not written. Once
-        the stores have read the band, that thread's warp releases the consumer's band of Q (the next item's
-        may load)."""
+    def store_o(self, inverses, last) -> None:
+        """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile
+        (`HopperAttentionConfig.o_offset`), then one TMA store a box of 64 columns by the consumer's first thread
+        once its warps have written (fenced, its named barrier): through the 3-D map of O [batch * heads, seq,
+        d], so that rows past the sequence are not written. The band's bytes are free to write once: over Q,
+        always (one item a CTA); O's own tile, once the item before's stores have read it; over the last key
+        tile's stage, once every consumer's last P V is done. One item a CTA, once the stores have read the
+        band, that thread's warp releases its band of Q; over the stage, the stage is released then."""
         from mlir.dialects import arith
 
         from mlir_tile.builder import transfer
@@ -698,20 +764,36 @@ class _HopperAttention:
                 values = [arith.mulf(k.load(self.o_acc.registers, [4 * block + 2 * half + i]), inverses[half])
                           for i in range(2)]
                 k.store(k.pack_f16(*values, out), packed, [packed_slot(block, half)])
-        first = arith.addi(k.index(config.o_offset), arith.muli(self.consumer, k.index(BAND_BYTES)))
+        thread, own_o = self.consumer_thread(), config.persistent and not config.o_in_stage
+        if own_o:
+            with k.if_(k.compare("eq", thread, 0)):
+                k.tma_store_wait(0)
+            self.consumers_meet(O_BARRIERS)
+        if config.o_in_stage:
+            k.named_barrier(STAGE_FREED_BARRIER, 128 * config.consumers)
+            tile = self.ring.offset(self.ring.stage(last), 0)
+        else:
+            tile = k.index(config.o_offset)
+        first = arith.addi(tile, arith.muli(self.consumer, k.index(BAND_BYTES)))
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
-        self.as_consumer(range(config.consumers), lambda c: k.named_barrier(O_BARRIERS + c, 128))
+        self.consumers_meet(O_BARRIERS)
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
-        thread = arith.remui(k.thread_id(), k.index(128))
         with k.if_(k.compare("eq", thread, 0)):
             for offset, column, box in o_stores(config):
                 view = k.view(self.shared, (box.rows * box.columns,), out, arith.addi(first, k.index(2 * offset)))
                 k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(column)))
-            k.tma_store_wait(0)
-        with k.if_(k.compare("ult", thread, 32)):  # (its lane 0 the storing thread)
-            self.q_pipeline.release(self.q_band())
+            if not own_o:  # (O's own tile: the next item's epilogue waits, or the walk's end)
+                k.tma_store_wait(0)
+        if config.o_in_stage:  # (the storing thread's warp arrives once its stores have read the stage)
+            self.pipeline.release(last)
+        elif not config.persistent:
+            self.release_q_band()
+
+    def consumers_meet(self, first_barrier: int) -> None:
+        """Each consumer's 4 warps meet at named barrier `first_barrier` + its index."""
+        self.as_consumer(range(self.config.consumers), lambda c: self.k.named_barrier(first_barrier + c, 128))
 
     def _query(self, row):
         from mlir.dialects import arith
@@ -745,15 +827,14 @@ def _tree(values, combine):
 
 
 def shipped_kernels(chip: str):
-    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where a
-    persistent grid runs short sequences, that one too)."""
+    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where
+    SHORT_SHAPES changes it up to SHORT_SEQ, that one too)."""
     if chip != "sm_90":
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
-                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in (PERSISTENT_UP_TO_SEQ,
-                                                                                              PERSISTENT_UP_TO_SEQ + 1)}
+                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in (SHORT_SEQ, SHORT_SEQ + 1)}
                 for config in sorted(configs, key=str):
                     yield str(config), functools.partial(build_module, config)
 
@@ -793,7 +874,7 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device)
-        key = (d, bool(causal), element, seq <= PERSISTENT_UP_TO_SEQ)
+        key = (d, bool(causal), element, seq <= SHORT_SEQ)
         if key not in self.kernels:
             config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
