@@ -67,6 +67,10 @@ BY_COMMAND_LINE = {
                                                  "persistent=true"],
     "attention_hopper_d64_two_consumers.ptx": ["attention.py", "--arch", "sm_90a", "--config",
                                                "consumers=2,keys=128,persistent=true"],
+    "attention_hopper_d128_causal_launched.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--causal",
+                                                  "--config", "persistent=false"],
+    "attention_hopper_d64_causal_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--causal", "--config",
+                                                   "consumers=1,persistent=true"],
 }
 
 

@@ -102,6 +102,31 @@ def test_query_tiles_persistent_walk_deals_the_items_round_the_grid(seq, heads, 
     assert [stored[i] for i in range(4)] == [heads, items, block, len(range(block, items, ctas))]
 
 
+@settings(max_examples=25, deadline=None)
+@given(seq=st.integers(1, 1200), heads=st.integers(1, 4), ctas=st.integers(1, 12))
+def test_a_paired_walk_takes_every_item_once_each_pair_as_heavy_as_another(seq, heads, ctas):
+    """QueryTiles(paired=True): over every CTA's walk, each (head, row tile) item exactly once; a CTA's items
+    2m and 2m + 1 are one head's row tiles t and tiles - 1 - t (the longest first) wherever a head's row tiles
+    are even in number, so every such pair holds as many causal rows as another."""
+    def build(k, seq_value, heads_value, j):
+        order = QueryTiles(k, seq_value, 128, reverse=True, heads=heads_value, paired=True)
+        first, taken = order.persistent()
+        return [taken, *order.of_block(order.walked(first, j))]
+
+    tiles, compiled = -(-seq // 128), kernel(3, build)
+    walks = {}
+    for cta in range(ctas):
+        taken = run(compiled, [seq, heads, 0], block=cta, grid=ctas)[0]
+        walks[cta] = [tuple(run(compiled, [seq, heads, j], block=cta, grid=ctas)[i] for i in (1, 2))
+                      for j in range(taken)]
+    visited = [item for walk in walks.values() for item in walk]
+    assert sorted(visited) == [(head, tile) for head in range(heads) for tile in range(tiles)]
+    for walk in walks.values():
+        for (head, tile), (other_head, other) in zip(walk[::2], walk[1::2]):
+            if tiles % 2 == 0:
+                assert other_head == head and tile + other == tiles - 1 and tile > other
+
+
 @settings(max_examples=40, deadline=None)
 @given(seq=st.integers(1, 3000), causal=st.booleans(), data=st.data())
 def test_key_tiles_are_those_some_row_sees_and_unmasked_those_all_see_whole(seq, causal, data):

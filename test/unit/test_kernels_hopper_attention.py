@@ -67,8 +67,8 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     assert config.shared_bytes == 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2  # Q, then 3 stages of K and V
 
 
-PERSISTENT = [HopperAttentionConfig.of(d, element=element, persistent=True) for d in PERSISTENT_HEAD_DIMS
-              for element in ("f16", "bf16")]
+PERSISTENT = [HopperAttentionConfig.of(d, causal, element, persistent=True) for d in PERSISTENT_HEAD_DIMS
+              for causal in (False, True) for element in ("f16", "bf16")]
 
 
 @pytest.mark.parametrize("config", CONFIGS + PERSISTENT + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
@@ -102,7 +102,6 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use"),
-    (dict(causal=True, persistent=True), "persistent grid takes 16-bit inputs without the causal mask"),
     (dict(element="e4m3", persistent=True, pingpong=False), "persistent grid takes 16-bit"),
     (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "at head dims 64, 128")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
@@ -243,7 +242,7 @@ def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
 
 def test_each_head_dim_and_mask_take_their_measured_shape():
     """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64: three consumers of 64
-    keys; d 128 without the mask the persistent grid; at d 64 and 256 the pipelines' indices in 32 bits
+    keys; d 128 the persistent grid; at d 64 and 256 the pipelines' indices in 32 bits
     (`narrow`: its own kernel, named so, on the launched grid; a persistent walk's always are); Q's descriptors
     in uniform registers but at d 256 and for e4m3; no ping-pong by default; the caller's fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
@@ -255,7 +254,7 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
     assert [HopperAttentionConfig.of(d, causal).narrow for d in (64, 128, 256) for causal in (False, True)] == [
         True, True, False, False, True, True]
     assert [HopperAttentionConfig.of(d, causal).persistent for d in (64, 128, 256) for causal in (False, True)] == [
-        False, False, True, False, False, False] and not HopperAttentionConfig.of(128, element="e4m3").persistent
+        False, False, True, True, False, False] and not HopperAttentionConfig.of(128, element="e4m3").persistent
     assert str(HopperAttentionConfig.of(64)) == "attention_d64_f16_r192k64s3un_sm90a"
     assert str(HopperAttentionConfig.of(64, persistent=True)) == "attention_d64_f16_r192k64s3u_persistent_sm90a"
     assert HopperAttentionConfig.of(128, persistent=True).narrow_index
@@ -266,10 +265,9 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
 
 
 def test_short_sequences_take_their_own_shapes():
-    """`picked`: d 128 without the mask walks the persistent grid at every length; up to SHORT_SEQ, d 64 without
-    the mask walks it with two consumers of 128 keys and d 64 causal takes one consumer (unless the caller's
-    shape says otherwise); causal d 128, e4m3 and d 256 take the launched grid; the kernels shipped hold each
-    pick."""
+    """`picked`: d 128 walks the persistent grid at every length; up to SHORT_SEQ, d 64 without the mask walks it
+    with two consumers of 128 keys and d 64 causal takes one consumer on the launched grid (unless the caller's
+    shape says otherwise); e4m3 and d 256 take the launched grid; the kernels shipped hold each pick."""
     from mlir_tile.kernels.hopper_attention import SHORT_SEQ
 
     picked = HopperAttentionConfig.picked
@@ -277,9 +275,10 @@ def test_short_sequences_take_their_own_shapes():
             for element in ("f16", "bf16") for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [
         (True, 2), (True, 2), (False, 3)] * 2 + [(True, 2)] * 6
     assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 64
-    assert [picked(64, True, "f16", seq).consumers for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [1, 1, 3]
+    assert [(picked(d, True, "bf16", seq).persistent, picked(d, True, "bf16", seq).consumers) for d in (64, 128)
+            for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [(False, 1), (False, 1), (False, 3)] + [(True, 2)] * 3
     assert not any(picked(d, causal, element, 1).persistent for d, causal, element in [
-        (64, True, "f16"), (128, True, "bf16"), (256, False, "f16"), (128, False, "e4m3")])
+        (256, True, "f16"), (256, False, "f16"), (128, False, "e4m3"), (128, True, "e4m3")])
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
     assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True)
@@ -387,7 +386,7 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 2 and "f16 and bf16" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
     ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
-    for options, message in ((["--arch", "sm_90a", "--causal"], "without the causal mask"),
+    for options, message in ((["--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128"], "takes 16-bit inputs"),
                              (["--arch", "sm_90a", "--head-dim", "256"], "at head dims 64, 128"),
                              ([], "--config sets Hopper's path's fields")):
         ran = example("attention.py", "--config", "persistent=true", "--ptx-out", tmp_path / "f.ptx", *options)

@@ -87,25 +87,49 @@ def persistent_walk(kernel, items: ir.Value, together: int = 1) -> tuple[ir.Valu
 class QueryTiles:
     """(head, row tile) work items over `heads` x `extent` rows in tiles of `rows`: item b is row tile b mod
     tiles of head b / tiles; `reverse`: the last row tiles first (causal attention's longest rows, so that the
-    short ones fill the tail). `heads`: how many (batch x heads); by default the grid's blocks, one an item."""
+    short ones fill the tail). `heads`: how many (batch x heads); by default the grid's blocks, one an item.
+    `paired` (a causal persistent walk): each head's row tiles longest and shortest in turn (i = b mod tiles is
+    row tile tiles - 1 - i / 2 for even i, i / 2 for odd), and the walk deals them two at a time, so that each
+    CTA's pairs weigh alike (a causal row tile's work grows with its index) and a round of the grid reads few
+    heads' keys (a length-major order would balance too, but read every head's each round, past L2)."""
 
-    def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False, heads: Integer | None = None):
+    def __init__(self, kernel, extent: ir.Value, rows: int, reverse: bool = False, heads: Integer | None = None,
+                 paired: bool = False):
         self.k, self.rows, self.reverse = kernel, count(rows, "QueryTiles: rows"), bool(reverse)
+        self.paired = bool(paired)
         self.count = kernel.as_index(ceil_div(kernel, as_integer(kernel, extent, "QueryTiles: extent"), rows))
         self.heads = (arith.divui(kernel.grid_size(), self.count) if heads is None
                       else kernel.as_index(as_integer(kernel, heads, "QueryTiles: heads")))
         self.items = arith.muli(self.heads, self.count)
 
     def persistent(self) -> tuple[ir.Value, ir.Value]:
-        """A persistent grid's walk over the items (`persistent_walk`): (this CTA's first, how many); its
-        j-th item is first + j * the grid's blocks."""
-        return persistent_walk(self.k, self.items)
+        """A persistent grid's walk over the items (`persistent_walk`): (this CTA's first, how many items);
+        its j-th item is `walked(first, j)`. Paired: the walk deals pairs of items, the last pair maybe one."""
+        k = self.k
+        if not self.paired:
+            return persistent_walk(k, self.items)
+        first, pairs = persistent_walk(k, ceil_div(k, self.items, 2))
+        last = arith.addi(first, arith.muli(arith.subi(pairs, k.index(1)), k.grid_size()))
+        in_last = k.minimum(arith.subi(self.items, arith.muli(last, k.index(2))), 2)  # (pairs > 0: the last's items)
+        taken = arith.addi(arith.muli(arith.subi(pairs, k.index(1)), k.index(2)), in_last)
+        return first, arith.select(k.compare("eq", pairs, 0), k.index(0), taken)
+
+    def walked(self, first: ir.Value, j: ir.Value) -> ir.Value:
+        """The item a persistent CTA whose walk starts at `first` takes j-th."""
+        k = self.k
+        if not self.paired:
+            return arith.addi(first, arith.muli(k.as_index(j), k.grid_size()))
+        pair = arith.addi(first, arith.muli(arith.divui(k.as_index(j), k.index(2)), k.grid_size()))
+        return arith.addi(arith.muli(pair, k.index(2)), arith.remui(k.as_index(j), k.index(2)))
 
     def of_block(self, block: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(head, row tile) of work item (or grid block) `block`."""
         k = self.k
         block = k.as_index(block)
         head, tile = arith.divui(block, self.count), arith.remui(block, self.count)
+        if self.paired:
+            half, longer = arith.divui(tile, k.index(2)), k.compare("eq", arith.remui(tile, k.index(2)), 0)
+            return head, arith.select(longer, arith.subi(arith.subi(self.count, k.index(1)), half), half)
         if self.reverse:
             tile = arith.subi(arith.subi(self.count, k.index(1)), tile)
         return head, tile

@@ -25,11 +25,13 @@ Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a til
 sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
 probabilities 0) and whose query rows are never stored.
 
-Persistent (16-bit, not causal): one CTA an SM walks the (head, row tile) items c, c + grid, ...; O's tile is
-not written over Q's but into bytes of its own (or, where there are none, over the item's last key tile's
-stage), so each consumer releases its band of Q once its last S is done, and the producer loads the next
-item's first K/V tiles and Q's bands as the item's last tiles free their bytes: the next item's first S waits
-for nothing that loads under this item's epilogue. The ping-pong turns run on across items.
+Persistent (16-bit): one CTA an SM walks the (head, row tile) items c, c + grid, ... (causal: each head's row
+tiles paired longest with shortest and dealt two at a time, `QueryTiles(paired=True)`, so that the CTAs' walks
+weigh alike, the K/V index carried on across items of unequal key tiles); O's tile is not written over Q's but
+into bytes of its own (or, where there are none, over the item's last key tile's stage), so each consumer
+releases its band of Q once its last S is done, and the producer loads the next item's first K/V tiles and Q's
+bands as the item's last tiles free their bytes: the next item's first S waits for nothing that loads under
+this item's epilogue. The ping-pong turns run on across items.
 
 Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads[, descale_q, descale_k,
 descale_v])`: four pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads
@@ -63,8 +65,9 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # without the mask, three consumers (192 rows, FlashAttention-3's d 64 CTA) of 64 keys ran 1.02-1.07x two of 128
 # (session 27). (With ping-pong, d 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27
 # and 25).) At 128 without the mask, the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x
-# the launched one at S 2048 to 8192, with uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192
-# (session 28).
+# the launched one at S 2048 to 8192, with uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192;
+# causal, its row tiles paired, 1.19x at S 1024, 1.09x at 4096, 1.04x at 8192 (one consumer at d 64 causal: 0.67-0.72x
+# its launched grid) (session 28).
 # Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x
 # at d 64 causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without
 # the mask on the launched grid (session 27)
@@ -73,8 +76,9 @@ FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled r
 # and 0.93-0.96x at d 128 (session 28)
 _ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
 _THREE_CONSUMERS = {"keys": 64, "consumers": 3, "uniform_q": True, "narrow": True}
-SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): {"persistent": True, "uniform_q": True},
-          (128, True): {"uniform_q": True}, (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
+_PERSISTENT = {"persistent": True, "uniform_q": True}
+SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
+          (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
 # Up to SHORT_SEQ, these fields over SHAPES' (`HopperAttentionConfig.picked`): at d 64 without the mask the
 # persistent grid with two consumers of 128 keys ran 1.07-1.09x the three consumers' launched grid (and their
 # persistent one); at d 64 causal one consumer (64 rows a CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at
@@ -129,10 +133,9 @@ class HopperAttentionConfig:
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
         if self.persistent and not self.may_persist:
-            raise ValueError(f"hopper attention: a persistent grid takes 16-bit inputs without the causal mask at head "
-                             f"dims {', '.join(map(str, PERSISTENT_HEAD_DIMS))} (a fixed walk would give some CTAs the "
-                             f"long causal rows of every round, where the block scheduler hands out the longest "
-                             f"first; at d 256 O takes 128 of a consumer's 240 registers and the walk spilled)")
+            raise ValueError(f"hopper attention: a persistent grid takes 16-bit inputs at head dims "
+                             f"{', '.join(map(str, PERSISTENT_HEAD_DIMS))} (at d 256 O takes 128 of a consumer's 240 "
+                             f"registers and the walk spilled)")
         if self.o_in_stage and 2 * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: a persistent walk writes O's tile over a stage where it has no bytes "
                              f"of its own: {self.o_bytes} bytes, got stages of {2 * self.tile_bytes}; fewer stages")
@@ -157,8 +160,8 @@ class HopperAttentionConfig:
 
     @property
     def may_persist(self) -> bool:
-        """Whether this configuration may walk a persistent grid: 16-bit, not causal, d in PERSISTENT_HEAD_DIMS."""
-        return not (self.causal or self.fp8) and self.head_dim in PERSISTENT_HEAD_DIMS
+        """Whether this configuration may walk a persistent grid: 16-bit, d in PERSISTENT_HEAD_DIMS."""
+        return not self.fp8 and self.head_dim in PERSISTENT_HEAD_DIMS
 
     @classmethod
     def fields_of(cls, text: str) -> dict:
@@ -375,7 +378,8 @@ class _HopperAttention:
         self.k, self.config, self.d = k, config, config.head_dim
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads = k.arguments[:7]
         self.storage = "i8" if config.fp8 else config.element
-        self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads)
+        self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
+                                paired=config.causal and config.persistent)
         self.tiles = tiles(config)
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
         self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
@@ -412,30 +416,39 @@ class _HopperAttention:
         """`with self.work() as j:` the body once for each of this CTA's items (its block's; persistent, its walk:
         `QueryTiles.persistent`), j counting them, with the item's head, first row (`q0`), key tiles, and its key
         tiles' first index in the K/V pipeline (`kv`: the items before it took theirs, counted modulo 2 stages)."""
+        from mlir import ir
         from mlir.dialects import arith
 
         from mlir_tile.builder.schedule import KeyTiles
 
         k, config = self.k, self.config
         first, count = self.order.persistent() if config.persistent else (k.block_id(), k.index(1))
+        carried = None
+        if config.persistent and config.causal:  # (items of unequal key tiles: the count carried on)
+            carried = k.registers(1)
+            k.store(k.constant(0), carried, [0])
         with k.loop(0, count) as j:
-            item = arith.addi(first, arith.muli(j, k.grid_size())) if config.persistent else first
+            item = self.order.walked(first, j) if config.persistent else first
             self.head, query_tile = self.order.of_block(item)
             self.q0 = arith.muli(query_tile, k.index(config.rows))
             self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
-            # (every item of a persistent walk has as many key tiles: it is not causal; the tiles before it
-            # counted modulo 2 stages, which leaves each tile's stage and phase parity as they are)
+            # (the key tiles before the item counted modulo 2 stages, which leaves each tile's stage and phase
+            # parity as they are: without the mask every item has as many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
             # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
-            self.kv_base = None
-            if config.persistent:
-                before = arith.remui(arith.muli(j, self.key_tiles.count), k.index(2 * config.stages))
-                self.kv_base = k.broadcast(before)
+            self.kv_base, stages_twice = None, k.index(2 * config.stages)
+            if carried is not None:
+                self.kv_base = k.broadcast(arith.index_castui(ir.IndexType.get(), k.load(carried, [0])))
+            elif config.persistent:
+                self.kv_base = k.broadcast(arith.remui(arith.muli(j, self.key_tiles.count), stages_twice))
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
             self.item = j
             yield j
+            if carried is not None:
+                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), stages_twice)
+                k.store(arith.index_castui(ir.IntegerType.get_signless(32), after), carried, [0])
 
     def kv(self, tile):
         """Key tile `tile` of this item as the K/V pipeline counts it."""
