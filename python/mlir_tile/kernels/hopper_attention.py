@@ -438,16 +438,17 @@ class _HopperAttention:
             # parity as they are: without the mask every item has as many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
             # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
-            self.kv_base, stages_twice = None, k.index(2 * config.stages)
+            self.kv_base = None
             if carried is not None:
                 self.kv_base = k.broadcast(arith.index_castui(ir.IndexType.get(), k.load(carried, [0])))
             elif config.persistent:
-                self.kv_base = k.broadcast(arith.remui(arith.muli(j, self.key_tiles.count), stages_twice))
+                self.kv_base = k.broadcast(arith.remui(arith.muli(j, self.key_tiles.count),
+                                                       k.index(2 * config.stages)))
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
             self.item = j
             yield j
             if carried is not None:
-                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), stages_twice)
+                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), k.index(2 * config.stages))
                 k.store(arith.index_castui(ir.IntegerType.get_signless(32), after), carried, [0])
 
     def kv(self, tile):
