@@ -71,6 +71,10 @@ BY_COMMAND_LINE = {
                                                   "--config", "persistent=false"],
     "attention_hopper_d64_causal_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--causal", "--config",
                                                    "consumers=1,persistent=true"],
+    "attention_hopper_e4m3_d128_launched.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",
+                                                "128", "--config", "persistent=false"],
+    "attention_hopper_e4m3_d128_o_in_stage.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",
+                                                  "128", "--config", "stages=5"],
 }
 
 

@@ -68,7 +68,8 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
 
 
 PERSISTENT = [HopperAttentionConfig.of(d, causal, element, persistent=True) for d in PERSISTENT_HEAD_DIMS
-              for causal in (False, True) for element in ("f16", "bf16")]
+              for causal in (False, True) for element in ("f16", "bf16")] + [
+    HopperAttentionConfig.of(128, causal, "e4m3", persistent=True) for causal in (False, True)]
 
 
 @pytest.mark.parametrize("config", CONFIGS + PERSISTENT + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
@@ -102,8 +103,7 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use"),
-    (dict(element="e4m3", persistent=True, pingpong=False), "persistent grid takes 16-bit"),
-    (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "at head dims 64, 128")])
+    (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "grid takes head dims 64, 128")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -131,13 +131,13 @@ def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
 def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     """Each consumer's O band (64 rows, 16-bit, boxes of 64 columns, proven the bytes of the O tile's words) by
     stmatrix over its own rows of Q's tile, fenced, its warps met at named barrier 4 + c (128 threads), then a TMA
-    store a box through O's 3-D map (head, row, column: a box stops at its head's last row), waited for. fp8:
-    over the staged V tiles."""
+    store a box through O's 3-D map (head, row, column: a box stops at its head's last row), waited for. fp8 on
+    the launched grid: over the staged V tiles."""
     config = HopperAttentionConfig(128)
     layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
     assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
-    fp8 = HopperAttentionConfig.of(128, element="e4m3")
+    fp8 = HopperAttentionConfig.of(128, element="e4m3", persistent=False)
     assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
     # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
     assert [(offset, column) for offset, column, _ in hopper_attention.o_stores(config)] == [(0, 0), (128 * 64, 64)]
@@ -191,6 +191,11 @@ def test_a_persistent_walk_writes_o_apart_from_q(filecheck):
     CHECK: mbarrier.arrive.shared.b64
     """)
     assert ptx.count("cp.async.bulk.wait_group.read") == 1 and not re.search(r"bar\.sync\s+1,", _ptx(HopperAttentionConfig(128)))
+    fp8 = HopperAttentionConfig.of(128, element="e4m3")  # (persistent; one item a CTA: over the staged V tiles)
+    assert not fp8.o_in_stage and fp8.o_offset == fp8.tiles_bytes == fp8.staging_offset + 2 * fp8.tile_bytes
+    assert HopperAttentionConfig.of(128, element="e4m3", persistent=False).o_offset == fp8.staging_offset
+    assert fp8.shared_bytes == fp8.o_offset + 128 * 128 * 2 and fp8.index_period == 8
+    assert HopperAttentionConfig.of(128, element="e4m3", persistent=True, stages=5).index_period == 20
     with pytest.raises(ValueError, match="writes O's tile over a stage"):  # 192 rows of O, stages of 64 keys
         HopperAttentionConfig(128, consumers=3, keys=64, stages=5, persistent=True)
 
@@ -244,17 +249,18 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
     """d 256: 64 keys a tile, one consumer, 3 stages (Q and the stages fill 224 KB); d 64: three consumers of 64
     keys; d 128 the persistent grid; at d 64 and 256 the pipelines' indices in 32 bits
     (`narrow`: its own kernel, named so, on the launched grid; a persistent walk's always are); Q's descriptors
-    in uniform registers but at d 256 and for e4m3; no ping-pong by default; the caller's fields over them."""
+    in uniform registers but at d 256; e4m3 (d 128) on the persistent grid; no ping-pong by default; the caller's
+    fields over them."""
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
     unmasked, masked = HopperAttentionConfig.of(64), HopperAttentionConfig.of(64, True)
     assert (unmasked.consumers, unmasked.keys, unmasked.rows) == (masked.consumers, masked.keys, masked.rows) == (3, 64, 192)
     assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128, 256) for causal in (False, True)] == [
-        True] * 4 + [False] * 2 and not HopperAttentionConfig.of(128, element="e4m3").uniform_q
+        True] * 4 + [False] * 2 and HopperAttentionConfig.of(128, element="e4m3").uniform_q
     assert [HopperAttentionConfig.of(d, causal).narrow for d in (64, 128, 256) for causal in (False, True)] == [
         True, True, False, False, True, True]
     assert [HopperAttentionConfig.of(d, causal).persistent for d in (64, 128, 256) for causal in (False, True)] == [
-        False, False, True, True, False, False] and not HopperAttentionConfig.of(128, element="e4m3").persistent
+        False, False, True, True, False, False] and HopperAttentionConfig.of(128, True, "e4m3").persistent
     assert str(HopperAttentionConfig.of(64)) == "attention_d64_f16_r192k64s3un_sm90a"
     assert str(HopperAttentionConfig.of(64, persistent=True)) == "attention_d64_f16_r192k64s3u_persistent_sm90a"
     assert HopperAttentionConfig.of(128, persistent=True).narrow_index
@@ -267,7 +273,8 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
 def test_short_sequences_take_their_own_shapes():
     """`picked`: d 128 walks the persistent grid at every length; up to SHORT_SEQ, d 64 without the mask walks it
     with two consumers of 128 keys and d 64 causal takes one consumer on the launched grid (unless the caller's
-    shape says otherwise); e4m3 and d 256 take the launched grid; the kernels shipped hold each pick."""
+    shape says otherwise); e4m3 walks it at every length, d 256 takes the launched grid; the kernels shipped hold
+    each pick."""
     from mlir_tile.kernels.hopper_attention import SHORT_SEQ
 
     picked = HopperAttentionConfig.picked
@@ -277,8 +284,8 @@ def test_short_sequences_take_their_own_shapes():
     assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 64
     assert [(picked(d, True, "bf16", seq).persistent, picked(d, True, "bf16", seq).consumers) for d in (64, 128)
             for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [(False, 1), (False, 1), (False, 3)] + [(True, 2)] * 3
-    assert not any(picked(d, causal, element, 1).persistent for d, causal, element in [
-        (256, True, "f16"), (256, False, "f16"), (128, False, "e4m3"), (128, True, "e4m3")])
+    assert not any(picked(256, causal, "f16", 1).persistent for causal in (False, True))
+    assert all(picked(128, causal, "e4m3", seq).persistent for causal in (False, True) for seq in (1, SHORT_SEQ + 1))
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
     assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True)
@@ -311,7 +318,8 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
                for j in range(128))
-    assert config.shared_bytes == 128 * 128 + 4 * 2 * 128 * 128 + 2 * 128 * 128 and config.consumer_registers == 224
+    assert config.shared_bytes == 128 * 128 + 4 * 2 * 128 * 128 + 2 * 128 * 128 + 128 * 128 * 2  # (O's own: persistent)
+    assert config.consumer_registers == 224
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .param .u64 attention_param_5,
@@ -386,8 +394,7 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     assert ran.returncode == 2 and "f16 and bf16" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
     ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
-    for options, message in ((["--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128"], "takes 16-bit inputs"),
-                             (["--arch", "sm_90a", "--head-dim", "256"], "at head dims 64, 128"),
+    for options, message in ((["--arch", "sm_90a", "--head-dim", "256"], "grid takes head dims 64, 128"),
                              ([], "--config sets Hopper's path's fields")):
         ran = example("attention.py", "--config", "persistent=true", "--ptx-out", tmp_path / "f.ptx", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr

@@ -86,9 +86,10 @@ SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False):
 SHORT_SEQ = 1024
 SHORT_SHAPES = {(64, False): {"consumers": 2, "keys": 128, "persistent": True}, (64, True): {"consumers": 1}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
-# later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26;
-# benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4, "uniform_q": False, "persistent": False}  # (uniform_q ran 1.00-1.02x: within the harness's noise)
+# later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
+# persistent grid with uniform_q ran 1.12-1.26x the launched one (1.25x at S 1024, 1.12-1.16x at 4096 and 8192,
+# causal and not), uniform_q 1.04-1.07x without it there (session 29; benchmarks/results/attention_hopper_fp8.json)
+FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 STAGE_FREED_BARRIER = 1  # O over the last key tile's stage (`o_in_stage`): every consumer is done reading it
@@ -133,13 +134,13 @@ class HopperAttentionConfig:
         if self.pingpong and self.consumers != 2:
             raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
         if self.persistent and not self.may_persist:
-            raise ValueError(f"hopper attention: a persistent grid takes 16-bit inputs at head dims "
+            raise ValueError(f"hopper attention: a persistent grid takes head dims "
                              f"{', '.join(map(str, PERSISTENT_HEAD_DIMS))} (at d 256 O takes 128 of a consumer's 240 "
                              f"registers and the walk spilled)")
         if self.o_in_stage and 2 * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: a persistent walk writes O's tile over a stage where it has no bytes "
                              f"of its own: {self.o_bytes} bytes, got stages of {2 * self.tile_bytes}; fewer stages")
-        if self.fp8 and self.staged * self.tile_bytes < 2 * self.rows * self.head_dim:
+        if self.fp8 and self.o_offset == self.staging_offset and self.staged * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{2 * self.rows * self.head_dim} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
@@ -160,8 +161,8 @@ class HopperAttentionConfig:
 
     @property
     def may_persist(self) -> bool:
-        """Whether this configuration may walk a persistent grid: 16-bit, d in PERSISTENT_HEAD_DIMS."""
-        return not self.fp8 and self.head_dim in PERSISTENT_HEAD_DIMS
+        """Whether this configuration may walk a persistent grid: d in PERSISTENT_HEAD_DIMS."""
+        return self.head_dim in PERSISTENT_HEAD_DIMS
 
     @classmethod
     def fields_of(cls, text: str) -> dict:
@@ -232,29 +233,41 @@ class HopperAttentionConfig:
         return 2 * self.rows * self.head_dim
 
     @property
+    def staging_offset(self) -> int:  # fp8's staged V tiles, after Q and the stages
+        return self.q_bytes + 2 * self.stages * self.tile_bytes
+
+    @property
+    def tiles_bytes(self) -> int:  # Q, the stages (a K tile and a V tile each: V^T for fp8), fp8's staged V tiles
+        return self.staging_offset + self.staged * self.fp8 * self.tile_bytes
+
+    @property
     def o_in_stage(self) -> bool:
-        """Persistent, where O's tile has no bytes of its own beside Q and the stages: O is written over the
-        last key tile's stage (its K and V, once every consumer is done with them), which is released once O's
+        """Persistent, where O's tile has no bytes of its own beside `tiles_bytes`: O is written over the last
+        key tile's stage (its K and V, once every consumer is done with them), which is released once O's
         stores have read it."""
-        own = self.q_bytes + 2 * self.stages * self.tile_bytes + self.o_bytes
-        return self.persistent and own + BARRIER_BYTES > max_shared_bytes("sm_90a")
+        return self.persistent and self.tiles_bytes + self.o_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a")
 
     @property
     def shared_bytes(self) -> int:
-        """Q, the stages (a K tile and a V tile each: V^T for fp8), fp8's staged V tiles, and a persistent
-        walk's O tile where it has bytes of its own."""
-        own_o = self.persistent and not self.o_in_stage
-        return self.q_bytes + (2 * self.stages + self.staged * self.fp8) * self.tile_bytes + own_o * self.o_bytes
+        """`tiles_bytes`, and a persistent walk's O tile where it has bytes of its own."""
+        return self.tiles_bytes + (self.persistent and not self.o_in_stage) * self.o_bytes
 
     @property
     def o_offset(self) -> int | None:
         """Where the O tile is written before its TMA stores: one item a CTA, over Q's tile (16-bit: each
         consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles; persistent,
-        after the stages, so that the next item's Q loads under this item's last key tile and epilogue (None:
-        over the last key tile's stage, `o_in_stage`)."""
-        if self.fp8 or self.persistent and not self.o_in_stage:
-            return self.q_bytes + 2 * self.stages * self.tile_bytes
-        return None if self.o_in_stage else 0
+        after `tiles_bytes`, so that the next item's Q and V load under this item's last key tile and epilogue
+        (None: over the last key tile's stage, `o_in_stage`)."""
+        if self.persistent:
+            return None if self.o_in_stage else self.tiles_bytes
+        return self.staging_offset if self.fp8 else 0
+
+    @property
+    def index_period(self) -> int:
+        """A persistent walk counts the key tiles before an item modulo this: a multiple of twice each ring's
+        stages (the K/V ring's and fp8's staging ring's), which leaves each tile's stage and phase parity as
+        they are."""
+        return 2 * math.lcm(self.stages, self.staged if self.fp8 else 1)
 
     def grid(self, batch_heads: int, seq: int, sms: int) -> int:
         """CTAs to launch: one a (head, row tile) item, or (persistent) one an SM of the `sms` at most."""
@@ -400,7 +413,7 @@ class _HopperAttention:
                                     writers=4 if config.fp8 else 0)
         if config.fp8:
             self.staging_ring = StageRing(k, self.shared, config.staged, [(self.storage, tile_elements)],
-                                          start=config.q_bytes + config.stages * self.ring.bytes)
+                                          start=config.staging_offset, narrow=config.narrow_index)
             self.staging = TmaPipeline(k, self.staging_ring, 4, boxes_across, name="staging")
         self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform_q else k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
@@ -415,7 +428,8 @@ class _HopperAttention:
     def work(self):
         """`with self.work() as j:` the body once for each of this CTA's items (its block's; persistent, its walk:
         `QueryTiles.persistent`), j counting them, with the item's head, first row (`q0`), key tiles, and its key
-        tiles' first index in the K/V pipeline (`kv`: the items before it took theirs, counted modulo 2 stages)."""
+        tiles' first index in the K/V pipeline (`kv`: the items before it took theirs, counted modulo
+        `index_period`)."""
         from mlir import ir
         from mlir.dialects import arith
 
@@ -434,8 +448,8 @@ class _HopperAttention:
             self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
-            # (the key tiles before the item counted modulo 2 stages, which leaves each tile's stage and phase
-            # parity as they are: without the mask every item has as many, j x that; causal, carried on)
+            # (the key tiles before the item counted modulo `index_period`: without the mask every item has as
+            # many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
             # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
             self.kv_base = None
@@ -443,16 +457,16 @@ class _HopperAttention:
                 self.kv_base = k.broadcast(arith.index_castui(ir.IndexType.get(), k.load(carried, [0])))
             elif config.persistent:
                 self.kv_base = k.broadcast(arith.remui(arith.muli(j, self.key_tiles.count),
-                                                       k.index(2 * config.stages)))
+                                                       k.index(config.index_period)))
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
             self.item = j
             yield j
             if carried is not None:
-                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), k.index(2 * config.stages))
+                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), k.index(config.index_period))
                 k.store(arith.index_castui(ir.IntegerType.get_signless(32), after), carried, [0])
 
     def kv(self, tile):
-        """Key tile `tile` of this item as the K/V pipeline counts it."""
+        """Key tile `tile` of this item as the K/V pipeline (and fp8's staging pipeline) counts it."""
         from mlir.dialects import arith
 
         return tile if self.kv_base is None else arith.addi(self.kv_base, self.k.as_index(tile))
@@ -523,25 +537,29 @@ class _HopperAttention:
         if not self.config.fp8:
             self.load_boxes(self.pipeline, index, ring.offset(stage, 1), self.tiles["k"], self.v_map, row)
             return
-        self.staging.acquire(tile)
-        staged = self.staging_ring.offset(self.staging_ring.stage(tile))
-        self.load_boxes(self.staging, tile, staged, self.tiles["v_staged"], self.v_map, row)
+        self.staging.acquire(index)
+        staged = self.staging_ring.offset(self.staging_ring.stage(index))
+        self.load_boxes(self.staging, index, staged, self.tiles["v_staged"], self.v_map, row)
 
     def produce_transposed(self) -> None:
-        """fp8: the producer warpgroup transposes each key tile's V into its stage (`transpose`), its first
-        thread loading Q and key tile t + `staged` after transposing tile t (the staging stage it fills
-        was freed by that transposition)."""
+        """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its
+        first thread loading Q and the first `staged` key tiles (persistent: those tiles first, as Q's bands
+        free only once the item before's last S is done), then key tile t + `staged` after transposing tile t
+        (the staging stage it fills was freed by that transposition)."""
         from mlir.dialects import arith
 
-        k = self.k
+        k, persistent = self.k, self.config.persistent
         loader = k.compare("eq", k.thread_id(), 0)
-        with self.work():  # (one item: not persistent)
+        with self.work():
             count = self.key_tiles.count
             with k.if_(loader):
-                self.load_q()
+                if not persistent:
+                    self.load_q()
                 for tile in range(self.config.staged):
                     with k.if_(k.compare("ult", tile, count)):
                         self.load(k.index(tile))
+                if persistent:
+                    self.load_q()
             with k.loop(0, count) as tile:
                 self.transpose(tile)
                 later = arith.addi(tile, k.index(self.config.staged))
@@ -553,13 +571,13 @@ class _HopperAttention:
         there in P's key order (`transposition`), counted on the stage's full barrier beside K's boxes; the
         staging stage then released."""
         k, index = self.k, self.kv(tile)
-        self.staging.wait(tile)
+        self.staging.wait(index)
         self.pipeline.acquire(index)
         k.transpose_bytes(transposition(self.config), self.shared,
-                          self.staging_ring.offset(self.staging_ring.stage(tile)),
+                          self.staging_ring.offset(self.staging_ring.stage(index)),
                           self.ring.offset(self.ring.stage(index), 1))
         self.pipeline.written(index)
-        self.staging.release(tile)
+        self.staging.release(index)
 
     # ----- the consumers -----
     def consume(self) -> None:
