@@ -155,6 +155,27 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     assert ptx.count("cp.async.bulk.tensor.3d") == 2 and "st.global.v2" not in ptx  # 2 boxes of 64 columns
 
 
+def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
+    """lazy_rescale (e4m3's default, named "l"): a row's max moves on only where a tile's scores pass it by more
+    than RESCALE_SLACK (so a probability stays at most 2^8, within e4m3's 448), and O's 64 registers a thread are
+    multiplied only in a branch the warp takes together, once some max of its rows moved (vote.sync.any), in both
+    of the main loop's loops (the unmasked key tiles and the masked ones); without it, on every key tile."""
+    lazy = HopperAttentionConfig.of(128, element="e4m3")
+    assert lazy.lazy_rescale and str(lazy) == "attention_d128_e4m3_r128k128s4t2ul_persistent_sm90a"
+    assert 2 ** hopper_attention.RESCALE_SLACK < 448 and not HopperAttentionConfig.of(128).lazy_rescale
+    ptx = _ptx(lazy)
+    assert ptx.count("vote.sync.any.pred") == 2
+    filecheck(ptx, """
+    CHECK: wgmma.wait_group.sync.aligned 0;
+    CHECK: vote.sync.any.pred{{\\s+}}[[ANY:%p[0-9]+]], {{%p[0-9]+}}, -1;
+    CHECK-NEXT: not.pred{{\\s+}}[[SKIP:%p[0-9]+]], [[ANY]];
+    CHECK-NEXT: @[[SKIP]] bra
+    CHECK-COUNT-64: mul.rn.ftz.f32
+    CHECK: vote.sync.any.pred
+    """)
+    assert "vote.sync" not in _ptx(HopperAttentionConfig.of(128, element="e4m3", lazy_rescale=False))
+
+
 def test_a_persistent_walk_writes_o_apart_from_q(filecheck):
     """Persistent: O's tile is not written over Q's, so that a consumer's band of Q is free once its last S is
     done and the next item's Q loads under this item's last P V and epilogue. At d 64 (three consumers of 64
@@ -288,7 +309,9 @@ def test_short_sequences_take_their_own_shapes():
     assert all(picked(128, causal, "e4m3", seq).persistent for causal in (False, True) for seq in (1, SHORT_SEQ + 1))
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
-    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True)
+    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True,
+                                                                                         uniform_q=False)
+    assert not picked(64, False, "f16", SHORT_SEQ).uniform_q and picked(64, False, "f16", SHORT_SEQ + 1).uniform_q
     shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
     assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
             for seq in (1, SHORT_SEQ + 1)} <= shipped
@@ -301,7 +324,7 @@ def test_a_config_text_gives_the_fields_it_names():
     assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
         "pingpong": False}
     with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
-                                         "persistent, uniform_q, narrow; got 'causal'"):
+                                         "persistent, uniform_q, narrow, lazy_rescale; got 'causal'"):
         HopperAttentionConfig.fields_of("causal=true")
 
 

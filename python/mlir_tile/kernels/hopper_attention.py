@@ -82,18 +82,23 @@ SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False):
 # Up to SHORT_SEQ, these fields over SHAPES' (`HopperAttentionConfig.picked`): at d 64 without the mask the
 # persistent grid with two consumers of 128 keys ran 1.07-1.09x the three consumers' launched grid (and their
 # persistent one); at d 64 causal one consumer (64 rows a CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at
-# 8192) (session 28)
+# 8192) (session 28); there without the mask, uniform_q off ran 1.05-1.06x on (session 29)
 SHORT_SEQ = 1024
-SHORT_SHAPES = {(64, False): {"consumers": 2, "keys": 128, "persistent": True}, (64, True): {"consumers": 1}}
+SHORT_SHAPES = {(64, False): {"consumers": 2, "keys": 128, "persistent": True, "uniform_q": False},
+                (64, True): {"consumers": 1}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
 # persistent grid with uniform_q ran 1.12-1.26x the launched one (1.25x at S 1024, 1.12-1.16x at 4096 and 8192,
-# causal and not), uniform_q 1.04-1.07x without it there (session 29; benchmarks/results/attention_hopper_fp8.json)
-FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True}
+# causal and not), uniform_q 1.04-1.07x without it there; lazy_rescale 1.06-1.07x without it (at 16 bits 0.94-1.01x:
+# left off) (session 29; benchmarks/results/attention_hopper_fp8.json)
+FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True, "lazy_rescale": True}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
 STAGE_FREED_BARRIER = 1  # O over the last key tile's stage (`o_in_stage`): every consumer is done reading it
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
+# lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
+# largest is 448; the row sums and O are fp32)
+RESCALE_SLACK = 8.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,9 @@ class HopperAttentionConfig:
     narrow: bool = False  # the launched grid's pipelines divide their indices by the stages in 32 bits
     # (`StageRing(narrow=True)`: a key tile's index is below 2^31, as the maps' rows are); a persistent walk's
     # always do
+    lazy_rescale: bool = False  # a row's max moves on only where a tile's scores pass it by more than
+    # RESCALE_SLACK (FlashAttention-4's: the probabilities stay below 2^RESCALE_SLACK), and O is rescaled only where
+    # some max of the warp's rows moved (a branch the warp takes together)
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -278,7 +286,7 @@ class HopperAttentionConfig:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
-                f"{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'l' if self.lazy_rescale else ''}{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def _swizzle(config: HopperAttentionConfig):
@@ -702,23 +710,31 @@ class _HopperAttention:
         k.wgmma(self.o_atom, self.p, self.operand(before, 1), self.o_acc)
         self.pass_turn()
         k.wgmma_wait(1, [self.s_acc])
-        corrections = self.softmax(tile, masked)
+        corrections, moved = self.softmax(tile, masked)
         k.wgmma_wait(0, [self.o_acc])
         self.pipeline.release(before)
-        for slot in range(self.d // 2):  # O's rows by exp2(old max - new max)
-            scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.o_halves[slot]])
-            k.store(scaled, self.o_acc.registers, [slot])
+
+        def rescale():  # O's rows by exp2(old max - new max)
+            for slot in range(self.d // 2):
+                scaled = arith.mulf(k.load(self.o_acc.registers, [slot]), corrections[self.o_halves[slot]])
+                k.store(scaled, self.o_acc.registers, [slot])
+        if self.config.lazy_rescale:  # (where no max of the warp's rows moved, every factor is exp2(0) = 1)
+            with k.if_(k.any_lane(moved)):
+                rescale()
+        else:
+            rescale()
         k.accumulators_as_a(self.s_acc, self.o_atom, into=self.p)
 
-    def softmax(self, tile, masked: bool) -> list:
+    def softmax(self, tile, masked: bool) -> tuple[list, object]:
         """Each of the thread's two rows: its scores (masked: keys past the sequence, and causal past the row,
-        at -inf), the new max (over the row's quad), the probabilities exp2(s * scale - max) written over S's
-        accumulators, the sum moved on. Returns the rows' corrections exp2(old max - new max)."""
+        at -inf), the new max (over the row's quad; lazy_rescale: the old one unless the scores pass it by more
+        than RESCALE_SLACK), the probabilities exp2(s * scale - max) written over S's accumulators, the sum moved
+        on. Returns the rows' corrections exp2(old max - new max) and whether either row's max moved (an i1)."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
         k, registers = self.k, self.s_acc.registers
-        corrections = []
+        corrections, moved = [], []
         for half in range(2):
             slots = [slot for slot in range(self.config.keys // 2) if self.s_halves[slot] == half]
             scores = [self.masked(k.load(registers, [slot]), slot, tile) if masked else k.load(registers, [slot])
@@ -726,6 +742,11 @@ class _HopperAttention:
             peak = k.warp_reduce(_tree(scores, arith.maximumf), "max", lanes=4)
             old_max = k.load(self.row_max, [half])
             new_max = arith.maximumf(old_max, arith.mulf(peak, self.scale))
+            if self.config.lazy_rescale:  # (from -inf any finite max moves on)
+                passed = arith.cmpf(arith.CmpFPredicate.OGT, new_max,
+                                    arith.addf(old_max, k.constant(RESCALE_SLACK, "f32")))
+                new_max = arith.select(passed, new_max, old_max)
+                moved.append(passed)
             # a row with no valid key yet keeps -inf: its probabilities exp2(-inf) = 0, not exp2(nan)
             finite = arith.cmpf(arith.CmpFPredicate.ONE, new_max, self.negative_infinity)
             safe_max = arith.select(finite, new_max, k.constant(0.0, "f32"))
@@ -738,7 +759,7 @@ class _HopperAttention:
             k.store(new_max, self.row_max, [half])
             k.store(total, self.row_sum, [half])
             corrections.append(correction)
-        return corrections
+        return corrections, arith.ori(*moved) if moved else None
 
     def masked(self, score, slot: int, tile):
         """`score` where S's accumulator `slot` of key tile `tile` holds a valid key for its row, else -inf."""
