@@ -75,6 +75,8 @@ BY_COMMAND_LINE = {
                                                   "--config", "lazy_rescale=true"],
     "attention_hopper_e4m3_d128_launched.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",
                                                 "128", "--config", "persistent=false,lazy_rescale=false"],
+    "attention_hopper_e4m3_d128_pingpong.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",
+                                                "128", "--config", "pingpong=true"],
     "attention_hopper_e4m3_d128_o_in_stage.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",
                                                   "128", "--config", "stages=5"],
 }

@@ -368,7 +368,8 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
 @pytest.mark.parametrize("name", ["attention_hopper_d128_persistent.ptx", "attention_hopper_bf16_d64_persistent.ptx",
                                   "attention_hopper_bf16_d128_causal.ptx",
                                   "attention_hopper_d64_causal_persistent.ptx", "attention_hopper_e4m3_d128.ptx",
-                                  "attention_hopper_e4m3_d128_causal.ptx", "attention_hopper_e4m3_d128_o_in_stage.ptx"])
+                                  "attention_hopper_e4m3_d128_causal.ptx", "attention_hopper_e4m3_d128_o_in_stage.ptx",
+                                  "attention_hopper_e4m3_d128_pingpong.ptx"])
 @pytest.mark.parametrize("batch, heads, seq, ctas", [(1, 5, 300, 2), (2, 3, 1000, 3), (1, 7, 129, 5), (1, 1, 2048, 1),
                                                      (2, 4, 100, 3)])
 def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, batch, heads, seq, ctas):
