@@ -11,7 +11,7 @@ import pytest
 
 from mlir_tile import byte_transpose
 from mlir_tile.kernels import hopper_attention
-from mlir_tile.kernels.hopper_attention import PERSISTENT_HEAD_DIMS, HopperAttentionConfig
+from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
 CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
            for element in ("f16", "bf16")] + [HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
@@ -67,21 +67,22 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
     assert config.shared_bytes == 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2  # Q, then 3 stages of K and V
 
 
-PERSISTENT = [HopperAttentionConfig.of(d, causal, element, persistent=True) for d in PERSISTENT_HEAD_DIMS
-              for causal in (False, True) for element in ("f16", "bf16")] + [
-    HopperAttentionConfig.of(128, causal, "e4m3", persistent=True) for causal in (False, True)]
+# each of CONFIGS that may walk the persistent grid, on the other grid (d 64's walk, d 128's and e4m3's launched one)
+OTHER_GRID = [HopperAttentionConfig.of(c.head_dim, c.causal, c.element, persistent=not c.persistent) for c in CONFIGS
+              if c.may_persist]
 
 
-@pytest.mark.parametrize("config", CONFIGS + PERSISTENT + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
+@pytest.mark.parametrize("config", CONFIGS + OTHER_GRID + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
                                                            HopperAttentionConfig(64, False, "f16", stages=2,
                                                                                  pingpong=False),
                                                            HopperAttentionConfig(64, False, "bf16", keys=64,
                                                                                  consumers=3)], ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
     """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
-    the persistent ones (the producer at 32 registers: its walk beside the loads), S narrower than O (64 keys a
-    tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the occupancy pinned,
-    else ptxas ignores setmaxnreg, C7508); each with its broadcasts from lane 0 (`Kernel.broadcast`)."""
+    each on the other grid (a persistent producer at 32 registers: its walk beside the loads), S narrower than O
+    (64 keys a tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the
+    occupancy pinned, else ptxas ignores setmaxnreg, C7508); each with its broadcasts from lane 0
+    (`Kernel.broadcast`)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     ptx = _ptx(config)
