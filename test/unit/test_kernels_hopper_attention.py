@@ -2,6 +2,7 @@
 test_runtime_gpu.py's test_attention_on_hoppers_path_matches_numpy): its tiles and boxes, the PTX's structure
 (TMA loads by the producer, S by wgmma from shared memory, P V in the RS form, setmaxnreg), ptxas without
 spills for every head dim, mask and element, and what it refuses."""
+import functools
 import re
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
     assert hopper_attention._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
 
 
+@functools.lru_cache(maxsize=None)  # (several tests read one configuration's PTX)
 def _ptx(config: HopperAttentionConfig) -> str:
     from mlir_tile.compile import compile_to_ptx
 
