@@ -265,9 +265,9 @@ def hopper(directory: Path) -> None:
 
 FP8_CASES = [(seq, causal) for seq in (1024, 4096, 8192) for causal in (False, True)]  # d 128
 # e4m3 kernels' fields measured, over FP8_SHAPE's (4 stages, the persistent grid, uniform_q, lazy_rescale; the last,
-# session 28's default); session 25 also ran
-# 3 stages (0.75-0.89x 4) and 3 staged V tiles (0.94-0.98x 2); session 26 timed the default under two names (a
-# control of the harness: 0.4-1.7% apart), 5 stages ran 0.97-1.00x 4 (session 29, launched)
+# session 28's default); session 25 also ran 3 stages (0.75-0.89x 4) and 3 staged V tiles (0.94-0.98x 2); session
+# 26 timed the default under two names (a control of the harness: 0.4-1.7% apart); 5 stages ran 0.97-1.00x 4
+# (session 29, launched)
 FP8_SHAPES = [{}, {"lazy_rescale": False}, {"uniform_q": False}, {"persistent": False},
               {"persistent": False, "uniform_q": False, "lazy_rescale": False}]
 

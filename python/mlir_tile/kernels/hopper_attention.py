@@ -150,7 +150,7 @@ class HopperAttentionConfig:
                              f"of its own: {self.o_bytes} bytes, got stages of {2 * self.tile_bytes}; fewer stages")
         if self.fp8 and self.o_offset == self.staging_offset and self.staged * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
-                             f"{2 * self.rows * self.head_dim} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
+                             f"{self.o_bytes} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
 
     @classmethod
