@@ -70,7 +70,7 @@ BY_COMMAND_LINE = {
     "attention_hopper_d128_causal_launched.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128", "--causal",
                                                   "--config", "persistent=false"],
     "attention_hopper_d64_causal_persistent.ptx": ["attention.py", "--arch", "sm_90a", "--causal", "--config",
-                                                   "consumers=1,persistent=true"],
+                                                   "consumers=1,keys=64,persistent=true"],
     "attention_hopper_bf16_d64_causal_lazy.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "bf16", "--causal",
                                                   "--config", "lazy_rescale=true"],
     "attention_hopper_e4m3_d128_launched.ptx": ["attention.py", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim",

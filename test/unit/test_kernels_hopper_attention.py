@@ -278,15 +278,15 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
     config = HopperAttentionConfig.of(256, True, "bf16")
     assert (config.keys, config.stages, config.consumers, config.shared_bytes) == (64, 3, 1, 64 * 256 * 2 + 3 * 2 * 64 * 256 * 2)
     unmasked, masked = HopperAttentionConfig.of(64), HopperAttentionConfig.of(64, True)
-    assert (unmasked.consumers, unmasked.keys, unmasked.rows) == (masked.consumers, masked.keys, masked.rows) == (3, 64, 192)
+    assert (unmasked.consumers, unmasked.keys, unmasked.rows) == (masked.consumers, masked.keys, masked.rows) == (3, 128, 192)
     assert [HopperAttentionConfig.of(d, causal).uniform_q for d in (64, 128, 256) for causal in (False, True)] == [
         True] * 4 + [False] * 2 and HopperAttentionConfig.of(128, element="e4m3").uniform_q
     assert [HopperAttentionConfig.of(d, causal).narrow for d in (64, 128, 256) for causal in (False, True)] == [
         True, True, False, False, True, True]
     assert [HopperAttentionConfig.of(d, causal).persistent for d in (64, 128, 256) for causal in (False, True)] == [
         False, False, True, True, False, False] and HopperAttentionConfig.of(128, True, "e4m3").persistent
-    assert str(HopperAttentionConfig.of(64)) == "attention_d64_f16_r192k64s3un_sm90a"
-    assert str(HopperAttentionConfig.of(64, persistent=True)) == "attention_d64_f16_r192k64s3u_persistent_sm90a"
+    assert str(HopperAttentionConfig.of(64)) == "attention_d64_f16_r192k128s3un_sm90a"
+    assert str(HopperAttentionConfig.of(64, persistent=True)) == "attention_d64_f16_r192k128s3u_persistent_sm90a"
     assert HopperAttentionConfig.of(128, persistent=True).narrow_index
     assert HopperAttentionConfig.of(64, consumers=2, keys=128, uniform_q=False, narrow=False) == HopperAttentionConfig(64)
     assert not HopperAttentionConfig.of(64).pingpong and not HopperAttentionConfig.of(128).pingpong
@@ -305,14 +305,14 @@ def test_short_sequences_take_their_own_shapes():
     assert [(picked(d, False, element, seq).persistent, picked(d, False, element, seq).consumers) for d in (64, 128)
             for element in ("f16", "bf16") for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [
         (True, 2), (True, 2), (False, 3)] * 2 + [(True, 2)] * 6
-    assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 64
+    assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 128
     assert [(picked(d, True, "bf16", seq).persistent, picked(d, True, "bf16", seq).consumers) for d in (64, 128)
             for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [(False, 1), (False, 1), (False, 3)] + [(True, 2)] * 3
     assert not any(picked(256, causal, "f16", 1).persistent for causal in (False, True))
     assert all(picked(128, causal, "e4m3", seq).persistent for causal in (False, True) for seq in (1, SHORT_SEQ + 1))
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
-    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, persistent=True,
+    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, keys=64, persistent=True,
                                                                                          uniform_q=False)
     assert not picked(64, False, "f16", SHORT_SEQ).uniform_q and picked(64, False, "f16", SHORT_SEQ + 1).uniform_q
     shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
