@@ -40,6 +40,50 @@ def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
     assert hopper_attention._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
 
 
+def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
+    """PTX's m64nN D fragment: a thread's columns are 2 (lane % 4) + 8 j + (0, 1), so slot s lies
+    8 (s // 4) + s % 2 columns past slot 0's, for every thread."""
+    from mlir_tile.atoms import wgmma
+
+    assert hopper_attention._column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
+
+
+def test_a_masked_tile_compares_each_score_once_with_its_rows_bound():
+    """In a masked key tile (the sequence's end, causal the diagonal) each score's key is valid where its
+    column step lies below its row's bound (`key_bound`): one signed 32-bit compare with a constant a score,
+    in the first tile's softmax and the masked loop's (without the mask both rows' bound is the sequence's:
+    one compare serves both)."""
+    steps = [8 * (slot // 4) + slot % 2 for slot in range(64)]  # (each twice: the thread's two rows)
+    for causal in (False, True):
+        compared = re.findall(r"setp\.gt\.s32\s+%p\d+, %r\d+, (\d+);", _ptx(HopperAttentionConfig.of(128, causal)))
+        assert sorted(map(int, compared)) == sorted(steps * (2 if causal else 1))
+
+
+def _released_unread(ptx: str) -> int:
+    """How many mbarrier waits the PTX follows by a plain arrive with no wgmma, TMA load or other wait between:
+    a consumer releasing a stage it does not read."""
+    lines, found = ptx.splitlines(), 0
+    for at, line in enumerate(lines):
+        if "mbarrier.try_wait" in line:
+            for after in lines[at + 1:]:
+                if any(op in after for op in ("wgmma", "cp.async.bulk", "mbarrier.try_wait", "arrive.expect_tx")):
+                    break
+                if "mbarrier.arrive.shared.b64" in after:
+                    found += 1
+                    break
+    return found
+
+
+def test_causal_consumers_stop_at_their_own_diagonal():
+    """Causal with several consumers (d 64's three of 64 rows, 128 keys a tile): each walks the key tiles up
+    to its own last row and only waits for and releases the CTA's tiles past it (FlashAttention-3's 192-row
+    tiles read up to 1.5 tiles past the first consumer's diagonal); without the mask, or with one consumer,
+    there are none to skip."""
+    assert _released_unread(_ptx(HopperAttentionConfig.of(64, True))) == 1
+    assert _released_unread(_ptx(HopperAttentionConfig.of(64, False))) == 0
+    assert _released_unread(_ptx(HopperAttentionConfig.of(256, True))) == 0
+
+
 @functools.lru_cache(maxsize=None)  # (several tests read one configuration's PTX)
 def _ptx(config: HopperAttentionConfig) -> str:
     from mlir_tile.compile import compile_to_ptx

@@ -408,6 +408,7 @@ class _HopperAttention:
         self.tiles = tiles(config)
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
         self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
+        self.s_columns = _column_steps(self.s_atom)
         self.shared = k.dynamic_shared(alignment=1024)
         readers, boxes_across = 4 * config.consumers, self.d // config.box_columns
         tile_elements = config.keys * self.d
@@ -627,21 +628,41 @@ class _HopperAttention:
         k.wgmma_wait(0, [self.s_acc])
         self.softmax(0, masked=True)  # (O is still 0: nothing to rescale)
         self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
-        split = arith.maxui(self.key_tiles.unmasked, k.index(1))
+        mine = self.own_key_tiles()
+        split = arith.maxui(mine.unmasked, k.index(1))
         with k.loop(1, split) as tile:
             self.key_tile(tile, masked=False)
-        with k.loop(split, self.key_tiles.count) as tile:
+        with k.loop(split, mine.count) as tile:
             self.key_tile(tile, masked=True)
         if self.config.persistent:  # (the item's last S is done: the next item's Q may load under its last P V)
             self.release_q_band()
-        last = self.kv(arith.subi(self.key_tiles.count, k.index(1)))
+        last = self.kv(arith.subi(mine.count, k.index(1)))
         self.wait_turn()
         k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
         self.pass_turn(last=True)
         k.wgmma_wait(0, [self.o_acc])
         if not self.config.o_in_stage:
             self.pipeline.release(last)
+        with k.loop(mine.count, self.key_tiles.count) as tile:  # (the CTA's tiles past this consumer's diagonal)
+            index = self.kv(tile)
+            self.pipeline.wait(index)  # (its release then counts in this tile's phase of the stage)
+            self.pipeline.release(index)
         self.epilogue(last)
+
+    def own_key_tiles(self):
+        """The key tiles this consumer walks: causal, 16-bit, on the launched grid, those up to its own last row
+        (`KeyTiles` of its 64 rows), the CTA's others only released; else the CTA's (`key_tiles`). (Ping-pong's
+        consumers take as many turns; fp8's O goes over the staged V tiles, which the producer may still be
+        transposing for the other consumers; on the persistent grid d 64's walk spilled.)"""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.schedule import KeyTiles
+
+        config = self.config
+        if not config.causal or config.fp8 or config.pingpong or config.persistent or config.consumers == 1:
+            return self.key_tiles
+        first_row = arith.addi(self.q0, arith.muli(self.consumer, self.k.index(64)))
+        return KeyTiles(self.k, self.seq, config.keys, first_row, 64, causal=True)
 
     def release_q_band(self) -> None:
         """This consumer's first warp (its storing thread's) releases its band of Q."""
@@ -741,8 +762,11 @@ class _HopperAttention:
         corrections, moved = [], []
         for half in range(2):
             slots = [slot for slot in range(self.config.keys // 2) if self.s_halves[slot] == half]
-            scores = [self.masked(k.load(registers, [slot]), slot, tile) if masked else k.load(registers, [slot])
-                      for slot in slots]
+            scores = [k.load(registers, [slot]) for slot in slots]
+            if masked:
+                bound = self.key_bound(tile, half)
+                scores = [arith.select(arith.cmpi(arith.CmpIPredicate.slt, k.constant(self.s_columns[slot]), bound),
+                                       score, self.negative_infinity) for slot, score in zip(slots, scores)]
             peak = k.warp_reduce(_tree(scores, arith.maximumf), "max", lanes=4)
             old_max = k.load(self.row_max, [half])
             new_max = arith.maximumf(old_max, arith.mulf(peak, self.scale))
@@ -765,18 +789,22 @@ class _HopperAttention:
             corrections.append(correction)
         return corrections, arith.ori(*moved) if moved else None
 
-    def masked(self, score, slot: int, tile):
-        """`score` where S's accumulator `slot` of key tile `tile` holds a valid key for its row, else -inf."""
+    def key_bound(self, tile, half: int):
+        """How many keys of tile `tile`, from this thread's first column of S (slot 0's), are valid for its row
+        `half`: up to the sequence's end and, causal, its row's diagonal (an i32, negative where none is).
+        Accumulator slot s holds a valid key where its column step `s_columns[s]` lies below it: one compare a
+        score, not the key's and the row's."""
+        from mlir import ir
         from mlir.dialects import arith
 
         k = self.k
-        row, column = self.s_acc.coordinate(slot)
-        key = arith.addi(arith.muli(k.as_index(tile), k.index(self.config.keys)), column)
-        valid = k.compare("ult", key, k.as_index(self.seq))
+        row, _ = self.s_acc.coordinate(self.s_halves.index(half))
+        _, column = self.s_acc.coordinate(0)
+        limit = k.as_index(self.seq)
         if self.config.causal:
-            query = arith.addi(self.q0, arith.addi(arith.muli(self.consumer, k.index(64)), row))
-            valid = arith.andi(valid, k.compare("ule", key, query))
-        return arith.select(valid, score, self.negative_infinity)
+            limit = k.minimum(limit, arith.addi(self._query(row), k.index(1)))
+        first_key = arith.addi(arith.muli(k.as_index(tile), k.index(self.config.keys)), column)
+        return arith.index_cast(ir.IntegerType.get_signless(32), arith.subi(limit, first_key))
 
     # ----- the epilogue -----
     def epilogue(self, last) -> None:
@@ -873,6 +901,20 @@ def _row_halves(atom) -> list[int]:
                              f"rows")
         halves.append(offsets.pop() // 8)
     return halves
+
+
+def _column_steps(atom) -> list[int]:
+    """Per accumulator slot, its column less slot 0's, the same for every thread (proven on the atom's
+    accumulator layout); ValueError otherwise."""
+    columns = atom.c.columns
+    steps = []
+    for slot in range(atom.shape[1] // 2):
+        offsets = {columns.offset(thread, slot) - columns.offset(thread, 0) for thread in range(128)}
+        if len(offsets) != 1:
+            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not a column step of "
+                             f"every thread's")
+        steps.append(offsets.pop())
+    return steps
 
 
 def _tree(values, combine):
