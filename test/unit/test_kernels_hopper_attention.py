@@ -59,6 +59,18 @@ def test_a_masked_tile_compares_each_score_once_with_its_rows_bound():
         assert sorted(map(int, compared)) == sorted(steps * (2 if causal else 1))
 
 
+def test_the_walks_first_tile_is_unmasked_where_it_holds_no_masked_key():
+    """Persistent without the mask, tile 0's softmax is built twice: unmasked where S >= keys
+    (`KeyTiles.unmasked` > 0) and masked where not, beside the loops' two (one fma a probability: 4 softmaxes of
+    64 scores a thread at d 128); the launched grid and the causal walk keep the one masked softmax (3)."""
+    def softmaxes(config):
+        return str(hopper_attention.build_module(config)).count("math.fma") // 64
+
+    assert softmaxes(HopperAttentionConfig.of(128)) == 4
+    assert softmaxes(HopperAttentionConfig.of(128, persistent=False)) == 3
+    assert softmaxes(HopperAttentionConfig.of(128, True)) == 3
+
+
 def _released_unread(ptx: str) -> int:
     """How many mbarrier waits the PTX follows by a plain arrive with no wgmma, TMA load or other wait between:
     a consumer releasing a stage it does not read."""
@@ -340,7 +352,7 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
 
 def test_short_sequences_take_their_own_shapes():
     """`picked`: d 128 walks the persistent grid at every length; up to SHORT_SEQ, d 64 without the mask walks it
-    with two consumers of 128 keys and d 64 causal takes one consumer on the launched grid (unless the caller's
+    with its three consumers of 128 keys and d 64 causal takes one consumer on the launched grid (unless the caller's
     shape says otherwise); e4m3 walks it at every length, d 256 takes the launched grid; the kernels shipped hold
     each pick."""
     from mlir_tile.kernels.hopper_attention import SHORT_SEQ
@@ -348,7 +360,7 @@ def test_short_sequences_take_their_own_shapes():
     picked = HopperAttentionConfig.picked
     assert [(picked(d, False, element, seq).persistent, picked(d, False, element, seq).consumers) for d in (64, 128)
             for element in ("f16", "bf16") for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [
-        (True, 2), (True, 2), (False, 3)] * 2 + [(True, 2)] * 6
+        (True, 3), (True, 3), (False, 3)] * 2 + [(True, 2)] * 6
     assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 128
     assert [(picked(d, True, "bf16", seq).persistent, picked(d, True, "bf16", seq).consumers) for d in (64, 128)
             for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [(False, 1), (False, 1), (False, 3)] + [(True, 2)] * 3
@@ -356,9 +368,7 @@ def test_short_sequences_take_their_own_shapes():
     assert all(picked(128, causal, "e4m3", seq).persistent for causal in (False, True) for seq in (1, SHORT_SEQ + 1))
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
-    assert picked(64, False, "f16", 1, consumers=3, keys=64) == HopperAttentionConfig.of(64, keys=64, persistent=True,
-                                                                                         uniform_q=False)
-    assert not picked(64, False, "f16", SHORT_SEQ).uniform_q and picked(64, False, "f16", SHORT_SEQ + 1).uniform_q
+    assert picked(64, False, "f16", 1, consumers=2) == HopperAttentionConfig.of(64, consumers=2, persistent=True)
     shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
     assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
             for seq in (1, SHORT_SEQ + 1)} <= shipped

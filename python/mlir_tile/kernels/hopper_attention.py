@@ -61,34 +61,33 @@ PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
 # each (head dim, causal)'s fields where not the defaults, as measured on the H200
 # (benchmarks/results/attention_hopper.json): at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64
-# keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages (two
-# of 64 rows and 64 keys with 2 stages: 0.82-0.90x, session 30). At 64, three consumers (192 rows) of 64 keys ran
-# 1.02-1.07x two of 128 (session 27), and three of 128 keys (FlashAttention-3's d 64 tile: the softmax's per-tile
-# instructions spread over twice the scores, 6.4 a score, not 8.0) 1.13-1.16x three of 64 without the mask, 1.04-1.07x
-# causal at S 4096 and 8192 (4 stages 0.98-1.02x 3, 2 stages 0.86-0.93x; two consumers of 192 or 256 keys spilled,
-# 0.69-0.86x; the persistent grid 0.94-0.96x without the mask, 1.01x causal at 4096, 0.96x at 8192) (session 30). (With ping-pong, d 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27
-# and 25).) At 128 without the mask, the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x
-# the launched one at S 2048 to 8192, with uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192;
-# causal, its row tiles paired, 1.19x at S 1024, 1.09x at 4096, 1.04x at 8192 (one consumer at d 64 causal: 0.67-0.72x
-# its launched grid) (session 28).
-# Q's descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x
-# at d 64 causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without
-# the mask on the launched grid (session 27)
-# (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024; before uniform_q 0.86-0.89x)
-# The launched grid's pipeline indices divided in 32 bits (`narrow`) ran 1.02-1.06x at d 64, 1.03-1.07x at d 256
-# and 0.93-0.96x at d 128 (session 28)
+# keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages (two of 64
+# rows and 64 keys with 2 stages: 0.82-0.90x, session 30). At 64, three consumers (192 rows) of 64 keys ran 1.02-1.07x
+# two of 128 (session 27), and three of 128 keys (FlashAttention-3's d 64 tile: the softmax's per-tile instructions
+# spread over twice the scores, 6.4 a score, not 8.0) 1.13-1.16x three of 64 without the mask, 1.04-1.07x causal at S
+# 4096 and 8192 (4 stages 0.98-1.02x 3, 2 stages 0.86-0.93x; two consumers of 192 or 256 keys spilled, 0.69-0.86x; the
+# persistent grid 0.94-0.96x without the mask, 1.01x causal at 4096, 0.96x at 8192) (session 30). (With ping-pong, d
+# 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27 and 25).) At 128 without the mask,
+# the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x the launched one at S 2048 to 8192, with
+# uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192; causal, its row tiles paired, 1.19x at S 1024,
+# 1.09x at 4096, 1.04x at 8192 (one consumer at d 64 causal: 0.67-0.72x its launched grid) (session 28). Q's
+# descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x at d 64
+# causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without the mask on
+# the launched grid (session 27) (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024;
+# before uniform_q 0.86-0.89x). The launched grid's pipeline indices divided in 32 bits (`narrow`) ran 1.02-1.06x at d
+# 64, 1.03-1.07x at d 256 and 0.93-0.96x at d 128 (session 28).
 _ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
 _THREE_CONSUMERS = {"keys": 128, "consumers": 3, "uniform_q": True, "narrow": True}
 _PERSISTENT = {"persistent": True, "uniform_q": True}
 SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
           (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
 # Up to SHORT_SEQ, these fields over SHAPES' (`HopperAttentionConfig.picked`): at d 64 without the mask the
-# persistent grid with two consumers of 128 keys ran 1.07-1.09x the three consumers' launched grid (and their
+# persistent grid with two consumers of 128 keys ran 1.07-1.09x three consumers (of 64 keys) launched (and their
 # persistent one); at d 64 causal one consumer (64 rows a CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at
-# 8192) (session 28); there without the mask, uniform_q off ran 1.05-1.06x on (session 29), and 1.03x three
-# consumers of 128 keys (session 30)
+# 8192) (session 28); there without the mask, uniform_q off ran 1.05-1.06x on (session 29); then the persistent
+# grid of three consumers of 128 keys with uniform_q 1.03x two (session 30)
 SHORT_SEQ = 1024
-SHORT_SHAPES = {(64, False): {"consumers": 2, "keys": 128, "persistent": True, "uniform_q": False},
+SHORT_SHAPES = {(64, False): {"persistent": True},
                 (64, True): {"consumers": 1, "keys": 64}}
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
@@ -626,9 +625,17 @@ class _HopperAttention:
                 a_row_block=self.consumer)
         self.pass_turn()
         k.wgmma_wait(0, [self.s_acc])
-        self.softmax(0, masked=True)  # (O is still 0: nothing to rescale)
-        self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
         mine = self.own_key_tiles()
+        if self.config.causal or not self.config.persistent:  # (O is still 0: nothing to rescale)
+            self.softmax(0, masked=True)
+        else:  # (tile 0 has no key past the sequence where S >= keys: the walk's short items ran 1.02-1.06x with
+            # the unmasked softmax there; d 64's launched grid 0.98x, and d 128's causal walk spilled)
+            whole = k.compare("ult", 0, mine.unmasked)
+            with k.if_(whole):
+                self.softmax(0, masked=False)
+            with k.if_(arith.xori(whole, k.constant(True, "i1"))):
+                self.softmax(0, masked=True)
+        self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
         split = arith.maxui(mine.unmasked, k.index(1))
         with k.loop(1, split) as tile:
             self.key_tile(tile, masked=False)
