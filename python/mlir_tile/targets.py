@@ -163,6 +163,10 @@ STATIC_SHARED_BYTES = 48 * 1024
 REGISTER_FILE, MAX_THREAD_REGISTERS = 65536, 255
 _MAX_SHARED_BYTES = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
                      100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
+# Shared memory of one SM, which the blocks resident on it share, each also holding SHARED_RESERVED_BYTES of it
+# for the system (CUDA C Programming Guide, "Compute Capabilities": 228 KB an SM on sm_90, 1 KB reserved a block)
+_SM_SHARED_BYTES = {90: 228 * 1024}
+SHARED_RESERVED_BYTES = 1024
 MAX_ALIGNMENT = 2**31  # the largest .align ptxas accepts (2^32: "Constant overflow")
 # A block's threads: at most 1024 in all, and per dimension (x, y, z) at most these.
 MAX_BLOCK_THREADS = 1024
@@ -267,6 +271,14 @@ def ptx_feature_problem(chip: str, ptx: int) -> str | None:
     if ptx > MAXIMUM_PTX:
         return f"the newest PTX version LLVM knows is {ptx_version_text(MAXIMUM_PTX)}"
     return None
+
+
+def sm_shared_bytes(chip: str) -> int:
+    """Shared memory of one SM of `chip` (the blocks resident on it share it); ValueError where not recorded."""
+    if architecture(chip) not in _SM_SHARED_BYTES:
+        raise ValueError(f"the shared memory an SM holds is recorded for sm_{', sm_'.join(map(str, _SM_SHARED_BYTES))}"
+                         f", not {chip}")
+    return _SM_SHARED_BYTES[architecture(chip)]
 
 
 def max_shared_bytes(chip: str | None) -> int:

@@ -134,13 +134,18 @@ OTHER_GRID = [HopperAttentionConfig.of(c.head_dim, c.causal, c.element, persiste
                                                            HopperAttentionConfig(64, False, "f16", stages=2,
                                                                                  pingpong=False),
                                                            HopperAttentionConfig(64, False, "bf16", keys=64,
-                                                                                 consumers=3)], ids=str)
+                                                                                 consumers=3),
+                                                           HopperAttentionConfig.of(64, True, keys=64, consumers=1,
+                                                                                    ctas_per_sm=3),
+                                                           HopperAttentionConfig.of(64, True, keys=64, consumers=1,
+                                                                                    ctas_per_sm=2, persistent=True)],
+                         ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
     """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
     each on the other grid (a persistent producer at 32 registers: its walk beside the loads), S narrower than O
     (64 keys a tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the
-    occupancy pinned, else ptxas ignores setmaxnreg, C7508); each with its broadcasts from lane 0
-    (`Kernel.broadcast`)."""
+    occupancy pinned, else ptxas ignores setmaxnreg, C7508), one consumer in 3 CTAs an SM (136 registers) and 2
+    walking; each with its broadcasts from lane 0 (`Kernel.broadcast`)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     ptx = _ptx(config)
@@ -162,10 +167,24 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(element="e4m3", staged=3), "fewer than the stages"), (dict(element="f32"), "f16, bf16 and e4m3"),
     (dict(keys=100), "keys a multiple of 64"), (dict(consumers=4), "1 to 3 consumers"),
     (dict(stages=4), "more than the 232448 a block may use"),
-    (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "grid takes head dims 64, 128")])
+    (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "grid takes head dims 64, 128"),
+    (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=5), "1 to 4 CTAs an SM"),
+    (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
+
+
+def test_several_ctas_an_sm_share_its_registers():
+    """ctas_per_sm (named "o2"): .minnctapersm 2, so a thread of the 256 starts with 65536 / 512 = 128 registers;
+    the producer gives back 128 - 24 = 104 of them and its one consumer takes all: 232. The persistent grid
+    launches that many CTAs an SM."""
+    config = HopperAttentionConfig.of(64, True, keys=64, consumers=1, ctas_per_sm=2)
+    ptx = _ptx(config)
+    assert str(config) == "attention_d64_f16_causal_r64k64s3uno2_sm90a" and config.consumer_registers == 232
+    assert ".minnctapersm 2" in ptx and re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)
+    walking = HopperAttentionConfig.of(64, True, keys=64, consumers=1, ctas_per_sm=2, persistent=True)
+    assert walking.grid(batch_heads=100, seq=1024, sms=132) == 264 and config.grid(100, 1024, 132) == 1600
 
 
 def test_the_consumers_take_turns_issuing_their_gemms(filecheck):
@@ -381,7 +400,7 @@ def test_a_config_text_gives_the_fields_it_names():
     assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
         "pingpong": False}
     with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
-                                         "persistent, uniform_q, narrow, lazy_rescale; got 'causal'"):
+                                         "persistent, uniform_q, narrow, lazy_rescale, ctas_per_sm; got 'causal'"):
         HopperAttentionConfig.fields_of("causal=true")
 
 

@@ -350,7 +350,8 @@ def test_the_attention_example_matches_numpy():
                                   "attention_hopper_bf16_d128_pingpong.ptx", "attention_hopper_d128_persistent.ptx",
                                   "attention_hopper_d128_causal_launched.ptx",
                                   "attention_hopper_bf16_d64_persistent.ptx", "attention_hopper_d64_two_consumers.ptx",
-                                  "attention_hopper_e4m3_d128_launched.ptx", "attention_hopper_bf16_d64_causal_lazy.ptx"])
+                                  "attention_hopper_e4m3_d128_launched.ptx", "attention_hopper_bf16_d64_causal_lazy.ptx",
+                                  "attention_hopper_d64_causal_three_ctas.ptx"])
 @pytest.mark.parametrize("batch, heads, seq", [(1, 1, 1), (1, 3, 17), (2, 3, 200), (1, 2, 257), (1, 1, 1000),
                                                (1, 2, 2048)])
 def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, seq):
@@ -358,9 +359,9 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
     in the query and key tiles, heads whose tiles reach into the next head's rows (masked, never stored) and many
     key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel; launched and
     persistent), causal and not, ping-pong on the launched grid and the persistent one (d 128's default, causal
-    too), d 128 causal launched, the persistent grid at d 64 (three consumers, and two of 128 keys: d 64's pick up
-    to SHORT_SEQ), three consumers launched (d 64's default past it), lazy rescaling (e4m3's default; bf16 d 64
-    causal): O and the log-sum-exp against numpy."""
+    too), d 128 causal launched, the persistent grid at d 64 (three consumers, d 64's pick up to SHORT_SEQ, and
+    two of 128 keys), three consumers launched (d 64's default past it), lazy rescaling (e4m3's default; bf16 d 64
+    causal), one consumer in 3 CTAs an SM: O and the log-sum-exp against numpy."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq)
     assert ok, line
 
@@ -369,7 +370,8 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
                                   "attention_hopper_bf16_d128_causal.ptx",
                                   "attention_hopper_d64_causal_persistent.ptx", "attention_hopper_e4m3_d128.ptx",
                                   "attention_hopper_e4m3_d128_causal.ptx", "attention_hopper_e4m3_d128_o_in_stage.ptx",
-                                  "attention_hopper_e4m3_d128_pingpong.ptx"])
+                                  "attention_hopper_e4m3_d128_pingpong.ptx",
+                                  "attention_hopper_bf16_d64_causal_two_ctas_walk.ptx"])
 @pytest.mark.parametrize("batch, heads, seq, ctas", [(1, 5, 300, 2), (2, 3, 1000, 3), (1, 7, 129, 5), (1, 1, 2048, 1),
                                                      (2, 4, 100, 3)])
 def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, batch, heads, seq, ctas):
@@ -380,7 +382,7 @@ def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, ba
     all); causal (d 128's default, and one consumer at d 64), each head's row tiles paired longest with shortest, the K/V
     index carried on across items of unequal key tiles (an odd number of row tiles a head too); e4m3, its
     staging ring's index running on with the K/V one, O after the staged V tiles (with 5 stages, over the last key
-    tile's stage)."""
+    tile's stage); 2 CTAs an SM of one consumer walking (twice as many CTAs as SMs)."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq, sms=ctas)
     assert ok, line
 

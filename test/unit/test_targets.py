@@ -91,3 +91,11 @@ def test_ptxas_chips_are_the_ones_ptxas_lists():
                                            ("+ptx80,+ptx81", False), ("-ptx80x", False), ("\\1024", False)])
 def test_only_one_ptx_feature_goes_to_llvm(features, ok):
     assert (targets.features_problem(features) is None) == ok
+
+
+def test_an_sms_shared_memory_is_recorded_for_hopper_only():
+    """sm_shared_bytes: the CUDA guide's 228 KB an SM on compute capability 9.0 (the resident blocks share it, each
+    also holding SHARED_RESERVED_BYTES); other chips are refused rather than guessed."""
+    assert targets.sm_shared_bytes("sm_90a") == 228 * 1024 and targets.SHARED_RESERVED_BYTES == 1024
+    with pytest.raises(ValueError, match="recorded for sm_90, not sm_80"):
+        targets.sm_shared_bytes("sm_80")

@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass, fields
 
 from mlir_tile.kernels.hopper_gemm import BARRIER_BYTES, check_shared, output_element, raised_registers
-from mlir_tile.targets import max_shared_bytes
+from mlir_tile.targets import SHARED_RESERVED_BYTES, max_shared_bytes, sm_shared_bytes
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
@@ -127,6 +127,9 @@ class HopperAttentionConfig:
     lazy_rescale: bool = False  # a row's max moves on only where a tile's scores pass it by more than
     # RESCALE_SLACK (FlashAttention-4's: the probabilities stay below 2^RESCALE_SLACK), and O is rescaled only where
     # some max of the warp's rows moved (a branch the warp takes together)
+    ctas_per_sm: int = 1  # CTAs an SM holds at once (`.minnctapersm`): a thread's registers at launch are the
+    # register file over that many blocks, and the consumers raise theirs by what their producer gave back; where one
+    # consumer's CTA is small (d 64 causal at S 1024), another CTA's GEMMs may run under its softmax
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -155,6 +158,12 @@ class HopperAttentionConfig:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{self.o_bytes} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
+        if not 1 <= self.ctas_per_sm <= 4:
+            raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
+        resident = self.ctas_per_sm * (self.shared_bytes + BARRIER_BYTES + SHARED_RESERVED_BYTES)
+        if resident > sm_shared_bytes("sm_90a"):
+            raise ValueError(f"hopper attention: {self.ctas_per_sm} CTAs an SM of {self}'s shared memory take "
+                             f"{resident} bytes, more than an SM's {sm_shared_bytes('sm_90a')}: fewer CTAs or stages")
 
     @classmethod
     def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
@@ -225,7 +234,7 @@ class HopperAttentionConfig:
     @property
     def consumer_registers(self) -> int:
         """What a consumer thread raises its registers to (`hopper_gemm.raised_registers`), at most 240."""
-        return min(240, raised_registers(self.threads, self.producer_registers, self.consumers))
+        return min(240, raised_registers(self.threads * self.ctas_per_sm, self.producer_registers, self.consumers))
 
     @property
     def q_bytes(self) -> int:
@@ -281,15 +290,16 @@ class HopperAttentionConfig:
         return 2 * math.lcm(self.stages, self.staged if self.fp8 else 1)
 
     def grid(self, batch_heads: int, seq: int, sms: int) -> int:
-        """CTAs to launch: one a (head, row tile) item, or (persistent) one an SM of the `sms` at most."""
+        """CTAs to launch: one a (head, row tile) item, or (persistent) `ctas_per_sm` an SM of the `sms` at most."""
         items = -(-seq // self.rows) * batch_heads
-        return min(items, sms) if self.persistent else items
+        return min(items, sms * self.ctas_per_sm) if self.persistent else items
 
     def __str__(self) -> str:
         return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
-                f"{'l' if self.lazy_rescale else ''}{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
+                f"{'_persistent' if self.persistent else ''}_sm90a")
 
 
 def _swizzle(config: HopperAttentionConfig):
@@ -385,7 +395,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     scales = [Global("f32")] * 3 if config.fp8 else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
-    occupancy = 1 if config.consumers == 3 else None
+    occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
     with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index"] + scales, block=(config.threads, 1, 1),
                 chip="sm_90a", fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
         _HopperAttention(k, config).build()
@@ -1037,8 +1047,9 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
     """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v (`_inputs`) against numpy's
     fp32 attention of their values (`flash_attention.reference`): O within 8 units of the element's roundoff,
     the log-sum-exp within 1e-3; fp8: O within (2^-4 + 2 e) max |v| (P rounded to e4m3, each weight moved by
-    the scores' error e, `fp8_score_error`), the log-sum-exp within 1e-3 + e. `sms`: a persistent grid's CTAs
-    at most (by default the device's multiprocessors; fewer: each CTA walks more items)."""
+    the scores' error e, `fp8_score_error`), the log-sum-exp within 1e-3 + e. `sms`: the SMs a persistent grid
+    fills, `ctas_per_sm` CTAs each at most (by default the device's multiprocessors; fewer: each CTA walks more
+    items)."""
     import numpy as np
 
     from mlir_tile.halves import UNIT_ROUNDOFF, decode
