@@ -906,32 +906,31 @@ class _HopperAttention:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)
 
 
+def _slot_steps(atom, layout, what: str) -> list[int]:
+    """Per accumulator slot, its coordinate in `layout` (the atom's accumulator rows or columns) less slot 0's,
+    proven the same for every thread of the warpgroup; ValueError naming `what` otherwise."""
+    steps = []
+    for slot in range(atom.shape[1] // 2):
+        offsets = {layout.offset(thread, slot) - layout.offset(thread, 0) for thread in range(128)}
+        if len(offsets) != 1:
+            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not {what}")
+        steps.append(offsets.pop())
+    return steps
+
+
 def _row_halves(atom) -> list[int]:
     """Per accumulator slot, which of a thread's two rows it holds (0: its row, 1: eight further), proven on
     the atom's accumulator layout for every thread; ValueError otherwise."""
-    rows, slots = atom.c.rows, atom.shape[1] // 2
-    halves = []
-    for slot in range(slots):
-        offsets = {rows.offset(thread, slot) - rows.offset(thread, 0) for thread in range(128)}
-        if offsets not in ({0}, {8}):
-            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not one of a thread's two "
-                             f"rows")
-        halves.append(offsets.pop() // 8)
-    return halves
+    steps = _slot_steps(atom, atom.c.rows, "one of a thread's two rows")
+    if not set(steps) <= {0, 8}:
+        raise ValueError(f"hopper attention: an accumulator slot of {atom.name} is not one of a thread's two rows")
+    return [step // 8 for step in steps]
 
 
 def _column_steps(atom) -> list[int]:
     """Per accumulator slot, its column less slot 0's, the same for every thread (proven on the atom's
     accumulator layout); ValueError otherwise."""
-    columns = atom.c.columns
-    steps = []
-    for slot in range(atom.shape[1] // 2):
-        offsets = {columns.offset(thread, slot) - columns.offset(thread, 0) for thread in range(128)}
-        if len(offsets) != 1:
-            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not a column step of "
-                             f"every thread's")
-        steps.append(offsets.pop())
-    return steps
+    return _slot_steps(atom, atom.c.columns, "a column step of every thread's")
 
 
 def _tree(values, combine):
