@@ -369,28 +369,36 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
-def test_short_sequences_take_their_own_shapes():
-    """`picked`: d 128 walks the persistent grid at every length; up to SHORT_SEQ, d 64 without the mask walks it
-    with its three consumers of 128 keys and d 64 causal takes one consumer on the launched grid (unless the caller's
-    shape says otherwise); e4m3 walks it at every length, d 256 takes the launched grid; the kernels shipped hold
-    each pick."""
-    from mlir_tile.kernels.hopper_attention import SHORT_SEQ
+def test_sequence_lengths_take_their_own_shapes():
+    """`picked`: d 128 walks the persistent grid at every length; d 64 takes one consumer of 64 keys in three CTAs
+    an SM on the launched grid up to S 1024 (causal: 4096), then without the mask the persistent grid of three
+    consumers up to 2048, then three consumers launched; a caller's shape is taken as given (`of`'s with its
+    fields: SEQ_SHAPES' are not kept beside them); e4m3 walks it at every length, d 256 takes the launched grid;
+    the kernels shipped hold each pick."""
+    from mlir_tile.kernels.hopper_attention import seq_band
 
     picked = HopperAttentionConfig.picked
-    assert [(picked(d, False, element, seq).persistent, picked(d, False, element, seq).consumers) for d in (64, 128)
-            for element in ("f16", "bf16") for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [
-        (True, 3), (True, 3), (False, 3)] * 2 + [(True, 2)] * 6
-    assert picked(64, False, "f16", 1).keys == 128 and picked(64, False, "f16", SHORT_SEQ + 1).keys == 128
-    assert [(picked(d, True, "bf16", seq).persistent, picked(d, True, "bf16", seq).consumers) for d in (64, 128)
-            for seq in (1, SHORT_SEQ, SHORT_SEQ + 1)] == [(False, 1), (False, 1), (False, 3)] + [(True, 2)] * 3
+    shape = {(d, causal, element, seq): (config.consumers, config.ctas_per_sm, config.persistent)
+             for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")
+             for seq in (1, 1024, 1025, 2048, 2049, 4096, 4097)
+             for config in [picked(d, causal, element, seq)]}
+    three_ctas, walk, launched = (1, 3, False), (3, 1, True), (3, 1, False)
+    for element in ("f16", "bf16"):
+        assert [shape[64, False, element, seq] for seq in (1, 1024, 1025, 2048, 2049, 4096)] == [
+            three_ctas, three_ctas, walk, walk, launched, launched]
+        assert [shape[64, True, element, seq] for seq in (1, 4096, 4097)] == [three_ctas, three_ctas, launched]
+    assert {v for (d, *_), v in shape.items() if d == 128} == {(2, 1, True)}
+    assert [seq_band(64, False, seq) for seq in (1, 1024, 1025, 2048, 2049)] == [0, 0, 1, 1, 2]
+    assert seq_band(128, True, 10 ** 6) == 0
     assert not any(picked(256, causal, "f16", 1).persistent for causal in (False, True))
-    assert all(picked(128, causal, "e4m3", seq).persistent for causal in (False, True) for seq in (1, SHORT_SEQ + 1))
+    assert all(picked(128, causal, "e4m3", seq).persistent and picked(128, causal, "e4m3", seq).stages == 4
+               for causal in (False, True) for seq in (1, 4097))
     assert not picked(128, False, "f16", 1, persistent=False).persistent
-    assert picked(64, False, "f16", SHORT_SEQ + 1, persistent=True).persistent
-    assert picked(64, False, "f16", 1, consumers=2) == HopperAttentionConfig.of(64, consumers=2, persistent=True)
+    assert picked(64, False, "f16", 4097, persistent=True).persistent
+    assert picked(64, True, "f16", 1, consumers=2) == HopperAttentionConfig.of(64, True, consumers=2)
     shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
     assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
-            for seq in (1, SHORT_SEQ + 1)} <= shipped
+            for seq in (1, 1025, 2049, 4097)} <= shipped
 
 
 def test_a_config_text_gives_the_fields_it_names():

@@ -116,15 +116,16 @@ def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_ow
 
 
 def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
-    """Random cases of each 16-bit dtype against fp32, short sequences (Hopper: SHORT_SHAPES' kernels up to
-    SHORT_SEQ) and longer ones (each head dim's and mask's shape)."""
+    """Random cases of each 16-bit dtype against fp32, on each side of SEQ_SHAPES' lengths (Hopper: d 64's
+    kernels up to S 1024, 2048 and, causal, 4096) and longer (each head dim's and mask's shape)."""
     from mlir_tile.kernels import attention
 
     rng, failures = random.Random(5), []
     head_dims = [64, 128, 256] if torch.cuda.get_device_capability() == (9, 0) else [64, 128]  # 256: Hopper's path
     for trial in range(ATTENTION_CASES):
         batch, heads, d = rng.randint(1, 2), rng.randint(1, 4), rng.choice(head_dims)
-        seq = rng.choice([1, 17, 64, 65, 128, 129, 200, 1025, rng.randint(1, 700), rng.randint(1025, 2100)])
+        seq = rng.choice([1, 17, 64, 65, 128, 129, 200, 1025, 2049, 4097, rng.randint(1, 700),
+                          rng.randint(1025, 4200)])
         causal = rng.random() < 0.5
         dtype = (torch.float16, torch.bfloat16)[trial % 2]
         q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))

@@ -359,9 +359,9 @@ def test_attention_on_hoppers_path_matches_numpy(runtime, name, batch, heads, se
     in the query and key tiles, heads whose tiles reach into the next head's rows (masked, never stored) and many
     key tiles, f16 and bf16 (d 64, 128 and 256) and e4m3 (d 128: V transposed in the kernel; launched and
     persistent), causal and not, ping-pong on the launched grid and the persistent one (d 128's default, causal
-    too), d 128 causal launched, the persistent grid at d 64 (three consumers, d 64's pick up to SHORT_SEQ, and
-    two of 128 keys), three consumers launched (d 64's default past it), lazy rescaling (e4m3's default; bf16 d 64
-    causal), one consumer in 3 CTAs an SM: O and the log-sum-exp against numpy."""
+    too), d 128 causal launched, the persistent grid at d 64 (three consumers, and two of 128 keys), three
+    consumers launched (d 64's default for long sequences), lazy rescaling (e4m3's default; bf16 d 64 causal),
+    one consumer in 3 CTAs an SM (d 64's pick for short ones): O and the log-sum-exp against numpy."""
     ok, line = _hopper_attention(runtime, name, batch=batch, heads=heads, seq=seq)
     assert ok, line
 

@@ -81,14 +81,19 @@ _THREE_CONSUMERS = {"keys": 128, "consumers": 3, "uniform_q": True, "narrow": Tr
 _PERSISTENT = {"persistent": True, "uniform_q": True}
 SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
           (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
-# Up to SHORT_SEQ, these fields over SHAPES' (`HopperAttentionConfig.picked`): at d 64 without the mask the
-# persistent grid with two consumers of 128 keys ran 1.07-1.09x three consumers (of 64 keys) launched (and their
-# persistent one); at d 64 causal one consumer (64 rows a CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at
-# 8192) (session 28); there without the mask, uniform_q off ran 1.05-1.06x on (session 29); then the persistent
-# grid of three consumers of 128 keys with uniform_q 1.03x two (session 30)
-SHORT_SEQ = 1024
-SHORT_SHAPES = {(64, False): {"persistent": True},
-                (64, True): {"consumers": 1, "keys": 64}}
+# Fields over SHAPES' for sequences up to a length (`HopperAttentionConfig.picked`: the first length the sequence is
+# within). At d 64 up to S 1024: without the mask the persistent grid with two consumers of 128 keys ran
+# 1.07-1.09x three consumers (of 64 keys) launched (and their persistent one); at d 64 causal one consumer (64 rows a
+# CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at 8192) (session 28); there without the mask, uniform_q off
+# ran 1.05-1.06x on (session 29); then the persistent grid of three consumers of 128 keys with uniform_q 1.03x two
+# (session 30); then three CTAs an SM of one consumer (ctas_per_sm, launched) 1.04x that and, causal, 1.25x one CTA
+# (its persistent grid 1.19-1.20x; at S 4096 1.02x the three consumers causal, 0.91x without the mask; at d 128 two
+# CTAs of one consumer 0.83-0.91x) (session 31). At S 2048 the three CTAs ran 1.11-1.13x the three consumers causal
+# (1.00-1.03x at 4096 in four runs, 0.94x at 8192), and without the mask the persistent grid of three consumers 1.06x
+# them, the three CTAs 0.98x (session 31).
+_THREE_CTAS = {"consumers": 1, "keys": 64, "ctas_per_sm": 3, "persistent": False}
+SEQ_SHAPES = {(64, False): ((1024, _THREE_CTAS), (2048, {"persistent": True})), (64, True): ((4096, _THREE_CTAS),)}
+
 # e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
 # later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
 # persistent grid with uniform_q ran 1.12-1.26x the launched one (1.25x at S 1024, 1.12-1.16x at 4096 and 8192,
@@ -102,6 +107,12 @@ O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 r
 # lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
 # largest is 448; the row sums and O are fp32)
 RESCALE_SLACK = 8.0
+
+
+def seq_band(head_dim: int, causal: bool, seq: int) -> int:
+    """Which of SEQ_SHAPES' lengths for this head dim and mask is the first `seq` is within (their count where
+    none is)."""
+    return sum(seq > longest for longest, _ in SEQ_SHAPES.get((head_dim, causal), ()))
 
 
 @dataclass(frozen=True)
@@ -174,10 +185,12 @@ class HopperAttentionConfig:
 
     @classmethod
     def picked(cls, head_dim: int, causal: bool, element: str, seq: int, **shape) -> "HopperAttentionConfig":
-        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration, SHORT_SHAPES' fields over
-        it up to SHORT_SEQ (16-bit), `shape`'s over all."""
-        short = SHORT_SHAPES.get((head_dim, causal), {}) if seq <= SHORT_SEQ and element != "e4m3" else {}
-        return cls.of(head_dim, causal, element, **{**short, **shape})
+        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration with `shape`'s fields over it,
+        or where no field is given, SEQ_SHAPES' for the first length `seq` is within. (A caller's field
+        beside SEQ_SHAPES' need not fit: two consumers in three CTAs an SM would run out of registers.)"""
+        lengths, band = SEQ_SHAPES.get((head_dim, causal), ()), seq_band(head_dim, causal, seq)
+        fitted = lengths[band][1] if band < len(lengths) else {}
+        return cls.of(head_dim, causal, element, **(shape or fitted))
 
     @property
     def may_persist(self) -> bool:
@@ -943,13 +956,14 @@ def _tree(values, combine):
 
 def shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where
-    SHORT_SHAPES changes it up to SHORT_SEQ, that one too)."""
+    SEQ_SHAPES changes it up to a length, those too)."""
     if chip != "sm_90":
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
-                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in (SHORT_SEQ, SHORT_SEQ + 1)}
+                seqs = {1} | {longest + 1 for longest, _ in SEQ_SHAPES.get((d, causal), ())}
+                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 for config in sorted(configs, key=str):
                     yield str(config), functools.partial(build_module, config)
 
@@ -989,7 +1003,7 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device)
-        key = (d, bool(causal), element, seq <= SHORT_SEQ)
+        key = (d, bool(causal), element, seq_band(d, bool(causal), seq))
         if key not in self.kernels:
             config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
             self.kernels[key] = config, boxes(config), self.library.module(str(config),
