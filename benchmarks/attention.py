@@ -173,8 +173,8 @@ def run(directory: Path) -> None:
 # their own ({"consumers": 3, "keys": 64}: 192 rows a CTA (FlashAttention-3's d 64 CTA height) of 64 keys, d 64's
 # pick before its 128 (and {"consumers": 3, "keys": 128}, its pick, timed up to S 1024 too); {"consumers": 2,
 # "keys": 128}: the default at d 128, timed elsewhere too; uniform_q, the persistent grid and the 32-bit pipeline
-# indices (`narrow`) both ways; one consumer of 64 keys in one CTA an SM and in three (d 64's pick up to S 1024,
-# timed past it too), launched and persistent, where their shared memory fits. (Lazy rescaling at 16 bits ran
+# indices (`narrow`) both ways; one consumer of 64 keys in one CTA an SM and in three (d 64's pick for short
+# sequences, `SEQ_SHAPES`, timed at every length), launched and persistent, where their shared memory fits. (Lazy rescaling at 16 bits ran
 # 0.94-1.01x without it in session 29 and 0.96-0.98x at d 128 in session 31: no longer timed.)
 HOPPER_SHAPES = [{}, {"consumers": 2, "keys": 128}, {"uniform_q": True}, {"uniform_q": False}, {"pingpong": True},
                  {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True}, {"persistent": False},
