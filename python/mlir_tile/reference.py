@@ -162,33 +162,58 @@ def b16_half(word: int, part: int) -> np.uint16:
     return np.uint16(int(word) >> (16 * part) & 0xFFFF)
 
 
+def _tma_pitch(row_bytes: int, swizzle_bytes: int) -> int:
+    """Where a box's rows lie in shared memory, as the H100 lays them: a swizzled box's rows a whole span apart
+    (32, 64, 128 bytes; a narrower row's span keeps its other bytes), an unswizzled box's rows back to back."""
+    return max(row_bytes, swizzle_bytes)
+
+
+def _tma_chunk(start: int, pitch: int, bits: int, row: int, chunk: int) -> int:
+    """The shared byte address of row `row`'s 16-byte chunk `chunk`: start + row x pitch + 16 chunk, its bits
+    [4, 4 + B) xor'ed with its bits [7, 7 + B)."""
+    address = start + row * pitch + 16 * chunk
+    return address ^ ((address >> 7) & ((1 << bits) - 1)) << 4
+
+
 def tma_box_read(shared: np.ndarray, swizzle_bytes: int, rows: int, row_bytes: int, start: int = 0) -> np.ndarray:
     """What a tiled TMA store reads of a box (rows x row_bytes) from the byte array `shared` from byte `start`:
-    row r's 16-byte chunk c from start + r x row_bytes + 16 c, that address swizzled as for the load."""
-    bits = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes]
+    row r's 16-byte chunk c from the address a load of the box writes it to (`tma_box_write`)."""
+    bits, pitch = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes], _tma_pitch(row_bytes, swizzle_bytes)
     out = np.zeros((rows, row_bytes), np.uint8)
     for row in range(rows):
         for chunk in range(row_bytes // 16):
-            address = start + row * row_bytes + 16 * chunk
-            address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
+            address = _tma_chunk(start, pitch, bits, row, chunk)
             out[row, 16 * chunk:16 * chunk + 16] = shared[address:address + 16]
     return out
 
 
 def tma_box_write(box: np.ndarray, swizzle_bytes: int, shared: np.ndarray, start: int = 0) -> None:
     """A tiled TMA load's write of `box` (rows x columns of any element type) into the byte array `shared` from
-    byte `start`, as the tensor map's swizzle mode defines it: row r's bytes at start + r x the row's bytes, each
-    16-byte chunk's address then with its bits [4, 4 + B) xor'ed with its bits [7, 7 + B), B = log2(swizzle bytes
-    / 16) (none: unswizzled)."""
+    byte `start`, as the tensor map's swizzle mode defines it: row r's bytes at start + r x the pitch (the row's
+    bytes unswizzled, the swizzle's span swizzled: a narrower row leaves the rest of its span alone), each
+    16-byte chunk's address then with its bits [4, 4 + B) xor'ed with its bits [7, 7 + B), B = log2(swizzle
+    bytes / 16) (none: unswizzled)."""
     rows = box.shape[0]
     data = np.ascontiguousarray(box).view(np.uint8).reshape(rows, -1)
     row_bytes = data.shape[1]
-    bits = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes]
+    bits, pitch = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle_bytes], _tma_pitch(row_bytes, swizzle_bytes)
     for row in range(rows):
         for chunk in range(row_bytes // 16):
-            address = start + row * row_bytes + 16 * chunk
-            address ^= ((address >> 7) & ((1 << bits) - 1)) << 4
+            address = _tma_chunk(start, pitch, bits, row, chunk)
             shared[address:address + 16] = data[row, 16 * chunk:16 * chunk + 16]
+
+
+def tma_box_store(box: np.ndarray, destination: np.ndarray, row: int, column_byte: int, matrix_row_bytes: int) -> None:
+    """A tiled TMA store's write of `box` (rows x bytes, what `tma_box_read` read) at (row, column_byte) into
+    `destination` (a matrix's rows of bytes, each its row pitch long) whose rows hold `matrix_row_bytes`: rows
+    past the matrix are left alone exactly, columns in whole 16-byte chunks: a chunk that starts inside a row is
+    written whole, even where the row ends inside it (what the H100 does; loads clip exactly)."""
+    for r in range(box.shape[0]):
+        if not 0 <= row + r < destination.shape[0]:
+            continue
+        for chunk in range(0, box.shape[1], 16):
+            if 0 <= column_byte + chunk < matrix_row_bytes:
+                destination[row + r, column_byte + chunk:column_byte + chunk + 16] = box[r, chunk:chunk + 16]
 
 
 # ----- wgmma (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": the shared memory matrix

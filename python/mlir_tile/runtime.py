@@ -169,15 +169,21 @@ class Runtime:
         return buffer
 
     def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box,
-                   matrix_stride_bytes: int | None = None) -> np.ndarray:
+                   matrix_stride_bytes: int | None = None, *, store: bool = False) -> np.ndarray:
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
         of 16) in boxes of `box` (`mlir_tile.tma.Box`: its extents, element size and swizzle mode), elements
-        past the matrix read as zeros (and not written by a store): to copy to the device (64-byte aligned, as
-        allocations are) and pass. `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over
-        a stack of such matrices, its box one matrix's (a box stops at its matrix's last row)."""
+        past the matrix read as zeros: to copy to the device (64-byte aligned, as allocations are) and pass.
+        `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over a stack of such matrices,
+        its box one matrix's (a box stops at its matrix's last row). `store`: a map TMA stores write through,
+        whose rows must be whole 16-byte chunks (`tma.check_store_rows`, ValueError otherwise): a store leaves
+        the rows and columns past the matrix alone only then, since it writes a row's last chunk whole."""
         import ctypes
 
+        from mlir_tile.tma import check_store_rows
+
+        if store:
+            check_store_rows(shape[-1], box.element_bits)
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
             raise ValueError(f"tensor_map: shape (rows, columns), or (matrices, rows, columns) with the matrices' "
                              f"stride; got {tuple(shape)}, {matrix_stride_bytes}")

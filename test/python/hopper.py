@@ -1,7 +1,7 @@
 # RUN: %python %s | filecheck %s
 """Hopper's builder rules, each legal and illegal: the wgmma calls ([wgmma-*]: chip, warpgroup, operand,
 descriptor, alignment, row block, K-major, accumulators, in flight: tiles and pipeline stages) and TMA's
-([tma-*]: tile, box, alignment, column). A legal call prints the op it built; an illegal one its BuilderError, the [rule] tag first."""
+([tma-*]: tile, box, alignment, column, swizzle-span, store-coordinate). A legal call prints the op it built; an illegal one its BuilderError, the [rule] tag first."""
 import re
 
 from mlir import ir
@@ -110,6 +110,30 @@ case("S as an fp8 register A of a 16-bit B", lambda k, a, b, acc, m: k.wgmma(
 # CHECK-LABEL: CASE: a TMA store through a 3-D map
 # CHECK: built: nvvm.cp.async.bulk.tensor.global.shared.cta
 case("a TMA store through a 3-D map", lambda k, a, b, acc, m: k.tma_store(b, m, (3, 0, 64)))
+# CHECK-LABEL: CASE: a TMA store at row -64
+# CHECK: error: [tma-store-coordinate] tma_store: a TMA store's coordinate 1 (innermost first) is -64: a store starting at a negative coordinate is an illegal instruction
+case("a TMA store at row -64", lambda k, a, b, acc, m: k.tma_store(b, m, (k.index(-64), 0)))
+# CHECK-LABEL: CASE: a TMA store at a row folded to -8
+# CHECK: error: [tma-store-coordinate] tma_store: a TMA store's coordinate 1 (innermost first) is -8
+case("a TMA store at a row folded to -8", lambda k, a, b, acc, m: k.tma_store(
+    b, m, (arith.subi(k.index(56), arith.muli(k.index(2), k.index(32))), 0)))
+# CHECK-LABEL: CASE: a TMA load at row -64
+# CHECK: built: nvvm.cp.async.bulk.tensor.shared.cluster.global
+case("a TMA load at row -64", lambda k, a, b, acc, m: k.tma_load(b, m, (k.index(-64), 0), k.mbarriers("loaded", 1, 1)))
+# CHECK-LABEL: CASE: a TMA store of 16-byte rows densely swizzled
+# CHECK: error: [tma-box] tma_store: no TMA box writes Sw<1,3,3> o ((8,2),8):((8,64),1) {{.*}} [tma-swizzle-span] a box's rows of 16 bytes lie a whole 32-byte span apart
+case("a TMA store of 16-byte rows densely swizzled", lambda k, a, b, acc, m: k.tma_store(
+    k.tensor(k.view(k.dynamic_shared(alignment=1024), (128,), "f16"), "Sw<1,3,3> o ((8,2),8):((8,64),1)"), m, (0, 0)))
+# CHECK-LABEL: CASE: a TMA load of 16-byte rows a span apart
+# CHECK: built: nvvm.cp.async.bulk.tensor.shared.cluster.global
+case("a TMA load of 16-byte rows a span apart", lambda k, a, b, acc, m: k.tma_load(
+    k.tensor(k.view(k.dynamic_shared(alignment=1024), (256,), "f16"), Box(16, 8, 16, 32).layout), m, (0, 0),
+    k.mbarriers("loaded", 1, 1)))
+# CHECK-LABEL: CASE: a TMA load of 16-byte rows a span apart in half their bytes
+# CHECK: error: tensor: layout Sw<1,3,3> o (16,8):(16,1) reaches offset 255, past the end of memref<128xf16
+case("a TMA load of 16-byte rows a span apart in half their bytes", lambda k, a, b, acc, m: k.tma_load(
+    k.tensor(k.view(k.dynamic_shared(alignment=1024), (128,), "f16"), Box(16, 8, 16, 32).layout), m, (0, 0),
+    k.mbarriers("loaded", 1, 1)))
 # CHECK-LABEL: CASE: a TMA store at four coordinates
 # CHECK: error: tma_store: coordinate is (row, column) of the matrix, or (matrix, row, column)
 case("a TMA store at four coordinates", lambda k, a, b, acc, m: k.tma_store(b, m, (0, 3, 0, 64)))

@@ -38,3 +38,24 @@ def test_a_tensor_map_past_32_bit_coordinates_is_refused(shape):
     stride = None if len(shape) == 2 else 2**40
     with pytest.raises(ValueError, match=r"extents below 2\^31 .* signed 32-bit"):
         Runtime.tensor_map(None, 0, shape, 128, Box(64, 64, 16, 128), stride)
+
+
+@pytest.mark.parametrize("columns, element_bits, past", [(121, 16, "121 to 127"), (3, 32, "3 to 3"), (17, 8, "17 to 31"),
+                                                         (1, 64, "1 to 1")])
+def test_a_store_map_whose_rows_are_not_whole_16_byte_chunks_is_refused(columns, element_bits, past):
+    """[tma-store-chunks]: a TMA store writes a row's last 16-byte chunk whole, so it would write the elements
+    past the matrix that share it (a column slice's neighbours, a padded pitch); the map is refused before any
+    driver call, and a load map of the same matrix is not."""
+    box = Box(8, 128 // element_bits, element_bits, 0)
+    with pytest.raises(ValueError, match=rf"\[tma-store-chunks\] .* rows of {columns} elements .* the elements {past} "
+                                         r"past the matrix written too"):
+        Runtime.tensor_map(None, 0, (64, columns), 256, box, store=True)
+    with pytest.raises(ValueError, match=r"extents below 2\^31"):  # (the load map goes on to the next check)
+        Runtime.tensor_map(None, 0, (2**31, columns), 256, box)
+
+
+def test_a_store_map_of_whole_chunks_passes_the_store_rule():
+    from mlir_tile.tma import check_store_rows
+
+    for columns, element_bits in ((120, 16), (4, 32), (16, 8), (2, 64), (8, 16)):
+        check_store_rows(columns, element_bits)

@@ -2,7 +2,7 @@
 model's write from the definition (bits [4, 4 + B) of each 16-byte chunk's address xor'ed with bits [7, 7 + B))
 puts every element; `box_for` finds the mode of the project's synthesized tiles and names the element where a
 layout no box writes differs; boxes past TMA's limits are refused."""
-import math
+import re
 
 import numpy as np
 import pytest
@@ -17,26 +17,52 @@ from mlir_tile.tma import ALIGNMENT, Box, TmaMismatch, box_for
 DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(element_bits=st.sampled_from([8, 16, 32, 64]), swizzle_bytes=st.sampled_from([0, 32, 64, 128]),
        data=st.data())
 def test_a_boxs_layout_is_where_the_tma_write_puts_each_element(element_bits, swizzle_bytes, data):
+    """Narrow swizzled boxes included: rows narrower than the swizzle's span lie a span apart, and the write
+    leaves the rest of each span as it was ([tma-swizzle-span])."""
     element_bytes = element_bits // 8
     widest = (swizzle_bytes or 256) // element_bytes
     columns = data.draw(st.sampled_from([c for c in range(16 // element_bytes, min(widest, 256) + 1,
                                                           16 // element_bytes)]))
-    row_bytes = columns * element_bytes  # the fewest rows that are whole repeats of the swizzle:
-    repeat = math.lcm(row_bytes, ALIGNMENT[swizzle_bytes]) // row_bytes if swizzle_bytes else 1
-    rows = repeat * data.draw(st.integers(1, max(1, 40 // repeat)))
+    rows = (8 if swizzle_bytes else 1) * data.draw(st.integers(1, 5))  # whole repeats: 8 rows of a span
     box = Box(rows, columns, element_bits, swizzle_bytes)
+    assert box.bytes == rows * columns * element_bytes
+    assert box.shared_bytes == rows * max(columns * element_bytes, swizzle_bytes)
     start = ALIGNMENT[swizzle_bytes] * data.draw(st.integers(0, 3))
     values = np.arange(1, rows * columns + 1, dtype=DTYPES[element_bits]).reshape(rows, columns)
-    shared = np.zeros(start + rows * columns * element_bytes + ALIGNMENT[swizzle_bytes], np.uint8)
+    shared = np.full(start + box.shared_bytes + ALIGNMENT[swizzle_bytes], 0xA5, np.uint8)
     tma_box_write(values, swizzle_bytes, shared, start)
-    elements = shared[start:start + rows * columns * element_bytes].view(DTYPES[element_bits])
+    assert (shared[:start] == 0xA5).all() and (shared[start + box.shared_bytes:] == 0xA5).all()
+    elements = shared[start:start + box.shared_bytes].view(DTYPES[element_bits])
+    image = np.zeros(len(elements), bool)
     for r in range(rows):
         for c in range(columns):
             assert elements[box.layout.offset(r, c)] == values[r, c], (r, c)
+            image[box.layout.offset(r, c)] = True
+    untouched = elements[~image].view(np.uint8)
+    assert (untouched == 0xA5).all()  # the padding of a narrow box's spans
+
+
+def test_a_narrow_swizzled_boxs_rows_lie_a_span_apart():
+    """The issue's example: 16 rows of 8 halves with the 32-byte swizzle, row r at 32 r (then swizzled)."""
+    box = Box(16, 8, 16, 32)
+    assert (box.row_bytes, box.pitch_bytes, box.bytes, box.shared_bytes) == (16, 32, 256, 512)
+    assert [box.layout.offset(r, 0) * 2 for r in range(8)] == [0, 32, 64, 96, 144, 176, 208, 240]
+    assert str(box.layout) == "Sw<1,3,3> o (16,8):(16,1)"
+
+
+def test_a_tile_with_dense_narrow_rows_is_refused_with_the_span_and_the_fix():
+    dense = Layout(((8, 2), 8), ((8, 64), 1), Swizzle(1, 3, 3))  # the issue's tile: rows 16 bytes apart
+    with pytest.raises(TmaMismatch, match=r"with the 32-byte swizzle element \(1, 0\) lands at offset 16, the layout "
+                                          r"puts it at 8.*\[tma-swizzle-span\] a box's rows of 16 bytes lie a whole "
+                                          r"32-byte span apart .* rows 16 elements apart \(Sw<1,3,3> o \(16,8\):\(16,1\)"
+                                          r"\), or take the unswizzled box"):
+        box_for(dense, 16)
+    assert box_for(Box(16, 8, 16, 32).layout, 16) == Box(16, 8, 16, 32)
+    assert box_for("(16,8):(8,1)", 16) == Box(16, 8, 16, 0)  # the unswizzled box of dense rows
 
 
 @pytest.mark.parametrize("rows, columns, element_bits, swizzle_bytes", [
@@ -63,7 +89,7 @@ def test_a_layout_no_box_writes_names_the_element_that_differs():
 
 @pytest.mark.parametrize("fields, message", [
     ((8, 300, 16, 0), r"1 to 256 elements"), ((8, 128, 16, 128), r"wider than the 128-byte swizzle's span"),
-    ((9, 32, 16, 64), r"not whole 512-byte repeats"),
+    ((9, 32, 16, 64), r"not whole 512-byte repeats"), ((12, 8, 16, 32), r"12 rows 32 bytes apart are not whole"),
     ((8, 8, 12, 0), r"elements of 8, 16, 32 or 64 bits"), ((8, 64, 16, 96), r"swizzle of \(0, 32, 64, 128\)")])
 def test_boxes_past_tmas_limits_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -79,9 +105,14 @@ def test_the_gpu_bundles_kernels_compile_for_sm_90a_and_assemble(tmp_path):
     from mlir_tile.testing import tma_boxes
 
     tma_boxes.build(tmp_path)
-    for box in tma_boxes.BOXES:
-        ptx = tmp_path / f"{tma_boxes.name(box)}.ptx"
-        assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx.read_text()
+    for box, store in [(box, False) for box in tma_boxes.BOXES] + [(box, True) for box in tma_boxes.STORE_BOXES]:
+        ptx = tmp_path / f"{tma_boxes.name(box, store)}.ptx"
+        text = ptx.read_text()
+        if store:
+            assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group" in text
+        else:  # (the mbarrier expects the box's elements' bytes, not its image's span)
+            assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in text
+            assert re.search(rf"mov.b32\s+%r\d+, {box.bytes};\s+mbarrier.arrive.expect_tx", text), box
         if shutil.which("ptxas"):
             assembled = subprocess.run(["ptxas", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "box.cubin")],
                                        capture_output=True, text=True)
@@ -134,3 +165,34 @@ def test_tma_load_returns_the_box_the_host_encodes():
         k.expect_bytes(barriers, 0, box)
         return box
     assert _tma_kernel(action) == Box(64, 32, 16, 64)
+
+
+def test_the_reference_store_clips_rows_exactly_and_columns_in_whole_chunks():
+    """[tma-store-chunks] as the model holds it (the GPU bundle checks the H100 against it): a matrix of 10
+    halves a row (20 bytes) in rows of 32 bytes: a box over its last column writes bytes 16-31, past byte 20."""
+    from mlir_tile.reference import tma_box_store
+
+    destination = np.zeros((4, 32), np.uint8)
+    box = np.arange(1, 2 * 32 + 1, dtype=np.uint8).reshape(2, 32)
+    tma_box_store(box, destination, 3, 16, 20)  # rows 3 and 4 (past the matrix), columns from byte 16
+    assert (destination[3, 16:32] == box[0, :16]).all() and not destination[:3].any() and not destination[3, :16].any()
+    destination[:] = 0
+    tma_box_store(box, destination, 0, 0, 16)  # rows of whole chunks: nothing past byte 16
+    assert (destination[:2, :16] == box[:, :16]).all() and not destination[:, 16:].any()
+
+
+def test_the_bundles_model_fills_zeros_before_the_first_row_and_column_and_keeps_a_narrow_boxs_padding():
+    from mlir_tile.testing.tma_boxes import box_values, expected
+
+    matrix = np.arange(1, 41, dtype=np.uint16).reshape(4, 10)
+    box = Box(8, 8, 16, 32)
+    values = box_values(matrix, box, -2, -8)
+    assert not values[:, :].any()  # (columns -8 to -1: all before the matrix)
+    values = box_values(matrix, box, -2, 0)
+    assert not values[:2].any() and (values[2:6] == matrix[:, :8]).all() and not values[6:].any()
+    image = np.full(box.shared_bytes // 2, 0xBEEF, np.uint16)
+    shared = expected(matrix, box, 0, 8, image)
+    layout = box.layout
+    written = {layout.offset(r, c) for r in range(8) for c in range(8)}
+    assert all(shared[i] == 0xBEEF for i in range(len(shared)) if i not in written)
+    assert shared[layout.offset(1, 1)] == matrix[1, 9] and shared[layout.offset(1, 2)] == 0

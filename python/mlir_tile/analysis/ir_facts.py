@@ -550,6 +550,24 @@ def constant_int(value: ir.Value) -> int | None:
         return None
 
 
+def folded_int(value: ir.Value, depth: int = _PROOF_DEPTH) -> int | None:
+    """The signed value of an integer/index value that the IR fixes: a constant, or +, -, * and casts of such
+    (what a builder's arithmetic on constants leaves unfolded); None when it is not fixed."""
+    op = defining_op(value)
+    if op is None or depth == 0:
+        return None
+    if op.name == "arith.constant":
+        return constant_int(value)
+    if op.name in ("arith.index_cast", "arith.extsi"):
+        return folded_int(op.operands[0], depth - 1)
+    if op.name not in ("arith.addi", "arith.subi", "arith.muli"):
+        return None
+    first, second = (folded_int(operand, depth - 1) for operand in op.operands[:2])
+    if first is None or second is None:
+        return None
+    return {"arith.addi": first + second, "arith.subi": first - second, "arith.muli": first * second}[op.name]
+
+
 def _module_targets(module: ir.Operation) -> list[tuple[str, targets.NvvmTarget | None]]:
     """Each target attribute of a gpu.module as text, with its NvvmTarget (None for another kind)."""
     if "targets" not in module.attributes:

@@ -10,7 +10,7 @@ from mlir.dialects import arith, llvm, memref, nvgpu, nvvm, vector
 
 from mlir_tile.builder.common import BuilderError, count, is_int, memref_value, typed_value
 from mlir_tile.layout import Layout
-from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
+from mlir_tile.analysis.ir_facts import access_alignment, constant_int, folded_int, upper_bound, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
 ASYNC_TOKEN = "!nvgpu.device.async.token"
@@ -160,7 +160,9 @@ class Copies:
         the box). Returns the `tma.Box` (extents and swizzle mode) that the tile's layout asks for, for which
         the host encodes the tensor map (`Runtime.tensor_map`). BuilderError where no box writes the layout
         (naming the element that differs), where the tile's start is not proven aligned to the swizzle's
-        repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200).
+        repeat, or the column not proven a multiple of 16 bytes (an illegal instruction on the H200). A swizzled
+        box narrower than its swizzle's span lays its rows a span apart (`[tma-swizzle-span]`): the tile's
+        layout must too (`Box.layout`). Coordinates may be negative or past the matrix: those elements read 0.
         `multicast`: a mask of the cluster's CTA ranks (`Kernel(..., cluster=...)`) the box lands in, each at the
         tile's offset, each completing its own mbarrier `index` (each expects the box's bytes)."""
         box, start, coordinates = self._tma_box("tma_load", dst, tensor_map, coordinate)
@@ -232,8 +234,19 @@ class Copies:
         stops at that matrix's last row), rows and columns past the matrix left alone (no predicate), committed as one
         bulk group: `tma_store_wait` before the tile's memory is written again or the kernel ends. The tile's
         writes must reach the async proxy first: every writer's `async_proxy_fence`, then a barrier. One
-        thread issues it. Returns the box, for the host's tensor map."""
+        thread issues it. Returns the box, for the host's tensor map, which `Runtime.tensor_map(...,
+        store=True)` encodes only for rows of whole 16-byte chunks (`[tma-store-chunks]`: the hardware writes a
+        row's last chunk whole). `[tma-store-coordinate]`: a coordinate the IR fixes to a negative value is
+        refused (the hardware's illegal instruction); one it does not fix is the kernel's to keep non-negative
+        (the library's are: block and tile indices times tile extents)."""
+        from mlir_tile.tma import check_store_coordinates
+
         box, start, coordinates = self._tma_box("tma_store", src, tensor_map, coordinate)
+        try:
+            check_store_coordinates([folded_int(c) for c in coordinates])
+        except ValueError as error:
+            tag, _, reason = str(error).partition(" ")
+            raise BuilderError(f"{tag} tma_store: {reason}") from None
         i32 = ir.IntegerType.get_signless(32)
         nvvm.cp_async_bulk_tensor_global_shared_cta(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
                                                    [arith.index_cast(i32, c) for c in coordinates])
@@ -258,7 +271,7 @@ class Copies:
             raise BuilderError(f"expect_bytes: the tma.Box that tma_load returned, got {box!r}")
         count(copies, "expect_bytes: copies", maximum=16)
         nvvm.mbarrier_arrive_expect_tx(ir.IntegerType.get_signless(64), self._mbarrier(barriers, index),
-                                       self.constant(copies * box.rows * box.columns * box.element_bits // 8))
+                                       self.constant(copies * box.bytes))
 
     def copy_tile_async(self, dst: ir.Value, dst_layout: Layout | str, src: ir.Value, src_origin: ir.Value | int,
                         src_row_stride: ir.Value | int, *, rows: int, cols: int, valid_rows: ir.Value | int | None = None,

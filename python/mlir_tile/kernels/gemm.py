@@ -803,7 +803,8 @@ class Matmul:
         self.last_config, self.last_splits = config, 1 if reduction is None or hopper else reduction[1]
         stream = torch_stream(a)
         if hopper:
-            maps = [self.maps(tensor, reduction[name]) for name, tensor in (("a", a), ("b", b), ("c", out))]
+            maps = [self.maps(tensor, reduction[name], store=name == "c")
+                    for name, tensor in (("a", a), ("b", b), ("c", out))]
             module.launch(KERNEL, [*maps, *sizes, *extras], grid=grid, block=config.threads,
                           shared_bytes=config.shared_bytes, stream=stream)
             return out

@@ -894,6 +894,8 @@ class _HopperAttention:
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
         self.consumers_meet(O_BARRIERS)
+        # [tma-store-coordinate]: the head a quotient of the item, q0 its row tile (a remainder, or the tiles
+        # less one less a remainder or half of one) times the tile's rows: non-negative by construction
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
         with k.if_(k.compare("eq", thread, 0)):
             for offset, column, box in o_stores(config):
@@ -1011,7 +1013,7 @@ class HopperAttention:
         config, box, module = self.kernels[key]
         o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
         maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
-        maps.append(self.maps(o.view(batch * heads, seq, d), box["o"]))
+        maps.append(self.maps(o.view(batch * heads, seq, d), box["o"], store=True))
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
         module.launch(KERNEL, [*maps, lse, seq, batch * heads, *scales], grid=config.grid(batch * heads, seq, self.sms),
                       block=config.threads, shared_bytes=config.shared_bytes, stream=torch_stream(q))
@@ -1081,7 +1083,7 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
                                                      d * config.element_bytes, box[name]))
                 for buffer, name in zip(buffers, "qkv")]
         maps.append(runtime.to_device(runtime.tensor_map(int(buffers[3].handle), (batch * heads, seq, d), 2 * d, box["o"],
-                                                         2 * seq * d)))
+                                                         2 * seq * d, store=True)))
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = config.grid(batch * heads, seq, sms or runtime.device.properties.multiprocessor_count)
         module.launch(KERNEL, [int(x.handle) for x in maps + buffers[4:5]] + [seq, batch * heads]

@@ -650,8 +650,8 @@ class _HopperGemm:
                      dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
         self.consumers_meet()
-        row0, col0 = origin
-        with k.if_(self.storer):
+        row0, col0 = origin  # ([tma-store-coordinate]: tile indices, block ids and quotients and remainders of
+        with k.if_(self.storer):  # them, times the tile's extents: non-negative by construction)
             for first, box in column_boxes(self.tiles["c"], 16, SWIZZLE_COLUMNS):
                 view = k.view(self.shared, (box.rows * box.columns,), self.out, region + first * ELEMENT_BYTES)
                 k.tma_store(k.tensor(view, box.layout), self.c_map,
@@ -859,7 +859,7 @@ class ScaledMatmul:
                              f"{tuple(out.shape)} {out.dtype}")
         if any(t.data_ptr() % 16 for t in (a, b, out)):
             raise ValueError("scaled matmul: A, B and out start on 16 bytes (TMA)")
-        maps = [self.maps(tensor, box[name]) for name, tensor in (("a", a), ("b", b), ("c", out))]
+        maps = [self.maps(tensor, box[name], store=name == "c") for name, tensor in (("a", a), ("b", b), ("c", out))]
         module.launch(KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
                       grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
                       stream=torch_stream(a))
@@ -898,17 +898,18 @@ class TensorMaps:
 
         self.runtime, self.kept, self.maps = runtime, kept, OrderedDict()
 
-    def __call__(self, tensor, box):
+    def __call__(self, tensor, box, store: bool = False):
         """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`, as a
-        device tensor of its 128 bytes; of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map)."""
+        device tensor of its 128 bytes; of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map).
+        `store`: a map the kernel's TMA stores write through (`Runtime.tensor_map(store=True)`)."""
         import torch
 
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index)
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index, store)
         found = self.maps.pop(key, None)
         if found is None:
             size = tensor.element_size()
             encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
-                                              tensor.stride(0) * size if tensor.dim() == 3 else None)
+                                              tensor.stride(0) * size if tensor.dim() == 3 else None, store=store)
             found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
         self.maps[key] = found
         while len(self.maps) > self.kept:
@@ -924,7 +925,8 @@ def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConf
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
     shapes = {"a": (a, (m, depth)), "b": (b, b_shape), **({"c": (c, (m, n))} if c is not None else {})}
     return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8,
-                                                 box[name])) for name, (matrix, shape) in shapes.items()]
+                                                 box[name], store=name == "c"))
+            for name, (matrix, shape) in shapes.items()]
 
 
 def fp8_scales(m: int, n: int, row_scales: bool) -> tuple:
