@@ -415,14 +415,28 @@ def test_an_example_runs_its_ptx_with_the_options_it_was_built_with(name, writte
 
 
 def test_tma_box_writes_are_the_reference_models_byte_for_byte(runtime):
-    """Each swizzle mode's box at random coordinates of a random matrix (half of them across its edges, zero
-    filled): the shared tile's bytes as the kernel copies them out are the reference model's TMA write."""
+    """Each swizzle mode's box, and the narrow boxes of every swizzle and element size, at random coordinates of
+    random matrices (inside, across the far edges, before the first row and column; rows ending inside a 16-byte
+    chunk or not): the shared image's bytes as the kernel copies them out are the reference model's TMA write
+    over the random bytes it held (a narrow box's rows a span apart, the rest of each span untouched)."""
     from mlir_tile.testing import tma_boxes
 
     if runtime.device.compute_capability < (9, 0):
         pytest.skip(f"TMA needs sm_90; this GPU is sm_{''.join(map(str, runtime.device.compute_capability))}")
     folder = gpu_input("tma")
     assert tma_boxes.run(folder, seed=int(os.environ.get("MLIR_TILE_TMA_SEED", "0"))) == []
+
+
+def test_tma_stores_are_the_reference_models_and_the_unsafe_ones_are_refused(runtime):
+    """Boxes of every element size, narrow and wide, stored into a matrix inside a wider allocation: the whole
+    allocation is the model's store (nothing past the matrix written). Rows ending inside a 16-byte chunk: the
+    store map is refused, and the map encoded as a load's shows the last chunk written whole, as the model says
+    ([tma-store-chunks]); a negative coordinate is refused before the launch ([tma-store-coordinate])."""
+    from mlir_tile.testing import tma_boxes
+
+    if runtime.device.compute_capability < (9, 0):
+        pytest.skip(f"TMA needs sm_90; this GPU is sm_{''.join(map(str, runtime.device.compute_capability))}")
+    assert tma_boxes.run_stores(gpu_input("tma"), seed=int(os.environ.get("MLIR_TILE_TMA_SEED", "0"))) == []
 
 
 def test_wgmma_operand_reads_are_the_reference_models_bit_for_bit(runtime):
