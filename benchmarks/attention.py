@@ -33,7 +33,7 @@ def _example():
 
 def build(directory: Path) -> None:
     """The kernels `Attention` picks and the CTAs measured beside them, as the library ships them."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.ship import ship
 
     ship(directory / "attention", chips=("sm_90",))
@@ -204,7 +204,7 @@ def _hopper_variants(d: int, causal: bool, element: str, seq: int) -> dict:
 def hopper_build(directory: Path) -> None:
     """Hopper's attention (hopper_attention) for each head dim, mask, element and sequence (`_hopper_variants`,
     and e4m3 at d 128), named as its library names it, into DIR/attention/sm_90."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_attention
 
     folder = directory / "attention" / "sm_90"

@@ -37,7 +37,7 @@ def cases(count: int, seed: int = 5) -> list[dict]:
     found = [{"opcode": f"ldmatrix.sync.aligned.m8n8.x{_matrix_count(r)}.shared.b16", "registers": r, "shared": s}
              for r, s in FIXED]
     found += [{"opcode": c.opcode, "registers": c.registers, "shared": c.shared, "slots": c.slots, "name": c.name}
-              for c in SYNTHESIS_CONFIGS]  # the layouts mlir_tile.synthesize picks: conflict-free on the chip too?
+              for c in SYNTHESIS_CONFIGS]  # the layouts mlir_tile.tiling.synthesize picks: conflict-free on the chip too?
     rng = random.Random(seed)
     stores = 0
     while len(found) < count:
@@ -50,7 +50,7 @@ def cases(count: int, seed: int = 5) -> list[dict]:
 
 
 def _matrix_count(registers: str) -> int:
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     return Layout.parse(registers).sizes[-3]
 
@@ -60,10 +60,10 @@ def build(directory: Path, count: int) -> None:
     from mlir.dialects import arith
 
     from mlir_tile import contract
-    from mlir_tile.banks import transfer_wavefronts
+    from mlir_tile.models.banks import transfer_wavefronts
     from mlir_tile.builder import Kernel, transfer
-    from mlir_tile.compile import compile_to_ptx
-    from mlir_tile.layout import Layout
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.algebra.layout import Layout
 
     directory.mkdir(parents=True, exist_ok=True)
     manifest = []
@@ -137,7 +137,7 @@ def compare(directory: Path) -> None:
 
     replace_sections(directory, None, {"The bank-conflict model, layout by layout (issue 14, part 1)": [
         "", f"`benchmarks/banks_validation.py` ({len(table)} one-warp kernels, ncu on the H200): **{summary}**. "
-        "Wavefronts per instruction: predicted by `mlir_tile.banks`, measured = the load (store) wavefront counter "
+        "Wavefronts per instruction: predicted by `mlir_tile.models.banks`, measured = the load (store) wavefront counter "
         "over the LDSM count (the kernel's known STSM count). Synthesized = a layout of the synthesis table.", "",
         "| transfer | shared layout | registers | instructions | predicted | measured | equal |", "|---|---|---|---|---|---|---|",
         *map(_markdown_row, table)]})

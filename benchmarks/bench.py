@@ -3,7 +3,7 @@
     python benchmarks/bench.py build   DIR    # here (needs MLIR, NVRTC, nvJitLink): generated PTX, hand-written
                                               # CUDA C++, compile latency of both compilers on this CPU
     python benchmarks/bench.py build   DIR --set synthesis|widening   # other kernels (issue 14): the
-                                              # layouts mlir_tile.synthesize picks; transfers before and
+                                              # layouts mlir_tile.tiling.synthesize picks; transfers before and
                                               # after tile-widen-matrix-transfer; `report` writes their section
     python benchmarks/bench.py scaling DIR    # here: verify+lower time vs. upstream nvgpu->nvvm
     python benchmarks/bench.py run     DIR    # GPU host (cuda-python, numpy, ptxas, cuobjdump): correctness
@@ -46,11 +46,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python"), str(REPO / "examples")]  # the GPU host uses only their MLIR-free parts
 
-from mlir_tile import targets  # noqa: E402  (imports no MLIR)
+from mlir_tile.isa import targets  # noqa: E402  (imports no MLIR)
 from mlir_tile import contract  # noqa: E402  (imports no MLIR)
-from mlir_tile.banks import transfer_wavefronts  # noqa: E402  (imports no MLIR)
-from mlir_tile.layout import Layout  # noqa: E402  (imports no MLIR)
-from mlir_tile.synthesize import Tile, synthesize, writer_wavefronts  # noqa: E402  (imports no MLIR)
+from mlir_tile.models.banks import transfer_wavefronts  # noqa: E402  (imports no MLIR)
+from mlir_tile.algebra.layout import Layout  # noqa: E402  (imports no MLIR)
+from mlir_tile.tiling.synthesize import Tile, synthesize, writer_wavefronts  # noqa: E402  (imports no MLIR)
 
 UNROLL = 8
 X4_ITERATIONS = 1024  # an x4 kernel's loop count; others move the same bytes per warp
@@ -122,7 +122,7 @@ CONFIGS = [
 
 
 def _synthesized(rows: int, columns: int, element_bits: int, transfer: str) -> Config:
-    """A benchmark of a tile in the layout `mlir_tile.synthesize` picks: one transfer reads (or writes) four of
+    """A benchmark of a tile in the layout `mlir_tile.tiling.synthesize` picks: one transfer reads (or writes) four of
     its 16x16-b16 blocks with x4s in mma order, the corner blocks (first and last row band x first and last
     block column), so that it meets the layout at both ends of its swizzle or padding period."""
     tile = Tile(rows, columns, element_bits)
@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(32) matrix_kernel(const unsigned *A
 
 def predicted_share(config: Config) -> float:
     """The share of 128 B/clock/SM the bank model predicts for the kernel where shared memory is what limits
-    (`mlir_tile.banks`: one wavefront a matrix is 1)."""
+    (`mlir_tile.models.banks`: one wavefront a matrix is 1)."""
     transfer = contract.verdict(contract.Query.of_layouts(config.opcode, config.registers, config.shared, register_slots=config.slots,
                                         shared_words=shared_words(config), scope=config.scope, base_alignment=max(128, contract.aligned_for(Layout.parse(config.shared))),
                                         block_size=(BLOCK, 1, 1))).require()
@@ -311,7 +311,7 @@ def generated_kernel(config: Config):
         k.store(total, out, [global_id])
     assert parse_opcode(config.opcode)
     if config.widen:
-        from mlir_tile.pipeline import run_pipeline
+        from mlir_tile.compiler.pipeline import run_pipeline
 
         run_pipeline(k.module.operation, ["tile-widen-matrix-transfer"], input_is_file=False)
         if config.opcode in str(k.module):
@@ -413,7 +413,7 @@ def _c_swizzled(value: str, swizzle) -> str:
 
 
 def build(directory: Path, config_set: str = "transfers") -> None:
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     directory.mkdir(parents=True, exist_ok=True)
     manifest = []
@@ -455,7 +455,7 @@ def compile_once(kind: str, tag: str, directory: Path | None = None) -> dict:
     if kind.startswith("mlir-tile"):
         import seed_example
         import mlir_tile.builder  # noqa: F401  (what build_module imports on first use: a module, not the compile)
-        from mlir_tile.compile import compile_to_ptx, cubin_of_ptx
+        from mlir_tile.compiler.compile import compile_to_ptx, cubin_of_ptx
 
         start = time.perf_counter()
         ptx = compile_to_ptx(seed_example.build_module())
@@ -713,7 +713,7 @@ def scaling(directory: Path, sizes=(100, 1000, 10000)) -> None:
     median of 7 runs (3 for 10,000 transfers)."""
     import statistics
 
-    from mlir_tile.pipeline import run_pipeline
+    from mlir_tile.compiler.pipeline import run_pipeline
     from mlir_tile.tools.driver import Session
 
     def timed(text, pipeline):
@@ -906,7 +906,7 @@ def report(directory: Path) -> None:
         f"that in the kernels of {BLOCKS_PER_SM // 2} blocks/SM, so that every kernel moves the same bytes per SM), median "
         "of 25 timed launches (CUDA events) after 3 warm-ups. (a) generated by mlir-tile, (b) hand-written "
         "CUDA C++ with inline PTX (NVRTC); both through the same ptxas. predicted = the bank model's share of "
-        "128 B/clock/SM (`mlir_tile.banks`: matrices over wavefronts), the rate where shared memory is what limits.",
+        "128 B/clock/SM (`mlir_tile.models.banks`: matrices over wavefronts), the rate where shared memory is what limits.",
     ]
     lines = ["", *throughput_table(results, second)]
     sections = {"Throughput": lines}
@@ -978,7 +978,7 @@ def synthesis_report(results: dict, second: list | None, profiles: list) -> list
     within = [sum(abs(entry["generated"]["percent_of_peak"] / (100 * entry["predicted_share"]) - 1) <= 0.03
                   for entry in run) for run in runs]
     return ["", f"Measured {results['date']} on {results['device']['name']} (`bench.py build DIR --set synthesis`). "
-            "Each row: a tile in the layout `mlir_tile.synthesize` picks for its x4 block transfers and a "
+            "Each row: a tile in the layout `mlir_tile.tiling.synthesize` picks for its x4 block transfers and a "
             "16-byte-vector writer (the layout is in the note); one transfer reads (or writes) the four corner blocks "
             "(first and last row band x first and last block column) with x4s in mma order; 4 blocks/SM of 8 warps; "
             "(a) generated, (b) hand-written, the same method as above.", "",

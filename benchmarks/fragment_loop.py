@@ -18,7 +18,7 @@ sys.path[:0] = [str(REPO / "python"), str(REPO / "examples"), str(REPO / "benchm
 
 import mma_tile  # noqa: E402  (its layouts; building needs MLIR, reading them does not)
 from mlir_tile import contract  # noqa: E402
-from mlir_tile.layout import Layout  # noqa: E402
+from mlir_tile.algebra.layout import Layout  # noqa: E402
 
 BLOCK, BLOCKS_PER_SM, ITERATIONS = 128, 4, 4096
 MMA_FLOPS = 2 * 16 * 8 * 16
@@ -152,7 +152,7 @@ def _split_loads(body: list[str]) -> str:
 
 
 def build(directory: Path) -> None:
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "generated.ptx").write_text(compile_to_ptx(generated_kernel()))

@@ -55,7 +55,7 @@ def configs(example) -> list:
 def build(directory: Path) -> None:
     from fragment_loop import write_peak_source
 
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     example = _example()
     from mlir_tile.kernels.ship import ship
@@ -145,7 +145,7 @@ def hopper_build(directory: Path) -> None:
     wgmma loop."""
     import wgmma_loop
 
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import epilogues, hopper_gemm
 
     directory.mkdir(parents=True, exist_ok=True)

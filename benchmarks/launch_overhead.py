@@ -21,7 +21,7 @@ def build(directory: Path) -> None:
     from mlir.dialects import arith
 
     from mlir_tile.builder import Global, Kernel
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     with Kernel("add_one", [Global("f32")]) as k:
         (data,) = k.arguments

@@ -13,7 +13,7 @@ which that tile is an operand (A: m x k, row-major; B read with `.trans`: k x n,
 dot operands go through shared memory and ldmatrix (on sm_90 larger dots take wgmma, without ldmatrix). The
 shared encoding of the operand's `ttg.local_alloc` (`#ttg.swizzled_shared<{vec, perPhase, maxPhase, order}>`)
 is read from the TTGIR, turned into addresses by Triton's own layout view, and costed by the same model
-(`mlir_tile.banks`, equal to the H200's counters on 110 of 110 layouts) on the same accesses as our layout:
+(`mlir_tile.models.banks`, equal to the H200's counters on 110 of 110 layouts) on the same accesses as our layout:
 every block as an x4 and the 16-byte-vector writer. stmatrix rows use the tile's A-operand encoding (Triton's
 simple kernel keeps C in registers).
 
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python"), str(REPO / "benchmarks")]
 
 from bench import SYNTHESIZED, replace_sections  # noqa: E402
-from mlir_tile.synthesize import Tile, block_wavefronts, synthesize, writer_wavefronts  # noqa: E402
+from mlir_tile.tiling.synthesize import Tile, block_wavefronts, synthesize, writer_wavefronts  # noqa: E402
 
 OTHER_DIMENSION = 64  # the dot's third extent (n for an A tile, m for a B tile)
 _ENCODING = re.compile(r"^#(\w+) = #ttg\.swizzled_shared<\{vec = (\d+), perPhase = (\d+), maxPhase = (\d+), "
@@ -195,7 +195,7 @@ def conversion_compare(directory: Path) -> None:
         "which Triton 3.9 lowers through scratch shared memory laid out by `optimalSwizzling`; its "
         "PTX (sm_90) run once on the H200 under ncu (the output equal to the input), shared-memory wavefronts "
         f"against the floor of its instructions (one per 128 bytes). **Triton at the floor on {at_floor} of "
-        f"{len(entries)}**; `mlir_tile.synthesize`'s layouts are at the floor on all 22 (by the model and by ncu, "
+        f"{len(entries)}**; `mlir_tile.tiling.synthesize`'s layouts are at the floor on all 22 (by the model and by ncu, "
         f"above), so ours have the same wavefronts on {at_floor} and fewer on {len(entries) - at_floor}. (8-bit C "
         "tiles: Triton's s8 mma accumulates s32, no stmatrix conversion to compare.)", "",
         "| tile | conversion for | Triton's shared instructions | store wavefronts / floor | load wavefronts / floor | scratch bytes |",

@@ -32,9 +32,9 @@ def loop_kernel(element: str):
     from mlir import ir
     from mlir.dialects import arith
 
-    from mlir_tile.atoms import wgmma
+    from mlir_tile.isa.atoms import wgmma
     from mlir_tile.builder import Global, Kernel
-    from mlir_tile.tma import Box
+    from mlir_tile.isa.tma import Box
 
     atom = wgmma(N, element)
     depth = STEPS * atom.shape[2]
@@ -72,7 +72,7 @@ def loop_kernel(element: str):
 
 def build(directory: Path) -> None:
     from fragment_loop import write_peak_source
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     directory.mkdir(parents=True, exist_ok=True)
     for element in ITERATIONS:

@@ -12,7 +12,7 @@ from mlir import ir
 from mlir.dialects import irdl
 from mlir.dialects._ods_common import _cext
 
-from mlir_tile.layout import Layout, as_layout
+from mlir_tile.algebra.layout import Layout, as_layout
 
 # The bindings find the Python module of dialect `tile` as `mlir_tile.dialect.tile` (MatrixTransferOp).
 _cext.globals.append_dialect_search_prefix(__name__)

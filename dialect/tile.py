@@ -15,7 +15,7 @@ from mlir.dialects._ods_common import _cext
 
 from mlir_tile.contract import ATTRIBUTES, parse_opcode
 from mlir_tile.dialect import layout_attr, layout_text
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 
 
 @_cext.register_dialect

@@ -43,7 +43,7 @@ def inputs() -> np.ndarray:
 
 
 def expected(data: np.ndarray) -> np.ndarray:
-    from mlir_tile.reference import emulate
+    from mlir_tile.models.reference import emulate
 
     return emulate(OPCODE, REGISTERS, SHARED, np.zeros((32, 4), np.uint32), data)
 

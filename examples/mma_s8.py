@@ -1,5 +1,5 @@
 """An 8-bit block tile C = A x B^T on tensor cores: 64x64x64, s8 in, s32 accumulate and out, 4 warps, with
-every fragment moved by tile.matrix_transfer from shared tiles in the layout `mlir_tile.synthesize` picks.
+every fragment moved by tile.matrix_transfer from shared tiles in the layout `mlir_tile.tiling.synthesize` picks.
 
     python examples/mma_s8.py --demo               # the kernel's transfers in the PTX; the GPU run if any
     python examples/mma_s8.py --ptx-out k.ptx      # needs MLIR
@@ -10,7 +10,7 @@ A (m x k) and B (n x k: k contiguous, as mma.m16n8k32's col B wants; 8-bit data 
 .trans) are 64 rows of 64 bytes (16 words). For such rows, and for the 16-byte writer that copies them in,
 `synthesize(Tile(64, 64, 8))` gives Sw<2,2,3>: every ldmatrix phase and every writer phase conflict-free. Warp
 w computes rows 16w..16w+15 of C: per 32-byte k-block, its A fragment is one ldmatrix.x4 and the B fragments of
-two n-blocks one ldmatrix.x4 (`mlir_tile.fragments.mma_m16n8k32_a/_b`), then eight mma.sync.m16n8k32; the
+two n-blocks one ldmatrix.x4 (`mlir_tile.tiling.fragments.mma_m16n8k32_a/_b`), then eight mma.sync.m16n8k32; the
 s32 accumulators go to global memory directly (stmatrix moves 16-bit elements only).
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 
 import numpy as np
 
-from mlir_tile.atoms import MMA_M16N8K32
-from mlir_tile.synthesize import Tile, synthesize
+from mlir_tile.isa.atoms import MMA_M16N8K32
+from mlir_tile.tiling.synthesize import Tile, synthesize
 
 KERNEL = "mma_s8"
 M = N = K = 64
@@ -52,7 +52,7 @@ def swizzle_words(index: np.ndarray) -> np.ndarray:
 def build_module(context=None):
     from mlir_tile import contract
     from mlir_tile.builder import Kernel, transfer
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
     with Kernel(KERNEL, [words, words, f"memref<{M * N}xi32>"], block=(128, 1, 1), context=context) as k:
@@ -117,8 +117,8 @@ def emulate_transfers() -> None:
     """The kernel's two transfers on the reference model (no GPU, no MLIR): every byte each lane's A and B
     fragment registers receive is where the PTX ISA's m16n8k32 fragment tables put it. Raises AssertionError
     otherwise."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.reference import emulate
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.models.reference import emulate
 
     a, b = inputs()
     loaded_a = emulate(LDMATRIX, A_REGISTERS, A_SHARED, np.zeros((128, 8), np.uint32), swizzled_words(a), "warpgroup")

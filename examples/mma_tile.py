@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from mlir_tile.atoms import MMA_M16N8K16
+from mlir_tile.isa.atoms import MMA_M16N8K16
 
 KERNEL = "mma_tile"
 M = N = K = 64
@@ -47,7 +47,7 @@ def build_module(context=None):
 
     from mlir_tile import contract
     from mlir_tile.builder import Kernel, transfer
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     words = f"memref<{WORDS}xi32>"
     with Kernel(KERNEL, [words, words, words], block=(128, 1, 1), context=context) as k:
@@ -133,8 +133,8 @@ def emulate_transfers() -> None:
     """The kernel's three transfers on the reference model (no GPU, no MLIR): every fp16 value each lane's
     fragment registers receive (A, B) or hand to stmatrix (C) is where the PTX ISA's fragment tables put it.
     Raises AssertionError otherwise."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.reference import emulate
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.models.reference import emulate
 
     a, b = inputs()
     c = reference(a, b)

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from mlir_tile.layout import S, laneid
+from mlir_tile.algebra.layout import S, laneid
 
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x2.shared.b16"
 SHARED = S[(16, 4, 2):(8, 1, 128)]
@@ -82,7 +82,7 @@ def shared_image(x: np.ndarray) -> np.ndarray:
 
 def emulated_table(x: np.ndarray) -> np.ndarray:
     """Out as the reference model computes it: the sentinel-filled registers after the transfer."""
-    from mlir_tile.reference import emulate
+    from mlir_tile.models.reference import emulate
 
     registers = np.full((32, 12), SENTINEL, dtype=np.uint32)
     return emulate(LDMATRIX, REGISTERS, SHARED_STD, registers, shared_image(x), scope="warp")
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (arguments.demo or arguments.ptx_out or arguments.cubin_out):
         print(module)
         return 0
-    from mlir_tile.compile import compile_to_ptx, cubin_of_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx, cubin_of_ptx
 
     if arguments.demo:
         print("// ===== the kernel, built with the mlir-tile builder =====")

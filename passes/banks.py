@@ -10,19 +10,19 @@ After: the IR unchanged, and
     in.mlir:3:3: remark: [banks] 2 x ldmatrix.x2: 8 wavefronts per instruction, minimum 2 (4-way conflict);
         tile-widen-matrix-transfer issues it as 1 x ldmatrix.x4
 
-The model is `mlir_tile.banks`; the hint, where the contract allows a wider transfer, `mlir_tile.widen`.
+The model is `mlir_tile.models.banks`; the hint, where the contract allows a wider transfer, `mlir_tile.models.widen`.
 Illegal transfers get no remark (the verifier reports them).
 """
 from __future__ import annotations
 
 from mlir import ir
 
-from mlir_tile.banks import transfer_wavefronts
+from mlir_tile.models.banks import transfer_wavefronts
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
 from mlir_tile.passes.remarks import report
-from mlir_tile.widen import widened
+from mlir_tile.models.widen import widened
 
 
 def analyze_bank_conflicts(root: ir.Operation, pass_) -> None:

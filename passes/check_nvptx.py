@@ -25,7 +25,7 @@ import re
 
 from mlir import ir
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.contract import Rule, Violation
 from mlir_tile.analysis.ir_facts import BLOCK_SIZE_ATTRIBUTES, FactCache, enclosing, foreign_targets, nvvm_targets
 from mlir_tile.passes.registry import PassDefinition

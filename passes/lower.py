@@ -36,7 +36,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu
 
 from mlir_tile import contract
-from mlir_tile.address_plan import AddressPlan, address_plan
+from mlir_tile.models.address_plan import AddressPlan, address_plan
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.analysis.adapter import diagnostic, transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FUNCTION_OPS, FactCache, block_size, enclosing

@@ -3,7 +3,7 @@ summary, the function that runs it, typed options); the pipelines are declared h
 collects them into PASSES and PIPELINES, which `tile-opt --list-passes` and the pipeline runner read.
 
 Python-defined passes cannot be named in an upstream textual pipeline (`PassManager.parse` does not know
-them), so the runner (`mlir_tile.pipeline`) adds them with `PassManager.add(callable)` and everything else
+them), so the runner (`mlir_tile.compiler.pipeline`) adds them with `PassManager.add(callable)` and everything else
 as text.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 
 
 @dataclass(frozen=True)

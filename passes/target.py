@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.contract import Rule, Violation
 from mlir_tile.passes.registry import Option, PassDefinition
 

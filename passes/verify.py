@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_tile.banks import transfer_wavefronts
+from mlir_tile.models.banks import transfer_wavefronts
 from mlir_tile.analysis.adapter import diagnostic, transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import Option, PassDefinition, parse_boolean

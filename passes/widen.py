@@ -24,7 +24,7 @@ from mlir_tile.dialect import layout_attr
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 from mlir_tile.passes.registry import PassDefinition
-from mlir_tile.widen import widened
+from mlir_tile.models.widen import widened
 
 
 def widen_matrix_transfer(root: ir.Operation, pass_) -> None:

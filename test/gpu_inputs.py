@@ -89,7 +89,7 @@ BY_COMMAND_LINE = {
 
 def _split_k(folder: Path) -> None:
     """The split-K kernel and its reduction, which no example's command line builds."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import gemm
 
     (folder / "gemm_split.ptx").write_text(compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED)))
@@ -114,7 +114,7 @@ def build(folder: Path) -> None:
     _split_k(folder)
     _user_epilogue(folder)
     from mlir_tile.testing import tma_boxes, wgmma_operands
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import hopper_gemm
 
     for major, suffix in (("nk", ""), ("kn", "_kn")):  # (no command-line option)
@@ -129,7 +129,7 @@ def _user_epilogue(folder: Path) -> None:
     """The kernels of the epilogue test_kernels_ops_gpu.py writes itself (`bias.then(gelu_tanh)`, bf16, every
     sm_90 tile and Hopper kernel), which the GPU host, having no compiler, cannot build on first use: into `kernels/` as the
     cache of these sources lays them out (the test points MLIR_TILE_CACHE_DIR at `folder`)."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import gemm, hopper_gemm
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
     from mlir_tile.kernels.library import source_digest

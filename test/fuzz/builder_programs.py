@@ -19,13 +19,13 @@ import traceback
 
 from mlir import ir
 
-from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32, WgmmaAtom, wgmma
+from mlir_tile.isa.atoms import MMA_M16N8K16, MMA_M16N8K32, WgmmaAtom, wgmma
 from mlir_tile.builder import BuilderError, Global, Kernel, TensorMap, transfer
 from mlir_tile.builder.schedule import StageRing, TileOrder
 from mlir_tile.builder.tensor import local_tile
-from mlir_tile.compile import compile_to_ptx_texts
+from mlir_tile.compiler.compile import compile_to_ptx_texts
 from mlir_tile.contract import ContractError
-from mlir_tile.ptx import CompileError, cubin_of_ptx
+from mlir_tile.runtime.ptx import CompileError, cubin_of_ptx
 
 CHIPS = ["sm_90", "sm_90", "sm_90a", "sm_90a", "sm_80", "sm_75"]
 ELEMENTS = ["i32", "f16", "bf16", "f32", "i8", "i64", "index", "i1", "f17", "", "memref<4xi32>"]

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from builder_programs import run_program
-from mlir_tile.compile import ptx_chip
-from mlir_tile.ptx import CompileError, cubin_of_ptx
+from mlir_tile.compiler.compile import ptx_chip
+from mlir_tile.runtime.ptx import CompileError, cubin_of_ptx
 from mlir_tile.tools import tile_opt, tile_translate
 
 TOOLS = {"tile-opt": tile_opt.main, "tile-translate": tile_translate.main}

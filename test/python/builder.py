@@ -7,7 +7,8 @@ from mlir import ir
 
 from mlir_tile.builder import Kernel, transfer
 from mlir_tile.contract import ContractError
-from mlir_tile.layout import S, laneid, pack_b16_as_b32
+from mlir_tile.algebra.layout import S, laneid
+from mlir_tile.algebra.words import pack_b16_as_b32
 
 
 def run(f):
@@ -125,7 +126,7 @@ def test_compile_to_ptx():
 # CHECK: pass 'tile-verify-matrix-transfer' failed; the IR it received is this error's failure.reproducer (run it with tile-opt FILE --pass-pipeline='builtin.module(tile-verify-matrix-transfer)')
 @run
 def test_compile_error_names_the_pass():
-    from mlir_tile.compile import CompileError, compile_to_ptx
+    from mlir_tile.compiler.compile import CompileError, compile_to_ptx
 
     with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
         sm, regs = k.shared("sm", 128), k.registers(4)
@@ -151,7 +152,7 @@ def test_packed_half_storage_as_words():
 # CHECK: [target] this gpu.module's #nvvm.target names chip sm_80, but the pipeline asks for chip=sm_90
 @run
 def test_the_irs_chip_decides_and_the_module_is_not_changed():
-    from mlir_tile.compile import CompileError, compile_to_ptx
+    from mlir_tile.compiler.compile import CompileError, compile_to_ptx
 
     with Kernel("k", [], chip="sm_80", context=ir.Context()) as k:
         sm, regs = k.shared("sm", 128), k.registers(4)
@@ -173,7 +174,7 @@ def test_the_irs_chip_decides_and_the_module_is_not_changed():
 # CHECK: [shared-row] {{.*}}(after the swizzle), not 4 consecutive words
 @run
 def test_nested_and_swizzled_layouts():
-    from mlir_tile.layout import Sw
+    from mlir_tile.algebra.layout import Sw
 
     k, _, _ = kernel_with_buffers(words=2048)
     tile = k.shared("tile", 576)

@@ -8,7 +8,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from mlir_tile.builder import Global, Kernel
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 
 
 def run(f):

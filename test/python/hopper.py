@@ -7,10 +7,10 @@ import re
 from mlir import ir
 from mlir.dialects import arith
 
-from mlir_tile.atoms import wgmma
+from mlir_tile.isa.atoms import wgmma
 from mlir_tile.builder import BuilderError, Global, Kernel, TensorMap
-from mlir_tile.layout import Layout
-from mlir_tile.tma import Box
+from mlir_tile.algebra.layout import Layout
+from mlir_tile.isa.tma import Box
 
 ATOM = wgmma(64, "f16")
 A, B = Box(128, 64, 16, 128).layout, Box(64, 64, 16, 128).layout

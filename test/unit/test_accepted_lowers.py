@@ -5,10 +5,10 @@ several chips)."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlir_tile.compile import compile_to_cubin
+from mlir_tile.compiler.compile import compile_to_cubin
 from mlir_tile.contract import aligned_for, parse_opcode
-from mlir_tile.diagnostics import PipelineFailure
-from mlir_tile.pipeline import run_pipeline
+from mlir_tile.compiler.diagnostics import PipelineFailure
+from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import RandomTransfer, transfers
 from mlir_tile.tools.driver import Session
 

@@ -11,9 +11,9 @@ from mlir import ir
 
 from mlir_tile.builder import Kernel, transfer
 from mlir_tile.contract import ContractError, aligned_for
-from mlir_tile.layout import ThreadStride
-from mlir_tile.diagnostics import PipelineFailure
-from mlir_tile.pipeline import run_pipeline
+from mlir_tile.algebra.layout import ThreadStride
+from mlir_tile.compiler.diagnostics import PipelineFailure
+from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import (RandomTransfer, random_transfer, transfers, with_misaligned_rows,
                                                 with_stride)
 from mlir_tile.tools.driver import Session

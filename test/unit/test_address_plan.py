@@ -4,7 +4,7 @@ is exact and cheapest."""
 from hypothesis import given, settings
 
 from mlir_tile import contract
-from mlir_tile.address_plan import address_plan, offsets
+from mlir_tile.models.address_plan import address_plan, offsets
 from mlir_tile.testing.random_transfers import transfers
 
 
@@ -57,8 +57,8 @@ def test_the_xor_form_leaves_whole_rows_to_the_immediate():
     # words along a row and 16 rows down (1024 words). Sw<3,2,4> xors bits 2-4 of the word offset with bits
     # 6-8: a column step of 8, 16 or 24 words is an xor, one of 32 words (bit 5) and the rows are not, so they
     # go to the immediate and the 32 repeats take 3 xor'd registers and the lane's own
-    from mlir_tile.layout import Layout
-    from mlir_tile.tiled import tiled_mma_m16n8k16
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.tiling.tiled import tiled_mma_m16n8k16
 
     tile = Layout.parse("Sw<3,2,4> o (64,64):(64,1)")
     operand = tiled_mma_m16n8k16((4, 1), (64, 128, 64), Layout.parse("(64,32):(32,1)"), tile,

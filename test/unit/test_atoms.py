@@ -6,11 +6,11 @@ values are the words their matrix order places; thread-value layouts cover their
 mma's accumulator coordinates are the atom's C tiled over warps and blocks."""
 import pytest
 
-from mlir_tile.atoms import (ATOMS, COPY_ATOMS, LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, MMA_M16N8K16,
+from mlir_tile.isa.atoms import (ATOMS, COPY_ATOMS, LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, MMA_M16N8K16,
                              MMA_M16N8K32, STMATRIX_X4, block_layout)
-from mlir_tile.fragments import fragment_element
-from mlir_tile.tiled import tiled_mma_m16n8k16
-from mlir_tile.synthesize import Tile, synthesize
+from mlir_tile.tiling.fragments import fragment_element
+from mlir_tile.tiling.tiled import tiled_mma_m16n8k16
+from mlir_tile.tiling.synthesize import Tile, synthesize
 
 TABLES = {MMA_M16N8K16: ("a16", "b16", "c32"), MMA_M16N8K32: ("a8", "b8", "c32")}
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlir_tile import contract
-from mlir_tile.banks import matrix_wavefronts, transfer_wavefronts
+from mlir_tile.models.banks import matrix_wavefronts, transfer_wavefronts
 from mlir_tile.testing.random_transfers import transfers
 
 

@@ -94,8 +94,8 @@ def test_the_hand_written_addresses_load_what_the_layout_says(config):
 
     import numpy as np
 
-    from mlir_tile.layout import Layout
-    from mlir_tile.reference import ldmatrix_warp
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.models.reference import ldmatrix_warp
 
     shared = Layout.parse(config.shared)
     words = (np.arange(bench.shared_words(config), dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)

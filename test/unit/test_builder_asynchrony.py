@@ -6,7 +6,7 @@ import pytest
 
 from mlir_tile.builder import BuilderError
 
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 from test_builder_warpgroup import ATOM, _kernel, _refused
 
 
@@ -114,7 +114,7 @@ def _pipelined(k, schedule, narrow: bool = False):
     `schedule(k, pipeline, step)`, where step(t) waits for k-tile t and issues its batch, builds the consumer's
     loop over k-tiles 1 to 7."""
     from mlir_tile.builder.schedule import StageRing, TmaPipeline
-    from mlir_tile.tma import Box
+    from mlir_tile.isa.tma import Box
 
     box = Box(64, 64, 16, 128)
     ring = StageRing(k, k.dynamic_shared(alignment=1024), 3, [("f16", 64 * 64), ("f16", 64 * 64)], narrow=narrow)

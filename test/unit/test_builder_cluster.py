@@ -9,8 +9,8 @@ import pytest
 from mlir import ir
 
 from mlir_tile.builder import BuilderError, Kernel, TensorMap
-from mlir_tile.compile import compile_to_ptx
-from mlir_tile.tma import Box
+from mlir_tile.compiler.compile import compile_to_ptx
+from mlir_tile.isa.tma import Box
 
 BOX = Box(64, 64, 16, 128)
 

@@ -5,9 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlir import ir
 
-from mlir_tile.atoms import MMA_M16N8K16, MMA_M16N8K32
+from mlir_tile.isa.atoms import MMA_M16N8K16, MMA_M16N8K32
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
-from mlir_tile.layout import S
+from mlir_tile.algebra.layout import S
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=False),
                  st.text(max_size=12), st.sampled_from(["", " ", "i32", "f17", "memref<4xi32", "!llvm.ptr", "sm_90"]))

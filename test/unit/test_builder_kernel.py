@@ -9,7 +9,7 @@ from index_code import kernel as index_kernel
 from index_code import run
 from mlir_tile import contract
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
-from mlir_tile.layout import as_layout
+from mlir_tile.algebra.layout import as_layout
 
 def kernel(arguments=(Global("f32"), Global("f16"), "index"), **options):
     return Kernel("k", list(arguments), block=(128, 1, 1), context=ir.Context(), **options)

@@ -8,7 +8,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from mlir_tile.builder import BuilderError, Kernel
-from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.algebra.layout import Layout, Swizzle
 
 _ARITH = {"arith.addi": lambda a, b: a + b, "arith.muli": lambda a, b: a * b, "arith.divui": lambda a, b: a // b,
           "arith.remui": lambda a, b: a % b, "arith.shrui": lambda a, b: a >> b, "arith.andi": lambda a, b: a & b,

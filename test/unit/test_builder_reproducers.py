@@ -5,9 +5,9 @@ builder accepts, compile_to_ptx compiles."""
 import pytest
 from mlir import ir
 
-from mlir_tile.atoms import MMA_M16N8K16
+from mlir_tile.isa.atoms import MMA_M16N8K16
 from mlir_tile.builder import BuilderError, Global, Kernel, transfer
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 
 ARGUMENTS = [Global("f16"), "index", Global("f32")]
 

@@ -154,8 +154,8 @@ def test_a_tma_pipelines_waits_take_their_parity_from_the_k_tile(filecheck):
 
     from mlir_tile.builder import Kernel, TensorMap
     from mlir_tile.builder.schedule import TmaPipeline
-    from mlir_tile.compile import compile_to_ptx
-    from mlir_tile.tma import Box
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.isa.tma import Box
 
     box = Box(64, 64, 16, 128)
     with Kernel("k", [TensorMap(), "index"], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
@@ -188,7 +188,7 @@ def test_a_narrow_rings_stages_and_phases_are_divided_in_32_bits(filecheck):
 
     from mlir_tile.builder import BuilderError, Kernel
     from mlir_tile.builder.schedule import TmaPipeline
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     with Kernel("k", ["index"], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
         k_tile, = k.arguments
@@ -213,8 +213,8 @@ def test_a_multicast_pipelines_stage_is_free_once_every_cta_of_the_cluster_relea
 
     from mlir_tile.builder import Kernel, TensorMap
     from mlir_tile.builder.schedule import TmaPipeline
-    from mlir_tile.compile import compile_to_ptx
-    from mlir_tile.tma import Box
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.isa.tma import Box
 
     box = Box(32, 64, 16, 128)
     with Kernel("k", [TensorMap(), "index"], block=(128, 1, 1), chip="sm_90a", cluster=(2, 1, 1),
@@ -247,7 +247,7 @@ def test_a_multicast_needs_a_cluster_and_a_pipeline_that_waits_for_the_peers(mul
 
     from mlir_tile.builder import BuilderError, Kernel, TensorMap
     from mlir_tile.builder.schedule import TmaPipeline
-    from mlir_tile.tma import Box
+    from mlir_tile.isa.tma import Box
 
     box = Box(64, 64, 16, 128)
     with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", cluster=None if multicast else (2, 1, 1),

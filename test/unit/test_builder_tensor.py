@@ -13,7 +13,7 @@ from mlir.dialects import arith
 from index_code import kernel, run
 from mlir_tile.builder import BuilderError, Global, Kernel
 from mlir_tile.builder.tensor import ceil_div, in_units, local_tile, whole_tiles
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 
 
 @settings(max_examples=40, deadline=None)

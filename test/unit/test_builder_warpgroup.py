@@ -11,11 +11,11 @@ import pytest
 from mlir import ir
 from mlir.dialects import arith
 
-from mlir_tile.atoms import wgmma
+from mlir_tile.isa.atoms import wgmma
 from mlir_tile.builder import BuilderError, Global, Kernel
-from mlir_tile.compile import compile_to_ptx
-from mlir_tile.layout import Layout, Swizzle
-from mlir_tile.tma import Box
+from mlir_tile.compiler.compile import compile_to_ptx
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.isa.tma import Box
 
 ATOM = wgmma(64, "f16")
 A_TILE, B_TILE = Box(128, 64, 16, 128).layout, Box(64, 64, 16, 128).layout  # K-major, 128-byte swizzle
@@ -203,8 +203,8 @@ def test_an_fp8_p_holds_its_keys_in_fa3s_order_and_v_is_read_through_it(filechec
     """e4m3 P: four accumulators a word by cvt.rn.satfinite.e4m3x2 (no shuffle: the keys in `atoms.a_key_order`),
     then P V in the RS form, V given by key (V^T written with key j at column order(j), as the fp8 attention's
     transposer writes it) and read K-major through the order; V^T in plain key order has no descriptor."""
-    from mlir_tile.atoms import a_key_order
-    from mlir_tile.layout import composition
+    from mlir_tile.isa.atoms import a_key_order
+    from mlir_tile.algebra.operations import composition
 
     order = a_key_order(FP8, FP8)
     filecheck(compile_to_ptx(_fp8_p_v(composition(V_T, (None, order)))), """
@@ -219,7 +219,7 @@ def test_an_fp8_p_holds_its_keys_in_fa3s_order_and_v_is_read_through_it(filechec
 def test_transpose_bytes_is_ldmatrix_trans_byte_permutes_and_stmatrix(filecheck, tmp_path):
     """A warpgroup's transposition of a 64 x 64 tile of bytes (one step a warp): two ldmatrix.trans, each lane's
     selectors picked by two bits of its lane id (q >= 2, c >= 4) once, four prmt.b32 a store, two stmatrix."""
-    from mlir_tile.byte_transpose import byte_transpose
+    from mlir_tile.tiling.byte_transpose import byte_transpose
 
     swizzle = Swizzle(2, 2, 3)  # 64-byte rows
     plan = byte_transpose(Layout((64, 16), (16, 1), swizzle), Layout((64, 16), (16, 1), swizzle))

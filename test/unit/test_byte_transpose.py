@@ -6,8 +6,10 @@ PTX ISA's examples."""
 import numpy as np
 import pytest
 
-from mlir_tile import byte_transpose, reference
-from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.tiling import byte_transpose
+
+from mlir_tile.models import reference
+from mlir_tile.algebra.layout import Layout, Swizzle
 
 SWIZZLE_128B_WORDS = Swizzle(3, 2, 3)  # TMA's 128-byte swizzle on 32-bit words
 SWIZZLE_WORDS = {128: SWIZZLE_128B_WORDS, 64: Swizzle(2, 2, 3)}  # by the bytes of a row

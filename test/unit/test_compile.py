@@ -12,7 +12,7 @@ from mlir.dialects import arith, gpu
 
 import seed_example
 from mlir_tile.builder import Global, Kernel
-from mlir_tile.compile import PipelineError, compile_to_ptx
+from mlir_tile.compiler.compile import PipelineError, compile_to_ptx
 
 
 def test_spec_example_ptx_is_two_ldmatrix_x2_and_the_table_stores(filecheck):

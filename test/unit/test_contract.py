@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile import contract
-from mlir_tile.layout import ThreadStride
+from mlir_tile.algebra.layout import ThreadStride
 from mlir_tile.testing.random_transfers import (RandomTransfer, random_transfer, transfers, with_misaligned_rows,
                                                 with_stride)
 

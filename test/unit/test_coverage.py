@@ -5,9 +5,10 @@ pair that moves a word twice, or a word outside the tile, is named too."""
 import pytest
 
 from mlir_tile import contract
-from mlir_tile.coverage import CoverageError, prove_coverage
-from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
-from mlir_tile.atoms import MMA_ORDER
+from mlir_tile.models.coverage import CoverageError, prove_coverage
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.algebra.operations import composition, make_layout, tiled_divide
+from mlir_tile.isa.atoms import MMA_ORDER
 
 L = Layout.parse
 GEMM_A = "Sw<2,2,3> o ((2,2),2,4,(2,2),8,4):((0,1024),8,256,(128,4),16,1)"  # written by hand in the trial GEMM

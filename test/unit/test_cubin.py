@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from mlir_tile.compile import compile_to_cubin, compile_to_ptx
-from mlir_tile.ptx import CompileError, cubin_of_ptx
+from mlir_tile.compiler.compile import compile_to_cubin, compile_to_ptx
+from mlir_tile.runtime.ptx import CompileError, cubin_of_ptx
 
 import seed_example  # noqa: E402
 
@@ -66,7 +66,7 @@ def test_malformed_or_unknown_chip_is_an_error_not_a_crash(spec_ptx, chip):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty cache folder, and a count of the times nvJitLink really assembles."""
-    import mlir_tile.ptx as ptx_module
+    import mlir_tile.runtime.ptx as ptx_module
 
     monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("MLIR_TILE_NO_CACHE", raising=False)
@@ -135,7 +135,7 @@ def test_an_unwritable_cache_is_no_error(spec_ptx, cache, monkeypatch, tmp_path)
 
 
 def test_default_cache_folder_follows_xdg(monkeypatch, tmp_path):
-    from mlir_tile.ptx import cache_directory
+    from mlir_tile.runtime.ptx import cache_directory
 
     monkeypatch.delenv("MLIR_TILE_CACHE_DIR", raising=False)
     monkeypatch.delenv("MLIR_TILE_NO_CACHE", raising=False)

@@ -7,7 +7,7 @@ from mlir import ir
 from mlir_tile.contract import ATTRIBUTES
 from mlir_tile.dialect import IRDL_FILE, make_context
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.layout import S, laneid
+from mlir_tile.algebra.layout import S, laneid
 
 
 def test_irdl_attributes_are_the_contracts():

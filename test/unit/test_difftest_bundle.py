@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlir_tile.reference import emulate
+from mlir_tile.models.reference import emulate
 from mlir_tile.testing import difftest, difftest_runner
 
 

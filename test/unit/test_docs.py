@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mlir_tile.diagnostics import PipelineFailure
-from mlir_tile.pipeline import run_pipeline
+from mlir_tile.compiler.diagnostics import PipelineFailure
+from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.tools.driver import Session
 
 REPO = Path(__file__).resolve().parents[2]

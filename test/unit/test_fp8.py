@@ -3,7 +3,7 @@ exponent, mantissa), and back; values outside what is exact are refused; any flo
 import numpy as np
 import pytest
 
-from mlir_tile import fp8
+from mlir_tile.isa import fp8
 
 
 @pytest.mark.parametrize("element, value, bits", [

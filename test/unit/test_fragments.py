@@ -3,9 +3,9 @@ register by register, through the reference model of ldmatrix/stmatrix; and each
 import numpy as np
 import pytest
 
-from mlir_tile import fragments
-from mlir_tile.layout import Sw
-from mlir_tile.reference import emulate
+from mlir_tile.tiling import fragments
+from mlir_tile.algebra.layout import Sw
+from mlir_tile.models.reference import emulate
 
 ROWS, PITCH = 16, 40  # a 16-row tile, rows 40 words (160 bytes) apart
 
@@ -85,6 +85,6 @@ def test_the_s8_mma_examples_transfers_on_the_reference_model():
 
 def test_two_n8_blocks_of_accumulators_are_a_k16_block_of_a_in_registers():
     """Attention's P stays in registers: the packed C of n-blocks 2j, 2j+1 is the A fragment of k-block j."""
-    from mlir_tile.fragments import c_as_a_operand
+    from mlir_tile.tiling.fragments import c_as_a_operand
 
     assert c_as_a_operand() == [(0, 0, 1), (0, 2, 3), (1, 0, 1), (1, 2, 3)]

@@ -1,4 +1,4 @@
-"""mlir_tile.halves against bf16's definition (1 sign, 8 exponent, 7 fraction bits; round to nearest, ties to
+"""mlir_tile.isa.halves against bf16's definition (1 sign, 8 exponent, 7 fraction bits; round to nearest, ties to
 even), worked out here from the fields in Python floats; fp16 is numpy's own float16."""
 import math
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlir_tile.halves import decode, encode
+from mlir_tile.isa.halves import decode, encode
 
 
 def bf16_value(bits: int) -> float:

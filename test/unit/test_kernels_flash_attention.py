@@ -10,7 +10,7 @@ import pytest
 
 from mlir_tile.kernels import flash_attention as attention
 from mlir import ir
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 
 
 # the kernels `Attention` runs: each configuration with TUNED's CTA where it has one

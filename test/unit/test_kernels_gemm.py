@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from mlir_tile.kernels import gemm
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 
 
 @pytest.mark.parametrize("config", [gemm.Config(), gemm.Config(b_major="nk"), gemm.Config(bk=64, stages=3),

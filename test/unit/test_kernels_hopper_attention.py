@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from mlir_tile import byte_transpose
+from mlir_tile.tiling import byte_transpose
 from mlir_tile.kernels import hopper_attention
 from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
 
@@ -35,7 +35,7 @@ def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
 
 
 def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
-    from mlir_tile.atoms import wgmma
+    from mlir_tile.isa.atoms import wgmma
 
     assert hopper_attention._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
 
@@ -43,7 +43,7 @@ def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
 def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
     """PTX's m64nN D fragment: a thread's columns are 2 (lane % 4) + 8 j + (0, 1), so slot s lies
     8 (s // 4) + s % 2 columns past slot 0's, for every thread."""
-    from mlir_tile.atoms import wgmma
+    from mlir_tile.isa.atoms import wgmma
 
     assert hopper_attention._column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
 
@@ -98,7 +98,7 @@ def test_causal_consumers_stop_at_their_own_diagonal():
 
 @functools.lru_cache(maxsize=None)  # (several tests read one configuration's PTX)
 def _ptx(config: HopperAttentionConfig) -> str:
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     return compile_to_ptx(hopper_attention.build_module(config))
 
@@ -310,9 +310,9 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
     with their (row, column) of O by wgmma's fragment, packed in pairs as the epilogue packs them, written by the
     band's stmatrix from the consumer's first word; then what each TMA store reads of its box (`o_stores`: its
     first element and its column of O) holds, at box element (r, c), the tag of O's (64 consumer + r, column + c)."""
-    from mlir_tile import reference
+    from mlir_tile.models import reference
     from mlir_tile.kernels.hopper_gemm import packed_slot
-    from mlir_tile.tiled import tiled_store_c
+    from mlir_tile.tiling.tiled import tiled_store_c
 
     d, band = config.head_dim, tiled_store_c(4, hopper_attention.tiles(config)["o_band"])
     words = np.zeros(config.rows * d // 2, np.uint32)
@@ -417,7 +417,7 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     with key j at column order(j) (`transposition`: 4 steps of two ldmatrix.trans, byte permutes, two stmatrix,
     proven on the model) and arrive on the stage's full barrier; S by e4m3 wgmma from shared memory, P packed as
     e4m3 (cvt.rn.satfinite) in that order, P V in the RS form; the descales applied; O in bf16."""
-    from mlir_tile.atoms import a_key_order, wgmma
+    from mlir_tile.isa.atoms import a_key_order, wgmma
 
     config = HopperAttentionConfig.of(128, element="e4m3")
     layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)
@@ -457,10 +457,11 @@ def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
     fetch through the descriptors of V's tile taken in P's key order (as `wgmma` reads a Fragment's B); A made of
     S's accumulators by `accumulators_as_a`'s slots into the e4m3 A fragment: the sum over K steps of A B^T is
     S V exactly. A key misplaced between P and V^T anywhere in the chain would show."""
-    from mlir_tile import fp8, reference
-    from mlir_tile.atoms import accumulators_as_a, wgmma
-    from mlir_tile.layout import composition, right_inverse
-    from mlir_tile.wgmma import descriptor_for
+    from mlir_tile.isa import fp8
+    from mlir_tile.models import reference
+    from mlir_tile.isa.atoms import accumulators_as_a, wgmma
+    from mlir_tile.algebra.operations import composition, right_inverse
+    from mlir_tile.isa.wgmma import descriptor_for
 
     config = HopperAttentionConfig.of(128, element="e4m3")
     layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)

@@ -19,7 +19,7 @@ from mlir_tile.kernels.hopper_gemm import HopperConfig, configure
                                                     ("nk", "64x128x64s2u", "bf16")])
 def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_major, tile, element):
     """Unspecialized: every warpgroup a consumer, thread 0 refilling the stages between its batches."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(b_major, tile)
     ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
@@ -54,7 +54,7 @@ def test_the_warp_specialized_kernel_gives_the_producers_registers_to_the_consum
     """Warpgroup 0 produces (lowered to 40 registers where the block could not have 255 a thread), one thread
     loading every k-tile; the consumers (raised by exactly what it gave back: more would wait forever) run
     the batches, meet on named barrier 1 and store C."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", tile)
     ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
@@ -97,7 +97,7 @@ def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, ele
     of every CTA (the stage's bytes in all); the barriers are fenced and met by the cluster before any
     load, a stage's empty barrier counts every CTA's consumer warps, each release arrives on every CTA's,
     and no CTA leaves before the cluster meets again."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(b_major, tile)
     ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
@@ -145,7 +145,7 @@ def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element
 
 
 def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
-    from mlir_tile.tma import Box, column_boxes
+    from mlir_tile.isa.tma import Box, column_boxes
 
     layouts = hopper_gemm.tiles(HopperConfig(bm=128, bn=256))
     assert column_boxes(layouts["c"], 16, 64) == [(128 * 64 * j, Box(128, 64, 16, 128)) for j in range(4)]
@@ -153,8 +153,8 @@ def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
 
 
 def test_column_boxes_names_the_element_where_a_tile_is_no_box():
-    from mlir_tile.layout import Layout, Swizzle
-    from mlir_tile.tma import TmaMismatch, column_boxes
+    from mlir_tile.algebra.layout import Layout, Swizzle
+    from mlir_tile.isa.tma import TmaMismatch, column_boxes
 
     padded = Layout((64, (64, 2)), (64, (1, 64 * 64 + 8)), Swizzle(3, 3, 3))  # the second box 8 elements late
     with pytest.raises(TmaMismatch, match="columns 64 to 127 .* are no TMA box"):
@@ -184,7 +184,7 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     """256 x 128 with two consumers of 128 rows (CUTLASS's cooperative tile; "w"): each k-tile two batches, one
     per 64-row block of A (row blocks 2 c and 2 c + 1), waited down to those two before the stage before is
     released; 384 threads, the consumers raised to 232 registers; C stored in four 64-row bands."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", "256x128x64s4w")
     assert (config.consumers, config.threads, config.accumulator_registers, config.consumer_registers) == (2, 384, 128, 232)
@@ -210,7 +210,7 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
 def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile):
     """"b" (`uniform`): the warpgroup's index broadcast from lane 0 (an index in two halves: two shuffles), the
     kernel otherwise the same: it assembles, and one CTA on the reference model gives numpy's product."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(major, tile)
     assert config.uniform and str(config).endswith("_uniform_sm90a") and not configure(major, tile[:-1]).uniform
@@ -225,7 +225,7 @@ def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, t
     """Split-K ("k"): the splits after the sizes, each CTA's tile and split from its block (`SplitK`), its run of
     k-tiles loaded at the split's first column, the accumulators stored as fp32 pairs (8 bytes) into the
     split's slice of the workspace under C's bounds: no stmatrix, no TMA store (gemm_reduce sums and rounds)."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(major, tile)
     assert config.split_k and str(config).endswith("_splitk_sm90a")
@@ -247,7 +247,7 @@ def test_ping_pong_consumers_take_turns_at_a_persistent_walk(filecheck, tmp_path
     waits on named barrier 2 + c (after the first turn) and lets the other's start by arriving on 3 - c once it
     waited for its k-tiles; each stage is read by one consumer (4 warps release it); each consumer's epilogue
     meets its own warps (barrier 4 + c) and stores its own C tile after the stages."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", "128x128x64s4wg")
     assert (config.pingpong, config.persistent, config.consumers, config.stage_readers) == (True, True, 2, 4)
@@ -289,7 +289,7 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     tile's k-tiles into them); the consumers release a tile's last stage and clear the accumulators after
     its epilogue; the producer's and the consumers' k-tile counts run on across tiles (the stage and parity
     of walk turn t's k-tile j are those of t x k-tiles + j)."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", "128x256x64s3p")
     assert config.persistent and config.specialized
@@ -340,7 +340,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
     measured tiles, and fp8's for each B layout and kind of scales (`ScaledMatmul`), named apart from the
     mma.sync kernels; a shipped chain's kernel on the measured tile assembles without spills."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels import gemm
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
@@ -356,7 +356,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
 def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filecheck, tmp_path):
     """e4m3 A and B [N, K] in 128-byte rows of 128 elements (BK 128, 8-bit TMA boxes), m64nNk32 batches, the
     accumulators times scale_a x scale_b (read once from their one-element arrays) rounded to bf16 pairs."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", "128x128x128s4", "e4m3")
     assert (config.bk, config.k_unit, config.stage_bytes) == (128, 16, 4 * (128 + 128) * 128)
@@ -387,7 +387,7 @@ def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row
 def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(filecheck, tmp_path):
     """Per-row scales: each thread loads its 2 rows' scale_a and its BN / 4 columns' scale_b once (clamped
     to M - 1 and N - 1: C's rows and columns past them are clipped by the store), then multiplies."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)
     ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
@@ -400,7 +400,7 @@ def test_fp8_b_kn_is_transposed_by_the_producer_warpgroup(filecheck, tmp_path):
     56 registers) waits for it, rewrites it K-major into the stage by ldmatrix.trans, prmt and stmatrix, fences
     it for the async proxy and arrives on the stage's full barrier beside A's load; its first thread loads
     k-tile t + 2 after each transposition; the consumers' batches read B K-major."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("kn", "128x128x128s3", "e4m3")
     steps = len(hopper_gemm.transposition(config).steps)

@@ -32,7 +32,7 @@ def test_the_shipped_kernel_comes_first_and_is_loaded_once(tmp_path):
 
 
 def test_a_kernel_not_shipped_is_built_once_into_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr("mlir_tile.compile.compile_to_ptx", lambda module: "// built " + module)
+    monkeypatch.setattr("mlir_tile.compiler.compile.compile_to_ptx", lambda module: "// built " + module)
     kernels = KernelLibrary(FakeRuntime(), "sm_80", shipped=tmp_path / "none", cache=tmp_path / "cache")
     assert kernels.ptx("k", lambda: "module") == "// built module"
     assert (tmp_path / "cache" / "sm_80" / "k.ptx").read_text() == "// built module"

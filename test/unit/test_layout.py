@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlir_tile.layout import Layout, S, Sw, ThreadStride, laneid, pack_b16_as_b32, warpid
+from mlir_tile.algebra.layout import Layout, S, Sw, ThreadStride, laneid, warpid
+
+from mlir_tile.algebra.words import pack_b16_as_b32
 
 strides = st.one_of(
     st.integers(-64, 64),
@@ -221,7 +223,8 @@ def test_offsets_are_the_sum_of_each_leafs_coordinate_times_its_stride(layout):
 def test_words_of_sees_a_boxed_swizzled_tile_as_its_32_bit_words_and_undoes_unpack_b32():
     """A 128 x 128 16-bit tile of two boxes of 64 columns (Sw<3,3,3> on elements) is 128 x 64 words of boxes of
     32 (Sw<3,2,3>); a flat word layout unpacked to bytes comes back; a mode across parts of words is refused."""
-    from mlir_tile.layout import Swizzle, unpack_b32, words_of
+    from mlir_tile.algebra.layout import Swizzle
+    from mlir_tile.algebra.words import unpack_b32, words_of
 
     tile = Layout((128, (64, 2)), (64, (1, 128 * 64)), Swizzle(3, 3, 3))
     assert words_of(tile, 2) == Layout((128, (32, 2)), (32, (1, 128 * 32)), Swizzle(3, 2, 3))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mlir_tile import layout as ours
-from mlir_tile.layout import Layout
+from mlir_tile.algebra import operations, words
+from mlir_tile.algebra.layout import Layout
 
 EXAMPLES = int(os.environ.get("ALGEBRA_EXAMPLES", "300"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -88,10 +88,10 @@ def agree(operation, *arguments, oracle_arguments=None, needs_complement_of=None
     except (AssertionError, ZeroDivisionError, ValueError):
         event("undefined in CuTe")
         with pytest.raises(ValueError):
-            getattr(ours, operation)(*arguments)
+            getattr(operations, operation)(*arguments)
         return
     event("defined")
-    result = getattr(ours, operation)(*arguments)
+    result = getattr(operations, operation)(*arguments)
     expected = from_pycute(expected)
     assert result == expected, (str(result), str(expected))
     if result.size <= 4096:
@@ -102,7 +102,7 @@ def agree(operation, *arguments, oracle_arguments=None, needs_complement_of=None
 @given(layouts(max_rank=4))
 def test_coalesce(a):
     agree("coalesce", a)
-    result = ours.coalesce(a)
+    result = operations.coalesce(a)
     if a.size <= 4096:
         assert values(result) == values(a)  # the same function
 
@@ -160,11 +160,11 @@ def test_zipped_and_tiled_product_by_mode(a, tilers):
     oracle = (to_pycute(a), tuple(to_pycute(t) for t in tilers))
     for operation in ("zipped_product", "tiled_product"):
         try:  # each tiled mode's product takes that mode's complement
-            for mode in ours._modes(a)[:len(tilers)]:
+            for mode in operations._modes(a)[:len(tilers)]:
                 from_pycute(pycute.complement(to_pycute(mode)))
         except (AssertionError, ZeroDivisionError, ValueError):
             with pytest.raises(ValueError):
-                getattr(ours, operation)(a, tilers)
+                getattr(operations, operation)(a, tilers)
             continue
         agree(operation, a, tilers, oracle_arguments=oracle)
 
@@ -190,20 +190,20 @@ def test_blocked_and_raked_product(block, tiler):
             expected = from_pycute(_zip_by_definition(to_pycute(block), to_pycute(tiler), block_first))
         except (AssertionError, ZeroDivisionError, ValueError):
             with pytest.raises(ValueError):
-                getattr(ours, operation)(block, tiler)
+                getattr(operations, operation)(block, tiler)
             continue
-        result = getattr(ours, operation)(block, tiler)
+        result = getattr(operations, operation)(block, tiler)
         assert result == expected and result.rank == max(block.rank, tiler.rank)
 
 
 def test_cute_documentation_examples():
     parse = Layout.parse
-    assert str(ours.composition(parse("(6,2):(8,2)"), parse("(4,3):(3,1)"))) == "((2,2),3):((24,2),8)"
-    assert str(ours.complement(parse("(2,2):(1,6)"), 24)) == "(3,2):(2,12)"
-    assert str(ours.logical_divide(parse("(4,2,3):(2,1,8)"), parse("4:2"))) == "((2,2),(2,3)):((4,1),(2,8))"
-    assert str(ours.logical_product(parse("(2,2):(4,1)"), parse("6:1"))) == "((2,2),(2,3)):((4,1),(2,8))"
-    assert str(ours.blocked_product(parse("(2,5):(5,1)"), parse("(3,4):(1,3)"))) == "((2,3),(5,4)):((5,10),(1,30))"
-    assert str(ours.raked_product(parse("(2,5):(5,1)"), parse("(3,4):(1,3)"))) == "((3,2),(4,5)):((10,5),(30,1))"
+    assert str(operations.composition(parse("(6,2):(8,2)"), parse("(4,3):(3,1)"))) == "((2,2),3):((24,2),8)"
+    assert str(operations.complement(parse("(2,2):(1,6)"), 24)) == "(3,2):(2,12)"
+    assert str(operations.logical_divide(parse("(4,2,3):(2,1,8)"), parse("4:2"))) == "((2,2),(2,3)):((4,1),(2,8))"
+    assert str(operations.logical_product(parse("(2,2):(4,1)"), parse("6:1"))) == "((2,2),(2,3)):((4,1),(2,8))"
+    assert str(operations.blocked_product(parse("(2,5):(5,1)"), parse("(3,4):(1,3)"))) == "((2,3),(5,4)):((5,10),(1,30))"
+    assert str(operations.raked_product(parse("(2,5):(5,1)"), parse("(3,4):(1,3)"))) == "((3,2),(4,5)):((10,5),(30,1))"
 
 
 def test_rank_one_text_is_cutes():
@@ -214,10 +214,10 @@ def test_rank_one_text_is_cutes():
 
 def test_a_swizzle_stays_outside_what_composition_and_divide_keep():
     tile = Layout.parse("Sw<3,2,3> o (8,64):(64,1)")
-    band = ours.composition(tile, (None, Layout.parse("16:1")))
+    band = operations.composition(tile, (None, Layout.parse("16:1")))
     assert band.swizzle == tile.swizzle and str(band) == "Sw<3,2,3> o (8,16):(64,1)"
     assert values(band) == [tile.offset(i % 8, i // 8) for i in range(8 * 16)]
-    divided = ours.zipped_divide(tile, (Layout.parse("8:1"), Layout.parse("16:1")))
+    divided = operations.zipped_divide(tile, (Layout.parse("8:1"), Layout.parse("16:1")))
     assert divided.swizzle == tile.swizzle and divided.sizes == (128, 4)
 
 
@@ -231,11 +231,11 @@ def test_a_swizzle_stays_outside_what_composition_and_divide_keep():
 ])
 def test_undefined_inputs_are_value_errors_that_say_why(operation, arguments, message):
     with pytest.raises(ValueError, match=message):
-        getattr(ours, operation)(*[Layout.parse(a) for a in arguments])
+        getattr(operations, operation)(*[Layout.parse(a) for a in arguments])
 
 
-@pytest.mark.parametrize("function", [ours.coalesce, ours.complement, ours.right_inverse, ours.left_inverse,
-                                      ours.make_layout, ours.unpack_b32, ours.pack_b16_as_b32])
+@pytest.mark.parametrize("function", [operations.coalesce, operations.complement, operations.right_inverse, operations.left_inverse,
+                                      operations.make_layout, words.unpack_b32, words.pack_b16_as_b32])
 def test_the_algebra_takes_layout_text_and_refuses_what_is_no_layout(function):
     assert function(Layout.parse("(4,8):(8,1)")) == function("(4,8):(8,1)")
     for junk in (5, None, 1.5, ["(4,8):(8,1)"]):
@@ -243,8 +243,8 @@ def test_the_algebra_takes_layout_text_and_refuses_what_is_no_layout(function):
             function(junk)
 
 
-@pytest.mark.parametrize("function", [ours.composition, ours.logical_divide, ours.logical_product,
-                                      ours.zipped_divide, ours.tiled_divide, ours.blocked_product, ours.raked_product])
+@pytest.mark.parametrize("function", [operations.composition, operations.logical_divide, operations.logical_product,
+                                      operations.zipped_divide, operations.tiled_divide, operations.blocked_product, operations.raked_product])
 def test_binary_operations_take_layout_text_on_either_side(function):
     assert function("(8,8):(1,8)", "2:1") == function(Layout.parse("(8,8):(1,8)"), Layout.parse("2:1"))
     with pytest.raises(ValueError):

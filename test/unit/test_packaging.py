@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PURE = ["layout", "contract", "targets", "address_plan", "coverage", "tiled", "fragments", "banks", "synthesize", "widen", "reference", "pipeline_text",
-        "halves", "ptx", "runtime", "cli", "testing.difftest_runner", "tools.commands", "kernels", "kernels.gemm",
+PURE = ["algebra.layout", "contract", "isa.targets", "isa.atoms", "isa.tma", "isa.wgmma", "isa.fp8", "isa.halves",
+        "models.address_plan", "models.coverage", "models.banks", "models.widen", "models.reference", "tiling.tiled",
+        "tiling.fragments", "tiling.synthesize", "tiling.byte_transpose", "compiler.pipeline_text", "compiler.cli",
+        "runtime", "runtime.ptx", "testing.difftest_runner", "tools.commands", "kernels", "kernels.gemm",
         "kernels.flash_attention", "kernels.epilogues", "kernels.library", "kernels.command_line", "kernels.ship"]
 
 

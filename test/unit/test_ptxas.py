@@ -9,8 +9,8 @@ import pytest
 from mlir import ir
 
 from mlir_tile.builder import Kernel, transfer
-from mlir_tile.compile import compile_to_ptx
-from mlir_tile.ptx import cubin_of_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
+from mlir_tile.runtime.ptx import cubin_of_ptx
 
 REPEATS = [(), (2,), (2, 3)]
 COMBINATIONS = list(itertools.product(["ldmatrix", "stmatrix"], [1, 2, 4], [False, True], ["warp", "warpgroup"],

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from mlir import ir
 
 from mlir_tile.contract import ContractError
-from mlir_tile.pipeline import run_pipeline
+from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import transfers
-from mlir_tile.reference import emulate, ldmatrix_warp, stmatrix_warp
+from mlir_tile.models.reference import emulate, ldmatrix_warp, stmatrix_warp
 from mlir_tile.tools.driver import Session
 from test_verifier_pass import kernel_text
 

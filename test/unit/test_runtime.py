@@ -7,7 +7,7 @@ import types
 import pytest
 
 from mlir_tile.runtime import Runtime, torch_stream
-from mlir_tile.tma import Box
+from mlir_tile.isa.tma import Box
 
 
 class _Tensor:
@@ -55,7 +55,7 @@ def test_a_store_map_whose_rows_are_not_whole_16_byte_chunks_is_refused(columns,
 
 
 def test_a_store_map_of_whole_chunks_passes_the_store_rule():
-    from mlir_tile.tma import check_store_rows
+    from mlir_tile.isa.tma import check_store_rows
 
     for columns, element_bits in ((120, 16), (4, 32), (16, 8), (2, 64), (8, 16)):
         check_store_rows(columns, element_bits)

@@ -53,7 +53,7 @@ def test_launch_round_trips_numpy_arrays(runtime):
 
 
 def test_cubin_assembled_by_nvjitlink_runs(runtime):
-    from mlir_tile.ptx import cubin_of_ptx
+    from mlir_tile.runtime.ptx import cubin_of_ptx
 
     major, minor = runtime.device.compute_capability
     module = runtime.load_cubin(cubin_of_ptx(SCALE_PTX, f"sm_{major}{minor}"), name="scale_cubin")
@@ -314,7 +314,7 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
     k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
     from mlir_tile.kernels import gemm
-    from mlir_tile.halves import decode
+    from mlir_tile.isa.halves import decode
 
     config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
     a, b = gemm.inputs(m, n, depth)  # fp16 bit patterns

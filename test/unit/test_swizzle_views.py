@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlir_tile import contract
-from mlir_tile.layout import Layout, Swizzle
-from mlir_tile.reference import emulate, ldmatrix_warp
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.models.reference import emulate, ldmatrix_warp
 
 REGISTERS = "((2,2),8,4):((1,2),4@laneid,1@laneid)"
 TILES = [(64, 32, Swizzle(3, 2, 3)), (32, 64, Swizzle(3, 2, 3)), (64, 16, Swizzle(2, 2, 3)), (32, 8, Swizzle(1, 2, 3)),

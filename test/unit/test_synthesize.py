@@ -6,9 +6,9 @@ import itertools
 import pytest
 
 from mlir_tile import contract
-from mlir_tile.banks import transfer_wavefronts
-from mlir_tile.layout import Layout, Swizzle, laneid
-from mlir_tile.synthesize import Tile, synthesize, writer_wavefronts
+from mlir_tile.models.banks import transfer_wavefronts
+from mlir_tile.algebra.layout import Layout, Swizzle, laneid
+from mlir_tile.tiling.synthesize import Tile, synthesize, writer_wavefronts
 
 TILES = [Tile(rows, columns, bits) for bits, rows, columns in itertools.product(
     (16,), (16, 64, 128), (16, 32, 64, 128, 256))] + [Tile(rows, columns, 8) for rows, columns in
@@ -42,7 +42,7 @@ def test_known_answers(tile, swizzle):
 
 
 def test_an_unswizzled_128_byte_row_tile_is_8_way_conflicted():
-    from mlir_tile.synthesize import Choice, _cost
+    from mlir_tile.tiling.synthesize import Choice, _cost
 
     wavefronts, minimum = _cost(Tile(64, 64), Choice(None, 32, 0, 0), writer=False)
     assert wavefronts == 8 * minimum
@@ -60,7 +60,7 @@ def test_the_block_layout_addresses_the_rows_the_cost_counts(tile):
 
 
 def test_the_command_line(capsys):
-    from mlir_tile.synthesize import main
+    from mlir_tile.tiling.synthesize import main
 
     assert main(["64", "64"]) == 0
     out = capsys.readouterr().out
@@ -77,7 +77,7 @@ def test_the_command_line(capsys):
 def test_any_address_function_is_costed_like_a_choice():
     """What benchmarks/triton_comparison.py relies on: another tool's layout, given as (row, word) -> word
     offset, is costed exactly as the same layout given as a Choice."""
-    from mlir_tile.synthesize import Choice, block_wavefronts, writer_wavefronts
+    from mlir_tile.tiling.synthesize import Choice, block_wavefronts, writer_wavefronts
 
     tile = Tile(64, 64)
     for choice in (Choice(None, 32, 0, 0), Choice(Swizzle(3, 2, 3), 32, 0, 0), Choice(Swizzle(2, 2, 3), 32, 0, 0)):

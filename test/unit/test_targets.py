@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 
 
 def llc_path() -> str:

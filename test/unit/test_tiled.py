@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from mlir_tile.fragments import fragment_element
-from mlir_tile.layout import Layout, Swizzle
-from mlir_tile.reference import emulate
-from mlir_tile.synthesize import Tile, synthesize
-from mlir_tile.tiled import tiled_mma_m16n8k16
+from mlir_tile.tiling.fragments import fragment_element
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.models.reference import emulate
+from mlir_tile.tiling.synthesize import Tile, synthesize
+from mlir_tile.tiling.tiled import tiled_mma_m16n8k16
 
 CONFIGS = [((2, 2), (128, 128, 32), "kn"), ((2, 2), (128, 128, 32), "nk"), ((1, 4), (64, 128, 64), "kn"),
            ((4, 1), (128, 32, 16), "nk"), ((2, 2), (128, 128, 64), "kn", "k-block-major A")]
@@ -130,7 +130,7 @@ def test_each_warps_own_transfer_does_its_part_of_the_ctas(config):
 def test_s8_fragments_hold_the_bytes_the_isa_tables_say(warps, tile):
     """m16n8k32 (s8): A and B (N x K) transfers cover their tiles, and every byte of every lane's registers is the
     one the PTX ISA's m16n8k32 fragment tables put there."""
-    from mlir_tile.tiled import tiled_mma_m16n8k32
+    from mlir_tile.tiling.tiled import tiled_mma_m16n8k32
 
     (wm, wn), (bm, bn, bk) = warps, tile
     def words(rows, count):

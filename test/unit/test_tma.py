@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlir_tile.layout import Layout, Swizzle
-from mlir_tile.reference import tma_box_write
-from mlir_tile.synthesize import Tile, synthesize
-from mlir_tile.tma import ALIGNMENT, Box, TmaMismatch, box_for
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.models.reference import tma_box_write
+from mlir_tile.tiling.synthesize import Tile, synthesize
+from mlir_tile.isa.tma import ALIGNMENT, Box, TmaMismatch, box_for
 
 DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
@@ -170,7 +170,7 @@ def test_tma_load_returns_the_box_the_host_encodes():
 def test_the_reference_store_clips_rows_exactly_and_columns_in_whole_chunks():
     """[tma-store-chunks] as the model holds it (the GPU bundle checks the H100 against it): a matrix of 10
     halves a row (20 bytes) in rows of 32 bytes: a box over its last column writes bytes 16-31, past byte 20."""
-    from mlir_tile.reference import tma_box_store
+    from mlir_tile.models.reference import tma_box_store
 
     destination = np.zeros((4, 32), np.uint8)
     box = np.arange(1, 2 * 32 + 1, dtype=np.uint8).reshape(2, 32)

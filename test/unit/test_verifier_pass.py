@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile.contract import aligned_for
-from mlir_tile.diagnostics import PipelineFailure
-from mlir_tile.pipeline import run_pipeline
+from mlir_tile.compiler.diagnostics import PipelineFailure
+from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.testing.random_transfers import transfers
 from mlir_tile.tools.driver import Session
 

@@ -8,12 +8,12 @@ import random
 import numpy as np
 import pytest
 
-from mlir_tile.atoms import wgmma
-from mlir_tile.layout import Layout, Swizzle
-from mlir_tile.reference import wgmma_accumulator_position, wgmma_operand
+from mlir_tile.isa.atoms import wgmma
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.models.reference import wgmma_accumulator_position, wgmma_operand
 from mlir_tile.testing.wgmma_operands import random_tile
-from mlir_tile.tma import ALIGNMENT, Box
-from mlir_tile.wgmma import Descriptor, WgmmaMismatch, descriptor_for
+from mlir_tile.isa.tma import ALIGNMENT, Box
+from mlir_tile.isa.wgmma import Descriptor, WgmmaMismatch, descriptor_for
 
 DTYPES = {8: np.uint8, 16: np.uint16}
 
@@ -120,7 +120,7 @@ def test_fp8_atoms_read_32_elements_of_k_and_16_bit_atoms_16():
 
 
 def test_an_f16_accumulator_is_the_next_products_register_a_in_its_own_thread():
-    from mlir_tile.atoms import accumulators_as_a
+    from mlir_tile.isa.atoms import accumulators_as_a
 
     slots = accumulators_as_a(wgmma(64, "f16"), wgmma(128, "bf16"))
     # K step s: a0 (row l/4, columns 2(l%4)..) is n8 block 2s's c0 c1, a1 its c2 c3, a2 and a3 block 2s + 1's
@@ -131,7 +131,7 @@ def test_16_bit_a_keeps_the_accumulators_order_and_8_bit_a_takes_fa3s():
     """An 8-bit A register holds 4 adjacent columns where an accumulator thread holds 2 and 2 eight further on:
     in the order that keeps every value in its thread, per 32 columns j = e + 2q + 8h + 16g -> e + 2h + 4q + 16g
     (FlashAttention-3's fp8 P), in which A's slots are a thread's c0 c1 c4 c5 (row r), c2 c3 c6 c7 (row r + 8)."""
-    from mlir_tile.atoms import a_key_order, accumulators_as_a
+    from mlir_tile.isa.atoms import a_key_order, accumulators_as_a
 
     assert a_key_order(wgmma(64, "f16"), wgmma(128, "bf16")) is None
     order = a_key_order(wgmma(128, "e4m3"), wgmma(64, "e4m3"))
@@ -144,7 +144,7 @@ def test_16_bit_a_keeps_the_accumulators_order_and_8_bit_a_takes_fa3s():
 
 def test_an_8_bit_a_register_would_need_a_shuffle():
     """... in the accumulators' own order."""
-    from mlir_tile.atoms import accumulators_as_a
+    from mlir_tile.isa.atoms import accumulators_as_a
 
     with pytest.raises(ValueError, match=r"A's element \(0, 4\) of thread 1 is accumulator slot 0 of thread 2: e4m3 "
                                          r"needs a shuffle"):

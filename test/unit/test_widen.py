@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from mlir_tile.contract import ContractError, parse_opcode
-from mlir_tile.reference import emulate
+from mlir_tile.models.reference import emulate
 from mlir_tile.testing.random_transfers import transfers
-from mlir_tile.widen import widen_layouts
+from mlir_tile.models.widen import widen_layouts
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -36,7 +36,7 @@ def test_a_widened_transfer_does_what_the_written_one_does(case, seed):
 
 
 def test_the_spec_example_becomes_one_x4():
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     opcode, registers, shared = widen_layouts("ldmatrix.sync.aligned.m8n8.x2.shared.b16",
                                               Layout.parse("(2,2,8,4):(8,2,4@laneid,1@laneid)"),
@@ -51,7 +51,7 @@ def test_widened_agrees_with_the_whole_contract(case):
     """`widened` checks only the shape and the per-coordinate rules; the whole contract on the wider layouts,
     with the same operands, must give the same verdict."""
     from mlir_tile import contract
-    from mlir_tile.widen import widened
+    from mlir_tile.models.widen import widened
 
     transfer = contract.verdict(contract.Query.of_layouts(case.opcode, case.register_layout, case.shared_layout, register_slots=case.slots,
                                         shared_words=case.words, scope=case.scope, block_size=(case.threads, 1, 1))).require()

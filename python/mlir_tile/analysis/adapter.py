@@ -15,6 +15,7 @@ from mlir_tile import contract
 from mlir_tile.dialect import OP_NAME
 from mlir_tile.dialect.tile import MatrixTransferOp
 from mlir_tile.analysis.ir_facts import FactCache
+from mlir_tile.analysis.uniformity import divergence
 
 
 def transfer_ops(root: ir.Operation) -> list[MatrixTransferOp]:
@@ -50,7 +51,7 @@ def transfer_verdict(
         block_size=facts.block_size(operation),
         # host code: a [target] error. A warp's transfer may sit under a branch that differs between warps
         # (warp specialization), a warpgroup's under one that differs between warpgroups, a block's under none
-        divergence=facts.divergence(operation, op.scope if op.scope in ("warp", "warpgroup") else "cta")
+        divergence=divergence(facts, operation, op.scope if op.scope in ("warp", "warpgroup") else "cta")
         if place.device_code else None,
         device_code=place.device_code,
         static_shared_bytes=facts.static_shared_bytes(operation),

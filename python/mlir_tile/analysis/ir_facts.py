@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from mlir import ir
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.contract import Operand
 
 _SPACE_NAMES = {"workgroup": "shared", "private": "private", "global": "global"}
@@ -346,8 +346,8 @@ class FactCache:
         """`uniformities`: the analyses of a function that grows between runs (a builder's kernel, function ->
         Uniformity), each extended to the ops added since instead of redone; by default one per run."""
         self._symbol_tables: dict = {}
-        self._uniformity: dict = uniformities if uniformities is not None else {}
-        self._growing = uniformities is not None
+        self.uniformities: dict = uniformities if uniformities is not None else {}  # (`uniformity.divergence`'s)
+        self.growing = uniformities is not None
         self._operands: dict = {}
         self._static_shared: dict = {}
         self._targets: dict = {}
@@ -417,25 +417,6 @@ class FactCache:
         if module not in self._targets:
             self._targets[module] = target_facts(op)
         return self._targets[module]
-
-    def divergence(self, op: ir.Operation, span: str) -> str | None:
-        """Why `op` might run on some lanes of a warp only, or (spanning a "warpgroup" or the "cta") on some
-        warps of it only (None: every lane of every warp runs it), from one uniformity analysis per function. An op directly in the
-        body of a single-block kernel needs none: no branch or loop can leave lanes behind."""
-        from mlir_tile.analysis.uniformity import Uniformity, is_kernel
-
-        op = op.operation
-        function = self.place(op).function
-        if function is not None and op.parent == function and is_kernel(function) and \
-                len(function.regions[0].blocks) == 1:
-            return None
-        if function is None:
-            return "it is not inside a kernel or a gpu.launch body"
-        if function not in self._uniformity:
-            self._uniformity[function] = Uniformity(function)
-        elif self._growing:
-            self._uniformity[function].extend()
-        return self._uniformity[function].divergence_reason(op, span)
 
 
 FUNCTION_OPS = ("gpu.func", "func.func", "llvm.func")

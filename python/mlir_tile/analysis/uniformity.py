@@ -29,7 +29,8 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_tile.contract import WARP_SIZE
-from mlir_tile.analysis.ir_facts import BLOCK_SIZE_ATTRIBUTES, FUNCTION_OPS, constant_int, defining_op, memory_space
+from mlir_tile.analysis.ir_facts import (BLOCK_SIZE_ATTRIBUTES, FUNCTION_OPS, FactCache, constant_int, defining_op,
+                                         memory_space)
 
 _DIVERGENT_SOURCES = {
     "gpu.thread_id", "gpu.lane_id", "gpu.global_id",
@@ -295,3 +296,22 @@ def _at(op: ir.Operation) -> str:
     if location.is_a_file():
         return f" (at {location.filename}:{location.start_line}:{location.start_col})"
     return ""
+
+
+def divergence(facts: FactCache, op: ir.Operation, span: str) -> str | None:
+    """Why `op` might run on some lanes of a warp only, or (spanning a "warpgroup" or the "cta") on some
+    warps of it only (None: every lane of every warp runs it), from one uniformity analysis per function, kept
+    in `facts` (a growing kernel's extended to the ops added since). An op directly in the body of a
+    single-block kernel needs none: no branch or loop can leave lanes behind."""
+    op = op.operation
+    function = facts.place(op).function
+    if function is not None and op.parent == function and is_kernel(function) and \
+            len(function.regions[0].blocks) == 1:
+        return None
+    if function is None:
+        return "it is not inside a kernel or a gpu.launch body"
+    if function not in facts.uniformities:
+        facts.uniformities[function] = Uniformity(function)
+    elif facts.growing:
+        facts.uniformities[function].extend()
+    return facts.uniformities[function].divergence_reason(op, span)

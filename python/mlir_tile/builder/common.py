@@ -10,7 +10,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.analysis.ir_facts import memory_space
 
 WORKGROUP = "#gpu.address_space<workgroup>"

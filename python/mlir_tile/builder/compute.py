@@ -8,13 +8,13 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, math, memref, nvvm, scf, vector
 
 from mlir_tile import contract
-from mlir_tile.atoms import MmaAtom
+from mlir_tile.isa.atoms import MmaAtom
 from mlir_tile.builder import asynchrony
 from mlir_tile.builder.common import (BuilderError, caller_location, location_text, check_visible, count, enclosing_blocks, is_int,
                                       kernel_analyses, memref_value, parse_type, typed_value)
 from mlir_tile.dialect import load_dialect
 from mlir_tile.dialect.tile import MatrixTransferOp
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 from mlir_tile.analysis.adapter import transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
 
@@ -81,7 +81,7 @@ class Compute:
         by default. Every attribute of nvvm.mma.sync is set (the bindings abort the process when the
         multiplicand types are left to inference)."""
         if not isinstance(atom, MmaAtom):
-            raise BuilderError(f"mma: an MmaAtom (mlir_tile.atoms.MMA_M16N8K16, MMA_M16N8K32), got {atom!r}")
+            raise BuilderError(f"mma: an MmaAtom (mlir_tile.isa.atoms.MMA_M16N8K16, MMA_M16N8K32), got {atom!r}")
         element = atom.elements[0] if element is None else element
         (a_count, b_count, c_count), integer = atom.registers, atom.accumulator == "s32"
         if (element not in atom.elements or not _slots(a_slots, a_count) or not _slots(b_slots, b_count)
@@ -175,7 +175,7 @@ class Compute:
         `target_byte` (each on its swizzle's period, so that the views keep the swizzle in place); each step's
         two ldmatrix.trans, four byte permutes (each lane's selector: `lane_table`) and two stmatrix, the
         transfers checked as any. The stores are generic-proxy writes: `async_proxy_fence` before wgmma reads."""
-        from mlir_tile.byte_transpose import ByteTranspose
+        from mlir_tile.tiling.byte_transpose import ByteTranspose
 
         if not isinstance(plan, ByteTranspose):
             raise BuilderError(f"transpose_bytes: a byte_transpose.ByteTranspose, got {plan!r}")

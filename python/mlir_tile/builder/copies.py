@@ -9,7 +9,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, memref, nvgpu, nvvm, vector
 
 from mlir_tile.builder.common import BuilderError, count, is_int, memref_value, typed_value
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 from mlir_tile.analysis.ir_facts import access_alignment, constant_int, folded_int, upper_bound, value_multiple
 
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async's sizes
@@ -186,7 +186,7 @@ class Copies:
     def _tma_tile(self, what: str, tile) -> "Box":
         """The TMA box whose write `tile` (a rank-2 shared tensor from its memory's start) is, or BuilderError."""
         from mlir_tile.builder.tensor import Tensor
-        from mlir_tile.tma import TmaMismatch, box_for
+        from mlir_tile.isa.tma import TmaMismatch, box_for
 
         if not isinstance(tile, Tensor) or tile.layout is None or tile.rank != 2 or not (is_int(tile.base) and tile.base == 0):
             raise BuilderError(f"[tma-tile] {what}: the tile is a rank-2 shared Tensor through its layout, from its "
@@ -203,7 +203,7 @@ class Copies:
         """(the box, the tile's shared address as an i64, the coordinates innermost first: column, row and the
         matrix of a 3-D map) of a TMA load or store of `tile` at `coordinate`, every fact the instruction needs
         proven: the tile's layout is a box's, its start on the swizzle's repeat, the column on 16 bytes."""
-        from mlir_tile.tma import ALIGNMENT, INNER_COORDINATE_BYTES
+        from mlir_tile.isa.tma import ALIGNMENT, INNER_COORDINATE_BYTES
 
         self._require(what, "nvvm.cp.async.bulk.tensor.shared.cluster.global")
         box = self._tma_tile(what, tile)
@@ -239,7 +239,7 @@ class Copies:
         row's last chunk whole). `[tma-store-coordinate]`: a coordinate the IR fixes to a negative value is
         refused (the hardware's illegal instruction); one it does not fix is the kernel's to keep non-negative
         (the library's are: block and tile indices times tile extents)."""
-        from mlir_tile.tma import check_store_coordinates
+        from mlir_tile.isa.tma import check_store_coordinates
 
         box, start, coordinates = self._tma_box("tma_store", src, tensor_map, coordinate)
         try:
@@ -265,7 +265,7 @@ class Copies:
         """`mbarrier.arrive.expect_tx`: this thread's arrival on mbarrier `index`, the phase also waiting for the
         bytes of `copies` TMA loads of `box` (one arrival of the phase's `arrivals`; several copies: the boxes
         the cluster's CTAs multicast into this one)."""
-        from mlir_tile.tma import Box
+        from mlir_tile.isa.tma import Box
 
         if not isinstance(box, Box):
             raise BuilderError(f"expect_bytes: the tma.Box that tma_load returned, got {box!r}")

@@ -12,7 +12,7 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import arith, gpu, scf
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.builder.common import (ELEMENT_TYPES, KERNEL_ANALYSES, SCALAR_TYPES, BuilderError, caller_location,
                                       check_visible, count, element_type, enclosing_blocks, identifier, is_int,
                                       parse_type, values_in)

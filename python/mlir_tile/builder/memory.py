@@ -8,11 +8,11 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, caller_location, count, identifier, location_text, is_int,
                                       memref_type, memref_value, power_of_two)
 from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
-from mlir_tile.layout import Layout, as_layout
+from mlir_tile.algebra.layout import Layout, as_layout
 from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
 from mlir_tile.analysis.offsets import mode_offset, swizzled
 

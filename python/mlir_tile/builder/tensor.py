@@ -24,7 +24,7 @@ from mlir.dialects import arith
 
 from mlir_tile.builder.common import (BuilderError, check_visible, count, enclosing_blocks, is_int, memref_value,
                                       values_in)
-from mlir_tile.layout import Layout, as_layout
+from mlir_tile.algebra.layout import Layout, as_layout
 
 Integer = int | ir.Value  # an extent, stride or coordinate: static, or an index value
 

@@ -1,5 +1,5 @@
 """Warpgroup MMA (sm_90a): `wgmma.mma_async` on shared tensors, the descriptors derived from their layouts
-and proven (`mlir_tile.wgmma`), the accumulators in registers with their thread-value layout, and the
+and proven (`mlir_tile.isa.wgmma`), the accumulators in registers with their thread-value layout, and the
 asynchrony: a batch is fenced and committed as one group, `wgmma_wait` retires groups."""
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import arith, llvm, memref, nvvm
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.analysis.ir_facts import access_alignment, upper_bound
-from mlir_tile.atoms import WARPGROUP_THREADS, WgmmaAtom
-from mlir_tile.targets import MAX_THREAD_REGISTERS, REGISTER_FILE
+from mlir_tile.isa.atoms import WARPGROUP_THREADS, WgmmaAtom
+from mlir_tile.isa.targets import MAX_THREAD_REGISTERS, REGISTER_FILE
 from mlir_tile.builder.common import BuilderError, is_int, memref_value
-from mlir_tile.tma import ALIGNMENT
-from mlir_tile.wgmma import Descriptor, WgmmaMismatch, descriptor_for
+from mlir_tile.isa.tma import ALIGNMENT
+from mlir_tile.isa.wgmma import Descriptor, WgmmaMismatch, descriptor_for
 
 # the descriptor's major as NVVM's layout attribute: A row-major (M x K, K contiguous) is K-major; B col-major
 # (K x N, K contiguous) is K-major
@@ -77,7 +77,7 @@ class Warpgroups:
         `into`: a Fragment of this atom and size made by an earlier call, written over (a value a loop carries:
         P of one key tile read by the next turn's P V); writing it while a wgmma group reads it is refused
         [wgmma-in-flight]."""
-        from mlir_tile.atoms import a_key_order, accumulators_as_a
+        from mlir_tile.isa.atoms import a_key_order, accumulators_as_a
 
         self._warpgroup_kernel("accumulators_as_a", atom)
         if not isinstance(accumulators, Accumulators):
@@ -245,7 +245,7 @@ class Warpgroups:
     def _warpgroup_kernel(self, what: str, atom=WgmmaAtom) -> None:
         """BuilderError unless the kernel runs wgmma (its chip, whole warpgroups) and `atom` is a WgmmaAtom."""
         if atom is not WgmmaAtom and not isinstance(atom, WgmmaAtom):
-            raise BuilderError(f"[wgmma-atom] {what}: a WgmmaAtom (mlir_tile.atoms.wgmma(n, element)), got {atom!r}")
+            raise BuilderError(f"[wgmma-atom] {what}: a WgmmaAtom (mlir_tile.isa.atoms.wgmma(n, element)), got {atom!r}")
         if self.chip not in targets.WARPGROUP_CHIPS:
             raise BuilderError(f"[wgmma-chip] {what}: warpgroup instructions (wgmma, setmaxnreg) run on "
                                f"{', '.join(sorted(targets.WARPGROUP_CHIPS))} only, the kernel "
@@ -325,7 +325,7 @@ def _k_major(name: str, fields: Descriptor, atom: WgmmaAtom) -> None:
 def _in_key_order(tile, key_order):
     """B's tile (N x K) read with its K in `key_order`: at K position key_order(j), its column j."""
     from mlir_tile.builder.tensor import Tensor
-    from mlir_tile.layout import composition, right_inverse
+    from mlir_tile.algebra.operations import composition, right_inverse
 
     if tile.layout.sizes[1] != key_order.size:
         raise BuilderError(f"[wgmma-operand] wgmma: b's K ({tile.layout.sizes[1]}) is not the register A's "

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.contract.model import (ATTRIBUTES, SCOPES, WARP_SIZE, WARPGROUP_WARPS, ContractError, Opcode,
                                       Query, Rule, Scope, Violation, parse_opcode)
-from mlir_tile.layout import Layout, as_layout
+from mlir_tile.algebra.layout import Layout, as_layout
 
 
 def check_attributes(query: Query) -> list[Violation]:

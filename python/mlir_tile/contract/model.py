@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from mlir_tile.layout import Layout, as_layout
+from mlir_tile.algebra.layout import Layout, as_layout
 
 
 ROWS, WORDS = 8, 4

@@ -3,7 +3,7 @@ origin and static shapes, the chip's limits, and a dynamic region start's alignm
 `Query` and the parsed opcode (which says which operand holds the registers)."""
 from __future__ import annotations
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.contract.model import MAX_LOCAL_BYTES, WORD_BYTES, WORDS, Opcode, Query, Rule, Violation
 
 
@@ -42,7 +42,7 @@ def check_element_types(query: Query, opcode: Opcode) -> list[Violation]:
                                                   f"containers are i32 or f32 (signless): view the buffer as i32"))
         if operand.element_bits != 32:
             hint = ("; expose packed 16-bit storage as b32 words (a memref of i32 over the same bytes, and "
-                    "mlir_tile.layout.pack_b16_as_b32 for its layout)" if operand.element_bits == 16 else "")
+                    "mlir_tile.algebra.layout.pack_b16_as_b32 for its layout)" if operand.element_bits == 16 else "")
             found.append(Violation(Rule.OPERANDS, f"{role} has element type {operand.element_type}; both operands "
                                                   f"use 32-bit containers (i32 or f32), each holding two b16 "
                                                   f"elements{hint}"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from mlir_tile.contract.model import ROWS, WORDS, Rule, Transfer, Violation, tuple_text
-from mlir_tile.layout import Layout, ThreadStride
+from mlir_tile.algebra.layout import Layout, ThreadStride
 
 
 def mode_strides(layout: Layout) -> Iterable[tuple[int, object]]:

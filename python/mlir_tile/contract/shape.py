@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from mlir_tile.contract.model import MAX_REGISTERS, ROWS, WORDS, Opcode, Rule, Scope, Violation, tuple_text as _t
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 
 
 def check_shape(opcode: Opcode, scope: Scope, registers: Layout, shared: Layout) -> list[Violation]:

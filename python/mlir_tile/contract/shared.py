@@ -7,7 +7,7 @@ from typing import Iterable
 
 from mlir_tile.contract.model import ROW_BYTES, WORD_BYTES, WORDS, Rule, Transfer, Violation
 from mlir_tile.contract.registers import mode_strides
-from mlir_tile.layout import ThreadStride
+from mlir_tile.algebra.layout import ThreadStride
 
 
 def check_shared_row(transfer: Transfer) -> list[Violation]:

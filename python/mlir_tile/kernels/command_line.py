@@ -56,7 +56,7 @@ def main(doc: str, build_module: Callable, run_and_check: Callable[..., tuple[bo
         if getattr(arguments, "emulate", False):
             print(emulate(**own))
         if arguments.demo or arguments.ptx_out:
-            from mlir_tile.compile import compile_to_ptx
+            from mlir_tile.compiler.compile import compile_to_ptx
 
             built = with_build_options(compile_to_ptx(build_module(**build)), build)
             if arguments.ptx_out:

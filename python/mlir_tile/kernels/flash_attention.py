@@ -101,8 +101,8 @@ class Config:
 def tiled(config: Config):
     """S = Q K^T over the 4 x 1 warp grid (K as the N x K operand) and O = P V (V as K x N, with .trans), from
     the tiles' layouts (words, swizzled by `synthesize`)."""
-    from mlir_tile.synthesize import Tile, synthesize
-    from mlir_tile.tiled import tiled_mma_m16n8k16
+    from mlir_tile.tiling.synthesize import Tile, synthesize
+    from mlir_tile.tiling.tiled import tiled_mma_m16n8k16
 
     def tile(rows, columns):
         shape = Tile(rows, columns)
@@ -137,8 +137,8 @@ class _Attention:
         from mlir_tile import contract
         from mlir_tile.builder.schedule import KeyTiles, QueryTiles, StageRing
         from mlir_tile.builder.tensor import local_tile
-        from mlir_tile.fragments import c_as_a_operand
-        from mlir_tile.layout import unpack_b32
+        from mlir_tile.tiling.fragments import c_as_a_operand
+        from mlir_tile.algebra.words import unpack_b32
 
         self.k, self.config = k, config
         self.scores, self.output = tiled(config)
@@ -557,7 +557,7 @@ def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
     log-sum-exp within 1e-3 (Hopper's: `hopper_attention.run_and_check`, `sms` a persistent grid's CTAs)."""
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 
     config = configure(dtype, head_dim, causal, tuned, arch, config)
@@ -588,7 +588,7 @@ def emulate(config: Config = Config(), seq: int = 96, causal: bool = True) -> st
     S from them; the online softmax as the kernel computes it; P's A fragment built from S's accumulators by
     `fragments.c_as_a_operand` and read back through the A table; O through stmatrix, against numpy.
     AssertionError otherwise."""
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode, encode
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode, encode
 
     config = replace(config, causal=causal)
     scores, output = tiled(config)
@@ -629,7 +629,7 @@ def _padded(matrix, count):  # zero rows past the sequence, as the copies' zero-
 
 
 def _fragments(config: Config, transfer, words):  # each thread's registers after one transfer, by the ISA model
-    from mlir_tile.reference import emulate as run_transfer
+    from mlir_tile.models.reference import emulate as run_transfer
 
     return run_transfer(transfer.opcode, transfer.registers, transfer.shared,
                         np.zeros((config.threads, transfer.slots), np.uint32), words, "cta", transfer.shared_offset)
@@ -637,8 +637,8 @@ def _fragments(config: Config, transfer, words):  # each thread's registers afte
 
 def _emulated_q(config: Config, scores, q_tile):
     """Each warp's query rows, as its A fragments hold them (each element checked against the A table)."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.reference import b16_half, b16_tile_words
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.models.reference import b16_half, b16_tile_words
 
     m_blocks = scores.m_blocks
     q_regs = _fragments(config, scores.a.whole, b16_tile_words(scores.a.tile, q_tile))
@@ -656,7 +656,7 @@ def _emulated_q(config: Config, scores, q_tile):
 def _emulated_kv(config: Config, scores, output, k_tile, v_tile):
     """Per warp, (K^T, V) of a key tile as the warp's B fragments hold them (K as the N x K operand, V with
     .trans), each element checked against the B table."""
-    from mlir_tile.reference import b16_tile_words
+    from mlir_tile.models.reference import b16_tile_words
 
     k_words, v_words = b16_tile_words(scores.b.tile, k_tile), b16_tile_words(output.b.tile, v_tile)
     k_regs = [_fragments(config, scores.b.k_block(block), k_words) for block in range(scores.b.k_blocks)]
@@ -668,8 +668,8 @@ def _emulated_kv(config: Config, scores, output, k_tile, v_tile):
 
 def _b_matrix(tiled_mma, registers, warp: int, source, name: str):
     """The (k x n) B matrix a warp's fragments hold, block by block; `source(k, n)` the element they must."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.reference import b16_half
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.models.reference import b16_half
 
     n_blocks = tiled_mma.n_blocks
     matrix = np.zeros((16 * len(registers), 8 * n_blocks), np.uint16)
@@ -685,8 +685,8 @@ def _b_matrix(tiled_mma, registers, warp: int, source, name: str):
 def _p_fragment(config: Config, p, element: str):
     """P's A fragment of a warp: each lane packs its own accumulators (the c32 table) by c_as_a_operand's plan,
     read back through the A table."""
-    from mlir_tile.fragments import c_as_a_operand, fragment_element
-    from mlir_tile.halves import encode
+    from mlir_tile.tiling.fragments import c_as_a_operand, fragment_element
+    from mlir_tile.isa.halves import encode
 
     m_blocks = p.shape[0] // 16
     p_warp = np.zeros((16 * m_blocks, config.keys), np.uint16)
@@ -703,9 +703,9 @@ def _p_fragment(config: Config, p, element: str):
 
 def _emulated_o(config: Config, output, result, queries: int):
     """O's first `queries` rows as stmatrix of the packed (c16) registers leaves them in the tile."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.layout import unpack_b32
-    from mlir_tile.reference import emulate as run_transfer
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.algebra.words import unpack_b32
+    from mlir_tile.models.reference import emulate as run_transfer
 
     d, m_blocks = config.head_dim, output.m_blocks
     packed = np.zeros((config.threads, output.c.whole.slots), np.uint32)
@@ -723,7 +723,7 @@ def _emulated_o(config: Config, output, result, queries: int):
 
 
 def add_options(parser) -> tuple[str, ...]:
-    from mlir_tile.halves import ELEMENTS
+    from mlir_tile.isa.halves import ELEMENTS
 
     parser.add_argument("--dtype", choices=(*ELEMENTS, "e4m3"), default="f16",
                         help="q's, k's, v's and O's element type (default f16; e4m3 with --arch sm_90a: O in bf16)")

@@ -17,7 +17,7 @@ the PTX as built (`python -m mlir_tile.kernels.gemm --ptx-out g.ptx --dtype bf16
 The default `Config`: one CTA of 4 warps (2 x 2, 64 x 64 each) computes a 128 x 128 tile of C (CTAs in
 groups of 8 tile rows, for L2), walking K in 32-wide k-tiles through a 4-stage cp.async pipeline in dynamic
 shared memory (64 KiB). Per k16 block: the fragments of the next block by one ldmatrix.x4 / ldmatrix.x4.trans
-transfer each (the CTA layouts of `mlir_tile.tiled`, from the algebra; two register buffers), and 32
+transfer each (the CTA layouts of `mlir_tile.tiling.tiled`, from the algebra; two register buffers), and 32
 mma.sync m16n8k16 on this block's; at a k-tile's first block, the copies of the k-tile three ahead (CuTe's
 TiledCopy: 16-byte chunks, one base address per thread and immediate offsets, rows and columns past the
 matrix zero-filled); before its last, the wait for the next k-tile and a barrier. CTAs inside M and N run
@@ -129,8 +129,8 @@ DEFAULT = Config()
 def tiled_mma(config: Config = DEFAULT):
     """The CTA's transfers from the shared tiles' layouts (in 32-bit words; `synthesize` picks each tile's
     swizzle so that every ldmatrix, stmatrix and 16-byte copy phase is conflict-free)."""
-    from mlir_tile.synthesize import Tile, synthesize
-    from mlir_tile.tiled import tiled_mma_m16n8k16
+    from mlir_tile.tiling.synthesize import Tile, synthesize
+    from mlir_tile.tiling.tiled import tiled_mma_m16n8k16
 
     def tile(rows, columns):
         shape = Tile(rows, columns)
@@ -175,7 +175,7 @@ class _Gemm:
         from mlir_tile import contract
         from mlir_tile.builder.schedule import SplitK, StageRing, TileOrder
         from mlir_tile.builder.tensor import in_units
-        from mlir_tile.layout import unpack_b32
+        from mlir_tile.algebra.words import unpack_b32
 
         self.k, self.element, self.config, self.chip, self.epilogue = k, element, config, chip, epilogue
         self.tiled = tiled = tiled_mma(config)
@@ -430,7 +430,7 @@ class _Gemm:
         in 16-byte rows: in `parts` bands of rows, one warp row's each (then the region holds one band: bm *
         bn / parts elements), only the elements at or past `origin` (a persistent kernel's tile moved back
         inside M and N: the rest are the tiles' before it) and inside M and N."""
-        from mlir_tile.layout import Layout
+        from mlir_tile.algebra.layout import Layout
 
         k, tiled, config, parts = self.k, self.tiled, self.config, self.parts
         place = self.cC.domain_offset(first).partition(tiled.accumulator_coordinates())
@@ -924,7 +924,7 @@ def _described(value) -> str:
 
 def inputs(m: int, n: int, depth: int, seed: int = 5, element: str = "f16") -> tuple[np.ndarray, np.ndarray]:
     """A (M x K) and B (K x N) of uniform values in [-1, 1) as `element` bit patterns (uint16: numpy has no bf16)."""
-    from mlir_tile.halves import encode
+    from mlir_tile.isa.halves import encode
 
     rng = np.random.default_rng(seed)
     return encode(rng.uniform(-1, 1, (m, depth)), element), encode(rng.uniform(-1, 1, (depth, n)), element)
@@ -934,7 +934,7 @@ def check(c: np.ndarray, a: np.ndarray, b: np.ndarray, element: str = "f16") -> 
     """C, A and B as `element` bit patterns: the rounding of the fp32 product to `element` (half an ulp) plus
     fp32 accumulation in another order than numpy's (K terms of at most 1: 1e-5 * K absolute), with a factor
     2 of room on the rounding."""
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
 
     exact = decode(a, element) @ decode(b, element)
     error = np.abs(decode(c, element) - exact)
@@ -976,7 +976,7 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") ->
     in shared words by their layouts, every transfer (A, B by ldmatrix, C by stmatrix) run by the ISA model
     with each lane's fragments checked against the PTX ISA's tables, the mma.sync products from those
     fragments, and C read back through the C tile's layout against numpy. AssertionError otherwise."""
-    from mlir_tile.halves import decode
+    from mlir_tile.isa.halves import decode
 
     tiled = tiled_mma(config)
     (wm, wn), depth = config.warps, k_tiles * config.bk
@@ -995,9 +995,9 @@ def emulate(config: Config = DEFAULT, k_tiles: int = 2, element: str = "f16") ->
 def _emulated_fragments(config: Config, tiled, a, b, columns):
     """Per warp, the (A, B) matrices its lanes' fragments of one k-tile hold, by the ISA model's transfers,
     each element checked against the PTX ISA's fragment tables."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.reference import b16_half, b16_tile_words
-    from mlir_tile.reference import emulate as run_transfer
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.models.reference import b16_half, b16_tile_words
+    from mlir_tile.models.reference import emulate as run_transfer
 
     (wm, wn), threads = config.warps, config.threads
     b_source = b[columns] if config.b_major == "kn" else np.ascontiguousarray(b.T)[:, columns]
@@ -1030,8 +1030,8 @@ def _emulated_fragments(config: Config, tiled, a, b, columns):
 
 def _packed(config: Config, tiled, accumulators, element: str):
     """Each thread's packed C registers (the ISA's c16 pairs) from the warps' accumulator matrices."""
-    from mlir_tile.fragments import fragment_element
-    from mlir_tile.halves import encode
+    from mlir_tile.tiling.fragments import fragment_element
+    from mlir_tile.isa.halves import encode
 
     (wm, wn) = config.warps
     packed = np.zeros((config.threads, tiled.c.whole.slots), np.uint32)
@@ -1051,8 +1051,9 @@ def _emulated_c(config: Config, tiled, packed):
     """C as the kernel's stmatrix leaves it in shared memory, read back through the C tile's layout: one
     CTA-wide transfer, or (persistent) in bands of rows through a region of one band, each warp of the band
     its own transfer on a subview at its start, the band read back by its own layout."""
-    from mlir_tile.layout import Layout, unpack_b32
-    from mlir_tile.reference import emulate as run_transfer
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.algebra.words import unpack_b32
+    from mlir_tile.models.reference import emulate as run_transfer
 
     t, layout, (wm, wn) = tiled.c.whole, unpack_b32(tiled.c.tile), config.warps
     if not config.persistent:
@@ -1076,7 +1077,7 @@ def _emulated_c(config: Config, tiled, packed):
 
 
 def add_options(parser) -> tuple[str, ...]:
-    from mlir_tile.halves import ELEMENTS
+    from mlir_tile.isa.halves import ELEMENTS
 
     parser.add_argument("--dtype", choices=ELEMENTS + ("e4m3",), default="f16",
                         help="A's, B's and C's element type (default f16; e4m3: A and B, C bf16, with --arch sm_90a "

@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass, fields
 
 from mlir_tile.kernels.hopper_gemm import BARRIER_BYTES, check_shared, output_element, raised_registers
-from mlir_tile.targets import SHARED_RESERVED_BYTES, max_shared_bytes, sm_shared_bytes
+from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, max_shared_bytes, sm_shared_bytes
 
 KERNEL = "attention"
 LOG2E = 1.4426950408889634
@@ -317,14 +317,14 @@ class HopperAttentionConfig:
 
 def _swizzle(config: HopperAttentionConfig):
     """The 128-byte swizzle on elements of the config's type (TMA's and wgmma's)."""
-    from mlir_tile.tma import Box
+    from mlir_tile.isa.tma import Box
 
     return Box(8, config.box_columns, 8 * config.element_bytes, ROW_BYTES).layout.swizzle
 
 
 def _boxed(rows: int, config: HopperAttentionConfig):
     """A rows x d tile (row, column) as TMA writes boxes of rows x 128 bytes side by side, swizzled."""
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     width = config.box_columns
     return Layout((rows, (width, config.head_dim // width)), (width, (1, rows * width)), _swizzle(config))
@@ -337,8 +337,9 @@ def tiles(config: HopperAttentionConfig) -> dict:
     as the producer writes it from the staged V tile ("v_staged", K's layout), each key k at column
     key_order(k) of its row, the order in which P's registers hold the keys (`atoms.a_key_order`), so that
     wgmma reads it through that order K-major."""
-    from mlir_tile.atoms import a_key_order, wgmma
-    from mlir_tile.layout import Layout, composition
+    from mlir_tile.isa.atoms import a_key_order, wgmma
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.algebra.operations import composition
 
     kv, q = _boxed(config.keys, config), _boxed(config.rows, config)
     layouts = {"q": q, "q_band": _band(q), "k": kv, **_o_tiles(config)}
@@ -354,7 +355,7 @@ def _o_tiles(config: HopperAttentionConfig) -> dict:
     """O's tile (rows x d, 16-bit, `hopper_gemm.stored_tile`): a consumer's 64 rows of it ("o", the TMA stores'
     boxes) and of its words from its first ("o_band", what its stmatrix writes)."""
     from mlir_tile.kernels.hopper_gemm import stored_tile
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     tile = stored_tile(config.rows, config.head_dim, O_BOX_COLUMNS)
     return {"o": _band(tile["c"]), "o_band": tile["c_band"]}
@@ -362,7 +363,7 @@ def _o_tiles(config: HopperAttentionConfig) -> dict:
 
 def _band(tile):
     """A consumer's 64 rows of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c further."""
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
 
@@ -371,8 +372,8 @@ def _band(tile):
 def transposition(config: HopperAttentionConfig):
     """fp8: the staged V tile (keys x d bytes) rewritten as V^T in P's key order (`byte_transpose`), each word
     layout proven to hold its tile's bytes."""
-    from mlir_tile.byte_transpose import byte_transpose
-    from mlir_tile.layout import words_of
+    from mlir_tile.tiling.byte_transpose import byte_transpose
+    from mlir_tile.algebra.words import words_of
 
     layouts = tiles(config)
     return byte_transpose(words_of(layouts["v_staged"], 4), words_of(layouts["v_t"], 4), layouts["key_order"])
@@ -386,7 +387,7 @@ def o_stores(config: HopperAttentionConfig) -> list:
 def _boxes_at(layout, element_bits: int, columns: int) -> list:
     """A tile's TMA boxes of `columns` columns (`tma.column_boxes`): per box, (its first element in the tile,
     its first column, the box), the column read off the layout at that element."""
-    from mlir_tile.tma import column_boxes
+    from mlir_tile.isa.tma import column_boxes
 
     first_columns = {layout.offset(0, column): column for column in range(layout.sizes[1])}
     return [(offset, first_columns[offset], box) for offset, box in column_boxes(layout, element_bits, columns)]
@@ -419,7 +420,7 @@ class _HopperAttention:
     def __init__(self, k, config: HopperAttentionConfig):
         from mlir.dialects import arith
 
-        from mlir_tile.atoms import wgmma
+        from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d = k, config, config.head_dim
@@ -869,7 +870,7 @@ class _HopperAttention:
 
         from mlir_tile.builder import transfer
         from mlir_tile.kernels.hopper_gemm import packed_slot
-        from mlir_tile.tiled import tiled_store_c
+        from mlir_tile.tiling.tiled import tiled_store_c
 
         k, config, out = self.k, self.config, output_element(self.config.element)
         band = tiled_store_c(4, self.tiles["o_band"])
@@ -1042,7 +1043,7 @@ def _inputs(config: HopperAttentionConfig, shape: tuple, rng) -> tuple[list, lis
     (descale = max |x| / 448), the values descaled."""
     import numpy as np
 
-    from mlir_tile import fp8, halves
+    from mlir_tile.isa import fp8, halves
 
     if not config.fp8:
         raw = [halves.encode(rng.uniform(-1, 1, shape), config.element) for _ in range(3)]
@@ -1067,7 +1068,7 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads
     items)."""
     import numpy as np
 
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
     from mlir_tile.kernels.flash_attention import reference
     from mlir_tile.runtime import Runtime
 

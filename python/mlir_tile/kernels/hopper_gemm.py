@@ -2,7 +2,7 @@
 into 128-byte-swizzled stages completing on mbarriers, wgmma reading them through descriptors derived from
 the stages' layouts, the accumulators (after an optional epilogue) packed and stored by stmatrix into a
 swizzled C tile, and TMA stores of it. No address is computed by hand: tiles are layouts, TMA boxes and wgmma
-descriptors are derived from them and proven (`mlir_tile.tma`, `mlir_tile.wgmma`), the stmatrix transfer is
+descriptors are derived from them and proven (`mlir_tile.isa.tma`, `mlir_tile.isa.wgmma`), the stmatrix transfer is
 checked by the contract and the C tile proven to be the TMA stores' boxes (`tma.column_boxes`).
 
 f16 or bf16 in, fp32 accumulate, the input type out; or fp8 e4m3 in, scaled per tensor or per row, bf16 out
@@ -39,7 +39,7 @@ import functools
 from dataclasses import dataclass
 
 from mlir_tile.kernels.epilogues import Choice, Epilogue
-from mlir_tile.targets import REGISTER_FILE, max_shared_bytes
+from mlir_tile.isa.targets import REGISTER_FILE, max_shared_bytes
 
 KERNEL = "gemm"
 ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
@@ -233,8 +233,8 @@ def tiles(config: HopperConfig) -> dict:
     B [K, N]: boxes of BK rows by 64 columns side by side (MN-major for wgmma); C: boxes of BM rows by 64
     columns side by side. fp8 B [K, N] (`transposed`): "b_staging" (K x N: boxes of BK rows by 128 bytes side
     by side, as TMA writes them) and "b" as B [N, K]'s, which the transposer writes."""
-    from mlir_tile.layout import Layout
-    from mlir_tile.tma import Box
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.isa.tma import Box
 
     swizzle = Box(64, SWIZZLE_COLUMNS, 16, 128).layout.swizzle
     boxes_of = config.bn // SWIZZLE_COLUMNS
@@ -255,8 +255,9 @@ def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> 
     """A 16-bit rows x columns tile as TMA stores read it ("c": boxes of rows x `box_columns` side by side,
     128-byte swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one warpgroup's
     64 rows of those words from its first word ("c_band"), proven to be every 64-row band's layout."""
-    from mlir_tile.layout import Layout, words_of
-    from mlir_tile.tma import Box
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.algebra.words import words_of
+    from mlir_tile.isa.tma import Box
 
     swizzle, boxes_of = Box(64, box_columns, 16, 128).layout.swizzle, columns // box_columns
     c = Layout((rows, (box_columns, boxes_of)), (box_columns, (1, rows * box_columns)), swizzle)
@@ -274,8 +275,8 @@ def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> 
 def transposition(config: HopperConfig):
     """fp8 B [K, N]'s k-tile rewritten K-major: `byte_transpose` of the staging tile's words into B's, each
     word layout proven to hold its tile's bytes."""
-    from mlir_tile.byte_transpose import byte_transpose
-    from mlir_tile.layout import words_of
+    from mlir_tile.tiling.byte_transpose import byte_transpose
+    from mlir_tile.algebra.words import words_of
 
     layouts = tiles(config)
     return byte_transpose(words_of(layouts["b_staging"], 4), words_of(layouts["b"], 4))
@@ -285,7 +286,7 @@ def transposition(config: HopperConfig):
 def boxes(config: HopperConfig):
     """The TMA boxes of A, B and C whose tensor maps the kernel takes: those its tiles' layouts prove (a tile
     of several boxes side by side: the first's, all alike; B's: a cluster CTA's part of one)."""
-    from mlir_tile.tma import box_for, column_boxes
+    from mlir_tile.isa.tma import box_for, column_boxes
 
     layouts = tiles(config)
     return {"a": box_for(layouts["a"], config.element_bits), "b": b_parts(config)[0][1],
@@ -298,7 +299,7 @@ def b_parts(config: HopperConfig) -> list:
     rank 0's part of each of the tile's boxes (B [N, K]: one box; [K, N]: one per 64 columns), rank r's
     r x the part's rows further down the box (rows and elements): the box's rows split in `cluster` bands,
     each band proven to be a box's layout from its first element."""
-    from mlir_tile.tma import Box, box_for, column_boxes
+    from mlir_tile.isa.tma import Box, box_for, column_boxes
 
     layouts = tiles(config)
     whole = ([(0, box_for(layouts["b"], config.element_bits))] if config.b_major == "nk" else
@@ -356,7 +357,7 @@ class _HopperGemm:
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
         from mlir.dialects import arith
 
-        from mlir_tile.atoms import wgmma
+        from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import StageRing, TileOrder, TmaPipeline
         from mlir_tile.builder.tensor import ceil_div, in_units
 
@@ -619,8 +620,8 @@ class _HopperGemm:
 
         from mlir_tile.builder import transfer
         from mlir_tile.kernels.gemm import for_each_arm
-        from mlir_tile.tiled import tiled_store_c
-        from mlir_tile.tma import column_boxes
+        from mlir_tile.tiling.tiled import tiled_store_c
+        from mlir_tile.isa.tma import column_boxes
 
         k, config = self.k, self.config
         band = tiled_store_c(4, self.tiles["c_band"])  # 64 rows, one warpgroup's transfer
@@ -680,7 +681,7 @@ class _HopperGemm:
         atom's accumulator layout, each consumer `consumer_rows` further down, the batch 64 x `batch` rows."""
         from mlir.dialects import arith
 
-        from mlir_tile.layout import Layout
+        from mlir_tile.algebra.layout import Layout
 
         rows, columns = self.atom.c.rows, self.atom.c.columns
         consumers, step = self.config.consumers, 0 if self.config.pingpong else self.config.consumer_rows
@@ -945,8 +946,8 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
     integers (exact products and sums), C the bf16 of the product times `fp8_scales`'."""
     import numpy as np
 
-    from mlir_tile import fp8
-    from mlir_tile.halves import UNIT_ROUNDOFF, decode
+    from mlir_tile.isa import fp8
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
     from mlir_tile.kernels.gemm import check, inputs
 
     if element != "e4m3":
@@ -995,7 +996,7 @@ def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str =
         for buffer in matrices + maps:
             buffer.close()
     if config.split_k:
-        from mlir_tile.halves import encode
+        from mlir_tile.isa.halves import encode
 
         c = encode(c.sum(axis=0), output_element(dtype))
     ok, worst = check(c)
@@ -1011,14 +1012,18 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     C boxes read by the TMA store's model: C against numpy. AssertionError otherwise."""
     import numpy as np
 
-    from mlir_tile import byte_transpose, fp8, halves, reference
+    from mlir_tile.tiling import byte_transpose
+
+    from mlir_tile.isa import fp8, halves
+
+    from mlir_tile.models import reference
 
     if config.split_k:
         raise ValueError("hopper gemm: a split-K CTA stores its accumulators as they are (no stmatrix, no TMA "
                          "store): `run_and_check` checks its partials on the GPU")
-    from mlir_tile.tiled import tiled_store_c
-    from mlir_tile.tma import column_boxes
-    from mlir_tile.wgmma import descriptor_for
+    from mlir_tile.tiling.tiled import tiled_store_c
+    from mlir_tile.isa.tma import column_boxes
+    from mlir_tile.isa.wgmma import descriptor_for
 
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
     a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales)  # b: K x N
@@ -1081,6 +1086,6 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
 
 def _as_kn(b):
     """B's (n, k) tile layout as (k, n): the boxes TMA writes are rows of K."""
-    from mlir_tile.layout import Layout
+    from mlir_tile.algebra.layout import Layout
 
     return Layout((b.shape[1], b.shape[0]), (b.stride[1], b.stride[0]), b.swizzle)

@@ -55,7 +55,7 @@ def source_digest() -> str:
 def cache_folder() -> Path | None:
     """Where kernels built here are kept: `kernels/<source_digest>` in mlir-tile's cache (`ptx.cache_directory`:
     MLIR_TILE_CACHE_DIR, else the user's cache folder); None where MLIR_TILE_NO_CACHE turns it off."""
-    from mlir_tile.ptx import cache_directory
+    from mlir_tile.runtime.ptx import cache_directory
 
     root = cache_directory()
     return None if root is None else root / "kernels" / source_digest()
@@ -99,7 +99,7 @@ class KernelLibrary:
             raise KernelNotAvailable(f"the kernel {name} for {self.chip} is not among the kernels this install ships; "
                                      f"install mlir-tile with its compiler extra to build it (pip install "
                                      f"'WHEEL[compiler]', or pip install -e '.[compiler]' in the source tree)")
-        from mlir_tile.compile import compile_to_ptx
+        from mlir_tile.compiler.compile import compile_to_ptx
 
         ptx = compile_to_ptx(build())
         if cached is not None:

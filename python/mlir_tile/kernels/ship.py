@@ -25,7 +25,7 @@ def kernels(chip: str) -> list:
 
 def _build(job: tuple[str, str, str]) -> str:
     folder, chip, name = job
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     build = dict(kernels(chip))[name]
     target = Path(folder) / chip / f"{name}.ptx"

@@ -17,11 +17,11 @@ from mlir import ir
 from mlir.dialects import arith, memref
 
 from mlir_tile.builder import Kernel, transfer
-from mlir_tile.compile import compile_to_ptx
+from mlir_tile.compiler.compile import compile_to_ptx
 from mlir_tile.contract import ContractError, aligned_for, parse_opcode
-from mlir_tile.reference import emulate
+from mlir_tile.models.reference import emulate
 from mlir_tile.testing.random_transfers import RandomTransfer, random_transfer
-from mlir_tile.widen import widen_layouts
+from mlir_tile.models.widen import widen_layouts
 
 MAX_SHARED_WORDS = 8192  # 32 KiB: below the 48 KiB of static shared memory a kernel may declare
 
@@ -107,7 +107,7 @@ def draw_cases(count: int, seed: int) -> list[RandomTransfer]:
 
 
 def widened(case: RandomTransfer) -> RandomTransfer | None:
-    """The case issued as fewer, wider instructions (mlir_tile.widen), when that exists and is legal."""
+    """The case issued as fewer, wider instructions (mlir_tile.models.widen), when that exists and is legal."""
     layouts = widen_layouts(case.opcode, case.register_layout, case.shared_layout, 1 if case.scope != "warp" else 0)
     if layouts is None:
         return None

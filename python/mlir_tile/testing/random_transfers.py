@@ -15,8 +15,10 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from mlir_tile import contract, targets
-from mlir_tile.layout import Layout, Swizzle, ThreadStride
+from mlir_tile import contract
+
+from mlir_tile.isa import targets
+from mlir_tile.algebra.layout import Layout, Swizzle, ThreadStride
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_tile.tma import INNER_COORDINATE_BYTES, Box, check_store_coordinates
+from mlir_tile.isa.tma import INNER_COORDINATE_BYTES, Box, check_store_coordinates
 
 NARROW = [Box(16, row_bytes * 8 // bits, bits, span) for span in (32, 64, 128) for row_bytes in (16, 32, 64)
           if row_bytes < span for bits in (8, 16, 32, 64)]  # every narrow row of every swizzle and element size
@@ -130,7 +130,7 @@ def build_multicast_module(box: Box = MULTICAST_BOX):
 
 
 def build(folder: Path) -> None:
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     folder.mkdir(parents=True, exist_ok=True)
     for box in BOXES:
@@ -154,7 +154,7 @@ def box_values(matrix: np.ndarray, box: Box, row: int, column: int) -> np.ndarra
 def expected(matrix: np.ndarray, box: Box, row: int, column: int, image: np.ndarray | None = None) -> np.ndarray:
     """What the reference model's TMA write leaves in the box's shared image (`image`'s bytes before it, zeros
     by default), as the kernel copies it out (in the matrix's elements)."""
-    from mlir_tile.reference import tma_box_write
+    from mlir_tile.models.reference import tma_box_write
 
     shared = (np.zeros(box.shared_bytes, np.uint8) if image is None else
               np.ascontiguousarray(image).view(np.uint8).copy())
@@ -233,7 +233,7 @@ def _store_once(runtime, module, box: Box, allocation: np.ndarray, columns: int,
     """One store of a random image at (row, column) into a device copy of `allocation` whose first `columns`
     are the matrix: (the allocation after, the model's), the map encoded for stores or, `store_map` False, as
     for a load (what [tma-store-chunks] refuses). Refusals raise ValueError before the launch."""
-    from mlir_tile.reference import tma_box_read, tma_box_store
+    from mlir_tile.models.reference import tma_box_read, tma_box_store
 
     check_store_coordinates([column, row])  # (the coordinates are the kernel's arguments: checked here)
     image = rng.integers(0, 2**32, box.shared_bytes // 4, dtype=np.uint32)

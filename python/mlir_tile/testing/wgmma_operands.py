@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_tile import fp8
-from mlir_tile.atoms import WGMMA_ELEMENTS, wgmma
-from mlir_tile.layout import Layout
-from mlir_tile.tma import ALIGNMENT, Box, swizzle_on_elements
+from mlir_tile.isa import fp8
+from mlir_tile.isa.atoms import WGMMA_ELEMENTS, wgmma
+from mlir_tile.algebra.layout import Layout
+from mlir_tile.isa.tma import ALIGNMENT, Box, swizzle_on_elements
 
 WINDOW = 48 * 1024  # the dynamic shared window the kernels fill (48 KiB: no opt-in attribute needed)
 A_REGION = 16 * 1024  # descriptors: A reads below this, B at or above it
@@ -86,7 +86,7 @@ def draw_descriptor(rng: random.Random, major: str, element_bits: int, rows: int
     Unswizzled: LBO and SBO any multiples of 16 (core matrices may overlap: the reads are the test), the start
     any. Swizzled by W: the start on the repeat (plus, K-major, a K step of 32 bytes inside a row), the strides
     multiples of the repeat (K-major's LBO, unused, anything)."""
-    from mlir_tile.wgmma import Descriptor
+    from mlir_tile.isa.wgmma import Descriptor
 
     while True:
         width = rng.choice([0, 32, 64, 128])
@@ -270,7 +270,7 @@ def _run_chain_case(runtime, folder: Path, case: dict, data: np.random.Generator
 def build(folder: Path, seed: int = 0, layouts: int = 120, chains: int = 30) -> dict:
     """The descriptor kernels, `layouts` random tile kernels and `chains` SS-then-RS kernels (their cases in
     layouts.json)."""
-    from mlir_tile.compile import compile_to_ptx
+    from mlir_tile.compiler.compile import compile_to_ptx
 
     folder.mkdir(parents=True, exist_ok=True)
     for kernel in DESCRIPTOR_KERNELS:
@@ -287,7 +287,7 @@ def build(folder: Path, seed: int = 0, layouts: int = 120, chains: int = 30) -> 
 
 
 def _expected_from_descriptors(image: np.ndarray, element: str, majors, n: int, a_bits: int, b_bits: int) -> np.ndarray:
-    from mlir_tile.reference import wgmma_accumulator_position, wgmma_operand
+    from mlir_tile.models.reference import wgmma_accumulator_position, wgmma_operand
 
     bits = WGMMA_ELEMENTS[element]
     a = as_float(wgmma_operand(image, a_bits, majors[0] == "K", bits, 64), element)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from mlir import ir
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 from mlir_tile.dialect import make_context
-from mlir_tile.diagnostics import Diag, PipelineFailure
+from mlir_tile.compiler.diagnostics import Diag, PipelineFailure
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 MAX_NESTING = 1000  # brackets inside brackets; the MLIR parser recurses per level and overflows its stack near 4,000

@@ -172,7 +172,7 @@ class Runtime:
                    matrix_stride_bytes: int | None = None, *, store: bool = False) -> np.ndarray:
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
-        of 16) in boxes of `box` (`mlir_tile.tma.Box`: its extents, element size and swizzle mode), elements
+        of 16) in boxes of `box` (`mlir_tile.isa.tma.Box`: its extents, element size and swizzle mode), elements
         past the matrix read as zeros: to copy to the device (64-byte aligned, as allocations are) and pass.
         `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over a stack of such matrices,
         its box one matrix's (a box stops at its matrix's last row). `store`: a map TMA stores write through,
@@ -180,7 +180,7 @@ class Runtime:
         the rows and columns past the matrix alone only then, since it writes a row's last chunk whole."""
         import ctypes
 
-        from mlir_tile.tma import check_store_rows
+        from mlir_tile.isa.tma import check_store_rows
 
         if store:
             check_store_rows(shape[-1], box.element_bits)

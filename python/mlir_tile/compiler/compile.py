@@ -12,11 +12,11 @@ from typing import NamedTuple
 from mlir import ir
 from mlir.dialects.gpu import ObjectAttr
 
-from mlir_tile import targets
-from mlir_tile.diagnostics import Diag, PipelineFailure
+from mlir_tile.isa import targets
+from mlir_tile.compiler.diagnostics import Diag, PipelineFailure
 from mlir_tile.passes.registry import TILE_TO_PTX
-from mlir_tile.pipeline import run_pipeline
-from mlir_tile.ptx import CompileError, cubin_of_ptx
+from mlir_tile.compiler.pipeline import run_pipeline
+from mlir_tile.runtime.ptx import CompileError, cubin_of_ptx
 
 _PTX_TARGET = re.compile(r"^\.target\s+(sm_\w+)", re.M)
 PYTHON_MODULE = "<python module>"  # how errors name a module that was built in Python, not read from a file

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from mlir_tile import targets
+from mlir_tile.isa import targets
 
 ELF_MAGIC = b"\x7fELF"
 _CACHE_FORMAT = "mlir-tile cubin 1"

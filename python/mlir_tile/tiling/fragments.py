@@ -10,8 +10,8 @@ written out in `fragment_element` so that tests can check every lane and registe
 """
 from __future__ import annotations
 
-from mlir_tile.atoms import LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, STMATRIX_X4
-from mlir_tile.layout import Layout, Swizzle
+from mlir_tile.isa.atoms import LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, STMATRIX_X4
+from mlir_tile.algebra.layout import Layout, Swizzle
 
 
 def mma_m16n8k16_a(pitch: int, swizzle: Swizzle | None = None) -> tuple[Layout, Layout]:

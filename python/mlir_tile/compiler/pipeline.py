@@ -7,11 +7,11 @@ import re
 
 from mlir import ir, passmanager
 
-from mlir_tile.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
+from mlir_tile.compiler.diagnostics import PIPELINE_LOCATION, Diag, PipelineFailure
 from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.passes.registry import Step
 from mlir_tile.passes.remarks import take as take_reports
-from mlir_tile.pipeline_text import parse_element, split_elements
+from mlir_tile.compiler.pipeline_text import parse_element, split_elements
 
 def expand(elements: list) -> list:
     """Named pipelines replaced by their elements, recursively, and tile passes given as text turned into

@@ -4,7 +4,7 @@ Given a row-major tile (rows x columns of 16-bit or 8-bit elements), the transfe
 16x16 b16 blocks, or 16x32 byte blocks, one ldmatrix/stmatrix.x4 each, in mma order, `.trans` or not; every
 block of the tile) and a writer that fills it with 16-byte vectors along the rows (as cp.async and TMA do:
 lane t of a warp writes chunk t, 8 lanes a phase), `synthesize` returns a shared layout under which every one
-of them is conflict-free by `mlir_tile.banks`, trying the least memory first: swizzles `Sw<B,2,S>` (no extra
+of them is conflict-free by `mlir_tile.models.banks`, trying the least memory first: swizzles `Sw<B,2,S>` (no extra
 memory), then row paddings; or, when none is conflict-free, the one with the fewest wavefronts, saying so.
 
 An x4 in mma order reads (or, stmatrix, writes) the same 32 rows with or without `.trans` (which only
@@ -18,11 +18,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from mlir_tile.banks import matrix_wavefronts
-from mlir_tile.cli import quiet_on_closed_pipe
-from mlir_tile.atoms import MMA_ORDER
-from mlir_tile.layout import Layout, Swizzle, composition, make_layout, tiled_divide
-from mlir_tile.targets import max_shared_bytes
+from mlir_tile.models.banks import matrix_wavefronts
+from mlir_tile.compiler.cli import quiet_on_closed_pipe
+from mlir_tile.isa.atoms import MMA_ORDER
+from mlir_tile.algebra.layout import Layout, Swizzle
+from mlir_tile.algebra.operations import composition, make_layout, tiled_divide
+from mlir_tile.isa.targets import max_shared_bytes
 
 WORD_BYTES, CHUNK_WORDS = 4, 4
 
@@ -162,11 +163,11 @@ def synthesize(tile: Tile, writer: bool = True, k_block_major: bool = False) -> 
 
 @quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mlir_tile.synthesize ROWS COLUMNS [--bits 8] [--no-writer]`: the layout, what it costs, and the
+    """`python -m mlir_tile.tiling.synthesize ROWS COLUMNS [--bits 8] [--no-writer]`: the layout, what it costs, and the
     shared layout of the tile's x4 block transfers."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mlir_tile.synthesize", description=main.__doc__.split(": ")[0])
+    parser = argparse.ArgumentParser(prog="python -m mlir_tile.tiling.synthesize", description=main.__doc__.split(": ")[0])
     parser.add_argument("rows", type=int)
     parser.add_argument("columns", type=int, help="elements a row")
     parser.add_argument("--bits", type=int, default=16, choices=(8, 16), help="element bits (16: f16/bf16, 8: s8/u8)")

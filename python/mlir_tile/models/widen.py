@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 
 from mlir_tile import contract
-from mlir_tile.layout import Layout, make_layout
+from mlir_tile.algebra.layout import Layout
+from mlir_tile.algebra.operations import make_layout
 
 
 def widen_layouts(opcode: str, registers: Layout, shared: Layout, group_rank: int):

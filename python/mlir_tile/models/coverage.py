@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from mlir_tile.contract import WORDS, Transfer
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 
 
 class CoverageError(ValueError):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from mlir_tile.layout import Layout, Swizzle, as_layout
+from mlir_tile.algebra.layout import Layout, Swizzle, as_layout
 
 SWIZZLE_BYTES = (0, 32, 64, 128)  # the modes: none, 32B, 64B, 128B
 MAX_BOX = 256  # elements along each dimension of a box

@@ -4,7 +4,7 @@
 An MMA atom is one mma.sync: its shape, element types and the layouts of A, B and C. A copy atom is one warp's
 ldmatrix or stmatrix of four 8x8 b16 matrices: its opcode, its registers' layout (`REGISTERS_X4`), the order
 its matrices take in a 16 x 16 block (`MMA_ORDER`, `NK_ORDER`: what makes the block one mma operand) and the
-layout of the block's elements it moves. The tiled mma (`mlir_tile.tiled`) spreads an MMA atom over a warp
+layout of the block's elements it moves. The tiled mma (`mlir_tile.tiling.tiled`) spreads an MMA atom over a warp
 grid and blocks and its operands' copy atoms over the shared tiles, the builder's `Kernel.mma` issues an MMA
 atom and `transfer` a tiled copy atom's layouts, and the tests check every lane and value of each layout
 against the PTX ISA's fragment tables (`fragments.fragment_element`): a new instruction is a new atom.
@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from mlir_tile.layout import Layout, Swizzle, composition, laneid
+from mlir_tile.algebra.layout import Layout, Swizzle, laneid
+
+from mlir_tile.algebra.operations import composition
 
 
 class ThreadValues(NamedTuple):
@@ -129,7 +131,7 @@ COPY_ATOMS = (LDMATRIX_X4, STMATRIX_X4, LDMATRIX_X4_TRANS, LDMATRIX_X4_NK)
 @dataclass(frozen=True)
 class WgmmaAtom:
     """One `wgmma.mma_async.sync.aligned.m64n<N>k<K>` of a warpgroup (128 threads): A (64 x K) and B (N x K)
-    read from shared memory through descriptors (`mlir_tile.wgmma`), D (64 x N, f32) in registers, `c` its
+    read from shared memory through descriptors (`mlir_tile.isa.wgmma`), D (64 x N, f32) in registers, `c` its
     thread-value layout: (thread of the warpgroup, value) -> (row, column)."""
     element: str  # f16, bf16 (K 16) or e4m3, e5m2 (K 32)
     shape: tuple[int, int, int]  # (64, N, K)
@@ -180,7 +182,8 @@ def a_key_order(accumulating: WgmmaAtom, multiplying: WgmmaAtom):
     columns of a row, in order, fill its A values of that row, in order: FlashAttention-3's fp8 P, whose
     partner B (V) must then hold its K in the same order). ValueError where that order is not one permutation
     for every thread, or not a layout."""
-    from mlir_tile.layout import Layout, coalesce
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.algebra.operations import coalesce
 
     (_, n, _), k = accumulating.shape, multiplying.shape[2]
     if n % k:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlir_tile import contract
-from mlir_tile.layout import Layout
+from mlir_tile.algebra.layout import Layout
 
 LANES = 32
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlir_tile.layout import Layout, as_layout
-from mlir_tile.tma import swizzle_bytes_of, swizzle_on_elements
+from mlir_tile.algebra.layout import Layout, as_layout
+from mlir_tile.isa.tma import swizzle_bytes_of, swizzle_on_elements
 
 MODE_BITS = {0: 0, 128: 1, 64: 2, 32: 3}  # swizzle bytes -> the descriptor's bits 62-63
 FIELD_BYTES = 1 << 18  # start, LBO and SBO are 14-bit counts of 16 bytes

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_tile import contract
-from mlir_tile.banks import transfer_wavefronts
-from mlir_tile.layout import Layout, laneid, warpid
+from mlir_tile.models.banks import transfer_wavefronts
+from mlir_tile.algebra.layout import Layout, laneid, warpid
 
 STEP_ROWS, STEP_WORDS, WARPS = 16, 16, 4  # a warp's step: 16 rows of K by 16 words (64 bytes) of N
 LOAD = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
@@ -113,7 +113,7 @@ def _offsets(tile: Layout):
 
 def emulate(transpose: ByteTranspose, source_words: np.ndarray, target_words: np.ndarray, selectors=None) -> np.ndarray:
     """The target's words after every step on the reference model (ldmatrix, prmt, stmatrix)."""
-    from mlir_tile import reference
+    from mlir_tile.models import reference
 
     selectors = selectors or transpose.selectors
     target = target_words.copy()
@@ -144,7 +144,7 @@ def _selectors(plan: ByteTranspose) -> tuple:
     """Each lane's prmt selector for P's and Q's words: from the model, which (k, n) each byte of X and Y
     holds (loads of tiles tagged with k, then with n) and which (n, k) each byte of P's and Q's words must
     hold (where stmatrix puts them); ValueError where a lane's selector differs between its registers."""
-    from mlir_tile import reference
+    from mlir_tile.models import reference
 
     loads, stores, step, source, target = plan.loads, plan.stores, plan.steps[0], plan.source, plan.target
 

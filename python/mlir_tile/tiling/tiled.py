@@ -4,7 +4,7 @@ derived by CuTe's algebra from the shared tiles' layouts, each with its coverage
 m16n8k32 (s8/u8) A and B.
 
 Shared tiles are given in 32-bit words, as (rows, words) layouts (a swizzle allowed, from
-`mlir_tile.synthesize`): A is BM x BK halves (row-major), B either K x N (row-major [K, N]: read with
+`mlir_tile.tiling.synthesize`): A is BM x BK halves (row-major), B either K x N (row-major [K, N]: read with
 `.trans`) or N x K (the weight of `torch.nn.functional.linear`, attention's K: read without it), C is BM x BN
 halves (written with stmatrix after packing). Warp `w` is (n = w % WN, m = w // WN). Each operand is one
 `scope = "cta"` transfer of all warps over the whole k-tile (`whole`), or one per k16 block (`k_block(k)`, a
@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir_tile import contract
-from mlir_tile.atoms import (LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, MMA_M16N8K16, MMA_M16N8K32, STMATRIX_X4,
+from mlir_tile.isa.atoms import (LDMATRIX_X4, LDMATRIX_X4_NK, LDMATRIX_X4_TRANS, MMA_M16N8K16, MMA_M16N8K32, STMATRIX_X4,
                              CopyAtom, MmaAtom)
-from mlir_tile.coverage import Coverage, prove_coverage
-from mlir_tile.layout import Layout, composition, make_layout, tiled_divide, warpid
+from mlir_tile.models.coverage import Coverage, prove_coverage
+from mlir_tile.algebra.layout import Layout, warpid
+from mlir_tile.algebra.operations import composition, make_layout, tiled_divide
 
 
 

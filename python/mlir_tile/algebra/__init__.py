@@ -1,0 +1,1 @@
+"""The layout algebra (CuTe's notation and operations)."""

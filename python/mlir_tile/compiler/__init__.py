@@ -1,0 +1,1 @@
+"""The compiler's drivers: pass pipelines, PTX from a module, diagnostics, command-line helpers."""

@@ -1,0 +1,1 @@
+"""Models of the hardware: the reference ISA model, shared-memory banks, coverage, address plans, widening."""
