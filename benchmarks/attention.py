@@ -22,13 +22,10 @@ import random
 import sys
 from pathlib import Path
 
-from torch_timing import clock_and_power, library, load_example, profile_launches, sustained_interleaved, sustained_rate
+from torch_timing import clock_and_power, library, profile_launches, sustained_interleaved, sustained_rate
+from mlir_tile.kernels.flash import launch as flash_launch, sm80 as flash_sm80, sm80_tiles as flash_tiles
 
 CHECKED = 120
-
-
-def _example():
-    return load_example("attention")
 
 
 def build(directory: Path) -> None:
@@ -37,8 +34,8 @@ def build(directory: Path) -> None:
     from mlir_tile.kernels.ship import ship
 
     ship(directory / "attention", chips=("sm_90",))
-    for config in _example().measured_kernels():
-        (directory / "attention" / "sm_90" / f"{config}.ptx").write_text(compile_to_ptx(_example().build_module(config)))
+    for config in flash_tiles.measured_kernels():
+        (directory / "attention" / "sm_90" / f"{config}.ptx").write_text(compile_to_ptx(flash_sm80.build_module(config)))
 
 
 def _reference(q, k, v, causal):
@@ -54,12 +51,11 @@ def check(directory: Path) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example = _example()
     rng = random.Random(7)
     failures, worst = [], 0.0
     with Runtime() as runtime:
-        attentions = [example.Attention(library(runtime, directory / "attention"))] + [
-            example.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in example.SHAPES]
+        attentions = [flash_launch.Attention(library(runtime, directory / "attention"))] + [
+            flash_launch.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in flash_tiles.SHAPES]
         attention = attentions[0]
         for trial in range(CHECKED):
             batch, heads = rng.randint(1, 3), rng.randint(1, 4)
@@ -120,13 +116,13 @@ def clocks(directory: Path) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example, (batch, heads, seq), d = _example(), PROFILED, 128
+    (batch, heads, seq), d = PROFILED, 128
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16) for _ in range(3))
     flop, report = 4 * batch * heads * seq * seq * d, {}
     with Runtime() as runtime:
-        ours = {"default": example.Attention(library(runtime, directory / "attention"))}
-        ours.update({str(shape): example.Attention(library(runtime, directory / "attention"), {d: shape})
-                     for shape in example.SHAPES})
+        ours = {"default": flash_launch.Attention(library(runtime, directory / "attention"))}
+        ours.update({str(shape): flash_launch.Attention(library(runtime, directory / "attention"), {d: shape})
+                     for shape in flash_tiles.SHAPES})
         calls = {name: (lambda attention=attention: attention(q, k, v)) for name, attention in ours.items()}
         for name, call in {**calls, **_torch_backends(q, k, v, False)}.items():
             report[name] = clock_and_power(lambda: sustained_rate(call, flop))
@@ -140,11 +136,10 @@ def run(directory: Path) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example = _example()
     results = []
     with Runtime() as runtime:
-        default = example.Attention(library(runtime, directory / "attention"))
-        shaped = [example.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in example.SHAPES]
+        default = flash_launch.Attention(library(runtime, directory / "attention"))
+        shaped = [flash_launch.Attention(library(runtime, directory / "attention"), {64: shape, 128: shape}) for shape in flash_tiles.SHAPES]
         for element, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
             for d in (64, 128):
                 for seq in (1024, 4096, 8192):
@@ -153,7 +148,7 @@ def run(directory: Path) -> None:
                         q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
                         flops = 4 * batch * heads * seq * seq * d
                         ours = {name: (lambda attention=attention: attention(q, k, v, causal=causal)) for name, attention
-                                in [("default", default)] + [(str(shape), a) for shape, a in zip(example.SHAPES, shaped)]}
+                                in [("default", default)] + [(str(shape), a) for shape, a in zip(flash_tiles.SHAPES, shaped)]}
                         anchors = _torch_backends(q, k, v, causal)
                         seconds, conditions = sustained_interleaved({**ours, **anchors})
                         row = {"element": element, "d": d, "seq": seq, "causal": causal, **conditions,
@@ -188,7 +183,7 @@ HOPPER_CASES = [(element, d, seq, causal) for element in ("f16", "bf16") for d i
 def _hopper_variants(d: int, causal: bool, element: str, seq: int) -> dict:
     """{str(shape): config} of HOPPER_SHAPES' kernels at this head dim, mask, element and sequence, as
     `HopperAttention` picks them: those that fit (shared memory), each kernel once."""
-    from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
     variants = {}
     for shape in HOPPER_SHAPES:
@@ -205,16 +200,16 @@ def hopper_build(directory: Path) -> None:
     """Hopper's attention (hopper_attention) for each head dim, mask, element and sequence (`_hopper_variants`,
     and e4m3 at d 128), named as its library names it, into DIR/attention/sm_90."""
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import hopper_attention
+    from mlir_tile.kernels.flash import sm90 as flash_sm90, sm90_tiles as hopper_attention_tiles
 
     folder = directory / "attention" / "sm_90"
     folder.mkdir(parents=True, exist_ok=True)
     configs = {config for element, d, seq, causal in HOPPER_CASES
                for config in _hopper_variants(d, causal, element, seq).values()}
-    configs |= {hopper_attention.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
+    configs |= {hopper_attention_tiles.HopperAttentionConfig.of(128, causal, "e4m3", **shape) for causal in (False, True)
                 for shape in FP8_SHAPES}
     for config in sorted(configs, key=str):
-        (folder / f"{config}.ptx").write_text(compile_to_ptx(hopper_attention.build_module(config)))
+        (folder / f"{config}.ptx").write_text(compile_to_ptx(flash_sm90.build_module(config)))
 
 
 def _fresh(call, like):
@@ -233,7 +228,7 @@ def hopper(directory: Path) -> None:
     output checked against cuDNN's. DIR/attention_hopper.json."""
     import torch
 
-    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.kernels.flash.launch import HopperAttention
     from mlir_tile.kernels.library import KernelLibrary
     from mlir_tile.runtime import Runtime
 
@@ -241,7 +236,7 @@ def hopper(directory: Path) -> None:
     with Runtime() as runtime:
         kernels = library(runtime, directory / "attention")
         paths = {str(shape): HopperAttention(kernels, shape) for shape in HOPPER_SHAPES}
-        sm80_path = _example().Attention(KernelLibrary(runtime))  # the kernels the package ships
+        sm80_path = flash_launch.Attention(KernelLibrary(runtime))  # the kernels the package ships
         for element, d, seq, causal in HOPPER_CASES:
             dtype, batch, heads = {"f16": torch.float16, "bf16": torch.bfloat16}[element], 16384 // seq, 2048 // d
             q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
@@ -324,7 +319,7 @@ def hopper_fp8(directory: Path) -> None:
     DIR/attention_hopper_fp8.json."""
     import torch
 
-    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.kernels.flash.launch import HopperAttention
     from mlir_tile.runtime import Runtime
 
     results = []
@@ -365,7 +360,7 @@ def hopper_launch(directory: Path, which: str) -> None:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from mlir_tile.kernels.hopper_attention import HopperAttention
+    from mlir_tile.kernels.flash.launch import HopperAttention
     from mlir_tile.runtime import Runtime
 
     q, k, v = (torch.randn(*HOPPER_PROFILED, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -408,15 +403,14 @@ def launch(directory: Path, which: str, d: int) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example = _example()
     q, k, v = (torch.randn(*PROFILED, d, device="cuda", dtype=torch.float16) for _ in range(3))
     if which == "flash":
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             torch.nn.functional.scaled_dot_product_attention(q, k, v)
     else:
         with Runtime() as runtime:
-            shape = {} if which == "default" else example.SHAPES[int(which)]
-            example.Attention(library(runtime, directory / "attention"), {d: shape})(q, k, v)
+            shape = {} if which == "default" else flash_tiles.SHAPES[int(which)]
+            flash_launch.Attention(library(runtime, directory / "attention"), {d: shape})(q, k, v)
     torch.cuda.synchronize()
 
 
@@ -424,7 +418,7 @@ def profile(directory: Path) -> None:
     """ncu on one launch of ours (each CTA shape) and of torch's FA2 kernel per head dim: shared-memory
     instructions and wavefronts (ours: ldmatrix.x4, 16-byte cp.async, stmatrix.x4 and 16-byte reads, all
     conflict-free by construction: 4 wavefronts each is the model's minimum), pipes' busy shares, stalls."""
-    shapes, report = _example().SHAPES, []
+    shapes, report = flash_tiles.SHAPES, []
     for d in (64, 128):
         for which in ["default", *map(str, range(len(shapes))), "flash"]:
             entry, = profile_launches([__file__, "launch", str(directory), which, str(d)], "attention|flash_fwd", 1)

@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from torch_timing import (SUSTAINED, clock_and_power, library, load_example, profile_launches, sustained_interleaved,
+from torch_timing import (SUSTAINED, clock_and_power, library, profile_launches, sustained_interleaved,
                           sustained_rate)
+from mlir_tile.kernels.gemm import launch as gemm_launch, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096),
           (4096, 11008, 4096), (4096, 4096, 11008), (4000, 4000, 4000), (1000, 3000, 500), (127, 1000, 4097),
@@ -39,17 +40,13 @@ CHECKED, HOPPER_CHECKED = 240, 320
 ELEMENTS = ("f16", "bf16")
 
 
-def _example():
-    return load_example("gemm")
-
-
-def configs(example) -> list:
+def configs() -> list:
     """The variants measured beside `Matmul`'s pick: its tiles, and the 128 x 256 tile with 64-wide k-tiles in
     3 stages and with 32-wide ones in 4, all with B [K, N]; the persistent kernel (B [N, K])."""
-    c = example.Config
-    return [c(**tile) for tile in example.TILES] + [c(bm=128, bn=256, bk=64, warps=(2, 4), stages=3),
+    c = gemm_tiles.Config
+    return [c(**tile) for tile in gemm_tiles.TILES] + [c(bm=128, bn=256, bk=64, warps=(2, 4), stages=3),
                                                       c(bm=128, bn=256, bk=32, warps=(2, 4), stages=4),
-                                                      c(**example.PERSISTENT, b_major="nk")]
+                                                      c(**gemm_tiles.PERSISTENT, b_major="nk")]
 
 
 def build(directory: Path) -> None:
@@ -57,15 +54,14 @@ def build(directory: Path) -> None:
 
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    example = _example()
     from mlir_tile.kernels.ship import ship
 
     ship(directory / "variants", chips=("sm_90",))
     write_peak_source(directory)
     variants = []
-    for config in configs(example):
+    for config in configs():
         for element in ELEMENTS:
-            (directory / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(example.build_module(element, config)))
+            (directory / f"gemm_{element}_{config}.ptx").write_text(compile_to_ptx(gemm_sm80.build_module(element, config)))
         variants.append({"name": str(config), "block": config.threads, "shared_bytes": config.shared_bytes,
                          "tile": [config.bm, config.bn], "b_major": config.b_major, "persistent": config.persistent})
     (directory / "gemm.json").write_text(json.dumps(variants))
@@ -146,15 +142,16 @@ def hopper_build(directory: Path) -> None:
     import wgmma_loop
 
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import epilogues, hopper_gemm
+    from mlir_tile.kernels import epilogues
+    from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_tiles as hopper_tiles
 
     directory.mkdir(parents=True, exist_ok=True)
     for element, major, tile in _hopper_kernels():
-        module = hopper_gemm.build_module(element, hopper_gemm.configure(major, tile, element))
+        module = gemm_sm90.build_module(element, hopper_tiles.configure(major, tile, element))
         (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
     for tile in FUSED_TILES:
         for activation in FUSED_ACTIVATIONS:
-            module = hopper_gemm.build_module("bf16", hopper_gemm.configure("nk", tile),
+            module = gemm_sm90.build_module("bf16", hopper_tiles.configure("nk", tile),
                                               epilogue=epilogues.chain(True, activation))
             (directory / f"hopper_bf16_nk_{tile}_{activation}.ptx").write_text(compile_to_ptx(module))
     wgmma_loop.build(directory)
@@ -229,22 +226,23 @@ def _triton_grouped():
 
 def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, extras=()) -> dict:
     """A call per Hopper tile (`modules`: tile -> module) on a, b (B as `major`), each into its own C
-    (`c_of(tile)`), its tensor maps made once (`hopper_gemm.TensorMaps`, kept alive by the call); e4m3:
+    (`c_of(tile)`), its tensor maps made once (`gemm.sm90*.TensorMaps`, kept alive by the call); e4m3:
     `extras` after the sizes (e4m3's scales, an epilogue's operands)."""
     import torch
 
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels import common
+    from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_tiles as hopper_tiles
 
     (m, depth), n = a.shape, (b.shape[0] if major == "nk" else b.shape[1])
     sms, stream, calls = runtime.device.properties.multiprocessor_count, torch.cuda.current_stream(), {}
-    tensor_maps = hopper_gemm.TensorMaps(runtime)
+    tensor_maps = common.TensorMaps(runtime)
     for tile, module in modules.items():
-        config, c = hopper_gemm.configure(major, tile, element), c_of(tile)
-        box = hopper_gemm.boxes(config)
+        config, c = hopper_tiles.configure(major, tile, element), c_of(tile)
+        box = gemm_sm90.boxes(config)
         maps = [tensor_maps(matrix, box[name]) for name, matrix in (("a", a), ("b", b), ("c", c))]
         arguments = [*maps, m, n // config.unit, depth // config.k_unit, *extras]
         calls[tile] = (lambda module=module, config=config, arguments=arguments, maps=maps:
-                       module.launch(hopper_gemm.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
+                       module.launch(gemm_sm90.KERNEL, arguments, grid=config.grid(m, n, sms), block=config.threads,
                                      shared_bytes=config.shared_bytes, stream=stream,
                                      cluster=config.cluster if config.cluster > 1 else None))
     return calls
@@ -344,7 +342,7 @@ def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
 
 
 def hopper_table(directory: Path) -> None:
-    """DIR/hopper_tiles.json (copy it beside mlir_tile/kernels/hopper_gemm.py: `hopper_gemm.measured_tile`) from
+    """DIR/hopper_tiles.json (copy it beside mlir_tile/kernels/gemm/sm90_tiles.py: `sm90_tiles.measured_tile`) from
     every DIR/gemm_hopper*.json `hopper` wrote: per dtype and B layout, of the tiles measured at every shape
     that a library kernel may be (one CTA a cluster; persistent only as ping-pong: the plain persistent tiles
     and the clusters ran slower), the one fastest at the most shapes (ties: the higher geometric mean); a pair
@@ -464,7 +462,7 @@ def run(directory: Path) -> None:
     with Runtime() as runtime:
         peak = mma_sync_peak(runtime, directory)
         print(json.dumps({"mma.sync peak": round(peak, 1)}), flush=True)
-        matmul = _example().Matmul(library(runtime, directory / "variants"))
+        matmul = gemm_launch.Matmul(library(runtime, directory / "variants"))
         stream = torch.cuda.current_stream()
         for element in ELEMENTS:
             dtype = torch.float16 if element == "f16" else torch.bfloat16
@@ -525,7 +523,7 @@ def clocks(directory: Path) -> None:
     with Runtime() as runtime:
         report["mma.sync peak loop"] = clock_and_power(
             lambda: mma_sync_peak(runtime, directory, repeats=int(SUSTAINED / 1.8e-3)))
-        matmul, triton_mma = _example().Matmul(library(runtime, directory / "variants")), _triton_matmul(mma_v3=False)
+        matmul, triton_mma = gemm_launch.Matmul(library(runtime, directory / "variants")), _triton_matmul(mma_v3=False)
         size = 8192
         for dtype in (torch.float16, torch.bfloat16):
             a, b = (torch.randn(size, size, device="cuda", dtype=dtype) for _ in range(2))
@@ -581,20 +579,20 @@ def fixed(directory: Path) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example, (m, n, _), report = _example(), PROFILED, []
+    (m, n, _), report = PROFILED, []
     with Runtime() as runtime:
-        matmul = example.Matmul(library(runtime, directory / "variants"))
+        matmul = gemm_launch.Matmul(library(runtime, directory / "variants"))
         for dtype in (torch.float16, torch.bfloat16):
-            calls, tiles = {}, (example.TILES[0], example.PERSISTENT)
+            calls, tiles = {}, (gemm_tiles.TILES[0], gemm_tiles.PERSISTENT)
             for depth in FIXED_DEPTHS:
                 a = torch.randn(m, depth, device="cuda", dtype=dtype)
                 b = torch.randn(n, depth, device="cuda", dtype=dtype)
                 for tile in tiles:
-                    calls[depth, example.tile_name(tile)] = lambda a=a, b=b, tile=tile: matmul(a, b, b_major="nk",
+                    calls[depth, gemm_tiles.tile_name(tile)] = lambda a=a, b=b, tile=tile: matmul(a, b, b_major="nk",
                                                                                                tile=tile)
             for round_ in range(2):
                 measured = sustained_interleaved(calls)[0]
-                for tile in map(example.tile_name, tiles):
+                for tile in map(gemm_tiles.tile_name, tiles):
                     times = {depth: t for (depth, name), t in measured.items() if name == tile}
                     mean_k, mean_t = sum(times) / len(times), sum(times.values()) / len(times)
                     slope = (sum((k - mean_k) * (t - mean_t) for k, t in times.items())
@@ -641,12 +639,11 @@ def check(directory: Path) -> None:
 
     from mlir_tile.runtime import Runtime
 
-    example = _example()
     rng = random.Random(2026)
     special = [1, 2, 3, 7, 8, 13, 17, 31, 61, 127, 128, 129, 257, 1000, 1031, 4097]
     failures, count = [], 0
     with Runtime() as runtime:
-        matmul = example.Matmul(library(runtime, directory / "variants"))
+        matmul = gemm_launch.Matmul(library(runtime, directory / "variants"))
         for trial in range(CHECKED):
             m, n, k = (rng.choice(special) if rng.random() < 0.4 else rng.randint(1, 1500) for _ in range(3))
             dtype = (torch.float16, torch.bfloat16)[trial % 2]
@@ -656,9 +653,9 @@ def check(directory: Path) -> None:
                 m, n, k = max(m, 128), max(-(-n // 8) * 8, 256), max(-(-k // 8) * 8, 192)
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype) if major == "kn" else torch.randn(n, k, device="cuda", dtype=dtype)
-            tile = example.TILES[trial // 4 % len(example.TILES)] if trial % 8 < 4 else None
-            tile = example.PERSISTENT if persistent else tile
-            splits = rng.choice([2, 3, 7, example.MAX_SPLITS]) if trial % 8 == 7 else None  # past K's k-tiles too
+            tile = gemm_tiles.TILES[trial // 4 % len(gemm_tiles.TILES)] if trial % 8 < 4 else None
+            tile = gemm_tiles.PERSISTENT if persistent else tile
+            splits = rng.choice([2, 3, 7, gemm_tiles.MAX_SPLITS]) if trial % 8 == 7 else None  # past K's k-tiles too
             c = matmul(a, b, b_major=major, tile=tile, splits=splits)
             reference = a.float() @ (b.float() if major == "kn" else b.float().T)
             bound = 2 ** -7 * reference.abs() + 2 ** -8 * k ** 0.5
@@ -674,8 +671,8 @@ def check(directory: Path) -> None:
                            ("transposed view", lambda: matmul(a, a.T)),
                            ("K mismatch", lambda: matmul(a, a[:32].contiguous())),
                            ("unknown tile", lambda: matmul(a, a, tile={"bm": 32})),
-                           ("splits out of range", lambda: matmul(a, a, splits=example.MAX_SPLITS + 1)),
-                           ("split-K on a tile other than the smallest", lambda: matmul(a, a, tile=example.TILES[0], splits=2)),
+                           ("splits out of range", lambda: matmul(a, a, splits=gemm_tiles.MAX_SPLITS + 1)),
+                           ("split-K on a tile other than the smallest", lambda: matmul(a, a, tile=gemm_tiles.TILES[0], splits=2)),
                            ("out of the wrong shape", lambda: matmul(a, a, out=a[:32].contiguous()))):
             try:
                 call()

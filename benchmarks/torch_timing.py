@@ -6,12 +6,6 @@ import functools
 import sys
 from pathlib import Path
 
-def load_example(name: str):
-    """The kernel module `name` of mlir_tile.kernels ("gemm", "attention"), MLIR-free until it builds."""
-    import importlib
-
-    return importlib.import_module(f"mlir_tile.kernels.{'flash_attention' if name == 'attention' else name}")
-
 
 def library(runtime, folder: Path):
     """The kernels `build` wrote into `folder` (per chip, as the wheel ships them), for `runtime`'s device."""

@@ -7,7 +7,7 @@ q, k, v are [batch, heads, seq, d], fp16 or bf16, d 64 or 128, any seq; the scal
 `causal=True` masks keys after the query's position. The result is (o, lse): o like q, lse [batch, heads, seq]
 in fp32 (natural log). The op is `torch.ops.mlir_tile.attention`, with a fake implementation, so a
 torch.compile'd model keeps it as one node. The kernel's command line: `python -m mlir_tile.kernels.attention
---help`; its CTA table (`TUNED`) and launcher (`Attention`) are in `mlir_tile.kernels.flash_attention`.
+--help`; its CTA table (`TUNED`) and launcher (`Attention`) are in `mlir_tile.kernels.flash` (`sm80_tiles`, `launch`).
 """
 import torch
 import torch.nn.functional as F

@@ -90,10 +90,10 @@ BY_COMMAND_LINE = {
 def _split_k(folder: Path) -> None:
     """The split-K kernel and its reduction, which no example's command line builds."""
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
-    (folder / "gemm_split.ptx").write_text(compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED)))
-    (folder / "gemm_reduce.ptx").write_text(compile_to_ptx(gemm.build_reduce_module("f16")))
+    (folder / "gemm_split.ptx").write_text(compile_to_ptx(gemm_sm80.build_module("f16", gemm_tiles.SPLIT_CHECKED)))
+    (folder / "gemm_reduce.ptx").write_text(compile_to_ptx(gemm_sm80.build_reduce_module("f16")))
 
 
 def build(folder: Path) -> None:
@@ -115,11 +115,11 @@ def build(folder: Path) -> None:
     _user_epilogue(folder)
     from mlir_tile.testing import tma_boxes, wgmma_operands
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_tiles as hopper_tiles
 
     for major, suffix in (("nk", ""), ("kn", "_kn")):  # (no command-line option)
-        rows = hopper_gemm.configure(major, hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)
-        (folder / f"gemm_hopper_e4m3{suffix}_rows.ptx").write_text(compile_to_ptx(hopper_gemm.build_module("e4m3", rows)))
+        rows = hopper_tiles.configure(major, hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
+        (folder / f"gemm_hopper_e4m3{suffix}_rows.ptx").write_text(compile_to_ptx(gemm_sm90.build_module("e4m3", rows)))
 
     tma_boxes.build(folder / "tma")  # TMA's box writes, each swizzle mode (sm_90a)
     wgmma_operands.build(folder / "wgmma", seed=39, layouts=150)  # wgmma's descriptors and operand tiles
@@ -130,7 +130,7 @@ def _user_epilogue(folder: Path) -> None:
     sm_90 tile and Hopper kernel), which the GPU host, having no compiler, cannot build on first use: into `kernels/` as the
     cache of these sources lays them out (the test points MLIR_TILE_CACHE_DIR at `folder`)."""
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import gemm, hopper_gemm
+    from mlir_tile.kernels.gemm import launch as gemm_launch, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
     from mlir_tile.kernels.library import source_digest
 
@@ -138,14 +138,14 @@ def _user_epilogue(folder: Path) -> None:
     shutil.rmtree(folder / "kernels", ignore_errors=True)  # (earlier sources' kernels: never read, and they weigh)
     kernels = folder / "kernels" / source_digest() / chip
     kernels.mkdir(parents=True, exist_ok=True)
-    for config in gemm.variants_for(chip, epilogue):
-        (kernels / f"{gemm.kernel_name('bf16', config, epilogue)}.ptx").write_text(
-            compile_to_ptx(gemm.build_module("bf16", config, chip, epilogue=epilogue)))
-    for name, build in hopper_gemm.shipped_kernels([epilogue]):  # Matmul's Hopper path on sm_90
+    for config in gemm_tiles.variants_for(chip, epilogue):
+        (kernels / f"{gemm_sm80.kernel_name('bf16', config, epilogue)}.ptx").write_text(
+            compile_to_ptx(gemm_sm80.build_module("bf16", config, chip, epilogue=epilogue)))
+    for name, build in gemm_launch.hopper_shipped_kernels([epilogue]):  # Matmul's Hopper path on sm_90
         if "_bf16_" in name:
             (kernels / f"{name}.ptx").write_text(compile_to_ptx(build()))
-    (kernels / f"{gemm.reduce_name('bf16', epilogue)}.ptx").write_text(
-        compile_to_ptx(gemm.build_reduce_module("bf16", chip, epilogue=epilogue)))
+    (kernels / f"{gemm_sm80.reduce_name('bf16', epilogue)}.ptx").write_text(
+        compile_to_ptx(gemm_sm80.build_reduce_module("bf16", chip, epilogue=epilogue)))
 
 
 if __name__ == "__main__":

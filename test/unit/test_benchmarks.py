@@ -190,7 +190,7 @@ def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
     on whole clusters, within the SM's shared memory."""
     import importlib.util
 
-    from mlir_tile.kernels.hopper_gemm import configure
+    from mlir_tile.kernels.gemm.sm90_tiles import configure
 
     spec = importlib.util.spec_from_file_location("gemm_benchmark", Path(bench.__file__).with_name("gemm.py"))
     benchmark = importlib.util.module_from_spec(spec)
@@ -199,7 +199,7 @@ def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
     for element, major, tile in benchmark._hopper_kernels():
         config = configure(major, tile, element)
         assert config.grid(4096, 11008, 132) % config.cluster == 0 and config.shared_bytes <= 227 * 1024
-    from mlir_tile.kernels.hopper_gemm import SMALL_TILE, measured_tile
+    from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, measured_tile
 
     for major, tiles in benchmark.HOPPER_TILES.items():  # what Matmul and ScaledMatmul pick is measured
         assert {SMALL_TILE, measured_tile("f16", major), measured_tile("bf16", major)} <= set(tiles)

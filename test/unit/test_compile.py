@@ -89,9 +89,9 @@ def test_gemm_example_ptx_is_what_mlir_tile_compiles():
     zero-fill operand."""
     import re
 
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import sm80 as gemm_sm80
 
-    compiled = compile_to_ptx(gemm.build_module())
+    compiled = compile_to_ptx(gemm_sm80.build_module())
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 2 * 8 + 4  # loops, prologue
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 2 * 8 + 4
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 2 * 64
@@ -111,9 +111,9 @@ def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
     the first tile's 3 k-tiles unpredicated (K >= 192) and loads one k16 block's fragments."""
     import re
 
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
-    compiled = compile_to_ptx(gemm.build_module("bf16", gemm.variant(gemm.PERSISTENT, 16, b_major="nk")))
+    compiled = compile_to_ptx(gemm_sm80.build_module("bf16", gemm_tiles.variant(gemm_tiles.PERSISTENT, 16, b_major="nk")))
     copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+(?:\+\d+)?\], \[%rd\d+(?:\+\d+)?\], 16(, %r\d+)?;", compiled)
     assert len(copies) == 3 * 12 + 3 * 12  # the prologue's 3 k-tiles, the three loops'
     assert sum(1 for size in copies if size) == 12  # only the K tail's loop zero-fills
@@ -126,12 +126,12 @@ def test_the_persistent_gemm_is_three_k_tile_loops_in_a_tile_loop():
 def test_gemm_split_k_ptx_is_what_mlir_tile_compiles():
     """The build half of the split-K GPU test: SPLIT_CHECKED (64 x 64 tiles, element copies) writes its partial
     as fp32 pairs (no stmatrix); the reduction sums in fp32 and rounds once."""
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
-    split = compile_to_ptx(gemm.build_module("f16", gemm.SPLIT_CHECKED))
-    assert gemm.SPLIT_CHECKED.split_k and gemm.SPLIT_CHECKED.align == 2
+    split = compile_to_ptx(gemm_sm80.build_module("f16", gemm_tiles.SPLIT_CHECKED))
+    assert gemm_tiles.SPLIT_CHECKED.split_k and gemm_tiles.SPLIT_CHECKED.align == 2
     assert "stmatrix" not in split and split.count("st.global.b32") == 32  # 64 x 64 fp32 over 128 threads
-    reduce = compile_to_ptx(gemm.build_reduce_module("f16"))
+    reduce = compile_to_ptx(gemm_sm80.build_reduce_module("f16"))
     assert "add.rn.f32" in reduce and reduce.count("cvt.rn.f16.f32") == 1
 
 
@@ -143,9 +143,9 @@ def test_attention_example_ptx_is_what_mlir_tile_compiles():
     overwrite next free), before the O tile's rows."""
     import re
 
-    from mlir_tile.kernels import flash_attention as attention
+    from mlir_tile.kernels.flash import sm80 as flash_sm80
 
-    compiled = compile_to_ptx(attention.build_module())
+    compiled = compile_to_ptx(flash_sm80.build_module())
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", compiled)) == 8 + 2 * 16
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans", compiled)) == 2 * 16
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", compiled)) == 2 * 128

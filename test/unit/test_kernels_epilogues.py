@@ -9,7 +9,7 @@ from mlir_tile.builder import Global, Kernel
 from mlir_tile.compiler.compile import compile_to_ptx
 from mlir_tile.kernels import epilogues
 from mlir_tile.kernels.epilogues import Choice, Epilogue, Operand, epilogue, maximum
-from mlir_tile.kernels.gemm import for_each_arm
+from mlir_tile.kernels.common import for_each_arm
 
 
 def applied(chosen, extra_parameters):

@@ -8,22 +8,22 @@ from dataclasses import replace
 
 import pytest
 
-from mlir_tile.kernels import flash_attention as attention
+from mlir_tile.kernels.flash import emulation as flash_emulation, sm80 as flash_sm80, sm80_tiles as flash_tiles
 from mlir import ir
 from mlir_tile.compiler.compile import compile_to_ptx
 
 
 # the kernels `Attention` runs: each configuration with TUNED's CTA where it has one
-PICKED = [replace(config, **attention.TUNED.get((config.head_dim, config.causal), {})) for config in attention.CONFIGS]
+PICKED = [replace(config, **flash_tiles.TUNED.get((config.head_dim, config.causal), {})) for config in flash_tiles.CONFIGS]
 
 
-@pytest.mark.parametrize("config, seq, causal", [(attention.Config(), 96, True),
-                                                 (attention.Config(head_dim=128), 70, False),
-                                                 (PICKED[attention.CONFIGS.index(attention.Config(head_dim=128))], 70,
+@pytest.mark.parametrize("config, seq, causal", [(flash_tiles.Config(), 96, True),
+                                                 (flash_tiles.Config(head_dim=128), 70, False),
+                                                 (PICKED[flash_tiles.CONFIGS.index(flash_tiles.Config(head_dim=128))], 70,
                                                   False)], ids=str)
 def test_a_cta_computes_attention_on_the_reference_model(config, seq, causal):
     """Q, K and V fragments against the ISA's tables, P from S's accumulators, O through stmatrix vs numpy."""
-    assert "matches numpy" in attention.emulate(config, seq, causal)
+    assert "matches numpy" in flash_emulation.emulate(config, seq, causal)
 
 
 @pytest.mark.slow
@@ -31,17 +31,17 @@ def test_a_cta_computes_attention_on_the_reference_model(config, seq, causal):
 @pytest.mark.parametrize("config", PICKED, ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
     ptx = tmp_path / "attention.ptx"
-    ptx.write_text(compile_to_ptx(attention.build_module(config)))
+    ptx.write_text(compile_to_ptx(flash_sm80.build_module(config)))
     assembled = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "a.cubin")],
                                capture_output=True, text=True)
     assert assembled.returncode == 0, assembled.stderr
     assert re.search(r"\b0 bytes spill stores", assembled.stderr), assembled.stderr
 
 
-@pytest.mark.parametrize("config", [attention.Config(head_dim=96), attention.Config(element="f32")], ids=str)
+@pytest.mark.parametrize("config", [flash_tiles.Config(head_dim=96), flash_tiles.Config(element="f32")], ids=str)
 def test_unsupported_configurations_are_value_errors(config):
     with pytest.raises(ValueError, match="head dims 64 and 128, f16 and bf16"):
-        attention.build_module(config)
+        flash_sm80.build_module(config)
 
 
 def _loops(ptx: str) -> list[str]:
@@ -59,7 +59,7 @@ def _loops(ptx: str) -> list[str]:
 def test_maxima_first_starts_every_rows_shuffles_before_the_first_exponential(maxima_first):
     """Each main loop's 4 rows a thread (d 64) reduce their max over 4 lanes with 2 xor shuffles each: with
     maxima_first all 8 come before the loop's first ex2; row by row, only the first row's 2."""
-    ptx = compile_to_ptx(attention.build_module(attention.Config(maxima_first=maxima_first)))
+    ptx = compile_to_ptx(flash_sm80.build_module(flash_tiles.Config(maxima_first=maxima_first)))
     loops = _loops(ptx)
     assert len(loops) == 2
     for loop in loops:
@@ -72,7 +72,7 @@ def test_maxima_first_starts_every_rows_shuffles_before_the_first_exponential(ma
 def test_tree_reductions_sum_the_probabilities_in_pairs(tree_reductions):
     """A row's 16 probabilities (d 64, 64-key tiles): as a tree, 8 of its adds take two exponentials; as a
     chain, 1 (the first); 4 rows a thread in each of the 2 loops."""
-    ptx = compile_to_ptx(attention.build_module(attention.Config(tree_reductions=tree_reductions)))
+    ptx = compile_to_ptx(flash_sm80.build_module(flash_tiles.Config(tree_reductions=tree_reductions)))
     exponentials = set(re.findall(r"ex2\.approx\.ftz\.f32\s+(%r\d+),", ptx))
     pairs = [operands for operands in re.findall(r"add\.rn\.ftz\.f32\s+%r\d+, (%r\d+), (%r\d+);", ptx)
              if set(operands) <= exponentials]
@@ -84,7 +84,7 @@ def test_stage_barriers_replace_the_block_barrier_of_each_turn(stage_barriers):
     """With stage_barriers a turn meets no block barrier: it waits on the stage it overwrites (its `empty`
     phase) and on the one it reads (`full`), arrives once its copies land and once it has read its stage;
     without, one bar.sync a turn."""
-    ptx = compile_to_ptx(attention.build_module(attention.Config(stage_barriers=stage_barriers)))
+    ptx = compile_to_ptx(flash_sm80.build_module(flash_tiles.Config(stage_barriers=stage_barriers)))
     loops = _loops(ptx)
     assert len(loops) == 2
     for loop in loops:  # (lane 0's arrival for its warp is a block LLVM may place after the branch back)
@@ -100,21 +100,21 @@ def test_stage_barriers_replace_the_block_barrier_of_each_turn(stage_barriers):
 def test_the_lazy_rescale_branches_on_a_vote_of_the_warp(lazy_rescale):
     """O is rescaled where some lane's row max grew: one vote.sync.any a turn, so the warp takes the branch
     together; without the lazy rescale, no vote."""
-    loops = _loops(compile_to_ptx(attention.build_module(attention.Config(lazy_rescale=lazy_rescale))))
+    loops = _loops(compile_to_ptx(flash_sm80.build_module(flash_tiles.Config(lazy_rescale=lazy_rescale))))
     assert [len(re.findall(r"vote\.sync\.any\.pred", loop)) for loop in loops] == [int(lazy_rescale)] * 2
 
 
-@pytest.mark.parametrize("config, skips", [(attention.Config(causal=True), True),
-                                           (attention.Config(causal=True, stage_barriers=True), True),
-                                           (attention.Config(head_dim=128, causal=True), False),
-                                           (attention.Config(), False)], ids=str)
+@pytest.mark.parametrize("config, skips", [(flash_tiles.Config(causal=True), True),
+                                           (flash_tiles.Config(causal=True, stage_barriers=True), True),
+                                           (flash_tiles.Config(head_dim=128, causal=True), False),
+                                           (flash_tiles.Config(), False)], ids=str)
 def test_a_warp_skips_a_causal_tile_wholly_past_its_rows(config, skips):
     """With the mask, a warp skips a key tile that starts past its last row: a branch on the warp's index
     around the tile's transfers (each warp's own, scope "warp": one that spans warps may not sit there) and
     mma. At d 64 (128 rows a CTA, 32 a warp, 64-key tiles) the diagonal's second tile starts past warps 0
     and 1; at d 128 (64 rows, 16 a warp) no tile starts past a warp's rows, and without the mask none does:
     no branch, every transfer the CTA's."""
-    module = attention.build_module(config)
+    module = flash_sm80.build_module(config)
     scopes = []
 
     def visit(op):

@@ -1,4 +1,4 @@
-"""mlir_tile.kernels.hopper_attention: attention on Hopper's path, the build half (the GPU half is
+"""mlir_tile.kernels.flash.sm90: attention on Hopper's path, the build half (the GPU half is
 test_runtime_gpu.py's test_attention_on_hoppers_path_matches_numpy): its tiles and boxes, the PTX's structure
 (TMA loads by the producer, S by wgmma from shared memory, P V in the RS form, setmaxnreg), ptxas without
 spills for every head dim, mask and element, and what it refuses."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mlir_tile.tiling import byte_transpose
-from mlir_tile.kernels import hopper_attention
-from mlir_tile.kernels.hopper_attention import HopperAttentionConfig
+from mlir_tile.kernels.flash import launch as flash_launch, sm90 as flash_sm90, sm90_tiles as hopper_attention_tiles
+from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
 CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
            for element in ("f16", "bf16")] + [HopperAttentionConfig.of(128, causal, "e4m3") for causal in (False, True)]
@@ -23,10 +23,10 @@ def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
     map; Q's a consumer's 64 rows, its band: the first's layout, the second's 64 rows further); V as P V's B:
     (d, keys) of K's layout, d contiguous in each box."""
     config = HopperAttentionConfig(128)
-    layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
+    layouts, box = flash_sm90.tiles(config), flash_sm90.boxes(config)
     assert (box["q"].rows, box["q"].columns, box["k"].rows, box["k"].columns) == (64, 64, 128, 64)
     q, band = layouts["q"], layouts["q_band"]
-    assert all(2 * q.offset(64 * c + row, column) == c * hopper_attention.BAND_BYTES + 2 * band.offset(row, column)
+    assert all(2 * q.offset(64 * c + row, column) == c * hopper_attention_tiles.BAND_BYTES + 2 * band.offset(row, column)
                for c in range(2) for row in range(64) for column in range(128))
     assert box["k"] == box["v"] and box["q"].swizzle_bytes == 128
     k_layout, v_layout = layouts["k"], layouts["v"]
@@ -37,7 +37,7 @@ def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
 def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
     from mlir_tile.isa.atoms import wgmma
 
-    assert hopper_attention._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
+    assert flash_sm90._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
 
 
 def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
@@ -45,7 +45,7 @@ def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
     8 (s // 4) + s % 2 columns past slot 0's, for every thread."""
     from mlir_tile.isa.atoms import wgmma
 
-    assert hopper_attention._column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
+    assert flash_sm90._column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
 
 
 def test_a_masked_tile_compares_each_score_once_with_its_rows_bound():
@@ -64,7 +64,7 @@ def test_the_walks_first_tile_is_unmasked_where_it_holds_no_masked_key():
     (`KeyTiles.unmasked` > 0) and masked where not, beside the loops' two (one fma a probability: 4 softmaxes of
     64 scores a thread at d 128); the launched grid and the causal walk keep the one masked softmax (3)."""
     def softmaxes(config):
-        return str(hopper_attention.build_module(config)).count("math.fma") // 64
+        return str(flash_sm90.build_module(config)).count("math.fma") // 64
 
     assert softmaxes(HopperAttentionConfig.of(128)) == 4
     assert softmaxes(HopperAttentionConfig.of(128, persistent=False)) == 3
@@ -100,7 +100,7 @@ def test_causal_consumers_stop_at_their_own_diagonal():
 def _ptx(config: HopperAttentionConfig) -> str:
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    return compile_to_ptx(hopper_attention.build_module(config))
+    return compile_to_ptx(flash_sm90.build_module(config))
 
 
 def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck):
@@ -212,14 +212,14 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     store a box through O's 3-D map (head, row, column: a box stops at its head's last row), waited for. fp8 on
     the launched grid: over the staged V tiles."""
     config = HopperAttentionConfig(128)
-    layouts, box = hopper_attention.tiles(config), hopper_attention.boxes(config)
+    layouts, box = flash_sm90.tiles(config), flash_sm90.boxes(config)
     assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
     fp8 = HopperAttentionConfig.of(128, element="e4m3", persistent=False)
     assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
     # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
-    assert [(offset, column) for offset, column, _ in hopper_attention.o_stores(config)] == [(0, 0), (128 * 64, 64)]
-    assert [column for _, column, _ in hopper_attention.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
+    assert [(offset, column) for offset, column, _ in flash_sm90.o_stores(config)] == [(0, 0), (128 * 64, 64)]
+    assert [column for _, column, _ in flash_sm90.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .entry attention(
@@ -240,7 +240,7 @@ def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
     of the main loop's loops (the unmasked key tiles and the masked ones); without it, on every key tile."""
     lazy = HopperAttentionConfig.of(128, element="e4m3")
     assert lazy.lazy_rescale and str(lazy) == "attention_d128_e4m3_r128k128s4t2ul_persistent_sm90a"
-    assert 2 ** hopper_attention.RESCALE_SLACK < 448 and not HopperAttentionConfig.of(128).lazy_rescale
+    assert 2 ** hopper_attention_tiles.RESCALE_SLACK < 448 and not HopperAttentionConfig.of(128).lazy_rescale
     ptx = _ptx(lazy)
     assert ptx.count("vote.sync.any.pred") == 2
     filecheck(ptx, """
@@ -311,12 +311,12 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
     band's stmatrix from the consumer's first word; then what each TMA store reads of its box (`o_stores`: its
     first element and its column of O) holds, at box element (r, c), the tag of O's (64 consumer + r, column + c)."""
     from mlir_tile.models import reference
-    from mlir_tile.kernels.hopper_gemm import packed_slot
+    from mlir_tile.kernels.common import packed_slot
     from mlir_tile.tiling.tiled import tiled_store_c
 
-    d, band = config.head_dim, tiled_store_c(4, hopper_attention.tiles(config)["o_band"])
+    d, band = config.head_dim, tiled_store_c(4, flash_sm90.tiles(config)["o_band"])
     words = np.zeros(config.rows * d // 2, np.uint32)
-    band_words = 64 * hopper_attention.O_BOX_COLUMNS // 2
+    band_words = 64 * flash_sm90.O_BOX_COLUMNS // 2
     for consumer in range(config.consumers):
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
@@ -329,7 +329,7 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
                                           packed, "warpgroup")
     for consumer in range(config.consumers):
-        for offset, column, box in hopper_attention.o_stores(config):
+        for offset, column, box in flash_sm90.o_stores(config):
             read = reference.tma_box_read(words.view(np.uint8), 128, box.rows, 2 * box.columns,
                                           4 * band_words * consumer + 2 * offset).view(np.uint16)
             expected = [[_tag(64 * consumer + r, column + c) for c in range(box.columns)] for r in range(box.rows)]
@@ -337,11 +337,11 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
 
 
 def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
-    """O's tile is proven when made (`hopper_gemm.stored_tile`): were O's boxes 128 columns wide (256 bytes), no
+    """O's tile is proven when made (`common.stored_tile`): were O's boxes 128 columns wide (256 bytes), no
     128-byte swizzled box would hold a consumer's band, and the configuration is refused."""
-    monkeypatch.setattr(hopper_attention, "O_BOX_COLUMNS", 128)
+    monkeypatch.setattr(flash_sm90, "O_BOX_COLUMNS", 128)
     with pytest.raises(ValueError):
-        hopper_attention._o_tiles(HopperAttentionConfig(128))
+        flash_sm90._o_tiles(HopperAttentionConfig(128))
 
 
 def test_each_head_dim_and_mask_take_their_measured_shape():
@@ -375,7 +375,7 @@ def test_sequence_lengths_take_their_own_shapes():
     consumers up to 2048, then three consumers launched; a caller's shape is taken as given (`of`'s with its
     fields: SEQ_SHAPES' are not kept beside them); e4m3 walks it at every length, d 256 takes the launched grid;
     the kernels shipped hold each pick."""
-    from mlir_tile.kernels.hopper_attention import seq_band
+    from mlir_tile.kernels.flash.sm90_tiles import seq_band
 
     picked = HopperAttentionConfig.picked
     shape = {(d, causal, element, seq): (config.consumers, config.ctas_per_sm, config.persistent)
@@ -396,7 +396,7 @@ def test_sequence_lengths_take_their_own_shapes():
     assert not picked(128, False, "f16", 1, persistent=False).persistent
     assert picked(64, False, "f16", 4097, persistent=True).persistent
     assert picked(64, True, "f16", 1, consumers=2) == HopperAttentionConfig.of(64, True, consumers=2)
-    shipped = {name for name, _ in hopper_attention.shipped_kernels("sm_90")}
+    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
     assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
             for seq in (1, 1025, 2049, 4097)} <= shipped
 
@@ -420,7 +420,7 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     from mlir_tile.isa.atoms import a_key_order, wgmma
 
     config = HopperAttentionConfig.of(128, element="e4m3")
-    layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)
+    layouts, plan = flash_sm90.tiles(config), flash_sm90.transposition(config)
     order = a_key_order(wgmma(128, "e4m3"), wgmma(128, "e4m3"))
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
@@ -464,7 +464,7 @@ def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
     from mlir_tile.isa.wgmma import descriptor_for
 
     config = HopperAttentionConfig.of(128, element="e4m3")
-    layouts, plan = hopper_attention.tiles(config), hopper_attention.transposition(config)
+    layouts, plan = flash_sm90.tiles(config), flash_sm90.transposition(config)
     s_atom, o_atom = wgmma(128, "e4m3"), wgmma(128, "e4m3")
     rng = np.random.default_rng(3)
     v, scores = rng.integers(-7, 8, (128, 128)), rng.integers(-7, 8, (64, 128))

@@ -1,4 +1,4 @@
-"""The Hopper GEMM tile kernel (kernels/hopper_gemm.py) without a GPU: its PTX has the data path the module
+"""The Hopper GEMM tile kernel (kernels/gemm/sm90.py) without a GPU: its PTX has the data path the module
 describes (TMA loads on full barriers, a wgmma batch per k-tile, empty barriers, stmatrix into the C tile, TMA
 stores waited for), ptxas -arch=sm_90a assembles it without spills or injected waits; the reference model
 runs one CTA as the kernel does (TMA box writes, wgmma through the kernel's descriptors, stmatrix, the TMA
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from mlir_tile.kernels import hopper_gemm
-from mlir_tile.kernels.hopper_gemm import HopperConfig, configure
+from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_tiles as hopper_tiles
+from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, configure
 
 
 @pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4u", "f16"), ("kn", "128x256x64s3u", "bf16"),
@@ -22,7 +22,7 @@ def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_maj
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(b_major, tile)
-    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     b_loads = 1 if b_major == "nk" else config.bn // 64
     filecheck(ptx, f"""
     CHECK: .target sm_90a
@@ -57,7 +57,7 @@ def test_the_warp_specialized_kernel_gives_the_producers_registers_to_the_consum
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("nk", tile)
-    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     consumers = 128 * config.consumers
     assert (config.rebalanced, config.entry_registers if config.rebalanced else None,
             config.consumer_registers if config.rebalanced else None) == (entry is not None, entry, consumer)
@@ -100,7 +100,7 @@ def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, ele
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure(b_major, tile)
-    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     b_loads = 1 if b_major == "nk" else config.bn // 64
     part_bytes = config.parts[1] * 2 // b_loads // config.cluster
     filecheck(ptx, f"""
@@ -124,9 +124,9 @@ def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, ele
     assert ptx.count(".multicast::cluster") == b_loads and "%cluster_ctarank" in ptx
     expected = {int(bytes_) for bytes_ in re.findall(r"mov\.b32 \t?%r\d+, (\d+);\n\s*mbarrier\.arrive\.expect_tx", ptx)}
     assert expected <= {config.parts[0] * 2, part_bytes * config.cluster} and part_bytes * config.cluster in expected
-    assert hopper_gemm.boxes(config)["b"].rows * 64 * 2 == part_bytes
+    assert gemm_sm90.boxes(config)["b"].rows * 64 * 2 == part_bytes
     _assembles(ptx, tmp_path)
-    assert "give C as numpy does" in hopper_gemm.emulate(config, 2, element)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, element)
 
 
 def test_a_clusters_grid_is_whole_clusters_of_row_tiles():
@@ -141,13 +141,13 @@ def test_a_clusters_grid_is_whole_clusters_of_row_tiles():
 @pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4u", "bf16"),
                                                     ("kn", "64x256x64s2", "f16"), ("nk", "256x64x64s2", "bf16")])
 def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element):
-    assert "give C as numpy does" in hopper_gemm.emulate(configure(b_major, tile), 2, element)
+    assert "give C as numpy does" in hopper_emulation.emulate(configure(b_major, tile), 2, element)
 
 
 def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
     from mlir_tile.isa.tma import Box, column_boxes
 
-    layouts = hopper_gemm.tiles(HopperConfig(bm=128, bn=256))
+    layouts = gemm_sm90.tiles(HopperConfig(bm=128, bn=256))
     assert column_boxes(layouts["c"], 16, 64) == [(128 * 64 * j, Box(128, 64, 16, 128)) for j in range(4)]
     assert layouts["c_words"].cosize * 2 == layouts["c"].cosize
 
@@ -188,7 +188,7 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
 
     config = configure("nk", "256x128x64s4w")
     assert (config.consumers, config.threads, config.accumulator_registers, config.consumer_registers) == (2, 384, 128, 232)
-    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     filecheck(ptx, """
     CHECK: mbarrier.try_wait.parity.shared.b64
     CHECK: wgmma.fence.sync.aligned;
@@ -203,7 +203,7 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     assert ptx.count("wgmma.mma_async") == 8 and ptx.count("stmatrix") == 2 * 128 // 16
     assert re.search(r"setmaxnreg.inc.sync.aligned.u32\s+232;", ptx)
     _assembles(ptx, tmp_path)
-    assert "give C as numpy does" in hopper_gemm.emulate(config, 1)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 1)
 
 
 @pytest.mark.parametrize("major, tile", [("nk", "256x128x64s4wb"), ("kn", "128x128x64s4b")])
@@ -214,10 +214,10 @@ def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile)
 
     config = configure(major, tile)
     assert config.uniform and str(config).endswith("_uniform_sm90a") and not configure(major, tile[:-1]).uniform
-    ptx = compile_to_ptx(hopper_gemm.build_module("bf16", config))
+    ptx = compile_to_ptx(gemm_sm90.build_module("bf16", config))
     assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1;", ptx)) == 2
     _assembles(ptx, tmp_path)
-    assert "give C as numpy does" in hopper_gemm.emulate(config, 1, "bf16")
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 1, "bf16")
 
 
 @pytest.mark.parametrize("major, tile, element", [("nk", "128x128x64s4k", "f16"), ("kn", "256x128x64s4wk", "bf16")])
@@ -229,7 +229,7 @@ def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, t
 
     config = configure(major, tile)
     assert config.split_k and str(config).endswith("_splitk_sm90a")
-    ptx = compile_to_ptx(hopper_gemm.build_module(element, config))
+    ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     filecheck(ptx, """
     CHECK: .param .u64 {{.*}}gemm_param_2,
     CHECK: .param .u64 {{.*}}gemm_param_6
@@ -252,7 +252,7 @@ def test_ping_pong_consumers_take_turns_at_a_persistent_walk(filecheck, tmp_path
     config = configure("nk", "128x128x64s4wg")
     assert (config.pingpong, config.persistent, config.consumers, config.stage_readers) == (True, True, 2, 4)
     assert config.shared_bytes == config.stage_bytes + 2 * 128 * 128 * 2
-    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     barriers = sorted(set(re.findall(r"bar\.(sync|arrive)\s+(\d+), (\d+)", ptx)))
     assert barriers == [("arrive", "2", "256"), ("arrive", "3", "256"), ("sync", "2", "256"), ("sync", "3", "256"),
                         ("sync", "4", "128"), ("sync", "5", "128")]
@@ -295,7 +295,7 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     assert config.persistent and config.specialized
     assert config.grid(1000, 1016, 132) == 32 and config.grid(8192, 8192, 132) == 132
     assert config.shared_bytes == config.stage_bytes + 128 * 256 * 2
-    ptx = compile_to_ptx(hopper_gemm.build_module("f16", config))
+    ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     assert "%nctaid.x" in ptx  # the walk steps by the grid
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 2 and ptx.count("setmaxnreg") == 2
 
@@ -312,7 +312,7 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     ("sm_90", (256, 512, 8192), None, 1, True, True),  # ... unless told not to
 ])
 def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, tile, splits, aligned, takes):
-    from mlir_tile.kernels.gemm import takes_hopper
+    from mlir_tile.kernels.gemm.launch import takes_hopper
 
     assert takes_hopper(chip, *sizes, 132, "nk", tile, splits, aligned) is takes
 
@@ -322,7 +322,7 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
     and B layout; Matmul runs it where its CTAs fill the SMs and the epilogue is none or one chain, else the
     128 x 128 one (a `Choice`'s arms spill beside the wide tile's accumulators)."""
     from mlir_tile.kernels.epilogues import bias, gelu_tanh, selectable
-    from mlir_tile.kernels.hopper_gemm import SMALL_TILE, library_config, measured_tile
+    from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, library_config, measured_tile
 
     for element in ("f16", "bf16", "e4m3"):
         for major in ("nk", "kn"):
@@ -341,16 +341,16 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     measured tiles, and fp8's for each B layout and kind of scales (`ScaledMatmul`), named apart from the
     mma.sync kernels; a shipped chain's kernel on the measured tile assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import launch as gemm_launch
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
-    names = [name for name, _ in gemm.shipped_kernels("sm_90")]
+    names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_gemm.SHIPPED_ACTIVATIONS)) + 2 * 2
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS)) + 2 * 2
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
-    assert not any("_sm90a" in name for name, _ in gemm.shipped_kernels("sm_80"))
-    config = hopper_gemm.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
-    _assembles(compile_to_ptx(hopper_gemm.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
+    assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
+    config = hopper_tiles.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
+    _assembles(compile_to_ptx(gemm_sm90.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
 
 
 def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filecheck, tmp_path):
@@ -360,8 +360,8 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
 
     config = configure("nk", "128x128x128s4", "e4m3")
     assert (config.bk, config.k_unit, config.stage_bytes) == (128, 16, 4 * (128 + 128) * 128)
-    assert hopper_gemm.boxes(config)["a"].element_bits == 8 and hopper_gemm.boxes(config)["c"].element_bits == 16
-    ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
+    assert gemm_sm90.boxes(config)["a"].element_bits == 8 and gemm_sm90.boxes(config)["c"].element_bits == 16
+    ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
     filecheck(ptx, """
     CHECK: .param .u64 {{.*}}gemm_param_6,
     CHECK-NEXT: .param .u64 {{.*}}gemm_param_7
@@ -379,9 +379,9 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
     _assembles(ptx, tmp_path)
 
 
-@pytest.mark.parametrize("tile, row_scales", [("128x128x128s3c2", False), (hopper_gemm.FP8_ROWS_TILE, True)])
+@pytest.mark.parametrize("tile, row_scales", [("128x128x128s3c2", False), (hopper_tiles.FP8_ROWS_TILE, True)])
 def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row_scales):
-    assert "give C as numpy does" in hopper_gemm.emulate(configure("nk", tile, "e4m3", row_scales), 2, "e4m3")
+    assert "give C as numpy does" in hopper_emulation.emulate(configure("nk", tile, "e4m3", row_scales), 2, "e4m3")
 
 
 def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(filecheck, tmp_path):
@@ -389,8 +389,8 @@ def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(fi
     to M - 1 and N - 1: C's rows and columns past them are clipped by the store), then multiplies."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", hopper_gemm.FP8_ROWS_TILE, "e4m3", row_scales=True)
-    ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
+    config = configure("nk", hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
+    ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
     assert ptx.count("ld.global.b32") == 2 + config.bn // 4 and ptx.count("min.u64") >= 2 + config.bn // 4
     _assembles(ptx, tmp_path)
 
@@ -403,10 +403,10 @@ def test_fp8_b_kn_is_transposed_by_the_producer_warpgroup(filecheck, tmp_path):
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = configure("kn", "128x128x128s3", "e4m3")
-    steps = len(hopper_gemm.transposition(config).steps)
+    steps = len(gemm_sm90.transposition(config).steps)
     assert (config.transposed, config.threads, config.producer_registers, steps) == (True, 384, 56, 4)
-    assert config.shared_bytes == 3 * (128 + 128) * 128 + hopper_gemm.TRANSPOSE_STAGES * 128 * 128
-    ptx = compile_to_ptx(hopper_gemm.build_module("e4m3", config))
+    assert config.shared_bytes == 3 * (128 + 128) * 128 + hopper_tiles.TRANSPOSE_STAGES * 128 * 128
+    ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
     filecheck(ptx, f"""
     CHECK: setmaxnreg.dec.sync.aligned.u32 56;
     CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
@@ -418,14 +418,14 @@ def test_fp8_b_kn_is_transposed_by_the_producer_warpgroup(filecheck, tmp_path):
     assert re.search(rf"setmaxnreg.inc.sync.aligned.u32\s+{config.consumer_registers};", ptx)
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == 4
     assert ptx.count("prmt.b32") == 8 * steps and ptx.count("stmatrix") == 2 * steps + config.bn // 16  # (+ C's)
-    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 3 * (1 + len(hopper_gemm.b_parts(config)))
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 3 * (1 + len(gemm_sm90.b_parts(config)))
     _assembles(ptx, tmp_path)
 
 
 def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product():
     """TMA's boxes of B [K, N] into the staging stage, the transposition's loads, permutes and stores, wgmma
     reading the K-major result through the kernel's descriptors."""
-    assert "give C as numpy does" in hopper_gemm.emulate(configure("kn", "128x128x128s3", "e4m3"), 2, "e4m3")
+    assert "give C as numpy does" in hopper_emulation.emulate(configure("kn", "128x128x128s3", "e4m3"), 2, "e4m3")
 
 
 @pytest.mark.parametrize("call, message", [
@@ -433,7 +433,7 @@ def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product
     (lambda: configure("kn", "128x128x128s3p", "e4m3"), "not persistent"),
     (lambda: configure("kn", "128x256x128s4", "e4m3"), "bytes of shared memory"),
     (lambda: configure("nk", "128x256x64s4", "e4m3"), "BK 64 or 128"),
-    (lambda: hopper_gemm.build_module("e4m3", configure("nk", "128x256x64s3")), "e4m3 with 8-bit ones"),
+    (lambda: gemm_sm90.build_module("e4m3", configure("nk", "128x256x64s3")), "e4m3 with 8-bit ones"),
     (lambda: configure("nk", "128x256x64s3", "f16", row_scales=True), "row scales are fp8's"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):

@@ -78,11 +78,12 @@ def test_matmul_with_each_ready_made_epilogue_matches_torch_in_fp32():
 
 def test_the_sm80_kernels_run_every_epilogue_on_this_gpu_too():
     """The kernels shipped for chips other than Hopper (pair stores without stmatrix), JIT-compiled here."""
-    from mlir_tile.kernels import epilogues, gemm
+    from mlir_tile.kernels import epilogues
+    from mlir_tile.kernels.gemm import launch as gemm_launch
     from mlir_tile.kernels.library import KernelLibrary
     from mlir_tile.runtime import Runtime
 
-    launcher, rng, failures = gemm.Matmul(KernelLibrary(Runtime(), chip="sm_80")), random.Random(3), []
+    launcher, rng, failures = gemm_launch.Matmul(KernelLibrary(Runtime(), chip="sm_80")), random.Random(3), []
     for trial in range(32):
         m, n, k, dtype, layout, has_bias, activation, has_residual = case = _gemm_case(rng, trial)
         a, b, bias, residual = _operands(m, n, k, dtype, layout, has_bias, has_residual)
@@ -146,10 +147,10 @@ def test_fp8_attention_matches_fp32_attention_of_its_values_within_e4m3s_roundin
     """150 random (batch, heads, seq, causal) at d 128 in float8_e4m3fn with per-tensor descales: O (bf16) within
     (2^-4 + 2 e) max |v| of fp32 attention of the values the fp8 inputs stand for (P is rounded to e4m3: a
     relative error of at most 2^-4 on each weight; e bounds the scores' error, fp8 wgmma summing with about 13
-    bits: `hopper_attention.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
+    bits: `flash.sm90*.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
     inputs), so a key misplaced between P and V would show (an error of about max |v|)."""
     from mlir_tile.kernels import attention
-    from mlir_tile.kernels.hopper_attention import FP8_ACCUMULATION
+    from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
 
     rng, failures = random.Random(7), []
     for trial in range(ATTENTION_CASES // 2):
@@ -267,18 +268,19 @@ def test_the_hopper_path_matches_torch_on_random_shapes_with_each_epilogue(dtype
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
 def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activation):
     """bias + gelu_tanh / silu through the operator on products whose measured tiles fill the SMs: the chain
-    kernels shipped for them (`hopper_gemm.SHIPPED_ACTIVATIONS`), B [K, N] and [N, K] in turn, M and N
+    kernels shipped for them (`gemm.sm90*.SHIPPED_ACTIVATIONS`), B [K, N] and [N, K] in turn, M and N
     past every tile extent."""
-    from mlir_tile.kernels import hopper_gemm, ops
+    from mlir_tile.kernels import ops
+    from mlir_tile.kernels.gemm import sm90_tiles as hopper_tiles
 
     launcher, rng, failures = ops.kernels_on(torch.device("cuda")).matmul, random.Random(31), []
     for trial in range(16):
         m, n, k, layout = rng.randint(2000, 4100), 8 * rng.randint(256, 520), 8 * rng.randint(1, 300), ("kn", "nk")[trial % 2]
         a, b, bias, _ = _operands(m, n, k, dtype, layout, True, False)
         got = torch.ops.mlir_tile.matmul(a, b, layout, bias, activation, None)
-        measured = hopper_gemm.measured_tile({torch.float16: "f16", torch.bfloat16: "bf16"}[dtype], layout)
+        measured = hopper_tiles.measured_tile({torch.float16: "f16", torch.bfloat16: "bf16"}[dtype], layout)
         worst = _wrong(got, a, b, layout, bias, activation, None)
-        if worst is not None or launcher.last_config != hopper_gemm.configure(layout, measured):
+        if worst is not None or launcher.last_config != hopper_tiles.configure(layout, measured):
             failures.append(((m, n, k, layout), worst, str(launcher.last_config)))
     assert not failures, failures[:10]
 

@@ -213,9 +213,9 @@ def test_a_host_array_that_is_not_numpy_is_refused(runtime):
 def test_the_gemm_example_matches_numpy():
     """The run half: mlir_tile.kernels.gemm (the builder's 4-stage cp.async GEMM) on 1000 x 1016 x 504, whose M is no
     multiple of the tile and N, K none of 128 or 32, against numpy within fp16 rounding."""
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import checks as gemm_checks
 
-    ok, line = gemm.run_and_check(gpu_input("gemm.ptx").read_text())
+    ok, line = gemm_checks.run_and_check(gpu_input("gemm.ptx").read_text())
     assert ok, line
 
 
@@ -229,11 +229,11 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
     products with tails in M, N and K (zero-filled loads, clipped stores), fewer k-tiles than stages, a
     single row; in clusters of 2 CTAs sharing B's k-tiles by multicast (a cluster's second CTA past M when its
     rows of tiles are); consumers of 128 rows (two batches a k-tile, "...w")."""
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import checks as gemm_checks
 
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
-    ok, line = gemm.run_and_check(ptx, **built, shape=shape)
+    ok, line = gemm_checks.run_and_check(ptx, **built, shape=shape)
     assert ok, line
 
 
@@ -243,11 +243,11 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
 def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, shape, splits):
     """Split-K on Hopper's path: `splits` CTAs a C tile, each a run of k-tiles (none left for some with 40),
     their fp32 partials summed and rounded on the host as gemm_reduce does."""
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
-    ok, line = hopper_gemm.run_and_check(ptx, built["dtype"], built["b_major"], built["tile"], shape, splits=splits)
+    ok, line = hopper_checks.run_and_check(ptx, built["dtype"], built["b_major"], built["tile"], shape, splits=splits)
     assert ok, line
 
 
@@ -258,14 +258,14 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
     """e4m3 A and B [N, K] or [K, N] (transposed in the kernel), small integers (exact products and sums),
     per-tensor or per-row scales, C bf16: C is the bf16 of the exact product times the scales, with tails in
     M, N and K."""
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks, sm90_tiles as hopper_tiles
 
     if b_major == "kn":  # B's rows of N bytes on 16 bytes
         shape = (shape[0], -(-shape[1] // 16) * 16, shape[2])
     suffix = ("_kn" if b_major == "kn" else "") + ("_rows" if row_scales else "")
     ptx = gpu_input(f"gemm_hopper_e4m3{suffix}.ptx").read_text()
-    tile = hopper_gemm.FP8_ROWS_TILE if row_scales else hopper_gemm.default_tile("e4m3", b_major)
-    ok, line = hopper_gemm.run_and_check(ptx, "e4m3", b_major, tile, shape, row_scales=row_scales)
+    tile = hopper_tiles.FP8_ROWS_TILE if row_scales else hopper_tiles.default_tile("e4m3", b_major)
+    ok, line = hopper_checks.run_and_check(ptx, "e4m3", b_major, tile, shape, row_scales=row_scales)
     assert ok, line
 
 
@@ -284,9 +284,9 @@ def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, name, til
     several tiles, its pipeline's stages and phases running on from one tile to the next; ping-pong (8 x 8
     tiles of 128 x 128, its two consumers taking turns) with 1, 5, 13 and 64 CTAs (one tile each: one
     consumer idle)."""
-    from mlir_tile.kernels import hopper_gemm
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
-    ok, line = hopper_gemm.run_and_check(gpu_input(name).read_text(), "f16", "nk", tile, (1000, 1016, 504), ctas=ctas)
+    ok, line = hopper_checks.run_and_check(gpu_input(name).read_text(), "f16", "nk", tile, (1000, 1016, 504), ctas=ctas)
     assert ok, line
 
 
@@ -298,14 +298,14 @@ def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
     """The persistent kernel (gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
     with a caller's grid: past the tiles the extra CTAs do nothing, under them each CTA walks several tiles;
     C is the product."""
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import checks as gemm_checks, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
-    config, (m, n) = gemm.configure("nk", 16, "128x256x64s4p"), (300, 520)
-    a, b = gemm.inputs(m, n, depth, element="bf16")
+    config, (m, n) = gemm_tiles.configure("nk", 16, "128x256x64s4p"), (300, 520)
+    a, b = gemm_checks.inputs(m, n, depth, element="bf16")
     module = runtime.load_ptx(gpu_input("gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
-    _, _, c = module.launch(gemm.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
+    _, _, c = module.launch(gemm_sm80.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
                                          depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
-    ok, worst = gemm.check(c, a, b, "bf16")
+    ok, worst = gemm_checks.check(c, a, b, "bf16")
     assert ok, worst
 
 
@@ -313,13 +313,13 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     """The run half of split-K (mlir_tile.kernels.gemm's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
     k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
-    from mlir_tile.kernels import gemm
+    from mlir_tile.kernels.gemm import checks as gemm_checks, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
     from mlir_tile.isa.halves import decode
 
-    config, (m, n, depth), splits = gemm.SPLIT_CHECKED, (127, 100, 1001), 12
-    a, b = gemm.inputs(m, n, depth)  # fp16 bit patterns
+    config, (m, n, depth), splits = gemm_tiles.SPLIT_CHECKED, (127, 100, 1001), 12
+    a, b = gemm_checks.inputs(m, n, depth)  # fp16 bit patterns
     split = runtime.load_ptx(gpu_input("gemm_split.ptx").read_text(), name="gemm_split")
-    _, _, partials, *_ = split.launch(gemm.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
+    _, _, partials, *_ = split.launch(gemm_sm80.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
                                       grid=config.grid(m, n, splits), block=config.threads,
                                       shared_bytes=config.shared_bytes)
     per_split = 3 * config.bk
@@ -328,18 +328,18 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
         expected = decode(a[:, columns], "f16") @ decode(b[columns], "f16")
         np.testing.assert_allclose(partials[s * m * n:(s + 1) * m * n].reshape(m, n), expected, rtol=1e-5, atol=1e-4)
     reducer = runtime.load_ptx(gpu_input("gemm_reduce.ptx").read_text(), name="gemm_reduce")
-    _, c, *_ = reducer.launch(gemm.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m, n, splits],
-                              grid=-(-m * n // gemm.REDUCE_THREADS), block=gemm.REDUCE_THREADS)
-    ok, worst = gemm.check(c.reshape(m, n), a, b)
+    _, c, *_ = reducer.launch(gemm_sm80.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m, n, splits],
+                              grid=-(-m * n // gemm_sm80.REDUCE_THREADS), block=gemm_sm80.REDUCE_THREADS)
+    ok, worst = gemm_checks.check(c.reshape(m, n), a, b)
     assert ok, worst
 
 
 def test_the_attention_example_matches_numpy():
     """The run half: mlir_tile.kernels.attention (d = 64, fp16) on 3 heads of 200 positions, a tail in the query and
     the key tiles, against numpy's softmax attention and log-sum-exp."""
-    from mlir_tile.kernels import flash_attention as attention
+    from mlir_tile.kernels.flash import checks as flash_checks
 
-    ok, line = attention.run_and_check(gpu_input("attention.ptx").read_text())
+    ok, line = flash_checks.run_and_check(gpu_input("attention.ptx").read_text())
     assert ok, line
 
 
@@ -388,14 +388,14 @@ def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, ba
 
 
 def _hopper_attention(runtime, name: str, **case) -> tuple[bool, str]:
-    """The Hopper attention kernel of gpu input `name` on `case` (`flash_attention.run_and_check`)."""
-    from mlir_tile.kernels import flash_attention
+    """The Hopper attention kernel of gpu input `name` on `case` (`flash.sm80*.run_and_check`)."""
+    from mlir_tile.kernels.flash import checks as flash_checks
 
     if runtime.device.compute_capability != (9, 0):
         pytest.skip(f"Hopper's path needs sm_90; this GPU is sm_{''.join(map(str, runtime.device.compute_capability))}")
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
-    return flash_attention.run_and_check(ptx, **built, **case)
+    return flash_checks.run_and_check(ptx, **built, **case)
 
 
 @pytest.mark.parametrize("name, written, arguments", [

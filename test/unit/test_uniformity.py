@@ -5,7 +5,8 @@ a fresh analysis of the kernel as it is then, value by value and branch by branc
 from builder_programs import run_program
 from mlir_tile.analysis import uniformity
 from mlir_tile.analysis.uniformity import Uniformity
-from mlir_tile.kernels import flash_attention, gemm
+from mlir_tile.kernels.flash import checks as flash_checks, sm80 as flash_sm80
+from mlir_tile.kernels.gemm import sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
 
 def test_an_extended_analysis_is_the_fresh_analysis_at_every_extension(monkeypatch):
@@ -26,7 +27,7 @@ def test_an_extended_analysis_is_the_fresh_analysis_at_every_extension(monkeypat
     monkeypatch.setattr(uniformity.Uniformity, "extend", extend_and_compare)
     for seed in range(40):
         run_program(seed, steps=60)
-    gemm.build_module("bf16", gemm.configure("nk", 16, "128x256x64s4p"))  # transfers in nested loops, branches on
-    flash_attention.build_module(flash_attention.configure("bf16", 128, True, tuned=True))  # warp indices
+    gemm_sm80.build_module("bf16", gemm_tiles.configure("nk", 16, "128x256x64s4p"))  # transfers in nested loops, branches on
+    flash_sm80.build_module(flash_checks.configure("bf16", 128, True, tuned=True))  # warp indices
     assert not differing, differing[0]
     assert len(compared) > 60 and any(compared)  # many extensions, with thread-dependent values

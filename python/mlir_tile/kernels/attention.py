@@ -1,11 +1,10 @@
-"""`python -m mlir_tile.kernels.attention`: the attention kernel's command line (`flash_attention.main`).
+"""`python -m mlir_tile.kernels.attention`: the attention family's command line (`mlir_tile.kernels.flash`).
 
-The kernel's builder is `mlir_tile.kernels.flash_attention`: this package's name `attention` is the torch
-function, so this module is only run, never imported.
+This package's name `attention` is the torch function, so this module is only run, never imported.
 """
 import sys
 
 if __name__ == "__main__":
-    from mlir_tile.kernels.flash_attention import main
+    from mlir_tile.kernels.flash.__main__ import main
 
     sys.exit(main())

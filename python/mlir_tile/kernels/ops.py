@@ -10,8 +10,9 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels import flash_attention, hopper_attention
-from mlir_tile.kernels import epilogues, gemm, hopper_gemm
+from mlir_tile.kernels import common, epilogues
+from mlir_tile.kernels.flash import launch as flash_launch
+from mlir_tile.kernels.gemm import launch as gemm_launch
 from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
 from mlir_tile.runtime import Runtime
 
@@ -24,14 +25,14 @@ class _Kernels:
 
     def __init__(self, device_index: int):
         self.library = KernelLibrary(Runtime(device_index))
-        self.matmul = gemm.Matmul(self.library)
+        self.matmul = gemm_launch.Matmul(self.library)
         self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
         self._attention, self._scaled = None, None
 
     @property
     def scaled(self):
         if self._scaled is None:
-            self._scaled = hopper_gemm.ScaledMatmul(self.library)
+            self._scaled = gemm_launch.ScaledMatmul(self.library)
         return self._scaled
 
     @property
@@ -39,7 +40,7 @@ class _Kernels:
         """Hopper's attention (TMA, wgmma) where q, k and v start on 16 bytes, as TMA needs; else the mma.sync
         kernel (a view into a larger tensor may start anywhere). fp8 (`descales`): Hopper's only."""
         if self._attention is None:
-            hopper, mma_sync = hopper_attention.HopperAttention(self.library), flash_attention.Attention(self.library)
+            hopper, mma_sync = flash_launch.HopperAttention(self.library), flash_launch.Attention(self.library)
 
             def attention(q, k, v, *, causal=False, descales=None):
                 on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
@@ -129,7 +130,7 @@ def _run(a, b, b_layout, out, epilogue, operands) -> None:
 
 def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
     """The ready-made epilogues: their `chain` in a kernel of its own where the install ships it
-    (`hopper_gemm.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
+    (`gemm.sm90*.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
     else `epilogues.selectable`, which every install ships (on the H200 3-4% slower than the chain at 4096^3
     and beyond, up to 12% at 2048^3; on Hopper's path it takes the 128 x 128 tile). Where a chain is not
     shipped, the fallback is remembered per shape and layout."""
@@ -180,7 +181,7 @@ _custom_operators: dict = {}
 def _custom_operator(epilogue: epilogues.Epilogue):
     """A torch operator `mlir_tile::matmul_<name>_<fingerprint>` for a user's epilogue, registered once: its
     tensor operands and its numbers (scalars and integers) in two lists, each in the epilogue's order."""
-    suffix = gemm.epilogue_suffix(epilogue).replace("-", "_")
+    suffix = common.epilogue_suffix(epilogue).replace("-", "_")
     with _lock:
         if suffix in _custom_operators:
             return _custom_operators[suffix]

@@ -11,7 +11,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from mlir_tile.kernels import flash_attention, gemm, hopper_attention
+from mlir_tile.kernels.flash import launch as flash_launch
+from mlir_tile.kernels.gemm import launch as gemm_launch
 from mlir_tile.kernels.library import SHIPPED, source_digest
 
 CHIPS = ("sm_90", "sm_80")
@@ -19,8 +20,7 @@ CHIPS = ("sm_90", "sm_80")
 
 def kernels(chip: str) -> list:
     """(name, build) of the kernels shipped for `chip`."""
-    return (list(gemm.shipped_kernels(chip)) + list(flash_attention.shipped_kernels(chip))
-            + list(hopper_attention.shipped_kernels(chip)))
+    return list(gemm_launch.shipped_kernels(chip)) + list(flash_launch.shipped_kernels(chip))
 
 
 def _build(job: tuple[str, str, str]) -> str:

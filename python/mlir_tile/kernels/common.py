@@ -1,0 +1,128 @@
+"""What the kernel families share (importing no kernel): epilogues' arms and operands, the Hopper kernels'
+shared-memory and register budgets, the stored tile of a TMA-store epilogue, the tensor maps kept for launches."""
+from __future__ import annotations
+
+from functools import partial
+
+from mlir_tile.isa.targets import REGISTER_FILE, max_shared_bytes
+from mlir_tile.kernels.epilogues import Epilogue
+
+HALF = 2  # bytes of a 16-bit element
+LOG2E = 1.4426950408889634  # log2(e): softmaxes run in the log2 domain (exp2)
+
+
+def for_each_arm(k, epilogue, extras, sizes, emit) -> None:
+    """`emit(finish)` emits the store code, `finish(value, row, column)` the epilogue on one accumulator (None
+    where there is none): once, or for a `Choice` once per arm, inside the branch where its selector holds
+    (one branch a thread around the whole epilogue)."""
+    if epilogue is None:
+        emit(None)
+        return
+    operands = epilogue.operands
+    if isinstance(epilogue, Epilogue):
+        emit(partial(_apply, k, epilogue, sizes, extras, operands))
+        return
+    selector = extras[[operand.name for operand in operands].index(epilogue.selector)]
+    for code, arm in enumerate(epilogue.arms):
+        with k.if_(k.compare("eq", selector, code)):
+            emit(partial(_apply, k, arm, sizes, extras, operands))
+
+
+def _apply(k, epilogue, sizes, extras, operands, value, row, column):
+    return epilogue.apply(k, value, row, column, *sizes, extras, operands)
+
+
+def operand_parameters(epilogue, element: str) -> list:
+    """The kernel parameters of an epilogue's operands: arrays of C's element, fp32 scalars."""
+    from mlir_tile.builder import Global
+
+    kinds = {"scalar": "f32", "integer": "index"}
+    return [kinds.get(operand.kind) or Global(element, alignment=HALF) for operand in epilogue.operands]
+
+
+def epilogue_suffix(epilogue: Epilogue | None) -> str:
+    if epilogue is None:
+        return ""
+    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in epilogue.name)
+    return f"_{name}_{epilogue.fingerprint}"
+
+
+SWIZZLE_COLUMNS = 64  # 16-bit elements in a 128-byte swizzle's row: a box's width
+BARRIER_BYTES = 1024  # the mbarriers' static shared memory, as ptxas lays it out beside the dynamic
+
+
+def check_shared(kernel: str, config, shared_bytes: int, fix: str) -> None:
+    """ValueError where `config`'s dynamic shared memory and the mbarriers' BARRIER_BYTES exceed a block's on
+    sm_90a."""
+    if shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
+        raise ValueError(f"{kernel}: {config} needs {shared_bytes} bytes of shared memory and its barriers' "
+                         f"{BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use on sm_90a: "
+                         f"{fix}")
+
+
+def raised_registers(threads: int, producer: int, consumers: int) -> int:
+    """What each consumer thread of a warp-specialized block raises its registers to (setmaxnreg.inc): the
+    entry count (the register file over the block, in multiples of 8) and its share of what the producer
+    warpgroup gave back going down to `producer`; asking for more waits forever."""
+    entry = REGISTER_FILE // threads // 8 * 8
+    return (entry + (entry - producer) // consumers) // 8 * 8
+
+
+def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> dict:
+    """A 16-bit rows x columns tile as TMA stores read it ("c": boxes of rows x `box_columns` side by side,
+    128-byte swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one warpgroup's
+    64 rows of those words from its first word ("c_band"), proven to be every 64-row band's layout."""
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.algebra.words import words_of
+    from mlir_tile.isa.tma import Box
+
+    swizzle, boxes_of = Box(64, box_columns, 16, 128).layout.swizzle, columns // box_columns
+    c = Layout((rows, (box_columns, boxes_of)), (box_columns, (1, rows * box_columns)), swizzle)
+    c_words = words_of(c, 2)
+    words = box_columns // 2
+    c_band = Layout((64, (words, boxes_of)), (words, (1, rows * words)), c_words.swizzle)
+    for group in range(rows // 64):
+        if any(c_band.offset(r, w) + 64 * words * group != c_words.offset(64 * group + r, w)
+               for r in range(64) for w in range(words * boxes_of)):
+            raise ValueError(f"row band {group}'s rows of {c_words} are not {c_band} from its first word")
+    return {"c": c, "c_words": c_words, "c_band": c_band}
+
+
+def output_element(element: str) -> str:
+    """C's element type for inputs of `element`: bf16 for fp8 (as torch._scaled_mm's out_dtype), else theirs."""
+    return "bf16" if element == "e4m3" else element
+
+
+def packed_slot(block: int, half: int) -> int:
+    """The register slot of n8 block `block`'s packed pair `half` (c0 c1, or c2 c3 eight rows down) in the C
+    stmatrix transfer (`tiled_store_c`'s c_slots(0, block)): the accumulator slots 4 block + 2 half, + 1."""
+    return 4 * (block // 2) + 2 * (block % 2) + half
+
+
+class TensorMaps:
+    """The device tensor maps a Hopper kernel is launched with, one per (address, shape, row stride, box),
+    the `kept` most recent kept (a training loop's weights and buffers come back at the same addresses, so
+    each is encoded once). A new one is copied on torch's current stream, before the launch that reads it."""
+
+    def __init__(self, runtime, kept: int = 256):
+        from collections import OrderedDict
+
+        self.runtime, self.kept, self.maps = runtime, kept, OrderedDict()
+
+    def __call__(self, tensor, box, store: bool = False):
+        """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`, as a
+        device tensor of its 128 bytes; of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map).
+        `store`: a map the kernel's TMA stores write through (`Runtime.tensor_map(store=True)`)."""
+        import torch
+
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index, store)
+        found = self.maps.pop(key, None)
+        if found is None:
+            size = tensor.element_size()
+            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
+                                              tensor.stride(0) * size if tensor.dim() == 3 else None, store=store)
+            found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
+        self.maps[key] = found
+        while len(self.maps) > self.kept:
+            self.maps.popitem(last=False)
+        return found

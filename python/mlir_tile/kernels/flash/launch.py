@@ -1,0 +1,146 @@
+"""The attention family's one launch module: the FlashAttention-2-form kernel (`Attention`, any sm_80 or newer
+GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
+from __future__ import annotations
+
+from functools import partial
+
+from mlir_tile.kernels.flash import sm80, sm90
+from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, TUNED
+from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, SEQ_SHAPES, seq_band
+
+
+def shipped_kernels(chip: str):
+    """(name, build) of every kernel `Attention` may pick (sm_90 only: O goes out through stmatrix), and the
+    Hopper kernels (`hopper_shipped_kernels`) after them."""
+    if chip != "sm_90":
+        return
+    yield from _sm80_shipped()
+    yield from hopper_shipped_kernels(chip)
+
+
+def _sm80_shipped():
+    for config in CONFIGS:
+        picked = Config(config.head_dim, config.causal, config.element, **TUNED.get((config.head_dim, config.causal), {}))
+        for kernel in dict.fromkeys((config, picked)):
+            yield str(kernel), partial(sm80.build_module, kernel)
+
+
+class Attention:
+    """O, lse = attention(q, k, v, causal) on torch tensors [batch, heads, seq, d] (contiguous, fp16 or bf16,
+    d 64 or 128) through mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
+
+    def __init__(self, library, shapes: dict | None = None):
+        """`library`: where the kernels come from (a `KernelLibrary`); `shapes`: per head dim, the Config fields
+        (warps, row_blocks, keys, ...) of the kernels to use; else TUNED's for the (head dim, causal), else the
+        default CTA."""
+        if library.chip != "sm_90":
+            raise ValueError(f"attention: the kernel stores O through stmatrix, which needs sm_90; this GPU runs "
+                             f"{library.chip} kernels")
+        self.library, self.kernels, self.shapes = library, {}, shapes or {}
+
+    def __call__(self, q, k, v, *, causal: bool = False):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+        if element is None or k.dtype != q.dtype or v.dtype != q.dtype:
+            raise ValueError(f"attention: q, k, v all float16 or all bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}")
+        if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+            raise ValueError(f"attention: q, k, v of one shape [batch, heads, seq, d], got {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        batch, heads, seq, d = q.shape
+        if d not in (64, 128):
+            raise ValueError(f"attention: head dim 64 or 128, got {d}")
+        if not all(x.is_cuda and x.is_contiguous() for x in (q, k, v)) or seq == 0:
+            raise ValueError("attention: contiguous CUDA tensors with seq >= 1")
+        key = (d, bool(causal), element)
+        if key not in self.kernels:
+            config = Config(*key, **self.shapes.get(key[0], TUNED.get(key[:2], {})))
+            self.kernels[key] = config, self.library.module(str(config), partial(sm80.build_module, config))
+        config, module = self.kernels[key]
+        o = torch.empty_like(q)
+        lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
+        module.launch(sm80.KERNEL, [q, k, v, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
+                      shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        return o, lse
+
+
+def hopper_shipped_kernels(chip: str):
+    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where
+    SEQ_SHAPES changes it up to a length, those too)."""
+    if chip != "sm_90":
+        return
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
+                seqs = {1} | {longest + 1 for longest, _ in SEQ_SHAPES.get((d, causal), ())}
+                configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
+                for config in sorted(configs, key=str):
+                    yield str(config), partial(sm90.build_module, config)
+
+
+class HopperAttention:
+    """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous; f16 or bf16 with d 64, 128
+    or 256; float8_e4m3fn with d 128 and per-tensor descales, O in bf16) on Hopper's path, on torch's current
+    stream; kernels from `library` (a `KernelLibrary`), the tensor maps kept (`common.TensorMaps`).
+    ValueError for what the kernel does not take."""
+
+    def __init__(self, library, shape: dict | None = None):
+        """`shape`: HopperAttentionConfig's fields other than d, the mask and the element (keys, consumers,
+        stages) where not the defaults."""
+        from mlir_tile.kernels.common import TensorMaps
+
+        self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
+        self.sms = library.runtime.device.properties.multiprocessor_count
+
+    def __call__(self, q, k, v, *, causal: bool = False, descales=None):
+        """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
+        v's): the scores are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v (FlashAttention-3's
+        descale_q, descale_k, descale_v)."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}.get(q.dtype)
+        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or not (
+                q.shape == k.shape == v.shape):
+            raise ValueError(f"hopper attention: q, k, v of one shape [batch, heads, seq, d], all float16, bfloat16 "
+                             f"or float8_e4m3fn; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, "
+                             f"{tuple(v.shape)} {v.dtype}")
+        batch, heads, seq, d = q.shape
+        if d not in (FP8_HEAD_DIMS if element == "e4m3" else HEAD_DIMS):
+            raise ValueError(f"attention: head dim {', '.join(map(str, HEAD_DIMS))} (256 on Hopper's path only; "
+                             f"float8_e4m3fn: {', '.join(map(str, FP8_HEAD_DIMS))}), got {d}")
+        if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
+            raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
+        scales = _descales(descales, element, q.device)
+        key = (d, bool(causal), element, seq_band(d, bool(causal), seq))
+        if key not in self.kernels:
+            config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
+            self.kernels[key] = config, sm90.boxes(config), self.library.module(str(config),
+                                                                                partial(sm90.build_module, config))
+        config, box, module = self.kernels[key]
+        o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
+        maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
+        maps.append(self.maps(o.view(batch * heads, seq, d), box["o"], store=True))
+        lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
+        module.launch(sm90.KERNEL, [*maps, lse, seq, batch * heads, *scales], grid=config.grid(batch * heads, seq, self.sms),
+                      block=config.threads, shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        return o, lse
+
+
+def _descales(descales, element: str, device) -> list:
+    """fp8's three descales, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
+    import torch
+
+    if element != "e4m3":
+        if descales is not None:
+            raise ValueError("hopper attention: descales are for float8_e4m3fn inputs")
+        return []
+    if (not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
+            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device
+            for x in descales)):
+        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
+                         f"tensor of one element on {device}")
+    return [x.contiguous() for x in descales]

@@ -1,0 +1,271 @@
+"""Hopper attention's configurations (`HopperAttentionConfig`) and the shapes picked per head dim, mask and length
+(data: no kernel)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, max_shared_bytes, sm_shared_bytes
+from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registers
+
+
+ROW_BYTES = 128  # a 128-byte swizzled row: each tile is boxes of 128 bytes of columns side by side
+BAND_BYTES = 64 * ROW_BYTES  # consumer c's 64 rows of Q's or O's tile start c times this many bytes in
+# a persistent producer holds its walk's item beside the loads (at 24 it spilled); fp8's transposes V
+PRODUCER_REGISTERS, PERSISTENT_PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 32, 56
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
+HEAD_DIMS = (64, 128, 256)
+PERSISTENT_HEAD_DIMS = (64, 128)
+FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
+# each (head dim, causal)'s fields where not the defaults, as measured on the H200
+# (benchmarks/results/attention_hopper.json): at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64
+# keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages (two of 64
+# rows and 64 keys with 2 stages: 0.82-0.90x, session 30). At 64, three consumers (192 rows) of 64 keys ran 1.02-1.07x
+# two of 128 (session 27), and three of 128 keys (FlashAttention-3's d 64 tile: the softmax's per-tile instructions
+# spread over twice the scores, 6.4 a score, not 8.0) 1.13-1.16x three of 64 without the mask, 1.04-1.07x causal at S
+# 4096 and 8192 (4 stages 0.98-1.02x 3, 2 stages 0.86-0.93x; two consumers of 192 or 256 keys spilled, 0.69-0.86x; the
+# persistent grid 0.94-0.96x without the mask, 1.01x causal at 4096, 0.96x at 8192) (session 30). (With ping-pong, d
+# 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27 and 25).) At 128 without the mask,
+# the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x the launched one at S 2048 to 8192, with
+# uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192; causal, its row tiles paired, 1.19x at S 1024,
+# 1.09x at 4096, 1.04x at 8192 (one consumer at d 64 causal: 0.67-0.72x its launched grid) (session 28). Q's
+# descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x at d 64
+# causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without the mask on
+# the launched grid (session 27) (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024;
+# before uniform_q 0.86-0.89x). The launched grid's pipeline indices divided in 32 bits (`narrow`) ran 1.02-1.06x at d
+# 64, 1.03-1.07x at d 256 and 0.93-0.96x at d 128 (session 28).
+_ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
+_THREE_CONSUMERS = {"keys": 128, "consumers": 3, "uniform_q": True, "narrow": True}
+_PERSISTENT = {"persistent": True, "uniform_q": True}
+SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
+          (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
+# Fields over SHAPES' for sequences up to a length (`HopperAttentionConfig.picked`: the first length the sequence is
+# within). At d 64 up to S 1024: without the mask the persistent grid with two consumers of 128 keys ran
+# 1.07-1.09x three consumers (of 64 keys) launched (and their persistent one); at d 64 causal one consumer (64 rows a
+# CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at 8192) (session 28); there without the mask, uniform_q off
+# ran 1.05-1.06x on (session 29); then the persistent grid of three consumers of 128 keys with uniform_q 1.03x two
+# (session 30); then three CTAs an SM of one consumer (ctas_per_sm, launched) 1.04x that and, causal, 1.25x one CTA
+# (its persistent grid 1.19-1.20x; at S 4096 1.02x the three consumers causal, 0.91x without the mask; at d 128 two
+# CTAs of one consumer 0.83-0.91x) (session 31). At S 2048 the three CTAs ran 1.11-1.13x the three consumers causal
+# (1.00-1.03x at 4096 in four runs, 0.94x at 8192), and without the mask the persistent grid of three consumers 1.06x
+# them, the three CTAs 0.98x (session 31).
+_THREE_CTAS = {"consumers": 1, "keys": 64, "ctas_per_sm": 3, "persistent": False}
+SEQ_SHAPES = {(64, False): ((1024, _THREE_CTAS), (2048, {"persistent": True})), (64, True): ((4096, _THREE_CTAS),)}
+# e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
+# later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
+# persistent grid with uniform_q ran 1.12-1.26x the launched one (1.25x at S 1024, 1.12-1.16x at 4096 and 8192,
+# causal and not), uniform_q 1.04-1.07x without it there; lazy_rescale 1.06-1.07x without it (at 16 bits 0.94-1.01x:
+# left off) (session 29; benchmarks/results/attention_hopper_fp8.json)
+FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True, "lazy_rescale": True}
+PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
+O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
+STAGE_FREED_BARRIER = 1  # O over the last key tile's stage (`o_in_stage`): every consumer is done reading it
+# lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
+# largest is 448; the row sums and O are fp32)
+RESCALE_SLACK = 8.0
+
+
+def seq_band(head_dim: int, causal: bool, seq: int) -> int:
+    """Which of SEQ_SHAPES' lengths for this head dim and mask is the first `seq` is within (their count where
+    none is)."""
+    return sum(seq > longest for longest, _ in SEQ_SHAPES.get((head_dim, causal), ()))
+
+
+@dataclass(frozen=True)
+class HopperAttentionConfig:
+    head_dim: int = 128
+    causal: bool = False
+    element: str = "f16"
+    keys: int = 128  # keys a K/V tile: S's N (a consumer thread's S accumulators: keys / 2 fp32)
+    consumers: int = 2  # consumer warpgroups, 64 query rows each
+    stages: int = 3  # K/V tiles in flight (the stage of tile t is released once P V of t is done, under tile t + 1's
+    # S: with 2 the producer waits; 3 ran 1.02-1.35x 2 on the H200)
+    pingpong: bool = False  # two consumers take turns issuing their GEMMs (named barriers): one's softmax under the
+    # other's GEMMs
+    staged: int = 2  # fp8: V tiles as TMA wrote them, waiting for the producer's transposition
+    persistent: bool = False  # one CTA an SM walking the (head, row tile) items (`QueryTiles.persistent`): the next
+    # item's K and V load under this one's last tiles and epilogue
+    uniform_q: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`), so that ptxas keeps
+    # Q's d / 16 wgmma descriptors (each consumer's own) in uniform registers (63 a warp), not moved there (R2UR)
+    # before each wgmma; where they crowd out the K/V pipeline's index, that one moves instead
+    narrow: bool = False  # the launched grid's pipelines divide their indices by the stages in 32 bits
+    # (`StageRing(narrow=True)`: a key tile's index is below 2^31, as the maps' rows are); a persistent walk's
+    # always do
+    lazy_rescale: bool = False  # a row's max moves on only where a tile's scores pass it by more than
+    # RESCALE_SLACK (FlashAttention-4's: the probabilities stay below 2^RESCALE_SLACK), and O is rescaled only where
+    # some max of the warp's rows moved (a branch the warp takes together)
+    ctas_per_sm: int = 1  # CTAs an SM holds at once (`.minnctapersm`): a thread's registers at launch are the
+    # register file over that many blocks, and the consumers raise theirs by what their producer gave back; where one
+    # consumer's CTA is small (d 64 causal at S 1024), another CTA's GEMMs may run under its softmax
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
+            raise ValueError(f"hopper attention: head dims {', '.join(map(str, HEAD_DIMS))}, f16, bf16 and e4m3; got "
+                             f"{self.head_dim}, {self.element}")
+        if self.fp8 and (self.head_dim not in FP8_HEAD_DIMS or self.keys != FP8_KEYS):
+            raise ValueError(f"hopper attention: e4m3 takes head dim {', '.join(map(str, FP8_HEAD_DIMS))} and "
+                             f"{FP8_KEYS} keys a tile; got {self.head_dim}, {self.keys}")
+        if self.keys % 64 or not 64 <= self.keys <= 256 or self.consumers not in (1, 2, 3) or self.stages < 1:
+            raise ValueError(f"hopper attention: keys a multiple of 64 up to 256, 1 to 3 consumers, 1 stage or more; "
+                             f"got {self}")
+        if self.fp8 and not 1 <= self.staged < self.stages:
+            raise ValueError(f"hopper attention: 1 staged V tile or more, fewer than the stages (the loader waits for "
+                             f"key tile t + staged's stage, which tile t + 1's transposition must free first); got "
+                             f"{self.staged} staged, {self.stages} stages")
+        if self.pingpong and self.consumers != 2:
+            raise ValueError(f"hopper attention: ping-pong takes two consumers, got {self.consumers}")
+        if self.persistent and not self.may_persist:
+            raise ValueError(f"hopper attention: a persistent grid takes head dims "
+                             f"{', '.join(map(str, PERSISTENT_HEAD_DIMS))} (at d 256 O takes 128 of a consumer's 240 "
+                             f"registers and the walk spilled)")
+        if self.o_in_stage and 2 * self.tile_bytes < self.o_bytes:
+            raise ValueError(f"hopper attention: a persistent walk writes O's tile over a stage where it has no bytes "
+                             f"of its own: {self.o_bytes} bytes, got stages of {2 * self.tile_bytes}; fewer stages")
+        if self.fp8 and self.o_offset == self.staging_offset and self.staged * self.tile_bytes < self.o_bytes:
+            raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
+                             f"{self.o_bytes} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
+        check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
+        if not 1 <= self.ctas_per_sm <= 4:
+            raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
+        resident = self.ctas_per_sm * (self.shared_bytes + BARRIER_BYTES + SHARED_RESERVED_BYTES)
+        if resident > sm_shared_bytes("sm_90a"):
+            raise ValueError(f"hopper attention: {self.ctas_per_sm} CTAs an SM of {self}'s shared memory take "
+                             f"{resident} bytes, more than an SM's {sm_shared_bytes('sm_90a')}: fewer CTAs or stages")
+
+    @classmethod
+    def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
+        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim and mask (and FP8_SHAPE
+        for e4m3), `shape`'s fields over them."""
+        return cls(head_dim, causal, element,
+                   **{**SHAPES.get((head_dim, causal), {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
+
+    @classmethod
+    def picked(cls, head_dim: int, causal: bool, element: str, seq: int, **shape) -> "HopperAttentionConfig":
+        """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration with `shape`'s fields over it,
+        or where no field is given, SEQ_SHAPES' for the first length `seq` is within. (A caller's field
+        beside SEQ_SHAPES' need not fit: two consumers in three CTAs an SM would run out of registers.)"""
+        lengths, band = SEQ_SHAPES.get((head_dim, causal), ()), seq_band(head_dim, causal, seq)
+        fitted = lengths[band][1] if band < len(lengths) else {}
+        return cls.of(head_dim, causal, element, **(shape or fitted))
+
+    @property
+    def may_persist(self) -> bool:
+        """Whether this configuration may walk a persistent grid: d in PERSISTENT_HEAD_DIMS."""
+        return self.head_dim in PERSISTENT_HEAD_DIMS
+
+    @classmethod
+    def fields_of(cls, text: str) -> dict:
+        """The shape fields of "name=value,..." (e.g. "consumers=3,keys=64", "persistent=true"): ints and
+        booleans (true/false); head_dim, causal and element are not among them. ValueError naming the field."""
+        kinds = {f.name: f.type for f in fields(cls) if f.name not in ("head_dim", "causal", "element")}
+        given = {}
+        for item in filter(None, text.split(",")):
+            name, _, value = item.partition("=")
+            name, value = name.strip(), value.strip().lower()
+            if name not in kinds:
+                raise ValueError(f"hopper attention: a config field is one of {', '.join(kinds)}; got {name!r}")
+            if kinds[name] == "bool" and value in ("true", "false"):
+                given[name] = value == "true"
+            elif kinds[name] == "int" and value.isdigit():
+                given[name] = int(value)
+            else:
+                wanted = "true or false" if kinds[name] == "bool" else "an integer"
+                raise ValueError(f"hopper attention: {name} takes {wanted}, got {value!r}")
+        return given
+
+    @property
+    def rows(self) -> int:  # query rows a CTA
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def fp8(self) -> bool:
+        """e4m3: V transposed in the kernel by the producer warpgroup, O in bf16, per-tensor scales."""
+        return self.element == "e4m3"
+
+    @property
+    def element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.element]
+
+    @property
+    def box_columns(self) -> int:
+        return ROW_BYTES // self.element_bytes
+
+    @property
+    def producer_registers(self) -> int:
+        if self.fp8:
+            return TRANSPOSING_PRODUCER_REGISTERS
+        return PERSISTENT_PRODUCER_REGISTERS if self.persistent else PRODUCER_REGISTERS
+
+    @property
+    def consumer_registers(self) -> int:
+        """What a consumer thread raises its registers to (`hopper_gemm.raised_registers`), at most 240."""
+        return min(240, raised_registers(self.threads * self.ctas_per_sm, self.producer_registers, self.consumers))
+
+    @property
+    def q_bytes(self) -> int:
+        return self.rows * self.head_dim * self.element_bytes
+
+    @property
+    def tile_bytes(self) -> int:  # a K, V or V^T tile
+        return self.keys * self.head_dim * self.element_bytes
+
+    @property
+    def narrow_index(self) -> bool:  # (a persistent walk's indices are counted so as to stay small: `work`)
+        return self.narrow or self.persistent
+
+    @property
+    def o_bytes(self) -> int:  # O's tile: rows x d, 16-bit
+        return 2 * self.rows * self.head_dim
+
+    @property
+    def staging_offset(self) -> int:  # fp8's staged V tiles, after Q and the stages
+        return self.q_bytes + 2 * self.stages * self.tile_bytes
+
+    @property
+    def tiles_bytes(self) -> int:  # Q, the stages (a K tile and a V tile each: V^T for fp8), fp8's staged V tiles
+        return self.staging_offset + self.staged * self.fp8 * self.tile_bytes
+
+    @property
+    def o_in_stage(self) -> bool:
+        """Persistent, where O's tile has no bytes of its own beside `tiles_bytes`: O is written over the last
+        key tile's stage (its K and V, once every consumer is done with them), which is released once O's
+        stores have read it."""
+        return self.persistent and self.tiles_bytes + self.o_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a")
+
+    @property
+    def shared_bytes(self) -> int:
+        """`tiles_bytes`, and a persistent walk's O tile where it has bytes of its own."""
+        return self.tiles_bytes + (self.persistent and not self.o_in_stage) * self.o_bytes
+
+    @property
+    def o_offset(self) -> int | None:
+        """Where the O tile is written before its TMA stores: one item a CTA, over Q's tile (16-bit: each
+        consumer's band over its own rows of Q, which only it reads), fp8 over the staged V tiles; persistent,
+        after `tiles_bytes`, so that the next item's Q and V load under this item's last key tile and epilogue
+        (None: over the last key tile's stage, `o_in_stage`)."""
+        if self.persistent:
+            return None if self.o_in_stage else self.tiles_bytes
+        return self.staging_offset if self.fp8 else 0
+
+    @property
+    def index_period(self) -> int:
+        """A persistent walk counts the key tiles before an item modulo this: a multiple of twice each ring's
+        stages (the K/V ring's and fp8's staging ring's), which leaves each tile's stage and phase parity as
+        they are."""
+        return 2 * math.lcm(self.stages, self.staged if self.fp8 else 1)
+
+    def grid(self, batch_heads: int, seq: int, sms: int) -> int:
+        """CTAs to launch: one a (head, row tile) item, or (persistent) `ctas_per_sm` an SM of the `sms` at most."""
+        items = -(-seq // self.rows) * batch_heads
+        return min(items, sms * self.ctas_per_sm) if self.persistent else items
+
+    def __str__(self) -> str:
+        return (f"attention_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_r{self.rows}"
+                f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
+                f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
+                f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
+                f"{'_persistent' if self.persistent else ''}_sm90a")

@@ -1,0 +1,295 @@
+"""The GEMM family's one launch module: `Matmul` (mma.sync or Hopper's path, picked here) and `ScaledMatmul`
+(fp8), their checks of what they are given, and the kernels shipped for each chip."""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from mlir_tile.kernels.common import TensorMaps
+from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
+from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
+from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
+                                               pick_tile, smallest_tile, variant, variants_for)
+from mlir_tile.kernels.gemm.sm90 import boxes
+from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, configure, measured_tile, scaled_config
+
+
+TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
+
+
+def takes_hopper(chip: str, m: int, n: int, depth: int, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
+    """Whether `Matmul` runs an M x N x K product on Hopper's path (`hopper_gemm`): the sm_90 library, no
+    mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
+    TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
+    not, it keeps the product)."""
+    if chip != "sm_90" or tile is not None or splits not in (None, 1) or not aligned or n % 8 or depth % 8:
+        return False
+    return splits == 1 or pick_splits(m, n, depth, sms, variant(smallest_tile(16), 16, b_major=b_major)) == 1
+
+
+def shipped_kernels(chip: str, epilogues=(None, selectable)):
+    """(name, build) of every kernel `Matmul` may pick for `chip`: each (element, B layout, alignment, tile,
+    split) variant and the split's reduction, with each of `epilogues` (None: plain); on sm_90 also the
+    Hopper path's (`hopper_gemm.shipped_kernels`)."""
+    if chip == "sm_90":
+        yield from hopper_shipped_kernels(epilogues)
+    for element in ("f16", "bf16"):
+        for epilogue in epilogues:
+            for config in variants_for(chip, epilogue):
+                yield sm80.kernel_name(element, config, epilogue), partial(sm80.build_module, element, config, chip,
+                                                                      epilogue=epilogue)
+            yield sm80.reduce_name(element, epilogue), partial(sm80.build_reduce_module, element, chip, epilogue=epilogue)
+        for config in SPLIT_VARIANTS:
+            yield sm80.kernel_name(element, config), partial(sm80.build_module, element, config, chip)
+
+
+class Matmul:
+    """C = epilogue(A x B) on torch tensors through mlir-tile's runtime (no host copies, torch's current
+    stream). On Hopper (the sm_90 library) Hopper's path where it takes the product (`takes_hopper`: TMA,
+    wgmma, `hopper_gemm.library_config`'s tile, measured per dtype and B layout; the tensor maps kept by
+    `hopper_gemm.TensorMaps`); else the mma.sync variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
+    (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M
+    x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
+    ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
+    ValueError for what the kernels do not take."""
+
+    def __init__(self, library):
+        from mlir_tile.kernels.common import TensorMaps
+
+        self.library, self.plans = library, {}
+        self.sms = library.runtime.device.properties.multiprocessor_count
+        self.maps = TensorMaps(library.runtime)
+        self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
+
+    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None,
+                 epilogue: Epilogue | Choice | None = None, operands: tuple = ()):
+        """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
+        copies take `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of
+        `pick_splits`' choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's
+        dtype to write C into; `operands`: the epilogue's, in its order (tensors of A's dtype, floats)."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        aligned = all(t.data_ptr() % TMA_ADDRESS_BYTES == 0 for t in (a, b) + (() if out is None else (out,)))
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
+               aligned)
+        if key not in self.plans:  # what depends only on the key is checked and worked out once
+            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue, aligned)
+        config, module, grid, sizes, reduction = self.plans[key]
+        if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
+            raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
+        m, n = sizes[0], sizes[1] * config.unit
+        extras = checked_operands(epilogue, operands, m, n, a)
+        if out is None:
+            out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+        elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
+            raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
+                             f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
+        hopper = isinstance(reduction, dict)  # Hopper's path: its TMA boxes of A, B and C
+        self.last_config, self.last_splits = config, 1 if reduction is None or hopper else reduction[1]
+        stream = torch_stream(a)
+        if hopper:
+            maps = [self.maps(tensor, reduction[name], store=name == "c")
+                    for name, tensor in (("a", a), ("b", b), ("c", out))]
+            module.launch(sm90.KERNEL, [*maps, *sizes, *extras], grid=grid, block=config.threads,
+                          shared_bytes=config.shared_bytes, stream=stream)
+            return out
+        if reduction is None:
+            module.launch(sm80.KERNEL, [a, b, out, *sizes, *extras], grid=grid, block=config.threads,
+                          shared_bytes=config.shared_bytes, stream=stream)
+            return out
+        reducer, splits = reduction
+        partials = torch.empty(splits * m * n, dtype=torch.float32, device=a.device)
+        module.launch(sm80.KERNEL, [a, b, partials, *sizes, splits], grid=grid, block=config.threads,
+                      shared_bytes=config.shared_bytes, stream=stream)
+        reducer.launch(sm80.REDUCE_KERNEL, [partials, out, m, n, splits, *extras], grid=-(-m * n // sm80.REDUCE_THREADS),
+                       block=sm80.REDUCE_THREADS, stream=stream)
+        return out
+
+    def _plan(self, a, b, b_major, tile, splits, epilogue, aligned):
+        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits), None, or on
+        Hopper's path its TMA boxes) for these operands, or ValueError."""
+        element, (m, n, depth) = _element_and_sizes(a, b, b_major)
+        if takes_hopper(self.library.chip, m, n, depth, self.sms, b_major, tile, splits, aligned):
+            return self._hopper_plan(element, m, n, depth, b_major, epilogue)
+        if tile is not None and tile not in TILES + (PERSISTENT,):
+            raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
+        if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
+            raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
+        align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
+        smallest = smallest_tile(align)
+        if splits is not None and splits > 1:
+            if tile not in (None, smallest) and align != HALF:
+                raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
+            tile = smallest
+        elif tile is None or align == HALF:
+            tile = pick_tile(m, n, depth, self.sms, element, align, b_major, self.library.chip, epilogue)
+        config = variant(tile, align, b_major=b_major)
+        if config.persistent and (config not in variants_for(self.library.chip, epilogue)
+                                  or not config.takes(m, n, depth)):
+            raise ValueError(f"gemm: the persistent tile takes B [N, K] with N and K multiples of 8, "
+                             f"{config.sizes_taken()}; got B {b_major}, {m} x {n} x {depth}")
+        if splits is None:
+            splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
+        reduction = None
+        if splits > 1:
+            config = variant(tile, align, b_major=b_major, split_k=True)
+            reduction = (self._reducer(element, epilogue), splits)
+            epilogue = None  # the reduction applies it
+        chip = self.library.chip
+        module = self.library.module(sm80.kernel_name(element, config, epilogue),
+                                     lambda: sm80.build_module(element, config, chip, epilogue=epilogue))
+        return config, module, config.grid(m, n, splits, self.sms), (m, n // config.unit, depth // config.unit), reduction
+
+    def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
+        config = sm90_tiles.library_config(m, n, b_major, self.sms, FILL, epilogue, element)
+        module = self.library.module(sm90.kernel_name(element, config, epilogue),
+                                     lambda: sm90.build_module(element, config, epilogue=epilogue))
+        sizes = (m, n // config.unit, depth // config.unit)
+        return config, module, config.grid(m, n, self.sms), sizes, sm90.boxes(config)
+
+    def _reducer(self, element: str, epilogue):
+        chip = self.library.chip
+        return self.library.module(sm80.reduce_name(element, epilogue),
+                                   lambda: sm80.build_reduce_module(element, chip, epilogue=epilogue))
+
+
+def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
+    """The element type and (M, N, K) of A and B, or ValueError."""
+    import torch
+
+    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
+    if element is None or b.dtype != a.dtype:
+        raise ValueError(f"gemm: A and B are both float16 or both bfloat16, got {a.dtype} and {b.dtype}")
+    if b_major not in ("kn", "nk"):
+        raise ValueError(f"gemm: b_major is 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_major!r}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError("gemm: A and B are 2-D CUDA tensors")
+    m, depth = a.shape
+    n, b_depth = (b.shape[1], b.shape[0]) if b_major == "kn" else b.shape
+    if b_depth != depth or m == 0 or n == 0 or depth == 0:
+        raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
+                         f"or a size is 0")
+    return element, (m, n, depth)
+
+
+def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> list:
+    """The epilogue's operands as kernel arguments, each checked against its kind, or ValueError. A tensor
+    operand may be None where the epilogue does not read it (`epilogues.selectable`)."""
+    declared = epilogue.operands if epilogue is not None else ()
+    if len(operands) != len(declared):
+        raise ValueError(f"gemm: the epilogue takes {len(declared)} operands "
+                         f"({', '.join(o.name for o in declared) or 'none'}), got {len(operands)}")
+    arguments = []
+    for operand, value in zip(declared, operands):
+        if operand.kind in ("scalar", "integer"):
+            number = (int,) if operand.kind == "integer" else (int, float)
+            if not isinstance(value, number) or isinstance(value, bool):
+                raise ValueError(f"gemm: epilogue operand {operand.name!r} is {'an int' if number == (int,) else 'a number'}"
+                                 f", got {value!r}")
+            arguments.append(np.float32(value) if operand.kind == "scalar" else value)
+            continue
+        if value is None:  # an operand the epilogue does not read (a branch on an integer leaves it out)
+            arguments.append(a)
+            continue
+        shape = {"column": (n,), "row": (m,), "matrix": (m, n)}[operand.kind]
+        if (getattr(value, "shape", None) != shape or value.dtype != a.dtype or not value.is_contiguous()
+                or value.device != a.device):
+            raise ValueError(f"gemm: epilogue operand {operand.name!r} is a contiguous {' x '.join(map(str, shape))} "
+                             f"tensor of {a.dtype} on {a.device}, got {_described(value)}")
+        arguments.append(value)
+    return arguments
+
+
+def _described(value) -> str:
+    shape = getattr(value, "shape", None)
+    return repr(value) if shape is None else f"{tuple(shape)} {value.dtype} on {value.device}"
+
+
+def hopper_shipped_kernels(epilogues) -> list:
+    """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
+    epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
+    only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
+    operators take `selectable`); fp8's with either B layout and either kind of scales (`scaled_config`)."""
+    from functools import partial
+
+    from mlir_tile.kernels.epilogues import chain
+
+    def tiles_for(element, major, epilogue, chained=False):
+        measured = measured_tile(element, major)
+        return [SMALL_TILE] if isinstance(epilogue, Choice) else [measured] if chained else [measured, SMALL_TILE]
+
+    chains = [chain(True, activation) for activation in SHIPPED_ACTIVATIONS]
+    sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
+               for epilogue, chained in [(e, False) for e in epilogues] + [(c, True) for c in chains]
+               for tile in tiles_for(element, major, epilogue, chained)]
+    eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
+    named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
+             for element, config, epilogue in sixteen + eight}  # (an epilogue given that is a shipped chain: once)
+    return list(named.items())
+
+
+class ScaledMatmul:
+    """C = (A x B) * scale_a * scale_b in bf16 from fp8 e4m3 torch tensors, as torch._scaled_mm computes it, on
+    Hopper's path (the sm_90 library): A [M, K] and B [N, K] (`b_major` "nk") or [K, N] ("kn", transposed in
+    the kernel, where torch._scaled_mm needs a transposed copy), row-major; scale_a and scale_b fp32, one
+    element each (per tensor) or [M] and [N] (per row). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
+    address on 16 bytes (TMA). On torch's current stream; the tensor maps kept (`TensorMaps`). ValueError for
+    what the kernels do not take."""
+
+    def __init__(self, library):
+        if library.chip != "sm_90":
+            raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), {}
+        self.sms = library.runtime.device.properties.multiprocessor_count
+
+    def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        m, n, depth, row_scales = _scaled_sizes(a, b, scale_a, scale_b, b_major)
+        if (b_major, row_scales) not in self.plans:  # (the kernel and its boxes, once)
+            config = scaled_config(b_major, row_scales)
+            self.plans[b_major, row_scales] = (config, boxes(config), self.library.module(
+                sm90.kernel_name("e4m3", config), lambda: sm90.build_module("e4m3", config)))
+        config, box, module = self.plans[b_major, row_scales]
+        if n % config.unit or depth % config.k_unit:
+            raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
+                             f"bytes), got {m} x {n} x {depth} with B {b_major}")
+        if out is None:
+            out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
+        elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
+            raise ValueError(f"scaled matmul: out is a contiguous {m} x {n} CUDA tensor of bfloat16, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        if any(t.data_ptr() % 16 for t in (a, b, out)):
+            raise ValueError("scaled matmul: A, B and out start on 16 bytes (TMA)")
+        maps = [self.maps(tensor, box[name], store=name == "c") for name, tensor in (("a", a), ("b", b), ("c", out))]
+        module.launch(sm90.KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
+                      grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
+                      stream=torch_stream(a))
+        return out
+
+
+def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, bool]:
+    """(M, N, K, per-row scales) of ScaledMatmul's operands, or ValueError."""
+    import torch
+
+    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"scaled matmul: A and B are float8_e4m3fn, got {a.dtype} and {b.dtype}")
+    if b_major not in ("kn", "nk") or a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"scaled matmul: 2-D A and B, b_major 'nk' (B [N, K]) or 'kn' (B [K, N]); got {b_major!r}")
+    if not all(t.is_cuda and t.is_contiguous() for t in (a, b, scale_a, scale_b)):
+        raise ValueError("scaled matmul: A, B and the scales are contiguous CUDA tensors")
+    (m, depth), (n, b_depth) = a.shape, (b.shape if b_major == "nk" else b.shape[::-1])
+    if b_depth != depth or 0 in (m, n, depth):
+        raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
+                         f"differ or a size is 0")
+    per_tensor = scale_a.numel() == 1 and scale_b.numel() == 1
+    if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
+            per_tensor or (scale_a.numel(), scale_b.numel()) == (m, n)):
+        raise ValueError(f"scaled matmul: float32 scales of one element each or of [M] = [{m}] and [N] = [{n}], got "
+                         f"{scale_a.dtype} {tuple(scale_a.shape)} and {scale_b.dtype} {tuple(scale_b.shape)}")
+    return m, n, depth, not per_tensor

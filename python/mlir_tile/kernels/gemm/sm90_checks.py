@@ -1,0 +1,92 @@
+"""The Hopper GEMM's PTX run on the GPU against numpy: tensor maps, inputs, fp8 scales, the check of C."""
+from __future__ import annotations
+
+from mlir_tile.kernels.common import output_element
+from mlir_tile.kernels.gemm.sm90 import KERNEL, boxes
+from mlir_tile.kernels.gemm.sm90_tiles import DEFAULT_TILE, HopperConfig, configure
+
+
+def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
+    """The tensor maps (device copies) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N; None
+    for a split-K kernel, which writes fp32 partials) for the kernel's boxes; keep them alive until the launch
+    is done."""
+    box = boxes(config)
+    b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
+    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), **({"c": (c, (m, n))} if c is not None else {})}
+    return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8,
+                                                 box[name], store=name == "c"))
+            for name, (matrix, shape) in shapes.items()]
+
+
+def fp8_scales(m: int, n: int, row_scales: bool) -> tuple:
+    """The scales fp8 products are checked with (powers of two: exact): 0.5 and 0.25 per tensor, or per row
+    2^-(r mod 3) for A's rows r and 2^-(c mod 4) / 2 for B's rows (C's columns) c."""
+    import numpy as np
+
+    if not row_scales:
+        return np.array([0.5], np.float32), np.array([0.25], np.float32)
+    return (2.0 ** -(np.arange(m) % 3)).astype(np.float32), (2.0 ** -(np.arange(n) % 4 + 1)).astype(np.float32)
+
+
+def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False):
+    """(A bits M x K, B bits K x N, the fp8 scales, check(C bits) -> (ok, largest error)) of a product of
+    `element`: 16-bit uniform values against numpy (`gemm.inputs`, `gemm.check`; no scales); e4m3 small
+    integers (exact products and sums), C the bf16 of the product times `fp8_scales`'."""
+    import numpy as np
+
+    from mlir_tile.isa import fp8
+    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
+    from mlir_tile.kernels.gemm.checks import check, inputs
+
+    if element != "e4m3":
+        a, b = inputs(m, n, depth, seed=seed, element=element)
+        return a, b, (), lambda c: check(c, a, b, element)
+    rng = np.random.default_rng(seed)
+    a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
+    scales = fp8_scales(m, n, row_scales)
+
+    def check_fp8(c):
+        exact = fp8.decode(a, element) @ fp8.decode(b, element) * scales[0][:, None] * scales[1][None, :]
+        error = np.abs(decode(c, "bf16") - exact)
+        return bool((error <= UNIT_ROUNDOFF["bf16"] * np.abs(exact)).all()), float(error.max())
+    return a, b, scales, check_fp8
+
+
+def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
+                  shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None,
+                  row_scales: bool = False, splits: int = 3) -> tuple[bool, str]:
+    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`inputs_and_check`);
+    `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
+    kernel's (`HopperConfig.row_scales`); `splits`: a split-K kernel's, its fp32 partials summed here and
+    rounded as gemm_reduce rounds them."""
+    import numpy as np
+
+    from mlir_tile.runtime import Runtime
+
+    config, (m, n, depth) = configure(b_major, tile, dtype, row_scales), shape
+    if min(shape) < 1 or n % config.unit or depth % config.k_unit:
+        raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
+                         f"rows on 16 bytes), not {m} x {n} x {depth}")
+    a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
+    b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
+    out = np.zeros((splits, m, n), np.float32) if config.split_k else np.zeros((m, n), np.uint16)
+    with Runtime() as runtime:
+        matrices = [runtime.to_device(x) for x in (a, b_given, out, *scales)]
+        maps = tensor_maps(runtime, *matrices[:2], None if config.split_k else matrices[2], m, n, depth, config)
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count) * (splits if config.split_k else 1)
+        pointers = [int(x.handle) for x in maps] + ([int(matrices[2].handle)] if config.split_k else [])
+        module.launch(KERNEL, pointers + [m, n // config.unit, depth // config.k_unit] +
+                      [int(x.handle) for x in matrices[3:]] + ([splits] if config.split_k else []), grid=grid,
+                      block=config.threads, shared_bytes=config.shared_bytes,
+                      cluster=config.cluster if config.cluster > 1 else None)
+        c = runtime.to_host(matrices[2], out)
+        for buffer in matrices + maps:
+            buffer.close()
+    if config.split_k:
+        from mlir_tile.isa.halves import encode
+
+        c = encode(c.sum(axis=0), output_element(dtype))
+    ok, worst = check(c)
+    return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM on Hopper's path ({config}: TMA, wgmma, stmatrix, TMA "
+                f"store) matches numpy: {ok} (largest error {worst:.2e})")

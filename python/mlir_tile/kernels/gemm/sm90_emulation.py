@@ -1,0 +1,87 @@
+"""The Hopper GEMM's CTA on the reference model (`--emulate --arch sm_90a`): TMA, wgmma's fetch, stmatrix."""
+from __future__ import annotations
+
+from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, packed_slot
+from mlir_tile.kernels.gemm.sm90 import b_parts, tiles, transposition
+from mlir_tile.kernels.gemm.sm90_checks import inputs_and_check
+from mlir_tile.kernels.gemm.sm90_tiles import ELEMENT_BYTES, HopperConfig
+
+
+def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: str = "f16") -> str:
+    """One CTA (BM x BN x k_tiles * BK) on the reference model, as the kernel runs it: each k-tile's boxes
+    written into a stage by TMA's model, every warpgroup's wgmma operands fetched through the descriptors the
+    kernel issues (`wgmma.descriptor_for` of the stage's layouts) by the ISA's model and multiplied, the
+    accumulators (placed by the ISA's fragment) packed and written into the C tile by stmatrix's model, and the
+    C boxes read by the TMA store's model: C against numpy. AssertionError otherwise."""
+    import numpy as np
+
+    from mlir_tile.tiling import byte_transpose
+
+    from mlir_tile.isa import fp8, halves
+
+    from mlir_tile.models import reference
+
+    if config.split_k:
+        raise ValueError("hopper gemm: a split-K CTA stores its accumulators as they are (no stmatrix, no TMA "
+                         "store): `run_and_check` checks its partials on the GPU")
+    from mlir_tile.tiling.tiled import tiled_store_c
+    from mlir_tile.isa.tma import column_boxes
+    from mlir_tile.isa.wgmma import descriptor_for
+
+    layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
+    a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales)  # b: K x N
+    decode = fp8.decode if element == "e4m3" else halves.decode
+    scale = np.outer(np.resize(scales[0], config.bm), np.resize(scales[1], config.bn)) if scales else 1.0
+    accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
+    a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
+    for k_tile in range(k_tiles):
+        stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
+        reference.tma_box_write(a[:, columns], 128, stage)
+        given = b[columns].T if config.b_major == "nk" else b[columns]  # B's rows as its tensor map has them
+        if config.transposed:  # TMA's boxes into the staging stage, rewritten K-major into the stage
+            staged = np.zeros(config.bk * config.bn, np.uint8)
+            for first, box in b_parts(config):
+                reference.tma_box_write(np.ascontiguousarray(given[:, first // config.bk:first // config.bk + box.columns]),
+                                        128, staged, first)
+            plan = transposition(config)
+            moved = byte_transpose.emulate(plan, staged.view(np.uint32), np.zeros(plan.target.cosize, np.uint32))
+            stage[a_bytes:a_bytes + moved.nbytes] = moved.view(np.uint8)
+        for first, part in b_parts(config) if not config.transposed else []:  # each cluster CTA's part of each box
+            for rank in range(config.cluster):
+                row0, column0 = rank * part.rows, 0 if config.b_major == "nk" else first // config.bk
+                reference.tma_box_write(np.ascontiguousarray(given[row0:row0 + part.rows, column0:column0 + part.columns]),
+                                        128, stage, a_bytes + (first + row0 * part.columns) * bits // 8)
+        for group in range(config.bm // 64):
+            for step in range(config.bk // k_step):
+                fetched = []
+                for name, rows, origin, at in (("a", 64, (64 * group, k_step * step), 0),
+                                               ("b", config.bn, (0, k_step * step), a_bytes)):
+                    fields, start = descriptor_for(layouts[name], bits, rows, k_step, origin)
+                    fetched.append(decode(reference.wgmma_operand(stage, fields.bits(at + start), fields.major == "K",
+                                                                  bits, rows), element))
+                accumulators[group] += fetched[0] @ fetched[1].T
+    band = tiled_store_c(4, layouts["c_band"])
+    words = np.zeros(layouts["c_words"].cosize, np.uint32)
+    for group in range(config.bm // 64):  # each consumer's stmatrix into its rows, from its first word
+        packed = np.zeros((128, band.whole.slots), np.uint32)
+        for thread in range(128):
+            product = (accumulators[group] * (scale[64 * group:64 * (group + 1)] if scales else 1.0)).astype(np.float32)
+            for block in range(config.bn // 8):
+                for half in range(2):
+                    pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
+                            for i in range(2)]
+                    pair = halves.encode(np.array(pair), output_element(element))
+                    packed[thread, packed_slot(block, half)] = int(pair[0]) | int(pair[1]) << 16
+        start = 64 * SWIZZLE_COLUMNS // 2 * group
+        words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
+                                          packed, "warpgroup")
+    shared = words.view(np.uint8)
+    out = np.zeros((config.bm, config.bn), np.uint16)
+    for first, box in column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS):
+        read = reference.tma_box_read(shared, 128, box.rows, box.columns * ELEMENT_BYTES, first * ELEMENT_BYTES)
+        out[:, first // config.bm:first // config.bm + box.columns] = read.view(np.uint16)
+    ok, worst = check(out)
+    assert ok, f"C differs from numpy by up to {worst}"
+    return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA on Hopper's path ({config}): TMA's "
+            f"box writes, wgmma's operand fetches through the kernel's descriptors, stmatrix into the C tile and the "
+            f"TMA stores' reads give C as numpy does (largest error {worst:.2e})")

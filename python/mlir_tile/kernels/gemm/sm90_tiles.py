@@ -1,0 +1,242 @@
+"""The Hopper GEMM's configurations (`HopperConfig`), tile names and the measured table (data: no kernel)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from mlir_tile.isa.targets import REGISTER_FILE
+from mlir_tile.kernels.common import SWIZZLE_COLUMNS, check_shared, raised_registers
+from mlir_tile.kernels.epilogues import Choice
+
+
+ELEMENT_BYTES = 2  # of C, and of A and B but with fp8 inputs
+SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and B's elements
+# what the producer keeps a thread: TMA's issue alone; with fp8 B [K, N] also the transposition (ptxas spills
+# its byte permutes' words below 56)
+PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
+# ping-pong's named barriers: 2 + c lets consumer c start its main loop, 4 + c meets consumer c's warps alone
+PINGPONG_ORDER, PINGPONG_MEET = 2, 4
+TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
+
+
+@dataclass(frozen=True)
+class HopperConfig:
+    bm: int = 128  # 64 rows a warpgroup
+    bn: int = 128  # wgmma's N (8 to 256)
+    bk: int = 64  # one 128-byte swizzled row of K a k-tile
+    stages: int = 4
+    b_major: str = "nk"
+    group: int = 8  # Triton's GROUP_SIZE_M
+    specialized: bool = True  # a producer warpgroup (TMA, 40 registers a thread) beside the consumers (wgmma)
+    persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
+    cluster: int = 1  # CTAs of a cluster, on adjacent row tiles of one column: each loads 1/cluster of B for all
+    element_bits: int = 16  # A's and B's: 16 (f16, bf16: C of the same type) or 8 (e4m3: C bf16, BK 128)
+    row_scales: bool = False  # fp8: scale_a per row of A ([M]) and scale_b per row of B ([N]), not per tensor
+    consumer_rows: int = 64  # rows of C a consumer warpgroup: 64 (one m64 batch a k-tile) or 128 (two)
+    split_k: bool = False  # `splits` CTAs a C tile, each a run of k-tiles, fp32 partials for gemm_reduce to sum
+    pingpong: bool = False  # persistent, two consumers of all BM rows taking the walk's tiles in turn, one's
+    # epilogue under the other's main loop (CUTLASS's ping-pong)
+    uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
+    # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
+    # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
+    # yet timed)
+
+    def __post_init__(self) -> None:
+        if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
+            raise ValueError(f"hopper gemm: BM 64 to 256 (64 a warpgroup) and BN 64 to 256, multiples of 64; got "
+                             f"{self.bm} x {self.bn}")
+        if self.consumer_rows not in (64, 128) or self.bm % self.consumer_rows or (
+                self.consumer_rows > 64 and (not self.specialized or self.accumulator_registers > 128)):
+            raise ValueError(f"hopper gemm: a consumer takes 64 or 128 rows of BM (128: warp-specialized, its "
+                             f"accumulators at most 128 registers a thread, BN <= 128); got {self.consumer_rows} of "
+                             f"{self.bm} x {self.bn}{'' if self.specialized else ', unspecialized'}")
+        if self.split_k and (not self.specialized or self.persistent or self.cluster > 1 or self.element_bits != 16):
+            raise ValueError(f"hopper gemm: split-K is warp-specialized, not persistent, one CTA a cluster, 16-bit; "
+                             f"got {self}")
+        if self.pingpong and (not self.persistent or self.cluster > 1 or self.consumer_rows != self.bm
+                              or self.element_bits != 16 or self.split_k):
+            raise ValueError(f"hopper gemm: ping-pong consumers are persistent, one CTA a cluster, each of all BM rows "
+                             f"(BM 128, 'w'), 16-bit, not split; got {self}")
+        if self.persistent and not self.specialized:
+            raise ValueError("hopper gemm: a persistent kernel is warp-specialized (its producer runs ahead into "
+                             "the next tile)")
+        if self.cluster not in (1, 2, 4) or self.cluster > 1 and not self.specialized:
+            raise ValueError(f"hopper gemm: clusters of 1, 2 or 4 CTAs, warp-specialized (a producer multicasts "
+                             f"its part of B); got {self.cluster}{'' if self.specialized else ', unspecialized'}")
+        if self.cluster > 1 and self.b_major == "kn" and self.bn > SWIZZLE_COLUMNS:
+            raise ValueError(f"hopper gemm: clusters with B [K, N] take BN {SWIZZLE_COLUMNS} (one multicast box a "
+                             f"stage): with more boxes the H200 gave wrong products in the CTAs of rank 1 and up "
+                             f"(docs/notes/hopper-path.md); got BN {self.bn}")
+        if self.row_scales and self.element_bits != 8:
+            raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
+        if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
+                                or self.stages <= TRANSPOSE_STAGES):
+            raise ValueError(f"hopper gemm: fp8 with B [K, N] (each k-tile of B rewritten K-major by the producer "
+                             f"warpgroup: wgmma reads 8-bit operands K-major only) is warp-specialized, not persistent, "
+                             f"one CTA a cluster, BN a multiple of 128 (TMA boxes of 128 bytes), more than "
+                             f"{TRANSPOSE_STAGES} stages; got {self}")
+        if (self.element_bits not in (8, 16) or self.bk != SWIZZLE_BITS // self.element_bits or self.stages < 2
+                or self.b_major not in ("nk", "kn")):
+            raise ValueError(f"hopper gemm: elements of 16 or 8 bits, BK {SWIZZLE_BITS // 16} or "
+                             f"{SWIZZLE_BITS // 8} (a 128-byte swizzled row), 2 stages or more, B 'nk' or 'kn'; got "
+                             f"{self}")
+        check_shared("hopper gemm", self, self.shared_bytes, "fewer stages or a smaller tile")
+
+    @property
+    def unit(self) -> int:  # N a multiple of it (TMA: C's rows on 16 bytes, fp8 B [K, N]'s too); the kernel takes N / unit
+        return 16 if self.transposed else 8
+
+    @property
+    def k_unit(self) -> int:  # K is a multiple of it (A's and B's rows on 16 bytes); the kernel takes K / k_unit
+        return 128 // self.element_bits
+
+    @property
+    def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each (ping-pong: 2 in turn)
+        return 2 if self.pingpong else self.bm // self.consumer_rows
+
+    @property
+    def stage_readers(self) -> int:  # consumer warps that read each stage: all, or (ping-pong) one consumer's
+        return 4 if self.pingpong else 4 * self.consumers
+
+    @property
+    def accumulator_registers(self) -> int:  # fp32 accumulators a consumer thread: BN / 2 a 64-row batch
+        return self.consumer_rows // 64 * self.bn // 2
+
+    @property
+    def transposed(self) -> bool:
+        """fp8 with B [K, N]: the producer warpgroup rewrites each k-tile of B K-major (`byte_transpose`)."""
+        return self.element_bits == 8 and self.b_major == "kn"
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + self.specialized)
+
+    @property
+    def rebalanced(self) -> bool:
+        """Whether the producer gives its registers to the consumers (`setmaxnreg`): where the block could not
+        have 255 a thread (with one consumer it can, and ptxas then knows no count to start from) and the
+        consumers' accumulators are 64 registers a thread or more (with fewer, ptxas allocates below the
+        entry count and ignores setmaxnreg: C7508)."""
+        return self.specialized and self.threads * 255 > REGISTER_FILE and self.accumulator_registers >= 64
+
+    @property
+    def entry_registers(self) -> int:
+        """What ptxas gives each thread at launch in a kernel that runs setmaxnreg: the register file over the
+        block (its .maxntid), in multiples of 8."""
+        return REGISTER_FILE // self.threads // 8 * 8
+
+    @property
+    def consumer_registers(self) -> int:
+        """What each consumer thread raises its registers to: the pool setmaxnreg.inc draws on is only what this
+        block's producer gave back (its 128 threads from `entry_registers` to `producer_registers`), shared out
+        among the consumers in multiples of 8 (with 2 consumers 168 -> 232, CUTLASS's); asking for more waits
+        forever."""
+        return raised_registers(self.threads, self.producer_registers, self.consumers)
+
+    @property
+    def producer_registers(self) -> int:
+        return TRANSPOSING_PRODUCER_REGISTERS if self.transposed else PRODUCER_REGISTERS
+
+    @property
+    def parts(self) -> list[int]:
+        """Elements of a stage's A tile and B tile."""
+        return [self.bm * self.bk, self.bn * self.bk]
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.stages * sum(self.parts) * self.element_bits // 8
+
+    @property
+    def staging_bytes(self) -> int:  # fp8 B [K, N]'s k-tiles as TMA wrote them, after the stages
+        return TRANSPOSE_STAGES * self.bk * self.bn if self.transposed else 0
+
+    @property
+    def shared_bytes(self) -> int:  # the stages; the C tile reuses their bytes, persistent has its own after them
+        c_tiles = (2 if self.pingpong else 1) if self.persistent else 0  # (a ping-pong consumer's C tile each)
+        return self.stage_bytes + c_tiles * self.c_bytes + self.staging_bytes
+
+    @property
+    def c_bytes(self) -> int:
+        return self.bm * self.bn * ELEMENT_BYTES
+
+    def grid(self, m: int, n: int, sms: int) -> int:
+        """CTAs to launch: one per C tile, or (persistent) one per SM at most; whole clusters (a cluster's last
+        rows of tiles may lie past M: its CTAs there load zeros and store nothing)."""
+        clusters = -(-m // (self.bm * self.cluster)) * -(-n // self.bn)
+        return self.cluster * (min(clusters, sms // self.cluster) if self.persistent else clusters)
+
+    def __str__(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
+                f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
+                f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
+                f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
+                f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
+                f"{'_uniform' if self.uniform else ''}_sm90a")
+
+
+DEFAULT_TILE, FP8_TILE, FP8_ROWS_TILE = "128x128x64s4", "128x256x128s4", "128x128x128s4"
+FP8_KN_TILE = "128x256x128s3"  # fp8 B [K, N]: the staging stages take the fourth stage's shared memory
+
+
+def default_tile(element: str, b_major: str = "nk") -> str:
+    if element == "e4m3":
+        return FP8_KN_TILE if b_major == "kn" else FP8_TILE
+    return DEFAULT_TILE
+
+
+def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
+    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
+    "k": split-K, "u": unspecialized, "p": persistent, "g": persistent ping-pong; "cN": clusters of N CTAs
+    sharing B by multicast; "b": `uniform`) for B's layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does
+    not take."""
+    import re
+
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([upg]?)(?:c(\d+))?(b?)", tile)
+    if match is None:
+        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p|g][cCLUSTER][b] (e.g. {DEFAULT_TILE}, "
+                         f"256x128x64s4w, 128x128x64s4k, 128x256x64s3c2), got {tile!r}")
+    bm, bn, bk, stages = map(int, match.groups()[:4])
+    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(7) != "u",
+                        persistent=match.group(7) in ("p", "g"), pingpong=match.group(7) == "g",
+                        cluster=int(match.group(8) or 1),
+                        element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
+                        consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)),
+                        uniform=bool(match.group(9)))
+
+
+# The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
+# registers beside 128-row consumers' accumulators spill (3.8 KB a thread with `selectable` on 256 x 128)
+SMALL_TILE = "128x128x64s4"
+# bias + these, shipped as chains of their own on the measured tiles (on the H200 at issue 40's shapes bias +
+# silu 1.08-1.15x and bias + gelu_tanh 1.00-1.03x torch's unfused, and 1.03-1.08x the same on SMALL_TILE)
+SHIPPED_ACTIVATIONS = ("gelu_tanh", "silu")
+MEASURED_TILES = "hopper_tiles.json"  # beside this module: written by `benchmarks/gemm.py hopper-table`
+
+
+@functools.lru_cache(maxsize=None)
+def measured_tile(element: str, b_major: str) -> str:
+    """The tile benchmarks/gemm.py's `hopper` measured fastest at the most shapes for `element` and B's layout
+    on the H200 (MEASURED_TILES, data the benchmark writes: `hopper-table`)."""
+    import json
+    from pathlib import Path
+
+    table = json.loads((Path(__file__).parent / MEASURED_TILES).read_text())["tiles"]
+    key = f"{element}:{b_major}"
+    if key not in table:
+        raise ValueError(f"hopper gemm: {MEASURED_TILES} has no measured tile for {key}; it has {sorted(table)}")
+    return table[key]
+
+
+def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None,
+                   element: str = "f16") -> HopperConfig:
+    """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
+    of the `sms` multiprocessors and the epilogue is none or one `Epilogue`, else SMALL_TILE."""
+    measured = configure(b_major, measured_tile(element, b_major))
+    fills = measured.grid(m, n, sms) >= fill * sms
+    return measured if fills and not isinstance(epilogue, Choice) else configure(b_major, SMALL_TILE)
+
+
+def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:
+    """`ScaledMatmul`'s kernel: the fp8 tile measured fastest for B's layout (`measured_tile`), or with per-row
+    scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
+    return configure(b_major, FP8_ROWS_TILE if row_scales else measured_tile("e4m3", b_major), "e4m3", row_scales)
