@@ -226,7 +226,7 @@ def _triton_grouped():
 
 def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, extras=()) -> dict:
     """A call per Hopper tile (`modules`: tile -> module) on a, b (B as `major`), each into its own C
-    (`c_of(tile)`), its tensor maps made once (`gemm.sm90*.TensorMaps`, kept alive by the call); e4m3:
+    (`c_of(tile)`), its tensor maps made once (`common.TensorMaps`, kept alive by the call); e4m3:
     `extras` after the sizes (e4m3's scales, an epilogue's operands)."""
     import torch
 

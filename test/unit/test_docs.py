@@ -119,3 +119,13 @@ def test_the_contract_in_docs_is_the_specification_formatted():
 def _words(text: str) -> list[str]:
     """The words of a text without markdown's marks (headings, tables, code fences, dividers)."""
     return re.sub(r"[#|`]|---", " ", text).split()
+
+
+def test_the_readme_and_the_makefile_state_how_many_kernels_the_wheel_ships():
+    """The number `make wheel` builds, as the README and the Makefile state it, is the shipping list's."""
+    from mlir_tile.kernels import ship
+
+    shipped = sum(len(ship.kernels(chip)) for chip in ship.CHIPS)
+    readme, makefile = (REPO / "README.md").read_text(), (REPO / "Makefile").read_text()
+    assert re.search(rf"mlir_tile\.kernels\.ship`: {shipped} kernels", readme), shipped
+    assert re.search(rf"into the package \({shipped},", makefile), shipped

@@ -133,3 +133,24 @@ def test_a_warp_skips_a_causal_tile_wholly_past_its_rows(config, skips):
     assert all(own) and len(own) == (per_loop if skips else 0)
     # the CTA's: Q's fragments, K and V in the unmasked loop (and the masked one where no warp skips), O's stmatrix
     assert len(scopes) - len(own) == 2 + per_loop * (1 if skips else 2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
+def test_the_sm80_library_ships_attention_that_stores_o_without_stmatrix(tmp_path):
+    """Attention on an sm_80 library (issue 58): the FlashAttention-2-form kernels are shipped for sm_80 too, built
+    for it, O's accumulator pairs stored straight to global memory (no stmatrix, which sm_80 lacks); ptxas takes
+    them for sm_80 without spills; the sm_90 build of the same CTA keeps stmatrix; sm_80 ships no Hopper kernel."""
+    from mlir_tile.kernels.flash import launch as flash_launch
+
+    shipped = dict(flash_launch.shipped_kernels("sm_80"))
+    assert set(shipped) == {str(config) for config in flash_tiles.CONFIGS + PICKED}
+    config = PICKED[flash_tiles.CONFIGS.index(flash_tiles.Config(head_dim=128, causal=True, element="bf16"))]
+    ptx = compile_to_ptx(shipped[str(config)]())
+    assert ".target sm_80" in ptx and "stmatrix" not in ptx and "ldmatrix" in ptx and "mma.sync" in ptx
+    assert re.search(r"st\.global\.b32", ptx)  # (a pair of halves a store)
+    (tmp_path / "a.ptx").write_text(ptx)
+    assembled = subprocess.run(["ptxas", "-arch=sm_80", "-v", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+    assert "stmatrix" in compile_to_ptx(dict(flash_launch.shipped_kernels("sm_90"))[str(config)]())

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mlir_tile.tiling import byte_transpose
-from mlir_tile.kernels.flash import launch as flash_launch, sm90 as flash_sm90, sm90_tiles as hopper_attention_tiles
+from mlir_tile.kernels.flash import launch as flash_launch, sm90 as flash_sm90, sm90_layouts as flash_layouts
+from mlir_tile.kernels.flash import sm90_tiles as hopper_attention_tiles
 from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
 CONFIGS = [HopperAttentionConfig.of(d, causal, element) for d in (64, 128, 256) for causal in (False, True)
@@ -23,7 +24,7 @@ def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
     map; Q's a consumer's 64 rows, its band: the first's layout, the second's 64 rows further); V as P V's B:
     (d, keys) of K's layout, d contiguous in each box."""
     config = HopperAttentionConfig(128)
-    layouts, box = flash_sm90.tiles(config), flash_sm90.boxes(config)
+    layouts, box = flash_layouts.tiles(config), flash_layouts.boxes(config)
     assert (box["q"].rows, box["q"].columns, box["k"].rows, box["k"].columns) == (64, 64, 128, 64)
     q, band = layouts["q"], layouts["q_band"]
     assert all(2 * q.offset(64 * c + row, column) == c * hopper_attention_tiles.BAND_BYTES + 2 * band.offset(row, column)
@@ -37,7 +38,7 @@ def test_the_tiles_are_boxes_of_64_columns_and_v_is_read_mn_major():
 def test_each_accumulator_slot_is_one_of_a_threads_two_rows():
     from mlir_tile.isa.atoms import wgmma
 
-    assert flash_sm90._row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
+    assert flash_layouts.row_halves(wgmma(128, "f16")) == [slot % 4 // 2 for slot in range(64)]
 
 
 def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
@@ -45,7 +46,7 @@ def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
     8 (s // 4) + s % 2 columns past slot 0's, for every thread."""
     from mlir_tile.isa.atoms import wgmma
 
-    assert flash_sm90._column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
+    assert flash_layouts.column_steps(wgmma(128, "f16")) == [8 * (slot // 4) + slot % 2 for slot in range(64)]
 
 
 def test_a_masked_tile_compares_each_score_once_with_its_rows_bound():
@@ -212,14 +213,14 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     store a box through O's 3-D map (head, row, column: a box stops at its head's last row), waited for. fp8 on
     the launched grid: over the staged V tiles."""
     config = HopperAttentionConfig(128)
-    layouts, box = flash_sm90.tiles(config), flash_sm90.boxes(config)
+    layouts, box = flash_layouts.tiles(config), flash_layouts.boxes(config)
     assert (box["o"].rows, box["o"].columns, box["o"].swizzle_bytes) == (64, 64, 128)
     assert layouts["o_band"].sizes == (64, 64) and config.o_offset == 0
     fp8 = HopperAttentionConfig.of(128, element="e4m3", persistent=False)
     assert fp8.o_offset == 128 * 128 + 4 * 2 * 128 * 128 and fp8.staged * fp8.tile_bytes == 2 * 128 * 128
     # each box at its own 64 columns of O: the second 128 rows x 64 columns further in the tile, at column 64
-    assert [(offset, column) for offset, column, _ in flash_sm90.o_stores(config)] == [(0, 0), (128 * 64, 64)]
-    assert [column for _, column, _ in flash_sm90.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
+    assert [(offset, column) for offset, column, _ in flash_layouts.o_stores(config)] == [(0, 0), (128 * 64, 64)]
+    assert [column for _, column, _ in flash_layouts.o_stores(HopperAttentionConfig.of(256))] == [0, 64, 128, 192]
     ptx = _ptx(config)
     filecheck(ptx, """
     CHECK: .entry attention(
@@ -314,9 +315,9 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
     from mlir_tile.kernels.common import packed_slot
     from mlir_tile.tiling.tiled import tiled_store_c
 
-    d, band = config.head_dim, tiled_store_c(4, flash_sm90.tiles(config)["o_band"])
+    d, band = config.head_dim, tiled_store_c(4, flash_layouts.tiles(config)["o_band"])
     words = np.zeros(config.rows * d // 2, np.uint32)
-    band_words = 64 * flash_sm90.O_BOX_COLUMNS // 2
+    band_words = 64 * flash_layouts.O_BOX_COLUMNS // 2
     for consumer in range(config.consumers):
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
@@ -329,7 +330,7 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
                                           packed, "warpgroup")
     for consumer in range(config.consumers):
-        for offset, column, box in flash_sm90.o_stores(config):
+        for offset, column, box in flash_layouts.o_stores(config):
             read = reference.tma_box_read(words.view(np.uint8), 128, box.rows, 2 * box.columns,
                                           4 * band_words * consumer + 2 * offset).view(np.uint16)
             expected = [[_tag(64 * consumer + r, column + c) for c in range(box.columns)] for r in range(box.rows)]
@@ -339,9 +340,9 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
 def test_a_consumers_o_band_out_of_place_is_refused(monkeypatch):
     """O's tile is proven when made (`common.stored_tile`): were O's boxes 128 columns wide (256 bytes), no
     128-byte swizzled box would hold a consumer's band, and the configuration is refused."""
-    monkeypatch.setattr(flash_sm90, "O_BOX_COLUMNS", 128)
+    monkeypatch.setattr(flash_layouts, "O_BOX_COLUMNS", 128)
     with pytest.raises(ValueError):
-        flash_sm90._o_tiles(HopperAttentionConfig(128))
+        flash_layouts._o_tiles(HopperAttentionConfig(128))
 
 
 def test_each_head_dim_and_mask_take_their_measured_shape():
@@ -420,7 +421,7 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     from mlir_tile.isa.atoms import a_key_order, wgmma
 
     config = HopperAttentionConfig.of(128, element="e4m3")
-    layouts, plan = flash_sm90.tiles(config), flash_sm90.transposition(config)
+    layouts, plan = flash_layouts.tiles(config), flash_layouts.transposition(config)
     order = a_key_order(wgmma(128, "e4m3"), wgmma(128, "e4m3"))
     assert layouts["key_order"] == order and plan.key_order == order and len(plan.steps) == 4
     assert all(layouts["v"].offset(n, j) == layouts["v_t"].offset(n, order.offset(j)) for n in range(128)
@@ -464,7 +465,7 @@ def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
     from mlir_tile.isa.wgmma import descriptor_for
 
     config = HopperAttentionConfig.of(128, element="e4m3")
-    layouts, plan = flash_sm90.tiles(config), flash_sm90.transposition(config)
+    layouts, plan = flash_layouts.tiles(config), flash_layouts.transposition(config)
     s_atom, o_atom = wgmma(128, "e4m3"), wgmma(128, "e4m3")
     rng = np.random.default_rng(3)
     v, scores = rng.integers(-7, 8, (128, 128)), rng.integers(-7, 8, (64, 128))

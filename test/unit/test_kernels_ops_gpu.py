@@ -147,7 +147,7 @@ def test_fp8_attention_matches_fp32_attention_of_its_values_within_e4m3s_roundin
     """150 random (batch, heads, seq, causal) at d 128 in float8_e4m3fn with per-tensor descales: O (bf16) within
     (2^-4 + 2 e) max |v| of fp32 attention of the values the fp8 inputs stand for (P is rounded to e4m3: a
     relative error of at most 2^-4 on each weight; e bounds the scores' error, fp8 wgmma summing with about 13
-    bits: `flash.sm90*.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
+    bits: `flash.sm90_checks.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
     inputs), so a key misplaced between P and V would show (an error of about max |v|)."""
     from mlir_tile.kernels import attention
     from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
@@ -268,7 +268,7 @@ def test_the_hopper_path_matches_torch_on_random_shapes_with_each_epilogue(dtype
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
 def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activation):
     """bias + gelu_tanh / silu through the operator on products whose measured tiles fill the SMs: the chain
-    kernels shipped for them (`gemm.sm90*.SHIPPED_ACTIVATIONS`), B [K, N] and [N, K] in turn, M and N
+    kernels shipped for them (`gemm.sm90_tiles.SHIPPED_ACTIVATIONS`), B [K, N] and [N, K] in turn, M and N
     past every tile extent."""
     from mlir_tile.kernels import ops
     from mlir_tile.kernels.gemm import sm90_tiles as hopper_tiles
@@ -322,3 +322,33 @@ def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
                           (lambda: scaled_mm(a, a, one, one, b_layout="mn"), "b_major 'nk'")):
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_attention_on_an_sm80_library_matches_fp32_attention():
+    """The sm_80 library's attention (issue 58: the FlashAttention-2-form kernel built for sm_80, O stored
+    without stmatrix; shipped, or built where the compiler is), JIT-compiled on this GPU as an A100 user's runs:
+    random cases of both dtypes, d 64 and 128, causal or not, views that start anywhere, against fp32."""
+    from mlir_tile.kernels.flash import launch as flash_launch
+    from mlir_tile.kernels.library import KernelLibrary
+    from mlir_tile.runtime import Runtime
+
+    paths, rng, failures = flash_launch.AttentionPaths(KernelLibrary(Runtime(), chip="sm_80")), random.Random(11), []
+    assert paths.hopper is None
+    for trial in range(48):
+        batch, heads, d = rng.randint(1, 2), rng.randint(1, 3), rng.choice([64, 128])
+        seq, causal, dtype = rng.choice([1, 17, 65, 129, 200, rng.randint(1, 1500)]), rng.random() < 0.5, \
+            (torch.float16, torch.bfloat16)[trial % 2]
+        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+        if trial % 4 == 3:  # a view 2 bytes into its storage
+            q = torch.randn(batch * heads * seq * d + 1, device="cuda", dtype=dtype)[1:].view(batch, heads, seq, d)
+        o, lse = paths(q, k, v, causal=causal)
+        scores = q.float() @ k.float().transpose(-1, -2) / d ** 0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
+        o_error = float((o.float() - scores.softmax(-1) @ v.float()).abs().max())
+        lse_error = float((lse - scores.logsumexp(-1)).abs().max())
+        if o_error > (2 ** -6 if dtype == torch.bfloat16 else 2 ** -9) + 2 ** -7 or lse_error > 1e-3:
+            failures.append(((batch, heads, seq, d, causal, dtype), o_error, lse_error))
+    assert not failures, failures[:10]
+    with pytest.raises(ValueError, match="run on Hopper's path, which this GPU \\(sm_80\\) has not"):
+        paths(*(q.to(torch.float8_e4m3fn),) * 3, descales=(torch.ones(1, device="cuda"),) * 3)

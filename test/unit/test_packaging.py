@@ -9,7 +9,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PURE = ["algebra.layout", "contract", "isa.targets", "isa.atoms", "isa.tma", "isa.wgmma", "isa.fp8", "isa.halves",
         "models.address_plan", "models.coverage", "models.banks", "models.widen", "models.reference", "tiling.tiled",
-        "tiling.fragments", "tiling.synthesize", "tiling.byte_transpose", "compiler.pipeline_text", "compiler.cli",
+        "tiling.fragments", "tiling.synthesize", "tiling.byte_transpose", "compiler.pipeline_text", "tools.cli",
         "runtime", "runtime.ptx", "testing.difftest_runner", "tools.commands", "kernels", "kernels.gemm.launch", "kernels.gemm.__main__", "kernels.common",
         "kernels.flash.launch", "kernels.flash.__main__", "kernels.epilogues", "kernels.library", "kernels.command_line", "kernels.ship"]
 

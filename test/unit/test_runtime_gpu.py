@@ -388,7 +388,7 @@ def test_a_persistent_attention_walks_many_items_on_a_few_ctas(runtime, name, ba
 
 
 def _hopper_attention(runtime, name: str, **case) -> tuple[bool, str]:
-    """The Hopper attention kernel of gpu input `name` on `case` (`flash.sm80*.run_and_check`)."""
+    """The Hopper attention kernel of gpu input `name` on `case` (`flash.checks.run_and_check`)."""
     from mlir_tile.kernels.flash import checks as flash_checks
 
     if runtime.device.compute_capability != (9, 0):

@@ -60,7 +60,7 @@ def test_the_block_layout_addresses_the_rows_the_cost_counts(tile):
 
 
 def test_the_command_line(capsys):
-    from mlir_tile.tiling.synthesize import main
+    from mlir_tile.tools.synthesize import main
 
     assert main(["64", "64"]) == 0
     out = capsys.readouterr().out

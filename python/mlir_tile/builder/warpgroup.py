@@ -249,7 +249,7 @@ class Warpgroups:
         if self.chip not in targets.WARPGROUP_CHIPS:
             raise BuilderError(f"[wgmma-chip] {what}: warpgroup instructions (wgmma, setmaxnreg) run on "
                                f"{', '.join(sorted(targets.WARPGROUP_CHIPS))} only, the kernel "
-                               f"targets {self.chip}; build it with Kernel(..., chip=\"sm_90a\")")
+                               f"targets {self.chip}; build it with Kernel(..., chip=\"{targets.WARPGROUP_CHIP}\")")
         threads = self.block[0] * self.block[1] * self.block[2]
         if self.block[1] * self.block[2] != 1 or threads % WARPGROUP_THREADS:
             raise BuilderError(f"[wgmma-warpgroup] {what}: a warpgroup is {WARPGROUP_THREADS} consecutive threads: "

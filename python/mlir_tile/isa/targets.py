@@ -12,6 +12,10 @@ import re
 from typing import NamedTuple
 
 DEFAULT_CHIP = "sm_90"  # the H200 the project is measured on; what a flag or argument means when left out
+HOPPER_CHIP = DEFAULT_CHIP  # the kernel library's chip of the H100 and H200 (C and O through stmatrix)
+PORTABLE_CHIP = "sm_80"  # the kernel library's chip of every other GPU from Ampere on (no stmatrix)
+LIBRARY_CHIPS = (HOPPER_CHIP, PORTABLE_CHIP)  # the chips the kernel library keeps PTX for
+WARPGROUP_CHIP = "sm_90a"  # what kernels of Hopper's own instructions (wgmma, setmaxnreg) are built for
 DEFAULT_NVVM_CHIP = "sm_50"  # what an #nvvm.target without a chip option means (upstream's default)
 CHIP = re.compile(r"sm_(\d{2,})[af]?")  # an NVIDIA GPU architecture name: sm_90, sm_90a, sm_100f
 
@@ -60,7 +64,7 @@ def cluster_problem(cluster, chip: str) -> str | None:
 
 
 # wgmma (and setmaxnreg) exist on sm_90a alone: not on sm_90, nor on sm_100a and later (tcgen05 replaces them)
-WARPGROUP_CHIPS = frozenset({"sm_90a"})
+WARPGROUP_CHIPS = frozenset({WARPGROUP_CHIP})
 
 # Per instruction: the architecture (x 10 of the compute capability) and PTX ISA version that introduced it.
 MINIMUM_ARCHITECTURE = {"ldmatrix": 75, "stmatrix": 90}
@@ -295,6 +299,16 @@ class TargetError(ValueError):
 def architecture(chip: str) -> int:
     """The numeric architecture of a known chip: 90 for sm_90 and sm_90a."""
     return int(CHIP.fullmatch(chip).group(1))
+
+
+def runs_warpgroup_kernels(chip: str) -> bool:
+    """Whether a GPU of `chip` (a library's: sm_90) runs the sm_90a kernels (wgmma, setmaxnreg: Hopper's only)."""
+    return chip in WARPGROUP_CHIPS or f"{chip}a" in WARPGROUP_CHIPS
+
+
+def has_instruction(chip: str, instruction: str) -> bool:
+    """Whether `chip` runs `instruction` (a key of MINIMUM_ARCHITECTURE: "ldmatrix", "stmatrix")."""
+    return architecture(chip) >= MINIMUM_ARCHITECTURE[instruction]
 
 
 def known_chips(minimum: int = 0) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from mlir_tile.isa.targets import REGISTER_FILE, max_shared_bytes
+from mlir_tile.isa.targets import REGISTER_FILE, WARPGROUP_CHIP, max_shared_bytes
 from mlir_tile.kernels.epilogues import Epilogue
 
 HALF = 2  # bytes of a 16-bit element
@@ -54,9 +54,9 @@ BARRIER_BYTES = 1024  # the mbarriers' static shared memory, as ptxas lays it ou
 def check_shared(kernel: str, config, shared_bytes: int, fix: str) -> None:
     """ValueError where `config`'s dynamic shared memory and the mbarriers' BARRIER_BYTES exceed a block's on
     sm_90a."""
-    if shared_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a"):
+    if shared_bytes + BARRIER_BYTES > max_shared_bytes(WARPGROUP_CHIP):
         raise ValueError(f"{kernel}: {config} needs {shared_bytes} bytes of shared memory and its barriers' "
-                         f"{BARRIER_BYTES}, more than the {max_shared_bytes('sm_90a')} a block may use on sm_90a: "
+                         f"{BARRIER_BYTES}, more than the {max_shared_bytes(WARPGROUP_CHIP)} a block may use on sm_90a: "
                          f"{fix}")
 
 

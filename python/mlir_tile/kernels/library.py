@@ -2,12 +2,13 @@
 mlir_tile.kernels.ship`), else a disk cache of kernels built here before, else a build with the compiler
 (the `compiler` extra) into that cache. A runtime-only install without the kernel asks for the extra.
 
-PTX is kept per chip: "sm_90" (Hopper: C through stmatrix) and "sm_80" (any other chip from Ampere on: the
-driver compiles its PTX for the device). A kernel's name says what it computes (element type, tile,
-epilogue with its code's fingerprint); the cache's folder is a digest of the library's
+PTX is kept per chip: `targets.HOPPER_CHIP` (Hopper: C through stmatrix) and `targets.PORTABLE_CHIP` (any
+other chip from Ampere on: the driver compiles its PTX for the device). A kernel's name says what it computes
+(element type, tile, epilogue with its code's fingerprint); the cache's folder is a digest of the library's
 sources (`source_digest`), so an edited library never runs a stale kernel.
 """
 from __future__ import annotations
+from mlir_tile.isa.targets import HOPPER_CHIP, PORTABLE_CHIP
 
 import functools
 import hashlib
@@ -29,7 +30,7 @@ def chip_of(capability: tuple[int, int]) -> str:
     if tuple(capability) < (8, 0):
         raise KernelNotAvailable(f"mlir-tile's kernels need an sm_80 or newer GPU; this one is sm_{capability[0]}"
                                  f"{capability[1]}")
-    return "sm_90" if tuple(capability) == (9, 0) else "sm_80"
+    return HOPPER_CHIP if tuple(capability) == (9, 0) else PORTABLE_CHIP
 
 
 def source_digest() -> str:

@@ -37,19 +37,9 @@ class _Kernels:
 
     @property
     def attention(self):
-        """Hopper's attention (TMA, wgmma) where q, k and v start on 16 bytes, as TMA needs; else the mma.sync
-        kernel (a view into a larger tensor may start anywhere). fp8 (`descales`): Hopper's only."""
+        """The attention path picker of this device's library (`flash.launch.AttentionPaths`)."""
         if self._attention is None:
-            hopper, mma_sync = flash_launch.HopperAttention(self.library), flash_launch.Attention(self.library)
-
-            def attention(q, k, v, *, causal=False, descales=None):
-                on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
-                if descales is not None:
-                    if self.library.chip != "sm_90":
-                        raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper (sm_90), not {self.library.chip}")
-                    return hopper(q, k, v, causal=causal, descales=descales)
-                return (hopper if on_16_bytes else mma_sync)(q, k, v, causal=causal)
-            self._attention = attention
+            self._attention = flash_launch.AttentionPaths(self.library)
         return self._attention
 
 
@@ -130,7 +120,7 @@ def _run(a, b, b_layout, out, epilogue, operands) -> None:
 
 def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
     """The ready-made epilogues: their `chain` in a kernel of its own where the install ships it
-    (`gemm.sm90*.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
+    (`gemm.sm90_tiles.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
     else `epilogues.selectable`, which every install ships (on the H200 3-4% slower than the chain at 4096^3
     and beyond, up to 12% at 2048^3; on Hopper's path it takes the 128 x 128 tile). Where a chain is not
     shipped, the fallback is remembered per shape and layout."""

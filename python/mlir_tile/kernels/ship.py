@@ -11,11 +11,12 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from mlir_tile.isa.targets import LIBRARY_CHIPS
 from mlir_tile.kernels.flash import launch as flash_launch
 from mlir_tile.kernels.gemm import launch as gemm_launch
 from mlir_tile.kernels.library import SHIPPED, source_digest
 
-CHIPS = ("sm_90", "sm_80")
+CHIPS = LIBRARY_CHIPS
 
 
 def kernels(chip: str) -> list:

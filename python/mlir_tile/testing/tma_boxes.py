@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.isa.tma import INNER_COORDINATE_BYTES, Box, check_store_coordinates
 
 NARROW = [Box(16, row_bytes * 8 // bits, bits, span) for span in (32, 64, 128) for row_bytes in (16, 32, 64)
@@ -68,7 +69,7 @@ def build_module(box: Box):
     from mlir_tile.builder.tensor import in_units
 
     with Kernel(KERNEL, [TensorMap(), Global("i32"), Global("i32"), "index", "index"], block=(THREADS, 1, 1),
-                chip="sm_90a") as k:
+                chip=WARPGROUP_CHIP) as k:
         tensor_map, out, image, row, column_units = k.arguments
         column = in_units(k, column_units, INNER_COORDINATE_BYTES * 8 // box.element_bits)
         barriers = k.mbarriers("loaded", 1, 1)
@@ -89,7 +90,7 @@ def build_store_module(box: Box):
     from mlir_tile.builder.tensor import in_units
 
     with Kernel(STORE_KERNEL, [TensorMap(), Global("i32"), "index", "index"], block=(THREADS, 1, 1),
-                chip="sm_90a") as k:
+                chip=WARPGROUP_CHIP) as k:
         tensor_map, image, row, column_units = k.arguments
         column = in_units(k, column_units, INNER_COORDINATE_BYTES * 8 // box.element_bits)
         _, tile, _ = _filled_image(k, box, image)
@@ -111,7 +112,7 @@ def build_multicast_module(box: Box = MULTICAST_BOX):
 
     element, count = ELEMENT[box.element_bits], box.rows * box.columns
     with Kernel("tma_multicast", [TensorMap(), Global(element), "index", "index"], block=(THREADS, 1, 1),
-                chip="sm_90a", cluster=(CLUSTER, 1, 1)) as k:
+                chip=WARPGROUP_CHIP, cluster=(CLUSTER, 1, 1)) as k:
         tensor_map, out, row, column_units = k.arguments
         column = in_units(k, column_units, INNER_COORDINATE_BYTES * 8 // box.element_bits)
         view = k.view(k.dynamic_shared(alignment=1024), (count,), element)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.isa import fp8
 from mlir_tile.isa.atoms import WGMMA_ELEMENTS, wgmma
 from mlir_tile.algebra.layout import Layout
@@ -55,7 +56,7 @@ def build_descriptor_kernel(element: str, a_major: str, b_major: str, n: int):
     from mlir_tile.builder.warpgroup import NVVM_LAYOUT
 
     atom = wgmma(n, element)
-    with Kernel("wgmma_desc", [Global("i32"), Global("f32"), "i64", "i64"], block=(128, 1, 1), chip="sm_90a") as k:
+    with Kernel("wgmma_desc", [Global("i32"), Global("f32"), "i64", "i64"], block=(128, 1, 1), chip=WARPGROUP_CHIP) as k:
         image, out, a_descriptor, b_descriptor = k.arguments
         window = k.view(k.dynamic_shared(alignment=1024), (WINDOW // 4,), "i32")
         _fill(k, image, window)
@@ -187,7 +188,7 @@ def build_layout_kernel(case: dict):
     atom, warpgroups = wgmma(case["n"], case["element"]), case["warpgroups"]
     a, b = Layout.parse(case["a"]), Layout.parse(case["b"])
     element = {16: "f16" if case["element"] == "f16" else "bf16", 8: "i8"}[atom.element_bits]
-    with Kernel("wgmma_tiles", [Global("i32"), Global("f32")], block=(128 * warpgroups, 1, 1), chip="sm_90a") as k:
+    with Kernel("wgmma_tiles", [Global("i32"), Global("f32")], block=(128 * warpgroups, 1, 1), chip=WARPGROUP_CHIP) as k:
         image, out = k.arguments
         shared = k.dynamic_shared(alignment=1024)
         _fill(k, image, k.view(shared, (WINDOW // 4,), "i32"))
@@ -224,7 +225,7 @@ def build_chain_kernel(case: dict):
 
     first, second = wgmma(case["n1"], case["element"]), wgmma(case["n2"], case["element"])
     q, key, v = (Layout.parse(case[name]) for name in ("q", "k", "v"))
-    with Kernel("wgmma_chain", [Global("i32"), Global("f32")], block=(128, 1, 1), chip="sm_90a") as k:
+    with Kernel("wgmma_chain", [Global("i32"), Global("f32")], block=(128, 1, 1), chip=WARPGROUP_CHIP) as k:
         image, out = k.arguments
         shared = k.dynamic_shared(alignment=1024)
         _fill(k, image, k.view(shared, (WINDOW // 4,), "i32"))

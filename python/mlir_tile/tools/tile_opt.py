@@ -17,7 +17,7 @@ from mlir_tile.passes import PASSES, PIPELINES
 from mlir_tile.compiler.diagnostics import Diag, PipelineFailure
 from mlir_tile.compiler.pipeline import run_pipeline
 from mlir_tile.compiler.pipeline_text import split_elements
-from mlir_tile.compiler.cli import OutputError, quiet_on_closed_pipe, write_output
+from mlir_tile.tools.cli import OutputError, quiet_on_closed_pipe, write_output
 from mlir_tile.tools.driver import InputError, Session, read_input, split_buffer
 from mlir_tile.tools.upstream import upstream_passes
 

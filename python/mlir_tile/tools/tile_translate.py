@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from mlir_tile.isa import targets
-from mlir_tile.compiler.cli import OutputError, quiet_on_closed_pipe, write_output
+from mlir_tile.tools.cli import OutputError, quiet_on_closed_pipe, write_output
 from mlir_tile.compiler.compile import PipelineError, PtxText, compile_to_ptx_texts
 from mlir_tile.compiler.diagnostics import PipelineFailure
 from mlir_tile.runtime.ptx import CompileError, cubin_of_ptx

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from mlir_tile.isa.targets import PORTABLE_CHIP, WARPGROUP_CHIP
 from mlir_tile.kernels.flash.checks import CASE, configure, run_and_check
 from mlir_tile.kernels.flash.emulation import emulate
 from mlir_tile.kernels.flash.sm80 import build_module
@@ -28,9 +29,9 @@ def add_options(parser) -> tuple[str, ...]:
     parser.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=64, help="d (default 64; 256 with --arch sm_90a)")
     parser.add_argument("--causal", action="store_true", help="the causal mask")
     parser.add_argument("--tuned", action="store_true", help="the CTA `Attention` runs for d and the mask (TUNED's)")
-    parser.add_argument("--arch", choices=("sm_80", "sm_90a"), default="sm_80",
-                        help="sm_80: mma.sync (FlashAttention-2's form, any sm_80 or newer GPU); sm_90a: Hopper's "
-                             "path (TMA, wgmma, a producer warpgroup; hopper_attention)")
+    parser.add_argument("--arch", choices=(PORTABLE_CHIP, WARPGROUP_CHIP), default=PORTABLE_CHIP,
+                        help=f"{PORTABLE_CHIP}: mma.sync (FlashAttention-2's form, any {PORTABLE_CHIP} or newer GPU); "
+                             f"{WARPGROUP_CHIP}: Hopper's path (TMA, wgmma, a producer warpgroup; `flash.sm90`)")
     parser.add_argument("--config", default="", metavar="FIELD=VALUE,...",
                         help="with --arch sm_90a: the kernel's fields over the head dim's, e.g. persistent=true "
                              "(one CTA an SM walking the row tiles), pingpong=true (the consumers take turns), "
@@ -47,14 +48,14 @@ def main() -> int:
 
     def build(dtype, head_dim, causal, tuned, arch, config):
         config = configure(dtype, head_dim, causal, tuned, arch, config)
-        if arch == "sm_90a":
+        if arch == WARPGROUP_CHIP:
             from mlir_tile.kernels.flash import sm90 as flash_sm90
 
             return flash_sm90.build_module(config)
         return build_module(config)
 
     def emulate_cta(dtype, head_dim, causal, tuned, batch, heads, seq, arch, config):  # one CTA of one head
-        if arch == "sm_90a":
+        if arch == WARPGROUP_CHIP:
             raise ValueError("attention: --emulate models the sm_80 kernel; Hopper's runs on the GPU (--run-ptx)")
         return emulate(configure(dtype, head_dim, causal, tuned), seq, causal)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlir_tile.isa.targets import PORTABLE_CHIP, WARPGROUP_CHIP
 from mlir_tile.kernels.flash.reference import reference
 from mlir_tile.kernels.flash.sm80 import KERNEL
 from mlir_tile.kernels.flash.sm80_tiles import Config, TUNED
@@ -11,12 +12,12 @@ from mlir_tile.kernels.flash.sm80_tiles import Config, TUNED
 CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 
-def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False, arch: str = "sm_80",
-              config: str = ""):
+def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
+              arch: str = PORTABLE_CHIP, config: str = ""):
     """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's); arch sm_90a:
     Hopper's (`hopper_attention`), `config` its fields over the head dim's ("consumers=3,keys=64":
     `HopperAttentionConfig.fields_of`)."""
-    if arch == "sm_90a":
+    if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
         if tuned:
@@ -29,7 +30,7 @@ def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tune
 
 
 def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
-                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = "sm_80", config: str = "",
+                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = PORTABLE_CHIP, config: str = "",
                   sms: int | None = None) -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
@@ -38,7 +39,7 @@ def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool
     from mlir_tile.runtime import Runtime
 
     config = configure(dtype, head_dim, causal, tuned, arch, config)
-    if arch == "sm_90a":
+    if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash import sm90_checks as hopper_attention_checks
 
         return hopper_attention_checks.run_and_check(ptx, config, batch, heads, seq, sms)

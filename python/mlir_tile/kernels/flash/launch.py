@@ -4,38 +4,53 @@ from __future__ import annotations
 
 from functools import partial
 
-from mlir_tile.kernels.flash import sm80, sm90
+from mlir_tile.isa.targets import runs_warpgroup_kernels
+from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, TUNED
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, SEQ_SHAPES, seq_band
 
 
 def shipped_kernels(chip: str):
-    """(name, build) of every kernel `Attention` may pick (sm_90 only: O goes out through stmatrix), and the
-    Hopper kernels (`hopper_shipped_kernels`) after them."""
-    if chip != "sm_90":
-        return
-    yield from _sm80_shipped()
-    yield from hopper_shipped_kernels(chip)
-
-
-def _sm80_shipped():
+    """(name, build) of every kernel `AttentionPaths` may pick for `chip`: the FlashAttention-2-form kernels
+    (`Attention`'s, built for the chip: sm_80 stores O without stmatrix) and, where the chip runs them, Hopper's
+    (`hopper_shipped_kernels`)."""
     for config in CONFIGS:
         picked = Config(config.head_dim, config.causal, config.element, **TUNED.get((config.head_dim, config.causal), {}))
         for kernel in dict.fromkeys((config, picked)):
-            yield str(kernel), partial(sm80.build_module, kernel)
+            yield str(kernel), partial(sm80.build_module, kernel, chip=chip)
+    if runs_warpgroup_kernels(chip):
+        yield from hopper_shipped_kernels(chip)
+
+
+class AttentionPaths:
+    """attention(q, k, v, causal, descales) on a library's chip, the one place that picks the kernel: Hopper's
+    (`HopperAttention`: TMA, wgmma) where the chip runs it and q, k and v start on 16 bytes, as TMA needs; else
+    the FlashAttention-2-form kernel (`Attention`: any sm_80 or newer GPU; a view may start anywhere). fp8
+    (`descales`): Hopper's only."""
+
+    def __init__(self, library):
+        self.library, self.sm80 = library, Attention(library)
+        self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
+
+    def __call__(self, q, k, v, *, causal: bool = False, descales=None):
+        on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
+        if descales is not None:
+            if self.hopper is None:
+                raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper's path, which this GPU "
+                                 f"({self.library.chip}) has not")
+            return self.hopper(q, k, v, causal=causal, descales=descales)
+        return (self.hopper if self.hopper is not None and on_16_bytes else self.sm80)(q, k, v, causal=causal)
 
 
 class Attention:
     """O, lse = attention(q, k, v, causal) on torch tensors [batch, heads, seq, d] (contiguous, fp16 or bf16,
-    d 64 or 128) through mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
+    d 64 or 128) by the FlashAttention-2-form kernel built for the library's chip (sm_80 or newer), through
+    mlir-tile's runtime on torch's current stream. ValueError for what it does not take."""
 
     def __init__(self, library, shapes: dict | None = None):
         """`library`: where the kernels come from (a `KernelLibrary`); `shapes`: per head dim, the Config fields
         (warps, row_blocks, keys, ...) of the kernels to use; else TUNED's for the (head dim, causal), else the
         default CTA."""
-        if library.chip != "sm_90":
-            raise ValueError(f"attention: the kernel stores O through stmatrix, which needs sm_90; this GPU runs "
-                             f"{library.chip} kernels")
         self.library, self.kernels, self.shapes = library, {}, shapes or {}
 
     def __call__(self, q, k, v, *, causal: bool = False):
@@ -57,7 +72,8 @@ class Attention:
         key = (d, bool(causal), element)
         if key not in self.kernels:
             config = Config(*key, **self.shapes.get(key[0], TUNED.get(key[:2], {})))
-            self.kernels[key] = config, self.library.module(str(config), partial(sm80.build_module, config))
+            self.kernels[key] = config, self.library.module(str(config), partial(sm80.build_module, config,
+                                                                                   chip=self.library.chip))
         config, module = self.kernels[key]
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
@@ -67,9 +83,9 @@ class Attention:
 
 
 def hopper_shipped_kernels(chip: str):
-    """(name, build) of the kernels `HopperAttention` picks (sm_90: each head dim, mask and element, and where
-    SEQ_SHAPES changes it up to a length, those too)."""
-    if chip != "sm_90":
+    """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
+    element, and where SEQ_SHAPES changes it up to a length, those too."""
+    if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
@@ -118,7 +134,7 @@ class HopperAttention:
         key = (d, bool(causal), element, seq_band(d, bool(causal), seq))
         if key not in self.kernels:
             config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
-            self.kernels[key] = config, sm90.boxes(config), self.library.module(str(config),
+            self.kernels[key] = config, sm90_layouts.boxes(config), self.library.module(str(config),
                                                                                 partial(sm90.build_module, config))
         config, box, module = self.kernels[key]
         o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)

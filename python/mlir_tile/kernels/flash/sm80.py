@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 
+from mlir_tile.isa.targets import DEFAULT_CHIP, has_instruction
 from mlir_tile.kernels.common import HALF, LOG2E
 from mlir_tile.kernels.flash.sm80_tiles import Config
 
@@ -48,14 +49,15 @@ def tiled(config: Config):
     return scores, output
 
 
-def build_module(config: Config = Config(), context=None):
-    """The kernel of `config` (see the module's docstring)."""
+def build_module(config: Config = Config(), context=None, chip: str = DEFAULT_CHIP):
+    """The kernel of `config` (see the module's docstring) for `chip`: O through stmatrix where the chip has it
+    (sm_90), else (sm_80) each thread's accumulator pairs stored straight to O."""
     from mlir_tile.builder import Global, Kernel
 
     if config.head_dim not in (64, 128) or config.element not in ("f16", "bf16"):
         raise ValueError(f"attention: head dims 64 and 128, f16 and bf16; got {config.head_dim}, {config.element}")
     with Kernel(KERNEL, [Global(config.element)] * 4 + [Global("f32"), "index"], block=(config.threads, 1, 1),
-                fast_math=True, context=context) as k:
+                fast_math=True, context=context, chip=chip) as k:
         _Attention(k, config).build()
     return k.module
 
@@ -336,13 +338,20 @@ class _Attention:
         o_regs = k.registers(output.c.whole.slots)
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
         place = self.c_q.partition(output.accumulator_coordinates())  # (row, column) of each of O's accumulators
+        stmatrix = has_instruction(k.chip, "stmatrix")
         for mi in range(self.m_blocks):
             sums = [self._row_total(place, mi, half, log2_of_e_inverse) for half in range(2)]
             for ni in range(self.d_blocks):
-                accumulators = [k.load(self.o_acc, [slot]) for slot in self.output.accumulator_block(mi, ni)]
+                slots = self.output.accumulator_block(mi, ni)
+                accumulators = [k.load(self.o_acc, [slot]) for slot in slots]
                 for pair, slot in enumerate(output.c_slots(mi, ni)):
                     low, high = (arith.mulf(accumulators[2 * pair + i], sums[pair]) for i in range(2))
-                    k.store(k.pack_f16(low, high, self.element), o_regs, [slot])
+                    if stmatrix:
+                        k.store(k.pack_f16(low, high, self.element), o_regs, [slot])
+                    else:
+                        self._store_pair(low, high, place[k.thread_id(), slots[2 * pair]])
+        if not stmatrix:
+            return
         t = output.c.whole
         transfer(t.opcode, k.view(self.shared, (output.c.tile.cosize,), "i32"), o_regs, dst_layout=t.shared,
                  src_layout=t.registers, scope="cta")
@@ -353,6 +362,17 @@ class _Attention:
             at = ((chunks.row, before), chunks.col)
             with k.if_(self.c_q.inside(at, dimensions=[0])):
                 k.store_vector(k.load_vector(view, [index], 8), self.g_o.memory, [self.g_o.offset(at)])
+
+    def _store_pair(self, low, high, at) -> None:
+        """Without stmatrix (sm_80): an accumulator pair (one row, two adjacent columns: 4 bytes, d even) rounded
+        and stored straight to O where its row lies inside the sequence."""
+        from mlir import ir
+        from mlir.dialects import arith, vector
+
+        k, element = self.k, ir.Type.parse(self.element)
+        pair = vector.from_elements(ir.VectorType.get([2], element), [arith.truncf(element, v) for v in (low, high)])
+        with k.if_(self.c_q.inside(at, dimensions=[0])):
+            k.store_vector(pair, self.g_o.memory, [self.g_o.offset(at)])
 
     def _row_total(self, place, mi, half, log2_of_e_inverse):
         """1 / the row's sum (over its quad), its log-sum-exp stored on the way."""

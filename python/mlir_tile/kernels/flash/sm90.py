@@ -42,103 +42,16 @@ seq] f32, seq and batch x heads (64-bit), e4m3's three descales (f32, one elemen
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 
+from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
-from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig, O_BARRIERS, PINGPONG_BARRIERS, RESCALE_SLACK, ROW_BYTES, STAGE_FREED_BARRIER
+from mlir_tile.kernels.flash.sm90_layouts import boxes_at, column_steps, o_stores, row_halves, tiles, transposition
+from mlir_tile.kernels.flash.sm90_tiles import (BAND_BYTES, HopperAttentionConfig, O_BARRIERS, PINGPONG_BARRIERS,
+                                                RESCALE_SLACK, STAGE_FREED_BARRIER)
 
 
 KERNEL = "attention"
-O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
-
-
-def _swizzle(config: HopperAttentionConfig):
-    """The 128-byte swizzle on elements of the config's type (TMA's and wgmma's)."""
-    from mlir_tile.isa.tma import Box
-
-    return Box(8, config.box_columns, 8 * config.element_bytes, ROW_BYTES).layout.swizzle
-
-
-def _boxed(rows: int, config: HopperAttentionConfig):
-    """A rows x d tile (row, column) as TMA writes boxes of rows x 128 bytes side by side, swizzled."""
-    from mlir_tile.algebra.layout import Layout
-
-    width = config.box_columns
-    return Layout((rows, (width, config.head_dim // width)), (width, (1, rows * width)), _swizzle(config))
-
-
-@functools.lru_cache(maxsize=None)
-def tiles(config: HopperAttentionConfig) -> dict:
-    """The shared tiles' layouts in elements: Q (rows x d) and K (keys x d) as TMA writes them, K-major for
-    wgmma; V as wgmma's B of P V, (d, keys): 16-bit, of K's [keys, d] boxes, MN-major; fp8 (K-major only), V^T
-    as the producer writes it from the staged V tile ("v_staged", K's layout), each key k at column
-    key_order(k) of its row, the order in which P's registers hold the keys (`atoms.a_key_order`), so that
-    wgmma reads it through that order K-major."""
-    from mlir_tile.isa.atoms import a_key_order, wgmma
-    from mlir_tile.algebra.layout import Layout
-    from mlir_tile.algebra.operations import composition
-
-    kv, q = _boxed(config.keys, config), _boxed(config.rows, config)
-    layouts = {"q": q, "q_band": _band(q), "k": kv, **_o_tiles(config)}
-    if not config.fp8:
-        (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
-        return {**layouts, "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
-    order = a_key_order(wgmma(config.keys, config.element), wgmma(config.head_dim, config.element))
-    v_t = Layout((config.head_dim, config.keys), (config.keys, 1), _swizzle(config))
-    return {**layouts, "v_staged": kv, "v_t": v_t, "v": composition(v_t, (None, order)), "key_order": order}
-
-
-def _o_tiles(config: HopperAttentionConfig) -> dict:
-    """O's tile (rows x d, 16-bit, `common.stored_tile`): a consumer's 64 rows of it ("o", the TMA stores'
-    boxes) and of its words from its first ("o_band", what its stmatrix writes)."""
-    from mlir_tile.kernels.common import stored_tile
-
-    tile = stored_tile(config.rows, config.head_dim, O_BOX_COLUMNS)
-    return {"o": _band(tile["c"]), "o_band": tile["c_band"]}
-
-
-def _band(tile):
-    """A consumer's 64 rows of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c further."""
-    from mlir_tile.algebra.layout import Layout
-
-    return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
-
-
-@functools.lru_cache(maxsize=None)
-def transposition(config: HopperAttentionConfig):
-    """fp8: the staged V tile (keys x d bytes) rewritten as V^T in P's key order (`byte_transpose`), each word
-    layout proven to hold its tile's bytes."""
-    from mlir_tile.tiling.byte_transpose import byte_transpose
-    from mlir_tile.algebra.words import words_of
-
-    layouts = tiles(config)
-    return byte_transpose(words_of(layouts["v_staged"], 4), words_of(layouts["v_t"], 4), layouts["key_order"])
-
-
-def o_stores(config: HopperAttentionConfig) -> list:
-    """A consumer's TMA stores of O: per box, (its first element in the band, its first column of O, the box)."""
-    return _boxes_at(tiles(config)["o"], 16, O_BOX_COLUMNS)
-
-
-def _boxes_at(layout, element_bits: int, columns: int) -> list:
-    """A tile's TMA boxes of `columns` columns (`tma.column_boxes`): per box, (its first element in the tile,
-    its first column, the box), the column read off the layout at that element."""
-    from mlir_tile.isa.tma import column_boxes
-
-    first_columns = {layout.offset(0, column): column for column in range(layout.sizes[1])}
-    return [(offset, first_columns[offset], box) for offset, box in column_boxes(layout, element_bits, columns)]
-
-
-@functools.lru_cache(maxsize=None)
-def boxes(config: HopperAttentionConfig) -> dict:
-    """The TMA box of each tensor map (Q's and O's: a consumer's 64 rows; K's and V's: a key tile's): the first
-    of its tile's boxes."""
-    layouts = tiles(config)
-    return {**{name: _boxes_at(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][2]
-               for name, tile in (("q", "q_band"), ("k", "k"), ("v", "k"))}, "o": o_stores(config)[0][2]}
-
-
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
     from mlir_tile.builder import Global, Kernel, TensorMap
@@ -148,7 +61,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
     with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index"] + scales, block=(config.threads, 1, 1),
-                chip="sm_90a", fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
+                chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
         _HopperAttention(k, config).build()
     return k.module
 
@@ -167,8 +80,8 @@ class _HopperAttention:
                                 paired=config.causal and config.persistent)
         self.tiles = tiles(config)
         self.s_atom, self.o_atom = wgmma(config.keys, config.element), wgmma(self.d, config.element)
-        self.s_halves, self.o_halves = _row_halves(self.s_atom), _row_halves(self.o_atom)  # (per atom: N / 2 slots)
-        self.s_columns = _column_steps(self.s_atom)
+        self.s_halves, self.o_halves = row_halves(self.s_atom), row_halves(self.o_atom)  # (per atom: N / 2 slots)
+        self.s_columns = column_steps(self.s_atom)
         self.shared = k.dynamic_shared(alignment=1024)
         readers, boxes_across = 4 * config.consumers, self.d // config.box_columns
         tile_elements = config.keys * self.d
@@ -264,7 +177,7 @@ class _HopperAttention:
         from mlir.dialects import arith
 
         k, config = self.k, self.config
-        for first, column, box in _boxes_at(layout, 8 * config.element_bytes, config.box_columns):
+        for first, column, box in boxes_at(layout, 8 * config.element_bytes, config.box_columns):
             view = k.view(self.shared, (box.rows * box.columns,), self.storage,
                           arith.addi(tile_bytes, k.index(first * config.element_bytes)))
             pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(column)))
@@ -657,33 +570,6 @@ class _HopperAttention:
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)
-
-
-def _slot_steps(atom, layout, what: str) -> list[int]:
-    """Per accumulator slot, its coordinate in `layout` (the atom's accumulator rows or columns) less slot 0's,
-    proven the same for every thread of the warpgroup; ValueError naming `what` otherwise."""
-    steps = []
-    for slot in range(atom.shape[1] // 2):
-        offsets = {layout.offset(thread, slot) - layout.offset(thread, 0) for thread in range(128)}
-        if len(offsets) != 1:
-            raise ValueError(f"hopper attention: accumulator slot {slot} of {atom.name} is not {what}")
-        steps.append(offsets.pop())
-    return steps
-
-
-def _row_halves(atom) -> list[int]:
-    """Per accumulator slot, which of a thread's two rows it holds (0: its row, 1: eight further), proven on
-    the atom's accumulator layout for every thread; ValueError otherwise."""
-    steps = _slot_steps(atom, atom.c.rows, "one of a thread's two rows")
-    if not set(steps) <= {0, 8}:
-        raise ValueError(f"hopper attention: an accumulator slot of {atom.name} is not one of a thread's two rows")
-    return [step // 8 for step in steps]
-
-
-def _column_steps(atom) -> list[int]:
-    """Per accumulator slot, its column less slot 0's, the same for every thread (proven on the atom's
-    accumulator layout); ValueError otherwise."""
-    return _slot_steps(atom, atom.c.columns, "a column step of every thread's")
 
 
 def _tree(values, combine):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from mlir_tile.kernels.common import output_element
-from mlir_tile.kernels.flash.sm90 import KERNEL, boxes
+from mlir_tile.kernels.flash.sm90 import KERNEL
+from mlir_tile.kernels.flash.sm90_layouts import boxes
 from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
 

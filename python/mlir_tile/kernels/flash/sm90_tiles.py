@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, max_shared_bytes, sm_shared_bytes
+from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, WARPGROUP_CHIP, max_shared_bytes, sm_shared_bytes
 from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registers
 
 
@@ -128,7 +128,7 @@ class HopperAttentionConfig:
         if not 1 <= self.ctas_per_sm <= 4:
             raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
         resident = self.ctas_per_sm * (self.shared_bytes + BARRIER_BYTES + SHARED_RESERVED_BYTES)
-        if resident > sm_shared_bytes("sm_90a"):
+        if resident > sm_shared_bytes(WARPGROUP_CHIP):
             raise ValueError(f"hopper attention: {self.ctas_per_sm} CTAs an SM of {self}'s shared memory take "
                              f"{resident} bytes, more than an SM's {sm_shared_bytes('sm_90a')}: fewer CTAs or stages")
 
@@ -234,7 +234,7 @@ class HopperAttentionConfig:
         """Persistent, where O's tile has no bytes of its own beside `tiles_bytes`: O is written over the last
         key tile's stage (its K and V, once every consumer is done with them), which is released once O's
         stores have read it."""
-        return self.persistent and self.tiles_bytes + self.o_bytes + BARRIER_BYTES > max_shared_bytes("sm_90a")
+        return self.persistent and self.tiles_bytes + self.o_bytes + BARRIER_BYTES > max_shared_bytes(WARPGROUP_CHIP)
 
     @property
     def shared_bytes(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 
+from mlir_tile.isa.targets import HOPPER_CHIP, WARPGROUP_CHIP
 from mlir_tile.kernels.gemm import checks, emulation, sm80, sm80_tiles, sm90, sm90_checks, sm90_emulation, sm90_tiles
 from mlir_tile.kernels.gemm.checks import SHAPE
 from mlir_tile.kernels.gemm.sm80_tiles import DEFAULT_TILE
@@ -37,9 +38,9 @@ def add_options(parser) -> tuple[str, ...]:
                         help=f"the CTA tile, BMxBNxBK and stages, one of Matmul's (default {DEFAULT_TILE}; with "
                              f"--arch sm_90a any BMxBNx64sS, BM 64 to 256, BN 64 to 256 in 64s, default 128x128x64s4; "
                              f"then u: unspecialized, p: persistent, c2 or c4: clusters sharing B by multicast)")
-    parser.add_argument("--arch", choices=("sm_90", "sm_90a"), default="sm_90",
-                        help="sm_90: the mma.sync path (cp.async, ldmatrix); sm_90a: Hopper's (TMA, wgmma, TMA stores; "
-                             "rows on 16 bytes)")
+    parser.add_argument("--arch", choices=(HOPPER_CHIP, WARPGROUP_CHIP), default=HOPPER_CHIP,
+                        help=f"{HOPPER_CHIP}: the mma.sync path (cp.async, ldmatrix); {WARPGROUP_CHIP}: Hopper's (TMA, "
+                             f"wgmma, TMA stores; rows on 16 bytes)")
     parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=SHAPE,
                         help=f"the product the GPU run checks (default {' '.join(map(str, SHAPE))})")
     return ("dtype", "b_major", "align", "tile", "arch")
@@ -52,7 +53,7 @@ def main() -> int:
         return sm90_tiles.configure(b_major, tile or sm90_tiles.default_tile(dtype, b_major), dtype)
 
     def build(dtype, b_major, align, tile, arch):
-        if arch == "sm_90a":
+        if arch == WARPGROUP_CHIP:
             if align != 16:
                 raise ValueError("gemm: Hopper's path (TMA) takes rows on 16 bytes: --align 16")
             return sm90.build_module(dtype, hopper_config(dtype, b_major, tile))
@@ -61,12 +62,12 @@ def main() -> int:
         return sm80.build_module(dtype, sm80_tiles.configure(b_major, align, tile or sm80_tiles.DEFAULT_TILE))
 
     def run(ptx, dtype, b_major, align, tile, shape, arch):
-        if arch == "sm_90a":
+        if arch == WARPGROUP_CHIP:
             return sm90_checks.run_and_check(ptx, dtype, b_major, tile or sm90_tiles.default_tile(dtype, b_major), shape)
         return checks.run_and_check(ptx, dtype, b_major, align, tile, shape)
 
     def emulate_cta(dtype, b_major, align, tile, shape, arch):  # one CTA, the shape aside
-        if arch == "sm_90a":
+        if arch == WARPGROUP_CHIP:
             return sm90_emulation.emulate(hopper_config(dtype, b_major, tile), 2, dtype)
         if dtype == "e4m3":
             raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")

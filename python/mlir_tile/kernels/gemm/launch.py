@@ -6,6 +6,7 @@ from functools import partial
 
 import numpy as np
 
+from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import TensorMaps
 from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
@@ -23,7 +24,7 @@ def takes_hopper(chip: str, m: int, n: int, depth: int, sms: int, b_major: str, 
     mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
     TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
     not, it keeps the product)."""
-    if chip != "sm_90" or tile is not None or splits not in (None, 1) or not aligned or n % 8 or depth % 8:
+    if not runs_warpgroup_kernels(chip) or tile is not None or splits not in (None, 1) or not aligned or n % 8 or depth % 8:
         return False
     return splits == 1 or pick_splits(m, n, depth, sms, variant(smallest_tile(16), 16, b_major=b_major)) == 1
 
@@ -32,7 +33,7 @@ def shipped_kernels(chip: str, epilogues=(None, selectable)):
     """(name, build) of every kernel `Matmul` may pick for `chip`: each (element, B layout, alignment, tile,
     split) variant and the split's reduction, with each of `epilogues` (None: plain); on sm_90 also the
     Hopper path's (`hopper_gemm.shipped_kernels`)."""
-    if chip == "sm_90":
+    if runs_warpgroup_kernels(chip):
         yield from hopper_shipped_kernels(epilogues)
     for element in ("f16", "bf16"):
         for epilogue in epilogues:
@@ -240,7 +241,7 @@ class ScaledMatmul:
     what the kernels do not take."""
 
     def __init__(self, library):
-        if library.chip != "sm_90":
+        if not runs_warpgroup_kernels(library.chip):
             raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
         self.library, self.maps, self.plans = library, TensorMaps(library.runtime), {}
         self.sms = library.runtime.device.properties.multiprocessor_count

@@ -32,6 +32,7 @@ walks k-tiles s * ceil(k_tiles / splits) onwards and writes its fp32 product to 
 """
 from __future__ import annotations
 
+from mlir_tile.isa.targets import DEFAULT_CHIP, has_instruction
 from mlir_tile.kernels.common import epilogue_suffix, for_each_arm, operand_parameters
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 from mlir_tile.kernels.gemm.sm80_tiles import Config, DEFAULT, HALF
@@ -55,7 +56,7 @@ def tiled_mma(config: Config = DEFAULT):
                               tile(config.bm, config.bn), config.b_major)
 
 
-def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm_90", context=None,
+def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = DEFAULT_CHIP, context=None,
                  epilogue: Epilogue | Choice | None = None):
     """The kernel for `chip`: sm_90 stores C through stmatrix and a swizzled C tile with 16-byte stores;
     sm_80 (no stmatrix) stores each thread's accumulator pairs directly. `config.persistent`: see
@@ -64,7 +65,7 @@ def build_module(element: str = "f16", config: Config = DEFAULT, chip: str = "sm
     kernel leaves it to `build_reduce_module`'s)."""
     from mlir_tile.builder import Global, Kernel
 
-    if config.persistent and (chip != "sm_90" or config.align != 16 or config.b_major != "nk" or config.split_k
+    if config.persistent and (not has_instruction(chip, "stmatrix") or config.align != 16 or config.b_major != "nk" or config.split_k
                               or not config.pipelined):
         raise ValueError(f"gemm: a persistent kernel is built for sm_90, rows on 16 bytes, B [N, K], pipelined, "
                          f"without split-K; got {config} for {chip}")
@@ -150,7 +151,7 @@ class _Gemm:
             _store_accumulators(k, self.config, self.tiled, self.accumulators, self.mC, self.cC, origin, "f32")
             return
         k.barrier()
-        if int(self.chip.removeprefix("sm_").rstrip("a")) < 90:
+        if not has_instruction(self.chip, "stmatrix"):
             _store_accumulators(k, self.config, self.tiled, self.accumulators, self.mC, self.cC, origin, self.element,
                                 self.epilogue, self.extras)
             return
@@ -461,7 +462,7 @@ def finished(k, place, accumulators, slot: int, finish):
 REDUCE_KERNEL, REDUCE_THREADS = "gemm_reduce", 256
 
 
-def build_reduce_module(element: str = "f16", chip: str = "sm_90", context=None, epilogue: Epilogue | Choice | None = None):
+def build_reduce_module(element: str = "f16", chip: str = DEFAULT_CHIP, context=None, epilogue: Epilogue | Choice | None = None):
     """C from a split-K product's partials: `gemm_reduce(partials, c, m, n, splits, *operands)`, `partials`
     fp32 [splits, M, N] (the split_k kernel's workspace), `c` M x N elements of `element`. Thread i of the
     grid sums element i over the splits in order (the same sum every run), applies `epilogue` (its operands

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlir_tile.isa.targets import DEFAULT_CHIP, has_instruction
 from mlir_tile.kernels.common import HALF
 from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 
@@ -99,7 +100,7 @@ FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take
 
 
 def pick_tile(m: int, n: int, depth: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn",
-              chip: str = "sm_90", epilogue: Epilogue | Choice | None = None) -> dict:
+              chip: str = DEFAULT_CHIP, epilogue: Epilogue | Choice | None = None) -> dict:
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) built for `chip` whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest
     where none does."""
@@ -169,7 +170,7 @@ def variants_for(chip: str, epilogue: Epilogue | Choice | None = None) -> list[C
     holds the next tile's first fragments through the epilogue, and with `selectable`'s arms it spills (2.6
     KB), so that one runs on the other tiles."""
     return [config for config in VARIANTS
-            if not config.persistent or (chip == "sm_90" and epilogue is not selectable)]
+            if not config.persistent or (has_instruction(chip, "stmatrix") and epilogue is not selectable)]
 
 
 SPLIT_VARIANTS = [variant(smallest_tile(align), align, b_major=major, split_k=True) for major in ("kn", "nk")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 
+from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, packed_slot, stored_tile
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, PINGPONG_MEET, PINGPONG_ORDER, SWIZZLE_BITS,
@@ -136,7 +137,7 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
     parameters += ["index"] if config.split_k else []  # the splits
     parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
-    with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip="sm_90a", context=context,
+    with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
         _HopperGemm(k, element, config, epilogue).build()
     return k.module
