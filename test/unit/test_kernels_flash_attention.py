@@ -144,8 +144,11 @@ def test_the_sm80_library_ships_attention_that_stores_o_without_stmatrix(tmp_pat
     from mlir_tile.kernels.flash import launch as flash_launch
 
     shipped = dict(flash_launch.shipped_kernels("sm_80"))
-    assert set(shipped) == {str(config) for config in flash_tiles.CONFIGS + PICKED}
-    config = PICKED[flash_tiles.CONFIGS.index(flash_tiles.Config(head_dim=128, causal=True, element="bf16"))]
+    picked = [flash_tiles.picked(c.head_dim, c.causal, c.element, "sm_80") for c in flash_tiles.CONFIGS]
+    assert set(shipped) == {str(config) for config in flash_tiles.CONFIGS + picked}
+    assert not any(config.stage_barriers for config in picked)  # (no mbarrier phase waits before sm_90)
+    assert [flash_tiles.picked(c.head_dim, c.causal, c.element) for c in flash_tiles.CONFIGS] == PICKED
+    config = flash_tiles.picked(128, True, "bf16", "sm_80")
     ptx = compile_to_ptx(shipped[str(config)]())
     assert ".target sm_80" in ptx and "stmatrix" not in ptx and "ldmatrix" in ptx and "mma.sync" in ptx
     assert re.search(r"st\.global\.b32", ptx)  # (a pair of halves a store)

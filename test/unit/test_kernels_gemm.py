@@ -71,14 +71,14 @@ def test_split_k_only_where_the_tiles_leave_sms_idle(m, n, depth, config, splits
     (1000, 3000, "bf16", "nk", {}),
 ])
 def test_the_tile_follows_the_element_the_b_layout_and_the_sms_it_fills(m, n, element, b_major, tile):
-    assert gemm_tiles.pick_tile(m, n, 4096, 132, element, 16, b_major) == tile
+    assert gemm_tiles.pick_tile(m, n, 4096, 132, element=element, align=16, b_major=b_major) == tile
 
 
 def test_the_persistent_tile_only_where_it_is_built():
     """Rows on 8 bytes have no persistent variant, nor K under its 3 k-tiles ahead: the next tile."""
-    assert gemm_tiles.pick_tile(8192, 8192, 8192, 132, "bf16", 8, "nk") == gemm_tiles.TILES[1]
-    assert gemm_tiles.pick_tile(8192, 8192, 184, 132, "bf16", 16, "nk") == gemm_tiles.TILES[1]
-    assert gemm_tiles.pick_tile(8192, 8192, 192, 132, "bf16", 16, "nk") == gemm_tiles.PERSISTENT
+    assert gemm_tiles.pick_tile(8192, 8192, 8192, 132, element="bf16", align=8, b_major="nk") == gemm_tiles.TILES[1]
+    assert gemm_tiles.pick_tile(8192, 8192, 184, 132, element="bf16", align=16, b_major="nk") == gemm_tiles.TILES[1]
+    assert gemm_tiles.pick_tile(8192, 8192, 192, 132, element="bf16", align=16, b_major="nk") == gemm_tiles.PERSISTENT
     persistent = gemm_tiles.variant(gemm_tiles.PERSISTENT, 16, b_major="nk")
     assert [persistent.takes(*sizes) for sizes in ((128, 256, 192), (127, 256, 192), (128, 255, 192), (128, 256, 184))] \
         == [True, False, False, False]

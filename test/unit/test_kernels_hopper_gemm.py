@@ -314,7 +314,7 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
 def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, tile, splits, aligned, takes):
     from mlir_tile.kernels.gemm.launch import takes_hopper
 
-    assert takes_hopper(chip, *sizes, 132, "nk", tile, splits, aligned) is takes
+    assert takes_hopper(chip, *sizes, sms=132, b_major="nk", tile=tile, splits=splits, aligned=aligned) is takes
 
 
 def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_fused():

@@ -6,7 +6,7 @@ from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
-from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, TUNED
+from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, SEQ_SHAPES, seq_band
 
 
@@ -15,8 +15,7 @@ def shipped_kernels(chip: str):
     (`Attention`'s, built for the chip: sm_80 stores O without stmatrix) and, where the chip runs them, Hopper's
     (`hopper_shipped_kernels`)."""
     for config in CONFIGS:
-        picked = Config(config.head_dim, config.causal, config.element, **TUNED.get((config.head_dim, config.causal), {}))
-        for kernel in dict.fromkeys((config, picked)):
+        for kernel in dict.fromkeys((config, picked(config.head_dim, config.causal, config.element, chip))):
             yield str(kernel), partial(sm80.build_module, kernel, chip=chip)
     if runs_warpgroup_kernels(chip):
         yield from hopper_shipped_kernels(chip)
@@ -24,22 +23,21 @@ def shipped_kernels(chip: str):
 
 class AttentionPaths:
     """attention(q, k, v, causal, descales) on a library's chip, the one place that picks the kernel: Hopper's
-    (`HopperAttention`: TMA, wgmma) where the chip runs it and q, k and v start on 16 bytes, as TMA needs; else
-    the FlashAttention-2-form kernel (`Attention`: any sm_80 or newer GPU; a view may start anywhere). fp8
-    (`descales`): Hopper's only."""
+    (`HopperAttention`: TMA, wgmma) where the chip runs it, else the FlashAttention-2-form kernel (`Attention`:
+    any sm_80 or newer GPU). Both take q, k and v on 16 bytes (a ValueError otherwise, before any launch).
+    fp8 (`descales`): Hopper's only."""
 
     def __init__(self, library):
         self.library, self.sm80 = library, Attention(library)
         self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None):
-        on_16_bytes = all(x.data_ptr() % 16 == 0 for x in (q, k, v))
         if descales is not None:
             if self.hopper is None:
                 raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper's path, which this GPU "
                                  f"({self.library.chip}) has not")
             return self.hopper(q, k, v, causal=causal, descales=descales)
-        return (self.hopper if self.hopper is not None and on_16_bytes else self.sm80)(q, k, v, causal=causal)
+        return (self.hopper or self.sm80)(q, k, v, causal=causal)
 
 
 class Attention:
@@ -49,7 +47,7 @@ class Attention:
 
     def __init__(self, library, shapes: dict | None = None):
         """`library`: where the kernels come from (a `KernelLibrary`); `shapes`: per head dim, the Config fields
-        (warps, row_blocks, keys, ...) of the kernels to use; else TUNED's for the (head dim, causal), else the
+        (warps, row_blocks, keys, ...) of the kernels to use; else `picked`'s for the (head dim, causal), else the
         default CTA."""
         self.library, self.kernels, self.shapes = library, {}, shapes or {}
 
@@ -69,9 +67,12 @@ class Attention:
             raise ValueError(f"attention: head dim 64 or 128, got {d}")
         if not all(x.is_cuda and x.is_contiguous() for x in (q, k, v)) or seq == 0:
             raise ValueError("attention: contiguous CUDA tensors with seq >= 1")
+        if any(x.data_ptr() % 16 for x in (q, k, v)):  # (its copies are 16-byte cp.async: else a misaligned fault)
+            raise ValueError("attention: q, k and v start on 16 bytes (the kernel copies 16-byte chunks); a view "
+                             "that starts elsewhere needs .clone() first")
         key = (d, bool(causal), element)
         if key not in self.kernels:
-            config = Config(*key, **self.shapes.get(key[0], TUNED.get(key[:2], {})))
+            config = (Config(*key, **self.shapes[d]) if d in self.shapes else picked(*key, self.library.chip))
             self.kernels[key] = config, self.library.module(str(config), partial(sm80.build_module, config,
                                                                                    chip=self.library.chip))
         config, module = self.kernels[key]

@@ -91,6 +91,7 @@ class _Attention:
             for memory, tile, at in ((q, q_tile, (query_tile, 0)), (o, q_tile, (query_tile, 0)),
                                      (keys, kv_tile, (None, 0)), (values, kv_tile, (None, 0))))
         self.m_lse = k.tensor(lse, (order.heads, self.seq))[head, None]
+        self.head_of_o = (o, order.heads, head)  # (the head's O by row, made where the epilogue stores pairs)
         self.c_q = local_tile(k.identity_tensor((self.seq, self.d)), q_tile, (query_tile, 0))
         self.c_kv = local_tile(k.identity_tensor((self.seq, self.d)), kv_tile, (None, 0))
         # (query, key) of S by key tile
@@ -339,6 +340,9 @@ class _Attention:
         log2_of_e_inverse = k.constant(1 / LOG2E, "f32")
         place = self.c_q.partition(output.accumulator_coordinates())  # (row, column) of each of O's accumulators
         stmatrix = has_instruction(k.chip, "stmatrix")
+        if not stmatrix:
+            o, heads, head = self.head_of_o
+            m_o = k.tensor(o, (heads, self.seq, d))[head, None, None]
         for mi in range(self.m_blocks):
             sums = [self._row_total(place, mi, half, log2_of_e_inverse) for half in range(2)]
             for ni in range(self.d_blocks):
@@ -349,7 +353,7 @@ class _Attention:
                     if stmatrix:
                         k.store(k.pack_f16(low, high, self.element), o_regs, [slot])
                     else:
-                        self._store_pair(low, high, place[k.thread_id(), slots[2 * pair]])
+                        self._store_pair(low, high, place, (k.thread_id(), slots[2 * pair]), m_o)
         if not stmatrix:
             return
         t = output.c.whole
@@ -363,16 +367,17 @@ class _Attention:
             with k.if_(self.c_q.inside(at, dimensions=[0])):
                 k.store_vector(k.load_vector(view, [index], 8), self.g_o.memory, [self.g_o.offset(at)])
 
-    def _store_pair(self, low, high, at) -> None:
-        """Without stmatrix (sm_80): an accumulator pair (one row, two adjacent columns: 4 bytes, d even) rounded
-        and stored straight to O where its row lies inside the sequence."""
+    def _store_pair(self, low, high, place, first, m_o) -> None:
+        """Without stmatrix (sm_80): an accumulator pair (one row, two adjacent columns: 4 bytes, d even; `first`
+        the (thread, slot) of its first, `place` its head's (row, column)) rounded and stored straight to the
+        head's O (`m_o`) where its row lies inside the sequence."""
         from mlir import ir
         from mlir.dialects import arith, vector
 
         k, element = self.k, ir.Type.parse(self.element)
         pair = vector.from_elements(ir.VectorType.get([2], element), [arith.truncf(element, v) for v in (low, high)])
-        with k.if_(self.c_q.inside(at, dimensions=[0])):
-            k.store_vector(pair, self.g_o.memory, [self.g_o.offset(at)])
+        with k.if_(place.inside(first, dimensions=[0])):
+            k.store_vector(pair, m_o.memory, [m_o.offset(place[first])])
 
     def _row_total(self, place, mi, half, log2_of_e_inverse):
         """1 / the row's sum (over its quad), its log-sum-exp stored on the way."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mlir_tile.isa.targets import DEFAULT_CHIP, nvvm_requirement, requirement_problem
 from mlir_tile.kernels.common import HALF
 
 
@@ -60,17 +61,21 @@ class Config:
 
 
 CONFIGS = [Config(d, causal, element) for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")]
-# The CTA `Attention` takes per (head dim, causal) where not the default, as measured on the H200
-# (docs/notes/benchmark-history.md): every row's max first and, but at d 128 without the mask, both reductions as trees:
-# 1-7% faster; at d 64 the stages' mbarriers in place of the barrier a tile: 1-7% faster (at d 128 0-7%
-# slower); at d 128 without the mask, 32 rows a warp (half the K and V bytes read per mma) with 32-key
-# tiles and Q read from shared memory, so that the accumulators fit in registers: 4-8% faster, and O's 128
-# accumulators a thread rescaled only where some row max of the warp grew: 3-6% faster (the trees there 1-2%
-# slower).
+# The CTA `Attention` takes per (head dim, causal) where not the default, as measured (docs/notes/
+# benchmark-history.md, "The configuration tables' measurements").
 TUNED = {(64, False): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
          (64, True): {"maxima_first": True, "tree_reductions": True, "stage_barriers": True},
          (128, False): {"row_blocks": 2, "keys": 32, "q_in_registers": False, "lazy_rescale": True, "maxima_first": True},
          (128, True): {"maxima_first": True, "tree_reductions": True}}
+def picked(head_dim: int, causal: bool, element: str, chip: str = DEFAULT_CHIP) -> Config:
+    """The CTA `Attention` runs for a head dim, mask and element on `chip`: TUNED's fields, the stages' mbarriers
+    (`stage_barriers`) only where the chip waits on an mbarrier's phase (sm_90; else the block's barrier)."""
+    fields = dict(TUNED.get((head_dim, causal), {}))
+    if requirement_problem(nvvm_requirement("nvvm.mbarrier.try_wait.parity"), chip, None):
+        fields.pop("stage_barriers", None)
+    return Config(head_dim, causal, element, **fields)
+
+
 # other CTAs the benchmark measures: FA2's (32 rows a warp, 64-key tiles, Q from shared memory), the knobs alone
 # and together
 SHAPES = [{"row_blocks": 2, "q_in_registers": False}, TUNED[128, False], {"lazy_rescale": True}, {"maxima_first": True},

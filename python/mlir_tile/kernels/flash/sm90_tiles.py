@@ -17,45 +17,18 @@ ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
-# each (head dim, causal)'s fields where not the defaults, as measured on the H200
-# (benchmarks/results/attention_hopper.json): at 256, O takes 128 registers a thread and Q 64 KB a 128-row CTA: 64
-# keys a tile and one consumer of 64 rows with 3 stages (224 KB) ran 1.10-1.25x two consumers with 2 stages (two of 64
-# rows and 64 keys with 2 stages: 0.82-0.90x, session 30). At 64, three consumers (192 rows) of 64 keys ran 1.02-1.07x
-# two of 128 (session 27), and three of 128 keys (FlashAttention-3's d 64 tile: the softmax's per-tile instructions
-# spread over twice the scores, 6.4 a score, not 8.0) 1.13-1.16x three of 64 without the mask, 1.04-1.07x causal at S
-# 4096 and 8192 (4 stages 0.98-1.02x 3, 2 stages 0.86-0.93x; two consumers of 192 or 256 keys spilled, 0.69-0.86x; the
-# persistent grid 0.94-0.96x without the mask, 1.01x causal at 4096, 0.96x at 8192) (session 30). (With ping-pong, d
-# 128 ran 0.93-1.03x without it (1.00-1.03x causal), d 64 0.92-0.97x (sessions 27 and 25).) At 128 without the mask,
-# the persistent grid (O apart from Q, its indices in 32 bits) ran 1.03-1.10x the launched one at S 2048 to 8192, with
-# uniform_q 1.05-1.08x without at S 1024, 1.00-1.02x at 2048 to 8192; causal, its row tiles paired, 1.19x at S 1024,
-# 1.09x at 4096, 1.04x at 8192 (one consumer at d 64 causal: 0.67-0.72x its launched grid) (session 28). Q's
-# descriptors in uniform registers (`uniform_q`) ran 1.04-1.06x without at d 64 (three consumers), 0.98-1.05x at d 64
-# causal (two), 1.00-1.07x at d 128 causal, 0.98-1.03x at d 256 (left off) and 0.87-0.98x at d 128 without the mask on
-# the launched grid (session 27) (d 64 causal: three consumers 1.06-1.11x two at S 4096 and 8192, 0.97x at 1024;
-# before uniform_q 0.86-0.89x). The launched grid's pipeline indices divided in 32 bits (`narrow`) ran 1.02-1.06x at d
-# 64, 1.03-1.07x at d 256 and 0.93-0.96x at d 128 (session 28).
+# Per (head dim, causal): the kernel's fields over the defaults, as measured (SHAPES; docs/notes/
+# benchmark-history.md, "The configuration tables' measurements").
 _ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
 _THREE_CONSUMERS = {"keys": 128, "consumers": 3, "uniform_q": True, "narrow": True}
 _PERSISTENT = {"persistent": True, "uniform_q": True}
 SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
           (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
-# Fields over SHAPES' for sequences up to a length (`HopperAttentionConfig.picked`: the first length the sequence is
-# within). At d 64 up to S 1024: without the mask the persistent grid with two consumers of 128 keys ran
-# 1.07-1.09x three consumers (of 64 keys) launched (and their persistent one); at d 64 causal one consumer (64 rows a
-# CTA) 1.25-1.27x three at S 1024 (1.02x at 4096, 0.94x at 8192) (session 28); there without the mask, uniform_q off
-# ran 1.05-1.06x on (session 29); then the persistent grid of three consumers of 128 keys with uniform_q 1.03x two
-# (session 30); then three CTAs an SM of one consumer (ctas_per_sm, launched) 1.04x that and, causal, 1.25x one CTA
-# (its persistent grid 1.19-1.20x; at S 4096 1.02x the three consumers causal, 0.91x without the mask; at d 128 two
-# CTAs of one consumer 0.83-0.91x) (session 31). At S 2048 the three CTAs ran 1.11-1.13x the three consumers causal
-# (1.00-1.03x at 4096 in four runs, 0.94x at 8192), and without the mask the persistent grid of three consumers 1.06x
-# them, the three CTAs 0.98x (session 31).
+# Per (head dim, causal), up to a sequence length: other fields than SHAPES' (SEQ_SHAPES, the first length
+# that covers S; a caller's own shape is taken as given), as measured (docs/notes/benchmark-history.md).
 _THREE_CTAS = {"consumers": 1, "keys": 64, "ctas_per_sm": 3, "persistent": False}
 SEQ_SHAPES = {(64, False): ((1024, _THREE_CTAS), (2048, {"persistent": True})), (64, True): ((4096, _THREE_CTAS),)}
-# e4m3 (d 128): 4 stages ran 1.13-1.31x 3 (the loader of tile t + staged waits for that tile's stage, which frees
-# later with fewer stages); without ping-pong, 4 stages ran 1.12-1.19x 5 and 1.03-1.06x 4 with it (session 26). The
-# persistent grid with uniform_q ran 1.12-1.26x the launched one (1.25x at S 1024, 1.12-1.16x at 4096 and 8192,
-# causal and not), uniform_q 1.04-1.07x without it there; lazy_rescale 1.06-1.07x without it (at 16 bits 0.94-1.01x:
-# left off) (session 29; benchmarks/results/attention_hopper_fp8.json)
+# e4m3 (d 128): the kernel's fields over d 128's, as measured (docs/notes/benchmark-history.md).
 FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True, "lazy_rescale": True}
 PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
 O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O

@@ -19,7 +19,7 @@ from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, c
 TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
 
 
-def takes_hopper(chip: str, m: int, n: int, depth: int, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
+def takes_hopper(chip: str, m: int, n: int, depth: int, *, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
     """Whether `Matmul` runs an M x N x K product on Hopper's path (`hopper_gemm`): the sm_90 library, no
     mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
     TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
@@ -113,7 +113,8 @@ class Matmul:
         """(config, module, grid, the kernel's size arguments, (the reduction's module, splits), None, or on
         Hopper's path its TMA boxes) for these operands, or ValueError."""
         element, (m, n, depth) = _element_and_sizes(a, b, b_major)
-        if takes_hopper(self.library.chip, m, n, depth, self.sms, b_major, tile, splits, aligned):
+        if takes_hopper(self.library.chip, m, n, depth, sms=self.sms, b_major=b_major, tile=tile, splits=splits,
+                        aligned=aligned):
             return self._hopper_plan(element, m, n, depth, b_major, epilogue)
         if tile is not None and tile not in TILES + (PERSISTENT,):
             raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
@@ -126,7 +127,8 @@ class Matmul:
                 raise ValueError(f"gemm: split-K runs on the tile {smallest}, not on {tile!r}")
             tile = smallest
         elif tile is None or align == HALF:
-            tile = pick_tile(m, n, depth, self.sms, element, align, b_major, self.library.chip, epilogue)
+            tile = pick_tile(m, n, depth, self.sms, element=element, align=align, b_major=b_major,
+                             chip=self.library.chip, epilogue=epilogue)
         config = variant(tile, align, b_major=b_major)
         if config.persistent and (config not in variants_for(self.library.chip, epilogue)
                                   or not config.takes(m, n, depth)):

@@ -75,21 +75,14 @@ class Config:
 
 
 DEFAULT = Config()
-# The CTA tiles `Matmul` picks from, largest first: 128 x 256 by 8 warps reads the fewest shared bytes per
-# mma, the default 128 x 128 keeps more SMs busy on smaller products. Per element type and B layout, the
-# tiles measured fastest (docs/notes/benchmark-history.md, H200, 2048^3 to 8192^3 and the LLM shapes): f16 128 x 256 in
-# 64-wide k-tiles and 4 stages (2-8% faster than 32-wide, 1-3% than 3 stages, 1-2% than 128-wide in 2); bf16
-# with B [N, K] 128 x 256 in 128-wide k-tiles and 2 stages (7-9% faster than 128 x 128; 64-wide in 4 stages
-# 2-6% slower), with B [K, N] the 128 x 128 tile (128 x 256 in 128-wide k-tiles -1 to +3% at 2048^3-4096^3,
-# 1-7% slower at 8192^3, 4000^3 and the LLM shapes). (A 64 x 128 tile of 2 warps was 5-7% faster at 1024^3
-# but spills in the sm_80 build.)
+# The CTA tiles `Matmul` picks from, largest first (128 x 256 by 8 warps reads the fewest shared bytes an mma;
+# the default 128 x 128 keeps more SMs busy on smaller products); each measured: docs/notes/benchmark-history.md
+# ("The configuration tables' measurements").
 TILES = (dict(bm=128, bn=256, bk=64, warps=(2, 4), stages=4), dict(bm=128, bn=256, bk=128, warps=(2, 4), stages=2),
          {})
-# The persistent kernel (one CTA an SM, the next tile's first k-tiles copied during this one's last) of the
-# first tile: with B [N, K] bf16 5-6% faster than the 128 x 256 x 128 tile at 4096^3-8192^3 and the LLM
-# shapes, 1-2% at 2048^3; f16 level with its non-persistent twin (-1 to +2%) but 2.5-3.5% slower at 2048^3
-# and 3.5% faster at 4000^3, so f16 keeps the twin (docs/notes/benchmark-history.md). Rows on 16 bytes, B [N, K],
-# M >= 128, N >= 256 and K >= 192.
+# The persistent kernel of the first tile (one CTA an SM, the next tile's first k-tiles copied during this
+# one's last): rows on 16 bytes, B [N, K], M >= 128, N >= 256, K >= 192; PREFERRED: the tiles per element and B
+# layout, fastest first (both measured: docs/notes/benchmark-history.md, "The configuration tables' measurements").
 PERSISTENT = dict(TILES[0], persistent=True)
 PREFERRED = {("f16", "kn"): (TILES[0], TILES[2]), ("f16", "nk"): (TILES[0], TILES[2]),
              ("bf16", "kn"): TILES[2:], ("bf16", "nk"): (PERSISTENT, TILES[1], TILES[2])}
@@ -99,7 +92,7 @@ ELEMENT_TILES = ({}, dict(bm=64, bn=64))
 FILL = 0.9  # the share of the SMs a tile's CTAs must cover for `Matmul` to take it
 
 
-def pick_tile(m: int, n: int, depth: int, sms: int, element: str = "f16", align: int = 16, b_major: str = "kn",
+def pick_tile(m: int, n: int, depth: int, sms: int, *, element: str = "f16", align: int = 16, b_major: str = "kn",
               chip: str = DEFAULT_CHIP, epilogue: Epilogue | Choice | None = None) -> dict:
     """The largest of the element's and B layout's PREFERRED tiles (of ELEMENT_TILES for element copies,
     align 2) built for `chip` whose CTAs cover FILL of the `sms` multiprocessors at least once; the smallest

@@ -207,8 +207,8 @@ def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16
 # The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
 # registers beside 128-row consumers' accumulators spill (3.8 KB a thread with `selectable` on 256 x 128)
 SMALL_TILE = "128x128x64s4"
-# bias + these, shipped as chains of their own on the measured tiles (on the H200 at issue 40's shapes bias +
-# silu 1.08-1.15x and bias + gelu_tanh 1.00-1.03x torch's unfused, and 1.03-1.08x the same on SMALL_TILE)
+# bias + these, shipped as chains of their own on the measured tiles (why these: docs/notes/benchmark-history.md,
+# "The configuration tables' measurements")
 SHIPPED_ACTIVATIONS = ("gelu_tanh", "silu")
 MEASURED_TILES = "hopper_tiles.json"  # beside this module: written by `benchmarks/gemm.py hopper-table`
 
