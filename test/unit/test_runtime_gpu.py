@@ -298,14 +298,14 @@ def test_a_persistent_gemm_walks_the_tiles_of_any_grid(runtime, grid, depth):
     """The persistent kernel (gemm_bf16_nk_persistent.ptx) on 300 x 520 x K, 3 x 3 C tiles, launched
     with a caller's grid: past the tiles the extra CTAs do nothing, under them each CTA walks several tiles;
     C is the product."""
-    from mlir_tile.kernels.gemm import checks as gemm_checks, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
+    from mlir_tile.kernels.gemm import reference as gemm_reference, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
 
     config, (m, n) = gemm_tiles.configure("nk", 16, "128x256x64s4p"), (300, 520)
-    a, b = gemm_checks.inputs(m, n, depth, element="bf16")
+    a, b = gemm_reference.inputs(m, n, depth, element="bf16")
     module = runtime.load_ptx(gpu_input("gemm_bf16_nk_persistent.ptx").read_text(), name="persistent")
     _, _, c = module.launch(gemm_sm80.KERNEL, [a, np.ascontiguousarray(b.T), np.zeros((m, n), np.uint16), m, n // 8,
                                          depth // 8], grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
-    ok, worst = gemm_checks.check(c, a, b, "bf16")
+    ok, worst = gemm_reference.check(c, a, b, "bf16")
     assert ok, worst
 
 
@@ -313,11 +313,11 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     """The run half of split-K (mlir_tile.kernels.gemm's SPLIT_CHECKED: rows on 2 bytes, element copies) on 127 x 100
     x 1001 in 12 splits of 3 k-tiles, of which 32 exist: split s's fp32 partial is the product of A's and B's
     k-tiles 3s to 3s + 2 (the last split's none: zeros), and the reduction's fp16 C is A x B."""
-    from mlir_tile.kernels.gemm import checks as gemm_checks, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
+    from mlir_tile.kernels.gemm import reference as gemm_reference, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
     from mlir_tile.isa.halves import decode
 
     config, (m, n, depth), splits = gemm_tiles.SPLIT_CHECKED, (127, 100, 1001), 12
-    a, b = gemm_checks.inputs(m, n, depth)  # fp16 bit patterns
+    a, b = gemm_reference.inputs(m, n, depth)  # fp16 bit patterns
     split = runtime.load_ptx(gpu_input("gemm_split.ptx").read_text(), name="gemm_split")
     _, _, partials, *_ = split.launch(gemm_sm80.KERNEL, [a, b, np.zeros(splits * m * n, np.float32), m, n, depth, splits],
                                       grid=config.grid(m, n, splits), block=config.threads,
@@ -330,7 +330,7 @@ def test_split_k_partials_and_their_reduction_match_numpy(runtime):
     reducer = runtime.load_ptx(gpu_input("gemm_reduce.ptx").read_text(), name="gemm_reduce")
     _, c, *_ = reducer.launch(gemm_sm80.REDUCE_KERNEL, [partials, np.zeros(m * n, np.uint16), m, n, splits],
                               grid=-(-m * n // gemm_sm80.REDUCE_THREADS), block=gemm_sm80.REDUCE_THREADS)
-    ok, worst = gemm_checks.check(c.reshape(m, n), a, b)
+    ok, worst = gemm_reference.check(c.reshape(m, n), a, b)
     assert ok, worst
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from mlir_tile.isa.targets import HOPPER_CHIP, WARPGROUP_CHIP
-from mlir_tile.kernels.gemm import checks, emulation, sm80, sm80_tiles, sm90, sm90_checks, sm90_emulation, sm90_tiles
+from mlir_tile.kernels.gemm import checks, emulation, sm80, sm80_tiles, sm90, sm90_emulation, sm90_tiles
 from mlir_tile.kernels.gemm.checks import SHAPE
 from mlir_tile.kernels.gemm.sm80_tiles import DEFAULT_TILE
 
@@ -61,11 +61,6 @@ def main() -> int:
             raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")
         return sm80.build_module(dtype, sm80_tiles.configure(b_major, align, tile or sm80_tiles.DEFAULT_TILE))
 
-    def run(ptx, dtype, b_major, align, tile, shape, arch):
-        if arch == WARPGROUP_CHIP:
-            return sm90_checks.run_and_check(ptx, dtype, b_major, tile or sm90_tiles.default_tile(dtype, b_major), shape)
-        return checks.run_and_check(ptx, dtype, b_major, align, tile, shape)
-
     def emulate_cta(dtype, b_major, align, tile, shape, arch):  # one CTA, the shape aside
         if arch == WARPGROUP_CHIP:
             return sm90_emulation.emulate(hopper_config(dtype, b_major, tile), 2, dtype)
@@ -74,7 +69,7 @@ def main() -> int:
         config = sm80_tiles.configure(b_major, align, tile or sm80_tiles.DEFAULT_TILE)
         return emulation.emulate(config, 2 if config.bk == 32 else 1, dtype)
 
-    return example_main(__doc__, build, run, emulate_cta, options=add_options)
+    return example_main(__doc__, build, checks.run_and_check, emulate_cta, options=add_options)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""A GEMM kernel's PTX run on the GPU against numpy (`--run-ptx`): inputs and the check of C."""
+"""A GEMM kernel's PTX run on the GPU against numpy (`--run-ptx`)."""
 from __future__ import annotations
 
 import numpy as np
 
+from mlir_tile.isa.targets import DEFAULT_CHIP, WARPGROUP_CHIP
+from mlir_tile.kernels.gemm import sm90_checks, sm90_tiles
+from mlir_tile.kernels.gemm.reference import check, inputs
 from mlir_tile.kernels.gemm.sm80 import KERNEL
 from mlir_tile.kernels.gemm.sm80_tiles import DEFAULT_TILE, configure
 
@@ -10,29 +13,12 @@ from mlir_tile.kernels.gemm.sm80_tiles import DEFAULT_TILE, configure
 SHAPE = (1000, 1016, 504)  # the checked product: M not a multiple of the tile, N and K not of 128 or 32
 
 
-def inputs(m: int, n: int, depth: int, seed: int = 5, element: str = "f16") -> tuple[np.ndarray, np.ndarray]:
-    """A (M x K) and B (K x N) of uniform values in [-1, 1) as `element` bit patterns (uint16: numpy has no bf16)."""
-    from mlir_tile.isa.halves import encode
-
-    rng = np.random.default_rng(seed)
-    return encode(rng.uniform(-1, 1, (m, depth)), element), encode(rng.uniform(-1, 1, (depth, n)), element)
-
-
-def check(c: np.ndarray, a: np.ndarray, b: np.ndarray, element: str = "f16") -> tuple[bool, float]:
-    """C, A and B as `element` bit patterns: the rounding of the fp32 product to `element` (half an ulp) plus
-    fp32 accumulation in another order than numpy's (K terms of at most 1: 1e-5 * K absolute), with a factor
-    2 of room on the rounding."""
-    from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
-
-    exact = decode(a, element) @ decode(b, element)
-    error = np.abs(decode(c, element) - exact)
-    return bool((error <= 2 * UNIT_ROUNDOFF[element] * np.abs(exact) + 1e-5 * a.shape[1]).all()), float(error.max())
-
-
 def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str | None = None,
-                  shape: tuple[int, int, int] = SHAPE) -> tuple[bool, str]:
-    """The mma.sync kernel of these build options (see `configure`) in `ptx` on an M x N x K product of random
-    values, against numpy (the Hopper kernel's: `sm90_checks.run_and_check`)."""
+                  shape: tuple[int, int, int] = SHAPE, arch: str = DEFAULT_CHIP) -> tuple[bool, str]:
+    """The kernel of these build options (see `configure`; `arch` WARPGROUP_CHIP: the Hopper kernel's,
+    `sm90_checks.run_and_check`) in `ptx` on an M x N x K product of random values, against numpy."""
+    if arch == WARPGROUP_CHIP:
+        return sm90_checks.run_and_check(ptx, dtype, b_major, tile or sm90_tiles.default_tile(dtype, b_major), shape)
     tile = tile or DEFAULT_TILE
     from mlir_tile.runtime import Runtime
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlir_tile.kernels.gemm.checks import check, inputs
+from mlir_tile.kernels.gemm.reference import check, inputs
 from mlir_tile.kernels.gemm.sm80 import tiled_mma
 from mlir_tile.kernels.gemm.sm80_tiles import Config, DEFAULT
 

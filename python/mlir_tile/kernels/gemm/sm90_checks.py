@@ -36,7 +36,7 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
 
     from mlir_tile.isa import fp8
     from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
-    from mlir_tile.kernels.gemm.checks import check, inputs
+    from mlir_tile.kernels.gemm.reference import check, inputs
 
     if element != "e4m3":
         a, b = inputs(m, n, depth, seed=seed, element=element)
