@@ -326,6 +326,19 @@ class TmaPipeline:
         self.k.async_proxy_fence()
         self.k.arrive(self.full, self.ring.stage(k_tile), per_warp=True)
 
+    def rewrite_from(self, staging: "TmaPipeline", k_tile: Integer, plan, buffer: ir.Value, part: int = 1) -> None:
+        """The producer warpgroup's rewrite of k-tile `k_tile` (fp8's transposition, CUTLASS's and FlashAttention-3's
+        producer-side transpose): once `staging`'s loads of it landed and this pipeline's stage is free,
+        `plan` (a `byte_transpose.ByteTranspose`, `Kernel.transpose_bytes`) writes it from `staging`'s stage into
+        this stage's `part` (of the shared byte `buffer`), counted on the stage's full barrier (`written`: one
+        of its `writers`); `staging`'s stage then released."""
+        staging.wait(k_tile)
+        self.acquire(k_tile)
+        self.k.transpose_bytes(plan, buffer, staging.ring.offset(staging.ring.stage(k_tile)),
+                               self.ring.offset(self.ring.stage(k_tile), part))
+        self.written(k_tile)
+        staging.release(k_tile)
+
     def release(self, k_tile: Integer) -> None:
         """This warp is done reading k-tile `k_tile`'s stage (its wgmma groups retired: `wgmma_wait`); called
         by every thread of each consumer warp. Multicast: lane r arrives on CTA r's stage."""

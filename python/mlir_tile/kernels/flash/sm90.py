@@ -256,14 +256,7 @@ class _HopperAttention:
         """fp8: once TMA wrote key tile `tile`'s V into its staging stage and its stage is free, V^T written
         there in P's key order (`transposition`), counted on the stage's full barrier beside K's boxes; the
         staging stage then released."""
-        k, index = self.k, self.kv(tile)
-        self.staging.wait(index)
-        self.pipeline.acquire(index)
-        k.transpose_bytes(transposition(self.config), self.shared,
-                          self.staging_ring.offset(self.staging_ring.stage(index)),
-                          self.ring.offset(self.ring.stage(index), 1))
-        self.pipeline.written(index)
-        self.staging.release(index)
+        self.pipeline.rewrite_from(self.staging, self.kv(tile), transposition(self.config), self.shared)
 
     # ----- the consumers -----
     def consume(self) -> None:

@@ -339,13 +339,7 @@ class _HopperGemm:
         """fp8 B [K, N]: the producer warpgroup's turn at k-tile `k_tile`: once TMA wrote it into its staging
         stage and its stage is free, B's tile rewritten K-major there (`transposition`), counted on the stage's
         full barrier beside A's load; the staging stage then released."""
-        k, ring, staging = self.k, self.staging_ring, self.staging
-        staging.wait(k_tile)
-        self.pipeline.acquire(k_tile)
-        k.transpose_bytes(transposition(self.config), self.shared, ring.offset(ring.stage(k_tile)),
-                          self.ring.offset(self.ring.stage(k_tile), 1))
-        self.pipeline.written(k_tile)
-        staging.release(k_tile)
+        self.pipeline.rewrite_from(self.staging, k_tile, transposition(self.config), self.shared)
 
     def load(self, in_ring, origin, k_tile) -> None:
         """k-tile `k_tile` of the C tile at `origin` (the pipeline's `in_ring`-th) into its stage, once free."""
