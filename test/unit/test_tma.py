@@ -17,7 +17,7 @@ from mlir_tile.isa.tma import ALIGNMENT, Box, TmaMismatch, box_for
 DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(element_bits=st.sampled_from([8, 16, 32, 64]), swizzle_bytes=st.sampled_from([0, 32, 64, 128]),
        data=st.data())
 def test_a_boxs_layout_is_where_the_tma_write_puts_each_element(element_bits, swizzle_bytes, data):
