@@ -347,8 +347,6 @@ def _above(constant: int, largest: int) -> bool:
     return largest >= 0 and constant >> largest.bit_length() << largest.bit_length() == constant
 
 
-
-
 def _where(context: ir.Context) -> str:
     """`at file:line` of the user's call, for a diagnostic raised later than the call (at a loop's end)."""
     return f"at {location_text(caller_location(context))}"

@@ -258,7 +258,6 @@ class Transfer:
         return "(" + ", ".join(names) + ")"
 
 
-
 def aligned_for(shared: "Layout | str") -> int:
     """The bytes a shared buffer is aligned to for a transfer through `shared`: 16, or its swizzle's period
     (16 for text that is no layout: the layout-syntax rule reports it)."""

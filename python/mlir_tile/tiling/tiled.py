@@ -24,7 +24,6 @@ from mlir_tile.algebra.layout import Layout, warpid
 from mlir_tile.algebra.operations import composition, make_layout, tiled_divide
 
 
-
 @dataclass(frozen=True)
 class OperandTransfer:
     """One operand's CTA-wide transfer: ready for `builder.transfer(opcode, ..., scope="cta")`."""

@@ -8,8 +8,6 @@ from mlir_tile.kernels.common import HALF
 from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 
 
-
-
 @dataclass(frozen=True)
 class Config:
     """A CTA tile (bm x bn, k-tiles of bk), its warp grid, the pipeline's stages and the block order's group:
