@@ -282,3 +282,25 @@ def test_named_barrier_arrive_is_bar_arrive_and_refuses_what_bar_arrive_cannot_t
                 k.named_barrier_arrive(index, threads)
     ptx = compile_to_ptx(k.module)
     assert "bar.arrive 3, 256;" in ptx and re.search(r"bar.sync\s+3, 256;", ptx)
+
+
+def test_a_role_is_its_warpgroups_branch_with_its_register_reallocation(tmp_path):
+    """`k.role`: the producer warpgroup 0 lowered, the consumers (all, or one of them) raised, each under its
+    branch on the warpgroup index; no registers, no setmaxnreg; anything else refused at the call."""
+    import re
+
+    with Kernel("k", [], block=(384, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        warpgroup = k.warpgroup_id()
+        with k.role(warpgroup, "producer", 40):
+            k.named_barrier_arrive(2, 256)
+        with k.role(warpgroup, 1, 232):
+            k.named_barrier(2, 256)
+        with k.role(warpgroup, 2):
+            k.barrier()
+        for which in ("consumer", 0, -1, "1"):
+            with pytest.raises(BuilderError, match=r"role: 'producer', 'consumers' or a consumer's warpgroup"):
+                with k.role(warpgroup, which):
+                    pass
+    text = str(k.module)
+    assert re.findall(r"setmaxregister +(\w+) +(\d+)", text) == [("decrease", "40"), ("increase", "232")]
+    assert text.count("scf.if") == 3

@@ -3,6 +3,8 @@ and proven (`mlir_tile.isa.wgmma`), the accumulators in registers with their thr
 asynchrony: a batch is fenced and committed as one group, `wgmma_wait` retires groups."""
 from __future__ import annotations
 
+import contextlib
+
 from typing import Sequence
 
 from mlir import ir
@@ -185,6 +187,25 @@ class Warpgroups:
                                f"{max(made['decrease'])} or more")
         made[action].append(count)
         nvvm.setmaxregister(count, getattr(nvvm.SetMaxRegisterAction, action))
+
+    @contextlib.contextmanager
+    def role(self, warpgroup: ir.Value, which: str | int, registers: int | None = None):
+        """`with k.role(warpgroup, ...):` the body for one role of warp specialization (CUTLASS's and
+        FlashAttention-3's): "producer" is warpgroup 0, lowered to `registers` (`set_max_registers(...,
+        "decrease")`); "consumers" every other warpgroup, and a number one of them (a ping-pong consumer), raised
+        to `registers`. `warpgroup` is `warpgroup_id()` (or its broadcast); registers None: no reallocation."""
+        if which == "producer":
+            predicate, action = self.compare("eq", warpgroup, 0), "decrease"
+        elif which == "consumers":
+            predicate, action = self.compare("ne", warpgroup, 0), "increase"
+        elif is_int(which) and which >= 1:
+            predicate, action = self.compare("eq", warpgroup, which), "increase"
+        else:
+            raise BuilderError(f"role: 'producer', 'consumers' or a consumer's warpgroup (1 on), got {which!r}")
+        with self.if_(predicate):
+            if registers is not None:
+                self.set_max_registers(registers, action)
+            yield
 
     def named_barrier(self, index: int, threads: int) -> None:
         """`bar.sync index, threads`: the first `threads` to arrive at barrier `index` (1 to 15; 0 is

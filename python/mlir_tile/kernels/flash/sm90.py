@@ -159,15 +159,13 @@ class _HopperAttention:
 
     def build(self) -> None:
         k, config = self.k, self.config
-        with k.if_(k.compare("eq", self.warpgroup, 0)):
-            k.set_max_registers(config.producer_registers, "decrease")
+        with k.role(self.warpgroup, "producer", config.producer_registers):
             if config.fp8:
                 self.produce_transposed()
             else:
                 with k.if_(k.compare("eq", k.thread_id(), 0)):
                     self.produce()
-        with k.if_(k.compare("ne", self.warpgroup, 0)):
-            k.set_max_registers(config.consumer_registers, "increase")
+        with k.role(self.warpgroup, "consumers", config.consumer_registers):
             self.consume()
 
     # ----- the producer -----

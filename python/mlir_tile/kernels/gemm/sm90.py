@@ -222,9 +222,8 @@ class _HopperGemm:
         first, own = (self.order.persistent(config.cluster) if config.persistent else
                       (self.split_tile, k.index(1)) if config.split_k else
                       (arith.divui(k.block_id(), k.index(config.cluster)), k.index(1)))
-        with k.if_(k.compare("eq", self.warpgroup, 0)):  # the producer: one thread loads every k-tile
-            if config.rebalanced:
-                k.set_max_registers(config.producer_registers, "decrease")
+        lowered = config.producer_registers if config.rebalanced else None  # (reallocated where the config says)
+        with k.role(self.warpgroup, "producer", lowered):  # one thread loads every k-tile
             if config.transposed:
                 self.produce_transposed(self.origin(first))
             else:
@@ -236,9 +235,7 @@ class _HopperGemm:
         if config.pingpong:
             self.consume_in_turns(first, own)
         else:
-            with k.if_(k.compare("ne", self.warpgroup, 0)):
-                if config.rebalanced:
-                    k.set_max_registers(config.consumer_registers, "increase")
+            with k.role(self.warpgroup, "consumers", config.consumer_registers if config.rebalanced else None):
                 with k.loop(0, own) as turn:
                     self.consume(self.origin(self._tile(first, turn)), turn,
                                  config.stage_bytes if config.persistent else 0)
@@ -277,9 +274,7 @@ class _HopperGemm:
         and its own C tile after the stages; built once for each, so that its barriers are constants."""
         k, config = self.k, self.config
         for side in range(2):
-            with k.if_(k.compare("eq", self.warpgroup, 1 + side)):
-                if config.rebalanced:
-                    k.set_max_registers(config.consumer_registers, "increase")
+            with k.role(self.warpgroup, 1 + side, config.consumer_registers if config.rebalanced else None):
                 self.side = side
                 with k.loop(side, own, 2) as turn:
                     self.consume(self.origin(self._tile(first, turn)), turn, config.stage_bytes + side * config.c_bytes,
