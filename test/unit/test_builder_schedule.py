@@ -267,3 +267,26 @@ def test_a_tma_pipeline_is_made_of_a_stage_ring():
     with Kernel("k", [], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
         with pytest.raises(BuilderError, match="TmaPipeline: a StageRing"):
             TmaPipeline(k, k.dynamic_shared(), 4, 1)
+
+
+def test_the_consumers_named_barriers_are_one_numbering():
+    """`ConsumerBarriers`: 1 for every consumer, 2 + c a ping-pong consumer's turn (3 - c the other's, arrived
+    on), 4 + c a consumer's own warps, in both Hopper kernels alike."""
+    import re
+
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Kernel
+    from mlir_tile.builder.schedule import ConsumerBarriers
+
+    with Kernel("k", [], block=(384, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        barriers = ConsumerBarriers(k, 2)
+        barriers.meet_all()
+        barriers.wait_turn(1)
+        barriers.pass_turn(1)
+        barriers.meet(0)
+        with pytest.raises(BuilderError, match="consumers"):
+            ConsumerBarriers(k, 5)
+    text = str(k.module)
+    assert re.findall(r"nvvm\.barrier(\.arrive)? id = %c(\d+)_i32 number_of_threads = %c(\d+)_i32", text) == [
+        ("", "1", "256"), ("", "3", "256"), (".arrive", "2", "256"), ("", "4", "128")]

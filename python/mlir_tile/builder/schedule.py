@@ -184,6 +184,31 @@ class SplitK:
         return start, arith.addi(start, extent)
 
 
+class ConsumerBarriers:
+    """The named barriers warp-specialized consumers share (barrier 0 is the block's `bar.sync`): 1 meets every
+    consumer warpgroup (`meet_all`), 2 + c and 3 - c are ping-pong's turns (CUTLASS's and FlashAttention-3's:
+    consumer c waits on 2 + c for its turn, `wait_turn`, and gives the other its turn by arriving on 3 - c,
+    `pass_turn`; 256 threads each), and 4 + c meets consumer c's own four warps (`meet`). The producer warpgroup
+    never reaches them. Each index a constant: build a consumer's code once for each c."""
+
+    ALL, TURNS, OWN = 1, 2, 4
+
+    def __init__(self, kernel, consumers: int):
+        self.k, self.consumers = kernel, count(consumers, "ConsumerBarriers: consumers", maximum=4)
+
+    def meet_all(self) -> None:
+        self.k.named_barrier(self.ALL, 128 * self.consumers)
+
+    def wait_turn(self, consumer: int) -> None:
+        self.k.named_barrier(self.TURNS + consumer, 256)
+
+    def pass_turn(self, consumer: int) -> None:
+        self.k.named_barrier_arrive(self.TURNS + 1 - consumer, 256)
+
+    def meet(self, consumer: int) -> None:
+        self.k.named_barrier(self.OWN + consumer, 128)
+
+
 class StageRing:
     """A pipeline's `stages` stages in one shared byte buffer from byte `start` on, each holding `parts`
     (element, count) tiles one after the other; k-tile t lives in stage (first + t) mod stages (`first`: a

@@ -47,8 +47,7 @@ import math
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
 from mlir_tile.kernels.flash.sm90_layouts import boxes_at, column_steps, o_stores, row_halves, tiles, transposition
-from mlir_tile.kernels.flash.sm90_tiles import (BAND_BYTES, HopperAttentionConfig, O_BARRIERS, PINGPONG_BARRIERS,
-                                                RESCALE_SLACK, STAGE_FREED_BARRIER)
+from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig, RESCALE_SLACK
 
 
 KERNEL = "attention"
@@ -71,7 +70,7 @@ class _HopperAttention:
         from mlir.dialects import arith
 
         from mlir_tile.isa.atoms import wgmma
-        from mlir_tile.builder.schedule import QueryTiles, StageRing, TmaPipeline
+        from mlir_tile.builder.schedule import ConsumerBarriers, QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d = k, config, config.head_dim
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads = k.arguments[:7]
@@ -88,6 +87,7 @@ class _HopperAttention:
         # Q's bands: item j's band of consumer c is the ring's k-tile j * consumers + c (its stage c), released by
         # the consumer's storing warp once its last S is done (persistent) or once its TMA stores of O, written
         # over the band, have read it (narrow: j * consumers + c lies below 2^31, as Q's 64-row bands do)
+        self.barriers = ConsumerBarriers(k, config.consumers)
         self.q_ring = StageRing(k, self.shared, config.consumers, [(self.storage, 64 * self.d)],
                                 narrow=config.narrow_index)
         self.q_pipeline = TmaPipeline(k, self.q_ring, 1, boxes_across, name="q")
@@ -361,24 +361,24 @@ class _HopperAttention:
         turn before (consumer 0: on an item's first turn, unless the item is the CTA's first)."""
         if self.config.pingpong:
             self.as_consumer([0, 1], lambda c: self._unless(self.first_item if first and c == 0 else None,
-                                                            self.k.named_barrier, PINGPONG_BARRIERS + c))
+                                                            self.barriers.wait_turn, c))
 
     def pass_turn(self, last: bool = False) -> None:
         """Ping-pong: this consumer's GEMMs issued, the other's turn (each arrival met by one `wait_turn`: consumer
         1's last turn of the CTA's last item has no turn of consumer 0 after it)."""
         if self.config.pingpong:
             self.as_consumer([0, 1], lambda c: self._unless(self.last_item if last and c == 1 else None,
-                                                            self.k.named_barrier_arrive, PINGPONG_BARRIERS + 1 - c))
+                                                            self.barriers.pass_turn, c))
 
-    def _unless(self, skip, barrier, index: int) -> None:
-        """barrier(index, 256) of the two consumers, where `skip` (an i1, or None: never) is false."""
+    def _unless(self, skip, barrier, consumer: int) -> None:
+        """barrier(consumer) (a `ConsumerBarriers` turn), where `skip` (an i1, or None: never) is false."""
         from mlir.dialects import arith
 
         if skip is None:
-            barrier(index, 256)
+            barrier(consumer)
             return
         with self.k.if_(arith.xori(skip, self.k.constant(True, "i1"))):
-            barrier(index, 256)
+            barrier(consumer)
 
     def as_consumer(self, consumers, act) -> None:
         """act(c) in consumer c's threads, for each c of `consumers` (a named barrier's index is a constant)."""
@@ -525,9 +525,9 @@ class _HopperAttention:
         if own_o:
             with k.if_(k.compare("eq", thread, 0)):
                 k.tma_store_wait(0)
-            self.consumers_meet(O_BARRIERS)
+            self.consumers_meet()
         if config.o_in_stage:
-            k.named_barrier(STAGE_FREED_BARRIER, 128 * config.consumers)
+            self.barriers.meet_all()  # (every consumer done reading the stage O goes over)
             tile = self.ring.offset(self.ring.stage(last), 0)
         else:
             tile = k.index(config.o_offset)
@@ -535,7 +535,7 @@ class _HopperAttention:
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
-        self.consumers_meet(O_BARRIERS)
+        self.consumers_meet()
         # [tma-store-coordinate]: the head a quotient of the item, q0 its row tile (a remainder, or the tiles
         # less one less a remainder or half of one) times the tile's rows: non-negative by construction
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
@@ -550,9 +550,9 @@ class _HopperAttention:
         elif not config.persistent:
             self.release_q_band()
 
-    def consumers_meet(self, first_barrier: int) -> None:
-        """Each consumer's 4 warps meet at named barrier `first_barrier` + its index."""
-        self.as_consumer(range(self.config.consumers), lambda c: self.k.named_barrier(first_barrier + c, 128))
+    def consumers_meet(self) -> None:
+        """Each consumer's 4 warps meet (`ConsumerBarriers.meet`: its own named barrier)."""
+        self.as_consumer(range(self.config.consumers), self.barriers.meet)
 
     def _query(self, row):
         from mlir.dialects import arith

@@ -30,9 +30,6 @@ _THREE_CTAS = {"consumers": 1, "keys": 64, "ctas_per_sm": 3, "persistent": False
 SEQ_SHAPES = {(64, False): ((1024, _THREE_CTAS), (2048, {"persistent": True})), (64, True): ((4096, _THREE_CTAS),)}
 # e4m3 (d 128): the kernel's fields over d 128's, as measured (docs/notes/benchmark-history.md).
 FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True, "lazy_rescale": True}
-PINGPONG_BARRIERS = 2  # named barriers 2 and 3: consumer c waits on 2 + c for its turn to issue
-O_BARRIERS = 4  # named barrier 4 + c: consumer c's warps have written their band of O
-STAGE_FREED_BARRIER = 1  # O over the last key tile's stage (`o_in_stage`): every consumer is done reading it
 # lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
 # largest is 448; the row sums and O are fp32)
 RESCALE_SLACK = 8.0

@@ -40,7 +40,7 @@ import functools
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, packed_slot, stored_tile
 from mlir_tile.kernels.epilogues import Choice, Epilogue
-from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, PINGPONG_MEET, PINGPONG_ORDER, SWIZZLE_BITS,
+from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, SWIZZLE_BITS,
                                                TRANSPOSE_STAGES)
 
 
@@ -148,7 +148,7 @@ class _HopperGemm:
         from mlir.dialects import arith
 
         from mlir_tile.isa.atoms import wgmma
-        from mlir_tile.builder.schedule import StageRing, TileOrder, TmaPipeline
+        from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TileOrder, TmaPipeline
         from mlir_tile.builder.tensor import ceil_div, in_units
 
         self.k, self.element, self.config, self.epilogue = k, element, config, epilogue
@@ -168,6 +168,7 @@ class _HopperGemm:
             self._split(k.arguments[6])
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
+        self.barriers = ConsumerBarriers(k, config.consumers)
         b_loads = 1 if config.b_major == "nk" else 0 if config.transposed else config.bn // SWIZZLE_COLUMNS
         self.pipeline = TmaPipeline(k, self.ring, config.stage_readers, 1 + b_loads, multicast=config.cluster > 1,
                                     writers=4 if config.transposed else 0)
@@ -293,12 +294,12 @@ class _HopperGemm:
         k, config = self.k, self.config
         if self.side is not None:
             with k.if_(k.compare("uge", turn, 1)):
-                k.named_barrier(PINGPONG_ORDER + self.side, 256)
+                self.barriers.wait_turn(self.side)
         with k.loop(0, self.k_tiles) as k_tile:
             self.step(self._in_ring(turn, k_tile), k_tile, origin)
         if self.side is not None:
             with k.if_(k.compare("ult", arith.addi(turn, k.index(1)), turns)):
-                k.named_barrier_arrive(PINGPONG_ORDER + 1 - self.side, 256)
+                self.barriers.pass_turn(self.side)
         k.wgmma_wait(0, self.accumulators)
         if config.persistent:  # the producer's next tile needs every stage back
             self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
@@ -499,9 +500,9 @@ class _HopperGemm:
         """A barrier of the consumer warpgroups (the producer, specialized, never reaches it; ping-pong: of the
         consumer being built, named barrier 4 or 5)."""
         if self.side is not None:
-            self.k.named_barrier(PINGPONG_MEET + self.side, 128)
+            self.barriers.meet(self.side)
         elif self.config.specialized:
-            self.k.named_barrier(1, 128 * self.config.consumers)
+            self.barriers.meet_all()
         else:
             self.k.barrier()
 

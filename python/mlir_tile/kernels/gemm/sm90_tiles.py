@@ -14,8 +14,6 @@ SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and
 # what the producer keeps a thread: TMA's issue alone; with fp8 B [K, N] also the transposition (ptxas spills
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
-# ping-pong's named barriers: 2 + c lets consumer c start its main loop, 4 + c meets consumer c's warps alone
-PINGPONG_ORDER, PINGPONG_MEET = 2, 4
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
 
 
