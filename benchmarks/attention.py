@@ -197,7 +197,7 @@ def _hopper_variants(d: int, causal: bool, element: str, seq: int) -> dict:
 
 
 def hopper_build(directory: Path) -> None:
-    """Hopper's attention (hopper_attention) for each head dim, mask, element and sequence (`_hopper_variants`,
+    """Hopper's attention (`flash.sm90`) for each head dim, mask, element and sequence (`_hopper_variants`,
     and e4m3 at d 128), named as its library names it, into DIR/attention/sm_90."""
     from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.flash import sm90 as flash_sm90, sm90_tiles as hopper_attention_tiles

@@ -1,4 +1,4 @@
-"""The builder's GEMMs against cuBLAS and Triton, in one process on the GPU: Hopper's path (hopper_gemm: TMA,
+"""The builder's GEMMs against cuBLAS and Triton, in one process on the GPU: Hopper's path (`gemm.sm90`: TMA,
 wgmma) and the mma.sync path (mlir_tile.kernels.gemm).
 
     python benchmarks/gemm.py hopper-build DIR # here (MLIR): the Hopper kernels' PTX and the wgmma loop into DIR
@@ -108,7 +108,7 @@ def _triton_matmul(mma_v3: bool):
 
 
 # Hopper's path: the issue's shapes (M, N, K), B [N, K] (nn.Linear's weight) in both dtypes, B [K, N] in f16 on some;
-# the tiles: the library's candidates (hopper_gemm.SMALL_TILE among them) and their neighbours; "b": the same with
+# the tiles: the library's candidates (`gemm.sm90_tiles.SMALL_TILE` among them) and their neighbours; "b": the same with
 # the warpgroup's index broadcast (`HopperConfig.uniform`: the main loop's descriptors in uniform registers)
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]

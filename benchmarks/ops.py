@@ -4,7 +4,7 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
     python3 benchmarks/ops.py OUT        # OUT/ops.json: per case the medians, the ratios, the SM clock and power
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
-(`gemm.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
+(`gemm.launch.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
 fused by the ready-made epilogue (without the compiler: the shipped `epilogues.selectable`) against our product
 without it and torch's unfused F.linear then F.gelu, and linear + bias + SiLU against F.linear then F.silu;
 attention against cuDNN's and FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back

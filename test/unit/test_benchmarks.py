@@ -185,7 +185,7 @@ def test_the_wgmma_loop_is_four_m64n256_batches_a_turn_with_no_wait_inside(tmp_p
 
 
 def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
-    """benchmarks/gemm.py's Hopper tiles are kernels hopper_gemm builds for their element and B layout (a
+    """benchmarks/gemm.py's Hopper tiles are kernels `gemm.sm90` builds for their element and B layout (a
     cluster tile with B [K, N] and several boxes a stage is refused: it must not be in the list), each launched
     on whole clusters, within the SM's shared memory."""
     import importlib.util

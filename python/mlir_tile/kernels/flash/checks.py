@@ -15,7 +15,7 @@ CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
               arch: str = PORTABLE_CHIP, config: str = ""):
     """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's); arch sm_90a:
-    Hopper's (`hopper_attention`), `config` its fields over the head dim's ("consumers=3,keys=64":
+    Hopper's (`flash.sm90`), `config` its fields over the head dim's ("consumers=3,keys=64":
     `HopperAttentionConfig.fields_of`)."""
     if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
@@ -34,7 +34,7 @@ def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool
                   sms: int | None = None) -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
-    log-sum-exp within 1e-3 (Hopper's: `hopper_attention.run_and_check`, `sms` a persistent grid's CTAs)."""
+    log-sum-exp within 1e-3 (Hopper's: `sm90_checks.run_and_check`, `sms` a persistent grid's CTAs)."""
     from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 

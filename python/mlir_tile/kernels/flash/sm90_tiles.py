@@ -172,7 +172,7 @@ class HopperAttentionConfig:
 
     @property
     def consumer_registers(self) -> int:
-        """What a consumer thread raises its registers to (`hopper_gemm.raised_registers`), at most 240."""
+        """What a consumer thread raises its registers to (`common.raised_registers`), at most 240."""
         return min(240, raised_registers(self.threads * self.ctas_per_sm, self.producer_registers, self.consumers))
 
     @property

@@ -20,7 +20,7 @@ TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and row
 
 
 def takes_hopper(chip: str, m: int, n: int, depth: int, *, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
-    """Whether `Matmul` runs an M x N x K product on Hopper's path (`hopper_gemm`): the sm_90 library, no
+    """Whether `Matmul` runs an M x N x K product on Hopper's path (`sm90`): a library whose chip runs it, no
     mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
     TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
     not, it keeps the product)."""
@@ -32,7 +32,7 @@ def takes_hopper(chip: str, m: int, n: int, depth: int, *, sms: int, b_major: st
 def shipped_kernels(chip: str, epilogues=(None, selectable)):
     """(name, build) of every kernel `Matmul` may pick for `chip`: each (element, B layout, alignment, tile,
     split) variant and the split's reduction, with each of `epilogues` (None: plain); on sm_90 also the
-    Hopper path's (`hopper_gemm.shipped_kernels`)."""
+    Hopper path's (`hopper_shipped_kernels`)."""
     if runs_warpgroup_kernels(chip):
         yield from hopper_shipped_kernels(epilogues)
     for element in ("f16", "bf16"):
@@ -47,11 +47,11 @@ def shipped_kernels(chip: str, epilogues=(None, selectable)):
 
 class Matmul:
     """C = epilogue(A x B) on torch tensors through mlir-tile's runtime (no host copies, torch's current
-    stream). On Hopper (the sm_90 library) Hopper's path where it takes the product (`takes_hopper`: TMA,
-    wgmma, `hopper_gemm.library_config`'s tile, measured per dtype and B layout; the tensor maps kept by
-    `hopper_gemm.TensorMaps`); else the mma.sync variant is picked from the dtypes, B's layout, the sizes' alignment, the CTA tile for M x N
-    (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`: an fp32 workspace of splits x M
-    x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
+    stream). On Hopper Hopper's path where it takes the product (`takes_hopper`: TMA, wgmma,
+    `sm90_tiles.library_config`'s tile, measured per dtype and B layout; the tensor maps kept by
+    `common.TensorMaps`); else the mma.sync variant is picked from the dtypes, B's layout, the sizes'
+    alignment, the CTA tile for M x N (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`:
+    an fp32 workspace of splits x M x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
     ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
     ValueError for what the kernels do not take."""
 
