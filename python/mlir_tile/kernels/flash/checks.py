@@ -6,7 +6,7 @@ import numpy as np
 from mlir_tile.isa.targets import PORTABLE_CHIP, WARPGROUP_CHIP
 from mlir_tile.kernels.flash.reference import reference
 from mlir_tile.kernels.flash.sm80 import KERNEL
-from mlir_tile.kernels.flash.sm80_tiles import Config, TUNED
+from mlir_tile.kernels.flash.sm80_tiles import Config, picked
 
 
 CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
@@ -14,7 +14,7 @@ CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
               arch: str = PORTABLE_CHIP, config: str = ""):
-    """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (TUNED's); arch sm_90a:
+    """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (`picked`); arch sm_90a:
     Hopper's (`flash.sm90`), `config` its fields over the head dim's ("consumers=3,keys=64":
     `HopperAttentionConfig.fields_of`)."""
     if arch == WARPGROUP_CHIP:
@@ -26,7 +26,7 @@ def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tune
     if config:
         raise ValueError("attention: --config sets Hopper's path's fields (--arch sm_90a); the sm_80 kernel's are "
                          "--tuned's")
-    return Config(head_dim, causal, dtype, **(TUNED.get((head_dim, causal), {}) if tuned else {}))
+    return picked(head_dim, causal, dtype) if tuned else Config(head_dim, causal, dtype)
 
 
 def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
