@@ -133,6 +133,7 @@ def _user_epilogue(folder: Path) -> None:
     from mlir_tile.kernels.gemm import launch as gemm_launch, sm80 as gemm_sm80, sm80_tiles as gemm_tiles
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
     from mlir_tile.kernels.library import source_digest
+    from mlir_tile.testing import attention_variants
 
     epilogue, chip = bias.then(gelu_tanh), "sm_90"
     shutil.rmtree(folder / "kernels", ignore_errors=True)  # (earlier sources' kernels: never read, and they weigh)
@@ -146,6 +147,7 @@ def _user_epilogue(folder: Path) -> None:
             (kernels / f"{name}.ptx").write_text(compile_to_ptx(build()))
     (kernels / f"{gemm_sm80.reduce_name('bf16', epilogue)}.ptx").write_text(
         compile_to_ptx(gemm_sm80.build_reduce_module("bf16", chip, epilogue=epilogue)))
+    attention_variants.build(kernels)  # (test_attention_variants_gpu.py's and examples/sliding_window.py's)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def test_each_accumulator_slot_is_a_column_step_from_the_threads_first():
 
 def test_a_masked_tile_compares_each_score_once_with_its_rows_bound():
     """In a masked key tile (the sequence's end, causal the diagonal) each score's key is valid where its
-    column step lies below its row's bound (`key_bound`): one signed 32-bit compare with a constant a score,
+    column step lies below its row's bound (`OnlineSoftmax.masked`): one signed 32-bit compare with a constant a score,
     in the first tile's softmax and the masked loop's (without the mask both rows' bound is the sequence's:
     one compare serves both)."""
     steps = [8 * (slot // 4) + slot % 2 for slot in range(64)]  # (each twice: the thread's two rows)

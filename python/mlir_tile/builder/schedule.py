@@ -138,7 +138,11 @@ class QueryTiles:
 class KeyTiles:
     """The key tiles attention's query rows [first_row, first_row + rows) of `extent` walk, `keys` a tile:
     all of them (`count`), or causal those up to its last row; the first `unmasked` of them have every key
-    valid for every row (inside the sequence and, causal, at or below each row's diagonal)."""
+    valid for every row (inside the sequence and, causal, at or below each row's diagonal). `between` makes
+    the walk of rows that see intervals of keys: its tiles start at tile `first` (an index value; None: 0),
+    and counted from there, those before `lead` and from `unmasked` on may hold a key some row does not see."""
+
+    first = lead = None
 
     def __init__(self, kernel, extent: ir.Value, keys: int, first_row: ir.Value, rows: int, causal: bool):
         k = self.k = kernel
@@ -149,6 +153,24 @@ class KeyTiles:
         if causal:
             self.count = k.minimum(self.count, ceil_div(k, arith.addi(first_row, k.index(rows)), keys))
             self.unmasked = k.minimum(self.unmasked, whole_tiles(k, first_row, keys))
+
+    @classmethod
+    def between(cls, kernel, keys: int, lowest: tuple, highest: tuple) -> "KeyTiles":
+        """The key tiles of rows where row r sees keys [first(r), end(r)), both non-decreasing in r, each row
+        some key: `lowest` (first, end) of the first row, `highest` of the last (index values; first None: 0).
+        From first(first row)'s tile to end(last row)'s; every key of a tile from first(last row) on, and before
+        end(first row), is seen by every row."""
+        k, walk = kernel, cls.__new__(cls)
+        walk.k, walk.keys = k, count(keys, "KeyTiles: keys")
+        (low_first, low_end), (high_first, high_end) = lowest, highest
+        walk.first = None if low_first is None else whole_tiles(k, low_first, walk.keys)
+        relative = (lambda tile: tile) if walk.first is None else (lambda tile: arith.subi(tile, walk.first))
+        walk.count = relative(ceil_div(k, high_end, walk.keys))
+        if high_first is not None:
+            walk.lead = relative(ceil_div(k, high_first, walk.keys))
+        # (signed: end(first row) may end before the first tile of the walk; no tile is unmasked then)
+        walk.unmasked = arith.maxsi(relative(whole_tiles(k, low_end, walk.keys)), k.index(0))
+        return walk
 
     def reaches(self, tile: ir.Value, warp: ir.Value, rows_per_warp: int) -> ir.Value:
         """Whether key tile `tile` starts at or before the last of warp `warp`'s rows (`rows_per_warp` each,
@@ -207,6 +229,34 @@ class ConsumerBarriers:
 
     def meet(self, consumer: int) -> None:
         self.k.named_barrier(self.OWN + consumer, 128)
+
+    def meet_own(self, consumer: ir.Value) -> None:
+        """Each consumer's 4 warps meet (`meet`), `consumer` this thread's (an index value)."""
+        self.in_consumers(consumer, range(self.consumers), self.meet)
+
+    def wait_turns(self, consumer: ir.Value, skip: dict | None = None) -> None:
+        """Ping-pong: this thread's consumer (`consumer`, 0 or 1) waits for its turn (`wait_turn`), except
+        consumer c where skip[c] (an i1) holds."""
+        self.in_consumers(consumer, (0, 1), lambda c: self._unless((skip or {}).get(c), self.wait_turn, c))
+
+    def pass_turns(self, consumer: ir.Value, skip: dict | None = None) -> None:
+        """Ping-pong: this thread's consumer gives the other its turn (`pass_turn`), except consumer c where
+        skip[c] holds (each arrival is met by one wait)."""
+        self.in_consumers(consumer, (0, 1), lambda c: self._unless((skip or {}).get(c), self.pass_turn, c))
+
+    def in_consumers(self, consumer: ir.Value, consumers, act) -> None:
+        """act(c) in consumer c's threads, for each c of `consumers` (a named barrier's index is a constant:
+        its code is built once for each c)."""
+        for c in consumers:
+            with self.k.if_(self.k.compare("eq", consumer, c)):
+                act(c)
+
+    def _unless(self, skip, barrier, consumer: int) -> None:
+        if skip is None:
+            barrier(consumer)
+            return
+        with self.k.if_(arith.xori(skip, self.k.constant(True, "i1"))):
+            barrier(consumer)
 
 
 class StageRing:

@@ -68,9 +68,7 @@ class Epilogue:
     @functools.cached_property  # (a launcher names its kernel by it on every new shape)
     def fingerprint(self) -> str:
         """A digest of the name, the operands and the code of the function and of what it closes over."""
-        digest = hashlib.sha256(repr((self.name, self.operands)).encode())
-        _digest_function(digest, self.function, depth=0)
-        return digest.hexdigest()[:16]
+        return code_digest(repr((self.name, self.operands)), self.function)
 
     def apply(self, k, value, row, column, m, n, arguments, operands: tuple | None = None):
         """The epilogue on one accumulator in kernel `k`: `value` an f32 ir.Value at (row, column) of an m x n C
@@ -107,6 +105,15 @@ class Choice:
     def fingerprint(self) -> str:
         return hashlib.sha256(repr((self.name, self.selector, self.operands, [a.fingerprint for a in self.arms]))
                               .encode()).hexdigest()[:16]
+
+
+def code_digest(text: str, *functions: Callable | None) -> str:
+    """A digest of `text` and of the code of `functions` (None: none) and of what they close over."""
+    digest = hashlib.sha256(text.encode())
+    for function in functions:
+        if function is not None:
+            _digest_function(digest, function, depth=0)
+    return digest.hexdigest()[:16]
 
 
 def _digest_function(digest, function, depth: int) -> None:

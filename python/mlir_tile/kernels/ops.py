@@ -86,11 +86,19 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
-def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None):
+def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None, variant=None, operands=()):
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q, k, v [batch, heads, seq, d] of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's
     SDPA with scale=None). float8_e4m3fn q, k, v (Hopper, d 128) with per-tensor descales (fp32 tensors of one
-    element, FlashAttention-3's): softmax(q k^T descale_q descale_k / sqrt(d)) v descale_v, o in bfloat16."""
+    element, FlashAttention-3's): softmax(q k^T descale_q descale_k / sqrt(d)) v descale_v, o in bfloat16.
+    `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees and a score step, reading
+    `operands` (numbers, in the variant's order); 16-bit q, k, v."""
+    if variant is not None:
+        if q.dtype == torch.float8_e4m3fn or any(x is not None for x in (descale_q, descale_k, descale_v)):
+            raise ValueError("attention: a variant takes float16 or bfloat16 q, k, v (no descales)")
+        return _variant_operator(variant)(q, k, v, causal, [float(x) for x in operands])
+    if operands:
+        raise ValueError("attention: operands are a variant's")
     if q.dtype == torch.float8_e4m3fn:
         if any(x is None for x in (descale_q, descale_k, descale_v)):
             raise ValueError("attention: float8_e4m3fn q, k, v take descale_q, descale_k and descale_v")
@@ -185,6 +193,27 @@ def _custom_operator(epilogue: epilogues.Epilogue):
         operator = torch.library.custom_op(f"mlir_tile::matmul{suffix}", run, mutates_args=())
         operator.register_fake(lambda a, b, b_layout, tensors, numbers: a.new_empty(_output_shape(a, b, b_layout)))
         _custom_operators[suffix] = operator
+        return operator
+
+
+def _variant_operator(variant):
+    """A torch operator `mlir_tile::attention_<name>_<fingerprint>` for an attention variant, registered once:
+    its operands as numbers, in the variant's order."""
+    name = f"attention{variant.suffix}"
+    with _lock:
+        if name in _custom_operators:
+            return _custom_operators[name]
+        kinds = [operand.kind for operand in variant.operands]
+
+        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+            operands = [int(x) if kind == "integer" and float(x).is_integer() else x for x, kind in zip(numbers, kinds)]
+            return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
+                                                  variant=variant, operands=operands)
+
+        operator = torch.library.custom_op(f"mlir_tile::{name}", run, mutates_args=())
+        operator.register_fake(lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal))
+        _custom_operators[name] = operator
         return operator
 
 

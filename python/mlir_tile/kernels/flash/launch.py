@@ -31,7 +31,11 @@ class AttentionPaths:
         self.library, self.sm80 = library, Attention(library)
         self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
 
-    def __call__(self, q, k, v, *, causal: bool = False, descales=None):
+    def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
+        if variant is not None and self.hopper is None:
+            raise ValueError(f"attention: variants run on Hopper's path, which this GPU ({self.library.chip}) has not")
+        if variant is not None:
+            return self.hopper(q, k, v, causal=causal, descales=descales, variant=variant, operands=operands)
         if descales is not None:
             if self.hopper is None:
                 raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper's path, which this GPU "
@@ -111,10 +115,11 @@ class HopperAttention:
         self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
         self.sms = library.runtime.device.properties.multiprocessor_count
 
-    def __call__(self, q, k, v, *, causal: bool = False, descales=None):
+    def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
         """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
         v's): the scores are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v (FlashAttention-3's
-        descale_q, descale_k, descale_v)."""
+        descale_q, descale_k, descale_v). `variant` (`variants.Variant`) with its `operands` (numbers, in its
+        order): which keys each row sees and the score step."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -131,12 +136,13 @@ class HopperAttention:
                              f"float8_e4m3fn: {', '.join(map(str, FP8_HEAD_DIMS))}), got {d}")
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
-        scales = _descales(descales, element, q.device)
-        key = (d, bool(causal), element, seq_band(d, bool(causal), seq))
+        scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
+        key = (d, bool(causal), element, seq_band(d, bool(causal), seq), variant)
         if key not in self.kernels:
             config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
-            self.kernels[key] = config, sm90_layouts.boxes(config), self.library.module(str(config),
-                                                                                partial(sm90.build_module, config))
+            build = partial(sm90.build_module, config, variant=variant)
+            module = self.library.module(str(config) + (variant.suffix if variant else ""), build)
+            self.kernels[key] = config, sm90_layouts.boxes(config), module
         config, box, module = self.kernels[key]
         o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
         maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
@@ -145,6 +151,27 @@ class HopperAttention:
         module.launch(sm90.KERNEL, [*maps, lse, seq, batch * heads, *scales], grid=config.grid(batch * heads, seq, self.sms),
                       block=config.threads, shared_bytes=config.shared_bytes, stream=torch_stream(q))
         return o, lse
+
+
+def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
+    """A variant's operands as its kernel takes them (fp32 scalars, 64-bit integers), its keys checked for
+    `seq` (`Variant.check_keys`); none without a variant."""
+    import numpy as np
+
+    if variant is None:
+        if operands:
+            raise ValueError("attention: operands are a variant's")
+        return []
+    if variant.keys is not None and causal:
+        raise ValueError(f"attention: variant {variant.name!r} says which keys each row sees; give it causal=False")
+    kinds = [operand.kind for operand in variant.operands]
+    if len(operands) != len(kinds) or any(
+            isinstance(x, bool) or not isinstance(x, (int, float) if kind == "scalar" else int)
+            for x, kind in zip(operands, kinds)):
+        wanted = ", ".join(f"{operand.name} ({operand.kind})" for operand in variant.operands) or "none"
+        raise ValueError(f"attention: variant {variant.name!r} takes operands {wanted}; got {tuple(operands)!r}")
+    variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
+    return [np.float32(x) if kind == "scalar" else int(x) for x, kind in zip(operands, kinds)]
 
 
 def _descales(descales, element: str, device) -> list:

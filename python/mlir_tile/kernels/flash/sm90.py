@@ -47,32 +47,41 @@ import math
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
 from mlir_tile.kernels.flash.sm90_layouts import boxes_at, column_steps, o_stores, row_halves, tiles, transposition
-from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig, RESCALE_SLACK
+from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig
+from mlir_tile.kernels.flash.sm90_softmax import OnlineSoftmax
+from mlir_tile.kernels.flash.variants import Variant
 
 
 KERNEL = "attention"
-def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None):
-    """The kernel of `config` (see the module's text)."""
+def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None, variant: Variant | None = None):
+    """The kernel of `config` (see the module's text), computing `variant` (`variants.Variant`: its operands
+    after the kernel's own parameters)."""
     from mlir_tile.builder import Global, Kernel, TensorMap
 
+    if variant is not None and variant.keys is not None and config.causal:
+        raise ValueError(f"hopper attention: variant {variant.name!r} says which keys each row sees; with it the "
+                         f"configuration is not causal")
     scales = [Global("f32")] * 3 if config.fp8 else []
+    scales += variant.parameters() if variant is not None else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
     with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index"] + scales, block=(config.threads, 1, 1),
                 chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
-        _HopperAttention(k, config).build()
+        _HopperAttention(k, config, variant).build()
     return k.module
 
 
-class _HopperAttention:
-    def __init__(self, k, config: HopperAttentionConfig):
+class _HopperAttention(OnlineSoftmax):
+    def __init__(self, k, config: HopperAttentionConfig, variant: Variant | None):
         from mlir.dialects import arith
 
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, QueryTiles, StageRing, TmaPipeline
 
-        self.k, self.config, self.d = k, config, config.head_dim
+        self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
+        self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
+        self.extras = k.arguments[7 + 3 * config.fp8:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads = k.arguments[:7]
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
@@ -104,10 +113,13 @@ class _HopperAttention:
         self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform_q else k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
         self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
-        self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
+        # a score step takes q.k / sqrt(d), and the softmax its results times log2(e) (else both scales at once)
+        stepped = variant is not None and variant.score is not None
+        self.scale = k.constant((1 if stepped else LOG2E) / math.sqrt(self.d), "f32")
         if config.fp8:  # S's scale times the descales of Q and K; O's, V's
             q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[7:10])
             self.scale = arith.mulf(self.scale, arith.mulf(q_scale, k_scale))
+        self.score_scale, self.scale = (self.scale, k.constant(LOG2E, "f32")) if stepped else (None, self.scale)
         self.negative_infinity = k.constant(float("-inf"), "f32")
 
     @contextlib.contextmanager
@@ -124,7 +136,7 @@ class _HopperAttention:
         k, config = self.k, self.config
         first, count = self.order.persistent() if config.persistent else (k.block_id(), k.index(1))
         carried = None
-        if config.persistent and config.causal:  # (items of unequal key tiles: the count carried on)
+        if config.persistent and (config.causal or self.keys_of_rows):  # (items of unequal key tiles: carried on)
             carried = k.registers(1)
             k.store(k.constant(0), carried, [0])
         with k.loop(0, count) as j:
@@ -133,7 +145,8 @@ class _HopperAttention:
             self.q0 = arith.muli(query_tile, k.index(config.rows))
             self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
-            self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, config.rows, config.causal)
+            self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(k, self.seq, config.keys, self.q0,
+                                                                               config.rows, config.causal)
             # (the key tiles before the item counted modulo `index_period`: without the mask every item has as
             # many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
@@ -151,11 +164,31 @@ class _HopperAttention:
                 after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), k.index(config.index_period))
                 k.store(arith.index_castui(ir.IntegerType.get_signless(32), after), carried, [0])
 
+    def visited(self):
+        """The key tiles the item's rows see (`KeyTiles.between`: the variant's keys of its first row and of
+        its last inside the sequence)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.schedule import KeyTiles
+
+        k = self.k
+        last = arith.subi(k.minimum(arith.addi(self.q0, k.index(self.config.rows)), k.as_index(self.seq)), k.index(1))
+        lowest, highest = (self.variant.key_interval(k, row, self.seq, self.extras) for row in (self.q0, last))
+        return KeyTiles.between(k, self.config.keys, lowest, highest)
+
     def kv(self, tile):
-        """Key tile `tile` of this item as the K/V pipeline (and fp8's staging pipeline) counts it."""
+        """Key tile `tile` of this item (counted from its first) as the K/V pipeline (and fp8's staging
+        pipeline) counts it."""
         from mlir.dialects import arith
 
         return tile if self.kv_base is None else arith.addi(self.kv_base, self.k.as_index(tile))
+
+    def key_tile_at(self, tile):
+        """The key tile `tile` tiles after the item's first, in the sequence."""
+        from mlir.dialects import arith
+
+        first = self.key_tiles.first
+        return tile if first is None else arith.addi(first, self.k.as_index(tile))
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -215,7 +248,7 @@ class _HopperAttention:
 
         k, ring, index = self.k, self.ring, self.kv(tile)
         self.pipeline.acquire(index)
-        row = arith.addi(self.head_row, arith.muli(tile, k.index(self.config.keys)))
+        row = arith.addi(self.head_row, arith.muli(self.key_tile_at(tile), k.index(self.config.keys)))
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
         if not self.config.fp8:
@@ -291,7 +324,7 @@ class _HopperAttention:
         self.pass_turn()
         k.wgmma_wait(0, [self.s_acc])
         mine = self.own_key_tiles()
-        if self.config.causal or not self.config.persistent:  # (O is still 0: nothing to rescale)
+        if self.config.causal or self.keys_of_rows or not self.config.persistent:  # (O is still 0: no rescaling)
             self.softmax(0, masked=True)
         else:  # (tile 0 has no key past the sequence where S >= keys: the walk's short items ran 1.02-1.06x with
             # the unmasked softmax there; d 64's launched grid 0.98x, and d 128's causal walk spilled)
@@ -301,8 +334,13 @@ class _HopperAttention:
             with k.if_(arith.xori(whole, k.constant(True, "i1"))):
                 self.softmax(0, masked=True)
         self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
-        split = arith.maxui(mine.unmasked, k.index(1))
-        with k.loop(1, split) as tile:
+        lead = k.index(1)
+        if mine.lead is not None:  # (tiles past the first with keys before some row's first)
+            lead = k.minimum(arith.maxui(mine.lead, lead), mine.count)
+            with k.loop(1, lead) as tile:
+                self.key_tile(tile, masked=True)
+        split = arith.maxui(mine.unmasked, lead)
+        with k.loop(lead, split) as tile:
             self.key_tile(tile, masked=False)
         with k.loop(split, mine.count) as tile:
             self.key_tile(tile, masked=True)
@@ -331,7 +369,8 @@ class _HopperAttention:
         from mlir_tile.builder.schedule import KeyTiles
 
         config = self.config
-        if not config.causal or config.fp8 or config.pingpong or config.persistent or config.consumers == 1:
+        if (not config.causal or config.fp8 or config.pingpong or config.persistent or config.consumers == 1
+                or self.keys_of_rows):
             return self.key_tiles
         first_row = arith.addi(self.q0, arith.muli(self.consumer, self.k.index(64)))
         return KeyTiles(self.k, self.seq, config.keys, first_row, 64, causal=True)
@@ -360,31 +399,13 @@ class _HopperAttention:
         """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
         turn before (consumer 0: on an item's first turn, unless the item is the CTA's first)."""
         if self.config.pingpong:
-            self.as_consumer([0, 1], lambda c: self._unless(self.first_item if first and c == 0 else None,
-                                                            self.barriers.wait_turn, c))
+            self.barriers.wait_turns(self.consumer, skip={0: self.first_item} if first else None)
 
     def pass_turn(self, last: bool = False) -> None:
-        """Ping-pong: this consumer's GEMMs issued, the other's turn (each arrival met by one `wait_turn`: consumer
-        1's last turn of the CTA's last item has no turn of consumer 0 after it)."""
+        """Ping-pong: this consumer's GEMMs issued, the other's turn (consumer 1's last turn of the CTA's last
+        item has no turn of consumer 0 after it)."""
         if self.config.pingpong:
-            self.as_consumer([0, 1], lambda c: self._unless(self.last_item if last and c == 1 else None,
-                                                            self.barriers.pass_turn, c))
-
-    def _unless(self, skip, barrier, consumer: int) -> None:
-        """barrier(consumer) (a `ConsumerBarriers` turn), where `skip` (an i1, or None: never) is false."""
-        from mlir.dialects import arith
-
-        if skip is None:
-            barrier(consumer)
-            return
-        with self.k.if_(arith.xori(skip, self.k.constant(True, "i1"))):
-            barrier(consumer)
-
-    def as_consumer(self, consumers, act) -> None:
-        """act(c) in consumer c's threads, for each c of `consumers` (a named barrier's index is a constant)."""
-        for consumer in consumers:
-            with self.k.if_(self.k.compare("eq", self.consumer, consumer)):
-                act(consumer)
+            self.barriers.pass_turns(self.consumer, skip={1: self.last_item} if last else None)
 
     def operand(self, index, part: int):
         """The K (part 0, S's N x K operand) or V (1, P V's: MN-major; fp8, V^T K-major in P's key order) in the
@@ -421,62 +442,6 @@ class _HopperAttention:
         else:
             rescale()
         k.accumulators_as_a(self.s_acc, self.o_atom, into=self.p)
-
-    def softmax(self, tile, masked: bool) -> tuple[list, object]:
-        """Each of the thread's two rows: its scores (masked: keys past the sequence, and causal past the row,
-        at -inf), the new max (over the row's quad; lazy_rescale: the old one unless the scores pass it by more
-        than RESCALE_SLACK), the probabilities exp2(s * scale - max) written over S's accumulators, the sum moved
-        on. Returns the rows' corrections exp2(old max - new max) and whether either row's max moved (an i1)."""
-        from mlir.dialects import arith
-        from mlir.dialects import math as math_dialect
-
-        k, registers = self.k, self.s_acc.registers
-        corrections, moved = [], []
-        for half in range(2):
-            slots = [slot for slot in range(self.config.keys // 2) if self.s_halves[slot] == half]
-            scores = [k.load(registers, [slot]) for slot in slots]
-            if masked:
-                bound = self.key_bound(tile, half)
-                scores = [arith.select(arith.cmpi(arith.CmpIPredicate.slt, k.constant(self.s_columns[slot]), bound),
-                                       score, self.negative_infinity) for slot, score in zip(slots, scores)]
-            peak = k.warp_reduce(_tree(scores, arith.maximumf), "max", lanes=4)
-            old_max = k.load(self.row_max, [half])
-            new_max = arith.maximumf(old_max, arith.mulf(peak, self.scale))
-            if self.config.lazy_rescale:  # (from -inf any finite max moves on)
-                passed = arith.cmpf(arith.CmpFPredicate.OGT, new_max,
-                                    arith.addf(old_max, k.constant(RESCALE_SLACK, "f32")))
-                new_max = arith.select(passed, new_max, old_max)
-                moved.append(passed)
-            # a row with no valid key yet keeps -inf: its probabilities exp2(-inf) = 0, not exp2(nan)
-            finite = arith.cmpf(arith.CmpFPredicate.ONE, new_max, self.negative_infinity)
-            safe_max = arith.select(finite, new_max, k.constant(0.0, "f32"))
-            correction = k.exp2(arith.subf(old_max, safe_max))
-            negative = arith.negf(safe_max)
-            probabilities = [k.exp2(math_dialect.fma(score, self.scale, negative)) for score in scores]
-            for slot, probability in zip(slots, probabilities):
-                k.store(probability, registers, [slot])
-            total = arith.addf(arith.mulf(k.load(self.row_sum, [half]), correction), _tree(probabilities, arith.addf))
-            k.store(new_max, self.row_max, [half])
-            k.store(total, self.row_sum, [half])
-            corrections.append(correction)
-        return corrections, arith.ori(*moved) if moved else None
-
-    def key_bound(self, tile, half: int):
-        """How many keys of tile `tile`, from this thread's first column of S (slot 0's), are valid for its row
-        `half`: up to the sequence's end and, causal, its row's diagonal (an i32, negative where none is).
-        Accumulator slot s holds a valid key where its column step `s_columns[s]` lies below it: one compare a
-        score, not the key's and the row's."""
-        from mlir import ir
-        from mlir.dialects import arith
-
-        k = self.k
-        row, _ = self.s_acc.coordinate(self.s_halves.index(half))
-        _, column = self.s_acc.coordinate(0)
-        limit = k.as_index(self.seq)
-        if self.config.causal:
-            limit = k.minimum(limit, arith.addi(self._query(row), k.index(1)))
-        first_key = arith.addi(arith.muli(k.as_index(tile), k.index(self.config.keys)), column)
-        return arith.index_cast(ir.IntegerType.get_signless(32), arith.subi(limit, first_key))
 
     # ----- the epilogue -----
     def epilogue(self, last) -> None:
@@ -525,7 +490,7 @@ class _HopperAttention:
         if own_o:
             with k.if_(k.compare("eq", thread, 0)):
                 k.tma_store_wait(0)
-            self.consumers_meet()
+            self.barriers.meet_own(self.consumer)
         if config.o_in_stage:
             self.barriers.meet_all()  # (every consumer done reading the stage O goes over)
             tile = self.ring.offset(self.ring.stage(last), 0)
@@ -535,7 +500,7 @@ class _HopperAttention:
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
-        self.consumers_meet()
+        self.barriers.meet_own(self.consumer)
         # [tma-store-coordinate]: the head a quotient of the item, q0 its row tile (a remainder, or the tiles
         # less one less a remainder or half of one) times the tile's rows: non-negative by construction
         row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
@@ -550,10 +515,6 @@ class _HopperAttention:
         elif not config.persistent:
             self.release_q_band()
 
-    def consumers_meet(self) -> None:
-        """Each consumer's 4 warps meet (`ConsumerBarriers.meet`: its own named barrier)."""
-        self.as_consumer(range(self.config.consumers), self.barriers.meet)
-
     def _query(self, row):
         from mlir.dialects import arith
 
@@ -561,10 +522,3 @@ class _HopperAttention:
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)
-
-
-def _tree(values, combine):
-    """The values combined as a tree of pairs (depth log2 n)."""
-    while len(values) > 1:
-        values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
-    return values[0]

@@ -1,0 +1,90 @@
+"""The attention variants the GPU tests run (test/unit/test_attention_variants_gpu.py), their cases, and
+their kernels, built where the compiler is (`build`: into the kernel cache of these sources, which
+test/gpu_inputs.py fills): the example's causal sliding window (examples/sliding_window.py), a two-sided band
+of keys whose width is an integer operand, and Gemma 2's soft-capping of the scores, a score step reading a
+scalar operand."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import NamedTuple
+
+from mlir_tile.kernels.epilogues import Operand, tanh
+from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sliding_window.py"
+
+
+def _band(query, seq, at):  # the keys within `width` of the query, either side
+    width = at.load("width")
+    return maximum(query - width, 0), minimum(query + width + 1, seq)
+
+
+def _softcap(s, at):  # cap * tanh(s / cap)
+    cap = at.load("cap")
+    return cap * tanh(s / cap)
+
+
+band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
+softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
+
+
+def sliding_window() -> Variant:
+    """The example's variant (`local`, a causal window of 1024 keys), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("sliding_window", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.local
+
+
+class Case(NamedTuple):
+    """One run: `variant` with `operands`, head dim, sequence length, causal, and HopperAttention's `shape` (the
+    configuration's fields over those the launcher picks: ping-pong, the launched grid)."""
+    variant: str
+    operands: tuple
+    d: int
+    seq: int
+    causal: bool = False
+    shape: tuple = ()
+
+
+CASES = (  # (the example runs the window on the grids the launcher picks for d 64, 128 and 256)
+    Case("sliding_window", (), 128, 3000, shape=(("pingpong", True), ("persistent", True))),
+    Case("sliding_window", (), 128, 2500, shape=(("persistent", False),)),
+    Case("sliding_window", (), 64, 1900, shape=(("consumers", 2), ("keys", 128), ("uniform_q", False))),
+    Case("band", (300,), 128, 2000), Case("band", (5000,), 64, 700), Case("band", (0,), 256, 333),
+    Case("softcap", (30.0,), 128, 1500, causal=True), Case("softcap", (5.0,), 64, 2049),
+    Case("softcap", (2.0,), 256, 300),
+    Case("softcap", (10.0,), 128, 1000, shape=(("pingpong", True), ("persistent", False))),
+)
+EXAMPLE_CASES = ((64, 700), (64, 1500), (64, 3000), (128, 3000), (256, 2100), (128, 1))  # (d, seq): the example's
+
+
+def variants() -> dict:
+    return {"sliding_window": sliding_window(), "band": band, "softcap": softcap}
+
+
+def kernels():
+    """(name, build) of each kernel the cases and the example launch (bf16: the launcher's picks)."""
+    from functools import partial
+
+    from mlir_tile.kernels.flash import sm90
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
+
+    named = variants()
+    runs = [(case.variant, case.d, case.seq, case.causal, dict(case.shape)) for case in CASES]
+    runs += [("sliding_window", d, seq, False, {}) for d, seq in EXAMPLE_CASES]
+    built = {}
+    for variant, d, seq, causal, shape in runs:
+        config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
+        built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
+    return built.items()
+
+
+def build(folder: Path) -> None:
+    """The kernels into `folder` as the cache of these sources lays them out for sm_90."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, make in kernels():
+        (folder / f"{name}.ptx").write_text(compile_to_ptx(make()))

@@ -1,0 +1,109 @@
+"""Attention's extension points (`kernels.flash.variants`), the build half (the GPU half is
+test_attention_variants_gpu.py): a variant checked where it is defined, its keys checked on the host rule by
+rule, its kernels' structure (the key tiles at both ends of a window masked, two compares a score there, the
+score step on every score with the softmax's scale left to log2(e)), ptxas without spills on the grids the
+launcher picks, and what the kernel refuses."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from mlir_tile.kernels.epilogues import Operand
+from mlir_tile.kernels.flash import sm90
+from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
+from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
+from mlir_tile.testing.attention_variants import band, sliding_window, softcap
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(name="a b", keys=len), "the name is an identifier"), (dict(name="none"), "give keys, score or both"),
+    (dict(name="n", score=3), "keys is a callable"),
+    (dict(name="n", score=len, operands=(Operand("x", "column"),)), "of kinds scalar, integer"),
+    (dict(name="n", score=len, operands=(Operand("x", "scalar"), Operand("x", "integer"))), "distinct names")])
+def test_a_variant_is_checked_where_it_is_defined(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        Variant(**arguments)
+
+
+@pytest.mark.parametrize("keys, message", [
+    (lambda query, seq, at: (query - 5, query + 1), "0 <= first; at row 0 it gives \\[-5, 1\\)"),
+    (lambda query, seq, at: (0, query + 2), "end <= seq; at row 99"),
+    (lambda query, seq, at: (query, query), "first < end \\(a row sees a key\\); at row 0"),
+    (lambda query, seq, at: (0, seq - query), "end non-decreasing; at row 1"),
+    (lambda query, seq, at: (np.where(query == 7, 0, query), query + 1), "first non-decreasing; at row 7")])
+def test_the_keys_are_checked_on_the_host_rule_by_rule(keys, message):
+    with pytest.raises(ValueError, match=message):
+        Variant("broken", keys=keys).check_keys(100, ())
+
+
+def test_a_window_and_a_band_keep_the_rules_for_every_length_and_width():
+    for seq in (1, 2, 63, 64, 65, 1023, 1024, 1025, 5000):
+        sliding_window().check_keys(seq, ())
+        for width in (0, 1, 100, 10_000):
+            band.check_keys(seq, (width,))
+    with pytest.raises(ValueError, match="1 integer operands, got \\(\\)"):
+        band.check_keys(10, ())
+    with pytest.raises(ValueError, match="first < end \\(a row sees a key\\); at row 0 it gives \\[1, 0\\)"):
+        band.check_keys(10, (-1,))  # (a negative width: row q sees [q + 1, q), none)
+
+
+def test_maximum_and_minimum_take_numbers_and_arrays_on_the_host():
+    assert maximum(3, 5) == 5 and minimum(3, 5) == 3
+    assert maximum(np.arange(4) - 2, 0).tolist() == [0, 0, 0, 1]
+
+
+def test_the_kernels_name_follows_the_variants_code():
+    def first(query, seq, at):
+        return maximum(query - 7, 0), minimum(query + 1, seq)
+
+    def second(query, seq, at):
+        return maximum(query - 8, 0), minimum(query + 1, seq)
+
+    assert Variant("w", keys=first).suffix == Variant("w", keys=first).suffix
+    assert Variant("w", keys=first).suffix != Variant("w", keys=second).suffix
+    assert sliding_window().suffix.startswith("_local_")
+
+
+def _module(config, variant) -> str:
+    return str(sm90.build_module(config, variant=variant))
+
+
+def test_a_window_masks_the_tiles_at_both_ends_with_two_compares_a_score():
+    """Launched (d 128): the first tile, the window's leading tiles past it, the unmasked middle and the trailing
+    tiles: 4 softmaxes (one fma a probability, 64 a thread), 3 of them masked, each score compared with its
+    row's first key (sge) and end; without the variant 3 softmaxes and no first key."""
+    config = HopperAttentionConfig.of(128, persistent=False)
+    windowed, plain = _module(config, sliding_window()), _module(config, None)
+    assert windowed.count("math.fma") == 4 * 64 and plain.count("math.fma") == 3 * 64
+    assert windowed.count("arith.cmpi sge") == 3 * 64 and plain.count("arith.cmpi sge") == 0
+
+
+def test_a_score_step_runs_on_every_score_and_the_softmax_scales_by_log2e_alone():
+    """Soft-capping (tanh, through its reciprocal) on each of the 64 scores of each of the causal kernel's 3
+    softmaxes; the scores q.k scaled by 1 / sqrt(d) before it, the exp2's by log2(e) after."""
+    module = _module(HopperAttentionConfig.of(128, True, persistent=False), softcap)
+    assert module.count("llvm.nvvm.rcp.approx.ftz.f") == 3 * 64
+    constants = set(re.findall(r"arith.constant ([0-9.e+-]+) : f32", module))
+    assert {"1.44269502", "0.0883883461"} <= constants and "0.127517432" not in constants  # (log2(e) / sqrt(d))
+
+
+@pytest.mark.parametrize("config, variant", [(HopperAttentionConfig.picked(128, False, "bf16", 3000), "window"),
+                                             (HopperAttentionConfig.picked(64, False, "bf16", 700), "softcap")],
+                         ids=str)
+def test_variant_kernels_assemble_without_spills(tmp_path, config, variant):
+    if not shutil.which("ptxas"):
+        pytest.skip("ptxas is not installed")
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    (tmp_path / "a.ptx").write_text(compile_to_ptx(sm90.build_module(
+        config, variant=sliding_window() if variant == "window" else softcap)))
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+def test_a_causal_configuration_with_keys_of_its_own_is_refused():
+    with pytest.raises(ValueError, match="says which keys each row sees"):
+        sm90.build_module(HopperAttentionConfig.of(128, True), variant=band)
