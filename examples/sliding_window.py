@@ -1,13 +1,11 @@
 """Causal sliding-window attention (each query sees itself and the 1023 keys before it) on attention's
-extension points: the variant says which keys a row sees; the kernel, on whichever grid the library picks,
-visits only the window's key tiles and masks only those at its two ends. (torch is imported in `main`, so
-that the GPU tests' kernels are built from `local` where torch is not.)
-
-    python examples/sliding_window.py      # an sm_90 GPU and torch; builds the kernels on first use
-"""
+extension points, `python examples/sliding_window.py` on an sm_90 GPU: the variant says which keys a row sees;
+on any grid the library picks, the kernel visits only the window's key tiles, masking those at both ends.
+(torch is imported in `main`: the GPU tests build the kernels of `local` where torch is not.)"""
 from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
 
 WINDOW = 1024
+SHAPES = ((64, 700), (64, 1500), (64, 3000), (128, 3000), (256, 2100), (128, 1))  # (d, seq): d 64's three grids
 
 
 def window(query, seq, at):  # keys [query - 1023, query] of the sequence
@@ -19,12 +17,11 @@ local = Variant("local", keys=window)
 
 def main() -> int:
     import torch
-
     from mlir_tile.kernels import attention
 
     torch.manual_seed(0)
     worst = 0.0
-    for d, seq in ((64, 700), (64, 1500), (64, 3000), (128, 3000), (256, 2100), (128, 1)):
+    for d, seq in SHAPES:
         q, k, v = (torch.randn(2, 4, seq, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         o, lse = attention(q, k, v, variant=local)
         query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]

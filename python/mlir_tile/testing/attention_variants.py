@@ -29,12 +29,16 @@ band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
 softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
 
 
-def sliding_window() -> Variant:
-    """The example's variant (`local`, a causal window of 1024 keys), loaded from its file."""
+def _example():
     spec = importlib.util.spec_from_file_location("sliding_window", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.local
+    return module
+
+
+def sliding_window() -> Variant:
+    """The example's variant (`local`, a causal window of 1024 keys), loaded from its file."""
+    return _example().local
 
 
 class Case(NamedTuple):
@@ -57,7 +61,6 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
     Case("softcap", (2.0,), 256, 300),
     Case("softcap", (10.0,), 128, 1000, shape=(("pingpong", True), ("persistent", False))),
 )
-EXAMPLE_CASES = ((64, 700), (64, 1500), (64, 3000), (128, 3000), (256, 2100), (128, 1))  # (d, seq): the example's
 
 
 def variants() -> dict:
@@ -73,7 +76,7 @@ def kernels():
 
     named = variants()
     runs = [(case.variant, case.d, case.seq, case.causal, dict(case.shape)) for case in CASES]
-    runs += [("sliding_window", d, seq, False, {}) for d, seq in EXAMPLE_CASES]
+    runs += [("sliding_window", d, seq, False, {}) for d, seq in _example().SHAPES]
     built = {}
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
