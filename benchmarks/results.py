@@ -111,8 +111,27 @@ def render_attention_hopper_fp8(rows: list) -> list[str]:
     return lines
 
 
+HOW["attention_window"] = ("`python benchmarks/attention_window.py build DIR` here, `python3 "
+                            "benchmarks/attention_window.py run DIR` on the GPU host: examples/sliding_window.py's "
+                            "variant (causal, a window of 1024 keys, bf16) beside FlexAttention's (torch.compile'd, "
+                            "its block mask made once) and the full causal attention of ours and cuDNN's; times in ms, "
+                            + SUSTAINED + "; `vs` their time over ours.")
+
+
+def render_attention_window(rows: list) -> list[str]:
+    lines = ["## Sliding-window attention on the extension points (NVIDIA H100)", "", HOW["attention_window"], "",
+             "| batch x heads x seq x d | ours, window | FlexAttention, window | vs FlexAttention | ours, causal | "
+             "cuDNN, causal | largest difference | SM MHz | W |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['batch']}x{row['heads']}x{row['seq']}x{row['d']} | {row['ours, window, ms']} | "
+                     f"{row['FlexAttention, window, ms']} | {row['window vs FlexAttention']} | "
+                     f"{row['ours, causal, ms']} | {row['cuDNN, causal, ms']} | "
+                     f"{row['largest difference from FlexAttention']} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
+    return lines
+
+
 RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop, "attention_hopper": render_attention_hopper,
-             "attention_hopper_fp8": render_attention_hopper_fp8}
+             "attention_hopper_fp8": render_attention_hopper_fp8, "attention_window": render_attention_window}
 
 
 def render(folder: Path) -> str:
