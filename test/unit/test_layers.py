@@ -113,3 +113,15 @@ def test_no_module_is_over_600_lines():
     long = {str(path.relative_to(REPO)): count for path in MODULES.values()
             if (count := len(path.read_text().splitlines())) > 600}
     assert not long, long
+
+
+INDEX_ARITHMETIC = r"\barith\.(addi|subi|muli|divui|divsi|remui|remsi|maxui|minui|maxsi|minsi|index_cast|index_castui)\b"
+
+
+def test_the_kernels_hold_no_raw_index_arithmetic():
+    """Rows, tiles, stages and byte offsets in the kernels are tensors, the schedule's objects or index values
+    with Python's operators (`builder.integers.Int`), never `arith` ops written by hand."""
+    written = [f"{path.relative_to(REPO)}:{number}" for name, path in MODULES.items()
+               if name.startswith("mlir_tile.kernels.")
+               for number, line in enumerate(path.read_text().splitlines(), 1) if re.search(INDEX_ARITHMETIC, line)]
+    assert not written, written

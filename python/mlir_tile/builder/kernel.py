@@ -23,6 +23,7 @@ from mlir_tile.builder.tensor import Tensors
 from mlir_tile.builder import asynchrony
 from mlir_tile.builder.asynchrony import WgmmaGroups
 from mlir_tile.builder.cluster import Clusters
+from mlir_tile.builder.integers import Int, with_operators
 from mlir_tile.builder.warpgroup import Warpgroups
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
 from mlir_tile.analysis.ir_facts import FactCache
@@ -91,7 +92,7 @@ def _building(method):
     @functools.wraps(method)
     def call(self, *arguments, **keywords):
         if self._inside_call:  # made by another builder call, whose caller's arguments were checked
-            return method(self, *arguments, **keywords)
+            return with_operators(method(self, *arguments, **keywords))
         what = method.__name__
         if not self._open:
             raise BuilderError(f"{what}: kernel '{self.name}' is not being built: call it inside `with "
@@ -106,7 +107,7 @@ def _building(method):
         check_visible(values_in([*arguments, *keywords.values()]), what, here)
         self._inside_call = True
         try:
-            return method(self, *arguments, **keywords)
+            return with_operators(method(self, *arguments, **keywords))
         finally:
             self._inside_call = False
     return call
@@ -298,16 +299,36 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
             value -= 1 << width  # an unsigned bit pattern as the signed value it is
         return arith.constant(kind, value)
 
-    def as_index(self, value: ir.Value | int) -> ir.Value:
+    def as_index(self, value: ir.Value | int, unsigned_from: str | None = None) -> ir.Value:
+        """An index value: `value` itself, an int's constant, or with `unsigned_from="i32"` an i32 value
+        widened unsigned (`arith.index_castui`)."""
         if isinstance(value, ir.Value):
+            if unsigned_from is not None and value.type == parse_type(unsigned_from):
+                return arith.index_castui(ir.IndexType.get(), value)
             if not isinstance(value.type, ir.IndexType):
                 raise BuilderError(f"expected an index value, got one of type {value.type}")
             return value
         return self.index(value)
 
+    def as_i32(self, value: ir.Value, signed: bool = False) -> ir.Value:
+        """An index value as an i32 (`arith.index_cast`, or unsigned `index_castui`): the caller knows it fits."""
+        cast = arith.index_cast if signed else arith.index_castui
+        return cast(ir.IntegerType.get_signless(32), self.as_index(value))
+
     def minimum(self, a: ir.Value | int, b: ir.Value | int) -> ir.Value:
         """The smaller of two index values, unsigned."""
         return arith.minui(self.as_index(a), self.as_index(b))
+
+    def maximum(self, a: ir.Value | int, b: ir.Value | int, signed: bool = False) -> ir.Value:
+        """The larger of two index values, unsigned (or signed)."""
+        return (arith.maxsi if signed else arith.maxui)(self.as_index(a), self.as_index(b))
+
+    def select(self, condition: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        """`a` where the i1 `condition` holds, else `b` (`arith.select`; ints become index constants)."""
+        if not isinstance(condition, ir.Value) or condition.type != ir.IntegerType.get_signless(1):
+            raise BuilderError(f"select: the condition is an i1 value, got {condition!r}")
+        a, b = (self.as_index(x) if not isinstance(x, ir.Value) else x for x in (a, b))
+        return arith.select(condition, a, b)
 
     # ----- control flow -----
     @contextlib.contextmanager
@@ -328,7 +349,7 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
         failed = True
         with ir.InsertionPoint(for_op.body):
             try:
-                yield iteration if carried else for_op.induction_variable
+                yield iteration if carried else Int(for_op.induction_variable)
                 failed = False
             finally:  # ended on every path, an exception's too: without it.next the values go round unchanged
                 missing_next = carried and not iteration.yielded

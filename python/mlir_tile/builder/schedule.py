@@ -8,15 +8,34 @@ here once (CuTe DSL's tile schedulers and pipeline states), so that kernels hold
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import arith, nvvm
 
 from mlir_tile.builder.common import BuilderError, count, is_int, memref_value
+from mlir_tile.builder.integers import with_operators
 from mlir_tile.builder.tensor import Coordinates, Integer, as_integer, ceil_div, whole_tiles
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1}
+
+
+def _operators(cls):
+    """The class's public methods give their index and i1 values (alone or in a tuple) as `integers.Int` and
+    `Bool`, which take Python's operators."""
+    for name, method in list(vars(cls).items()):
+        if not name.startswith("_") and callable(method):
+            setattr(cls, name, _giving_operators(method))
+    return cls
+
+
+def _giving_operators(method):
+    @functools.wraps(method)
+    def call(*arguments, **keywords):
+        result = method(*arguments, **keywords)
+        return tuple(map(with_operators, result)) if isinstance(result, tuple) else with_operators(result)
+    return call
 
 
 def _pair(kernel, values, what: str, check) -> tuple:
@@ -26,6 +45,7 @@ def _pair(kernel, values, what: str, check) -> tuple:
                  for v in values)
 
 
+@_operators
 class TileOrder:
     """The tiles of an `extents` (M x N) product in tiles of `tile`, in Triton's grouped order: `group` rows of
     tiles at a time, down each column of the group, then right (a group's tiles share rows of A and columns of
@@ -74,6 +94,7 @@ class TileOrder:
         return arith.select(self.k.compare("ult", after, self.count), after, self.k.as_index(tile))
 
 
+@_giving_operators
 def persistent_walk(kernel, items: ir.Value, together: int = 1) -> tuple[ir.Value, ir.Value]:
     """A persistent grid's walk over `items` work items: (this CTA's first, how many it takes), CTA c of the
     grid's g taking c, c + g, ... (`together`: sets of that many consecutive CTAs take each item together)."""
@@ -84,6 +105,7 @@ def persistent_walk(kernel, items: ir.Value, together: int = 1) -> tuple[ir.Valu
     return cta, arith.divui(arith.addi(arith.subi(k.as_index(items), cta), arith.subi(ctas, k.index(1))), ctas)
 
 
+@_operators
 class QueryTiles:
     """(head, row tile) work items over `heads` x `extent` rows in tiles of `rows`: item b is row tile b mod
     tiles of head b / tiles; `reverse`: the last row tiles first (causal attention's longest rows, so that the
@@ -135,6 +157,7 @@ class QueryTiles:
         return head, tile
 
 
+@_operators
 class KeyTiles:
     """The key tiles attention's query rows [first_row, first_row + rows) of `extent` walk, `keys` a tile:
     all of them (`count`), or causal those up to its last row; the first `unmasked` of them have every key
@@ -170,6 +193,8 @@ class KeyTiles:
             walk.lead = relative(ceil_div(k, high_first, walk.keys))
         # (signed: end(first row) may end before the first tile of the walk; no tile is unmasked then)
         walk.unmasked = arith.maxsi(relative(whole_tiles(k, low_end, walk.keys)), k.index(0))
+        walk.first, walk.count, walk.lead, walk.unmasked = map(with_operators, (walk.first, walk.count, walk.lead,
+                                                                              walk.unmasked))
         return walk
 
     def reaches(self, tile: ir.Value, warp: ir.Value, rows_per_warp: int) -> ir.Value:
@@ -181,6 +206,7 @@ class KeyTiles:
         return k.compare("ult", arith.muli(k.as_index(tile), k.index(self.keys)), rows_end)
 
 
+@_operators
 class SplitK:
     """Split-K: a grid of `splits` x the order's tiles; block b takes tile b mod tiles of split b / tiles,
     and split s the k-tiles from s * ceil(k_tiles / splits) on, that many or what is left."""
@@ -259,6 +285,7 @@ class ConsumerBarriers:
             barrier(consumer)
 
 
+@_operators
 class StageRing:
     """A pipeline's `stages` stages in one shared byte buffer from byte `start` on, each holding `parts`
     (element, count) tiles one after the other; k-tile t lives in stage (first + t) mod stages (`first`: a
@@ -331,6 +358,7 @@ class StageRing:
         return self._by_stages(arith.remui, arith.addi(k.as_index(first), k.as_index(k_tiles)))
 
 
+@_operators
 class TmaPipeline:
     """A `StageRing` filled by TMA and read by consumers, its phases the library's (CUTLASS's PipelineTmaAsync,
     CuTe DSL's PipelineState): per stage a full barrier (the producer's `loads` arrivals, each with the bytes

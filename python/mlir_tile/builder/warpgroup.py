@@ -14,6 +14,7 @@ from mlir_tile.isa import targets
 from mlir_tile.analysis.ir_facts import access_alignment, upper_bound
 from mlir_tile.isa.atoms import WARPGROUP_THREADS, WgmmaAtom
 from mlir_tile.isa.targets import MAX_THREAD_REGISTERS, REGISTER_FILE
+from mlir_tile.builder.integers import with_operators
 from mlir_tile.builder.common import BuilderError, is_int, memref_value
 from mlir_tile.isa.tma import ALIGNMENT
 from mlir_tile.isa.wgmma import Descriptor, WgmmaMismatch, descriptor_for
@@ -39,7 +40,8 @@ class Accumulators:
         if not is_int(slot) or not 0 <= slot < n // 2:
             raise BuilderError(f"accumulators: slot 0 to {n // 2 - 1}, got {slot!r}")
         thread = arith.remui(k.thread_id(), k.index(WARPGROUP_THREADS))
-        return k.identity_tensor((m, n)).partition([self.atom.c.rows, self.atom.c.columns])[thread, slot]
+        place = k.identity_tensor((m, n)).partition([self.atom.c.rows, self.atom.c.columns])[thread, slot]
+        return tuple(map(with_operators, place))
 
 
 class Fragment:

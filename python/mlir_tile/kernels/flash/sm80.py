@@ -238,7 +238,7 @@ class _Attention:
                     valid = place.inside((k.thread_id(), slot), dimensions=[1])
                     if config.causal:
                         query, key = place[k.thread_id(), slot]
-                        valid = arith.andi(valid, k.compare("ule", key, query))
+                        valid = valid & k.compare("ule", key, query)
                     score = arith.select(valid, score, self.negative_infinity)
                 scores_of_row.append(score)
         peak = self.row_reduce(scores_of_row, arith.maximumf)
@@ -389,6 +389,6 @@ class _Attention:
         inverse = k.divide(k.constant(1.0, "f32"), total)
         first = (k.thread_id(), self.output.accumulator_block(mi, 0)[2 * half])
         log_sum = arith.mulf(arith.addf(k.load(self.row_max, [state]), math_dialect.log2(total)), log2_of_e_inverse)
-        with k.if_(arith.andi(k.leads_lanes(4), place.inside(first, dimensions=[0]))):  # the row's quad: one store
+        with k.if_(k.leads_lanes(4) & place.inside(first, dimensions=[0])):  # the row's quad: one store
             self.m_lse[place[first][0]] = log_sum
         return inverse

@@ -112,7 +112,7 @@ class _HopperAttention(OnlineSoftmax):
             self.staging = TmaPipeline(k, self.staging_ring, 4, boxes_across, name="staging")
         self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform_q else k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
-        self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(1)), k.index(config.consumers))
+        self.consumer = (self.warpgroup - 1) % config.consumers
         # a score step takes q.k / sqrt(d), and the softmax its results times log2(e) (else both scales at once)
         stepped = variant is not None and variant.score is not None
         self.scale = k.constant((1 if stepped else LOG2E) / math.sqrt(self.d), "f32")
@@ -128,9 +128,6 @@ class _HopperAttention(OnlineSoftmax):
         `QueryTiles.persistent`), j counting them, with the item's head, first row (`q0`), key tiles, and its key
         tiles' first index in the K/V pipeline (`kv`: the items before it took theirs, counted modulo
         `index_period`)."""
-        from mlir import ir
-        from mlir.dialects import arith
-
         from mlir_tile.builder.schedule import KeyTiles
 
         k, config = self.k, self.config
@@ -142,8 +139,8 @@ class _HopperAttention(OnlineSoftmax):
         with k.loop(0, count) as j:
             item = self.order.walked(first, j) if config.persistent else first
             self.head, query_tile = self.order.of_block(item)
-            self.q0 = arith.muli(query_tile, k.index(config.rows))
-            self.head_row = arith.muli(self.head, k.as_index(self.seq))  # the head's first row of the 2-D maps
+            self.q0 = query_tile * config.rows
+            self.head_row = self.head * k.as_index(self.seq)  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(k, self.seq, config.keys, self.q0,
                                                                                config.rows, config.causal)
@@ -153,42 +150,34 @@ class _HopperAttention(OnlineSoftmax):
             # registers, moved to uniform ones for each wgmma: the persistent grid ran 1.05-1.28x with it)
             self.kv_base = None
             if carried is not None:
-                self.kv_base = k.broadcast(arith.index_castui(ir.IndexType.get(), k.load(carried, [0])))
+                self.kv_base = k.broadcast(k.as_index(k.load(carried, [0]), unsigned_from="i32"))
             elif config.persistent:
-                self.kv_base = k.broadcast(arith.remui(arith.muli(j, self.key_tiles.count),
-                                                       k.index(config.index_period)))
-            self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, arith.subi(count, k.index(1)))
+                self.kv_base = k.broadcast(j * self.key_tiles.count % config.index_period)
+            self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, count - 1)
             self.item = j
             yield j
             if carried is not None:
-                after = arith.remui(arith.addi(self.kv_base, self.key_tiles.count), k.index(config.index_period))
-                k.store(arith.index_castui(ir.IntegerType.get_signless(32), after), carried, [0])
+                k.store(k.as_i32((self.kv_base + self.key_tiles.count) % config.index_period), carried, [0])
 
     def visited(self):
         """The key tiles the item's rows see (`KeyTiles.between`: the variant's keys of its first row and of
         its last inside the sequence)."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder.schedule import KeyTiles
 
         k = self.k
-        last = arith.subi(k.minimum(arith.addi(self.q0, k.index(self.config.rows)), k.as_index(self.seq)), k.index(1))
+        last = k.minimum(self.q0 + self.config.rows, k.as_index(self.seq)) - 1
         lowest, highest = (self.variant.key_interval(k, row, self.seq, self.extras) for row in (self.q0, last))
         return KeyTiles.between(k, self.config.keys, lowest, highest)
 
     def kv(self, tile):
         """Key tile `tile` of this item (counted from its first) as the K/V pipeline (and fp8's staging
         pipeline) counts it."""
-        from mlir.dialects import arith
-
-        return tile if self.kv_base is None else arith.addi(self.kv_base, self.k.as_index(tile))
+        return tile if self.kv_base is None else self.kv_base + self.k.as_index(tile)
 
     def key_tile_at(self, tile):
         """The key tile `tile` tiles after the item's first, in the sequence."""
-        from mlir.dialects import arith
-
         first = self.key_tiles.first
-        return tile if first is None else arith.addi(first, self.k.as_index(tile))
+        return tile if first is None else first + self.k.as_index(tile)
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -205,12 +194,10 @@ class _HopperAttention(OnlineSoftmax):
     def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
         """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map` into
         the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
-        from mlir.dialects import arith
-
         k, config = self.k, self.config
         for first, column, box in boxes_at(layout, 8 * config.element_bytes, config.box_columns):
             view = k.view(self.shared, (box.rows * box.columns,), self.storage,
-                          arith.addi(tile_bytes, k.index(first * config.element_bytes)))
+                          tile_bytes + first * config.element_bytes)
             pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(column)))
 
     def produce(self) -> None:
@@ -218,12 +205,9 @@ class _HopperAttention(OnlineSoftmax):
         first `stages` - 1 key tiles before Q, in the order their bytes free up under the item before: the
         stages of its last tiles but one, Q's bands once its last S is done, the last tile's stage once its
         P V is (or, `o_in_stage`, once its epilogue has stored O from it)."""
-        from mlir.dialects import arith
-
         k = self.k
         with self.work():
-            ahead = arith.select(self.first_item, k.index(0),
-                                 k.minimum(self.key_tiles.count, self.config.stages - 1))
+            ahead = k.select(self.first_item, k.index(0), k.minimum(self.key_tiles.count, self.config.stages - 1))
             with k.loop(0, ahead) as tile:
                 self.load(tile)
             self.load_q()
@@ -232,23 +216,19 @@ class _HopperAttention(OnlineSoftmax):
 
     def load_q(self) -> None:
         """This item's band of Q for each consumer, once its stage is free."""
-        from mlir.dialects import arith
-
         k, consumers = self.k, self.config.consumers
         for consumer in range(consumers):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
             self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), self.tiles["q_band"],
-                            self.q_map, arith.addi(self.head_row, arith.addi(self.q0, k.index(64 * consumer))))
+                            self.q_map, self.head_row + (self.q0 + 64 * consumer))
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
         the transposer is done with that)."""
-        from mlir.dialects import arith
-
-        k, ring, index = self.k, self.ring, self.kv(tile)
+        ring, index = self.ring, self.kv(tile)
         self.pipeline.acquire(index)
-        row = arith.addi(self.head_row, arith.muli(self.key_tile_at(tile), k.index(self.config.keys)))
+        row = self.head_row + self.key_tile_at(tile) * self.config.keys
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
         if not self.config.fp8:
@@ -263,8 +243,6 @@ class _HopperAttention(OnlineSoftmax):
         first thread loading Q and the first `staged` key tiles (persistent: those tiles first, as Q's bands
         free only once the item before's last S is done), then key tile t + `staged` after transposing tile t
         (the staging stage it fills was freed by that transposition)."""
-        from mlir.dialects import arith
-
         k, persistent = self.k, self.config.persistent
         loader = k.compare("eq", k.thread_id(), 0)
         with self.work():
@@ -279,8 +257,8 @@ class _HopperAttention(OnlineSoftmax):
                     self.load_q()
             with k.loop(0, count) as tile:
                 self.transpose(tile)
-                later = arith.addi(tile, k.index(self.config.staged))
-                with k.if_(arith.andi(loader, k.compare("ult", later, count))):
+                later = tile + self.config.staged
+                with k.if_(loader & k.compare("ult", later, count)):
                     self.load(later)
 
     def transpose(self, tile) -> None:
@@ -307,7 +285,6 @@ class _HopperAttention(OnlineSoftmax):
                 k.tma_store_wait(0)
 
     def attend(self) -> None:
-        from mlir.dialects import arith
 
         k = self.k
         for half in range(2):
@@ -331,22 +308,22 @@ class _HopperAttention(OnlineSoftmax):
             whole = k.compare("ult", 0, mine.unmasked)
             with k.if_(whole):
                 self.softmax(0, masked=False)
-            with k.if_(arith.xori(whole, k.constant(True, "i1"))):
+            with k.if_(~whole):
                 self.softmax(0, masked=True)
         self.p = k.accumulators_as_a(self.s_acc, self.o_atom)
         lead = k.index(1)
         if mine.lead is not None:  # (tiles past the first with keys before some row's first)
-            lead = k.minimum(arith.maxui(mine.lead, lead), mine.count)
+            lead = k.minimum(k.maximum(mine.lead, lead), mine.count)
             with k.loop(1, lead) as tile:
                 self.key_tile(tile, masked=True)
-        split = arith.maxui(mine.unmasked, lead)
+        split = k.maximum(mine.unmasked, lead)
         with k.loop(lead, split) as tile:
             self.key_tile(tile, masked=False)
         with k.loop(split, mine.count) as tile:
             self.key_tile(tile, masked=True)
         if self.config.persistent:  # (the item's last S is done: the next item's Q may load under its last P V)
             self.release_q_band()
-        last = self.kv(arith.subi(mine.count, k.index(1)))
+        last = self.kv(mine.count - 1)
         self.wait_turn()
         k.wgmma(self.o_atom, self.p, self.operand(last, 1), self.o_acc)
         self.pass_turn(last=True)
@@ -364,15 +341,13 @@ class _HopperAttention(OnlineSoftmax):
         (`KeyTiles` of its 64 rows), the CTA's others only released; else the CTA's (`key_tiles`). (Ping-pong's
         consumers take as many turns; fp8's O goes over the staged V tiles, which the producer may still be
         transposing for the other consumers; on the persistent grid d 64's walk spilled.)"""
-        from mlir.dialects import arith
-
         from mlir_tile.builder.schedule import KeyTiles
 
         config = self.config
         if (not config.causal or config.fp8 or config.pingpong or config.persistent or config.consumers == 1
                 or self.keys_of_rows):
             return self.key_tiles
-        first_row = arith.addi(self.q0, arith.muli(self.consumer, self.k.index(64)))
+        first_row = self.q0 + self.consumer * 64
         return KeyTiles(self.k, self.seq, config.keys, first_row, 64, causal=True)
 
     def release_q_band(self) -> None:
@@ -383,17 +358,11 @@ class _HopperAttention(OnlineSoftmax):
 
     def consumer_thread(self):
         """This thread within its consumer warpgroup."""
-        from mlir.dialects import arith
-
-        return arith.remui(self.k.thread_id(), self.k.index(128))
+        return self.k.thread_id() % 128
 
     def q_band(self, consumer=None):
         """A consumer's band of Q in this item (this thread's consumer's by default), as Q's pipeline counts it."""
-        from mlir.dialects import arith
-
-        k = self.k
-        return arith.addi(arith.muli(self.item, k.index(self.config.consumers)),
-                          self.consumer if consumer is None else consumer)
+        return self.item * self.config.consumers + (self.consumer if consumer is None else consumer)
 
     def wait_turn(self, first: bool = False) -> None:
         """Ping-pong: wait until the other consumer has issued its GEMMs of the same turn (consumer 1) or of the
@@ -420,7 +389,7 @@ class _HopperAttention(OnlineSoftmax):
         from mlir.dialects import arith
 
         k, index = self.k, self.kv(tile)
-        before = arith.subi(index, k.index(1))
+        before = index - 1
         self.pipeline.wait(index)
         self.wait_turn()
         k.wgmma(self.s_atom, self.q_tile, self.operand(index, 0), self.s_acc, accumulate=False,
@@ -460,7 +429,7 @@ class _HopperAttention(OnlineSoftmax):
             query = self._query(row)
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
-            with k.if_(arith.andi(k.leads_lanes(4), k.compare("ult", query, seq))):
+            with k.if_(k.leads_lanes(4) & k.compare("ult", query, seq)):
                 self.g_lse[query] = log_sum
         self.store_o(inverses, last)
 
@@ -496,17 +465,17 @@ class _HopperAttention(OnlineSoftmax):
             tile = self.ring.offset(self.ring.stage(last), 0)
         else:
             tile = k.index(config.o_offset)
-        first = arith.addi(tile, arith.muli(self.consumer, k.index(BAND_BYTES)))
+        first = tile + self.consumer * BAND_BYTES
         transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
                  dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
         # [tma-store-coordinate]: the head a quotient of the item, q0 its row tile (a remainder, or the tiles
         # less one less a remainder or half of one) times the tile's rows: non-negative by construction
-        row = arith.addi(self.q0, arith.muli(self.consumer, k.index(64)))
+        row = self.q0 + self.consumer * 64
         with k.if_(k.compare("eq", thread, 0)):
             for offset, column, box in o_stores(config):
-                view = k.view(self.shared, (box.rows * box.columns,), out, arith.addi(first, k.index(2 * offset)))
+                view = k.view(self.shared, (box.rows * box.columns,), out, first + 2 * offset)
                 k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(column)))
             if not own_o:  # (O's own tile: the next item's epilogue waits, or the walk's end)
                 k.tma_store_wait(0)
@@ -516,9 +485,8 @@ class _HopperAttention(OnlineSoftmax):
             self.release_q_band()
 
     def _query(self, row):
-        from mlir.dialects import arith
 
-        return arith.addi(self.q0, arith.addi(arith.muli(self.consumer, self.k.index(64)), row))
+        return self.q0 + (self.consumer * 64 + row)
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)

@@ -55,13 +55,10 @@ class OnlineSoftmax:
     def stepped(self, scores, slots, tile, half: int) -> list:
         """The variant's score step on row `half`'s scores of `slots` in key tile `tile` (counted from the
         item's first)."""
-        from mlir.dialects import arith
-
         k = self.k
         row, _ = self.s_acc.coordinate(self.s_halves.index(half))
-        first_key = arith.addi(arith.muli(k.as_index(self.key_tile_at(tile)), k.index(self.config.keys)),
-                               self.s_acc.coordinate(0)[1])
-        keys = [arith.addi(first_key, k.index(self.s_columns[slot])) for slot in slots]
+        first_key = k.as_index(self.key_tile_at(tile)) * self.config.keys + self.s_acc.coordinate(0)[1]
+        keys = [first_key + self.s_columns[slot] for slot in slots]
         return self.variant.scores(k, scores, self.score_scale, self._query(row), keys, self.extras)
 
     def masked(self, scores, slots, tile, half: int) -> list:
@@ -69,7 +66,6 @@ class OnlineSoftmax:
         past the sequence and, causal, past its diagonal, or outside the variant's keys of the row. Accumulator
         slot s holds key (the thread's first column of S) + `s_columns[s]`: one compare a score (two with a
         first key), not the key's and the row's."""
-        from mlir import ir
         from mlir.dialects import arith
 
         k = self.k
@@ -80,11 +76,11 @@ class OnlineSoftmax:
         else:
             lowest, limit = None, k.as_index(self.seq)
             if self.config.causal:
-                limit = k.minimum(limit, arith.addi(self._query(row), k.index(1)))
-        first_key = arith.addi(arith.muli(k.as_index(self.key_tile_at(tile)), k.index(self.config.keys)), column)
+                limit = k.minimum(limit, self._query(row) + 1)
+        first_key = k.as_index(self.key_tile_at(tile)) * self.config.keys + column
 
         def relative(key):  # (an i32, negative where the key lies before the thread's first column)
-            return arith.index_cast(ir.IntegerType.get_signless(32), arith.subi(key, first_key))
+            return k.as_i32(key - first_key, signed=True)
         bound, low = relative(limit), None if lowest is None else relative(lowest)
         kept = []
         for slot, score in zip(slots, scores):

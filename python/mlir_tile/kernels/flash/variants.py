@@ -11,8 +11,9 @@ is (`kernels.epilogues`). A `Variant` says
 - `operands`: extra kernel arguments (`epilogues.Operand` of kind "scalar", fp32, or "integer", 64-bit), which
   `at.load(name)` reads and the caller passes in order (`attention(..., variant=..., operands=(...))`).
 
-In `keys`, `query` and `seq` (and integer operands) are `Index` values while the kernel is built and numpy
-arrays on the host: write them with + - * and this module's `maximum` and `minimum`, which take either.
+In `keys`, `query` and `seq` (and integer operands) are index values while the kernel is built
+(`builder.integers.Int`) and numpy arrays on the host: write them with + - * and this module's `maximum` and
+`minimum`, which take either.
 
     def window(query, seq, at):                     # a causal sliding window of 1024 keys
         return maximum(query - 1023, 0), minimum(query + 1, seq)
@@ -84,9 +85,9 @@ class Variant:
         None where it is 0 for every row (no `keys`)."""
         if self.keys is None:
             return None, k.as_index(seq)
-        at = Site(k, Index(k, query), None, dict(zip((o.name for o in self.operands), zip(self.operands, arguments))))
-        first, end = self.keys(Index(k, query), Index(k, k.as_index(seq)), at)
-        return Index.of(k, first).value, Index.of(k, end).value
+        at = Site(k, query, None, dict(zip((o.name for o in self.operands), zip(self.operands, arguments))))
+        first, end = self.keys(k.as_index(query), k.as_index(seq), at)
+        return k.as_index(first), k.as_index(end)
 
     def scores(self, k, scores, scale, query, keys, arguments) -> list:
         """The score step on `scores` (fp32 products q.k) times `scale`, `query` their row and `keys` their
@@ -94,7 +95,7 @@ class Variant:
         operands = dict(zip((o.name for o in self.operands), zip(self.operands, arguments)))
         stepped = []
         for score, key in zip(scores, keys):
-            result = self.score(F32(k, score) * F32(k, scale), Site(k, Index(k, query), Index(k, key), operands))
+            result = self.score(F32(k, score) * F32(k, scale), Site(k, query, key, operands))
             if not isinstance(result, (F32, int, float)):
                 raise ValueError(f"attention variant {self.name!r}: score returns an F32 (or a number), got {result!r}")
             stepped.append(result.value if isinstance(result, F32) else k.constant(float(result), "f32"))
@@ -120,58 +121,31 @@ def _checked_keys(variant: Variant, seq: int, numbers: tuple) -> None:
                              f"{row} it gives [{first[row]}, {end[row]})")
 
 
-class Index:
-    """An index value (64-bit) of the kernel being built, with Python's + - *."""
-
-    def __init__(self, k, value):
-        self.k, self.value = k, value
-
-    @staticmethod
-    def of(k, x) -> "Index":
-        if isinstance(x, Index):
-            return x
-        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-            return Index(k, k.index(int(x)))
-        raise TypeError(f"attention variant: index arithmetic takes Index values and integers, got {x!r}")
-
-    def _binary(self, operation: str, other, reverse: bool = False) -> "Index":
-        from mlir.dialects import arith
-
-        a, b = self, Index.of(self.k, other)
-        if reverse:
-            a, b = b, a
-        return Index(self.k, getattr(arith, operation)(a.value, b.value))
-
-    def __add__(self, other): return self._binary("addi", other)
-    def __radd__(self, other): return self._binary("addi", other, True)
-    def __sub__(self, other): return self._binary("subi", other)
-    def __rsub__(self, other): return self._binary("subi", other, True)
-    def __mul__(self, other): return self._binary("muli", other)
-    def __rmul__(self, other): return self._binary("muli", other, True)
-
-
 def maximum(a, b):
-    """The larger of two Index values (signed), F32 values, or numbers and numpy arrays."""
-    return _extreme(a, b, "maxsi", epilogues.maximum, np.maximum)
+    """The larger of two index values (signed), F32 values, or numbers and numpy arrays."""
+    return _extreme(a, b, "maximum", epilogues.maximum, np.maximum)
 
 
 def minimum(a, b):
-    """The smaller of two Index values (signed), F32 values, or numbers and numpy arrays."""
-    return _extreme(a, b, "minsi", epilogues.minimum, np.minimum)
+    """The smaller of two index values (signed), F32 values, or numbers and numpy arrays."""
+    return _extreme(a, b, "minimum", epilogues.minimum, np.minimum)
 
 
-def _extreme(a, b, index_operation: str, of_f32, of_numbers):
-    if isinstance(a, Index) or isinstance(b, Index):
-        k = a.k if isinstance(a, Index) else b.k
-        return Index.of(k, a)._binary(index_operation, b)
+def _extreme(a, b, which: str, of_f32, of_numbers):
+    from mlir import ir
+
+    if isinstance(a, ir.Value) or isinstance(b, ir.Value):  # (index values in the kernel: signed)
+        from mlir_tile.builder import integers
+
+        return getattr(integers, which)(a, b, signed=True)
     if isinstance(a, F32) or isinstance(b, F32):
         return of_f32(a, b) if isinstance(a, F32) else of_f32(b, a)
     return of_numbers(a, b)
 
 
 class Site:
-    """Where a score lies in the kernel: `query`, `key` (Index values; no key in `keys`) and `load(name)`, an
-    operand's value (an F32 for a scalar, an Index for an integer)."""
+    """Where a score lies in the kernel: `query`, `key` (index values; no key in `keys`) and `load(name)`, an
+    operand's value (an F32 for a scalar, an index value for an integer)."""
 
     def __init__(self, k, query, key, operands: dict):
         self.k, self.query, self.key, self._operands = k, query, key, operands
@@ -180,7 +154,7 @@ class Site:
         if name not in self._operands:
             raise ValueError(f"attention variant: no operand {name!r}; it has {', '.join(self._operands) or 'none'}")
         operand, argument = self._operands[name]
-        return F32(self.k, argument) if operand.kind == "scalar" else Index(self.k, argument)
+        return F32(self.k, argument) if operand.kind == "scalar" else self.k.as_index(argument)
 
 
 class HostSite:

@@ -121,14 +121,14 @@ class _Gemm:
         self.parts = config.warps[0] if config.persistent else 1
 
     def build(self) -> None:
-        from mlir.dialects import arith, llvm
+        from mlir.dialects import llvm
 
         k, config = self.k, self.config
         if config.persistent:  # edge tiles move back inside M and N, which only M >= bm and N >= bn allow, and a
             # tile's first k-tiles are copied during the tile before: else trap (Matmul and the command line
             # refuse such sizes before launching)
-            with k.if_(arith.ori(arith.ori(k.compare("ult", self.m, config.bm), k.compare("ult", self.n, config.bn)),
-                                 k.compare("ult", self.depth, (config.stages - 1) * config.bk))):
+            with k.if_(k.compare("ult", self.m, config.bm) | k.compare("ult", self.n, config.bn)
+                       | k.compare("ult", self.depth, (config.stages - 1) * config.bk)):
                 llvm.intr_trap()
             with k.if_(k.compare("ult", self.block, self.order.count)):  # a grid past the tiles: the rest idle
                 self.persistent()

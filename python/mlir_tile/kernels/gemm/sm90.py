@@ -145,7 +145,6 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
 
 class _HopperGemm:
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
-        from mlir.dialects import arith
 
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TileOrder, TmaPipeline
@@ -179,12 +178,12 @@ class _HopperGemm:
         self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform else k.warpgroup_id()
         # the consumer's index (its 64 rows of A and C), and its threads counted from 0
         first = k.index(128 * config.specialized)
-        self.consumer = arith.remui(arith.subi(self.warpgroup, k.index(int(config.specialized))), k.index(config.consumers))
-        self.consumer_thread = arith.subi(k.thread_id(), first)
+        self.consumer = (self.warpgroup - int(config.specialized)) % config.consumers
+        self.consumer_thread = k.thread_id() - first
         # (ping-pong: each consumer takes all BM rows of its own tiles, its threads counted from its first)
         self.row_group = k.index(0) if config.pingpong else self.consumer
         if config.pingpong:
-            self.consumer_thread = arith.remui(self.consumer_thread, k.index(128))
+            self.consumer_thread = self.consumer_thread % 128
         self.side = None  # the ping-pong consumer being built
         self.producer = k.compare("eq", k.thread_id(), 0)
         # the first consumer thread issues C's TMA stores; ping-pong: each consumer's first, for its own tiles
@@ -196,8 +195,6 @@ class _HopperGemm:
     def _split(self, splits) -> None:
         """Split-K: this CTA's C tile and split (`SplitK`: the grid is splits x the tiles), its run of k-tiles
         from `k_first` (`k_tiles` of them, none where K has no more), and its fp32 slice of the workspace."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder.schedule import SplitK
         from mlir_tile.builder.tensor import ceil_div
 
@@ -205,24 +202,23 @@ class _HopperGemm:
         split_k = SplitK(k, self.order.count, self.depth, bk, splits)
         self.split, self.split_tile = split_k.of_block(k.block_id())
         start, end = split_k.columns(self.split)
-        self.k_first = arith.divui(start, k.index(bk))
-        self.k_tiles = k.as_index(ceil_div(k, arith.subi(end, start), bk))
+        self.k_first = start // bk
+        self.k_tiles = k.as_index(ceil_div(k, end - start, bk))
         self.partials = k.tensor(self.c_map, (splits, self.m, self.n))[self.split, None, None]
 
     def build(self) -> None:
-        from mlir.dialects import arith
 
         k, config = self.k, self.config
         if not config.specialized:  # every warpgroup a consumer; thread 0 also loads, between its batches
             origin = self.origin(k.block_id())
             for k_tile in range(config.stages):  # the first k-tiles, each where K has it
-                with k.if_(arith.andi(self.producer, k.compare("ult", k_tile, self.k_tiles))):
+                with k.if_(self.producer & k.compare("ult", k_tile, self.k_tiles)):
                     self.load(k.index(k_tile), origin, k.index(k_tile))
             self.consume(origin, k.index(0), 0)
             return
         first, own = (self.order.persistent(config.cluster) if config.persistent else
                       (self.split_tile, k.index(1)) if config.split_k else
-                      (arith.divui(k.block_id(), k.index(config.cluster)), k.index(1)))
+                      (k.block_id() // config.cluster, k.index(1)))
         lowered = config.producer_registers if config.rebalanced else None  # (reallocated where the config says)
         with k.role(self.warpgroup, "producer", lowered):  # one thread loads every k-tile
             if config.transposed:
@@ -245,30 +241,24 @@ class _HopperGemm:
 
     def origin(self, tile):
         """The first element of this CTA's C tile of tile `tile` of the order (its rank's rows of a cluster's)."""
-        from mlir.dialects import arith
-
         row0, col0 = self.order.origin(tile)
         if self.rank is None:
             return row0, col0
-        return arith.addi(row0, arith.muli(self.rank, self.k.index(self.config.bm))), col0
+        return row0 + self.rank * self.config.bm, col0
 
     def _tile(self, first, turn):
         """The C tile of this CTA's walk at `turn`: first + turn x the grid's clusters (one turn unless
         persistent)."""
-        from mlir.dialects import arith
-
         if not self.config.persistent:
             return first
         walkers = self.k.grid_size()
         if self.config.cluster > 1:
-            walkers = arith.divui(walkers, self.k.index(self.config.cluster))
-        return arith.addi(first, arith.muli(turn, walkers))
+            walkers = walkers // self.config.cluster
+        return first + turn * walkers
 
     def _in_ring(self, turn, k_tile):
         """The pipeline's count of `k_tile` of the walk's tile `turn`: the stages and phases run on across tiles."""
-        from mlir.dialects import arith
-
-        return arith.addi(arith.muli(self.k.as_index(turn), self.k_tiles), self.k.as_index(k_tile))
+        return self.k.as_index(turn) * self.k_tiles + self.k.as_index(k_tile)
 
     def consume_in_turns(self, first, own) -> None:
         """Ping-pong: consumer c (warpgroup 1 + c) takes the walk's turns c, c + 2, ..., each with all BM rows
@@ -289,8 +279,6 @@ class _HopperGemm:
         has waited for all its k-tiles (so that every stage's phases this one waits on are the next ones), and
         lets the other consumer's next main loop start once it has waited for its own; the epilogue then runs
         under the other's main loop."""
-        from mlir.dialects import arith
-
         k, config = self.k, self.config
         if self.side is not None:
             with k.if_(k.compare("uge", turn, 1)):
@@ -298,11 +286,11 @@ class _HopperGemm:
         with k.loop(0, self.k_tiles) as k_tile:
             self.step(self._in_ring(turn, k_tile), k_tile, origin)
         if self.side is not None:
-            with k.if_(k.compare("ult", arith.addi(turn, k.index(1)), turns)):
+            with k.if_(k.compare("ult", turn + 1, turns)):
                 self.barriers.pass_turn(self.side)
         k.wgmma_wait(0, self.accumulators)
         if config.persistent:  # the producer's next tile needs every stage back
-            self.pipeline.release(self._in_ring(turn, arith.subi(self.k_tiles, k.index(1))))
+            self.pipeline.release(self._in_ring(turn, self.k_tiles - 1))
         if config.split_k:
             self.store_partials(origin)
         else:
@@ -318,8 +306,6 @@ class _HopperGemm:
         loading k-tile t + TRANSPOSE_STAGES after transposing k-tile t (the staging stage it fills was freed by
         that transposition; its main stage needs the consumers past k-tile t + TRANSPOSE_STAGES - stages,
         whose stage t's transposition has filled: stages > TRANSPOSE_STAGES)."""
-        from mlir.dialects import arith
-
         k = self.k
         with k.if_(self.producer):
             for k_tile in range(TRANSPOSE_STAGES):
@@ -328,7 +314,7 @@ class _HopperGemm:
         with k.loop(0, self.k_tiles) as k_tile:
             self.transpose(k_tile)
             later = self.ring.later(k_tile, TRANSPOSE_STAGES)
-            with k.if_(arith.andi(self.producer, k.compare("ult", later, self.k_tiles))):
+            with k.if_(self.producer & k.compare("ult", later, self.k_tiles)):
                 self.load(later, origin, later)
 
     def transpose(self, k_tile) -> None:
@@ -339,34 +325,30 @@ class _HopperGemm:
 
     def load(self, in_ring, origin, k_tile) -> None:
         """k-tile `k_tile` of the C tile at `origin` (the pipeline's `in_ring`-th) into its stage, once free."""
-        from mlir.dialects import arith
-
         k, config, pipeline = self.k, self.config, self.pipeline
         pipeline.acquire(in_ring)
         a_view, b_view = self.ring.views(self.ring.stage(in_ring))
-        column = arith.muli(arith.addi(self.k_first, k_tile) if config.split_k else k_tile, k.index(config.bk))
+        column = (self.k_first + k_tile if config.split_k else k_tile) * config.bk
         row0, col0 = origin
         pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
         if config.transposed:  # into the staging stage, once the transposer released it
             self.staging.acquire(in_ring)
             staged = self.staging_ring.offset(self.staging_ring.stage(in_ring))
             for first, box in b_parts(config):
-                view = k.view(self.shared, (box.rows * box.columns,), "i8", arith.addi(staged, k.index(first)))
-                self.staging.load(in_ring, k.tensor(view, box.layout), self.b_map,
-                                  (column, arith.addi(col0, k.index(first // config.bk))))
+                view = k.view(self.shared, (box.rows * box.columns,), "i8", staged + first)
+                self.staging.load(in_ring, k.tensor(view, box.layout), self.b_map, (column, col0 + first // config.bk))
             return
         if config.b_major == "nk" and config.cluster == 1:
             pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (col0, column))
             return
         b_at = self.ring.offset(self.ring.stage(in_ring), 1)
         for first, part in b_parts(config):  # B [K, N]: a box every 64 columns; this CTA's rows of each
-            box_row, box_column = (col0, column) if config.b_major == "nk" else (column, arith.addi(
-                col0, k.index(first // config.bk)))
+            box_row, box_column = (col0, column) if config.b_major == "nk" else (column, col0 + first // config.bk)
             if self.rank is not None:
-                first = arith.addi(k.index(first), arith.muli(self.rank, k.index(part.rows * part.columns)))
-                box_row = arith.addi(box_row, arith.muli(self.rank, k.index(part.rows)))
+                first = k.index(first) + self.rank * (part.rows * part.columns)
+                box_row = box_row + self.rank * part.rows
             view = k.view(self.shared, (part.rows * part.columns,), self.storage,
-                          arith.addi(b_at, arith.muli(k.as_index(first), k.index(config.element_bits // 8))))
+                          b_at + k.as_index(first) * (config.element_bits // 8))
             pipeline.load(in_ring, k.tensor(view, part.layout), self.b_map, (box_row, box_column),
                           multicast=None if self.rank is None else (1 << config.cluster) - 1)
 
@@ -374,30 +356,26 @@ class _HopperGemm:
         """k-tile `k_tile` (the pipeline's `in_ring`-th): its batch once its stage is full; then, the batch
         before retired, the stage before released by every consumer warp (and, unspecialized, refilled by
         thread 0 with the k-tile `stages` after that one)."""
-        from mlir.dialects import arith
-
         k, config, ring, pipeline = self.k, self.config, self.ring, self.pipeline
         pipeline.wait(in_ring)
         a_view, b_view = ring.views(ring.stage(in_ring))
         a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
-        first_block = arith.muli(self.row_group, k.index(batches)) if batches > 1 else self.row_group
+        first_block = self.row_group * batches if batches > 1 else self.row_group
         for batch, accumulators in enumerate(self.accumulators):
             k.wgmma(self.atom, a_tile, b_tile, accumulators,
-                    a_row_block=arith.addi(first_block, k.index(batch)) if batch else first_block)
+                    a_row_block=first_block + batch if batch else first_block)
         k.wgmma_wait(batches)  # this k-tile's batches may run on; the previous one's have read their stage
         with k.if_(k.compare("uge", k_tile, 1)):
-            pipeline.release(arith.subi(in_ring, k.index(1)))
+            pipeline.release(in_ring - 1)
             if not config.specialized:  # thread 0 refills the released stage (in_ring is k_tile here)
-                refill = ring.later(arith.subi(k_tile, k.index(1)), config.stages)
-                with k.if_(arith.andi(self.producer, k.compare("ult", refill, self.k_tiles))):
+                refill = ring.later(k_tile - 1, config.stages)
+                with k.if_(self.producer & k.compare("ult", refill, self.k_tiles)):
                     self.load(refill, origin, refill)
 
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
         C tile over the stages' bytes (one a batch), then one TMA store per 64-column box of it by the first
         consumer thread."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder import transfer
         from mlir_tile.kernels.common import for_each_arm
         from mlir_tile.tiling.tiled import tiled_store_c
@@ -425,8 +403,8 @@ class _HopperGemm:
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
         band_bytes = 64 * SWIZZLE_COLUMNS * ELEMENT_BYTES
         for batch, registers in enumerate(packed):
-            first_band = arith.muli(self.row_group, k.index(len(packed))) if len(packed) > 1 else self.row_group
-            at = arith.addi(arith.muli(first_band, k.index(band_bytes)), k.index(region + batch * band_bytes))
+            first_band = self.row_group * len(packed) if len(packed) > 1 else self.row_group
+            at = first_band * band_bytes + (region + batch * band_bytes)
             transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", at), registers,
                      dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
         k.async_proxy_fence()
@@ -436,7 +414,7 @@ class _HopperGemm:
             for first, box in column_boxes(self.tiles["c"], 16, SWIZZLE_COLUMNS):
                 view = k.view(self.shared, (box.rows * box.columns,), self.out, region + first * ELEMENT_BYTES)
                 k.tma_store(k.tensor(view, box.layout), self.c_map,
-                            (row0, arith.addi(col0, k.index(first // config.bm))))
+                            (row0, col0 + first // config.bm))
             k.tma_store_wait(0)
 
     def store_partials(self, origin) -> None:
@@ -459,8 +437,6 @@ class _HopperGemm:
     def _place(self, c_c, origin, batch: int):
         """(consumer thread, accumulator slot) -> C's (row, column) of batch `batch` of this CTA's consumers: the
         atom's accumulator layout, each consumer `consumer_rows` further down, the batch 64 x `batch` rows."""
-        from mlir.dialects import arith
-
         from mlir_tile.algebra.layout import Layout
 
         rows, columns = self.atom.c.rows, self.atom.c.columns
@@ -469,7 +445,7 @@ class _HopperGemm:
                          Layout((columns.shape[0] + (consumers,), columns.shape[1]),
                                 (columns.stride[0] + (0,), columns.stride[1]))]
         row0, col0 = origin
-        first = (arith.addi(row0, self.k.index(64 * batch)) if batch else row0, col0)
+        first = (row0 + 64 * batch if batch else row0, col0)
         return c_c.domain_offset(first).partition(thread_values)
 
     def scaling(self, place):
@@ -491,7 +467,7 @@ class _HopperGemm:
             for key, array, at, extent in (("row", self.scales[0], row, self.m), ("column", self.scales[1], column, self.n)):
                 key = (key, slot % 4 // 2) if key == "row" else (key, slot // 4, slot % 2)  # a row: c0 c1, or c2 c3
                 if key not in cached:
-                    cached[key] = k.load(array, [k.minimum(at, arith.subi(k.as_index(extent), k.index(1)))])
+                    cached[key] = k.load(array, [k.minimum(at, k.as_index(extent) - 1)])
                 value = arith.mulf(value, cached[key])
             return value
         return scaled
