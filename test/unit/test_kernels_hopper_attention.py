@@ -402,15 +402,26 @@ def test_sequence_lengths_take_their_own_shapes():
             for seq in (1, 1025, 2049, 4097)} <= shipped
 
 
-def test_a_config_text_gives_the_fields_it_names():
-    """`fields_of`: the command line's --config, ints and booleans by the fields' types, spaces and case aside."""
-    assert HopperAttentionConfig.fields_of("consumers=3, keys=64,persistent=TRUE") == {
-        "consumers": 3, "keys": 64, "persistent": True}
-    assert HopperAttentionConfig.fields_of("") == {} and HopperAttentionConfig.fields_of("pingpong=false") == {
-        "pingpong": False}
-    with pytest.raises(ValueError, match="a config field is one of keys, consumers, stages, pingpong, staged, "
-                                         "persistent, uniform_q, narrow, lazy_rescale, ctas_per_sm; got 'causal'"):
-        HopperAttentionConfig.fields_of("causal=true")
+def test_the_command_line_takes_the_configurations_fields_as_options():
+    """`command_line.add_fields`: an option per field of HopperAttentionConfig but d, the mask and the element
+    (ints by value, booleans as --name / --no-name), None where not given, as `checks.configure` takes them."""
+    import argparse
+
+    from mlir_tile.kernels.command_line import add_fields, given
+    from mlir_tile.kernels.flash.checks import configure
+
+    parser = argparse.ArgumentParser()
+    names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
+    assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
+                          "lazy_rescale", "ctas_per_sm"}
+    fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
+    assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
+    assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(
+        64, consumers=3, keys=64, persistent=False, lazy_rescale=True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--stages", "two"])
+    with pytest.raises(ValueError, match="--consumers set Hopper's path's fields"):
+        configure("f16", 64, False, consumers=3)
 
 
 def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
@@ -504,16 +515,16 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
     ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
     for options, message in ((["--arch", "sm_90a", "--head-dim", "256"], "grid takes head dims 64, 128"),
-                             ([], "--config sets Hopper's path's fields")):
-        ran = example("attention.py", "--config", "persistent=true", "--ptx-out", tmp_path / "f.ptx", *options)
+                             ([], "--persistent set Hopper's path's fields")):
+        ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    for config, message in (("stages=two", "stages takes an integer, got 'two'"),
-                            ("persistent=yes", "persistent takes true or false"),
-                            ("head_dim=64", "a config field is one of keys, consumers")):
-        ran = example("attention.py", "--arch", "sm_90a", "--config", config, "--ptx-out", tmp_path / "g.ptx")
+    for options, message in ((["--stages", "two"], "invalid int value: 'two'"),
+                             (["--persistent=yes"], "ignored explicit argument 'yes'"),
+                             (["--head-dim-64"], "unrecognized arguments")):
+        ran = example("attention.py", "--arch", "sm_90a", *options, "--ptx-out", tmp_path / "g.ptx")
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    ran = example("attention.py", "--arch", "sm_90a", "--config", "consumers=3,keys=64", "--ptx-out", tmp_path / "h.ptx")
-    assert ran.returncode == 0 and '"config": "consumers=3,keys=64"' in (tmp_path / "h.ptx").read_text(), ran.stderr
+    ran = example("attention.py", "--arch", "sm_90a", "--consumers", "3", "--keys", "64", "--ptx-out", tmp_path / "h.ptx")
+    assert ran.returncode == 0 and '"consumers": 3, "stages": null' in (tmp_path / "h.ptx").read_text(), ran.stderr
 
 
 def test_the_sm90_library_ships_each_hopper_attention_kernel():

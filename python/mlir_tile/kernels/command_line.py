@@ -82,6 +82,31 @@ def main(doc: str, build_module: Callable, run_and_check: Callable[..., tuple[bo
         return 1
 
 
+def add_fields(parser, config_type, exclude: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """An option for each field of the dataclass `config_type` but `exclude`: `--name VALUE` (ints, strings) or
+    `--name` / `--no-name` (booleans), default None (the configuration's own; `where` says whose); returns their
+    names. The configuration's one form on the command line: its fields, not a grammar of their own."""
+    import dataclasses
+
+    names = []
+    for field in dataclasses.fields(config_type):
+        if field.name in exclude:
+            continue
+        kind = field.type if isinstance(field.type, str) else field.type.__name__
+        wording = f"{config_type.__name__}.{field.name} (default: {where})"
+        if kind == "bool":
+            parser.add_argument(_flag(field.name), action=argparse.BooleanOptionalAction, default=None, help=wording)
+        else:
+            parser.add_argument(_flag(field.name), type={"int": int, "str": str}[kind], default=None, help=wording)
+        names.append(field.name)
+    return tuple(names)
+
+
+def given(fields: dict) -> dict:
+    """The fields of `add_fields`' options that were given (not None)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def with_build_options(ptx: str, build: dict) -> str:
     """The PTX as --ptx-out writes it: the build options in its first line, a comment, where there are any."""
     return BUILT_WITH + json.dumps(build) + "\n" + ptx if build else ptx

@@ -13,32 +13,34 @@ CASE = (3, 200)  # heads, seq: a tail in both the query and the key tiles
 
 
 def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
-              arch: str = PORTABLE_CHIP, config: str = ""):
+              arch: str = PORTABLE_CHIP, **fields):
     """The example's kernel: the default CTA, or (tuned) the one `Attention` runs (`picked`); arch sm_90a:
-    Hopper's (`flash.sm90`), `config` its fields over the head dim's ("consumers=3,keys=64":
-    `HopperAttentionConfig.fields_of`)."""
+    Hopper's (`flash.sm90`), `fields` (HopperAttentionConfig's; None: not given) over the head dim's."""
+    from mlir_tile.kernels.command_line import given
+
+    fields = given(fields)
     if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
         if tuned:
             raise ValueError("attention: --tuned picks the sm_80 kernel's CTA; Hopper's path has its own")
-        return HopperAttentionConfig.of(head_dim, causal, dtype, **HopperAttentionConfig.fields_of(config))
-    if config:
-        raise ValueError("attention: --config sets Hopper's path's fields (--arch sm_90a); the sm_80 kernel's are "
-                         "--tuned's")
+        return HopperAttentionConfig.of(head_dim, causal, dtype, **fields)
+    if fields:
+        raise ValueError(f"attention: {', '.join('--' + name.replace('_', '-') for name in fields)} set Hopper's "
+                         f"path's fields (--arch sm_90a); the sm_80 kernel's are --tuned's")
     return picked(head_dim, causal, dtype) if tuned else Config(head_dim, causal, dtype)
 
 
 def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
-                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = PORTABLE_CHIP, config: str = "",
-                  sms: int | None = None) -> tuple[bool, str]:
+                  batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = PORTABLE_CHIP,
+                  sms: int | None = None, **fields) -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
     q, k, v, against numpy: O within 8 units of `dtype`'s roundoff (inputs in [-1, 1), so |O| < 1), the
     log-sum-exp within 1e-3 (Hopper's: `sm90_checks.run_and_check`, `sms` a persistent grid's CTAs)."""
     from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode, encode
     from mlir_tile.runtime import Runtime
 
-    config = configure(dtype, head_dim, causal, tuned, arch, config)
+    config = configure(dtype, head_dim, causal, tuned, arch, **fields)
     if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash import sm90_checks as hopper_attention_checks
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, WARPGROUP_CHIP, max_shared_bytes, sm_shared_bytes
 from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registers
@@ -122,26 +122,6 @@ class HopperAttentionConfig:
     def may_persist(self) -> bool:
         """Whether this configuration may walk a persistent grid: d in PERSISTENT_HEAD_DIMS."""
         return self.head_dim in PERSISTENT_HEAD_DIMS
-
-    @classmethod
-    def fields_of(cls, text: str) -> dict:
-        """The shape fields of "name=value,..." (e.g. "consumers=3,keys=64", "persistent=true"): ints and
-        booleans (true/false); head_dim, causal and element are not among them. ValueError naming the field."""
-        kinds = {f.name: f.type for f in fields(cls) if f.name not in ("head_dim", "causal", "element")}
-        given = {}
-        for item in filter(None, text.split(",")):
-            name, _, value = item.partition("=")
-            name, value = name.strip(), value.strip().lower()
-            if name not in kinds:
-                raise ValueError(f"hopper attention: a config field is one of {', '.join(kinds)}; got {name!r}")
-            if kinds[name] == "bool" and value in ("true", "false"):
-                given[name] = value == "true"
-            elif kinds[name] == "int" and value.isdigit():
-                given[name] = int(value)
-            else:
-                wanted = "true or false" if kinds[name] == "bool" else "an integer"
-                raise ValueError(f"hopper attention: {name} takes {wanted}, got {value!r}")
-        return given
 
     @property
     def rows(self) -> int:  # query rows a CTA
