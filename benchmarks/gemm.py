@@ -113,27 +113,61 @@ def _triton_matmul(mma_v3: bool):
 HOPPER_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (16384, 4096, 4096), (4096, 4096, 11008),
                  (2048, 2048, 2048)]
 HOPPER_KN_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]
-HOPPER_TILES = {"nk": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "128x256x64s3c2",
-                       "256x128x64s4w", "256x128x64s3w", "128x128x64s4wg", "128x128x64s5wg", "256x128x64s4wb",
-                       "128x256x64s4b", "128x128x64s4b"],
-                "kn": ["128x256x64s3", "256x128x64s3", "128x256x64s4", "128x128x64s4", "128x256x64s3p", "256x128x64s4w",
-                       "128x128x64s4wg", "256x128x64s4wb", "128x128x64s4b"]}
-FP8_TILES = {"nk": ["128x256x128s4", "128x256x128s3", "256x128x128s3", "128x256x128s3c2", "256x128x128s4w",  # e4m3
-                    "256x128x128s4wb"],
-             "kn": ["128x256x128s3", "128x128x128s4", "256x128x128s3", "256x128x128s3w", "256x128x128s3wb"]}
+def _tile(bm: int, bn: int, bk: int, stages: int, *flags: dict) -> dict:
+    """A Hopper tile: HopperConfig's fields (`sm90_tiles.hopper_config`), the shape and each flag's."""
+    return {"bm": bm, "bn": bn, "bk": bk, "stages": stages, **{k: v for flag in flags for k, v in flag.items()}}
+
+
+WIDE, PERSISTENT, PINGPONG, CLUSTER_2, UNIFORM = ({"consumer_rows": 128}, {"persistent": True},
+                                                 {"persistent": True, "pingpong": True}, {"cluster": 2}, {"uniform": True})
+HOPPER_TILES = {"nk": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128, 256, 64, 4), _tile(128, 128, 64, 4),
+                       _tile(128, 256, 64, 3, PERSISTENT), _tile(128, 256, 64, 3, CLUSTER_2), _tile(256, 128, 64, 4, WIDE),
+                       _tile(256, 128, 64, 3, WIDE), _tile(128, 128, 64, 4, WIDE, PINGPONG),
+                       _tile(128, 128, 64, 5, WIDE, PINGPONG), _tile(256, 128, 64, 4, WIDE, UNIFORM),
+                       _tile(128, 256, 64, 4, UNIFORM), _tile(128, 128, 64, 4, UNIFORM)],
+                "kn": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128, 256, 64, 4), _tile(128, 128, 64, 4),
+                       _tile(128, 256, 64, 3, PERSISTENT), _tile(256, 128, 64, 4, WIDE),
+                       _tile(128, 128, 64, 4, WIDE, PINGPONG), _tile(256, 128, 64, 4, WIDE, UNIFORM),
+                       _tile(128, 128, 64, 4, UNIFORM)]}
+FP8_TILES = {"nk": [_tile(128, 256, 128, 4), _tile(128, 256, 128, 3), _tile(256, 128, 128, 3),  # e4m3
+                    _tile(128, 256, 128, 3, CLUSTER_2), _tile(256, 128, 128, 4, WIDE),
+                    _tile(256, 128, 128, 4, WIDE, UNIFORM)],
+             "kn": [_tile(128, 256, 128, 3), _tile(128, 128, 128, 4), _tile(256, 128, 128, 3),
+                    _tile(256, 128, 128, 3, WIDE), _tile(256, 128, 128, 3, WIDE, UNIFORM)]}
+
+
+def label(tile: dict) -> str:
+    """A tile's short name in these runs' records (BMxBNxBKsSTAGES, then w: 128-row consumers, g: ping-pong, p:
+    persistent, c2: a cluster of 2, b: uniform)."""
+    walk = "g" if tile.get("pingpong") else "p" if tile.get("persistent") else ""
+    cluster = f"c{tile['cluster']}" if tile.get("cluster", 1) > 1 else ""
+    return (f"{tile['bm']}x{tile['bn']}x{tile['bk']}s{tile['stages']}{'w' if tile.get('consumer_rows') == 128 else ''}"
+            f"{walk}{cluster}{'b' if tile.get('uniform') else ''}")
+
+
+def _library_candidate(tile: dict) -> bool:
+    """Whether a library kernel may be this tile: one CTA a cluster, warp-specialized, not split, persistent only
+    as ping-pong (the plain persistent tiles and the clusters ran slower)."""
+    return (tile.get("cluster", 1) == 1 and tile.get("specialized", True) and not tile.get("split_k")
+            and tile.get("persistent", False) == tile.get("pingpong", False))
+
+
 # Triton's tutorial matmul (grouped order) autotuned over its Hopper-sized configurations: BM, BN, BK, warps, stages
 TRITON_HOPPER_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                          (128, 256, 32, 8, 4), (64, 256, 64, 4, 4)]
 
 
-def _hopper_kernels() -> list[tuple[str, str, str]]:
+def _hopper_kernels() -> list[tuple[str, str, dict]]:
     """(element, B layout, tile) of every Hopper kernel measured."""
     return ([(element, major, tile) for element in ELEMENTS for major in ("nk", "kn") for tile in HOPPER_TILES[major]]
             + [("e4m3", major, tile) for major, tiles in FP8_TILES.items() for tile in tiles])
 
 
+TILES_BY_LABEL = {label(tile): tile for _, _, tile in _hopper_kernels()}
+
+
 # Fused epilogues on Hopper's path (bf16, B [N, K]): the ready-made chains on the library's two tiles
-FUSED_TILES, FUSED_ACTIVATIONS = ["256x128x64s4w", "128x128x64s4"], ["gelu_tanh", "silu"]
+FUSED_TILES, FUSED_ACTIVATIONS = ["256x128x64s4w", "128x128x64s4"], ["gelu_tanh", "silu"]  # (labels)
 
 
 def hopper_build(directory: Path) -> None:
@@ -147,11 +181,11 @@ def hopper_build(directory: Path) -> None:
 
     directory.mkdir(parents=True, exist_ok=True)
     for element, major, tile in _hopper_kernels():
-        module = gemm_sm90.build_module(element, hopper_tiles.configure(major, tile, element))
-        (directory / f"hopper_{element}_{major}_{tile}.ptx").write_text(compile_to_ptx(module))
+        module = gemm_sm90.build_module(element, hopper_tiles.hopper_config(major, tile, element))
+        (directory / f"hopper_{element}_{major}_{label(tile)}.ptx").write_text(compile_to_ptx(module))
     for tile in FUSED_TILES:
         for activation in FUSED_ACTIVATIONS:
-            module = gemm_sm90.build_module("bf16", hopper_tiles.configure("nk", tile),
+            module = gemm_sm90.build_module("bf16", hopper_tiles.hopper_config("nk", TILES_BY_LABEL[tile]),
                                               epilogue=epilogues.chain(True, activation))
             (directory / f"hopper_bf16_nk_{tile}_{activation}.ptx").write_text(compile_to_ptx(module))
     wgmma_loop.build(directory)
@@ -237,7 +271,7 @@ def _hopper_calls(runtime, modules: dict, a, b, c_of, major: str, element: str, 
     sms, stream, calls = runtime.device.properties.multiprocessor_count, torch.cuda.current_stream(), {}
     tensor_maps = common.TensorMaps(runtime)
     for tile, module in modules.items():
-        config, c = hopper_tiles.configure(major, tile, element), c_of(tile)
+        config, c = hopper_tiles.hopper_config(major, TILES_BY_LABEL[tile], element), c_of(tile)
         box = gemm_sm90.boxes(config)
         maps = [tensor_maps(matrix, box[name]) for name, matrix in (("a", a), ("b", b), ("c", c))]
         arguments = [*maps, m, n // config.unit, depth // config.k_unit, *extras]
@@ -280,7 +314,12 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
 
     from mlir_tile.runtime import Runtime
 
+    import datetime
+
     triton_mm, results = _triton_grouped(), []
+    provenance = {"chip": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc)
+                  .strftime("%Y-%m-%d %H:%M UTC"), "command": f"python3 benchmarks/gemm.py hopper DIR {' '.join(elements)}"
+                  .rstrip()}
     out = directory / ("gemm_hopper" + "".join(f"_{x}" for x in elements) + ".json")  # (runs apart: `hopper_table`)
     majors = [x for x in elements if x in ("nk", "kn")] or ["nk", "kn"]  # "kn" alone: only B [K, N]'s cases
     elements = [x for x in elements if x not in ("nk", "kn")]
@@ -290,7 +329,7 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
     cases = [case for case in cases if case[1] in majors]
     with Runtime() as runtime:
         modules = {}
-        for element, major, tile in _hopper_kernels():
+        for element, major, tile in map(lambda kernel: (*kernel[:2], label(kernel[2])), _hopper_kernels()):
             modules.setdefault((element, major), {})[tile] = runtime.load_ptx(
                 (directory / f"hopper_{element}_{major}_{tile}.ptx").read_text(), name=f"{element}_{major}_{tile}")
         for element, major, (m, n, k) in cases:
@@ -301,11 +340,10 @@ def hopper(directory: Path, elements: Sequence[str] = ELEMENTS + ("e4m3",)) -> N
             calls.update({name: (lambda call=call, out=outputs[name]: call(out)) for name, call in anchors.items()})
             seconds, conditions = sustained_interleaved(calls)
             results.append(_hopper_row(element, major, (m, n, k), seconds, conditions, outputs, list(anchors)))
-            out.write_text(json.dumps({"shapes": results}, indent=1))  # so far
+            out.write_text(json.dumps({**provenance, "shapes": results}, indent=1))  # so far
             torch.cuda.empty_cache()
         ceiling = _wgmma_ceiling(runtime, directory, wgmma_loop)
-    out.write_text(json.dumps({"shapes": results, "wgmma f16 loop, sustained": ceiling},
-                                                           indent=1))
+    out.write_text(json.dumps({**provenance, "shapes": results, "wgmma f16 loop, sustained": ceiling}, indent=1))
 
 
 def _hopper_row(element, major, shape, seconds, conditions, outputs, anchors) -> dict:
@@ -344,32 +382,36 @@ def _wgmma_ceiling(runtime, directory: Path, wgmma_loop) -> dict:
 def hopper_table(directory: Path) -> None:
     """DIR/hopper_tiles.json (copy it beside mlir_tile/kernels/gemm/sm90_tiles.py: `sm90_tiles.measured_tile`) from
     every DIR/gemm_hopper*.json `hopper` wrote: per dtype and B layout, of the tiles measured at every shape
-    that a library kernel may be (one CTA a cluster; persistent only as ping-pong: the plain persistent tiles
-    and the clusters ran slower), the one fastest at the most shapes (ties: the higher geometric mean); a pair
-    never measured (bf16 with B [K, N]) takes f16's."""
+    that a library kernel may be (`_library_candidate`), the one fastest at the most shapes (ties: the higher
+    geometric mean), as its fields with its label; a pair never measured (bf16 with B [K, N]) takes f16's. The
+    runs' chips, dates and commands go with it (`provenance`)."""
     import math
-    import re
 
     files = sorted(directory.glob("gemm_hopper*.json"))
-    rows = [row for file in files for row in json.loads(file.read_text())["shapes"]]
+    runs = [json.loads(file.read_text()) for file in files]
+    rows = [row for run in runs for row in run["shapes"]]
     tiles, rates = {}, {}
     for element in ("f16", "bf16", "e4m3"):
         for major in ("nk", "kn"):
             group = [row for row in rows if (row["element"], row["b_major"]) == (element, major)]
             if not group:
                 continue
-            measured = [{t: r for t, r in row["TFLOP/s"].items() if re.fullmatch(r"\d+x\d+x\d+s\d+(w|wg)?b?", t)} for row in group]
+            measured = [{t: r for t, r in row["TFLOP/s"].items() if t in TILES_BY_LABEL
+                         and _library_candidate(TILES_BY_LABEL[t])} for row in group]
             candidates = set.intersection(*(set(m) for m in measured))
             wins = {t: sum(max(m, key=m.get) == t for m in measured if set(m) >= candidates) for t in candidates}
             mean = {t: math.exp(sum(math.log(m[t]) for m in measured) / len(measured)) for t in candidates}
-            key = f"{element}:{major}"
-            tiles[key] = max(candidates, key=lambda t: (wins[t], mean[t]))
+            key, best = f"{element}:{major}", max(candidates, key=lambda t: (wins[t], mean[t]))
+            tiles[key] = {"label": best, "fields": TILES_BY_LABEL[best]}
             rates[key] = {t: round(mean[t], 1) for t in sorted(candidates, key=mean.get, reverse=True)}
     for major in ("nk", "kn"):
         if f"f16:{major}" in tiles:
             tiles.setdefault(f"bf16:{major}", tiles[f"f16:{major}"])
-    table = {"from": [file.name for file in files], "shapes": len(rows), "tiles": tiles,
-             "geometric mean TFLOP/s": rates}
+    provenance = {"command": "python3 benchmarks/gemm.py hopper DIR (each dtype), then python3 benchmarks/gemm.py "
+                             "hopper-table DIR",
+                  "runs": [{"file": file.name, **{k: run[k] for k in ("chip", "date", "command") if k in run}}
+                           for file, run in zip(files, runs)], "shapes": len(rows)}
+    table = {"provenance": provenance, "tiles": tiles, "geometric mean TFLOP/s": rates}
     (directory / "hopper_tiles.json").write_text(json.dumps(table, indent=1) + "\n")
     print(json.dumps(tiles))
 

@@ -19,10 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 KERNELS = ("gemm.py", "attention.py")  # the library's kernels: `python -m mlir_tile.kernels.gemm`, ...
 # file name: the example (or kernel) and its options (the options are recorded in the PTX's first line)
-def _hopper(b_major: str, tile: str | None = None, dtype: str = "f16") -> list[str]:
-    """The command line of a Hopper GEMM input (gemm.py --arch sm_90a)."""
-    return (["gemm.py", "--arch", "sm_90a"] + (["--dtype", dtype] if dtype != "f16" else []) + ["--b-major", b_major]
-            + (["--tile", tile] if tile else []))
+def _hopper(b_major: str, dtype: str = "f16", **fields) -> list[str]:
+    """The command line of a Hopper GEMM input (gemm.py --arch sm_90a): HopperConfig's `fields` over the
+    element's tile, as options."""
+    options = [f"--{name.replace('_', '-')}" if value is True else f"--no-{name.replace('_', '-')}" if value is False
+               else [f"--{name.replace('_', '-')}", str(value)] for name, value in fields.items()]
+    flat = [part for option in options for part in ([option] if isinstance(option, str) else option)]
+    return ["gemm.py", "--arch", "sm_90a"] + (["--dtype", dtype] if dtype != "f16" else []) + ["--b-major", b_major] + flat
 
 
 BY_COMMAND_LINE = {
@@ -34,18 +37,18 @@ BY_COMMAND_LINE = {
     "gemm_bf16_nk.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4"],
     "gemm_bf16_nk_persistent.ptx": ["gemm.py", "--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
     "gemm_hopper.ptx": _hopper("nk"),
-    "gemm_hopper_bf16_kn.ptx": _hopper("kn", "128x256x64s3", "bf16"),
-    "gemm_hopper_persistent.ptx": _hopper("nk", "128x256x64s3p"),
-    "gemm_hopper_cluster.ptx": _hopper("nk", "128x256x64s3c2"),
-    "gemm_hopper_bf16_kn_cluster.ptx": _hopper("kn", "128x64x64s4c2", "bf16"),
-    "gemm_hopper_persistent_cluster.ptx": _hopper("nk", "128x256x64s3pc2"),
-    "gemm_hopper_wide.ptx": _hopper("nk", "256x128x64s4w"),
-    "gemm_hopper_bf16_kn_wide.ptx": _hopper("kn", "256x128x64s4w", "bf16"),
-    "gemm_hopper_pingpong.ptx": _hopper("nk", "128x128x64s4wg"),
-    "gemm_hopper_split.ptx": _hopper("nk", "128x128x64s4k"),
-    "gemm_hopper_bf16_kn_wide_split.ptx": _hopper("kn", "256x128x64s4wk", "bf16"),
-    "gemm_hopper_e4m3.ptx": _hopper("nk", dtype="e4m3"),
-    "gemm_hopper_e4m3_kn.ptx": _hopper("kn", dtype="e4m3"),
+    "gemm_hopper_bf16_kn.ptx": _hopper("kn", "bf16", bn=256, stages=3),
+    "gemm_hopper_persistent.ptx": _hopper("nk", bn=256, stages=3, persistent=True),
+    "gemm_hopper_cluster.ptx": _hopper("nk", bn=256, stages=3, cluster=2),
+    "gemm_hopper_bf16_kn_cluster.ptx": _hopper("kn", "bf16", bn=64, cluster=2),
+    "gemm_hopper_persistent_cluster.ptx": _hopper("nk", bn=256, stages=3, persistent=True, cluster=2),
+    "gemm_hopper_wide.ptx": _hopper("nk", bm=256, consumer_rows=128),
+    "gemm_hopper_bf16_kn_wide.ptx": _hopper("kn", "bf16", bm=256, consumer_rows=128),
+    "gemm_hopper_pingpong.ptx": _hopper("nk", consumer_rows=128, persistent=True, pingpong=True),
+    "gemm_hopper_split.ptx": _hopper("nk", split_k=True),
+    "gemm_hopper_bf16_kn_wide_split.ptx": _hopper("kn", "bf16", bm=256, consumer_rows=128, split_k=True),
+    "gemm_hopper_e4m3.ptx": _hopper("nk", "e4m3"),
+    "gemm_hopper_e4m3_kn.ptx": _hopper("kn", "e4m3"),
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
     "attention_hopper_d128.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128"],
@@ -116,7 +119,7 @@ def build(folder: Path) -> None:
     from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_tiles as hopper_tiles
 
     for major, suffix in (("nk", ""), ("kn", "_kn")):  # (no command-line option)
-        rows = hopper_tiles.configure(major, hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
+        rows = hopper_tiles.hopper_config(major, hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
         (folder / f"gemm_hopper_e4m3{suffix}_rows.ptx").write_text(compile_to_ptx(gemm_sm90.build_module("e4m3", rows)))
 
     tma_boxes.build(folder / "tma")  # TMA's box writes, each swizzle mode (sm_90a)

@@ -190,19 +190,19 @@ def test_the_hopper_benchmark_measures_configurations_the_kernel_takes():
     on whole clusters, within the SM's shared memory."""
     import importlib.util
 
-    from mlir_tile.kernels.gemm.sm90_tiles import configure
+    from mlir_tile.kernels.gemm.sm90_tiles import hopper_config
 
     spec = importlib.util.spec_from_file_location("gemm_benchmark", Path(bench.__file__).with_name("gemm.py"))
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
 
     for element, major, tile in benchmark._hopper_kernels():
-        config = configure(major, tile, element)
+        config = hopper_config(major, tile, element)
         assert config.grid(4096, 11008, 132) % config.cluster == 0 and config.shared_bytes <= 227 * 1024
     from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, measured_tile
 
     for major, tiles in benchmark.HOPPER_TILES.items():  # what Matmul and ScaledMatmul pick is measured
-        assert {SMALL_TILE, measured_tile("f16", major), measured_tile("bf16", major)} <= set(tiles)
+        assert all(tile in tiles for tile in (SMALL_TILE, measured_tile("f16", major), measured_tile("bf16", major)))
         assert measured_tile("e4m3", major) in benchmark.FP8_TILES[major]
 
 
@@ -223,9 +223,11 @@ def test_the_measured_table_takes_the_tile_fastest_at_the_most_shapes(tmp_path):
               row("f16", "kn", {"128x256x64s3": 500, "128x128x64s4": 501})]
     (tmp_path / "gemm_hopper_f16.json").write_text(json.dumps({"shapes": shapes}))
     benchmark.hopper_table(tmp_path)
-    tiles = json.loads((tmp_path / "hopper_tiles.json").read_text())["tiles"]
-    assert tiles == {"f16:nk": "256x128x64s4w", "f16:kn": "128x128x64s4", "bf16:nk": "256x128x64s4w",
-                     "bf16:kn": "128x128x64s4"}
+    table = json.loads((tmp_path / "hopper_tiles.json").read_text())
+    assert {key: tile["label"] for key, tile in table["tiles"].items()} == {
+        "f16:nk": "256x128x64s4w", "f16:kn": "128x128x64s4", "bf16:nk": "256x128x64s4w", "bf16:kn": "128x128x64s4"}
+    assert table["tiles"]["f16:nk"]["fields"] == {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128}
+    assert table["provenance"]["runs"] == [{"file": "gemm_hopper_f16.json"}] and table["provenance"]["shapes"] == 5
 
 
 def test_the_readmes_sliding_window_numbers_are_the_kept_runs():

@@ -24,7 +24,7 @@ def example(name, *arguments):
     ("gemm.py", ["--dtype", "bf16", "--b-major", "nk", "--tile", "128x256x64s4p"],
      {"dtype": "bf16", "b_major": "nk", "align": 16, "tile": "128x256x64s4p", "arch": "sm_90"}, "gemm"),
     ("attention.py", ["--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
-     {"dtype": "bf16", "head_dim": 128, "causal": True, "tuned": True, "arch": "sm_80", "config": ""}, "attention"),
+     {"dtype": "bf16", "head_dim": 128, "causal": True, "tuned": True, "arch": "sm_80"}, "attention"),
 ])
 def test_ptx_out_writes_the_kernel_of_the_options_with_them(tmp_path, filecheck, name, options, recorded, entry):
     """The build half of the GPU tests that run these files through --run-ptx (test_runtime_gpu.py, on what

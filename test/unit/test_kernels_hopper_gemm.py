@@ -12,16 +12,16 @@ import sys
 import pytest
 
 from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_tiles as hopper_tiles
-from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, configure
+from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
 
-@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4u", "f16"), ("kn", "128x256x64s3u", "bf16"),
-                                                    ("nk", "64x128x64s2u", "bf16")])
+@pytest.mark.parametrize("b_major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "specialized": False}, "f16"), ("kn", {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "specialized": False}, "bf16"),
+                                                    ("nk", {"bm": 64, "bn": 128, "bk": 64, "stages": 2, "specialized": False}, "bf16")])
 def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_major, tile, element):
     """Unspecialized: every warpgroup a consumer, thread 0 refilling the stages between its batches."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure(b_major, tile)
+    config = hopper_config(b_major, tile)
     ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     b_loads = 1 if b_major == "nk" else config.bn // 64
     filecheck(ptx, f"""
@@ -47,8 +47,8 @@ def test_the_ptx_is_tma_wgmma_stmatrix_and_tma_stores(filecheck, tmp_path, b_maj
     _assembles(ptx, tmp_path)
 
 
-@pytest.mark.parametrize("tile, entry, consumer", [("128x256x64s3", 168, 232), ("256x128x64s3", 96, 104),
-                                                   ("64x128x64s4", None, None), ("128x128x64s4p", 168, 232)])
+@pytest.mark.parametrize("tile, entry, consumer", [({"bm": 128, "bn": 256, "bk": 64, "stages": 3}, 168, 232), ({"bm": 256, "bn": 128, "bk": 64, "stages": 3}, 96, 104),
+                                                   ({"bm": 64, "bn": 128, "bk": 64, "stages": 4}, None, None), ({"bm": 128, "bn": 128, "bk": 64, "stages": 4, "persistent": True}, 168, 232)])
 def test_the_warp_specialized_kernel_gives_the_producers_registers_to_the_consumers(filecheck, tmp_path, tile, entry,
                                                                                      consumer):
     """Warpgroup 0 produces (lowered to 40 registers where the block could not have 255 a thread), one thread
@@ -56,7 +56,7 @@ def test_the_warp_specialized_kernel_gives_the_producers_registers_to_the_consum
     the batches, meet on named barrier 1 and store C."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", tile)
+    config = hopper_config("nk", tile)
     ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     consumers = 128 * config.consumers
     assert (config.rebalanced, config.entry_registers if config.rebalanced else None,
@@ -89,8 +89,8 @@ def _assembles(ptx: str, tmp_path) -> None:
         assert "C75" not in assembled.stderr and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
 
 
-@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4c2", "f16"), ("kn", "128x64x64s4c4", "bf16"),
-                                                    ("nk", "128x128x64s3pc2", "bf16")])
+@pytest.mark.parametrize("b_major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "cluster": 2}, "f16"), ("kn", {"bm": 128, "bn": 64, "bk": 64, "stages": 4, "cluster": 4}, "bf16"),
+                                                    ("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 3, "persistent": True, "cluster": 2}, "bf16")])
 def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, element):
     """Clusters of 2 or 4 CTAs on adjacent row tiles of one column of C: each CTA's producer loads its A and
     its rank's rows of each of B's boxes, multicast to the whole cluster, its arrival expecting the parts
@@ -99,7 +99,7 @@ def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, ele
     and no CTA leaves before the cluster meets again."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure(b_major, tile)
+    config = hopper_config(b_major, tile)
     ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     b_loads = 1 if b_major == "nk" else config.bn // 64
     part_bytes = config.parts[1] * 2 // b_loads // config.cluster
@@ -132,16 +132,16 @@ def test_a_cluster_shares_b_by_multicast(filecheck, tmp_path, b_major, tile, ele
 def test_a_clusters_grid_is_whole_clusters_of_row_tiles():
     """1000 x 1016 in 128 x 256 tiles, clusters of 2: 4 x 4 clusters (the last's second row tile past M); a
     persistent grid of whole clusters, one CTA an SM at most."""
-    assert configure("nk", "128x256x64s3c2").grid(1000, 1016, 132) == 32
-    assert configure("nk", "128x256x64s3pc2").grid(8192, 8192, 132) == 132
-    assert configure("nk", "128x128x64s4pc4").grid(8192, 8192, 130) == 128
-    assert configure("nk", "128x128x64s4c4").grid(1, 8, 132) == 4
+    assert hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "cluster": 2}).grid(1000, 1016, 132) == 32
+    assert hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "persistent": True, "cluster": 2}).grid(8192, 8192, 132) == 132
+    assert hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "persistent": True, "cluster": 4}).grid(8192, 8192, 130) == 128
+    assert hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "cluster": 4}).grid(1, 8, 132) == 4
 
 
-@pytest.mark.parametrize("b_major, tile, element", [("nk", "128x128x64s4", "f16"), ("kn", "128x128x64s4u", "bf16"),
-                                                    ("kn", "64x256x64s2", "f16"), ("nk", "256x64x64s2", "bf16")])
+@pytest.mark.parametrize("b_major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}, "f16"), ("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "specialized": False}, "bf16"),
+                                                    ("kn", {"bm": 64, "bn": 256, "bk": 64, "stages": 2}, "f16"), ("nk", {"bm": 256, "bn": 64, "bk": 64, "stages": 2}, "bf16")])
 def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element):
-    assert "give C as numpy does" in hopper_emulation.emulate(configure(b_major, tile), 2, element)
+    assert "give C as numpy does" in hopper_emulation.emulate(hopper_config(b_major, tile), 2, element)
 
 
 def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
@@ -176,8 +176,8 @@ def test_column_boxes_names_the_element_where_a_tile_is_no_box():
 def test_configurations_outside_the_kernel_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         HopperConfig(**fields)
-    with pytest.raises(ValueError, match=r"a tile is BMxBNxBKsSTAGES\[w\]\[k\]\[u\|p\|g\]\[cCLUSTER\]"):
-        configure("nk", "128x128x64")
+    with pytest.raises(ValueError, match="a tile's fields are bm, bn, .*; got threads"):
+        hopper_config("nk", {"bm": 128, "threads": 256})
 
 
 def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path):
@@ -186,7 +186,7 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     released; 384 threads, the consumers raised to 232 registers; C stored in four 64-row bands."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", "256x128x64s4w")
+    config = hopper_config("nk", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128})
     assert (config.consumers, config.threads, config.accumulator_registers, config.consumer_registers) == (2, 384, 128, 232)
     ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
     filecheck(ptx, """
@@ -206,28 +206,28 @@ def test_a_consumer_of_128_rows_issues_two_batches_a_k_tile(filecheck, tmp_path)
     assert "give C as numpy does" in hopper_emulation.emulate(config, 1)
 
 
-@pytest.mark.parametrize("major, tile", [("nk", "256x128x64s4wb"), ("kn", "128x128x64s4b")])
+@pytest.mark.parametrize("major, tile", [("nk", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "uniform": True}), ("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "uniform": True})])
 def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile):
     """"b" (`uniform`): the warpgroup's index broadcast from lane 0 (an index in two halves: two shuffles), the
     kernel otherwise the same: it assembles, and one CTA on the reference model gives numpy's product."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure(major, tile)
-    assert config.uniform and str(config).endswith("_uniform_sm90a") and not configure(major, tile[:-1]).uniform
+    config = hopper_config(major, tile)
+    assert config.uniform and str(config).endswith("_uniform_sm90a")
     ptx = compile_to_ptx(gemm_sm90.build_module("bf16", config))
     assert len(re.findall(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1;", ptx)) == 2
     _assembles(ptx, tmp_path)
     assert "give C as numpy does" in hopper_emulation.emulate(config, 1, "bf16")
 
 
-@pytest.mark.parametrize("major, tile, element", [("nk", "128x128x64s4k", "f16"), ("kn", "256x128x64s4wk", "bf16")])
+@pytest.mark.parametrize("major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "split_k": True}, "f16"), ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "split_k": True}, "bf16")])
 def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, tile, element):
     """Split-K ("k"): the splits after the sizes, each CTA's tile and split from its block (`SplitK`), its run of
     k-tiles loaded at the split's first column, the accumulators stored as fp32 pairs (8 bytes) into the
     split's slice of the workspace under C's bounds: no stmatrix, no TMA store (gemm_reduce sums and rounds)."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure(major, tile)
+    config = hopper_config(major, tile)
     assert config.split_k and str(config).endswith("_splitk_sm90a")
     ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     filecheck(ptx, """
@@ -249,7 +249,7 @@ def test_ping_pong_consumers_take_turns_at_a_persistent_walk(filecheck, tmp_path
     meets its own warps (barrier 4 + c) and stores its own C tile after the stages."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", "128x128x64s4wg")
+    config = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "persistent": True, "pingpong": True})
     assert (config.pingpong, config.persistent, config.consumers, config.stage_readers) == (True, True, 2, 4)
     assert config.shared_bytes == config.stage_bytes + 2 * 128 * 128 * 2
     ptx = compile_to_ptx(gemm_sm90.build_module("f16", config))
@@ -259,7 +259,7 @@ def test_ping_pong_consumers_take_turns_at_a_persistent_walk(filecheck, tmp_path
     assert ptx.count("wgmma.mma_async") == 2 * 2 * 4  # each consumer's branch: two batches of 4 k16 steps
     _assembles(ptx, tmp_path)
     with pytest.raises(ValueError, match="ping-pong consumers are persistent"):
-        configure("nk", "256x128x64s4wg")
+        hopper_config("nk", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "persistent": True, "pingpong": True})
 
 
 def _gemm(*arguments):
@@ -271,14 +271,15 @@ def test_the_command_line_builds_the_hopper_gemm(tmp_path, filecheck):
     ran = _gemm("--ptx-out", tmp_path / "g.ptx", "--arch", "sm_90a", "--b-major", "nk")
     assert ran.returncode == 0, ran.stderr
     filecheck((tmp_path / "g.ptx").read_text(), """
-    CHECK: // mlir-tile example built with: {"dtype": "f16", "b_major": "nk", "align": 16, "tile": null, "arch": "sm_90a"}
+    CHECK: // mlir-tile example built with: {"dtype": "f16", "b_major": "nk", "align": 16, "arch": "sm_90a"}
     CHECK: .target sm_90a
     CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16
     """)
 
 
 @pytest.mark.parametrize("options, message", [(["--align", "8"], "rows on 16 bytes: --align 16"),
-                                              (["--tile", "128x96x64s4"], "multiples of 64")])
+                                              (["--bn", "96"], "multiples of 64"),
+                                              (["--tile", {"bm": 128, "bn": 256, "bk": 64, "stages": 4}], "--tile names the mma.sync path's tiles")])
 def test_the_command_line_refuses_what_the_hopper_gemm_does_not_take(tmp_path, options, message):
     ran = _gemm("--ptx-out", tmp_path / "g.ptx", "--arch", "sm_90a", *options)
     assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
@@ -291,7 +292,7 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     of walk turn t's k-tile j are those of t x k-tiles + j)."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", "128x256x64s3p")
+    config = hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "persistent": True})
     assert config.persistent and config.specialized
     assert config.grid(1000, 1016, 132) == 32 and config.grid(8192, 8192, 132) == 132
     assert config.shared_bytes == config.stage_bytes + 128 * 256 * 2
@@ -326,12 +327,12 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
 
     for element in ("f16", "bf16", "e4m3"):
         for major in ("nk", "kn"):
-            configure(major, measured_tile(element, major), element)
-    measured = configure("nk", measured_tile("bf16", "nk"))
+            hopper_config(major, measured_tile(element, major), element)
+    measured = hopper_config("nk", measured_tile("bf16", "nk"))
     assert library_config(4096, 4096, "nk", 132, 0.9, element="bf16") == measured
-    assert library_config(1024, 1024, "kn", 132, 0.9) == configure("kn", SMALL_TILE)  # 32 tiles of 256 x 128
-    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == configure("nk", measured_tile("f16", "nk"))
-    assert library_config(4096, 4096, "nk", 132, 0.9, selectable) == configure("nk", SMALL_TILE)
+    assert library_config(1024, 1024, "kn", 132, 0.9) == hopper_config("kn", SMALL_TILE)  # 32 tiles of 256 x 128
+    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == hopper_config("nk", measured_tile("f16", "nk"))
+    assert library_config(4096, 4096, "nk", 132, 0.9, selectable) == hopper_config("nk", SMALL_TILE)
     with pytest.raises(ValueError, match="no measured tile for e5m2:nk"):
         measured_tile("e5m2", "nk")
 
@@ -358,7 +359,7 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
     accumulators times scale_a x scale_b (read once from their one-element arrays) rounded to bf16 pairs."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", "128x128x128s4", "e4m3")
+    config = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4}, "e4m3")
     assert (config.bk, config.k_unit, config.stage_bytes) == (128, 16, 4 * (128 + 128) * 128)
     assert gemm_sm90.boxes(config)["a"].element_bits == 8 and gemm_sm90.boxes(config)["c"].element_bits == 16
     ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
@@ -379,9 +380,9 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
     _assembles(ptx, tmp_path)
 
 
-@pytest.mark.parametrize("tile, row_scales", [("128x128x128s3c2", False), (hopper_tiles.FP8_ROWS_TILE, True)])
+@pytest.mark.parametrize("tile, row_scales", [({"bm": 128, "bn": 128, "bk": 128, "stages": 3, "cluster": 2}, False), (hopper_tiles.FP8_ROWS_TILE, True)])
 def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row_scales):
-    assert "give C as numpy does" in hopper_emulation.emulate(configure("nk", tile, "e4m3", row_scales), 2, "e4m3")
+    assert "give C as numpy does" in hopper_emulation.emulate(hopper_config("nk", tile, "e4m3", row_scales), 2, "e4m3")
 
 
 def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(filecheck, tmp_path):
@@ -389,7 +390,7 @@ def test_row_scales_are_read_once_a_row_and_a_column_at_c_clamped_coordinates(fi
     to M - 1 and N - 1: C's rows and columns past them are clipped by the store), then multiplies."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("nk", hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
+    config = hopper_config("nk", hopper_tiles.FP8_ROWS_TILE, "e4m3", row_scales=True)
     ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
     assert ptx.count("ld.global.b32") == 2 + config.bn // 4 and ptx.count("min.u64") >= 2 + config.bn // 4
     _assembles(ptx, tmp_path)
@@ -402,7 +403,7 @@ def test_fp8_b_kn_is_transposed_by_the_producer_warpgroup(filecheck, tmp_path):
     k-tile t + 2 after each transposition; the consumers' batches read B K-major."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    config = configure("kn", "128x128x128s3", "e4m3")
+    config = hopper_config("kn", {"bm": 128, "bn": 128, "bk": 128, "stages": 3}, "e4m3")
     steps = len(gemm_sm90.transposition(config).steps)
     assert (config.transposed, config.threads, config.producer_registers, steps) == (True, 384, 56, 4)
     assert config.shared_bytes == 3 * (128 + 128) * 128 + hopper_tiles.TRANSPOSE_STAGES * 128 * 128
@@ -425,16 +426,16 @@ def test_fp8_b_kn_is_transposed_by_the_producer_warpgroup(filecheck, tmp_path):
 def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product():
     """TMA's boxes of B [K, N] into the staging stage, the transposition's loads, permutes and stores, wgmma
     reading the K-major result through the kernel's descriptors."""
-    assert "give C as numpy does" in hopper_emulation.emulate(configure("kn", "128x128x128s3", "e4m3"), 2, "e4m3")
+    assert "give C as numpy does" in hopper_emulation.emulate(hopper_config("kn", {"bm": 128, "bn": 128, "bk": 128, "stages": 3}, "e4m3"), 2, "e4m3")
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: configure("kn", "128x256x128s2", "e4m3"), "more than 2 stages"),
-    (lambda: configure("kn", "128x128x128s3p", "e4m3"), "not persistent"),
-    (lambda: configure("kn", "128x256x128s4", "e4m3"), "bytes of shared memory"),
-    (lambda: configure("nk", "128x256x64s4", "e4m3"), "BK 64 or 128"),
-    (lambda: gemm_sm90.build_module("e4m3", configure("nk", "128x256x64s3")), "e4m3 with 8-bit ones"),
-    (lambda: configure("nk", "128x256x64s3", "f16", row_scales=True), "row scales are fp8's"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 256, "bk": 128, "stages": 2}, "e4m3"), "more than 2 stages"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 128, "stages": 3, "persistent": True}, "e4m3"), "not persistent"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 256, "bk": 128, "stages": 4}, "e4m3"), "bytes of shared memory"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 4}, "e4m3"), "BK 64 or 128"),
+    (lambda: gemm_sm90.build_module("e4m3", hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3})), "e4m3 with 8-bit ones"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3}, "f16", row_scales=True), "row scales are fp8's"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -280,7 +280,7 @@ def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activa
         got = torch.ops.mlir_tile.matmul(a, b, layout, bias, activation, None)
         measured = hopper_tiles.measured_tile({torch.float16: "f16", torch.bfloat16: "bf16"}[dtype], layout)
         worst = _wrong(got, a, b, layout, bias, activation, None)
-        if worst is not None or launcher.last_config != hopper_tiles.configure(layout, measured):
+        if worst is not None or launcher.last_config != hopper_tiles.hopper_config(layout, measured):
             failures.append(((m, n, k, layout), worst, str(launcher.last_config)))
     assert not failures, failures[:10]
 

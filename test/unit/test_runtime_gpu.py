@@ -245,9 +245,14 @@ def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, s
     their fp32 partials summed and rounded on the host as gemm_reduce does."""
     from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
+    from mlir_tile.kernels.gemm import checks as gemm_checks, sm90_tiles as hopper_tiles
+
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
-    ok, line = hopper_checks.run_and_check(ptx, built["dtype"], built["b_major"], built["tile"], shape, splits=splits)
+    fields = {name: value for name, value in built.items() if name in hopper_tiles.TILE_FIELDS}
+    config = gemm_checks.hopper_tile(built["dtype"], built["b_major"], None, fields)
+    tile = {name: getattr(config, name) for name in hopper_tiles.TILE_FIELDS}
+    ok, line = hopper_checks.run_and_check(ptx, built["dtype"], built["b_major"], tile, shape, splits=splits)
     assert ok, line
 
 
@@ -269,15 +274,19 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
     assert ok, line
 
 
-@pytest.mark.parametrize("name, tile, ctas", [("gemm_hopper_persistent.ptx", "128x256x64s3p", 1),
-                                              ("gemm_hopper_persistent.ptx", "128x256x64s3p", 5),
-                                              ("gemm_hopper_persistent.ptx", "128x256x64s3p", 13),
-                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 2),
-                                              ("gemm_hopper_persistent_cluster.ptx", "128x256x64s3pc2", 6),
-                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 1),
-                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 5),
-                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 13),
-                                              ("gemm_hopper_pingpong.ptx", "128x128x64s4wg", 64)])
+_PERSISTENT = {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "persistent": True}
+_PINGPONG = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "persistent": True, "pingpong": True}
+
+
+@pytest.mark.parametrize("name, tile, ctas", [("gemm_hopper_persistent.ptx", _PERSISTENT, 1),
+                                              ("gemm_hopper_persistent.ptx", _PERSISTENT, 5),
+                                              ("gemm_hopper_persistent.ptx", _PERSISTENT, 13),
+                                              ("gemm_hopper_persistent_cluster.ptx", {**_PERSISTENT, "cluster": 2}, 2),
+                                              ("gemm_hopper_persistent_cluster.ptx", {**_PERSISTENT, "cluster": 2}, 6),
+                                              ("gemm_hopper_pingpong.ptx", _PINGPONG, 1),
+                                              ("gemm_hopper_pingpong.ptx", _PINGPONG, 5),
+                                              ("gemm_hopper_pingpong.ptx", _PINGPONG, 13),
+                                              ("gemm_hopper_pingpong.ptx", _PINGPONG, 64)])
 def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, name, tile, ctas):
     """The persistent Hopper kernel on 1000 x 1016 x 504 (8 x 4 C tiles of 128 x 256) with 1, 5 and 13 CTAs,
     and in clusters of 2 (4 x 4 tiles of 256 x 256 for the clusters) with 1 and 3 clusters: each walks

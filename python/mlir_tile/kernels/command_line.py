@@ -108,7 +108,9 @@ def given(fields: dict) -> dict:
 
 
 def with_build_options(ptx: str, build: dict) -> str:
-    """The PTX as --ptx-out writes it: the build options in its first line, a comment, where there are any."""
+    """The PTX as --ptx-out writes it: the build options in its first line, a comment, where there are any
+    (those left at None, a configuration's fields not given, are not written: --run-ptx takes None for them)."""
+    build = {name: value for name, value in build.items() if value is not None}
     return BUILT_WITH + json.dumps(build) + "\n" + ptx if build else ptx
 
 

@@ -13,7 +13,7 @@ from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
 from mlir_tile.kernels.gemm.sm90 import boxes
-from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, configure, measured_tile, scaled_config
+from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, measured_tile, scaled_config
 
 
 TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
@@ -225,7 +225,7 @@ def hopper_shipped_kernels(epilogues) -> list:
         return [SMALL_TILE] if isinstance(epilogue, Choice) else [measured] if chained else [measured, SMALL_TILE]
 
     chains = [chain(True, activation) for activation in SHIPPED_ACTIVATIONS]
-    sixteen = [(element, configure(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
+    sixteen = [(element, hopper_config(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
                for epilogue, chained in [(e, False) for e in epilogues] + [(c, True) for c in chains]
                for tile in tiles_for(element, major, epilogue, chained)]
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]

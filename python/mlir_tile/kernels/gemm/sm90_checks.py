@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mlir_tile.kernels.common import output_element
 from mlir_tile.kernels.gemm.sm90 import KERNEL, boxes
-from mlir_tile.kernels.gemm.sm90_tiles import DEFAULT_TILE, HopperConfig, configure
+from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
@@ -52,18 +52,18 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
     return a, b, scales, check_fp8
 
 
-def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: str = DEFAULT_TILE,
+def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: dict | None = None,
                   shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None,
                   row_scales: bool = False, splits: int = 3) -> tuple[bool, str]:
-    """The kernel in `ptx` on an M x N x K product of random values, against numpy (`inputs_and_check`);
-    `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
+    """The kernel of `tile` (HopperConfig's fields, `hopper_config`; default: the element's) in `ptx` on an
+    M x N x K product of random values, against numpy (`inputs_and_check`); `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
     kernel's (`HopperConfig.row_scales`); `splits`: a split-K kernel's, its fp32 partials summed here and
     rounded as gemm_reduce rounds them."""
     import numpy as np
 
     from mlir_tile.runtime import Runtime
 
-    config, (m, n, depth) = configure(b_major, tile, dtype, row_scales), shape
+    config, (m, n, depth) = hopper_config(b_major, tile, dtype, row_scales), shape
     if min(shape) < 1 or n % config.unit or depth % config.k_unit:
         raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
                          f"rows on 16 bytes), not {m} x {n} x {depth}")

@@ -172,49 +172,50 @@ class HopperConfig:
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
-DEFAULT_TILE, FP8_TILE, FP8_ROWS_TILE = "128x128x64s4", "128x256x128s4", "128x128x128s4"
-FP8_KN_TILE = "128x256x128s3"  # fp8 B [K, N]: the staging stages take the fourth stage's shared memory
+# A tile: HopperConfig's fields other than B's layout and the elements (`HopperConfig.of`), as data
+DEFAULT_TILE = {"bm": 128, "bn": 128, "bk": 64, "stages": 4}
+FP8_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 4}
+FP8_ROWS_TILE = {"bm": 128, "bn": 128, "bk": 128, "stages": 4}
+FP8_KN_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 3}  # fp8 B [K, N]: the staging stages take the fourth stage's
+TILE_FIELDS = tuple(name for name in HopperConfig.__dataclass_fields__ if name not in ("b_major", "element_bits",
+                                                                                    "row_scales"))
 
 
-def default_tile(element: str, b_major: str = "nk") -> str:
+def default_tile(element: str, b_major: str = "nk") -> dict:
     if element == "e4m3":
         return FP8_KN_TILE if b_major == "kn" else FP8_TILE
     return DEFAULT_TILE
 
 
-def configure(b_major: str = "nk", tile: str = DEFAULT_TILE, element: str = "f16", row_scales: bool = False) -> HopperConfig:
-    """The Hopper kernel of a tile named BMxBNxBKsSTAGES (warp-specialized; then "w": consumers of 128 rows,
-    "k": split-K, "u": unspecialized, "p": persistent, "g": persistent ping-pong; "cN": clusters of N CTAs
-    sharing B by multicast; "b": `uniform`) for B's layout and the inputs' `element` (e4m3: BK 128); ValueError for one it does
-    not take."""
-    import re
-
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)(w?)(k?)([upg]?)(?:c(\d+))?(b?)", tile)
-    if match is None:
-        raise ValueError(f"hopper gemm: a tile is BMxBNxBKsSTAGES[w][k][u|p|g][cCLUSTER][b] (e.g. {DEFAULT_TILE}, "
-                         f"256x128x64s4w, 128x128x64s4k, 128x256x64s3c2), got {tile!r}")
-    bm, bn, bk, stages = map(int, match.groups()[:4])
-    return HopperConfig(bm, bn, bk, stages, b_major, specialized=match.group(7) != "u",
-                        persistent=match.group(7) in ("p", "g"), pingpong=match.group(7) == "g",
-                        cluster=int(match.group(8) or 1),
-                        element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
-                        consumer_rows=128 if match.group(5) else 64, split_k=bool(match.group(6)),
-                        uniform=bool(match.group(9)))
+def hopper_config(b_major: str = "nk", tile: dict | None = None, element: str = "f16",
+                  row_scales: bool = False) -> HopperConfig:
+    """The Hopper kernel of `tile` (HopperConfig's fields but B's layout and the elements; default: the element's
+    `default_tile`) for B's layout and the inputs' `element` (e4m3: 8-bit, BK 128); ValueError for a field it
+    has not, or a kernel it does not take."""
+    tile = default_tile(element, b_major) if tile is None else tile
+    unknown = sorted(set(tile) - set(TILE_FIELDS))
+    if unknown:
+        raise ValueError(f"hopper gemm: a tile's fields are {', '.join(TILE_FIELDS)}; got {', '.join(unknown)}")
+    return HopperConfig(**tile, b_major=b_major, element_bits=8 if element == "e4m3" else 16, row_scales=row_scales)
 
 
 # The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
 # registers beside 128-row consumers' accumulators spill (3.8 KB a thread with `selectable` on 256 x 128)
-SMALL_TILE = "128x128x64s4"
+SMALL_TILE = DEFAULT_TILE
 # bias + these, shipped as chains of their own on the measured tiles (why these: docs/notes/benchmark-history.md,
 # "The configuration tables' measurements")
 SHIPPED_ACTIVATIONS = ("gelu_tanh", "silu")
 MEASURED_TILES = "hopper_tiles.json"  # beside this module: written by `benchmarks/gemm.py hopper-table`
 
 
-@functools.lru_cache(maxsize=None)
-def measured_tile(element: str, b_major: str) -> str:
+def measured_tile(element: str, b_major: str) -> dict:
     """The tile benchmarks/gemm.py's `hopper` measured fastest at the most shapes for `element` and B's layout
-    on the H200 (MEASURED_TILES, data the benchmark writes: `hopper-table`)."""
+    (MEASURED_TILES, data the benchmark writes with its provenance: `hopper-table`)."""
+    return dict(_measured_tiles(element, b_major))
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_tiles(element: str, b_major: str) -> tuple:
     import json
     from pathlib import Path
 
@@ -222,19 +223,19 @@ def measured_tile(element: str, b_major: str) -> str:
     key = f"{element}:{b_major}"
     if key not in table:
         raise ValueError(f"hopper gemm: {MEASURED_TILES} has no measured tile for {key}; it has {sorted(table)}")
-    return table[key]
+    return tuple(table[key]["fields"].items())
 
 
 def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None,
                    element: str = "f16") -> HopperConfig:
     """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
     of the `sms` multiprocessors and the epilogue is none or one `Epilogue`, else SMALL_TILE."""
-    measured = configure(b_major, measured_tile(element, b_major))
+    measured = hopper_config(b_major, measured_tile(element, b_major))
     fills = measured.grid(m, n, sms) >= fill * sms
-    return measured if fills and not isinstance(epilogue, Choice) else configure(b_major, SMALL_TILE)
+    return measured if fills and not isinstance(epilogue, Choice) else hopper_config(b_major, SMALL_TILE)
 
 
 def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:
     """`ScaledMatmul`'s kernel: the fp8 tile measured fastest for B's layout (`measured_tile`), or with per-row
     scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
-    return configure(b_major, FP8_ROWS_TILE if row_scales else measured_tile("e4m3", b_major), "e4m3", row_scales)
+    return hopper_config(b_major, FP8_ROWS_TILE if row_scales else measured_tile("e4m3", b_major), "e4m3", row_scales)
