@@ -107,3 +107,16 @@ def test_variant_kernels_assemble_without_spills(tmp_path, config, variant):
 def test_a_causal_configuration_with_keys_of_its_own_is_refused():
     with pytest.raises(ValueError, match="says which keys each row sees"):
         sm90.build_module(HopperAttentionConfig.of(128, True), variant=band)
+
+
+def test_the_keys_are_checked_on_a_host_without_mlir():
+    """The launcher's check runs where the runtime does, which has no MLIR: `maximum` and `minimum` take numpy
+    there without importing it."""
+    import subprocess
+    import sys
+
+    program = ("import sys; sys.modules['mlir'] = None\n"
+               "from mlir_tile.testing.attention_variants import band, sliding_window\n"
+               "sliding_window().check_keys(3000, ()); band.check_keys(700, (100,)); print('checked')")
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == "checked", ran.stderr

@@ -132,15 +132,13 @@ def minimum(a, b):
 
 
 def _extreme(a, b, which: str, of_f32, of_numbers):
-    from mlir import ir
-
-    if isinstance(a, ir.Value) or isinstance(b, ir.Value):  # (index values in the kernel: signed)
-        from mlir_tile.builder import integers
-
-        return getattr(integers, which)(a, b, signed=True)
     if isinstance(a, F32) or isinstance(b, F32):
         return of_f32(a, b) if isinstance(a, F32) else of_f32(b, a)
-    return of_numbers(a, b)
+    if all(isinstance(x, (int, np.integer, np.ndarray)) for x in (a, b)):  # (on the host: no MLIR there)
+        return of_numbers(a, b)
+    from mlir_tile.builder import integers  # (index values in the kernel: signed)
+
+    return getattr(integers, which)(a, b, signed=True)
 
 
 class Site:
