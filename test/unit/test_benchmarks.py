@@ -229,17 +229,3 @@ def test_the_measured_table_takes_the_tile_fastest_at_the_most_shapes(tmp_path):
     assert table["tiles"]["f16:nk"]["fields"] == {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128}
     assert table["provenance"]["runs"] == [{"file": "gemm_hopper_f16.json"}] and table["provenance"]["shapes"] == 5
 
-
-def test_the_readmes_sliding_window_numbers_are_the_kept_runs():
-    """The README's row for the sliding window states the kept run's ranges (benchmarks/results)."""
-    import json
-
-    repository = Path(bench.__file__).resolve().parents[1]
-    rows = json.loads((repository / "benchmarks" / "results" / "attention_window.json").read_text())
-    readme = (repository / "README.md").read_text()
-    flex = [row["window vs FlexAttention"] for row in rows]
-    causal = [row["window vs our causal"] for row in rows]
-    first = next(row for row in rows if (row["batch"], row["heads"], row["seq"], row["d"]) == (4, 32, 4096, 128))
-    assert (f"{min(flex):.2f}-{max(flex):.2f}x FlexAttention's sliding window ({first['ours, window, ms']:.3f} ms at "
-            f"4x32x4096x128" in readme)
-    assert f"{min(causal):.2f}-{max(causal):.2f}x our full causal" in readme
