@@ -312,7 +312,7 @@ def test_each_element_of_o_reaches_its_row_and_column_on_the_model(config):
     band's stmatrix from the consumer's first word; then what each TMA store reads of its box (`o_stores`: its
     first element and its column of O) holds, at box element (r, c), the tag of O's (64 consumer + r, column + c)."""
     from mlir_tile.models import reference
-    from mlir_tile.kernels.common import packed_slot
+    from mlir_tile.tiling.tiled import packed_slot
     from mlir_tile.tiling.tiled import tiled_store_c
 
     d, band = config.head_dim, tiled_store_c(4, flash_layouts.tiles(config)["o_band"])

@@ -93,12 +93,6 @@ def output_element(element: str) -> str:
     return "bf16" if element == "e4m3" else element
 
 
-def packed_slot(block: int, half: int) -> int:
-    """The register slot of n8 block `block`'s packed pair `half` (c0 c1, or c2 c3 eight rows down) in the C
-    stmatrix transfer (`tiled_store_c`'s c_slots(0, block)): the accumulator slots 4 block + 2 half, + 1."""
-    return 4 * (block // 2) + 2 * (block % 2) + half
-
-
 class TensorMaps:
     """The device tensor maps a Hopper kernel is launched with, one per (address, shape, row stride, box),
     the `kept` most recent kept (a training loop's weights and buffers come back at the same addresses, so

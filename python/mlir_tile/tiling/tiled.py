@@ -161,6 +161,12 @@ def tiled_store_c(warps: int, c: Layout) -> Operand:
     return _operand("c", c, STMATRIX_X4, (warps, 1), 1, rows_split="m", words_split="n")
 
 
+def packed_slot(block: int, half: int) -> int:
+    """The register slot of n8 block `block`'s packed pair `half` (c0 c1, or c2 c3 eight rows down) in the C
+    stmatrix transfer (`tiled_store_c`'s c_slots(0, block)): the accumulator slots 4 block + 2 half, + 1."""
+    return 4 * (block // 2) + 2 * (block % 2) + half
+
+
 def _tiled_mma(atom: MmaAtom, warps, tile, a, b, c, b_major) -> TiledMma:
     (wm, wn), (bm, bn, bk), elements_per_word = warps, tile, atom.per_register
     k_block = atom.shape[2]  # a k16 (f16) or k32 (s8) block: 8 words

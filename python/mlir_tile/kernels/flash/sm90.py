@@ -443,18 +443,12 @@ class _HopperAttention(OnlineSoftmax):
         band, that thread's warp releases its band of Q; over the stage, the stage is released then."""
         from mlir.dialects import arith
 
-        from mlir_tile.builder import transfer
-        from mlir_tile.kernels.common import packed_slot
-        from mlir_tile.tiling.tiled import tiled_store_c
+        from mlir_tile.builder.stores import AccumulatorBand
 
         k, config, out = self.k, self.config, output_element(self.config.element)
-        band = tiled_store_c(4, self.tiles["o_band"])
-        packed = k.registers(band.whole.slots)
-        for block in range(self.d // 8):
-            for half in range(2):  # (c0, c1) of row l / 4, (c2, c3) eight rows further
-                values = [arith.mulf(k.load(self.o_acc.registers, [4 * block + 2 * half + i]), inverses[half])
-                          for i in range(2)]
-                k.store(k.pack_f16(*values, out), packed, [packed_slot(block, half)])
+        band = AccumulatorBand(k, self.tiles["o_band"], out)
+        packed = band.registers()
+        band.pack(packed, self.o_acc.registers, self.d, lambda slot, x: arith.mulf(x, inverses[self.o_halves[slot]]))
         thread, own_o = self.consumer_thread(), config.persistent and not config.o_in_stage
         if own_o:
             with k.if_(k.compare("eq", thread, 0)):
@@ -466,8 +460,7 @@ class _HopperAttention(OnlineSoftmax):
         else:
             tile = k.index(config.o_offset)
         first = tile + self.consumer * BAND_BYTES
-        transfer(band.whole.opcode, k.view(self.shared, (self.tiles["o_band"].cosize,), "i32", first), packed,
-                 dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
+        band.write(packed, self.shared, first)
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
         # [tma-store-coordinate]: the head a quotient of the item, q0 its row tile (a remainder, or the tiles

@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
-from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, packed_slot, stored_tile
+from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, stored_tile
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, SWIZZLE_BITS,
                                                TRANSPOSE_STAGES)
@@ -376,37 +376,31 @@ class _HopperGemm:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
         C tile over the stages' bytes (one a batch), then one TMA store per 64-column box of it by the first
         consumer thread."""
-        from mlir_tile.builder import transfer
+        from mlir_tile.builder.stores import AccumulatorBand
         from mlir_tile.kernels.common import for_each_arm
-        from mlir_tile.tiling.tiled import tiled_store_c
         from mlir_tile.isa.tma import column_boxes
 
         k, config = self.k, self.config
-        band = tiled_store_c(4, self.tiles["c_band"])  # 64 rows, one warpgroup's transfer
-        packed = [k.registers(band.whole.slots) for _ in self.accumulators]
+        band = AccumulatorBand(k, self.tiles["c_band"], self.out)  # 64 rows, one warpgroup's stmatrix
+        packed = [band.registers() for _ in self.accumulators]
         c_c = k.identity_tensor((self.m, self.n))
         places = [self._place(c_c, origin, batch) for batch in range(len(self.accumulators))]
 
         def pack(finish):
             for accumulators, registers, place in zip(self.accumulators, packed, places):
                 scaled = self.scaling(place)  # (its loads inside the arm's branch: one a scale, each arm)
-                for block in range(config.bn // 8):
-                    for half in range(2):  # (c0, c1) row l / 4, (c2, c3) eight rows further: register slot
-                        values = []
-                        for value_slot in (4 * block + 2 * half, 4 * block + 2 * half + 1):
-                            value = scaled(k.load(accumulators.registers, [value_slot]), value_slot)
-                            values.append(value if finish is None else
-                                          finish(value, *place[self.consumer_thread, value_slot]))
-                        k.store(k.pack_f16(*values, self.out), registers, [packed_slot(block, half)])
+
+                def value(slot, x, scaled=scaled, place=place):
+                    x = scaled(x, slot)
+                    return x if finish is None else finish(x, *place[self.consumer_thread, slot])
+                band.pack(registers, accumulators.registers, config.bn, value)
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
         band_bytes = 64 * SWIZZLE_COLUMNS * ELEMENT_BYTES
         for batch, registers in enumerate(packed):
             first_band = self.row_group * len(packed) if len(packed) > 1 else self.row_group
-            at = first_band * band_bytes + (region + batch * band_bytes)
-            transfer(band.whole.opcode, k.view(self.shared, (self.tiles["c_band"].cosize,), "i32", at), registers,
-                     dst_layout=band.whole.shared, src_layout=band.whole.registers, scope="warpgroup")
+            band.write(registers, self.shared, first_band * band_bytes + (region + batch * band_bytes))
         k.async_proxy_fence()
         self.consumers_meet()
         row0, col0 = origin  # ([tma-store-coordinate]: tile indices, block ids and quotients and remainders of

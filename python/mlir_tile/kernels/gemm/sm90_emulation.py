@@ -1,7 +1,8 @@
 """The Hopper GEMM's CTA on the reference model (`--emulate --arch sm_90a`): TMA, wgmma's fetch, stmatrix."""
 from __future__ import annotations
 
-from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, packed_slot
+from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element
+from mlir_tile.tiling.tiled import packed_slot
 from mlir_tile.kernels.gemm.sm90 import b_parts, tiles, transposition
 from mlir_tile.kernels.gemm.sm90_checks import inputs_and_check
 from mlir_tile.kernels.gemm.sm90_tiles import ELEMENT_BYTES, HopperConfig
