@@ -285,7 +285,6 @@ class _HopperAttention(OnlineSoftmax):
                 k.tma_store_wait(0)
 
     def attend(self) -> None:
-
         k = self.k
         for half in range(2):
             k.store(self.negative_infinity, self.row_max, [half])
@@ -478,7 +477,6 @@ class _HopperAttention(OnlineSoftmax):
             self.release_q_band()
 
     def _query(self, row):
-
         return self.q0 + (self.consumer * 64 + row)
 
     def _first_slot(self, half: int) -> int:

@@ -145,7 +145,6 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
 
 class _HopperGemm:
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
-
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TileOrder, TmaPipeline
         from mlir_tile.builder.tensor import ceil_div, in_units
@@ -207,7 +206,6 @@ class _HopperGemm:
         self.partials = k.tensor(self.c_map, (splits, self.m, self.n))[self.split, None, None]
 
     def build(self) -> None:
-
         k, config = self.k, self.config
         if not config.specialized:  # every warpgroup a consumer; thread 0 also loads, between its batches
             origin = self.origin(k.block_id())
