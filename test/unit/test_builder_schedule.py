@@ -135,7 +135,7 @@ def test_key_tiles_are_those_some_row_sees_and_unmasked_those_all_see_whole(seq,
     tile, warp = data.draw(st.integers(0, -(-seq // keys))), data.draw(st.integers(0, 3))
 
     def build(k, seq_value, first_value, tile_value, warp_value):
-        tiles = KeyTiles(k, seq_value, keys, first_value, rows, causal)
+        tiles = KeyTiles(k, seq_value, keys, first_value, rows=rows, causal=causal)
         return [tiles.count, tiles.unmasked, tiles.reaches(tile_value, warp_value, 32)]
 
     stored = run(kernel(4, build), [seq, first_row, tile, warp])

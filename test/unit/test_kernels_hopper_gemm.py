@@ -329,10 +329,11 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
         for major in ("nk", "kn"):
             hopper_config(major, measured_tile(element, major), element)
     measured = hopper_config("nk", measured_tile("bf16", "nk"))
-    assert library_config(4096, 4096, "nk", 132, 0.9, element="bf16") == measured
-    assert library_config(1024, 1024, "kn", 132, 0.9) == hopper_config("kn", SMALL_TILE)  # 32 tiles of 256 x 128
-    assert library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh)) == hopper_config("nk", measured_tile("f16", "nk"))
-    assert library_config(4096, 4096, "nk", 132, 0.9, selectable) == hopper_config("nk", SMALL_TILE)
+    assert library_config(4096, 4096, "nk", sms=132, fill=0.9, element="bf16") == measured
+    assert library_config(1024, 1024, "kn", sms=132, fill=0.9) == hopper_config("kn", SMALL_TILE)  # 32 tiles of 256 x 128
+    assert library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh)) == hopper_config(
+        "nk", measured_tile("f16", "nk"))
+    assert library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=selectable) == hopper_config("nk", SMALL_TILE)
     with pytest.raises(ValueError, match="no measured tile for e5m2:nk"):
         measured_tile("e5m2", "nk")
 
@@ -350,7 +351,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS)) + 2 * 2
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
-    config = hopper_tiles.library_config(4096, 4096, "nk", 132, 0.9, bias.then(gelu_tanh))
+    config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))
     _assembles(compile_to_ptx(gemm_sm90.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
 
 

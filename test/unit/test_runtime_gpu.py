@@ -252,7 +252,8 @@ def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, s
     fields = {name: value for name, value in built.items() if name in hopper_tiles.TILE_FIELDS}
     config = gemm_checks.hopper_tile(built["dtype"], built["b_major"], None, fields)
     tile = {name: getattr(config, name) for name in hopper_tiles.TILE_FIELDS}
-    ok, line = hopper_checks.run_and_check(ptx, built["dtype"], built["b_major"], tile, shape, splits=splits)
+    ok, line = hopper_checks.run_and_check(ptx, dtype=built["dtype"], b_major=built["b_major"], tile=tile, shape=shape,
+                                           splits=splits)
     assert ok, line
 
 
@@ -270,7 +271,8 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
     suffix = ("_kn" if b_major == "kn" else "") + ("_rows" if row_scales else "")
     ptx = gpu_input(f"gemm_hopper_e4m3{suffix}.ptx").read_text()
     tile = hopper_tiles.FP8_ROWS_TILE if row_scales else hopper_tiles.default_tile("e4m3", b_major)
-    ok, line = hopper_checks.run_and_check(ptx, "e4m3", b_major, tile, shape, row_scales=row_scales)
+    ok, line = hopper_checks.run_and_check(ptx, dtype="e4m3", b_major=b_major, tile=tile, shape=shape,
+                                           row_scales=row_scales)
     assert ok, line
 
 
@@ -295,7 +297,8 @@ def test_a_persistent_hopper_gemm_walks_the_tiles_of_any_grid(runtime, name, til
     consumer idle)."""
     from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
-    ok, line = hopper_checks.run_and_check(gpu_input(name).read_text(), "f16", "nk", tile, (1000, 1016, 504), ctas=ctas)
+    ok, line = hopper_checks.run_and_check(gpu_input(name).read_text(), dtype="f16", b_major="nk", tile=tile,
+                                           shape=(1000, 1016, 504), ctas=ctas)
     assert ok, line
 
 

@@ -167,7 +167,7 @@ class KeyTiles:
 
     first = lead = None
 
-    def __init__(self, kernel, extent: ir.Value, keys: int, first_row: ir.Value, rows: int, causal: bool):
+    def __init__(self, kernel, extent: ir.Value, keys: int, first_row: ir.Value, *, rows: int, causal: bool):
         k = self.k = kernel
         self.keys, self.first_row = count(keys, "KeyTiles: keys"), k.as_index(first_row)
         rows, extent = count(rows, "KeyTiles: rows"), as_integer(k, extent, "KeyTiles: extent")

@@ -31,7 +31,7 @@ def configure(dtype: str = "f16", head_dim: int = 64, causal: bool = False, tune
     return picked(head_dim, causal, dtype) if tuned else Config(head_dim, causal, dtype)
 
 
-def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
+def run_and_check(ptx: str, *, dtype: str = "f16", head_dim: int = 64, causal: bool = False, tuned: bool = False,
                   batch: int = 1, heads: int = CASE[0], seq: int = CASE[1], arch: str = PORTABLE_CHIP,
                   sms: int | None = None, **fields) -> tuple[bool, str]:
     """The kernel of these build options (`configure`) in `ptx` on batch x heads x seq x head_dim random
@@ -44,7 +44,7 @@ def run_and_check(ptx: str, dtype: str = "f16", head_dim: int = 64, causal: bool
     if arch == WARPGROUP_CHIP:
         from mlir_tile.kernels.flash import sm90_checks as hopper_attention_checks
 
-        return hopper_attention_checks.run_and_check(ptx, config, batch, heads, seq, sms)
+        return hopper_attention_checks.run_and_check(ptx, config, batch=batch, heads=heads, seq=seq, sms=sms)
     if min(batch, heads, seq) < 1:
         raise ValueError(f"attention: batch, heads and seq >= 1, got {batch}, {heads}, {seq}")
     rng = np.random.default_rng(1)

@@ -97,7 +97,7 @@ class _Attention:
         # (query, key) of S by key tile
         self.c_scores = local_tile(k.identity_tensor((self.seq, self.seq)), (self.rows, config.keys), (query_tile, None))
         self.q0 = self.c_q[0, 0][0]
-        self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, self.rows, config.causal)
+        self.key_tiles = KeyTiles(k, self.seq, config.keys, self.q0, rows=self.rows, causal=config.causal)
         self.shared = k.dynamic_shared(alignment=max(contract.aligned_for(t) for t in (scores.a.tile, scores.b.tile)))
         q_bytes, kv_bytes = config.tile_bytes
         # K's two stages after Q's tile, then V's

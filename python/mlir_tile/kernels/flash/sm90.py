@@ -142,8 +142,8 @@ class _HopperAttention(OnlineSoftmax):
             self.q0 = query_tile * config.rows
             self.head_row = self.head * k.as_index(self.seq)  # the head's first row of the 2-D maps
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
-            self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(k, self.seq, config.keys, self.q0,
-                                                                               config.rows, config.causal)
+            self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(
+                k, self.seq, config.keys, self.q0, rows=config.rows, causal=config.causal)
             # (the key tiles before the item counted modulo `index_period`: without the mask every item has as
             # many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
@@ -191,7 +191,7 @@ class _HopperAttention(OnlineSoftmax):
             self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
+    def load_boxes(self, pipeline, index, *, tile_bytes, layout, tensor_map, row) -> None:
         """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map` into
         the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
         k, config = self.k, self.config
@@ -220,8 +220,8 @@ class _HopperAttention(OnlineSoftmax):
         for consumer in range(consumers):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
-            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), self.tiles["q_band"],
-                            self.q_map, self.head_row + (self.q0 + 64 * consumer))
+            self.load_boxes(self.q_pipeline, band, tile_bytes=k.index(consumer * BAND_BYTES), layout=self.tiles["q_band"],
+                            tensor_map=self.q_map, row=self.head_row + (self.q0 + 64 * consumer))
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
@@ -230,13 +230,16 @@ class _HopperAttention(OnlineSoftmax):
         self.pipeline.acquire(index)
         row = self.head_row + self.key_tile_at(tile) * self.config.keys
         stage = ring.stage(index)
-        self.load_boxes(self.pipeline, index, ring.offset(stage, 0), self.tiles["k"], self.k_map, row)
+        self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 0), layout=self.tiles["k"], tensor_map=self.k_map,
+                        row=row)
         if not self.config.fp8:
-            self.load_boxes(self.pipeline, index, ring.offset(stage, 1), self.tiles["k"], self.v_map, row)
+            self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 1), layout=self.tiles["k"],
+                            tensor_map=self.v_map, row=row)
             return
         self.staging.acquire(index)
         staged = self.staging_ring.offset(self.staging_ring.stage(index))
-        self.load_boxes(self.staging, index, staged, self.tiles["v_staged"], self.v_map, row)
+        self.load_boxes(self.staging, index, tile_bytes=staged, layout=self.tiles["v_staged"], tensor_map=self.v_map,
+                        row=row)
 
     def produce_transposed(self) -> None:
         """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its
@@ -347,7 +350,7 @@ class _HopperAttention(OnlineSoftmax):
                 or self.keys_of_rows):
             return self.key_tiles
         first_row = self.q0 + self.consumer * 64
-        return KeyTiles(self.k, self.seq, config.keys, first_row, 64, causal=True)
+        return KeyTiles(self.k, self.seq, config.keys, first_row, rows=64, causal=True)
 
     def release_q_band(self) -> None:
         """This consumer's first warp (its storing thread's) releases its band of Q."""

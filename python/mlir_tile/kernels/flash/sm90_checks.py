@@ -30,7 +30,7 @@ def _inputs(config: HopperAttentionConfig, shape: tuple, rng) -> tuple[list, lis
     return raw + descales, values
 
 
-def run_and_check(ptx: str, config: HopperAttentionConfig, batch: int = 1, heads: int = 3,
+def run_and_check(ptx: str, config: HopperAttentionConfig, *, batch: int = 1, heads: int = 3,
                   seq: int = 200, sms: int | None = None) -> tuple[bool, str]:
     """The kernel of `config` in `ptx` on batch x heads x seq x d random q, k, v (`_inputs`) against numpy's
     fp32 attention of their values (`reference`): O within 8 units of the element's roundoff,

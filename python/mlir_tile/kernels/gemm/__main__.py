@@ -56,12 +56,12 @@ def main() -> int:
             if align != 16:
                 raise ValueError("gemm: Hopper's path (TMA) takes rows on 16 bytes: --align 16")
             return sm90.build_module(dtype, checks.hopper_tile(dtype, b_major, tile, fields))
-        return sm80.build_module(dtype, checks.sm80_config(dtype, b_major, align, tile, fields))
+        return sm80.build_module(dtype, checks.sm80_config(dtype, b_major, align=align, tile=tile, fields=fields))
 
     def emulate_cta(dtype, b_major, align, tile, shape, arch, **fields):  # one CTA, the shape aside
         if arch == WARPGROUP_CHIP:
             return sm90_emulation.emulate(checks.hopper_tile(dtype, b_major, tile, fields), 2, dtype)
-        config = checks.sm80_config(dtype, b_major, align, tile, fields)
+        config = checks.sm80_config(dtype, b_major, align=align, tile=tile, fields=fields)
         return emulation.emulate(config, 2 if config.bk == 32 else 1, dtype)
 
     return example_main(__doc__, build, checks.run_and_check, emulate_cta, options=add_options)

@@ -22,7 +22,7 @@ def hopper_tile(dtype: str, b_major: str, tile: str | None, fields: dict) -> sm9
     return sm90_tiles.hopper_config(b_major, {**sm90_tiles.default_tile(dtype, b_major), **given(fields)}, dtype)
 
 
-def sm80_config(dtype: str, b_major: str, align: int, tile: str | None, fields: dict):
+def sm80_config(dtype: str, b_major: str, *, align: int, tile: str | None, fields: dict):
     """The command line's mma.sync kernel: `Matmul`'s tile named `tile` (default DEFAULT_TILE)."""
     if dtype == "e4m3":
         raise ValueError("gemm: e4m3 runs on Hopper's path: --arch sm_90a")
@@ -32,17 +32,17 @@ def sm80_config(dtype: str, b_major: str, align: int, tile: str | None, fields: 
     return configure(b_major, align, tile or DEFAULT_TILE)
 
 
-def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str | None = None,
+def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "kn", align: int = 16, tile: str | None = None,
                   shape: tuple[int, int, int] = SHAPE, arch: str = DEFAULT_CHIP, **fields) -> tuple[bool, str]:
     """The kernel of these build options (`sm80_config`; `arch` WARPGROUP_CHIP: `hopper_tile`'s,
     `sm90_checks.run_and_check`) in `ptx` on an M x N x K product of random values, against numpy."""
     if arch == WARPGROUP_CHIP:
         config = hopper_tile(dtype, b_major, tile, fields)
-        return sm90_checks.run_and_check(ptx, dtype, b_major, {name: getattr(config, name) for name in
-                                                               sm90_tiles.TILE_FIELDS}, shape)
+        tile = {name: getattr(config, name) for name in sm90_tiles.TILE_FIELDS}
+        return sm90_checks.run_and_check(ptx, dtype=dtype, b_major=b_major, tile=tile, shape=shape)
     from mlir_tile.runtime import Runtime
 
-    config, (m, n, depth) = sm80_config(dtype, b_major, align, tile, fields), shape
+    config, (m, n, depth) = sm80_config(dtype, b_major, align=align, tile=tile, fields=fields), shape
     if min(shape) < 1 or n % config.unit or depth % config.unit:
         raise ValueError(f"gemm: rows on {config.align} bytes take M, N, K >= 1 with N and K multiples of "
                          f"{config.unit}, not {m} x {n} x {depth}; --align 2 takes any sizes")

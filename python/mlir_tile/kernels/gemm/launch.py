@@ -147,7 +147,7 @@ class Matmul:
         return config, module, config.grid(m, n, splits, self.sms), (m, n // config.unit, depth // config.unit), reduction
 
     def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
-        config = sm90_tiles.library_config(m, n, b_major, self.sms, FILL, epilogue, element)
+        config = sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue, element=element)
         module = self.library.module(sm90.kernel_name(element, config, epilogue),
                                      lambda: sm90.build_module(element, config, epilogue=epilogue))
         sizes = (m, n // config.unit, depth // config.unit)

@@ -52,7 +52,7 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
     return a, b, scales, check_fp8
 
 
-def run_and_check(ptx: str, dtype: str = "f16", b_major: str = "nk", tile: dict | None = None,
+def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: dict | None = None,
                   shape: tuple[int, int, int] = (1000, 1016, 504), ctas: int | None = None,
                   row_scales: bool = False, splits: int = 3) -> tuple[bool, str]:
     """The kernel of `tile` (HopperConfig's fields, `hopper_config`; default: the element's) in `ptx` on an

@@ -226,7 +226,7 @@ def _measured_tiles(element: str, b_major: str) -> tuple:
     return tuple(table[key]["fields"].items())
 
 
-def library_config(m: int, n: int, b_major: str, sms: int, fill: float, epilogue=None,
+def library_config(m: int, n: int, b_major: str, *, sms: int, fill: float, epilogue=None,
                    element: str = "f16") -> HopperConfig:
     """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
     of the `sms` multiprocessors and the epilogue is none or one `Epilogue`, else SMALL_TILE."""
