@@ -24,7 +24,7 @@ def shipped_kernels(chip: str):
 class AttentionPaths:
     """attention(q, k, v, causal, descales) on a library's chip, the one place that picks the kernel: Hopper's
     (`HopperAttention`: TMA, wgmma) where the chip runs it, else the FlashAttention-2-form kernel (`Attention`:
-    any sm_80 or newer GPU). Both take q, k and v on 16 bytes (a ValueError otherwise, before any launch).
+    any sm_80 or newer GPU). Both take q, k and v on 16 bytes: a view off them is copied onto them first.
     fp8 (`descales`): Hopper's only."""
 
     def __init__(self, library):
@@ -32,6 +32,9 @@ class AttentionPaths:
         self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
+        # a view whose data lies off 16 bytes (x[1:], narrow, split): both kernels copy 16-byte chunks (cp.async,
+        # TMA), so it is copied into a fresh tensor first, which torch's allocator lays on 512 bytes
+        q, k, v = (x.clone() if x.is_cuda and x.data_ptr() % 16 else x for x in (q, k, v))
         if variant is not None and self.hopper is None:
             raise ValueError(f"attention: variants run on Hopper's path, which this GPU ({self.library.chip}) has not")
         if variant is not None:

@@ -73,11 +73,14 @@ class Matmul:
 
         from mlir_tile.runtime import torch_stream
 
-        aligned = all(t.data_ptr() % TMA_ADDRESS_BYTES == 0 for t in (a, b) + (() if out is None else (out,)))
+        # (the bytes every operand's first element lies on: a view's may be any even address, which caps the
+        # copies' width as its rows' lengths do)
+        start = next(align for align in (16, 8, 4, 2) if all(t.data_ptr() % align == 0 for t in (a, b) + (
+            () if out is None else (out,))))
         key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
-               aligned)
+               start)
         if key not in self.plans:  # what depends only on the key is checked and worked out once
-            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue, aligned)
+            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue, start)
         config, module, grid, sizes, reduction = self.plans[key]
         if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
             raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
@@ -109,18 +112,20 @@ class Matmul:
                        block=sm80.REDUCE_THREADS, stream=stream)
         return out
 
-    def _plan(self, a, b, b_major, tile, splits, epilogue, aligned):
+    def _plan(self, a, b, b_major, tile, splits, epilogue, start: int):
         """(config, module, grid, the kernel's size arguments, (the reduction's module, splits), None, or on
-        Hopper's path its TMA boxes) for these operands, or ValueError."""
+        Hopper's path its TMA boxes) for these operands, whose first elements lie on `start` bytes, or
+        ValueError."""
         element, (m, n, depth) = _element_and_sizes(a, b, b_major)
         if takes_hopper(self.library.chip, m, n, depth, sms=self.sms, b_major=b_major, tile=tile, splits=splits,
-                        aligned=aligned):
+                        aligned=start % TMA_ADDRESS_BYTES == 0):
             return self._hopper_plan(element, m, n, depth, b_major, epilogue)
         if tile is not None and tile not in TILES + (PERSISTENT,):
             raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"gemm: splits is an int from 1 to {MAX_SPLITS}, got {splits!r}")
-        align = next(align for align in (16, 8, 4, 2) if n % (align // HALF) == 0 and depth % (align // HALF) == 0)
+        align = next(align for align in (16, 8, 4, 2)
+                     if align <= start and n % (align // HALF) == 0 and depth % (align // HALF) == 0)
         smallest = smallest_tile(align)
         if splits is not None and splits > 1:
             if tile not in (None, smallest) and align != HALF:
@@ -267,13 +272,15 @@ class ScaledMatmul:
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
             raise ValueError(f"scaled matmul: out is a contiguous {m} x {n} CUDA tensor of bfloat16, got "
                              f"{tuple(out.shape)} {out.dtype}")
-        if any(t.data_ptr() % 16 for t in (a, b, out)):
-            raise ValueError("scaled matmul: A, B and out start on 16 bytes (TMA)")
-        maps = [self.maps(tensor, box[name], store=name == "c") for name, tensor in (("a", a), ("b", b), ("c", out))]
+        # TMA takes matrices on 16 bytes: a view off them is copied onto them (A and B), or written through a
+        # fresh C and copied into it (out)
+        a, b = (x.clone() if x.data_ptr() % TMA_ADDRESS_BYTES else x for x in (a, b))
+        c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
+        maps = [self.maps(tensor, box[name], store=name == "c") for name, tensor in (("a", a), ("b", b), ("c", c))]
         module.launch(sm90.KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
                       grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
                       stream=torch_stream(a))
-        return out
+        return out if c is out else out.copy_(c)
 
 
 def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, bool]:
