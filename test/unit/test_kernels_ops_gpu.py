@@ -409,3 +409,34 @@ def test_views_at_any_offset_run_and_match_torch():
                 failures.append(("scaled_mm", m, n, k))
     torch.cuda.synchronize()
     assert not failures, failures[:10]
+
+
+def test_empty_tensors_give_what_torch_gives():
+    """M, N or K 0 (leading dimensions too), batch, heads or sequence 0: torch's results (empty, or with K 0
+    the epilogue of a zero product), no error from the driver."""
+    from mlir_tile.kernels import attention, matmul, scaled_mm
+
+    for (m, n, k), layout in [((0, 64, 32), "nk"), ((16, 0, 32), "kn"), ((16, 24, 0), "nk"), ((16, 24, 0), "kn")]:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(*((n, k) if layout == "nk" else (k, n)), device="cuda", dtype=torch.bfloat16)
+        bias, residual = torch.randn(n, device="cuda", dtype=torch.bfloat16), torch.randn(m, n, device="cuda",
+                                                                                          dtype=torch.bfloat16)
+        weight = b if layout == "nk" else b.T
+        for got, expected in ((matmul(a, b, b_layout=layout), F.linear(a, weight)),
+                              (matmul(a, b, b_layout=layout, bias=bias, activation="silu", residual=residual),
+                               F.silu(F.linear(a.float(), weight.float(), bias.float())) + residual.float())):
+            assert got.shape == expected.shape and torch.allclose(got.float(), expected.float(), atol=2 ** -6)
+    x = torch.randn(2, 0, 32, device="cuda", dtype=torch.float16)  # (leading dimensions with no rows)
+    assert matmul(x, torch.randn(32, 48, device="cuda", dtype=torch.float16)).shape == (2, 0, 48)
+    for shape in [(0, 4, 128, 64), (2, 0, 128, 64), (2, 4, 0, 64)]:
+        q = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+        o, lse = attention(q, q, q, causal=True)
+        assert o.shape == shape and lse.shape == shape[:3] and o.dtype == q.dtype and lse.dtype == torch.float32
+    if torch.cuda.get_device_capability() == (9, 0):
+        one = torch.ones(1, device="cuda")
+        for m, n, k in [(0, 32, 64), (16, 0, 64), (16, 32, 0)]:
+            a8 = torch.zeros(m, k, device="cuda").to(torch.float8_e4m3fn)
+            b8 = torch.zeros(n, k, device="cuda").to(torch.float8_e4m3fn)
+            got = scaled_mm(a8, b8, one, one)
+            assert got.shape == (m, n) and got.dtype == torch.bfloat16 and not got.any()
+    torch.cuda.synchronize()

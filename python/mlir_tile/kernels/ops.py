@@ -5,6 +5,7 @@ device (shipped, cached, or built on first use).
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
+import math
 import threading
 from typing import List, Optional, Tuple
 
@@ -116,10 +117,14 @@ def _output_shape(a, b, b_layout: str) -> List[int]:
 
 def _run(a, b, b_layout, out, epilogue, operands) -> None:
     """epilogue(a @ b) into `out`, a contiguous [..., N] tensor; `operands` in the epilogue's order."""
-    rows = a.reshape(-1, a.shape[-1]).contiguous()
+    rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1]).contiguous()
     m, n = rows.shape[0], out.shape[-1]
     if m == 0 or n == 0:
         return
+    if rows.shape[1] == 0 and b.dim() == 2 and b.shape[0 if b_layout == "kn" else 1] == 0:
+        # K 0: the epilogue of a zero product (torch's), through the kernel with K of zeros
+        rows = rows.new_zeros(m, 8)
+        b = b.new_zeros((8, n) if b_layout == "kn" else (n, 8))
     flat = [x.reshape(m, n).contiguous() if isinstance(x, torch.Tensor) and x.dim() > 1 else
             x.contiguous() if isinstance(x, torch.Tensor) else x for x in operands]  # numbers and None as given
     kernels_on(a.device).matmul(rows, b.contiguous(), b_major=b_layout, out=out.view(m, n), epilogue=epilogue,

@@ -35,6 +35,11 @@ class AttentionPaths:
         # a view whose data lies off 16 bytes (x[1:], narrow, split): both kernels copy 16-byte chunks (cp.async,
         # TMA), so it is copied into a fresh tensor first, which torch's allocator lays on 512 bytes
         q, k, v = (x.clone() if x.is_cuda and x.data_ptr() % 16 else x for x in (q, k, v))
+        if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
+            import torch
+
+            o_type = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+            return q.new_empty(q.shape, dtype=o_type), q.new_empty(q.shape[:3], dtype=torch.float32)
         if variant is not None and self.hopper is None:
             raise ValueError(f"attention: variants run on Hopper's path, which this GPU ({self.library.chip}) has not")
         if variant is not None:
@@ -175,6 +180,14 @@ def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
         raise ValueError(f"attention: variant {variant.name!r} takes operands {wanted}; got {tuple(operands)!r}")
     variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
     return [np.float32(x) if kind == "scalar" else int(x) for x, kind in zip(operands, kinds)]
+
+
+def _empty(q, k, v) -> bool:
+    """Whether q, k and v are [batch, heads, seq, d] of one shape and dtype, the kernels' dtypes, with no rows."""
+    import torch
+
+    return (q.dim() == 4 and q.shape == k.shape == v.shape and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
+            and q.dtype in (torch.float16, torch.bfloat16, torch.float8_e4m3fn))
 
 
 def _descales(descales, element: str, device) -> list:

@@ -259,6 +259,9 @@ class ScaledMatmul:
         from mlir_tile.runtime import torch_stream
 
         m, n, depth, row_scales = _scaled_sizes(a, b, scale_a, scale_b, b_major)
+        if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
+            c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
+            return c if out is None else out.copy_(c)
         if (b_major, row_scales) not in self.plans:  # (the kernel and its boxes, once)
             config = scaled_config(b_major, row_scales)
             self.plans[b_major, row_scales] = (config, boxes(config), self.library.module(
@@ -294,9 +297,9 @@ def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, 
     if not all(t.is_cuda and t.is_contiguous() for t in (a, b, scale_a, scale_b)):
         raise ValueError("scaled matmul: A, B and the scales are contiguous CUDA tensors")
     (m, depth), (n, b_depth) = a.shape, (b.shape if b_major == "nk" else b.shape[::-1])
-    if b_depth != depth or 0 in (m, n, depth):
+    if b_depth != depth:
         raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
-                         f"differ or a size is 0")
+                         f"differ")
     per_tensor = scale_a.numel() == 1 and scale_b.numel() == 1
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
             per_tensor or (scale_a.numel(), scale_b.numel()) == (m, n)):
