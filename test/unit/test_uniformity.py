@@ -27,7 +27,10 @@ def test_an_extended_analysis_is_the_fresh_analysis_at_every_extension(monkeypat
     monkeypatch.setattr(uniformity.Uniformity, "extend", extend_and_compare)
     for seed in range(40):
         run_program(seed, steps=60)
-    gemm_sm80.build_module("bf16", gemm_tiles.configure("nk", 16, "128x256x64s4p"))  # transfers in nested loops, branches on
-    flash_sm80.build_module(flash_checks.configure("bf16", 128, True, tuned=True))  # warp indices
+    # the persistent GEMM on a 64 x 64 tile (its 128 x 256 one has twice the extensions, each on four times the ops:
+    # 15 s), transfers in nested loops; attention's branches on warp indices
+    gemm_sm80.build_module("bf16", gemm_tiles.variant(dict(bm=64, bn=64, bk=32, stages=4, persistent=True), 16,
+                                                      b_major="nk"))
+    flash_sm80.build_module(flash_checks.configure("bf16", 128, True, tuned=True))
     assert not differing, differing[0]
-    assert len(compared) > 60 and any(compared)  # many extensions, with thread-dependent values
+    assert len(compared) >= 50 and any(compared)  # many extensions, with thread-dependent values
