@@ -164,6 +164,50 @@ def _matmul_fake(a, b, b_layout, bias, activation, residual):
     return a.new_empty(_output_shape(a, b, b_layout))
 
 
+_TORCH_ACTIVATIONS = {"relu": torch.nn.functional.relu, "silu": torch.nn.functional.silu,
+                      "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+def _matmul_setup(ctx, inputs, output) -> None:
+    a, b, b_layout, bias, activation, residual = inputs
+    ctx.b_layout, ctx.activation, ctx.has_residual = b_layout, activation, residual is not None
+    ctx.save_for_backward(a, b, bias)
+
+
+def _matmul_backward(ctx, grad):
+    """y = activation(a @ b + bias) + residual: the residual's gradient is y's, the activation's is taken by
+    torch's autograd on the pre-activation (recomputed by our GEMM), and A's and B's are our GEMMs of it in the
+    layouts they need (dZ B^T; A^T dZ, or dZ^T A for B [N, K]); the bias's is dZ summed over the rows in fp32."""
+    a, b, bias = ctx.saved_tensors
+    dz = grad.contiguous()
+    if ctx.activation is not None:
+        z = torch.ops.mlir_tile.matmul(a, b, ctx.b_layout, bias, None, None).float()
+        with torch.enable_grad():
+            z.requires_grad_()
+            dz = torch.autograd.grad(_TORCH_ACTIVATIONS[ctx.activation](z), z, dz.float())[0].to(grad.dtype)
+    rows, a_rows = dz.reshape(-1, dz.shape[-1]), a.reshape(-1, a.shape[-1])
+    grad_a = grad_b = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_a = torch.ops.mlir_tile.matmul(dz, b, "nk" if ctx.b_layout == "kn" else "kn", None, None, None)
+    if ctx.needs_input_grad[1]:
+        grad_b = (torch.ops.mlir_tile.matmul(a_rows.t().contiguous(), rows, "kn", None, None, None)
+                  if ctx.b_layout == "kn" else
+                  torch.ops.mlir_tile.matmul(rows.t().contiguous(), a_rows, "kn", None, None, None))
+    if bias is not None and ctx.needs_input_grad[3]:
+        grad_bias = rows.float().sum(0).to(bias.dtype)
+    return grad_a, grad_b, None, grad_bias, None, grad if ctx.has_residual else None
+
+
+_matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+
+
+def _no_backward(what: str):
+    """A backward that says in one line that `what` has none yet."""
+    def backward(ctx, *grads):
+        raise NotImplementedError(what)
+    return backward
+
+
 @torch.library.custom_op("mlir_tile::matmul_out", mutates_args=("out",))
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
                 activation: Optional[str], residual: Optional[torch.Tensor], out: torch.Tensor) -> None:
@@ -197,6 +241,9 @@ def _custom_operator(epilogue: epilogues.Epilogue):
 
         operator = torch.library.custom_op(f"mlir_tile::matmul{suffix}", run, mutates_args=())
         operator.register_fake(lambda a, b, b_layout, tensors, numbers: a.new_empty(_output_shape(a, b, b_layout)))
+        operator.register_autograd(_no_backward(
+            f"matmul: epilogue {epilogue.name!r} has no derivative here; train with the ready-made bias, "
+            f"activation and residual, whose backward is built"), setup_context=lambda ctx, inputs, output: None)
         _custom_operators[suffix] = operator
         return operator
 
@@ -218,6 +265,7 @@ def _variant_operator(variant):
 
         operator = torch.library.custom_op(f"mlir_tile::{name}", run, mutates_args=())
         operator.register_fake(lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal))
+        operator.register_autograd(_ATTENTION_BACKWARD, setup_context=lambda ctx, inputs, output: None)
         _custom_operators[name] = operator
         return operator
 
@@ -260,3 +308,9 @@ def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q:
 @_attention_fp8.register_fake
 def _attention_fp8_fake(q, k, v, descale_q, descale_k, descale_v, causal):
     return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+_ATTENTION_BACKWARD = _no_backward("attention has no backward pass yet: train through torch's "
+                                   "F.scaled_dot_product_attention, and call this one where no gradient is needed")
+for _operator in (_attention, _attention_fp8):
+    _operator.register_autograd(_ATTENTION_BACKWARD, setup_context=lambda ctx, inputs, output: None)
