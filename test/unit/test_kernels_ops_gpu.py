@@ -502,3 +502,29 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
     zeros = torch.zeros(32, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match="epilogue 'bias\\+gelu_tanh' has no derivative here"):
         matmul(q.detach()[0, 0], w, epilogue=bias_epilogue.then(gelu_tanh), operands=(zeros,)).sum().backward()
+
+
+def test_the_operators_run_from_another_thread():
+    """A thread other than the one that made the device's runtime (a server's worker, torch's autograd engine):
+    the runtime makes its context current there first (else: CUDA_ERROR_INVALID_CONTEXT)."""
+    import threading
+
+    from mlir_tile.kernels import attention, matmul
+
+    matmul(torch.ones(8, 8, device="cuda", dtype=torch.float16), torch.ones(8, 8, device="cuda", dtype=torch.float16))
+    results = []
+
+    def work():
+        try:
+            q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+            x, w = (torch.randn(300, 256, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            expected = F.scaled_dot_product_attention(q.float(), q.float(), q.float())
+            results.append(float((attention(q, q, q)[0].float() - expected).abs().max()) <= 2 ** -6
+                           and _wrong(matmul(x, w, b_layout="nk"), x, w, "nk", None, None, None) is None)
+        except Exception as error:  # (reported below, not lost in the thread)
+            results.append(repr(error))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert results == [True], results

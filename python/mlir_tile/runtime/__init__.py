@@ -15,6 +15,7 @@ only this file's dependencies (cuda-python, numpy): the wheel installed without 
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -71,6 +72,8 @@ class Runtime:
 
             self.device = Device(device)
             self.device.set_current()
+            self._threads = threading.local()  # (the threads this device's context was made current on)
+            self._threads.current = True
             self.stream = self.device.create_stream()
             self._streams: dict = {}
             self._last_stream = (None, None)  # the stream object passed last, and its cuda.core Stream
@@ -90,6 +93,14 @@ class Runtime:
     @property
     def name(self) -> str:
         return self.device.name
+
+    def on_this_thread(self) -> None:
+        """The device's context current on the calling thread, where it was not yet: a call from another thread
+        than the one that made the runtime (torch's autograd engine runs a backward on its own) found no context
+        (CUDA_ERROR_INVALID_CONTEXT)."""
+        if not getattr(self._threads, "current", False):
+            self.device.set_current()
+            self._threads.current = True
 
     def stream_of(self, stream):
         """A cuda.core Stream for `stream`: a cuda.core Stream, an object with `__cuda_stream__` (torch, CuPy
@@ -114,6 +125,7 @@ class Runtime:
         from cuda.core import ObjectCode
 
         text = ptx.encode() if isinstance(ptx, str) else ptx
+        self.on_this_thread()
         try:
             code = ObjectCode.from_ptx(text, name=name)
         except Exception as error:
@@ -162,6 +174,7 @@ class Runtime:
 
     # ----- memory -----
     def to_device(self, array: np.ndarray):
+        self.on_this_thread()
         array = np.ascontiguousarray(array)
         buffer = self.device.allocate(max(array.nbytes, 1), stream=self.stream)
         if array.nbytes:
@@ -182,6 +195,7 @@ class Runtime:
 
         from mlir_tile.isa.tma import check_store_rows
 
+        self.on_this_thread()
         if store:
             check_store_rows(shape[-1], box.element_bits)
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
@@ -312,6 +326,7 @@ class LoadedModule:
         from cuda.core import launch
 
         runtime = self.runtime
+        runtime.on_this_thread()
         kernel = self._kernels.get(kernel_name) or self.kernel(kernel_name)
         on = runtime.stream if stream is None else runtime.stream_of(stream)
         wait_on = on if stream is None else None
