@@ -468,7 +468,7 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
         upstream = torch.randn(2, m, n, device="cuda")
 
         def run(dtype, ours):
-            x, w, b, r = (None if t is None else t.to(dtype).requires_grad_() for t in leaves)
+            x, w, b, r = (None if t is None else t.detach().to(dtype).requires_grad_() for t in leaves)
             if ours:
                 y = matmul(x, w, b_layout=layout, bias=b, activation=activation, residual=r)
             else:
