@@ -195,7 +195,6 @@ class Runtime:
 
         from mlir_tile.isa.tma import check_store_rows
 
-        self.on_this_thread()
         if store:
             check_store_rows(shape[-1], box.element_bits)
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
@@ -205,6 +204,7 @@ class Runtime:
             raise ValueError(f"tensor_map: extents below 2^31 (a TMA copy's coordinates are signed 32-bit: no "
                              f"element past that is reached), got {tuple(shape)}")
         driver = _driver()
+        self.on_this_thread()  # (after the checks, which tests run without a device)
         kinds = {8: "UINT8", 16: "UINT16", 32: "UINT32", 64: "UINT64"}
         swizzles = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
         *matrices, rows, columns = shape
