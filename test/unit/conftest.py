@@ -12,11 +12,36 @@ REPO = Path(__file__).resolve().parents[2]
 
 def pytest_configure(config):
     os.environ["MLIR_TILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="mlir-tile-cubin-cache-")
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # (the run's one process, or xdist's controller: its workers inherit it)
+        os.environ[SHARED_PTX] = tempfile.mkdtemp(prefix="mlir-tile-test-ptx-")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped, with the reason, where there is none)")
 
 
 def pytest_unconfigure(config):
     shutil.rmtree(os.environ.pop("MLIR_TILE_CACHE_DIR"), ignore_errors=True)
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        shutil.rmtree(os.environ.pop(SHARED_PTX, ""), ignore_errors=True)
+
+
+SHARED_PTX = "MLIR_TILE_TEST_SHARED_PTX"
+
+
+def shared_ptx(name: str, build) -> str:
+    """The PTX of `build()` (a kernel's module), built once in this test run across its workers (xdist's two
+    processes built the same kernels for different tests): kept under `name` in the run's folder, written whole
+    or not at all."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    folder = os.environ.get(SHARED_PTX)
+    path = None if folder is None else Path(folder) / f"{name}.ptx"
+    if path is not None and path.is_file():
+        return path.read_text()
+    ptx = compile_to_ptx(build())
+    if path is not None:
+        partial = path.with_suffix(f".{os.getpid()}.part")
+        partial.write_text(ptx)
+        partial.replace(path)
+    return ptx
 
 
 def pytest_collection_modifyitems(config, items):

@@ -97,11 +97,11 @@ def test_causal_consumers_stop_at_their_own_diagonal():
     assert _released_unread(_ptx(HopperAttentionConfig.of(256, True))) == 0
 
 
-@functools.lru_cache(maxsize=None)  # (several tests read one configuration's PTX)
+@functools.lru_cache(maxsize=None)  # (several tests read one configuration's PTX; the run's workers share it)
 def _ptx(config: HopperAttentionConfig) -> str:
-    from mlir_tile.compiler.compile import compile_to_ptx
+    from conftest import shared_ptx
 
-    return compile_to_ptx(flash_sm90.build_module(config))
+    return shared_ptx(str(config), lambda: flash_sm90.build_module(config))
 
 
 def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck):
