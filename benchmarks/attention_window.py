@@ -79,7 +79,6 @@ def run(directory: Path) -> None:
             print(json.dumps(row), flush=True)
             results.append(row)
             (directory / "attention_window.json").write_text(json.dumps(results, indent=1))
-            del q, k, v
             torch.cuda.empty_cache()
 
 
