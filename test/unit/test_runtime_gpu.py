@@ -250,8 +250,7 @@ def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, s
     ptx = gpu_input(name).read_text()
     built = json.loads(ptx.split("\n", 1)[0].removeprefix("// mlir-tile example built with: "))
     fields = {name: value for name, value in built.items() if name in hopper_tiles.TILE_FIELDS}
-    config = gemm_checks.hopper_tile(built["dtype"], built["b_major"], None, fields)
-    tile = {name: getattr(config, name) for name in hopper_tiles.TILE_FIELDS}
+    tile = gemm_checks.hopper_tile(built["dtype"], built["b_major"], None, fields).tile
     ok, line = hopper_checks.run_and_check(ptx, dtype=built["dtype"], b_major=built["b_major"], tile=tile, shape=shape,
                                            splits=splits)
     assert ok, line

@@ -38,8 +38,7 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "kn", align: i
     `sm90_checks.run_and_check`) in `ptx` on an M x N x K product of random values, against numpy."""
     if arch == WARPGROUP_CHIP:
         config = hopper_tile(dtype, b_major, tile, fields)
-        tile = {name: getattr(config, name) for name in sm90_tiles.TILE_FIELDS}
-        return sm90_checks.run_and_check(ptx, dtype=dtype, b_major=b_major, tile=tile, shape=shape)
+        return sm90_checks.run_and_check(ptx, dtype=dtype, b_major=b_major, tile=config.tile, shape=shape)
     from mlir_tile.runtime import Runtime
 
     config, (m, n, depth) = sm80_config(dtype, b_major, align=align, tile=tile, fields=fields), shape

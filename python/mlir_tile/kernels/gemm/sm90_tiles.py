@@ -157,6 +157,11 @@ class HopperConfig:
     def c_bytes(self) -> int:
         return self.bm * self.bn * ELEMENT_BYTES
 
+    @property
+    def tile(self) -> dict:
+        """The fields `hopper_config` takes as a tile (all but B's layout and the elements)."""
+        return {name: getattr(self, name) for name in TILE_FIELDS}
+
     def grid(self, m: int, n: int, sms: int) -> int:
         """CTAs to launch: one per C tile, or (persistent) one per SM at most; whole clusters (a cluster's last
         rows of tiles may lie past M: its CTAs there load zeros and store nothing)."""
