@@ -127,8 +127,10 @@ def test_the_ptx_is_tma_then_wgmma_from_shared_then_p_v_from_registers(filecheck
 
 
 # each of CONFIGS that may walk the persistent grid, on the other grid (d 64's walk, d 128's and e4m3's launched one)
+# (the other grid, not shipped, once a head dim and mask: the f16 twins of the bf16 kernels differ in their
+# conversions only)
 OTHER_GRID = [HopperAttentionConfig.of(c.head_dim, c.causal, c.element, persistent=not c.persistent) for c in CONFIGS
-              if c.may_persist]
+              if c.may_persist and c.element != "f16"]
 
 
 @pytest.mark.parametrize("config", CONFIGS + OTHER_GRID + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
