@@ -290,3 +290,29 @@ def test_the_consumers_named_barriers_are_one_numbering():
     text = str(k.module)
     assert re.findall(r"nvvm\.barrier(\.arrive)? id = %c(\d+)_i32 number_of_threads = %c(\d+)_i32", text) == [
         ("", "1", "256"), ("", "3", "256"), (".arrive", "2", "256"), ("", "4", "128")]
+
+
+def test_a_tile_wider_than_a_box_is_stored_box_by_box_at_its_columns(filecheck):
+    """`Kernel.boxes` of a 64 x 256 bf16 tile (128-byte-swizzled boxes of 64 columns side by side) from byte
+    16384: four boxes at columns 0, 64, 128 and 192, each view 8 KiB after the one before (a box is 64 rows of
+    128 bytes), each a TMA store of that column."""
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.isa.tma import Box
+    from mlir_tile.kernels.common import stored_tile
+
+    with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        tensor_map, = k.arguments
+        shared = k.dynamic_shared(alignment=1024)
+        stored = [(column, k.tma_store(box, tensor_map, (0, column)))
+                  for column, box in k.boxes(shared, 16384, stored_tile(64, 256)["c"], "bf16", 64)]
+    assert stored == [(column, Box(64, 64, 16, 128)) for column in (0, 64, 128, 192)]
+    filecheck(compile_to_ptx(k.module), """
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{{.*}}], [__dynamic_shmem__0+16384];
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{{.*}}], [__dynamic_shmem__0+24576];
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{{.*}}], [__dynamic_shmem__0+32768];
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{{.*}}], [__dynamic_shmem__0+40960];
+    CHECK-NOT: cp.async.bulk.tensor
+    """)

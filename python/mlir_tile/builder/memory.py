@@ -13,6 +13,7 @@ from mlir_tile.builder.common import (PRIVATE, WORKGROUP, BuilderError, caller_l
                                       memref_type, memref_value, power_of_two)
 from mlir_tile.dialect import ALIGNMENT_ATTRIBUTE
 from mlir_tile.algebra.layout import Layout, as_layout
+from mlir_tile.isa.tma import boxes_at
 from mlir_tile.analysis.ir_facts import access_alignment, constant_int, upper_bound, value_multiple
 from mlir_tile.analysis.offsets import mode_offset, swizzled
 
@@ -96,6 +97,15 @@ class Memory:
                 raise BuilderError(f"view: {kind} at byte offset up to {last} passes the end of the "
                                    f"{source.shape[0]}-byte buffer")
         return memref.view(kind, buffer, offset, [])
+
+    def boxes(self, buffer: ir.Value, at: int | ir.Value, layout: Layout | str, element: str, columns: int):
+        """A tile of `layout` (of `element`s) from byte `at` of `buffer` as TMA's boxes of `columns` columns side
+        by side (`tma.boxes_at`, each box proven): yields, box by box, (its first column, its tensor), which a
+        TMA load writes or a TMA store reads. (A generator: each box's view is built where the caller uses it.)"""
+        width = _element_bytes(memref_type((1,), element, None))
+        for first, column, box in boxes_at(layout, 8 * width, columns):
+            view = self.view(buffer, (box.rows * box.columns,), element, at + first * width)
+            yield column, self.tensor(view, box.layout)
 
     def subview(self, buffer: ir.Value, offset: int, size: int) -> ir.Value:
         """`memref.subview` of a 1-D buffer: `size` elements from element `offset` (compile-time), as CuTe

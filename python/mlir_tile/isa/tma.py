@@ -180,6 +180,14 @@ def column_boxes(layout: Layout | str, element_bits: int, columns: int) -> list[
     return boxes
 
 
+def boxes_at(layout: Layout | str, element_bits: int, columns: int) -> list[tuple[int, int, Box]]:
+    """A tile's TMA boxes of `columns` columns (`column_boxes`): per box, (its first element in the tile, its
+    first column, the box), the column read off the layout at that element."""
+    layout = as_layout(layout)
+    first_columns = {layout.offset(0, column): column for column in range(layout.sizes[1])}
+    return [(offset, first_columns[offset], box) for offset, box in column_boxes(layout, element_bits, columns)]
+
+
 def check_store_rows(columns: int, element_bits: int) -> None:
     """[tma-store-chunks] A TMA store clips each row at the matrix's last column in whole 16-byte chunks: the
     elements past it that share its last chunk are written too. ValueError where `columns` elements of

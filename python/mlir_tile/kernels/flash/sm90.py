@@ -46,7 +46,7 @@ import math
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
-from mlir_tile.kernels.flash.sm90_layouts import boxes_at, column_steps, o_stores, row_halves, tiles, transposition
+from mlir_tile.kernels.flash.sm90_layouts import O_BOX_COLUMNS, column_steps, row_halves, tiles, transposition
 from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig
 from mlir_tile.kernels.flash.sm90_softmax import OnlineSoftmax
 from mlir_tile.kernels.flash.variants import Variant
@@ -194,11 +194,9 @@ class _HopperAttention(OnlineSoftmax):
     def load_boxes(self, pipeline, index, *, tile_bytes, layout, tensor_map, row) -> None:
         """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map` into
         the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
-        k, config = self.k, self.config
-        for first, column, box in boxes_at(layout, 8 * config.element_bytes, config.box_columns):
-            view = k.view(self.shared, (box.rows * box.columns,), self.storage,
-                          tile_bytes + first * config.element_bytes)
-            pipeline.load(index, k.tensor(view, box.layout), tensor_map, (row, k.index(column)))
+        k = self.k
+        for column, box in k.boxes(self.shared, tile_bytes, layout, self.storage, self.config.box_columns):
+            pipeline.load(index, box, tensor_map, (row, k.index(column)))
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
@@ -469,9 +467,8 @@ class _HopperAttention(OnlineSoftmax):
         # less one less a remainder or half of one) times the tile's rows: non-negative by construction
         row = self.q0 + self.consumer * 64
         with k.if_(k.compare("eq", thread, 0)):
-            for offset, column, box in o_stores(config):
-                view = k.view(self.shared, (box.rows * box.columns,), out, first + 2 * offset)
-                k.tma_store(k.tensor(view, box.layout), self.o_map, (self.head, row, k.index(column)))
+            for column, box in k.boxes(self.shared, first, self.tiles["o"], out, O_BOX_COLUMNS):
+                k.tma_store(box, self.o_map, (self.head, row, k.index(column)))
             if not own_o:  # (O's own tile: the next item's epilogue waits, or the walk's end)
                 k.tma_store_wait(0)
         if config.o_in_stage:  # (the storing thread's warp arrives once its stores have read the stage)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from mlir_tile.isa.tma import boxes_at
 from mlir_tile.kernels.common import stored_tile
 from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig, ROW_BYTES
 
@@ -77,15 +78,6 @@ def transposition(config: HopperAttentionConfig):
 def o_stores(config: HopperAttentionConfig) -> list:
     """A consumer's TMA stores of O: per box, (its first element in the band, its first column of O, the box)."""
     return boxes_at(tiles(config)["o"], 16, O_BOX_COLUMNS)
-
-
-def boxes_at(layout, element_bits: int, columns: int) -> list:
-    """A tile's TMA boxes of `columns` columns (`tma.column_boxes`): per box, (its first element in the tile,
-    its first column, the box), the column read off the layout at that element."""
-    from mlir_tile.isa.tma import column_boxes
-
-    first_columns = {layout.offset(0, column): column for column in range(layout.sizes[1])}
-    return [(offset, first_columns[offset], box) for offset, box in column_boxes(layout, element_bits, columns)]
 
 
 @functools.lru_cache(maxsize=None)

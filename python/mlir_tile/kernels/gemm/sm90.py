@@ -376,7 +376,6 @@ class _HopperGemm:
         consumer thread."""
         from mlir_tile.builder.stores import AccumulatorBand
         from mlir_tile.kernels.common import for_each_arm
-        from mlir_tile.isa.tma import column_boxes
 
         k, config = self.k, self.config
         band = AccumulatorBand(k, self.tiles["c_band"], self.out)  # 64 rows, one warpgroup's stmatrix
@@ -403,10 +402,8 @@ class _HopperGemm:
         self.consumers_meet()
         row0, col0 = origin  # ([tma-store-coordinate]: tile indices, block ids and quotients and remainders of
         with k.if_(self.storer):  # them, times the tile's extents: non-negative by construction)
-            for first, box in column_boxes(self.tiles["c"], 16, SWIZZLE_COLUMNS):
-                view = k.view(self.shared, (box.rows * box.columns,), self.out, region + first * ELEMENT_BYTES)
-                k.tma_store(k.tensor(view, box.layout), self.c_map,
-                            (row0, col0 + first // config.bm))
+            for column, box in k.boxes(self.shared, region, self.tiles["c"], self.out, SWIZZLE_COLUMNS):
+                k.tma_store(box, self.c_map, (row0, col0 + column))
             k.tma_store_wait(0)
 
     def store_partials(self, origin) -> None:
