@@ -20,7 +20,7 @@ setup(
     },
     # the kernels' PTX for installs without the compiler: `python -m mlir_tile.kernels.ship` (`make wheel`)
     package_data={"mlir_tile.dialect": ["*.irdl.mlir"], "mlir_tile.kernels": ["shipped/*/*.ptx"],
-                  "mlir_tile.kernels.gemm": ["hopper_tiles.json"]},
+                  "mlir_tile.kernels.gemm": ["hopper_tiles.json"], "mlir_tile.kernels.flash": ["hopper_shapes.json"]},
     # The runtime (a GPU host) needs only cuda-python and numpy; the compiler (MLIR, the passes, ptxas
     # checks, nvJitLink) is the `compiler` extra: `pip install 'WHEEL[compiler]'` where kernels are built.
     install_requires=["numpy", "cuda-python"],

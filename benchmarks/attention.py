@@ -8,6 +8,7 @@
     python benchmarks/attention.py hopper-build DIR  # here (MLIR): Hopper's attention kernels' PTX
     python3 benchmarks/attention.py hopper DIR   # GPU host: Hopper's path beside FA2 and cuDNN, the issue's 24 cases
     python3 benchmarks/attention.py hopper-fp8 DIR  # GPU host: e4m3 beside our f16 and cuDNN; its accuracy (fp32)
+    python3 benchmarks/attention.py hopper-table DIR  # DIR/hopper_shapes.json from the two: the library's shapes
     python3 benchmarks/attention.py hopper-profile DIR  # GPU host with ncu: the wgmma pipe's share, ours and cuDNN's
 
 Every kernel runs on torch tensors through `mlir_tile.runtime` on torch's stream. TFLOP/s = 4 * batch * heads
@@ -164,12 +165,13 @@ def run(directory: Path) -> None:
     (directory / "attention_results.json").write_text(json.dumps(results, indent=1))
 
 
-# HopperAttentionConfig's fields measured, over each head dim's and mask's (`SHAPES`), where they make a kernel of
+# HopperAttentionConfig's fields measured, over each head dim's and mask's (`sm90_tiles.MEASURED_SHAPES`'s longest
+# band), where they make a kernel of
 # their own ({"consumers": 3, "keys": 64}: 192 rows a CTA (FlashAttention-3's d 64 CTA height) of 64 keys, d 64's
 # pick before its 128 (and {"consumers": 3, "keys": 128}, its pick, timed up to S 1024 too); {"consumers": 2,
 # "keys": 128}: the default at d 128, timed elsewhere too; uniform_q, the persistent grid and the 32-bit pipeline
 # indices (`narrow`) both ways; one consumer of 64 keys in one CTA an SM and in three (d 64's pick for short
-# sequences, `SEQ_SHAPES`, timed at every length), launched and persistent, where their shared memory fits. (Lazy rescaling at 16 bits ran
+# sequences, timed at every length), launched and persistent, where their shared memory fits. (Lazy rescaling at 16 bits ran
 # 0.94-1.01x without it in session 29 and 0.96-0.98x at d 128 in session 31: no longer timed.)
 HOPPER_SHAPES = [{}, {"consumers": 2, "keys": 128}, {"uniform_q": True}, {"uniform_q": False}, {"pingpong": True},
                  {"stages": 2}, {"consumers": 1, "stages": 3}, {"persistent": True}, {"persistent": False},
@@ -252,6 +254,8 @@ def hopper(directory: Path) -> None:
                    **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
             row["hopper"] = max(row[name] for name in hopper_paths)
             row["kernels"] = {f"hopper {shape}": str(config) for shape, config in variants.items()}
+            row["fields"] = {f"hopper {shape}": _fields(config) for shape, config in variants.items()}
+            row.update(_provenance("hopper"))
             if "cuDNN" in anchors:
                 row["vs cuDNN"] = round(row["hopper"] / row["cuDNN"], 3)
                 row["largest difference from cuDNN"] = max(float((_fresh(ours[name], q).float() - anchors["cuDNN"]()
@@ -320,6 +324,7 @@ def hopper_fp8(directory: Path) -> None:
     import torch
 
     from mlir_tile.kernels.flash.launch import HopperAttention
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
     from mlir_tile.runtime import Runtime
 
     results = []
@@ -340,6 +345,9 @@ def hopper_fp8(directory: Path) -> None:
             row = {"d": d, "seq": seq, "causal": causal, **conditions,
                    **{name: round(flops / seconds[name] / 1e12, 1) for name in seconds}}
             row["e4m3"] = max(row[name] for name in fp8_paths)
+            row["fields"] = {f"e4m3 {shape}": _fields(HopperAttentionConfig.picked(d, causal, "e4m3", seq, **shape))
+                             for shape in FP8_SHAPES}
+            row.update(_provenance("hopper-fp8"))
             row["e4m3 / f16"] = round(row["e4m3"] / row["f16"], 3)
             if seq == 4096:
                 row.update(_fp8_accuracy(path, causal))
@@ -348,6 +356,78 @@ def hopper_fp8(directory: Path) -> None:
             (directory / "attention_hopper_fp8.json").write_text(json.dumps(results, indent=1))
             del q, k, v, q8, k8, v8
             torch.cuda.empty_cache()
+
+
+def _fields(config) -> dict:
+    """A Hopper attention configuration's fields other than the head dim, mask and element, where not the
+    defaults: what MEASURED_SHAPES keeps."""
+    from dataclasses import fields
+
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
+
+    defaults = HopperAttentionConfig()
+    return {f.name: getattr(config, f.name) for f in fields(config)
+            if f.name not in ("head_dim", "causal", "element") and getattr(config, f.name) != getattr(defaults, f.name)}
+
+
+def _provenance(command: str) -> dict:
+    """The chip, the date and the command of a measuring run, for the table it may write."""
+    import datetime
+
+    import torch
+
+    return {"chip": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+            "command": f"python3 benchmarks/attention.py {command} DIR"}
+
+
+# a kernel other than the one picked when measuring replaces it only where it ran this much faster (the harness's
+# repeatability: one kernel timed under two names ran 0.4-1.7% apart)
+TABLE_MARGIN = 0.02
+
+
+def _fastest(rows: list, prefix: str) -> dict:
+    """Of rows of one head dim, mask and length (one a dtype), the fields of the kernel with the highest geometric
+    mean TFLOP/s over them, among those measured in every row; the picked one's (label `prefix {}`) unless
+    another ran TABLE_MARGIN faster."""
+    import math
+
+    rates = [{json.dumps(row["fields"][label], sort_keys=True): rate for label, rate in row.items()
+              if label.startswith(prefix) and label in row["fields"]} for row in rows]
+    candidates = set.intersection(*(set(rate) for rate in rates))
+    mean = {c: math.exp(sum(math.log(rate[c]) for rate in rates) / len(rates)) for c in candidates}
+    picked = json.dumps(rows[0]["fields"][f"{prefix}{{}}"], sort_keys=True)
+    best = max(sorted(candidates), key=mean.get)
+    return json.loads(best if mean[best] > (1 + TABLE_MARGIN) * mean[picked] else picked)
+
+
+def hopper_table(directory: Path) -> None:
+    """DIR/hopper_shapes.json (copy it beside mlir_tile/kernels/flash/sm90_tiles.py: `MEASURED_SHAPES`) from
+    DIR/attention_hopper.json and DIR/attention_hopper_fp8.json (`hopper`, `hopper-fp8`): per head dim, mask
+    and length measured, `_fastest` over f16 and bf16 (e4m3 apart); a length's fields hold up to it, the
+    longest's beyond; neighbouring lengths of the same fields one band. The runs' chips, dates and commands
+    go with it."""
+    groups, runs = {}, {}
+    for name, kind, prefix in (("attention_hopper.json", "16-bit", "hopper "), ("attention_hopper_fp8.json", "e4m3",
+                                                                                "e4m3 ")):
+        for row in json.loads((directory / name).read_text()):
+            groups.setdefault((row["d"], row["causal"], kind, prefix), {}).setdefault(row["seq"], []).append(row)
+            runs[name] = {key: row[key] for key in ("chip", "date", "command") if key in row}
+    shapes = []
+    for (d, causal, kind, prefix), by_length in sorted(groups.items()):
+        bands = []
+        for seq in sorted(by_length):
+            fields = _fastest(by_length[seq], prefix)
+            if bands and bands[-1]["fields"] == fields:
+                bands[-1]["up_to"] = seq
+            else:
+                bands.append({"head_dim": d, "causal": causal, "elements": kind, "up_to": seq, "fields": fields})
+        bands[-1]["up_to"] = None
+        shapes += bands
+    provenance = {"runs": [{"file": name, **run} for name, run in runs.items()],
+                  "command": "python3 benchmarks/attention.py hopper DIR and hopper-fp8 DIR, then "
+                             "python3 benchmarks/attention.py hopper-table DIR"}
+    (directory / "hopper_shapes.json").write_text(json.dumps({"provenance": provenance, "shapes": shapes}, indent=1) + "\n")
+    print(json.dumps(shapes))
 
 
 HOPPER_PROFILED = (2, 16, 8192, 128)  # batch, heads, seq, d: non-causal
@@ -436,4 +516,5 @@ if __name__ == "__main__":
         hopper_launch(directory, sys.argv[3])
     else:
         {"build": build, "check": check, "run": run, "profile": profile, "clocks": clocks, "hopper-build": hopper_build,
-         "hopper": hopper, "hopper-fp8": hopper_fp8, "hopper-profile": hopper_profile}[command](directory)
+         "hopper": hopper, "hopper-fp8": hopper_fp8, "hopper-profile": hopper_profile,
+         "hopper-table": hopper_table}[command](directory)

@@ -76,7 +76,7 @@ HOW["attention_hopper"] = ("`python benchmarks/attention.py hopper-build DIR` he
                            "torch's FlashAttention-2 and cuDNN SDPA backends, batch x seq = 16k tokens, heads x d = 2048, "
                            "TFLOP/s = 4 batch heads seq^2 d, halved for causal, " + SUSTAINED + SHUFFLED + "; ours the "
                            "best kernel, its name beside it (in a run that did not record the names: its fields over "
-                           "the defaults of its head dim and mask, `SHAPES`, at the commit that measured it).")
+                           "the defaults of its head dim and mask, the library's table at the commit that measured it).")
 
 
 def render_attention_hopper(rows: list) -> list[str]:

@@ -229,3 +229,35 @@ def test_the_measured_table_takes_the_tile_fastest_at_the_most_shapes(tmp_path):
     assert table["tiles"]["f16:nk"]["fields"] == {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128}
     assert table["provenance"]["runs"] == [{"file": "gemm_hopper_f16.json"}] and table["provenance"]["shapes"] == 5
 
+
+
+def test_the_attention_table_keeps_the_pick_unless_another_kernel_ran_faster_by_the_margin(tmp_path):
+    """attention hopper-table: per head dim, mask and length, the kernel with the highest geometric mean over
+    f16 and bf16 where it beats the one picked by more than TABLE_MARGIN (else the picked one); a length's
+    fields hold up to it, the longest's beyond, equal neighbours one band; e4m3 apart."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("attention_benchmark", Path(bench.__file__).with_name("attention.py"))
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    picked, pingpong = {"persistent": True}, {"pingpong": True}
+
+    def row(element, seq, rates, prefix="hopper "):
+        labels = [f"{prefix}{{}}", f"{prefix}{{'pingpong': True}}"]
+        return {"element": element, "d": 128, "seq": seq, "causal": False, "chip": "H100", "date": "2026-12-06",
+                "command": "c", **dict(zip(labels, rates)), "fields": dict(zip(labels, (picked, pingpong)))}
+    # 1024: ping-pong 3% faster over both; 4096: 1% (kept); 8192: faster in f16 only, slower by the mean
+    rows = [row(element, seq, rates) for seq, by_element in ((1024, ((500, 515), (500, 515))),
+                                                             (4096, ((600, 606), (600, 606))),
+                                                             (8192, ((600, 660), (600, 540))))
+            for element, rates in zip(("f16", "bf16"), by_element)]
+    (tmp_path / "attention_hopper.json").write_text(json.dumps(rows))
+    fp8 = [{**row("e4m3", seq, (700, 800), "e4m3 "), "element": None} for seq in (1024, 4096)]
+    (tmp_path / "attention_hopper_fp8.json").write_text(json.dumps(fp8))
+    benchmark.hopper_table(tmp_path)
+    table = json.loads((tmp_path / "hopper_shapes.json").read_text())
+    assert [(band["elements"], band["up_to"], band["fields"]) for band in table["shapes"]] == [
+        ("16-bit", 1024, pingpong), ("16-bit", None, picked), ("e4m3", None, pingpong)]
+    assert table["provenance"]["runs"][0] == {"file": "attention_hopper.json", "chip": "H100", "date": "2026-12-06",
+                                              "command": "c"}

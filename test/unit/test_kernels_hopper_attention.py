@@ -372,36 +372,52 @@ def test_each_head_dim_and_mask_take_their_measured_shape():
     assert HopperAttentionConfig.of(256, stages=1).stages == 1 and HopperAttentionConfig.of(128).keys == 128
 
 
-def test_sequence_lengths_take_their_own_shapes():
-    """`picked`: d 128 walks the persistent grid at every length; d 64 takes one consumer of 64 keys in three CTAs
-    an SM on the launched grid up to S 1024 (causal: 4096), then without the mask the persistent grid of three
-    consumers up to 2048, then three consumers launched; a caller's shape is taken as given (`of`'s with its
-    fields: SEQ_SHAPES' are not kept beside them); e4m3 walks it at every length, d 256 takes the launched grid;
-    the kernels shipped hold each pick."""
-    from mlir_tile.kernels.flash.sm90_tiles import seq_band
+def test_sequence_lengths_take_the_measured_tables_shapes():
+    """`picked` reads MEASURED_SHAPES (the benchmark's data), written out here from the JSON: a band's fields hold
+    from the length after the band before up to its own, the last band's beyond (and are `of`'s); a caller's
+    shape is `of`'s with its fields (a band's are not kept beside them); every kernel picked is shipped."""
+    import json
+    from pathlib import Path
 
-    picked = HopperAttentionConfig.picked
-    shape = {(d, causal, element, seq): (config.consumers, config.ctas_per_sm, config.persistent)
-             for d in (64, 128) for causal in (False, True) for element in ("f16", "bf16")
-             for seq in (1, 1024, 1025, 2048, 2049, 4096, 4097)
-             for config in [picked(d, causal, element, seq)]}
-    three_ctas, walk, launched = (1, 3, False), (3, 1, True), (3, 1, False)
-    for element in ("f16", "bf16"):
-        assert [shape[64, False, element, seq] for seq in (1, 1024, 1025, 2048, 2049, 4096)] == [
-            three_ctas, three_ctas, walk, walk, launched, launched]
-        assert [shape[64, True, element, seq] for seq in (1, 4096, 4097)] == [three_ctas, three_ctas, launched]
-    assert {v for (d, *_), v in shape.items() if d == 128} == {(2, 1, True)}
-    assert [seq_band(64, False, seq) for seq in (1, 1024, 1025, 2048, 2049)] == [0, 0, 1, 1, 2]
-    assert seq_band(128, True, 10 ** 6) == 0
-    assert not any(picked(256, causal, "f16", 1).persistent for causal in (False, True))
-    assert all(picked(128, causal, "e4m3", seq).persistent and picked(128, causal, "e4m3", seq).stages == 4
-               for causal in (False, True) for seq in (1, 4097))
-    assert not picked(128, False, "f16", 1, persistent=False).persistent
-    assert picked(64, False, "f16", 4097, persistent=True).persistent
-    assert picked(64, True, "f16", 1, consumers=2) == HopperAttentionConfig.of(64, True, consumers=2)
-    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
-    assert {str(picked(d, causal, e, seq)) for d in (64, 128) for causal in (False, True) for e in ("f16", "bf16")
-            for seq in (1, 1025, 2049, 4097)} <= shipped
+    from mlir_tile.kernels.flash import sm90_tiles
+
+    rows = json.loads((Path(sm90_tiles.__file__).parent / sm90_tiles.MEASURED_SHAPES).read_text())["shapes"]
+    picked, shipped = HopperAttentionConfig.picked, {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["head_dim"], row["causal"], row["elements"]), []).append(row)
+    assert {(d, causal) for d, causal, _ in groups} == {(d, c) for d in (64, 128, 256) for c in (False, True)}
+    for (d, causal, kind), bands in groups.items():
+        bands.sort(key=lambda band: band["up_to"] or 10 ** 9)
+        assert [band["up_to"] is None for band in bands] == [False] * (len(bands) - 1) + [True]
+        for element in ("e4m3",) if kind == "e4m3" else ("f16", "bf16"):
+            starts = [1] + [band["up_to"] + 1 for band in bands[:-1]]
+            for start, band in zip(starts, bands):
+                expected = HopperAttentionConfig(d, causal, element, **band["fields"])
+                for seq in (start, band["up_to"] or 10 ** 6):
+                    assert picked(d, causal, element, seq) == expected and str(expected) in shipped
+            assert HopperAttentionConfig.of(d, causal, element) == expected  # (the last band's)
+            assert picked(d, causal, element, 1, lazy_rescale=True) == HopperAttentionConfig(
+                d, causal, element, **{**bands[-1]["fields"], "lazy_rescale": True})
+
+
+def test_a_measured_table_without_a_band_for_the_longest_sequences_is_refused(tmp_path, monkeypatch):
+    """A table whose rows for a head dim and mask all stop at a length leaves longer sequences no kernel:
+    ValueError naming the rows."""
+    import json
+
+    from mlir_tile.kernels.flash import sm90_tiles
+
+    row = {"head_dim": 64, "causal": False, "elements": "16-bit", "up_to": 1024, "fields": {}}
+    (tmp_path / "shapes.json").write_text(json.dumps({"shapes": [row]}))
+    monkeypatch.setattr(sm90_tiles, "MEASURED_SHAPES", str(tmp_path / "shapes.json"))
+    sm90_tiles._bands.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"d 64, causal False, 16-bit want one with no length .*\[1024\]"):
+            HopperAttentionConfig.picked(64, False, "f16", 1)
+    finally:
+        monkeypatch.undo()
+        sm90_tiles._bands.cache_clear()
 
 
 def test_the_command_line_takes_the_configurations_fields_as_options():

@@ -117,7 +117,7 @@ def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_ow
 
 
 def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
-    """Random cases of each 16-bit dtype against fp32, on each side of SEQ_SHAPES' lengths (Hopper: d 64's
+    """Random cases of each 16-bit dtype against fp32, on each side of the measured table's lengths (Hopper: d 64's
     kernels up to S 1024, 2048 and, causal, 4096) and longer (each head dim's and mask's shape)."""
     from mlir_tile.kernels import attention
 

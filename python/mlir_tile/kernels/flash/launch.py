@@ -7,7 +7,7 @@ from functools import partial
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
-from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, SEQ_SHAPES, seq_band
+from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths, seq_band
 
 
 def shipped_kernels(chip: str):
@@ -97,13 +97,13 @@ class Attention:
 
 def hopper_shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
-    element, and where SEQ_SHAPES changes it up to a length, those too."""
+    element, and where the measured table changes it up to a length (`band_lengths`), those too."""
     if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
         for causal in (False, True):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
-                seqs = {1} | {longest + 1 for longest, _ in SEQ_SHAPES.get((d, causal), ())}
+                seqs = {1} | {longest + 1 for longest in band_lengths(d, causal, element)}
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 for config in sorted(configs, key=str):
                     yield str(config), partial(sm90.build_module, config)
@@ -145,7 +145,7 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
-        key = (d, bool(causal), element, seq_band(d, bool(causal), seq), variant)
+        key = (d, bool(causal), element, seq_band(d, bool(causal), element, seq), variant)
         if key not in self.kernels:
             config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
             build = partial(sm90.build_module, config, variant=variant)

@@ -2,6 +2,7 @@
 (data: no kernel)."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -17,28 +18,48 @@ ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
 FP8_HEAD_DIMS, FP8_KEYS = (128,), 128  # fp8: V^T's rows one 128-byte swizzled row of keys
-# Per (head dim, causal): the kernel's fields over the defaults, as measured (SHAPES; docs/notes/
-# benchmark-history.md, "The configuration tables' measurements").
-_ONE_CONSUMER = {"keys": 64, "consumers": 1, "stages": 3, "narrow": True}
-_THREE_CONSUMERS = {"keys": 128, "consumers": 3, "uniform_q": True, "narrow": True}
-_PERSISTENT = {"persistent": True, "uniform_q": True}
-SHAPES = {(256, False): _ONE_CONSUMER, (256, True): _ONE_CONSUMER, (128, False): _PERSISTENT, (128, True): _PERSISTENT,
-          (64, False): _THREE_CONSUMERS, (64, True): _THREE_CONSUMERS}
-# Per (head dim, causal), up to a sequence length: other fields than SHAPES' (SEQ_SHAPES, the first length
-# that covers S; a caller's own shape is taken as given), as measured (docs/notes/benchmark-history.md).
-_THREE_CTAS = {"consumers": 1, "keys": 64, "ctas_per_sm": 3, "persistent": False}
-SEQ_SHAPES = {(64, False): ((1024, _THREE_CTAS), (2048, {"persistent": True})), (64, True): ((4096, _THREE_CTAS),)}
-# e4m3 (d 128): the kernel's fields over d 128's, as measured (docs/notes/benchmark-history.md).
-FP8_SHAPE = {"stages": 4, "uniform_q": True, "persistent": True, "lazy_rescale": True}
+MEASURED_SHAPES = "hopper_shapes.json"  # beside this module: written by `benchmarks/attention.py hopper-table`
 # lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
 # largest is 448; the row sums and O are fp32)
 RESCALE_SLACK = 8.0
 
 
-def seq_band(head_dim: int, causal: bool, seq: int) -> int:
-    """Which of SEQ_SHAPES' lengths for this head dim and mask is the first `seq` is within (their count where
-    none is)."""
-    return sum(seq > longest for longest, _ in SEQ_SHAPES.get((head_dim, causal), ()))
+def band_lengths(head_dim: int, causal: bool, element: str) -> tuple[int, ...]:
+    """The lengths up to which MEASURED_SHAPES picks other fields for this head dim, mask and element than for
+    longer sequences, shortest first."""
+    return tuple(up_to for up_to, _ in _bands(head_dim, causal, element)[:-1])
+
+
+def seq_band(head_dim: int, causal: bool, element: str, seq: int) -> int:
+    """Which of `band_lengths` is the first `seq` is within (their count where none is)."""
+    return sum(seq > longest for longest in band_lengths(head_dim, causal, element))
+
+
+def measured_fields(head_dim: int, causal: bool, element: str, seq: int | None = None) -> dict:
+    """The fields MEASURED_SHAPES gives a head dim, mask and element on sequences of `seq` (None: longer than
+    every band's), over the defaults; none where it has no row."""
+    bands = _bands(head_dim, causal, element)
+    if not bands:
+        return {}
+    return dict(bands[seq_band(head_dim, causal, element, seq) if seq is not None else -1][1])
+
+
+@functools.lru_cache(maxsize=None)
+def _bands(head_dim: int, causal: bool, element: str) -> tuple:
+    """((up to, fields), ...) of MEASURED_SHAPES' rows for a head dim, mask and element (16-bit rows for f16 and
+    bf16), shortest first; the last, up to any length (None)."""
+    import json
+    from pathlib import Path
+
+    kind = "e4m3" if element == "e4m3" else "16-bit"
+    rows = [row for row in json.loads((Path(__file__).parent / MEASURED_SHAPES).read_text())["shapes"]
+            if (row["head_dim"], row["causal"], row["elements"]) == (head_dim, causal, kind)]
+    bands = sorted(((row["up_to"], tuple(row["fields"].items())) for row in rows),
+                   key=lambda band: math.inf if band[0] is None else band[0])
+    if bands and [up_to is None for up_to, _ in bands] != [False] * (len(bands) - 1) + [True]:
+        raise ValueError(f"hopper attention: {MEASURED_SHAPES}'s rows for d {head_dim}, causal {causal}, {kind} "
+                         f"want one with no length (the longest sequences); got {[up_to for up_to, _ in bands]}")
+    return tuple(bands)
 
 
 @dataclass(frozen=True)
@@ -104,19 +125,17 @@ class HopperAttentionConfig:
 
     @classmethod
     def of(cls, head_dim: int, causal: bool = False, element: str = "f16", **shape) -> "HopperAttentionConfig":
-        """The configuration of a head dim, mask and element: `SHAPES`' for the head dim and mask (and FP8_SHAPE
-        for e4m3), `shape`'s fields over them."""
-        return cls(head_dim, causal, element,
-                   **{**SHAPES.get((head_dim, causal), {}), **(FP8_SHAPE if element == "e4m3" else {}), **shape})
+        """The configuration of a head dim, mask and element: MEASURED_SHAPES' for the longest sequences
+        (`measured_fields`), `shape`'s fields over them."""
+        return cls(head_dim, causal, element, **{**measured_fields(head_dim, causal, element), **shape})
 
     @classmethod
     def picked(cls, head_dim: int, causal: bool, element: str, seq: int, **shape) -> "HopperAttentionConfig":
         """What `HopperAttention` runs on sequences of `seq`: `of`'s configuration with `shape`'s fields over it,
-        or where no field is given, SEQ_SHAPES' for the first length `seq` is within. (A caller's field
-        beside SEQ_SHAPES' need not fit: two consumers in three CTAs an SM would run out of registers.)"""
-        lengths, band = SEQ_SHAPES.get((head_dim, causal), ()), seq_band(head_dim, causal, seq)
-        fitted = lengths[band][1] if band < len(lengths) else {}
-        return cls.of(head_dim, causal, element, **(shape or fitted))
+        or where no field is given, MEASURED_SHAPES' for `seq`. (A caller's field beside a band's need not fit:
+        two consumers in three CTAs an SM would run out of registers.)"""
+        return cls.of(head_dim, causal, element, **shape) if shape else cls(
+            head_dim, causal, element, **measured_fields(head_dim, causal, element, seq))
 
     @property
     def may_persist(self) -> bool:
