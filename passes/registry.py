@@ -135,7 +135,8 @@ def _tile_to_nvvm(options: dict) -> list:
     target = Step("tile-set-nvvm-target", (("chip", options["chip"]),) if options["chip"] else ())
     return ["gpu-kernel-outlining", target,
             Step("tile-check-nvptx"), Step("tile-verify-matrix-transfer"), Step("tile-lower-matrix-transfer"),
-            _GPU_MODULE_TO_NVVM, Step("tile-extern-dynamic-shared"), "reconcile-unrealized-casts"]
+            _GPU_MODULE_TO_NVVM, Step("tile-extern-dynamic-shared"), Step("tile-grid-constant-tensor-maps"),
+            "reconcile-unrealized-casts"]
 
 
 def _tile_to_ptx(options: dict) -> list:

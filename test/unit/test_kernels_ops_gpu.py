@@ -215,6 +215,20 @@ def test_the_operators_run_inside_a_torch_compiled_module():
     assert float((compiled.float() - expected.float()).abs().max()) < 0.1
 
 
+@_hopper_only
+def test_a_module_compiled_to_replay_cuda_graphs_gives_the_eager_result_on_each_new_input():
+    """torch.compile(mode="reduce-overhead") (Inductor's CUDA graph trees, as an inference engine's decode step):
+    the block's operators recorded once and replayed; each call on new values (copied into the graph's inputs
+    by torch) equals the block run eagerly with the operators, bit for bit."""
+    block = Block()
+    compiled = torch.compile(block, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for seed in range(4):
+            x = torch.randn(4, 256, 128, device="cuda", dtype=torch.bfloat16,
+                            generator=torch.Generator(device="cuda").manual_seed(seed))
+            assert torch.equal(compiled(x).clone(), block(x))
+
+
 def test_what_the_kernels_do_not_take_is_a_value_error_at_the_call():
     from mlir_tile.kernels import attention, matmul
 
@@ -528,3 +542,44 @@ def test_the_operators_run_from_another_thread():
     thread.start()
     thread.join()
     assert results == [True], results
+
+
+@_hopper_only
+def test_the_operators_are_captured_in_a_cuda_graph_and_replay_on_new_inputs():
+    """torch.cuda.graph captures matmul (Hopper's TMA kernels and a fused epilogue), scaled_mm and attention
+    (causal, and a shape whose maps are new at the capture): their tensor maps go in the launch's parameters, so
+    the capture copies nothing from the host; replayed after new values are copied into the captured inputs, each
+    output is what the eager call gives on those values, bit for bit."""
+    from mlir_tile.kernels import attention, matmul, scaled_mm
+
+    def inputs(seed):
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(1000, 4096, device="cuda", dtype=torch.bfloat16, generator=generator)
+        w = torch.randn(3072, 4096, device="cuda", dtype=torch.bfloat16, generator=generator) / 64
+        bias = torch.randn(3072, device="cuda", dtype=torch.bfloat16, generator=generator)
+        q, k, v = (torch.randn(2, 8, 1000, 128, device="cuda", dtype=torch.float16, generator=generator)
+                   for _ in range(3))
+        x8, w8 = (torch.randn(512, 1024, device="cuda", generator=generator).to(torch.float8_e4m3fn)
+                  for _ in range(2))
+        return [x, w, bias, q, k, v, x8, w8]
+
+    scale = torch.ones(1, device="cuda")
+
+    def step(x, w, bias, q, k, v, x8, w8):
+        return [matmul(x, w, b_layout="nk", bias=bias, activation="silu"), attention(q, k, v, causal=True)[0],
+                attention(*(x[:, :, :640].contiguous() for x in (q, k, v)))[0], scaled_mm(x8, w8, scale, scale)]
+
+    static = inputs(1)
+    step(*[x.clone() for x in static])  # (the kernels loaded, outside the capture: as torch asks of a warm-up)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*static)
+    fresh = inputs(2)
+    for into, value in zip(static, fresh):
+        into.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, expected in zip(outputs, step(*fresh)):
+        assert torch.equal(got, expected)
+

@@ -59,3 +59,38 @@ def test_a_store_map_of_whole_chunks_passes_the_store_rule():
 
     for columns, element_bits in ((120, 16), (4, 32), (16, 8), (2, 64), (8, 16)):
         check_store_rows(columns, element_bits)
+
+
+def test_launch_parameters_are_the_bytes_the_kernels_parameters_hold():
+    """`_parameter`: a tensor map's 128 bytes as they are (by value); a Python int as 64 bits (two's complement);
+    numpy scalars at their width (f16 by its bits); a Python float as a double; a torch-like CUDA tensor as its
+    pointer; anything else a CudaError naming its type."""
+    import ctypes
+
+    import numpy as np
+
+    from mlir_tile.runtime import CudaError, TensorMapValue, _parameter
+
+    encoded = TensorMapValue.from_buffer_copy(bytes(range(128)))
+    assert _parameter(encoded, None) is encoded and ctypes.sizeof(encoded) == 128
+    as_bytes = lambda value: bytes(memoryview(value))
+    assert as_bytes(_parameter(-1, None)) == b"\xff" * 8
+    assert as_bytes(_parameter(np.int32(-2), None)) == np.int32(-2).tobytes()
+    assert as_bytes(_parameter(np.float32(1.5), None)) == np.float32(1.5).tobytes()
+    assert as_bytes(_parameter(np.float16(1.5), None)) == np.float16(1.5).tobytes()
+    assert as_bytes(_parameter(0.25, None)) == np.float64(0.25).tobytes()
+    tensor = types.SimpleNamespace(is_cuda=True, data_ptr=lambda: 0x7F0000001000)
+    assert _parameter(tensor, None).value == 0x7F0000001000
+    with pytest.raises(CudaError, match="cannot pass a str to a kernel"):
+        _parameter("x", None)
+
+
+def test_a_cluster_launch_counts_its_grid_in_blocks_and_refuses_a_partial_cluster():
+    from mlir_tile.runtime import _launch_shape
+
+    shape = _launch_shape((8, 2), 384, 1024, cluster=2)
+    assert (shape.grid, shape.block, shape.shared_bytes) == ((8, 2, 1), (384, 1, 1), 1024)
+    assert (shape.clustered.gridDimX, shape.clustered.attrs[0].value.clusterDim.x) == (8, 2)
+    assert _launch_shape(5, 128, 0).clustered is None
+    with pytest.raises(ValueError, match=r"a grid of \(5, 1, 1\) blocks is no whole number of clusters of \(2, 1, 1\)"):
+        _launch_shape(5, 128, 0, cluster=2)

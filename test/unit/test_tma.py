@@ -196,3 +196,30 @@ def test_the_bundles_model_fills_zeros_before_the_first_row_and_column_and_keeps
     written = {layout.offset(r, c) for r in range(8) for c in range(8)}
     assert all(shared[i] == 0xBEEF for i in range(len(shared)) if i not in written)
     assert shared[layout.offset(1, 1)] == matrix[1, 9] and shared[layout.offset(1, 2)] == 0
+
+
+def test_a_tensor_map_is_a_grid_constant_parameter_read_where_the_launch_put_it(filecheck):
+    """`TensorMap()` parameters are passed by value (`tile-grid-constant-tensor-maps`): 128 bytes on 64 in the
+    parameter space, the TMA load reading them there through `cvta.param` (no copy to local memory); the index
+    parameter between them stays a 64-bit value."""
+    from mlir import ir
+
+    from mlir_tile.builder import Kernel, TensorMap
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    with Kernel("k", [TensorMap(), "index", TensorMap()], block=(128, 1, 1), chip="sm_90a",
+                context=ir.Context()) as k:
+        tensor_map, row, _ = k.arguments
+        barriers = k.mbarriers("loaded", 1, 1)
+        tile = k.tensor(k.view(k.dynamic_shared(alignment=1024), (64 * 64,), "f16"), Box(64, 64, 16, 128).layout)
+        k.expect_bytes(barriers, 0, k.tma_load(tile, tensor_map, (row, k.index(0)), barriers))
+    ptx = compile_to_ptx(k.module)
+    filecheck(ptx, """
+    CHECK: .param .align 64 .b8 k_param_0[128],
+    CHECK-NEXT: .param .u64 k_param_1,
+    CHECK-NEXT: .param .align 64 .b8 k_param_2[128]
+    CHECK: mov.b64 [[PARAM:%rd[0-9]+]], k_param_0;
+    CHECK: cvta.param.u64 [[MAP:%rd[0-9]+]], [[PARAM]];
+    CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{{%rd[0-9]+}}], [[[MAP]], {{{.*}}}]
+    """)
+    assert "tile.tensor_maps" not in ptx and ".local" not in ptx

@@ -48,9 +48,10 @@ class Global:
 
 @dataclass(frozen=True)
 class TensorMap:
-    """A kernel argument that is a TMA tensor map: a pointer to its 128 bytes in global memory (made on the
-    host by `Runtime.tensor_map` for the `tma.Box` that `Kernel.tma_load` returns, then copied to the
-    device), an `!llvm.ptr` in the kernel."""
+    """A kernel argument that is a TMA tensor map, passed by value: its 128 bytes (made on the host by
+    `Runtime.tensor_map` for the `tma.Box` that `Kernel.tma_load` returns) in the launch's parameters, as CUDA's
+    `const __grid_constant__ CUtensorMap` (`tile-grid-constant-tensor-maps`); an `!llvm.ptr` to them in the
+    kernel."""
 
 
 def _argument_type(spec) -> tuple[ir.Type, int | None]:
@@ -208,6 +209,9 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
         if any(alignments):
             self.func.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(
                 {"llvm.align": ir.IntegerAttr.get(i64, a)} if a else {}) for a in alignments])
+        maps = [index for index, spec in enumerate(self._argument_specs) if isinstance(spec, TensorMap)]
+        if maps:  # passed by value (`tile-grid-constant-tensor-maps`)
+            self.func.attributes["tile.tensor_maps"] = ir.DenseI64ArrayAttr.get(maps)
         if self.cluster:  # PTX .reqnctapercluster: the launch must give this cluster shape
             self.func.attributes["nvvm.cluster_dim"] = ir.DenseI32ArrayAttr.get(list(self.cluster))
         if self.min_blocks_per_sm:  # PTX .minnctapersm: registers are budgeted for this occupancy

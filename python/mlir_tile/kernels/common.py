@@ -94,9 +94,9 @@ def output_element(element: str) -> str:
 
 
 class TensorMaps:
-    """The device tensor maps a Hopper kernel is launched with, one per (address, shape, row stride, box),
-    the `kept` most recent kept (a training loop's weights and buffers come back at the same addresses, so
-    each is encoded once). A new one is copied on torch's current stream, before the launch that reads it."""
+    """The tensor maps a Hopper kernel is launched with (passed by value), one per (address, shape, strides, box),
+    the `kept` most recent kept: a training loop's weights and buffers come back at the same addresses, so each is
+    encoded once (`cuTensorMapEncodeTiled` costs more host time than the rest of a launch)."""
 
     def __init__(self, runtime, kept: int = 256):
         from collections import OrderedDict
@@ -104,18 +104,15 @@ class TensorMaps:
         self.runtime, self.kept, self.maps = runtime, kept, OrderedDict()
 
     def __call__(self, tensor, box, store: bool = False):
-        """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`, as a
-        device tensor of its 128 bytes; of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map).
+        """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`
+        (`runtime.TensorMapValue`); of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map).
         `store`: a map the kernel's TMA stores write through (`Runtime.tensor_map(store=True)`)."""
-        import torch
-
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index, store)
         found = self.maps.pop(key, None)
         if found is None:
             size = tensor.element_size()
-            encoded = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
-                                              tensor.stride(0) * size if tensor.dim() == 3 else None, store=store)
-            found = torch.from_numpy(encoded.view("uint8").copy()).to(tensor.device)
+            found = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
+                                            tensor.stride(0) * size if tensor.dim() == 3 else None, store=store)
         self.maps[key] = found
         while len(self.maps) > self.kept:
             self.maps.popitem(last=False)

@@ -8,12 +8,14 @@ only this file's dependencies (cuda-python, numpy): the wheel installed without 
                       stream=torch_stream(a))                      # torch tensors: no copy, torch's stream
         out_a, out_b = module.launch("matrix_kernel", [a, b], grid=1, block=32)  # numpy: copied back
 
-`cuda.core` loads the code, launches and times, and reads device arrays (`StridedMemoryView`);
-`cuda.bindings.driver` copies between numpy arrays and device buffers. Every CUDA failure becomes a
-`CudaError` carrying the driver's message.
+`cuda.core` loads the code and reads device arrays (`StridedMemoryView`); `cuda.bindings.driver` launches
+(`cuLaunchKernel`, with the parameters packed by ctypes: TMA tensor maps by value, `TensorMapValue`) and copies
+between numpy arrays and device buffers. Every CUDA failure becomes a `CudaError` carrying the driver's message.
+A launch copies nothing from the host, so it can be captured in a CUDA graph (torch.cuda.graph).
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import threading
 from dataclasses import dataclass
@@ -182,17 +184,15 @@ class Runtime:
         return buffer
 
     def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box,
-                   matrix_stride_bytes: int | None = None, *, store: bool = False) -> np.ndarray:
+                   matrix_stride_bytes: int | None = None, *, store: bool = False) -> "TensorMapValue":
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
         of 16) in boxes of `box` (`mlir_tile.isa.tma.Box`: its extents, element size and swizzle mode), elements
-        past the matrix read as zeros: to copy to the device (64-byte aligned, as allocations are) and pass.
+        past the matrix read as zeros, passed to the kernel by value (`TensorMapValue`).
         `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over a stack of such matrices,
         its box one matrix's (a box stops at its matrix's last row). `store`: a map TMA stores write through,
         whose rows must be whole 16-byte chunks (`tma.check_store_rows`, ValueError otherwise): a store leaves
         the rows and columns past the matrix alone only then, since it writes a row's last chunk whole."""
-        import ctypes
-
         from mlir_tile.isa.tma import check_store_rows
 
         if store:
@@ -219,7 +219,7 @@ class Runtime:
             getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzles[box.swizzle_bytes]}"),
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
-        return np.frombuffer(ctypes.string_at(tensor_map.getPtr(), 128), np.uint8).copy()
+        return TensorMapValue.from_buffer_copy(ctypes.string_at(tensor_map.getPtr(), ctypes.sizeof(TensorMapValue)))
 
     def to_host(self, buffer, like: np.ndarray) -> np.ndarray:
         result = np.empty_like(np.ascontiguousarray(like))
@@ -240,35 +240,93 @@ def torch_stream(tensor) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-def _launch_config(grid, block, shared_bytes: int, cluster=None):
-    """cuda.core's LaunchConfig of `grid` blocks; with `cluster` (CTAs a cluster, dividing the grid along each
-    dimension), cuda.core counts the grid in clusters: the blocks are divided by it."""
-    from cuda.core import LaunchConfig
+class TensorMapValue(ctypes.c_ubyte * 128):
+    """A CUtensorMap's 128 bytes (`Runtime.tensor_map`), which a launch passes by value to a kernel's tensor-map
+    parameter (the builder's `TensorMap`: `.param .align 64 .b8 [128]`)."""
 
+
+@dataclass(frozen=True)
+class _Shape:
+    """A launch's grid and block (x, y, z), dynamic shared bytes and, for a cluster launch, the driver's
+    CUlaunchConfig with the cluster's dimensions (its stream set at each launch)."""
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    clustered: object = None
+
+
+def _launch_shape(grid, block, shared_bytes: int, cluster=None) -> _Shape:
+    """The launch shape of `grid` blocks of `block` threads; with `cluster` (CTAs a cluster, dividing the grid
+    along each dimension) a CUlaunchConfig carrying the cluster dimension."""
+    grid3, block3 = (tuple(v) + (1,) * (3 - len(v)) if isinstance(v, (tuple, list)) else (v, 1, 1)
+                     for v in (grid, block))
     if cluster is None:
-        return LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
-    grid3, cluster3 = (tuple(v) + (1,) * (3 - len(v)) if isinstance(v, (tuple, list)) else (v, 1, 1)
-                       for v in (grid, cluster))
+        return _Shape(grid3, block3, shared_bytes)
+    cluster3 = tuple(cluster) + (1,) * (3 - len(cluster)) if isinstance(cluster, (tuple, list)) else (cluster, 1, 1)
     if any(g % c for g, c in zip(grid3, cluster3)):
         raise ValueError(f"launch: a grid of {grid3} blocks is no whole number of clusters of {cluster3}")
-    return LaunchConfig(grid=tuple(g // c for g, c in zip(grid3, cluster3)), cluster=cluster3, block=block,
-                        shmem_size=shared_bytes)
+    driver = _driver()
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid3
+    config.blockDimX, config.blockDimY, config.blockDimZ = block3
+    config.sharedMemBytes = shared_bytes
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster3
+    config.attrs, config.numAttrs = [attribute], 1
+    return _Shape(grid3, block3, shared_bytes, config)
 
 
-def _by_value(argument, wait_on):
-    """A launch argument: a device array's pointer, a Python int as a 64-bit value, else the argument as is.
+def _launch(kernel, shape: _Shape, stream: int, parameters: list) -> None:
+    """cuLaunchKernel (cuLaunchKernelEx for a cluster) of `kernel` (a CUkernel) on stream handle `stream`, its
+    parameters ctypes values (`_parameter`), each copied by the driver at the launch."""
+    driver = _driver()
+    pointers = (ctypes.c_void_p * len(parameters))(*map(ctypes.addressof, parameters))
+    if shape.clustered is None:
+        result = driver.cuLaunchKernel(kernel, *shape.grid, *shape.block, shape.shared_bytes, stream,
+                                       ctypes.addressof(pointers), 0)
+    else:
+        shape.clustered.hStream = stream
+        result = driver.cuLaunchKernelEx(shape.clustered, kernel, ctypes.addressof(pointers), 0)
+    _check(result)
+
+
+_SCALARS = {np.dtype(np.bool_): ctypes.c_bool, np.dtype(np.int8): ctypes.c_int8, np.dtype(np.int16): ctypes.c_int16,
+            np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint8): ctypes.c_uint8,
+            np.dtype(np.uint16): ctypes.c_uint16, np.dtype(np.uint32): ctypes.c_uint32,
+            np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.float32): ctypes.c_float,
+            np.dtype(np.float64): ctypes.c_double}
+
+
+def _parameter(argument, wait_on):
+    """A launch parameter as a ctypes value: a tensor map's bytes; a device array's pointer; a Python int as a
+    64-bit value; a numpy scalar at its own width (f16 by its bits); a Python float as a double; a ctypes value
+    as it is.
 
     On the producer's stream (`wait_on` None) the pointer is read from a torch tensor's data_ptr() or the CUDA
     Array Interface (the cheap path: no synchronization is needed); otherwise cuda.core's StridedMemoryView reads
     it (DLPack or the interface) and makes `wait_on` wait for the producer's work first."""
+    if isinstance(argument, (TensorMapValue, ctypes._SimpleCData)):
+        return argument
     if isinstance(argument, int) and not isinstance(argument, bool):
-        return np.uint64(argument % 2**64)
+        return ctypes.c_uint64(argument % 2**64)
+    if isinstance(argument, np.generic):
+        if argument.dtype == np.float16:
+            return ctypes.c_uint16(int(argument.view(np.uint16)))
+        if argument.dtype not in _SCALARS:
+            raise CudaError(f"cannot pass a {argument.dtype} scalar to a kernel")
+        return _SCALARS[argument.dtype](argument.item())
+    if isinstance(argument, float):
+        return ctypes.c_double(argument)
     if wait_on is None:
         if getattr(argument, "is_cuda", False) and hasattr(argument, "data_ptr"):  # torch: no dict to build
-            return np.uint64(argument.data_ptr())
+            return ctypes.c_uint64(argument.data_ptr())
         interface = getattr(argument, "__cuda_array_interface__", None)
         if interface is not None:
-            return np.uint64(interface["data"][0])
+            return ctypes.c_uint64(interface["data"][0])
+    handle = getattr(argument, "handle", None)  # a cuda.core Buffer (`Runtime.to_device`)
+    if handle is not None and type(argument).__name__ == "Buffer":
+        return ctypes.c_uint64(int(handle))
     if hasattr(argument, "__cuda_array_interface__") or hasattr(argument, "__dlpack__"):
         from cuda.core.utils import StridedMemoryView
 
@@ -280,8 +338,8 @@ def _by_value(argument, wait_on):
             raise CudaError(f"cannot pass a {type(argument).__name__} to a kernel: {error}") from None
         if not device:
             raise CudaError(f"{type(argument).__name__} lives in host memory: pass a device array or a numpy array")
-        return np.uint64(view.ptr)
-    return argument
+        return ctypes.c_uint64(view.ptr)
+    raise CudaError(f"cannot pass a {type(argument).__name__} to a kernel")
 
 
 class LoadedModule:
@@ -318,41 +376,41 @@ class LoadedModule:
         - device arrays (DLPack or CUDA Array Interface producers: torch, CuPy, JAX): their pointer, no copy;
         - Python ints: a 64-bit value (a raw device pointer, or an `index` parameter);
         - numpy scalars (np.int32(4), np.float32(1)): by value, at their own width;
+        - tensor maps (`Runtime.tensor_map`'s `TensorMapValue`): their 128 bytes by value;
         - numpy arrays: copied to the device, passed as pointers, copied back after the kernel.
         With device arrays only, the launch is asynchronous, on `stream` (an object with `__cuda_stream__`,
         such as torch.cuda.current_stream(), or a stream handle) or else on the runtime's stream, which first
         waits for the producers' work on the arrays. With numpy arrays it waits for the kernel and returns the
         arrays after it, in argument order (else an empty list)."""
-        from cuda.core import launch
-
         runtime = self.runtime
         runtime.on_this_thread()
         kernel = self._kernels.get(kernel_name) or self.kernel(kernel_name)
-        on = runtime.stream if stream is None else runtime.stream_of(stream)
-        wait_on = on if stream is None else None
-        config = self._config(kernel_name, kernel, grid, block, shared_bytes, cluster)
-        launch_arguments = []
-        for argument in arguments:
-            if isinstance(argument, np.ndarray):
-                break
-            launch_arguments.append(_by_value(argument, wait_on))
-        else:  # device arrays and values only: nothing to copy, nothing to wait for
-            try:
-                launch(on, config, kernel, *launch_arguments)
+        shape = self._config(kernel_name, kernel, grid, block, shared_bytes, cluster)
+        if stream is None or not isinstance(stream, int):
+            on = runtime.stream if stream is None else runtime.stream_of(stream)
+            handle = int(on.handle)
+        else:
+            on, handle = None, stream
+        wait_on = runtime.stream if stream is None else None
+        if not any(isinstance(argument, np.ndarray) for argument in arguments):
+            parameters = [_parameter(argument, wait_on) for argument in arguments]
+            try:  # device arrays and values only: nothing to copy, nothing to wait for
+                _launch(kernel.handle, shape, handle, parameters)
             except Exception as error:
                 raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
             return []
-        buffers, launch_arguments = [], []
+        on = on or runtime.stream_of(stream)
+        buffers, parameters = [], []
         try:
             for argument in arguments:
                 if isinstance(argument, np.ndarray):
                     buffer = runtime.to_device(argument)
                     buffers.append((buffer, argument))
-                    launch_arguments.append(buffer)
+                    parameters.append(ctypes.c_uint64(int(buffer.handle)))
                 else:
-                    launch_arguments.append(_by_value(argument, wait_on))
+                    parameters.append(_parameter(argument, wait_on))
             try:
-                launch(on, config, kernel, *launch_arguments)
+                _launch(kernel.handle, shape, handle, parameters)
                 on.sync()
             except Exception as error:
                 raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
@@ -362,7 +420,7 @@ class LoadedModule:
                 buffer.close()
 
     def _config(self, kernel_name: str, kernel, grid, block, shared_bytes: int, cluster=None):
-        """The LaunchConfig for this shape, made (and the kernel's dynamic shared memory allowed) once."""
+        """The launch shape (`_launch_shape`), made (and the kernel's dynamic shared memory allowed) once."""
         try:
             key = (kernel_name, grid, block, shared_bytes, cluster)
             config = self._configs.get(key)
@@ -371,29 +429,30 @@ class LoadedModule:
             config = self._configs.get(key)
         if config is None:
             self.runtime.allow_dynamic_shared(kernel, shared_bytes)
-            config = self._configs[key] = _launch_config(grid, block, shared_bytes, cluster)
+            config = self._configs[key] = _launch_shape(grid, block, shared_bytes, cluster)
         return config
 
     def time(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,
              warmup: int = 3, repeats: int = 20, cluster=None) -> Timing:
         """Median-ready launch times in ms, measured with CUDA events around each launch after warm-up.
         Arguments as for `launch`; numpy arrays are copied to the device once and reused."""
-        from cuda.core import EventOptions, launch
+        from cuda.core import EventOptions
 
         runtime = self.runtime
         kernel = self.kernel(kernel_name)
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
-        launch_arguments = [b if b is not None else _by_value(a, runtime.stream) for a, b in zip(arguments, buffers)]
+        parameters = [ctypes.c_uint64(int(b.handle)) if b is not None else _parameter(a, runtime.stream)
+                      for a, b in zip(arguments, buffers)]
         runtime.allow_dynamic_shared(kernel, shared_bytes)
-        config = _launch_config(grid, block, shared_bytes, cluster)
+        shape, handle = _launch_shape(grid, block, shared_bytes, cluster), int(runtime.stream.handle)
         timing = EventOptions(timing_enabled=True)
         try:
             for _ in range(warmup):
-                launch(runtime.stream, config, kernel, *launch_arguments)
+                _launch(kernel.handle, shape, handle, parameters)
             times = []
             for _ in range(repeats):
                 start = runtime.stream.record(options=timing)
-                launch(runtime.stream, config, kernel, *launch_arguments)
+                _launch(kernel.handle, shape, handle, parameters)
                 end = runtime.stream.record(options=timing)
                 end.sync()
                 times.append(float(end - start))

@@ -212,20 +212,18 @@ def run(folder: Path, seed: int = 0, placements: int = 6) -> list[str]:
         for number, box in enumerate(BOXES):
             allocation, columns = _matrix(rng, box, whole_chunks=number % 2 == 0)
             source = runtime.to_device(allocation)
-            tensor_map = runtime.to_device(runtime.tensor_map(int(source.handle), (MATRIX_ROWS, columns),
-                                                              allocation.strides[0], box))
+            tensor_map = runtime.tensor_map(int(source.handle), (MATRIX_ROWS, columns), allocation.strides[0], box)
             module = runtime.load_ptx((folder / f"{name(box)}.ptx").read_text(), name=name(box))
             step = INNER_COORDINATE_BYTES * 8 // box.element_bits  # (an inner coordinate off 16 bytes: illegal)
             for row, column in _placements(rng, box, MATRIX_ROWS, columns, step, placements):
                 image = rng.integers(0, 2**32, box.shared_bytes // 4, dtype=np.uint32)
-                (out, _) = module.launch(KERNEL, [int(tensor_map.handle), np.zeros_like(image), image, row,
+                (out, _) = module.launch(KERNEL, [tensor_map, np.zeros_like(image), image, row,
                                                   column // step], grid=1, block=THREADS, shared_bytes=box.shared_bytes)
                 want = expected(allocation[:, :columns], box, row, column, image).view(np.uint32)
                 if not np.array_equal(out, want):
                     failures.append(f"{name(box)} at ({row}, {column}) of {columns} columns: "
                                     f"{_first_difference(out, want)}")
             source.close()
-            tensor_map.close()
     return failures
 
 
@@ -241,11 +239,10 @@ def _store_once(runtime, module, box: Box, allocation: np.ndarray, columns: int,
     step = INNER_COORDINATE_BYTES * 8 // box.element_bits
     destination = runtime.to_device(allocation)
     try:
-        tensor_map = runtime.to_device(runtime.tensor_map(int(destination.handle), (MATRIX_ROWS, columns),
-                                                          allocation.strides[0], box, store=store_map))
-        module.launch(STORE_KERNEL, [int(tensor_map.handle), image, row, column // step], grid=1, block=THREADS,
+        tensor_map = runtime.tensor_map(int(destination.handle), (MATRIX_ROWS, columns), allocation.strides[0], box,
+                                        store=store_map)
+        module.launch(STORE_KERNEL, [tensor_map, image, row, column // step], grid=1, block=THREADS,
                       shared_bytes=box.shared_bytes)
-        tensor_map.close()
         after = runtime.to_host(destination, allocation)
     finally:
         destination.close()
@@ -303,7 +300,7 @@ def run_multicast(folder: Path, seed: int = 0, placements: int = 4, clusters: in
         rows, columns = 200, 8 * 37
         matrix = rng.integers(1, 2**16 - 1, (rows, columns)).astype(np.uint16)
         source = runtime.to_device(matrix)
-        tensor_map = runtime.to_device(runtime.tensor_map(int(source.handle), (rows, columns), columns * 2, box))
+        tensor_map = runtime.tensor_map(int(source.handle), (rows, columns), columns * 2, box)
         module = runtime.load_ptx((folder / "tma_multicast.ptx").read_text(), name="tma_multicast")
         grid = CLUSTER * clusters
         for placement in range(placements):
@@ -311,7 +308,7 @@ def run_multicast(folder: Path, seed: int = 0, placements: int = 4, clusters: in
             row = int(rng.integers(rows - box.rows // 2, rows) if edge else rng.integers(0, rows - box.rows))
             column = 8 * int(rng.integers((columns - box.columns // 2) // 8, columns // 8) if edge else
                              rng.integers(0, (columns - box.columns) // 8))
-            (out,) = module.launch("tma_multicast", [int(tensor_map.handle), np.zeros((grid, box.rows * box.columns),
+            (out,) = module.launch("tma_multicast", [tensor_map, np.zeros((grid, box.rows * box.columns),
                                                                                        np.uint16), row, column // 8],
                                    grid=grid, block=THREADS, shared_bytes=box.rows * box.columns * 2,
                                    cluster=CLUSTER)
@@ -322,5 +319,4 @@ def run_multicast(folder: Path, seed: int = 0, placements: int = 4, clusters: in
                     failures.append(f"multicast at ({row}, {column}): CTA {block}'s element {first} is "
                                     f"{out[block][first]}, the model says {want[first]}")
         source.close()
-        tensor_map.close()
     return failures

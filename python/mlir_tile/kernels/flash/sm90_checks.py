@@ -52,18 +52,17 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, *, batch: int = 1, he
     with Runtime() as runtime:
         buffers = [runtime.to_device(x) for x in inputs[:3] + [o, lse] + inputs[3:]]
         box = boxes(config)
-        maps = [runtime.to_device(runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d),
-                                                     d * config.element_bytes, box[name]))
+        maps = [runtime.tensor_map(int(buffer.handle), (batch * heads * seq, d), d * config.element_bytes, box[name])
                 for buffer, name in zip(buffers, "qkv")]
-        maps.append(runtime.to_device(runtime.tensor_map(int(buffers[3].handle), (batch * heads, seq, d), 2 * d, box["o"],
-                                                         2 * seq * d, store=True)))
+        maps.append(runtime.tensor_map(int(buffers[3].handle), (batch * heads, seq, d), 2 * d, box["o"], 2 * seq * d,
+                                       store=True))
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = config.grid(batch * heads, seq, sms or runtime.device.properties.multiprocessor_count)
-        module.launch(KERNEL, [int(x.handle) for x in maps + buffers[4:5]] + [seq, batch * heads]
+        module.launch(KERNEL, maps + [int(buffers[4].handle)] + [seq, batch * heads]
                       + [int(x.handle) for x in buffers[5:]],
                       grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
         o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
-        for buffer in buffers + maps:
+        for buffer in buffers:
             buffer.close()
     expected, expected_lse = reference(*values, config.causal)
     error, lse_error = float(np.abs(decode(o, out) - expected).max()), float(np.abs(lse - expected_lse).max())

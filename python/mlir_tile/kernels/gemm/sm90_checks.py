@@ -7,14 +7,13 @@ from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
-    """The tensor maps (device copies) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N; None
-    for a split-K kernel, which writes fp32 partials) for the kernel's boxes; keep them alive until the launch
-    is done."""
+    """The tensor maps (by value) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N; None
+    for a split-K kernel, which writes fp32 partials) for the kernel's boxes."""
     box = boxes(config)
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
     shapes = {"a": (a, (m, depth)), "b": (b, b_shape), **({"c": (c, (m, n))} if c is not None else {})}
-    return [runtime.to_device(runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8,
-                                                 box[name], store=name == "c"))
+    return [runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8, box[name],
+                               store=name == "c")
             for name, (matrix, shape) in shapes.items()]
 
 
@@ -75,13 +74,13 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
         maps = tensor_maps(runtime, *matrices[:2], None if config.split_k else matrices[2], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count) * (splits if config.split_k else 1)
-        pointers = [int(x.handle) for x in maps] + ([int(matrices[2].handle)] if config.split_k else [])
+        pointers = maps + ([int(matrices[2].handle)] if config.split_k else [])
         module.launch(KERNEL, pointers + [m, n // config.unit, depth // config.k_unit] +
                       [int(x.handle) for x in matrices[3:]] + ([splits] if config.split_k else []), grid=grid,
                       block=config.threads, shared_bytes=config.shared_bytes,
                       cluster=config.cluster if config.cluster > 1 else None)
         c = runtime.to_host(matrices[2], out)
-        for buffer in matrices + maps:
+        for buffer in matrices:
             buffer.close()
     if config.split_k:
         from mlir_tile.isa.halves import encode

@@ -1,0 +1,98 @@
+"""Host time a call: each operator as a model calls it, beside the torch call it replaces and the launcher beneath
+it (what `torch.library.custom_op` adds), on shapes whose kernels run in a few microseconds, so that the host is
+what sets the pace. In one process on the GPU host.
+
+    python3 benchmarks/host_time.py OUT     # OUT/host_time.json: microseconds of host time a call, per case
+    python3 benchmarks/host_time.py OUT --profile  # and where an operator call's host time goes (cProfile)
+
+A figure: CALLS calls issued back to back (the GPU is idle between them, not the host), the wall time until the
+last returned (no synchronization) over CALLS; the median of ROUNDS rounds, the calls of a case taking turns.
+Also each case's step captured in a CUDA graph (torch.cuda.graph) and replayed, the host time a replay.
+"""
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+CALLS, ROUNDS = 300, 9
+
+
+def cases():
+    from mlir_tile.kernels import attention, matmul, ops
+
+    x, w = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 4096, device="cuda",
+                                                                                     dtype=torch.bfloat16) / 64
+    bias = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    launcher = ops.kernels_on(x.device).matmul
+    yield "linear 16x4096x4096", {"operator": lambda: matmul(x, w, b_layout="nk"),
+                                  "launcher": lambda: launcher(x, w, b_major="nk"), "torch": lambda: F.linear(x, w)}
+    yield "silu(linear + bias) 16x4096x4096", {
+        "operator": lambda: matmul(x, w, b_layout="nk", bias=bias, activation="silu"),
+        "torch": lambda: F.silu(F.linear(x, w, bias))}
+    q = torch.randn(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)
+    yield "attention 1x8x128x128", {"operator": lambda: attention(q, q, q),
+                                    "torch": lambda: F.scaled_dot_product_attention(q, q, q)}
+
+
+def host_microseconds(call) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        call()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / CALLS * 1e6
+
+
+def replayed(call):
+    """A replay of `call` captured in a CUDA graph (after a warm-up outside it)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
+
+
+def profile(calls: dict) -> str:
+    """cProfile of CALLS calls of each of our calls (operator, launcher): the functions taking the most time."""
+    import cProfile
+    import io
+    import pstats
+
+    report = io.StringIO()
+    for who in ("operator", "launcher"):
+        if who in calls:
+            profiler = cProfile.Profile()
+            profiler.runcall(lambda: [calls[who]() for _ in range(CALLS)])
+            report.write(f"--- {who}\n")
+            pstats.Stats(profiler, stream=report).sort_stats("tottime").print_stats(18)
+    return report.getvalue()
+
+
+def main(out: Path, profiled: bool = False) -> int:
+    results = []
+    for name, calls in cases():
+        calls = {**calls, **{f"{who} in a graph": replayed(call) for who, call in list(calls.items())
+                             if who in ("operator", "torch")}}
+        samples = {who: [] for who in calls}
+        for _ in range(ROUNDS):
+            for who, call in calls.items():
+                samples[who].append(host_microseconds(call))
+        row = {"case": name, "host us a call": {who: round(statistics.median(s), 1) for who, s in samples.items()}}
+        print(json.dumps(row), flush=True)
+        if profiled:
+            print(profile(calls), flush=True)
+        results.append(row)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "host_time.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                                    "cases": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), "--profile" in sys.argv[2:]))
