@@ -517,27 +517,35 @@ def test_fp8_p_v_on_the_model_is_exactly_p_times_v():
     assert (product == scores @ v).all()
 
 
-def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path):
+def test_the_command_line_builds_hoppers_attention_and_refuses_what_it_does_not_take(tmp_path, monkeypatch, capsys):
+    """`python -m mlir_tile.kernels.attention` builds Hopper's kernels (run as a user runs it) and refuses what
+    they do not take with argparse's one line and status 2 (the refusals run its `main` in this process)."""
     from test_kernels_command_line import example
+    from mlir_tile.kernels.flash.__main__ import main
+
+    def refused(*options):
+        monkeypatch.setattr("sys.argv", ["attention", *map(str, options)])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        return exit_.value.code, capsys.readouterr().err
 
     ran = example("attention.py", "--ptx-out", tmp_path / "a.ptx", "--arch", "sm_90a", "--head-dim", "128")
     assert ran.returncode == 0, ran.stderr
     first = (tmp_path / "a.ptx").read_text().split("\n", 1)[0]
     assert '"arch": "sm_90a"' in first and '"head_dim": 128' in first
-    for options, message in ((["--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"), (["--emulate"], "Hopper's runs on the GPU"),
-                             (["--dtype", "e4m3", "--ptx-out", tmp_path / "c.ptx"], "e4m3 takes head dim 128")):
-        ran = example("attention.py", "--arch", "sm_90a", *options)
-        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    ran = example("attention.py", "--dtype", "e4m3", "--ptx-out", tmp_path / "d.ptx")  # the sm_80 kernel: 16-bit only
-    assert ran.returncode == 2 and "f16 and bf16" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    for options, message in ((["--arch", "sm_90a", "--tuned", "--ptx-out", tmp_path / "b.ptx"], "--tuned picks the sm_80 kernel"),
+                             (["--arch", "sm_90a", "--emulate"], "Hopper's runs on the GPU"),
+                             (["--arch", "sm_90a", "--dtype", "e4m3", "--ptx-out", tmp_path / "c.ptx"], "e4m3 takes head dim 128"),
+                             (["--dtype", "e4m3", "--ptx-out", tmp_path / "d.ptx"], "f16 and bf16"),  # (sm_80's: 16-bit)
+                             (["--persistent", "--arch", "sm_90a", "--head-dim", "256", "--ptx-out", tmp_path / "f.ptx"],
+                              "grid takes head dims 64, 128"),
+                             (["--persistent", "--ptx-out", tmp_path / "f.ptx"], "--persistent set Hopper's path's fields"),
+                             (["--arch", "sm_90a", "--stages", "two", "--ptx-out", tmp_path / "g.ptx"],
+                              "invalid int value: 'two'")):
+        code, error = refused(*options)
+        assert code == 2 and message in error and "Traceback" not in error, error
     ran = example("attention.py", "--ptx-out", tmp_path / "e.ptx", "--arch", "sm_90a", "--dtype", "e4m3", "--head-dim", "128")
     assert ran.returncode == 0 and "e4m3.e4m3" in (tmp_path / "e.ptx").read_text(), ran.stderr
-    for options, message in ((["--arch", "sm_90a", "--head-dim", "256"], "grid takes head dims 64, 128"),
-                             ([], "--persistent set Hopper's path's fields")):
-        ran = example("attention.py", "--persistent", "--ptx-out", tmp_path / "f.ptx", *options)
-        assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
-    ran = example("attention.py", "--arch", "sm_90a", "--stages", "two", "--ptx-out", tmp_path / "g.ptx")
-    assert ran.returncode == 2 and "invalid int value: 'two'" in ran.stderr and "Traceback" not in ran.stderr
     ran = example("attention.py", "--arch", "sm_90a", "--consumers", "3", "--keys", "64", "--ptx-out", tmp_path / "h.ptx")
     assert ran.returncode == 0 and '"arch": "sm_90a", "keys": 64, "consumers": 3}' in (tmp_path / "h.ptx").read_text(), \
         ran.stderr
