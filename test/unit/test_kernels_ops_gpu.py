@@ -583,3 +583,24 @@ def test_the_operators_are_captured_in_a_cuda_graph_and_replay_on_new_inputs():
     for got, expected in zip(outputs, step(*fresh)):
         assert torch.equal(got, expected)
 
+
+@_hopper_only
+def test_the_operators_registrations_pass_torchs_opcheck():
+    """torch.library.opcheck on each operator as registered on the dispatcher (`ops._operator`): its schema
+    against what it does to its inputs, its fake implementation against the real outputs, its autograd
+    registration."""
+    def tensor(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda").to(dtype)
+
+    x, w, bias = tensor(100, 256), tensor(384, 256), tensor(384)
+    q = tensor(1, 2, 200, 64, dtype=torch.float16)
+    x8, w8, scale = tensor(64, 128, dtype=torch.float8_e4m3fn), tensor(96, 128, dtype=torch.float8_e4m3fn), tensor(
+        1, dtype=torch.float32)
+    every = ("test_schema", "test_faketensor", "test_autograd_registration")
+    for operator, arguments, checks in (
+            (torch.ops.mlir_tile.matmul.default, (x, w, "nk", bias, "silu", None), every),
+            (torch.ops.mlir_tile.matmul_out.default, (x, w, "nk", None, None, None, tensor(100, 384)), every),
+            (torch.ops.mlir_tile.attention.default, (q, q, q, True), every),
+            # (test_schema multiplies the inputs, which torch does not do in float8_e4m3fn)
+            (torch.ops.mlir_tile.scaled_mm.default, (x8, w8, scale, scale, "nk"), every[1:])):
+        torch.library.opcheck(operator, arguments, test_utils=checks)

@@ -55,6 +55,24 @@ def kernels_on(device: torch.device) -> _Kernels:
         return _per_device[index]
 
 
+_LIBRARY = torch.library.Library("mlir_tile", "FRAGMENT")
+
+
+def _operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
+    """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
+    for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
+    Python layers that cost about 40 us a call, more than a small kernel runs; `fake` its outputs' shapes for
+    torch.compile; `backward` its autograd formula, `setup_context` saving what that needs."""
+    _LIBRARY.define(name + torch.library.infer_schema(function, mutates_args=mutates_args))
+    for device in ("CUDA", "CPU"):
+        _LIBRARY.impl(name, function, device)
+    torch.library.register_fake(f"mlir_tile::{name}", fake, lib=_LIBRARY)
+    if backward is not None:
+        torch.library.register_autograd(f"mlir_tile::{name}", backward, lib=_LIBRARY,
+                                        setup_context=setup_context or (lambda ctx, inputs, output: None))
+    return getattr(torch.ops.mlir_tile, name).default
+
+
 def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, epilogue=None, operands=(), out=None):
     """epilogue(a @ b) in a's dtype (fp16 or bf16, fp32 accumulation): `a` [..., K]; `b` [K, N] (b_layout "kn")
     or [N, K] ("nk": an nn.Linear weight, so `matmul(x, w, b_layout="nk", bias=b)` is F.linear(x, w, b)).
@@ -151,7 +169,6 @@ def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
     _run(a, b, b_layout, out, epilogues.selectable, epilogues.selection(bias, activation, residual))
 
 
-@torch.library.custom_op("mlir_tile::matmul", mutates_args=())
 def _matmul(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
             activation: Optional[str], residual: Optional[torch.Tensor]) -> torch.Tensor:
     out = a.new_empty(_output_shape(a, b, b_layout))
@@ -159,7 +176,6 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torc
     return out
 
 
-@_matmul.register_fake
 def _matmul_fake(a, b, b_layout, bias, activation, residual):
     return a.new_empty(_output_shape(a, b, b_layout))
 
@@ -198,7 +214,7 @@ def _matmul_backward(ctx, grad):
     return grad_a, grad_b, None, grad_bias, None, grad if ctx.has_residual else None
 
 
-_matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
 
 
 def _no_backward(what: str):
@@ -208,7 +224,6 @@ def _no_backward(what: str):
     return backward
 
 
-@torch.library.custom_op("mlir_tile::matmul_out", mutates_args=("out",))
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
                 activation: Optional[str], residual: Optional[torch.Tensor], out: torch.Tensor) -> None:
     if list(out.shape) != _output_shape(a, b, b_layout) or not out.is_contiguous():
@@ -217,9 +232,8 @@ def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[
     _standard(a, b, b_layout, bias, activation, residual, out)
 
 
-@_matmul_out.register_fake
-def _matmul_out_fake(a, b, b_layout, bias, activation, residual, out):
-    return None
+_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, activation, residual, out: None,
+          mutates_args=("out",))
 
 
 _custom_operators: dict = {}
@@ -239,11 +253,10 @@ def _custom_operator(epilogue: epilogues.Epilogue):
             _run(a, b, b_layout, out, epilogue, epilogues.arranged(epilogue, tensors, numbers))
             return out
 
-        operator = torch.library.custom_op(f"mlir_tile::matmul{suffix}", run, mutates_args=())
-        operator.register_fake(lambda a, b, b_layout, tensors, numbers: a.new_empty(_output_shape(a, b, b_layout)))
-        operator.register_autograd(_no_backward(
+        operator = _operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
+            _output_shape(a, b, b_layout)), backward=_no_backward(
             f"matmul: epilogue {epilogue.name!r} has no derivative here; train with the ready-made bias, "
-            f"activation and residual, whose backward is built"), setup_context=lambda ctx, inputs, output: None)
+            f"activation and residual, whose backward is built"))
         _custom_operators[suffix] = operator
         return operator
 
@@ -263,9 +276,8 @@ def _variant_operator(variant):
             return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
                                                   variant=variant, operands=operands)
 
-        operator = torch.library.custom_op(f"mlir_tile::{name}", run, mutates_args=())
-        operator.register_fake(lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal))
-        operator.register_autograd(_ATTENTION_BACKWARD, setup_context=lambda ctx, inputs, output: None)
+        operator = _operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
+                             backward=_ATTENTION_BACKWARD)
         _custom_operators[name] = operator
         return operator
 
@@ -276,28 +288,26 @@ def _scaled_shape(a, b, b_layout: str) -> List[int]:
     return [a.shape[0], b.shape[0] if b_layout == "nk" else b.shape[1]]
 
 
-@torch.library.custom_op("mlir_tile::scaled_mm", mutates_args=())
 def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                b_layout: str) -> torch.Tensor:
     return kernels_on(a.device).scaled(a, b, scale_a, scale_b, b_major=b_layout)
 
 
-@_scaled_mm.register_fake
 def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
     return a.new_empty(_scaled_shape(a, b, b_layout), dtype=torch.bfloat16)
 
 
-@torch.library.custom_op("mlir_tile::attention", mutates_args=())
+_operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
+
+
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
 
 
-@_attention.register_fake
 def _attention_fake(q, k, v, causal):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # contiguous, as the kernel's
 
 
-@torch.library.custom_op("mlir_tile::attention_fp8", mutates_args=())
 def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q: torch.Tensor,
                    descale_k: torch.Tensor, descale_v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     descales = tuple(x.float().reshape(1).contiguous() if x.numel() == 1 else x for x in (descale_q, descale_k, descale_v))
@@ -305,12 +315,11 @@ def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q:
                                           descales=descales)
 
 
-@_attention_fp8.register_fake
 def _attention_fp8_fake(q, k, v, descale_q, descale_k, descale_v, causal):
     return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 _ATTENTION_BACKWARD = _no_backward("attention has no backward pass yet: train through torch's "
                                    "F.scaled_dot_product_attention, and call this one where no gradient is needed")
-for _operator in (_attention, _attention_fp8):
-    _operator.register_autograd(_ATTENTION_BACKWARD, setup_context=lambda ctx, inputs, output: None)
+_operator("attention", _attention, fake=_attention_fake, backward=_ATTENTION_BACKWARD)
+_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)
