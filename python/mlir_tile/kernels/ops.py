@@ -91,6 +91,8 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
         if out is not None:
             torch.ops.mlir_tile.matmul_out(a, b, b_layout, bias, activation, residual, out)
             return out
+        if _plain_call(a, b, bias, residual):  # (the operator's own implementation, without the dispatcher)
+            return _matmul(a, b, b_layout, bias, activation, residual)
         return torch.ops.mlir_tile.matmul(a, b, b_layout, bias, activation, residual)
     if out is not None:
         out.copy_(result)
@@ -124,7 +126,25 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
         return torch.ops.mlir_tile.attention_fp8(q, k, v, descale_q, descale_k, descale_v, causal)
     if any(x is not None for x in (descale_q, descale_k, descale_v)):
         raise ValueError(f"attention: descales are for float8_e4m3fn q, k, v, got {q.dtype}")
+    if _plain_call(q, k, v):
+        return _attention(q, k, v, causal)
     return torch.ops.mlir_tile.attention(q, k, v, causal)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # (a weight is a Parameter)
+
+
+def _plain_call(*tensors) -> bool:
+    """Whether a call may run the operator's implementation straight: eager (not traced by torch.compile, no
+    torch function or dispatch mode such as FakeTensor's), plain CUDA tensors, no gradient asked for. The
+    dispatcher's two Python hops (autograd, then the CUDA kernel) cost 13-15 us a call on the H100's host
+    (benchmarks/host_time.py); everything else goes through `torch.ops.mlir_tile`, as the dispatcher wants."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
+            torch._C._len_torch_dispatch_stack():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(x is None or (type(x) in _PLAIN and x.is_cuda and not (grad and x.requires_grad))
+               for x in tensors)
 
 
 def _output_shape(a, b, b_layout: str) -> List[int]:
