@@ -44,6 +44,10 @@ def test_chains_apply_in_order_and_lower_to_ptx():
     ptx = compile_to_ptx(applied(chained, [Global("bf16"), Global("bf16")]))
     assert ptx.count("ex2.approx.ftz.f32") == 1 and ptx.count("ld.global") == 3  # out, bias, residual
     assert ptx.count("rcp.approx.ftz.f32") == 1 and "div.rn" not in ptx  # sigmoid's reciprocal
+    # one object for the same parts: the launcher's plans are keyed by the epilogue, whose function `then` makes
+    # anew (each call of bias + an activation had been a new plan, kept forever)
+    assert epilogues.chain(True, "gelu_tanh", True) is chained and epilogues.chain(True, "silu") == epilogues.chain(
+        True, "silu") != epilogues.chain(True, "relu")
 
 
 def test_selectable_branches_once_per_arm_and_lowers_to_ptx(filecheck):

@@ -604,3 +604,21 @@ def test_the_operators_registrations_pass_torchs_opcheck():
             # (test_schema multiplies the inputs, which torch does not do in float8_e4m3fn)
             (torch.ops.mlir_tile.scaled_mm.default, (x8, w8, scale, scale, "nk"), every[1:])):
         torch.library.opcheck(operator, arguments, test_utils=checks)
+
+
+@_hopper_only
+def test_repeated_calls_reuse_their_launch_plan():
+    """bias + silu (a shipped chain on the measured tile, so the chain's own kernel runs), repeated: each call
+    finds the plan the first made (the plans are keyed by the epilogue, which had been a new object each
+    call: a plan more each call, kept)."""
+    from mlir_tile.kernels import matmul, ops
+
+    x, w = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 512, device="cuda",
+                                                                                       dtype=torch.bfloat16)
+    bias = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    launcher = ops.kernels_on(x.device).matmul
+    matmul(x, w, b_layout="nk", bias=bias, activation="silu")
+    before = len(launcher.plans)
+    for _ in range(5):
+        matmul(x, w, b_layout="nk", bias=bias, activation="silu")
+    assert len(launcher.plans) == before and "silu" in str(launcher.last_config) + str(list(launcher.plans)[-1])

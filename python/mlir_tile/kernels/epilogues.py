@@ -269,9 +269,11 @@ ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
 @functools.cache  # one Epilogue per combination: a launcher's plans are keyed by it
+@functools.lru_cache(maxsize=None)  # (one Epilogue per combination: a launcher's plans are keyed by it)
 def chain(bias_: bool = False, activation: str | None = None, residual: bool = False) -> Epilogue | None:
     """The ready-made epilogues in `matmul`'s order, as one kernel's: + bias, then the activation, then
-    + residual (None: none of them)."""
+    + residual (None: none of them); the same object for the same parts (`then` makes a new function, which
+    an epilogue's equality compares)."""
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation is one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
     parts = [e for e, used in ((bias, bias_), (ACTIVATIONS.get(activation), activation), (residual_add, residual))
