@@ -133,7 +133,8 @@ OTHER_GRID = [HopperAttentionConfig.of(c.head_dim, c.causal, c.element, persiste
               if c.may_persist and c.element != "f16"]
 
 
-@pytest.mark.parametrize("config", CONFIGS + OTHER_GRID + [HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c.element != "f16"] + OTHER_GRID + [
+                                   HopperAttentionConfig(128, True, "bf16", keys=64, stages=4),
                                                            HopperAttentionConfig(64, False, "f16", stages=2,
                                                                                  pingpong=False),
                                                            HopperAttentionConfig(64, False, "bf16", keys=64,
@@ -144,7 +145,8 @@ OTHER_GRID = [HopperAttentionConfig.of(c.head_dim, c.causal, c.element, persiste
                                                                                     ctas_per_sm=2, persistent=True)],
                          ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
-    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to),
+    """The shipped kernels (d 256: O's 128 registers a thread beside S's and P's, the 240 a consumer raises to;
+    bf16 and e4m3: the f16 twins differ in their conversions only),
     each on the other grid (a persistent producer at 32 registers: its walk beside the loads), S narrower than O
     (64 keys a tile at d 128), two stages, without ping-pong, three consumers at d 64 (four warpgroups: the
     occupancy pinned, else ptxas ignores setmaxnreg, C7508), one consumer in 3 CTAs an SM (136 registers) and 2
