@@ -413,13 +413,13 @@ def test_a_measured_table_without_a_band_for_the_longest_sequences_is_refused(tm
     row = {"head_dim": 64, "causal": False, "elements": "16-bit", "up_to": 1024, "fields": {}}
     (tmp_path / "shapes.json").write_text(json.dumps({"shapes": [row]}))
     monkeypatch.setattr(sm90_tiles, "MEASURED_SHAPES", str(tmp_path / "shapes.json"))
-    sm90_tiles._bands.cache_clear()
+    sm90_tiles._table.cache_clear(), sm90_tiles._bands.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"d 64, causal False, 16-bit want one with no length .*\[1024\]"):
             HopperAttentionConfig.picked(64, False, "f16", 1)
     finally:
         monkeypatch.undo()
-        sm90_tiles._bands.cache_clear()
+        sm90_tiles._table.cache_clear(), sm90_tiles._bands.cache_clear()
 
 
 def test_the_command_line_takes_the_configurations_fields_as_options():

@@ -63,8 +63,8 @@ def test_a_store_map_of_whole_chunks_passes_the_store_rule():
 
 def test_launch_parameters_are_the_bytes_the_kernels_parameters_hold():
     """`_parameter`: a tensor map's 128 bytes as they are (by value); a Python int as 64 bits (two's complement);
-    numpy scalars at their width (f16 by its bits); a Python float as a double; a torch-like CUDA tensor as its
-    pointer; anything else a CudaError naming its type."""
+    numpy scalars at their width (f16 by its bits); a Python float as a double; a torch-like CUDA tensor and a
+    cuda.core Buffer as their pointers; anything else a CudaError naming its type."""
     import ctypes
 
     import numpy as np
@@ -81,6 +81,9 @@ def test_launch_parameters_are_the_bytes_the_kernels_parameters_hold():
     assert as_bytes(_parameter(0.25, None)) == np.float64(0.25).tobytes()
     tensor = types.SimpleNamespace(is_cuda=True, data_ptr=lambda: 0x7F0000001000)
     assert _parameter(tensor, None).value == 0x7F0000001000
+    from cuda.core import Buffer  # (`Runtime.to_device`'s, a numpy array's copy: its pointer)
+
+    assert _parameter(Buffer.from_handle(0x7F0000002000, 64), object()).value == 0x7F0000002000
     with pytest.raises(CudaError, match="cannot pass a str to a kernel"):
         _parameter("x", None)
 

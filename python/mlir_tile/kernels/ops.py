@@ -61,8 +61,8 @@ _LIBRARY = torch.library.Library("mlir_tile", "FRAGMENT")
 def _operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
     """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
     for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
-    Python layers that cost about 40 us a call, more than a small kernel runs; `fake` its outputs' shapes for
-    torch.compile; `backward` its autograd formula, `setup_context` saving what that needs."""
+    Python layers that cost 6-8 us a call more on the H100's host (benchmarks/host_time.py); `fake` its
+    outputs' shapes for torch.compile; `backward` its autograd formula, `setup_context` saving what that needs."""
     _LIBRARY.define(name + torch.library.infer_schema(function, mutates_args=mutates_args))
     for device in ("CUDA", "CPU"):
         _LIBRARY.impl(name, function, device)

@@ -324,9 +324,10 @@ def _parameter(argument, wait_on):
         interface = getattr(argument, "__cuda_array_interface__", None)
         if interface is not None:
             return ctypes.c_uint64(interface["data"][0])
-    handle = getattr(argument, "handle", None)  # a cuda.core Buffer (`Runtime.to_device`)
-    if handle is not None and type(argument).__name__ == "Buffer":
-        return ctypes.c_uint64(int(handle))
+    from cuda.core import Buffer
+
+    if isinstance(argument, Buffer):  # (`Runtime.to_device`'s)
+        return ctypes.c_uint64(int(argument.handle))
     if hasattr(argument, "__cuda_array_interface__") or hasattr(argument, "__dlpack__"):
         from cuda.core.utils import StridedMemoryView
 
@@ -406,9 +407,8 @@ class LoadedModule:
                 if isinstance(argument, np.ndarray):
                     buffer = runtime.to_device(argument)
                     buffers.append((buffer, argument))
-                    parameters.append(ctypes.c_uint64(int(buffer.handle)))
-                else:
-                    parameters.append(_parameter(argument, wait_on))
+                    argument = buffer
+                parameters.append(_parameter(argument, wait_on))
             try:
                 _launch(kernel.handle, shape, handle, parameters)
                 on.sync()
@@ -441,8 +441,7 @@ class LoadedModule:
         runtime = self.runtime
         kernel = self.kernel(kernel_name)
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
-        parameters = [ctypes.c_uint64(int(b.handle)) if b is not None else _parameter(a, runtime.stream)
-                      for a, b in zip(arguments, buffers)]
+        parameters = [_parameter(a if b is None else b, runtime.stream) for a, b in zip(arguments, buffers)]
         runtime.allow_dynamic_shared(kernel, shared_bytes)
         shape, handle = _launch_shape(grid, block, shared_bytes, cluster), int(runtime.stream.handle)
         timing = EventOptions(timing_enabled=True)

@@ -45,15 +45,20 @@ def measured_fields(head_dim: int, causal: bool, element: str, seq: int | None =
 
 
 @functools.lru_cache(maxsize=None)
-def _bands(head_dim: int, causal: bool, element: str) -> tuple:
-    """((up to, fields), ...) of MEASURED_SHAPES' rows for a head dim, mask and element (16-bit rows for f16 and
-    bf16), shortest first; the last, up to any length (None)."""
+def _table() -> list:
+    """MEASURED_SHAPES' rows, read once."""
     import json
     from pathlib import Path
 
+    return json.loads((Path(__file__).parent / MEASURED_SHAPES).read_text())["shapes"]
+
+
+@functools.lru_cache(maxsize=None)
+def _bands(head_dim: int, causal: bool, element: str) -> tuple:
+    """((up to, fields), ...) of MEASURED_SHAPES' rows for a head dim, mask and element (16-bit rows for f16 and
+    bf16), shortest first; the last, up to any length (None)."""
     kind = "e4m3" if element == "e4m3" else "16-bit"
-    rows = [row for row in json.loads((Path(__file__).parent / MEASURED_SHAPES).read_text())["shapes"]
-            if (row["head_dim"], row["causal"], row["elements"]) == (head_dim, causal, kind)]
+    rows = [row for row in _table() if (row["head_dim"], row["causal"], row["elements"]) == (head_dim, causal, kind)]
     bands = sorted(((row["up_to"], tuple(row["fields"].items())) for row in rows),
                    key=lambda band: math.inf if band[0] is None else band[0])
     if bands and [up_to is None for up_to, _ in bands] != [False] * (len(bands) - 1) + [True]:
