@@ -622,3 +622,43 @@ def test_repeated_calls_reuse_their_launch_plan():
     for _ in range(5):
         matmul(x, w, b_layout="nk", bias=bias, activation="silu")
     assert len(launcher.plans) == before and "silu" in str(launcher.last_config) + str(list(launcher.plans)[-1])
+
+
+def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
+    """A call like an earlier one (shapes, dtypes, layout, epilogue, alignment) runs that call's launch plan on
+    its own tensors (`ops._EagerMatmul`, `PlannedAttention`): three calls of each case on fresh random tensors,
+    each right (a plan that kept an operand's address, its tensor maps or the epilogue's operands would be wrong
+    from the second on), the outputs contiguous, and a view off 16 bytes after them still right."""
+    from mlir_tile.kernels import attention, matmul, ops
+
+    rng, failures = random.Random(23), []
+    cases = [_gemm_case(rng, trial) for trial in range(24)]
+    cases += [(16, 4096, 4096, torch.bfloat16, "nk", True, "silu", False),  # (split-K's workspace, selectable)
+              (300, 512, 256, torch.float16, "kn", True, "gelu_tanh", True)]
+    for m, n, k, dtype, layout, has_bias, activation, has_residual in cases:
+        for call in range(3):
+            a, b, bias, residual = _operands(m, n, k, dtype, layout, has_bias, has_residual)
+            a = a.view(1, m, k) if call == 1 else a  # (leading dimensions: another key)
+            residual = residual.view(1, m, n) if call == 1 and residual is not None else residual
+            got = matmul(a, b, b_layout=layout, bias=bias, activation=activation, residual=residual)
+            worst = _wrong(got.view(m, n), a.view(m, k), b, layout, bias, activation,
+                           None if residual is None else residual.view(m, n))
+            if worst is not None or not got.is_contiguous():
+                failures.append(("matmul", m, n, k, layout, has_bias, activation, has_residual, call, worst))
+    assert any(isinstance(entry, ops._EagerMatmul) and entry.template for entry in ops._eager.values())
+    for batch, heads, seq, d, causal in [(1, 8, 128, 128, False), (2, 3, 700, 64, True), (1, 2, 129, 128, True)]:
+        for call in range(4):
+            q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            if call == 3:
+                q = _offset(q, 3)
+            o, lse = attention(q, k, v, causal=causal)
+            expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            scores = q.float() @ k.float().transpose(-1, -2) / d ** 0.5
+            if causal:
+                scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
+            lse_error = (lse - scores.logsumexp(-1)).abs().max().item()
+            if (o.float() - expected).abs().max().item() > 2 ** -6 or lse_error > 1e-3 or not (
+                    o.is_contiguous() and lse.is_contiguous() and lse.shape == (batch, heads, seq)):
+                failures.append(("attention", batch, heads, seq, d, causal, call))
+    torch.cuda.synchronize()
+    assert not failures, failures[:10]

@@ -88,6 +88,46 @@ def test_launch_parameters_are_the_bytes_the_kernels_parameters_hold():
         _parameter("x", None)
 
 
+def test_a_prepared_launch_fills_its_slots_and_keeps_its_fixed_parameters(monkeypatch):
+    """`Launch`: the fixed parameters packed once (as `_parameter` packs them), each call's values written into
+    their slots (an address, an fp32, a tensor map by its bytes), the driver handed the block's addresses; a
+    call with the wrong number of values is a CudaError; a thread without the device's context gets it made
+    current and the launch tried again (CUDA_ERROR_INVALID_CONTEXT, then success)."""
+    import ctypes
+
+    import numpy as np
+
+    import mlir_tile.runtime as runtime_module
+    from mlir_tile.runtime import INVALID_CONTEXT, POINTER, TENSOR_MAP, CudaError, Launch, Slot, TensorMapValue, _launch_shape
+
+    launched, results = [], []
+
+    def fake_launch(kernel, shape, stream, pointers):
+        sizes = [128, 8, 8, 4, 8]  # (the kernel's parameters' bytes, in order)
+        launched.append((kernel, stream, [ctypes.string_at(pointers[i], size) for i, size in enumerate(sizes)]))
+        return results.pop(0) if results else 0
+
+    made_current = []
+    runtime = types.SimpleNamespace(on_this_thread=lambda: made_current.append(True))
+    module = types.SimpleNamespace(runtime=runtime, kernel=lambda name: types.SimpleNamespace(handle=0xBEEF))
+    monkeypatch.setattr(runtime_module, "_launch", fake_launch)
+    launch = Launch(module, "k", [TENSOR_MAP, POINTER, 7, Slot(ctypes.c_float), np.int64(-3)], _launch_shape(4, 128, 0))
+    first, second = (TensorMapValue.from_buffer_copy(bytes([i] * 128)) for i in (1, 2))
+    launch(11, first, 0x7F0000001000, 1.5)
+    launch(12, second, 0x7F0000002000, -2.0)
+    assert [(kernel, stream) for kernel, stream, _ in launched] == [(0xBEEF, 11), (0xBEEF, 12)]
+    expected = [[bytes([1] * 128), (0x7F0000001000).to_bytes(8, "little"), (7).to_bytes(8, "little"),
+                 np.float32(1.5).tobytes(), np.int64(-3).tobytes()],
+                [bytes([2] * 128), (0x7F0000002000).to_bytes(8, "little"), (7).to_bytes(8, "little"),
+                 np.float32(-2.0).tobytes(), np.int64(-3).tobytes()]]
+    assert [block for _, _, block in launched] == expected
+    with pytest.raises(CudaError, match="3 values for its slots, got 2"):
+        launch(13, first, 0x7F0000001000)
+    results[:] = [INVALID_CONTEXT, 0]
+    launch(14, first, 0x7F0000001000, 1.5)
+    assert made_current == [True] and [stream for _, stream, _ in launched[-2:]] == [14, 14]
+
+
 def test_a_cluster_launch_counts_its_grid_in_blocks_and_refuses_a_partial_cluster():
     from mlir_tile.runtime import _launch_shape
 

@@ -94,9 +94,9 @@ def output_element(element: str) -> str:
 
 
 class TensorMaps:
-    """The tensor maps a Hopper kernel is launched with (passed by value), one per (address, shape, strides, box),
-    the `kept` most recent kept: a training loop's weights and buffers come back at the same addresses, so each is
-    encoded once (`cuTensorMapEncodeTiled` costs more host time than the rest of a launch)."""
+    """The tensor maps Hopper kernels are launched with (passed by value), one per (address, shape, strides, box,
+    store), the `kept` most recent kept: a training loop's weights and buffers come back at the same addresses,
+    so each is encoded once (`cuTensorMapEncodeTiled` costs more host time than the rest of a launch)."""
 
     def __init__(self, runtime, kept: int = 256):
         from collections import OrderedDict
@@ -107,13 +107,72 @@ class TensorMaps:
         """The map of 2-D row-major CUDA `tensor` (rows on 16 bytes, 16-byte aligned) in boxes of `box`
         (`runtime.TensorMapValue`); of a 3-D one, a stack of such matrices (`Runtime.tensor_map`'s 3-D map).
         `store`: a map the kernel's TMA stores write through (`Runtime.tensor_map(store=True)`)."""
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), box, tensor.device.index, store)
+        size = tensor.element_size()
+        return self.at(tensor.data_ptr(), _map_spec(tuple(tensor.shape), tensor.stride(-2) * size, box,
+                                                     tensor.stride(0) * size if tensor.dim() == 3 else None, store))
+
+    def at(self, address: int, spec: tuple):
+        """The map of the matrix (or stack) at device `address` laid out as `spec` says (`_map_spec`)."""
+        key = (address, spec)
         found = self.maps.pop(key, None)
         if found is None:
-            size = tensor.element_size()
-            found = self.runtime.tensor_map(tensor.data_ptr(), tuple(tensor.shape), tensor.stride(-2) * size, box,
-                                            tensor.stride(0) * size if tensor.dim() == 3 else None, store=store)
+            shape, row_stride_bytes, box, matrix_stride_bytes, store = spec
+            found = self.runtime.tensor_map(address, shape, row_stride_bytes, box, matrix_stride_bytes, store=store)
         self.maps[key] = found
         while len(self.maps) > self.kept:
             self.maps.popitem(last=False)
         return found
+
+
+def _map_spec(shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes, store: bool) -> tuple:
+    """What a tensor map encodes besides its address: `Runtime.tensor_map`'s arguments (the device's, implied)."""
+    return shape, row_stride_bytes, box, matrix_stride_bytes, store
+
+
+class MapOperand:
+    """One operand's tensor maps in a launch plan, whose shape, strides and box are fixed: the map at a given
+    address, the last one at hand (a loop's weights, and a freed output's block, come back at one address), the
+    others through the shared `TensorMaps`."""
+
+    def __init__(self, maps: TensorMaps, shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes=None,
+                 store: bool = False):
+        self.maps, self.spec = maps, _map_spec(tuple(shape), row_stride_bytes, box, matrix_stride_bytes, store)
+        self.last = (None, None)
+
+    def __call__(self, address: int):
+        last_address, found = self.last
+        if address != last_address:
+            found = self.maps.at(address, self.spec)
+            self.last = (address, found)
+        return found
+
+
+class Plans(dict):
+    """Launch plans by key, the `kept` most recently made kept: a model whose number of rows changes each step
+    makes a plan a length, which would otherwise pile up."""
+
+    def __init__(self, kept: int = 1024):
+        super().__init__()
+        self.kept = kept
+
+    def of(self, key, make):
+        """The plan of `key`, made by `make()` where there is none (what `make` raises, raised)."""
+        plan = self.get(key)
+        return self.keep(key, make()) if plan is None else plan
+
+    def keep(self, key, plan):
+        """`plan` kept for `key` (the oldest forgotten past `kept`); returns it."""
+        if len(self) >= self.kept:
+            del self[next(iter(self))]
+        self[key] = plan
+        return plan
+
+
+def allocator(shape, dtype, device):
+    """A function making uninitialized contiguous tensors of `shape` and `dtype` on `device` at
+    torch.empty_like's host cost, about half of torch.empty's on the H100's host (its argument parsing): from
+    a prototype that repeats one element (stride 0: empty_like lays out a tensor with overlapping elements
+    contiguously), so it holds no more memory than that element."""
+    import torch
+
+    return partial(torch.empty_like, torch.empty(1, dtype=dtype, device=device).expand(*shape))

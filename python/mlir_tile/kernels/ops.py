@@ -15,7 +15,7 @@ from mlir_tile.kernels import common, epilogues
 from mlir_tile.kernels.flash import launch as flash_launch
 from mlir_tile.kernels.gemm import launch as gemm_launch
 from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
-from mlir_tile.runtime import Runtime
+from mlir_tile.runtime import Runtime, torch_stream
 
 _lock = threading.Lock()
 _per_device: dict = {}
@@ -92,7 +92,7 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
             torch.ops.mlir_tile.matmul_out(a, b, b_layout, bias, activation, residual, out)
             return out
         if _plain_call(a, b, bias, residual):  # (the operator's own implementation, without the dispatcher)
-            return _matmul(a, b, b_layout, bias, activation, residual)
+            return _eager_matmul(a, b, b_layout, bias, activation, residual)
         return torch.ops.mlir_tile.matmul(a, b, b_layout, bias, activation, residual)
     if out is not None:
         out.copy_(result)
@@ -124,10 +124,10 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
         if any(x is None for x in (descale_q, descale_k, descale_v)):
             raise ValueError("attention: float8_e4m3fn q, k, v take descale_q, descale_k and descale_v")
         return torch.ops.mlir_tile.attention_fp8(q, k, v, descale_q, descale_k, descale_v, causal)
-    if any(x is not None for x in (descale_q, descale_k, descale_v)):
+    if descale_q is not None or descale_k is not None or descale_v is not None:
         raise ValueError(f"attention: descales are for float8_e4m3fn q, k, v, got {q.dtype}")
     if _plain_call(q, k, v):
-        return _attention(q, k, v, causal)
+        return _eager_attention(q, k, v, causal)
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
 
@@ -169,12 +169,12 @@ def _run(a, b, b_layout, out, epilogue, operands) -> None:
                                 operands=tuple(flat))
 
 
-def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
+def _standard(a, b, b_layout, bias, activation, residual, out):
     """The ready-made epilogues: their `chain` in a kernel of its own where the install ships it
     (`gemm.sm90_tiles.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
     else `epilogues.selectable`, which every install ships (on the H200 3-4% slower than the chain at 4096^3
     and beyond, up to 12% at 2048^3; on Hopper's path it takes the 128 x 128 tile). Where a chain is not
-    shipped, the fallback is remembered per shape and layout."""
+    shipped, the fallback is remembered per shape and layout. Returns the epilogue it ran (None: none)."""
     if residual is not None and list(residual.shape) != list(out.shape):
         raise ValueError(f"matmul: residual is {tuple(out.shape)} like the product, got {tuple(residual.shape)}")
     chained = epilogues.chain(bias is not None, activation, residual is not None)
@@ -183,10 +183,11 @@ def _standard(a, b, b_layout, bias, activation, residual, out) -> None:
     if chained is None or compiler_installed() or key not in unshipped:
         try:
             _run(a, b, b_layout, out, chained, [x for x in (bias, residual) if x is not None])
-            return
+            return chained
         except KernelNotAvailable:
             unshipped.add(key)
     _run(a, b, b_layout, out, epilogues.selectable, epilogues.selection(bias, activation, residual))
+    return epilogues.selectable
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
@@ -198,6 +199,57 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torc
 
 def _matmul_fake(a, b, b_layout, bias, activation, residual):
     return a.new_empty(_output_shape(a, b, b_layout))
+
+
+_eager = common.Plans(kept=4096)  # the eager calls' launches (`_EagerMatmul`, `_EagerAttention`) by `_eager_key`
+
+
+def _eager_key(*tensors, extra) -> tuple:
+    """What an eager call's launch depends on: each tensor's shape, dtype, device, contiguity and the bytes past
+    16 its data starts at (None for one not given), and `extra` (the call's other arguments)."""
+    return extra, *[None if x is None else (x.shape, x.dtype, x.get_device(), x.is_contiguous(), x.data_ptr() & 15)
+                    for x in tensors]
+
+
+def _takes_eagerly(*tensors) -> bool:
+    """Whether a call on these tensors (None: not given) runs as its first did: each contiguous, non-empty and
+    on 16 bytes (no copy, no empty result)."""
+    return all(x is None or (x.is_contiguous() and x.numel() and x.data_ptr() % 16 == 0) for x in tensors)
+
+
+class _EagerMatmul:
+    """An eager `matmul` call whose key (`_eager_key`) an earlier call checked and ran: C allocated, the launch
+    plan (`gemm.launch.Matmul.plan`) given the operands' addresses: the epilogue's operands as `template` says
+    (names of the call's tensors, A's standing in for one the epilogue does not read; numbers as they are)."""
+
+    def __init__(self, plan, out, template: list):
+        self.plan, self.new_out, self.template = plan, common.allocator(out.shape, out.dtype, out.device), template
+
+    def __call__(self, a, b, bias, residual):
+        out, values = self.new_out(), []
+        if self.template:
+            named = {"a": a, "bias": bias, "residual": residual}
+            values = [x if isinstance(x, int) else named[x].data_ptr() for x in self.template]
+        self.plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), values, torch_stream(a))
+        return out
+
+
+def _eager_matmul(a, b, b_layout, bias, activation, residual):
+    """`_matmul` for a call `_plain_call` lets through: the first of a key checked and run in full, the next
+    ones its plan's launch (`_EagerMatmul`)."""
+    key = _eager_key(a, b, bias, residual, extra=(b_layout, activation))
+    known = _eager.get(key)
+    if known is not None:
+        return known(a, b, bias, residual)
+    out = a.new_empty(_output_shape(a, b, b_layout))
+    epilogue = _standard(a, b, b_layout, bias, activation, residual, out)
+    if _takes_eagerly(a, b, bias, residual, out) and b.dim() == 2:
+        names = ["bias" if bias is not None else None, "residual" if residual is not None else None]
+        template = ([x for x in names if x is not None] if epilogue is not epilogues.selectable else
+                    ["a" if x is None else x for x in epilogues.selection(names[0], activation, names[1])])
+        rows = a.view(-1, a.shape[-1])
+        _eager.keep(key, _EagerMatmul(kernels_on(a.device).matmul.plan(rows, b, b_layout, epilogue), out, template))
+    return out
 
 
 _TORCH_ACTIVATIONS = {"relu": torch.nn.functional.relu, "silu": torch.nn.functional.silu,
@@ -322,6 +374,19 @@ _operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
+
+
+def _eager_attention(q, k, v, causal: bool):
+    """`_attention` for a call `_plain_call` lets through: the first of a key checked and run in full, the next
+    ones the launch plan it made (`flash.launch.AttentionPaths.planned`)."""
+    key = _eager_key(q, k, v, extra=causal)
+    known = _eager.get(key)
+    if known is not None:
+        return known(q, k, v)
+    result = _attention(q, k, v, causal)
+    if _takes_eagerly(q, k, v):
+        _eager.keep(key, kernels_on(q.device).attention.planned(q, k, v, causal))
+    return result
 
 
 def _attention_fake(q, k, v, causal):

@@ -8,15 +8,18 @@ only this file's dependencies (cuda-python, numpy): the wheel installed without 
                       stream=torch_stream(a))                      # torch tensors: no copy, torch's stream
         out_a, out_b = module.launch("matrix_kernel", [a, b], grid=1, block=32)  # numpy: copied back
 
-`cuda.core` loads the code and reads device arrays (`StridedMemoryView`); `cuda.bindings.driver` launches
-(`cuLaunchKernel`, with the parameters packed by ctypes: TMA tensor maps by value, `TensorMapValue`) and copies
+`cuda.core` loads the code and reads device arrays (`StridedMemoryView`); the driver's `cuLaunchKernel`, called
+through ctypes, launches (the parameters packed by ctypes: TMA tensor maps by value, `TensorMapValue`; a
+`Launch` packed once by `LoadedModule.prepare`, its `Slot`s filled at each call); `cuda.bindings.driver` copies
 between numpy arrays and device buffers. Every CUDA failure becomes a `CudaError` carrying the driver's message.
 A launch copies nothing from the host, so it can be captured in a CUDA graph (torch.cuda.graph).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import io
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Sequence
@@ -277,18 +280,89 @@ def _launch_shape(grid, block, shared_bytes: int, cluster=None) -> _Shape:
     return _Shape(grid3, block3, shared_bytes, config)
 
 
-def _launch(kernel, shape: _Shape, stream: int, parameters: list) -> None:
-    """cuLaunchKernel (cuLaunchKernelEx for a cluster) of `kernel` (a CUkernel) on stream handle `stream`, its
-    parameters ctypes values (`_parameter`), each copied by the driver at the launch."""
-    driver = _driver()
-    pointers = (ctypes.c_void_p * len(parameters))(*map(ctypes.addressof, parameters))
+@functools.cache
+def _driver_library():
+    """The driver's library through ctypes, which the launches call: cuda.bindings' cuLaunchKernel parses its
+    arguments in Python, which costs more host time than the driver's own launch."""
+    library = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    library.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    library.cuLaunchKernelEx.argtypes = [ctypes.c_void_p] * 4
+    return library
+
+
+_CLUSTERED = threading.Lock()  # (a cluster launch's CUlaunchConfig is shared: its stream set, then launched)
+INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT: the calling thread has no current context yet
+
+
+def _launch(kernel: int, shape: _Shape, stream: int, pointers) -> int:
+    """cuLaunchKernel (cuLaunchKernelEx for a cluster) of `kernel` (a CUkernel's handle) on stream handle
+    `stream`, `pointers` the addresses of its parameters' values (a ctypes array), which the driver copies at
+    the launch; the driver's CUresult."""
+    library = _driver_library()
     if shape.clustered is None:
-        result = driver.cuLaunchKernel(kernel, *shape.grid, *shape.block, shape.shared_bytes, stream,
-                                       ctypes.addressof(pointers), 0)
-    else:
+        return library.cuLaunchKernel(kernel, *shape.grid, *shape.block, shape.shared_bytes, stream, pointers, None)
+    with _CLUSTERED:
         shape.clustered.hStream = stream
-        result = driver.cuLaunchKernelEx(shape.clustered, kernel, ctypes.addressof(pointers), 0)
-    _check(result)
+        return library.cuLaunchKernelEx(shape.clustered.getPtr(), kernel, pointers, None)
+
+
+def _launched(runtime: "Runtime", kernel: int, shape: _Shape, stream: int, pointers) -> None:
+    """`_launch`, after making the device's context current on a thread that had none; CudaError if it fails."""
+    result = _launch(kernel, shape, stream, pointers)
+    if result == INVALID_CONTEXT:
+        runtime.on_this_thread()
+        result = _launch(kernel, shape, stream, pointers)
+    if result:
+        _check(_driver().CUresult(result))
+
+
+def _addresses(parameters: list):
+    """The parameter block a launch takes: the addresses of `parameters` (ctypes values) in a ctypes array."""
+    return (ctypes.c_void_p * len(parameters))(*map(ctypes.addressof, parameters))
+
+
+class Slot:
+    """A parameter of a prepared `Launch` given at each call: `kind` its ctypes type (ctypes.c_uint64 for a
+    device address or an index, ctypes.c_float, ...), or `TensorMapValue` for a tensor map (passed by value: the
+    parameter block points at the caller's 128 bytes, which must live until the call returns)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+
+POINTER = Slot(ctypes.c_uint64)  # a device address given at each call
+TENSOR_MAP = Slot(TensorMapValue)  # a tensor map given at each call
+
+
+class Launch:
+    """One kernel's launch prepared once (`LoadedModule.prepare`): its shape, its fixed parameters packed, and
+    its `Slot`s, the values given at each call (`launch(stream, *values)`). A call writes those into the
+    parameter block and calls the driver: no argument is converted or checked again (a plan that reuses it
+    checked them once). Thread-safe: the block is written and launched under a lock."""
+
+    def __init__(self, module: "LoadedModule", kernel_name: str, arguments: Sequence, shape: _Shape):
+        self.runtime, self.name, self.shape = module.runtime, kernel_name, shape
+        self.kernel = int(module.kernel(kernel_name).handle)
+        self._values = [argument.kind() if isinstance(argument, Slot) else _parameter(argument, None)
+                        for argument in arguments]
+        self._pointers = _addresses(self._values)
+        self._slots = [(index, argument.kind is TensorMapValue) for index, argument in enumerate(arguments)
+                       if isinstance(argument, Slot)]
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: int, *values) -> None:
+        """Launch on stream handle `stream` with `values` for the slots, in order: ints and floats, or the
+        tensor maps (`TensorMapValue`)."""
+        if len(values) != len(self._slots):
+            raise CudaError(f"launch of '{self.name}': {len(self._slots)} values for its slots, got {len(values)}")
+        with self._lock:
+            pointers, parameters = self._pointers, self._values
+            for (index, by_address), value in zip(self._slots, values):
+                if by_address:
+                    pointers[index] = ctypes.addressof(value)
+                else:
+                    parameters[index].value = value
+            _launched(self.runtime, self.kernel, self.shape, stream, pointers)
 
 
 _SCALARS = {np.dtype(np.bool_): ctypes.c_bool, np.dtype(np.int8): ctypes.c_int8, np.dtype(np.int16): ctypes.c_int16,
@@ -385,8 +459,8 @@ class LoadedModule:
         arrays after it, in argument order (else an empty list)."""
         runtime = self.runtime
         runtime.on_this_thread()
-        kernel = self._kernels.get(kernel_name) or self.kernel(kernel_name)
-        shape = self._config(kernel_name, kernel, grid, block, shared_bytes, cluster)
+        kernel = int((self._kernels.get(kernel_name) or self.kernel(kernel_name)).handle)
+        shape = self._config(kernel_name, grid, block, shared_bytes, cluster)
         if stream is None or not isinstance(stream, int):
             on = runtime.stream if stream is None else runtime.stream_of(stream)
             handle = int(on.handle)
@@ -396,7 +470,7 @@ class LoadedModule:
         if not any(isinstance(argument, np.ndarray) for argument in arguments):
             parameters = [_parameter(argument, wait_on) for argument in arguments]
             try:  # device arrays and values only: nothing to copy, nothing to wait for
-                _launch(kernel.handle, shape, handle, parameters)
+                _launched(runtime, kernel, shape, handle, _addresses(parameters))
             except Exception as error:
                 raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
             return []
@@ -410,7 +484,7 @@ class LoadedModule:
                     argument = buffer
                 parameters.append(_parameter(argument, wait_on))
             try:
-                _launch(kernel.handle, shape, handle, parameters)
+                _launched(runtime, kernel, shape, handle, _addresses(parameters))
                 on.sync()
             except Exception as error:
                 raise CudaError(f"launch of '{kernel_name}' failed: {error}") from None
@@ -419,7 +493,14 @@ class LoadedModule:
             for buffer, _ in buffers:
                 buffer.close()
 
-    def _config(self, kernel_name: str, kernel, grid, block, shared_bytes: int, cluster=None):
+    def prepare(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,
+                cluster=None) -> Launch:
+        """`kernel_name`'s launch prepared once (`Launch`): `arguments` as `launch` takes them (no numpy arrays),
+        with a `Slot` (`POINTER`, `TENSOR_MAP`, `Slot(ctypes.c_float)`, ...) for each value given at every call."""
+        self.runtime.on_this_thread()
+        return Launch(self, kernel_name, arguments, self._config(kernel_name, grid, block, shared_bytes, cluster))
+
+    def _config(self, kernel_name: str, grid, block, shared_bytes: int, cluster=None) -> _Shape:
         """The launch shape (`_launch_shape`), made (and the kernel's dynamic shared memory allowed) once."""
         try:
             key = (kernel_name, grid, block, shared_bytes, cluster)
@@ -428,7 +509,7 @@ class LoadedModule:
             key = (kernel_name, str(grid), str(block), shared_bytes, str(cluster))
             config = self._configs.get(key)
         if config is None:
-            self.runtime.allow_dynamic_shared(kernel, shared_bytes)
+            self.runtime.allow_dynamic_shared(self.kernel(kernel_name), shared_bytes)
             config = self._configs[key] = _launch_shape(grid, block, shared_bytes, cluster)
         return config
 
@@ -439,19 +520,19 @@ class LoadedModule:
         from cuda.core import EventOptions
 
         runtime = self.runtime
-        kernel = self.kernel(kernel_name)
+        kernel = int(self.kernel(kernel_name).handle)
         buffers = [runtime.to_device(a) if isinstance(a, np.ndarray) else None for a in arguments]
         parameters = [_parameter(a if b is None else b, runtime.stream) for a, b in zip(arguments, buffers)]
-        runtime.allow_dynamic_shared(kernel, shared_bytes)
-        shape, handle = _launch_shape(grid, block, shared_bytes, cluster), int(runtime.stream.handle)
+        pointers = _addresses(parameters)
+        shape, handle = self._config(kernel_name, grid, block, shared_bytes, cluster), int(runtime.stream.handle)
         timing = EventOptions(timing_enabled=True)
         try:
             for _ in range(warmup):
-                _launch(kernel.handle, shape, handle, parameters)
+                _launched(runtime, kernel, shape, handle, pointers)
             times = []
             for _ in range(repeats):
                 start = runtime.stream.record(options=timing)
-                _launch(kernel.handle, shape, handle, parameters)
+                _launched(runtime, kernel, shape, handle, pointers)
                 end = runtime.stream.record(options=timing)
                 end.sync()
                 times.append(float(end - start))

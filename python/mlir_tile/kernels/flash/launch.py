@@ -2,12 +2,15 @@
 GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
 from __future__ import annotations
 
+import ctypes
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator
 from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
-from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths, seq_band
+from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths
+from mlir_tile.runtime import POINTER, TENSOR_MAP, Slot
 
 
 def shipped_kernels(chip: str):
@@ -51,6 +54,34 @@ class AttentionPaths:
             return self.hopper(q, k, v, causal=causal, descales=descales)
         return (self.hopper or self.sm80)(q, k, v, causal=causal)
 
+    def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
+        """A call on q, k, v of these shapes and dtype (contiguous, on 16 bytes, 16-bit: a call before checked
+        them) as its launch plan and O's dtype: (O, log-sum-exp) given q, k, v."""
+        import torch
+
+        batch, heads, seq, d = q.shape
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
+        path = self.hopper or self.sm80
+        return PlannedAttention(path.plans[d, bool(causal), element, batch, heads, seq, None],
+                                allocator((batch, heads, seq), torch.float32, q.device))
+
+
+class PlannedAttention:
+    """A plan's call on 16-bit q, k, v: O (as q) and the log-sum-exp (`new_lse`) allocated, the addresses given
+    to the launch."""
+
+    def __init__(self, plan, new_lse):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        self.plan, self.new_lse, self.stream, self.empty_like = plan, new_lse, torch_stream, torch.empty_like
+
+    def __call__(self, q, k, v):
+        o, lse = self.empty_like(q), self.new_lse()  # (q is contiguous: O is laid out as it)
+        self.plan(self.stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+        return o, lse
+
 
 class Attention:
     """O, lse = attention(q, k, v, causal) on torch tensors [batch, heads, seq, d] (contiguous, fp16 or bf16,
@@ -61,7 +92,7 @@ class Attention:
         """`library`: where the kernels come from (a `KernelLibrary`); `shapes`: per head dim, the Config fields
         (warps, row_blocks, keys, ...) of the kernels to use; else `picked`'s for the (head dim, causal), else the
         default CTA."""
-        self.library, self.kernels, self.shapes = library, {}, shapes or {}
+        self.library, self.plans, self.shapes = library, Plans(), shapes or {}
 
     def __call__(self, q, k, v, *, causal: bool = False):
         import torch
@@ -82,17 +113,20 @@ class Attention:
         if any(x.data_ptr() % 16 for x in (q, k, v)):  # (its copies are 16-byte cp.async: else a misaligned fault)
             raise ValueError("attention: q, k and v start on 16 bytes (the kernel copies 16-byte chunks); a view "
                              "that starts elsewhere needs .clone() first")
-        key = (d, bool(causal), element)
-        if key not in self.kernels:
-            config = (Config(*key, **self.shapes[d]) if d in self.shapes else picked(*key, self.library.chip))
-            self.kernels[key] = config, self.library.module(str(config), partial(sm80.build_module, config,
-                                                                                   chip=self.library.chip))
-        config, module = self.kernels[key]
+        plan = self.plans.of((d, bool(causal), element, batch, heads, seq, None),
+                             lambda: self._plan(d, bool(causal), element, batch * heads, seq))
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(sm80.KERNEL, [q, k, v, o, lse, seq], grid=config.grid(batch * heads, seq), block=config.threads,
-                      shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
         return o, lse
+
+    def _plan(self, d: int, causal: bool, element: str, heads: int, seq: int):
+        """The launch of the kernel for (d, causal, element) over `heads` heads of `seq` rows (`runtime.Launch`)."""
+        config = Config(d, causal, element, **self.shapes[d]) if d in self.shapes else picked(d, causal, element,
+                                                                                               self.library.chip)
+        module = self.library.module(str(config), partial(sm80.build_module, config, chip=self.library.chip))
+        return module.prepare(sm80.KERNEL, [POINTER] * 5 + [seq], grid=config.grid(heads, seq), block=config.threads,
+                              shared_bytes=config.shared_bytes)
 
 
 def hopper_shipped_kernels(chip: str):
@@ -118,9 +152,7 @@ class HopperAttention:
     def __init__(self, library, shape: dict | None = None):
         """`shape`: HopperAttentionConfig's fields other than d, the mask and the element (keys, consumers,
         stages) where not the defaults."""
-        from mlir_tile.kernels.common import TensorMaps
-
-        self.library, self.maps, self.kernels, self.shape = library, TensorMaps(library.runtime), {}, shape or {}
+        self.library, self.maps, self.plans, self.shape = library, TensorMaps(library.runtime), Plans(), shape or {}
         self.sms = library.runtime.device.properties.multiprocessor_count
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
@@ -145,27 +177,47 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
-        key = (d, bool(causal), element, seq_band(d, bool(causal), element, seq), variant)
-        if key not in self.kernels:
-            config = HopperAttentionConfig.picked(d, bool(causal), element, seq, **self.shape)
-            build = partial(sm90.build_module, config, variant=variant)
-            module = self.library.module(str(config) + (variant.suffix if variant else ""), build)
-            self.kernels[key] = config, sm90_layouts.boxes(config), module
-        config, box, module = self.kernels[key]
-        o = torch.empty(q.shape, dtype=torch.bfloat16 if config.fp8 else q.dtype, device=q.device)
-        maps = [self.maps(x.view(batch * heads * seq, d), box[name]) for x, name in zip((q, k, v), "qkv")]
-        maps.append(self.maps(o.view(batch * heads, seq, d), box["o"], store=True))
+        plan = self.plans.of((d, bool(causal), element, batch, heads, seq, variant),
+                             lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant))
+        o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
-        module.launch(sm90.KERNEL, [*maps, lse, seq, batch * heads, *scales], grid=config.grid(batch * heads, seq, self.sms),
-                      block=config.threads, shared_bytes=config.shared_bytes, stream=torch_stream(q))
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), *scales)
         return o, lse
+
+    def _plan(self, d: int, causal: bool, element: str, heads: int, seq: int, variant) -> "_HopperPlan":
+        config = HopperAttentionConfig.picked(d, causal, element, seq, **self.shape)
+        module = self.library.module(str(config) + (variant.suffix if variant else ""),
+                                     partial(sm90.build_module, config, variant=variant))
+        box, size = sm90_layouts.boxes(config), 1 if element == "e4m3" else 2
+        o_size = 2  # (O is 16-bit: bf16 from fp8)
+        maps = [MapOperand(self.maps, (heads * seq, d), d * size, box[name]) for name in "qkv"]
+        maps.append(MapOperand(self.maps, (heads, seq, d), d * o_size, box["o"], seq * d * o_size, store=True))
+        scales = ([POINTER] * 3 if element == "e4m3" else  # (the descales' addresses, or a variant's operands)
+                  [_VARIANT_SLOTS[operand.kind] for operand in (variant.operands if variant else ())])
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 4 + [POINTER, seq, heads] + scales,
+                                grid=config.grid(heads, seq, self.sms), block=config.threads,
+                                shared_bytes=config.shared_bytes)
+        return _HopperPlan(launch, maps)
+
+
+_VARIANT_SLOTS = {"scalar": Slot(ctypes.c_float), "integer": POINTER}  # (a variant's integer operand is 64-bit)
+
+
+class _HopperPlan:
+    """One Hopper attention shape's launch: q's, k's, v's and O's tensor maps (`MapOperand`s), the log-sum-exp's
+    address and the descales' or a variant's operands."""
+
+    def __init__(self, launch, maps: list):
+        self.launch, self.maps = launch, maps
+
+    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, *scales) -> None:
+        map_q, map_k, map_v, map_o = self.maps
+        self.launch(stream, map_q(q), map_k(k), map_v(v), map_o(o), lse, *scales)
 
 
 def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
-    """A variant's operands as its kernel takes them (fp32 scalars, 64-bit integers), its keys checked for
-    `seq` (`Variant.check_keys`); none without a variant."""
-    import numpy as np
-
+    """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints), its keys checked
+    for `seq` (`Variant.check_keys`); none without a variant."""
     if variant is None:
         if operands:
             raise ValueError("attention: operands are a variant's")
@@ -179,7 +231,7 @@ def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
         wanted = ", ".join(f"{operand.name} ({operand.kind})" for operand in variant.operands) or "none"
         raise ValueError(f"attention: variant {variant.name!r} takes operands {wanted}; got {tuple(operands)!r}")
     variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
-    return [np.float32(x) if kind == "scalar" else int(x) for x, kind in zip(operands, kinds)]
+    return [float(x) if kind == "scalar" else int(x) for x, kind in zip(operands, kinds)]
 
 
 def _empty(q, k, v) -> bool:
@@ -191,7 +243,7 @@ def _empty(q, k, v) -> bool:
 
 
 def _descales(descales, element: str, device) -> list:
-    """fp8's three descales, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
+    """fp8's three descales' addresses, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
     import torch
 
     if element != "e4m3":
@@ -203,4 +255,4 @@ def _descales(descales, element: str, device) -> list:
             for x in descales)):
         raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
                          f"tensor of one element on {device}")
-    return [x.contiguous() for x in descales]
+    return [x.data_ptr() for x in descales]  # (one element: contiguous)

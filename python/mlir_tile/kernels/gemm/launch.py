@@ -2,18 +2,18 @@
 (fp8), their checks of what they are given, and the kernels shipped for each chip."""
 from __future__ import annotations
 
+import ctypes
 from functools import partial
 
-import numpy as np
-
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import TensorMaps
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator
 from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
 from mlir_tile.kernels.gemm.sm90 import boxes
 from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, measured_tile, scaled_config
+from mlir_tile.runtime import POINTER, TENSOR_MAP, Slot
 
 
 TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
@@ -51,14 +51,14 @@ class Matmul:
     `sm90_tiles.library_config`'s tile, measured per dtype and B layout; the tensor maps kept by
     `common.TensorMaps`); else the mma.sync variant is picked from the dtypes, B's layout, the sizes'
     alignment, the CTA tile for M x N (`pick_tile`) and split-K where the tiles leave SMs idle (`pick_splits`:
-    an fp32 workspace of splits x M x N, then the reduction's launch, which applies the epilogue). `b` is [K, N] (b_major "kn") or [N, K]
-    ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a `KernelLibrary`).
-    ValueError for what the kernels do not take."""
+    an fp32 workspace of splits x M x N, then the reduction's launch, which applies the epilogue). `b` is [K, N]
+    (b_major "kn") or [N, K] ("nk", a weight of torch.nn.functional.linear). The kernels come from `library` (a
+    `KernelLibrary`). What depends on the dtypes, shapes, layout, epilogue and the operands' alignment is worked
+    out once, a launch plan (`_Plan`) whose call is the driver's launch. ValueError for what the kernels do not
+    take."""
 
     def __init__(self, library):
-        from mlir_tile.kernels.common import TensorMaps
-
-        self.library, self.plans = library, {}
+        self.library, self.plans = library, Plans()
         self.sms = library.runtime.device.properties.multiprocessor_count
         self.maps = TensorMaps(library.runtime)
         self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
@@ -73,49 +73,34 @@ class Matmul:
 
         from mlir_tile.runtime import torch_stream
 
-        # (the bytes every operand's first element lies on: a view's may be any even address, which caps the
-        # copies' width as its rows' lengths do)
-        start = next(align for align in (16, 8, 4, 2) if all(t.data_ptr() % align == 0 for t in (a, b) + (
-            () if out is None else (out,))))
-        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
-               start)
-        if key not in self.plans:  # what depends only on the key is checked and worked out once
-            self.plans[key] = self._plan(a, b, b_major, tile, splits, epilogue, start)
-        config, module, grid, sizes, reduction = self.plans[key]
+        plan = self.plan(a, b, b_major, epilogue, out=out, tile=tile, splits=splits)
         if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
             raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
-        m, n = sizes[0], sizes[1] * config.unit
+        m, n = plan.m, plan.n
         extras = checked_operands(epilogue, operands, m, n, a)
         if out is None:
             out = torch.empty(m, n, dtype=a.dtype, device=a.device)
         elif out.shape != (m, n) or out.dtype != a.dtype or not out.is_cuda or not out.is_contiguous():
             raise ValueError(f"gemm: out is a contiguous {m} x {n} CUDA tensor of {a.dtype}, got {tuple(out.shape)} "
                              f"{out.dtype}{'' if out.is_contiguous() else ' (not contiguous)'}")
-        hopper = isinstance(reduction, dict)  # Hopper's path: its TMA boxes of A, B and C
-        self.last_config, self.last_splits = config, 1 if reduction is None or hopper else reduction[1]
-        stream = torch_stream(a)
-        if hopper:
-            maps = [self.maps(tensor, reduction[name], store=name == "c")
-                    for name, tensor in (("a", a), ("b", b), ("c", out))]
-            module.launch(sm90.KERNEL, [*maps, *sizes, *extras], grid=grid, block=config.threads,
-                          shared_bytes=config.shared_bytes, stream=stream)
-            return out
-        if reduction is None:
-            module.launch(sm80.KERNEL, [a, b, out, *sizes, *extras], grid=grid, block=config.threads,
-                          shared_bytes=config.shared_bytes, stream=stream)
-            return out
-        reducer, splits = reduction
-        partials = torch.empty(splits * m * n, dtype=torch.float32, device=a.device)
-        module.launch(sm80.KERNEL, [a, b, partials, *sizes, splits], grid=grid, block=config.threads,
-                      shared_bytes=config.shared_bytes, stream=stream)
-        reducer.launch(sm80.REDUCE_KERNEL, [partials, out, m, n, splits, *extras], grid=-(-m * n // sm80.REDUCE_THREADS),
-                       block=sm80.REDUCE_THREADS, stream=stream)
+        self.last_config, self.last_splits = plan.config, plan.splits
+        plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), extras, torch_stream(a))
         return out
 
+    def plan(self, a, b, b_major: str, epilogue, *, out=None, tile=None, splits=None):
+        """The launch plan of a call with these arguments: made (and what it depends on checked) on first use,
+        then looked up by the dtypes, shapes, layout, tile, splits, epilogue and the operands' alignment."""
+        # (the bytes every operand's first element lies on: a view's may be any even address, which caps the
+        # copies' width as its rows' lengths do)
+        start = next(align for align in (16, 8, 4, 2) if all(t.data_ptr() % align == 0 for t in (a, b) + (
+            () if out is None else (out,))))
+        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
+               start)
+        return self.plans.of(key, lambda: self._plan(a, b, b_major, tile, splits, epilogue, start))
+
     def _plan(self, a, b, b_major, tile, splits, epilogue, start: int):
-        """(config, module, grid, the kernel's size arguments, (the reduction's module, splits), None, or on
-        Hopper's path its TMA boxes) for these operands, whose first elements lie on `start` bytes, or
-        ValueError."""
+        """The launch plan (`_Plan`, `_SplitPlan`, `_HopperPlan`) for these operands, whose first elements lie on
+        `start` bytes, or ValueError."""
         element, (m, n, depth) = _element_and_sizes(a, b, b_major)
         if takes_hopper(self.library.chip, m, n, depth, sms=self.sms, b_major=b_major, tile=tile, splits=splits,
                         aligned=start % TMA_ADDRESS_BYTES == 0):
@@ -141,22 +126,37 @@ class Matmul:
                              f"{config.sizes_taken()}; got B {b_major}, {m} x {n} x {depth}")
         if splits is None:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
-        reduction = None
+        reduction = reduction_epilogue = None
         if splits > 1:
             config = variant(tile, align, b_major=b_major, split_k=True)
-            reduction = (self._reducer(element, epilogue), splits)
+            reduction, reduction_epilogue = (self._reducer(element, epilogue), splits), epilogue
             epilogue = None  # the reduction applies it
-        chip = self.library.chip
+        chip, launch = self.library.chip, {"grid": config.grid(m, n, splits, self.sms), "block": config.threads,
+                                           "shared_bytes": config.shared_bytes}
         module = self.library.module(sm80.kernel_name(element, config, epilogue),
                                      lambda: sm80.build_module(element, config, chip, epilogue=epilogue))
-        return config, module, config.grid(m, n, splits, self.sms), (m, n // config.unit, depth // config.unit), reduction
+        sizes = [m, n // config.unit, depth // config.unit]
+        if reduction is None:
+            return _Plan(config, m, n, module.prepare(sm80.KERNEL, [POINTER] * 3 + sizes + _slots(epilogue), **launch))
+        reducer, splits = reduction
+        main = module.prepare(sm80.KERNEL, [POINTER] * 3 + sizes + [splits], **launch)
+        reduce = reducer.prepare(sm80.REDUCE_KERNEL, [POINTER, POINTER, m, n, splits] + _slots(reduction_epilogue),
+                                 grid=-(-m * n // sm80.REDUCE_THREADS), block=sm80.REDUCE_THREADS)
+        return _SplitPlan(config, m, n, main, splits, reduce, a.device)
 
     def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
         config = sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue, element=element)
         module = self.library.module(sm90.kernel_name(element, config, epilogue),
                                      lambda: sm90.build_module(element, config, epilogue=epilogue))
-        sizes = (m, n // config.unit, depth // config.unit)
-        return config, module, config.grid(m, n, self.sms), sizes, sm90.boxes(config)
+        box, size = sm90.boxes(config), 2  # (bytes of a 16-bit element)
+        b_rows = (depth, n) if b_major == "kn" else (n, depth)
+        maps = [MapOperand(self.maps, (m, depth), depth * size, box["a"]),
+                MapOperand(self.maps, b_rows, b_rows[1] * size, box["b"]),
+                MapOperand(self.maps, (m, n), n * size, box["c"], store=True)]
+        sizes = [m, n // config.unit, depth // config.unit]
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + sizes + _slots(epilogue), grid=config.grid(m, n, self.sms),
+                                block=config.threads, shared_bytes=config.shared_bytes)
+        return _HopperPlan(config, m, n, launch, maps)
 
     def _reducer(self, element: str, epilogue):
         chip = self.library.chip
@@ -184,8 +184,9 @@ def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
 
 
 def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> list:
-    """The epilogue's operands as kernel arguments, each checked against its kind, or ValueError. A tensor
-    operand may be None where the epilogue does not read it (`epilogues.selectable`)."""
+    """The epilogue's operands as the values of its launch's slots (`_slots`: a tensor's address, a float, an
+    int), each checked against its kind, or ValueError. A tensor operand may be None where the epilogue does not
+    read it (`epilogues.selectable`): A's address stands in."""
     declared = epilogue.operands if epilogue is not None else ()
     if len(operands) != len(declared):
         raise ValueError(f"gemm: the epilogue takes {len(declared)} operands "
@@ -197,18 +198,69 @@ def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> 
             if not isinstance(value, number) or isinstance(value, bool):
                 raise ValueError(f"gemm: epilogue operand {operand.name!r} is {'an int' if number == (int,) else 'a number'}"
                                  f", got {value!r}")
-            arguments.append(np.float32(value) if operand.kind == "scalar" else value)
+            arguments.append(float(value) if operand.kind == "scalar" else value)
             continue
         if value is None:  # an operand the epilogue does not read (a branch on an integer leaves it out)
-            arguments.append(a)
+            arguments.append(a.data_ptr())
             continue
         shape = {"column": (n,), "row": (m,), "matrix": (m, n)}[operand.kind]
         if (getattr(value, "shape", None) != shape or value.dtype != a.dtype or not value.is_contiguous()
                 or value.device != a.device):
             raise ValueError(f"gemm: epilogue operand {operand.name!r} is a contiguous {' x '.join(map(str, shape))} "
                              f"tensor of {a.dtype} on {a.device}, got {_described(value)}")
-        arguments.append(value)
+        arguments.append(value.data_ptr())
     return arguments
+
+
+_SLOT_KINDS = {"scalar": Slot(ctypes.c_float), "integer": POINTER}  # (an index parameter is 64-bit, as an address)
+
+
+def _slots(epilogue: Epilogue | None) -> list:
+    """The launch slots of an epilogue's operands (`operand_parameters`' kernel parameters): fp32 scalars, 64-bit
+    integers, tensors' addresses."""
+    return [_SLOT_KINDS.get(operand.kind, POINTER) for operand in (epilogue.operands if epilogue is not None else ())]
+
+
+class _Plan:
+    """What every call of one `Matmul` key launches, prepared once: a kernel's `runtime.Launch` taking A's, B's and
+    C's addresses and the epilogue's operands (`checked_operands`' values)."""
+    splits = 1
+
+    def __init__(self, config, m: int, n: int, launch):
+        self.config, self.m, self.n, self.launch = config, m, n, launch
+
+    def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
+        self.launch(stream, a, b, c, *extras)
+
+
+class _SplitPlan(_Plan):
+    """Split-K's: the k-tiles' partial sums into an fp32 workspace of `splits` x M x N, then the reduction's launch,
+    which applies the epilogue."""
+
+    def __init__(self, config, m: int, n: int, launch, splits: int, reduce, device):
+        import torch
+
+        super().__init__(config, m, n, launch)
+        self.splits, self.reduce = splits, reduce
+        self.workspace = allocator((splits * m * n,), torch.float32, device)
+
+    def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
+        partials = self.workspace()
+        self.launch(stream, a, b, partials.data_ptr())
+        self.reduce(stream, partials.data_ptr(), c, *extras)  # (the workspace freed after: torch's allocator
+        # reuses it in stream order)
+
+
+class _HopperPlan(_Plan):
+    """Hopper's path: A's, B's and C's tensor maps (`MapOperand`s: each address's map encoded once) by value."""
+
+    def __init__(self, config, m: int, n: int, launch, maps: list):
+        super().__init__(config, m, n, launch)
+        self.maps = maps
+
+    def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
+        map_a, map_b, map_c = self.maps
+        self.launch(stream, map_a(a), map_b(b), map_c(c), *extras)
 
 
 def _described(value) -> str:
@@ -250,7 +302,7 @@ class ScaledMatmul:
     def __init__(self, library):
         if not runs_warpgroup_kernels(library.chip):
             raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
-        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), {}
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
         self.sms = library.runtime.device.properties.multiprocessor_count
 
     def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None):
@@ -262,14 +314,8 @@ class ScaledMatmul:
         if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
             c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
             return c if out is None else out.copy_(c)
-        if (b_major, row_scales) not in self.plans:  # (the kernel and its boxes, once)
-            config = scaled_config(b_major, row_scales)
-            self.plans[b_major, row_scales] = (config, boxes(config), self.library.module(
-                sm90.kernel_name("e4m3", config), lambda: sm90.build_module("e4m3", config)))
-        config, box, module = self.plans[b_major, row_scales]
-        if n % config.unit or depth % config.k_unit:
-            raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
-                             f"bytes), got {m} x {n} x {depth} with B {b_major}")
+        key = (b_major, row_scales, m, n, depth)
+        plan = self.plans.of(key, lambda: self._plan(b_major, row_scales, m, n, depth))  # (checked, made once)
         if out is None:
             out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
@@ -279,11 +325,22 @@ class ScaledMatmul:
         # fresh C and copied into it (out)
         a, b = (x.clone() if x.data_ptr() % TMA_ADDRESS_BYTES else x for x in (a, b))
         c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
-        maps = [self.maps(tensor, box[name], store=name == "c") for name, tensor in (("a", a), ("b", b), ("c", c))]
-        module.launch(sm90.KERNEL, [*maps, m, n // config.unit, depth // config.k_unit, scale_a, scale_b],
-                      grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes,
-                      stream=torch_stream(a))
+        plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
         return out if c is out else out.copy_(c)
+
+    def _plan(self, b_major: str, row_scales: bool, m: int, n: int, depth: int) -> "_HopperPlan":
+        config = scaled_config(b_major, row_scales)
+        if n % config.unit or depth % config.k_unit:
+            raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
+                             f"bytes), got {m} x {n} x {depth} with B {b_major}")
+        module = self.library.module(sm90.kernel_name("e4m3", config), lambda: sm90.build_module("e4m3", config))
+        box, b_rows = boxes(config), (depth, n) if b_major == "kn" else (n, depth)
+        maps = [MapOperand(self.maps, (m, depth), depth, box["a"]), MapOperand(self.maps, b_rows, b_rows[1], box["b"]),
+                MapOperand(self.maps, (m, n), n * 2, box["c"], store=True)]  # (fp8 A and B; bf16 C)
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit,
+                                                                POINTER, POINTER],
+                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
+        return _HopperPlan(config, m, n, launch, maps)
 
 
 def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, bool]:
