@@ -33,6 +33,18 @@ def cases():
     yield "silu(linear + bias) 16x4096x4096", {
         "operator": lambda: matmul(x, w, b_layout="nk", bias=bias, activation="silu"),
         "torch": lambda: F.silu(F.linear(x, w, bias))}
+    xs, ws = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) / 32 for shape in ((256, 1024), (1024, 1024)))
+    yield "linear 256x1024x1024 (Hopper's path, one launch)", {
+        "operator": lambda: matmul(xs, ws, b_layout="nk"), "launcher": lambda: launcher(xs, ws, b_major="nk"),
+        "torch": lambda: F.linear(xs, ws)}
+    if torch.cuda.get_device_capability() == (9, 0):
+        from mlir_tile.kernels import scaled_mm
+
+        x8, w8 = (t.to(torch.float8_e4m3fn) for t in (x, w))
+        one = torch.ones(1, device="cuda")
+        yield "scaled_mm 16x4096x4096 (fp8)", {
+            "operator": lambda: scaled_mm(x8, w8, one, one),
+            "torch": lambda: torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16)}
     q = torch.randn(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)
     yield "attention 1x8x128x128", {"operator": lambda: attention(q, q, q),
                                     "torch": lambda: F.scaled_dot_product_attention(q, q, q)}

@@ -2,12 +2,17 @@
 on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.kernels.ship` into the package).
 
     python3 benchmarks/ops.py OUT        # OUT/ops.json: per case the medians, the ratios, the SM clock and power
+    python3 benchmarks/ops.py OUT small  # OUT/ops_small.json: products below 4096x4096x4096 and decode shapes:
+                                         # wall time a call, host time a call, the share of HBM bandwidth
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.launch.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
 fused by the ready-made epilogue (without the compiler: the shipped `epilogues.selectable`) against our product
 without it and torch's unfused F.linear then F.gelu, and linear + bias + SiLU against F.linear then F.silu;
-attention against cuDNN's and FlashAttention-2's SDPA. The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
+attention against cuDNN's and FlashAttention-2's SDPA. `small`: `matmul` against F.linear where a call's host time
+counts (decode shapes M <= 128, 512-2048 rows): each call's wall time in the loop, its host time (`host_time.py`'s
+measure: calls without synchronization), and for the decode shapes the bytes a product must move over the time,
+against the bandwidth of a device-to-device copy measured in the same process (the ceiling). The ratios: `torch_timing.sustained_interleaved` (every call launched back to back
 with no synchronization or pause, as a training loop issues them, rounds of the calls taking turns, medians);
 the SM clock and the power: nvidia-smi over those rounds.
 """
@@ -47,6 +52,64 @@ def linear_cases():
             "cuBLAS+torch": lambda: F.silu(F.linear(x, w, b))}
 
 
+SMALL = [(m, n, k) for m in (1, 16, 64, 128) for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))] + [
+    (512, 4096, 4096), (1024, 4096, 4096), (2048, 2048, 2048), (3000, 5000, 7000)]  # M, N, K
+DECODE_ROWS = 128  # products with at most this many rows are bound by moving B: their HBM share is reported
+
+
+def small_cases():
+    """Each SMALL shape with B [N, K] and [K, N]: the operator, cuBLAS, and where the mma.sync path would split K
+    (`pick_splits`), that path's split-K beside them (the launcher with `splits`)."""
+    from mlir_tile.kernels import matmul, ops
+    from mlir_tile.kernels.gemm.sm80_tiles import pick_splits, smallest_tile, variant
+
+    for (m, n, k), layout in itertools.product(SMALL, ("nk", "kn")):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(*((n, k) if layout == "nk" else (k, n)), device="cuda", dtype=torch.bfloat16) / 64
+        torch_call = (lambda: F.linear(x, w)) if layout == "nk" else (lambda: torch.matmul(x, w))
+        calls = {"operator": lambda: matmul(x, w, b_layout=layout), "cuBLAS": torch_call}
+        launcher = ops.kernels_on(x.device).matmul
+        splits = pick_splits(m, n, k, launcher.sms, variant(smallest_tile(16), 16, b_major=layout))
+        if splits > 1:
+            calls["mma.sync split-K"] = lambda: launcher(x, w, b_major=layout, splits=splits)
+        launcher(x, w, b_major=layout)  # (the kernel the operator runs, for the row)
+        yield f"linear {m}x{n}x{k} B {layout}", (m, n, k, f"{launcher.last_config} x{launcher.last_splits}"), calls
+
+
+def copy_bandwidth() -> dict:
+    """Bytes a second a device-to-device copy of 1 GiB moves (read and written), timed as the cases are."""
+    source = torch.empty(2 ** 29, device="cuda", dtype=torch.bfloat16)
+    target = torch.empty_like(source)
+    seconds, sampled = sustained_interleaved({"copy": lambda: target.copy_(source)})
+    return {"bytes/s": 2 * source.numel() * 2 / seconds["copy"], **sampled}
+
+
+def small(out: Path) -> int:
+    from host_time import host_microseconds
+
+    ceiling, results = copy_bandwidth(), []
+    print(json.dumps({"copy GB/s": round(ceiling["bytes/s"] / 1e9)}), flush=True)
+    for name, (m, n, k, kernel), calls in small_cases():
+        seconds, sampled = sustained_interleaved(calls)
+        hosts = {who: round(min(host_microseconds(call) for _ in range(3)), 1) for who, call in calls.items()}
+        row = {"case": name, "kernel": kernel, "wall us": {who: round(t * 1e6, 2) for who, t in seconds.items()},
+               "operator vs cuBLAS": round(seconds["cuBLAS"] / seconds["operator"], 3), "host us": hosts, **sampled}
+        if m <= DECODE_ROWS:
+            row["HBM share"] = {who: round(2 * (m * k + n * k + m * n) / t / ceiling["bytes/s"], 3)
+                                for who, t in seconds.items()}
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    _write(out / "ops_small.json", {"copy bytes/s": ceiling, "cases": results})
+    return 0
+
+
+def _write(path: Path, document: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": date,
+                                "command": " ".join(sys.argv), **document}, indent=1))
+
+
 def attention_cases():
     from mlir_tile.kernels import attention
 
@@ -76,12 +139,9 @@ def main(out: Path) -> int:
                **sampled}
         print(json.dumps(row), flush=True)
         results.append(row)
-    out.mkdir(parents=True, exist_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    (out / "ops.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                              "date": date, "cases": results}, indent=1))
+    _write(out / "ops.json", {"cases": results})
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(small(Path(sys.argv[1])) if sys.argv[2:] == ["small"] else main(Path(sys.argv[1])))

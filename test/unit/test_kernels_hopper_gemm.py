@@ -308,14 +308,29 @@ def test_a_persistent_kernel_walks_its_tiles_with_the_pipeline_running_on():
     ("sm_90", (4096, 4092, 4096), None, None, True, False),  # N likewise
     ("sm_90", (4096, 4096, 4096), None, None, False, False),  # an address off 16 bytes
     ("sm_90", (4096, 4096, 4096), {"bm": 128, "bn": 128}, None, True, False),  # an mma.sync tile named
-    ("sm_90", (4096, 4096, 4096), None, 2, True, False),  # split-K asked for
-    ("sm_90", (256, 512, 8192), None, None, True, False),  # 8 tiles, deep K: the mma.sync path splits K
+    ("sm_90", (4096, 4096, 4096), None, 2, True, False),  # the mma.sync path's split-K asked for
+    ("sm_90", (256, 512, 8192), None, None, True, True),  # 8 tiles, deep K: Hopper's path splits K
     ("sm_90", (256, 512, 8192), None, 1, True, True),  # ... unless told not to
 ])
 def test_matmul_takes_hoppers_path_where_tma_and_its_tiles_allow(chip, sizes, tile, splits, aligned, takes):
     from mlir_tile.kernels.gemm.launch import takes_hopper
 
-    assert takes_hopper(chip, *sizes, sms=132, b_major="nk", tile=tile, splits=splits, aligned=aligned) is takes
+    assert takes_hopper(chip, *sizes, tile=tile, splits=splits, aligned=aligned) is takes
+
+
+@pytest.mark.parametrize("sizes, splits", [
+    ((16, 4096, 4096), 4),  # 32 tiles of 128 x 128: 4 fill 128 SMs, and K has 4 runs of 1024
+    ((256, 512, 8192), 8),  # 8 tiles, K 8 runs
+    ((1, 11008, 4096), 1),  # 86 tiles: 132 // 86
+    ((64, 4096, 11008), 4),  # 32 tiles: 132 // 32
+    ((16, 4096, 1000), 1),  # K shorter than a run
+    ((4096, 4096, 4096), 1),  # the tiles fill the SMs
+    ((128, 128, 65536), 16),  # one tile: the most splits
+])
+def test_hoppers_path_splits_k_where_its_tiles_leave_sms_idle(sizes, splits):
+    from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, library_splits
+
+    assert library_splits(*sizes, hopper_config("nk", SMALL_TILE), sms=132, fill=0.9, most=16) == splits
 
 
 def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_fused():
@@ -340,15 +355,17 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
-    measured tiles, and fp8's for each B layout and kind of scales (`ScaledMatmul`), named apart from the
-    mma.sync kernels; a shipped chain's kernel on the measured tile assembles without spills."""
+    measured tiles, the small tile's split-K kernel for each element and B layout, and fp8's for each B layout
+    and kind of scales (`ScaledMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the
+    measured tile assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.gemm import launch as gemm_launch
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS)) + 2 * 2
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 1) + 2 * 2
+    assert sum(name.endswith("_splitk_sm90a") for name in hopper) == 4
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))

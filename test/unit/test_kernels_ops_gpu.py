@@ -464,7 +464,7 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
     """y = activation(x @ w + bias) + residual through the operator (each epilogue, both B layouts, leading
     dimensions): the gradients of x, w, bias and residual against fp32 autograd are within 1.5x the error of
     torch's own bf16 autograd of the same graph (plus 1e-3); a torch.compile(fullgraph=True) training step
-    through it; attention's and an epilogue of one's own's backward say in one line that there is none."""
+    through it, and one with mode="reduce-overhead" (CUDA graphs) on new inputs each step; attention's and an epilogue of one's own's backward say in one line that there is none."""
     from test_runtime_gpu import gpu_input
 
     from mlir_tile.kernels import attention, matmul
@@ -507,6 +507,19 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
     layer.weight.grad = None
     F.silu(F.linear(x.float(), layer.weight.float(), layer.bias.float())).square().mean().backward()
     assert _relative(compiled, layer.weight.grad.float()) < 2e-2
+    square = torch.nn.Linear(256, 256, device="cuda", dtype=torch.bfloat16)  # (a residual of x's shape)
+    graphed = torch.compile(lambda x: matmul(x, square.weight, b_layout="nk", bias=square.bias, activation="gelu_tanh",
+                                             residual=x).float().square().mean(), mode="reduce-overhead",
+                            fullgraph=True)
+    for _ in range(4):  # (CUDA graphs recorded after the first steps, then replayed on each new x)
+        x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        square.weight.grad = square.bias.grad = None
+        graphed(x).backward()
+        got = [t.grad.clone() for t in (x, square.weight, square.bias)]
+        x.grad = square.weight.grad = square.bias.grad = None
+        y = F.gelu(F.linear(x.float(), square.weight.float(), square.bias.float()), approximate="tanh") + x.float()
+        y.square().mean().backward()
+        assert all(_relative(g, t.grad.float()) < 2e-2 for g, t in zip(got, (x, square.weight, square.bias)))
 
     q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(NotImplementedError, match="attention has no backward pass yet"):
@@ -628,7 +641,8 @@ def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
     """A call like an earlier one (shapes, dtypes, layout, epilogue, alignment) runs that call's launch plan on
     its own tensors (`ops._EagerMatmul`, `PlannedAttention`): three calls of each case on fresh random tensors,
     each right (a plan that kept an operand's address, its tensor maps or the epilogue's operands would be wrong
-    from the second on), the outputs contiguous, and a view off 16 bytes after them still right."""
+    from the second on), the outputs contiguous, and a view off 16 bytes after them still right; `scaled_mm`
+    (Hopper) bit for bit so."""
     from mlir_tile.kernels import attention, matmul, ops
 
     rng, failures = random.Random(23), []
@@ -660,5 +674,16 @@ def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
             if (o.float() - expected).abs().max().item() > 2 ** -6 or lse_error > 1e-3 or not (
                     o.is_contiguous() and lse.is_contiguous() and lse.shape == (batch, heads, seq)):
                 failures.append(("attention", batch, heads, seq, d, causal, call))
+    if torch.cuda.get_device_capability() == (9, 0):
+        from mlir_tile.kernels import scaled_mm
+
+        for m, n, k, layout in [(16, 4096, 4096, "nk"), (200, 256, 512, "kn")]:
+            for call in range(3):
+                a, b = (torch.randint(-3, 4, shape, device="cuda").float() for shape in ((m, k), (n, k)))
+                scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (1,), device="cuda").float() for _ in range(2))
+                b8 = b.to(torch.float8_e4m3fn) if layout == "nk" else b.T.contiguous().to(torch.float8_e4m3fn)
+                got = scaled_mm(a.to(torch.float8_e4m3fn), b8, scale_a, scale_b, b_layout=layout)
+                if not torch.equal(got, ((a @ b.T) * scale_a * scale_b).to(torch.bfloat16)):
+                    failures.append(("scaled_mm", m, n, k, layout, call))
     torch.cuda.synchronize()
     assert not failures, failures[:10]

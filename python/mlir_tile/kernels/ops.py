@@ -78,7 +78,9 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
     or [N, K] ("nk": an nn.Linear weight, so `matmul(x, w, b_layout="nk", bias=b)` is F.linear(x, w, b)).
     The ready-made epilogue: + `bias` [N], then `activation` ("relu", "gelu_tanh" as F.gelu(approximate=
     "tanh"), "silu"), then + `residual` [..., N]; or `epilogue`, an `epilogues.Epilogue` of your own, with its
-    `operands` (tensors and numbers in its order). `out`: a contiguous [..., N] tensor to write into."""
+    `operands` (tensors and numbers in its order). `out`: a contiguous [..., N] tensor to write into.
+    Where autograd records the call, the activation runs after the kernel (`_unfused_activation`: its
+    derivative needs the pre-activation, which is kept rather than recomputed)."""
     if epilogue is not None:
         if bias is not None or activation is not None or residual is not None:
             raise ValueError("matmul: give bias/activation/residual or an epilogue of your own, not both")
@@ -93,6 +95,8 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
             return out
         if _plain_call(a, b, bias, residual):  # (the operator's own implementation, without the dispatcher)
             return _eager_matmul(a, b, b_layout, bias, activation, residual)
+        if activation in _TORCH_ACTIVATIONS and _trains(a, b, bias, residual):
+            return _unfused_activation(a, b, b_layout, bias, activation, residual)
         return torch.ops.mlir_tile.matmul(a, b, b_layout, bias, activation, residual)
     if out is not None:
         out.copy_(result)
@@ -104,6 +108,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
     torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
     per row (scale_a [M], scale_b [N]); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
+    if _plain_call(a, b, scale_a, scale_b):
+        return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout)
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
@@ -256,6 +262,22 @@ _TORCH_ACTIVATIONS = {"relu": torch.nn.functional.relu, "silu": torch.nn.functio
                       "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
 
 
+def _trains(*tensors) -> bool:
+    """Whether autograd records a call on these tensors (None: not given)."""
+    return torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in tensors)
+
+
+def _unfused_activation(a, b, b_layout, bias, activation, residual):
+    """activation(a @ b + bias) + residual where autograd records it: the product and the bias by our GEMM, the
+    activation and the residual by torch, so that the pre-activation z the activation's derivative needs is
+    kept (as torch's own F.linear then activation keeps it) instead of recomputed by a GEMM in the backward."""
+    z = torch.ops.mlir_tile.matmul(a, b, b_layout, bias, None, None)
+    if residual is not None and list(residual.shape) != list(z.shape):
+        raise ValueError(f"matmul: residual is {tuple(z.shape)} like the product, got {tuple(residual.shape)}")
+    y = _TORCH_ACTIVATIONS[activation](z)
+    return y if residual is None else y + residual
+
+
 def _matmul_setup(ctx, inputs, output) -> None:
     a, b, b_layout, bias, activation, residual = inputs
     ctx.b_layout, ctx.activation, ctx.has_residual = b_layout, activation, residual is not None
@@ -264,8 +286,10 @@ def _matmul_setup(ctx, inputs, output) -> None:
 
 def _matmul_backward(ctx, grad):
     """y = activation(a @ b + bias) + residual: the residual's gradient is y's, the activation's is taken by
-    torch's autograd on the pre-activation (recomputed by our GEMM), and A's and B's are our GEMMs of it in the
-    layouts they need (dZ B^T; A^T dZ, or dZ^T A for B [N, K]); the bias's is dZ summed over the rows in fp32."""
+    torch's autograd on the pre-activation (recomputed by our GEMM: `matmul` itself runs the activation unfused
+    where autograd records it, `_unfused_activation`, so this is for a direct call of the operator), and A's and
+    B's are our GEMMs of it in the layouts they need (dZ B^T; A^T dZ, or dZ^T A for B [N, K]); the bias's is dZ
+    summed over the rows in fp32."""
     a, b, bias = ctx.saved_tensors
     dz = grad.contiguous()
     if ctx.activation is not None:
@@ -370,6 +394,33 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
 
 
 _operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
+
+
+class _EagerScaledMatmul:
+    """An eager `scaled_mm` call whose key an earlier call checked and ran: C allocated, the plan's launch."""
+
+    def __init__(self, plan, out):
+        self.plan, self.new_out = plan, common.allocator(out.shape, out.dtype, out.device)
+
+    def __call__(self, a, b, scale_a, scale_b):
+        out = self.new_out()
+        self.plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()],
+                  torch_stream(a))
+        return out
+
+
+def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout):
+    """`_scaled_mm` for a call `_plain_call` lets through, as `_eager_matmul` runs matmul's."""
+    key = _eager_key(a, b, scale_a, scale_b, extra=("scaled", b_layout))
+    known = _eager.get(key)
+    if known is not None:
+        return known(a, b, scale_a, scale_b)
+    out = _scaled_mm(a, b, scale_a, scale_b, b_layout)
+    if _takes_eagerly(a, b, scale_a, scale_b, out) and a.shape[1]:
+        row_scales = scale_a.numel() != 1 or scale_b.numel() != 1
+        plan = kernels_on(a.device).scaled.plan(b_layout, row_scales, *out.shape, a.shape[1])
+        _eager.keep(key, _EagerScaledMatmul(plan, out))
+    return out
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:

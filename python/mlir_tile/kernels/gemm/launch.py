@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
@@ -12,21 +13,20 @@ from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
 from mlir_tile.kernels.gemm.sm90 import boxes
-from mlir_tile.kernels.gemm.sm90_tiles import SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, measured_tile, scaled_config
+from mlir_tile.kernels.gemm.sm90_tiles import (SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, library_splits,
+                                               measured_tile, scaled_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP, Slot
 
 
 TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
 
 
-def takes_hopper(chip: str, m: int, n: int, depth: int, *, sms: int, b_major: str, tile, splits, aligned: bool) -> bool:
-    """Whether `Matmul` runs an M x N x K product on Hopper's path (`sm90`): a library whose chip runs it, no
-    mma.sync tile named and no split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8:
-    TMA), and tiles that fill the SMs (where the mma.sync path would split K, which the Hopper kernel does
-    not, it keeps the product)."""
-    if not runs_warpgroup_kernels(chip) or tile is not None or splits not in (None, 1) or not aligned or n % 8 or depth % 8:
-        return False
-    return splits == 1 or pick_splits(m, n, depth, sms, variant(smallest_tile(16), 16, b_major=b_major)) == 1
+def takes_hopper(chip: str, m: int, n: int, depth: int, *, tile, splits, aligned: bool) -> bool:
+    """Whether `Matmul` runs an M x N x K product on Hopper's path (`sm90`, splitting K there where its tiles
+    leave SMs idle: `library_splits`): a library whose chip runs it, no mma.sync tile named and no mma.sync
+    split-K asked for, rows and addresses on 16 bytes (N and K multiples of 8: TMA)."""
+    return (runs_warpgroup_kernels(chip) and tile is None and splits in (None, 1) and aligned and n % 8 == 0
+            and depth % 8 == 0 and min(m, n, depth) > 0)
 
 
 def shipped_kernels(chip: str, epilogues=(None, selectable)):
@@ -102,9 +102,8 @@ class Matmul:
         """The launch plan (`_Plan`, `_SplitPlan`, `_HopperPlan`) for these operands, whose first elements lie on
         `start` bytes, or ValueError."""
         element, (m, n, depth) = _element_and_sizes(a, b, b_major)
-        if takes_hopper(self.library.chip, m, n, depth, sms=self.sms, b_major=b_major, tile=tile, splits=splits,
-                        aligned=start % TMA_ADDRESS_BYTES == 0):
-            return self._hopper_plan(element, m, n, depth, b_major, epilogue)
+        if takes_hopper(self.library.chip, m, n, depth, tile=tile, splits=splits, aligned=start % TMA_ADDRESS_BYTES == 0):
+            return self._hopper_plan(element, m, n, depth, b_major, epilogue, whole=splits == 1, device=a.device)
         if tile is not None and tile not in TILES + (PERSISTENT,):
             raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
@@ -126,42 +125,50 @@ class Matmul:
                              f"{config.sizes_taken()}; got B {b_major}, {m} x {n} x {depth}")
         if splits is None:
             splits = pick_splits(m, n, depth, self.sms, config) if tile == smallest else 1
-        reduction = reduction_epilogue = None
+        reduction_epilogue = None
         if splits > 1:
             config = variant(tile, align, b_major=b_major, split_k=True)
-            reduction, reduction_epilogue = (self._reducer(element, epilogue), splits), epilogue
-            epilogue = None  # the reduction applies it
+            reduction_epilogue, epilogue = epilogue, None  # the reduction applies it
         chip, launch = self.library.chip, {"grid": config.grid(m, n, splits, self.sms), "block": config.threads,
                                            "shared_bytes": config.shared_bytes}
         module = self.library.module(sm80.kernel_name(element, config, epilogue),
                                      lambda: sm80.build_module(element, config, chip, epilogue=epilogue))
         sizes = [m, n // config.unit, depth // config.unit]
-        if reduction is None:
+        if splits == 1:
             return _Plan(config, m, n, module.prepare(sm80.KERNEL, [POINTER] * 3 + sizes + _slots(epilogue), **launch))
-        reducer, splits = reduction
         main = module.prepare(sm80.KERNEL, [POINTER] * 3 + sizes + [splits], **launch)
-        reduce = reducer.prepare(sm80.REDUCE_KERNEL, [POINTER, POINTER, m, n, splits] + _slots(reduction_epilogue),
-                                 grid=-(-m * n // sm80.REDUCE_THREADS), block=sm80.REDUCE_THREADS)
-        return _SplitPlan(config, m, n, main, splits, reduce, a.device)
+        return _SplitPlan(config, m, n, main, splits, self._reduction(element, reduction_epilogue, m, n, splits),
+                          a.device)
 
-    def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue):
+    def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue, *, whole: bool,
+                     device):
+        """Hopper's plan: the library's tile (`library_config`), split-K (unless `whole`) where its tiles leave
+        SMs idle (`library_splits`: fp32 partials, then the mma.sync path's reduction applies the epilogue)."""
         config = sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue, element=element)
-        module = self.library.module(sm90.kernel_name(element, config, epilogue),
-                                     lambda: sm90.build_module(element, config, epilogue=epilogue))
+        splits = 1 if whole else library_splits(m, n, depth, config, sms=self.sms, fill=FILL, most=MAX_SPLITS)
+        config, kept = (replace(config, split_k=True), None) if splits > 1 else (config, epilogue)
+        module = self.library.module(sm90.kernel_name(element, config, kept),
+                                     lambda: sm90.build_module(element, config, epilogue=kept))
         box, size = sm90.boxes(config), 2  # (bytes of a 16-bit element)
         b_rows = (depth, n) if b_major == "kn" else (n, depth)
         maps = [MapOperand(self.maps, (m, depth), depth * size, box["a"]),
-                MapOperand(self.maps, b_rows, b_rows[1] * size, box["b"]),
-                MapOperand(self.maps, (m, n), n * size, box["c"], store=True)]
+                MapOperand(self.maps, b_rows, b_rows[1] * size, box["b"])]
         sizes = [m, n // config.unit, depth // config.unit]
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + sizes + _slots(epilogue), grid=config.grid(m, n, self.sms),
-                                block=config.threads, shared_bytes=config.shared_bytes)
-        return _HopperPlan(config, m, n, launch, maps)
+        launch = partial(module.prepare, sm90.KERNEL, block=config.threads, shared_bytes=config.shared_bytes)
+        if splits == 1:
+            maps.append(MapOperand(self.maps, (m, n), n * size, box["c"], store=True))
+            return _HopperPlan(config, m, n, launch([TENSOR_MAP] * 3 + sizes + _slots(epilogue),
+                                                    grid=config.grid(m, n, self.sms)), maps)
+        main = launch([TENSOR_MAP, TENSOR_MAP, POINTER] + sizes + [splits], grid=config.grid(m, n, self.sms) * splits)
+        return _SplitPlan(config, m, n, main, splits, self._reduction(element, epilogue, m, n, splits), device, maps)
 
-    def _reducer(self, element: str, epilogue):
+    def _reduction(self, element: str, epilogue, m: int, n: int, splits: int):
+        """The launch of split-K's reduction of `splits` fp32 partials of M x N into C, applying `epilogue`."""
         chip = self.library.chip
-        return self.library.module(sm80.reduce_name(element, epilogue),
-                                   lambda: sm80.build_reduce_module(element, chip, epilogue=epilogue))
+        module = self.library.module(sm80.reduce_name(element, epilogue),
+                                     lambda: sm80.build_reduce_module(element, chip, epilogue=epilogue))
+        return module.prepare(sm80.REDUCE_KERNEL, [POINTER, POINTER, m, n, splits] + _slots(epilogue),
+                              grid=-(-m * n // sm80.REDUCE_THREADS), block=sm80.REDUCE_THREADS)
 
 
 def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
@@ -235,17 +242,19 @@ class _Plan:
 
 class _SplitPlan(_Plan):
     """Split-K's: the k-tiles' partial sums into an fp32 workspace of `splits` x M x N, then the reduction's launch,
-    which applies the epilogue."""
+    which applies the epilogue; on Hopper's path A and B by their tensor maps (`maps`)."""
 
-    def __init__(self, config, m: int, n: int, launch, splits: int, reduce, device):
+    def __init__(self, config, m: int, n: int, launch, splits: int, reduce, device, maps=None):
         import torch
 
         super().__init__(config, m, n, launch)
-        self.splits, self.reduce = splits, reduce
+        self.splits, self.reduce, self.maps = splits, reduce, maps
         self.workspace = allocator((splits * m * n,), torch.float32, device)
 
     def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
         partials = self.workspace()
+        if self.maps is not None:  # (Hopper's: A and B by their tensor maps)
+            a, b = self.maps[0](a), self.maps[1](b)
         self.launch(stream, a, b, partials.data_ptr())
         self.reduce(stream, partials.data_ptr(), c, *extras)  # (the workspace freed after: torch's allocator
         # reuses it in stream order)
@@ -272,7 +281,7 @@ def hopper_shipped_kernels(epilogues) -> list:
     """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
     epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
-    operators take `selectable`); fp8's with either B layout and either kind of scales (`scaled_config`)."""
+    operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`); fp8's with either B layout and either kind of scales (`scaled_config`)."""
     from functools import partial
 
     from mlir_tile.kernels.epilogues import chain
@@ -285,9 +294,11 @@ def hopper_shipped_kernels(epilogues) -> list:
     sixteen = [(element, hopper_config(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
                for epilogue, chained in [(e, False) for e in epilogues] + [(c, True) for c in chains]
                for tile in tiles_for(element, major, epilogue, chained)]
+    split = [(element, replace(hopper_config(major, SMALL_TILE), split_k=True), None) for element in ("f16", "bf16")
+             for major in ("nk", "kn")]  # (split-K's partials: the mma.sync path's reductions apply the epilogues)
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
-             for element, config, epilogue in sixteen + eight}  # (an epilogue given that is a shipped chain: once)
+             for element, config, epilogue in sixteen + split + eight}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
 
 
@@ -314,8 +325,7 @@ class ScaledMatmul:
         if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
             c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
             return c if out is None else out.copy_(c)
-        key = (b_major, row_scales, m, n, depth)
-        plan = self.plans.of(key, lambda: self._plan(b_major, row_scales, m, n, depth))  # (checked, made once)
+        plan = self.plan(b_major, row_scales, m, n, depth)
         if out is None:
             out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
@@ -327,6 +337,12 @@ class ScaledMatmul:
         c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
         plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
         return out if c is out else out.copy_(c)
+
+    def plan(self, b_major: str, row_scales: bool, m: int, n: int, depth: int) -> "_HopperPlan":
+        """The launch plan of an M x N x K product with B `b_major` and per-row scales or not: checked and made
+        on first use."""
+        return self.plans.of((b_major, row_scales, m, n, depth),
+                             lambda: self._plan(b_major, row_scales, m, n, depth))
 
     def _plan(self, b_major: str, row_scales: bool, m: int, n: int, depth: int) -> "_HopperPlan":
         config = scaled_config(b_major, row_scales)

@@ -240,6 +240,20 @@ def library_config(m: int, n: int, b_major: str, *, sms: int, fill: float, epilo
     return measured if fills and not isinstance(epilogue, Choice) else hopper_config(b_major, SMALL_TILE)
 
 
+SPLIT_COLUMNS = 1024  # K each split of a split-K product on Hopper's path takes at least (16 k-tiles of 64)
+
+
+def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int, fill: float,
+                   most: int) -> int:
+    """How many CTAs share each C tile's k-tiles on Hopper's path (`config` as `library_config` picked it): 1
+    where its tiles cover `fill` of the SMs, else as many as fill the SMs once, each with SPLIT_COLUMNS of K at
+    least, `most` at most."""
+    tiles = config.grid(m, n, sms)
+    if tiles >= fill * sms:
+        return 1
+    return max(1, min(sms // tiles, depth // SPLIT_COLUMNS, most))
+
+
 def scaled_config(b_major: str, row_scales: bool) -> HopperConfig:
     """`ScaledMatmul`'s kernel: the fp8 tile measured fastest for B's layout (`measured_tile`), or with per-row
     scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill)."""
