@@ -130,8 +130,39 @@ def render_attention_window(rows: list) -> list[str]:
     return lines
 
 
+def render_ops_small(data: dict) -> list[str]:
+    lines = [f"## Small products through the operator ({data['device']}, torch {data['torch']}, {data['date']})", "",
+             f"`{data['command']}` on the GPU host: wall us a call " + SUSTAINED.split("; TFLOP/s")[0] + "; host us "
+             "a call as `benchmarks/host_time.py` measures it (300 calls without synchronization; where the GPU is "
+             "the slower, its time); the HBM share: the bytes a product must move over its wall time, against a "
+             f"device-to-device copy's {data['copy bytes/s']['bytes/s'] / 1e9:.0f} GB/s.", "",
+             "| case | kernel | ours, us | cuBLAS, us | mma.sync split-K, us | vs cuBLAS | host us, ours / cuBLAS | "
+             "HBM share, ours / cuBLAS | SM MHz | W |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for case in data["cases"]:
+        wall, host, share = case["wall us"], case["host us"], case.get("HBM share")
+        shares = f"{share['operator']} / {share['cuBLAS']}" if share else ""
+        lines.append(f"| {case['case']} | {case['kernel']} | {wall['operator']} | {wall['cuBLAS']} | "
+                     f"{wall.get('mma.sync split-K', '')} | {case['operator vs cuBLAS']} | {host['operator']} / "
+                     f"{host['cuBLAS']} | {shares} | {case['SM MHz']:.0f} | {case['W']:.0f} |")
+    return lines
+
+
+def render_host_time(data: dict) -> list[str]:
+    whos = list(dict.fromkeys(who for case in data["cases"] for who in case["host us a call"]))
+    lines = [f"## Host time a call ({data['device']}, torch {data['torch']})", "",
+             "`python3 benchmarks/host_time.py DIR` on the GPU host: 300 calls back to back without synchronizing, "
+             "the wall time until the last returned over 300, the median of 9 rounds; in a graph: the calls "
+             "captured in a CUDA graph, a replay's host time.", "",
+             "| case | " + " | ".join(whos) + " |", "|---|" + "---|" * len(whos)]
+    for case in data["cases"]:
+        lines.append(f"| {case['case']} | " + " | ".join(str(case["host us a call"].get(who, "")) for who in whos)
+                     + " |")
+    return lines
+
+
 RENDERERS = {"ops": render_ops, "wgmma_loop": render_wgmma_loop, "attention_hopper": render_attention_hopper,
-             "attention_hopper_fp8": render_attention_hopper_fp8, "attention_window": render_attention_window}
+             "attention_hopper_fp8": render_attention_hopper_fp8, "attention_window": render_attention_window,
+             "ops_small": render_ops_small, "host_time": render_host_time}
 
 
 def render(folder: Path) -> str:

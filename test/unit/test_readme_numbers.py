@@ -38,6 +38,9 @@ def _claims() -> dict:
     loops = _kept("wgmma_loop")
     large = [v for case in _kept("ops")["cases"] if case["case"].startswith("linear") and "2048x2048" not in case["case"]
              for v in [case["operator vs"]["cuBLAS"]]]
+    small = {case["case"]: case["operator vs cuBLAS"] for case in _kept("ops_small")["cases"]}
+    decode = [v for name, v in small.items() if int(name.split()[1].split("x")[0]) <= 128]
+    middle = [v for name, v in small.items() if name.split()[1] in ("2048x2048x2048", "512x4096x4096", "1024x4096x4096")]
     window = _kept("attention_window")
     at_4096 = next(row for row in window if (row["batch"], row["heads"], row["seq"], row["d"]) == (4, 32, 4096, 128))
     width = re.search(r"^WINDOW = (\d+)$", (REPO / "examples" / "sliding_window.py").read_text(), re.M).group(1)
@@ -49,6 +52,8 @@ def _claims() -> dict:
         f"{_range(large)} cuBLAS": "ops: linear at the large shapes, the operator over cuBLAS",
         f"{_range([v for v in _ops('linear', 'launcher') if v >= 1])} the launcher": "ops: the operator over its launcher",
         f"{_ops('linear 2048x2048x2048', 'cuBLAS')[0]:.2f}x cuBLAS in RESULTS.md's run": "ops: 2048^3",
+        f"1024x4096² {_range(middle)} cuBLAS": "ops_small: 2048^3, 512 and 1024 x 4096^2",
+        f"decode shapes (M 1-128) {_range(decode)} cuBLAS": "ops_small: M <= 128",
         f"{_range([r['vs cuBLAS+torch'] for r in fused if r['activation'] == 'gelu_tanh'])} (gelu_tanh)": "fused",
         f"{_range([r['vs cuBLAS+torch'] for r in fused if r['activation'] == 'silu'])} (silu)": "fused",
         f"{_range([r['vs cuBLAS alone'] for r in fused])} cuBLAS's product without the epilogue": "fused",
