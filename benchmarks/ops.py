@@ -3,7 +3,9 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
 
     python3 benchmarks/ops.py OUT        # OUT/ops.json: per case the medians, the ratios, the SM clock and power
     python3 benchmarks/ops.py OUT small  # OUT/ops_small.json: products below 4096x4096x4096 and decode shapes:
-                                         # wall time a call, host time a call, the share of HBM bandwidth
+                                         # wall time a call, host time a call, the time a call in a CUDA
+                                         # graph (the GPU's alone), the share of HBM bandwidth
+    python3 benchmarks/ops.py OUT train  # OUT/ops_train.json: a linear layer's training step, ours and torch's
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.launch.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
@@ -76,6 +78,39 @@ def small_cases():
         yield f"linear {m}x{n}x{k} B {layout}", (m, n, k, f"{launcher.last_config} x{launcher.last_splits}"), calls
 
 
+TRAIN = [(8192, 4096, 4096), (4096, 11008, 4096), (2048, 2048, 2048)]  # M, N, K of a linear layer's step
+
+
+def train(out: Path) -> int:
+    """A training step through one linear layer (silu(x w^T + b), its backward for x, w and b) by the operator
+    against torch's F.linear then F.silu, both in bf16, timed as the cases are."""
+    from mlir_tile.kernels import matmul
+
+    results = []
+    for m, n, k in TRAIN:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64).requires_grad_()
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        upstream = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+
+        def step(forward):
+            def call():
+                x.grad = w.grad = b.grad = None
+                forward().backward(upstream)
+            return call
+
+        calls = {"operator": step(lambda: matmul(x, w, b_layout="nk", bias=b, activation="silu")),
+                 "cuBLAS+torch": step(lambda: F.silu(F.linear(x, w, b)))}
+        seconds, sampled = sustained_interleaved(calls)
+        row = {"case": f"silu(linear + bias) {m}x{n}x{k}, forward and backward",
+               "ms": {who: round(t * 1e3, 3) for who, t in seconds.items()},
+               "operator vs cuBLAS+torch": round(seconds["cuBLAS+torch"] / seconds["operator"], 3), **sampled}
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    _write(out / "ops_train.json", {"cases": results})
+    return 0
+
+
 def copy_bandwidth() -> dict:
     """Bytes a second a device-to-device copy of 1 GiB moves (read and written), timed as the cases are."""
     source = torch.empty(2 ** 29, device="cuda", dtype=torch.bfloat16)
@@ -84,19 +119,39 @@ def copy_bandwidth() -> dict:
     return {"bytes/s": 2 * source.numel() * 2 / seconds["copy"], **sampled}
 
 
+GRAPHED = 10  # calls a CUDA graph holds, replayed to time the GPU's work without the host's
+
+
+def _graphed(call):
+    """A replay of GRAPHED calls of `call` captured in a CUDA graph (after one outside it)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPHED):
+            call()
+    return graph.replay
+
+
 def small(out: Path) -> int:
     from host_time import host_microseconds
 
     ceiling, results = copy_bandwidth(), []
     print(json.dumps({"copy GB/s": round(ceiling["bytes/s"] / 1e9)}), flush=True)
     for name, (m, n, k, kernel), calls in small_cases():
-        seconds, sampled = sustained_interleaved(calls)
+        graphs = {f"{who} in a graph": _graphed(calls[who]) for who in ("operator", "cuBLAS")}
+        seconds, sampled = sustained_interleaved({**calls, **graphs})
+        gpu = {who.removesuffix(" in a graph"): seconds.pop(who) / GRAPHED for who in graphs}
         hosts = {who: round(min(host_microseconds(call) for _ in range(3)), 1) for who, call in calls.items()}
         row = {"case": name, "kernel": kernel, "wall us": {who: round(t * 1e6, 2) for who, t in seconds.items()},
-               "operator vs cuBLAS": round(seconds["cuBLAS"] / seconds["operator"], 3), "host us": hosts, **sampled}
+               "operator vs cuBLAS": round(seconds["cuBLAS"] / seconds["operator"], 3), "host us": hosts,
+               "in a graph us": {who: round(t * 1e6, 2) for who, t in gpu.items()},
+               "in a graph, operator vs cuBLAS": round(gpu["cuBLAS"] / gpu["operator"], 3), **sampled}
         if m <= DECODE_ROWS:
             row["HBM share"] = {who: round(2 * (m * k + n * k + m * n) / t / ceiling["bytes/s"], 3)
                                 for who, t in seconds.items()}
+            row["HBM share in a graph"] = {who: round(2 * (m * k + n * k + m * n) / t / ceiling["bytes/s"], 3)
+                                           for who, t in gpu.items()}
         print(json.dumps(row), flush=True)
         results.append(row)
     _write(out / "ops_small.json", {"copy bytes/s": ceiling, "cases": results})
@@ -144,4 +199,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(small(Path(sys.argv[1])) if sys.argv[2:] == ["small"] else main(Path(sys.argv[1])))
+    sys.exit({"small": small, "train": train}.get(sys.argv[2] if sys.argv[2:] else "", main)(Path(sys.argv[1])))

@@ -123,11 +123,16 @@ def render_attention_window(rows: list) -> list[str]:
              "| batch x heads x seq x d | ours, window | FlexAttention, window | vs FlexAttention | ours, causal | "
              "cuDNN, causal | largest difference | SM MHz | W |", "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['batch']}x{row['heads']}x{row['seq']}x{row['d']} | {row['ours, window, ms']} | "
-                     f"{row['FlexAttention, window, ms']} | {row['window vs FlexAttention']} | "
-                     f"{row['ours, causal, ms']} | {row['cuDNN, causal, ms']} | "
-                     f"{row['largest difference from FlexAttention']} | {row['SM MHz']:.0f} | {row['W']:.0f} |")
+        lines.append(_row(f"{row['batch']}x{row['heads']}x{row['seq']}x{row['d']}", row["ours, window, ms"],
+                          row["FlexAttention, window, ms"], row["window vs FlexAttention"], row["ours, causal, ms"],
+                          row["cuDNN, causal, ms"], row["largest difference from FlexAttention"],
+                          f"{row['SM MHz']:.0f}", f"{row['W']:.0f}"))
     return lines
+
+
+def _row(*cells) -> str:
+    """A markdown table row of `cells`."""
+    return "| " + " | ".join(map(str, cells)) + " |"
 
 
 def render_ops_small(data: dict) -> list[str]:
@@ -137,13 +142,15 @@ def render_ops_small(data: dict) -> list[str]:
              "the slower, its time); the HBM share: the bytes a product must move over its wall time, against a "
              f"device-to-device copy's {data['copy bytes/s']['bytes/s'] / 1e9:.0f} GB/s.", "",
              "| case | kernel | ours, us | cuBLAS, us | mma.sync split-K, us | vs cuBLAS | host us, ours / cuBLAS | "
-             "HBM share, ours / cuBLAS | SM MHz | W |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "HBM share, ours / cuBLAS | in a graph, us, ours / cuBLAS | HBM share in a graph | SM MHz | W |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pair = lambda values: f"{values['operator']} / {values['cuBLAS']}" if values else ""  # noqa: E731
     for case in data["cases"]:
-        wall, host, share = case["wall us"], case["host us"], case.get("HBM share")
-        shares = f"{share['operator']} / {share['cuBLAS']}" if share else ""
-        lines.append(f"| {case['case']} | {case['kernel']} | {wall['operator']} | {wall['cuBLAS']} | "
-                     f"{wall.get('mma.sync split-K', '')} | {case['operator vs cuBLAS']} | {host['operator']} / "
-                     f"{host['cuBLAS']} | {shares} | {case['SM MHz']:.0f} | {case['W']:.0f} |")
+        wall = case["wall us"]
+        lines.append(_row(case["case"], case["kernel"], wall["operator"], wall["cuBLAS"],
+                          wall.get("mma.sync split-K", ""), case["operator vs cuBLAS"], pair(case["host us"]),
+                          pair(case.get("HBM share")), pair(case.get("in a graph us")),
+                          pair(case.get("HBM share in a graph")), f"{case['SM MHz']:.0f}", f"{case['W']:.0f}"))
     return lines
 
 
@@ -155,8 +162,7 @@ def render_host_time(data: dict) -> list[str]:
              "captured in a CUDA graph, a replay's host time.", "",
              "| case | " + " | ".join(whos) + " |", "|---|" + "---|" * len(whos)]
     for case in data["cases"]:
-        lines.append(f"| {case['case']} | " + " | ".join(str(case["host us a call"].get(who, "")) for who in whos)
-                     + " |")
+        lines.append(_row(case["case"], *(case["host us a call"].get(who, "") for who in whos)))
     return lines
 
 
