@@ -144,6 +144,31 @@ def test_one_cta_on_the_reference_model_is_numpys_product(b_major, tile, element
     assert "give C as numpy does" in hopper_emulation.emulate(hopper_config(b_major, tile), 2, element)
 
 
+@pytest.mark.parametrize("b_major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}, "bf16"),
+                                                    ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4,
+                                                            "consumer_rows": 128}, "f16"),
+                                                    ("kn", {"bm": 64, "bn": 256, "bk": 64, "stages": 2}, "bf16")])
+def test_a_given_k_by_m_is_read_mn_major_in_a_box_every_64_rows(filecheck, b_major, tile, element):
+    """A [K, M] (`a_major` "km", A^T of a backward's dB): a k-tile's A is BM / 64 TMA boxes of BK rows by 64
+    columns of A [K, M], side by side, each counted on the stage's barrier as B's are; wgmma reads it MN-major (its
+    transpose flag for A set); one CTA on the reference model is numpy's product."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config(b_major, tile, element, a_major="km")
+    assert [first for first, _ in gemm_sm90.a_parts(config)] == [64 * 64 * j for j in range(config.bm // 64)]
+    assert gemm_sm90.boxes(config)["a"].rows == 64 and gemm_sm90.boxes(config)["a"].columns == 64
+    ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
+    filecheck(ptx, """
+    CHECK: wgmma.mma_async.sync.aligned.m64n{{[0-9]+}}k16.f32.{{[bf]+16}}.{{[bf]+16}} {{.*}}, p, 1, 1, 1, {{[01]}};
+    """)
+    b_boxes = 1 if b_major == "nk" else config.bn // 64
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier") == config.bm // 64 + b_boxes
+    assert ptx.count("mbarrier.arrive.expect_tx") == config.bm // 64 + b_boxes  # (a stage's loads, each counted)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, element)
+    with pytest.raises(ValueError, match="A 'mk' .* or 'km'"):
+        hopper_config(b_major, tile, "e4m3" if b_major == "nk" else element, a_major="km" if b_major == "nk" else "x")
+
+
 def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
     from mlir_tile.isa.tma import Box, column_boxes
 
@@ -355,7 +380,8 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
-    measured tiles, the small tile's split-K kernel for each element and B layout, and fp8's for each B layout
+    measured tiles, the small tile's split-K kernel for each element and B layout, A [K, M]'s plain on each
+    tile and split, and fp8's for each B layout
     and kind of scales (`ScaledMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the
     measured tile assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
@@ -364,8 +390,9 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
 
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 1) + 2 * 2
-    assert sum(name.endswith("_splitk_sm90a") for name in hopper) == 4
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 1
+                                                                     + 3) + 2 * 2
+    assert sum(name.endswith("_splitk_sm90a") for name in hopper) == 8 and sum("_akm_" in name for name in hopper) == 12
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))

@@ -15,7 +15,7 @@ import mlir_tile.kernels.ops  # noqa: E402,F401  (registers torch.ops.mlir_tile.
 F = torch.nn.functional
 pytestmark = pytest.mark.gpu
 
-GEMM_CASES, ATTENTION_CASES = 240, 300  # attention: 150 each dtype
+GEMM_CASES, ATTENTION_CASES, VIEW_CASES = 240, 300, 320  # attention: 150 each dtype
 _hopper_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                   reason="Hopper's path (TMA, wgmma) runs on sm_90 only")
 ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -383,22 +383,26 @@ def _offset(tensor, elements: int):
 def test_views_at_any_offset_run_and_match_torch():
     """matmul's A, B, out, bias and residual and attention's q, k, v as views 0-7 elements into larger buffers,
     random shapes (N and K multiples of 8 among them, which without the addresses' alignment took 16-byte
-    copies): each result right, and no fault (a misaligned copy would end the process's CUDA context)."""
+    copies), each dtype, B layout and activation, with and without a bias, a residual and an out in turn: each
+    result right, and no fault (a misaligned copy would end the process's CUDA context)."""
     from mlir_tile.kernels import attention, matmul
 
     rng, failures = random.Random(17), []
-    for trial in range(60):
+    for trial in range(VIEW_CASES):
         m, n, k = rng.choice([1, 33, 128, 300]), 8 * rng.randint(1, 40), 8 * rng.randint(1, 40)
         if trial % 3 == 0:
             n, k = rng.randint(1, 300), rng.randint(1, 300)
-        dtype, layout = rng.choice([torch.float16, torch.bfloat16]), rng.choice(["kn", "nk"])
-        a, b, bias, residual = _operands(m, n, k, dtype, layout, True, trial % 2 == 0)
-        a, b, bias = (_offset(x, rng.randint(0, 7)) for x in (a, b, bias))
-        residual = None if residual is None else _offset(residual, rng.randint(0, 7))
-        out = _offset(torch.empty(m, n, device="cuda", dtype=dtype), rng.randint(0, 7))
-        got = matmul(a, b, b_layout=layout, bias=bias, activation="relu", residual=residual, out=out)
-        if got.data_ptr() != out.data_ptr() or (worst := _wrong(got, a, b, layout, bias, "relu", residual)) is not None:
-            failures.append(("matmul", m, n, k, dtype, layout, worst))
+        dtype, layout = (torch.float16, torch.bfloat16)[trial % 2], ("kn", "nk")[trial // 2 % 2]
+        activation = [None, "relu", "gelu_tanh", "silu"][trial // 4 % 4]
+        has_bias, has_residual, into = rng.random() < 0.7, rng.random() < 0.4, rng.random() < 0.5
+        a, b, bias, residual = _operands(m, n, k, dtype, layout, has_bias, has_residual)
+        a, b = (_offset(x, rng.randint(0, 7)) for x in (a, b))
+        bias, residual = (None if x is None else _offset(x, rng.randint(0, 7)) for x in (bias, residual))
+        out = _offset(torch.empty(m, n, device="cuda", dtype=dtype), rng.randint(0, 7)) if into else None
+        got = matmul(a, b, b_layout=layout, bias=bias, activation=activation, residual=residual, out=out)
+        wrote = out is None or got.data_ptr() == out.data_ptr()
+        if not wrote or (worst := _wrong(got, a, b, layout, bias, activation, residual)) is not None:
+            failures.append(("matmul", m, n, k, dtype, layout, activation, has_bias, has_residual, into, worst))
     for trial in range(24):
         d, seq, causal = rng.choice([64, 128]), rng.randint(1, 600), rng.random() < 0.5
         q, k, v = (_offset(torch.randn(1, 2, seq, d, device="cuda", dtype=torch.bfloat16), rng.randint(0, 7))
@@ -686,4 +690,29 @@ def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
                 if not torch.equal(got, ((a @ b.T) * scale_a * scale_b).to(torch.bfloat16)):
                     failures.append(("scaled_mm", m, n, k, layout, call))
     torch.cuda.synchronize()
+    assert not failures, failures[:10]
+
+
+@_hopper_only
+def test_a_given_k_by_m_multiplies_as_its_transpose():
+    """`Matmul(a_major="km")`: A [K, M] read as it lies on Hopper's path (its kernels "_akm", split-K where the
+    tiles leave SMs idle), or transposed into a copy where TMA cannot take it (M off a multiple of 8, a view off
+    16 bytes); against fp32 on random shapes, each dtype and B layout."""
+    from mlir_tile.kernels import ops
+
+    launcher, rng, failures = ops.kernels_on(torch.device("cuda")).matmul, random.Random(31), []
+    for trial in range(64):
+        m, n = 8 * rng.randint(1, 64), 8 * rng.randint(1, 64)
+        k = rng.choice([8 * rng.randint(1, 128), 4096, 8192])
+        m += 3 if trial % 8 == 7 else 0  # (rows of A [K, M] off 16 bytes: the copy)
+        dtype, layout = (torch.float16, torch.bfloat16)[trial % 2], ("kn", "nk")[trial // 2 % 2]
+        a = torch.rand(k, m, device="cuda", dtype=dtype) * 2 - 1
+        b = torch.rand(*((k, n) if layout == "kn" else (n, k)), device="cuda", dtype=dtype) * 2 - 1
+        if trial % 8 == 3:
+            a = _offset(a, 1)  # (a view off 16 bytes: the copy)
+        got = launcher(a, b, b_major=layout, a_major="km")
+        transposed = m % 8 == 0 and trial % 8 != 3
+        if (worst := _wrong(got, a.T, b, layout, None, None, None)) is not None or (
+                transposed != ("_akm" in str(launcher.last_config))):
+            failures.append((m, n, k, layout, dtype, str(launcher.last_config), launcher.last_splits, worst))
     assert not failures, failures[:10]

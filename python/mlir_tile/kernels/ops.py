@@ -58,6 +58,13 @@ def kernels_on(device: torch.device) -> _Kernels:
 _LIBRARY = torch.library.Library("mlir_tile", "FRAGMENT")
 
 
+def _no_backward(what: str):
+    """A backward that says in one line that `what` has none yet."""
+    def backward(ctx, *grads):
+        raise NotImplementedError(what)
+    return backward
+
+
 def _operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
     """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
     for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
@@ -311,13 +318,6 @@ def _matmul_backward(ctx, grad):
 
 
 _operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
-
-
-def _no_backward(what: str):
-    """A backward that says in one line that `what` has none yet."""
-    def backward(ctx, *grads):
-        raise NotImplementedError(what)
-    return backward
 
 
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],

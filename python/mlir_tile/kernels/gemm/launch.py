@@ -63,17 +63,21 @@ class Matmul:
         self.maps = TensorMaps(library.runtime)
         self.last_config, self.last_splits = None, None  # the variant of the last call and its splits
 
-    def __call__(self, a, b, *, b_major: str = "kn", out=None, tile: dict | None = None, splits: int | None = None,
-                 epilogue: Epilogue | Choice | None = None, operands: tuple = ()):
-        """`tile`: one of TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element
-        copies take `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of
-        `pick_splits`' choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's
-        dtype to write C into; `operands`: the epilogue's, in its order (tensors of A's dtype, floats)."""
+    def __call__(self, a, b, *, b_major: str = "kn", a_major: str = "mk", out=None, tile: dict | None = None,
+                 splits: int | None = None, epilogue: Epilogue | Choice | None = None, operands: tuple = ()):
+        """`a_major`: A is [M, K] ("mk") or [K, M] ("km", A^T as a backward has it: Hopper's path reads it
+        MN-major; elsewhere, or where TMA cannot take it, A is transposed into a copy first); `tile`: one of
+        TILES instead of `pick_tile`'s choice (where rows lie on 4 bytes or more: element copies take
+        `pick_tile`'s); `splits`: 1 to MAX_SPLITS CTAs sharing each C tile's k-tiles instead of `pick_splits`'
+        choice (more than 1: on the smallest tile); `out`: a contiguous M x N CUDA tensor of A's dtype to write C
+        into; `operands`: the epilogue's, in its order (tensors of A's dtype, floats)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
-        plan = self.plan(a, b, b_major, epilogue, out=out, tile=tile, splits=splits)
+        if a_major != "mk" and not self.reads_a_transposed(a, b, b_major, a_major, out=out, tile=tile, splits=splits):
+            a, a_major = a.t().contiguous(), "mk"
+        plan = self.plan(a, b, b_major, epilogue, out=out, tile=tile, splits=splits, a_major=a_major)
         if not (a.is_cuda and b.is_cuda and a.is_contiguous() and b.is_contiguous()):
             raise ValueError("gemm: A and B are row-major (contiguous) CUDA tensors; call .contiguous() first")
         m, n = plan.m, plan.n
@@ -87,23 +91,34 @@ class Matmul:
         plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), extras, torch_stream(a))
         return out
 
-    def plan(self, a, b, b_major: str, epilogue, *, out=None, tile=None, splits=None):
-        """The launch plan of a call with these arguments: made (and what it depends on checked) on first use,
-        then looked up by the dtypes, shapes, layout, tile, splits, epilogue and the operands' alignment."""
-        # (the bytes every operand's first element lies on: a view's may be any even address, which caps the
-        # copies' width as its rows' lengths do)
-        start = next(align for align in (16, 8, 4, 2) if all(t.data_ptr() % align == 0 for t in (a, b) + (
-            () if out is None else (out,))))
-        key = (a.dtype, b.dtype, b_major, a.shape, b.shape, None if tile is None else repr(tile), splits, epilogue,
-               start)
-        return self.plans.of(key, lambda: self._plan(a, b, b_major, tile, splits, epilogue, start))
+    def reads_a_transposed(self, a, b, b_major: str, a_major: str, *, out=None, tile=None, splits=None) -> bool:
+        """Whether A [K, M] ("km") runs as it is: on Hopper's path (`takes_hopper`), M a multiple of 8 (its rows
+        on 16 bytes); ValueError for an `a_major` other than "mk" and "km"."""
+        if a_major not in ("mk", "km"):
+            raise ValueError(f"gemm: a_major is 'mk' (A is [M, K]) or 'km' (A is [K, M]), got {a_major!r}")
+        _, (m, n, depth) = _element_and_sizes(a, b, b_major, a_major)
+        return m % 8 == 0 and takes_hopper(self.library.chip, m, n, depth, tile=tile, splits=splits,
+                                           aligned=_start(a, b, out) % TMA_ADDRESS_BYTES == 0)
 
-    def _plan(self, a, b, b_major, tile, splits, epilogue, start: int):
+    def plan(self, a, b, b_major: str, epilogue, *, out=None, tile=None, splits=None, a_major: str = "mk"):
+        """The launch plan of a call with these arguments: made (and what it depends on checked) on first use,
+        then looked up by the dtypes, shapes, layouts, tile, splits, epilogue and the operands' alignment (A [K,
+        M]: where `reads_a_transposed` said so)."""
+        start = _start(a, b, out)
+        key = (a.dtype, b.dtype, b_major, a_major, a.shape, b.shape, None if tile is None else repr(tile), splits,
+               epilogue, start)
+        return self.plans.of(key, lambda: self._plan(a, b, b_major, tile, splits, epilogue, start, a_major))
+
+    def _plan(self, a, b, b_major, tile, splits, epilogue, start: int, a_major: str = "mk"):
         """The launch plan (`_Plan`, `_SplitPlan`, `_HopperPlan`) for these operands, whose first elements lie on
         `start` bytes, or ValueError."""
-        element, (m, n, depth) = _element_and_sizes(a, b, b_major)
+        element, (m, n, depth) = _element_and_sizes(a, b, b_major, a_major)
         if takes_hopper(self.library.chip, m, n, depth, tile=tile, splits=splits, aligned=start % TMA_ADDRESS_BYTES == 0):
-            return self._hopper_plan(element, m, n, depth, b_major, epilogue, whole=splits == 1, device=a.device)
+            return self._hopper_plan(element, m, n, depth, b_major, epilogue, whole=splits == 1, device=a.device,
+                                     a_major=a_major)
+        if a_major != "mk":
+            raise ValueError(f"gemm: A [K, M] runs on Hopper's path only (TMA, rows and addresses on 16 bytes); got "
+                             f"{m} x {n} x {depth} on {self.library.chip}")
         if tile is not None and tile not in TILES + (PERSISTENT,):
             raise ValueError(f"gemm: tile is one of {TILES + (PERSISTENT,)}, got {tile!r}")
         if splits is not None and not (isinstance(splits, int) and 1 <= splits <= MAX_SPLITS):
@@ -141,17 +156,19 @@ class Matmul:
                           a.device)
 
     def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue, *, whole: bool,
-                     device):
+                     device, a_major: str = "mk"):
         """Hopper's plan: the library's tile (`library_config`), split-K (unless `whole`) where its tiles leave
         SMs idle (`library_splits`: fp32 partials, then the mma.sync path's reduction applies the epilogue)."""
-        config = sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue, element=element)
+        config = replace(sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue,
+                                                   element=element), a_major=a_major)
         splits = 1 if whole else library_splits(m, n, depth, config, sms=self.sms, fill=FILL, most=MAX_SPLITS)
         config, kept = (replace(config, split_k=True), None) if splits > 1 else (config, epilogue)
         module = self.library.module(sm90.kernel_name(element, config, kept),
                                      lambda: sm90.build_module(element, config, epilogue=kept))
         box, size = sm90.boxes(config), 2  # (bytes of a 16-bit element)
         b_rows = (depth, n) if b_major == "kn" else (n, depth)
-        maps = [MapOperand(self.maps, (m, depth), depth * size, box["a"]),
+        a_rows = (m, depth) if a_major == "mk" else (depth, m)
+        maps = [MapOperand(self.maps, a_rows, a_rows[1] * size, box["a"]),
                 MapOperand(self.maps, b_rows, b_rows[1] * size, box["b"])]
         sizes = [m, n // config.unit, depth // config.unit]
         launch = partial(module.prepare, sm90.KERNEL, block=config.threads, shared_bytes=config.shared_bytes)
@@ -171,8 +188,15 @@ class Matmul:
                               grid=-(-m * n // sm80.REDUCE_THREADS), block=sm80.REDUCE_THREADS)
 
 
-def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
-    """The element type and (M, N, K) of A and B, or ValueError."""
+def _start(a, b, out=None) -> int:
+    """The bytes every operand's first element lies on (16, 8, 4 or 2): a view's may be any even address, which
+    caps the copies' width as its rows' lengths do."""
+    return next(align for align in (16, 8, 4, 2) if all(t.data_ptr() % align == 0 for t in (a, b) + (
+        () if out is None else (out,))))
+
+
+def _element_and_sizes(a, b, b_major: str, a_major: str = "mk") -> tuple[str, tuple[int, int, int]]:
+    """The element type and (M, N, K) of A ([M, K], or [K, M] for `a_major` "km") and B, or ValueError."""
     import torch
 
     element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(a.dtype)
@@ -182,11 +206,11 @@ def _element_and_sizes(a, b, b_major: str) -> tuple[str, tuple[int, int, int]]:
         raise ValueError(f"gemm: b_major is 'kn' (B is [K, N]) or 'nk' (B is [N, K]), got {b_major!r}")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError("gemm: A and B are 2-D CUDA tensors")
-    m, depth = a.shape
+    m, depth = a.shape if a_major == "mk" else a.shape[::-1]
     n, b_depth = (b.shape[1], b.shape[0]) if b_major == "kn" else b.shape
     if b_depth != depth or m == 0 or n == 0 or depth == 0:
-        raise ValueError(f"gemm: A is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K extents differ "
-                         f"or a size is 0")
+        raise ValueError(f"gemm: A ({a_major}) is {tuple(a.shape)} and B ({b_major}) is {tuple(b.shape)}: the K "
+                         f"extents differ or a size is 0")
     return element, (m, n, depth)
 
 
@@ -281,7 +305,8 @@ def hopper_shipped_kernels(epilogues) -> list:
     """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
     epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
-    operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`); fp8's with either B layout and either kind of scales (`scaled_config`)."""
+    operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`); A [K, M]'s (`a_major` "km", a
+    backward's dB) without an epilogue on each tile and split; fp8's with either B layout and either kind of scales (`scaled_config`)."""
     from functools import partial
 
     from mlir_tile.kernels.epilogues import chain
@@ -296,9 +321,12 @@ def hopper_shipped_kernels(epilogues) -> list:
                for tile in tiles_for(element, major, epilogue, chained)]
     split = [(element, replace(hopper_config(major, SMALL_TILE), split_k=True), None) for element in ("f16", "bf16")
              for major in ("nk", "kn")]  # (split-K's partials: the mma.sync path's reductions apply the epilogues)
+    transposed_a = [(element, replace(hopper_config(major, tile), a_major="km", split_k=split), None)
+                    for element in ("f16", "bf16") for major in ("nk", "kn")
+                    for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
     eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
-             for element, config, epilogue in sixteen + split + eight}  # (an epilogue given that is a shipped chain: once)
+             for element, config, epilogue in sixteen + split + transposed_a + eight}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
 
 

@@ -59,7 +59,11 @@ def tiles(config: HopperConfig) -> dict:
 
     swizzle = Box(64, SWIZZLE_COLUMNS, 16, 128).layout.swizzle
     boxes_of = config.bn // SWIZZLE_COLUMNS
-    a = Box(config.bm, config.bk, config.element_bits, 128).layout
+    if config.a_major == "mk":
+        a = Box(config.bm, config.bk, config.element_bits, 128).layout
+    else:  # (m, k): m runs along a box's 64 columns, the boxes BK x 64 apart (MN-major, as B [K, N]'s)
+        a = Layout(((SWIZZLE_COLUMNS, config.a_boxes), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS),
+                   swizzle)
     staging = {}
     if config.transposed:
         columns = SWIZZLE_BITS // 8
@@ -87,11 +91,23 @@ def transposition(config: HopperConfig):
 def boxes(config: HopperConfig):
     """The TMA boxes of A, B and C whose tensor maps the kernel takes: those its tiles' layouts prove (a tile
     of several boxes side by side: the first's, all alike; B's: a cluster CTA's part of one)."""
+    from mlir_tile.isa.tma import column_boxes
+
+    layouts = tiles(config)
+    return {"a": a_parts(config)[0][1], "b": b_parts(config)[0][1],
+            "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
+
+
+@functools.lru_cache(maxsize=None)
+def a_parts(config: HopperConfig) -> tuple:
+    """(first element, box) of each TMA box of a stage's A tile: A [M, K] one box; [K, M] one every 64 rows of
+    BM (BK rows by 64 columns of A [K, M], side by side), each proven a box's layout from its first element."""
     from mlir_tile.isa.tma import box_for, column_boxes
 
     layouts = tiles(config)
-    return {"a": box_for(layouts["a"], config.element_bits), "b": b_parts(config)[0][1],
-            "c": column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS)[0][1]}
+    if config.a_major == "mk":
+        return ((0, box_for(layouts["a"], config.element_bits)),)
+    return tuple(column_boxes(_as_kn(layouts["a"]), 16, SWIZZLE_COLUMNS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,7 +184,7 @@ class _HopperGemm:
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         self.barriers = ConsumerBarriers(k, config.consumers)
         b_loads = 1 if config.b_major == "nk" else 0 if config.transposed else config.bn // SWIZZLE_COLUMNS
-        self.pipeline = TmaPipeline(k, self.ring, config.stage_readers, 1 + b_loads, multicast=config.cluster > 1,
+        self.pipeline = TmaPipeline(k, self.ring, config.stage_readers, config.a_boxes + b_loads, multicast=config.cluster > 1,
                                     writers=4 if config.transposed else 0)
         if config.transposed:  # B's k-tiles as TMA writes them, read by the transposing warpgroup
             self.staging_ring = StageRing(k, self.shared, TRANSPOSE_STAGES, [("i8", config.bk * config.bn)],
@@ -328,7 +344,14 @@ class _HopperGemm:
         a_view, b_view = self.ring.views(self.ring.stage(in_ring))
         column = (self.k_first + k_tile if config.split_k else k_tile) * config.bk
         row0, col0 = origin
-        pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
+        if config.a_major == "mk":
+            pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
+        else:  # A [K, M]: a box of BK rows every 64 of BM
+            a_at = self.ring.offset(self.ring.stage(in_ring))
+            for first, box in a_parts(config):
+                view = k.view(self.shared, (box.rows * box.columns,), self.storage,
+                              a_at + k.index(first * (config.element_bits // 8)))
+                pipeline.load(in_ring, k.tensor(view, box.layout), self.a_map, (column, row0 + first // config.bk))
         if config.transposed:  # into the staging stage, once the transposer released it
             self.staging.acquire(in_ring)
             staged = self.staging_ring.offset(self.staging_ring.stage(in_ring))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element
 from mlir_tile.tiling.tiled import packed_slot
-from mlir_tile.kernels.gemm.sm90 import b_parts, tiles, transposition
+from mlir_tile.kernels.gemm.sm90 import a_parts, b_parts, tiles, transposition
 from mlir_tile.kernels.gemm.sm90_checks import inputs_and_check
 from mlir_tile.kernels.gemm.sm90_tiles import ELEMENT_BYTES, HopperConfig
 
@@ -37,7 +37,11 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
         stage, columns = np.zeros(config.stage_bytes // config.stages, np.uint8), slice(k_tile * config.bk, (k_tile + 1) * config.bk)
-        reference.tma_box_write(a[:, columns], 128, stage)
+        given_a = a[:, columns] if config.a_major == "mk" else a[:, columns].T  # A's rows as its tensor map has them
+        for first, box in a_parts(config):  # (A [K, M]: a box every 64 rows of BM)
+            reference.tma_box_write(np.ascontiguousarray(given_a[:, first // config.bk:first // config.bk + box.columns]
+                                                         if config.a_major == "km" else given_a),
+                                    128, stage, first * bits // 8)
         given = b[columns].T if config.b_major == "nk" else b[columns]  # B's rows as its tensor map has them
         if config.transposed:  # TMA's boxes into the staging stage, rewritten K-major into the stage
             staged = np.zeros(config.bk * config.bn, np.uint8)

@@ -24,6 +24,7 @@ class HopperConfig:
     bk: int = 64  # one 128-byte swizzled row of K a k-tile
     stages: int = 4
     b_major: str = "nk"
+    a_major: str = "mk"  # A [M, K] (K-major, as wgmma reads it) or [K, M] ("km": MN-major, 16-bit: A^T of a backward)
     group: int = 8  # Triton's GROUP_SIZE_M
     specialized: bool = True  # a producer warpgroup (TMA, 40 registers a thread) beside the consumers (wgmma)
     persistent: bool = False  # one CTA an SM walking C tiles cta, cta + grid, ... (specialized; C its own tile)
@@ -65,6 +66,9 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: clusters with B [K, N] take BN {SWIZZLE_COLUMNS} (one multicast box a "
                              f"stage): with more boxes the H200 gave wrong products in the CTAs of rank 1 and up "
                              f"(docs/notes/hopper-path.md); got BN {self.bn}")
+        if self.a_major not in ("mk", "km") or self.a_major == "km" and (self.element_bits != 16 or self.cluster > 1):
+            raise ValueError(f"hopper gemm: A 'mk' ([M, K]) or 'km' ([K, M], read MN-major: 16-bit, one CTA a "
+                             f"cluster); got {self}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -87,6 +91,10 @@ class HopperConfig:
     @property
     def k_unit(self) -> int:  # K is a multiple of it (A's and B's rows on 16 bytes); the kernel takes K / k_unit
         return 128 // self.element_bits
+
+    @property
+    def a_boxes(self) -> int:  # TMA boxes of A a k-tile: one K-major box, or (A [K, M]) one per 64 rows of BM
+        return self.bm // SWIZZLE_COLUMNS if self.a_major == "km" else 1
 
     @property
     def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each (ping-pong: 2 in turn)
@@ -170,6 +178,7 @@ class HopperConfig:
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_g{self.group}_{self.b_major}"
+                f"{'_akm' if self.a_major == 'km' else ''}"
                 f"{'_ws' if self.specialized else ''}{'_persistent' if self.persistent else ''}"
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
@@ -182,8 +191,8 @@ DEFAULT_TILE = {"bm": 128, "bn": 128, "bk": 64, "stages": 4}
 FP8_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 4}
 FP8_ROWS_TILE = {"bm": 128, "bn": 128, "bk": 128, "stages": 4}
 FP8_KN_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 3}  # fp8 B [K, N]: the staging stages take the fourth stage's
-TILE_FIELDS = tuple(name for name in HopperConfig.__dataclass_fields__ if name not in ("b_major", "element_bits",
-                                                                                    "row_scales"))
+TILE_FIELDS = tuple(name for name in HopperConfig.__dataclass_fields__ if name not in ("b_major", "a_major",
+                                                                                    "element_bits", "row_scales"))
 
 
 def default_tile(element: str, b_major: str = "nk") -> dict:
@@ -193,15 +202,16 @@ def default_tile(element: str, b_major: str = "nk") -> dict:
 
 
 def hopper_config(b_major: str = "nk", tile: dict | None = None, element: str = "f16",
-                  row_scales: bool = False) -> HopperConfig:
-    """The Hopper kernel of `tile` (HopperConfig's fields but B's layout and the elements; default: the element's
-    `default_tile`) for B's layout and the inputs' `element` (e4m3: 8-bit, BK 128); ValueError for a field it
-    has not, or a kernel it does not take."""
+                  row_scales: bool = False, a_major: str = "mk") -> HopperConfig:
+    """The Hopper kernel of `tile` (HopperConfig's fields but A's and B's layouts and the elements; default: the
+    element's `default_tile`) for A's and B's layouts and the inputs' `element` (e4m3: 8-bit, BK 128);
+    ValueError for a field it has not, or a kernel it does not take."""
     tile = default_tile(element, b_major) if tile is None else tile
     unknown = sorted(set(tile) - set(TILE_FIELDS))
     if unknown:
         raise ValueError(f"hopper gemm: a tile's fields are {', '.join(TILE_FIELDS)}; got {', '.join(unknown)}")
-    return HopperConfig(**tile, b_major=b_major, element_bits=8 if element == "e4m3" else 16, row_scales=row_scales)
+    return HopperConfig(**tile, b_major=b_major, element_bits=8 if element == "e4m3" else 16, row_scales=row_scales,
+                        a_major=a_major)
 
 
 # The tile where the measured one leaves SMs idle (twice the CTAs of the widest), and a `Choice`'s: its arms'
