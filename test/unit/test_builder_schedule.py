@@ -316,3 +316,41 @@ def test_a_tile_wider_than_a_box_is_stored_box_by_box_at_its_columns(filecheck):
     CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{{.*}}], [__dynamic_shmem__0+40960];
     CHECK-NOT: cp.async.bulk.tensor
     """)
+
+
+def test_an_fp32_tile_is_added_into_its_box_by_a_tma_reduction(filecheck):
+    """`Kernel.tma_reduce_add`: an fp32 tile of 64 rows by 32 columns (128-byte rows, swizzled) added into the
+    box at (row 64, column 32) of the map's matrix by one `cp.reduce.async.bulk.tensor ... .add` (a bulk group, as
+    a store); a 16-bit tile is refused (the sums are fp32's), as is a float32 map of 16-bit boxes on the host."""
+    import re
+
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Kernel, TensorMap
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.isa.tma import Box
+    from mlir_tile.runtime import Runtime
+
+    box = Box(64, 32, 32, 128)
+    with Kernel("k", [TensorMap()], block=(128, 1, 1), chip="sm_90a", context=ir.Context()) as k:
+        tensor_map, = k.arguments
+        shared = k.dynamic_shared(alignment=1024)
+        tile = k.tensor(k.view(shared, (64 * 32,), "f32", 8192), box.layout)
+        assert k.tma_reduce_add(tile, tensor_map, (64, 32)) == box
+        k.tma_store_wait(0)
+        halves = k.tensor(k.view(shared, (64 * 64,), "bf16", 0), Box(64, 64, 16, 128).layout)
+        with pytest.raises(BuilderError, match=r"\[tma-reduce-element\] tma_reduce_add: an f32 tile"):
+            k.tma_reduce_add(halves, tensor_map, (0, 0))
+    ptx = compile_to_ptx(k.module)
+    reduction = re.search(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add\.tile\.bulk_group "
+                          r"\[%rd\d+, \{(%r\d+), (%r\d+)\}\], \[%rd\d+\];", ptx)
+    assert reduction and all(re.search(rf"mov\.b32 \t?{register}, {value};", ptx)
+                             for register, value in zip(reduction.groups(), (32, 64)))
+    filecheck(ptx, """
+    CHECK: cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group
+    CHECK-NEXT: cp.async.bulk.commit_group;
+    CHECK: cp.async.bulk.wait_group.read 0;
+    CHECK-NOT: cp.reduce.async.bulk
+    """)
+    with pytest.raises(ValueError, match="float32 elements are 32 bits, got a box of 16-bit ones"):
+        Runtime.tensor_map(None, 0, (64, 64), 128, Box(64, 64, 16, 128), floats=True)

@@ -253,6 +253,33 @@ class Copies:
         nvvm.cp_async_bulk_commit_group()
         return box
 
+    def tma_reduce_add(self, src, tensor_map: ir.Value, coordinate: Sequence) -> "Box":
+        """A TMA reduction (`cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.tile.bulk_group`): the fp32
+        shared tensor `src` added element by element into the box at `coordinate` of the tensor map's matrix,
+        each element's addition atomic (several CTAs may add into one box, in no order: a backward's dQ over its
+        key blocks). The box, its coordinates and its issue as `tma_store`'s (one thread; the writers'
+        `async_proxy_fence` and a barrier first; `tma_store_wait` before the tile is written again); the tensor
+        map typed float32 (`Runtime.tensor_map(..., floats=True)`: the hardware adds as the map's type says).
+        `[tma-reduce-element]`: a tile of another element type is refused."""
+        from mlir_tile.isa.tma import check_store_coordinates
+
+        element = ir.MemRefType(memref_value(getattr(src, "memory", src), "tma_reduce_add").type).element_type
+        if element != ir.F32Type.get():
+            raise BuilderError(f"[tma-reduce-element] tma_reduce_add: an f32 tile (the sums of fp32 partials), got "
+                               f"{element}")
+        box, start, coordinates = self._tma_box("tma_reduce_add", src, tensor_map, coordinate)
+        try:
+            check_store_coordinates([folded_int(c) for c in coordinates])
+        except ValueError as error:
+            tag, _, reason = str(error).partition(" ")
+            raise BuilderError(f"{tag} tma_reduce_add: {reason}") from None
+        i32 = ir.IntegerType.get_signless(32)
+        nvvm.cp_async_bulk_tensor_reduce(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
+                                         nvvm.TMAReduxKind.ADD, [arith.index_cast(i32, c) for c in coordinates],
+                                         mode=nvvm.TMAStoreMode.TILE)
+        nvvm.cp_async_bulk_commit_group()
+        return box
+
     def tma_store_wait(self, pending: int = 0) -> None:
         """`cp.async.bulk.wait_group.read pending`: this thread's TMA stores but the newest `pending` have read
         their tiles (the tiles may be written again; the global writes go on)."""

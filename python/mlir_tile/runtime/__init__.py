@@ -187,7 +187,8 @@ class Runtime:
         return buffer
 
     def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box,
-                   matrix_stride_bytes: int | None = None, *, store: bool = False) -> "TensorMapValue":
+                   matrix_stride_bytes: int | None = None, *, store: bool = False,
+                   floats: bool = False) -> "TensorMapValue":
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
         of 16) in boxes of `box` (`mlir_tile.isa.tma.Box`: its extents, element size and swizzle mode), elements
@@ -195,7 +196,9 @@ class Runtime:
         `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over a stack of such matrices,
         its box one matrix's (a box stops at its matrix's last row). `store`: a map TMA stores write through,
         whose rows must be whole 16-byte chunks (`tma.check_store_rows`, ValueError otherwise): a store leaves
-        the rows and columns past the matrix alone only then, since it writes a row's last chunk whole."""
+        the rows and columns past the matrix alone only then, since it writes a row's last chunk whole.
+        `floats`: the elements typed float32 (32-bit boxes), as a TMA reduction's map must be (the hardware adds
+        by the map's type; an untyped map's elements are moved, not added)."""
         from mlir_tile.isa.tma import check_store_rows
 
         if store:
@@ -203,6 +206,8 @@ class Runtime:
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
             raise ValueError(f"tensor_map: shape (rows, columns), or (matrices, rows, columns) with the matrices' "
                              f"stride; got {tuple(shape)}, {matrix_stride_bytes}")
+        if floats and box.element_bits != 32:
+            raise ValueError(f"tensor_map: float32 elements are 32 bits, got a box of {box.element_bits}-bit ones")
         if any(extent >= 2**31 for extent in shape):  # (kernels' row and tile counts rely on it too)
             raise ValueError(f"tensor_map: extents below 2^31 (a TMA copy's coordinates are signed 32-bit: no "
                              f"element past that is reached), got {tuple(shape)}")
@@ -213,7 +218,8 @@ class Runtime:
         *matrices, rows, columns = shape
         strides = [row_stride_bytes] + ([matrix_stride_bytes] if matrices else [])
         tensor_map = _check(driver.cuTensorMapEncodeTiled(
-            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[box.element_bits]}"), len(shape),
+            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{'FLOAT32' if floats else kinds[box.element_bits]}"),
+            len(shape),
             address, [driver.cuuint64_t(extent) for extent in (columns, rows, *matrices)],
             [driver.cuuint64_t(stride) for stride in strides],
             [driver.cuuint32_t(extent) for extent in (box.columns, box.rows, *[1] * len(matrices))],
