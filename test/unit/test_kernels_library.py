@@ -78,3 +78,23 @@ def test_the_source_digest_is_the_same_without_the_editable_install():
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert bare.returncode == 0, bare.stderr
     assert bare.stdout.strip() == source_digest()
+
+
+def test_plans_keep_the_most_recent_and_make_each_once():
+    """`common.Plans`: `of` makes a key's plan once; past `kept` the oldest is forgotten; threads adding at once
+    leave exactly `kept`."""
+    import threading
+
+    from mlir_tile.kernels.common import Plans
+
+    plans, made = Plans(kept=3), []
+    for key in ("a", "b", "a", "c", "d"):
+        plans.of(key, lambda key=key: made.append(key) or key.upper())
+    assert made == ["a", "b", "c", "d"] and list(plans) == ["b", "c", "d"] and plans.of("d", None) == "D"
+    many = Plans(kept=50)
+    threads = [threading.Thread(target=lambda t=t: [many.keep((t, i), i) for i in range(500)]) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(many) == 50

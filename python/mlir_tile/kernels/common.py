@@ -149,11 +149,14 @@ class MapOperand:
 
 class Plans(dict):
     """Launch plans by key, the `kept` most recently made kept: a model whose number of rows changes each step
-    makes a plan a length, which would otherwise pile up."""
+    makes a plan a length, which would otherwise pile up. A lookup is a dict's; adding one (`keep`) holds a lock,
+    so that threads adding at once do not evict under each other."""
 
     def __init__(self, kept: int = 1024):
+        import threading
+
         super().__init__()
-        self.kept = kept
+        self.kept, self._adding = kept, threading.Lock()
 
     def of(self, key, make):
         """The plan of `key`, made by `make()` where there is none (what `make` raises, raised)."""
@@ -162,9 +165,10 @@ class Plans(dict):
 
     def keep(self, key, plan):
         """`plan` kept for `key` (the oldest forgotten past `kept`); returns it."""
-        if len(self) >= self.kept:
-            del self[next(iter(self))]
-        self[key] = plan
+        with self._adding:
+            if len(self) >= self.kept:
+                del self[next(iter(self))]
+            self[key] = plan
         return plan
 
 
