@@ -168,6 +168,19 @@ def test_a_given_k_by_m_is_read_mn_major_in_a_box_every_64_rows(filecheck, b_maj
         hopper_config(b_major, tile, "e4m3" if b_major == "nk" else element, a_major="km" if b_major == "nk" else "x")
 
 
+def test_a_c_tile_stored_by_stmatrix_is_the_a_tile_read_transposed():
+    """A band of accumulators stored as C (`stored_tile(64, BM)`: 64 rows, BM columns in 128-byte-swizzled boxes
+    of 64) lies as the A [K, M] tile of K 64 and M BM (`a_major` "km") reads it, element (k, m) at one place:
+    attention's backward stores dS^T so and multiplies dS K from it (docs/notes/attention-backward.md)."""
+    from mlir_tile.kernels.common import stored_tile
+
+    for bm in (64, 128, 256):
+        c = stored_tile(64, bm)["c"]
+        a = gemm_sm90.tiles(hopper_config("nk", {"bm": bm, "bn": 64, "bk": 64, "stages": 2}, "bf16",
+                                          a_major="km"))["a"]
+        assert all(c.offset(k, m) == a.offset(m, k) for m in range(bm) for k in range(64))
+
+
 def test_the_c_tile_is_its_tma_boxes_and_the_stmatrix_layouts_bytes():
     from mlir_tile.isa.tma import Box, column_boxes
 
