@@ -239,19 +239,25 @@ class Copies:
         row's last chunk whole). `[tma-store-coordinate]`: a coordinate the IR fixes to a negative value is
         refused (the hardware's illegal instruction); one it does not fix is the kernel's to keep non-negative
         (the library's are: block and tile indices times tile extents)."""
+        box, source, coordinates = self._tma_out("tma_store", src, tensor_map, coordinate)
+        nvvm.cp_async_bulk_tensor_global_shared_cta(tensor_map, source, coordinates)
+        nvvm.cp_async_bulk_commit_group()
+        return box
+
+    def _tma_out(self, what: str, src, tensor_map: ir.Value, coordinate: Sequence):
+        """(the box, the tile's shared pointer, the i32 coordinates) of a TMA store or reduction from `src`, its
+        coordinates checked (`[tma-store-coordinate]`) as well as `_tma_box`'s facts."""
         from mlir_tile.isa.tma import check_store_coordinates
 
-        box, start, coordinates = self._tma_box("tma_store", src, tensor_map, coordinate)
+        box, start, coordinates = self._tma_box(what, src, tensor_map, coordinate)
         try:
             check_store_coordinates([folded_int(c) for c in coordinates])
         except ValueError as error:
             tag, _, reason = str(error).partition(" ")
-            raise BuilderError(f"{tag} tma_store: {reason}") from None
+            raise BuilderError(f"{tag} {what}: {reason}") from None
         i32 = ir.IntegerType.get_signless(32)
-        nvvm.cp_async_bulk_tensor_global_shared_cta(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
-                                                   [arith.index_cast(i32, c) for c in coordinates])
-        nvvm.cp_async_bulk_commit_group()
-        return box
+        return (box, llvm.inttoptr(llvm.PointerType.get(3), start),
+                [arith.index_cast(i32, c) for c in coordinates])
 
     def tma_reduce_add(self, src, tensor_map: ir.Value, coordinate: Sequence) -> "Box":
         """A TMA reduction (`cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.tile.bulk_group`): the fp32
@@ -261,21 +267,12 @@ class Copies:
         `async_proxy_fence` and a barrier first; `tma_store_wait` before the tile is written again); the tensor
         map typed float32 (`Runtime.tensor_map(..., floats=True)`: the hardware adds as the map's type says).
         `[tma-reduce-element]`: a tile of another element type is refused."""
-        from mlir_tile.isa.tma import check_store_coordinates
-
         element = ir.MemRefType(memref_value(getattr(src, "memory", src), "tma_reduce_add").type).element_type
         if element != ir.F32Type.get():
             raise BuilderError(f"[tma-reduce-element] tma_reduce_add: an f32 tile (the sums of fp32 partials), got "
                                f"{element}")
-        box, start, coordinates = self._tma_box("tma_reduce_add", src, tensor_map, coordinate)
-        try:
-            check_store_coordinates([folded_int(c) for c in coordinates])
-        except ValueError as error:
-            tag, _, reason = str(error).partition(" ")
-            raise BuilderError(f"{tag} tma_reduce_add: {reason}") from None
-        i32 = ir.IntegerType.get_signless(32)
-        nvvm.cp_async_bulk_tensor_reduce(tensor_map, llvm.inttoptr(llvm.PointerType.get(3), start),
-                                         nvvm.TMAReduxKind.ADD, [arith.index_cast(i32, c) for c in coordinates],
+        box, source, coordinates = self._tma_out("tma_reduce_add", src, tensor_map, coordinate)
+        nvvm.cp_async_bulk_tensor_reduce(tensor_map, source, nvvm.TMAReduxKind.ADD, coordinates,
                                          mode=nvvm.TMAStoreMode.TILE)
         nvvm.cp_async_bulk_commit_group()
         return box
