@@ -40,6 +40,16 @@ def operand_parameters(epilogue, element: str) -> list:
     return [kinds.get(operand.kind) or Global(element, alignment=HALF) for operand in epilogue.operands]
 
 
+def operand_slots(operands) -> list:
+    """The launch slots (`runtime.Slot`) of an epilogue's or a variant's operands, as `operand_parameters` types
+    their kernel parameters: fp32 scalars, 64-bit integers, arrays' addresses."""
+    import ctypes
+
+    from mlir_tile.runtime import POINTER, Slot
+
+    return [Slot(ctypes.c_float) if operand.kind == "scalar" else POINTER for operand in operands]
+
+
 def epilogue_suffix(epilogue: Epilogue | None) -> str:
     if epilogue is None:
         return ""

@@ -182,14 +182,19 @@ def _run(a, b, b_layout, out, epilogue, operands) -> None:
                                 operands=tuple(flat))
 
 
+def _check_residual(residual, shape) -> None:
+    """ValueError unless `residual` (None: none) has the product's `shape`."""
+    if residual is not None and list(residual.shape) != list(shape):
+        raise ValueError(f"matmul: residual is {tuple(shape)} like the product, got {tuple(residual.shape)}")
+
+
 def _standard(a, b, b_layout, bias, activation, residual, out):
     """The ready-made epilogues: their `chain` in a kernel of its own where the install ships it
     (`gemm.sm90_tiles.SHIPPED_ACTIVATIONS` on Hopper's measured tiles) or the compiler builds it (on first use);
     else `epilogues.selectable`, which every install ships (on the H200 3-4% slower than the chain at 4096^3
     and beyond, up to 12% at 2048^3; on Hopper's path it takes the 128 x 128 tile). Where a chain is not
     shipped, the fallback is remembered per shape and layout. Returns the epilogue it ran (None: none)."""
-    if residual is not None and list(residual.shape) != list(out.shape):
-        raise ValueError(f"matmul: residual is {tuple(out.shape)} like the product, got {tuple(residual.shape)}")
+    _check_residual(residual, out.shape)
     chained = epilogues.chain(bias is not None, activation, residual is not None)
     unshipped = kernels_on(a.device).unshipped
     key = (a.dtype, tuple(a.shape), tuple(b.shape), b_layout, chained and chained.name)
@@ -214,7 +219,8 @@ def _matmul_fake(a, b, b_layout, bias, activation, residual):
     return a.new_empty(_output_shape(a, b, b_layout))
 
 
-_eager = common.Plans(kept=4096)  # the eager calls' launches (`_EagerMatmul`, `_EagerAttention`) by `_eager_key`
+_eager = common.Plans(kept=4096)  # the eager calls' launches (`_EagerMatmul`, `_EagerScaledMatmul`,
+# `flash.launch.PlannedAttention`) by `_eager_key`
 
 
 def _eager_key(*tensors, extra) -> tuple:
@@ -279,8 +285,7 @@ def _unfused_activation(a, b, b_layout, bias, activation, residual):
     activation and the residual by torch, so that the pre-activation z the activation's derivative needs is
     kept (as torch's own F.linear then activation keeps it) instead of recomputed by a GEMM in the backward."""
     z = torch.ops.mlir_tile.matmul(a, b, b_layout, bias, None, None)
-    if residual is not None and list(residual.shape) != list(z.shape):
-        raise ValueError(f"matmul: residual is {tuple(z.shape)} like the product, got {tuple(residual.shape)}")
+    _check_residual(residual, z.shape)
     y = _TORCH_ACTIVATIONS[activation](z)
     return y if residual is None else y + residual
 

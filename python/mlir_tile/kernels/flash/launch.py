@@ -2,15 +2,14 @@
 GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
 from __future__ import annotations
 
-import ctypes
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
 from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths
-from mlir_tile.runtime import POINTER, TENSOR_MAP, Slot
+from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
 def shipped_kernels(chip: str):
@@ -59,11 +58,16 @@ class AttentionPaths:
         them) as its launch plan and O's dtype: (O, log-sum-exp) given q, k, v."""
         import torch
 
-        batch, heads, seq, d = q.shape
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
-        path = self.hopper or self.sm80
-        return PlannedAttention(path.plans[d, bool(causal), element, batch, heads, seq, None],
-                                allocator((batch, heads, seq), torch.float32, q.device))
+        return PlannedAttention((self.hopper or self.sm80).plans[_plan_key(q, causal, element)],
+                                allocator(q.shape[:3], torch.float32, q.device))
+
+
+def _plan_key(q, causal: bool, element: str, variant=None) -> tuple:
+    """What both paths keep a launch plan by: q's head dim, the mask, the element, q's batch, heads and length,
+    the variant."""
+    batch, heads, seq, d = q.shape
+    return d, bool(causal), element, batch, heads, seq, variant
 
 
 class PlannedAttention:
@@ -113,7 +117,7 @@ class Attention:
         if any(x.data_ptr() % 16 for x in (q, k, v)):  # (its copies are 16-byte cp.async: else a misaligned fault)
             raise ValueError("attention: q, k and v start on 16 bytes (the kernel copies 16-byte chunks); a view "
                              "that starts elsewhere needs .clone() first")
-        plan = self.plans.of((d, bool(causal), element, batch, heads, seq, None),
+        plan = self.plans.of(_plan_key(q, causal, element),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq))
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
@@ -177,7 +181,7 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
-        plan = self.plans.of((d, bool(causal), element, batch, heads, seq, variant),
+        plan = self.plans.of(_plan_key(q, causal, element, variant),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant))
         o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
@@ -193,14 +197,11 @@ class HopperAttention:
         maps = [MapOperand(self.maps, (heads * seq, d), d * size, box[name]) for name in "qkv"]
         maps.append(MapOperand(self.maps, (heads, seq, d), d * o_size, box["o"], seq * d * o_size, store=True))
         scales = ([POINTER] * 3 if element == "e4m3" else  # (the descales' addresses, or a variant's operands)
-                  [_VARIANT_SLOTS[operand.kind] for operand in (variant.operands if variant else ())])
+                  operand_slots(variant.operands if variant else ()))
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 4 + [POINTER, seq, heads] + scales,
                                 grid=config.grid(heads, seq, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _HopperPlan(launch, maps)
-
-
-_VARIANT_SLOTS = {"scalar": Slot(ctypes.c_float), "integer": POINTER}  # (a variant's integer operand is 64-bit)
 
 
 class _HopperPlan:

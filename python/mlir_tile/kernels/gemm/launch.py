@@ -2,12 +2,11 @@
 (fp8), their checks of what they are given, and the kernels shipped for each chip."""
 from __future__ import annotations
 
-import ctypes
 from dataclasses import replace
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
 from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
@@ -15,7 +14,7 @@ from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTEN
 from mlir_tile.kernels.gemm.sm90 import boxes
 from mlir_tile.kernels.gemm.sm90_tiles import (SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, library_splits,
                                                measured_tile, scaled_config)
-from mlir_tile.runtime import POINTER, TENSOR_MAP, Slot
+from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
 TMA_ADDRESS_BYTES = 16  # TMA reads and writes matrices whose addresses (and rows) lie on 16 bytes
@@ -243,13 +242,9 @@ def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> 
     return arguments
 
 
-_SLOT_KINDS = {"scalar": Slot(ctypes.c_float), "integer": POINTER}  # (an index parameter is 64-bit, as an address)
-
-
 def _slots(epilogue: Epilogue | None) -> list:
-    """The launch slots of an epilogue's operands (`operand_parameters`' kernel parameters): fp32 scalars, 64-bit
-    integers, tensors' addresses."""
-    return [_SLOT_KINDS.get(operand.kind, POINTER) for operand in (epilogue.operands if epilogue is not None else ())]
+    """The launch slots of an epilogue's operands (`common.operand_slots`), none without one."""
+    return operand_slots(epilogue.operands) if epilogue is not None else []
 
 
 class _Plan:
