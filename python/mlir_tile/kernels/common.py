@@ -126,17 +126,18 @@ class TensorMaps:
         key = (address, spec)
         found = self.maps.pop(key, None)
         if found is None:
-            shape, row_stride_bytes, box, matrix_stride_bytes, store = spec
-            found = self.runtime.tensor_map(address, shape, row_stride_bytes, box, matrix_stride_bytes, store=store)
+            shape, row_stride_bytes, box, matrix_stride_bytes, store, floats = spec
+            found = self.runtime.tensor_map(address, shape, row_stride_bytes, box, matrix_stride_bytes, store=store,
+                                            floats=floats)
         self.maps[key] = found
         while len(self.maps) > self.kept:
             self.maps.popitem(last=False)
         return found
 
 
-def _map_spec(shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes, store: bool) -> tuple:
+def _map_spec(shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes, store: bool, floats: bool = False) -> tuple:
     """What a tensor map encodes besides its address: `Runtime.tensor_map`'s arguments (the device's, implied)."""
-    return shape, row_stride_bytes, box, matrix_stride_bytes, store
+    return shape, row_stride_bytes, box, matrix_stride_bytes, store, floats
 
 
 class MapOperand:
@@ -145,8 +146,9 @@ class MapOperand:
     others through the shared `TensorMaps`."""
 
     def __init__(self, maps: TensorMaps, shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes=None,
-                 store: bool = False):
-        self.maps, self.spec = maps, _map_spec(tuple(shape), row_stride_bytes, box, matrix_stride_bytes, store)
+                 store: bool = False, floats: bool = False):
+        self.maps = maps
+        self.spec = _map_spec(tuple(shape), row_stride_bytes, box, matrix_stride_bytes, store, floats)
         self.last = (None, None)
 
     def __call__(self, address: int):

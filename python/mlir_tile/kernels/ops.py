@@ -12,6 +12,8 @@ from typing import List, Optional, Tuple
 import torch
 
 from mlir_tile.kernels import common, epilogues
+from mlir_tile.isa.targets import runs_warpgroup_kernels
+from mlir_tile.kernels.flash import backward as flash_backward
 from mlir_tile.kernels.flash import launch as flash_launch
 from mlir_tile.kernels.gemm import launch as gemm_launch
 from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
@@ -28,7 +30,7 @@ class _Kernels:
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm_launch.Matmul(self.library)
         self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
-        self._attention, self._scaled = None, None
+        self._attention, self._attention_backward, self._scaled = None, None, None
 
     @property
     def scaled(self):
@@ -42,6 +44,16 @@ class _Kernels:
         if self._attention is None:
             self._attention = flash_launch.AttentionPaths(self.library)
         return self._attention
+
+    @property
+    def attention_backward(self):
+        """Attention's backward on this device (`flash.backward.HopperAttentionBackward`): Hopper's path only."""
+        if self._attention_backward is None:
+            if not runs_warpgroup_kernels(self.library.chip):
+                raise ValueError(f"attention: the backward runs on Hopper's path (sm_90), which this GPU "
+                                 f"({self.library.chip}) has not")
+            self._attention_backward = flash_backward.HopperAttentionBackward(self.library)
+        return self._attention_backward
 
 
 def kernels_on(device: torch.device) -> _Kernels:
@@ -460,7 +472,37 @@ def _attention_fp8_fake(q, k, v, descale_q, descale_k, descale_v, causal):
     return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
-_ATTENTION_BACKWARD = _no_backward("attention has no backward pass yet: train through torch's "
-                                   "F.scaled_dot_product_attention, and call this one where no gradient is needed")
-_operator("attention", _attention, fake=_attention_fake, backward=_ATTENTION_BACKWARD)
+def _attention_gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                         v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                         causal: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of `attention` given dO (`grad`), the log-sum-exp's gradient (or None), O and the
+    log-sum-exp (`flash.backward`)."""
+    return kernels_on(q.device).attention_backward(grad, q, k, v, o, lse, causal=causal, grad_lse=grad_lse)
+
+
+def _attention_gradients_fake(grad, grad_lse, q, k, v, o, lse, causal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup(ctx, inputs, output) -> None:
+    q, k, v, causal = inputs
+    ctx.causal = causal
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, *output)
+
+
+def _attention_backward(ctx, grad_o, grad_lse):
+    """dq, dk, dv by our backward kernel, from O's gradient and the log-sum-exp's (either may be None)."""
+    q, k, v, o, lse = ctx.saved_tensors
+    if grad_o is None and grad_lse is None:
+        return None, None, None, None
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.mlir_tile.attention_gradients(grad_o, grad_lse, q, k, v, o, lse, ctx.causal)
+    return dq, dk, dv, None
+
+
+_ATTENTION_BACKWARD = _no_backward("attention: fp8 inputs and variants have no backward pass yet")
+_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
+_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward, setup_context=_attention_setup)
 _operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)

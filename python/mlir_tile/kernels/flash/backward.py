@@ -1,0 +1,99 @@
+"""Attention's backward on Hopper's path (`sm90_backward`'s kernel) on torch tensors: dQ, dK, dV of O =
+attention(q, k, v) from O, its log-sum-exp and dO, and the kernels shipped per chip.
+
+The kernel's two neighbours are torch's ops for now (each a pass over [batch, heads, seq] or dQ's rows, memory-bound
+beside the kernel's O(seq^2) work): the preprocessing D = rowsum(dO O) in fp32 and dQaccum zeroed, and the
+postprocessing dQ = dQaccum's rows times the softmax scale, rounded to q's dtype.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+from mlir_tile.isa.targets import runs_warpgroup_kernels
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
+from mlir_tile.kernels.flash import sm90_backward
+from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
+from mlir_tile.runtime import POINTER, TENSOR_MAP
+
+ELEMENTS = ("f16", "bf16")
+
+
+def shipped_kernels(chip: str):
+    """(name, build) of every backward kernel `HopperAttentionBackward` may pick where `chip` runs them."""
+    if not runs_warpgroup_kernels(chip):
+        return
+    for d in BACKWARD_HEAD_DIMS:
+        for causal in (False, True):
+            for element in ELEMENTS:
+                config = BackwardConfig(d, causal, element)
+                yield str(config), partial(sm90_backward.build_module, config)
+
+
+class HopperAttentionBackward:
+    """(dq, dk, dv) of attention(q, k, v, causal) given dO (`grad`), O and the forward's log-sum-exp, torch
+    tensors [batch, heads, seq, d] (lse [batch, heads, seq] fp32) on Hopper's path, on torch's current stream.
+    ValueError for what the kernel does not take."""
+
+    def __init__(self, library):
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
+
+    def __call__(self, grad, q, k, v, o, lse, *, causal: bool = False, grad_lse=None):
+        """`grad_lse`: the log-sum-exp's gradient where it has one (d lse / d s is P, so it enters as
+        dS = P (dP - (D - grad_lse)): D less it)."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+        if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
+            raise ValueError(f"attention backward: q, k, v, O and dO all float16 or all bfloat16, got "
+                             f"{', '.join(str(x.dtype) for x in (q, k, v, o, grad))}")
+        if q.dim() != 4 or any(x.shape != q.shape for x in (k, v, o, grad)) or lse.shape != q.shape[:3]:
+            raise ValueError(f"attention backward: q, k, v, O and dO of one shape [batch, heads, seq, d], the "
+                             f"log-sum-exp [batch, heads, seq]; got {tuple(q.shape)}, {tuple(k.shape)}, "
+                             f"{tuple(v.shape)}, {tuple(o.shape)}, {tuple(grad.shape)}, {tuple(lse.shape)}")
+        batch, heads, seq, d = q.shape
+        if d not in BACKWARD_HEAD_DIMS:
+            raise ValueError(f"attention backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, got {d}")
+        q, k, v, o, grad = (_on_16_bytes(x) for x in (q, k, v, o, grad))
+        lse = lse.float().contiguous()
+        config = BackwardConfig(d, bool(causal), element)
+        plan = self.plans.of((d, bool(causal), element, batch * heads, seq),
+                             lambda: self._plan(config, batch * heads, seq))
+        delta = (grad.float() * o.float()).sum(-1)
+        if grad_lse is not None:
+            delta = delta - grad_lse.float()
+        delta = delta.contiguous()
+        dq_sums = torch.zeros(batch * heads, config.padded(seq), d, dtype=torch.float32, device=q.device)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
+             dk.data_ptr(), dv.data_ptr(), lse.data_ptr(), delta.data_ptr())
+        dq = (dq_sums[:, :seq] * (1 / math.sqrt(d))).to(q.dtype).view(q.shape)
+        return dq, dk, dv
+
+    def _plan(self, config: BackwardConfig, heads: int, seq: int):
+        module = self.library.module(str(config), partial(sm90_backward.build_module, config))
+        box, d = sm90_backward.boxes(config), config.head_dim
+        maps = [MapOperand(self.maps, (heads * seq, d), 2 * d, box[name]) for name in ("q", "k", "v", "do")]
+        maps.append(MapOperand(self.maps, (heads * config.padded(seq), d), 4 * d, box["dq"], store=True, floats=True))
+        maps += [MapOperand(self.maps, (heads, seq, d), 2 * d, box[name], 2 * seq * d, store=True)
+                 for name in ("dk", "dv")]
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 7 + [POINTER, POINTER, seq, heads],
+                                grid=config.grid(heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
+        return _BackwardPlan(launch, maps)
+
+
+class _BackwardPlan:
+    def __init__(self, launch, maps: list):
+        self.launch, self.maps = launch, maps
+
+    def __call__(self, stream: int, *addresses: int) -> None:
+        tensors, (lse, delta) = addresses[:7], addresses[7:]
+        self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, tensors)), lse, delta)
+
+
+def _on_16_bytes(x):
+    """`x` contiguous and on 16 bytes (TMA's), copied where it is not."""
+    x = x.contiguous()
+    return x.clone() if x.data_ptr() % 16 else x

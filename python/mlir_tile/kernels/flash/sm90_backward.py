@@ -1,0 +1,407 @@
+"""Attention's backward pass on Hopper's data path (sm_90a), written with the builder alone, in FlashAttention-3's
+order (docs/notes/attention-backward.md): dK and dV of a block of keys kept in registers while the query blocks
+stream by, dQ added into an fp32 buffer by TMA reductions; f16 or bf16, head dims 64 and 128, causal or not.
+
+A CTA takes 128 keys of one (batch, head); each of its two consumer warpgroups 64 of them. Warpgroup 0 is the
+producer (24 registers): its first thread loads the CTA's K and V tiles once, then each query block's Q and dO
+tiles ([rows, d], 128-byte swizzled boxes) into a `TmaPipeline`'s stages. Per query block, a consumer:
+
+- S^T = K Q^T and dP^T = V dO^T by wgmma from shared memory (its keys as M, FlashAttention-3's `SdP_swapAB`:
+  the accumulators' columns are queries, so that P^T and dS^T are A operands in registers below);
+- P^T = exp2(S^T scale log2(e) - LSE[query] log2(e)), 0 for keys past the sequence and (causal) past the query;
+  dS^T = P^T (dP^T - D[query]), D = rowsum(dO O) (the caller's preprocessing);
+- dV += P^T dO and dK += dS^T Q: P^T and dS^T packed in the threads that hold them (`accumulators_as_a`, the RS
+  form), dO and Q read MN-major from their tiles;
+- dS^T written by stmatrix as its 64-row band of a [keys, rows] tile, which is, element for element, the A
+  [K, M] tile of dQ = dS K read MN-major (`kernels.common.stored_tile`; the GEMM's `a_major` "km"); once both
+  bands are in (named barrier), consumer c multiplies its share of dQ's columns over all 128 keys (K read
+  MN-major), writes the fp32 sums into its part of an fp32 tile, and its first thread adds the tile into dQaccum
+  by TMA reductions (`Kernel.tma_reduce_add`: atomic per element; the CTAs of other key blocks add into the
+  same rows in no order).
+
+The epilogue writes dK (times the softmax scale) and dV by stmatrix over the K and V tiles and stores them by TMA
+through 3-D maps, which stop at the head's last row.
+
+Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dq_map, dk_map, dv_map, lse, delta, seq,
+batch_heads)`: Q, K, V and dO 2-D over [batch * heads * seq, d] (16-bit), dQaccum's 2-D over [batch * heads *
+padded, d] f32 (`padded`: seq rounded up to the query block, zeroed by the caller, dQ = its rows times the scale),
+dK's and dV's 3-D over [batch * heads, seq, d]; lse (natural log, the forward's) and delta (D) [batch * heads,
+seq] f32; seq and batch x heads (64-bit). Grid `BackwardConfig.grid`, block `threads`, `shared_bytes`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from mlir_tile.isa.targets import WARPGROUP_CHIP
+from mlir_tile.kernels.common import LOG2E, check_shared, raised_registers, stored_tile
+
+KERNEL = "attention_backward"
+BACKWARD_HEAD_DIMS = (64, 128)  # (d 256's dK and dV alone would fill a consumer's registers)
+KEYS = 128  # a CTA's keys: 64 a consumer
+BOX_COLUMNS, FLOAT_BOX_COLUMNS = 64, 32  # 128 bytes of 16-bit and of fp32 elements
+PRODUCER_REGISTERS = 24
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    head_dim: int = 128
+    causal: bool = False
+    element: str = "bf16"
+    rows: int = 64  # query rows a step: S^T's N
+    stages: int = 2  # query blocks (their Q and dO) in flight
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in BACKWARD_HEAD_DIMS or self.element not in ("f16", "bf16"):
+            raise ValueError(f"attention backward: head dims {', '.join(map(str, BACKWARD_HEAD_DIMS))}, f16 or bf16; "
+                             f"got {self.head_dim}, {self.element}")
+        if self.rows != 64 or self.stages < 1:
+            raise ValueError(f"attention backward: 64 query rows a step, 1 stage or more; got {self.rows}, {self.stages}")
+        check_shared("attention backward", self, self.shared_bytes, "fewer stages")
+
+    consumers = 2
+    keys = KEYS
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def consumer_registers(self) -> int:
+        return min(240, raised_registers(self.threads, PRODUCER_REGISTERS, self.consumers))
+
+    @property
+    def dq_columns(self) -> int:
+        """dQ's columns a consumer multiplies: half of d where a half is whole boxes (d 128), else all (d 64:
+        consumer 0 alone)."""
+        half = self.head_dim // self.consumers
+        return half if half % BOX_COLUMNS == 0 else self.head_dim
+
+    @property
+    def kv_bytes(self) -> int:  # K's tile, then V's
+        return KEYS * self.head_dim * 2
+
+    @property
+    def block_bytes(self) -> int:  # a query block's Q or dO tile
+        return self.rows * self.head_dim * 2
+
+    @property
+    def ds_offset(self) -> int:  # dS^T's [keys, rows] tile, after K, V and the stages of Q and dO
+        return 2 * self.kv_bytes + 2 * self.stages * self.block_bytes
+
+    @property
+    def dq_offset(self) -> int:  # dQ's fp32 [rows, d] tile
+        return self.ds_offset + KEYS * self.rows * 2
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.dq_offset + self.rows * self.head_dim * 4
+
+    def grid(self, batch_heads: int, seq: int) -> int:
+        """CTAs to launch: one a (head, block of 128 keys)."""
+        return -(-seq // KEYS) * batch_heads
+
+    def padded(self, seq: int) -> int:
+        """dQaccum's rows a head: seq rounded up to the query block."""
+        return -(-seq // self.rows) * self.rows
+
+    def __str__(self) -> str:
+        return f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}_sm90a"
+
+
+def _swizzle(element_bits: int):
+    from mlir_tile.isa.tma import Box
+
+    return Box(8, 1024 // element_bits, element_bits, 128).layout.swizzle
+
+
+def _boxed(rows: int, columns: int, element_bits: int = 16):
+    """rows x columns as TMA writes boxes of rows x 128 bytes side by side, swizzled (K-major for wgmma)."""
+    from mlir_tile.algebra.layout import Layout
+
+    width = 1024 // element_bits
+    return Layout((rows, (width, columns // width)), (width, (1, rows * width)), _swizzle(element_bits))
+
+
+def _mn_major(boxed):
+    """A boxed (rows, columns) tile read as (columns, rows): wgmma's MN-major B (columns as N, rows as K) or A
+    [K, M] (columns as M)."""
+    from mlir_tile.algebra.layout import Layout
+
+    (rows, columns), (row_stride, column_stride) = boxed.shape, boxed.stride
+    return Layout((columns, rows), (column_stride, row_stride), boxed.swizzle)
+
+
+@functools.lru_cache(maxsize=None)
+def tiles(config: BackwardConfig) -> dict:
+    """The shared tiles' layouts in elements: K and V ([keys, d], A of S^T and dP^T), Q and dO ([rows, d]: N x K
+    of S^T and dP^T, "q_mn" their MN-major K x N of dK and dV), dS^T ([keys, rows] as stmatrix writes C:
+    `stored_tile`, and "ds_a" the A [K, M] of dQ over it), "k_dq" K's dq_columns as dQ's MN-major B, dQ's fp32
+    part of a consumer ("dq", [rows, dq_columns]), dK's and dV's bands ("out", "out_band": `stored_tile`)."""
+    d, rows = config.head_dim, config.rows
+    kv, block = _boxed(KEYS, d), _boxed(rows, d)
+    ds, out = stored_tile(KEYS, rows, BOX_COLUMNS), stored_tile(KEYS, d, BOX_COLUMNS)
+    band = _band(out["c"])
+    return {"kv": kv, "q": block, "q_mn": _mn_major(block), "ds_band": ds["c_band"], "ds_a": _mn_major(ds["c"]),
+            "k_dq": _mn_major(_boxed(KEYS, config.dq_columns)), "dq": _boxed(rows, config.dq_columns, 32),
+            "out": band, "out_band": out["c_band"]}
+
+
+def _band(tile):
+    from mlir_tile.algebra.layout import Layout
+
+    return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
+
+
+@functools.lru_cache(maxsize=None)
+def boxes(config: BackwardConfig) -> dict:
+    """The TMA box of each tensor map: Q's and dO's a query block's, K's and V's the CTA's keys, dQaccum's a box
+    of the fp32 tile, dK's and dV's a consumer's band."""
+    from mlir_tile.isa.tma import boxes_at
+
+    layouts = tiles(config)
+    first = {name: boxes_at(layouts[tile], bits, columns)[0][2] for name, tile, bits, columns in (
+        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, FLOAT_BOX_COLUMNS),
+        ("dk", "out", 16, BOX_COLUMNS))}
+    return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dq": first["dq"],
+            "dk": first["dk"], "dv": first["dk"]}
+
+
+def build_module(config: BackwardConfig = BackwardConfig(), context=None):
+    """The kernel of `config` (see the module's text)."""
+    from mlir_tile.builder import Global, Kernel, TensorMap
+
+    with Kernel(KERNEL, [TensorMap()] * 7 + [Global("f32"), Global("f32"), "index", "index"],
+                block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
+                context=context) as k:
+        _Backward(k, config).build()
+    return k.module
+
+
+class _Backward:
+    def __init__(self, k, config: BackwardConfig):
+        from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TmaPipeline
+        from mlir_tile.isa.atoms import wgmma
+
+        self.k, self.config, self.d = k, config, config.head_dim
+        (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, lse, delta,
+         self.seq, batch_heads) = k.arguments
+        self.tiles = tiles(config)
+        self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
+        self.dq_atom = wgmma(config.dq_columns, config.element)
+        self.shared = k.dynamic_shared(alignment=1024)
+        seq = k.as_index(self.seq)
+        key_blocks = (seq + (KEYS - 1)) // KEYS
+        block = k.block_id()
+        self.head, self.n0 = block // key_blocks, block % key_blocks * KEYS
+        self.head_row = self.head * seq
+        self.g_lse = k.tensor(lse, (batch_heads, self.seq))[self.head, None]
+        self.g_delta = k.tensor(delta, (batch_heads, self.seq))[self.head, None]
+        query_blocks = (seq + (config.rows - 1)) // config.rows
+        # causal: queries before the CTA's first key see none of its keys
+        self.first = self.n0 // config.rows if config.causal else k.index(0)
+        self.count = query_blocks - self.first
+        self.dq_row = self.head * (query_blocks * config.rows)  # the head's first row of dQaccum
+        boxes_across = self.d // BOX_COLUMNS
+        self.barriers = ConsumerBarriers(k, config.consumers)
+        self.kv_ring = StageRing(k, self.shared, 1, [(config.element, KEYS * self.d)] * 2)
+        self.kv = TmaPipeline(k, self.kv_ring, 4 * config.consumers, 2 * boxes_across, name="kv")
+        self.ring = StageRing(k, self.shared, config.stages, [(config.element, config.rows * self.d)] * 2,
+                              start=2 * config.kv_bytes)
+        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 2 * boxes_across, name="q_do")
+        self.warpgroup = k.warpgroup_id()
+        self.consumer = (self.warpgroup - 1) % config.consumers
+        self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
+        self.infinity = k.constant(float("inf"), "f32")
+
+    def build(self) -> None:
+        k, config = self.k, self.config
+        with k.role(self.warpgroup, "producer", PRODUCER_REGISTERS):
+            with k.if_(k.compare("eq", k.thread_id(), 0)):
+                self.produce()
+        with k.role(self.warpgroup, "consumers", config.consumer_registers):
+            self.consume()
+
+    # ----- the producer -----
+    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
+        k = self.k
+        for column, box in k.boxes(self.shared, tile_bytes, layout, self.config.element, BOX_COLUMNS):
+            pipeline.load(index, box, tensor_map, (row, k.index(column)))
+
+    def produce(self) -> None:
+        """K and V once; then each query block's Q and dO once its stage is free."""
+        k, ring = self.k, self.ring
+        self.kv.acquire(0)
+        for part, tensor_map in enumerate((self.k_map, self.v_map)):
+            self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), self.tiles["kv"], tensor_map,
+                            self.head_row + self.n0)
+        with k.loop(0, self.count) as step:
+            self.pipeline.acquire(step)
+            row = self.head_row + (self.first + step) * self.config.rows
+            for part, tensor_map in enumerate((self.q_map, self.do_map)):
+                self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), self.tiles["q"], tensor_map,
+                                row)
+
+    # ----- the consumers -----
+    def consume(self) -> None:
+        k = self.k
+        self.s_acc, self.dp_acc = k.accumulators(self.s_atom), k.accumulators(self.s_atom)
+        self.dv_acc, self.dk_acc = k.accumulators(self.d_atom), k.accumulators(self.d_atom)
+        self.dq_acc = k.accumulators(self.dq_atom)
+        self.p = self.ds = None
+        self.kv.wait(0)
+        self.key_tile, self.value_tile = (self.operand(self.kv_ring.offset(k.index(0), part), "kv", KEYS * self.d)
+                                          for part in range(2))
+        with k.loop(0, self.count) as step:
+            self.query_block(step)
+        with k.if_(k.compare("eq", self.consumer_thread(), 0)):
+            k.tma_store_wait(0)  # (dQ's last reductions have read its tile)
+        self.epilogue()
+
+    def operand(self, at, tile: str, elements: int, element: str | None = None):
+        k = self.k
+        return k.tensor(k.view(self.shared, (elements,), element or self.config.element, at), self.tiles[tile])
+
+    def query_block(self, step) -> None:
+        """S^T and dP^T; P^T and dS^T; dV and dK; dS^T into shared memory and this consumer's share of dQ."""
+        k, config, ring = self.k, self.config, self.ring
+        stage = ring.stage(step)
+        q, do = (ring.offset(stage, part) for part in range(2))
+        elements = config.rows * self.d
+        self.pipeline.wait(step)
+        self.cleared(self.s_acc, self.dp_acc)
+        k.wgmma(self.s_atom, self.key_tile, self.operand(q, "q", elements), self.s_acc, accumulate=False,
+                a_row_block=self.consumer)
+        k.wgmma(self.s_atom, self.value_tile, self.operand(do, "q", elements), self.dp_acc, accumulate=False,
+                a_row_block=self.consumer)
+        k.wgmma_wait(0, [self.s_acc, self.dp_acc])
+        q0 = (self.first + step) * config.rows
+        self.score_gradients(q0)
+        self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
+        self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
+        k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
+        k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
+        k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
+        self.pipeline.release(step)
+        self.query_gradient(step)
+
+    def cleared(self, *accumulators) -> None:
+        """Zeros written over accumulators that a wgmma then writes whole (accumulate=False): `wgmma` passes
+        the registers' values in all the same, and without this they would be the block before's, live across
+        the loop (96 registers more a thread: the epilogue spilled 400 bytes)."""
+        zero = self.k.constant(0.0, "f32")
+        for accumulator in accumulators:
+            for slot in range(accumulator.atom.shape[1] // 2):
+                self.k.store(zero, accumulator.registers, [slot])
+
+    def score_gradients(self, q0) -> None:
+        """P^T over S^T's accumulators, dS^T over dP^T's: each slot's key (its row) and query (its column)."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
+
+        k, seq = self.k, self.k.as_index(self.seq)
+        halves, columns = row_halves(self.s_atom), column_steps(self.s_atom)
+        row, column = self.s_acc.coordinate(0)
+        first_key = self.n0 + self.consumer * 64 + row
+        first_query = q0 + column
+        last = seq - 1
+        lse, delta = {}, {}
+        for step in sorted(set(columns)):
+            query = first_query + step
+            inside = k.compare("ult", query, seq)
+            at = k.minimum(query, last)
+            # (a query past the sequence: LSE +inf, so that its probabilities are exp2(-inf) = 0)
+            lse[step] = arith.select(inside, arith.mulf(self.g_lse[at], k.constant(LOG2E, "f32")), self.infinity)
+            delta[step] = self.g_delta[at]
+        seen = {}
+        for half in range(2):
+            key = first_key + 8 * half
+            seen[half] = k.compare("ult", key, seq)
+        zero = k.constant(0.0, "f32")
+        for slot in range(self.config.rows // 2):
+            half, step = halves[slot], columns[slot]
+            keep = seen[half]
+            if self.config.causal:
+                keep = keep & k.compare("ule", first_key + 8 * half, first_query + step)
+            score = k.load(self.s_acc.registers, [slot])
+            probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[step])))
+            probability = arith.select(keep, probability, zero)
+            k.store(probability, self.s_acc.registers, [slot])
+            gradient = arith.mulf(probability, arith.subf(k.load(self.dp_acc.registers, [slot]), delta[step]))
+            k.store(gradient, self.dp_acc.registers, [slot])
+
+    def query_gradient(self, step) -> None:
+        """dS^T's band by stmatrix into the [keys, rows] tile; once both bands are in, dQ's columns of this
+        consumer (over the CTA's keys) into its part of the fp32 tile, added into dQaccum by its first thread."""
+        from mlir_tile.builder.stores import AccumulatorBand
+
+        k, config = self.k, self.config
+        band = AccumulatorBand(k, self.tiles["ds_band"], config.element)
+        packed = band.registers()
+        band.pack(packed, self.dp_acc.registers, config.rows, lambda slot, x: x)
+        self.barriers.meet_all()  # (the previous block's dQ products have read the tile)
+        band.write(packed, self.shared, k.index(config.ds_offset) + self.consumer * (64 * config.rows * 2))
+        k.async_proxy_fence()
+        self.barriers.meet_all()
+        multiplies = config.head_dim // config.dq_columns  # (consumers with a share of dQ's columns)
+        with k.if_(k.compare("ult", self.consumer, multiplies)):
+            ds_tile = self.operand(k.index(config.ds_offset), "ds_a", KEYS * config.rows)
+            k_part = self.operand(self.consumer * (KEYS * config.dq_columns * 2), "k_dq", KEYS * config.dq_columns)
+            self.cleared(self.dq_acc)
+            k.wgmma(self.dq_atom, ds_tile, k_part, self.dq_acc, accumulate=False)
+            k.wgmma_wait(0, [self.dq_acc])
+            self.add_dq(step)
+
+    def add_dq(self, step) -> None:
+        """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
+        then added into dQaccum's rows of the query block by TMA reductions."""
+        k, config = self.k, self.config
+        thread = self.consumer_thread()
+        first = k.index(config.dq_offset) + self.consumer * (config.rows * config.dq_columns * 4)
+        with k.if_(k.compare("eq", thread, 0)):
+            k.tma_store_wait(0)
+        self.barriers.meet_own(self.consumer)
+        part = self.operand(first, "dq", config.rows * config.dq_columns, "f32")
+        for slot in range(config.dq_columns // 2):
+            row, column = self.dq_acc.coordinate(slot)
+            part[row, column] = k.load(self.dq_acc.registers, [slot])
+        k.async_proxy_fence()
+        self.barriers.meet_own(self.consumer)
+        row = self.dq_row + (self.first + step) * config.rows
+        with k.if_(k.compare("eq", thread, 0)):
+            for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
+                k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
+
+    def epilogue(self) -> None:
+        """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once
+        every consumer's dQ products have read K), then stored by TMA through the 3-D maps."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.stores import AccumulatorBand
+
+        k, config = self.k, self.config
+        self.barriers.meet_all()
+        band = AccumulatorBand(k, self.tiles["out_band"], config.element)
+        softmax_scale = k.constant(1 / math.sqrt(self.d), "f32")
+        band_bytes = 64 * self.d * 2
+        firsts = []
+        for part, (accumulators, scaled) in enumerate(((self.dk_acc, True), (self.dv_acc, False))):
+            packed = band.registers()
+            band.pack(packed, accumulators.registers, self.d,
+                      (lambda slot, x: arith.mulf(x, softmax_scale)) if scaled else (lambda slot, x: x))
+            firsts.append(self.kv_ring.offset(k.index(0), part) + self.consumer * band_bytes)
+            band.write(packed, self.shared, firsts[-1])
+        k.async_proxy_fence()
+        self.barriers.meet_own(self.consumer)
+        row = self.n0 + self.consumer * 64
+        with k.if_(k.compare("eq", self.consumer_thread(), 0)):
+            for first, tensor_map in zip(firsts, (self.dk_map, self.dv_map)):
+                for column, box in k.boxes(self.shared, first, self.tiles["out"], config.element, BOX_COLUMNS):
+                    k.tma_store(box, tensor_map, (self.head, row, k.index(column)))
+            k.tma_store_wait(0)
+
+    def consumer_thread(self):
+        return self.k.thread_id() % 128

@@ -1,0 +1,95 @@
+"""Attention's backward on the GPU (Hopper's path, `flash.backward`), as a training user reaches it: gradients
+through `mlir_tile.kernels.attention` by torch.autograd on random shapes (odd lengths, one row, both head dims,
+both masks, both dtypes), against fp32 autograd of softmax attention written out here, within the error torch's
+own 16-bit SDPA backward makes on the same inputs; the log-sum-exp's gradient too; under torch.compile. Skipped
+without torch or an sm_90 GPU (the reason shown)."""
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernels' torch operators need torch")
+import mlir_tile.kernels.ops  # noqa: E402,F401  (registers torch.ops.mlir_tile.*)
+F = torch.nn.functional
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="attention's backward runs on Hopper's path (sm_90) only")]
+
+CASES = 120
+
+
+def _fp32_attention(q, k, v, causal: bool):
+    """(O, log-sum-exp) in fp32 by torch's elementwise ops and products: the oracle's forward."""
+    scores = q.float() @ k.float().transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        seq = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(seq, seq, device=q.device).triu(1).bool(), float("-inf"))
+    return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
+
+
+def _gradients(forward, q, k, v, grad, grad_lse=None):
+    """(dq, dk, dv) of forward(q, k, v) -> (O, lse) for upstream `grad` (and `grad_lse`), by autograd."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    o, lse = forward(q, k, v)
+    outputs, upstream = [o], [grad.to(o.dtype)]
+    if grad_lse is not None:
+        outputs.append(lse)
+        upstream.append(grad_lse)
+    return torch.autograd.grad(outputs, (q, k, v), upstream)
+
+
+def _case(rng: random.Random, trial: int):
+    batch, heads, d = rng.randint(1, 2), rng.randint(1, 3), rng.choice([64, 128])
+    seq = rng.choice([1, 17, 64, 65, 127, 128, 129, 200, 255, 513, rng.randint(1, 700), rng.randint(700, 2100)])
+    return batch, heads, seq, d, rng.random() < 0.5, (torch.float16, torch.bfloat16)[trial % 2]
+
+
+def test_attention_gradients_match_fp32_autograd_within_torchs_own_error():
+    """Per case: our dq, dk, dv's largest error from fp32 autograd at most twice torch's 16-bit SDPA backward's
+    error on the same inputs, plus a floor of the element's rounding of the gradients' scale."""
+    from mlir_tile.kernels import attention
+
+    rng, failures = random.Random(21), []
+    for trial in range(CASES):
+        batch, heads, seq, d, causal, dtype = _case(rng, trial)
+        q, k, v, grad = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(4))
+        expected = _gradients(lambda *x: _fp32_attention(*x, causal), q.float(), k.float(), v.float(), grad.float())
+        ours = _gradients(lambda *x: attention(*x, causal=causal), q, k, v, grad)
+        torchs = _gradients(lambda *x: (F.scaled_dot_product_attention(*x, is_causal=causal), None), q, k, v, grad)
+        for name, got, theirs, exact in zip("qkv", ours, torchs, expected):
+            error = float((got.float() - exact).abs().max())
+            bound = 2 * float((theirs.float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(
+                exact.abs().max())
+            if not error <= bound:
+                failures.append(((batch, heads, seq, d, causal, dtype), f"d{name}", error, bound))
+    assert not failures, failures[:10]
+
+
+def test_the_log_sum_exps_gradient_enters_the_backward():
+    """A loss on O and on the log-sum-exp: the gradients against fp32 autograd of both outputs."""
+    from mlir_tile.kernels import attention
+
+    for causal in (False, True):
+        q, k, v, grad = (torch.randn(2, 2, 300, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        grad_lse = torch.randn(2, 2, 300, device="cuda")
+        expected = _gradients(lambda *x: _fp32_attention(*x, causal), q.float(), k.float(), v.float(), grad.float(),
+                              grad_lse)
+        ours = _gradients(lambda *x: attention(*x, causal=causal), q, k, v, grad, grad_lse)
+        for got, exact in zip(ours, expected):
+            assert float((got.float() - exact).abs().max()) <= 0.05 * float(exact.abs().max()) + 0.01
+
+
+def test_a_compiled_training_step_takes_our_backward():
+    """torch.compile(fullgraph=True) of a loss through attention: its gradients are the eager ones (the operator's
+    registered formula, not a graph break), up to the order in which the key blocks' dQ sums were added."""
+    from mlir_tile.kernels import attention
+
+    q, k, v = (torch.randn(1, 4, 257, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def loss(q, k, v):
+        o, _ = attention(q, k, v, causal=True)
+        return (o.float() ** 2).sum()
+
+    eager = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    compiled = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
+    for a, b in zip(eager, compiled):
+        assert float((a - b).abs().max()) <= 1e-2 * float(a.abs().max())

@@ -1,0 +1,76 @@
+"""Attention's backward kernel on Hopper's path (`flash.sm90_backward`), on the CPU: its tiles' layouts (the dS^T
+tile stmatrix writes is dQ's A [K, M] read MN-major, each consumer's share of K read as dQ's B), its PTX (TMA
+loads, S^T and dP^T from shared memory, dV and dK with A in registers, dQ's TMA reductions, dK and dV by 3-D TMA
+stores), and what it refuses. Its numbers are checked on a GPU (test_attention_backward_gpu.py)."""
+import functools
+import re
+
+import pytest
+
+from mlir_tile.kernels.flash import sm90_backward
+from mlir_tile.kernels.flash.sm90_backward import BackwardConfig
+
+
+@functools.lru_cache(maxsize=None)
+def _ptx(config: BackwardConfig) -> str:
+    from conftest import shared_ptx
+
+    return shared_ptx(str(config), lambda: sm90_backward.build_module(config))
+
+
+def test_the_ds_tile_stmatrix_writes_is_dqs_a_read_mn_major():
+    """Element (key, query) of dS^T where the consumers' stmatrix bands put it (`stored_tile`'s "c") is where dQ's
+    A reads (query, key), and K's element (key, column) is where dQ's B of consumer c reads (column - c x its
+    share, key) from that consumer's first byte: both written out here from the boxes' arithmetic."""
+    from mlir_tile.kernels.common import stored_tile
+
+    for d in (64, 128):
+        config = BackwardConfig(d)
+        layouts = sm90_backward.tiles(config)
+        c = stored_tile(128, 64, 64)["c"]
+        assert all(c.offset(key, query) == layouts["ds_a"].offset(query, key) for key in range(128) for query in range(64))
+        share = config.dq_columns
+        for consumer in range(d // share):
+            first = consumer * 128 * share  # (elements: whole boxes of 128 rows by 64 columns before its share)
+            for key in range(128):
+                for column in range(share):
+                    whole = column + consumer * share
+                    box, inside = divmod(whole, 64)
+                    unswizzled = box * 128 * 64 + key * 64 + inside
+                    assert layouts["kv"].offset(key, whole) == layouts["k_dq"].offset(column, key) + first, (d, key)
+                    # (the swizzle moves 16-byte chunks within their 128-byte row)
+                    assert layouts["kv"](key, whole).offset // 64 == unswizzled // 64
+
+
+def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_reductions(filecheck):
+    """d 64, causal: the producer lowers its registers and loads K, V, then Q and dO by TMA; a consumer issues S^T
+    and dP^T from shared memory (m64n64, descriptors for both operands), the exp2s, dV and dK with A in registers,
+    stmatrix of dS^T, dQ from shared memory, the fp32 reductions into dQaccum, and dK and dV by 3-D stores."""
+    config = BackwardConfig(64, True, "bf16")
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .entry attention_backward(
+    CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK: ex2.approx
+    CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{.*}}}, {{{.*}}}, %rd{{[0-9]+}}
+    CHECK: stmatrix.sync.aligned
+    CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK: cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group
+    CHECK: cp.async.bulk.tensor.3d.global.shared::cta
+    """)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 2 + 2  # K's, V's box; Q's, dO's
+    issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, (\{|%rd)", ptx)
+    # S^T and dP^T over d (4 k16 steps each), dQ over 128 keys (8): from shared; dV and dK over 64 queries (4 each)
+    assert issued.count("%rd") == 2 * 64 // 16 + 128 // 16 and issued.count("{") == 2 * 64 // 16
+    assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 32  # dQ's two fp32 boxes of 32 columns
+    assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(head_dim=256), "head dims 64, 128"), (dict(element="e4m3"), "f16 or bf16"),
+    (dict(rows=128), "64 query rows a step"), (dict(stages=4), "more than the 232448 a block may use")])
+def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        BackwardConfig(**options)
