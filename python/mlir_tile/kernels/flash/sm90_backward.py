@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, check_shared, raised_registers, stored_tile
+from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 
 KERNEL = "attention_backward"
 BACKWARD_HEAD_DIMS = (64, 128)  # (d 256's dK and dV alone would fill a consumer's registers)
@@ -264,7 +265,9 @@ class _Backward:
         return k.tensor(k.view(self.shared, (elements,), element or self.config.element, at), self.tiles[tile])
 
     def query_block(self, step) -> None:
-        """S^T and dP^T; P^T and dS^T; dV and dK; dS^T into shared memory and this consumer's share of dQ."""
+        """S^T and dP^T; P^T, then dV += P^T dO issued under dS^T, then dK += dS^T Q; dS^T into shared memory and
+        this consumer's share of dQ. (Each of P^T and dS^T packed as soon as it is made: the dK and dV
+        accumulators hold 128 of a thread's 240 registers at d 128.)"""
         k, config, ring = self.k, self.config, self.ring
         stage = ring.stage(step)
         q, do = (ring.offset(stage, part) for part in range(2))
@@ -276,11 +279,12 @@ class _Backward:
         k.wgmma(self.s_atom, self.value_tile, self.operand(do, "q", elements), self.dp_acc, accumulate=False,
                 a_row_block=self.consumer)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
-        q0 = (self.first + step) * config.rows
-        self.score_gradients(q0)
+        facts = self.slot_facts((self.first + step) * config.rows)
+        self.probabilities(facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
-        self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
+        self.score_gradients(facts)
+        self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
         k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
         k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
         self.pipeline.release(step)
@@ -289,49 +293,58 @@ class _Backward:
     def cleared(self, *accumulators) -> None:
         """Zeros written over accumulators that a wgmma then writes whole (accumulate=False): `wgmma` passes
         the registers' values in all the same, and without this they would be the block before's, live across
-        the loop (96 registers more a thread: the epilogue spilled 400 bytes)."""
+        the loop."""
         zero = self.k.constant(0.0, "f32")
         for accumulator in accumulators:
             for slot in range(accumulator.atom.shape[1] // 2):
                 self.k.store(zero, accumulator.registers, [slot])
 
-    def score_gradients(self, q0) -> None:
-        """P^T over S^T's accumulators, dS^T over dP^T's: each slot's key (its row) and query (its column)."""
+    def slot_facts(self, q0) -> dict:
+        """What each S^T slot needs of its key (its row) and query (its column) in the block of `q0`: the thread's
+        first key and query, whether each of its two keys lies inside the sequence, each column's query clamped
+        into it (its LSE and D read there) and whether it lies inside."""
+        k, seq = self.k, self.k.as_index(self.seq)
+        row, column = self.s_acc.coordinate(0)
+        first_key, first_query = self.n0 + self.consumer * 64 + row, q0 + column
+        steps = sorted(set(column_steps(self.s_atom)))
+        return {"first_key": first_key, "first_query": first_query,
+                "keys": [k.compare("ult", first_key + 8 * half, seq) for half in range(2)],
+                "at": {step: k.minimum(first_query + step, seq - 1) for step in steps},
+                "queries": {step: k.compare("ult", first_query + step, seq) for step in steps}}
+
+    def kept(self, facts: dict, slot: int):
+        """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query."""
+        half, step = row_halves(self.s_atom)[slot], column_steps(self.s_atom)[slot]
+        keep = facts["keys"][half]
+        if self.config.causal:
+            keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
+        return keep
+
+    def probabilities(self, facts: dict) -> None:
+        """P^T = exp2(S^T scale log2(e) - LSE log2(e)) over S^T's accumulators, 0 where the key is not seen (a
+        query past the sequence: its LSE taken as +inf, so exp2(-inf) = 0)."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
-        from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
-
-        k, seq = self.k, self.k.as_index(self.seq)
-        halves, columns = row_halves(self.s_atom), column_steps(self.s_atom)
-        row, column = self.s_acc.coordinate(0)
-        first_key = self.n0 + self.consumer * 64 + row
-        first_query = q0 + column
-        last = seq - 1
-        lse, delta = {}, {}
-        for step in sorted(set(columns)):
-            query = first_query + step
-            inside = k.compare("ult", query, seq)
-            at = k.minimum(query, last)
-            # (a query past the sequence: LSE +inf, so that its probabilities are exp2(-inf) = 0)
-            lse[step] = arith.select(inside, arith.mulf(self.g_lse[at], k.constant(LOG2E, "f32")), self.infinity)
-            delta[step] = self.g_delta[at]
-        seen = {}
-        for half in range(2):
-            key = first_key + 8 * half
-            seen[half] = k.compare("ult", key, seq)
-        zero = k.constant(0.0, "f32")
+        k = self.k
+        lse = {step: arith.select(facts["queries"][step], arith.mulf(self.g_lse[at], k.constant(LOG2E, "f32")),
+                                  self.infinity) for step, at in facts["at"].items()}
+        zero, columns = k.constant(0.0, "f32"), column_steps(self.s_atom)
         for slot in range(self.config.rows // 2):
-            half, step = halves[slot], columns[slot]
-            keep = seen[half]
-            if self.config.causal:
-                keep = keep & k.compare("ule", first_key + 8 * half, first_query + step)
             score = k.load(self.s_acc.registers, [slot])
-            probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[step])))
-            probability = arith.select(keep, probability, zero)
-            k.store(probability, self.s_acc.registers, [slot])
-            gradient = arith.mulf(probability, arith.subf(k.load(self.dp_acc.registers, [slot]), delta[step]))
-            k.store(gradient, self.dp_acc.registers, [slot])
+            probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[columns[slot]])))
+            k.store(arith.select(self.kept(facts, slot), probability, zero), self.s_acc.registers, [slot])
+
+    def score_gradients(self, facts: dict) -> None:
+        """dS^T = P^T (dP^T - D[query]) over dP^T's accumulators (P^T read back from S^T's)."""
+        from mlir.dialects import arith
+
+        k, columns = self.k, column_steps(self.s_atom)
+        delta = {step: self.g_delta[at] for step, at in facts["at"].items()}
+        for slot in range(self.config.rows // 2):
+            probability = k.load(self.s_acc.registers, [slot])
+            gradient = arith.subf(k.load(self.dp_acc.registers, [slot]), delta[columns[slot]])
+            k.store(arith.mulf(probability, gradient), self.dp_acc.registers, [slot])
 
     def query_gradient(self, step) -> None:
         """dS^T's band by stmatrix into the [keys, rows] tile; once both bands are in, dQ's columns of this
