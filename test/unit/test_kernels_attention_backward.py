@@ -43,7 +43,7 @@ def test_the_ds_tile_stmatrix_writes_is_dqs_a_read_mn_major():
 
 
 def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_reductions(filecheck):
-    """d 64, causal: the producer lowers its registers and loads K, V, then Q and dO by TMA; a consumer issues S^T
+    """d 64, causal: the producer lowers its registers and loads K, V, then Q, dO and their rows' statistics by TMA; a consumer issues S^T
     and dP^T from shared memory (m64n64, descriptors for both operands), the exp2s, dV and dK with A in registers,
     stmatrix of dS^T, dQ from shared memory, the fp32 reductions into dQaccum, and dK and dV by 3-D stores."""
     config = BackwardConfig(64, True, "bf16")
@@ -60,12 +60,13 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_
     """)
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
-    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 2 + 2  # K's, V's box; Q's, dO's
+    # K's box, V's; Q's, dO's, and the block's rows of LSE log2(e) and D
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 2 + 2 + 2
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, (\{|%rd)", ptx)
     # S^T and dP^T over d (4 k16 steps each), dQ over 128 keys (8): from shared; dV and dK over 64 queries (4 each)
     assert issued.count("%rd") == 2 * 64 // 16 + 128 // 16 and issued.count("{") == 2 * 64 // 16
     assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 32  # dQ's two fp32 boxes of 32 columns
-    assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4
+    assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4 + 2 * 2 * 64 * 4
 
 
 @pytest.mark.parametrize("options, message", [

@@ -2,7 +2,8 @@
 attention(q, k, v) from O, its log-sum-exp and dO, and the kernels shipped per chip.
 
 The kernel's two neighbours are torch's ops for now (each a pass over [batch, heads, seq] or dQ's rows, memory-bound
-beside the kernel's O(seq^2) work): the preprocessing D = rowsum(dO O) in fp32 and dQaccum zeroed, and the
+beside the kernel's O(seq^2) work): the preprocessing (D = rowsum(dO O) and LSE log2(e) in fp32, padded to whole
+query blocks: D with 0, LSE with +inf so that a padded query's probabilities are 0; dQaccum zeroed) and the
 postprocessing dQ = dQaccum's rows times the softmax scale, rounded to q's dtype.
 """
 from __future__ import annotations
@@ -11,10 +12,10 @@ import math
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
+from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import sm90_backward
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
-from mlir_tile.runtime import POINTER, TENSOR_MAP
+from mlir_tile.runtime import TENSOR_MAP
 
 ELEMENTS = ("f16", "bf16")
 
@@ -61,14 +62,18 @@ class HopperAttentionBackward:
         config = BackwardConfig(d, bool(causal), element)
         plan = self.plans.of((d, bool(causal), element, batch * heads, seq),
                              lambda: self._plan(config, batch * heads, seq))
-        delta = (grad.float() * o.float()).sum(-1)
+        padded = config.padded(seq)
+        statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
+        statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
+        torch.mul(lse.view(batch * heads, seq), LOG2E, out=statistics[0, :, :seq])
+        delta = statistics[1, :, :seq]
+        torch.sum(grad.float() * o.float(), -1, out=delta.view(batch, heads, seq))
         if grad_lse is not None:
-            delta = delta - grad_lse.float()
-        delta = delta.contiguous()
-        dq_sums = torch.zeros(batch * heads, config.padded(seq), d, dtype=torch.float32, device=q.device)
+            delta -= grad_lse.float().reshape(batch * heads, seq)
+        dq_sums = torch.zeros(batch * heads, padded, d, dtype=torch.float32, device=q.device)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
-             dk.data_ptr(), dv.data_ptr(), lse.data_ptr(), delta.data_ptr())
+             dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr())
         dq = (dq_sums[:, :seq] * (1 / math.sqrt(d))).to(q.dtype).view(q.shape)
         return dq, dk, dv
 
@@ -79,7 +84,9 @@ class HopperAttentionBackward:
         maps.append(MapOperand(self.maps, (heads * config.padded(seq), d), 4 * d, box["dq"], store=True, floats=True))
         maps += [MapOperand(self.maps, (heads, seq, d), 2 * d, box[name], 2 * seq * d, store=True)
                  for name in ("dk", "dv")]
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 7 + [POINTER, POINTER, seq, heads],
+        maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
+                 for name in ("lse", "delta")]
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads],
                                 grid=config.grid(heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(launch, maps)
 
@@ -89,8 +96,7 @@ class _BackwardPlan:
         self.launch, self.maps = launch, maps
 
     def __call__(self, stream: int, *addresses: int) -> None:
-        tensors, (lse, delta) = addresses[:7], addresses[7:]
-        self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, tensors)), lse, delta)
+        self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, addresses)))
 
 
 def _on_16_bytes(x):

@@ -22,11 +22,12 @@ tiles ([rows, d], 128-byte swizzled boxes) into a `TmaPipeline`'s stages. Per qu
 The epilogue writes dK (times the softmax scale) and dV by stmatrix over the K and V tiles and stores them by TMA
 through 3-D maps, which stop at the head's last row.
 
-Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dq_map, dk_map, dv_map, lse, delta, seq,
-batch_heads)`: Q, K, V and dO 2-D over [batch * heads * seq, d] (16-bit), dQaccum's 2-D over [batch * heads *
+Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dq_map, dk_map, dv_map, lse_map, delta_map,
+seq, batch_heads)`: Q, K, V and dO 2-D over [batch * heads * seq, d] (16-bit), dQaccum's 2-D over [batch * heads *
 padded, d] f32 (`padded`: seq rounded up to the query block, zeroed by the caller, dQ = its rows times the scale),
-dK's and dV's 3-D over [batch * heads, seq, d]; lse (natural log, the forward's) and delta (D) [batch * heads,
-seq] f32; seq and batch x heads (64-bit). Grid `BackwardConfig.grid`, block `threads`, `shared_bytes`.
+dK's and dV's 3-D over [batch * heads, seq, d]; the caller's preprocessing's LSE log2(e) (the forward's natural-log
+LSE times log2(e), +inf past the sequence) and D (0 past it), 2-D over [batch * heads, padded] f32 (unswizzled
+boxes of a block's row); seq and batch x heads (64-bit). Grid `BackwardConfig.grid`, block `threads`, `shared_bytes`.
 """
 from __future__ import annotations
 
@@ -96,8 +97,12 @@ class BackwardConfig:
         return self.ds_offset + KEYS * self.rows * 2
 
     @property
-    def shared_bytes(self) -> int:
+    def statistics_offset(self) -> int:  # the stages' LSE log2(e) and D rows (fp32), after dQ's tile
         return self.dq_offset + self.rows * self.head_dim * 4
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.statistics_offset + self.stages * 2 * self.rows * 4
 
     def grid(self, batch_heads: int, seq: int) -> int:
         """CTAs to launch: one a (head, block of 128 keys)."""
@@ -140,13 +145,15 @@ def tiles(config: BackwardConfig) -> dict:
     of S^T and dP^T, "q_mn" their MN-major K x N of dK and dV), dS^T ([keys, rows] as stmatrix writes C:
     `stored_tile`, and "ds_a" the A [K, M] of dQ over it), "k_dq" K's dq_columns as dQ's MN-major B, dQ's fp32
     part of a consumer ("dq", [rows, dq_columns]), dK's and dV's bands ("out", "out_band": `stored_tile`)."""
+    from mlir_tile.algebra.layout import Layout
+
     d, rows = config.head_dim, config.rows
     kv, block = _boxed(KEYS, d), _boxed(rows, d)
     ds, out = stored_tile(KEYS, rows, BOX_COLUMNS), stored_tile(KEYS, d, BOX_COLUMNS)
     band = _band(out["c"])
     return {"kv": kv, "q": block, "q_mn": _mn_major(block), "ds_band": ds["c_band"], "ds_a": _mn_major(ds["c"]),
             "k_dq": _mn_major(_boxed(KEYS, config.dq_columns)), "dq": _boxed(rows, config.dq_columns, 32),
-            "out": band, "out_band": out["c_band"]}
+            "out": band, "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
 
 
 def _band(tile):
@@ -159,21 +166,22 @@ def _band(tile):
 def boxes(config: BackwardConfig) -> dict:
     """The TMA box of each tensor map: Q's and dO's a query block's, K's and V's the CTA's keys, dQaccum's a box
     of the fp32 tile, dK's and dV's a consumer's band."""
-    from mlir_tile.isa.tma import boxes_at
+    from mlir_tile.isa.tma import Box, boxes_at
 
     layouts = tiles(config)
     first = {name: boxes_at(layouts[tile], bits, columns)[0][2] for name, tile, bits, columns in (
         ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, FLOAT_BOX_COLUMNS),
         ("dk", "out", 16, BOX_COLUMNS))}
+    statistic = Box(1, config.rows, 32, 0)
     return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dq": first["dq"],
-            "dk": first["dk"], "dv": first["dk"]}
+            "dk": first["dk"], "dv": first["dk"], "lse": statistic, "delta": statistic}
 
 
 def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
-    from mlir_tile.builder import Global, Kernel, TensorMap
+    from mlir_tile.builder import Kernel, TensorMap
 
-    with Kernel(KERNEL, [TensorMap()] * 7 + [Global("f32"), Global("f32"), "index", "index"],
+    with Kernel(KERNEL, [TensorMap()] * 9 + ["index", "index"],
                 block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
                 context=context) as k:
         _Backward(k, config).build()
@@ -186,8 +194,8 @@ class _Backward:
         from mlir_tile.isa.atoms import wgmma
 
         self.k, self.config, self.d = k, config, config.head_dim
-        (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, lse, delta,
-         self.seq, batch_heads) = k.arguments
+        (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
+         self.delta_map, self.seq, _) = k.arguments
         self.tiles = tiles(config)
         self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
         self.dq_atom = wgmma(config.dq_columns, config.element)
@@ -197,8 +205,6 @@ class _Backward:
         block = k.block_id()
         self.head, self.n0 = block // key_blocks, block % key_blocks * KEYS
         self.head_row = self.head * seq
-        self.g_lse = k.tensor(lse, (batch_heads, self.seq))[self.head, None]
-        self.g_delta = k.tensor(delta, (batch_heads, self.seq))[self.head, None]
         query_blocks = (seq + (config.rows - 1)) // config.rows
         # causal: queries before the CTA's first key see none of its keys
         self.first = self.n0 // config.rows if config.causal else k.index(0)
@@ -210,11 +216,13 @@ class _Backward:
         self.kv = TmaPipeline(k, self.kv_ring, 4 * config.consumers, 2 * boxes_across, name="kv")
         self.ring = StageRing(k, self.shared, config.stages, [(config.element, config.rows * self.d)] * 2,
                               start=2 * config.kv_bytes)
-        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 2 * boxes_across, name="q_do")
+        # each block's LSE and D rows land in a ring of their own, counted on the Q/dO stage's barrier
+        self.statistics = StageRing(k, self.shared, config.stages, [("f32", config.rows)] * 2,
+                                    start=config.statistics_offset)
+        self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 2 * boxes_across + 2, name="q_do")
         self.warpgroup = k.warpgroup_id()
         self.consumer = (self.warpgroup - 1) % config.consumers
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
-        self.infinity = k.constant(float("inf"), "f32")
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -243,6 +251,9 @@ class _Backward:
             for part, tensor_map in enumerate((self.q_map, self.do_map)):
                 self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), self.tiles["q"], tensor_map,
                                 row)
+            for part, tensor_map in enumerate((self.lse_map, self.delta_map)):
+                row_stats = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
+                self.pipeline.load(step, row_stats, tensor_map, (self.head, (self.first + step) * self.config.rows))
 
     # ----- the consumers -----
     def consume(self) -> None:
@@ -280,14 +291,14 @@ class _Backward:
                 a_row_block=self.consumer)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
         facts = self.slot_facts((self.first + step) * config.rows)
-        self.probabilities(facts)
+        self.probabilities(step, facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
-        self.score_gradients(facts)
+        self.score_gradients(step, facts)
         self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
         k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
         k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
-        self.pipeline.release(step)
+        self.pipeline.release(step)  # (its Q, dO, LSE and D read)
         self.query_gradient(step)
 
     def cleared(self, *accumulators) -> None:
@@ -301,16 +312,12 @@ class _Backward:
 
     def slot_facts(self, q0) -> dict:
         """What each S^T slot needs of its key (its row) and query (its column) in the block of `q0`: the thread's
-        first key and query, whether each of its two keys lies inside the sequence, each column's query clamped
-        into it (its LSE and D read there) and whether it lies inside."""
+        first key, query and column, whether each of its two keys lies inside the sequence."""
         k, seq = self.k, self.k.as_index(self.seq)
         row, column = self.s_acc.coordinate(0)
         first_key, first_query = self.n0 + self.consumer * 64 + row, q0 + column
-        steps = sorted(set(column_steps(self.s_atom)))
-        return {"first_key": first_key, "first_query": first_query,
-                "keys": [k.compare("ult", first_key + 8 * half, seq) for half in range(2)],
-                "at": {step: k.minimum(first_query + step, seq - 1) for step in steps},
-                "queries": {step: k.compare("ult", first_query + step, seq) for step in steps}}
+        return {"first_key": first_key, "first_query": first_query, "column": column,
+                "keys": [k.compare("ult", first_key + 8 * half, seq) for half in range(2)]}
 
     def kept(self, facts: dict, slot: int):
         """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query."""
@@ -320,27 +327,35 @@ class _Backward:
             keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
         return keep
 
-    def probabilities(self, facts: dict) -> None:
+    def statistic(self, at):
+        """The block's row of LSE log2(e) or of D at byte `at`: one unswizzled box of `rows` fp32 values."""
+        return self.operand(at, "statistic", self.config.rows, "f32")
+
+    def block_statistics(self, step, part: int, facts: dict) -> dict:
+        """Per column step of the thread's S^T slots, its query's LSE log2(e) (part 0) or D (1) in block `step`."""
+        row = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
+        return {at: row[0, facts["column"] + at] for at in sorted(set(column_steps(self.s_atom)))}
+
+    def probabilities(self, step, facts: dict) -> None:
         """P^T = exp2(S^T scale log2(e) - LSE log2(e)) over S^T's accumulators, 0 where the key is not seen (a
-        query past the sequence: its LSE taken as +inf, so exp2(-inf) = 0)."""
+        query past the sequence has LSE +inf in the caller's padding: exp2(-inf) = 0)."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
         k = self.k
-        lse = {step: arith.select(facts["queries"][step], arith.mulf(self.g_lse[at], k.constant(LOG2E, "f32")),
-                                  self.infinity) for step, at in facts["at"].items()}
+        lse = self.block_statistics(step, 0, facts)
         zero, columns = k.constant(0.0, "f32"), column_steps(self.s_atom)
         for slot in range(self.config.rows // 2):
             score = k.load(self.s_acc.registers, [slot])
             probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[columns[slot]])))
             k.store(arith.select(self.kept(facts, slot), probability, zero), self.s_acc.registers, [slot])
 
-    def score_gradients(self, facts: dict) -> None:
+    def score_gradients(self, step, facts: dict) -> None:
         """dS^T = P^T (dP^T - D[query]) over dP^T's accumulators (P^T read back from S^T's)."""
         from mlir.dialects import arith
 
         k, columns = self.k, column_steps(self.s_atom)
-        delta = {step: self.g_delta[at] for step, at in facts["at"].items()}
+        delta = self.block_statistics(step, 1, facts)
         for slot in range(self.config.rows // 2):
             probability = k.load(self.s_acc.registers, [slot])
             gradient = arith.subf(k.load(self.dp_acc.registers, [slot]), delta[columns[slot]])
