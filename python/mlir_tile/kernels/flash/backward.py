@@ -33,7 +33,8 @@ def shipped_kernels(chip: str):
 
 class HopperAttentionBackward:
     """(dq, dk, dv) of attention(q, k, v, causal) given dO (`grad`), O and the forward's log-sum-exp, torch
-    tensors [batch, heads, seq, d] (lse [batch, heads, seq] fp32) on Hopper's path, on torch's current stream.
+    tensors q, O, dO [batch, heads, seq, d], k and v [batch, kv_heads, seq, d] (kv_heads dividing heads:
+    grouped-query attention) and lse [batch, heads, seq] fp32, on Hopper's path, on torch's current stream.
     ValueError for what the kernel does not take."""
 
     def __init__(self, library):
@@ -50,18 +51,22 @@ class HopperAttentionBackward:
         if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
             raise ValueError(f"attention backward: q, k, v, O and dO all float16 or all bfloat16, got "
                              f"{', '.join(str(x.dtype) for x in (q, k, v, o, grad))}")
-        if q.dim() != 4 or any(x.shape != q.shape for x in (k, v, o, grad)) or lse.shape != q.shape[:3]:
-            raise ValueError(f"attention backward: q, k, v, O and dO of one shape [batch, heads, seq, d], the "
-                             f"log-sum-exp [batch, heads, seq]; got {tuple(q.shape)}, {tuple(k.shape)}, "
-                             f"{tuple(v.shape)}, {tuple(o.shape)}, {tuple(grad.shape)}, {tuple(lse.shape)}")
+        if (q.dim() != 4 or any(x.shape != q.shape for x in (o, grad)) or k.dim() != 4 or v.shape != k.shape
+                or k.shape[::2] != q.shape[::2] or k.shape[1] < 1 or q.shape[1] % k.shape[1]
+                or lse.shape != q.shape[:3]):
+            raise ValueError(f"attention backward: q, O and dO [batch, heads, seq, d], k and v [batch, kv_heads, seq, "
+                             f"d] with kv_heads dividing heads, the log-sum-exp [batch, heads, seq]; got q "
+                             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, O {tuple(o.shape)}, dO "
+                             f"{tuple(grad.shape)}, lse {tuple(lse.shape)}")
         batch, heads, seq, d = q.shape
+        kv_heads = k.shape[1]
         if d not in BACKWARD_HEAD_DIMS:
             raise ValueError(f"attention backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, got {d}")
         q, k, v, o, grad = (_on_16_bytes(x) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
         config = BackwardConfig(d, bool(causal), element)
-        plan = self.plans.of((d, bool(causal), element, batch * heads, seq),
-                             lambda: self._plan(config, batch * heads, seq))
+        plan = self.plans.of((d, bool(causal), element, batch * heads, batch * kv_heads, seq),
+                             lambda: self._plan(config, batch * heads, batch * kv_heads, seq))
         padded = config.padded(seq)
         statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
         statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
@@ -77,17 +82,19 @@ class HopperAttentionBackward:
         dq = (dq_sums[:, :seq] * (1 / math.sqrt(d))).to(q.dtype).view(q.shape)
         return dq, dk, dv
 
-    def _plan(self, config: BackwardConfig, heads: int, seq: int):
+    def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int):
+        """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads)."""
         module = self.library.module(str(config), partial(sm90_backward.build_module, config))
         box, d = sm90_backward.boxes(config), config.head_dim
-        maps = [MapOperand(self.maps, (heads * seq, d), 2 * d, box[name]) for name in ("q", "k", "v", "do")]
+        maps = [MapOperand(self.maps, ((heads if name in ("q", "do") else kv_heads) * seq, d), 2 * d, box[name])
+                for name in ("q", "k", "v", "do")]
         maps.append(MapOperand(self.maps, (heads * config.padded(seq), d), 4 * d, box["dq"], store=True, floats=True))
-        maps += [MapOperand(self.maps, (heads, seq, d), 2 * d, box[name], 2 * seq * d, store=True)
+        maps += [MapOperand(self.maps, (kv_heads, seq, d), 2 * d, box[name], 2 * seq * d, store=True)
                  for name in ("dk", "dv")]
         maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
                  for name in ("lse", "delta")]
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads],
-                                grid=config.grid(heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads],
+                                grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(launch, maps)
 
 

@@ -2,9 +2,11 @@
 order (docs/notes/attention-backward.md): dK and dV of a block of keys kept in registers while the query blocks
 stream by, dQ added into an fp32 buffer by TMA reductions; f16 or bf16, head dims 64 and 128, causal or not.
 
-A CTA takes 128 keys of one (batch, head); each of its two consumer warpgroups 64 of them. Warpgroup 0 is the
-producer (24 registers): its first thread loads the CTA's K and V tiles once, then each query block's Q and dO
-tiles ([rows, d], 128-byte swizzled boxes) into a `TmaPipeline`'s stages. Per query block, a consumer:
+A CTA takes 128 keys of one (batch, K/V head); each of its two consumer warpgroups 64 of them. Warpgroup 0 is
+the producer (24 registers): its first thread loads the CTA's K and V tiles once, then each query block's Q and dO
+tiles ([rows, d], 128-byte swizzled boxes) with the block's rows of LSE and D into a `TmaPipeline`'s stages: the
+blocks of each query head that reads this K/V head in turn (grouped-query attention: `group` query heads a K/V
+head, whose dK and dV sums are the CTA's registers across all of them). Per query block, a consumer:
 
 - S^T = K Q^T and dP^T = V dO^T by wgmma from shared memory (its keys as M, FlashAttention-3's `SdP_swapAB`:
   the accumulators' columns are queries, so that P^T and dS^T are A operands in registers below);
@@ -23,11 +25,13 @@ The epilogue writes dK (times the softmax scale) and dV by stmatrix over the K a
 through 3-D maps, which stop at the head's last row.
 
 Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dq_map, dk_map, dv_map, lse_map, delta_map,
-seq, batch_heads)`: Q, K, V and dO 2-D over [batch * heads * seq, d] (16-bit), dQaccum's 2-D over [batch * heads *
-padded, d] f32 (`padded`: seq rounded up to the query block, zeroed by the caller, dQ = its rows times the scale),
-dK's and dV's 3-D over [batch * heads, seq, d]; the caller's preprocessing's LSE log2(e) (the forward's natural-log
-LSE times log2(e), +inf past the sequence) and D (0 past it), 2-D over [batch * heads, padded] f32 (unswizzled
-boxes of a block's row); seq and batch x heads (64-bit). Grid `BackwardConfig.grid`, block `threads`, `shared_bytes`.
+seq, batch_heads, group)`: Q and dO 2-D over [batch * heads * seq, d] and K and V over [batch * kv_heads * seq, d]
+(16-bit; heads = kv_heads x group), dQaccum's 2-D over [batch * heads * padded, d] f32 (`padded`: seq rounded up
+to the query block, zeroed by the caller, dQ = its rows times the scale), dK's and dV's 3-D over [batch * kv_heads,
+seq, d]; the caller's preprocessing's LSE log2(e) (the forward's natural-log LSE times log2(e), +inf past the
+sequence) and D (0 past it), 2-D over [batch * heads, padded] f32 (unswizzled boxes of a block's row); seq, batch
+x heads and the group (64-bit). Grid `BackwardConfig.grid` (of batch x kv_heads), block `threads`,
+`shared_bytes`.
 """
 from __future__ import annotations
 
@@ -104,9 +108,9 @@ class BackwardConfig:
     def shared_bytes(self) -> int:
         return self.statistics_offset + self.stages * 2 * self.rows * 4
 
-    def grid(self, batch_heads: int, seq: int) -> int:
-        """CTAs to launch: one a (head, block of 128 keys)."""
-        return -(-seq // KEYS) * batch_heads
+    def grid(self, batch_kv_heads: int, seq: int) -> int:
+        """CTAs to launch: one a (K/V head, block of 128 keys)."""
+        return -(-seq // KEYS) * batch_kv_heads
 
     def padded(self, seq: int) -> int:
         """dQaccum's rows a head: seq rounded up to the query block."""
@@ -181,7 +185,7 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
     from mlir_tile.builder import Kernel, TensorMap
 
-    with Kernel(KERNEL, [TensorMap()] * 9 + ["index", "index"],
+    with Kernel(KERNEL, [TensorMap()] * 9 + ["index", "index", "index"],
                 block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
                 context=context) as k:
         _Backward(k, config).build()
@@ -195,7 +199,7 @@ class _Backward:
 
         self.k, self.config, self.d = k, config, config.head_dim
         (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
-         self.delta_map, self.seq, _) = k.arguments
+         self.delta_map, self.seq, _, group) = k.arguments
         self.tiles = tiles(config)
         self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
         self.dq_atom = wgmma(config.dq_columns, config.element)
@@ -203,13 +207,14 @@ class _Backward:
         seq = k.as_index(self.seq)
         key_blocks = (seq + (KEYS - 1)) // KEYS
         block = k.block_id()
-        self.head, self.n0 = block // key_blocks, block % key_blocks * KEYS
-        self.head_row = self.head * seq
+        # the CTA's K/V head, and its keys; its query heads are the group's: kv_head x group + g
+        self.kv_head, self.n0 = block // key_blocks, block % key_blocks * KEYS
+        self.group = k.as_index(group)
         query_blocks = (seq + (config.rows - 1)) // config.rows
         # causal: queries before the CTA's first key see none of its keys
         self.first = self.n0 // config.rows if config.causal else k.index(0)
-        self.count = query_blocks - self.first
-        self.dq_row = self.head * (query_blocks * config.rows)  # the head's first row of dQaccum
+        self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
+        self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
         boxes_across = self.d // BOX_COLUMNS
         self.barriers = ConsumerBarriers(k, config.consumers)
         self.kv_ring = StageRing(k, self.shared, 1, [(config.element, KEYS * self.d)] * 2)
@@ -238,22 +243,28 @@ class _Backward:
         for column, box in k.boxes(self.shared, tile_bytes, layout, self.config.element, BOX_COLUMNS):
             pipeline.load(index, box, tensor_map, (row, k.index(column)))
 
+    def block_of(self, step):
+        """(query head, first row) of the CTA's query block `step`: the group's heads in turn, each's blocks from
+        `first` on."""
+        return self.kv_head * self.group + step // self.count, (self.first + step % self.count) * self.config.rows
+
     def produce(self) -> None:
         """K and V once; then each query block's Q and dO once its stage is free."""
         k, ring = self.k, self.ring
         self.kv.acquire(0)
         for part, tensor_map in enumerate((self.k_map, self.v_map)):
             self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), self.tiles["kv"], tensor_map,
-                            self.head_row + self.n0)
-        with k.loop(0, self.count) as step:
+                            self.kv_head * k.as_index(self.seq) + self.n0)
+        with k.loop(0, self.count * self.group) as step:
             self.pipeline.acquire(step)
-            row = self.head_row + (self.first + step) * self.config.rows
+            head, q0 = self.block_of(step)
+            row = head * k.as_index(self.seq) + q0
             for part, tensor_map in enumerate((self.q_map, self.do_map)):
                 self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), self.tiles["q"], tensor_map,
                                 row)
             for part, tensor_map in enumerate((self.lse_map, self.delta_map)):
                 row_stats = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
-                self.pipeline.load(step, row_stats, tensor_map, (self.head, (self.first + step) * self.config.rows))
+                self.pipeline.load(step, row_stats, tensor_map, (head, q0))
 
     # ----- the consumers -----
     def consume(self) -> None:
@@ -265,7 +276,7 @@ class _Backward:
         self.kv.wait(0)
         self.key_tile, self.value_tile = (self.operand(self.kv_ring.offset(k.index(0), part), "kv", KEYS * self.d)
                                           for part in range(2))
-        with k.loop(0, self.count) as step:
+        with k.loop(0, self.count * self.group) as step:
             self.query_block(step)
         with k.if_(k.compare("eq", self.consumer_thread(), 0)):
             k.tma_store_wait(0)  # (dQ's last reductions have read its tile)
@@ -290,7 +301,7 @@ class _Backward:
         k.wgmma(self.s_atom, self.value_tile, self.operand(do, "q", elements), self.dp_acc, accumulate=False,
                 a_row_block=self.consumer)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
-        facts = self.slot_facts((self.first + step) * config.rows)
+        facts = self.slot_facts(self.block_of(step)[1])
         self.probabilities(step, facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
@@ -398,7 +409,8 @@ class _Backward:
             part[row, column] = k.load(self.dq_acc.registers, [slot])
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
-        row = self.dq_row + (self.first + step) * config.rows
+        head, q0 = self.block_of(step)
+        row = head * self.padded + q0
         with k.if_(k.compare("eq", thread, 0)):
             for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
                 k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
@@ -428,7 +440,7 @@ class _Backward:
         with k.if_(k.compare("eq", self.consumer_thread(), 0)):
             for first, tensor_map in zip(firsts, (self.dk_map, self.dv_map)):
                 for column, box in k.boxes(self.shared, first, self.tiles["out"], config.element, BOX_COLUMNS):
-                    k.tma_store(box, tensor_map, (self.head, row, k.index(column)))
+                    k.tma_store(box, tensor_map, (self.kv_head, row, k.index(column)))
             k.tma_store_wait(0)
 
     def consumer_thread(self):
