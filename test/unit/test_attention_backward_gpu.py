@@ -1,6 +1,6 @@
 """Attention's backward on the GPU (Hopper's path, `flash.backward`), as a training user reaches it: gradients
 through `mlir_tile.kernels.attention` by torch.autograd on random shapes (odd lengths, one row, both head dims,
-both masks, both dtypes), against fp32 autograd of softmax attention written out here, within the error torch's
+both masks, both dtypes, grouped-query heads), against fp32 autograd of softmax attention written out here, within the error torch's
 own 16-bit SDPA backward makes on the same inputs; the log-sum-exp's gradient too; under torch.compile. Skipped
 without torch or an sm_90 GPU (the reason shown)."""
 import random
@@ -18,7 +18,9 @@ CASES = 120
 
 
 def _fp32_attention(q, k, v, causal: bool):
-    """(O, log-sum-exp) in fp32 by torch's elementwise ops and products: the oracle's forward."""
+    """(O, log-sum-exp) in fp32 by torch's elementwise ops and products: the oracle's forward (k and v with fewer
+    heads repeated for their groups of q's)."""
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
     scores = q.float() @ k.float().transpose(-1, -2) / q.shape[-1] ** 0.5
     if causal:
         seq = q.shape[-2]
@@ -38,9 +40,11 @@ def _gradients(forward, q, k, v, grad, grad_lse=None):
 
 
 def _case(rng: random.Random, trial: int):
-    batch, heads, d = rng.randint(1, 2), rng.randint(1, 3), rng.choice([64, 128])
+    """(batch, heads, kv_heads, seq, d, causal, dtype): one case in three grouped (kv_heads a divisor of heads)."""
+    batch, heads, d = rng.randint(1, 2), rng.choice([1, 2, 3, 4, 6, 8]), rng.choice([64, 128])
+    kv_heads = rng.choice([x for x in range(1, heads + 1) if heads % x == 0]) if trial % 3 == 2 else heads
     seq = rng.choice([1, 17, 64, 65, 127, 128, 129, 200, 255, 513, rng.randint(1, 700), rng.randint(700, 2100)])
-    return batch, heads, seq, d, rng.random() < 0.5, (torch.float16, torch.bfloat16)[trial % 2]
+    return batch, heads, kv_heads, seq, d, rng.random() < 0.5, (torch.float16, torch.bfloat16)[trial % 2]
 
 
 def test_attention_gradients_match_fp32_autograd_within_torchs_own_error():
@@ -50,17 +54,19 @@ def test_attention_gradients_match_fp32_autograd_within_torchs_own_error():
 
     rng, failures = random.Random(21), []
     for trial in range(CASES):
-        batch, heads, seq, d, causal, dtype = _case(rng, trial)
-        q, k, v, grad = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(4))
+        batch, heads, kv_heads, seq, d, causal, dtype = _case(rng, trial)
+        q, grad = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dtype) for _ in range(2))
+        k, v = (torch.randn(batch, kv_heads, seq, d, device="cuda", dtype=dtype) for _ in range(2))
         expected = _gradients(lambda *x: _fp32_attention(*x, causal), q.float(), k.float(), v.float(), grad.float())
         ours = _gradients(lambda *x: attention(*x, causal=causal), q, k, v, grad)
-        torchs = _gradients(lambda *x: (F.scaled_dot_product_attention(*x, is_causal=causal), None), q, k, v, grad)
+        torchs = _gradients(lambda *x: (F.scaled_dot_product_attention(*x, is_causal=causal,
+                                                                      enable_gqa=kv_heads != heads), None), q, k, v, grad)
         for name, got, theirs, exact in zip("qkv", ours, torchs, expected):
             error = float((got.float() - exact).abs().max())
             bound = 2 * float((theirs.float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(
                 exact.abs().max())
             if not error <= bound:
-                failures.append(((batch, heads, seq, d, causal, dtype), f"d{name}", error, bound))
+                failures.append(((batch, heads, kv_heads, seq, d, causal, dtype), f"d{name}", error, bound))
     assert not failures, failures[:10]
 
 
@@ -93,3 +99,22 @@ def test_a_compiled_training_step_takes_our_backward():
     compiled = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
     for a, b in zip(eager, compiled):
         assert float((a - b).abs().max()) <= 1e-2 * float(a.abs().max())
+
+
+def test_grouped_query_attention_reads_each_kv_head_for_its_group():
+    """Forward with k and v of fewer heads (each dividing q's): O and the log-sum-exp against fp32 attention on
+    the heads repeated, within the forward's bounds (test_kernels_ops_gpu)."""
+    from mlir_tile.kernels import attention
+
+    rng, failures = random.Random(8), []
+    for trial in range(40):
+        batch, heads, d, causal = rng.randint(1, 2), rng.choice([2, 4, 8]), rng.choice([64, 128]), trial % 2 == 1
+        kv_heads, seq = rng.choice([x for x in (1, 2, 4) if heads % x == 0]), rng.choice([1, 65, 200, 1100])
+        q = torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, kv_heads, seq, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o, lse = attention(q, k, v, causal=causal)
+        expected, expected_lse = _fp32_attention(q, k, v, causal)
+        o_error, lse_error = float((o.float() - expected).abs().max()), float((lse - expected_lse).abs().max())
+        if o_error > 2 ** -6 + 2 ** -7 or lse_error > 1e-3:
+            failures.append(((batch, heads, kv_heads, seq, d, causal), o_error, lse_error))
+    assert not failures, failures[:10]

@@ -463,9 +463,10 @@ def test_fp8_transposes_v_into_ps_key_order_and_reads_it_k_major(filecheck):
     filecheck(ptx, """
     CHECK: .param .u64 attention_param_5,
     CHECK-NEXT: .param .u64 attention_param_6,
-    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_7,
+    CHECK-NEXT: .param .u64 attention_param_7,
     CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_8,
-    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_9
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_9,
+    CHECK-NEXT: .param .u64 .ptr .align 16 attention_param_10
     CHECK-DAG: setmaxnreg.inc.sync.aligned.u32 {{\\s*}}224;
     CHECK-DAG: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
     CHECK-DAG: cvt.rn.satfinite.e4m3x2.f32

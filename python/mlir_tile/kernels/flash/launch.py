@@ -27,7 +27,8 @@ class AttentionPaths:
     """attention(q, k, v, causal, descales) on a library's chip, the one place that picks the kernel: Hopper's
     (`HopperAttention`: TMA, wgmma) where the chip runs it, else the FlashAttention-2-form kernel (`Attention`:
     any sm_80 or newer GPU). Both take q, k and v on 16 bytes: a view off them is copied onto them first.
-    fp8 (`descales`): Hopper's only."""
+    fp8 (`descales`): Hopper's only. k and v with fewer heads than q (grouped-query attention): Hopper's kernel
+    reads each K/V head for its group's query heads; the other one takes them repeated (a copy)."""
 
     def __init__(self, library):
         self.library, self.sm80 = library, Attention(library)
@@ -51,6 +52,8 @@ class AttentionPaths:
                 raise ValueError(f"attention: float8_e4m3fn inputs run on Hopper's path, which this GPU "
                                  f"({self.library.chip}) has not")
             return self.hopper(q, k, v, causal=causal, descales=descales)
+        if self.hopper is None and k.dim() == 4 and q.dim() == 4 and k.shape[1] != q.shape[1]:
+            k, v = (_repeated_heads(x, q) for x in (k, v))
         return (self.hopper or self.sm80)(q, k, v, causal=causal)
 
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
@@ -59,15 +62,24 @@ class AttentionPaths:
         import torch
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
-        return PlannedAttention((self.hopper or self.sm80).plans[_plan_key(q, causal, element)],
+        return PlannedAttention((self.hopper or self.sm80).plans[_plan_key(q, k, causal, element)],
                                 allocator(q.shape[:3], torch.float32, q.device))
 
 
-def _plan_key(q, causal: bool, element: str, variant=None) -> tuple:
+def _plan_key(q, k, causal: bool, element: str, variant=None) -> tuple:
     """What both paths keep a launch plan by: q's head dim, the mask, the element, q's batch, heads and length,
-    the variant."""
+    k's heads, the variant."""
     batch, heads, seq, d = q.shape
-    return d, bool(causal), element, batch, heads, seq, variant
+    return d, bool(causal), element, batch, heads, seq, k.shape[1], variant
+
+
+def _repeated_heads(x, q):
+    """k or v [batch, kv_heads, seq, d] with each head repeated for its group of q's heads (checked: kv_heads
+    divides them), as the FlashAttention-2-form kernel reads one K/V head a query head."""
+    if x.shape[1] < 1 or q.shape[1] % x.shape[1] or x.shape[::2] != q.shape[::2]:
+        raise ValueError(f"attention: k and v [batch, kv_heads, seq, d] with kv_heads dividing q's heads, got q "
+                         f"{tuple(q.shape)}, k or v {tuple(x.shape)}")
+    return x.repeat_interleave(q.shape[1] // x.shape[1], 1)
 
 
 class PlannedAttention:
@@ -117,7 +129,7 @@ class Attention:
         if any(x.data_ptr() % 16 for x in (q, k, v)):  # (its copies are 16-byte cp.async: else a misaligned fault)
             raise ValueError("attention: q, k and v start on 16 bytes (the kernel copies 16-byte chunks); a view "
                              "that starts elsewhere needs .clone() first")
-        plan = self.plans.of(_plan_key(q, causal, element),
+        plan = self.plans.of(_plan_key(q, k, causal, element),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq))
         o = torch.empty_like(q)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
@@ -169,11 +181,12 @@ class HopperAttention:
         from mlir_tile.runtime import torch_stream
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}.get(q.dtype)
-        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or not (
-                q.shape == k.shape == v.shape):
-            raise ValueError(f"hopper attention: q, k, v of one shape [batch, heads, seq, d], all float16, bfloat16 "
-                             f"or float8_e4m3fn; got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, "
-                             f"{tuple(v.shape)} {v.dtype}")
+        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or k.dim() != 4 or not (
+                k.shape == v.shape and k.shape[::2] == q.shape[::2] and k.shape[1] >= 1
+                and q.shape[1] % k.shape[1] == 0):
+            raise ValueError(f"hopper attention: q [batch, heads, seq, d], k and v [batch, kv_heads, seq, d] with "
+                             f"kv_heads dividing heads, all float16, bfloat16 or float8_e4m3fn; got {tuple(q.shape)} "
+                             f"{q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
         batch, heads, seq, d = q.shape
         if d not in (FP8_HEAD_DIMS if element == "e4m3" else HEAD_DIMS):
             raise ValueError(f"attention: head dim {', '.join(map(str, HEAD_DIMS))} (256 on Hopper's path only; "
@@ -181,24 +194,27 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
-        plan = self.plans.of(_plan_key(q, causal, element, variant),
-                             lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant))
+        plan = self.plans.of(_plan_key(q, k, causal, element, variant),
+                             lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant,
+                                                heads // k.shape[1]))
         o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
         lse = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
         plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), *scales)
         return o, lse
 
-    def _plan(self, d: int, causal: bool, element: str, heads: int, seq: int, variant) -> "_HopperPlan":
+    def _plan(self, d: int, causal: bool, element: str, heads: int, seq: int, variant, group: int) -> "_HopperPlan":
+        """The launch over `heads` query heads (batch x heads), `group` of them a K/V head."""
         config = HopperAttentionConfig.picked(d, causal, element, seq, **self.shape)
         module = self.library.module(str(config) + (variant.suffix if variant else ""),
                                      partial(sm90.build_module, config, variant=variant))
         box, size = sm90_layouts.boxes(config), 1 if element == "e4m3" else 2
         o_size = 2  # (O is 16-bit: bf16 from fp8)
-        maps = [MapOperand(self.maps, (heads * seq, d), d * size, box[name]) for name in "qkv"]
+        maps = [MapOperand(self.maps, ((heads if name == "q" else heads // group) * seq, d), d * size, box[name])
+                for name in "qkv"]
         maps.append(MapOperand(self.maps, (heads, seq, d), d * o_size, box["o"], seq * d * o_size, store=True))
         scales = ([POINTER] * 3 if element == "e4m3" else  # (the descales' addresses, or a variant's operands)
                   operand_slots(variant.operands if variant else ()))
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 4 + [POINTER, seq, heads] + scales,
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 4 + [POINTER, seq, heads, group] + scales,
                                 grid=config.grid(heads, seq, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _HopperPlan(launch, maps)
@@ -236,10 +252,12 @@ def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
 
 
 def _empty(q, k, v) -> bool:
-    """Whether q, k and v are [batch, heads, seq, d] of one shape and dtype, the kernels' dtypes, with no rows."""
+    """Whether q, k and v are [batch, heads, seq, d] (k and v with heads or fewer) of one dtype, the kernels', with
+    no rows."""
     import torch
 
-    return (q.dim() == 4 and q.shape == k.shape == v.shape and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
+    return (q.dim() == 4 and k.dim() == 4 and k.shape == v.shape and k.shape[::2] == q.shape[::2]
+            and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
             and q.dtype in (torch.float16, torch.bfloat16, torch.float8_e4m3fn))
 
 

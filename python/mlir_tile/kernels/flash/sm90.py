@@ -21,9 +21,10 @@ e4m3 (wgmma reads 8-bit operands K-major only): V's tiles land in a staging ring
 proven conflict-free), each key at the column in which P's registers hold it (`atoms.a_key_order`), so that
 P packs into e4m3 in its threads and wgmma reads V^T through that order.
 
-Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d]: a tile reaching past its head's
-sequence reads the next head's rows (or TMA's zeros past the last), whose keys the mask sets to -inf (their
-probabilities 0) and whose query rows are never stored.
+Q, K and V are read through 2-D tensor maps over [batch * heads * seq, d] (K and V over [batch * kv_heads * seq,
+d]: grouped-query attention, query head h of a batch reading K/V head h / group, which is (batch x heads + h) /
+group); a tile reaching past its head's sequence reads the next head's rows (or TMA's zeros past the last), whose
+keys the mask sets to -inf (their probabilities 0) and whose query rows are never stored.
 
 Persistent (16-bit): one CTA an SM walks the (head, row tile) items c, c + grid, ... (causal: each head's row
 tiles paired longest with shortest and dealt two at a time, `QueryTiles(paired=True)`, so that the CTAs' walks
@@ -33,10 +34,11 @@ releases its band of Q once its last S is done, and the producer loads the next 
 bands as the item's last tiles free their bytes: the next item's first S waits for nothing that loads under
 this item's epilogue. The ping-pong turns run on across items.
 
-Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads[, descale_q, descale_k,
-descale_v])`: four pointers to CUtensorMaps (`boxes` lists their boxes: Q's, K's and V's 2-D over [batch * heads
-* seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for e4m3), lse [batch * heads,
-seq] f32, seq and batch x heads (64-bit), e4m3's three descales (f32, one element each). Grid
+Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads, group[, descale_q, descale_k,
+descale_v])`: four CUtensorMaps (`boxes` lists their boxes: Q's 2-D over [batch * heads * seq, d], K's and V's
+over [batch * kv_heads * seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for
+e4m3), lse [batch * heads, seq] f32, seq, batch x heads and the query heads a K/V head (heads / kv_heads) (64-bit),
+e4m3's three descales (f32, one element each). Grid
 `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
 """
 from __future__ import annotations
@@ -66,7 +68,8 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
-    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index"] + scales, block=(config.threads, 1, 1),
+    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index", "index"] + scales,
+                block=(config.threads, 1, 1),
                 chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
         _HopperAttention(k, config, variant).build()
     return k.module
@@ -81,8 +84,9 @@ class _HopperAttention(OnlineSoftmax):
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[7 + 3 * config.fp8:]
-        self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads = k.arguments[:7]
+        self.extras = k.arguments[8 + 3 * config.fp8:]
+        self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
+        self.group = k.as_index(group)
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -117,7 +121,7 @@ class _HopperAttention(OnlineSoftmax):
         stepped = variant is not None and variant.score is not None
         self.scale = k.constant((1 if stepped else LOG2E) / math.sqrt(self.d), "f32")
         if config.fp8:  # S's scale times the descales of Q and K; O's, V's
-            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[7:10])
+            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[8:11])
             self.scale = arith.mulf(self.scale, arith.mulf(q_scale, k_scale))
         self.score_scale, self.scale = (self.scale, k.constant(LOG2E, "f32")) if stepped else (None, self.scale)
         self.negative_infinity = k.constant(float("-inf"), "f32")
@@ -140,7 +144,8 @@ class _HopperAttention(OnlineSoftmax):
             item = self.order.walked(first, j) if config.persistent else first
             self.head, query_tile = self.order.of_block(item)
             self.q0 = query_tile * config.rows
-            self.head_row = self.head * k.as_index(self.seq)  # the head's first row of the 2-D maps
+            self.head_row = self.head * k.as_index(self.seq)  # the head's first row of Q's 2-D map
+            self.kv_row = self.head // self.group * k.as_index(self.seq)  # its K/V head's of K's and V's
             self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
             self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(
                 k, self.seq, config.keys, self.q0, rows=config.rows, causal=config.causal)
@@ -226,7 +231,7 @@ class _HopperAttention(OnlineSoftmax):
         the transposer is done with that)."""
         ring, index = self.ring, self.kv(tile)
         self.pipeline.acquire(index)
-        row = self.head_row + self.key_tile_at(tile) * self.config.keys
+        row = self.kv_row + self.key_tile_at(tile) * self.config.keys
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 0), layout=self.tiles["k"], tensor_map=self.k_map,
                         row=row)

@@ -58,7 +58,7 @@ def run_and_check(ptx: str, config: HopperAttentionConfig, *, batch: int = 1, he
                                        store=True))
         module = runtime.load_ptx(ptx, name=KERNEL)
         grid = config.grid(batch * heads, seq, sms or runtime.device.properties.multiprocessor_count)
-        module.launch(KERNEL, maps + [int(buffers[4].handle)] + [seq, batch * heads]
+        module.launch(KERNEL, maps + [int(buffers[4].handle)] + [seq, batch * heads, 1]
                       + [int(x.handle) for x in buffers[5:]],
                       grid=grid, block=config.threads, shared_bytes=config.shared_bytes)
         o, lse = runtime.to_host(buffers[3], o), runtime.to_host(buffers[4], lse)
