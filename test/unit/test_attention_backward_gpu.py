@@ -118,3 +118,17 @@ def test_grouped_query_attention_reads_each_kv_head_for_its_group():
         if o_error > 2 ** -6 + 2 ** -7 or lse_error > 1e-3:
             failures.append(((batch, heads, kv_heads, seq, d, causal), o_error, lse_error))
     assert not failures, failures[:10]
+
+
+def test_empty_batches_and_unsupported_head_dims_are_said_at_the_call():
+    """Batch 0 gives empty gradients (as torch's); d 256 (forward only) says so in one line at the backward."""
+    from mlir_tile.kernels import attention
+
+    q, k, v = (torch.randn(0, 2, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    o, _ = attention(q, k, v)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    q, k, v = (torch.randn(1, 1, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    o, _ = attention(q, k, v)
+    with pytest.raises(ValueError, match="head dim 64 or 128"):
+        o.sum().backward()

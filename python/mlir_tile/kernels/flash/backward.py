@@ -62,6 +62,8 @@ class HopperAttentionBackward:
         kv_heads = k.shape[1]
         if d not in BACKWARD_HEAD_DIMS:
             raise ValueError(f"attention backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, got {d}")
+        if q.numel() == 0 or k.numel() == 0:  # (no rows: nothing to launch)
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         q, k, v, o, grad = (_on_16_bytes(x) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
         config = BackwardConfig(d, bool(causal), element)

@@ -397,6 +397,9 @@ class _Backward:
     def add_dq(self, step) -> None:
         """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
         then added into dQaccum's rows of the query block by TMA reductions."""
+        from mlir import ir
+        from mlir.dialects import vector
+
         k, config = self.k, self.config
         thread = self.consumer_thread()
         first = k.index(config.dq_offset) + self.consumer * (config.rows * config.dq_columns * 4)
@@ -404,9 +407,15 @@ class _Backward:
             k.tma_store_wait(0)
         self.barriers.meet_own(self.consumer)
         part = self.operand(first, "dq", config.rows * config.dq_columns, "f32")
-        for slot in range(config.dq_columns // 2):
+        pairs = ir.VectorType.get([2], ir.F32Type.get())
+        columns, halves = column_steps(self.dq_atom), row_halves(self.dq_atom)
+        if any(columns[s + 1] != columns[s] + 1 or halves[s + 1] != halves[s] for s in range(0, len(columns), 2)):
+            raise ValueError(f"attention backward: {self.dq_atom.name}'s slots 2i and 2i + 1 are not one row's two "
+                             f"columns side by side")
+        for slot in range(0, config.dq_columns // 2, 2):  # (the store's 8 bytes proven aligned on the tile)
             row, column = self.dq_acc.coordinate(slot)
-            part[row, column] = k.load(self.dq_acc.registers, [slot])
+            pair = vector.from_elements(pairs, [k.load(self.dq_acc.registers, [slot + i]) for i in range(2)])
+            k.store_vector(pair, part.memory, [part.offset((row, column))])
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
         head, q0 = self.block_of(step)
