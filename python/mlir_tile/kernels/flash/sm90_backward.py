@@ -382,7 +382,7 @@ class _Backward:
         packed = band.registers()
         band.pack(packed, self.dp_acc.registers, config.rows, lambda slot, x: x)
         self.barriers.meet_all()  # (the previous block's dQ products have read the tile)
-        band.write(packed, self.shared, k.index(config.ds_offset) + self.consumer * (64 * config.rows * 2))
+        band.write(packed, self.shared, k.index(config.ds_offset) + self.consumer * (2 * self.tiles["ds_a"].offset(0, 64)))
         k.async_proxy_fence()
         self.barriers.meet_all()
         multiplies = config.head_dim // config.dq_columns  # (consumers with a share of dQ's columns)
@@ -435,7 +435,7 @@ class _Backward:
         self.barriers.meet_all()
         band = AccumulatorBand(k, self.tiles["out_band"], config.element)
         softmax_scale = k.constant(1 / math.sqrt(self.d), "f32")
-        band_bytes = 64 * self.d * 2
+        band_bytes = 2 * self.tiles["kv"].offset(64, 0)  # (consumer c's 64 rows of K's tile: as its boxes lie)
         firsts = []
         for part, (accumulators, scaled) in enumerate(((self.dk_acc, True), (self.dv_acc, False))):
             packed = band.registers()

@@ -49,6 +49,14 @@ def emulate(config: BackwardConfig, seq: int = 150, heads: int = 2, kv_heads: in
     return worst
 
 
+def _boxed_tile(rows: int, columns: int):
+    """A rows x columns 16-bit tile as TMA loads it in boxes of rows x 64 columns side by side: element (r, c) at
+    c // 64 boxes of rows x 64 in, r x 64 + c % 64 within (before the swizzle, which keeps a row's bytes)."""
+    from mlir_tile.algebra.layout import Layout
+
+    return Layout((rows, (BOX_COLUMNS, columns // BOX_COLUMNS)), (BOX_COLUMNS, (1, rows * BOX_COLUMNS)))
+
+
 def _rows(matrix: np.ndarray, first: int, count: int) -> np.ndarray:
     """`count` rows of a 2-D map's matrix from `first`, zeros past its end (TMA's fill)."""
     out = np.zeros((count, matrix.shape[1]), matrix.dtype)
@@ -156,11 +164,12 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
                 for offset, column, box in boxes_at(layouts["dq"], 32, FLOAT_BOX_COLUMNS):
                     read = tma_box_read(shared, 128, box.rows, 4 * box.columns, first + 4 * offset).view(np.float32)
                     dq_sums[head, q0:q0 + rows, consumer * share + column:][:, :box.columns] += read
+    whole = _boxed_tile(KEYS, d)  # (K's and V's tiles as TMA's boxes lie, independent of the kernel's)
     for part, (accumulators, scaled) in enumerate(((dk_acc, True), (dv_acc, False))):
         for consumer in range(2):
             values = accumulators[consumer] / (math.sqrt(d) if scaled else 1.0)
             words = _stmatrix(layouts["out_band"], values, element).view(np.uint8)
-            band_at = part * config.kv_bytes + consumer * 64 * d * 2
+            band_at = part * config.kv_bytes + 2 * whole.offset(64 * consumer, 0)  # (the band's first element)
             shared[band_at:band_at + words.size] = words
             for offset, column, box in boxes_at(layouts["out"], 16, BOX_COLUMNS):
                 read = tma_box_read(shared, 128, box.rows, 2 * box.columns, band_at + 2 * offset)
