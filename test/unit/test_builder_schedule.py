@@ -318,35 +318,6 @@ def test_a_tile_wider_than_a_box_is_stored_box_by_box_at_its_columns(filecheck):
     """)
 
 
-def test_fp32_sums_are_added_into_global_memory_by_a_bulk_reduction(filecheck):
-    """`Kernel.bulk_reduce_add`: 4 KB of f32 shared memory added into a global array from element 1024 on by one
-    untyped `cp.reduce.async.bulk ... .add.f32` of 4096 bytes (a bulk group); refused: 16-bit elements, a size not
-    of 16-byte chunks, a start not proven on 16 bytes (shared or global)."""
-    from mlir import ir
-
-    from mlir_tile.builder import BuilderError, Global, Kernel
-    from mlir_tile.compiler.compile import compile_to_ptx
-
-    with Kernel("k", [Global("f32"), Global("bf16"), "index"], block=(128, 1, 1), chip="sm_90a",
-                context=ir.Context()) as k:
-        sums, halves, anywhere = k.arguments
-        shared = k.dynamic_shared(alignment=1024)
-        k.bulk_reduce_add(k.view(shared, (1024,), "f32", 4096), sums, 1024)
-        k.tma_store_wait(0)
-        for src, dst, at, message in (
-                (k.view(shared, (1024,), "f32", 0), halves, 0, r"\[bulk-reduce-element\] .* dst is a 1-D f32"),
-                (k.view(shared, (1022,), "f32", 0), sums, 0, r"\[bulk-reduce-size\]"),
-                (k.view(shared, (1024,), "f32", 8), sums, 0, r"\[bulk-reduce-alignment\] .* src's start"),
-                (k.view(shared, (1024,), "f32", 0), sums, anywhere, r"\[bulk-reduce-alignment\] .* dst's element")):
-            with pytest.raises(BuilderError, match=message):
-                k.bulk_reduce_add(src, dst, at)
-    filecheck(compile_to_ptx(k.module), """
-    CHECK: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], 4096;
-    CHECK: cp.async.bulk.commit_group;
-    CHECK: cp.async.bulk.wait_group.read 0;
-    """)
-
-
 def test_an_fp32_tile_is_added_into_its_box_by_a_tma_reduction(filecheck):
     """`Kernel.tma_reduce_add`: an fp32 tile of 64 rows by 32 columns (128-byte rows, swizzled) added into the
     box at (row 64, column 32) of the map's matrix by one `cp.reduce.async.bulk.tensor ... .add` (a bulk group, as

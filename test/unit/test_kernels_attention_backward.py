@@ -18,20 +18,6 @@ def _ptx(config: BackwardConfig) -> str:
     return shared_ptx(str(config), lambda: sm90_backward.build_module(config))
 
 
-def test_dqs_chunk_order_is_the_isas_accumulator_fragment():
-    """`dq_order` (from the atom's layout) places each (row, column) where thread t's slot s lies by the PTX ISA's
-    fragment (written out in `reference.wgmma_accumulator_position`): at 4 (128 (s / 4) + t) + s % 4."""
-    from mlir_tile.models.reference import wgmma_accumulator_position
-
-    for d in (64, 128):
-        config = BackwardConfig(d)
-        order = sm90_backward.dq_order(config)
-        for thread in range(128):
-            for slot in range(config.dq_columns // 2):
-                row, column = wgmma_accumulator_position(thread, slot)
-                assert order[row * config.dq_columns + column] == 4 * (128 * (slot // 4) + thread) + slot % 4
-
-
 def test_the_ds_tile_stmatrix_writes_is_dqs_a_read_mn_major():
     """Element (key, query) of dS^T where the consumers' stmatrix bands put it (`stored_tile`'s "c") is where dQ's
     A reads (query, key), and K's element (key, column) is where dQ's B of consumer c reads (column - c x its
@@ -56,11 +42,10 @@ def test_the_ds_tile_stmatrix_writes_is_dqs_a_read_mn_major():
                     assert layouts["kv"](key, whole).offset // 64 == unswizzled // 64
 
 
-def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_a_bulk_reduction(filecheck):
+def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_reductions(filecheck):
     """d 64, causal: the producer lowers its registers and loads K, V, then Q, dO and their rows' statistics by TMA; a consumer issues S^T
     and dP^T from shared memory (m64n64, descriptors for both operands), the exp2s, dV and dK with A in registers,
-    stmatrix of dS^T, dQ from shared memory, its sums by 16-byte stores in the accumulators' order and one bulk
-    reduction of the chunk (16 KB) into dQaccum, and dK and dV by 3-D stores."""
+    stmatrix of dS^T, dQ from shared memory, the fp32 reductions into dQaccum, and dK and dV by 3-D stores."""
     config = BackwardConfig(64, True, "bf16")
     ptx = _ptx(config)
     filecheck(ptx, """
@@ -70,8 +55,7 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_a_bu
     CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{.*}}}, {{{.*}}}, %rd{{[0-9]+}}
     CHECK: stmatrix.sync.aligned
     CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
-    CHECK-COUNT-8: st.shared.v4.b32 {{\\s*}}[%rd{{[0-9]+}}+{{[0-9]+}}]
-    CHECK: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd{{[0-9]+}}], [%r{{[0-9]+}}], 16384;
+    CHECK: cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group
     CHECK: cp.async.bulk.tensor.3d.global.shared::cta
     """)
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
@@ -81,7 +65,7 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_a_bu
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, (\{|%rd)", ptx)
     # S^T and dP^T over d (4 k16 steps each), dQ over 128 keys (8): from shared; dV and dK over 64 queries (4 each)
     assert issued.count("%rd") == 2 * 64 // 16 + 128 // 16 and issued.count("{") == 2 * 64 // 16
-    assert ptx.count("cp.reduce.async.bulk") == 1 and "cp.reduce.async.bulk.tensor" not in ptx
+    assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 32  # dQ's two fp32 boxes of 32 columns
     assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4 + 2 * 2 * 64 * 4
 
 

@@ -277,38 +277,6 @@ class Copies:
         nvvm.cp_async_bulk_commit_group()
         return box
 
-    def bulk_reduce_add(self, src: ir.Value, dst: ir.Value, at) -> None:
-        """`cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`: the whole f32 shared view `src` (bytes a
-        multiple of 16, its start proven on 16 bytes) added element by element into global `dst` from element `at`
-        on (its address proven on 16 bytes), each addition atomic (several CTAs may add into one range, in no
-        order), the bytes as they lie: no box, no swizzle (FlashAttention-3's dQ in the accumulators' own order).
-        Committed as one bulk group, as a TMA store (`tma_store_wait` before `src` is written again); one thread
-        issues it, after the writers' `async_proxy_fence` and a barrier. [bulk-reduce-*] names what is refused."""
-        self._require("bulk_reduce_add", "nvvm.cp.async.bulk.wait_group")
-        for value, space, name in ((src, "shared", "src"), (dst, "global", "dst")):
-            kind = ir.MemRefType(memref_value(value, f"bulk_reduce_add {name}", space).type)
-            if kind.element_type != ir.F32Type.get() or kind.rank != 1:
-                raise BuilderError(f"[bulk-reduce-element] bulk_reduce_add: {name} is a 1-D f32 memref (the sums of "
-                                   f"fp32 partials), got {kind}")
-        elements = ir.MemRefType(src.type).shape[0]
-        if elements == ir.ShapedType.get_dynamic_size() or elements * 4 % 16:
-            raise BuilderError(f"[bulk-reduce-size] bulk_reduce_add: src's bytes are a static multiple of 16, got "
-                               f"{src.type}")
-        at = self.as_index(at)
-        for value, index, name in ((src, self.index(0), "src's start"), (dst, at, "dst's element at")):
-            proven = access_alignment(value, [index])
-            if proven is None or proven < 16:
-                raise BuilderError(f"[bulk-reduce-alignment] bulk_reduce_add: {name} must lie on 16 bytes, but "
-                                   f"{proven or 'no alignment'} {'bytes are' if proven else 'is'} proven")
-        i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
-        source = arith.trunci(i32, arith.index_cast(i64, memref.extract_aligned_pointer_as_index(src)))
-        base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(dst))
-        target = arith.addi(base, arith.index_cast(i64, arith.muli(at, self.index(4))))
-        llvm.inline_asm(ir.Type.parse("!llvm.void"), [target, source, self.constant(elements * 4)],
-                        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;", "l,r,n",
-                        has_side_effects=True)
-        nvvm.cp_async_bulk_commit_group()
-
     def tma_store_wait(self, pending: int = 0) -> None:
         """`cp.async.bulk.wait_group.read pending`: this thread's TMA stores but the newest `pending` have read
         their tiles (the tiles may be written again; the global writes go on)."""

@@ -15,7 +15,7 @@ from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import sm90_backward
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
-from mlir_tile.runtime import POINTER, TENSOR_MAP
+from mlir_tile.runtime import TENSOR_MAP
 
 ELEMENTS = ("f16", "bf16")
 
@@ -77,14 +77,12 @@ class HopperAttentionBackward:
         torch.sum(grad.float() * o.float(), -1, out=delta.view(batch, heads, seq))
         if grad_lse is not None:
             delta -= grad_lse.float().reshape(batch * heads, seq)
-        blocks, parts = padded // config.rows, d // config.dq_columns
-        dq_sums = torch.zeros(batch * heads, blocks, parts, config.dq_chunk, dtype=torch.float32, device=q.device)
+        dq_sums = torch.zeros(batch * heads, padded, d, dtype=torch.float32, device=q.device)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-             statistics[0].data_ptr(), statistics[1].data_ptr(), dq_sums.data_ptr())
-        in_rows = dq_sums[..., plan.ordered_on(q.device)].view(batch * heads, blocks, parts, config.rows, config.dq_columns)
-        dq = in_rows.transpose(2, 3).reshape(batch * heads, padded, d)[:, :seq] * (1 / math.sqrt(d))
-        return dq.to(q.dtype).view(q.shape), dk, dv
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
+             dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr())
+        dq = (dq_sums[:, :seq] * (1 / math.sqrt(d))).to(q.dtype).view(q.shape)
+        return dq, dk, dv
 
     def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int):
         """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads)."""
@@ -92,33 +90,22 @@ class HopperAttentionBackward:
         box, d = sm90_backward.boxes(config), config.head_dim
         maps = [MapOperand(self.maps, ((heads if name in ("q", "do") else kv_heads) * seq, d), 2 * d, box[name])
                 for name in ("q", "k", "v", "do")]
+        maps.append(MapOperand(self.maps, (heads * config.padded(seq), d), 4 * d, box["dq"], store=True, floats=True))
         maps += [MapOperand(self.maps, (kv_heads, seq, d), 2 * d, box[name], 2 * seq * d, store=True)
                  for name in ("dk", "dv")]
         maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
                  for name in ("lse", "delta")]
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 8 + [POINTER, seq, heads, heads // kv_heads],
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads],
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
-        return _BackwardPlan(launch, maps, sm90_backward.dq_order(config))
+        return _BackwardPlan(launch, maps)
 
 
 class _BackwardPlan:
-    """One shape's launch: the tensor maps (`MapOperand`s) of q, k, v, dO, dK, dV and the statistics, then
-    dQaccum's address; `dq_order` (a tensor on the device) reads its chunks back in rows."""
-
-    def __init__(self, launch, maps: list, dq_order):
-        self.launch, self.maps, self.order, self.dq_order = launch, maps, dq_order, None
-
-    def ordered_on(self, device):
-        """`dq_order` as a tensor on `device` (made on the first call)."""
-        import torch
-
-        if self.dq_order is None:
-            self.dq_order = torch.as_tensor(self.order, device=device)
-        return self.dq_order
+    def __init__(self, launch, maps: list):
+        self.launch, self.maps = launch, maps
 
     def __call__(self, stream: int, *addresses: int) -> None:
-        *mapped, dq_sums = addresses
-        self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, mapped)), dq_sums)
+        self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, addresses)))
 
 
 def _on_16_bytes(x):

@@ -17,22 +17,21 @@ head, whose dK and dV sums are the CTA's registers across all of them). Per quer
 - dS^T written by stmatrix as its 64-row band of a [keys, rows] tile, which is, element for element, the A
   [K, M] tile of dQ = dS K read MN-major (`kernels.common.stored_tile`; the GEMM's `a_major` "km"); once both
   bands are in (named barrier), consumer c multiplies its share of dQ's columns over all 128 keys (K read
-  MN-major), writes the fp32 sums into its chunk of shared memory in the accumulators' own order (16-byte stores
-  at constant steps, FlashAttention-3's), and its first thread adds the chunk into dQaccum's by one bulk
-  reduction (`Kernel.bulk_reduce_add`: atomic per element; the CTAs of other key blocks add into the same chunk
-  in no order; the launch reads the chunks back in rows, `dq_order`).
+  MN-major), writes the fp32 sums into its part of an fp32 tile, and its first thread adds the tile into dQaccum
+  by TMA reductions (`Kernel.tma_reduce_add`: atomic per element; the CTAs of other key blocks add into the
+  same rows in no order).
 
 The epilogue writes dK (times the softmax scale) and dV by stmatrix over the K and V tiles and stores them by TMA
 through 3-D maps, which stop at the head's last row.
 
-Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dk_map, dv_map, lse_map, delta_map, dq_sums,
+Kernel parameters: `attention_backward(q_map, k_map, v_map, do_map, dq_map, dk_map, dv_map, lse_map, delta_map,
 seq, batch_heads, group)`: Q and dO 2-D over [batch * heads * seq, d] and K and V over [batch * kv_heads * seq, d]
-(16-bit; heads = kv_heads x group), dK's and dV's 3-D over [batch * kv_heads, seq, d]; the caller's
-preprocessing's LSE log2(e) (the forward's natural-log LSE times log2(e), +inf past the sequence) and D (0 past
-it), 2-D over [batch * heads, padded] f32 (`padded`: seq rounded up to the query block; unswizzled boxes of a
-block's row); dQaccum, f32 [batch * heads, padded / rows, d / dq_columns, dq_chunk] zeroed by the caller (chunks
-in the accumulators' order, dQ = the sums times the scale); seq, batch x heads and the group (64-bit). Grid
-`BackwardConfig.grid` (of batch x kv_heads), block `threads`, `shared_bytes`.
+(16-bit; heads = kv_heads x group), dQaccum's 2-D over [batch * heads * padded, d] f32 (`padded`: seq rounded up
+to the query block, zeroed by the caller, dQ = its rows times the scale), dK's and dV's 3-D over [batch * kv_heads,
+seq, d]; the caller's preprocessing's LSE log2(e) (the forward's natural-log LSE times log2(e), +inf past the
+sequence) and D (0 past it), 2-D over [batch * heads, padded] f32 (unswizzled boxes of a block's row); seq, batch
+x heads and the group (64-bit). Grid `BackwardConfig.grid` (of batch x kv_heads), block `threads`,
+`shared_bytes`.
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 KERNEL = "attention_backward"
 BACKWARD_HEAD_DIMS = (64, 128)  # (d 256's dK and dV alone would fill a consumer's registers)
 KEYS = 128  # a CTA's keys: 64 a consumer
-BOX_COLUMNS = 64  # 128 bytes of 16-bit elements
+BOX_COLUMNS, FLOAT_BOX_COLUMNS = 64, 32  # 128 bytes of 16-bit and of fp32 elements
 PRODUCER_REGISTERS = 24
 
 
@@ -98,12 +97,7 @@ class BackwardConfig:
         return 2 * self.kv_bytes + 2 * self.stages * self.block_bytes
 
     @property
-    def dq_chunk(self) -> int:
-        """A consumer's dQ sums of a query block, fp32 elements: rows x dq_columns, in the accumulators' order."""
-        return self.rows * self.dq_columns
-
-    @property
-    def dq_offset(self) -> int:  # the consumers' dQ chunks (rows x d fp32 in all)
+    def dq_offset(self) -> int:  # dQ's fp32 [rows, d] tile
         return self.ds_offset + KEYS * self.rows * 2
 
     @property
@@ -153,8 +147,8 @@ def _mn_major(boxed):
 def tiles(config: BackwardConfig) -> dict:
     """The shared tiles' layouts in elements: K and V ([keys, d], A of S^T and dP^T), Q and dO ([rows, d]: N x K
     of S^T and dP^T, "q_mn" their MN-major K x N of dK and dV), dS^T ([keys, rows] as stmatrix writes C:
-    `stored_tile`, and "ds_a" the A [K, M] of dQ over it), "k_dq" K's dq_columns as dQ's MN-major B, dK's and
-    dV's bands ("out", "out_band": `stored_tile`), a block's row of a statistic."""
+    `stored_tile`, and "ds_a" the A [K, M] of dQ over it), "k_dq" K's dq_columns as dQ's MN-major B, dQ's fp32
+    part of a consumer ("dq", [rows, dq_columns]), dK's and dV's bands ("out", "out_band": `stored_tile`)."""
     from mlir_tile.algebra.layout import Layout
 
     d, rows = config.head_dim, config.rows
@@ -162,7 +156,8 @@ def tiles(config: BackwardConfig) -> dict:
     ds, out = stored_tile(KEYS, rows, BOX_COLUMNS), stored_tile(KEYS, d, BOX_COLUMNS)
     band = _band(out["c"])
     return {"kv": kv, "q": block, "q_mn": _mn_major(block), "ds_band": ds["c_band"], "ds_a": _mn_major(ds["c"]),
-            "k_dq": _mn_major(_boxed(KEYS, config.dq_columns)), "out": band, "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
+            "k_dq": _mn_major(_boxed(KEYS, config.dq_columns)), "dq": _boxed(rows, config.dq_columns, 32),
+            "out": band, "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
 
 
 def _band(tile):
@@ -173,40 +168,24 @@ def _band(tile):
 
 @functools.lru_cache(maxsize=None)
 def boxes(config: BackwardConfig) -> dict:
-    """The TMA box of each tensor map: Q's and dO's a query block's, K's and V's the CTA's keys, dK's and dV's a
-    consumer's band, the statistics' a block's row (unswizzled)."""
+    """The TMA box of each tensor map: Q's and dO's a query block's, K's and V's the CTA's keys, dQaccum's a box
+    of the fp32 tile, dK's and dV's a consumer's band."""
     from mlir_tile.isa.tma import Box, boxes_at
 
     layouts = tiles(config)
     first = {name: boxes_at(layouts[tile], bits, columns)[0][2] for name, tile, bits, columns in (
-        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dk", "out", 16, BOX_COLUMNS))}
+        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, FLOAT_BOX_COLUMNS),
+        ("dk", "out", 16, BOX_COLUMNS))}
     statistic = Box(1, config.rows, 32, 0)
-    return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dk": first["dk"],
-            "dv": first["dk"], "lse": statistic, "delta": statistic}
-
-
-def dq_order(config: BackwardConfig):
-    """Where a consumer's dQ chunk holds each of its rows x dq_columns sums: order[row * dq_columns + column] is
-    the element of the chunk, which lays thread t's accumulator slots 4 j .. 4 j + 3 at 4 (j x 128 + t) (16-byte
-    stores, a warp's 512 bytes side by side), each slot's (row, column) from the atom's accumulator layout."""
-    import numpy as np
-
-    from mlir_tile.isa.atoms import wgmma
-
-    atom = wgmma(config.dq_columns, config.element)
-    order = np.zeros(config.dq_chunk, np.int64)
-    for thread in range(128):
-        for slot in range(config.dq_columns // 2):
-            row, column = atom.c.rows.offset(thread, slot), atom.c.columns.offset(thread, slot)
-            order[row * config.dq_columns + column] = 4 * (slot // 4 * 128 + thread) + slot % 4
-    return order
+    return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dq": first["dq"],
+            "dk": first["dk"], "dv": first["dk"], "lse": statistic, "delta": statistic}
 
 
 def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
-    from mlir_tile.builder import Global, Kernel, TensorMap
+    from mlir_tile.builder import Kernel, TensorMap
 
-    with Kernel(KERNEL, [TensorMap()] * 8 + [Global("f32"), "index", "index", "index"],
+    with Kernel(KERNEL, [TensorMap()] * 9 + ["index", "index", "index"],
                 block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
                 context=context) as k:
         _Backward(k, config).build()
@@ -219,8 +198,8 @@ class _Backward:
         from mlir_tile.isa.atoms import wgmma
 
         self.k, self.config, self.d = k, config, config.head_dim
-        (self.q_map, self.k_map, self.v_map, self.do_map, self.dk_map, self.dv_map, self.lse_map, self.delta_map,
-         self.dq_sums, self.seq, _, group) = k.arguments
+        (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
+         self.delta_map, self.seq, _, group) = k.arguments
         self.tiles = tiles(config)
         self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
         self.dq_atom = wgmma(config.dq_columns, config.element)
@@ -416,30 +395,34 @@ class _Backward:
             self.add_dq(step)
 
     def add_dq(self, step) -> None:
-        """This consumer's dQ sums into its chunk of shared memory in the accumulators' order (`dq_order`: 16-byte
-        stores at constant steps from the thread's first; once its previous reduction has read the chunk), then
-        added into dQaccum's chunk of the (query head, block, consumer) by one bulk reduction."""
+        """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
+        then added into dQaccum's rows of the query block by TMA reductions."""
         from mlir import ir
         from mlir.dialects import vector
 
         k, config = self.k, self.config
         thread = self.consumer_thread()
+        first = k.index(config.dq_offset) + self.consumer * (config.rows * config.dq_columns * 4)
         with k.if_(k.compare("eq", thread, 0)):
             k.tma_store_wait(0)
         self.barriers.meet_own(self.consumer)
-        chunk = k.view(self.shared, (config.dq_chunk,), "f32",
-                       k.index(config.dq_offset) + self.consumer * (config.dq_chunk * 4))
-        quads, first = ir.VectorType.get([4], ir.F32Type.get()), thread * 4
-        for step4 in range(config.dq_columns // 8):
-            values = [k.load(self.dq_acc.registers, [4 * step4 + i]) for i in range(4)]
-            k.store_vector(vector.from_elements(quads, values), chunk, [first + step4 * 512])
+        part = self.operand(first, "dq", config.rows * config.dq_columns, "f32")
+        pairs = ir.VectorType.get([2], ir.F32Type.get())
+        columns, halves = column_steps(self.dq_atom), row_halves(self.dq_atom)
+        if any(columns[s + 1] != columns[s] + 1 or halves[s + 1] != halves[s] for s in range(0, len(columns), 2)):
+            raise ValueError(f"attention backward: {self.dq_atom.name}'s slots 2i and 2i + 1 are not one row's two "
+                             f"columns side by side")
+        for slot in range(0, config.dq_columns // 2, 2):  # (the store's 8 bytes proven aligned on the tile)
+            row, column = self.dq_acc.coordinate(slot)
+            pair = vector.from_elements(pairs, [k.load(self.dq_acc.registers, [slot + i]) for i in range(2)])
+            k.store_vector(pair, part.memory, [part.offset((row, column))])
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
         head, q0 = self.block_of(step)
-        parts = config.head_dim // config.dq_columns
-        at = ((head * (self.padded // config.rows) + q0 // config.rows) * parts + self.consumer) * config.dq_chunk
+        row = head * self.padded + q0
         with k.if_(k.compare("eq", thread, 0)):
-            k.bulk_reduce_add(chunk, self.dq_sums, at)
+            for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
+                k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
 
     def epilogue(self) -> None:
         """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once

@@ -2,8 +2,7 @@
 kernel runs it: TMA's box writes of K, V, Q, dO and the statistics rows into the CTA's shared bytes, wgmma's
 operand fetches through the descriptors the kernel issues (`wgmma.descriptor_for` of its tiles) by the ISA's
 model, P^T and dS^T as the kernel computes them, dS^T written by stmatrix's model and read back as dQ's A, dQ's
-fp32 sums laid in the accumulators' order by the ISA's fragment and added chunk by chunk, read back in rows as
-the launch does (`dq_order`, from the atom's layout), dK and dV written by stmatrix and stored by the TMA
+fp32 tile read by the TMA reductions' box reads and added, dK and dV written by stmatrix and stored by the TMA
 stores' model (rows past the head clipped): dQ, dK, dV against `reference.reference_backward` (numpy, fp32).
 The pipelines' barriers are not modelled: the GPU test checks those (test_attention_backward_gpu.py)."""
 from __future__ import annotations
@@ -13,7 +12,7 @@ import math
 import numpy as np
 
 from mlir_tile.kernels.common import LOG2E
-from mlir_tile.kernels.flash.sm90_backward import BOX_COLUMNS, KEYS, BackwardConfig, dq_order, tiles
+from mlir_tile.kernels.flash.sm90_backward import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KEYS, BackwardConfig, tiles)
 from mlir_tile.tiling.tiled import packed_slot
 
 
@@ -36,15 +35,12 @@ def emulate(config: BackwardConfig, seq: int = 150, heads: int = 2, kv_heads: in
     statistics = np.zeros((2, heads, padded), np.float32)
     statistics[0] = np.inf
     statistics[0, :, :seq], statistics[1, :, :seq] = lse * np.float32(LOG2E), (values[3] * o).sum(-1)
-    parts = d // config.dq_columns
-    dq_sums = np.zeros((heads, padded // config.rows, parts, config.dq_chunk), np.float32)  # (chunks as the kernel's)
+    dq_sums = np.zeros((heads, padded, d), np.float32)
     dk, dv = (np.zeros((kv_heads, seq, d * 2), np.uint8) for _ in range(2))  # (bytes, as the 3-D stores write)
     for kv_head in range(kv_heads):
         for n0 in range(0, seq, KEYS):
             _cta(config, kv_head, n0, seq, group, (q, k, v, grad), statistics, dq_sums, (dk, dv))
-    rows, share = config.rows, config.dq_columns  # (the launch's postprocessing: each chunk back into rows)
-    in_rows = dq_sums[..., dq_order(config)].reshape(heads, padded // rows, parts, rows, share)
-    dq = in_rows.transpose(0, 1, 3, 2, 4).reshape(heads, padded, d)[:, :seq] / np.float32(math.sqrt(d))
+    dq = dq_sums[:, :seq] / np.float32(math.sqrt(d))
     expected = reference_backward(values[0], *repeated, values[3], config.causal)
     got = [dq] + [decode(x.view(np.uint16), element).reshape(kv_heads, seq, d) for x in (dk, dv)]
     expected = [expected[0]] + [x.reshape(kv_heads, group, seq, d).sum(1) for x in expected[1:]]
@@ -116,7 +112,7 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
     """One CTA: K/V head `kv_head`'s keys n0 .. n0 + 127, its group's query blocks in turn."""
     from mlir_tile.isa.halves import decode, encode
     from mlir_tile.isa.tma import boxes_at
-    from mlir_tile.models.reference import tma_box_read, tma_box_store, tma_box_write, wgmma_accumulator_position
+    from mlir_tile.models.reference import tma_box_read, tma_box_store, tma_box_write
 
     q, k, v, grad = (x.reshape(-1, x.shape[-1]) for x in inputs)  # the 2-D maps' matrices
     d, element, rows, layouts = config.head_dim, config.element, config.rows, tiles(config)
@@ -160,11 +156,14 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
             for consumer in range(d // share):
                 k_part = consumer * KEYS * share * 2
                 dq = fetch("ds_a", config.ds_offset, rows, 0, KEYS) @ fetch("k_dq", k_part, share, 0, KEYS).T
-                chunk = np.zeros(config.dq_chunk, np.float32)  # (thread t's slots 4 j .. 4 j + 3 at 4 (128 j + t))
-                for thread in range(128):
-                    for slot in range(share // 2):
-                        chunk[4 * (slot // 4 * 128 + thread) + slot % 4] = dq[wgmma_accumulator_position(thread, slot)]
-                dq_sums[head, block, consumer] += chunk
+                first = config.dq_offset + consumer * rows * share * 4
+                floats = shared[first:first + rows * share * 4].view(np.float32)
+                for row in range(rows):
+                    for column in range(share):
+                        floats[layouts["dq"].offset(row, column)] = dq[row, column]
+                for offset, column, box in boxes_at(layouts["dq"], 32, FLOAT_BOX_COLUMNS):
+                    read = tma_box_read(shared, 128, box.rows, 4 * box.columns, first + 4 * offset).view(np.float32)
+                    dq_sums[head, q0:q0 + rows, consumer * share + column:][:, :box.columns] += read
     whole = _boxed_tile(KEYS, d)  # (K's and V's tiles as TMA's boxes lie, independent of the kernel's)
     for part, (accumulators, scaled) in enumerate(((dk_acc, True), (dv_acc, False))):
         for consumer in range(2):
