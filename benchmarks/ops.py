@@ -6,6 +6,7 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
                                          # wall time a call, host time a call, the time a call in a CUDA
                                          # graph (the GPU's alone), the share of HBM bandwidth
     python3 benchmarks/ops.py OUT train  # OUT/ops_train.json: a linear layer's training step, ours and torch's
+    python3 benchmarks/ops.py OUT backward  # OUT/ops_backward.json: attention's backward beside cuDNN's and FA2's
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.launch.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
@@ -111,6 +112,43 @@ def train(out: Path) -> int:
     return 0
 
 
+BACKWARD = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 16, 2048, 64, True)]  # batch, heads, seq, d
+
+
+def backward(out: Path) -> int:
+    """Attention's backward (bf16) as a training step runs it: ours (the launcher beneath the operator's autograd
+    formula, `flash.backward`, with its torch pre- and postprocessing, given O and the log-sum-exp) against
+    torch.autograd.grad through SDPA with cuDNN's and FlashAttention-2's backend (their preprocessing included),
+    TFLOP/s counting the backward as 2.5x the forward's work, halved for causal."""
+    from mlir_tile.kernels import attention, ops
+
+    results = []
+    for batch, heads, seq, d, causal in BACKWARD:
+        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        grad = torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.bfloat16)
+        o, lse = (x.detach() for x in attention(q, k, v, causal=causal))
+        gradients = ops.kernels_on(q.device).attention_backward
+
+        def sdpa(backend):
+            with sdpa_kernel(backend):
+                o_torch = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return lambda: torch.autograd.grad(o_torch, (q, k, v), grad, retain_graph=True)
+
+        calls = {"ours": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal),
+                 "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)}
+        seconds, sampled = sustained_interleaved(calls)
+        flop = 2.5 * 4 * batch * heads * seq * seq * d / (2 if causal else 1)
+        rates = {who: round(flop / t / 1e12, 1) for who, t in seconds.items()}
+        row = {"case": f"attention backward {batch}x{heads}x{seq}x{d}{' causal' if causal else ''}",
+               "TFLOP/s": rates, "ours vs": {who: round(rates["ours"] / r, 3) for who, r in rates.items() if who != "ours"},
+               **sampled}
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    _write(out / "ops_backward.json", {"cases": results})
+    return 0
+
+
 def copy_bandwidth() -> dict:
     """Bytes a second a device-to-device copy of 1 GiB moves (read and written), timed as the cases are."""
     source = torch.empty(2 ** 29, device="cuda", dtype=torch.bfloat16)
@@ -199,4 +237,5 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit({"small": small, "train": train}.get(sys.argv[2] if sys.argv[2:] else "", main)(Path(sys.argv[1])))
+    sys.exit({"small": small, "train": train, "backward": backward}.get(sys.argv[2] if sys.argv[2:] else "", main)(
+        Path(sys.argv[1])))

@@ -44,7 +44,11 @@ def _claims() -> dict:
     window = _kept("attention_window")
     at_4096 = next(row for row in window if (row["batch"], row["heads"], row["seq"], row["d"]) == (4, 32, 4096, 128))
     width = re.search(r"^WINDOW = (\d+)$", (REPO / "examples" / "sliding_window.py").read_text(), re.M).group(1)
+    step = _kept("training_step")
+    gradients = max(step["first step's gradients, relative error"].values())
     return {
+        f"{step['ours vs torch']:.2f}x torch's step (F.linear, SDPA); loss within "
+        f"{step['largest relative loss difference']:.1e}, each gradient within {gradients:.4f}": "training_step",
         f"a causal window of {width} keys": "examples/sliding_window.py's WINDOW",
         f"{_range([row['window vs FlexAttention'] for row in window])} FlexAttention's sliding window "
         f"({at_4096['ours, window, ms']:.3f} ms at 4x32x4096x128": "attention_window",
