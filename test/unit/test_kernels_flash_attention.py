@@ -28,8 +28,9 @@ def test_a_cta_computes_attention_on_the_reference_model(config, seq, causal):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
-@pytest.mark.parametrize("config", PICKED, ids=str)
+@pytest.mark.parametrize("config", [c for c in PICKED if c.element != "f16"], ids=str)
 def test_every_configuration_assembles_without_spills(tmp_path, config):
+    """(bf16's: the f16 twins differ in their conversions only.)"""
     ptx = tmp_path / "attention.ptx"
     ptx.write_text(compile_to_ptx(flash_sm80.build_module(config)))
     assembled = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "a.cubin")],
