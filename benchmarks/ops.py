@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_timing import sustained_interleaved
+from torch_timing import flash_attention_4, sustained_interleaved
 
 LINEAR = [(8192, 4096, 4096), (8192, 11008, 4096), (4096, 4096, 11008), (2048, 2048, 2048)]  # M, N, K
 ATTENTION = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (8, 32, 2048, 64, True)]  # batch, heads, seq, d
@@ -119,6 +119,7 @@ def backward(out: Path) -> int:
     """Attention's backward (bf16) as a training step runs it: ours (the launcher beneath the operator's autograd
     formula, `flash.backward`, with its torch pre- and postprocessing, given O and the log-sum-exp) against
     torch.autograd.grad through SDPA with cuDNN's and FlashAttention-2's backend (their preprocessing included),
+    and through FlashAttention-4's Hopper kernels where `MLIR_TILE_FA4_SITE` holds them (benchmarks/fa4_site.py),
     TFLOP/s counting the backward as 2.5x the forward's work, halved for causal."""
     from mlir_tile.kernels import attention, ops
 
@@ -137,6 +138,13 @@ def backward(out: Path) -> int:
 
         calls = {"ours": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal),
                  "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)}
+        fa4 = flash_attention_4()
+        if fa4 is not None:  # (its native layout, [batch, seq, heads, d]: the transposes outside the timing)
+            q4, k4, v4 = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+            o4 = fa4(q4, k4, v4, causal=causal)
+            o4 = o4[0] if isinstance(o4, tuple) else o4
+            grad4 = grad.transpose(1, 2).contiguous()
+            calls["FlashAttention-4"] = lambda: torch.autograd.grad(o4, (q4, k4, v4), grad4, retain_graph=True)
         seconds, sampled = sustained_interleaved(calls)
         flop = 2.5 * 4 * batch * heads * seq * seq * d / (2 if causal else 1)
         rates = {who: round(flop / t / 1e12, 1) for who, t in seconds.items()}

@@ -14,6 +14,21 @@ def library(runtime, folder: Path):
     return KernelLibrary(runtime, shipped=folder)
 
 
+def flash_attention_4():
+    """FlashAttention-4's `flash_attn_func` (q, k, v [batch, seq, heads, d]; its Hopper kernels on sm_90) where
+    the folder `MLIR_TILE_FA4_SITE` names holds it (benchmarks/fa4_site.py), else None."""
+    import os
+    import site
+
+    folder = os.environ.get("MLIR_TILE_FA4_SITE")
+    if not folder:
+        return None
+    site.addsitedir(folder)
+    from flash_attn.cute import flash_attn_func
+
+    return flash_attn_func
+
+
 SUSTAINED_WARMUP = 2.0  # seconds of all the calls back to back before timing: the chip at its loaded clock
 ROUND_SECONDS = 0.025  # each call's share of a round: launches back to back for about this long
 
