@@ -30,18 +30,31 @@ def shared_ptx(name: str, build) -> str:
     """The PTX of `build()` (a kernel's module), built once in this test run across its workers (xdist's two
     processes built the same kernels for different tests): kept under `name` in the run's folder, written whole
     or not at all."""
+    return _shared(name, build)[1]
+
+
+def shared_mlir(name: str, build) -> str:
+    """The module `build()` makes, as text before its lowering: kept beside `shared_ptx`'s PTX of it."""
+    return _shared(name, build)[0]
+
+
+def _shared(name: str, build) -> tuple[str, str]:
+    """(the module's text, its PTX), built once in the run (the text written first: the PTX's file says both are
+    there)."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
     folder = os.environ.get(SHARED_PTX)
-    path = None if folder is None else Path(folder) / f"{name}.ptx"
-    if path is not None and path.is_file():
-        return path.read_text()
-    ptx = compile_to_ptx(build())
-    if path is not None:
+    paths = None if folder is None else [Path(folder) / f"{name}.{kind}" for kind in ("mlir", "ptx")]
+    if paths is not None and paths[1].is_file():
+        return paths[0].read_text(), paths[1].read_text()
+    module = build()
+    built = [str(module)]
+    built.append(compile_to_ptx(module))
+    for path, text in zip(paths or [], built):
         partial = path.with_suffix(f".{os.getpid()}.part")
-        partial.write_text(ptx)
+        partial.write_text(text)
         partial.replace(path)
-    return ptx
+    return built[0], built[1]
 
 
 def pytest_collection_modifyitems(config, items):
