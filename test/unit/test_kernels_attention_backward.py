@@ -85,3 +85,15 @@ def test_the_ctas_on_the_reference_model_give_numpys_gradients():
     from mlir_tile.kernels.flash.sm90_backward_emulation import emulate
 
     assert emulate(BackwardConfig(64, True, "bf16"), seq=150, heads=2, kv_heads=1) < 2 ** -6
+
+
+def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
+    """Every (d, mask, element) the launcher takes is among the kernels the wheel ships for sm_90 (by the name the
+    launch asks the library for), none for sm_80 (the backward is Hopper's path only)."""
+    from mlir_tile.kernels import ship
+
+    names = {name for name, _ in ship.kernels("sm_90")}
+    wanted = {str(BackwardConfig(d, causal, element)) for d in (64, 128) for causal in (False, True)
+              for element in ("f16", "bf16")}
+    assert wanted <= names and len(wanted) == 8
+    assert not any(name.startswith("attention_backward") for name, _ in ship.kernels("sm_80"))

@@ -249,7 +249,7 @@ class _Backward:
         return self.kv_head * self.group + step // self.count, (self.first + step % self.count) * self.config.rows
 
     def produce(self) -> None:
-        """K and V once; then each query block's Q and dO once its stage is free."""
+        """K and V once; then each query block's Q, dO and rows of the statistics once its stage is free."""
         k, ring = self.k, self.ring
         self.kv.acquire(0)
         for part, tensor_map in enumerate((self.k_map, self.v_map)):
