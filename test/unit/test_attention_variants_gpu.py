@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def kernel_cache(monkeypatch):
-    from test_runtime_gpu import gpu_input
+    from test_runtime_gpu import epilogue_cache
 
-    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(gpu_input("kernels").parent))
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())
 
 
 def _expected(q, k, v, case):

@@ -98,11 +98,11 @@ def test_the_sm80_kernels_run_every_epilogue_on_this_gpu_too():
 def test_matmul_takes_leading_dimensions_an_out_tensor_and_an_epilogue_of_its_own(monkeypatch):
     """The epilogue of its own is built where the compiler is installed; a GPU host takes it from the cache
     test/gpu_inputs.py fills (`make gpu-inputs`)."""
-    from test_runtime_gpu import gpu_input
+    from test_runtime_gpu import epilogue_cache
 
     from mlir_tile.kernels import matmul
 
-    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(gpu_input("kernels").parent))
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())
     from mlir_tile.kernels.epilogues import bias, gelu_tanh
 
     x = torch.rand(2, 100, 256, device="cuda", dtype=torch.bfloat16) - 0.5
@@ -468,10 +468,11 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
     """y = activation(x @ w + bias) + residual through the operator (each epilogue, both B layouts, leading
     dimensions): the gradients of x, w, bias and residual against fp32 autograd are within 1.5x the error of
     torch's own bf16 autograd of the same graph (plus 1e-3); a torch.compile(fullgraph=True) training step
-    through it, and one with mode="reduce-overhead" (CUDA graphs) on new inputs each step; attention's and an epilogue of one's own's backward say in one line that there is none."""
-    from test_runtime_gpu import gpu_input
+    through it, and one with mode="reduce-overhead" (CUDA graphs) on new inputs each step; an epilogue of one's
+    own's backward says in one line that there is none."""
+    from test_runtime_gpu import epilogue_cache
 
-    from mlir_tile.kernels import attention, matmul
+    from mlir_tile.kernels import matmul
     from mlir_tile.kernels.epilogues import bias as bias_epilogue, gelu_tanh
 
     rng, failures = random.Random(41), []
@@ -526,8 +527,7 @@ def test_matmul_trains_its_gradients_within_torchs_own_bf16_error(monkeypatch):
         assert all(_relative(g, t.grad.float()) < 2e-2 for g, t in zip(got, (x, square.weight, square.bias)))
 
     q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    # (attention's own backward: test_attention_backward_gpu.py)
-    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", str(gpu_input("kernels").parent))  # (the epilogue's kernels)
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())  # (the epilogue's kernels)
     w = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     zeros = torch.zeros(32, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match="epilogue 'bias\\+gelu_tanh' has no derivative here"):

@@ -19,6 +19,19 @@ def gpu_input(name: str) -> Path:
                     f"(or set MLIR_TILE_GPU_INPUTS)")
     return path
 
+
+def epilogue_cache() -> str:
+    """The cache folder (`MLIR_TILE_CACHE_DIR`) of the epilogue kernels test/gpu_inputs.py built, which the
+    library reads only where they were built from these sources (`kernels/<source_digest>`); the test skips,
+    saying so, where they were built from others."""
+    from mlir_tile.kernels.library import source_digest
+
+    kernels = gpu_input("kernels")
+    if not (kernels / source_digest()).is_dir():
+        pytest.skip(f"{kernels} holds epilogue kernels of other sources than these: run `make gpu-inputs` again and "
+                    f"carry build/gpu-inputs")
+    return str(kernels.parent)
+
 # Hand-written PTX: out[i] = in[i] * 3 + k for i < n.
 SCALE_PTX = r"""
 .version 7.8
