@@ -136,8 +136,9 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q [batch, heads, seq, d] and k, v [batch, kv_heads, seq, d] (kv_heads dividing heads: grouped-query attention,
     as SDPA's enable_gqa) of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's SDPA with
-    scale=None). Differentiable on Hopper (d 64 and 128: `flash.backward`). float8_e4m3fn q, k, v (Hopper, d 128) with per-tensor descales (fp32 tensors of one
-    element, FlashAttention-3's): softmax(q k^T descale_q descale_k / sqrt(d)) v descale_v, o in bfloat16.
+    scale=None). Differentiable on Hopper (d 64 and 128: `flash.backward`). float8_e4m3fn q, k, v (Hopper, d 128)
+    with per-tensor descales (fp32 tensors of one element, FlashAttention-3's): softmax(q k^T descale_q descale_k /
+    sqrt(d)) v descale_v, o in bfloat16.
     `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees and a score step, reading
     `operands` (numbers, in the variant's order); 16-bit q, k, v."""
     if variant is not None:
