@@ -97,3 +97,28 @@ def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
               for element in ("f16", "bf16")}
     assert wanted <= names and len(wanted) == 8
     assert not any(name.startswith("attention_backward") for name, _ in ship.kernels("sm_80"))
+
+
+class _Shaped:
+    """A tensor's shape alone (what `grouped_heads` reads), without torch."""
+
+    def __init__(self, *shape):
+        self.shape = tuple(shape)
+
+    def dim(self):
+        return len(self.shape)
+
+
+@pytest.mark.parametrize("k, v, taken", [
+    ((2, 8, 100, 64), (2, 8, 100, 64), True), ((2, 2, 100, 64), (2, 2, 100, 64), True),
+    ((2, 1, 100, 64), (2, 1, 100, 64), True), ((2, 3, 100, 64), (2, 3, 100, 64), False),  # 3 does not divide 8
+    ((2, 2, 100, 128), (2, 2, 100, 128), False), ((1, 2, 100, 64), (1, 2, 100, 64), False),  # d, batch
+    ((2, 2, 99, 64), (2, 2, 99, 64), False), ((2, 2, 100, 64), (2, 4, 100, 64), False),  # seq, v's heads
+    ((2, 0, 100, 64), (2, 0, 100, 64), False), ((2, 2, 100), (2, 2, 100), False)])
+def test_grouped_heads_are_kv_heads_dividing_qs_with_every_other_extent_qs(k, v, taken):
+    """`launch.grouped_heads`, what the forward's, the backward's and the repeating path's checks share: k and v
+    of one shape, their heads dividing q's, batch, length and head dim q's (a head dim unlike q's would be read
+    through q's maps)."""
+    from mlir_tile.kernels.flash.launch import grouped_heads
+
+    assert grouped_heads(_Shaped(2, 8, 100, 64), _Shaped(*k), _Shaped(*v)) == taken

@@ -14,6 +14,7 @@ from functools import partial
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import sm90_backward
+from mlir_tile.kernels.flash.launch import grouped_heads
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
 from mlir_tile.runtime import TENSOR_MAP
 
@@ -51,9 +52,7 @@ class HopperAttentionBackward:
         if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
             raise ValueError(f"attention backward: q, k, v, O and dO all float16 or all bfloat16, got "
                              f"{', '.join(str(x.dtype) for x in (q, k, v, o, grad))}")
-        if (q.dim() != 4 or any(x.shape != q.shape for x in (o, grad)) or k.dim() != 4 or v.shape != k.shape
-                or k.shape[::2] != q.shape[::2] or k.shape[1] < 1 or q.shape[1] % k.shape[1]
-                or lse.shape != q.shape[:3]):
+        if not grouped_heads(q, k, v) or any(x.shape != q.shape for x in (o, grad)) or lse.shape != q.shape[:3]:
             raise ValueError(f"attention backward: q, O and dO [batch, heads, seq, d], k and v [batch, kv_heads, seq, "
                              f"d] with kv_heads dividing heads, the log-sum-exp [batch, heads, seq]; got q "
                              f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, O {tuple(o.shape)}, dO "

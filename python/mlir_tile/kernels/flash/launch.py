@@ -53,7 +53,7 @@ class AttentionPaths:
                                  f"({self.library.chip}) has not")
             return self.hopper(q, k, v, causal=causal, descales=descales)
         if self.hopper is None and k.dim() == 4 and q.dim() == 4 and k.shape[1] != q.shape[1]:
-            k, v = (_repeated_heads(x, q) for x in (k, v))
+            k, v = _repeated_heads(q, k, v)
         return (self.hopper or self.sm80)(q, k, v, causal=causal)
 
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
@@ -73,13 +73,20 @@ def _plan_key(q, k, causal: bool, element: str, variant=None) -> tuple:
     return d, bool(causal), element, batch, heads, seq, k.shape[1], variant
 
 
-def _repeated_heads(x, q):
-    """k or v [batch, kv_heads, seq, d] with each head repeated for its group of q's heads (checked: kv_heads
-    divides them), as the FlashAttention-2-form kernel reads one K/V head a query head."""
-    if x.shape[1] < 1 or q.shape[1] % x.shape[1] or x.shape[::2] != q.shape[::2]:
-        raise ValueError(f"attention: k and v [batch, kv_heads, seq, d] with kv_heads dividing q's heads, got q "
-                         f"{tuple(q.shape)}, k or v {tuple(x.shape)}")
-    return x.repeat_interleave(q.shape[1] // x.shape[1], 1)
+def grouped_heads(q, k, v) -> bool:
+    """Whether k and v are [batch, kv_heads, seq, d] of one shape beside q's [batch, heads, seq, d], kv_heads
+    dividing heads (grouped-query attention; kv_heads = heads: the plain case)."""
+    return (q.dim() == 4 and k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0]
+            and k.shape[2:] == q.shape[2:] and k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0)
+
+
+def _repeated_heads(q, k, v):
+    """k and v with each head repeated for its group of q's heads (checked: `grouped_heads`), as the
+    FlashAttention-2-form kernel reads one K/V head a query head."""
+    if not grouped_heads(q, k, v):
+        raise ValueError(f"attention: q [batch, heads, seq, d], k and v [batch, kv_heads, seq, d] with kv_heads "
+                         f"dividing heads, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    return (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
 
 
 class PlannedAttention:
@@ -181,9 +188,7 @@ class HopperAttention:
         from mlir_tile.runtime import torch_stream
 
         element = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}.get(q.dtype)
-        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 4 or k.dim() != 4 or not (
-                k.shape == v.shape and k.shape[::2] == q.shape[::2] and k.shape[1] >= 1
-                and q.shape[1] % k.shape[1] == 0):
+        if element is None or k.dtype != q.dtype or v.dtype != q.dtype or not grouped_heads(q, k, v):
             raise ValueError(f"hopper attention: q [batch, heads, seq, d], k and v [batch, kv_heads, seq, d] with "
                              f"kv_heads dividing heads, all float16, bfloat16 or float8_e4m3fn; got {tuple(q.shape)} "
                              f"{q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
@@ -256,8 +261,7 @@ def _empty(q, k, v) -> bool:
     no rows."""
     import torch
 
-    return (q.dim() == 4 and k.dim() == 4 and k.shape == v.shape and k.shape[::2] == q.shape[::2]
-            and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
+    return (grouped_heads(q, k, v) and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
             and q.dtype in (torch.float16, torch.bfloat16, torch.float8_e4m3fn))
 
 
