@@ -78,6 +78,26 @@ def raised_registers(threads: int, producer: int, consumers: int) -> int:
     return (entry + (entry - producer) // consumers) // 8 * 8
 
 
+def boxed_tile(rows: int, columns: int, element_bits: int = 16):
+    """A rows x columns tile (row, column) as TMA writes boxes of rows x 128 bytes side by side, 128-byte swizzled
+    (K-major for wgmma where a row is K)."""
+    from mlir_tile.algebra.layout import Layout
+    from mlir_tile.isa.tma import Box
+
+    width = 1024 // element_bits
+    swizzle = Box(8, width, element_bits, 128).layout.swizzle
+    return Layout((rows, (width, columns // width)), (width, (1, rows * width)), swizzle)
+
+
+def transposed(tile):
+    """A (rows, columns) tile layout read as (columns, rows), each element where it lies: wgmma's MN-major
+    operand of a tile TMA writes in rows (B [K, N] of [N, K]-shaped boxes, A [K, M]), or TMA's boxes of an
+    MN-major one."""
+    from mlir_tile.algebra.layout import Layout
+
+    return Layout((tile.shape[1], tile.shape[0]), (tile.stride[1], tile.stride[0]), tile.swizzle)
+
+
 def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> dict:
     """A 16-bit rows x columns tile as TMA stores read it ("c": boxes of rows x `box_columns` side by side,
     128-byte swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one warpgroup's

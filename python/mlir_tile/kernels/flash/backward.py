@@ -14,7 +14,7 @@ from functools import partial
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import sm90_backward
-from mlir_tile.kernels.flash.launch import grouped_heads
+from mlir_tile.kernels.flash.launch import grouped_heads, on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
 from mlir_tile.runtime import TENSOR_MAP
 
@@ -63,12 +63,12 @@ class HopperAttentionBackward:
             raise ValueError(f"attention backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, got {d}")
         if q.numel() == 0 or k.numel() == 0:  # (no rows: nothing to launch)
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        q, k, v, o, grad = (_on_16_bytes(x) for x in (q, k, v, o, grad))
+        q, k, v, o, grad = (on_16_bytes(x.contiguous()) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
-        config = BackwardConfig(d, bool(causal), element)
         plan = self.plans.of((d, bool(causal), element, batch * heads, batch * kv_heads, seq),
-                             lambda: self._plan(config, batch * heads, batch * kv_heads, seq))
-        padded = config.padded(seq)
+                             lambda: self._plan(BackwardConfig(d, bool(causal), element), batch * heads,
+                                                batch * kv_heads, seq))
+        padded = plan.config.padded(seq)
         statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
         statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
         torch.mul(lse.view(batch * heads, seq), LOG2E, out=statistics[0, :, :seq])
@@ -96,18 +96,14 @@ class HopperAttentionBackward:
                  for name in ("lse", "delta")]
         launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads],
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
-        return _BackwardPlan(launch, maps)
+        return _BackwardPlan(config, launch, maps)
 
 
 class _BackwardPlan:
-    def __init__(self, launch, maps: list):
-        self.launch, self.maps = launch, maps
+    """One shape's launch: its configuration, the tensor maps of q, k, v, dO, dQaccum, dK, dV and the statistics."""
+
+    def __init__(self, config: BackwardConfig, launch, maps: list):
+        self.config, self.launch, self.maps = config, launch, maps
 
     def __call__(self, stream: int, *addresses: int) -> None:
         self.launch(stream, *(to_map(address) for to_map, address in zip(self.maps, addresses)))
-
-
-def _on_16_bytes(x):
-    """`x` contiguous and on 16 bytes (TMA's), copied where it is not."""
-    x = x.contiguous()
-    return x.clone() if x.data_ptr() % 16 else x

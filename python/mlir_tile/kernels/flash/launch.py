@@ -35,9 +35,7 @@ class AttentionPaths:
         self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
-        # a view whose data lies off 16 bytes (x[1:], narrow, split): both kernels copy 16-byte chunks (cp.async,
-        # TMA), so it is copied into a fresh tensor first, which torch's allocator lays on 512 bytes
-        q, k, v = (x.clone() if x.is_cuda and x.data_ptr() % 16 else x for x in (q, k, v))
+        q, k, v = (on_16_bytes(x) for x in (q, k, v))
         if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
             import torch
 
@@ -71,6 +69,12 @@ def _plan_key(q, k, causal: bool, element: str, variant=None) -> tuple:
     k's heads, the variant."""
     batch, heads, seq, d = q.shape
     return d, bool(causal), element, batch, heads, seq, k.shape[1], variant
+
+
+def on_16_bytes(x):
+    """`x`, or a copy of it where its data lies off 16 bytes (a view: x[1:], narrow, split): the kernels copy
+    16-byte chunks (cp.async, TMA), and torch's allocator lays a fresh tensor on 512 bytes."""
+    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
 
 
 def grouped_heads(q, k, v) -> bool:

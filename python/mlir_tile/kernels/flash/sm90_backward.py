@@ -40,8 +40,8 @@ import math
 from dataclasses import dataclass
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
-from mlir_tile.kernels.common import LOG2E, check_shared, raised_registers, stored_tile
-from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
+from mlir_tile.kernels.common import LOG2E, boxed_tile, check_shared, raised_registers, stored_tile, transposed
+from mlir_tile.kernels.flash.sm90_layouts import column_steps, consumer_band, row_halves
 
 KERNEL = "attention_backward"
 BACKWARD_HEAD_DIMS = (64, 128)  # (d 256's dK and dV alone would fill a consumer's registers)
@@ -120,29 +120,6 @@ class BackwardConfig:
         return f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}_sm90a"
 
 
-def _swizzle(element_bits: int):
-    from mlir_tile.isa.tma import Box
-
-    return Box(8, 1024 // element_bits, element_bits, 128).layout.swizzle
-
-
-def _boxed(rows: int, columns: int, element_bits: int = 16):
-    """rows x columns as TMA writes boxes of rows x 128 bytes side by side, swizzled (K-major for wgmma)."""
-    from mlir_tile.algebra.layout import Layout
-
-    width = 1024 // element_bits
-    return Layout((rows, (width, columns // width)), (width, (1, rows * width)), _swizzle(element_bits))
-
-
-def _mn_major(boxed):
-    """A boxed (rows, columns) tile read as (columns, rows): wgmma's MN-major B (columns as N, rows as K) or A
-    [K, M] (columns as M)."""
-    from mlir_tile.algebra.layout import Layout
-
-    (rows, columns), (row_stride, column_stride) = boxed.shape, boxed.stride
-    return Layout((columns, rows), (column_stride, row_stride), boxed.swizzle)
-
-
 @functools.lru_cache(maxsize=None)
 def tiles(config: BackwardConfig) -> dict:
     """The shared tiles' layouts in elements: K and V ([keys, d], A of S^T and dP^T), Q and dO ([rows, d]: N x K
@@ -152,18 +129,11 @@ def tiles(config: BackwardConfig) -> dict:
     from mlir_tile.algebra.layout import Layout
 
     d, rows = config.head_dim, config.rows
-    kv, block = _boxed(KEYS, d), _boxed(rows, d)
+    kv, block = boxed_tile(KEYS, d), boxed_tile(rows, d)
     ds, out = stored_tile(KEYS, rows, BOX_COLUMNS), stored_tile(KEYS, d, BOX_COLUMNS)
-    band = _band(out["c"])
-    return {"kv": kv, "q": block, "q_mn": _mn_major(block), "ds_band": ds["c_band"], "ds_a": _mn_major(ds["c"]),
-            "k_dq": _mn_major(_boxed(KEYS, config.dq_columns)), "dq": _boxed(rows, config.dq_columns, 32),
-            "out": band, "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
-
-
-def _band(tile):
-    from mlir_tile.algebra.layout import Layout
-
-    return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
+    return {"kv": kv, "q": block, "q_mn": transposed(block), "ds_band": ds["c_band"], "ds_a": transposed(ds["c"]),
+            "k_dq": transposed(boxed_tile(KEYS, config.dq_columns)), "dq": boxed_tile(rows, config.dq_columns, 32),
+            "out": consumer_band(out["c"]), "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
 
 
 @functools.lru_cache(maxsize=None)
@@ -202,6 +172,8 @@ class _Backward:
          self.delta_map, self.seq, _, group) = k.arguments
         self.tiles = tiles(config)
         self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
+        # per S^T slot, which of the thread's two rows (keys) and which column step (query) it holds
+        self.s_halves, self.s_columns = row_halves(self.s_atom), column_steps(self.s_atom)
         self.dq_atom = wgmma(config.dq_columns, config.element)
         self.shared = k.dynamic_shared(alignment=1024)
         seq = k.as_index(self.seq)
@@ -332,7 +304,7 @@ class _Backward:
 
     def kept(self, facts: dict, slot: int):
         """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query."""
-        half, step = row_halves(self.s_atom)[slot], column_steps(self.s_atom)[slot]
+        half, step = self.s_halves[slot], self.s_columns[slot]
         keep = facts["keys"][half]
         if self.config.causal:
             keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
@@ -345,7 +317,7 @@ class _Backward:
     def block_statistics(self, step, part: int, facts: dict) -> dict:
         """Per column step of the thread's S^T slots, its query's LSE log2(e) (part 0) or D (1) in block `step`."""
         row = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
-        return {at: row[0, facts["column"] + at] for at in sorted(set(column_steps(self.s_atom)))}
+        return {at: row[0, facts["column"] + at] for at in sorted(set(self.s_columns))}
 
     def probabilities(self, step, facts: dict) -> None:
         """P^T = exp2(S^T scale log2(e) - LSE log2(e)) over S^T's accumulators, 0 where the key is not seen (a
@@ -355,7 +327,7 @@ class _Backward:
 
         k = self.k
         lse = self.block_statistics(step, 0, facts)
-        zero, columns = k.constant(0.0, "f32"), column_steps(self.s_atom)
+        zero, columns = k.constant(0.0, "f32"), self.s_columns
         for slot in range(self.config.rows // 2):
             score = k.load(self.s_acc.registers, [slot])
             probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[columns[slot]])))
@@ -365,7 +337,7 @@ class _Backward:
         """dS^T = P^T (dP^T - D[query]) over dP^T's accumulators (P^T read back from S^T's)."""
         from mlir.dialects import arith
 
-        k, columns = self.k, column_steps(self.s_atom)
+        k, columns = self.k, self.s_columns
         delta = self.block_statistics(step, 1, facts)
         for slot in range(self.config.rows // 2):
             probability = k.load(self.s_acc.registers, [slot])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from mlir_tile.isa.tma import boxes_at
-from mlir_tile.kernels.common import stored_tile
+from mlir_tile.kernels.common import boxed_tile, stored_tile, transposed
 from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig, ROW_BYTES
 
 O_BOX_COLUMNS = 64  # O's boxes: 64 columns of 16-bit elements (128 bytes), 64 rows (a consumer's)
@@ -21,11 +21,8 @@ def _swizzle(config: HopperAttentionConfig):
 
 
 def _boxed(rows: int, config: HopperAttentionConfig):
-    """A rows x d tile (row, column) as TMA writes boxes of rows x 128 bytes side by side, swizzled."""
-    from mlir_tile.algebra.layout import Layout
-
-    width = config.box_columns
-    return Layout((rows, (width, config.head_dim // width)), (width, (1, rows * width)), _swizzle(config))
+    """A rows x d tile of the config's elements as TMA writes it (`common.boxed_tile`)."""
+    return boxed_tile(rows, config.head_dim, 8 * config.element_bytes)
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,10 +37,9 @@ def tiles(config: HopperAttentionConfig) -> dict:
     from mlir_tile.algebra.operations import composition
 
     kv, q = _boxed(config.keys, config), _boxed(config.rows, config)
-    layouts = {"q": q, "q_band": _band(q), "k": kv, **_o_tiles(config)}
+    layouts = {"q": q, "q_band": consumer_band(q), "k": kv, **_o_tiles(config)}
     if not config.fp8:
-        (keys, columns), (key_stride, column_stride) = kv.shape, kv.stride
-        return {**layouts, "v": Layout((columns, keys), (column_stride, key_stride), kv.swizzle)}
+        return {**layouts, "v": transposed(kv)}
     order = a_key_order(wgmma(config.keys, config.element), wgmma(config.head_dim, config.element))
     v_t = Layout((config.head_dim, config.keys), (config.keys, 1), _swizzle(config))
     return {**layouts, "v_staged": kv, "v_t": v_t, "v": composition(v_t, (None, order)), "key_order": order}
@@ -54,10 +50,10 @@ def _o_tiles(config: HopperAttentionConfig) -> dict:
     boxes) and of its words from its first ("o_band", what its stmatrix writes)."""
     
     tile = stored_tile(config.rows, config.head_dim, O_BOX_COLUMNS)
-    return {"o": _band(tile["c"]), "o_band": tile["c_band"]}
+    return {"o": consumer_band(tile["c"]), "o_band": tile["c_band"]}
 
 
-def _band(tile):
+def consumer_band(tile):
     """A consumer's 64 rows of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c further."""
     from mlir_tile.algebra.layout import Layout
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
-from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, stored_tile
+from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, stored_tile, transposed
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, SWIZZLE_BITS,
                                                TRANSPOSE_STAGES)
@@ -107,7 +107,7 @@ def a_parts(config: HopperConfig) -> tuple:
     layouts = tiles(config)
     if config.a_major == "mk":
         return ((0, box_for(layouts["a"], config.element_bits)),)
-    return tuple(column_boxes(_as_kn(layouts["a"]), 16, SWIZZLE_COLUMNS))
+    return tuple(column_boxes(transposed(layouts["a"]), 16, SWIZZLE_COLUMNS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,7 +121,7 @@ def b_parts(config: HopperConfig) -> list:
     layouts = tiles(config)
     whole = ([(0, box_for(layouts["b"], config.element_bits))] if config.b_major == "nk" else
              column_boxes(layouts["b_staging"], 8, SWIZZLE_BITS // 8) if config.transposed else
-             column_boxes(_as_kn(layouts["b"]), 16, SWIZZLE_COLUMNS))
+             column_boxes(transposed(layouts["b"]), 16, SWIZZLE_COLUMNS))
     parts = []
     for first, box in whole:
         part = Box(box.rows // config.cluster, box.columns, box.element_bits, box.swizzle_bytes)
@@ -500,10 +500,3 @@ def kernel_name(element: str, config: HopperConfig, epilogue: Epilogue | Choice 
     from mlir_tile.kernels.common import epilogue_suffix
 
     return f"{KERNEL}_{element}_{config}{epilogue_suffix(epilogue)}"
-
-
-def _as_kn(b):
-    """B's (n, k) tile layout as (k, n): the boxes TMA writes are rows of K."""
-    from mlir_tile.algebra.layout import Layout
-
-    return Layout((b.shape[1], b.shape[0]), (b.stride[1], b.stride[0]), b.swizzle)
