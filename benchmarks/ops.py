@@ -7,6 +7,7 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
                                          # graph (the GPU's alone), the share of HBM bandwidth
     python3 benchmarks/ops.py OUT train  # OUT/ops_train.json: a linear layer's training step, ours and torch's
     python3 benchmarks/ops.py OUT backward  # OUT/ops_backward.json: attention's backward beside cuDNN's and FA2's
+    python3 benchmarks/ops.py OUT varlen    # OUT/ops_varlen.json: packed sequences' attention (the issue's batch)
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
 (`gemm.launch.Matmul`, what benchmarks/gemm.py times), against cuBLAS (F.linear / torch.matmul); linear + bias + GELU
@@ -157,6 +158,68 @@ def backward(out: Path) -> int:
     return 0
 
 
+VARLEN = (27, 64, 1100, 16, 128)  # sequences, shortest, longest, heads, d: issue 60's packed batch (about 16k tokens)
+
+
+def packed_lengths(count: int, shortest: int, longest: int, seed: int = 60) -> list:
+    """`count` sequence lengths drawn uniformly in [shortest, longest], the longest among them."""
+    import random
+
+    rng = random.Random(seed)
+    return [longest] + [rng.randint(shortest, longest) for _ in range(count - 1)]
+
+
+def varlen(out: Path) -> int:
+    """Packed causal sequences' attention (bf16, `attention_varlen`), forward and backward (ours: the launcher
+    beneath the operator's autograd formula with its torch pre- and postprocessing), against cuDNN's SDPA on the
+    same sequences padded to the longest ([batch, heads, longest, d]: the padded rows' work in its time, not in the
+    FLOPs) and FlashAttention-4's varlen kernels where `MLIR_TILE_FA4_SITE` holds them; TFLOP/s counting only the
+    scores inside each sequence (causal: half of each length squared; the backward 2.5x the forward's work)."""
+    from mlir_tile.kernels import attention_varlen, ops
+
+    count, shortest, longest, heads, d = VARLEN
+    lengths = packed_lengths(count, shortest, longest)
+    total = sum(lengths)
+    cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
+    q, k, v, grad = (torch.randn(total, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    padded = [torch.zeros(count, heads, longest, d, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    for x, full in zip((q, k, v, grad), padded):
+        for b, length in enumerate(lengths):
+            full[b, :, :length] = x[cu[b]:cu[b] + length].transpose(0, 1)
+    inputs = [x.requires_grad_() for x in padded[:3]]
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        o_padded = F.scaled_dot_product_attention(*inputs, is_causal=True)
+    o, lse = attention_varlen(q, k, v, cu, cu, longest, longest, causal=True)
+    backward = ops.kernels_on(q.device).attention_backward
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(*(x.detach() for x in inputs), is_causal=True)
+    calls = {"ours": lambda: attention_varlen(q, k, v, cu, cu, longest, longest, causal=True),
+             "cuDNN padded": cudnn,
+             "ours backward": lambda: backward.packed(grad, q, k, v, o, lse, cu, cu, longest, causal=True),
+             "cuDNN padded backward": lambda: torch.autograd.grad(o_padded, inputs, padded[3], retain_graph=True)}
+    if flash_attention_4() is not None:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        q4, k4, v4 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        o4 = flash_attn_varlen_func(q4, k4, v4, cu, cu, longest, longest, causal=True)
+        o4 = o4[0] if isinstance(o4, tuple) else o4
+        calls["FlashAttention-4"] = lambda: flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
+        calls["FlashAttention-4 backward"] = lambda: torch.autograd.grad(o4, (q4, k4, v4), grad, retain_graph=True)
+    seconds, sampled = sustained_interleaved(calls)
+    flop = sum(4 * heads * d * length * length / 2 for length in lengths)
+    rates = {who: round(flop * (2.5 if "backward" in who else 1) / t / 1e12, 1) for who, t in seconds.items()}
+    row = {"case": f"attention_varlen {count} causal sequences of {shortest}-{longest} ({total} tokens) x {heads} "
+                   f"heads x d {d}", "lengths": lengths, "TFLOP/s": rates,
+           "ms": {who: round(t * 1e3, 4) for who, t in seconds.items()},
+           "ours vs": {who: round(rates["ours backward" if "backward" in who else "ours"] / r, 3)
+                       for who, r in rates.items() if not who.startswith("ours")}, **sampled}
+    print(json.dumps(row), flush=True)
+    _write(out / "ops_varlen.json", {"cases": [row]})
+    return 0
+
+
 def copy_bandwidth() -> dict:
     """Bytes a second a device-to-device copy of 1 GiB moves (read and written), timed as the cases are."""
     source = torch.empty(2 ** 29, device="cuda", dtype=torch.bfloat16)
@@ -245,5 +308,5 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit({"small": small, "train": train, "backward": backward}.get(sys.argv[2] if sys.argv[2:] else "", main)(
+    sys.exit({"small": small, "train": train, "backward": backward, "varlen": varlen}.get(sys.argv[2] if sys.argv[2:] else "", main)(
         Path(sys.argv[1])))

@@ -87,6 +87,18 @@ def test_the_ctas_on_the_reference_model_give_numpys_gradients():
     assert emulate(BackwardConfig(64, True, "bf16"), seq=150, heads=2, kv_heads=1) < 2 ** -6
 
 
+def test_packed_sequences_store_dk_and_dv_by_rows_and_add_dq_at_padded_rows():
+    """Packed sequences (`varlen`): the offsets read (b and b + 1), the causal diagonal compared signed (the
+    bottom right's shift), dK and dV stored from the registers as 4-byte pairs (d / 4 a thread each) with no
+    stmatrix band and no 3-D store; dQ still added by TMA reductions (at the sequence's padded rows)."""
+    config = BackwardConfig(64, True, "bf16", varlen=True)
+    ptx = _ptx(config)
+    assert "ld.global.b32" in ptx and "setp.le.s64" in ptx
+    assert ptx.count("st.global.b32") == 2 * 64 // 4 and "tensor.3d" not in ptx
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+    assert str(config).endswith("_varlen_sm90a")
+
+
 def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
     """Every (d, mask, element) the launcher takes is among the kernels the wheel ships for sm_90 (by the name the
     launch asks the library for), none for sm_80 (the backward is Hopper's path only)."""

@@ -176,7 +176,9 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(stages=4), "more than the 232448 a block may use"),
     (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "grid takes head dims 64, 128"),
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=5), "1 to 4 CTAs an SM"),
-    (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472")])
+    (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472"),
+    (dict(element="e4m3", varlen=True), "packed sequences take 16-bit"),
+    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -238,6 +240,36 @@ def test_o_leaves_by_stmatrix_into_shared_memory_and_3d_tma_stores(filecheck):
     CHECK: cp.async.bulk.wait_group.read {{\\s*}}0;
     """)
     assert ptx.count("cp.async.bulk.tensor.3d") == 2 and "st.global.v2" not in ptx  # 2 boxes of 64 columns
+
+
+def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_path):
+    """Packed sequences (`sm90_varlen`): each role reads its sequence's offsets (cu_seqlens_q and _k at b and
+    b + 1), clamps them into the tensors' rows (min), loads 2-D boxes at (token, head x d + column), and stores
+    O from the registers as 4-byte words (d / 4 a thread: two rows of d / 8 pairs) and the log-sum-exp, with no
+    stmatrix and no TMA store (a box would write into the next sequence); assembled without spills. A variant
+    with it is refused."""
+    config = HopperAttentionConfig.packed(128, True, "bf16", 4096)
+    assert config == HopperAttentionConfig(128, True, "bf16", uniform_q=True, varlen=True)
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .entry attention(
+    CHECK: ld.global.b32 {{.*}}+4];
+    CHECK: min.u64
+    CHECK: wgmma.mma_async
+    CHECK-COUNT-16: st.global.b32
+    CHECK-COUNT-16: st.global.b32
+    """)
+    assert ptx.count("st.global.b32") == 128 // 4 + 2 and "stmatrix" not in ptx and "tensor.3d" not in ptx
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\S* \[%rd\d+\], \[%rd\d+, \{%r\d+, %r\d+\}\]", ptx)) == 8
+    if shutil.which("ptxas"):
+        (tmp_path / "a.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+    from mlir_tile.kernels.flash.variants import Variant
+
+    with pytest.raises(ValueError, match="variants take .* not packed sequences"):
+        flash_sm90.build_module(config, variant=Variant("soft", score=lambda s, at: s))
 
 
 def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
@@ -435,7 +467,7 @@ def test_the_command_line_takes_the_configurations_fields_as_options():
     parser = argparse.ArgumentParser()
     names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
     assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
-                          "lazy_rescale", "ctas_per_sm"}
+                          "lazy_rescale", "ctas_per_sm", "varlen"}
     fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
     assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
     assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(
@@ -561,4 +593,7 @@ def test_the_sm90_library_ships_each_hopper_attention_kernel():
 
     names = {name for name, _ in ship.kernels("sm_90")}
     assert {str(config) for config in CONFIGS} <= names
+    packed = {str(HopperAttentionConfig.packed(c.head_dim, c.causal, c.element, seq)) for c in CONFIGS if not c.fp8
+              for seq in (1, 1025, 5000)}
+    assert packed <= names and len(packed) == 16
     assert not any(name.startswith("attention_") and name.endswith("_sm90a") for name, _ in ship.kernels("sm_80"))

@@ -5,6 +5,7 @@
     y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
     y = scaled_mm(x8, w8, scale_x, scale_w)                            # fp8 e4m3 in, bf16 out (Hopper)
     o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
+    o, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k)       # packed: [tokens, heads, d]
 
 Importing this package loads no MLIR and no torch: the operators are registered on first use of `matmul` or
 `attention` (or by `import mlir_tile.kernels.ops`, for code that calls `torch.ops.mlir_tile.matmul` itself). The kernels
@@ -13,7 +14,7 @@ are the ones the wheel ships for the GPU's chip, or built on first use where the
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
 """
 
-__all__ = ["attention", "matmul", "scaled_mm"]
+__all__ = ["attention", "attention_varlen", "matmul", "scaled_mm"]
 
 
 def __getattr__(name: str):

@@ -158,6 +158,22 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
 
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False):
+    """(o, lse) of packed sequences (FlashAttention's `flash_attn_varlen_func` convention; Hopper, sm_90): q
+    [total_q, heads, d], k and v [total_k, kv_heads, d] (kv_heads dividing heads), sequence b's queries rows
+    cu_seqlens_q[b] to cu_seqlens_q[b + 1] and its keys rows cu_seqlens_k[b] to cu_seqlens_k[b + 1] (int32
+    [batch + 1] on the device); `max_seqlen_q` at least the longest sequence's queries (rows past it are not
+    computed), `max_seqlen_k` its keys. o [total_q, heads, d], lse [heads, total_q] fp32. Causal per sequence,
+    aligned to the bottom right where its lengths differ (query i sees keys up to i + len_k - len_q); a row
+    that sees no key has o 0 and lse -inf. fp16 or bf16, d 64, 128 or 256; differentiable at d 64 and 128 (o's
+    gradient and lse's: `flash.backward`'s packed kernels)."""
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
+    return torch.ops.mlir_tile.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                causal)
+
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # (a weight is a Parameter)
 
 
@@ -505,7 +521,56 @@ def _attention_backward(ctx, grad_o, grad_lse):
     return dq, dk, dv, None
 
 
+def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                      causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    paths = kernels_on(q.device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention_varlen: packed sequences run on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    return paths.hopper.packed(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k,
+                               max_seqlen_q, causal=causal)
+
+
+def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _attention_varlen_gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
+                                k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                                cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_k: int,
+                                causal: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of `attention_varlen` (`flash.backward.HopperAttentionBackward.packed`)."""
+    return kernels_on(q.device).attention_backward.packed(grad.contiguous(), q, k, v, o, lse, cu_seqlens_q,
+                                                          cu_seqlens_k, max_seqlen_k, causal=causal, grad_lse=grad_lse)
+
+
+def _attention_varlen_gradients_fake(grad, grad_lse, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
+                                     causal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_varlen_setup(ctx, inputs, output) -> None:
+    q, k, v, cu_seqlens_q, cu_seqlens_k, _, ctx.max_seqlen_k, ctx.causal = inputs
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, *output)
+
+
+def _attention_varlen_backward(ctx, grad_o, grad_lse):
+    q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse = ctx.saved_tensors
+    if grad_o is None and grad_lse is None:
+        return (None,) * 8
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.mlir_tile.attention_varlen_gradients(grad_o, grad_lse, q, k, v, o, lse, cu_seqlens_q,
+                                                                cu_seqlens_k, ctx.max_seqlen_k, ctx.causal)
+    return dq, dk, dv, None, None, None, None, None
+
+
 _ATTENTION_BACKWARD = _no_backward("attention: fp8 inputs and variants have no backward pass yet")
 _operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
 _operator("attention", _attention, fake=_attention_fake, backward=_attention_backward, setup_context=_attention_setup)
+_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
+_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake, backward=_attention_varlen_backward,
+          setup_context=_attention_varlen_setup)
 _operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)

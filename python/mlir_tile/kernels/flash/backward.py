@@ -16,7 +16,7 @@ from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import sm90_backward
 from mlir_tile.kernels.flash.launch import grouped_heads, on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
-from mlir_tile.runtime import TENSOR_MAP
+from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 ELEMENTS = ("f16", "bf16")
 
@@ -28,8 +28,9 @@ def shipped_kernels(chip: str):
     for d in BACKWARD_HEAD_DIMS:
         for causal in (False, True):
             for element in ELEMENTS:
-                config = BackwardConfig(d, causal, element)
-                yield str(config), partial(sm90_backward.build_module, config)
+                for varlen in (False, True):
+                    config = BackwardConfig(d, causal, element, varlen=varlen)
+                    yield str(config), partial(sm90_backward.build_module, config)
 
 
 class HopperAttentionBackward:
@@ -97,6 +98,99 @@ class HopperAttentionBackward:
         launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads],
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps)
+
+
+    def packed(self, grad, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k: int, *, causal: bool = False,
+               grad_lse=None):
+        """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v
+        [total_k, kv_heads, d], lse [heads, total_q]); dQaccum and the statistics at FlashAttention-3's padded
+        rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
+        import torch
+
+        from mlir_tile.kernels.flash.launch import checked_packed
+        from mlir_tile.runtime import torch_stream
+
+        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k)
+        (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
+        if any(x.shape != q.shape or x.dtype != q.dtype for x in (o, grad)) or lse.shape != (heads, total_q):
+            raise ValueError(f"attention_varlen backward: O and dO as q {tuple(q.shape)} {q.dtype}, lse "
+                             f"[heads, total_q]; got {tuple(o.shape)} {o.dtype}, {tuple(grad.shape)} {grad.dtype}, "
+                             f"{tuple(lse.shape)}")
+        if d not in BACKWARD_HEAD_DIMS:
+            raise ValueError(f"attention_varlen backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, "
+                             f"got {d}")
+        batch = cu_seqlens_q.shape[0] - 1
+        if not (total_q and total_k and max_seqlen_k):
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        config = BackwardConfig(d, bool(causal), element, varlen=True)
+        rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
+        blocks = -(-max_seqlen_k // sm90_backward.KEYS)
+        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, blocks),
+                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, blocks))
+        statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
+        statistics[0], statistics[1] = math.inf, 0.0
+        statistics[0].index_copy_(1, rows, lse.float() * LOG2E)
+        delta = torch.sum(grad.float() * o.float(), -1).t()
+        if grad_lse is not None:
+            delta -= grad_lse.float()
+        statistics[1].index_copy_(1, rows, delta)
+        dq_sums = torch.zeros(heads, padded, d, dtype=torch.float32, device=q.device)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
+             dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(),
+             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
+        dq = (dq_sums[:, rows] * (1 / math.sqrt(d))).transpose(0, 1).to(q.dtype).contiguous()
+        return dq, dk, dv
+
+    def _packed_plan(self, config: BackwardConfig, total_q: int, total_k: int, heads: int, kv_heads: int,
+                     batch: int, blocks: int):
+        """The launch over `batch` sequences' `blocks` blocks of keys (of the longest) of `kv_heads` K/V heads."""
+        module = self.library.module(str(config), partial(sm90_backward.build_module, config))
+        box, d, padded = sm90_backward.boxes(config), config.head_dim, padded_rows(total_q, batch, config.rows)
+        maps = [MapOperand(self.maps, (total, count * d), 2 * count * d, box[name]) for name, total, count in (
+            ("q", total_q, heads), ("k", total_k, kv_heads), ("v", total_k, kv_heads), ("do", total_q, heads))]
+        maps.append(MapOperand(self.maps, (heads * padded, d), 4 * d, box["dq"], store=True, floats=True))
+        maps += [_Address(), _Address()]
+        maps += [MapOperand(self.maps, (heads, padded), 4 * padded, box[name], floats=True) for name in ("lse", "delta")]
+        maps += [_Address(), _Address()]
+        seq = blocks * sm90_backward.KEYS
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
+            seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded],
+            grid=config.grid(batch * kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
+        return _BackwardPlan(config, launch, maps)
+
+
+def padded_rows(total_q: int, batch: int, rows: int) -> int:
+    """dQaccum's and the statistics' rows a head for packed sequences (`packed_rows`), and a block past them
+    whose last row tokens outside every sequence go to (whole blocks: a row of the statistics is 16-byte
+    aligned, as TMA takes its stride)."""
+    return (total_q // rows + batch + 1) * rows
+
+
+def packed_rows(cu_seqlens_q, total_q: int, rows: int):
+    """(each token's row of dQaccum and the statistics, their rows a head): token t of sequence b (its bounds
+    clamped into total_q as the kernel's `Sequence` clamps them) at t - start_b + (start_b / rows + b) x rows,
+    a token outside every sequence at the last row, which no block reaches. On the device, no synchronization."""
+    import torch
+
+    batch = cu_seqlens_q.shape[0] - 1
+    offsets = cu_seqlens_q.long()
+    offsets = torch.where(offsets < 0, total_q, offsets).clamp(max=total_q)  # (the kernel reads them unsigned)
+    ends = offsets[1:]
+    starts = torch.minimum(offsets[:-1], ends)
+    tokens = torch.arange(total_q, device=cu_seqlens_q.device)
+    sequence = torch.searchsorted(ends, tokens, right=True).clamp(max=batch - 1)
+    padded = padded_rows(total_q, batch, rows)
+    first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
+    inside = (tokens >= starts[sequence]) & (tokens < ends[sequence])
+    return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1), padded
+
+
+class _Address:
+    """A launch argument given as its address (not a tensor map)."""
+
+    def __call__(self, address: int) -> int:
+        return address
 
 
 class _BackwardPlan:

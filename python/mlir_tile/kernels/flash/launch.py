@@ -166,6 +166,8 @@ def hopper_shipped_kernels(chip: str):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
                 seqs = {1} | {longest + 1 for longest in band_lengths(d, causal, element)}
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
+                if element != "e4m3":
+                    configs |= {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
                 for config in sorted(configs, key=str):
                     yield str(config), partial(sm90.build_module, config)
 
@@ -227,6 +229,89 @@ class HopperAttention:
                                 grid=config.grid(heads, seq, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _HopperPlan(launch, maps)
+
+
+    def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False):
+        """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
+        [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
+        [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
+        covers: rows past it are not computed). f16 or bf16, contiguous, on 16 bytes."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+        (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
+        o = torch.empty_like(q)
+        lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
+        batch = cu_seqlens_q.shape[0] - 1
+        if not (total_q and batch and max_seqlen_q):
+            return o, lse
+        if not total_k:  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
+            return o.zero_(), lse.fill_(float("-inf"))
+        config = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
+        tiles = -(-max_seqlen_q // config.rows)
+        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, tiles),
+                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, tiles))
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
+        return o, lse
+
+    def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int):
+        """The launch over `batch` sequences' `tiles` row tiles (of the longest) of `heads` query heads: Q's,
+        K's and V's 2-D maps over [tokens, heads x d]."""
+        module = self.library.module(str(config), partial(sm90.build_module, config))
+        box, d = sm90_layouts.boxes(config), config.head_dim
+        maps = [MapOperand(self.maps, (total, count * d), count * d * 2, box[name])
+                for name, total, count in (("q", total_q, heads), ("k", total_k, kv_heads), ("v", total_k, kv_heads))]
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, batch * heads,
+                                heads // kv_heads] + [POINTER] * 2 + [heads, total_q, total_k],
+                                grid=config.grid(batch * heads, tiles * config.rows, self.sms), block=config.threads,
+                                shared_bytes=config.shared_bytes)
+        return _PackedPlan(launch, maps)
+
+
+class _PackedPlan:
+    """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
+    offsets' addresses."""
+
+    def __init__(self, launch, maps: list):
+        self.launch, self.maps = launch, maps
+
+    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, cu_q: int, cu_k: int) -> None:
+        map_q, map_k, map_v = self.maps
+        self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, cu_q, cu_k)
+
+
+def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q) -> str:
+    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`HopperAttention.packed`);
+    ValueError in one line otherwise."""
+    import torch
+
+    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+    if (element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 3 or k.dim() != 3
+            or k.shape != v.shape or k.shape[2] != q.shape[2] or not k.shape[1] or q.shape[1] % k.shape[1]):
+        raise ValueError(f"attention_varlen: q [total_q, heads, d], k and v [total_k, kv_heads, d] with kv_heads "
+                         f"dividing heads, all float16 or all bfloat16; got {tuple(q.shape)} {q.dtype}, "
+                         f"{tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
+    if q.shape[2] not in HEAD_DIMS:
+        raise ValueError(f"attention_varlen: head dim {', '.join(map(str, HEAD_DIMS))}, got {q.shape[2]}")
+    if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)):
+        raise ValueError("attention_varlen: contiguous CUDA tensors on 16 bytes (TMA)")
+    if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.device != q.device
+           or not x.is_contiguous() for x in (cu_seqlens_q, cu_seqlens_k)) or not (
+            2 <= cu_seqlens_q.shape[0] == cu_seqlens_k.shape[0]):
+        raise ValueError(f"attention_varlen: cu_seqlens_q and cu_seqlens_k int32 [batch + 1] (batch >= 1) on "
+                         f"{q.device}, contiguous; got {_described(cu_seqlens_q)}, {_described(cu_seqlens_k)}")
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or max_seqlen_q < 0:
+        raise ValueError(f"attention_varlen: max_seqlen_q a non-negative int, got {max_seqlen_q!r}")
+    return element
+
+
+def _described(x) -> str:
+    import torch
+
+    return f"{x.dtype} {tuple(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else repr(x)
 
 
 class _HopperPlan:

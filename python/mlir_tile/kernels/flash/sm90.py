@@ -40,6 +40,12 @@ over [batch * kv_heads * seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit
 e4m3), lse [batch * heads, seq] f32, seq, batch x heads and the query heads a K/V head (heads / kv_heads) (64-bit),
 e4m3's three descales (f32, one element each). Grid
 `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
+
+Packed sequences (`varlen`, `sm90_varlen`): `attention(q_map, k_map, v_map, o, lse, seq, batch_heads, group,
+cu_seqlens_q, cu_seqlens_k, heads, total_q, total_k)`: Q's map 2-D over [total_q, heads x d], K's and V's over
+[total_k, kv_heads x d], O [total_q, heads x d] 16-bit as i32 pairs, lse [heads, total_q] f32, seq the longest
+sequence's queries rounded up to the row tile, batch_heads batch x heads, the offsets int32 [batch + 1]; a CTA an
+item (batch x heads + head, row tile of the longest), returning where the tile starts past its sequence.
 """
 from __future__ import annotations
 
@@ -63,12 +69,17 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     if variant is not None and variant.keys is not None and config.causal:
         raise ValueError(f"hopper attention: variant {variant.name!r} says which keys each row sees; with it the "
                          f"configuration is not causal")
+    if variant is not None and config.varlen:
+        raise ValueError("hopper attention: variants take [batch, heads, seq, d] inputs, not packed sequences")
     scales = [Global("f32")] * 3 if config.fp8 else []
+    # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
+    scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
     scales += variant.parameters() if variant is not None else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
-    with Kernel(KERNEL, [TensorMap()] * 4 + [Global("f32"), "index", "index", "index"] + scales,
+    outputs = [TensorMap(), Global("f32")] if not config.varlen else [Global("i32"), Global("f32")]  # (O, the lse)
+    with Kernel(KERNEL, [TensorMap()] * 3 + outputs + ["index", "index", "index"] + scales,
                 block=(config.threads, 1, 1),
                 chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
         _HopperAttention(k, config, variant).build()
@@ -84,9 +95,11 @@ class _HopperAttention(OnlineSoftmax):
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[8 + 3 * config.fp8:]
+        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
+        if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries)
+            self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[8:13]
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -144,11 +157,14 @@ class _HopperAttention(OnlineSoftmax):
             item = self.order.walked(first, j) if config.persistent else first
             self.head, query_tile = self.order.of_block(item)
             self.q0 = query_tile * config.rows
-            self.head_row = self.head * k.as_index(self.seq)  # the head's first row of Q's 2-D map
-            self.kv_row = self.head // self.group * k.as_index(self.seq)  # its K/V head's of K's and V's
-            self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
-            self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(
-                k, self.seq, config.keys, self.q0, rows=config.rows, causal=config.causal)
+            if config.varlen:
+                self.locate_in_sequence()
+            else:  # the head's first row of Q's 2-D map, its K/V head's of K's and V's (column 0)
+                self.q_origin = (self.head * k.as_index(self.seq), None)
+                self.kv_origin = (self.head // self.group * k.as_index(self.seq), None)
+                self.g_lse = k.tensor(self.lse, (self.order.heads, self.seq))[self.head, None]
+                self.key_tiles = self.visited() if self.keys_of_rows else KeyTiles(
+                    k, self.seq, config.keys, self.q0, rows=config.rows, causal=config.causal)
             # (the key tiles before the item counted modulo `index_period`: without the mask every item has as
             # many, j x that; causal, carried on)
             # (broadcast: else ptxas keeps the walk's K/V index, and the descriptors made from it, in vector
@@ -160,9 +176,29 @@ class _HopperAttention(OnlineSoftmax):
                 self.kv_base = k.broadcast(j * self.key_tiles.count % config.index_period)
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, count - 1)
             self.item = j
-            yield j
+            if config.varlen:  # (a row tile past its sequence's queries: nothing to do)
+                with k.if_(k.compare("ult", self.q0, self.sequence.q_length)):
+                    yield j
+            else:
+                yield j
             if carried is not None:
                 k.store(k.as_i32((self.kv_base + self.key_tiles.count) % config.index_period), carried, [0])
+
+    def locate_in_sequence(self) -> None:
+        """Packed sequences: the item's (batch x heads + head) split, its sequence's bounds (`Sequence`), Q's
+        origin (the sequence's first token, the head's first column), K's and V's (its K/V head's), the
+        log-sum-exp's row of the head ([heads, total_q]), the key tiles of the item's rows."""
+        from mlir_tile.kernels.flash.sm90_varlen import Sequence
+
+        k, config = self.k, self.config
+        heads = k.as_index(self.heads)
+        batch, self.head = self.head // heads, self.head % heads
+        self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(self.total_q),
+                                 k.as_index(self.total_k))
+        self.q_origin = (self.sequence.q_start, self.head * self.d)
+        self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
+        self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
+        self.key_tiles = self.sequence.key_tiles(config.keys, self.q0, config.rows, config.causal)
 
     def visited(self):
         """The key tiles the item's rows see (`KeyTiles.between`: the variant's keys of its first row and of
@@ -196,12 +232,14 @@ class _HopperAttention(OnlineSoftmax):
             self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, *, tile_bytes, layout, tensor_map, row) -> None:
-        """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map` into
-        the shared bytes at `tile_bytes`, counted on `pipeline`'s stage of `index`."""
+    def load_boxes(self, pipeline, index, *, tile_bytes, layout, tensor_map, row, first_column) -> None:
+        """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map`, its
+        columns from `first_column` (None: 0) on, into the shared bytes at `tile_bytes`, counted on `pipeline`'s
+        stage of `index`."""
         k = self.k
         for column, box in k.boxes(self.shared, tile_bytes, layout, self.storage, self.config.box_columns):
-            pipeline.load(index, box, tensor_map, (row, k.index(column)))
+            column = k.index(column) if first_column is None else first_column + column
+            pipeline.load(index, box, tensor_map, (row, column))
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
@@ -224,25 +262,27 @@ class _HopperAttention(OnlineSoftmax):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
             self.load_boxes(self.q_pipeline, band, tile_bytes=k.index(consumer * BAND_BYTES), layout=self.tiles["q_band"],
-                            tensor_map=self.q_map, row=self.head_row + (self.q0 + 64 * consumer))
+                            tensor_map=self.q_map, row=self.q_origin[0] + (self.q0 + 64 * consumer),
+                            first_column=self.q_origin[1])
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
         the transposer is done with that)."""
         ring, index = self.ring, self.kv(tile)
         self.pipeline.acquire(index)
-        row = self.kv_row + self.key_tile_at(tile) * self.config.keys
+        (first_row, column), keys = self.kv_origin, self.config.keys
+        row = first_row + self.key_tile_at(tile) * keys
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 0), layout=self.tiles["k"], tensor_map=self.k_map,
-                        row=row)
+                        row=row, first_column=column)
         if not self.config.fp8:
             self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 1), layout=self.tiles["k"],
-                            tensor_map=self.v_map, row=row)
+                            tensor_map=self.v_map, row=row, first_column=column)
             return
         self.staging.acquire(index)
         staged = self.staging_ring.offset(self.staging_ring.stage(index))
         self.load_boxes(self.staging, index, tile_bytes=staged, layout=self.tiles["v_staged"], tensor_map=self.v_map,
-                        row=row)
+                        row=row, first_column=column)
 
     def produce_transposed(self) -> None:
         """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its
@@ -353,6 +393,8 @@ class _HopperAttention(OnlineSoftmax):
                 or self.keys_of_rows):
             return self.key_tiles
         first_row = self.q0 + self.consumer * 64
+        if config.varlen:
+            return self.sequence.key_tiles(config.keys, first_row, 64, causal=True)
         return KeyTiles(self.k, self.seq, config.keys, first_row, rows=64, causal=True)
 
     def release_q_band(self) -> None:
@@ -425,18 +467,26 @@ class _HopperAttention(OnlineSoftmax):
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
-        k, seq = self.k, self.k.as_index(self.seq)
+        k, varlen = self.k, self.config.varlen
+        queries = self.sequence.q_length if varlen else k.as_index(self.seq)
         inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
-            inverses.append(k.divide(numerator, total))
+            inverse = k.divide(numerator, total)
+            if varlen:  # (a row that sees no key: its sum 0, its O 0, its log-sum-exp -inf + log2(0) = -inf)
+                seen = arith.cmpf(arith.CmpFPredicate.OGT, total, k.constant(0.0, "f32"))
+                inverse = arith.select(seen, inverse, k.constant(0.0, "f32"))
+            inverses.append(inverse)
             row, _ = self.o_acc.coordinate(self._first_slot(half))
             query = self._query(row)
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
-            with k.if_(k.leads_lanes(4) & k.compare("ult", query, seq)):
-                self.g_lse[query] = log_sum
-        self.store_o(inverses, last)
+            with k.if_(k.leads_lanes(4) & k.compare("ult", query, queries)):
+                self.g_lse[self.sequence.q_start + query if varlen else query] = log_sum
+        if varlen:
+            self.store_o_rows(inverses)
+        else:
+            self.store_o(inverses, last)
 
     def store_o(self, inverses, last) -> None:
         """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile
@@ -480,6 +530,22 @@ class _HopperAttention(OnlineSoftmax):
             self.pipeline.release(last)
         elif not config.persistent:
             self.release_q_band()
+
+    def store_o_rows(self, inverses) -> None:
+        """Packed sequences: O's rows inside the sequence stored from the registers into O [total_q, heads x d]
+        (`o_map`: its 16-bit pairs; `sm90_varlen.store_rows`: a box would write into the next sequence's rows)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.kernels.flash.sm90_varlen import store_rows
+
+        k, d, sequence = self.k, self.d, self.sequence
+        words = k.as_index(self.heads) * (d // 2)  # (a token's row of O in 4-byte words)
+
+        def first_word(row):
+            query = self._query(row)
+            return k.compare("ult", query, sequence.q_length), (sequence.q_start + query) * words + self.head * (d // 2)
+        store_rows(k, self.o_acc, self.o_map, self.config.element, first_word,
+                   lambda half, x: arith.mulf(x, inverses[half]))
 
     def _query(self, row):
         return self.q0 + (self.consumer * 64 + row)

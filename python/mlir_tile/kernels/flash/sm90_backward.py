@@ -32,6 +32,13 @@ seq, d]; the caller's preprocessing's LSE log2(e) (the forward's natural-log LSE
 sequence) and D (0 past it), 2-D over [batch * heads, padded] f32 (unswizzled boxes of a block's row); seq, batch
 x heads and the group (64-bit). Grid `BackwardConfig.grid` (of batch x kv_heads), block `threads`,
 `shared_bytes`.
+
+Packed sequences (`varlen`, `sm90_varlen`): Q's, dO's, K's and V's maps 2-D over [tokens, heads x d]; dK and dV
+pointers to [total_k, kv_heads x d] 16-bit as i32 pairs, stored by rows from the registers; dQaccum 2-D over
+[heads x padded, d] and the statistics over [heads, padded], sequence b's rows from (q_start / 64 + b) x 64 on
+(`backward.packed_rows`); seq the longest sequence's keys rounded up to 128, batch x kv_heads, the group, then
+cu_seqlens_q, cu_seqlens_k, kv_heads, total_q, total_k and padded. A CTA a (batch x kv_heads + K/V head, block
+of 128 keys of the longest), returning where the block starts past its sequence's keys; causal bottom-right.
 """
 from __future__ import annotations
 
@@ -57,6 +64,8 @@ class BackwardConfig:
     element: str = "bf16"
     rows: int = 64  # query rows a step: S^T's N
     stages: int = 2  # query blocks (their Q and dO) in flight
+    varlen: bool = False  # packed sequences (`sm90_varlen`): a CTA a (sequence, K/V head, block of keys), its
+    # sequence's query blocks at padded rows of dQaccum and the statistics, dK and dV stored by rows
 
     def __post_init__(self) -> None:
         if self.head_dim not in BACKWARD_HEAD_DIMS or self.element not in ("f16", "bf16"):
@@ -117,7 +126,8 @@ class BackwardConfig:
         return -(-seq // self.rows) * self.rows
 
     def __str__(self) -> str:
-        return f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}_sm90a"
+        return (f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}"
+                f"{'_varlen' if self.varlen else ''}_sm90a")
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,9 +163,13 @@ def boxes(config: BackwardConfig) -> dict:
 
 def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
-    from mlir_tile.builder import Kernel, TensorMap
+    from mlir_tile.builder import Global, Kernel, TensorMap
 
-    with Kernel(KERNEL, [TensorMap()] * 9 + ["index", "index", "index"],
+    # (packed sequences: dK and dV pointers, as 16-bit pairs; cu_seqlens_q and _k, kv_heads, total_q, total_k and
+    # the padded rows a head of dQaccum and the statistics)
+    outputs = [TensorMap()] * 2 if not config.varlen else [Global("i32")] * 2
+    packed = [Global("i32"), Global("i32"), "index", "index", "index", "index"] if config.varlen else []
+    with Kernel(KERNEL, [TensorMap()] * 5 + outputs + [TensorMap()] * 2 + ["index", "index", "index"] + packed,
                 block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
                 context=context) as k:
         _Backward(k, config).build()
@@ -169,7 +183,7 @@ class _Backward:
 
         self.k, self.config, self.d = k, config, config.head_dim
         (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
-         self.delta_map, self.seq, _, group) = k.arguments
+         self.delta_map, self.seq, _, group) = k.arguments[:12]
         self.tiles = tiles(config)
         self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
         # per S^T slot, which of the thread's two rows (keys) and which column step (query) it holds
@@ -182,11 +196,16 @@ class _Backward:
         # the CTA's K/V head, and its keys; its query heads are the group's: kv_head x group + g
         self.kv_head, self.n0 = block // key_blocks, block % key_blocks * KEYS
         self.group = k.as_index(group)
-        query_blocks = (seq + (config.rows - 1)) // config.rows
-        # causal: queries before the CTA's first key see none of its keys
-        self.first = self.n0 // config.rows if config.causal else k.index(0)
-        self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
-        self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
+        if config.varlen:
+            self.locate_in_sequence()
+        else:
+            query_blocks = (seq + (config.rows - 1)) // config.rows
+            # causal: queries before the CTA's first key see none of its keys
+            self.first = self.n0 // config.rows if config.causal else k.index(0)
+            self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
+            self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
+            self.keys_end, self.shift, self.padded_start = seq, None, k.index(0)
+            self.q_origin = self.kv_origin = None
         boxes_across = self.d // BOX_COLUMNS
         self.barriers = ConsumerBarriers(k, config.consumers)
         self.kv_ring = StageRing(k, self.shared, 1, [(config.element, KEYS * self.d)] * 2)
@@ -201,19 +220,51 @@ class _Backward:
         self.consumer = (self.warpgroup - 1) % config.consumers
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
 
+    def locate_in_sequence(self) -> None:
+        """Packed sequences: the CTA's (batch x kv_heads + K/V head) split, its sequence (`Sequence`), its query
+        blocks (causal: from the block of the first query whose diagonal reaches the CTA's first key), the
+        sequence's first row in dQaccum and the statistics (FlashAttention-3's padding: (q_start / rows + batch)
+        x rows, so that no block's rows reach the next sequence's), the tokens' origins of Q, dO, K and V."""
+        from mlir_tile.builder.integers import maximum
+        from mlir_tile.kernels.flash.sm90_varlen import Sequence
+
+        k, config, rows = self.k, self.config, self.config.rows
+        self.cu_seqlens_q, self.cu_seqlens_k, kv_heads, total_q, total_k, self.padded = k.arguments[12:18]
+        kv_heads = self.k_heads = k.as_index(kv_heads)
+        batch, self.kv_head = self.kv_head // kv_heads, self.kv_head % kv_heads
+        sequence = self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(total_q),
+                                            k.as_index(total_k))
+        self.keys_end, self.shift = sequence.k_length, sequence.shift if config.causal else None
+        first_query = maximum(self.n0 - sequence.shift, 0, signed=True) if config.causal else k.index(0)
+        self.first = first_query // rows
+        self.count = maximum((sequence.q_length + (rows - 1)) // rows - self.first, 0, signed=True)
+        self.padded_start = (sequence.q_start // rows + batch) * rows
+        self.padded = k.as_index(self.padded)
+        self.q_origin, self.kv_origin = sequence.q_start, sequence.k_start
+
     def build(self) -> None:
         k, config = self.k, self.config
+        from mlir_tile.builder.integers import with_operators
+
+        inside = with_operators(k.compare("ult", self.n0, self.keys_end)) if config.varlen else None
         with k.role(self.warpgroup, "producer", PRODUCER_REGISTERS):
-            with k.if_(k.compare("eq", k.thread_id(), 0)):
+            loader = with_operators(k.compare("eq", k.thread_id(), 0))
+            with k.if_(loader if inside is None else loader & inside):
                 self.produce()
         with k.role(self.warpgroup, "consumers", config.consumer_registers):
-            self.consume()
+            if inside is None:
+                self.consume()
+            else:  # (a block of keys past its sequence's: nothing to do)
+                with k.if_(inside):
+                    self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row) -> None:
+    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row, first_column=None) -> None:
+        """A tile's boxes from `row` of `tensor_map`, its columns from `first_column` (None: 0) on."""
         k = self.k
         for column, box in k.boxes(self.shared, tile_bytes, layout, self.config.element, BOX_COLUMNS):
-            pipeline.load(index, box, tensor_map, (row, k.index(column)))
+            column = k.index(column) if first_column is None else first_column + column
+            pipeline.load(index, box, tensor_map, (row, column))
 
     def block_of(self, step):
         """(query head, first row) of the CTA's query block `step`: the group's heads in turn, each's blocks from
@@ -222,21 +273,23 @@ class _Backward:
 
     def produce(self) -> None:
         """K and V once; then each query block's Q, dO and rows of the statistics once its stage is free."""
-        k, ring = self.k, self.ring
+        k, ring, d = self.k, self.ring, self.d
+        packed = self.config.varlen  # (rows of tokens, a head's columns: [tokens, heads x d])
         self.kv.acquire(0)
         for part, tensor_map in enumerate((self.k_map, self.v_map)):
-            self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), self.tiles["kv"], tensor_map,
-                            self.kv_head * k.as_index(self.seq) + self.n0)
+            row = self.kv_origin + self.n0 if packed else self.kv_head * k.as_index(self.seq) + self.n0
+            self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), self.tiles["kv"], tensor_map, row,
+                            self.kv_head * d if packed else None)
         with k.loop(0, self.count * self.group) as step:
             self.pipeline.acquire(step)
             head, q0 = self.block_of(step)
-            row = head * k.as_index(self.seq) + q0
+            row = self.q_origin + q0 if packed else head * k.as_index(self.seq) + q0
             for part, tensor_map in enumerate((self.q_map, self.do_map)):
                 self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), self.tiles["q"], tensor_map,
-                                row)
+                                row, head * d if packed else None)
             for part, tensor_map in enumerate((self.lse_map, self.delta_map)):
                 row_stats = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
-                self.pipeline.load(step, row_stats, tensor_map, (head, q0))
+                self.pipeline.load(step, row_stats, tensor_map, (head, self.padded_start + q0 if packed else q0))
 
     # ----- the consumers -----
     def consume(self) -> None:
@@ -296,18 +349,20 @@ class _Backward:
     def slot_facts(self, q0) -> dict:
         """What each S^T slot needs of its key (its row) and query (its column) in the block of `q0`: the thread's
         first key, query and column, whether each of its two keys lies inside the sequence."""
-        k, seq = self.k, self.k.as_index(self.seq)
+        k, keys_end = self.k, self.k.as_index(self.keys_end)
         row, column = self.s_acc.coordinate(0)
         first_key, first_query = self.n0 + self.consumer * 64 + row, q0 + column
         return {"first_key": first_key, "first_query": first_query, "column": column,
-                "keys": [k.compare("ult", first_key + 8 * half, seq) for half in range(2)]}
+                "keys": [k.compare("ult", first_key + 8 * half, keys_end) for half in range(2)]}
 
     def kept(self, facts: dict, slot: int):
         """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query."""
         half, step = self.s_halves[slot], self.s_columns[slot]
         keep = facts["keys"][half]
-        if self.config.causal:
+        if self.config.causal and self.shift is None:
             keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
+        elif self.config.causal:  # (packed: the bottom-right diagonal, the query shifted by len_k - len_q)
+            keep = keep & self.k.compare("sle", facts["first_key"] + 8 * half, facts["first_query"] + step + self.shift)
         return keep
 
     def statistic(self, at):
@@ -391,7 +446,7 @@ class _Backward:
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
         head, q0 = self.block_of(step)
-        row = head * self.padded + q0
+        row = head * self.padded + (self.padded_start + q0 if self.config.varlen else q0)
         with k.if_(k.compare("eq", thread, 0)):
             for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
                 k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
@@ -404,9 +459,12 @@ class _Backward:
         from mlir_tile.builder.stores import AccumulatorBand
 
         k, config = self.k, self.config
+        softmax_scale = k.constant(1 / math.sqrt(self.d), "f32")
+        if config.varlen:
+            self.store_gradient_rows(softmax_scale)
+            return
         self.barriers.meet_all()
         band = AccumulatorBand(k, self.tiles["out_band"], config.element)
-        softmax_scale = k.constant(1 / math.sqrt(self.d), "f32")
         band_bytes = 2 * self.tiles["kv"].offset(64, 0)  # (consumer c's 64 rows of K's tile: as its boxes lie)
         firsts = []
         for part, (accumulators, scaled) in enumerate(((self.dk_acc, True), (self.dv_acc, False))):
@@ -423,6 +481,24 @@ class _Backward:
                 for column, box in k.boxes(self.shared, first, self.tiles["out"], config.element, BOX_COLUMNS):
                     k.tma_store(box, tensor_map, (self.kv_head, row, k.index(column)))
             k.tma_store_wait(0)
+
+    def store_gradient_rows(self, softmax_scale) -> None:
+        """Packed sequences: dK (times the softmax scale) and dV, the rows of keys inside the sequence, stored from
+        the registers into [total_k, kv_heads x d] (`sm90_varlen.store_rows`: a box would reach the next
+        sequence's keys)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.kernels.flash.sm90_varlen import store_rows
+
+        k, d, sequence = self.k, self.d, self.sequence
+        words = k.as_index(self.k_heads) * (d // 2)  # (a token's row in 4-byte words)
+
+        def first_word(row):
+            key = self.n0 + self.consumer * 64 + row
+            return k.compare("ult", key, sequence.k_length), (sequence.k_start + key) * words + self.kv_head * (d // 2)
+        store_rows(k, self.dk_acc, self.dk_map, self.config.element, first_word,
+                   lambda half, x: arith.mulf(x, softmax_scale))
+        store_rows(k, self.dv_acc, self.dv_map, self.config.element, first_word, lambda half, x: x)
 
     def consumer_thread(self):
         return self.k.thread_id() % 128

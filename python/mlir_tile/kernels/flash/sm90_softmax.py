@@ -73,6 +73,8 @@ class OnlineSoftmax:
         _, column = self.s_acc.coordinate(0)
         if self.keys_of_rows:
             lowest, limit = self.variant.key_interval(k, self._query(row), self.seq, self.extras)
+        elif self.config.varlen:
+            lowest, limit = None, self.sequence.key_end(self._query(row), self.config.causal)
         else:
             lowest, limit = None, k.as_index(self.seq)
             if self.config.causal:

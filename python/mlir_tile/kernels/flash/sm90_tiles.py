@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir_tile.isa.targets import SHARED_RESERVED_BYTES, WARPGROUP_CHIP, max_shared_bytes, sm_shared_bytes
 from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registers
@@ -93,6 +93,8 @@ class HopperAttentionConfig:
     ctas_per_sm: int = 1  # CTAs an SM holds at once (`.minnctapersm`): a thread's registers at launch are the
     # register file over that many blocks, and the consumers raise theirs by what their producer gave back; where one
     # consumer's CTA is small (d 64 causal at S 1024), another CTA's GEMMs may run under its softmax
+    varlen: bool = False  # packed sequences (`sm90_varlen`): q, k, v [tokens, heads, d] with cu_seqlens, a CTA a
+    # (sequence, head, row tile) of the longest sequence's tiles, O stored by rows from the registers
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -120,6 +122,9 @@ class HopperAttentionConfig:
         if self.fp8 and self.o_offset == self.staging_offset and self.staged * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{self.o_bytes} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
+        if self.varlen and (self.fp8 or self.persistent):
+            raise ValueError("hopper attention: packed sequences take 16-bit inputs on the launched grid (one row "
+                             "tile a CTA), not e4m3 or a persistent walk")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
         if not 1 <= self.ctas_per_sm <= 4:
             raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
@@ -141,6 +146,12 @@ class HopperAttentionConfig:
         two consumers in three CTAs an SM would run out of registers.)"""
         return cls.of(head_dim, causal, element, **shape) if shape else cls(
             head_dim, causal, element, **measured_fields(head_dim, causal, element, seq))
+
+    @classmethod
+    def packed(cls, head_dim: int, causal: bool, element: str, max_seqlen_q: int) -> "HopperAttentionConfig":
+        """What `HopperAttention.packed` runs on sequences of at most `max_seqlen_q` queries: `picked`'s
+        configuration for that length on the launched grid, for packed sequences."""
+        return replace(cls.picked(head_dim, causal, element, max_seqlen_q), persistent=False, varlen=True)
 
     @property
     def may_persist(self) -> bool:
@@ -242,4 +253,4 @@ class HopperAttentionConfig:
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
                 f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
-                f"{'_persistent' if self.persistent else ''}_sm90a")
+                f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}_sm90a")

@@ -1,0 +1,247 @@
+"""Packed variable-length attention on the GPU (`mlir_tile.kernels.attention_varlen`, Hopper's path), as a
+training or serving user calls it: random packed batches (empty and one-token sequences, unequal query and key
+lengths, grouped K/V heads, d 64, 128 and 256, both masks and dtypes) against fp32 attention written out here per
+sequence (causal aligned to the bottom right), within twice the error torch's own 16-bit SDPA makes on the same
+sequences; offsets past the tensors; a CUDA graph replayed with other lengths; torch.compile; the one-line
+errors. Skipped without torch or an sm_90 GPU (the reason shown)."""
+import itertools
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernels' torch operators need torch")
+import mlir_tile.kernels.ops  # noqa: E402,F401  (registers torch.ops.mlir_tile.*)
+F = torch.nn.functional
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="packed sequences run on Hopper's path (sm_90) only")]
+
+CASES = 150
+
+
+def _offsets(lengths) -> torch.Tensor:
+    return torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
+
+
+def _visible(len_q: int, len_k: int, causal: bool) -> torch.Tensor:
+    """[len_q, len_k] booleans: the keys each query row sees (causal: up to i + len_k - len_q)."""
+    seen = torch.ones(len_q, len_k, dtype=torch.bool, device="cuda")
+    if causal:
+        rows, columns = torch.arange(len_q, device="cuda")[:, None], torch.arange(len_k, device="cuda")[None, :]
+        seen = columns <= rows + (len_k - len_q)
+    return seen
+
+
+def _sequence_attention(q, k, v, seen, dtype=None):
+    """One sequence's O [len_q, heads, d] through SDPA in `dtype`, or (O, lse [heads, len_q]) in fp32; k and v
+    repeated for their groups of q's heads. Rows that see no key: NaN in SDPA's, the caller leaves them out."""
+    group = q.shape[1] // k.shape[1]
+    q, k, v = (x.transpose(0, 1) for x in (q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)))
+    if dtype is not None:  # (no mask, or is_causal where it is the top-left one; a fused backend, whose backward
+        # takes D = rowsum(dO O) from the rounded O as ours does, not the math one's exact softmax gradient)
+        square_causal = seen.shape[0] == seen.shape[1] and torch.equal(seen, seen.tril())
+        mask = None
+        if not (bool(seen.all()) or square_causal):  # (an additive mask whose rows lie on 16 bytes, as the
+            # memory-efficient backend takes it)
+            columns = -(-seen.shape[1] // 8) * 8
+            mask = torch.zeros(seen.shape[0], columns, device="cuda", dtype=dtype)[:, :seen.shape[1]]
+            mask.masked_fill_(~seen, float("-inf"))
+        fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+        for backends in (fused, fused + [SDPBackend.MATH]):  # (the math one where no fused one takes the case)
+            try:
+                with sdpa_kernel(backends):
+                    return F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=mask,
+                                                          is_causal=mask is None and not bool(seen.all())).transpose(0, 1)
+            except RuntimeError:
+                if backends != fused:
+                    raise
+    scores = (q.float() @ k.float().transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~seen, float("-inf"))
+    return (scores.softmax(-1) @ v.float()).transpose(0, 1), scores.logsumexp(-1)
+
+
+def _case(rng: random.Random, trial: int):
+    """(lengths_q, lengths_k, heads, kv_heads, d, causal, dtype)."""
+    count = rng.randint(1, 6)
+    pick = lambda: rng.choice([0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 200, 255, rng.randint(1, 700)])
+    lengths_q = [pick() for _ in range(count)]
+    lengths_k = list(lengths_q) if trial % 3 else [pick() for _ in range(count)]
+    heads = rng.choice([1, 2, 3, 4, 8])
+    kv_heads = rng.choice([x for x in range(1, heads + 1) if heads % x == 0]) if trial % 2 else heads
+    d = rng.choice([64, 128, 128, 256])
+    return lengths_q, lengths_k, heads, kv_heads, d, rng.random() < 0.5, (torch.float16, torch.bfloat16)[trial % 2]
+
+
+def test_packed_sequences_match_fp32_attention_within_torchs_own_error():
+    """Per case and sequence: O's largest error from fp32 at most twice SDPA's (16-bit, the same mask) plus a floor
+    of the element's rounding; the log-sum-exp within 1e-3 of fp32's (relative to its size); rows that see no key
+    O 0 and lse -inf."""
+    from mlir_tile.kernels import attention_varlen
+
+    rng, failures = random.Random(60), []
+    for trial in range(CASES):
+        lengths_q, lengths_k, heads, kv_heads, d, causal, dtype = _case(rng, trial)
+        cu_q, cu_k = _offsets(lengths_q), _offsets(lengths_k)
+        q = torch.randn(sum(lengths_q), heads, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(sum(lengths_k), kv_heads, d, device="cuda", dtype=dtype) for _ in range(2))
+        o, lse = attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal)
+        case = (lengths_q, lengths_k, heads, kv_heads, d, causal, dtype)
+        for b, (len_q, len_k) in enumerate(zip(lengths_q, lengths_k)):
+            rows_q, rows_k = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            if not len_q:
+                continue
+            seen = _visible(len_q, len_k, causal)
+            some = seen.any(1)
+            got_o, got_lse = o[rows_q].float(), lse[:, rows_q]
+            if not bool((got_o[~some] == 0).all()) or not bool((got_lse[:, ~some] == float("-inf")).all()):
+                failures.append((case, b, "rows that see no key"))
+            if not bool(some.any()):
+                continue
+            exact_o, exact_lse = _sequence_attention(q[rows_q], k[rows_k], v[rows_k], seen)
+            torchs = _sequence_attention(q[rows_q], k[rows_k], v[rows_k], seen, dtype).float()
+            error = float((got_o[some] - exact_o[some]).abs().max())
+            bound = 2 * float((torchs[some] - exact_o[some]).abs().max()) + 4 * torch.finfo(dtype).eps * float(
+                exact_o[some].abs().max())
+            lse_error = float(((got_lse[:, some] - exact_lse[:, some]).abs() / exact_lse[:, some].abs().clamp(min=1)).max())
+            if not (error <= bound and lse_error <= 1e-3):
+                failures.append((case, b, error, bound, lse_error))
+    assert not failures, failures[:10]
+
+
+def test_offsets_past_the_tensors_are_clamped_not_a_fault():
+    """cu_seqlens past total rows (and out of order) make shorter or empty sequences: no CUDA fault, no write
+    outside O; the first sequence's rows as fp32's."""
+    from mlir_tile.kernels import attention_varlen
+
+    q, k, v = (torch.randn(100, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, 60, 5000, 7], dtype=torch.int32, device="cuda")
+    o, lse = attention_varlen(q, k, v, cu, cu, 5000, 5000, causal=True)
+    torch.cuda.synchronize()
+    exact, _ = _sequence_attention(q[:60], k[:60], v[:60], _visible(60, 60, True))
+    assert float((o[:60].float() - exact).abs().max()) < 2e-2
+    fp32, _ = _sequence_attention(q[60:], k[60:], v[60:], _visible(40, 40, True))  # (clamped: rows 60..100)
+    assert float((o[60:].float() - fp32).abs().max()) < 2e-2
+
+
+def test_a_cuda_graph_replays_with_other_lengths():
+    """The offsets live on the device: a graph captured once replays new lengths written into them."""
+    from mlir_tile.kernels import attention_varlen
+
+    q, k, v = (torch.randn(300, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    cu = _offsets([100, 200])
+    attention_varlen(q, k, v, cu, cu, 256, 256, causal=True)  # (plans made outside the capture)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, _ = attention_varlen(q, k, v, cu, cu, 256, 256, causal=True)
+    for lengths in ([100, 200], [1, 255], [256, 0], [44, 5]):
+        cu.copy_(_offsets(lengths))
+        graph.replay()
+        expected, _ = attention_varlen(q, k, v, cu.clone(), cu.clone(), 256, 256, causal=True)
+        rows = sum(lengths)  # (rows past the sequences: not written)
+        assert torch.equal(o[:rows], expected[:rows]), lengths
+
+
+def test_torch_compile_traces_the_operator():
+    from mlir_tile.kernels import attention_varlen
+
+    q, k, v = (torch.randn(200, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = _offsets([50, 150])
+    compiled = torch.compile(lambda *x: attention_varlen(*x, cu, cu, 150, 150, causal=True)[0] * 2, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), attention_varlen(q, k, v, cu, cu, 150, 150, causal=True)[0] * 2)
+
+
+def test_what_it_does_not_take_is_a_one_line_value_error():
+    from mlir_tile.kernels import attention_varlen
+
+    q, k, v = (torch.randn(64, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = _offsets([64])
+    for arguments, message in [
+        ((q, k, v, cu.long(), cu, 64, 64), "int32"),
+        ((q, k, v, cu, _offsets([32, 32]), 64, 64), "int32"),
+        ((q, k[:, :3], v[:, :3], cu, cu, 64, 64), "dividing"),
+        ((q.float(), k, v, cu, cu, 64, 64), "bfloat16"),
+        ((q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous(), cu, cu, 64, 64), "head dim"),
+        ((q, k, v, cu, cu, -1, 64), "max_seqlen_q"),
+        ((q.unsqueeze(0), k, v, cu, cu, 64, 64), "total_q"),
+    ]:
+        with pytest.raises(ValueError, match=message) as raised:
+            attention_varlen(*arguments)
+        assert "\n" not in str(raised.value)
+
+
+CASES_BACKWARD = 150  # a dtype
+
+
+def _masked_attention(q, k, v, seen, dtype=None):
+    """One sequence's O [len_q, heads, d] in fp32 (or through SDPA in `dtype`), differentiable, rows that see no
+    key 0 (they see every key inside, so that nothing is NaN, then are zeroed: no gradient flows from them)."""
+    some = seen.any(1)
+    safe = seen | ~some[:, None]
+    if dtype is None:
+        o, _ = _sequence_attention(q, k, v, safe)
+    else:
+        o = _sequence_attention(q, k, v, safe, dtype).float()
+    return o * some[:, None, None]
+
+
+def _sequence_gradients(q, k, v, grad, seen, dtype=None):
+    q, k, v = (x.detach().float().requires_grad_() if dtype is None else x.detach().requires_grad_() for x in (q, k, v))
+    return torch.autograd.grad(_masked_attention(q, k, v, seen, dtype), (q, k, v), grad.float())
+
+
+def test_packed_gradients_match_fp32_autograd_within_torchs_own_error():
+    """Per case (CASES_BACKWARD a dtype: empty and one-token sequences, unequal lengths, grouped K/V heads, d 64
+    and 128, both masks) and sequence: dq, dk, dv through torch.autograd of `attention_varlen` against fp32
+    autograd of the sequence alone, within twice the error of SDPA's 16-bit backward on it (the same mask) plus a
+    floor of the element's rounding; keys no row sees and rows that see none have gradients 0."""
+    from mlir_tile.kernels import attention_varlen
+
+    rng, failures = random.Random(61), []
+    for trial in range(2 * CASES_BACKWARD):
+        lengths_q, lengths_k, heads, kv_heads, d, causal, dtype = _case(rng, trial)
+        d = min(d, 128)
+        cu_q, cu_k = _offsets(lengths_q), _offsets(lengths_k)
+        q, grad = (torch.randn(sum(lengths_q), heads, d, device="cuda", dtype=dtype) for _ in range(2))
+        k, v = (torch.randn(sum(lengths_k), kv_heads, d, device="cuda", dtype=dtype) for _ in range(2))
+        inputs = [x.detach().requires_grad_() for x in (q, k, v)]
+        o, _ = attention_varlen(*inputs, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal)
+        ours = torch.autograd.grad(o, inputs, grad)
+        for b, (len_q, len_k) in enumerate(zip(lengths_q, lengths_k)):
+            rows_q, rows_k = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            if not (len_q and len_k):
+                continue
+            seen = _visible(len_q, len_k, causal)
+            parts = (q[rows_q], k[rows_k], v[rows_k], grad[rows_q], seen)
+            exact, torchs = _sequence_gradients(*parts), _sequence_gradients(*parts, dtype)
+            for name, got, theirs, truth in zip("qkv", (g[r] for g, r in zip(ours, (rows_q, rows_k, rows_k))),
+                                                torchs, exact):
+                error = float((got.float() - truth).abs().max())
+                # (the floor at least 1e-2's: a one-key row's gradients are 0 in truth, ours rounding's)
+                bound = 2 * float((theirs.float() - truth).abs().max()) + 4 * torch.finfo(dtype).eps * max(float(
+                    truth.abs().max()), 1e-2)
+                if not error <= bound:
+                    failures.append(((lengths_q, lengths_k, heads, kv_heads, d, causal, dtype), b, f"d{name}", error,
+                                     bound))
+        for name, got, lengths, offsets in (("q", ours[0], lengths_q, cu_q), ("k", ours[1], lengths_k, cu_k)):
+            for b, length in enumerate(lengths):  # (a sequence with no query or no key: its gradients 0)
+                other = lengths_k[b] if name == "q" else lengths_q[b]
+                if length and not other and bool(got[int(offsets[b]):int(offsets[b + 1])].abs().max() != 0):
+                    failures.append(((lengths_q, lengths_k), b, f"d{name} of a sequence with no partner"))
+    assert not failures, failures[:10]
+
+
+def test_packed_gradients_under_torch_compile_equal_eagers():
+    from mlir_tile.kernels import attention_varlen
+
+    q, k, v = (torch.randn(300, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = _offsets([100, 1, 199])
+
+    def loss(q, k, v):
+        o, lse = attention_varlen(q, k, v, cu, cu, 199, 199, causal=True)
+        return (o.float() ** 2).sum() + lse.sum()
+    eager, compiled = ([x.detach().requires_grad_() for x in (q, k, v)] for _ in range(2))
+    torch.autograd.grad(loss(*eager), eager)
+    expected = torch.autograd.grad(loss(*eager), eager)
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(*compiled), compiled)
+    for a, b in zip(got, expected):  # (dQ's additions in another order: within bf16's rounding)
+        assert float((a.float() - b.float()).abs().max()) <= 2e-2 * float(b.float().abs().max())
