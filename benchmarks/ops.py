@@ -118,7 +118,7 @@ BACKWARD = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 16, 2048, 6
 
 def backward(out: Path) -> int:
     """Attention's backward (bf16) as a training step runs it: ours (the launcher beneath the operator's autograd
-    formula, `flash.backward`, with its torch pre- and postprocessing, given O and the log-sum-exp) against
+    formula, `flash.backward`, with its pre- and postprocessing kernels, given O and the log-sum-exp) against
     torch.autograd.grad through SDPA with cuDNN's and FlashAttention-2's backend (their preprocessing included),
     and through FlashAttention-4's Hopper kernels where `MLIR_TILE_FA4_SITE` holds them (benchmarks/fa4_site.py),
     TFLOP/s counting the backward as 2.5x the forward's work, halved for causal."""
@@ -171,7 +171,7 @@ def packed_lengths(count: int, shortest: int, longest: int, seed: int = 60) -> l
 
 def varlen(out: Path) -> int:
     """Packed causal sequences' attention (bf16, `attention_varlen`), forward and backward (ours: the launcher
-    beneath the operator's autograd formula with its torch pre- and postprocessing), against cuDNN's SDPA on the
+    beneath the operator's autograd formula with its pre- and postprocessing kernels), against cuDNN's SDPA on the
     same sequences padded to the longest ([batch, heads, longest, d]: the padded rows' work in its time, not in the
     FLOPs) and FlashAttention-4's varlen kernels where `MLIR_TILE_FA4_SITE` holds them; TFLOP/s counting only the
     scores inside each sequence (causal: half of each length squared; the backward 2.5x the forward's work)."""

@@ -1,5 +1,5 @@
 """Where packed attention's backward spends its time (issue 60's batch): the CUDA time of each kernel a call
-launches (ours, and torch's pre- and postprocessing), by torch.profiler.
+launches (ours: the row passes and the main kernel; torch's fills and the token places), by torch.profiler.
 
     python3 benchmarks/profile_varlen.py
 """

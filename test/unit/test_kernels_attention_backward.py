@@ -99,15 +99,41 @@ def test_packed_sequences_store_dk_and_dv_by_rows_and_add_dq_at_padded_rows():
     assert str(config).endswith("_varlen_sm90a")
 
 
+def test_the_row_passes_read_16_bytes_a_lane_and_write_a_rows_statistics_once():
+    """`backward_rows`: the preprocessing (d 64, packed: 8 lanes a row) reads O and dO 16 bytes a lane, widens
+    them, sums the products over the row's lanes by three butterfly shuffles and, in the row's first lane only,
+    writes D and LSE log2(e) at the place read from `places`; the postprocessing (d 128, not packed) reads a
+    lane's 8 fp32 sums as two 16-byte loads, scales them by 1/sqrt(128) and stores them rounded as one 16-byte
+    store."""
+    from conftest import shared_ptx
+    from mlir_tile.kernels.flash import backward_rows
+    from mlir_tile.kernels.flash.backward_rows import RowsConfig
+
+    prepare, finish = (RowsConfig("prepare", 64, "bf16", packed=True), RowsConfig("finish", 128, "f16"))
+    ptx = {config.step: shared_ptx(str(config), lambda config=config: backward_rows.build_module(config))
+           for config in (prepare, finish)}
+    assert ptx["prepare"].count("ld.global.v4.b32") == 2 and ptx["prepare"].count("cvt.f32.bf16") == 2 * 8
+    assert re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, (\d+), 31", ptx["prepare"]) == ["4", "2", "1"]
+    assert ptx["prepare"].count("ld.global.b32") == 2  # (a token's place and its log-sum-exp)
+    leader = ptx["prepare"][ptx["prepare"].index("%laneid"):]
+    assert leader.count("st.global.b32") == 2 and "0f3FB8AA3B" in leader  # (log2(e))
+    assert ptx["finish"].count("ld.global.v4.b32") == 2 and ptx["finish"].count("cvt.rn.f16x2.f32") == 4
+    assert ptx["finish"].count("st.global.v4.b32") == 1 and "0f3DB504F3" in ptx["finish"]
+    assert "ld.global.b32" not in ptx["finish"] and (prepare.grid(1000), finish.grid(1000)) == (32, 63)
+
+
 def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
-    """Every (d, mask, element) the launcher takes is among the kernels the wheel ships for sm_90 (by the name the
-    launch asks the library for), none for sm_80 (the backward is Hopper's path only)."""
+    """Every (d, mask, element) the launcher takes, and its row passes, is among the kernels the wheel ships for
+    sm_90 (by the name the launch asks the library for), none for sm_80 (the backward is Hopper's path only)."""
     from mlir_tile.kernels import ship
+    from mlir_tile.kernels.flash.backward_rows import PASSES, RowsConfig
 
     names = {name for name, _ in ship.kernels("sm_90")}
-    wanted = {str(BackwardConfig(d, causal, element)) for d in (64, 128) for causal in (False, True)
-              for element in ("f16", "bf16")}
-    assert wanted <= names and len(wanted) == 8
+    wanted = {str(BackwardConfig(d, causal, element, varlen=packed)) for d in (64, 128) for causal in (False, True)
+              for element in ("f16", "bf16") for packed in (False, True)}
+    wanted |= {str(RowsConfig(step, d, element, packed)) for step in PASSES for d in (64, 128)
+               for element in ("f16", "bf16") for packed in (False, True)}
+    assert wanted <= names and len(wanted) == 32
     assert not any(name.startswith("attention_backward") for name, _ in ship.kernels("sm_80"))
 
 

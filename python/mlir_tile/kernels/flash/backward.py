@@ -1,10 +1,10 @@
 """Attention's backward on Hopper's path (`sm90_backward`'s kernel) on torch tensors: dQ, dK, dV of O =
 attention(q, k, v) from O, its log-sum-exp and dO, and the kernels shipped per chip.
 
-The kernel's two neighbours are torch's ops for now (each a pass over [batch, heads, seq] or dQ's rows, memory-bound
-beside the kernel's O(seq^2) work): the preprocessing (D = rowsum(dO O) and LSE log2(e) in fp32, padded to whole
-query blocks: D with 0, LSE with +inf so that a padded query's probabilities are 0; dQaccum zeroed) and the
-postprocessing dQ = dQaccum's rows times the softmax scale, rounded to q's dtype.
+The kernel's two neighbours are `backward_rows`'s kernels, each one pass over the [rows, d] tensors: the
+preprocessing (D = rowsum(dO O) and LSE log2(e) in fp32 at the kernel's padded rows, whose others hold D 0 and
+LSE +inf so that a padded query's probabilities are 0) and the postprocessing (dQ = dQaccum's rows times the
+softmax scale, rounded to q's dtype); dQaccum is zeroed by torch.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import math
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import LOG2E, MapOperand, Plans, TensorMaps
-from mlir_tile.kernels.flash import sm90_backward
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
+from mlir_tile.kernels.flash import backward_rows, sm90_backward
+from mlir_tile.kernels.flash.backward_rows import RowsConfig
 from mlir_tile.kernels.flash.launch import grouped_heads, on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
 from mlir_tile.runtime import POINTER, TENSOR_MAP
@@ -31,6 +32,11 @@ def shipped_kernels(chip: str):
                 for varlen in (False, True):
                     config = BackwardConfig(d, causal, element, varlen=varlen)
                     yield str(config), partial(sm90_backward.build_module, config)
+        for element in ELEMENTS:
+            for packed in (False, True):
+                for step in backward_rows.PASSES:
+                    config = RowsConfig(step, d, element, packed)
+                    yield str(config), partial(backward_rows.build_module, config)
 
 
 class HopperAttentionBackward:
@@ -69,20 +75,33 @@ class HopperAttentionBackward:
         plan = self.plans.of((d, bool(causal), element, batch * heads, batch * kv_heads, seq),
                              lambda: self._plan(BackwardConfig(d, bool(causal), element), batch * heads,
                                                 batch * kv_heads, seq))
-        padded = plan.config.padded(seq)
+        padded, stream = plan.config.padded(seq), torch_stream(q)
         statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
         statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
-        torch.mul(lse.view(batch * heads, seq), LOG2E, out=statistics[0, :, :seq])
-        delta = statistics[1, :, :seq]
-        torch.sum(grad.float() * o.float(), -1, out=delta.view(batch, heads, seq))
+        rows = self._rows(d, element, False, seq, batch * heads, padded)
+        rows["prepare"](stream, o.data_ptr(), grad.data_ptr(), lse.data_ptr(), statistics[0].data_ptr(),
+                        statistics[1].data_ptr())
         if grad_lse is not None:
-            delta -= grad_lse.float().reshape(batch * heads, seq)
+            statistics[1, :, :seq] -= grad_lse.float().reshape(batch * heads, seq)
         dq_sums = torch.zeros(batch * heads, padded, d, dtype=torch.float32, device=q.device)
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
              dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr())
-        dq = (dq_sums[:, :seq] * (1 / math.sqrt(d))).to(q.dtype).view(q.shape)
+        rows["finish"](stream, dq_sums.data_ptr(), dq.data_ptr())
         return dq, dk, dv
+
+    def _rows(self, d: int, element: str, packed: bool, tokens: int, heads: int, padded: int) -> dict:
+        """The launches of `backward_rows`'s two passes over `heads` heads' `tokens` rows, by pass."""
+        def plan():
+            launches = {}
+            for step in backward_rows.PASSES:
+                config = RowsConfig(step, d, element, packed)
+                module = self.library.module(str(config), partial(backward_rows.build_module, config))
+                pointers = (5 if step == "prepare" else 2) + packed
+                launches[step] = module.prepare(config.kernel, [POINTER] * pointers + [tokens, heads, padded],
+                                                grid=config.grid(tokens * heads), block=backward_rows.THREADS)
+            return launches
+        return self.plans.of(("rows", d, element, packed, tokens, heads, padded), plan)
 
     def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int):
         """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads)."""
@@ -127,19 +146,21 @@ class HopperAttentionBackward:
         blocks = -(-max_seqlen_k // sm90_backward.KEYS)
         plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, blocks),
                              lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, blocks))
+        o, grad = (on_16_bytes(x.contiguous()) for x in (o, grad))
+        lse, stream = lse.float().contiguous(), torch_stream(q)
         statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
         statistics[0], statistics[1] = math.inf, 0.0
-        statistics[0].index_copy_(1, rows, lse.float() * LOG2E)
-        delta = torch.sum(grad.float() * o.float(), -1).t()
+        passes = self._rows(d, element, True, total_q, heads, padded)
+        passes["prepare"](stream, o.data_ptr(), grad.data_ptr(), lse.data_ptr(), statistics[0].data_ptr(),
+                          statistics[1].data_ptr(), rows.data_ptr())
         if grad_lse is not None:
-            delta -= grad_lse.float()
-        statistics[1].index_copy_(1, rows, delta)
+            statistics[1].index_add_(1, rows, grad_lse.float(), alpha=-1)
         dq_sums = torch.zeros(heads, padded, d, dtype=torch.float32, device=q.device)
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
              dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(),
              cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
-        dq = (dq_sums[:, rows] * (1 / math.sqrt(d))).transpose(0, 1).to(q.dtype).contiguous()
+        passes["finish"](stream, dq_sums.data_ptr(), dq.data_ptr(), rows.data_ptr())
         return dq, dk, dv
 
     def _packed_plan(self, config: BackwardConfig, total_q: int, total_k: int, heads: int, kv_heads: int,
@@ -170,7 +191,8 @@ def padded_rows(total_q: int, batch: int, rows: int) -> int:
 def packed_rows(cu_seqlens_q, total_q: int, rows: int):
     """(each token's row of dQaccum and the statistics, their rows a head): token t of sequence b (its bounds
     clamped into total_q as the kernel's `Sequence` clamps them) at t - start_b + (start_b / rows + b) x rows,
-    a token outside every sequence at the last row, which no block reaches. On the device, no synchronization."""
+    a token outside every sequence at the last row, which no block reaches (int32). On the device, no
+    synchronization."""
     import torch
 
     batch = cu_seqlens_q.shape[0] - 1
@@ -183,7 +205,7 @@ def packed_rows(cu_seqlens_q, total_q: int, rows: int):
     padded = padded_rows(total_q, batch, rows)
     first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
     inside = (tokens >= starts[sequence]) & (tokens < ends[sequence])
-    return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1), padded
+    return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1).int(), padded
 
 
 class _Address:
