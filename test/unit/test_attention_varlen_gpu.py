@@ -2,8 +2,8 @@
 training or serving user calls it: random packed batches (empty and one-token sequences, unequal query and key
 lengths, grouped K/V heads, d 64, 128 and 256, both masks and dtypes) against fp32 attention written out here per
 sequence (causal aligned to the bottom right), within twice the error torch's own 16-bit SDPA makes on the same
-sequences; offsets past the tensors; a CUDA graph replayed with other lengths; torch.compile; the one-line
-errors. Skipped without torch or an sm_90 GPU (the reason shown)."""
+sequences; offsets past the tensors; a CUDA graph replayed with other lengths; torch.compile; slices of a fused
+projection read in place; the one-line errors. Skipped without torch or an sm_90 GPU (the reason shown)."""
 import itertools
 import random
 
@@ -245,3 +245,30 @@ def test_packed_gradients_under_torch_compile_equal_eagers():
     got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(*compiled), compiled)
     for a, b in zip(got, expected):  # (dQ's additions in another order: within bf16's rounding)
         assert float((a.float() - b.float()).abs().max()) <= 2e-2 * float(b.float().abs().max())
+
+
+def test_slices_of_a_fused_projection_are_read_in_place_and_equal_copies_of_them():
+    """q, k and v as slices of one fused [tokens, heads + 2 kv_heads, d] projection (rows 2 (heads + 2 kv_heads) d
+    bytes apart: read in place by the 2-D maps, `launch.token_rows`) and q as a view off 16 bytes (copied): O, lse,
+    dK and dV bitwise those of contiguous copies (the same kernels on the same values), dQ to the order of its
+    additions."""
+    from mlir_tile.kernels import attention_varlen
+
+    heads, kv_heads, d, cu = 8, 2, 128, _offsets([100, 1, 0, 260])
+    fused = torch.randn(361, heads + 2 * kv_heads, d, device="cuda", dtype=torch.bfloat16)
+    q, k, v = fused.split([heads, kv_heads, kv_heads], 1)
+    odd = torch.randn(361 * heads * d + 1, device="cuda", dtype=torch.bfloat16)[1:].view(361, heads, d)
+    grad = torch.randn(361, heads, d, device="cuda", dtype=torch.bfloat16)
+
+    def run(q, k, v):
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        o, lse = attention_varlen(q, k, v, cu, cu, 260, 260, causal=True)
+        return (o, lse, *torch.autograd.grad(o, (q, k, v), grad))
+    assert not q.is_contiguous() and odd.data_ptr() % 16
+    for inputs in ((q, k, v), (odd, k, v)):
+        got, expected = run(*inputs), run(*(x.contiguous() for x in inputs))
+        for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), got, expected):
+            if name == "dq":
+                assert float((a.float() - b.float()).abs().max()) <= 1e-2 * float(b.float().abs().max()), name
+            else:
+                assert torch.equal(a, b), name

@@ -126,10 +126,11 @@ class HopperAttentionBackward:
         rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
         import torch
 
-        from mlir_tile.kernels.flash.launch import checked_packed
+        from mlir_tile.kernels.flash.launch import checked_packed, row_pitch, token_rows
         from mlir_tile.runtime import torch_stream
 
-        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k)
+        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, "max_seqlen_k")
+        q, k, v = (token_rows(x) for x in (q, k, v))
         (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
         if any(x.shape != q.shape or x.dtype != q.dtype for x in (o, grad)) or lse.shape != (heads, total_q):
             raise ValueError(f"attention_varlen backward: O and dO as q {tuple(q.shape)} {q.dtype}, lse "
@@ -144,8 +145,9 @@ class HopperAttentionBackward:
         config = BackwardConfig(d, bool(causal), element, varlen=True)
         rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
         blocks = -(-max_seqlen_k // sm90_backward.KEYS)
-        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, blocks),
-                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, blocks))
+        pitches = tuple(row_pitch(x) for x in (q, k, v))
+        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, blocks, pitches),
+                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, blocks, pitches))
         o, grad = (on_16_bytes(x.contiguous()) for x in (o, grad))
         lse, stream = lse.float().contiguous(), torch_stream(q)
         statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
@@ -156,7 +158,7 @@ class HopperAttentionBackward:
         if grad_lse is not None:
             statistics[1].index_add_(1, rows, grad_lse.float(), alpha=-1)
         dq_sums = torch.zeros(heads, padded, d, dtype=torch.float32, device=q.device)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
         plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
              dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(),
              cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
@@ -164,16 +166,18 @@ class HopperAttentionBackward:
         return dq, dk, dv
 
     def _packed_plan(self, config: BackwardConfig, total_q: int, total_k: int, heads: int, kv_heads: int,
-                     batch: int, blocks: int):
-        """The launch over `batch` sequences' `blocks` blocks of keys (of the longest) of `kv_heads` K/V heads."""
+                     batch: int, blocks: int, pitches: tuple):
+        """The launch over `batch` sequences' `blocks` blocks of keys (of the longest) of `kv_heads` K/V heads; q's,
+        k's and v's rows `pitches` bytes apart (dO's contiguous)."""
         module = self.library.module(str(config), partial(sm90_backward.build_module, config))
         box, d, padded = sm90_backward.boxes(config), config.head_dim, padded_rows(total_q, batch, config.rows)
-        maps = [MapOperand(self.maps, (total, count * d), 2 * count * d, box[name]) for name, total, count in (
-            ("q", total_q, heads), ("k", total_k, kv_heads), ("v", total_k, kv_heads), ("do", total_q, heads))]
+        maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
+            ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]),
+            ("v", total_k, kv_heads, pitches[2]), ("do", total_q, heads, 2 * heads * d))]
         maps.append(MapOperand(self.maps, (heads * padded, d), 4 * d, box["dq"], store=True, floats=True))
-        maps += [_Address(), _Address()]
+        maps += [int, int]  # (pointers, given as they are)
         maps += [MapOperand(self.maps, (heads, padded), 4 * padded, box[name], floats=True) for name in ("lse", "delta")]
-        maps += [_Address(), _Address()]
+        maps += [int, int]  # (pointers, given as they are)
         seq = blocks * sm90_backward.KEYS
         launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
             seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded],
@@ -206,13 +210,6 @@ def packed_rows(cu_seqlens_q, total_q: int, rows: int):
     first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
     inside = (tokens >= starts[sequence]) & (tokens < ends[sequence])
     return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1).int(), padded
-
-
-class _Address:
-    """A launch argument given as its address (not a tensor map)."""
-
-    def __call__(self, address: int) -> int:
-        return address
 
 
 class _BackwardPlan:

@@ -235,14 +235,16 @@ class HopperAttention:
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
         [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
-        covers: rows past it are not computed). f16 or bf16, contiguous, on 16 bytes."""
+        covers: rows past it are not computed). f16 or bf16; q, k and v read in place where each token's row is
+        (`token_rows`), O contiguous."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+        q, k, v = (token_rows(x) for x in (q, k, v))
         (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
-        o = torch.empty_like(q)
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
         batch = cu_seqlens_q.shape[0] - 1
         if not (total_q and batch and max_seqlen_q):
@@ -251,19 +253,21 @@ class HopperAttention:
             return o.zero_(), lse.fill_(float("-inf"))
         config = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
         tiles = -(-max_seqlen_q // config.rows)
-        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, tiles),
-                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, tiles))
+        pitches = tuple(row_pitch(x) for x in (q, k, v))
+        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, tiles, pitches),
+                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, tiles, pitches))
         plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
              cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
         return o, lse
 
-    def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int):
+    def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
+                     pitches: tuple):
         """The launch over `batch` sequences' `tiles` row tiles (of the longest) of `heads` query heads: Q's,
-        K's and V's 2-D maps over [tokens, heads x d]."""
+        K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart."""
         module = self.library.module(str(config), partial(sm90.build_module, config))
         box, d = sm90_layouts.boxes(config), config.head_dim
-        maps = [MapOperand(self.maps, (total, count * d), count * d * 2, box[name])
-                for name, total, count in (("q", total_q, heads), ("k", total_k, kv_heads), ("v", total_k, kv_heads))]
+        maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
+            ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, batch * heads,
                                 heads // kv_heads] + [POINTER] * 2 + [heads, total_q, total_k],
                                 grid=config.grid(batch * heads, tiles * config.rows, self.sms), block=config.threads,
@@ -283,9 +287,9 @@ class _PackedPlan:
         self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, cu_q, cu_k)
 
 
-def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q) -> str:
-    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`HopperAttention.packed`);
-    ValueError in one line otherwise."""
+def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
+    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`HopperAttention.packed`;
+    `longest` the bound the launch's grid is made for, the argument `name`); ValueError in one line otherwise."""
     import torch
 
     element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
@@ -296,16 +300,33 @@ def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q) -> str:
                          f"{tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
     if q.shape[2] not in HEAD_DIMS:
         raise ValueError(f"attention_varlen: head dim {', '.join(map(str, HEAD_DIMS))}, got {q.shape[2]}")
-    if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)):
-        raise ValueError("attention_varlen: contiguous CUDA tensors on 16 bytes (TMA)")
+    if not all(x.is_cuda for x in (q, k, v)):
+        raise ValueError(f"attention_varlen: q, k and v on a CUDA device, got {q.device}, {k.device}, {v.device}")
     if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.device != q.device
            or not x.is_contiguous() for x in (cu_seqlens_q, cu_seqlens_k)) or not (
             2 <= cu_seqlens_q.shape[0] == cu_seqlens_k.shape[0]):
         raise ValueError(f"attention_varlen: cu_seqlens_q and cu_seqlens_k int32 [batch + 1] (batch >= 1) on "
                          f"{q.device}, contiguous; got {_described(cu_seqlens_q)}, {_described(cu_seqlens_k)}")
-    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or max_seqlen_q < 0:
-        raise ValueError(f"attention_varlen: max_seqlen_q a non-negative int, got {max_seqlen_q!r}")
+    if isinstance(longest, bool) or not isinstance(longest, int) or longest < 0:
+        raise ValueError(f"attention_varlen: {name} a non-negative int, got {longest!r}")
     return element
+
+
+def token_rows(x):
+    """Packed `x` [tokens, heads, d] as the packed kernels' 2-D maps read it, [tokens, heads x d] with a row stride
+    of whole 16 bytes: `x` itself where each token's heads x d are contiguous and on 16 bytes (a slice of a fused
+    projection, qkv.view(tokens, 3, heads, d)[:, 0], included: no copy), else a contiguous copy."""
+    tokens, heads, d = x.shape
+    rows = (x.stride(2) == 1 or d == 1) and (x.stride(1) == d or heads == 1)
+    pitch = x.stride(0) if tokens > 1 else heads * d
+    if rows and pitch >= heads * d and pitch * x.element_size() % 16 == 0 and x.data_ptr() % 16 == 0:
+        return x
+    return on_16_bytes(x.contiguous())
+
+
+def row_pitch(x) -> int:
+    """The bytes from one token's row of `token_rows(x)` to the next."""
+    return (x.stride(0) if x.shape[0] > 1 else x.shape[1] * x.shape[2]) * x.element_size()
 
 
 def _described(x) -> str:
