@@ -45,10 +45,17 @@ def _claims() -> dict:
     at_4096 = next(row for row in window if (row["batch"], row["heads"], row["seq"], row["d"]) == (4, 32, 4096, 128))
     width = re.search(r"^WINDOW = (\d+)$", (REPO / "examples" / "sliding_window.py").read_text(), re.M).group(1)
     step = _kept("training_step")
+    backward, varlen = _kept("ops_backward")["cases"], _kept("ops_varlen")["cases"][0]
     gradients = max(step["first step's gradients, relative error"].values())
     return {
         f"{step['ours vs torch']:.2f}x torch's step (F.linear, SDPA); loss within "
         f"{step['largest relative loss difference']:.1e}, each gradient within {gradients:.4f}": "training_step",
+        f"{_range([c['ours vs']['cuDNN'] for c in backward])} cuDNN's, "
+        f"{_range([c['ours vs']['FlashAttention-2'] for c in backward])} FlashAttention-2's": "ops_backward",
+        f"forward {varlen['ours vs']['cuDNN padded']:.2f}x cuDNN on the sequences padded to 1,100 "
+        f"({varlen['TFLOP/s']['ours']:.0f} TFLOP/s": "ops_varlen: forward",
+        f"backward {varlen['ours vs']['cuDNN padded backward']:.2f}x cuDNN padded "
+        f"({varlen['TFLOP/s']['ours backward']:.0f} TFLOP/s, {varlen['ms']['ours backward']:.3f} ms": "ops_varlen: backward",
         f"a causal window of {width} keys": "examples/sliding_window.py's WINDOW",
         f"{_range([row['window vs FlexAttention'] for row in window])} FlexAttention's sliding window "
         f"({at_4096['ours, window, ms']:.3f} ms at 4x32x4096x128": "attention_window",
