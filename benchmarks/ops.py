@@ -121,7 +121,7 @@ def backward(out: Path) -> int:
     formula, `flash.backward`, with its pre- and postprocessing kernels, given O and the log-sum-exp) against
     torch.autograd.grad through SDPA with cuDNN's and FlashAttention-2's backend (their preprocessing included),
     and through FlashAttention-4's Hopper kernels where `MLIR_TILE_FA4_SITE` holds them (benchmarks/fa4_site.py),
-    TFLOP/s counting the backward as 2.5x the forward's work, halved for causal."""
+    TFLOP/s counting the backward as 2.5x the forward's work, halved for causal; ours deterministic beside."""
     from mlir_tile.kernels import attention, ops
 
     results = []
@@ -137,7 +137,10 @@ def backward(out: Path) -> int:
                 o_torch = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             return lambda: torch.autograd.grad(o_torch, (q, k, v), grad, retain_graph=True)
 
-        calls = {"ours": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal),
+        calls = {"ours": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal,
+                                           deterministic=False),
+                 "ours deterministic": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse,
+                                                         causal=causal, deterministic=True),
                  "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)}
         fa4 = flash_attention_4()
         if fa4 is not None:  # (its native layout, [batch, seq, heads, d]: the transposes outside the timing)

@@ -354,3 +354,37 @@ def test_an_fp32_tile_is_added_into_its_box_by_a_tma_reduction(filecheck):
     """)
     with pytest.raises(ValueError, match="float32 elements are 32 bits, got a box of 16-bit ones"):
         Runtime.tensor_map(None, 0, (64, 64), 128, Box(64, 64, 16, 128), floats=True)
+
+
+def test_flags_order_reductions_among_ctas(filecheck):
+    """`wait_flag` spins on `ld.acquire.gpu` at flags[i] (4 bytes an index) until it holds the value, then fences
+    the async proxy, so a TMA reduction after it follows the released writes; `tma_store_wait(complete=True)`
+    waits for the writes themselves (no `.read`), and `release_flag` fences then adds by `red.release.gpu`. A flag
+    array that is not global i32 and a non-positive increment are refused."""
+    from mlir import ir
+
+    from mlir_tile.builder import BuilderError, Global, Kernel
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    with Kernel("k", [Global("i32"), Global("f32"), "index"], block=(32, 1, 1), chip="sm_90a",
+                context=ir.Context()) as k:
+        flags, floats, turn = k.arguments
+        k.wait_flag(flags, 5, k.as_i32(k.as_index(turn)))
+        k.tma_store_wait(0, complete=True)
+        k.release_flag(flags, 5)
+        with pytest.raises(BuilderError, match=r"wait_flag: flags are a global i32 array"):
+            k.wait_flag(floats, 0, 1)
+        with pytest.raises(BuilderError, match=r"release_flag: increment a positive 32-bit int"):
+            k.release_flag(flags, 0, 0)
+    filecheck(compile_to_ptx(k.module), """
+    CHECK: add.s64 [[FLAG:%rd[0-9]+]], %rd{{[0-9]+}}, 20;
+    CHECK: [[SPIN:\\$L__BB0_[0-9]+]]:
+    CHECK: ld.acquire.gpu.u32 [[SEEN:%r[0-9]+]], {{\\[}}[[FLAG]]{{\\]}};
+    CHECK: setp.ne.b32 [[AGAIN:%p[0-9]+]], [[SEEN]], %r{{[0-9]+}};
+    CHECK: @[[AGAIN]] bra [[SPIN]];
+    CHECK-NEXT: // begin inline asm
+    CHECK-NEXT: fence.proxy.async.global;
+    CHECK: cp.async.bulk.wait_group 0;
+    CHECK: fence.proxy.async.global;
+    CHECK: red.release.gpu.add.u32 {{\\[}}[[FLAG]]{{\\]}}, %r{{[0-9]+}};
+    """)

@@ -1,7 +1,8 @@
 """Attention's backward kernel on Hopper's path (`flash.sm90_backward`), on the CPU: its tiles' layouts (the dS^T
 tile stmatrix writes is dQ's A [K, M] read MN-major, each consumer's share of K read as dQ's B), its PTX (TMA
-loads, S^T and dP^T from shared memory, dV and dK with A in registers, dQ's TMA reductions, dK and dV by 3-D TMA
-stores), and what it refuses. Its numbers are checked on a GPU (test_attention_backward_gpu.py)."""
+loads, S^T and dP^T from shared memory, dV and dK with A in registers, dQ's TMA reductions, in turn in the
+deterministic mode, dK and dV by 3-D TMA stores), its row passes' PTX, and what it refuses. Its numbers are
+checked on a GPU (test_attention_backward_gpu.py)."""
 import functools
 import re
 
@@ -99,6 +100,21 @@ def test_packed_sequences_store_dk_and_dv_by_rows_and_add_dq_at_padded_rows():
     assert str(config).endswith("_varlen_sm90a")
 
 
+def test_the_deterministic_mode_waits_for_its_turn_around_each_dq_reduction():
+    """Deterministic (d 128, causal): each consumer's first thread waits for its flag to reach the CTA's key block
+    (n0 / 128), adds its two fp32 boxes, waits for their writes (no `.read`) and releases the flag: one spin, one
+    release, in that order around the reductions, and the flags a (head, block of 64 rows, adder: two at d 128)."""
+    config = BackwardConfig(128, True, "bf16", deterministic=True)
+    ptx = _ptx(config)
+    spin, release = ptx.index("ld.acquire.gpu.u32"), ptx.index("red.release.gpu.add.u32")
+    reductions = [m.start() for m in re.finditer(r"cp\.reduce\.async\.bulk\.tensor", ptx)]
+    assert len(reductions) == 2 and spin < reductions[0] < reductions[1] < release
+    assert re.search(r"cp\.async\.bulk\.wait_group\s+0;", ptx[reductions[1]:release])
+    assert ptx.count("ld.acquire.gpu") == ptx.count("red.release.gpu") == 1
+    assert config.flags(heads=3, padded=192) == 3 * 3 * 2 and BackwardConfig(64, deterministic=True).adders == 1
+    assert str(config).endswith("_deterministic_sm90a") and "red.release" not in _ptx(BackwardConfig(128, True, "bf16"))
+
+
 def test_the_row_passes_read_16_bytes_a_lane_and_write_a_rows_statistics_once():
     """`backward_rows`: the preprocessing (d 64, packed: 8 lanes a row) reads O and dO 16 bytes a lane, widens
     them, sums the products over the row's lanes by three butterfly shuffles and, in the row's first lane only,
@@ -129,11 +145,12 @@ def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
     from mlir_tile.kernels.flash.backward_rows import PASSES, RowsConfig
 
     names = {name for name, _ in ship.kernels("sm_90")}
-    wanted = {str(BackwardConfig(d, causal, element, varlen=packed)) for d in (64, 128) for causal in (False, True)
-              for element in ("f16", "bf16") for packed in (False, True)}
+    wanted = {str(BackwardConfig(d, causal, element, varlen=packed, deterministic=ordered)) for d in (64, 128)
+              for causal in (False, True) for element in ("f16", "bf16") for packed in (False, True)
+              for ordered in (False, True)}
     wanted |= {str(RowsConfig(step, d, element, packed)) for step in PASSES for d in (64, 128)
                for element in ("f16", "bf16") for packed in (False, True)}
-    assert wanted <= names and len(wanted) == 32
+    assert wanted <= names and len(wanted) == 48
     assert not any(name.startswith("attention_backward") for name, _ in ship.kernels("sm_80"))
 
 

@@ -366,6 +366,43 @@ class Compute:
         with ir.InsertionPoint(loop.after.blocks.append()):
             scf.YieldOp([])
 
+    # ----- flags in global memory: an order among CTAs (a deterministic reduction's turns) -----
+    def wait_flag(self, flags: ir.Value, index: ir.Value | int, value: ir.Value | int) -> None:
+        """Spin until the u32 flag `flags[index]` (a Global of i32) equals `value`: `ld.acquire.gpu` in a loop,
+        then `fence.proxy.async.global`, so that this thread's TMA operations after it (a reduction into what the
+        flag guards) come after the writes its last setter released (`release_flag`). The caller guarantees a
+        setter: a CTA that waits for one launched after it, or for a count never reached, waits for ever."""
+        i32 = ir.IntegerType.get_signless(32)
+        address = self._flag_address(flags, index, "wait_flag")
+        wanted = self.constant(value) if is_int(value) else typed_value(value, "wait_flag value", "i32")
+        loop = scf.WhileOp([], [])
+        with ir.InsertionPoint(loop.before.blocks.append()):
+            seen = llvm.inline_asm(i32, [address], "ld.acquire.gpu.u32 $0, [$1];", "=r,l", has_side_effects=True)
+            scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ne, seen, wanted), [])
+        with ir.InsertionPoint(loop.after.blocks.append()):
+            scf.YieldOp([])
+        llvm.inline_asm(None, [], "fence.proxy.async.global;", "", has_side_effects=True)
+
+    def release_flag(self, flags: ir.Value, index: ir.Value | int, increment: int = 1) -> None:
+        """Add `increment` to the u32 flag `flags[index]`, releasing this thread's writes before it, its completed
+        TMA writes included (`tma_store_wait(complete=True)` first): `fence.proxy.async.global`, then
+        `red.release.gpu.add.u32`."""
+        if not is_int(increment) or not 0 < increment < 2 ** 31:
+            raise BuilderError(f"release_flag: increment a positive 32-bit int, got {increment!r}")
+        address = self._flag_address(flags, index, "release_flag")
+        llvm.inline_asm(None, [], "fence.proxy.async.global;", "", has_side_effects=True)
+        llvm.inline_asm(None, [address, self.constant(increment)], "red.release.gpu.add.u32 [$0], $1;", "l,r",
+                        has_side_effects=True)
+
+    def _flag_address(self, flags: ir.Value, index: ir.Value | int, what: str) -> ir.Value:
+        kind = ir.MemRefType(memref_value(flags, what).type)
+        if kind.rank != 1 or kind.element_type != ir.IntegerType.get_signless(32) or kind.memory_space is not None:
+            raise BuilderError(f"{what}: flags are a global i32 array (Global('i32')), got {kind}")
+        (place,) = self._indices(flags, [index], what)
+        i64 = ir.IntegerType.get_signless(64)
+        base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(flags))
+        return arith.addi(base, arith.index_cast(i64, arith.muli(place, self.index(4))))
+
     def _mbarrier(self, barriers: ir.Value, index: ir.Value | int) -> ir.Value:
         kind = ir.MemRefType(memref_value(barriers, "mbarrier").type)
         owner = barriers.owner

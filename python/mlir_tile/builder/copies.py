@@ -277,13 +277,16 @@ class Copies:
         nvvm.cp_async_bulk_commit_group()
         return box
 
-    def tma_store_wait(self, pending: int = 0) -> None:
+    def tma_store_wait(self, pending: int = 0, complete: bool = False) -> None:
         """`cp.async.bulk.wait_group.read pending`: this thread's TMA stores but the newest `pending` have read
-        their tiles (the tiles may be written again; the global writes go on)."""
+        their tiles (the tiles may be written again; the global writes go on). `complete=True`:
+        `cp.async.bulk.wait_group pending`, until their global writes are done (before `release_flag`)."""
         if not is_int(pending) or not 0 <= pending <= 7:
             raise BuilderError(f"tma_store_wait: pending is 0 to 7, got {pending!r}")
+        if not isinstance(complete, bool):
+            raise BuilderError(f"tma_store_wait: complete is True or False, got {complete!r}")
         self._require("tma_store_wait", "nvvm.cp.async.bulk.wait_group")
-        nvvm.cp_async_bulk_wait_group(pending, read=True)
+        nvvm.cp_async_bulk_wait_group(pending, read=None if complete else True)
 
     def expect_bytes(self, barriers: ir.Value, index: ir.Value | int, box: "Box", copies: int = 1) -> None:
         """`mbarrier.arrive.expect_tx`: this thread's arrival on mbarrier `index`, the phase also waiting for the

@@ -8,6 +8,7 @@ softmax scale, rounded to q's dtype); dQaccum is zeroed by torch.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from functools import partial
 
@@ -29,8 +30,8 @@ def shipped_kernels(chip: str):
     for d in BACKWARD_HEAD_DIMS:
         for causal in (False, True):
             for element in ELEMENTS:
-                for varlen in (False, True):
-                    config = BackwardConfig(d, causal, element, varlen=varlen)
+                for varlen, deterministic in itertools.product((False, True), repeat=2):
+                    config = BackwardConfig(d, causal, element, varlen=varlen, deterministic=deterministic)
                     yield str(config), partial(sm90_backward.build_module, config)
         for element in ELEMENTS:
             for packed in (False, True):
@@ -48,9 +49,11 @@ class HopperAttentionBackward:
     def __init__(self, library):
         self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
 
-    def __call__(self, grad, q, k, v, o, lse, *, causal: bool = False, grad_lse=None):
+    def __call__(self, grad, q, k, v, o, lse, *, causal: bool = False, grad_lse=None, deterministic=None):
         """`grad_lse`: the log-sum-exp's gradient where it has one (d lse / d s is P, so it enters as
-        dS = P (dP - (D - grad_lse)): D less it)."""
+        dS = P (dP - (D - grad_lse)): D less it). `deterministic`: dQ the same bitwise from run to run (the key
+        blocks' additions in their order: `BackwardConfig.deterministic`); None: as torch says
+        (`torch.use_deterministic_algorithms`)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -72,10 +75,10 @@ class HopperAttentionBackward:
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         q, k, v, o, grad = (on_16_bytes(x.contiguous()) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
-        plan = self.plans.of((d, bool(causal), element, batch * heads, batch * kv_heads, seq),
-                             lambda: self._plan(BackwardConfig(d, bool(causal), element), batch * heads,
-                                                batch * kv_heads, seq))
-        padded, stream = plan.config.padded(seq), torch_stream(q)
+        config = BackwardConfig(d, bool(causal), element, deterministic=_deterministic(deterministic))
+        plan = self.plans.of((config, batch * heads, batch * kv_heads, seq),
+                             lambda: self._plan(config, batch * heads, batch * kv_heads, seq))
+        padded, stream = config.padded(seq), torch_stream(q)
         statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
         statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
         rows = self._rows(d, element, False, seq, batch * heads, padded)
@@ -85,8 +88,9 @@ class HopperAttentionBackward:
             statistics[1, :, :seq] -= grad_lse.float().reshape(batch * heads, seq)
         dq_sums = torch.zeros(batch * heads, padded, d, dtype=torch.float32, device=q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
-             dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr())
+        flags = _flags(config, batch * heads, padded, q.device)
+        plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(), dk.data_ptr(),
+             dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(), *(f.data_ptr() for f in flags))
         rows["finish"](stream, dq_sums.data_ptr(), dq.data_ptr())
         return dq, dk, dv
 
@@ -114,13 +118,14 @@ class HopperAttentionBackward:
                  for name in ("dk", "dv")]
         maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
                  for name in ("lse", "delta")]
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads],
+        flags = [POINTER] if config.deterministic else []
+        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads] + flags,
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
-        return _BackwardPlan(config, launch, maps)
+        return _BackwardPlan(config, launch, maps + [int] * len(flags))
 
 
     def packed(self, grad, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k: int, *, causal: bool = False,
-               grad_lse=None):
+               grad_lse=None, deterministic=None):
         """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v
         [total_k, kv_heads, d], lse [heads, total_q]); dQaccum and the statistics at FlashAttention-3's padded
         rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
@@ -142,12 +147,12 @@ class HopperAttentionBackward:
         batch = cu_seqlens_q.shape[0] - 1
         if not (total_q and total_k and max_seqlen_k):
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        config = BackwardConfig(d, bool(causal), element, varlen=True)
+        config = BackwardConfig(d, bool(causal), element, varlen=True, deterministic=_deterministic(deterministic))
         rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
         blocks = -(-max_seqlen_k // sm90_backward.KEYS)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
-        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, blocks, pitches),
-                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, blocks, pitches))
+        shape = (total_q, total_k, heads, kv_heads, batch, blocks, pitches)
+        plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
         o, grad = (on_16_bytes(x.contiguous()) for x in (o, grad))
         lse, stream = lse.float().contiguous(), torch_stream(q)
         statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
@@ -159,9 +164,10 @@ class HopperAttentionBackward:
             statistics[1].index_add_(1, rows, grad_lse.float(), alpha=-1)
         dq_sums = torch.zeros(heads, padded, d, dtype=torch.float32, device=q.device)
         dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+        flags = _flags(config, heads, padded, q.device)
         plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
              dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(),
-             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
+             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), *(f.data_ptr() for f in flags))
         passes["finish"](stream, dq_sums.data_ptr(), dq.data_ptr(), rows.data_ptr())
         return dq, dk, dv
 
@@ -176,13 +182,31 @@ class HopperAttentionBackward:
             ("v", total_k, kv_heads, pitches[2]), ("do", total_q, heads, 2 * heads * d))]
         maps.append(MapOperand(self.maps, (heads * padded, d), 4 * d, box["dq"], store=True, floats=True))
         maps += [int, int]  # (pointers, given as they are)
-        maps += [MapOperand(self.maps, (heads, padded), 4 * padded, box[name], floats=True) for name in ("lse", "delta")]
-        maps += [int, int]  # (pointers, given as they are)
+        maps += [MapOperand(self.maps, (heads, padded), 4 * padded, box[name], floats=True)
+                 for name in ("lse", "delta")]
+        flags = [POINTER] if config.deterministic else []
+        maps += [int] * (2 + len(flags))  # (pointers, given as they are)
         seq = blocks * sm90_backward.KEYS
         launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
-            seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded],
+            seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded] + flags,
             grid=config.grid(batch * kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps)
+
+
+def _deterministic(asked) -> bool:
+    """Whether the backward orders dQ's additions: as asked, or (None) as torch's deterministic switch is."""
+    import torch
+
+    return torch.are_deterministic_algorithms_enabled() if asked is None else bool(asked)
+
+
+def _flags(config: BackwardConfig, heads: int, padded: int, device) -> list:
+    """The deterministic mode's zeroed flags, the launch's last argument (none otherwise)."""
+    import torch
+
+    if not config.deterministic:
+        return []
+    return [torch.zeros(config.flags(heads, padded), dtype=torch.int32, device=device)]
 
 
 def padded_rows(total_q: int, batch: int, rows: int) -> int:

@@ -254,8 +254,8 @@ class HopperAttention:
         config = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
         tiles = -(-max_seqlen_q // config.rows)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
-        plan = self.plans.of(("packed", config, total_q, total_k, heads, kv_heads, batch, tiles, pitches),
-                             lambda: self._packed_plan(config, total_q, total_k, heads, kv_heads, batch, tiles, pitches))
+        shape = (total_q, total_k, heads, kv_heads, batch, tiles, pitches)
+        plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
         plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
              cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
         return o, lse

@@ -39,6 +39,10 @@ pointers to [total_k, kv_heads x d] 16-bit as i32 pairs, stored by rows from the
 (`backward.packed_rows`); seq the longest sequence's keys rounded up to 128, batch x kv_heads, the group, then
 cu_seqlens_q, cu_seqlens_k, kv_heads, total_q, total_k and padded. A CTA a (batch x kv_heads + K/V head, block
 of 128 keys of the longest), returning where the block starts past its sequence's keys; causal bottom-right.
+
+Deterministic (`deterministic`): a last parameter, the u32 flags (`BackwardConfig.flags` of them, zeroed) that
+order the key blocks' additions into each query block's rows of dQaccum, so that dQ is the same bitwise from run
+to run (`add_dq`).
 """
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ class BackwardConfig:
     stages: int = 2  # query blocks (their Q and dO) in flight
     varlen: bool = False  # packed sequences (`sm90_varlen`): a CTA a (sequence, K/V head, block of keys), its
     # sequence's query blocks at padded rows of dQaccum and the statistics, dK and dV stored by rows
+    deterministic: bool = False  # dQ's additions into a block's rows in the order of the key blocks (`add_dq`)
 
     def __post_init__(self) -> None:
         if self.head_dim not in BACKWARD_HEAD_DIMS or self.element not in ("f16", "bf16"):
@@ -127,7 +132,16 @@ class BackwardConfig:
 
     def __str__(self) -> str:
         return (f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}"
-                f"{'_varlen' if self.varlen else ''}_sm90a")
+                f"{'_varlen' if self.varlen else ''}{'_deterministic' if self.deterministic else ''}_sm90a")
+
+    @property
+    def adders(self) -> int:
+        """The consumers that add a share of dQ's columns into a query block's rows."""
+        return self.head_dim // self.dq_columns
+
+    def flags(self, heads: int, padded: int) -> int:
+        """The deterministic mode's u32 flags (zeroed by the caller): one a (query head, block of rows, adder)."""
+        return heads * padded // self.rows * self.adders
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,7 +183,8 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     # the padded rows a head of dQaccum and the statistics)
     outputs = [TensorMap()] * 2 if not config.varlen else [Global("i32")] * 2
     packed = [Global("i32"), Global("i32"), "index", "index", "index", "index"] if config.varlen else []
-    with Kernel(KERNEL, [TensorMap()] * 5 + outputs + [TensorMap()] * 2 + ["index", "index", "index"] + packed,
+    flags = [Global("i32")] if config.deterministic else []
+    with Kernel(KERNEL, [TensorMap()] * 5 + outputs + [TensorMap()] * 2 + ["index", "index", "index"] + packed + flags,
                 block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
                 context=context) as k:
         _Backward(k, config).build()
@@ -219,6 +234,7 @@ class _Backward:
         self.warpgroup = k.warpgroup_id()
         self.consumer = (self.warpgroup - 1) % config.consumers
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
+        self.flags = k.arguments[-1] if config.deterministic else None
 
     def locate_in_sequence(self) -> None:
         """Packed sequences: the CTA's (batch x kv_heads + K/V head) split, its sequence (`Sequence`), its query
@@ -412,8 +428,7 @@ class _Backward:
         band.write(packed, self.shared, k.index(config.ds_offset) + self.consumer * (2 * self.tiles["ds_a"].offset(0, 64)))
         k.async_proxy_fence()
         self.barriers.meet_all()
-        multiplies = config.head_dim // config.dq_columns  # (consumers with a share of dQ's columns)
-        with k.if_(k.compare("ult", self.consumer, multiplies)):
+        with k.if_(k.compare("ult", self.consumer, config.adders)):
             ds_tile = self.operand(k.index(config.ds_offset), "ds_a", KEYS * config.rows)
             k_part = self.operand(self.consumer * (KEYS * config.dq_columns * 2), "k_dq", KEYS * config.dq_columns)
             self.cleared(self.dq_acc)
@@ -423,7 +438,11 @@ class _Backward:
 
     def add_dq(self, step) -> None:
         """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
-        then added into dQaccum's rows of the query block by TMA reductions."""
+        then added into dQaccum's rows of the query block by TMA reductions. Deterministic: in the key blocks'
+        order, each block's turn a flag (query head, block of rows, adder) counts: its first thread waits for the
+        flag to reach its key block's index, adds, waits for the additions to be written and counts its turn
+        (FlashAttention-3's semaphores; the key blocks that reach a query block are always blocks 0 to n, causal
+        or not, the CTAs of lower blocks launched first)."""
         from mlir import ir
         from mlir.dialects import vector
 
@@ -448,8 +467,14 @@ class _Backward:
         head, q0 = self.block_of(step)
         row = head * self.padded + (self.padded_start + q0 if self.config.varlen else q0)
         with k.if_(k.compare("eq", thread, 0)):
+            if config.deterministic:  # (key block n adds once blocks 0 .. n - 1 have: they all reach this block)
+                flag = (row // config.rows) * config.adders + self.consumer
+                k.wait_flag(self.flags, flag, k.as_i32(self.n0 // KEYS))
             for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
                 k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
+            if config.deterministic:
+                k.tma_store_wait(0, complete=True)
+                k.release_flag(self.flags, flag)
 
     def epilogue(self) -> None:
         """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once
