@@ -85,20 +85,28 @@ def test_the_log_sum_exps_gradient_enters_the_backward():
 
 
 def test_a_compiled_training_step_takes_our_backward():
-    """torch.compile(fullgraph=True) of a loss through attention: its gradients are the eager ones (the operator's
-    registered formula, not a graph break), up to the order in which the key blocks' dQ sums were added."""
+    """torch.compile(fullgraph=True) of a loss through attention, on contiguous q, k, v and on transposed views of
+    grouped projections: its gradients are the eager ones (the operator's registered formula, not a graph break),
+    up to the order in which the key blocks' dQ sums were added."""
     from mlir_tile.kernels import attention
 
     q, k, v = (torch.randn(1, 4, 257, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    # (and as a model gives them: [batch, heads, seq, d] views of [batch, seq, heads, d] projections, whose
+    # gradients the fake must give with the kernel's strides, not the views')
+    projections = [torch.randn(2, 129, heads, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for heads in (4, 2, 2)]
 
     def loss(q, k, v):
         o, _ = attention(q, k, v, causal=True)
         return (o.float() ** 2).sum()
 
-    eager = torch.autograd.grad(loss(q, k, v), (q, k, v))
-    compiled = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
-    for a, b in zip(eager, compiled):
-        assert float((a - b).abs().max()) <= 1e-2 * float(a.abs().max())
+    def of_projections(q, k, v):
+        return loss(*(x.transpose(1, 2) for x in (q, k, v)))
+    for function, inputs in ((loss, (q, k, v)), (of_projections, projections)):
+        eager = torch.autograd.grad(function(*inputs), inputs)
+        compiled = torch.autograd.grad(torch.compile(function, fullgraph=True)(*inputs), inputs)
+        for a, b in zip(eager, compiled):
+            assert float((a - b).abs().max()) <= 1e-2 * float(a.abs().max())
 
 
 def test_grouped_query_attention_reads_each_kv_head_for_its_group():

@@ -44,14 +44,17 @@ def _claims() -> dict:
     window = _kept("attention_window")
     at_4096 = next(row for row in window if (row["batch"], row["heads"], row["seq"], row["d"]) == (4, 32, 4096, 128))
     width = re.search(r"^WINDOW = (\d+)$", (REPO / "examples" / "sliding_window.py").read_text(), re.M).group(1)
-    step = _kept("training_step")
+    step, packed_step = _kept("training_step"), _kept("training_step_varlen")
     backward, varlen = _kept("ops_backward")["cases"], _kept("ops_varlen")["cases"][0]
     gradients = max(step["first step's gradients, relative error"].values())
     return {
         f"{step['ours vs torch']:.2f}x torch's step (F.linear, SDPA); loss within "
         f"{step['largest relative loss difference']:.1e}, each gradient within {gradients:.4f}": "training_step",
+        f"a packed batch of 8 sequences (`--varlen`, 8,192 tokens, `attention_varlen`) "
+        f"{packed_step['ours vs torch']:.2f}x torch's": "training_step_varlen",
         f"{_range([c['ours vs']['cuDNN'] for c in backward])} cuDNN's, "
-        f"{_range([c['ours vs']['FlashAttention-2'] for c in backward])} FlashAttention-2's": "ops_backward",
+        f"{_range([c['ours vs']['FlashAttention-2'] for c in backward])} FlashAttention-2's; deterministic "
+        f"{_range([1 / c['ours vs']['ours deterministic'] for c in backward], 'x')} of it": "ops_backward",
         f"forward {varlen['ours vs']['cuDNN padded']:.2f}x cuDNN on the sequences padded to 1,100 "
         f"({varlen['TFLOP/s']['ours']:.0f} TFLOP/s": "ops_varlen: forward",
         f"backward {varlen['ours vs']['cuDNN padded backward']:.2f}x cuDNN padded "

@@ -500,7 +500,7 @@ def _attention_gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q
 
 
 def _attention_gradients_fake(grad, grad_lse, q, k, v, o, lse, causal):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
 
 
 def _attention_setup(ctx, inputs, output) -> None:

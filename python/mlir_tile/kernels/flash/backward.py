@@ -72,7 +72,7 @@ class HopperAttentionBackward:
         if d not in BACKWARD_HEAD_DIMS:
             raise ValueError(f"attention backward: head dim {' or '.join(map(str, BACKWARD_HEAD_DIMS))}, got {d}")
         if q.numel() == 0 or k.numel() == 0:  # (no rows: nothing to launch)
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+            return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)  # (contiguous, as the fake's)
         q, k, v, o, grad = (on_16_bytes(x.contiguous()) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
         config = BackwardConfig(d, bool(causal), element, deterministic=_deterministic(deterministic))
@@ -146,7 +146,7 @@ class HopperAttentionBackward:
                              f"got {d}")
         batch = cu_seqlens_q.shape[0] - 1
         if not (total_q and total_k and max_seqlen_k):
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+            return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)  # (contiguous, as the fake's)
         config = BackwardConfig(d, bool(causal), element, varlen=True, deterministic=_deterministic(deterministic))
         rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
         blocks = -(-max_seqlen_k // sm90_backward.KEYS)

@@ -209,7 +209,10 @@ class _Backward:
         key_blocks = (seq + (KEYS - 1)) // KEYS
         block = k.block_id()
         # the CTA's K/V head, and its keys; its query heads are the group's: kv_head x group + g
-        self.kv_head, self.n0 = block // key_blocks, block % key_blocks * KEYS
+        self.kv_head, key_block = block // key_blocks, block % key_blocks
+        if config.deterministic and config.causal:  # (the last key blocks first: they add first, `turn`)
+            key_block = key_blocks - 1 - key_block
+        self.n0 = key_block * KEYS
         self.group = k.as_index(group)
         if config.varlen:
             self.locate_in_sequence()
@@ -438,11 +441,10 @@ class _Backward:
 
     def add_dq(self, step) -> None:
         """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
-        then added into dQaccum's rows of the query block by TMA reductions. Deterministic: in the key blocks'
-        order, each block's turn a flag (query head, block of rows, adder) counts: its first thread waits for the
-        flag to reach its key block's index, adds, waits for the additions to be written and counts its turn
-        (FlashAttention-3's semaphores; the key blocks that reach a query block are always blocks 0 to n, causal
-        or not, the CTAs of lower blocks launched first)."""
+        then added into dQaccum's rows of the query block by TMA reductions. Deterministic: the key blocks in a
+        fixed order (`turn`), a flag a (query head, block of rows, adder) counting the turns: the first thread
+        waits for the flag to reach its turn, adds, waits for the additions to be written and counts its turn
+        (FlashAttention-3's semaphores; the CTAs whose turns come first are launched first)."""
         from mlir import ir
         from mlir.dialects import vector
 
@@ -467,14 +469,25 @@ class _Backward:
         head, q0 = self.block_of(step)
         row = head * self.padded + (self.padded_start + q0 if self.config.varlen else q0)
         with k.if_(k.compare("eq", thread, 0)):
-            if config.deterministic:  # (key block n adds once blocks 0 .. n - 1 have: they all reach this block)
+            if config.deterministic:
                 flag = (row // config.rows) * config.adders + self.consumer
-                k.wait_flag(self.flags, flag, k.as_i32(self.n0 // KEYS))
+                k.wait_flag(self.flags, flag, k.as_i32(self.turn(q0)))
             for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
                 k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
             if config.deterministic:
                 k.tma_store_wait(0, complete=True)
                 k.release_flag(self.flags, flag)
+
+    def turn(self, q0):
+        """This CTA's place in the order of the key blocks that add into the query block at `q0` (the first 0): the
+        blocks that reach a query block are blocks 0 to n_max, so not causal the key blocks' order, causal from
+        n_max down (the last key blocks, whose walks are the shortest, launched first: the first key block's long
+        walk then adds last and waits least)."""
+        n = self.n0 // KEYS
+        if not self.config.causal:
+            return n
+        last_key = q0 + (self.config.rows - 1) + (0 if self.shift is None else self.shift)  # (>= n0: n reaches q0)
+        return self.k.minimum(last_key // KEYS, (self.k.as_index(self.keys_end) - 1) // KEYS) - n
 
     def epilogue(self) -> None:
         """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once
