@@ -416,6 +416,15 @@ class TmaPipeline:
         self.k.expect_bytes(self.full, stage, box, copies=1 if multicast is None else bin(multicast).count("1"))
         return box
 
+    def load_boxes(self, k_tile: Integer, buffer: ir.Value, at, layout, element: str, columns: int,
+                   tensor_map: ir.Value, row, first_column=None) -> None:
+        """A tile wider than a box: `load` of each of its boxes (`Kernel.boxes` of `columns` columns, side by
+        side in `layout` from byte `at` of `buffer`) from `row` of `tensor_map`, their columns from `first_column`
+        (None: 0) on."""
+        k = self.k
+        for column, box in k.boxes(buffer, at, layout, element, columns):
+            self.load(k_tile, box, tensor_map, (row, k.index(column) if first_column is None else first_column + column))
+
     def wait(self, k_tile: Integer) -> None:
         """Wait until every load of k-tile `k_tile` has landed in its stage."""
         self.k.wait_phase(self.full, self.ring.stage(k_tile), self.ring.phase(self.k.as_index(k_tile)))

@@ -232,14 +232,11 @@ class _HopperAttention(OnlineSoftmax):
             self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, *, tile_bytes, layout, tensor_map, row, first_column) -> None:
-        """A tile's boxes (128 bytes of columns each, side by side in `layout`) from `row` of `tensor_map`, its
-        columns from `first_column` (None: 0) on, into the shared bytes at `tile_bytes`, counted on `pipeline`'s
-        stage of `index`."""
-        k = self.k
-        for column, box in k.boxes(self.shared, tile_bytes, layout, self.storage, self.config.box_columns):
-            column = k.index(column) if first_column is None else first_column + column
-            pipeline.load(index, box, tensor_map, (row, column))
+    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column) -> None:
+        """`pipeline.load_boxes` of a tile (`tiles[layout]`, boxes of 128 bytes of columns) of this kernel's shared
+        memory and element."""
+        pipeline.load_boxes(index, self.shared, at, self.tiles[layout], self.storage, self.config.box_columns,
+                            tensor_map, row, first_column)
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
@@ -261,9 +258,8 @@ class _HopperAttention(OnlineSoftmax):
         for consumer in range(consumers):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
-            self.load_boxes(self.q_pipeline, band, tile_bytes=k.index(consumer * BAND_BYTES), layout=self.tiles["q_band"],
-                            tensor_map=self.q_map, row=self.q_origin[0] + (self.q0 + 64 * consumer),
-                            first_column=self.q_origin[1])
+            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), "q_band", self.q_map,
+                            self.q_origin[0] + (self.q0 + 64 * consumer), self.q_origin[1])
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
@@ -273,16 +269,13 @@ class _HopperAttention(OnlineSoftmax):
         (first_row, column), keys = self.kv_origin, self.config.keys
         row = first_row + self.key_tile_at(tile) * keys
         stage = ring.stage(index)
-        self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 0), layout=self.tiles["k"], tensor_map=self.k_map,
-                        row=row, first_column=column)
+        self.load_boxes(self.pipeline, index, ring.offset(stage, 0), "k", self.k_map, row, column)
         if not self.config.fp8:
-            self.load_boxes(self.pipeline, index, tile_bytes=ring.offset(stage, 1), layout=self.tiles["k"],
-                            tensor_map=self.v_map, row=row, first_column=column)
+            self.load_boxes(self.pipeline, index, ring.offset(stage, 1), "k", self.v_map, row, column)
             return
         self.staging.acquire(index)
         staged = self.staging_ring.offset(self.staging_ring.stage(index))
-        self.load_boxes(self.staging, index, tile_bytes=staged, layout=self.tiles["v_staged"], tensor_map=self.v_map,
-                        row=row, first_column=column)
+        self.load_boxes(self.staging, index, staged, "v_staged", self.v_map, row, column)
 
     def produce_transposed(self) -> None:
         """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its

@@ -278,12 +278,11 @@ class _Backward:
                     self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, tile_bytes, layout, tensor_map, row, first_column=None) -> None:
-        """A tile's boxes from `row` of `tensor_map`, its columns from `first_column` (None: 0) on."""
-        k = self.k
-        for column, box in k.boxes(self.shared, tile_bytes, layout, self.config.element, BOX_COLUMNS):
-            column = k.index(column) if first_column is None else first_column + column
-            pipeline.load(index, box, tensor_map, (row, column))
+    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column=None) -> None:
+        """`pipeline.load_boxes` of a tile (`tiles[layout]`, boxes of 128 bytes of columns) of this kernel's shared
+        memory and element."""
+        pipeline.load_boxes(index, self.shared, at, self.tiles[layout], self.config.element, BOX_COLUMNS, tensor_map,
+                            row, first_column)
 
     def block_of(self, step):
         """(query head, first row) of the CTA's query block `step`: the group's heads in turn, each's blocks from
@@ -297,15 +296,15 @@ class _Backward:
         self.kv.acquire(0)
         for part, tensor_map in enumerate((self.k_map, self.v_map)):
             row = self.kv_origin + self.n0 if packed else self.kv_head * k.as_index(self.seq) + self.n0
-            self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), self.tiles["kv"], tensor_map, row,
+            self.load_boxes(self.kv, 0, self.kv_ring.offset(k.index(0), part), "kv", tensor_map, row,
                             self.kv_head * d if packed else None)
         with k.loop(0, self.count * self.group) as step:
             self.pipeline.acquire(step)
             head, q0 = self.block_of(step)
             row = self.q_origin + q0 if packed else head * k.as_index(self.seq) + q0
             for part, tensor_map in enumerate((self.q_map, self.do_map)):
-                self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), self.tiles["q"], tensor_map,
-                                row, head * d if packed else None)
+                self.load_boxes(self.pipeline, step, ring.offset(ring.stage(step), part), "q", tensor_map, row,
+                                head * d if packed else None)
             for part, tensor_map in enumerate((self.lse_map, self.delta_map)):
                 row_stats = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
                 self.pipeline.load(step, row_stats, tensor_map, (head, self.padded_start + q0 if packed else q0))
