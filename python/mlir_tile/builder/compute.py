@@ -381,7 +381,7 @@ class Compute:
             scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ne, seen, wanted), [])
         with ir.InsertionPoint(loop.after.blocks.append()):
             scf.YieldOp([])
-        llvm.inline_asm(None, [], "fence.proxy.async.global;", "", has_side_effects=True)
+        _global_proxy_fence()
 
     def release_flag(self, flags: ir.Value, index: ir.Value | int, increment: int = 1) -> None:
         """Add `increment` to the u32 flag `flags[index]`, releasing this thread's writes before it, its completed
@@ -390,7 +390,7 @@ class Compute:
         if not is_int(increment) or not 0 < increment < 2 ** 31:
             raise BuilderError(f"release_flag: increment a positive 32-bit int, got {increment!r}")
         address = self._flag_address(flags, index, "release_flag")
-        llvm.inline_asm(None, [], "fence.proxy.async.global;", "", has_side_effects=True)
+        _global_proxy_fence()
         llvm.inline_asm(None, [address, self.constant(increment)], "red.release.gpu.add.u32 [$0], $1;", "l,r",
                         has_side_effects=True)
 
@@ -416,6 +416,11 @@ class Compute:
         base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(barriers))
         offset = arith.index_cast(i64, arith.muli(self.as_index(index), self.index(8)))
         return llvm.inttoptr(llvm.PointerType.get(3), arith.addi(base, offset))
+
+
+def _global_proxy_fence() -> None:
+    """`fence.proxy.async.global`: this thread's global accesses ordered with its async-proxy (TMA) ones."""
+    llvm.inline_asm(None, [], "fence.proxy.async.global;", "", has_side_effects=True)
 
 
 def _slots(slots, number: int) -> bool:

@@ -123,7 +123,6 @@ class HopperAttentionBackward:
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps + [int] * len(flags))
 
-
     def packed(self, grad, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k: int, *, causal: bool = False,
                grad_lse=None, deterministic=None):
         """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v

@@ -316,10 +316,10 @@ def token_rows(x):
     """Packed `x` [tokens, heads, d] as the packed kernels' 2-D maps read it, [tokens, heads x d] with a row stride
     of whole 16 bytes: `x` itself where each token's heads x d are contiguous and on 16 bytes (a slice of a fused
     projection, qkv.view(tokens, 3, heads, d)[:, 0], included: no copy), else a contiguous copy."""
-    tokens, heads, d = x.shape
+    _, heads, d = x.shape
     rows = (x.stride(2) == 1 or d == 1) and (x.stride(1) == d or heads == 1)
-    pitch = x.stride(0) if tokens > 1 else heads * d
-    if rows and pitch >= heads * d and pitch * x.element_size() % 16 == 0 and x.data_ptr() % 16 == 0:
+    pitch = row_pitch(x)
+    if rows and pitch >= heads * d * x.element_size() and pitch % 16 == 0 and x.data_ptr() % 16 == 0:
         return x
     return on_16_bytes(x.contiguous())
 
