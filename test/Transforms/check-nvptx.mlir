@@ -70,10 +70,12 @@ gpu.module @second [#nvvm.target<chip = "sm_90", features = "+ptx60">] {
 // -----
 
 gpu.module @alignment [#nvvm.target<chip = "sm_90">] {
-  // expected-error-re@+1 {{[operands] alignment 4294967296, above the 2147483648 bytes ptxas accepts}}
+  // expected-error-re@+1 {{[operands] alignment 4294967296, above the 262144 bytes any buffer can need (more slows ptxas)}}
   memref.global "private" @a : memref<4xi32, 3> {alignment = 4294967296 : i64}
-  memref.global "private" @b : memref<4xi32, 3> {alignment = 2147483648 : i64}
-  // expected-error-re@+1 {{[operands] alignment 4294967296, above the 2147483648 bytes ptxas accepts}}
+  memref.global "private" @b : memref<4xi32, 3> {alignment = 262144 : i64}
+  // expected-error-re@+1 {{[operands] alignment 524288, above the 262144 bytes}}
+  memref.global "private" @d : memref<4xi32, 3> {alignment = 524288 : i64}
+  // expected-error-re@+1 {{[operands] alignment 4294967296, above the 262144 bytes any buffer can need}}
   llvm.mlir.global internal @c() {addr_space = 3 : i32, alignment = 4294967296 : i64} : !llvm.array<4 x i32>
 }
 

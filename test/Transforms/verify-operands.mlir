@@ -121,7 +121,7 @@ gpu.module @alignment_above_two_to_the_32 [#nvvm.target<chip = "sm_90">] {
   gpu.func @k() kernel attributes {known_block_size = array<i32: 32, 1, 1>} {
     %sm = memref.get_global @sm : memref<512xi32, 3>
     %r = memref.alloca() : memref<8xi32, 5>
-    // expected-error-re@+1 {{[operands]{{.*}}declares alignment 8589934592, above the 2147483648}}
+    // expected-error-re@+1 {{[operands]{{.*}}declares alignment 8589934592, above the 262144}}
     "tile.matrix_transfer"(%r, %sm) {opcode = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", scope = "warp",
         dst_layout = #tile.layout<"(4,8,4):(1,4@laneid,1@laneid)">, src_layout = #tile.layout<"(4,8,4):(32,4,1)">} : (memref<8xi32, 5>, memref<512xi32, 3>) -> ()
     gpu.return

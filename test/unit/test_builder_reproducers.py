@@ -77,7 +77,7 @@ MISUSE = {
         lambda k: _tile_copy(k, source=lambda k: k.arguments[2], asynchronous=False),
         r"copy_tile: src holds f32 elements, dst f16; a tile copy does not convert"),
     "dynamic_shared(2**31)": (lambda k: k.dynamic_shared(2**31),
-                              r"dynamic_shared alignment must be a power of two from 16 to 1073741824, got 2147483648"),
+                              r"dynamic_shared alignment must be a power of two from 16 to 262144, got 2147483648"),
     "an mma with f32 words as its bf16 A operand": (
         lambda k: k.mma(MMA_M16N8K16, k.registers(4, "f32"), [0, 1, 2, 3], k.registers(2), [0, 1], k.registers(4, "f32"),
                                  [0, 1, 2, 3], element="bf16"),

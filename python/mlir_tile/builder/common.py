@@ -47,7 +47,7 @@ def count(value, what: str, minimum: int = 1, maximum: int = MAX_EXTENT) -> int:
 
 
 def power_of_two(value, what: str, minimum: int = 1, maximum: int = targets.MAX_ALIGNMENT) -> int:
-    """An alignment: a power of two from `minimum` to `maximum` (by default, what ptxas accepts)."""
+    """An alignment: a power of two from `minimum` to `maximum` (by default, `targets.MAX_ALIGNMENT`)."""
     if not is_int(value) or not minimum <= value <= maximum or value & (value - 1):
         raise BuilderError(f"{what} must be a power of two from {minimum} to {maximum}, got {value!r}")
     return value

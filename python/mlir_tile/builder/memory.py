@@ -52,7 +52,7 @@ class Memory:
         (`launch(shared_bytes=...)`, over 48 KiB allowed). CUDA aligns it to 16 bytes; a larger power of two
         (a swizzle's period) is declared in the PTX (`.extern .shared .align N`, which places it so) and
         proven to the verifier (`memref.assume_alignment`)."""
-        power_of_two(alignment, "dynamic_shared alignment", minimum=16, maximum=2**30)  # assume_alignment: i32 > 0
+        power_of_two(alignment, "dynamic_shared alignment", minimum=16)
         kind = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(8),
                                  memory_space=ir.Attribute.parse(WORKGROUP))
         buffer = gpu.dynamic_shared_memory(kind)
