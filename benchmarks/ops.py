@@ -113,7 +113,8 @@ def train(out: Path) -> int:
     return 0
 
 
-BACKWARD = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 16, 2048, 64, True)]  # batch, heads, seq, d
+BACKWARD = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 16, 2048, 64, True), (2, 16, 4096, 256, False),
+            (2, 16, 4096, 256, True)]  # batch, heads, seq, d
 
 
 def backward(out: Path) -> int:
@@ -140,8 +141,15 @@ def backward(out: Path) -> int:
         calls = {"ours": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal,
                                            deterministic=False),
                  "ours deterministic": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse,
-                                                         causal=causal, deterministic=True),
-                 "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION), "FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)}
+                                                         causal=causal, deterministic=True)}
+        declined = {}
+        for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FlashAttention-2", SDPBackend.FLASH_ATTENTION)):
+            try:  # (a backend that does not take the shape is left out, saying why)
+                calls[name] = sdpa(backend)
+                calls[name]()
+            except RuntimeError as error:
+                calls.pop(name, None)
+                declined[name] = str(error).splitlines()[0][:200]
         fa4 = flash_attention_4()
         if fa4 is not None:  # (its native layout, [batch, seq, heads, d]: the transposes outside the timing)
             q4, k4, v4 = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
@@ -154,7 +162,7 @@ def backward(out: Path) -> int:
         rates = {who: round(flop / t / 1e12, 1) for who, t in seconds.items()}
         row = {"case": f"attention backward {batch}x{heads}x{seq}x{d}{' causal' if causal else ''}",
                "TFLOP/s": rates, "ours vs": {who: round(rates["ours"] / r, 3) for who, r in rates.items() if who != "ours"},
-               **sampled}
+               **({"declined": declined} if declined else {}), **sampled}
         print(json.dumps(row), flush=True)
         results.append(row)
     _write(out / "ops_backward.json", {"cases": results})

@@ -1,5 +1,5 @@
 """Attention's backward on the GPU (Hopper's path, `flash.backward`), as a training user reaches it: gradients
-through `mlir_tile.kernels.attention` by torch.autograd on random shapes (odd lengths, one row, both head dims,
+through `mlir_tile.kernels.attention` by torch.autograd on random shapes (odd lengths, one row, each head dim,
 both masks, both dtypes, grouped-query heads), against fp32 autograd of softmax attention written out here, within the error torch's
 own 16-bit SDPA backward makes on the same inputs; the log-sum-exp's gradient too; under torch.compile. Skipped
 without torch or an sm_90 GPU (the reason shown)."""
@@ -41,7 +41,7 @@ def _gradients(forward, q, k, v, grad, grad_lse=None):
 
 def _case(rng: random.Random, trial: int):
     """(batch, heads, kv_heads, seq, d, causal, dtype): one case in three grouped (kv_heads a divisor of heads)."""
-    batch, heads, d = rng.randint(1, 2), rng.choice([1, 2, 3, 4, 6, 8]), rng.choice([64, 128])
+    batch, heads, d = rng.randint(1, 2), rng.choice([1, 2, 3, 4, 6, 8]), rng.choice([64, 128, 256])
     kv_heads = rng.choice([x for x in range(1, heads + 1) if heads % x == 0]) if trial % 3 == 2 else heads
     seq = rng.choice([1, 17, 64, 65, 127, 128, 129, 200, 255, 513, rng.randint(1, 700), rng.randint(700, 2100)])
     return batch, heads, kv_heads, seq, d, rng.random() < 0.5, (torch.float16, torch.bfloat16)[trial % 2]
@@ -129,22 +129,23 @@ def test_grouped_query_attention_reads_each_kv_head_for_its_group():
 
 
 def test_empty_batches_and_unsupported_head_dims_are_said_at_the_call():
-    """Batch 0 gives empty gradients (as torch's); d 256 (forward only) says so in one line at the backward."""
+    """Batch 0 gives empty gradients (as torch's); a head dim the backward does not take (d 96, which the forward
+    refuses too) says so in one line at the backward's launcher."""
     from mlir_tile.kernels import attention
+    from mlir_tile.kernels.ops import kernels_on
 
     q, k, v = (torch.randn(0, 2, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     o, _ = attention(q, k, v)
     o.sum().backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape
-    q, k, v = (torch.randn(1, 1, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    o, _ = attention(q, k, v)
-    with pytest.raises(ValueError, match="head dim 64 or 128"):
-        o.sum().backward()
+    q, k, v, o, grad = (torch.randn(1, 1, 64, 96, device="cuda", dtype=torch.bfloat16) for _ in range(5))
+    with pytest.raises(ValueError, match="head dim 64 or 128 or 256, got 96"):
+        kernels_on(torch.device("cuda")).attention_backward(grad, q, k, v, o, torch.zeros(1, 1, 64, device="cuda"))
 
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_the_row_passes_give_torchs_statistics_and_dq_at_each_rows_place(packed):
-    """`backward_rows` on random rows (d 64 and 128, both dtypes; packed: [tokens, heads, d] with each token's place
+    """`backward_rows` on random rows (d 64, 128 and 256, both dtypes; packed: [tokens, heads, d] with each token's place
     a random permutation of the padded rows): D equal to torch's rowsum of dO O in fp32 (to its sum's order), LSE
     log2(e) and the rounded dQ bitwise, every other place of the statistics left as it was."""
     from mlir_tile.kernels.common import LOG2E
@@ -152,7 +153,8 @@ def test_the_row_passes_give_torchs_statistics_and_dq_at_each_rows_place(packed)
     from mlir_tile.runtime import torch_stream
 
     backward = kernels_on(torch.device("cuda")).attention_backward
-    for d, dtype, tokens, heads in ((64, torch.bfloat16, 1000, 3), (128, torch.float16, 77, 5)):
+    for d, dtype, tokens, heads in ((64, torch.bfloat16, 1000, 3), (128, torch.float16, 77, 5),
+                                    (256, torch.bfloat16, 130, 2)):
         padded = -(-tokens // 64) * 64 + 64
         shape = (tokens, heads, d) if packed else (heads, tokens, d)
         o, grad = (torch.randn(*shape, device="cuda", dtype=dtype) for _ in range(2))
@@ -178,7 +180,7 @@ def test_the_row_passes_give_torchs_statistics_and_dq_at_each_rows_place(packed)
         assert torch.equal(by_head(dq), expected)
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_the_deterministic_mode_gives_the_same_gradients_bitwise_each_run(d):
     """Under `torch.use_deterministic_algorithms(True)` the backward adds dQ's sums in the key blocks' order (their
     flags): three runs through autograd on 2 x 8 heads on 2 K/V heads x 1,000 positions (8 key blocks), causal

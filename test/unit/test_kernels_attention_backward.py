@@ -9,7 +9,7 @@ import re
 import pytest
 
 from mlir_tile.kernels.flash import sm90_backward
-from mlir_tile.kernels.flash.sm90_backward import BackwardConfig
+from mlir_tile.kernels.flash.sm90_backward_tiles import BackwardConfig, tiles
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,7 +27,7 @@ def test_the_ds_tile_stmatrix_writes_is_dqs_a_read_mn_major():
 
     for d in (64, 128):
         config = BackwardConfig(d)
-        layouts = sm90_backward.tiles(config)
+        layouts = tiles(config)
         c = stored_tile(128, 64, 64)["c"]
         assert all(c.offset(key, query) == layouts["ds_a"].offset(query, key) for key in range(128) for query in range(64))
         share = config.dq_columns
@@ -70,9 +70,35 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_
     assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4 + 2 * 2 * 64 * 4
 
 
+def test_at_d_256_the_consumers_split_the_rows_of_s_and_the_columns_of_the_gradients(filecheck):
+    """d 256, bf16: a CTA of 64 keys; each consumer's S^T and dP^T m64n32 over d (16 k16 steps, its 32 rows of the
+    block), its P^T and dS^T bands by stmatrix, then dV, dK (over the block's 64 rows) and dQ (over the 64 keys)
+    m64n128 with both operands from shared memory, each consumer adding its 128 columns of dQ (four fp32 boxes);
+    one stage of Q and dO (two would pass the shared memory a block may use)."""
+    config = BackwardConfig(256, False, "bf16")
+    ptx = _ptx(config)
+    filecheck(ptx, """
+    CHECK: .entry attention_backward(
+    CHECK: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK: ex2.approx
+    CHECK: stmatrix.sync.aligned
+    CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}
+    CHECK: cp.async.bulk.tensor.3d.global.shared::cta
+    """)
+    narrow = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16\.f32\.bf16\.bf16 \{[^}]*\}, %rd", ptx)
+    wide = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, %rd", ptx)
+    assert len(narrow) == 2 * 256 // 16 and len(wide) == 3 * 64 // 16
+    assert not re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16 \{[^}]*\}, \{", ptx)  # (no A in registers)
+    assert ptx.count("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add") == 128 // 32
+    assert (config.keys, config.stages, config.score_rows, config.kv_columns, config.dq_columns) == (64, 1, 32, 128, 128)
+    assert config.shared_bytes == 2 * 64 * 256 * 2 + 2 * 64 * 256 * 2 + 2 * 64 * 64 * 2 + 64 * 256 * 4 + 2 * 64 * 4
+    assert config.grid(batch_kv_heads=3, seq=129) == 3 * 3
+
+
 @pytest.mark.parametrize("options, message", [
-    (dict(head_dim=256), "head dims 64, 128"), (dict(element="e4m3"), "f16 or bf16"),
-    (dict(rows=128), "64 query rows a step"), (dict(stages=4), "more than the 232448 a block may use")])
+    (dict(head_dim=96), "head dims 64, 128, 256"), (dict(element="e4m3"), "f16 or bf16"),
+    (dict(rows=128), "64 query rows a step"), (dict(stages=4), "more than the 232448 a block may use"),
+    (dict(head_dim=256, stages=2), "more than the 232448 a block may use")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         BackwardConfig(**options)
@@ -86,6 +112,15 @@ def test_the_ctas_on_the_reference_model_give_numpys_gradients():
     from mlir_tile.kernels.flash.sm90_backward_emulation import emulate
 
     assert emulate(BackwardConfig(64, True, "bf16"), seq=150, heads=2, kv_heads=1) < 2 ** -6
+
+
+def test_d_256s_ctas_pass_p_and_ds_through_shared_memory_on_the_reference_model():
+    """d 256, causal, 70 positions (a block of 64 keys and a tail of 6): each consumer's P^T and dS^T bands written
+    by stmatrix's model, both read back through dV's, dK's and dQ's descriptors, dK and dV each consumer's 128
+    columns: within 4 units of bf16's rounding of numpy's backward."""
+    from mlir_tile.kernels.flash.sm90_backward_emulation import emulate
+
+    assert emulate(BackwardConfig(256, True, "bf16"), seq=70, heads=1, kv_heads=1) < 2 ** -6
 
 
 def test_packed_sequences_store_dk_and_dv_by_rows_and_add_dq_at_padded_rows():
@@ -145,12 +180,12 @@ def test_the_sm90_library_ships_each_backward_kernel_and_sm80_none():
     from mlir_tile.kernels.flash.backward_rows import PASSES, RowsConfig
 
     names = {name for name, _ in ship.kernels("sm_90")}
-    wanted = {str(BackwardConfig(d, causal, element, varlen=packed, deterministic=ordered)) for d in (64, 128)
+    wanted = {str(BackwardConfig(d, causal, element, varlen=packed, deterministic=ordered)) for d in (64, 128, 256)
               for causal in (False, True) for element in ("f16", "bf16") for packed in (False, True)
               for ordered in (False, True)}
-    wanted |= {str(RowsConfig(step, d, element, packed)) for step in PASSES for d in (64, 128)
+    wanted |= {str(RowsConfig(step, d, element, packed)) for step in PASSES for d in (64, 128, 256)
                for element in ("f16", "bf16") for packed in (False, True)}
-    assert wanted <= names and len(wanted) == 48
+    assert wanted <= names and len(wanted) == 72
     assert not any(name.startswith("attention_backward") for name, _ in ship.kernels("sm_80"))
 
 

@@ -98,15 +98,15 @@ def transposed(tile):
     return Layout((tile.shape[1], tile.shape[0]), (tile.stride[1], tile.stride[0]), tile.swizzle)
 
 
-def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS) -> dict:
+def stored_tile(rows: int, columns: int, box_columns: int = SWIZZLE_COLUMNS, swizzle_bytes: int = 128) -> dict:
     """A 16-bit rows x columns tile as TMA stores read it ("c": boxes of rows x `box_columns` side by side,
-    128-byte swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one warpgroup's
-    64 rows of those words from its first word ("c_band"), proven to be every 64-row band's layout."""
+    `swizzle_bytes`-swizzled), its 32-bit words as stmatrix writes them ("c_words", `words_of`), and one
+    warpgroup's 64 rows of those words from its first word ("c_band"), proven to be every 64-row band's layout."""
     from mlir_tile.algebra.layout import Layout
     from mlir_tile.algebra.words import words_of
     from mlir_tile.isa.tma import Box
 
-    swizzle, boxes_of = Box(64, box_columns, 16, 128).layout.swizzle, columns // box_columns
+    swizzle, boxes_of = Box(64, box_columns, 16, swizzle_bytes).layout.swizzle, columns // box_columns
     c = Layout((rows, (box_columns, boxes_of)), (box_columns, (1, rows * box_columns)), swizzle)
     c_words = words_of(c, 2)
     words = box_columns // 2

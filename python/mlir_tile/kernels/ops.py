@@ -136,7 +136,7 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q [batch, heads, seq, d] and k, v [batch, kv_heads, seq, d] (kv_heads dividing heads: grouped-query attention,
     as SDPA's enable_gqa) of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's SDPA with
-    scale=None). Differentiable on Hopper (d 64 and 128: `flash.backward`). float8_e4m3fn q, k, v (Hopper, d 128)
+    scale=None). Differentiable on Hopper (d 64, 128 and 256: `flash.backward`). float8_e4m3fn q, k, v (Hopper, d 128)
     with per-tensor descales (fp32 tensors of one element, FlashAttention-3's): softmax(q k^T descale_q descale_k /
     sqrt(d)) v descale_v, o in bfloat16.
     `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees and a score step, reading
@@ -165,7 +165,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     [batch + 1] on the device); `max_seqlen_q` at least the longest sequence's queries (rows past it are not
     computed), `max_seqlen_k` its keys. o [total_q, heads, d], lse [heads, total_q] fp32. Causal per sequence,
     aligned to the bottom right where its lengths differ (query i sees keys up to i + len_k - len_q); a row
-    that sees no key has o 0 and lse -inf. fp16 or bf16, d 64, 128 or 256; differentiable at d 64 and 128 (o's
+    that sees no key has o 0 and lse -inf. fp16 or bf16, d 64, 128 or 256; differentiable (o's
     gradient and lse's: `flash.backward`'s packed kernels)."""
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:

@@ -17,7 +17,7 @@ from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
 from mlir_tile.kernels.flash.launch import grouped_heads, on_16_bytes
-from mlir_tile.kernels.flash.sm90_backward import BACKWARD_HEAD_DIMS, BackwardConfig
+from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 ELEMENTS = ("f16", "bf16")
@@ -110,7 +110,7 @@ class HopperAttentionBackward:
     def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int):
         """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads)."""
         module = self.library.module(str(config), partial(sm90_backward.build_module, config))
-        box, d = sm90_backward.boxes(config), config.head_dim
+        box, d = boxes(config), config.head_dim
         maps = [MapOperand(self.maps, ((heads if name in ("q", "do") else kv_heads) * seq, d), 2 * d, box[name])
                 for name in ("q", "k", "v", "do")]
         maps.append(MapOperand(self.maps, (heads * config.padded(seq), d), 4 * d, box["dq"], store=True, floats=True))
@@ -119,7 +119,7 @@ class HopperAttentionBackward:
         maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
                  for name in ("lse", "delta")]
         flags = [POINTER] if config.deterministic else []
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads] + flags,
+        launch = module.prepare(KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads] + flags,
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps + [int] * len(flags))
 
@@ -148,7 +148,7 @@ class HopperAttentionBackward:
             return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)  # (contiguous, as the fake's)
         config = BackwardConfig(d, bool(causal), element, varlen=True, deterministic=_deterministic(deterministic))
         rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
-        blocks = -(-max_seqlen_k // sm90_backward.KEYS)
+        blocks = -(-max_seqlen_k // config.keys)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
         shape = (total_q, total_k, heads, kv_heads, batch, blocks, pitches)
         plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
@@ -175,7 +175,7 @@ class HopperAttentionBackward:
         """The launch over `batch` sequences' `blocks` blocks of keys (of the longest) of `kv_heads` K/V heads; q's,
         k's and v's rows `pitches` bytes apart (dO's contiguous)."""
         module = self.library.module(str(config), partial(sm90_backward.build_module, config))
-        box, d, padded = sm90_backward.boxes(config), config.head_dim, padded_rows(total_q, batch, config.rows)
+        box, d, padded = boxes(config), config.head_dim, padded_rows(total_q, batch, config.rows)
         maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
             ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]),
             ("v", total_k, kv_heads, pitches[2]), ("do", total_q, heads, 2 * heads * d))]
@@ -185,8 +185,8 @@ class HopperAttentionBackward:
                  for name in ("lse", "delta")]
         flags = [POINTER] if config.deterministic else []
         maps += [int] * (2 + len(flags))  # (pointers, given as they are)
-        seq = blocks * sm90_backward.KEYS
-        launch = module.prepare(sm90_backward.KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
+        seq = blocks * config.keys
+        launch = module.prepare(KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
             seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded] + flags,
             grid=config.grid(batch * kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps)

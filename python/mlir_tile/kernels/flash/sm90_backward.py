@@ -1,8 +1,10 @@
 """Attention's backward pass on Hopper's data path (sm_90a), written with the builder alone, in FlashAttention-3's
 order (docs/notes/attention-backward.md): dK and dV of a block of keys kept in registers while the query blocks
-stream by, dQ added into an fp32 buffer by TMA reductions; f16 or bf16, head dims 64 and 128, causal or not.
+stream by, dQ added into an fp32 buffer by TMA reductions; f16 or bf16, head dims 64, 128 and 256, causal or not.
 
-A CTA takes 128 keys of one (batch, K/V head); each of its two consumer warpgroups 64 of them. Warpgroup 0 is
+A CTA takes `keys` keys of one (batch, K/V head): 128 at d 64 and 128, each of its two consumer warpgroups 64 of
+them; 64 at d 256, whose consumers split the block's rows of S^T and d's columns of dK, dV and dQ instead
+(`sm90_backward_tiles`: a consumer's dK and dV over all of d 256 would take all its registers). Warpgroup 0 is
 the producer (24 registers): its first thread loads the CTA's K and V tiles once, then each query block's Q and dO
 tiles ([rows, d], 128-byte swizzled boxes) with the block's rows of LSE and D into a `TmaPipeline`'s stages: the
 blocks of each query head that reads this K/V head in turn (grouped-query attention: `group` query heads a K/V
@@ -13,10 +15,12 @@ head, whose dK and dV sums are the CTA's registers across all of them). Per quer
 - P^T = exp2(S^T scale log2(e) - LSE[query] log2(e)), 0 for keys past the sequence and (causal) past the query;
   dS^T = P^T (dP^T - D[query]), D = rowsum(dO O) (the caller's preprocessing);
 - dV += P^T dO and dK += dS^T Q: P^T and dS^T packed in the threads that hold them (`accumulators_as_a`, the RS
-  form), dO and Q read MN-major from their tiles;
+  form), dO and Q read MN-major from their tiles; at d 256, P^T and dS^T of each consumer's 32 rows written by
+  stmatrix into [keys, rows] tiles (a 64-byte swizzled box each), then each consumer's columns of dV and dK
+  multiplied from them over all the block's rows (`gradients_through_shared`);
 - dS^T written by stmatrix as its 64-row band of a [keys, rows] tile, which is, element for element, the A
   [K, M] tile of dQ = dS K read MN-major (`kernels.common.stored_tile`; the GEMM's `a_major` "km"); once both
-  bands are in (named barrier), consumer c multiplies its share of dQ's columns over all 128 keys (K read
+  bands are in (named barrier), consumer c multiplies its share of dQ's columns over all the CTA's keys (K read
   MN-major), writes the fp32 sums into its part of an fp32 tile, and its first thread adds the tile into dQaccum
   by TMA reductions (`Kernel.tma_reduce_add`: atomic per element; the CTAs of other key blocks add into the
   same rows in no order).
@@ -36,9 +40,10 @@ x heads and the group (64-bit). Grid `BackwardConfig.grid` (of batch x kv_heads)
 Packed sequences (`varlen`, `sm90_varlen`): Q's, dO's, K's and V's maps 2-D over [tokens, heads x d]; dK and dV
 pointers to [total_k, kv_heads x d] 16-bit as i32 pairs, stored by rows from the registers; dQaccum 2-D over
 [heads x padded, d] and the statistics over [heads, padded], sequence b's rows from (q_start / 64 + b) x 64 on
-(`backward.packed_rows`); seq the longest sequence's keys rounded up to 128, batch x kv_heads, the group, then
-cu_seqlens_q, cu_seqlens_k, kv_heads, total_q, total_k and padded. A CTA a (batch x kv_heads + K/V head, block
-of 128 keys of the longest), returning where the block starts past its sequence's keys; causal bottom-right.
+(`backward.packed_rows`); seq the longest sequence's keys rounded up to the CTA's keys, batch x kv_heads, the
+group, then cu_seqlens_q, cu_seqlens_k, kv_heads, total_q, total_k and padded. A CTA a (batch x kv_heads + K/V
+head, block of keys of the longest), returning where the block starts past its sequence's keys; causal
+bottom-right.
 
 Deterministic (`deterministic`): a last parameter, the u32 flags (`BackwardConfig.flags` of them, zeroed) that
 order the key blocks' additions into each query block's rows of dQaccum, so that dQ is the same bitwise from run
@@ -46,134 +51,13 @@ to run (`add_dq`).
 """
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
-from mlir_tile.kernels.common import LOG2E, boxed_tile, check_shared, raised_registers, stored_tile, transposed
-from mlir_tile.kernels.flash.sm90_layouts import column_steps, consumer_band, row_halves
-
-KERNEL = "attention_backward"
-BACKWARD_HEAD_DIMS = (64, 128)  # (d 256's dK and dV alone would fill a consumer's registers)
-KEYS = 128  # a CTA's keys: 64 a consumer
-BOX_COLUMNS, FLOAT_BOX_COLUMNS = 64, 32  # 128 bytes of 16-bit and of fp32 elements
-PRODUCER_REGISTERS = 24
-
-
-@dataclass(frozen=True)
-class BackwardConfig:
-    head_dim: int = 128
-    causal: bool = False
-    element: str = "bf16"
-    rows: int = 64  # query rows a step: S^T's N
-    stages: int = 2  # query blocks (their Q and dO) in flight
-    varlen: bool = False  # packed sequences (`sm90_varlen`): a CTA a (sequence, K/V head, block of keys), its
-    # sequence's query blocks at padded rows of dQaccum and the statistics, dK and dV stored by rows
-    deterministic: bool = False  # dQ's additions into a block's rows in the order of the key blocks (`add_dq`)
-
-    def __post_init__(self) -> None:
-        if self.head_dim not in BACKWARD_HEAD_DIMS or self.element not in ("f16", "bf16"):
-            raise ValueError(f"attention backward: head dims {', '.join(map(str, BACKWARD_HEAD_DIMS))}, f16 or bf16; "
-                             f"got {self.head_dim}, {self.element}")
-        if self.rows != 64 or self.stages < 1:
-            raise ValueError(f"attention backward: 64 query rows a step, 1 stage or more; got {self.rows}, {self.stages}")
-        check_shared("attention backward", self, self.shared_bytes, "fewer stages")
-
-    consumers = 2
-    keys = KEYS
-
-    @property
-    def threads(self) -> int:
-        return 128 * (1 + self.consumers)
-
-    @property
-    def consumer_registers(self) -> int:
-        return min(240, raised_registers(self.threads, PRODUCER_REGISTERS, self.consumers))
-
-    @property
-    def dq_columns(self) -> int:
-        """dQ's columns a consumer multiplies: half of d where a half is whole boxes (d 128), else all (d 64:
-        consumer 0 alone)."""
-        half = self.head_dim // self.consumers
-        return half if half % BOX_COLUMNS == 0 else self.head_dim
-
-    @property
-    def kv_bytes(self) -> int:  # K's tile, then V's
-        return KEYS * self.head_dim * 2
-
-    @property
-    def block_bytes(self) -> int:  # a query block's Q or dO tile
-        return self.rows * self.head_dim * 2
-
-    @property
-    def ds_offset(self) -> int:  # dS^T's [keys, rows] tile, after K, V and the stages of Q and dO
-        return 2 * self.kv_bytes + 2 * self.stages * self.block_bytes
-
-    @property
-    def dq_offset(self) -> int:  # dQ's fp32 [rows, d] tile
-        return self.ds_offset + KEYS * self.rows * 2
-
-    @property
-    def statistics_offset(self) -> int:  # the stages' LSE log2(e) and D rows (fp32), after dQ's tile
-        return self.dq_offset + self.rows * self.head_dim * 4
-
-    @property
-    def shared_bytes(self) -> int:
-        return self.statistics_offset + self.stages * 2 * self.rows * 4
-
-    def grid(self, batch_kv_heads: int, seq: int) -> int:
-        """CTAs to launch: one a (K/V head, block of 128 keys)."""
-        return -(-seq // KEYS) * batch_kv_heads
-
-    def padded(self, seq: int) -> int:
-        """dQaccum's rows a head: seq rounded up to the query block."""
-        return -(-seq // self.rows) * self.rows
-
-    def __str__(self) -> str:
-        return (f"attention_backward_d{self.head_dim}_{self.element}{'_causal' if self.causal else ''}_s{self.stages}"
-                f"{'_varlen' if self.varlen else ''}{'_deterministic' if self.deterministic else ''}_sm90a")
-
-    @property
-    def adders(self) -> int:
-        """The consumers that add a share of dQ's columns into a query block's rows."""
-        return self.head_dim // self.dq_columns
-
-    def flags(self, heads: int, padded: int) -> int:
-        """The deterministic mode's u32 flags (zeroed by the caller): one a (query head, block of rows, adder)."""
-        return heads * padded // self.rows * self.adders
-
-
-@functools.lru_cache(maxsize=None)
-def tiles(config: BackwardConfig) -> dict:
-    """The shared tiles' layouts in elements: K and V ([keys, d], A of S^T and dP^T), Q and dO ([rows, d]: N x K
-    of S^T and dP^T, "q_mn" their MN-major K x N of dK and dV), dS^T ([keys, rows] as stmatrix writes C:
-    `stored_tile`, and "ds_a" the A [K, M] of dQ over it), "k_dq" K's dq_columns as dQ's MN-major B, dQ's fp32
-    part of a consumer ("dq", [rows, dq_columns]), dK's and dV's bands ("out", "out_band": `stored_tile`)."""
-    from mlir_tile.algebra.layout import Layout
-
-    d, rows = config.head_dim, config.rows
-    kv, block = boxed_tile(KEYS, d), boxed_tile(rows, d)
-    ds, out = stored_tile(KEYS, rows, BOX_COLUMNS), stored_tile(KEYS, d, BOX_COLUMNS)
-    return {"kv": kv, "q": block, "q_mn": transposed(block), "ds_band": ds["c_band"], "ds_a": transposed(ds["c"]),
-            "k_dq": transposed(boxed_tile(KEYS, config.dq_columns)), "dq": boxed_tile(rows, config.dq_columns, 32),
-            "out": consumer_band(out["c"]), "out_band": out["c_band"], "statistic": Layout((1, rows), (rows, 1))}
-
-
-@functools.lru_cache(maxsize=None)
-def boxes(config: BackwardConfig) -> dict:
-    """The TMA box of each tensor map: Q's and dO's a query block's, K's and V's the CTA's keys, dQaccum's a box
-    of the fp32 tile, dK's and dV's a consumer's band."""
-    from mlir_tile.isa.tma import Box, boxes_at
-
-    layouts = tiles(config)
-    first = {name: boxes_at(layouts[tile], bits, columns)[0][2] for name, tile, bits, columns in (
-        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, FLOAT_BOX_COLUMNS),
-        ("dk", "out", 16, BOX_COLUMNS))}
-    statistic = Box(1, config.rows, 32, 0)
-    return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dq": first["dq"],
-            "dk": first["dk"], "dv": first["dk"], "lse": statistic, "delta": statistic}
-
+from mlir_tile.kernels.common import LOG2E
+from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KERNEL, PRODUCER_REGISTERS,
+                                                         BackwardConfig, band_steps, tiles)
+from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 
 def build_module(config: BackwardConfig = BackwardConfig(), context=None):
     """The kernel of `config` (see the module's text)."""
@@ -200,19 +84,20 @@ class _Backward:
         (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
          self.delta_map, self.seq, _, group) = k.arguments[:12]
         self.tiles = tiles(config)
-        self.s_atom, self.d_atom = wgmma(config.rows, config.element), wgmma(self.d, config.element)
+        self.s_atom, self.d_atom = wgmma(config.score_rows, config.element), wgmma(config.kv_columns, config.element)
         # per S^T slot, which of the thread's two rows (keys) and which column step (query) it holds
         self.s_halves, self.s_columns = row_halves(self.s_atom), column_steps(self.s_atom)
         self.dq_atom = wgmma(config.dq_columns, config.element)
         self.shared = k.dynamic_shared(alignment=1024)
         seq = k.as_index(self.seq)
-        key_blocks = (seq + (KEYS - 1)) // KEYS
+        keys = config.keys
+        key_blocks = (seq + (keys - 1)) // keys
         block = k.block_id()
         # the CTA's K/V head, and its keys; its query heads are the group's: kv_head x group + g
         self.kv_head, key_block = block // key_blocks, block % key_blocks
         if config.deterministic and config.causal:  # (the last key blocks first: they add first, `turn`)
             key_block = key_blocks - 1 - key_block
-        self.n0 = key_block * KEYS
+        self.n0 = key_block * keys
         self.group = k.as_index(group)
         if config.varlen:
             self.locate_in_sequence()
@@ -226,7 +111,7 @@ class _Backward:
             self.q_origin = self.kv_origin = None
         boxes_across = self.d // BOX_COLUMNS
         self.barriers = ConsumerBarriers(k, config.consumers)
-        self.kv_ring = StageRing(k, self.shared, 1, [(config.element, KEYS * self.d)] * 2)
+        self.kv_ring = StageRing(k, self.shared, 1, [(config.element, keys * self.d)] * 2)
         self.kv = TmaPipeline(k, self.kv_ring, 4 * config.consumers, 2 * boxes_across, name="kv")
         self.ring = StageRing(k, self.shared, config.stages, [(config.element, config.rows * self.d)] * 2,
                               start=2 * config.kv_bytes)
@@ -236,6 +121,7 @@ class _Backward:
         self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 2 * boxes_across + 2, name="q_do")
         self.warpgroup = k.warpgroup_id()
         self.consumer = (self.warpgroup - 1) % config.consumers
+        self.steps = band_steps(config)
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
         self.flags = k.arguments[-1] if config.deterministic else None
 
@@ -317,7 +203,8 @@ class _Backward:
         self.dq_acc = k.accumulators(self.dq_atom)
         self.p = self.ds = None
         self.kv.wait(0)
-        self.key_tile, self.value_tile = (self.operand(self.kv_ring.offset(k.index(0), part), "kv", KEYS * self.d)
+        self.key_tile, self.value_tile = (self.operand(self.kv_ring.offset(k.index(0), part), "kv",
+                                                       self.config.keys * self.d)
                                           for part in range(2))
         with k.loop(0, self.count * self.group) as step:
             self.query_block(step)
@@ -325,26 +212,44 @@ class _Backward:
             k.tma_store_wait(0)  # (dQ's last reductions have read its tile)
         self.epilogue()
 
-    def operand(self, at, tile: str, elements: int, element: str | None = None):
-        k = self.k
-        return k.tensor(k.view(self.shared, (elements,), element or self.config.element, at), self.tiles[tile])
+    def operand(self, at, tile: str, elements: int | None = None, element: str | None = None):
+        """The tile `tiles[tile]` from byte `at` of shared memory (a view of `elements`, its layout's cosize where
+        not given)."""
+        k, layout = self.k, self.tiles[tile]
+        return k.tensor(k.view(self.shared, (elements or layout.cosize,), element or self.config.element, at), layout)
+
+    def consumer_part(self, at, tile: str):
+        """Byte `at` of a tile moved to this consumer's part of it (`band_steps`; both consumers' where the step
+        is 0)."""
+        step = self.steps[tile]
+        return at + self.consumer * step if step else at
 
     def query_block(self, step) -> None:
-        """S^T and dP^T; P^T, then dV += P^T dO issued under dS^T, then dK += dS^T Q; dS^T into shared memory and
-        this consumer's share of dQ. (Each of P^T and dS^T packed as soon as it is made: the dK and dV
-        accumulators hold 128 of a thread's 240 registers at d 128.)"""
+        """S^T and dP^T of this consumer's keys and query rows; dV, dK (`gradients_in_registers`, or where the
+        consumers split d's columns `gradients_through_shared`) and this consumer's share of dQ."""
         k, config, ring = self.k, self.config, self.ring
         stage = ring.stage(step)
         q, do = (ring.offset(stage, part) for part in range(2))
-        elements = config.rows * self.d
         self.pipeline.wait(step)
         self.cleared(self.s_acc, self.dp_acc)
-        k.wgmma(self.s_atom, self.key_tile, self.operand(q, "q", elements), self.s_acc, accumulate=False,
-                a_row_block=self.consumer)
-        k.wgmma(self.s_atom, self.value_tile, self.operand(do, "q", elements), self.dp_acc, accumulate=False,
-                a_row_block=self.consumer)
+        key_block = 0 if config.split_columns else self.consumer
+        for keys, block, accumulators in ((self.key_tile, q, self.s_acc), (self.value_tile, do, self.dp_acc)):
+            k.wgmma(self.s_atom, keys, self.operand(self.consumer_part(block, "q_band"), "q_band"), accumulators,
+                    accumulate=False, a_row_block=key_block)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
         facts = self.slot_facts(self.block_of(step)[1])
+        if config.split_columns:
+            self.gradients_through_shared(step, q, do, facts)
+            self.pipeline.release(step)  # (its Q, dO, LSE and D read)
+            self.dq_product(step)
+        else:
+            self.gradients_in_registers(step, q, do, facts)
+
+    def gradients_in_registers(self, step, q, do, facts: dict) -> None:
+        """P^T, then dV += P^T dO issued under dS^T, then dK += dS^T Q; dS^T into shared memory and this consumer's
+        share of dQ. (Each of P^T and dS^T packed as soon as it is made: the dK and dV accumulators hold 128 of a
+        thread's 240 registers at d 128.)"""
+        k, elements = self.k, self.config.rows * self.d
         self.probabilities(step, facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
@@ -354,6 +259,31 @@ class _Backward:
         k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
         self.pipeline.release(step)  # (its Q, dO, LSE and D read)
         self.query_gradient(step)
+
+    def gradients_through_shared(self, step, q, do, facts: dict) -> None:
+        """The consumers splitting d's columns: P^T's and dS^T's bands of this consumer's rows by stmatrix into
+        their tiles; once both consumers' are in (and the block before's products have read them), dV += P^T dO
+        and dK += dS^T Q over this consumer's columns, every operand from shared memory."""
+        from mlir_tile.builder.stores import AccumulatorBand
+
+        k, config = self.k, self.config
+        self.probabilities(step, facts)
+        self.score_gradients(step, facts)
+        band = AccumulatorBand(k, self.tiles["ds_band"], config.element)
+        packed = []
+        for accumulators in (self.s_acc, self.dp_acc):
+            packed.append(band.registers())
+            band.pack(packed[-1], accumulators.registers, config.score_rows, lambda slot, x: x)
+        self.barriers.meet_all()
+        scores = [k.index(config.p_offset), k.index(config.ds_offset)]
+        for registers, first in zip(packed, scores):
+            band.write(registers, self.shared, self.consumer_part(first, "ds_band"))
+        k.async_proxy_fence()
+        self.barriers.meet_all()
+        for first, block, accumulators in zip(scores, (do, q), (self.dv_acc, self.dk_acc)):
+            columns = self.operand(self.consumer_part(block, "q_mn"), "q_mn")
+            k.wgmma(self.d_atom, self.operand(first, "scores_a"), columns, accumulators)
+        k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
 
     def cleared(self, *accumulators) -> None:
         """Zeros written over accumulators that a wgmma then writes whole (accumulate=False): `wgmma` passes
@@ -369,7 +299,11 @@ class _Backward:
         first key, query and column, whether each of its two keys lies inside the sequence."""
         k, keys_end = self.k, self.k.as_index(self.keys_end)
         row, column = self.s_acc.coordinate(0)
-        first_key, first_query = self.n0 + self.consumer * 64 + row, q0 + column
+        if self.config.split_columns:  # (all the CTA's keys, the consumer's band of the block's rows)
+            first_key, column = self.n0 + row, self.consumer * self.config.score_rows + column
+        else:
+            first_key = self.n0 + self.consumer * 64 + row
+        first_query = q0 + column
         return {"first_key": first_key, "first_query": first_query, "column": column,
                 "keys": [k.compare("ult", first_key + 8 * half, keys_end) for half in range(2)]}
 
@@ -401,7 +335,7 @@ class _Backward:
         k = self.k
         lse = self.block_statistics(step, 0, facts)
         zero, columns = k.constant(0.0, "f32"), self.s_columns
-        for slot in range(self.config.rows // 2):
+        for slot in range(self.config.score_rows // 2):
             score = k.load(self.s_acc.registers, [slot])
             probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[columns[slot]])))
             k.store(arith.select(self.kept(facts, slot), probability, zero), self.s_acc.registers, [slot])
@@ -412,7 +346,7 @@ class _Backward:
 
         k, columns = self.k, self.s_columns
         delta = self.block_statistics(step, 1, facts)
-        for slot in range(self.config.rows // 2):
+        for slot in range(self.config.score_rows // 2):
             probability = k.load(self.s_acc.registers, [slot])
             gradient = arith.subf(k.load(self.dp_acc.registers, [slot]), delta[columns[slot]])
             k.store(arith.mulf(probability, gradient), self.dp_acc.registers, [slot])
@@ -427,12 +361,17 @@ class _Backward:
         packed = band.registers()
         band.pack(packed, self.dp_acc.registers, config.rows, lambda slot, x: x)
         self.barriers.meet_all()  # (the previous block's dQ products have read the tile)
-        band.write(packed, self.shared, k.index(config.ds_offset) + self.consumer * (2 * self.tiles["ds_a"].offset(0, 64)))
+        band.write(packed, self.shared, self.consumer_part(k.index(config.ds_offset), "ds_band"))
         k.async_proxy_fence()
         self.barriers.meet_all()
+        self.dq_product(step)
+
+    def dq_product(self, step) -> None:
+        """This consumer's share of dQ = dS K over the CTA's keys (dS^T's tile written), added into dQaccum."""
+        k, config = self.k, self.config
         with k.if_(k.compare("ult", self.consumer, config.adders)):
-            ds_tile = self.operand(k.index(config.ds_offset), "ds_a", KEYS * config.rows)
-            k_part = self.operand(self.consumer * (KEYS * config.dq_columns * 2), "k_dq", KEYS * config.dq_columns)
+            ds_tile = self.operand(k.index(config.ds_offset), "ds_a", config.keys * config.rows)
+            k_part = self.operand(self.consumer * self.steps["k_dq"], "k_dq", config.keys * config.dq_columns)
             self.cleared(self.dq_acc)
             k.wgmma(self.dq_atom, ds_tile, k_part, self.dq_acc, accumulate=False)
             k.wgmma_wait(0, [self.dq_acc])
@@ -482,11 +421,12 @@ class _Backward:
         blocks that reach a query block are blocks 0 to n_max, so not causal the key blocks' order, causal from
         n_max down (the last key blocks, whose walks are the shortest, launched first: the first key block's long
         walk then adds last and waits least)."""
-        n = self.n0 // KEYS
+        keys = self.config.keys
+        n = self.n0 // keys
         if not self.config.causal:
             return n
         last_key = q0 + (self.config.rows - 1) + (0 if self.shift is None else self.shift)  # (>= n0: n reaches q0)
-        return self.k.minimum(last_key // KEYS, (self.k.as_index(self.keys_end) - 1) // KEYS) - n
+        return self.k.minimum(last_key // keys, (self.k.as_index(self.keys_end) - 1) // keys) - n
 
     def epilogue(self) -> None:
         """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once
@@ -502,21 +442,23 @@ class _Backward:
             return
         self.barriers.meet_all()
         band = AccumulatorBand(k, self.tiles["out_band"], config.element)
-        band_bytes = 2 * self.tiles["kv"].offset(64, 0)  # (consumer c's 64 rows of K's tile: as its boxes lie)
         firsts = []
         for part, (accumulators, scaled) in enumerate(((self.dk_acc, True), (self.dv_acc, False))):
             packed = band.registers()
-            band.pack(packed, accumulators.registers, self.d,
+            band.pack(packed, accumulators.registers, config.kv_columns,
                       (lambda slot, x: arith.mulf(x, softmax_scale)) if scaled else (lambda slot, x: x))
-            firsts.append(self.kv_ring.offset(k.index(0), part) + self.consumer * band_bytes)
+            firsts.append(self.consumer_part(self.kv_ring.offset(k.index(0), part), "out_band"))
             band.write(packed, self.shared, firsts[-1])
         k.async_proxy_fence()
         self.barriers.meet_own(self.consumer)
-        row = self.n0 + self.consumer * 64
+        # (the band's first key and column: consumer c's 64 keys, or its kv_columns)
+        row, first_column = (self.n0, self.consumer * config.kv_columns) if config.split_columns else (
+            self.n0 + self.consumer * 64, None)
         with k.if_(k.compare("eq", self.consumer_thread(), 0)):
             for first, tensor_map in zip(firsts, (self.dk_map, self.dv_map)):
                 for column, box in k.boxes(self.shared, first, self.tiles["out"], config.element, BOX_COLUMNS):
-                    k.tma_store(box, tensor_map, (self.kv_head, row, k.index(column)))
+                    column = k.index(column) if first_column is None else first_column + column
+                    k.tma_store(box, tensor_map, (self.kv_head, row, column))
             k.tma_store_wait(0)
 
     def store_gradient_rows(self, softmax_scale) -> None:
@@ -529,10 +471,13 @@ class _Backward:
 
         k, d, sequence = self.k, self.d, self.sequence
         words = k.as_index(self.k_heads) * (d // 2)  # (a token's row in 4-byte words)
+        split = self.config.split_columns  # (the consumer's keys, or its kv_columns: words further)
 
         def first_word(row):
-            key = self.n0 + self.consumer * 64 + row
-            return k.compare("ult", key, sequence.k_length), (sequence.k_start + key) * words + self.kv_head * (d // 2)
+            key = self.n0 + row if split else self.n0 + self.consumer * 64 + row
+            inside = k.compare("ult", key, sequence.k_length)
+            word = (sequence.k_start + key) * words + self.kv_head * (d // 2)
+            return inside, word + self.consumer * (self.config.kv_columns // 2) if split else word
         store_rows(k, self.dk_acc, self.dk_map, self.config.element, first_word,
                    lambda half, x: arith.mulf(x, softmax_scale))
         store_rows(k, self.dv_acc, self.dv_map, self.config.element, first_word, lambda half, x: x)

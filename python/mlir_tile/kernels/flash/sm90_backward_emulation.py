@@ -7,13 +7,31 @@ stores' model (rows past the head clipped): dQ, dK, dV against `reference.refere
 The pipelines' barriers are not modelled: the GPU test checks those (test_attention_backward_gpu.py)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from mlir_tile.kernels.common import LOG2E
-from mlir_tile.kernels.flash.sm90_backward import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KEYS, BackwardConfig, tiles)
+from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, BackwardConfig, band_steps,
+                                                         tiles)
 from mlir_tile.tiling.tiled import packed_slot
+
+
+@functools.lru_cache(maxsize=None)
+def _boxes(layout, bits: int, columns: int) -> list:
+    """`tma.boxes_at`, once a tile (the model writes and reads the same tiles' boxes block after block)."""
+    from mlir_tile.isa.tma import boxes_at
+
+    return boxes_at(layout, bits, columns)
+
+
+@functools.lru_cache(maxsize=None)
+def _descriptor(layout, rows: int, origin: tuple):
+    """`wgmma.descriptor_for` a 16-bit operand's K step, once."""
+    from mlir_tile.isa.wgmma import descriptor_for
+
+    return descriptor_for(layout, 16, rows, 16, origin)
 
 
 def emulate(config: BackwardConfig, seq: int = 150, heads: int = 2, kv_heads: int = 1, seed: int = 3) -> float:
@@ -38,7 +56,7 @@ def emulate(config: BackwardConfig, seq: int = 150, heads: int = 2, kv_heads: in
     dq_sums = np.zeros((heads, padded, d), np.float32)
     dk, dv = (np.zeros((kv_heads, seq, d * 2), np.uint8) for _ in range(2))  # (bytes, as the 3-D stores write)
     for kv_head in range(kv_heads):
-        for n0 in range(0, seq, KEYS):
+        for n0 in range(0, seq, config.keys):
             _cta(config, kv_head, n0, seq, group, (q, k, v, grad), statistics, dq_sums, (dk, dv))
     dq = dq_sums[:, :seq] / np.float32(math.sqrt(d))
     expected = reference_backward(values[0], *repeated, values[3], config.causal)
@@ -47,14 +65,6 @@ def emulate(config: BackwardConfig, seq: int = 150, heads: int = 2, kv_heads: in
     worst = max(float(np.abs(g - e).max()) / max(float(np.abs(e).max()), 1e-6) for g, e in zip(got, expected))
     assert worst <= 4 * UNIT_ROUNDOFF[element], f"the emulated backward differs from numpy by {worst:.2e} (relative)"
     return worst
-
-
-def _boxed_tile(rows: int, columns: int):
-    """A rows x columns 16-bit tile as TMA loads it in boxes of rows x 64 columns side by side: element (r, c) at
-    c // 64 boxes of rows x 64 in, r x 64 + c % 64 within (before the swizzle, which keeps a row's bytes)."""
-    from mlir_tile.algebra.layout import Layout
-
-    return Layout((rows, (BOX_COLUMNS, columns // BOX_COLUMNS)), (BOX_COLUMNS, (1, rows * BOX_COLUMNS)))
 
 
 def _rows(matrix: np.ndarray, first: int, count: int) -> np.ndarray:
@@ -67,10 +77,9 @@ def _rows(matrix: np.ndarray, first: int, count: int) -> np.ndarray:
 
 def _write_tile(shared, layout, matrix_rows: np.ndarray, at: int, bits: int, columns: int) -> None:
     """A tile's TMA boxes (`columns` columns each) of `matrix_rows` written from byte `at`."""
-    from mlir_tile.isa.tma import boxes_at
     from mlir_tile.models.reference import tma_box_write
 
-    for first, column, box in boxes_at(layout, bits, columns):
+    for first, column, box in _boxes(layout, bits, columns):
         tma_box_write(np.ascontiguousarray(matrix_rows[:, column:column + box.columns]), box.swizzle_bytes, shared,
                       at + first * bits // 8)
 
@@ -79,12 +88,11 @@ def _fetch(shared, layout, at: int, rows: int, origin_row: int, depth: int, elem
     """The rows x depth operand wgmma reads through the kernel's descriptors of `layout` from byte `at`, row
     `origin_row` on (decoded), K step by K step."""
     from mlir_tile.isa.halves import decode
-    from mlir_tile.isa.wgmma import descriptor_for
     from mlir_tile.models.reference import wgmma_operand
 
     steps = []
     for step in range(depth // 16):
-        fields, start = descriptor_for(layout, 16, rows, 16, (origin_row, 16 * step))
+        fields, start = _descriptor(layout, rows, (origin_row, 16 * step))
         steps.append(wgmma_operand(shared, fields.bits(at + start), fields.major == "K", 16, rows))
     return decode(np.concatenate(steps, 1), element).astype(np.float64)
 
@@ -107,20 +115,29 @@ def _stmatrix(band_layout, values: np.ndarray, element: str) -> np.ndarray:
                              np.zeros(band_layout.cosize, np.uint32), packed, "warpgroup")
 
 
+def _write_band(shared, band_layout, words: np.ndarray, at: int) -> None:
+    """A band's words as stmatrix writes them (`_stmatrix`) into shared memory from byte `at`: only those the
+    band's layout covers (another consumer's band may lie between them)."""
+    rows, columns = band_layout.sizes
+    places = np.array([band_layout.offset(row, word) for row in range(rows) for word in range(columns)])
+    shared.view(np.uint32)[at // 4 + places] = words[places]
+
+
 def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, inputs, statistics, dq_sums,
          outputs) -> None:
-    """One CTA: K/V head `kv_head`'s keys n0 .. n0 + 127, its group's query blocks in turn."""
+    """One CTA: K/V head `kv_head`'s keys n0 .. n0 + keys - 1, its group's query blocks in turn."""
     from mlir_tile.isa.halves import decode, encode
-    from mlir_tile.isa.tma import boxes_at
     from mlir_tile.models.reference import tma_box_read, tma_box_store, tma_box_write
 
     q, k, v, grad = (x.reshape(-1, x.shape[-1]) for x in inputs)  # the 2-D maps' matrices
-    d, element, rows, layouts = config.head_dim, config.element, config.rows, tiles(config)
+    d, element, rows, layouts, steps = config.head_dim, config.element, config.rows, tiles(config), band_steps(config)
+    keys, split, share = config.keys, config.split_columns, config.dq_columns
     shared = np.zeros(config.shared_bytes, np.uint8)
     for part, matrix in enumerate((k, v)):
-        _write_tile(shared, layouts["kv"], _rows(matrix, kv_head * seq + n0, KEYS), part * config.kv_bytes, 16,
+        _write_tile(shared, layouts["kv"], _rows(matrix, kv_head * seq + n0, keys), part * config.kv_bytes, 16,
                     BOX_COLUMNS)
-    dk_acc, dv_acc = np.zeros((2, 64, d)), np.zeros((2, 64, d))
+    dk_acc, dv_acc = np.zeros((2, 64, config.kv_columns)), np.zeros((2, 64, config.kv_columns))
+    fetch = lambda tile, at, count, row0, depth: _fetch(shared, layouts[tile], at, count, row0, depth, element)
     scale = LOG2E / math.sqrt(d)
     first_block = n0 // rows if config.causal else 0
     for head in range(kv_head * group, (kv_head + 1) * group):
@@ -134,43 +151,52 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
                               config.statistics_offset + 4 * rows * part)
             row_statistics = [shared[config.statistics_offset + 4 * rows * part:][:4 * rows].view(np.float32)
                               for part in range(2)]
-            ds_words = []
-            for consumer in range(2):
-                fetch = lambda tile, at, count, row0, depth: _fetch(shared, layouts[tile], at, count, row0, depth,
-                                                                    element)
-                s_t = fetch("kv", 0, 64, 64 * consumer, d) @ fetch("q", stage, rows, 0, d).T
-                dp_t = fetch("kv", config.kv_bytes, 64, 64 * consumer, d) @ fetch("q", stage + config.block_bytes,
-                                                                                   rows, 0, d).T
-                key = n0 + 64 * consumer + np.arange(64)[:, None]
-                query = q0 + np.arange(rows)[None, :]
+            for consumer in range(2):  # (its keys from key0, its rows of the block from row0)
+                key0, row0 = (0, config.score_rows * consumer) if split else (64 * consumer, 0)
+                band = slice(row0, row0 + config.score_rows)
+                s_t, dp_t = (fetch("kv", part * config.kv_bytes, 64, key0, d) @ fetch(
+                    "q_band", stage + part * config.block_bytes + consumer * steps["q_band"], config.score_rows, 0,
+                    d).T for part in range(2))
+                key = n0 + key0 + np.arange(64)[:, None]
+                query = q0 + row0 + np.arange(config.score_rows)[None, :]
                 seen = (key < seq) & ((key <= query) if config.causal else True)
-                p_t = np.where(seen, np.exp2(s_t * scale - row_statistics[0][None, :]), 0.0)
-                ds_t = p_t * (dp_t - row_statistics[1][None, :])
+                p_t = np.where(seen, np.exp2(s_t * scale - row_statistics[0][None, band]), 0.0)
+                ds_t = p_t * (dp_t - row_statistics[1][None, band])
+                if split:  # (both bands into their tiles; the products below read them)
+                    for at, values in ((config.p_offset, p_t), (config.ds_offset, ds_t)):
+                        _write_band(shared, layouts["ds_band"], _stmatrix(layouts["ds_band"], values, element),
+                                    at + consumer * steps["ds_band"])
+                    continue
                 rounded = [decode(encode(x, element), element) for x in (p_t, ds_t)]
                 dv_acc[consumer] += rounded[0] @ fetch("q_mn", stage + config.block_bytes, d, 0, rows).T
                 dk_acc[consumer] += rounded[1] @ fetch("q_mn", stage, d, 0, rows).T
-                ds_words.append(_stmatrix(layouts["ds_band"], ds_t, element))
-            ds_tile = np.concatenate(ds_words).view(np.uint8)
-            shared[config.ds_offset:config.ds_offset + ds_tile.size] = ds_tile
-            share = config.dq_columns
+                _write_band(shared, layouts["ds_band"], _stmatrix(layouts["ds_band"], ds_t, element),
+                            config.ds_offset + consumer * steps["ds_band"])
+            for consumer in range(2 if split else 0):
+                for accumulators, at, part in ((dv_acc, config.p_offset, 1), (dk_acc, config.ds_offset, 0)):
+                    accumulators[consumer] += fetch("scores_a", at, 64, 0, rows) @ fetch(
+                        "q_mn", stage + part * config.block_bytes + consumer * steps["q_mn"], config.kv_columns, 0,
+                        rows).T
             for consumer in range(d // share):
-                k_part = consumer * KEYS * share * 2
-                dq = fetch("ds_a", config.ds_offset, rows, 0, KEYS) @ fetch("k_dq", k_part, share, 0, KEYS).T
+                dq = fetch("ds_a", config.ds_offset, rows, 0, keys) @ fetch("k_dq", consumer * steps["k_dq"], share, 0,
+                                                                            keys).T
                 first = config.dq_offset + consumer * rows * share * 4
                 floats = shared[first:first + rows * share * 4].view(np.float32)
                 for row in range(rows):
                     for column in range(share):
                         floats[layouts["dq"].offset(row, column)] = dq[row, column]
-                for offset, column, box in boxes_at(layouts["dq"], 32, FLOAT_BOX_COLUMNS):
+                for offset, column, box in _boxes(layouts["dq"], 32, FLOAT_BOX_COLUMNS):
                     read = tma_box_read(shared, 128, box.rows, 4 * box.columns, first + 4 * offset).view(np.float32)
                     dq_sums[head, q0:q0 + rows, consumer * share + column:][:, :box.columns] += read
-    whole = _boxed_tile(KEYS, d)  # (K's and V's tiles as TMA's boxes lie, independent of the kernel's)
+    bands = []  # (every consumer's bands written, as the kernel's, before any is stored: overlaps show)
     for part, (accumulators, scaled) in enumerate(((dk_acc, True), (dv_acc, False))):
-        for consumer in range(2):
+        for consumer in range(2):  # (its band's first key and column)
+            key0, column0 = (0, config.kv_columns * consumer) if split else (64 * consumer, 0)
             values = accumulators[consumer] / (math.sqrt(d) if scaled else 1.0)
-            words = _stmatrix(layouts["out_band"], values, element).view(np.uint8)
-            band_at = part * config.kv_bytes + 2 * whole.offset(64 * consumer, 0)  # (the band's first element)
-            shared[band_at:band_at + words.size] = words
-            for offset, column, box in boxes_at(layouts["out"], 16, BOX_COLUMNS):
-                read = tma_box_read(shared, 128, box.rows, 2 * box.columns, band_at + 2 * offset)
-                tma_box_store(read, outputs[part][kv_head], n0 + 64 * consumer, 2 * column, 2 * d)
+            band_at = part * config.kv_bytes + consumer * steps["out_band"]
+            _write_band(shared, layouts["out_band"], _stmatrix(layouts["out_band"], values, element), band_at)
+            bands.append((part, band_at, key0, column0))
+    for part, band_at, key0, column0 in bands:
+        for offset, column, box in _boxes(layouts["out"], 16, BOX_COLUMNS):
+            read = tma_box_read(shared, 128, box.rows, 2 * box.columns, band_at + 2 * offset)
+            tma_box_store(read, outputs[part][kv_head], n0 + key0, 2 * (column0 + column), 2 * d)
