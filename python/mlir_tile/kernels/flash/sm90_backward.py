@@ -119,7 +119,9 @@ class _Backward:
         self.statistics = StageRing(k, self.shared, config.stages, [("f32", config.rows)] * 2,
                                     start=config.statistics_offset)
         self.pipeline = TmaPipeline(k, self.ring, 4 * config.consumers, 2 * boxes_across + 2, name="q_do")
-        self.warpgroup = k.warpgroup_id()
+        # (broadcast, so that ptxas keeps what is made from the consumer's index, the wgmma descriptors of its keys,
+        # rows and columns, in uniform registers: spills of 216 bytes at d 128 and 504 at d 256 without)
+        self.warpgroup = k.broadcast(k.warpgroup_id())
         self.consumer = (self.warpgroup - 1) % config.consumers
         self.steps = band_steps(config)
         self.scale = k.constant(LOG2E / math.sqrt(self.d), "f32")
