@@ -310,3 +310,47 @@ def test_the_packed_deterministic_mode_gives_the_same_gradients_bitwise_each_run
     finally:
         torch.use_deterministic_algorithms(before)
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
+
+
+def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_fp32():
+    """`attention` on [batch, heads, seq, d] views of [batch, seq, heads, d] projections (read in place by the
+    packed kernels) and on q shorter than k (a cache's last queries: causal aligned to the bottom right), d 64, 128
+    and 256, grouped heads: O, the log-sum-exp and dq, dk, dv per batch entry within the bounds of the packed
+    tests, O and the gradients laid out as [batch, seq, heads, d] (the fakes' layouts: `empty_outputs`)."""
+    from mlir_tile.kernels import attention
+    from mlir_tile.kernels.flash.launch import empty_gradients
+    from mlir_tile.kernels.ops import kernels_on
+
+    rng, failures = random.Random(71), []
+    for trial in range(24):
+        batch, heads, d, dtype = rng.randint(1, 3), rng.choice([2, 4, 8]), (64, 128, 256)[trial % 3], torch.bfloat16
+        kv_heads, causal = rng.choice([x for x in (1, 2, heads) if heads % x == 0]), trial % 2 == 1
+        seq_q = rng.choice([1, 17, 130, 300])
+        seq_k = seq_q if trial % 4 < 2 else seq_q + rng.choice([0, 5, 200, 700])
+        projections = [torch.randn(batch, seq, count, d, device="cuda", dtype=dtype)
+                       for seq, count in ((seq_q, heads), (seq_k, kv_heads), (seq_k, kv_heads))]
+        q, k, v = (x.transpose(1, 2) if trial % 4 in (0, 3) else x.transpose(1, 2).contiguous() for x in projections)
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        grad = torch.randn(batch, heads, seq_q, d, device="cuda", dtype=dtype)
+        o, lse = attention(q, k, v, causal=causal)
+        ours = torch.autograd.grad(o, (q, k, v), grad)
+        expected = kernels_on(q.device).attention.empty_outputs(q, k) + empty_gradients(q, k, v)
+        if [x.stride() for x in (o, lse, *ours)] != [x.stride() for x in expected]:
+            failures.append((trial, "strides", [x.stride() for x in (o, lse, *ours)]))
+        seen = _visible(seq_q, seq_k, causal)
+        for b in range(batch):
+            parts = [x[b].transpose(0, 1) for x in (q, k, v, grad)]  # (one sequence: [seq, heads, d])
+            exact, exact_lse = _sequence_attention(*parts[:3], seen)
+            theirs = _sequence_attention(*parts[:3], seen, dtype).float()
+            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+            if float((o[b].transpose(0, 1).float() - exact).abs().max()) > bound or float(
+                    (lse[b] - exact_lse).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
+                failures.append((trial, b, "forward"))
+            truth, torchs = _sequence_gradients(*parts, seen), _sequence_gradients(*parts, seen, dtype)
+            shifts = _rounded_o_shift(*parts, seen, dtype)
+            for name, got, their, true, shift in zip("qkv", ours, torchs, truth, shifts):
+                error = float((got[b].transpose(0, 1).float() - true).abs().max())
+                if error > 2 * float((their.float() - true).abs().max()) + 2 * shift + 4 * torch.finfo(
+                        dtype).eps * max(float(true.abs().max()), 1e-2):
+                    failures.append((trial, b, f"d{name}", error))
+    assert not failures, failures[:10]

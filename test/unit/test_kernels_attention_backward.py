@@ -212,3 +212,40 @@ def test_grouped_heads_are_kv_heads_dividing_qs_with_every_other_extent_qs(k, v,
     from mlir_tile.kernels.flash.launch import grouped_heads
 
     assert grouped_heads(_Shaped(2, 8, 100, 64), _Shaped(*k), _Shaped(*v)) == taken
+
+
+class _Strided(_Shaped):
+    """A tensor's shape and strides alone (what `token_major` reads), without torch: `order` lists the dims from
+    the outermost in memory to the innermost (contiguous: 0, 1, 2, 3), `pitch` a token row's elements where the
+    tokens are outer to the heads (a slice of a fused projection: more than heads x d)."""
+
+    def __init__(self, shape, order=(0, 1, 2, 3), pitch=None):
+        super().__init__(*shape)
+        strides, step = [0] * 4, 1
+        for dim in reversed(order):
+            strides[dim] = step
+            step = pitch if (dim == 1 and pitch) else step * shape[dim]
+        self.strides = tuple(strides)
+
+    def stride(self, dim):
+        return self.strides[dim]
+
+    def is_contiguous(self):
+        return self.strides == _Strided(self.shape).strides
+
+
+@pytest.mark.parametrize("q, k, packed", [
+    (_Strided((2, 8, 100, 64)), _Strided((2, 2, 100, 64)), False),  # contiguous, one length: the dense kernels
+    (_Strided((2, 8, 100, 64), (0, 2, 1, 3)), _Strided((2, 2, 100, 64)), True),  # q a view of [b, s, h, d]
+    (_Strided((2, 8, 100, 64), (0, 2, 1, 3), pitch=12 * 64), _Strided((2, 2, 100, 64)), True),  # a fused qkv slice
+    (_Strided((2, 8, 1, 64)), _Strided((2, 2, 700, 64)), True),  # a cache's last query: lengths differ
+    (_Strided((2, 8, 1, 64), (0, 2, 1, 3)), _Strided((2, 2, 1, 64)), False),  # one token: contiguous either way
+    (_Strided((2, 8, 100, 64), (1, 0, 2, 3)), _Strided((2, 2, 100, 64)), False),  # [h, b, s, d]: batch not outer
+    (_Shaped(2, 8, 100), _Shaped(2, 2, 100), False)])
+def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed):
+    """`launch.token_major`, which sends `attention` to the packed kernels (and its fakes' layouts with it):
+    q's rows lying as [batch, seq, heads, d] (any row pitch) or k longer or shorter than q; not contiguous q of
+    one length, nor a layout whose batch is not outermost."""
+    from mlir_tile.kernels.flash.launch import token_major
+
+    assert token_major(q, k) == packed

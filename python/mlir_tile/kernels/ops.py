@@ -136,7 +136,10 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q [batch, heads, seq, d] and k, v [batch, kv_heads, seq, d] (kv_heads dividing heads: grouped-query attention,
     as SDPA's enable_gqa) of one dtype (fp16 or bf16), d 64 or 128 (and 256 on Hopper, sm_90) (torch's SDPA with
-    scale=None). Differentiable on Hopper (d 64, 128 and 256: `flash.backward`). float8_e4m3fn q, k, v (Hopper, d 128)
+    scale=None). Differentiable on Hopper (d 64, 128 and 256: `flash.backward`). On Hopper, k and v may be longer
+    than q (causal aligned to the bottom right), and views of [batch, seq, heads, d] are read in place: both run
+    as packed sequences (`flash.launch.token_major`), o and the gradients then views of [batch, seq, heads, d].
+    float8_e4m3fn q, k, v (Hopper, d 128)
     with per-tensor descales (fp32 tensors of one element, FlashAttention-3's): softmax(q k^T descale_q descale_k /
     sqrt(d)) v descale_v, o in bfloat16.
     `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees and a score step, reading
@@ -459,7 +462,7 @@ def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout):
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
+    return kernels_on(q.device).attention(q, k, v, causal=causal)
 
 
 def _eager_attention(q, k, v, causal: bool):
@@ -471,13 +474,14 @@ def _eager_attention(q, k, v, causal: bool):
         return known(q, k, v)
     result = _attention(q, k, v, causal)
     paths = kernels_on(q.device).attention
-    if _takes_eagerly(q, k, v) and (paths.hopper is not None or k.shape == q.shape):  # (else k, v repeated first)
+    planned = paths.hopper is not None or k.shape == q.shape  # (else k, v repeated first)
+    if _takes_eagerly(q, k, v) and planned and not flash_launch.token_major(q, k):
         _eager.keep(key, paths.planned(q, k, v, causal))
     return result
 
 
 def _attention_fake(q, k, v, causal):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # contiguous, as the kernel's
+    return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
 
 
 def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q: torch.Tensor,
@@ -500,7 +504,7 @@ def _attention_gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q
 
 
 def _attention_gradients_fake(grad, grad_lse, q, k, v, o, lse, causal):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
+    return flash_launch.empty_gradients(q, k, v)
 
 
 def _attention_setup(ctx, inputs, output) -> None:

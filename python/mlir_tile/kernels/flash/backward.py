@@ -16,7 +16,8 @@ from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
-from mlir_tile.kernels.flash.launch import grouped_heads, on_16_bytes
+from mlir_tile.kernels.flash.launch import (as_token_rows, grouped_heads, on_16_bytes, sequence_offsets,
+                                            token_major)
 from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -53,11 +54,13 @@ class HopperAttentionBackward:
         """`grad_lse`: the log-sum-exp's gradient where it has one (d lse / d s is P, so it enters as
         dS = P (dP - (D - grad_lse)): D less it). `deterministic`: dQ the same bitwise from run to run (the key
         blocks' additions in their order: `BackwardConfig.deterministic`); None: as torch says
-        (`torch.use_deterministic_algorithms`)."""
+        (`torch.use_deterministic_algorithms`). Where the forward ran q, k, v as packed sequences (`token_major`:
+        lengths that differ, or q as [batch, seq, heads, d] rows), so does this (`packed`), the gradients views of
+        its [tokens, heads, d]."""
         import torch
 
-        from mlir_tile.runtime import torch_stream
-
+        if token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):
+            return self._as_token_rows(grad, q, k, v, o, lse, causal, grad_lse, deterministic)
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
         if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
             raise ValueError(f"attention backward: q, k, v, O and dO all float16 or all bfloat16, got "
@@ -78,20 +81,55 @@ class HopperAttentionBackward:
         config = BackwardConfig(d, bool(causal), element, deterministic=_deterministic(deterministic))
         plan = self.plans.of((config, batch * heads, batch * kv_heads, seq),
                              lambda: self._plan(config, batch * heads, batch * kv_heads, seq))
-        padded, stream = config.padded(seq), torch_stream(q)
-        statistics = torch.empty(2, batch * heads, padded, dtype=torch.float32, device=q.device)
-        statistics[0, :, seq:], statistics[1, :, seq:] = math.inf, 0.0
-        rows = self._rows(d, element, False, seq, batch * heads, padded)
-        rows["prepare"](stream, o.data_ptr(), grad.data_ptr(), lse.data_ptr(), statistics[0].data_ptr(),
-                        statistics[1].data_ptr())
-        if grad_lse is not None:
-            statistics[1, :, :seq] -= grad_lse.float().reshape(batch * heads, seq)
-        dq_sums = torch.zeros(batch * heads, padded, d, dtype=torch.float32, device=q.device)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        flags = _flags(config, batch * heads, padded, q.device)
+        return self._run(plan, config, (q, k, v, o, grad), lse, grad_lse, seq, batch * heads, config.padded(seq))
+
+    def _as_token_rows(self, grad, q, k, v, o, lse, causal, grad_lse, deterministic):
+        """`packed` on [batch, heads, seq, d] tensors as one sequence a batch entry (`launch.as_token_rows`), the
+        statistics [batch, heads, seq] as [heads, tokens]."""
+        batch, heads, seq, d = q.shape
+        if lse.shape != q.shape[:3]:
+            raise ValueError(f"attention backward: the log-sum-exp [batch, heads, seq] {tuple(q.shape[:3])}, got "
+                             f"{tuple(lse.shape)}")
+        statistic = lambda x: None if x is None else x.permute(1, 0, 2).reshape(heads, batch * seq)  # noqa: E731
+        rows = [as_token_rows(x) for x in (grad, q, k, v, o)]
+        if batch == 0:  # (no sequence: empty gradients, as torch's)
+            gradients = [x.new_zeros(x.shape) for x in rows[1:4]]
+        else:
+            gradients = self.packed(*rows, statistic(lse), sequence_offsets(batch, seq, q.device),
+                                    sequence_offsets(batch, k.shape[2], q.device), k.shape[2], causal=causal,
+                                    grad_lse=statistic(grad_lse), deterministic=deterministic)
+        return tuple(x.view(batch, length, x.shape[1], d).transpose(1, 2)
+                     for x, length in zip(gradients, (seq, k.shape[2], k.shape[2])))
+
+    def _run(self, plan, config: BackwardConfig, tensors: tuple, lse, grad_lse, tokens: int, heads: int, padded: int,
+             places=None, offsets: tuple = ()):
+        """The three launches of both forms, on q, k, v, O and dO (`tensors`, as the kernel reads them) and the
+        log-sum-exp of `heads` heads' `tokens` rows: the preprocessing into fresh statistics ([heads, padded]
+        each: LSE log2(e) +inf and D 0 where no row lands), `plan`'s kernel into a zeroed dQaccum, the
+        postprocessing; (dq, dk, dv), contiguous. Packed sequences: `places` each token's row of the statistics
+        and dQaccum (`packed_rows`), `offsets` cu_seqlens_q and cu_seqlens_k."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        q, k, v, o, grad = tensors
+        stream, placed = torch_stream(q), [] if places is None else [places.data_ptr()]
+        statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
+        statistics[0], statistics[1] = math.inf, 0.0
+        passes = self._rows(config.head_dim, config.element, places is not None, tokens, heads, padded)
+        passes["prepare"](stream, o.data_ptr(), grad.data_ptr(), lse.data_ptr(), statistics[0].data_ptr(),
+                          statistics[1].data_ptr(), *placed)
+        if grad_lse is not None and places is None:  # (D less it)
+            statistics[1, :, :tokens] -= grad_lse.float().reshape(heads, tokens)
+        elif grad_lse is not None:
+            statistics[1].index_add_(1, places, grad_lse.float(), alpha=-1)
+        dq_sums = torch.zeros(heads, padded, config.head_dim, dtype=torch.float32, device=q.device)
+        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+        flags = _flags(config, heads, padded, q.device)
         plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(), dk.data_ptr(),
-             dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(), *(f.data_ptr() for f in flags))
-        rows["finish"](stream, dq_sums.data_ptr(), dq.data_ptr())
+             dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(), *(x.data_ptr() for x in offsets),
+             *(f.data_ptr() for f in flags))
+        passes["finish"](stream, dq_sums.data_ptr(), dq.data_ptr(), *placed)
         return dq, dk, dv
 
     def _rows(self, d: int, element: str, packed: bool, tokens: int, heads: int, padded: int) -> dict:
@@ -128,10 +166,7 @@ class HopperAttentionBackward:
         """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v
         [total_k, kv_heads, d], lse [heads, total_q]); dQaccum and the statistics at FlashAttention-3's padded
         rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
-        import torch
-
         from mlir_tile.kernels.flash.launch import checked_packed, row_pitch, token_rows
-        from mlir_tile.runtime import torch_stream
 
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, "max_seqlen_k")
         q, k, v = (token_rows(x) for x in (q, k, v))
@@ -153,22 +188,8 @@ class HopperAttentionBackward:
         shape = (total_q, total_k, heads, kv_heads, batch, blocks, pitches)
         plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
         o, grad = (on_16_bytes(x.contiguous()) for x in (o, grad))
-        lse, stream = lse.float().contiguous(), torch_stream(q)
-        statistics = torch.empty(2, heads, padded, dtype=torch.float32, device=q.device)
-        statistics[0], statistics[1] = math.inf, 0.0
-        passes = self._rows(d, element, True, total_q, heads, padded)
-        passes["prepare"](stream, o.data_ptr(), grad.data_ptr(), lse.data_ptr(), statistics[0].data_ptr(),
-                          statistics[1].data_ptr(), rows.data_ptr())
-        if grad_lse is not None:
-            statistics[1].index_add_(1, rows, grad_lse.float(), alpha=-1)
-        dq_sums = torch.zeros(heads, padded, d, dtype=torch.float32, device=q.device)
-        dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
-        flags = _flags(config, heads, padded, q.device)
-        plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(),
-             dk.data_ptr(), dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(),
-             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), *(f.data_ptr() for f in flags))
-        passes["finish"](stream, dq_sums.data_ptr(), dq.data_ptr(), rows.data_ptr())
-        return dq, dk, dv
+        return self._run(plan, config, (q, k, v, o, grad), lse.float().contiguous(), grad_lse, total_q, heads, padded,
+                         places=rows, offsets=(cu_seqlens_q, cu_seqlens_k))
 
     def _packed_plan(self, config: BackwardConfig, total_q: int, total_k: int, heads: int, kv_heads: int,
                      batch: int, blocks: int, pitches: tuple):

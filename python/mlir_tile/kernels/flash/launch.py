@@ -2,6 +2,7 @@
 GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
@@ -35,7 +36,9 @@ class AttentionPaths:
         self.hopper = HopperAttention(library) if runs_warpgroup_kernels(library.chip) else None
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
-        q, k, v = (on_16_bytes(x) for x in (q, k, v))
+        if descales is None and variant is None and not operands and self.takes_token_rows(q, k):
+            return self._as_token_rows(q, k, v, causal)
+        q, k, v = (on_16_bytes(x.contiguous()) for x in (q, k, v))
         if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
             import torch
 
@@ -54,6 +57,40 @@ class AttentionPaths:
             k, v = _repeated_heads(q, k, v)
         return (self.hopper or self.sm80)(q, k, v, causal=causal)
 
+    def takes_token_rows(self, q, k) -> bool:
+        """Whether 16-bit q, k, v run as packed sequences of one length each (`token_major`) on this chip: Hopper's
+        path only (its packed kernels)."""
+        import torch
+
+        return self.hopper is not None and q.dtype in (torch.float16, torch.bfloat16) and token_major(q, k)
+
+    def empty_outputs(self, q, k):
+        """(O, log-sum-exp) as a call on q, k of these shapes and strides gives them (the operator's fake): O in
+        q's shape, the log-sum-exp [batch, heads, seq] fp32, each laid out as the path that runs writes it."""
+        import torch
+
+        batch, heads, seq, d = q.shape
+        if self.takes_token_rows(q, k):  # (as the packed kernels write them: [tokens, heads, d], [heads, tokens])
+            return (q.new_empty(batch, seq, heads, d).transpose(1, 2),
+                    q.new_empty(heads, batch, seq, dtype=torch.float32).permute(1, 0, 2))
+        o_type = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+        return q.new_empty(q.shape, dtype=o_type), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    def _as_token_rows(self, q, k, v, causal: bool):
+        """q, k, v [batch, heads, seq, d] as packed sequences, one a batch entry (`sequence_offsets`), their tokens'
+        rows read in place where they lie as [batch, seq, heads, d] (else copied): O and the log-sum-exp as views
+        of the packed kernel's [tokens, heads, d] and [heads, tokens]."""
+        if not (k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]):
+            raise ValueError(f"attention: q [batch, heads, seq_q, d], k and v [batch, kv_heads, seq_k, d]; got "
+                             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        batch, heads, seq, d = q.shape
+        if batch == 0:  # (torch's: O and the log-sum-exp empty)
+            return self.empty_outputs(q, k)
+        rows = [as_token_rows(x) for x in (q, k, v)]
+        o, lse = self.hopper.packed(*rows, sequence_offsets(batch, seq, q.device),
+                                    sequence_offsets(batch, k.shape[2], q.device), seq, causal=causal)
+        return o.view(batch, seq, heads, d).transpose(1, 2), lse.view(heads, batch, seq).permute(1, 0, 2)
+
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
         """A call on q, k, v of these shapes and dtype (contiguous, on 16 bytes, 16-bit: a call before checked
         them) as its launch plan and O's dtype: (O, log-sum-exp) given q, k, v."""
@@ -69,6 +106,42 @@ def _plan_key(q, k, causal: bool, element: str, variant=None) -> tuple:
     k's heads, the variant."""
     batch, heads, seq, d = q.shape
     return d, bool(causal), element, batch, heads, seq, k.shape[1], variant
+
+
+def token_major(q, k) -> bool:
+    """Whether `attention` takes q, k, v [batch, heads, seq, d] as packed sequences of one length each (the
+    packed kernels, cu_seqlens of b x seq): where q's and k's lengths differ (causal then aligned to the bottom
+    right, FlashAttention's, as a KV cache's queries are its last), or where q lies as [batch, seq, heads, d]
+    (a projection's output seen as [batch, heads, seq, d], read in place rather than copied). O, the
+    log-sum-exp and the gradients then lie as the packed kernels write them."""
+    if q.dim() != 4 or k.dim() != 4:
+        return False
+    batch, heads, seq, d = q.shape
+    return q.shape[2] != k.shape[2] or (not q.is_contiguous() and seq > 1 and q.stride(3) == 1 and q.stride(1) == d
+                                        and q.stride(0) == seq * q.stride(2))
+
+
+def empty_gradients(q, k, v) -> tuple:
+    """(dq, dk, dv) as the backward gives them (the operator's fake): contiguous, or views of [batch, seq, heads, d]
+    where it runs them as packed sequences (`token_major`)."""
+    if not token_major(q, k):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return tuple(x.new_empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3]).transpose(1, 2) for x in (q, k, v))
+
+
+def as_token_rows(x):
+    """[batch, heads, seq, d] `x` as [batch x seq, heads, d] token rows: a view where it lies as [batch, seq,
+    heads, d] (`token_rows` then reads it in place), else a copy."""
+    batch, heads, seq, d = x.shape
+    return x.transpose(1, 2).reshape(batch * seq, heads, d)
+
+
+@functools.lru_cache(maxsize=256)
+def sequence_offsets(batch: int, seq: int, device):
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once."""
+    import torch
+
+    return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
 
 
 def on_16_bytes(x):
