@@ -63,8 +63,9 @@ def test_attention_gradients_match_fp32_autograd_within_torchs_own_error():
                                                                       enable_gqa=kv_heads != heads), None), q, k, v, grad)
         for name, got, theirs, exact in zip("qkv", ours, torchs, expected):
             error = float((got.float() - exact).abs().max())
-            bound = 2 * float((theirs.float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(
-                exact.abs().max())
+            # (the floor at least 1e-2's: at one position dq and dk are 0 in truth, ours rounding's)
+            bound = 2 * float((theirs.float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * max(float(
+                exact.abs().max()), 1e-2)
             if not error <= bound:
                 failures.append(((batch, heads, kv_heads, seq, d, causal, dtype), f"d{name}", error, bound))
     assert not failures, failures[:10]

@@ -440,11 +440,12 @@ def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
 
 
 def _empty(q, k, v) -> bool:
-    """Whether q, k and v are [batch, heads, seq, d] (k and v with heads or fewer) of one dtype, the kernels', with
-    no rows."""
+    """Whether q, k and v are [batch, heads, seq, d] (k and v of one shape, q's batch and d) of one dtype, the
+    kernels', with no rows (heads 0 too, which `grouped_heads` does not take)."""
     import torch
 
-    return (grouped_heads(q, k, v) and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
+    return (q.dim() == k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
+            and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
             and q.dtype in (torch.float16, torch.bfloat16, torch.float8_e4m3fn))
 
 
