@@ -40,10 +40,7 @@ class AttentionPaths:
             return self._as_token_rows(q, k, v, causal)
         q, k, v = (on_16_bytes(x.contiguous()) for x in (q, k, v))
         if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
-            import torch
-
-            o_type = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
-            return q.new_empty(q.shape, dtype=o_type), q.new_empty(q.shape[:3], dtype=torch.float32)
+            return self.empty_outputs(q, k)
         if variant is not None and self.hopper is None:
             raise ValueError(f"attention: variants run on Hopper's path, which this GPU ({self.library.chip}) has not")
         if variant is not None:

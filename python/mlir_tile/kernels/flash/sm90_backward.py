@@ -266,22 +266,11 @@ class _Backward:
         """The consumers splitting d's columns: P^T's and dS^T's bands of this consumer's rows by stmatrix into
         their tiles; once both consumers' are in (and the block before's products have read them), dV += P^T dO
         and dK += dS^T Q over this consumer's columns, every operand from shared memory."""
-        from mlir_tile.builder.stores import AccumulatorBand
-
         k, config = self.k, self.config
         self.probabilities(step, facts)
         self.score_gradients(step, facts)
-        band = AccumulatorBand(k, self.tiles["ds_band"], config.element)
-        packed = []
-        for accumulators in (self.s_acc, self.dp_acc):
-            packed.append(band.registers())
-            band.pack(packed[-1], accumulators.registers, config.score_rows, lambda slot, x: x)
-        self.barriers.meet_all()
+        self.score_bands([self.s_acc, self.dp_acc], [config.p_offset, config.ds_offset])
         scores = [k.index(config.p_offset), k.index(config.ds_offset)]
-        for registers, first in zip(packed, scores):
-            band.write(registers, self.shared, self.consumer_part(first, "ds_band"))
-        k.async_proxy_fence()
-        self.barriers.meet_all()
         for first, block, accumulators in zip(scores, (do, q), (self.dv_acc, self.dk_acc)):
             columns = self.operand(self.consumer_part(block, "q_mn"), "q_mn")
             k.wgmma(self.d_atom, self.operand(first, "scores_a"), columns, accumulators)
@@ -356,17 +345,26 @@ class _Backward:
     def query_gradient(self, step) -> None:
         """dS^T's band by stmatrix into the [keys, rows] tile; once both bands are in, dQ's columns of this
         consumer (over the CTA's keys) into its part of the fp32 tile, added into dQaccum by its first thread."""
+        self.score_bands([self.dp_acc], [self.config.ds_offset])
+        self.dq_product(step)
+
+    def score_bands(self, accumulators: list, firsts: list) -> None:
+        """Each of `accumulators` (P^T or dS^T, in S^T's or dP^T's registers) by stmatrix as this consumer's band
+        of the [keys, rows] tile at byte `firsts[i]`: packed, written once every consumer's products of the block
+        before have read the tiles, then fenced for wgmma and waited for by every consumer (named barriers)."""
         from mlir_tile.builder.stores import AccumulatorBand
 
         k, config = self.k, self.config
         band = AccumulatorBand(k, self.tiles["ds_band"], config.element)
-        packed = band.registers()
-        band.pack(packed, self.dp_acc.registers, config.rows, lambda slot, x: x)
-        self.barriers.meet_all()  # (the previous block's dQ products have read the tile)
-        band.write(packed, self.shared, self.consumer_part(k.index(config.ds_offset), "ds_band"))
+        packed = []
+        for accumulator in accumulators:
+            packed.append(band.registers())
+            band.pack(packed[-1], accumulator.registers, config.score_rows, lambda slot, x: x)
+        self.barriers.meet_all()
+        for registers, first in zip(packed, firsts):
+            band.write(registers, self.shared, self.consumer_part(k.index(first), "ds_band"))
         k.async_proxy_fence()
         self.barriers.meet_all()
-        self.dq_product(step)
 
     def dq_product(self, step) -> None:
         """This consumer's share of dQ = dS K over the CTA's keys (dS^T's tile written), added into dQaccum."""
