@@ -48,6 +48,11 @@ def cases():
     q = torch.randn(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)
     yield "attention 1x8x128x128", {"operator": lambda: attention(q, q, q),
                                     "torch": lambda: F.scaled_dot_product_attention(q, q, q)}
+    last, cache = torch.randn(1, 8, 16, 128, device="cuda", dtype=torch.bfloat16), torch.randn(
+        1, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    yield "attention 1x8x16x128 on 1024 keys (token rows)", {
+        "operator": lambda: attention(last, cache, cache),
+        "torch": lambda: F.scaled_dot_product_attention(last, cache, cache)}
 
 
 def host_microseconds(call) -> float:

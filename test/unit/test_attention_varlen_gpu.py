@@ -354,3 +354,44 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
                         dtype).eps * max(float(true.abs().max()), 1e-2):
                     failures.append((trial, b, f"d{name}", error))
     assert not failures, failures[:10]
+
+
+def test_token_major_attention_is_captured_in_a_cuda_graph_at_shapes_new_to_it():
+    """`attention` with keys longer than the queries (the packed kernels' path) first called inside a capture,
+    forward and backward: replayed on new values, O and the gradients equal the eager call's bit for bit; and an
+    eager call right after the capture, before any replay, is right too (the sequences' offsets recorded under
+    the capture were only written by a replay: they are not reused outside it)."""
+    from mlir_tile.kernels import attention
+
+    def inputs(seed):
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        return [torch.randn(2, heads, seq, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+                for heads, seq in ((8, 37), (2, 301), (2, 301), (8, 37))]
+
+    def step(q, k, v, grad):
+        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        o, _ = attention(q, k, v, causal=True)
+        return [o, *torch.autograd.grad(o, (q, k, v), grad)]
+
+    static = inputs(1)
+    side = torch.cuda.Stream()  # (torch's warm-up on a side stream: autograd's own state, not our plans)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(*(torch.randn_like(x)[:, :, :5] for x in static))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*static)
+    fresh = inputs(2)
+    eager = step(*fresh)
+    seen = _visible(37, 301, True)
+    for b in range(2):
+        parts = [x[b].transpose(0, 1) for x in fresh[:3]]
+        exact, _ = _sequence_attention(*parts, seen)
+        assert float((eager[0][b].transpose(0, 1).float() - exact).abs().max()) < 3e-2
+    for into, value in zip(static, fresh):
+        into.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, expected in zip(outputs, eager):
+        assert torch.equal(got, expected)

@@ -2,7 +2,6 @@
 GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
 from __future__ import annotations
 
-import functools
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
@@ -133,12 +132,25 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-@functools.lru_cache(maxsize=256)
+_OFFSETS: dict = {}
+_KEPT_OFFSETS = 256
+
+
 def sequence_offsets(batch: int, seq: int, device):
-    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once."""
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once. Not kept
+    when made under a CUDA graph's capture: there the arange is only recorded, its values written at each replay,
+    so an eager call after the capture would read memory that no kernel has written."""
     import torch
 
-    return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
+    key = (batch, seq, device)
+    if key in _OFFSETS:
+        return _OFFSETS[key]
+    offsets = torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
+    if not torch.cuda.is_current_stream_capturing():
+        if len(_OFFSETS) >= _KEPT_OFFSETS:  # (a decode's keys grow a token a step: keep the recent ones)
+            _OFFSETS.clear()
+        _OFFSETS[key] = offsets
+    return offsets
 
 
 def on_16_bytes(x):
