@@ -2,6 +2,7 @@
 GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths`), and the kernels shipped per chip."""
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
@@ -132,25 +133,24 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-_OFFSETS: dict = {}
-_KEPT_OFFSETS = 256
-
-
 def sequence_offsets(batch: int, seq: int, device):
-    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once. Not kept
-    when made under a CUDA graph's capture: there the arange is only recorded, its values written at each replay,
-    so an eager call after the capture would read memory that no kernel has written."""
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once a shape
+    (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange: kept, its memory
+    would be read by eager calls before any replay had written it."""
     import torch
 
-    key = (batch, seq, device)
-    if key in _OFFSETS:
-        return _OFFSETS[key]
-    offsets = torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
-    if not torch.cuda.is_current_stream_capturing():
-        if len(_OFFSETS) >= _KEPT_OFFSETS:  # (a decode's keys grow a token a step: keep the recent ones)
-            _OFFSETS.clear()
-        _OFFSETS[key] = offsets
-    return offsets
+    if torch.cuda.is_current_stream_capturing():
+        return _offsets(batch, seq, device)
+    return _kept_offsets(batch, seq, device)
+
+
+def _offsets(batch: int, seq: int, device):
+    import torch
+
+    return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
+
+
+_kept_offsets = functools.lru_cache(maxsize=256)(_offsets)
 
 
 def on_16_bytes(x):
