@@ -206,6 +206,13 @@ def test_a_swizzled_layouts_cosize_is_computed_once():
     assert vars(layout)["cosize"] == first == 256 * 64
 
 
+@pytest.mark.parametrize("text", ["Sw<3,4,3> o (256,64):(64,1)", "Sw<2,2,3> o ((8,2),(4,4)):((4,128),(1,32))",
+                                  "Sw<1,0,2> o (3,5):(-4,1)", "Sw<3,2,5> o (16,(2,4)):(8,(0,128))"])
+def test_a_swizzled_layouts_cosize_is_one_past_the_largest_offset_it_reaches(text):
+    layout = Layout.parse(text)
+    assert layout.cosize == max(layout.offset(*c) for c in itertools.product(*map(range, layout.sizes))) + 1
+
+
 @pytest.mark.parametrize("layout", [Layout(((4, 8), 3), ((3, 40), 1000)), Layout(((100, 60), 2), ((2, 300), 1))],
                          ids=["tabulated", "a mode past MAX_TABULATED"])
 def test_offsets_are_the_sum_of_each_leafs_coordinate_times_its_stride(layout):

@@ -124,7 +124,7 @@ def test_an_f16_accumulator_is_the_next_products_register_a_in_its_own_thread():
 
     slots = accumulators_as_a(wgmma(64, "f16"), wgmma(128, "bf16"))
     # K step s: a0 (row l/4, columns 2(l%4)..) is n8 block 2s's c0 c1, a1 its c2 c3, a2 and a3 block 2s + 1's
-    assert slots == [[8 * s + 2 * r, 8 * s + 2 * r + 1] for s in range(4) for r in range(4)]
+    assert slots == tuple((8 * s + 2 * r, 8 * s + 2 * r + 1) for s in range(4) for r in range(4))
 
 
 def test_16_bit_a_keeps_the_accumulators_order_and_8_bit_a_takes_fa3s():
@@ -139,7 +139,7 @@ def test_16_bit_a_keeps_the_accumulators_order_and_8_bit_a_takes_fa3s():
                                                     for q in range(4) for e in range(2)]
     assert all(order.offset(j) == order.offset(j % 32) + j // 32 * 32 for j in range(128))
     slots = accumulators_as_a(wgmma(128, "e4m3"), wgmma(64, "e4m3"), order)
-    assert slots[:4] == [[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 15]] and len(slots) == 16
+    assert slots[:4] == ((0, 1, 4, 5), (2, 3, 6, 7), (8, 9, 12, 13), (10, 11, 14, 15)) and len(slots) == 16
 
 
 def test_an_8_bit_a_register_would_need_a_shuffle():

@@ -250,8 +250,13 @@ class Layout:
         MAX_ENUMERATED coordinates, a bound on it: the swizzle can set every bit it changes)."""
         if self.swizzle is None:
             return sum(max(0, (n - 1) * s) for n, s in self._memory_leaves()) + 1
-        if self.size <= MAX_ENUMERATED:
-            return max(self.offset(*c) for c in self.coordinates()) + 1
+        if self.size <= MAX_ENUMERATED:  # every offset reached, each leaf's steps added at once
+            import numpy as np  # (here: the package imports without numpy, for its source digest)
+
+            reached = np.zeros(1, dtype=np.int64)
+            for n, s in self._memory_leaves():
+                reached = np.unique(reached[:, None] + np.arange(n, dtype=np.int64) * s)
+            return int(self.swizzle(reached).max()) + 1
         return (sum(max(0, (n - 1) * s) for n, s in self._memory_leaves()) | self.swizzle.mask) + 1
 
     # ----- evaluation -----

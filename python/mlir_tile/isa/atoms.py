@@ -15,6 +15,7 @@ the accumulators c0..c3 as (column + 1, row + 8). A is M x K, B is K x N, C is M
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -174,6 +175,7 @@ def wgmma(n: int, element: str = "f16") -> WgmmaAtom:
     return WgmmaAtom(element, (64, n, 256 // WGMMA_ELEMENTS[element]), c, a)
 
 
+@functools.lru_cache(maxsize=None)  # (pure: each kernel's P asks it again)
 def a_key_order(accumulating: WgmmaAtom, multiplying: WgmmaAtom):
     """The order in which `multiplying`'s register A operand holds the columns of `accumulating`'s accumulators
     with no data leaving its thread: None where each column keeps its place (16-bit A: a register holds two
@@ -218,7 +220,8 @@ def a_key_order(accumulating: WgmmaAtom, multiplying: WgmmaAtom):
     return layout
 
 
-def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom, key_order=None) -> list[list[int]]:
+@functools.lru_cache(maxsize=None)  # (pure: each kernel's P asks it again)
+def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom, key_order=None) -> tuple[tuple[int, ...], ...]:
     """How `accumulating`'s accumulators (64 x N) become the register A operand of `multiplying` over its N / K
     steps with no data leaving its thread (FlashAttention's P), its columns in `key_order` (`a_key_order`'s;
     None: in place): per A register of each K step (step-major), the accumulator slots its elements are, low
@@ -248,5 +251,5 @@ def accumulators_as_a(accumulating: WgmmaAtom, multiplying: WgmmaAtom, key_order
         return slots.pop()
 
     registers = multiplying.a.rows.sizes[1] // per_register
-    return [[slot(step, register * per_register + part) for part in range(per_register)]
-            for step in range(n // k) for register in range(registers)]
+    return tuple(tuple(slot(step, register * per_register + part) for part in range(per_register))
+                 for step in range(n // k) for register in range(registers))

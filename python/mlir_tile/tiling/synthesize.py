@@ -14,6 +14,7 @@ any fragment order whose matrices sit on that grid.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Callable
@@ -139,6 +140,7 @@ def candidates(tile: Tile, k_block_major: bool = False):
         yield None, words + padding, 0
 
 
+@functools.lru_cache(maxsize=None)  # (a pure search: kernels of one tile shape ask it again)
 def synthesize(tile: Tile, writer: bool = True, k_block_major: bool = False) -> Choice:
     """The least-memory conflict-free layout for the tile's x4 block transfers (and the writer), or the best.
     `k_block_major`: each 8-word column block (a k16 block of f16, k32 of s8) contiguous, rows x 8 words, so
