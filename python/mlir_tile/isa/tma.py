@@ -25,6 +25,7 @@ model's `tma_box_write` and `tma_box_read` (written from the hardware's rules, b
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -115,7 +116,11 @@ def box_for(layout: Layout | str, element_bits: int) -> Box:
     """The box (swizzle mode and extents) whose TMA load writes a (rows, columns) shared tile exactly where
     `layout` puts each element (offsets in elements of `element_bits`); TmaMismatch naming the first element
     where the nearest candidate differs (the mode of the layout's own swizzle, else the widest the row allows)."""
-    layout = as_layout(layout)
+    return _box_for(as_layout(layout), element_bits)
+
+
+@functools.lru_cache(maxsize=None)  # (proven element by element: a kernel's tiles ask again, kernels of a shape too)
+def _box_for(layout: Layout, element_bits: int) -> Box:
     if layout.rank != 2:
         raise TmaMismatch(f"a TMA box is (rows, columns): the layout {layout} has {layout.rank} modes")
     rows, columns = layout.sizes
@@ -154,7 +159,11 @@ def column_boxes(layout: Layout | str, element_bits: int, columns: int) -> list[
     than 128 bytes is such boxes): per box, (its first element's offset in the tile, the box that writes or
     reads it), each proven element by element (`box_for` of the tile's layout at the box, relative to that
     offset); TmaMismatch naming the box and the element where one is not a box."""
-    layout = as_layout(layout)
+    return list(_column_boxes(as_layout(layout), element_bits, columns))
+
+
+@functools.lru_cache(maxsize=None)  # (as _box_for)
+def _column_boxes(layout: Layout, element_bits: int, columns: int) -> tuple[tuple[int, Box], ...]:
     rows, width = layout.sizes
     if columns < 1 or width % columns:
         raise TmaMismatch(f"a tile {width} columns wide is no whole number of boxes {columns} columns wide")
@@ -177,7 +186,7 @@ def column_boxes(layout: Layout | str, element_bits: int, columns: int) -> list[
                               f"{wrong} lies {shifted[wrong[0]][wrong[1]]} elements past the box's first (at {start}), "
                               f"the {box.swizzle_bytes or 'un'}swizzled box puts it at {box_layout.offset(*wrong)}")
         boxes.append((start, box))
-    return boxes
+    return tuple(boxes)
 
 
 def boxes_at(layout: Layout | str, element_bits: int, columns: int) -> list[tuple[int, int, Box]]:

@@ -23,6 +23,7 @@ text independently; the GPU bundle (`testing/wgmma_operands`) compares it with t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from mlir_tile.algebra.layout import Layout, as_layout
@@ -106,6 +107,7 @@ def _ones_out(item, shape=None):
     return tuple(kept)
 
 
+@functools.lru_cache(maxsize=None)  # (proven element by element: each k step of each kernel asks again)
 def descriptor_for(layout: Layout | str, element_bits: int, rows: int, columns: int,
                    origin: tuple[int, int] = (0, 0)) -> tuple[Descriptor, int]:
     """The descriptor and start (bytes from the tile's start, before the swizzle) with which wgmma reads the
