@@ -334,7 +334,8 @@ def _matmul_backward(ctx, grad):
     torch's autograd on the pre-activation (recomputed by our GEMM: `matmul` itself runs the activation unfused
     where autograd records it, `_unfused_activation`, so this is for a direct call of the operator), and A's and
     B's are our GEMMs of it in the layouts they need (dZ B^T; A^T dZ, or dZ^T A for B [N, K]); the bias's is dZ
-    summed over the rows in fp32."""
+    summed over the rows in fp32. (B's gradient reads A or dZ as it lies, [K, M] for the product's A:
+    `_matmul_transposed_a`.)"""
     a, b, bias = ctx.saved_tensors
     dz = grad.contiguous()
     if ctx.activation is not None:
@@ -346,16 +347,32 @@ def _matmul_backward(ctx, grad):
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
         grad_a = torch.ops.mlir_tile.matmul(dz, b, "nk" if ctx.b_layout == "kn" else "kn", None, None, None)
-    if ctx.needs_input_grad[1]:
-        grad_b = (torch.ops.mlir_tile.matmul(a_rows.t().contiguous(), rows, "kn", None, None, None)
-                  if ctx.b_layout == "kn" else
-                  torch.ops.mlir_tile.matmul(rows.t().contiguous(), a_rows, "kn", None, None, None))
+    if ctx.needs_input_grad[1]:  # (A^T dZ, or dZ^T A: the transposed operand read as it lies)
+        grad_b = (torch.ops.mlir_tile.matmul_transposed_a(a_rows, rows) if ctx.b_layout == "kn" else
+                  torch.ops.mlir_tile.matmul_transposed_a(rows, a_rows))
     if bias is not None and ctx.needs_input_grad[3]:
         grad_bias = rows.float().sum(0).to(bias.dtype)
     return grad_a, grad_b, None, grad_bias, None, grad if ctx.has_residual else None
 
 
+def _matmul_transposed_a(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a^T @ b from a [K, M] and b [K, N]: Hopper's path reads a MN-major where TMA takes it (`gemm.launch.Matmul`,
+    `a_major` "km"), else a^T is copied and multiplied as `matmul` does; what B's gradient multiplies (A^T dZ,
+    dZ^T A)."""
+    a, b = a.contiguous(), b.contiguous()
+    launcher = kernels_on(a.device).matmul
+    if launcher.reads_a_transposed(a, b, "kn", "km"):
+        return launcher(a, b, b_major="kn", a_major="km")
+    return _matmul(a.t().contiguous(), b, "kn", None, None, None)
+
+
+def _matmul_transposed_a_fake(a, b):
+    return a.new_empty(a.shape[1], b.shape[1])
+
+
 _operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
+_operator("matmul_transposed_a", _matmul_transposed_a, fake=_matmul_transposed_a_fake,
+          backward=_no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
 
 
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
