@@ -133,20 +133,23 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-def sequence_offsets(batch: int, seq: int, device):
-    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once a shape
-    (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange: kept, its memory
-    would be read by eager calls before any replay had written it."""
+def sequence_offsets(batch: int, seq: int, device, *, gaps: bool = False):
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), or with `gaps` each
+    followed by an empty one ([2 batch + 1]: what a cache's queries pair with its keys' `cache_offsets`), made
+    once a shape (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange:
+    kept, its memory would be read by eager calls before any replay had written it."""
     import torch
 
     if torch.cuda.is_current_stream_capturing():
-        return _offsets(batch, seq, device)
-    return _kept_offsets(batch, seq, device)
+        return _offsets(batch, seq, device, gaps)
+    return _kept_offsets(batch, seq, device, gaps)
 
 
-def _offsets(batch: int, seq: int, device):
+def _offsets(batch: int, seq: int, device, gaps: bool = False):
     import torch
 
+    if gaps:  # (sequence 2b's first token b x seq, 2b + 1's too)
+        return torch.arange(2 * batch + 1, dtype=torch.int32, device=device).add(1).div(2, rounding_mode="floor") * seq
     return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
 
 
