@@ -128,6 +128,24 @@ def test_a_cuda_graph_replays_a_decode_step_with_other_lengths_and_tokens():
         assert torch.equal(static[1], eager[1]) and torch.equal(static[2], eager[2]), new_lengths
 
 
+def test_empty_batches_queries_and_caches_give_torchs_empty_results_or_rows_that_see_no_key():
+    from mlir_tile.kernels import attention_with_kvcache
+
+    def call(batch, seq_q, seq_cache, new=0):
+        q = torch.randn(batch, seq_q, 4, 64, device="cuda", dtype=torch.float16)
+        cache = [torch.randn(batch, seq_cache, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2)]
+        added = [torch.randn(batch, new, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2)] if new else []
+        return attention_with_kvcache(q, *cache, 3, *added)
+
+    o, lse = call(0, 1, 16)
+    assert o.shape == (0, 1, 4, 64) and lse.shape == (0, 4, 1)
+    o, lse = call(2, 0, 16)
+    assert o.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    for new in (0, 1):  # (no cache rows: nothing fits, every row sees no key)
+        o, lse = call(2, 3, 0, new)
+        assert not o.any() and torch.isneginf(lse).all()
+
+
 def test_what_it_does_not_take_is_a_one_line_value_error():
     from mlir_tile.kernels import attention_with_kvcache
 

@@ -27,6 +27,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new)
     seq_cache = k_cache.shape[1]
     lengths = _lengths(cache_seqlens, batch, q.device)
+    if not batch:  # (torch's: empty results)
+        return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     if k_new is not None and seq_cache:
         _append(k_cache, v_cache, k_new, v_new, lengths)
         lengths = lengths + k_new.shape[1]
