@@ -128,7 +128,7 @@ def test_a_cuda_graph_replays_a_decode_step_with_other_lengths_and_tokens():
         assert torch.equal(static[1], eager[1]) and torch.equal(static[2], eager[2]), new_lengths
 
 
-def test_empty_batches_queries_and_caches_give_torchs_empty_results_or_rows_that_see_no_key():
+def test_empty_batches_queries_caches_and_negative_lengths():
     from mlir_tile.kernels import attention_with_kvcache
 
     def call(batch, seq_q, seq_cache, new=0):
@@ -144,6 +144,13 @@ def test_empty_batches_queries_and_caches_give_torchs_empty_results_or_rows_that
     for new in (0, 1):  # (no cache rows: nothing fits, every row sees no key)
         o, lse = call(2, 3, 0, new)
         assert not o.any() and torch.isneginf(lse).all()
+    q, cache, added = (torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16),
+                       torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.float16),
+                       torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16))
+    before = cache.clone()
+    o, _ = attention_with_kvcache(q, cache, cache.clone(), -5, added, added)  # (a negative length: 0)
+    assert torch.equal(cache[:, 0], added[:, 0]) and torch.equal(cache[:, 1:], before[:, 1:])
+    assert torch.allclose(o.float(), added.float(), atol=1e-3)  # (the one key it sees: its value)
 
 
 def test_what_it_does_not_take_is_a_one_line_value_error():
@@ -160,7 +167,10 @@ def test_what_it_does_not_take_is_a_one_line_value_error():
             ((q, cache, cache, lengths, cache[:, :1]), "k_new and v_new both or neither"),
             ((q, cache, cache, lengths, cache[:, :1].half(), cache[:, :1, :1]), "k_new and v_new both"),
             ((q.float(), cache.float(), cache.float(), lengths), "float16 or all bfloat16"),
-            ((q[..., :32], cache[..., :32], cache[..., :32], lengths), "head dim")):
+            ((q.bfloat16(), cache, cache, lengths, cache[:, :1], cache[:, :1]), "float16 or all bfloat16"),
+            ((q[..., :32], cache[..., :32], cache[..., :32], lengths), "head dim"),
+            ((q[:, :, :3], cache, cache, lengths, cache[:, :1], cache[:, :1]), "kv_heads dividing heads")):
+        before = cache.clone()
         with pytest.raises(ValueError, match=message) as raised:
             attention_with_kvcache(*arguments)
-        assert "\n" not in str(raised.value)
+        assert "\n" not in str(raised.value) and torch.equal(cache, before)  # (refused before any write)

@@ -12,6 +12,7 @@ import torch
 
 import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.attention_varlen)
 from mlir_tile.kernels.flash.launch import sequence_offsets
+from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
@@ -29,10 +30,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     lengths = _lengths(cache_seqlens, batch, q.device)
     if not batch:  # (torch's: empty results)
         return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
+    lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
     if k_new is not None and seq_cache:
         _append(k_cache, v_cache, k_new, v_new, lengths)
-        lengths = lengths + k_new.shape[1]
-    lengths = lengths.clamp(0, seq_cache)
+        lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
     k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
     o, lse = torch.ops.mlir_tile.attention_varlen(
         q.reshape(batch * seq_q, heads, d), k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
@@ -96,8 +97,8 @@ def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
 
 
 def _checked(q, k_cache, v_cache, k_new, v_new) -> tuple:
-    """q's [batch, seq_q, heads, d], each argument checked (the dtypes, head dims and devices by
-    `attention_varlen`); ValueError in one line otherwise."""
+    """q's [batch, seq_q, heads, d], each argument checked before the caches are written; ValueError in one line
+    otherwise."""
     tensors = (q, k_cache, v_cache) + tuple(x for x in (k_new, v_new) if x is not None)
     if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in tensors):
         raise ValueError(f"attention_with_kvcache: q [batch, seq_q, heads, d], k_cache and v_cache [batch, "
@@ -106,6 +107,15 @@ def _checked(q, k_cache, v_cache, k_new, v_new) -> tuple:
     if k_cache.shape != v_cache.shape or k_cache.shape[0] != batch or k_cache.shape[3] != d:
         raise ValueError(f"attention_with_kvcache: k_cache and v_cache [batch, seq_cache, kv_heads, d] alike, with "
                          f"q's batch and d; got q {tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"attention_with_kvcache: q, k_cache and v_cache all float16 or all bfloat16, got {q.dtype}, "
+                         f"{k_cache.dtype}, {v_cache.dtype}")
+    if d not in HEAD_DIMS or not k_cache.shape[2] or heads % k_cache.shape[2]:
+        raise ValueError(f"attention_with_kvcache: head dim {', '.join(map(str, HEAD_DIMS))} and kv_heads dividing "
+                         f"heads, got d {d}, {heads} heads and {k_cache.shape[2]} kv_heads")
+    if len({x.device for x in tensors}) != 1 or not q.is_cuda:
+        raise ValueError(f"attention_with_kvcache: every tensor on one CUDA device, got "
+                         f"{', '.join(str(x.device) for x in tensors)}")
     if (k_new is None) != (v_new is None) or k_new is not None and (
             k_new.shape != v_new.shape or k_new.shape[0] != batch or k_new.shape[2:] != k_cache.shape[2:]
             or k_new.dtype != k_cache.dtype or v_new.dtype != v_cache.dtype):
