@@ -45,7 +45,10 @@ Packed sequences (`varlen`, `sm90_varlen`): `attention(q_map, k_map, v_map, o, l
 cu_seqlens_q, cu_seqlens_k, heads, total_q, total_k)`: Q's map 2-D over [total_q, heads x d], K's and V's over
 [total_k, kv_heads x d], O [total_q, heads x d] 16-bit as i32 pairs, lse [heads, total_q] f32, seq the longest
 sequence's queries rounded up to the row tile, batch_heads batch x heads, the offsets int32 [batch + 1]; a CTA an
-item (batch x heads + head, row tile of the longest), returning where the tile starts past its sequence.
+item (batch x heads + head, row tile of the longest), returning where the tile starts past its sequence. Paged
+K/V (`page_rows`, `sm90_varlen.Pages`) then takes `block_table, pages_per_sequence, page_size, pages`: K's and
+V's maps over the pool [pages x page_size, kv_heads x d], cu_seqlens_k each sequence's count of keys (int32
+[batch]), total_k pages_per_sequence x page_size, the table int32 [batch, pages_per_sequence].
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ import math
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
 from mlir_tile.kernels.flash.sm90_layouts import O_BOX_COLUMNS, column_steps, row_halves, tiles, transposition
-from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig
+from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, ROW_BYTES, HopperAttentionConfig
 from mlir_tile.kernels.flash.sm90_softmax import OnlineSoftmax
 from mlir_tile.kernels.flash.variants import Variant
 
@@ -74,6 +77,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     scales = [Global("f32")] * 3 if config.fp8 else []
     # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
     scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
+    scales += [Global("i32"), "index", "index", "index"] if config.page_rows else []  # (the block table, its shape)
     scales += variant.parameters() if variant is not None else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
@@ -95,11 +99,12 @@ class _HopperAttention(OnlineSoftmax):
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen:]
+        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows):]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
         if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries)
             self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[8:13]
+            self.paging = k.arguments[13:17]  # (paged K/V: the block table, pages a sequence, the page size, pages)
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -121,7 +126,8 @@ class _HopperAttention(OnlineSoftmax):
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes,
                               narrow=config.narrow_index)
         # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
-        self.pipeline = TmaPipeline(k, self.ring, readers, boxes_across * (2 - config.fp8), name="kv",
+        boxes = boxes_across * (2 - config.fp8) * (config.keys // config.page_rows if config.page_rows else 1)
+        self.pipeline = TmaPipeline(k, self.ring, readers, boxes, name="kv",
                                     writers=4 if config.fp8 else 0)
         if config.fp8:
             self.staging_ring = StageRing(k, self.shared, config.staged, [(self.storage, tile_elements)],
@@ -188,13 +194,16 @@ class _HopperAttention(OnlineSoftmax):
         """Packed sequences: the item's (batch x heads + head) split, its sequence's bounds (`Sequence`), Q's
         origin (the sequence's first token, the head's first column), K's and V's (its K/V head's), the
         log-sum-exp's row of the head ([heads, total_q]), the key tiles of the item's rows."""
-        from mlir_tile.kernels.flash.sm90_varlen import Sequence
+        from mlir_tile.kernels.flash.sm90_varlen import Pages, Sequence
 
         k, config = self.k, self.config
         heads = k.as_index(self.heads)
         batch, self.head = self.head // heads, self.head % heads
         self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(self.total_q),
-                                 k.as_index(self.total_k))
+                                 k.as_index(self.total_k), key_lengths=bool(config.page_rows))
+        if config.page_rows:
+            table, *shape = self.paging
+            self.pages = Pages(k, table, *(k.as_index(x) for x in shape), batch)
         self.q_origin = (self.sequence.q_start, self.head * self.d)
         self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
         self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
@@ -265,9 +274,12 @@ class _HopperAttention(OnlineSoftmax):
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
         the transposer is done with that)."""
         ring, index = self.ring, self.kv(tile)
-        self.pipeline.acquire(index)
         (first_row, column), keys = self.kv_origin, self.config.keys
         row = first_row + self.key_tile_at(tile) * keys
+        if self.config.page_rows:
+            self.load_pages(index, row)
+            return
+        self.pipeline.acquire(index)
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, ring.offset(stage, 0), "k", self.k_map, row, column)
         if not self.config.fp8:
@@ -276,6 +288,19 @@ class _HopperAttention(OnlineSoftmax):
         self.staging.acquire(index)
         staged = self.staging_ring.offset(self.staging_ring.stage(index))
         self.load_boxes(self.staging, index, staged, "v_staged", self.v_map, row, column)
+
+    def load_pages(self, index, key) -> None:
+        """Paged K/V: the key tile from key `key` on as boxes of `page_rows` rows, each box's K and V from its
+        page's rows, its block table entry read once the stage is free (read before it, the tile's entries
+        spilled the producer's registers; one after another, they are the same few L1 lines)."""
+        ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
+        self.pipeline.acquire(index)
+        stage = ring.stage(index)
+        for box in range(self.config.keys // rows):
+            row = self.pages.row(key + box * rows)
+            for part, tensor_map in enumerate((self.k_map, self.v_map)):
+                self.load_boxes(self.pipeline, index, ring.offset(stage, part) + box * rows * ROW_BYTES, "k_page",
+                                tensor_map, row, column)
 
     def produce_transposed(self) -> None:
         """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its

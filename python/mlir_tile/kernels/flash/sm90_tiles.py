@@ -22,6 +22,8 @@ MEASURED_SHAPES = "hopper_shapes.json"  # beside this module: written by `benchm
 # lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
 # largest is 448; the row sums and O are fp32)
 RESCALE_SLACK = 8.0
+# paged K/V: the fewest rows of a page box (two 128-byte swizzle atoms of 8 rows); pages of any multiple of it
+PAGE_ROWS = 16
 
 
 def band_lengths(head_dim: int, causal: bool, element: str) -> tuple[int, ...]:
@@ -95,6 +97,8 @@ class HopperAttentionConfig:
     # consumer's CTA is small (d 64 causal at S 1024), another CTA's GEMMs may run under its softmax
     varlen: bool = False  # packed sequences (`sm90_varlen`): q, k, v [tokens, heads, d] with cu_seqlens, a CTA a
     # (sequence, head, row tile) of the longest sequence's tiles, O stored by rows from the registers
+    page_rows: int = 0  # paged K/V (`sm90_varlen.Pages`, packed sequences only): a key tile's K and V as boxes of
+    # this many rows, each from its own page of the pool (the page size a multiple of it); 0: the packed rows
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -125,6 +129,10 @@ class HopperAttentionConfig:
         if self.varlen and (self.fp8 or self.persistent):
             raise ValueError("hopper attention: packed sequences take 16-bit inputs on the launched grid (one row "
                              "tile a CTA), not e4m3 or a persistent walk")
+        if self.page_rows and (not self.varlen or self.page_rows % PAGE_ROWS or self.keys % self.page_rows):
+            raise ValueError(f"hopper attention: paged K/V takes packed sequences and boxes of a multiple of "
+                             f"{PAGE_ROWS} rows dividing the key tile's {self.keys}; got {self.page_rows} rows, "
+                             f"varlen {self.varlen}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
         if not 1 <= self.ctas_per_sm <= 4:
             raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
@@ -253,4 +261,5 @@ class HopperAttentionConfig:
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
                 f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
-                f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}_sm90a")
+                f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}"
+                f"{f'_paged{self.page_rows}' if self.page_rows else ''}_sm90a")

@@ -19,9 +19,10 @@ class Sequence:
     into the tensors' `total_q` and `total_k` rows (offsets past them, or out of order, make a shorter or empty
     sequence, never a write outside O or the log-sum-exp): its first query and key rows (`q_start`, `k_start`),
     its lengths, and `shift` = len_k - len_q (an index value read as signed: the bottom-right causal diagonal's
-    offset)."""
+    offset). `key_lengths` (paged K/V): cu_seqlens_k holds each sequence's count of keys, not offsets (its keys
+    lie on its pages, `Pages`, from key 0), clamped to `total_k`, the most its block table's row holds."""
 
-    def __init__(self, kernel, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k):
+    def __init__(self, kernel, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, key_lengths: bool = False):
         from mlir_tile.builder.integers import with_operators
 
         k = self.k = kernel
@@ -31,7 +32,12 @@ class Sequence:
             start = k.minimum(k.as_index(k.load(offsets, [batch]), unsigned_from="i32"), end)
             return with_operators(start), with_operators(end - start)
         self.q_start, self.q_length = bounds(cu_seqlens_q, total_q)
-        self.k_start, self.k_length = bounds(cu_seqlens_k, total_k)
+        if key_lengths:
+            self.k_start = with_operators(k.index(0))
+            self.k_length = with_operators(k.minimum(k.as_index(k.load(cu_seqlens_k, [batch]), unsigned_from="i32"),
+                                                     total_k))
+        else:
+            self.k_start, self.k_length = bounds(cu_seqlens_k, total_k)
         self.shift = self.k_length - self.q_length
 
     def key_tiles(self, keys: int, first_row, rows: int, causal: bool):
@@ -54,6 +60,34 @@ class Sequence:
         from mlir_tile.builder.integers import minimum
 
         return minimum(self.k_length, query + 1 + self.shift, signed=True) if causal else self.k_length
+
+
+class Pages:
+    """Paged K/V (FlashAttention's and vLLM's block table): K and V a pool of `pages` pages of `page_size` token
+    rows each (2-D maps over [pages x page_size, kv_heads x d]), sequence `batch`'s key i on page
+    block_table[batch x pages_per_sequence + i / page_size] (int32 on the device), at row i mod page_size of it.
+    A key past the table's row, or on a page id past the pool (a negative one included: read unsigned), is
+    read at the pool's end, where TMA fills the box with zeros: a bad table gives wrong keys inside the
+    sequence, never a read outside the pool (keys past the sequence are masked)."""
+
+    def __init__(self, kernel, block_table, pages_per_sequence, page_size, pages, batch):
+        from mlir_tile.builder.integers import with_operators
+
+        k = self.k = kernel
+        self.table, self.page_size, self.pages = block_table, with_operators(page_size), pages
+        self.pages_per_sequence = with_operators(pages_per_sequence)
+        self.first_entry = with_operators(batch) * self.pages_per_sequence
+        self.pool_rows = self.page_size * pages
+
+    def row(self, key):
+        """The pool row (an index value) of the sequence's key `key` (an index value counted from its first)."""
+        k = self.k
+        page_index = key // self.page_size
+        inside = k.compare("ult", page_index, self.pages_per_sequence)
+        entry = k.select(inside, self.first_entry + page_index, self.first_entry)  # (a load inside the row)
+        page = k.as_index(k.load(self.table, [entry]), unsigned_from="i32")
+        on_pool = inside & k.compare("ult", page, self.pages)
+        return k.select(on_pool, page * self.page_size + key % self.page_size, self.pool_rows)
 
 
 def store_rows(kernel, accumulators, out, element: str, first_word, value) -> None:
