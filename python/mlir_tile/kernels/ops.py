@@ -77,7 +77,7 @@ def _no_backward(what: str):
     return backward
 
 
-def _operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
+def register_operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
     """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
     for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
     Python layers that cost 6-8 us a call more on the H100's host (benchmarks/host_time.py); `fake` its
@@ -370,9 +370,9 @@ def _matmul_transposed_a_fake(a, b):
     return a.new_empty(a.shape[1], b.shape[1])
 
 
-_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
-_operator("matmul_transposed_a", _matmul_transposed_a, fake=_matmul_transposed_a_fake,
-          backward=_no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
+register_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
+register_operator("matmul_transposed_a", _matmul_transposed_a, fake=_matmul_transposed_a_fake,
+                  backward=_no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
 
 
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
@@ -383,8 +383,8 @@ def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[
     _standard(a, b, b_layout, bias, activation, residual, out)
 
 
-_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, activation, residual, out: None,
-          mutates_args=("out",))
+register_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, activation, residual, out: None,
+                  mutates_args=("out",))
 
 
 _custom_operators: dict = {}
@@ -404,7 +404,7 @@ def _custom_operator(epilogue: epilogues.Epilogue):
             _run(a, b, b_layout, out, epilogue, epilogues.arranged(epilogue, tensors, numbers))
             return out
 
-        operator = _operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
+        operator = register_operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
             _output_shape(a, b, b_layout)), backward=_no_backward(
             f"matmul: epilogue {epilogue.name!r} has no derivative here; train with the ready-made bias, "
             f"activation and residual, whose backward is built"))
@@ -427,8 +427,8 @@ def _variant_operator(variant):
             return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
                                                   variant=variant, operands=operands)
 
-        operator = _operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
-                             backward=_ATTENTION_BACKWARD)
+        operator = register_operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
+                                     backward=_ATTENTION_BACKWARD)
         _custom_operators[name] = operator
         return operator
 
@@ -448,7 +448,7 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
     return a.new_empty(_scaled_shape(a, b, b_layout), dtype=torch.bfloat16)
 
 
-_operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
+register_operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
 
 
 class _EagerScaledMatmul:
@@ -588,9 +588,10 @@ def _attention_varlen_backward(ctx, grad_o, grad_lse):
 
 
 _ATTENTION_BACKWARD = _no_backward("attention: fp8 inputs and variants have no backward pass yet")
-_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
-_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward, setup_context=_attention_setup)
-_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
-_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake, backward=_attention_varlen_backward,
-          setup_context=_attention_varlen_setup)
-_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)
+register_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
+register_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward,
+                  setup_context=_attention_setup)
+register_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
+register_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake,
+                  backward=_attention_varlen_backward, setup_context=_attention_varlen_setup)
+register_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)

@@ -3,13 +3,15 @@ GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
 from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
-from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths
+from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
+                                                band_lengths)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
@@ -243,7 +245,8 @@ class Attention:
 
 def hopper_shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
-    element, and where the measured table changes it up to a length (`band_lengths`), those too."""
+    element, and where the measured table changes it up to a length (`band_lengths`), those too; packed
+    sequences', and theirs over a paged cache (`paged_rows`: pages of 16 rows, and of whole key tiles)."""
     if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
@@ -252,7 +255,9 @@ def hopper_shipped_kernels(chip: str):
                 seqs = {1} | {longest + 1 for longest in band_lengths(d, causal, element)}
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 if element != "e4m3":
-                    configs |= {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                    packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                    configs |= packed | {replace(config, page_rows=rows) for config in packed
+                                         for rows in (PAGE_ROWS, config.keys)}
                 for config in sorted(configs, key=str):
                     yield str(config), partial(sm90.build_module, config)
 
@@ -346,30 +351,94 @@ class HopperAttention:
         return o, lse
 
     def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
-                     pitches: tuple):
+                     pitches: tuple, paging: tuple = ()):
         """The launch over `batch` sequences' `tiles` row tiles (of the longest) of `heads` query heads: Q's,
-        K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart."""
+        K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart; `paging` (paged K/V): pages a
+        sequence, the page size and the pool's pages (K's and V's tokens)."""
         module = self.library.module(str(config), partial(sm90.build_module, config))
         box, d = sm90_layouts.boxes(config), config.head_dim
         maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
             ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
+        # (paged: a sequence's keys at most its table row's, then the table's address and shape)
+        keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, batch * heads,
-                                heads // kv_heads] + [POINTER] * 2 + [heads, total_q, total_k],
+                                heads // kv_heads] + [POINTER] * 2 + [heads, total_q] + keys,
                                 grid=config.grid(batch * heads, tiles * config.rows, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _PackedPlan(launch, maps)
 
 
+    def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
+              causal: bool = False):
+        """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed queries against a paged K/V cache
+        (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
+        sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
+        pages_per_sequence]); q, cu_seqlens_q and max_seqlen_q as `packed`'s. ValueError in one line for what
+        the kernel does not take."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q)
+        q, block_table = token_rows(q), block_table.contiguous()
+        (total_q, heads, d), (pages, page_size, kv_heads, _) = q.shape, k_pool.shape
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
+        batch, per_sequence = block_table.shape
+        if not (total_q and batch and max_seqlen_q):
+            return o, lse
+        if not (pages and per_sequence):  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
+            return o.zero_(), lse.fill_(float("-inf"))
+        packed = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
+        config = replace(packed, page_rows=packed.keys if page_size % packed.keys == 0 else PAGE_ROWS)
+        tiles = -(-max_seqlen_q // config.rows)
+        k_rows, v_rows = (x.view(pages * page_size, kv_heads, d) for x in (k_pool, v_pool))
+        pitches = tuple(row_pitch(x) for x in (q, k_rows, v_rows))
+        shape = (total_q, pages * page_size, heads, kv_heads, batch, tiles, pitches)
+        plan = self.plans.of(("paged", config, per_sequence, page_size, *shape),
+                             lambda: self._packed_plan(config, *shape, paging=(per_sequence, page_size, pages)))
+        plan(torch_stream(q), q.data_ptr(), k_rows.data_ptr(), v_rows.data_ptr(), o.data_ptr(), lse.data_ptr(),
+             cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr())
+        return o, lse
+
+
 class _PackedPlan:
     """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
-    offsets' addresses."""
+    offsets' addresses (paged: the cache lengths' and the block table's)."""
 
     def __init__(self, launch, maps: list):
         self.launch, self.maps = launch, maps
 
-    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, cu_q: int, cu_k: int) -> None:
+    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, *pointers: int) -> None:
         map_q, map_k, map_v = self.maps
-        self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, cu_q, cu_k)
+        self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, *pointers)
+
+
+def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> str:
+    """The element of `HopperAttention.paged`'s arguments, each checked (the pools' pages lying one after
+    another, each token's heads x d contiguous on 16 bytes: a pool is not copied); ValueError in one line
+    otherwise."""
+    import torch
+
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (k_pool, v_pool)) or k_pool.shape != v_pool.shape:
+        raise ValueError(f"attention (paged): k and v pools [pages, page_size, kv_heads, d] alike, got "
+                         f"{_described(k_pool)}, {_described(v_pool)}")
+    pages, page_size, kv_heads, d = k_pool.shape
+    if page_size % PAGE_ROWS or not page_size or (pages * max(page_size, 1) >= 2 ** 31):
+        raise ValueError(f"attention (paged): a page size of a multiple of {PAGE_ROWS} tokens, fewer than 2^31 "
+                         f"tokens in the pool; got {pages} pages of {page_size}")
+    element = checked_packed(q, k_pool[0], v_pool[0], cu_seqlens_q, cu_seqlens_q, longest)
+    if any(token_rows(x[0]) is not x[0] or x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)):
+        raise ValueError("attention (paged): a pool's pages one after another, each token's kv_heads x d contiguous, "
+                         "on 16 bytes (a pool is read in place, never copied)")
+    batch = cu_seqlens_q.shape[0] - 1
+    if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != q.device
+           for x in (cache_lengths, block_table)) or cache_lengths.shape != (batch,) or (
+            block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] * page_size >= 2 ** 31):
+        raise ValueError(f"attention (paged): cache lengths int32 [batch] = [{batch}] and a block table int32 [batch, "
+                         f"pages_per_sequence] on {q.device}; got {_described(cache_lengths)}, "
+                         f"{_described(block_table)}")
+    return element
 
 
 def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
