@@ -178,7 +178,9 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=5), "1 to 4 CTAs an SM"),
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472"),
     (dict(element="e4m3", varlen=True), "packed sequences take 16-bit"),
-    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid")])
+    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid"),
+    (dict(page_rows=16), "paged K/V takes packed sequences"), (dict(varlen=True, page_rows=24), "multiple of 16"),
+    (dict(varlen=True, keys=64, page_rows=128), "dividing the key tile's 64")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -270,6 +272,31 @@ def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_p
 
     with pytest.raises(ValueError, match="variants take .* not packed sequences"):
         flash_sm90.build_module(config, variant=Variant("soft", score=lambda s, at: s))
+
+
+@pytest.mark.parametrize("d, page_rows", [(128, 16), (64, 64)])
+def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_path, d, page_rows):
+    """Paged K/V (`sm90_varlen.Pages`): the cache length read at b (not b + 1: a count, not offsets), then per key
+    tile, once its stage is free, per box of `page_rows` rows its page id read from the block table (one load a
+    box), the row selected (past the table's row or the pool: the pool's end), and K's and V's boxes of
+    `page_rows` rows loaded there; the maps' boxes are that tall; assembled without spills."""
+    from dataclasses import replace
+
+    from mlir_tile.kernels.flash.sm90_layouts import boxes
+
+    config = replace(HopperAttentionConfig.packed(d, True, "bf16", 1), page_rows=page_rows)
+    assert str(config).endswith(f"_varlen_paged{page_rows}_sm90a") and boxes(config)["k"].rows == page_rows
+    ptx = _ptx(config)
+    per_tile, across = config.keys // page_rows, d // config.box_columns
+    box = "CHECK: ld.global.b32\n" + "CHECK: cp.async.bulk.tensor.2d\n" * (2 * across)  # (its entry, then K's and V's)
+    filecheck(ptx, "CHECK: .entry attention(\nCHECK: try_wait.parity.shared.b64 {{.*}}[q_empty\n" + box * per_tile)
+    assert ptx.count("cp.async.bulk.tensor.2d") == config.consumers * across + 2 * per_tile * across  # (Q's, K's, V's)
+    assert ptx.count("ld.global.b32") == 6 + per_tile  # (each role's sequence bounds: 3 loads; a tile's entries)
+    if shutil.which("ptxas"):
+        (tmp_path / "a.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
 
 
 def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
@@ -467,7 +494,7 @@ def test_the_command_line_takes_the_configurations_fields_as_options():
     parser = argparse.ArgumentParser()
     names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
     assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
-                          "lazy_rescale", "ctas_per_sm", "varlen"}
+                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows"}
     fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
     assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
     assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(

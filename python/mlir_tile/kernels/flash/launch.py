@@ -392,7 +392,7 @@ class HopperAttention:
         packed = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
         config = replace(packed, page_rows=packed.keys if page_size % packed.keys == 0 else PAGE_ROWS)
         tiles = -(-max_seqlen_q // config.rows)
-        k_rows, v_rows = (x.view(pages * page_size, kv_heads, d) for x in (k_pool, v_pool))
+        k_rows, v_rows = pool_rows(k_pool, v_pool)
         pitches = tuple(row_pitch(x) for x in (q, k_rows, v_rows))
         shape = (total_q, pages * page_size, heads, kv_heads, batch, tiles, pitches)
         plan = self.plans.of(("paged", config, per_sequence, page_size, *shape),
@@ -414,6 +414,12 @@ class _PackedPlan:
         self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, *pointers)
 
 
+def pool_rows(*pools) -> tuple:
+    """Paged K/V pools [pages, page_size, kv_heads, d] as the kernel's maps read them, [pages x page_size,
+    kv_heads, d] token rows (views: `checked_paged` proves that the pages lie one after another)."""
+    return tuple(x.view(x.shape[0] * x.shape[1], *x.shape[2:]) for x in pools)
+
+
 def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> str:
     """The element of `HopperAttention.paged`'s arguments, each checked (the pools' pages lying one after
     another, each token's heads x d contiguous on 16 bytes: a pool is not copied); ValueError in one line
@@ -427,10 +433,11 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
     if page_size % PAGE_ROWS or not page_size or (pages * max(page_size, 1) >= 2 ** 31):
         raise ValueError(f"attention (paged): a page size of a multiple of {PAGE_ROWS} tokens, fewer than 2^31 "
                          f"tokens in the pool; got {pages} pages of {page_size}")
-    element = checked_packed(q, k_pool[0], v_pool[0], cu_seqlens_q, cu_seqlens_q, longest)
-    if any(token_rows(x[0]) is not x[0] or x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)):
+    if any(pages > 1 and x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)) or any(
+            token_rows(x) is not x for x in pool_rows(k_pool, v_pool)):
         raise ValueError("attention (paged): a pool's pages one after another, each token's kv_heads x d contiguous, "
                          "on 16 bytes (a pool is read in place, never copied)")
+    element = checked_packed(q, *pool_rows(k_pool, v_pool), cu_seqlens_q, cu_seqlens_q, longest)
     batch = cu_seqlens_q.shape[0] - 1
     if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != q.device
            for x in (cache_lengths, block_table)) or cache_lengths.shape != (batch,) or (

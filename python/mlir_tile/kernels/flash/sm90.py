@@ -274,12 +274,12 @@ class _HopperAttention(OnlineSoftmax):
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
         the transposer is done with that)."""
         ring, index = self.ring, self.kv(tile)
+        self.pipeline.acquire(index)
         (first_row, column), keys = self.kv_origin, self.config.keys
         row = first_row + self.key_tile_at(tile) * keys
         if self.config.page_rows:
             self.load_pages(index, row)
             return
-        self.pipeline.acquire(index)
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, ring.offset(stage, 0), "k", self.k_map, row, column)
         if not self.config.fp8:
@@ -290,11 +290,10 @@ class _HopperAttention(OnlineSoftmax):
         self.load_boxes(self.staging, index, staged, "v_staged", self.v_map, row, column)
 
     def load_pages(self, index, key) -> None:
-        """Paged K/V: the key tile from key `key` on as boxes of `page_rows` rows, each box's K and V from its
-        page's rows, its block table entry read once the stage is free (read before it, the tile's entries
-        spilled the producer's registers; one after another, they are the same few L1 lines)."""
+        """Paged K/V (its stage free): the key tile from key `key` on as boxes of `page_rows` rows, each box's K
+        and V from its page's rows, its block table entry read just before (read before the stage's wait, the
+        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines)."""
         ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
-        self.pipeline.acquire(index)
         stage = ring.stage(index)
         for box in range(self.config.keys // rows):
             row = self.pages.row(key + box * rows)

@@ -73,7 +73,7 @@ class Pages:
     def __init__(self, kernel, block_table, pages_per_sequence, page_size, pages, batch):
         from mlir_tile.builder.integers import with_operators
 
-        k = self.k = kernel
+        self.k = kernel
         self.table, self.page_size, self.pages = block_table, with_operators(page_size), pages
         self.pages_per_sequence = with_operators(pages_per_sequence)
         self.first_entry = with_operators(batch) * self.pages_per_sequence
