@@ -180,7 +180,8 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(element="e4m3", varlen=True), "packed sequences take 16-bit"),
     (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid"),
     (dict(page_rows=16), "paged K/V takes packed sequences"), (dict(varlen=True, page_rows=24), "multiple of 16"),
-    (dict(varlen=True, keys=64, page_rows=128), "dividing the key tile's 64")])
+    (dict(varlen=True, keys=64, page_rows=128), "dividing the key tile's 64"),
+    (dict(pack_gqa=True), "pack_gqa takes packed sequences")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -297,6 +298,35 @@ def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_
         assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
                                    capture_output=True, text=True)
         assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(filecheck):
+    """pack_gqa (`PackedItems`): Q's band is one 3-D box a 64 columns (token, head of the group, column), K's and
+    V's stay 2-D; a row's query and head come from a shift and a mask (the group a power of two), no 64-bit
+    division in the consumers' masking or stores (the item's split divides, once); `packed_config` packs a
+    decode step's group where it divides 64, and the ships hold each head dim's and mask's packed kernels."""
+    from dataclasses import replace
+
+    from mlir_tile.kernels.flash.launch import packed_config
+
+    config, tiles = packed_config(128, True, "bf16", 1, 8)
+    assert config.pack_gqa and tiles == 1 and str(config).endswith("_varlen_gqa_sm90a")
+    assert packed_config(128, True, "bf16", 1, 8, page_size=256)[0].page_rows == 128
+    assert not packed_config(128, True, "bf16", 1, 3)[0].pack_gqa  # (a group of 3 does not divide 64 rows)
+    assert not packed_config(128, True, "bf16", 4096, 8)[0].pack_gqa  # (prefill: each head's rows fill tiles)
+    assert packed_config(64, False, "f16", 40, 4) == (packed_config(64, False, "f16", 1, 4)[0], 3)
+    ptx = _ptx(config)
+    across = 128 // config.box_columns
+    assert ptx.count("cp.async.bulk.tensor.3d") == config.consumers * across
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 * across
+    filecheck(ptx, """
+    CHECK: .entry attention(
+    CHECK: shr.u64
+    CHECK: wgmma.mma_async
+    """)
+    assert ptx.count("div.u64") == _ptx(replace(config, pack_gqa=False)).count("div.u64") + 1
+    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
+    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * 3 * 2 * 3  # (d, mask, element, pages)
 
 
 def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
@@ -494,7 +524,7 @@ def test_the_command_line_takes_the_configurations_fields_as_options():
     parser = argparse.ArgumentParser()
     names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
     assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
-                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows"}
+                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows", "pack_gqa"}
     fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
     assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
     assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(

@@ -417,13 +417,14 @@ class TmaPipeline:
         return box
 
     def load_boxes(self, k_tile: Integer, buffer: ir.Value, at, layout, element: str, columns: int,
-                   tensor_map: ir.Value, row, first_column=None) -> None:
+                   tensor_map: ir.Value, row, first_column=None, matrix=None) -> None:
         """A tile wider than a box: `load` of each of its boxes (`Kernel.boxes` of `columns` columns, side by
-        side in `layout` from byte `at` of `buffer`) from `row` of `tensor_map`, their columns from `first_column`
-        (None: 0) on."""
+        side in `layout` from byte `at` of `buffer`) from `row` of `tensor_map` (of its `matrix`, a 3-D map's),
+        their columns from `first_column` (None: 0) on."""
         k = self.k
         for column, box in k.boxes(buffer, at, layout, element, columns):
-            self.load(k_tile, box, tensor_map, (row, k.index(column) if first_column is None else first_column + column))
+            at_column = k.index(column) if first_column is None else first_column + column
+            self.load(k_tile, box, tensor_map, (row, at_column) if matrix is None else (matrix, row, at_column))
 
     def wait(self, k_tile: Integer) -> None:
         """Wait until every load of k-tile `k_tile` has landed in its stage."""

@@ -246,7 +246,8 @@ class Attention:
 def hopper_shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
     element, and where the measured table changes it up to a length (`band_lengths`), those too; packed
-    sequences', and theirs over a paged cache (`paged_rows`: pages of 16 rows, and of whole key tiles)."""
+    sequences', and theirs over a paged cache (`page_rows`: pages of 16 rows, and of whole key tiles); a decode
+    step's (`packed_config`: a sequence's queries fewer than a row tile), with pack_gqa."""
     if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
@@ -256,6 +257,7 @@ def hopper_shipped_kernels(chip: str):
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 if element != "e4m3":
                     packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                    packed |= {replace(HopperAttentionConfig.packed(d, causal, element, 1), pack_gqa=True)}
                     configs |= packed | {replace(config, page_rows=rows) for config in packed
                                          for rows in (PAGE_ROWS, config.keys)}
                 for config in sorted(configs, key=str):
@@ -320,7 +322,6 @@ class HopperAttention:
                                 shared_bytes=config.shared_bytes)
         return _HopperPlan(launch, maps)
 
-
     def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
@@ -341,8 +342,7 @@ class HopperAttention:
             return o, lse
         if not total_k:  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
             return o.zero_(), lse.fill_(float("-inf"))
-        config = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
-        tiles = -(-max_seqlen_q // config.rows)
+        config, tiles = packed_config(d, bool(causal), element, max_seqlen_q, heads // kv_heads)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
         shape = (total_q, total_k, heads, kv_heads, batch, tiles, pitches)
         plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
@@ -352,18 +352,24 @@ class HopperAttention:
 
     def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
                      pitches: tuple, paging: tuple = ()):
-        """The launch over `batch` sequences' `tiles` row tiles (of the longest) of `heads` query heads: Q's,
-        K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart; `paging` (paged K/V): pages a
-        sequence, the page size and the pool's pages (K's and V's tokens)."""
+        """The launch over `batch` sequences' `tiles` row tiles (of the longest; pack_gqa, of its rows times the
+        group) of `heads` query heads (pack_gqa: of the K/V heads): Q's, K's and V's 2-D maps over [tokens, heads
+        x d], rows `pitches` bytes apart (pack_gqa: Q's 3-D over [tokens, heads, d], a box 64 / group tokens of
+        `group` heads); `paging` (paged K/V): pages a sequence, the page size and the pool's pages (K's and V's
+        tokens)."""
         module = self.library.module(str(config), partial(sm90.build_module, config))
-        box, d = sm90_layouts.boxes(config), config.head_dim
+        box, d, group = sm90_layouts.boxes(config), config.head_dim, heads // kv_heads
         maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
             ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
+        if config.pack_gqa:
+            maps[0] = MapOperand(self.maps, (total_q, heads, d), d * config.element_bytes, box["q"], pitches[0],
+                                 box_matrices=box["q"].rows // group)
+        items = batch * (kv_heads if config.pack_gqa else heads)
         # (paged: a sequence's keys at most its table row's, then the table's address and shape)
         keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, batch * heads,
-                                heads // kv_heads] + [POINTER] * 2 + [heads, total_q] + keys,
-                                grid=config.grid(batch * heads, tiles * config.rows, self.sms), block=config.threads,
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, items, group]
+                                + [POINTER] * 2 + [heads, total_q] + keys,
+                                grid=config.grid(items, tiles * config.rows, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _PackedPlan(launch, maps)
 
@@ -389,9 +395,7 @@ class HopperAttention:
             return o, lse
         if not (pages and per_sequence):  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
             return o.zero_(), lse.fill_(float("-inf"))
-        packed = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
-        config = replace(packed, page_rows=packed.keys if page_size % packed.keys == 0 else PAGE_ROWS)
-        tiles = -(-max_seqlen_q // config.rows)
+        config, tiles = packed_config(d, bool(causal), element, max_seqlen_q, heads // kv_heads, page_size)
         k_rows, v_rows = pool_rows(k_pool, v_pool)
         pitches = tuple(row_pitch(x) for x in (q, k_rows, v_rows))
         shape = (total_q, pages * page_size, heads, kv_heads, batch, tiles, pitches)
@@ -400,6 +404,19 @@ class HopperAttention:
         plan(torch_stream(q), q.data_ptr(), k_rows.data_ptr(), v_rows.data_ptr(), o.data_ptr(), lse.data_ptr(),
              cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr())
         return o, lse
+
+
+def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: int, page_size: int = 0):
+    """(the packed kernels' configuration, its row tiles a sequence) for sequences of at most `max_seqlen_q`
+    queries, `group` query heads a K/V head, K/V in pages of `page_size` tokens (0: packed rows): the measured
+    configuration for that length (`HopperAttentionConfig.packed`), with pack_gqa where a sequence's queries fill
+    less than a row tile and the group divides a consumer's 64 rows (a decode step's: the group's heads fill the
+    rows, and K and V are read once a group), page boxes of a whole key tile where the pages hold whole ones."""
+    config = HopperAttentionConfig.packed(d, causal, element, max_seqlen_q)
+    pack = 1 < group and 64 % group == 0 and max_seqlen_q < config.rows
+    rows = (config.keys if page_size % config.keys == 0 else PAGE_ROWS) if page_size else 0
+    config = replace(config, pack_gqa=pack, page_rows=rows)
+    return config, -(-max_seqlen_q * (group if pack else 1) // config.rows)
 
 
 class _PackedPlan:

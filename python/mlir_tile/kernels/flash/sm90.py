@@ -58,8 +58,9 @@ import math
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E, output_element
 from mlir_tile.kernels.flash.sm90_layouts import O_BOX_COLUMNS, column_steps, row_halves, tiles, transposition
-from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, ROW_BYTES, HopperAttentionConfig
+from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig
 from mlir_tile.kernels.flash.sm90_softmax import OnlineSoftmax
+from mlir_tile.kernels.flash.sm90_varlen import PackedItems
 from mlir_tile.kernels.flash.variants import Variant
 
 
@@ -90,7 +91,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     return k.module
 
 
-class _HopperAttention(OnlineSoftmax):
+class _HopperAttention(OnlineSoftmax, PackedItems):
     def __init__(self, k, config: HopperAttentionConfig, variant: Variant | None):
         from mlir.dialects import arith
 
@@ -183,31 +184,12 @@ class _HopperAttention(OnlineSoftmax):
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, count - 1)
             self.item = j
             if config.varlen:  # (a row tile past its sequence's queries: nothing to do)
-                with k.if_(k.compare("ult", self.q0, self.sequence.q_length)):
+                with k.if_(k.compare("ult", self.q0, self.q_rows)):
                     yield j
             else:
                 yield j
             if carried is not None:
                 k.store(k.as_i32((self.kv_base + self.key_tiles.count) % config.index_period), carried, [0])
-
-    def locate_in_sequence(self) -> None:
-        """Packed sequences: the item's (batch x heads + head) split, its sequence's bounds (`Sequence`), Q's
-        origin (the sequence's first token, the head's first column), K's and V's (its K/V head's), the
-        log-sum-exp's row of the head ([heads, total_q]), the key tiles of the item's rows."""
-        from mlir_tile.kernels.flash.sm90_varlen import Pages, Sequence
-
-        k, config = self.k, self.config
-        heads = k.as_index(self.heads)
-        batch, self.head = self.head // heads, self.head % heads
-        self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(self.total_q),
-                                 k.as_index(self.total_k), key_lengths=bool(config.page_rows))
-        if config.page_rows:
-            table, *shape = self.paging
-            self.pages = Pages(k, table, *(k.as_index(x) for x in shape), batch)
-        self.q_origin = (self.sequence.q_start, self.head * self.d)
-        self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
-        self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
-        self.key_tiles = self.sequence.key_tiles(config.keys, self.q0, config.rows, config.causal)
 
     def visited(self):
         """The key tiles the item's rows see (`KeyTiles.between`: the variant's keys of its first row and of
@@ -241,11 +223,11 @@ class _HopperAttention(OnlineSoftmax):
             self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column) -> None:
+    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column, matrix=None) -> None:
         """`pipeline.load_boxes` of a tile (`tiles[layout]`, boxes of 128 bytes of columns) of this kernel's shared
-        memory and element."""
+        memory and element (`matrix`: of a 3-D map's)."""
         pipeline.load_boxes(index, self.shared, at, self.tiles[layout], self.storage, self.config.box_columns,
-                            tensor_map, row, first_column)
+                            tensor_map, row, first_column, matrix)
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
@@ -267,8 +249,10 @@ class _HopperAttention(OnlineSoftmax):
         for consumer in range(consumers):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
-            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), "q_band", self.q_map,
-                            self.q_origin[0] + (self.q0 + 64 * consumer), self.q_origin[1])
+            matrix, row, column = self.q_band_at(consumer) if self.config.varlen else (
+                None, self.q_origin[0] + (self.q0 + 64 * consumer), self.q_origin[1])
+            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), "q_band", self.q_map, row, column,
+                            matrix)
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
@@ -288,18 +272,6 @@ class _HopperAttention(OnlineSoftmax):
         self.staging.acquire(index)
         staged = self.staging_ring.offset(self.staging_ring.stage(index))
         self.load_boxes(self.staging, index, staged, "v_staged", self.v_map, row, column)
-
-    def load_pages(self, index, key) -> None:
-        """Paged K/V (its stage free): the key tile from key `key` on as boxes of `page_rows` rows, each box's K
-        and V from its page's rows, its block table entry read just before (read before the stage's wait, the
-        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines)."""
-        ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
-        stage = ring.stage(index)
-        for box in range(self.config.keys // rows):
-            row = self.pages.row(key + box * rows)
-            for part, tensor_map in enumerate((self.k_map, self.v_map)):
-                self.load_boxes(self.pipeline, index, ring.offset(stage, part) + box * rows * ROW_BYTES, "k_page",
-                                tensor_map, row, column)
 
     def produce_transposed(self) -> None:
         """fp8: per item, the producer warpgroup transposes each key tile's V into its stage (`transpose`), its
@@ -485,7 +457,6 @@ class _HopperAttention(OnlineSoftmax):
         from mlir.dialects import math as math_dialect
 
         k, varlen = self.k, self.config.varlen
-        queries = self.sequence.q_length if varlen else k.as_index(self.seq)
         inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
@@ -495,11 +466,14 @@ class _HopperAttention(OnlineSoftmax):
                 inverse = arith.select(seen, inverse, k.constant(0.0, "f32"))
             inverses.append(inverse)
             row, _ = self.o_acc.coordinate(self._first_slot(half))
-            query = self._query(row)
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
-            with k.if_(k.leads_lanes(4) & k.compare("ult", query, queries)):
-                self.g_lse[self.sequence.q_start + query if varlen else query] = log_sum
+            if varlen:
+                self.store_lse(row, log_sum)
+                continue
+            query = self._query(row)
+            with k.if_(k.leads_lanes(4) & k.compare("ult", query, k.as_index(self.seq))):
+                self.g_lse[query] = log_sum
         if varlen:
             self.store_o_rows(inverses)
         else:
@@ -548,24 +522,10 @@ class _HopperAttention(OnlineSoftmax):
         elif not config.persistent:
             self.release_q_band()
 
-    def store_o_rows(self, inverses) -> None:
-        """Packed sequences: O's rows inside the sequence stored from the registers into O [total_q, heads x d]
-        (`o_map`: its 16-bit pairs; `sm90_varlen.store_rows`: a box would write into the next sequence's rows)."""
-        from mlir.dialects import arith
-
-        from mlir_tile.kernels.flash.sm90_varlen import store_rows
-
-        k, d, sequence = self.k, self.d, self.sequence
-        words = k.as_index(self.heads) * (d // 2)  # (a token's row of O in 4-byte words)
-
-        def first_word(row):
-            query = self._query(row)
-            return k.compare("ult", query, sequence.q_length), (sequence.q_start + query) * words + self.head * (d // 2)
-        store_rows(k, self.o_acc, self.o_map, self.config.element, first_word,
-                   lambda half, x: arith.mulf(x, inverses[half]))
-
     def _query(self, row):
-        return self.q0 + (self.consumer * 64 + row)
+        """The query of the item's `row` (of the accumulators' tile); pack_gqa: of its (query, head) pair."""
+        query = self.q0 + (self.consumer * 64 + row)
+        return self.split_row(query)[0] if self.config.pack_gqa else query
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)

@@ -12,7 +12,8 @@ from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registe
 
 ROW_BYTES = 128  # a 128-byte swizzled row: each tile is boxes of 128 bytes of columns side by side
 BAND_BYTES = 64 * ROW_BYTES  # consumer c's 64 rows of Q's or O's tile start c times this many bytes in
-# a persistent producer holds its walk's item beside the loads (at 24 it spilled); fp8's transposes V
+# a persistent producer holds its walk's item beside the loads (at 24 it spilled), a paged one its boxes' pages;
+# fp8's transposes V
 PRODUCER_REGISTERS, PERSISTENT_PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 32, 56
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
@@ -99,6 +100,8 @@ class HopperAttentionConfig:
     # (sequence, head, row tile) of the longest sequence's tiles, O stored by rows from the registers
     page_rows: int = 0  # paged K/V (`sm90_varlen.Pages`, packed sequences only): a key tile's K and V as boxes of
     # this many rows, each from its own page of the pool (the page size a multiple of it); 0: the packed rows
+    pack_gqa: bool = False  # an item the query heads of one K/V head, its rows (query, head) pairs
+    # (`sm90_varlen.PackedItems`, packed sequences only): a decode step's few queries fill a group's rows
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -129,6 +132,9 @@ class HopperAttentionConfig:
         if self.varlen and (self.fp8 or self.persistent):
             raise ValueError("hopper attention: packed sequences take 16-bit inputs on the launched grid (one row "
                              "tile a CTA), not e4m3 or a persistent walk")
+        if self.pack_gqa and not self.varlen:
+            raise ValueError("hopper attention: pack_gqa takes packed sequences (the query heads of a token lie "
+                             "together in their rows)")
         if self.page_rows and (not self.varlen or self.page_rows % PAGE_ROWS or self.keys % self.page_rows):
             raise ValueError(f"hopper attention: paged K/V takes packed sequences and boxes of a multiple of "
                              f"{PAGE_ROWS} rows dividing the key tile's {self.keys}; got {self.page_rows} rows, "
@@ -191,7 +197,8 @@ class HopperAttentionConfig:
     def producer_registers(self) -> int:
         if self.fp8:
             return TRANSPOSING_PRODUCER_REGISTERS
-        return PERSISTENT_PRODUCER_REGISTERS if self.persistent else PRODUCER_REGISTERS
+        # (paged: each box's block table entry and row; with pack_gqa's Q box, d 256's spilled at 24)
+        return PERSISTENT_PRODUCER_REGISTERS if self.persistent or self.page_rows else PRODUCER_REGISTERS
 
     @property
     def consumer_registers(self) -> int:
@@ -262,4 +269,4 @@ class HopperAttentionConfig:
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
                 f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
                 f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}"
-                f"{f'_paged{self.page_rows}' if self.page_rows else ''}_sm90a")
+                f"{f'_paged{self.page_rows}' if self.page_rows else ''}{'_gqa' if self.pack_gqa else ''}_sm90a")

@@ -13,6 +13,8 @@ the next sequence's rows (FlashAttention-3's `Use_TMA_O` is off for varlen for t
 """
 from __future__ import annotations
 
+from mlir_tile.kernels.flash.sm90_tiles import ROW_BYTES
+
 
 class Sequence:
     """Sequence `batch`'s bounds, read from cu_seqlens_q and cu_seqlens_k (Global i32 arguments) and clamped
@@ -88,6 +90,111 @@ class Pages:
         page = k.as_index(k.load(self.table, [entry]), unsigned_from="i32")
         on_pool = inside & k.compare("ult", page, self.pages)
         return k.select(on_pool, page * self.page_size + key % self.page_size, self.pool_rows)
+
+
+class PackedItems:
+    """The Hopper kernel's (`sm90._HopperAttention`'s) items over packed sequences: an item's sequence and head,
+    its paged K/V loads, its rows of O and of the log-sum-exp. With `pack_gqa` (FlashAttention-3's), an item is
+    the `group` query heads of one K/V head, its rows (query, head) pairs: row r of its tiles is query r / group
+    of query head kv_head x group + r mod group, so that at decode one tile holds a group's queries rather than
+    one head's few, and K and V are read once a group. Q's band of 64 rows is then one 3-D box of 64 / group
+    tokens of `group` heads each (the map over [total_q, heads, d]: the group's heads of a token lie together)."""
+
+    def locate_in_sequence(self) -> None:
+        """The item's (batch x heads + head, or x K/V heads with pack_gqa) split, its sequence's bounds
+        (`Sequence`) and pages (`Pages`), its rows inside the sequence (`q_rows`), Q's origin (the sequence's
+        first token, the head's first column), K's and V's (its K/V head's), the log-sum-exp's rows
+        ([heads, total_q]), the key tiles of the item's rows."""
+        k, config = self.k, self.config
+        heads = k.as_index(self.heads)
+        items = heads // self.group if config.pack_gqa else heads
+        batch, self.head = self.head // items, self.head % items
+        self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(self.total_q),
+                                 k.as_index(self.total_k), key_lengths=bool(config.page_rows))
+        if config.page_rows:
+            table, *shape = self.paging
+            self.pages = Pages(k, table, *(k.as_index(x) for x in shape), batch)
+        if config.pack_gqa:
+            self.q_rows = self.sequence.q_length * self.group
+            self.kv_origin = (self.sequence.k_start, self.head * self.d)
+            self.g_lse = k.tensor(self.lse, (heads, self.total_q))
+            first_query, _ = self.split_row(self.q0)
+        else:
+            self.q_rows = self.sequence.q_length
+            self.q_origin = (self.sequence.q_start, self.head * self.d)
+            self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
+            self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
+            first_query = self.q0
+        # (pack_gqa: the rows' queries span fewer than `rows`, which bounds the causal tiles from above)
+        self.key_tiles = self.sequence.key_tiles(config.keys, first_query, config.rows, config.causal)
+
+    def split_row(self, packed) -> tuple:
+        """pack_gqa: (the query, the head within the group) of the item's row `packed` (an index value): the
+        group divides 64, a power of two, so a shift by its log2 and a mask (made from the group, a kernel
+        parameter, where used: held from the item's start, they spilled d 256's consumers)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.builder.integers import with_operators
+
+        k, shift = self.k, with_operators(self.k.index(0))
+        for bit in range(1, 7):  # (log2 of the group: the powers of two it reaches)
+            shift += k.select(k.compare("uge", self.group, 1 << bit), k.index(1), k.index(0))
+        return (with_operators(arith.shrui(packed, shift)),
+                with_operators(arith.andi(packed, arith.subi(self.group, k.index(1)))))
+
+    def q_band_at(self, consumer: int) -> tuple:
+        """(the matrix or None, the row, the first column) of the consumer's band of Q: row q0 + 64 consumer of
+        the head's rows, or with pack_gqa token (q0 + 64 consumer) / group of the group's first head."""
+        row = self.q0 + 64 * consumer
+        if self.config.pack_gqa:
+            return self.sequence.q_start + self.split_row(row)[0], self.head * self.group, None
+        return None, self.q_origin[0] + row, self.q_origin[1]
+
+    def row_place(self, row) -> tuple:
+        """(whether the item's `row` (of the accumulators' tile) lies inside the sequence, its query, its query
+        head)."""
+        k = self.k
+        if not self.config.pack_gqa:
+            query = self._query(row)
+            return k.compare("ult", query, self.sequence.q_length), query, self.head
+        packed = self.q0 + (self.consumer * 64 + row)
+        query, head = self.split_row(packed)
+        return k.compare("ult", packed, self.q_rows), query, self.head * self.group + head
+
+    def store_lse(self, row, log_sum) -> None:
+        """The row's log-sum-exp, where the row lies inside the sequence, by the first lane of its quad."""
+        inside, query, head = self.row_place(row)
+        with self.k.if_(self.k.leads_lanes(4) & inside):
+            if self.config.pack_gqa:
+                self.g_lse[head, self.sequence.q_start + query] = log_sum
+            else:
+                self.g_lse[self.sequence.q_start + query] = log_sum
+
+    def load_pages(self, index, key) -> None:
+        """Paged K/V (its stage free): the key tile from key `key` on as boxes of `page_rows` rows, each box's K
+        and V from its page's rows, its block table entry read just before (read before the stage's wait, the
+        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines)."""
+        ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
+        stage = ring.stage(index)
+        for box in range(self.config.keys // rows):
+            row = self.pages.row(key + box * rows)
+            for part, tensor_map in enumerate((self.k_map, self.v_map)):
+                self.load_boxes(self.pipeline, index, ring.offset(stage, part) + box * rows * ROW_BYTES, "k_page",
+                                tensor_map, row, column)
+
+    def store_o_rows(self, inverses) -> None:
+        """O's rows inside the sequence stored from the registers into O [total_q, heads x d] (`o_map`: its
+        16-bit pairs; `store_rows`: a box would write into the next sequence's rows)."""
+        from mlir.dialects import arith
+
+        k, d, sequence = self.k, self.d, self.sequence
+        words = k.as_index(self.heads) * (d // 2)  # (a token's row of O in 4-byte words)
+
+        def first_word(row):
+            inside, query, head = self.row_place(row)
+            return inside, (sequence.q_start + query) * words + head * (d // 2)
+        store_rows(k, self.o_acc, self.o_map, self.config.element, first_word,
+                   lambda half, x: arith.mulf(x, inverses[half]))
 
 
 def store_rows(kernel, accumulators, out, element: str, first_word, value) -> None:
