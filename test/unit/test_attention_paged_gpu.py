@@ -1,6 +1,6 @@
 """`attention_with_kvcache` over a paged cache on the GPU (Hopper's path, `sm90_varlen.Pages`), as vLLM-style
 engines keep one: pools [pages, page_size, kv_heads, d] and a block table. Random cases (page sizes 16 to 256
-and 48, ragged lengths with 0, 1 and full, GQA, d 64, 128 and 256, both dtypes and masks, new tokens appended
+and 48, ragged lengths with 0, 1 and full, GQA (packed and not), d 64, 128 and 256, both dtypes and masks, new tokens appended
 across page boundaries, shuffled tables whose unused entries hold garbage, and pages outside the pool) against
 fp32 attention over each sequence's keys gathered here page by page, within twice the error torch's own 16-bit
 SDPA makes, and bit for bit against the same call on the gathered contiguous cache; the pools after the append
@@ -52,7 +52,7 @@ def _appended(pool, new, table: list, lengths: list):
 def _case(rng: random.Random, trial: int) -> dict:
     page_size = rng.choice([16, 32, 64, 128, 256, 48])
     per_sequence = rng.choice([1, 2, 5, rng.randint(1, 2048 // page_size)])
-    batch, heads = rng.randint(1, 4), rng.choice([1, 2, 4, 8])
+    batch, heads = rng.randint(1, 4), rng.choice([1, 2, 4, 8, 6])  # (groups of 2 to 8 packed, 3 and 6 not)
     capacity = per_sequence * page_size
     return {"batch": batch, "page_size": page_size, "per_sequence": per_sequence,
             "pages": batch * per_sequence + rng.randint(0, 3), "seq_q": rng.choice([1, 1, 2, 5, 16, 70]),
