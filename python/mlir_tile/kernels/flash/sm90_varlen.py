@@ -132,15 +132,13 @@ class PackedItems:
         """pack_gqa: (the query, the head within the group) of the item's row `packed` (an index value): the
         group divides 64, a power of two, so a shift by its log2 and a mask (made from the group, a kernel
         parameter, where used: held from the item's start, they spilled d 256's consumers)."""
-        from mlir.dialects import arith
-
         from mlir_tile.builder.integers import with_operators
 
-        k, shift = self.k, with_operators(self.k.index(0))
+        k, group = self.k, with_operators(self.group)
+        shift = with_operators(k.index(0))
         for bit in range(1, 7):  # (log2 of the group: the powers of two it reaches)
-            shift += k.select(k.compare("uge", self.group, 1 << bit), k.index(1), k.index(0))
-        return (with_operators(arith.shrui(packed, shift)),
-                with_operators(arith.andi(packed, arith.subi(self.group, k.index(1)))))
+            shift += k.select(k.compare("uge", group, 1 << bit), k.index(1), k.index(0))
+        return packed >> shift, packed & (group - 1)
 
     def q_band_at(self, consumer: int) -> tuple:
         """(the matrix or None, the row, the first column) of the consumer's band of Q: row q0 + 64 consumer of
