@@ -118,6 +118,29 @@ def test_queries_against_random_paged_caches_match_fp32_attention_and_the_append
     assert not failures, failures[:5]
 
 
+def test_a_decode_step_over_long_caches_is_split_among_many_ctas_and_combined():
+    """Few CTAs (2 sequences x 2 K/V heads) over caches of up to 9,000 keys: split-KV (`packed.kv_splits`: 32
+    splits of 3 key tiles, most of the short sequence's empty) and its combine, paged and not, against fp32
+    attention; the two calls give the same bits."""
+    from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.kernels.flash.packed import packed_config
+
+    assert packed_config(128, True, "bf16", 1, 8, 64, max_seqlen_k=9024, kv_items=4, sms=132)[2] == 32
+    for lengths in ([0, 9000], [1, 4097], [9024, 129]):
+        q = torch.randn(2, 1, 16, 128, device="cuda", dtype=torch.bfloat16)
+        k_cache, v_cache = (torch.randn(2, 9024, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+        o, lse = attention_with_kvcache(q, k_cache, v_cache, seqlens)
+        table = torch.arange(2 * 141, device="cuda", dtype=torch.int32).view(2, 141)
+        paged = attention_with_kvcache(q, *(x.view(2 * 141, 64, 2, 128) for x in (k_cache, v_cache)), seqlens,
+                                       block_table=table)
+        assert torch.equal(o, paged[0]) and torch.equal(lse, paged[1]), lengths
+        c = {"batch": 2, "seq_q": 1, "dtype": torch.bfloat16, "causal": True}
+        failures = _check(o, lse, q, [k_cache[b, :n] for b, n in enumerate(lengths)],
+                          [v_cache[b, :n] for b, n in enumerate(lengths)], c)
+        assert not failures, (lengths, failures)
+
+
 def test_a_cuda_graph_replays_a_paged_decode_step_with_other_lengths_and_tables():
     """One captured decode step (append one token into its page, attend) replayed after new lengths, tables and
     token values are copied into its inputs: the outputs and the pools equal an eager step's on copies."""

@@ -13,7 +13,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels.flash.launch import checked_paged, sequence_offsets
+from mlir_tile.kernels.flash.launch import sequence_offsets
+from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
 from mlir_tile.kernels.ops import kernels_on, register_operator
 
@@ -165,7 +166,8 @@ def _attention_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
     if paths.hopper is None:
         raise ValueError(f"attention_with_kvcache: a paged cache runs on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
-    return paths.hopper.paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q, causal=causal)
+    return paths.hopper.packing.paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q,
+                                      causal=causal)
 
 
 def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q, causal):

@@ -549,7 +549,8 @@ def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     if paths.hopper is None:
         raise ValueError(f"attention_varlen: packed sequences run on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
-    return paths.hopper.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal)
+    return paths.hopper.packing.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
+                                       max_seqlen_k=max_seqlen_k)
 
 
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
@@ -573,7 +574,7 @@ def _attention_varlen_gradients_fake(grad, grad_lse, q, k, v, o, lse, cu_seqlens
 def _attention_varlen_setup(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens_q, cu_seqlens_k, _, ctx.max_seqlen_k, ctx.causal = inputs
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *output)  # (read in place: `launch.token_rows`)
+    ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *output)  # (read in place: `packed.token_rows`)
 
 
 def _attention_varlen_backward(ctx, grad_o, grad_lse):

@@ -79,11 +79,14 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
     scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
     scales += [Global("i32"), "index", "index", "index"] if config.page_rows else []  # (the block table, its shape)
+    scales += ["index"] if config.split_kv else []  # (the splits)
     scales += variant.parameters() if variant is not None else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
-    outputs = [TensorMap(), Global("f32")] if not config.varlen else [Global("i32"), Global("f32")]  # (O, the lse)
+    # (O, the lse: O's 16-bit pairs, packed sequences; split-KV, each split's O and lse, fp32)
+    outputs = [TensorMap(), Global("f32")] if not config.varlen else [Global("f32" if config.split_kv else "i32"),
+                                                                      Global("f32")]
     with Kernel(KERNEL, [TensorMap()] * 3 + outputs + ["index", "index", "index"] + scales,
                 block=(config.threads, 1, 1),
                 chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
@@ -100,12 +103,14 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows):]
+        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows)
+                                  + config.split_kv:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
         if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries)
             self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[8:13]
             self.paging = k.arguments[13:17]  # (paged K/V: the block table, pages a sequence, the page size, pages)
+            self.splits = k.arguments[13 + 4 * bool(config.page_rows)] if config.split_kv else None
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -162,6 +167,9 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
             k.store(k.constant(0), carried, [0])
         with k.loop(0, count) as j:
             item = self.order.walked(first, j) if config.persistent else first
+            if config.split_kv:  # (block b: split b mod splits of item b / splits)
+                splits = k.as_index(self.splits)
+                self.split, item = item % splits, item // splits
             self.head, query_tile = self.order.of_block(item)
             self.q0 = query_tile * config.rows
             if config.varlen:
@@ -383,7 +391,7 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
             return self.key_tiles
         first_row = self.q0 + self.consumer * 64
         if config.varlen:
-            return self.sequence.key_tiles(config.keys, first_row, 64, causal=True)
+            return self.consumer_key_tiles(first_row)
         return KeyTiles(self.k, self.seq, config.keys, first_row, rows=64, causal=True)
 
     def release_q_band(self) -> None:

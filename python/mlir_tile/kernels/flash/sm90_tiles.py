@@ -15,6 +15,7 @@ BAND_BYTES = 64 * ROW_BYTES  # consumer c's 64 rows of Q's or O's tile start c t
 # a persistent producer holds its walk's item beside the loads (at 24 it spilled), a paged one its boxes' pages;
 # fp8's transposes V
 PRODUCER_REGISTERS, PERSISTENT_PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 32, 56
+SPLIT_PRODUCER_REGISTERS = 40  # a producer's walk of its split's share (d 256's spilled at 32 with pack_gqa)
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
@@ -102,6 +103,8 @@ class HopperAttentionConfig:
     # this many rows, each from its own page of the pool (the page size a multiple of it); 0: the packed rows
     pack_gqa: bool = False  # an item the query heads of one K/V head, its rows (query, head) pairs
     # (`sm90_varlen.PackedItems`, packed sequences only): a decode step's few queries fill a group's rows
+    split_kv: bool = False  # an item's key tiles shared among `splits` CTAs (flash-decoding, packed sequences
+    # only), each writing its rows' O and log-sum-exp in fp32, which `combine` sums
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -135,6 +138,8 @@ class HopperAttentionConfig:
         if self.pack_gqa and not self.varlen:
             raise ValueError("hopper attention: pack_gqa takes packed sequences (the query heads of a token lie "
                              "together in their rows)")
+        if self.split_kv and not self.varlen:
+            raise ValueError("hopper attention: split_kv takes packed sequences (O stored by rows)")
         if self.page_rows and (not self.varlen or self.page_rows % PAGE_ROWS or self.keys % self.page_rows):
             raise ValueError(f"hopper attention: paged K/V takes packed sequences and boxes of a multiple of "
                              f"{PAGE_ROWS} rows dividing the key tile's {self.keys}; got {self.page_rows} rows, "
@@ -197,6 +202,8 @@ class HopperAttentionConfig:
     def producer_registers(self) -> int:
         if self.fp8:
             return TRANSPOSING_PRODUCER_REGISTERS
+        if self.split_kv:
+            return SPLIT_PRODUCER_REGISTERS
         # (paged: each box's block table entry and row; with pack_gqa's Q box, d 256's spilled at 24)
         return PERSISTENT_PRODUCER_REGISTERS if self.persistent or self.page_rows else PRODUCER_REGISTERS
 
@@ -269,4 +276,5 @@ class HopperAttentionConfig:
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
                 f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
                 f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}"
-                f"{f'_paged{self.page_rows}' if self.page_rows else ''}{'_gqa' if self.pack_gqa else ''}_sm90a")
+                f"{f'_paged{self.page_rows}' if self.page_rows else ''}{'_gqa' if self.pack_gqa else ''}"
+                f"{'_splitkv' if self.split_kv else ''}_sm90a")

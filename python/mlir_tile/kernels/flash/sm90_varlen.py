@@ -42,17 +42,20 @@ class Sequence:
             self.k_start, self.k_length = bounds(cu_seqlens_k, total_k)
         self.shift = self.k_length - self.q_length
 
-    def key_tiles(self, keys: int, first_row, rows: int, causal: bool):
+    def key_tiles(self, keys: int, first_row, rows: int, causal: bool, share: tuple | None = None):
         """The key tiles (`KeyTiles`) query rows [first_row, first_row + rows) of the sequence walk: its keys
         (causal: up to each row's diagonal, the walk's first row clamped at 0 where the diagonal starts before
-        the keys), one tile at least, so that rows that see no key walk a tile that is all masked (O 0,
-        log-sum-exp -inf) rather than none."""
+        the keys), or of those the tiles [begin, begin + per) of `share` (split-KV's), one tile at least, so
+        that rows that see no key walk a tile that is all masked (O 0, log-sum-exp -inf) rather than none (a
+        share past the walk's end: a tile past its keys, or past the rows' diagonals)."""
         from mlir_tile.builder.integers import maximum
         from mlir_tile.builder.schedule import KeyTiles
 
         k = self.k
         first = maximum(first_row + self.shift, 0, signed=True) if causal else first_row
         walk = KeyTiles(k, self.k_length, keys, first, rows=rows, causal=causal)
+        if share is not None:
+            walk = walk.part(*share)
         walk.count = k.maximum(walk.count, 1)
         return walk
 
@@ -117,16 +120,28 @@ class PackedItems:
         if config.pack_gqa:
             self.q_rows = self.sequence.q_length * self.group
             self.kv_origin = (self.sequence.k_start, self.head * self.d)
-            self.g_lse = k.tensor(self.lse, (heads, self.total_q))
-            first_query, _ = self.split_row(self.q0)
         else:
             self.q_rows = self.sequence.q_length
             self.q_origin = (self.sequence.q_start, self.head * self.d)
             self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
+        if config.pack_gqa or config.split_kv:  # (split-KV: [splits x heads, total_q])
+            self.g_lse = k.tensor(self.lse, (k.as_index(self.splits) * heads if config.split_kv else heads,
+                                             self.total_q))
+        else:
             self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
-            first_query = self.q0
-        # (pack_gqa: the rows' queries span fewer than `rows`, which bounds the causal tiles from above)
-        self.key_tiles = self.sequence.key_tiles(config.keys, first_query, config.rows, config.causal)
+        self.share = None
+        self.key_tiles = self.consumer_key_tiles(self.q0, config.rows, config.causal)
+        if config.split_kv:  # (this split's share of the item's key tiles)
+            per = (self.key_tiles.count + (k.as_index(self.splits) - 1)) // k.as_index(self.splits)
+            self.share = (self.split * per, per)
+            self.key_tiles = self.consumer_key_tiles(self.q0, config.rows, config.causal)
+
+    def consumer_key_tiles(self, first_row, rows: int = 64, causal: bool = True):
+        """The key tiles of the item's rows [first_row, first_row + rows) (`Sequence.key_tiles`; of its split's
+        share): with pack_gqa those of their queries (fewer than `rows`, which bounds the causal tiles from
+        above)."""
+        first_query = self.split_row(first_row)[0] if self.config.pack_gqa else first_row
+        return self.sequence.key_tiles(self.config.keys, first_query, rows, causal, self.share)
 
     def split_row(self, packed) -> tuple:
         """pack_gqa: (the query, the head within the group) of the item's row `packed` (an index value): the
@@ -163,7 +178,9 @@ class PackedItems:
         """The row's log-sum-exp, where the row lies inside the sequence, by the first lane of its quad."""
         inside, query, head = self.row_place(row)
         with self.k.if_(self.k.leads_lanes(4) & inside):
-            if self.config.pack_gqa:
+            if self.config.pack_gqa or self.config.split_kv:
+                if self.config.split_kv:
+                    head = self.split * self.k.as_index(self.heads) + head
                 self.g_lse[head, self.sequence.q_start + query] = log_sum
             else:
                 self.g_lse[self.sequence.q_start + query] = log_sum
@@ -182,25 +199,29 @@ class PackedItems:
 
     def store_o_rows(self, inverses) -> None:
         """O's rows inside the sequence stored from the registers into O [total_q, heads x d] (`o_map`: its
-        16-bit pairs; `store_rows`: a box would write into the next sequence's rows)."""
+        16-bit pairs; `store_rows`: a box would write into the next sequence's rows); split-KV, into this
+        split's fp32 O [splits, total_q, heads x d]."""
         from mlir.dialects import arith
 
-        k, d, sequence = self.k, self.d, self.sequence
-        words = k.as_index(self.heads) * (d // 2)  # (a token's row of O in 4-byte words)
+        k, d, sequence, split = self.k, self.d, self.sequence, self.config.split_kv
+        per_word = 1 if split else 2  # (elements a 4-byte word)
+        words = k.as_index(self.heads) * (d // per_word)  # (a token's row of O in 4-byte words)
+        first_token = self.split * k.as_index(self.total_q) + sequence.q_start if split else sequence.q_start
 
         def first_word(row):
             inside, query, head = self.row_place(row)
-            return inside, (sequence.q_start + query) * words + head * (d // 2)
-        store_rows(k, self.o_acc, self.o_map, self.config.element, first_word,
+            return inside, (first_token + query) * words + head * (d // per_word)
+        store_rows(k, self.o_acc, self.o_map, "f32" if split else self.config.element, first_word,
                    lambda half, x: arith.mulf(x, inverses[half]))
 
 
 def store_rows(kernel, accumulators, out, element: str, first_word, value) -> None:
     """A warpgroup's 64 x N accumulators (`Accumulators`) rounded to `element` and stored from the registers into
     the global 16-bit tensor `out` (a Global of i32: pairs) as 4-byte words, each pair a row's two columns side by
-    side: `first_word(row)` of each of the thread's two rows (an index value of the accumulators' tile) gives
-    (whether the row is stored, an i1; the word of its column 0), `value(half, x)` each element before rounding.
-    ValueError where the atom's slots 2i and 2i + 1 are not one row's neighbours."""
+    side (`element` "f32": into the fp32 tensor `out`, a word an element): `first_word(row)` of each of the
+    thread's two rows (an index value of the accumulators' tile) gives (whether the row is stored, an i1; the
+    word of its column 0), `value(half, x)` each element before rounding. ValueError where the atom's slots 2i
+    and 2i + 1 are not one row's neighbours."""
     from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 
     k, atom = kernel, accumulators.atom
@@ -216,4 +237,8 @@ def store_rows(kernel, accumulators, out, element: str, first_word, value) -> No
             for slot in (s for s in slots if halves[s] == half):
                 _, column = accumulators.coordinate(slot)
                 pair = [value(half, k.load(accumulators.registers, [slot + i])) for i in range(2)]
-                k.store(k.pack_f16(*pair, element), out, [first + column // 2])
+                if element == "f32":
+                    for i, x in enumerate(pair):
+                        k.store(x, out, [first + (column + i)])
+                else:
+                    k.store(k.pack_f16(*pair, element), out, [first + column // 2])
