@@ -17,28 +17,20 @@ from dataclasses import dataclass
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E
+from mlir_tile.kernels.flash.row_pieces import PIECE, THREADS, PieceRows
 
-KERNEL = "attention_combine"
-THREADS = 256
-PIECE = 8  # elements of a row a lane sums: two 16-byte loads of each split's fp32 O
+KERNEL = "attention_combine"  # (a lane sums PIECE elements of a row: two 16-byte loads of each split's fp32 O)
 
 
 @dataclass(frozen=True)
-class CombineConfig:
+class CombineConfig(PieceRows):
     head_dim: int = 128
     element: str = "bf16"
 
     def __post_init__(self) -> None:
-        if self.head_dim % PIECE or not PIECE <= self.head_dim <= 32 * PIECE or self.element not in ("f16", "bf16"):
+        if self.rows_refused():
             raise ValueError(f"attention combine: a head dim that is a multiple of {PIECE} up to {32 * PIECE}, f16 "
                              f"or bf16; got {self.head_dim}, {self.element}")
-
-    @property
-    def lanes(self) -> int:  # lanes a row
-        return self.head_dim // PIECE
-
-    def grid(self, rows: int) -> int:
-        return -(-rows // (THREADS // self.lanes))
 
     def __str__(self) -> str:
         return f"{KERNEL}_d{self.head_dim}_{self.element}_sm90a"
