@@ -144,6 +144,11 @@ def test_empty_batches_queries_caches_and_negative_lengths():
     for new in (0, 1):  # (no cache rows: nothing fits, every row sees no key)
         o, lse = call(2, 3, 0, new)
         assert not o.any() and torch.isneginf(lse).all()
+    q, cache = torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16), torch.randn(1, 8, 2, 64, device="cuda",
+                                                                                         dtype=torch.float16)
+    none = cache[:, :0]  # (no new tokens: nothing written)
+    assert torch.equal(attention_with_kvcache(q, cache, cache.clone(), 3, none, none)[0],
+                       attention_with_kvcache(q, cache, cache.clone(), 3)[0])
     q, cache, added = (torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16),
                        torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.float16),
                        torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16))

@@ -42,7 +42,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     queries, query_offsets = q.reshape(batch * seq_q, heads, d), sequence_offsets(batch, seq_q, q.device)
     if block_table is not None:  # (the pools' pages, page size and layout, before they are written)
         checked_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q)
-    if k_new is not None and seq_cache:
+    if k_new is not None and seq_cache and k_new.shape[1]:  # (argmax takes no empty tensor)
         keys = lengths[:, None].long() + torch.arange(k_new.shape[1], device=q.device)
         if block_table is None:
             entries = torch.arange(batch, device=q.device)[:, None].expand_as(keys)
