@@ -563,7 +563,7 @@ def test_the_command_line_takes_the_configurations_fields_as_options():
     parser = argparse.ArgumentParser()
     names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
     assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
-                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows", "pack_gqa"}
+                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows", "pack_gqa", "split_kv"}
     fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
     assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
     assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(
