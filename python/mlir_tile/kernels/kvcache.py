@@ -76,13 +76,15 @@ def _append(caches, news, index, fits) -> None:
     long [batch, seq_new] tensors) where fits[b, j]; each write that does not fit goes where the first that fits
     goes, with its value (where none fits, to the index of the first with the value already there), so no index
     leaves the cache, nothing waits on the host and every row written twice gets one value."""
+    # (indices of one element, [1], not 0-d: torch reads a 0-d index tensor on the host, which a CUDA graph's
+    # capture refuses)
     fits = fits.flatten()
-    first = fits.int().argmax()  # (0 where none fits)
+    first = fits.int().argmax().view(1)  # (0 where none fits)
     some = fits[first]
     index = tuple(torch.where(fits, i.flatten(), torch.where(some, i.flatten()[first], 0)) for i in index)
     for cache, new in zip(caches, news):
         new = new.flatten(0, 1)
-        fallback = torch.where(some, new[first], cache[tuple(i[0] for i in index)])
+        fallback = torch.where(some[:, None, None], new[first], cache[tuple(i[:1] for i in index)])
         cache.index_put_(index, torch.where(fits[:, None, None], new, fallback))
 
 

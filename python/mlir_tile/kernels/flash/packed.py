@@ -5,6 +5,7 @@ and split-KV where a decode step's items leave SMs idle, `kv_splits`, whose spli
 checks of their arguments. `launch.HopperAttention` holds one (`packed`, `paged`)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from functools import partial
 
@@ -110,6 +111,7 @@ class PackedAttention:
         return _PackedPlan(launch, maps, combined)
 
 
+@functools.lru_cache(maxsize=1024)  # (each call asks; the configurations' checks cost host time a decode step has not)
 def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: int, page_size: int = 0, *,
                   max_seqlen_k: int = 0, kv_items: int = 0, sms: int = 0):
     """(the packed kernels' configuration, its row tiles a sequence, its splits) for sequences of at most
