@@ -53,6 +53,19 @@ def cases():
     yield "attention 1x8x16x128 on 1024 keys (token rows)", {
         "operator": lambda: attention(last, cache, cache),
         "torch": lambda: F.scaled_dot_product_attention(last, cache, cache)}
+    if torch.cuda.get_device_capability() == (9, 0):  # (a decode step, 32/8 heads: contiguous and paged caches)
+        from mlir_tile.kernels import attention_with_kvcache
+
+        step = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k_cache, v_cache = (torch.randn(4, 1024, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        lengths = torch.full((4,), 1000, dtype=torch.int32, device="cuda")
+        table = torch.arange(64, dtype=torch.int32, device="cuda").view(4, 16)
+        pools = [x.view(64, 64, 8, 128) for x in (k_cache, v_cache)]
+        heads_first = [x.transpose(1, 2) for x in (step, k_cache, v_cache)]
+        yield "decode 4x32 heads on 1000 of 1024 keys (kv 8)", {
+            "operator": lambda: attention_with_kvcache(step, k_cache, v_cache, lengths),
+            "paged": lambda: attention_with_kvcache(step, *pools, lengths, block_table=table),
+            "torch": lambda: F.scaled_dot_product_attention(*heads_first, enable_gqa=True)}
 
 
 def host_microseconds(call) -> float:
