@@ -57,7 +57,9 @@ def _case(rng: random.Random, trial: int) -> dict:
     return {"batch": batch, "page_size": page_size, "per_sequence": per_sequence,
             "pages": batch * per_sequence + rng.randint(0, 3), "seq_q": rng.choice([1, 1, 2, 5, 16, 70]),
             "heads": heads, "kv_heads": rng.choice([x for x in (1, 2, heads) if heads % x == 0]),
-            "d": (64, 128, 256)[trial % 3], "dtype": (torch.float16, torch.bfloat16)[trial % 2],
+            # (bf16 but every eighth case: the f16 twins differ in their conversions only, and each kernel a
+            # case takes is compiled from PTX by the driver on its first launch, seconds each)
+            "d": (64, 128, 256)[trial % 3], "dtype": torch.float16 if trial % 8 == 7 else torch.bfloat16,
             "causal": rng.random() < 0.7, "new": trial % 4 != 0, "bad_page": rng.choice([0, 0, 0.2]),
             "lengths": [rng.choice([0, 1, capacity, rng.randint(0, capacity)]) for _ in range(batch)]}
 
