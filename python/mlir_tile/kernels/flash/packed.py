@@ -166,7 +166,7 @@ def pool_rows(*pools) -> tuple:
 
 
 def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> str:
-    """The element of `HopperAttention.paged`'s arguments, each checked (the pools' pages lying one after
+    """The element of `PackedAttention.paged`'s arguments, each checked (the pools' pages lying one after
     another, each token's heads x d contiguous on 16 bytes: a pool is not copied); ValueError in one line
     otherwise."""
     import torch
@@ -194,7 +194,7 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
 
 
 def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
-    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`HopperAttention.packed`;
+    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`PackedAttention.packed`;
     `longest` the bound the launch's grid is made for, the argument `name`); ValueError in one line otherwise."""
     import torch
 

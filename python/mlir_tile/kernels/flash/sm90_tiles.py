@@ -168,7 +168,7 @@ class HopperAttentionConfig:
 
     @classmethod
     def packed(cls, head_dim: int, causal: bool, element: str, max_seqlen_q: int) -> "HopperAttentionConfig":
-        """What `HopperAttention.packed` runs on sequences of at most `max_seqlen_q` queries: `picked`'s
+        """What `PackedAttention.packed` runs on sequences of at most `max_seqlen_q` queries: `picked`'s
         configuration for that length on the launched grid, for packed sequences."""
         return replace(cls.picked(head_dim, causal, element, max_seqlen_q), persistent=False, varlen=True)
 
