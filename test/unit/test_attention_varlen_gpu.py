@@ -358,9 +358,20 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
 
 def test_token_major_attention_is_captured_in_a_cuda_graph_at_shapes_new_to_it():
     """`attention` with keys longer than the queries (the packed kernels' path) first called inside a capture,
-    forward and backward: replayed on new values, O and the gradients equal the eager call's bit for bit; and an
-    eager call right after the capture, before any replay, is right too (the sequences' offsets recorded under
-    the capture were only written by a replay: they are not reused outside it)."""
+    forward and backward: replayed on new values, O and the gradients equal the eager call's bit for bit (in
+    torch's deterministic mode: else dQ's fp32 reductions land in any order; the H100 found the replay's outputs
+    unequal without it); and an eager call right after the capture, before any replay, is right too (the
+    sequences' offsets recorded under the capture were only written by a replay: they are not reused outside
+    it)."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # (warn only: the fp32 reference's cuBLAS products)
+    try:
+        _capture_new_shapes()
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _capture_new_shapes():
     from mlir_tile.kernels import attention
 
     def inputs(seed):
