@@ -40,7 +40,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
     queries, query_offsets = q.reshape(batch * seq_q, heads, d), sequence_offsets(batch, seq_q, q.device)
-    if block_table is not None:  # (the pools' pages, page size and layout, before they are written)
+    if block_table is not None and k_new is not None:  # (the pools' pages, page size and layout, before they are
+        # written; unwritten, the operator checks them, once a call)
         checked_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q)
     if k_new is not None and seq_cache and k_new.shape[1]:  # (argmax takes no empty tensor)
         keys = lengths[:, None].long() + torch.arange(k_new.shape[1], device=q.device)
