@@ -37,6 +37,26 @@ def _case(rng: random.Random, trial: int) -> dict:
             "lengths": [rng.choice([0, 1, seq_cache, rng.randint(0, seq_cache)]) for _ in range(batch)]}
 
 
+def _check(o, lse, q, keys: list, values: list, c: dict) -> list:
+    """What differs between (o, lse) and fp32 attention of q over each sequence's `keys` and `values`."""
+    failures, seq_q, dtype = [], c["seq_q"], c["dtype"]
+    for b in range(c["batch"]):
+        seen = _visible(seq_q, keys[b].shape[0], c["causal"])
+        sees = seen.any(1)
+        if not sees.all() and (o[b][~sees].abs().max() != 0 or not torch.isneginf(lse[b][:, ~sees]).all()):
+            failures.append((b, "rows seeing no key"))
+        if not sees.any():
+            continue
+        parts = (q[b], keys[b], values[b])
+        exact, exact_lse = _sequence_attention(*parts, seen)
+        theirs = _sequence_attention(*parts, seen, dtype).float()
+        bound = 2 * float((theirs - exact)[sees].abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+        if float((o[b].float() - exact)[sees].abs().max()) > bound or float(
+                (lse[b][:, sees] - exact_lse[:, sees]).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
+            failures.append((b, "attention"))
+    return failures
+
+
 def test_queries_against_random_caches_match_fp32_attention_and_the_appends_are_row_by_row():
     from mlir_tile.kernels import attention_with_kvcache
 
@@ -57,23 +77,10 @@ def test_queries_against_random_caches_match_fp32_attention_and_the_appends_are_
             failures.append((trial, c, "cache"))
         if not torch.equal(lengths.cpu(), torch.tensor(c["lengths"], dtype=torch.int32)):
             failures.append((trial, c, "cache_seqlens changed"))
-        for b in range(batch):
-            seen_keys = min(c["lengths"][b] + (seq_q if c["new"] else 0), c["seq_cache"])
-            seen = _visible(seq_q, seen_keys, c["causal"])
-            sees = seen.any(1)
-            if not sees.all():  # (rows that see no key: O 0, log-sum-exp -inf)
-                if o[b][~sees].abs().max() != 0 or not torch.isneginf(lse[b][:, ~sees]).all():
-                    failures.append((trial, c, b, "rows seeing no key"))
-            if not sees.any():
-                continue
-            parts = (q[b], expected_k[b, :seen_keys], expected_v[b, :seen_keys])
-            exact, exact_lse = _sequence_attention(*parts, seen)
-            theirs = _sequence_attention(*parts, seen, dtype).float()
-            bound = 2 * float((theirs - exact)[sees].abs().max()) + 4 * torch.finfo(dtype).eps * float(
-                exact.abs().max())
-            if float((o[b].float() - exact)[sees].abs().max()) > bound or float(
-                    (lse[b][:, sees] - exact_lse[:, sees]).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
-                failures.append((trial, c, b, "attention"))
+        seen_keys = [min(length + (seq_q if c["new"] else 0), c["seq_cache"]) for length in c["lengths"]]
+        failures += [(trial, c, *failure) for failure in _check(
+            o, lse, q, [expected_k[b, :n] for b, n in enumerate(seen_keys)],
+            [expected_v[b, :n] for b, n in enumerate(seen_keys)], c)]
     assert not failures, failures[:5]
 
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the kernels' torch operators need t
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
     reason="the paged KV cache's attention runs on Hopper's path (sm_90) only")]
-from test_attention_varlen_gpu import _sequence_attention, _visible  # noqa: E402
+from test_attention_kvcache_gpu import _check  # noqa: E402
 
 CASES = 80
 GARBAGE = (-1, -7, 2 ** 31 - 1, 1 << 20)  # (table entries past a sequence's pages, or pages outside the pool)
@@ -62,26 +62,6 @@ def _case(rng: random.Random, trial: int) -> dict:
             "d": (64, 128, 256)[trial % 3], "dtype": torch.float16 if trial % 8 == 7 else torch.bfloat16,
             "causal": rng.random() < 0.7, "new": trial % 4 != 0, "bad_page": rng.choice([0, 0, 0.2]),
             "lengths": [rng.choice([0, 1, capacity, rng.randint(0, capacity)]) for _ in range(batch)]}
-
-
-def _check(o, lse, q, keys: list, values: list, c: dict) -> list:
-    """What differs between (o, lse) and fp32 attention of q over each sequence's `keys` and `values`."""
-    failures, seq_q, dtype = [], c["seq_q"], c["dtype"]
-    for b in range(c["batch"]):
-        seen = _visible(seq_q, keys[b].shape[0], c["causal"])
-        sees = seen.any(1)
-        if not sees.all() and (o[b][~sees].abs().max() != 0 or not torch.isneginf(lse[b][:, ~sees]).all()):
-            failures.append((b, "rows seeing no key"))
-        if not sees.any():
-            continue
-        parts = (q[b], keys[b], values[b])
-        exact, exact_lse = _sequence_attention(*parts, seen)
-        theirs = _sequence_attention(*parts, seen, dtype).float()
-        bound = 2 * float((theirs - exact)[sees].abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
-        if float((o[b].float() - exact)[sees].abs().max()) > bound or float(
-                (lse[b][:, sees] - exact_lse[:, sees]).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
-            failures.append((b, "attention"))
-    return failures
 
 
 def test_queries_against_random_paged_caches_match_fp32_attention_and_the_appends_are_row_by_row():
