@@ -2,9 +2,10 @@
 path): per-sequence cache lengths on the device, new keys and values appended in place, GQA, causal aligned to
 each sequence's last key, the cache [batch, seq_cache, kv_heads, d] or paged (a pool of pages and a block
 table, vLLM's). A cache of one entry a sequence needs no kernel of its own: the packed kernels
-(`attention_varlen`) read it where it lies, sequence b's keys rows b x rows_per_entry to that + its length, each
+(`attention_cached`, `attention_varlen`'s launch) read it where it lies, sequence b's keys rows b x rows_per_entry to that + its length, each
 sequence followed by an empty one whose keys are the cache's unused rows up to the next entry
-(`cache_offsets`), so that one int32 offset array made on the device bounds them all. A paged cache goes to the
+(`cache_offsets`), so that one int32 offset array made on the device bounds them all (split-KV shares out by the
+entries, not the empty ones). A paged cache goes to the
 packed kernels' paged form (`attention_paged`, `sm90_varlen.Pages`). Nothing waits on the host: a CUDA graph
 holds the call."""
 from __future__ import annotations
@@ -57,7 +58,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                                      seq_q, bool(causal))
     else:
         k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
-        o, lse = torch.ops.mlir_tile.attention_varlen(
+        o, lse = torch.ops.mlir_tile.attention_cached(
             queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
             cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), seq_q, seq_cache, bool(causal))
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
@@ -178,6 +179,26 @@ def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_
 
 
 register_operator("attention_paged", _attention_paged, fake=_attention_paged_fake)
+
+
+def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                      causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`attention_varlen`'s over a contiguous cache's rows: sequence 2b cache entry b's keys with its queries,
+    2b + 1 the entry's rows past its length, with none (`cache_offsets`); split-KV shared out by the entries."""
+    paths = kernels_on(q.device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention_with_kvcache: a KV cache runs on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    return paths.hopper.packing.packed(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
+                                       max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2)
+
+
+def _attention_cached_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+    return _attention_paged_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, causal)
+
+
+register_operator("attention_cached", _attention_cached, fake=_attention_cached_fake)
 
 
 def _described(x) -> str:

@@ -24,19 +24,21 @@ class PackedAttention:
         self.library, self.maps, self.plans, self.sms = library, maps, plans, sms
 
     def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False,
-               max_seqlen_k: int | None = None):
+               max_seqlen_k: int | None = None, queried: int | None = None):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
         [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
         covers: rows past it are not computed; `max_seqlen_k` at least its keys, None: total_k, which split-KV
-        shares out). f16 or bf16; q, k and v read in place where each token's row is (`token_rows`), O
+        shares out; `queried`, the sequences that hold queries where the others hold none, None: all, by which
+        split-KV shares out). f16 or bf16; q, k and v read in place where each token's row is (`token_rows`), O
         contiguous."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
-        return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
-                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()))
+        batch = cu_seqlens_q.shape[0] - 1
+        return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, batch,
+                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=batch if queried is None else queried)
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
               causal: bool = False):
@@ -55,9 +57,9 @@ class PackedAttention:
                          paging=(per_sequence, page_size, pages))
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
-             batch: int, pointers: tuple, paging: tuple = ()):
+             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None):
         """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
-        the split-KV partials made here where it splits."""
+        the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -71,7 +73,8 @@ class PackedAttention:
             return o.zero_(), lse.fill_(float("-inf"))
         config, tiles, splits = packed_config(d, causal, element, max_seqlen_q, heads // kv_heads,
                                               paging[1] if paging else 0, max_seqlen_k=max_seqlen_k,
-                                              kv_items=batch * kv_heads, sms=self.sms)
+                                              kv_items=(batch if queried is None else queried) * kv_heads,
+                                              sms=self.sms)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
         shape = (total_q, k.shape[0], heads, kv_heads, batch, tiles, splits, pitches, paging)
         plan = self.plans.of(("packed", config, *shape), lambda: self._plan(config, *shape))
