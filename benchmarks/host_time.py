@@ -4,11 +4,13 @@ what sets the pace. In one process on the GPU host.
 
     python3 benchmarks/host_time.py OUT     # OUT/host_time.json: microseconds of host time a call, per case
     python3 benchmarks/host_time.py OUT --profile  # and where an operator call's host time goes (cProfile)
+    python3 benchmarks/host_time.py OUT --case decode  # the cases whose names hold "decode" alone
 
 A figure: CALLS calls issued back to back (the GPU is idle between them, not the host), the wall time until the
 last returned (no synchronization) over CALLS; the median of ROUNDS rounds, the calls of a case taking turns.
 Also each case's step captured in a CUDA graph (torch.cuda.graph) and replayed, the host time a replay.
 """
+import argparse
 import json
 import statistics
 import sys
@@ -53,6 +55,19 @@ def cases():
     yield "attention 1x8x16x128 on 1024 keys (token rows)", {
         "operator": lambda: attention(last, cache, cache),
         "torch": lambda: F.scaled_dot_product_attention(last, cache, cache)}
+    if torch.cuda.get_device_capability() == (9, 0):  # (a decode step, 32/8 heads: contiguous and paged caches)
+        from mlir_tile.kernels import attention_with_kvcache
+
+        step = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k_cache, v_cache = (torch.randn(4, 1024, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        lengths = torch.full((4,), 1000, dtype=torch.int32, device="cuda")
+        table = torch.arange(64, dtype=torch.int32, device="cuda").view(4, 16)
+        pools = [x.view(64, 64, 8, 128) for x in (k_cache, v_cache)]
+        heads_first = [x.transpose(1, 2) for x in (step, k_cache, v_cache)]
+        yield "decode 4x32 heads on 1000 of 1024 keys (kv 8)", {
+            "operator": lambda: attention_with_kvcache(step, k_cache, v_cache, lengths),
+            "paged": lambda: attention_with_kvcache(step, *pools, lengths, block_table=table),
+            "torch": lambda: F.scaled_dot_product_attention(*heads_first, enable_gqa=True)}
 
 
 def host_microseconds(call) -> float:
@@ -82,18 +97,21 @@ def profile(calls: dict) -> str:
     import pstats
 
     report = io.StringIO()
-    for who in ("operator", "launcher"):
+    for who in ("operator", "launcher", "paged"):
         if who in calls:
             profiler = cProfile.Profile()
             profiler.runcall(lambda: [calls[who]() for _ in range(CALLS)])
             report.write(f"--- {who}\n")
             pstats.Stats(profiler, stream=report).sort_stats("tottime").print_stats(18)
+            pstats.Stats(profiler, stream=report).sort_stats("cumulative").print_stats(30)
     return report.getvalue()
 
 
-def main(out: Path, profiled: bool = False) -> int:
+def main(out: Path, profiled: bool = False, case: str = "") -> int:
     results = []
     for name, calls in cases():
+        if case not in name:
+            continue
         calls = {**calls, **{f"{who} in a graph": replayed(call) for who, call in list(calls.items())
                              if who in ("operator", "torch")}}
         samples = {who: [] for who in calls}
@@ -112,4 +130,9 @@ def main(out: Path, profiled: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), "--profile" in sys.argv[2:]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the folder host_time.json goes to")
+    parser.add_argument("--profile", action="store_true", help="and where each of our calls' host time goes")
+    parser.add_argument("--case", default="", help="only the cases whose names hold this")
+    arguments = parser.parse_args()
+    sys.exit(main(arguments.out, arguments.profile, arguments.case))

@@ -265,7 +265,7 @@ def test_packed_gradients_under_torch_compile_equal_eagers():
 
 def test_slices_of_a_fused_projection_are_read_in_place_and_equal_copies_of_them():
     """q, k and v as slices of one fused [tokens, heads + 2 kv_heads, d] projection (rows 2 (heads + 2 kv_heads) d
-    bytes apart: read in place by the 2-D maps, `launch.token_rows`) and q as a view off 16 bytes (copied): O, lse,
+    bytes apart: read in place by the 2-D maps, `packed.token_rows`) and q as a view off 16 bytes (copied): O, lse,
     dK and dV bitwise those of contiguous copies (the same kernels on the same values), dQ to the order of its
     additions."""
     from mlir_tile.kernels import attention_varlen

@@ -30,10 +30,11 @@ def test_each_operator_is_one_arith_op_in_the_order_written():
         with k.loop(0, n) as i:
             assert isinstance(i, Int)
             i * 2
+        assert isinstance(n >> 2 & thread, Int) and isinstance(3 & n, Int)
     arithmetic = [op for op in _ops(k.module) if op != "constant"]
     assert arithmetic[:6] == ["addi", "muli", "divui", "remui", "subi", "subi"]
     assert arithmetic[6:] == ["cmpi", "xori", "cmpi", "andi", "cmpi", "ori", "select", "maxsi", "index_castui",
-                              "index_castui", "muli"]
+                              "index_castui", "muli", "shrui", "andi", "andi"]
     assert re.search(r"%\w+ = arith\.subi %c7\w*, %", str(k.module)), str(k.module)  # (7 - thread: 7 first)
 
 

@@ -359,8 +359,9 @@ def test_an_fp32_tile_is_added_into_its_box_by_a_tma_reduction(filecheck):
 def test_flags_order_reductions_among_ctas(filecheck):
     """`wait_flag` spins on `ld.acquire.gpu` at flags[i] (4 bytes an index) until it holds the value, then fences
     the async proxy, so a TMA reduction after it follows the released writes; `tma_store_wait(complete=True)`
-    waits for the writes themselves (no `.read`), and `release_flag` fences then adds by `red.release.gpu`. A flag
-    array that is not global i32 and a non-positive increment are refused."""
+    waits for the writes themselves (no `.read`), `release_flag` fences then adds by `red.release.gpu`, and
+    `clear_flag` stores 0 (`st.relaxed.gpu`) at flags[i]. A flag array that is not global i32 and a non-positive
+    increment are refused."""
     from mlir import ir
 
     from mlir_tile.builder import BuilderError, Global, Kernel
@@ -372,6 +373,9 @@ def test_flags_order_reductions_among_ctas(filecheck):
         k.wait_flag(flags, 5, k.as_i32(k.as_index(turn)))
         k.tma_store_wait(0, complete=True)
         k.release_flag(flags, 5)
+        k.clear_flag(flags, k.as_index(turn))
+        with pytest.raises(BuilderError, match=r"clear_flag: flags are a global i32 array"):
+            k.clear_flag(floats, 0)
         with pytest.raises(BuilderError, match=r"wait_flag: flags are a global i32 array"):
             k.wait_flag(floats, 0, 1)
         with pytest.raises(BuilderError, match=r"release_flag: increment a positive 32-bit int"):
@@ -387,4 +391,6 @@ def test_flags_order_reductions_among_ctas(filecheck):
     CHECK: cp.async.bulk.wait_group 0;
     CHECK: fence.proxy.async.global;
     CHECK: red.release.gpu.add.u32 {{\\[}}[[FLAG]]{{\\]}}, %r{{[0-9]+}};
+    CHECK: mov.b32 [[ZERO:%r[0-9]+]], 0;
+    CHECK: st.relaxed.gpu.global.u32 {{\\[}}%rd{{[0-9]+}}{{\\]}}, [[ZERO]];
     """)

@@ -178,7 +178,10 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=5), "1 to 4 CTAs an SM"),
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472"),
     (dict(element="e4m3", varlen=True), "packed sequences take 16-bit"),
-    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid")])
+    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid"),
+    (dict(page_rows=16), "paged K/V takes packed sequences"), (dict(varlen=True, page_rows=24), "multiple of 16"),
+    (dict(varlen=True, keys=64, page_rows=128), "dividing the key tile's 64"),
+    (dict(pack_gqa=True), "pack_gqa takes packed sequences"), (dict(split_kv=True), "split_kv takes packed")])
 def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
     with pytest.raises(ValueError, match=message):
         HopperAttentionConfig(**options)
@@ -270,6 +273,99 @@ def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_p
 
     with pytest.raises(ValueError, match="variants take .* not packed sequences"):
         flash_sm90.build_module(config, variant=Variant("soft", score=lambda s, at: s))
+
+
+@pytest.mark.parametrize("d, page_rows", [(128, 16), (64, 64)])
+def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_path, d, page_rows):
+    """Paged K/V (`sm90_varlen.Pages`): the cache length read at b (not b + 1: a count, not offsets), then per key
+    tile, once its stage is free, per box of `page_rows` rows its page id read from the block table (one load a
+    box), the row selected (past the table's row or the pool: the pool's end), and K's and V's boxes of
+    `page_rows` rows loaded there; the maps' boxes are that tall; assembled without spills."""
+    from dataclasses import replace
+
+    from mlir_tile.kernels.flash.sm90_layouts import boxes
+
+    config = replace(HopperAttentionConfig.packed(d, True, "bf16", 1), page_rows=page_rows)
+    assert str(config).endswith(f"_varlen_paged{page_rows}_sm90a") and boxes(config)["k"].rows == page_rows
+    ptx = _ptx(config)
+    per_tile, across = config.keys // page_rows, d // config.box_columns
+    box = "CHECK: ld.global.b32\n" + "CHECK: cp.async.bulk.tensor.2d\n" * (2 * across)  # (its entry, then K's and V's)
+    filecheck(ptx, "CHECK: .entry attention(\nCHECK: try_wait.parity.shared.b64 {{.*}}[q_empty\n" + box * per_tile)
+    assert ptx.count("cp.async.bulk.tensor.2d") == config.consumers * across + 2 * per_tile * across  # (Q's, K's, V's)
+    assert ptx.count("ld.global.b32") == 6 + per_tile  # (each role's sequence bounds: 3 loads; a tile's entries)
+    if shutil.which("ptxas"):
+        (tmp_path / "a.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(filecheck):
+    """pack_gqa (`PackedItems`): Q's band is one 3-D box a 64 columns (token, head of the group, column), K's and
+    V's stay 2-D; a row's query and head come from a shift and a mask (the group a power of two), no 64-bit
+    division in the consumers' masking or stores (the item's split divides, once); `packed_config` packs a
+    decode step's group where it divides 64, and the ships hold each head dim's and mask's packed kernels."""
+    from dataclasses import replace
+
+    from mlir_tile.kernels.flash.packed import packed_config
+
+    config, tiles, splits = packed_config(128, True, "bf16", 1, 8)
+    assert config.pack_gqa and tiles == splits == 1 and str(config).endswith("_varlen_gqa_sm90a")
+    assert packed_config(128, True, "bf16", 1, 8, page_size=256)[0].page_rows == 128
+    assert not packed_config(128, True, "bf16", 1, 3)[0].pack_gqa  # (a group of 3 does not divide 64 rows)
+    assert not packed_config(128, True, "bf16", 4096, 8)[0].pack_gqa  # (prefill: each head's rows fill tiles)
+    assert packed_config(64, False, "f16", 40, 4) == (packed_config(64, False, "f16", 1, 4)[0], 3, 1)
+    ptx = _ptx(config)
+    across = 128 // config.box_columns
+    assert ptx.count("cp.async.bulk.tensor.3d") == config.consumers * across
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 * across
+    filecheck(ptx, """
+    CHECK: .entry attention(
+    CHECK: shr.u64
+    CHECK: wgmma.mma_async
+    """)
+    assert ptx.count("div.u64") == _ptx(replace(config, pack_gqa=False)).count("div.u64") + 1
+    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
+    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * 3 * 2 * 3  # (d, mask, element, pages)
+
+
+def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_splits(filecheck):
+    """Split-KV (flash-decoding): `kv_splits` fills the SMs once where a decode step's CTAs leave most idle, two
+    key tiles a split at least, at most MAX_SPLITS, none where the CTAs fill them or the keys are few; the split
+    kernel takes block b as split b mod splits of item b / splits and stores its rows' O and log-sum-exp in fp32
+    (no 16-bit O); the combine reads each split's log-sum-exp twice (the largest, then the weights) and its O by
+    16-byte loads, and stores 16-byte rows of O; the ships hold the split kernels and the combines."""
+    from mlir_tile.kernels.flash import combine
+    from mlir_tile.kernels.flash.packed import MAX_SPLITS, kv_splits, packed_config
+
+    assert kv_splits(8, 128, 132) == 17 and kv_splits(128, 128, 132) == 1 and kv_splits(8, 3, 132) == 1
+    assert kv_splits(1, 1000, 132) == MAX_SPLITS and kv_splits(40, 8, 132) == 4
+    config, tiles, splits = packed_config(128, True, "bf16", 1, 4, max_seqlen_k=16384, kv_items=8, sms=132)
+    assert config.split_kv and config.pack_gqa and (tiles, splits) == (1, 17)
+    assert packed_config(128, True, "bf16", 1, 4, max_seqlen_k=16384, kv_items=256, sms=132)[2] == 1
+    assert packed_config(128, True, "bf16", 2048, 4, max_seqlen_k=16384, kv_items=1, sms=132)[2] == 1  # (prefill)
+    ptx = _ptx(config)
+    # (O's fp32 pairs by 8-byte stores, where the packed kernel's 16-bit pairs take 4; the two rows' lse)
+    assert ptx.count("st.global.v2.b32") == 128 // 4 and ptx.count("st.global.b32") == 2
+    from conftest import shared_ptx
+
+    summing = combine.CombineConfig(128, "bf16")
+    summed = shared_ptx(str(summing), lambda: combine.build_module(summing))
+    filecheck(summed, """
+    CHECK: .entry attention_combine(
+    CHECK: ld.global.b32
+    CHECK: max{{.*}}.f32
+    CHECK: ld.global.b32
+    CHECK: ex2.approx
+    CHECK: ld.global.v4.b32
+    CHECK: ld.global.v4.b32
+    CHECK: st.global.v4.b32
+    CHECK: st.global.b32
+    """)
+    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
+    assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 3 * 2 * 2 * 2 * 3  # (d, mask, dtype, gqa, pages)
+    assert {name for name in shipped if name.startswith("attention_combine")} == {
+        f"attention_combine_d{d}_{element}_sm90a" for d in (64, 128, 256) for element in ("f16", "bf16")}
 
 
 def test_lazy_rescaling_rescales_o_only_under_a_warp_vote(filecheck):
@@ -467,7 +563,7 @@ def test_the_command_line_takes_the_configurations_fields_as_options():
     parser = argparse.ArgumentParser()
     names = add_fields(parser, HopperAttentionConfig, ("head_dim", "causal", "element"), "the head dim's")
     assert set(names) == {"keys", "consumers", "stages", "pingpong", "staged", "persistent", "uniform_q", "narrow",
-                          "lazy_rescale", "ctas_per_sm", "varlen"}
+                          "lazy_rescale", "ctas_per_sm", "varlen", "page_rows", "pack_gqa", "split_kv"}
     fields = vars(parser.parse_args(["--consumers", "3", "--keys", "64", "--no-persistent", "--lazy-rescale"]))
     assert given(fields) == {"consumers": 3, "keys": 64, "persistent": False, "lazy_rescale": True}
     assert configure("f16", 64, False, arch="sm_90a", **fields) == HopperAttentionConfig.of(

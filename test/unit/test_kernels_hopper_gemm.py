@@ -258,24 +258,37 @@ def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile)
 
 
 @pytest.mark.parametrize("major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "split_k": True}, "f16"), ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "split_k": True}, "bf16")])
-def test_a_split_k_kernel_writes_its_fp32_partials(filecheck, tmp_path, major, tile, element):
-    """Split-K ("k"): the splits after the sizes, each CTA's tile and split from its block (`SplitK`), its run of
-    k-tiles loaded at the split's first column, the accumulators stored as fp32 pairs (8 bytes) into the
-    split's slice of the workspace under C's bounds: no stmatrix, no TMA store (gemm_reduce sums and rounds)."""
+def test_a_split_k_kernel_reduces_its_splits_in_one_launch(filecheck, tmp_path, major, tile, element):
+    """Split-K ("k") in one launch: the workspace, the flags and the splits after the sizes; each CTA's tile and
+    split from its block (`SplitK`), its run of k-tiles loaded at the split's first column. A split but the
+    last stores its accumulators as fp32 pairs (8 bytes) under C's bounds, meets the other consumers and counts
+    itself on its tile's flag (`red.release.gpu`); the last waits for the count (`ld.acquire.gpu`), clears the
+    flag, adds each split's pairs in a loop over the splits, and stores C as the unsplit kernel does (stmatrix,
+    TMA stores)."""
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = hopper_config(major, tile)
     assert config.split_k and str(config).endswith("_splitk_sm90a")
     ptx = compile_to_ptx(gemm_sm90.build_module(element, config))
     filecheck(ptx, """
-    CHECK: .param .u64 {{.*}}gemm_param_2,
-    CHECK: .param .u64 {{.*}}gemm_param_6
+    CHECK: .param .align 64 .b8 gemm_param_2[128],
+    CHECK: .param .u64 .ptr .align 16 gemm_param_6,
+    CHECK-NEXT: .param .u64 .ptr .align 16 gemm_param_7,
+    CHECK-NEXT: .param .u64 gemm_param_8
     CHECK: wgmma.mma_async.sync.aligned
     CHECK: st.global.v2.b32
+    CHECK: bar.sync 1, 256;
+    CHECK: red.release.gpu.add.u32 [[[FLAG:%rd[0-9]+]]], %r{{[0-9]+}};
+    CHECK: ld.acquire.gpu.u32 %r{{[0-9]+}}, [[[FLAG]]];
+    CHECK: st.relaxed.gpu.global.u32 [[[FLAG]]], %r{{[0-9]+}};
+    CHECK: bar.sync 1, 256;
+    CHECK: ld.global.v2.b32
+    CHECK: add.rn.f32
+    CHECK: stmatrix.sync.aligned
+    CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
     """)
-    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
-    assert ptx.count("st.global.v2.b32") == config.accumulator_registers // 2
-    assert "stmatrix" not in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
+    pairs = config.accumulator_registers // 2  # (a consumer's: each built once)
+    assert ptx.count("st.global.v2.b32") == pairs and ptx.count("ld.global.v2.b32") == pairs
     _assembles(ptx, tmp_path)
 
 
@@ -392,7 +405,8 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
 
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
-    measured tiles, the small tile's split-K kernel for each element and B layout, A [K, M]'s plain on each
+    measured tiles, the small tile's split-K kernels for each element and B layout (plain and `selectable`: the
+    last split applies the epilogue), A [K, M]'s plain on each
     tile and split, and fp8's for each B layout
     and kind of scales (`ScaledMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the
     measured tile assembles without spills."""
@@ -402,9 +416,9 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
 
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 1
+    assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
                                                                      + 3) + 2 * 2
-    assert sum(name.endswith("_splitk_sm90a") for name in hopper) == 8 and sum("_akm_" in name for name in hopper) == 12
+    assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 12
     assert sum("_e4m3_" in name for name in hopper) == 4 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))

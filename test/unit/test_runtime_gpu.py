@@ -254,8 +254,9 @@ def test_the_hopper_gemm_is_numpys_product(runtime, name, shape):
 @pytest.mark.parametrize("shape, splits", [((1000, 1016, 504), 3), ((1, 8, 8), 2), ((129, 72, 4096), 7),
                                            ((333, 200, 1000), 40), ((512, 512, 8192), 16)])
 def test_the_split_k_hopper_gemm_partials_sum_to_numpys_product(runtime, name, shape, splits):
-    """Split-K on Hopper's path: `splits` CTAs a C tile, each a run of k-tiles (none left for some with 40),
-    their fp32 partials summed and rounded on the host as gemm_reduce does."""
+    """Split-K on Hopper's path in one launch: `splits` CTAs a C tile, each a run of k-tiles (none left for some
+    with 40), the last adding the others' fp32 partials and storing C; launched twice on the same flags (each
+    launch's last splits clear them for the next), both C right and the flags zero after."""
     from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
     from mlir_tile.kernels.gemm import checks as gemm_checks, sm90_tiles as hopper_tiles

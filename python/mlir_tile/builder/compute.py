@@ -394,6 +394,14 @@ class Compute:
         llvm.inline_asm(None, [address, self.constant(increment)], "red.release.gpu.add.u32 [$0], $1;", "l,r",
                         has_side_effects=True)
 
+    def clear_flag(self, flags: ir.Value, index: ir.Value | int) -> None:
+        """Set the u32 flag `flags[index]` back to 0 (`st.relaxed.gpu`), for the next launch that counts on it: by
+        the thread that waited for its last count, when no other thread of the launch touches it again (the
+        next launch on the stream sees it after this one has ended)."""
+        address = self._flag_address(flags, index, "clear_flag")
+        llvm.inline_asm(None, [address, self.constant(0)], "st.relaxed.gpu.global.u32 [$0], $1;", "l,r",
+                        has_side_effects=True)
+
     def _flag_address(self, flags: ir.Value, index: ir.Value | int, what: str) -> ir.Value:
         kind = ir.MemRefType(memref_value(flags, what).type)
         if kind.rank != 1 or kind.element_type != ir.IntegerType.get_signless(32) or kind.memory_space is not None:

@@ -1,8 +1,8 @@
 """Index and i1 values with Python's operators (CuTe DSL's Int32 and Boolean): a kernel writes `q0 + 64 *
 consumer` and `loader & inside`, not `arith.addi` and `arith.andi`. Each is an `ir.Value` (any builder call
 takes it), each operator one `arith` op on its operands in the order written (a Python int becomes an index
-constant), so IR written either way is the same. `//` and `%` divide unsigned: a kernel's indices, tiles and
-rows count up from 0. The builder's calls give their index and i1 results as these (`with_operators`)."""
+constant), so IR written either way is the same. `//` and `%` divide unsigned and `>>` shifts unsigned: a
+kernel's indices, tiles and rows count up from 0; `&` is bitwise on index values (a mask), logical on i1s. The builder's calls give their index and i1 results as these (`with_operators`)."""
 from __future__ import annotations
 
 from mlir import ir
@@ -20,7 +20,7 @@ def _index(value) -> ir.Value:
 
 
 class Int(ir.Value):
-    """An index value with + - * // % (unsigned), each one arith op."""
+    """An index value with + - * // % >> (unsigned) and & (bitwise), each one arith op."""
 
     def _apply(self, operation, other, reverse: bool = False) -> "Int":
         other = _index(other)
@@ -36,6 +36,9 @@ class Int(ir.Value):
     def __rfloordiv__(self, other): return self._apply(arith.divui, other, True)
     def __mod__(self, other): return self._apply(arith.remui, other)
     def __rmod__(self, other): return self._apply(arith.remui, other, True)
+    def __rshift__(self, other): return self._apply(arith.shrui, other)
+    def __and__(self, other): return self._apply(arith.andi, other)
+    def __rand__(self, other): return self._apply(arith.andi, other, True)
     __hash__ = ir.Value.__hash__
 
 

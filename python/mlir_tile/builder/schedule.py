@@ -197,6 +197,21 @@ class KeyTiles:
                                                                               walk.unmasked))
         return walk
 
+    def part(self, begin: ir.Value, per: ir.Value) -> "KeyTiles":
+        """The walk's tiles [begin, begin + per) (index values: split-KV's share of them), as a walk: `first`
+        moved on by `begin`, `count` those of them there are (0 where the walk ends before `begin`), `unmasked`
+        and `lead` counted from there."""
+        from mlir_tile.builder.integers import maximum, minimum
+
+        part = KeyTiles.__new__(KeyTiles)
+        part.k, part.keys, part.first_row = self.k, self.keys, getattr(self, "first_row", None)
+        begin = with_operators(self.k.as_index(begin))
+        part.first = begin if self.first is None else self.first + begin
+        part.count = minimum(maximum(with_operators(self.count) - begin, 0, signed=True), per)
+        part.unmasked = minimum(maximum(with_operators(self.unmasked) - begin, 0, signed=True), part.count)
+        part.lead = None if self.lead is None else maximum(with_operators(self.lead) - begin, 0, signed=True)
+        return part
+
     def reaches(self, tile: ir.Value, warp: ir.Value, rows_per_warp: int) -> ir.Value:
         """Whether key tile `tile` starts at or before the last of warp `warp`'s rows (`rows_per_warp` each,
         in order): under the causal mask the warp has work in it (an i1, the same for the warp)."""
@@ -417,13 +432,14 @@ class TmaPipeline:
         return box
 
     def load_boxes(self, k_tile: Integer, buffer: ir.Value, at, layout, element: str, columns: int,
-                   tensor_map: ir.Value, row, first_column=None) -> None:
+                   tensor_map: ir.Value, row, first_column=None, matrix=None) -> None:
         """A tile wider than a box: `load` of each of its boxes (`Kernel.boxes` of `columns` columns, side by
-        side in `layout` from byte `at` of `buffer`) from `row` of `tensor_map`, their columns from `first_column`
-        (None: 0) on."""
+        side in `layout` from byte `at` of `buffer`) from `row` of `tensor_map` (of its `matrix`, a 3-D map's),
+        their columns from `first_column` (None: 0) on."""
         k = self.k
         for column, box in k.boxes(buffer, at, layout, element, columns):
-            self.load(k_tile, box, tensor_map, (row, k.index(column) if first_column is None else first_column + column))
+            at_column = k.index(column) if first_column is None else first_column + column
+            self.load(k_tile, box, tensor_map, (row, at_column) if matrix is None else (matrix, row, at_column))
 
     def wait(self, k_tile: Integer) -> None:
         """Wait until every load of k-tile `k_tile` has landed in its stage."""

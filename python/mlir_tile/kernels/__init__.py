@@ -6,6 +6,7 @@
     y = scaled_mm(x8, w8, scale_x, scale_w)                            # fp8 e4m3 in, bf16 out (Hopper)
     o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
     o, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k)       # packed: [tokens, heads, d]
+    o, lse = attention_with_kvcache(q, k_cache, v_cache, lengths, k_new, v_new)  # [batch, seq, heads, d]
 
 Importing this package loads no MLIR and no torch: the operators are registered on first use of `matmul` or
 `attention` (or by `import mlir_tile.kernels.ops`, for code that calls `torch.ops.mlir_tile.matmul` itself). The kernels
@@ -14,10 +15,14 @@ are the ones the wheel ships for the GPU's chip, or built on first use where the
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
 """
 
-__all__ = ["attention", "attention_varlen", "matmul", "scaled_mm"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "matmul", "scaled_mm"]
 
 
 def __getattr__(name: str):
+    if name == "attention_with_kvcache":
+        from mlir_tile.kernels import kvcache
+
+        return kvcache.attention_with_kvcache
     if name in __all__:
         from mlir_tile.kernels import ops
 

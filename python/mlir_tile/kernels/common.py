@@ -146,18 +146,19 @@ class TensorMaps:
         key = (address, spec)
         found = self.maps.pop(key, None)
         if found is None:
-            shape, row_stride_bytes, box, matrix_stride_bytes, store, floats = spec
+            shape, row_stride_bytes, box, matrix_stride_bytes, store, floats, box_matrices = spec
             found = self.runtime.tensor_map(address, shape, row_stride_bytes, box, matrix_stride_bytes, store=store,
-                                            floats=floats)
+                                            floats=floats, box_matrices=box_matrices)
         self.maps[key] = found
         while len(self.maps) > self.kept:
             self.maps.popitem(last=False)
         return found
 
 
-def _map_spec(shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes, store: bool, floats: bool = False) -> tuple:
+def _map_spec(shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes, store: bool, floats: bool = False,
+              box_matrices: int = 1) -> tuple:
     """What a tensor map encodes besides its address: `Runtime.tensor_map`'s arguments (the device's, implied)."""
-    return shape, row_stride_bytes, box, matrix_stride_bytes, store, floats
+    return shape, row_stride_bytes, box, matrix_stride_bytes, store, floats, box_matrices
 
 
 class MapOperand:
@@ -166,9 +167,9 @@ class MapOperand:
     others through the shared `TensorMaps`."""
 
     def __init__(self, maps: TensorMaps, shape: tuple, row_stride_bytes: int, box, matrix_stride_bytes=None,
-                 store: bool = False, floats: bool = False):
+                 store: bool = False, floats: bool = False, box_matrices: int = 1):
         self.maps = maps
-        self.spec = _map_spec(tuple(shape), row_stride_bytes, box, matrix_stride_bytes, store, floats)
+        self.spec = _map_spec(tuple(shape), row_stride_bytes, box, matrix_stride_bytes, store, floats, box_matrices)
         self.last = (None, None)
 
     def __call__(self, address: int):

@@ -77,7 +77,7 @@ def _no_backward(what: str):
     return backward
 
 
-def _operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
+def register_operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
     """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
     for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
     Python layers that cost 6-8 us a call more on the H100's host (benchmarks/host_time.py); `fake` its
@@ -334,7 +334,8 @@ def _matmul_backward(ctx, grad):
     torch's autograd on the pre-activation (recomputed by our GEMM: `matmul` itself runs the activation unfused
     where autograd records it, `_unfused_activation`, so this is for a direct call of the operator), and A's and
     B's are our GEMMs of it in the layouts they need (dZ B^T; A^T dZ, or dZ^T A for B [N, K]); the bias's is dZ
-    summed over the rows in fp32."""
+    summed over the rows in fp32. (B's gradient reads A or dZ as it lies, [K, M] for the product's A:
+    `_matmul_transposed_a`.)"""
     a, b, bias = ctx.saved_tensors
     dz = grad.contiguous()
     if ctx.activation is not None:
@@ -346,16 +347,32 @@ def _matmul_backward(ctx, grad):
     grad_a = grad_b = grad_bias = None
     if ctx.needs_input_grad[0]:
         grad_a = torch.ops.mlir_tile.matmul(dz, b, "nk" if ctx.b_layout == "kn" else "kn", None, None, None)
-    if ctx.needs_input_grad[1]:
-        grad_b = (torch.ops.mlir_tile.matmul(a_rows.t().contiguous(), rows, "kn", None, None, None)
-                  if ctx.b_layout == "kn" else
-                  torch.ops.mlir_tile.matmul(rows.t().contiguous(), a_rows, "kn", None, None, None))
+    if ctx.needs_input_grad[1]:  # (A^T dZ, or dZ^T A: the transposed operand read as it lies)
+        grad_b = (torch.ops.mlir_tile.matmul_transposed_a(a_rows, rows) if ctx.b_layout == "kn" else
+                  torch.ops.mlir_tile.matmul_transposed_a(rows, a_rows))
     if bias is not None and ctx.needs_input_grad[3]:
         grad_bias = rows.float().sum(0).to(bias.dtype)
     return grad_a, grad_b, None, grad_bias, None, grad if ctx.has_residual else None
 
 
-_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
+def _matmul_transposed_a(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a^T @ b from a [K, M] and b [K, N]: Hopper's path reads a MN-major where TMA takes it (`gemm.launch.Matmul`,
+    `a_major` "km"), else a^T is copied and multiplied as `matmul` does; what B's gradient multiplies (A^T dZ,
+    dZ^T A)."""
+    a, b = a.contiguous(), b.contiguous()
+    launcher = kernels_on(a.device).matmul
+    if launcher.reads_a_transposed(a, b, "kn", "km"):
+        return launcher(a, b, b_major="kn", a_major="km")
+    return _matmul(a.t().contiguous(), b, "kn", None, None, None)
+
+
+def _matmul_transposed_a_fake(a, b):
+    return a.new_empty(a.shape[1], b.shape[1])
+
+
+register_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
+register_operator("matmul_transposed_a", _matmul_transposed_a, fake=_matmul_transposed_a_fake,
+                  backward=_no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
 
 
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
@@ -366,8 +383,8 @@ def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[
     _standard(a, b, b_layout, bias, activation, residual, out)
 
 
-_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, activation, residual, out: None,
-          mutates_args=("out",))
+register_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, activation, residual, out: None,
+                  mutates_args=("out",))
 
 
 _custom_operators: dict = {}
@@ -387,7 +404,7 @@ def _custom_operator(epilogue: epilogues.Epilogue):
             _run(a, b, b_layout, out, epilogue, epilogues.arranged(epilogue, tensors, numbers))
             return out
 
-        operator = _operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
+        operator = register_operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
             _output_shape(a, b, b_layout)), backward=_no_backward(
             f"matmul: epilogue {epilogue.name!r} has no derivative here; train with the ready-made bias, "
             f"activation and residual, whose backward is built"))
@@ -410,8 +427,8 @@ def _variant_operator(variant):
             return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
                                                   variant=variant, operands=operands)
 
-        operator = _operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
-                             backward=_ATTENTION_BACKWARD)
+        operator = register_operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
+                                     backward=_ATTENTION_BACKWARD)
         _custom_operators[name] = operator
         return operator
 
@@ -431,7 +448,7 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
     return a.new_empty(_scaled_shape(a, b, b_layout), dtype=torch.bfloat16)
 
 
-_operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
+register_operator("scaled_mm", _scaled_mm, fake=_scaled_mm_fake)
 
 
 class _EagerScaledMatmul:
@@ -532,7 +549,8 @@ def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     if paths.hopper is None:
         raise ValueError(f"attention_varlen: packed sequences run on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
-    return paths.hopper.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal)
+    return paths.hopper.packing.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
+                                       max_seqlen_k=max_seqlen_k)
 
 
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
@@ -556,7 +574,7 @@ def _attention_varlen_gradients_fake(grad, grad_lse, q, k, v, o, lse, cu_seqlens
 def _attention_varlen_setup(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens_q, cu_seqlens_k, _, ctx.max_seqlen_k, ctx.causal = inputs
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *output)  # (read in place: `launch.token_rows`)
+    ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *output)  # (read in place: `packed.token_rows`)
 
 
 def _attention_varlen_backward(ctx, grad_o, grad_lse):
@@ -571,9 +589,10 @@ def _attention_varlen_backward(ctx, grad_o, grad_lse):
 
 
 _ATTENTION_BACKWARD = _no_backward("attention: fp8 inputs and variants have no backward pass yet")
-_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
-_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward, setup_context=_attention_setup)
-_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
-_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake, backward=_attention_varlen_backward,
-          setup_context=_attention_varlen_setup)
-_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)
+register_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
+register_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward,
+                  setup_context=_attention_setup)
+register_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
+register_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake,
+                  backward=_attention_varlen_backward, setup_context=_attention_varlen_setup)
+register_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)

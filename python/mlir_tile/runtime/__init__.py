@@ -188,13 +188,15 @@ class Runtime:
 
     def tensor_map(self, address: int, shape: Sequence[int], row_stride_bytes: int, box,
                    matrix_stride_bytes: int | None = None, *, store: bool = False,
-                   floats: bool = False) -> "TensorMapValue":
+                   floats: bool = False, box_matrices: int = 1) -> "TensorMapValue":
         """The 128-byte CUtensorMap of a tiled TMA load (`cuTensorMapEncodeTiled`) from the row-major matrix of
         `shape` (rows, columns) at device `address` (16-byte aligned; rows `row_stride_bytes` apart, a multiple
         of 16) in boxes of `box` (`mlir_tile.isa.tma.Box`: its extents, element size and swizzle mode), elements
         past the matrix read as zeros, passed to the kernel by value (`TensorMapValue`).
         `shape` (matrices, rows, columns) with `matrix_stride_bytes`: a 3-D map over a stack of such matrices,
-        its box one matrix's (a box stops at its matrix's last row). `store`: a map TMA stores write through,
+        its box one matrix's (a box stops at its matrix's last row), or with `box_matrices` box.rows /
+        box_matrices rows of each of that many matrices, landing in the tile one matrix's rows after another's (a
+        token's query heads, then the next token's: `sm90_varlen.PackedItems`). `store`: a map TMA stores write through,
         whose rows must be whole 16-byte chunks (`tma.check_store_rows`, ValueError otherwise): a store leaves
         the rows and columns past the matrix alone only then, since it writes a row's last chunk whole.
         `floats`: the elements typed float32 (32-bit boxes), as a TMA reduction's map must be (the hardware adds
@@ -206,6 +208,9 @@ class Runtime:
         if len(shape) not in (2, 3) or (len(shape) == 3) != (matrix_stride_bytes is not None):
             raise ValueError(f"tensor_map: shape (rows, columns), or (matrices, rows, columns) with the matrices' "
                              f"stride; got {tuple(shape)}, {matrix_stride_bytes}")
+        if box_matrices != 1 and (len(shape) != 3 or box_matrices < 1 or box.rows % box_matrices):
+            raise ValueError(f"tensor_map: a box over {box_matrices} matrices takes a 3-D map and a box of a multiple "
+                             f"of that many rows; got {tuple(shape)}, {box.rows} rows")
         if floats and box.element_bits != 32:
             raise ValueError(f"tensor_map: float32 elements are 32 bits, got a box of {box.element_bits}-bit ones")
         if any(extent >= 2**31 for extent in shape):  # (kernels' row and tile counts rely on it too)
@@ -222,7 +227,8 @@ class Runtime:
             len(shape),
             address, [driver.cuuint64_t(extent) for extent in (columns, rows, *matrices)],
             [driver.cuuint64_t(stride) for stride in strides],
-            [driver.cuuint32_t(extent) for extent in (box.columns, box.rows, *[1] * len(matrices))],
+            [driver.cuuint32_t(extent) for extent in (box.columns, box.rows // box_matrices,
+                                                      *[box_matrices] * len(matrices))],
             [driver.cuuint32_t(1)] * len(shape),
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzles[box.swizzle_bytes]}"),

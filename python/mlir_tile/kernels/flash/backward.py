@@ -16,8 +16,8 @@ from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
-from mlir_tile.kernels.flash.launch import (as_token_rows, grouped_heads, on_16_bytes, sequence_offsets,
-                                            token_major)
+from mlir_tile.kernels.flash.launch import as_token_rows, grouped_heads, sequence_offsets, token_major
+from mlir_tile.kernels.flash.packed import on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -166,7 +166,7 @@ class HopperAttentionBackward:
         """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v
         [total_k, kv_heads, d], lse [heads, total_q]); dQaccum and the statistics at FlashAttention-3's padded
         rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
-        from mlir_tile.kernels.flash.launch import checked_packed, row_pitch, token_rows
+        from mlir_tile.kernels.flash.packed import checked_packed, row_pitch, token_rows
 
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, "max_seqlen_k")
         q, k, v = (token_rows(x) for x in (q, k, v))

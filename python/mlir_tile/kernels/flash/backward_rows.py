@@ -23,35 +23,26 @@ from dataclasses import dataclass
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E
+from mlir_tile.kernels.flash.row_pieces import PIECE, THREADS, PieceRows
 
-THREADS = 256
-PIECE = 8  # elements a lane reads of a row: 16 bytes
 PASSES = ("prepare", "finish")
 
 
 @dataclass(frozen=True)
-class RowsConfig:
+class RowsConfig(PieceRows):
     step: str  # one of PASSES
     head_dim: int = 128
     element: str = "bf16"
     packed: bool = False  # [total_q, heads, d] with each token's place read from `places`
 
     def __post_init__(self) -> None:
-        if self.step not in PASSES or self.head_dim % PIECE or not PIECE <= self.head_dim <= 32 * PIECE \
-                or self.element not in ("f16", "bf16"):
+        if self.step not in PASSES or self.rows_refused():
             raise ValueError(f"attention backward rows: a pass of {PASSES}, a head dim that is a multiple of {PIECE} "
                              f"up to {32 * PIECE}, f16 or bf16; got {self.step}, {self.head_dim}, {self.element}")
 
     @property
     def kernel(self) -> str:
         return f"attention_backward_{self.step}"
-
-    @property
-    def lanes(self) -> int:  # lanes a row
-        return self.head_dim // PIECE
-
-    def grid(self, rows: int) -> int:
-        return -(-rows // (THREADS // self.lanes))
 
     def __str__(self) -> str:
         return f"{self.kernel}_d{self.head_dim}_{self.element}{'_varlen' if self.packed else ''}_sm90a"

@@ -3,13 +3,16 @@ GPU) and Hopper's (`HopperAttention`), the path each call takes (`AttentionPaths
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
-from mlir_tile.kernels.flash import sm80, sm90, sm90_layouts
+from mlir_tile.kernels.flash import combine, sm80, sm90, sm90_layouts
+from mlir_tile.kernels.flash.packed import PackedAttention, on_16_bytes
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
-from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS, HopperAttentionConfig, band_lengths
+from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
+                                                band_lengths)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
@@ -84,8 +87,9 @@ class AttentionPaths:
         if batch == 0:  # (torch's: O and the log-sum-exp empty)
             return self.empty_outputs(q, k)
         rows = [as_token_rows(x) for x in (q, k, v)]
-        o, lse = self.hopper.packed(*rows, sequence_offsets(batch, seq, q.device),
-                                    sequence_offsets(batch, k.shape[2], q.device), seq, causal=causal)
+        o, lse = self.hopper.packing.packed(*rows, sequence_offsets(batch, seq, q.device),
+                                            sequence_offsets(batch, k.shape[2], q.device), seq, causal=causal,
+                                            max_seqlen_k=k.shape[2])
         return o.view(batch, seq, heads, d).transpose(1, 2), lse.view(heads, batch, seq).permute(1, 0, 2)
 
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
@@ -133,30 +137,27 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-def sequence_offsets(batch: int, seq: int, device):
-    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), made once a shape
-    (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange: kept, its memory
-    would be read by eager calls before any replay had written it."""
+def sequence_offsets(batch: int, seq: int, device, *, gaps: bool = False):
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), or with `gaps` each
+    followed by an empty one ([2 batch + 1]: what a cache's queries pair with its keys' `cache_offsets`), made
+    once a shape (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange:
+    kept, its memory would be read by eager calls before any replay had written it."""
     import torch
 
     if torch.cuda.is_current_stream_capturing():
-        return _offsets(batch, seq, device)
-    return _kept_offsets(batch, seq, device)
+        return _offsets(batch, seq, device, gaps)
+    return _kept_offsets(batch, seq, device, gaps)
 
 
-def _offsets(batch: int, seq: int, device):
+def _offsets(batch: int, seq: int, device, gaps: bool = False):
     import torch
 
+    if gaps:  # (sequence 2b's first token b x seq, 2b + 1's too)
+        return torch.arange(2 * batch + 1, dtype=torch.int32, device=device).add(1).div(2, rounding_mode="floor") * seq
     return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
 
 
 _kept_offsets = functools.lru_cache(maxsize=256)(_offsets)
-
-
-def on_16_bytes(x):
-    """`x`, or a copy of it where its data lies off 16 bytes (a view: x[1:], narrow, split): the kernels copy
-    16-byte chunks (cp.async, TMA), and torch's allocator lays a fresh tensor on 512 bytes."""
-    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
 
 
 def grouped_heads(q, k, v) -> bool:
@@ -240,7 +241,10 @@ class Attention:
 
 def hopper_shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
-    element, and where the measured table changes it up to a length (`band_lengths`), those too."""
+    element, and where the measured table changes it up to a length (`band_lengths`), those too; packed
+    sequences', and theirs over a paged cache (`page_rows`: pages of 16 rows, and of whole key tiles); a decode
+    step's (`packed.packed_config`: a sequence's queries fewer than a row tile), with pack_gqa and split-KV, and
+    split-KV's combines."""
     if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
@@ -249,9 +253,17 @@ def hopper_shipped_kernels(chip: str):
                 seqs = {1} | {longest + 1 for longest in band_lengths(d, causal, element)}
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 if element != "e4m3":
-                    configs |= {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                    packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                    decode = HopperAttentionConfig.packed(d, causal, element, 1)
+                    packed |= {replace(decode, pack_gqa=pack, split_kv=split) for pack in (False, True)
+                               for split in (False, True)}
+                    configs |= packed | {replace(config, page_rows=rows) for config in packed
+                                         for rows in (PAGE_ROWS, config.keys)}
                 for config in sorted(configs, key=str):
                     yield str(config), partial(sm90.build_module, config)
+        for element in ("f16", "bf16"):
+            summing = combine.CombineConfig(d, element)
+            yield str(summing), partial(combine.build_module, summing)
 
 
 class HopperAttention:
@@ -265,6 +277,7 @@ class HopperAttention:
         stages) where not the defaults."""
         self.library, self.maps, self.plans, self.shape = library, TensorMaps(library.runtime), Plans(), shape or {}
         self.sms = library.runtime.device.properties.multiprocessor_count
+        self.packing = PackedAttention(library, self.maps, self.plans, self.sms)  # (packed sequences, paged caches)
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
         """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
@@ -311,111 +324,6 @@ class HopperAttention:
                                 grid=config.grid(heads, seq, self.sms), block=config.threads,
                                 shared_bytes=config.shared_bytes)
         return _HopperPlan(launch, maps)
-
-
-    def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False):
-        """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
-        [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
-        [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
-        covers: rows past it are not computed). f16 or bf16; q, k and v read in place where each token's row is
-        (`token_rows`), O contiguous."""
-        import torch
-
-        from mlir_tile.runtime import torch_stream
-
-        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
-        q, k, v = (token_rows(x) for x in (q, k, v))
-        (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
-        batch = cu_seqlens_q.shape[0] - 1
-        if not (total_q and batch and max_seqlen_q):
-            return o, lse
-        if not total_k:  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
-            return o.zero_(), lse.fill_(float("-inf"))
-        config = HopperAttentionConfig.packed(d, bool(causal), element, max_seqlen_q)
-        tiles = -(-max_seqlen_q // config.rows)
-        pitches = tuple(row_pitch(x) for x in (q, k, v))
-        shape = (total_q, total_k, heads, kv_heads, batch, tiles, pitches)
-        plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-             cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr())
-        return o, lse
-
-    def _packed_plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
-                     pitches: tuple):
-        """The launch over `batch` sequences' `tiles` row tiles (of the longest) of `heads` query heads: Q's,
-        K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart."""
-        module = self.library.module(str(config), partial(sm90.build_module, config))
-        box, d = sm90_layouts.boxes(config), config.head_dim
-        maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
-            ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, batch * heads,
-                                heads // kv_heads] + [POINTER] * 2 + [heads, total_q, total_k],
-                                grid=config.grid(batch * heads, tiles * config.rows, self.sms), block=config.threads,
-                                shared_bytes=config.shared_bytes)
-        return _PackedPlan(launch, maps)
-
-
-class _PackedPlan:
-    """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
-    offsets' addresses."""
-
-    def __init__(self, launch, maps: list):
-        self.launch, self.maps = launch, maps
-
-    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, cu_q: int, cu_k: int) -> None:
-        map_q, map_k, map_v = self.maps
-        self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, cu_q, cu_k)
-
-
-def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
-    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`HopperAttention.packed`;
-    `longest` the bound the launch's grid is made for, the argument `name`); ValueError in one line otherwise."""
-    import torch
-
-    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
-    if (element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 3 or k.dim() != 3
-            or k.shape != v.shape or k.shape[2] != q.shape[2] or not k.shape[1] or q.shape[1] % k.shape[1]):
-        raise ValueError(f"attention_varlen: q [total_q, heads, d], k and v [total_k, kv_heads, d] with kv_heads "
-                         f"dividing heads, all float16 or all bfloat16; got {tuple(q.shape)} {q.dtype}, "
-                         f"{tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
-    if q.shape[2] not in HEAD_DIMS:
-        raise ValueError(f"attention_varlen: head dim {', '.join(map(str, HEAD_DIMS))}, got {q.shape[2]}")
-    if not all(x.is_cuda for x in (q, k, v)):
-        raise ValueError(f"attention_varlen: q, k and v on a CUDA device, got {q.device}, {k.device}, {v.device}")
-    if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.device != q.device
-           or not x.is_contiguous() for x in (cu_seqlens_q, cu_seqlens_k)) or not (
-            2 <= cu_seqlens_q.shape[0] == cu_seqlens_k.shape[0]):
-        raise ValueError(f"attention_varlen: cu_seqlens_q and cu_seqlens_k int32 [batch + 1] (batch >= 1) on "
-                         f"{q.device}, contiguous; got {_described(cu_seqlens_q)}, {_described(cu_seqlens_k)}")
-    if isinstance(longest, bool) or not isinstance(longest, int) or longest < 0:
-        raise ValueError(f"attention_varlen: {name} a non-negative int, got {longest!r}")
-    return element
-
-
-def token_rows(x):
-    """Packed `x` [tokens, heads, d] as the packed kernels' 2-D maps read it, [tokens, heads x d] with a row stride
-    of whole 16 bytes: `x` itself where each token's heads x d are contiguous and on 16 bytes (a slice of a fused
-    projection, qkv.view(tokens, 3, heads, d)[:, 0], included: no copy), else a contiguous copy."""
-    _, heads, d = x.shape
-    rows = (x.stride(2) == 1 or d == 1) and (x.stride(1) == d or heads == 1)
-    pitch = row_pitch(x)
-    if rows and pitch >= heads * d * x.element_size() and pitch % 16 == 0 and x.data_ptr() % 16 == 0:
-        return x
-    return on_16_bytes(x.contiguous())
-
-
-def row_pitch(x) -> int:
-    """The bytes from one token's row of `token_rows(x)` to the next."""
-    return (x.stride(0) if x.shape[0] > 1 else x.shape[1] * x.shape[2]) * x.element_size()
-
-
-def _described(x) -> str:
-    import torch
-
-    return f"{x.dtype} {tuple(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else repr(x)
-
 
 class _HopperPlan:
     """One Hopper attention shape's launch: q's, k's, v's and O's tensor maps (`MapOperand`s), the log-sum-exp's

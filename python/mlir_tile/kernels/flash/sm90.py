@@ -45,7 +45,10 @@ Packed sequences (`varlen`, `sm90_varlen`): `attention(q_map, k_map, v_map, o, l
 cu_seqlens_q, cu_seqlens_k, heads, total_q, total_k)`: Q's map 2-D over [total_q, heads x d], K's and V's over
 [total_k, kv_heads x d], O [total_q, heads x d] 16-bit as i32 pairs, lse [heads, total_q] f32, seq the longest
 sequence's queries rounded up to the row tile, batch_heads batch x heads, the offsets int32 [batch + 1]; a CTA an
-item (batch x heads + head, row tile of the longest), returning where the tile starts past its sequence.
+item (batch x heads + head, row tile of the longest), returning where the tile starts past its sequence. Paged
+K/V (`page_rows`, `sm90_varlen.Pages`) then takes `block_table, pages_per_sequence, page_size, pages`: K's and
+V's maps over the pool [pages x page_size, kv_heads x d], cu_seqlens_k each sequence's count of keys (int32
+[batch]), total_k pages_per_sequence x page_size, the table int32 [batch, pages_per_sequence].
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ from mlir_tile.kernels.common import LOG2E, output_element
 from mlir_tile.kernels.flash.sm90_layouts import O_BOX_COLUMNS, column_steps, row_halves, tiles, transposition
 from mlir_tile.kernels.flash.sm90_tiles import BAND_BYTES, HopperAttentionConfig
 from mlir_tile.kernels.flash.sm90_softmax import OnlineSoftmax
+from mlir_tile.kernels.flash.sm90_varlen import PackedItems
 from mlir_tile.kernels.flash.variants import Variant
 
 
@@ -74,11 +78,15 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     scales = [Global("f32")] * 3 if config.fp8 else []
     # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
     scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
+    scales += [Global("i32"), "index", "index", "index"] if config.page_rows else []  # (the block table, its shape)
+    scales += ["index"] if config.split_kv else []  # (the splits)
     scales += variant.parameters() if variant is not None else []
     # four warpgroups: without the occupancy ptxas cannot tell a thread's registers at launch and ignores setmaxnreg
     # (C7508); up to three it can, and the measured kernels are left as they were built
     occupancy = config.ctas_per_sm if config.ctas_per_sm > 1 else 1 if config.consumers == 3 else None
-    outputs = [TensorMap(), Global("f32")] if not config.varlen else [Global("i32"), Global("f32")]  # (O, the lse)
+    # (O, the lse: O's 16-bit pairs, packed sequences; split-KV, each split's O and lse, fp32)
+    outputs = [TensorMap(), Global("f32")] if not config.varlen else [Global("f32" if config.split_kv else "i32"),
+                                                                      Global("f32")]
     with Kernel(KERNEL, [TensorMap()] * 3 + outputs + ["index", "index", "index"] + scales,
                 block=(config.threads, 1, 1),
                 chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=occupancy, context=context) as k:
@@ -86,7 +94,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     return k.module
 
 
-class _HopperAttention(OnlineSoftmax):
+class _HopperAttention(OnlineSoftmax, PackedItems):
     def __init__(self, k, config: HopperAttentionConfig, variant: Variant | None):
         from mlir.dialects import arith
 
@@ -95,11 +103,14 @@ class _HopperAttention(OnlineSoftmax):
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen:]
+        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows)
+                                  + config.split_kv:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
         if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries)
             self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[8:13]
+            self.paging = k.arguments[13:17]  # (paged K/V: the block table, pages a sequence, the page size, pages)
+            self.splits = k.arguments[13 + 4 * bool(config.page_rows)] if config.split_kv else None
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -121,7 +132,8 @@ class _HopperAttention(OnlineSoftmax):
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes,
                               narrow=config.narrow_index)
         # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
-        self.pipeline = TmaPipeline(k, self.ring, readers, boxes_across * (2 - config.fp8), name="kv",
+        boxes = boxes_across * (2 - config.fp8) * (config.keys // config.page_rows if config.page_rows else 1)
+        self.pipeline = TmaPipeline(k, self.ring, readers, boxes, name="kv",
                                     writers=4 if config.fp8 else 0)
         if config.fp8:
             self.staging_ring = StageRing(k, self.shared, config.staged, [(self.storage, tile_elements)],
@@ -155,6 +167,9 @@ class _HopperAttention(OnlineSoftmax):
             k.store(k.constant(0), carried, [0])
         with k.loop(0, count) as j:
             item = self.order.walked(first, j) if config.persistent else first
+            if config.split_kv:  # (block b: split b mod splits of item b / splits)
+                splits = k.as_index(self.splits)
+                self.split, item = item % splits, item // splits
             self.head, query_tile = self.order.of_block(item)
             self.q0 = query_tile * config.rows
             if config.varlen:
@@ -177,28 +192,12 @@ class _HopperAttention(OnlineSoftmax):
             self.first_item, self.last_item = k.compare("eq", j, 0), k.compare("eq", j, count - 1)
             self.item = j
             if config.varlen:  # (a row tile past its sequence's queries: nothing to do)
-                with k.if_(k.compare("ult", self.q0, self.sequence.q_length)):
+                with k.if_(k.compare("ult", self.q0, self.q_rows)):
                     yield j
             else:
                 yield j
             if carried is not None:
                 k.store(k.as_i32((self.kv_base + self.key_tiles.count) % config.index_period), carried, [0])
-
-    def locate_in_sequence(self) -> None:
-        """Packed sequences: the item's (batch x heads + head) split, its sequence's bounds (`Sequence`), Q's
-        origin (the sequence's first token, the head's first column), K's and V's (its K/V head's), the
-        log-sum-exp's row of the head ([heads, total_q]), the key tiles of the item's rows."""
-        from mlir_tile.kernels.flash.sm90_varlen import Sequence
-
-        k, config = self.k, self.config
-        heads = k.as_index(self.heads)
-        batch, self.head = self.head // heads, self.head % heads
-        self.sequence = Sequence(k, self.cu_seqlens_q, self.cu_seqlens_k, batch, k.as_index(self.total_q),
-                                 k.as_index(self.total_k))
-        self.q_origin = (self.sequence.q_start, self.head * self.d)
-        self.kv_origin = (self.sequence.k_start, self.head // self.group * self.d)
-        self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
-        self.key_tiles = self.sequence.key_tiles(config.keys, self.q0, config.rows, config.causal)
 
     def visited(self):
         """The key tiles the item's rows see (`KeyTiles.between`: the variant's keys of its first row and of
@@ -232,11 +231,11 @@ class _HopperAttention(OnlineSoftmax):
             self.consume()
 
     # ----- the producer -----
-    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column) -> None:
+    def load_boxes(self, pipeline, index, at, layout: str, tensor_map, row, first_column, matrix=None) -> None:
         """`pipeline.load_boxes` of a tile (`tiles[layout]`, boxes of 128 bytes of columns) of this kernel's shared
-        memory and element."""
+        memory and element (`matrix`: of a 3-D map's)."""
         pipeline.load_boxes(index, self.shared, at, self.tiles[layout], self.storage, self.config.box_columns,
-                            tensor_map, row, first_column)
+                            tensor_map, row, first_column, matrix)
 
     def produce(self) -> None:
         """Per item, Q's bands, then each key tile's K and V once its stage is free; after the first item, the
@@ -258,8 +257,10 @@ class _HopperAttention(OnlineSoftmax):
         for consumer in range(consumers):
             band = self.q_band(k.index(consumer))
             self.q_pipeline.acquire(band)
-            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), "q_band", self.q_map,
-                            self.q_origin[0] + (self.q0 + 64 * consumer), self.q_origin[1])
+            matrix, row, column = self.q_band_at(consumer) if self.config.varlen else (
+                None, self.q_origin[0] + (self.q0 + 64 * consumer), self.q_origin[1])
+            self.load_boxes(self.q_pipeline, band, k.index(consumer * BAND_BYTES), "q_band", self.q_map, row, column,
+                            matrix)
 
     def load(self, tile) -> None:
         """Key tile `tile`'s K into its stage once free, and its V there too (fp8: into its staging stage once
@@ -268,6 +269,9 @@ class _HopperAttention(OnlineSoftmax):
         self.pipeline.acquire(index)
         (first_row, column), keys = self.kv_origin, self.config.keys
         row = first_row + self.key_tile_at(tile) * keys
+        if self.config.page_rows:
+            self.load_pages(index, row)
+            return
         stage = ring.stage(index)
         self.load_boxes(self.pipeline, index, ring.offset(stage, 0), "k", self.k_map, row, column)
         if not self.config.fp8:
@@ -387,7 +391,7 @@ class _HopperAttention(OnlineSoftmax):
             return self.key_tiles
         first_row = self.q0 + self.consumer * 64
         if config.varlen:
-            return self.sequence.key_tiles(config.keys, first_row, 64, causal=True)
+            return self.consumer_key_tiles(first_row)
         return KeyTiles(self.k, self.seq, config.keys, first_row, rows=64, causal=True)
 
     def release_q_band(self) -> None:
@@ -461,7 +465,6 @@ class _HopperAttention(OnlineSoftmax):
         from mlir.dialects import math as math_dialect
 
         k, varlen = self.k, self.config.varlen
-        queries = self.sequence.q_length if varlen else k.as_index(self.seq)
         inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
@@ -471,11 +474,14 @@ class _HopperAttention(OnlineSoftmax):
                 inverse = arith.select(seen, inverse, k.constant(0.0, "f32"))
             inverses.append(inverse)
             row, _ = self.o_acc.coordinate(self._first_slot(half))
-            query = self._query(row)
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
-            with k.if_(k.leads_lanes(4) & k.compare("ult", query, queries)):
-                self.g_lse[self.sequence.q_start + query if varlen else query] = log_sum
+            if varlen:
+                self.store_lse(row, log_sum)
+                continue
+            query = self._query(row)
+            with k.if_(k.leads_lanes(4) & k.compare("ult", query, k.as_index(self.seq))):
+                self.g_lse[query] = log_sum
         if varlen:
             self.store_o_rows(inverses)
         else:
@@ -524,24 +530,10 @@ class _HopperAttention(OnlineSoftmax):
         elif not config.persistent:
             self.release_q_band()
 
-    def store_o_rows(self, inverses) -> None:
-        """Packed sequences: O's rows inside the sequence stored from the registers into O [total_q, heads x d]
-        (`o_map`: its 16-bit pairs; `sm90_varlen.store_rows`: a box would write into the next sequence's rows)."""
-        from mlir.dialects import arith
-
-        from mlir_tile.kernels.flash.sm90_varlen import store_rows
-
-        k, d, sequence = self.k, self.d, self.sequence
-        words = k.as_index(self.heads) * (d // 2)  # (a token's row of O in 4-byte words)
-
-        def first_word(row):
-            query = self._query(row)
-            return k.compare("ult", query, sequence.q_length), (sequence.q_start + query) * words + self.head * (d // 2)
-        store_rows(k, self.o_acc, self.o_map, self.config.element, first_word,
-                   lambda half, x: arith.mulf(x, inverses[half]))
-
     def _query(self, row):
-        return self.q0 + (self.consumer * 64 + row)
+        """The query of the item's `row` (of the accumulators' tile); pack_gqa: of its (query, head) pair."""
+        query = self.q0 + (self.consumer * 64 + row)
+        return self.split_row(query)[0] if self.config.pack_gqa else query
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)

@@ -38,6 +38,8 @@ def tiles(config: HopperAttentionConfig) -> dict:
 
     kv, q = _boxed(config.keys, config), _boxed(config.rows, config)
     layouts = {"q": q, "q_band": consumer_band(q), "k": kv, **_o_tiles(config)}
+    if config.page_rows:  # (a page's box of K's or V's tile: its first rows; the box j further, j x its bytes)
+        layouts["k_page"] = consumer_band(kv, config.page_rows)
     if not config.fp8:
         return {**layouts, "v": transposed(kv)}
     order = a_key_order(wgmma(config.keys, config.element), wgmma(config.head_dim, config.element))
@@ -53,11 +55,12 @@ def _o_tiles(config: HopperAttentionConfig) -> dict:
     return {"o": consumer_band(tile["c"]), "o_band": tile["c_band"]}
 
 
-def consumer_band(tile):
-    """A consumer's 64 rows of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c further."""
+def consumer_band(tile, rows: int = 64):
+    """A consumer's 64 rows (or `rows`) of a (rows, columns) tile: the first's; consumer c's `BAND_BYTES` c
+    further."""
     from mlir_tile.algebra.layout import Layout
 
-    return Layout((64, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
+    return Layout((rows, tile.shape[1]), (tile.stride[0], tile.stride[1]), tile.swizzle)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,10 +82,10 @@ def o_stores(config: HopperAttentionConfig) -> list:
 @functools.lru_cache(maxsize=None)
 def boxes(config: HopperAttentionConfig) -> dict:
     """The TMA box of each tensor map (Q's and O's: a consumer's 64 rows; K's and V's: a key tile's): the first
-    of its tile's boxes."""
-    layouts = tiles(config)
+    of its tile's boxes (paged K/V: a page's rows of it)."""
+    layouts, kv = tiles(config), "k_page" if config.page_rows else "k"
     return {**{name: boxes_at(layouts[tile], 8 * config.element_bytes, config.box_columns)[0][2]
-               for name, tile in (("q", "q_band"), ("k", "k"), ("v", "k"))}, "o": o_stores(config)[0][2]}
+               for name, tile in (("q", "q_band"), ("k", kv), ("v", kv))}, "o": o_stores(config)[0][2]}
 
 
 def slot_steps(atom, layout, what: str) -> list[int]:

@@ -12,8 +12,10 @@ from mlir_tile.kernels.common import BARRIER_BYTES, check_shared, raised_registe
 
 ROW_BYTES = 128  # a 128-byte swizzled row: each tile is boxes of 128 bytes of columns side by side
 BAND_BYTES = 64 * ROW_BYTES  # consumer c's 64 rows of Q's or O's tile start c times this many bytes in
-# a persistent producer holds its walk's item beside the loads (at 24 it spilled); fp8's transposes V
+# a persistent producer holds its walk's item beside the loads (at 24 it spilled), a paged one its boxes' pages;
+# fp8's transposes V
 PRODUCER_REGISTERS, PERSISTENT_PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 24, 32, 56
+SPLIT_PRODUCER_REGISTERS = 40  # a producer's walk of its split's share (d 256's spilled at 32 with pack_gqa)
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
 HEAD_DIMS = (64, 128, 256)
 PERSISTENT_HEAD_DIMS = (64, 128)
@@ -22,6 +24,8 @@ MEASURED_SHAPES = "hopper_shapes.json"  # beside this module: written by `benchm
 # lazy_rescale: a row's max (in log2 units) lags its scores' by at most this, so a probability is at most 2^8 (e4m3's
 # largest is 448; the row sums and O are fp32)
 RESCALE_SLACK = 8.0
+# paged K/V: the fewest rows of a page box (two 128-byte swizzle atoms of 8 rows); pages of any multiple of it
+PAGE_ROWS = 16
 
 
 def band_lengths(head_dim: int, causal: bool, element: str) -> tuple[int, ...]:
@@ -95,6 +99,12 @@ class HopperAttentionConfig:
     # consumer's CTA is small (d 64 causal at S 1024), another CTA's GEMMs may run under its softmax
     varlen: bool = False  # packed sequences (`sm90_varlen`): q, k, v [tokens, heads, d] with cu_seqlens, a CTA a
     # (sequence, head, row tile) of the longest sequence's tiles, O stored by rows from the registers
+    page_rows: int = 0  # paged K/V (`sm90_varlen.Pages`, packed sequences only): a key tile's K and V as boxes of
+    # this many rows, each from its own page of the pool (the page size a multiple of it); 0: the packed rows
+    pack_gqa: bool = False  # an item the query heads of one K/V head, its rows (query, head) pairs
+    # (`sm90_varlen.PackedItems`, packed sequences only): a decode step's few queries fill a group's rows
+    split_kv: bool = False  # an item's key tiles shared among `splits` CTAs (flash-decoding, packed sequences
+    # only), each writing its rows' O and log-sum-exp in fp32, which `combine` sums
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS or self.element not in ELEMENT_BYTES:
@@ -125,6 +135,15 @@ class HopperAttentionConfig:
         if self.varlen and (self.fp8 or self.persistent):
             raise ValueError("hopper attention: packed sequences take 16-bit inputs on the launched grid (one row "
                              "tile a CTA), not e4m3 or a persistent walk")
+        if self.pack_gqa and not self.varlen:
+            raise ValueError("hopper attention: pack_gqa takes packed sequences (the query heads of a token lie "
+                             "together in their rows)")
+        if self.split_kv and not self.varlen:
+            raise ValueError("hopper attention: split_kv takes packed sequences (O stored by rows)")
+        if self.page_rows and (not self.varlen or self.page_rows % PAGE_ROWS or self.keys % self.page_rows):
+            raise ValueError(f"hopper attention: paged K/V takes packed sequences and boxes of a multiple of "
+                             f"{PAGE_ROWS} rows dividing the key tile's {self.keys}; got {self.page_rows} rows, "
+                             f"varlen {self.varlen}")
         check_shared("hopper attention", self, self.shared_bytes, "fewer stages or keys")
         if not 1 <= self.ctas_per_sm <= 4:
             raise ValueError(f"hopper attention: 1 to 4 CTAs an SM, got {self.ctas_per_sm}")
@@ -149,7 +168,7 @@ class HopperAttentionConfig:
 
     @classmethod
     def packed(cls, head_dim: int, causal: bool, element: str, max_seqlen_q: int) -> "HopperAttentionConfig":
-        """What `HopperAttention.packed` runs on sequences of at most `max_seqlen_q` queries: `picked`'s
+        """What `PackedAttention.packed` runs on sequences of at most `max_seqlen_q` queries: `picked`'s
         configuration for that length on the launched grid, for packed sequences."""
         return replace(cls.picked(head_dim, causal, element, max_seqlen_q), persistent=False, varlen=True)
 
@@ -183,7 +202,10 @@ class HopperAttentionConfig:
     def producer_registers(self) -> int:
         if self.fp8:
             return TRANSPOSING_PRODUCER_REGISTERS
-        return PERSISTENT_PRODUCER_REGISTERS if self.persistent else PRODUCER_REGISTERS
+        if self.split_kv:
+            return SPLIT_PRODUCER_REGISTERS
+        # (paged: each box's block table entry and row; with pack_gqa's Q box, d 256's spilled at 24)
+        return PERSISTENT_PRODUCER_REGISTERS if self.persistent or self.page_rows else PRODUCER_REGISTERS
 
     @property
     def consumer_registers(self) -> int:
@@ -253,4 +275,6 @@ class HopperAttentionConfig:
                 f"k{self.keys}s{self.stages}{f't{self.staged}' if self.fp8 else ''}{'pp' if self.pingpong else ''}"
                 f"{'u' if self.uniform_q else ''}{'n' if self.narrow_index and not self.persistent else ''}"
                 f"{'l' if self.lazy_rescale else ''}{f'o{self.ctas_per_sm}' if self.ctas_per_sm > 1 else ''}"
-                f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}_sm90a")
+                f"{'_persistent' if self.persistent else ''}{'_varlen' if self.varlen else ''}"
+                f"{f'_paged{self.page_rows}' if self.page_rows else ''}{'_gqa' if self.pack_gqa else ''}"
+                f"{'_splitkv' if self.split_kv else ''}_sm90a")

@@ -157,13 +157,14 @@ class Matmul:
     def _hopper_plan(self, element: str, m: int, n: int, depth: int, b_major: str, epilogue, *, whole: bool,
                      device, a_major: str = "mk"):
         """Hopper's plan: the library's tile (`library_config`), split-K (unless `whole`) where its tiles leave
-        SMs idle (`library_splits`: fp32 partials, then the mma.sync path's reduction applies the epilogue)."""
+        SMs idle (`library_splits`: one launch, the last split of each C tile adding the others' partials and
+        applying the epilogue, `sm90.reduce_splits`)."""
         config = replace(sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue,
                                                    element=element), a_major=a_major)
         splits = 1 if whole else library_splits(m, n, depth, config, sms=self.sms, fill=FILL, most=MAX_SPLITS)
-        config, kept = (replace(config, split_k=True), None) if splits > 1 else (config, epilogue)
-        module = self.library.module(sm90.kernel_name(element, config, kept),
-                                     lambda: sm90.build_module(element, config, epilogue=kept))
+        config = replace(config, split_k=splits > 1)
+        module = self.library.module(sm90.kernel_name(element, config, epilogue),
+                                     lambda: sm90.build_module(element, config, epilogue=epilogue))
         box, size = sm90.boxes(config), 2  # (bytes of a 16-bit element)
         b_rows = (depth, n) if b_major == "kn" else (n, depth)
         a_rows = (m, depth) if a_major == "mk" else (depth, m)
@@ -171,12 +172,12 @@ class Matmul:
                 MapOperand(self.maps, b_rows, b_rows[1] * size, box["b"])]
         sizes = [m, n // config.unit, depth // config.unit]
         launch = partial(module.prepare, sm90.KERNEL, block=config.threads, shared_bytes=config.shared_bytes)
+        maps.append(MapOperand(self.maps, (m, n), n * size, box["c"], store=True))
+        tiles = config.grid(m, n, self.sms)
         if splits == 1:
-            maps.append(MapOperand(self.maps, (m, n), n * size, box["c"], store=True))
-            return _HopperPlan(config, m, n, launch([TENSOR_MAP] * 3 + sizes + _slots(epilogue),
-                                                    grid=config.grid(m, n, self.sms)), maps)
-        main = launch([TENSOR_MAP, TENSOR_MAP, POINTER] + sizes + [splits], grid=config.grid(m, n, self.sms) * splits)
-        return _SplitPlan(config, m, n, main, splits, self._reduction(element, epilogue, m, n, splits), device, maps)
+            return _HopperPlan(config, m, n, launch([TENSOR_MAP] * 3 + sizes + _slots(epilogue), grid=tiles), maps)
+        main = launch([TENSOR_MAP] * 3 + sizes + [POINTER, POINTER, splits] + _slots(epilogue), grid=tiles * splits)
+        return _HopperSplitPlan(config, m, n, main, maps, splits, tiles, device)
 
     def _reduction(self, element: str, epilogue, m: int, n: int, splits: int):
         """The launch of split-K's reduction of `splits` fp32 partials of M x N into C, applying `epilogue`."""
@@ -260,20 +261,18 @@ class _Plan:
 
 
 class _SplitPlan(_Plan):
-    """Split-K's: the k-tiles' partial sums into an fp32 workspace of `splits` x M x N, then the reduction's launch,
-    which applies the epilogue; on Hopper's path A and B by their tensor maps (`maps`)."""
+    """The mma.sync path's split-K: the k-tiles' partial sums into an fp32 workspace of `splits` x M x N, then
+    the reduction's launch, which applies the epilogue."""
 
-    def __init__(self, config, m: int, n: int, launch, splits: int, reduce, device, maps=None):
+    def __init__(self, config, m: int, n: int, launch, splits: int, reduce, device):
         import torch
 
         super().__init__(config, m, n, launch)
-        self.splits, self.reduce, self.maps = splits, reduce, maps
+        self.splits, self.reduce = splits, reduce
         self.workspace = allocator((splits * m * n,), torch.float32, device)
 
     def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
         partials = self.workspace()
-        if self.maps is not None:  # (Hopper's: A and B by their tensor maps)
-            a, b = self.maps[0](a), self.maps[1](b)
         self.launch(stream, a, b, partials.data_ptr())
         self.reduce(stream, partials.data_ptr(), c, *extras)  # (the workspace freed after: torch's allocator
         # reuses it in stream order)
@@ -291,6 +290,36 @@ class _HopperPlan(_Plan):
         self.launch(stream, map_a(a), map_b(b), map_c(c), *extras)
 
 
+class _HopperSplitPlan(_HopperPlan):
+    """Hopper's split-K in one launch (`sm90.reduce_splits`): an fp32 workspace for the partials of every split
+    but the last, and the C tiles' flags, zeros that each launch's last splits clear again. The flags are one
+    array a stream (launches on two streams would count on each other's), kept where made outside a CUDA
+    graph's capture (made during one, they are zeroed only by its replays: they serve that capture alone)."""
+
+    def __init__(self, config, m: int, n: int, launch, maps: list, splits: int, tiles: int, device):
+        import torch
+
+        super().__init__(config, m, n, launch, maps)
+        self.splits, self.tiles, self.device = splits, tiles, device
+        self.workspace = allocator(((splits - 1) * m * n,), torch.float32, device)
+        self.flags = {}
+
+    def __call__(self, a: int, b: int, c: int, extras: list, stream: int) -> None:
+        map_a, map_b, map_c = self.maps
+        partials = self.workspace()  # (freed after the launch: torch's allocator reuses it in stream order)
+        self.launch(stream, map_a(a), map_b(b), map_c(c), partials.data_ptr(), self._flags(stream), *extras)
+
+    def _flags(self, stream: int) -> int:
+        import torch
+
+        flags = self.flags.get(stream)
+        if flags is None:
+            flags = torch.zeros(self.tiles, dtype=torch.int32, device=self.device)
+            if not torch.cuda.is_current_stream_capturing():
+                self.flags[stream] = flags
+        return flags.data_ptr()  # (one made in a capture, freed after the launch: reused only in stream order)
+
+
 def _described(value) -> str:
     shape = getattr(value, "shape", None)
     return repr(value) if shape is None else f"{tuple(shape)} {value.dtype} on {value.device}"
@@ -300,7 +329,7 @@ def hopper_shipped_kernels(epilogues) -> list:
     """(name, build) of the Hopper kernels `Matmul` and `ScaledMatmul` pick: each element, B layout and
     epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
-    operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`); A [K, M]'s (`a_major` "km", a
+    operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`), with each of `epilogues`; A [K, M]'s (`a_major` "km", a
     backward's dB) without an epilogue on each tile and split; fp8's with either B layout and either kind of scales (`scaled_config`)."""
     from functools import partial
 
@@ -314,8 +343,8 @@ def hopper_shipped_kernels(epilogues) -> list:
     sixteen = [(element, hopper_config(major, tile), epilogue) for element in ("f16", "bf16") for major in ("nk", "kn")
                for epilogue, chained in [(e, False) for e in epilogues] + [(c, True) for c in chains]
                for tile in tiles_for(element, major, epilogue, chained)]
-    split = [(element, replace(hopper_config(major, SMALL_TILE), split_k=True), None) for element in ("f16", "bf16")
-             for major in ("nk", "kn")]  # (split-K's partials: the mma.sync path's reductions apply the epilogues)
+    split = [(element, replace(hopper_config(major, SMALL_TILE), split_k=True), epilogue) for element in ("f16", "bf16")
+             for major in ("nk", "kn") for epilogue in epilogues]
     transposed_a = [(element, replace(hopper_config(major, tile), a_major="km", split_k=split), None)
                     for element in ("f16", "bf16") for major in ("nk", "kn")
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]

@@ -147,11 +147,10 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     if (element, config.element_bits) not in (("f16", 16), ("bf16", 16), ("e4m3", 8)):
         raise ValueError(f"hopper gemm: f16 or bf16 with 16-bit configurations, e4m3 with 8-bit ones; got "
                          f"{element!r} and {config}")
-    if config.split_k and epilogue is not None:
-        raise ValueError("hopper gemm: a split-K kernel writes fp32 partials; gemm_reduce applies the epilogue")
-    parameters = [TensorMap(), TensorMap(), Global("f32") if config.split_k else TensorMap(), "index", "index", "index"]
+    parameters = [TensorMap(), TensorMap(), TensorMap(), "index", "index", "index"]
     parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
-    parameters += ["index"] if config.split_k else []  # the splits
+    # split-K: the fp32 partials' workspace, the C tiles' flags and the splits
+    parameters += [Global("f32"), Global("i32"), "index"] if config.split_k else []
     parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
     with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
@@ -169,7 +168,7 @@ class _HopperGemm:
         self.out, self.storage = output_element(element), "i8" if config.element_bits == 8 else element
         self.a_map, self.b_map, self.c_map, self.m, n_units, k_units = k.arguments[:6]
         self.scales = k.arguments[6:8] if element == "e4m3" else []
-        self.extras = [] if config.split_k else k.arguments[6 + len(self.scales):]
+        self.extras = k.arguments[6 + len(self.scales) + 3 * config.split_k:]
         # rows on 16 bytes, proven
         self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.k_unit)
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
@@ -179,7 +178,7 @@ class _HopperGemm:
         self.rank = k.cluster_rank() if config.cluster > 1 else None
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         if config.split_k:
-            self._split(k.arguments[6])
+            self._split(*k.arguments[6:9])
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         self.barriers = ConsumerBarriers(k, config.consumers)
@@ -207,9 +206,10 @@ class _HopperGemm:
         # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
         self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
 
-    def _split(self, splits) -> None:
+    def _split(self, partials, flags, splits) -> None:
         """Split-K: this CTA's C tile and split (`SplitK`: the grid is splits x the tiles), its run of k-tiles
-        from `k_first` (`k_tiles` of them, none where K has no more), and its fp32 slice of the workspace."""
+        from `k_first` (`k_tiles` of them, none where K has no more), the workspace of every split but the
+        last's fp32 partials ([splits - 1, M, N]) and the C tiles' flags (`reduce_splits`)."""
         from mlir_tile.builder.schedule import SplitK
         from mlir_tile.builder.tensor import ceil_div
 
@@ -219,7 +219,8 @@ class _HopperGemm:
         start, end = split_k.columns(self.split)
         self.k_first = start // bk
         self.k_tiles = k.as_index(ceil_div(k, end - start, bk))
-        self.partials = k.tensor(self.c_map, (splits, self.m, self.n))[self.split, None, None]
+        self.last_split = k.as_index(splits) - k.index(1)
+        self.partials, self.flags = k.tensor(partials, (self.last_split, self.m, self.n)), flags
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -306,7 +307,7 @@ class _HopperGemm:
         if config.persistent:  # the producer's next tile needs every stage back
             self.pipeline.release(self._in_ring(turn, self.k_tiles - 1))
         if config.split_k:
-            self.store_partials(origin)
+            self.reduce_splits(origin, region)
         else:
             self.store_c(origin, region)
         if config.persistent:
@@ -429,22 +430,50 @@ class _HopperGemm:
                 k.tma_store(box, self.c_map, (row0, col0 + column))
             k.tma_store_wait(0)
 
-    def store_partials(self, origin) -> None:
-        """Split-K: each accumulator pair (one row, two adjacent columns) stored as 8 bytes into this split's fp32
-        slice of the workspace where it lies inside C; gemm_reduce sums the splits into C."""
+    def reduce_splits(self, origin, region: int) -> None:
+        """Split-K in one launch (CUTLASS's serial split-K, one waiter): each split but the last stores its fp32
+        partials and counts itself on its C tile's flag (`release_flag`, once every consumer thread's stores are
+        done); the last split, the highest blocks (launched after the others: `SplitK`), waits until all have,
+        clears the flag for the next launch, adds their partials to its accumulators in split order (the same
+        sum every run) and stores C, the epilogue applied."""
+        k = self.k
+        with k.if_(k.compare("ult", self.split, self.last_split)):
+            for batch in range(len(self.accumulators)):
+                self.add_partials(origin, batch, self.split, store=True)
+            self.consumers_meet()
+            with k.if_(self.storer):
+                k.release_flag(self.flags, self.split_tile)
+        with k.if_(k.compare("eq", self.split, self.last_split)):
+            with k.if_(self.storer):
+                k.wait_flag(self.flags, self.split_tile, k.as_i32(self.last_split))
+                k.clear_flag(self.flags, self.split_tile)
+            self.consumers_meet()
+            for batch in range(len(self.accumulators)):  # (a batch at a time: fewer live addresses)
+                with k.loop(0, self.last_split) as split:
+                    self.add_partials(origin, batch, split, store=False)
+            self.store_c(origin, region)
+
+    def add_partials(self, origin, batch: int, split, *, store: bool) -> None:
+        """Each accumulator pair (one row, two adjacent columns) of `batch` where it lies inside C: stored as 8
+        bytes into split `split`'s fp32 partials (`store`), or its partials there added to it."""
         from mlir import ir
-        from mlir.dialects import vector
+        from mlir.dialects import arith, vector
 
         k, pair = self.k, ir.VectorType.get([2], ir.F32Type.get())
-        c_c = k.identity_tensor((self.m, self.n))
-        for batch, accumulators in enumerate(self.accumulators):
-            place = self._place(c_c, origin, batch)
-            for slot in range(0, self.config.bn // 2, 2):  # (c0, c1), (c2, c3) of each n8 block
-                row, column = place[self.consumer_thread, slot]
-                values = [k.load(accumulators.registers, [s]) for s in (slot, slot + 1)]
-                with k.if_(c_c.inside((row, column))):
-                    k.store_vector(vector.from_elements(pair, values), self.partials.memory,
-                                   [self.partials.offset((row, column))])
+        partials, c_c = self.partials[split, None, None], k.identity_tensor((self.m, self.n))
+        accumulators, place = self.accumulators[batch], self._place(c_c, origin, batch)
+        for slot in range(0, self.config.bn // 2, 2):  # (c0, c1), (c2, c3) of each n8 block
+            row, column = place[self.consumer_thread, slot]
+            with k.if_(c_c.inside((row, column))):
+                at, slots = [partials.offset((row, column))], (slot, slot + 1)
+                if store:
+                    values = [k.load(accumulators.registers, [s]) for s in slots]
+                    k.store_vector(vector.from_elements(pair, values), partials.memory, at)
+                else:
+                    added = k.load_vector(partials.memory, at, 2)
+                    for lane, s in enumerate(slots):
+                        k.store(arith.addf(k.load(accumulators.registers, [s]), vector.extract(added, [], [lane])),
+                                accumulators.registers, [s])
 
     def _place(self, c_c, origin, batch: int):
         """(consumer thread, accumulator slot) -> C's (row, column) of batch `batch` of this CTA's consumers: the

@@ -1,17 +1,16 @@
 """The Hopper GEMM's PTX run on the GPU against numpy: tensor maps, inputs, fp8 scales, the check of C."""
 from __future__ import annotations
 
-from mlir_tile.kernels.common import output_element
 from mlir_tile.kernels.gemm.sm90 import KERNEL, boxes
 from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
 
 def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConfig) -> list:
-    """The tensor maps (by value) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N; None
-    for a split-K kernel, which writes fp32 partials) for the kernel's boxes."""
+    """The tensor maps (by value) of device matrices a (M x K), b ([N, K] or [K, N]) and c (M x N) for the
+    kernel's boxes."""
     box = boxes(config)
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
-    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), **({"c": (c, (m, n))} if c is not None else {})}
+    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), "c": (c, (m, n))}
     return [runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8, box[name],
                                store=name == "c")
             for name, (matrix, shape) in shapes.items()]
@@ -56,8 +55,9 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
                   row_scales: bool = False, splits: int = 3) -> tuple[bool, str]:
     """The kernel of `tile` (HopperConfig's fields, `hopper_config`; default: the element's) in `ptx` on an
     M x N x K product of random values, against numpy (`inputs_and_check`); `ctas`: a persistent kernel's grid (default: one per SM, at most one per tile); `row_scales`: an fp8
-    kernel's (`HopperConfig.row_scales`); `splits`: a split-K kernel's, its fp32 partials summed here and
-    rounded as gemm_reduce rounds them."""
+    kernel's (`HopperConfig.row_scales`); `splits`: a split-K kernel's, launched twice on its workspace and
+    flags (the second launch counts on the flags the first's last splits cleared), both C checked and the flags
+    zero after."""
     import numpy as np
 
     from mlir_tile.runtime import Runtime
@@ -68,24 +68,22 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
                          f"rows on 16 bytes), not {m} x {n} x {depth}")
     a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
-    out = np.zeros((splits, m, n), np.float32) if config.split_k else np.zeros((m, n), np.uint16)
     with Runtime() as runtime:
-        matrices = [runtime.to_device(x) for x in (a, b_given, out, *scales)]
-        maps = tensor_maps(runtime, *matrices[:2], None if config.split_k else matrices[2], m, n, depth, config)
+        tiles = config.grid(m, n, runtime.device.properties.multiprocessor_count)
+        split = ([np.zeros((splits - 1) * m * n, np.float32), np.zeros(tiles, np.int32)] if config.split_k else [])
+        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16), *scales, *split)]
+        maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
-        grid = ctas or config.grid(m, n, runtime.device.properties.multiprocessor_count) * (splits if config.split_k else 1)
-        pointers = maps + ([int(matrices[2].handle)] if config.split_k else [])
-        module.launch(KERNEL, pointers + [m, n // config.unit, depth // config.k_unit] +
-                      [int(x.handle) for x in matrices[3:]] + ([splits] if config.split_k else []), grid=grid,
-                      block=config.threads, shared_bytes=config.shared_bytes,
-                      cluster=config.cluster if config.cluster > 1 else None)
-        c = runtime.to_host(matrices[2], out)
+        arguments = maps + [m, n // config.unit, depth // config.k_unit] + [int(x.handle) for x in matrices[3:]]
+        results = []
+        for _ in range(1 + config.split_k):
+            module.launch(KERNEL, arguments + ([splits] if config.split_k else []),
+                          grid=ctas or tiles * (splits if config.split_k else 1), block=config.threads,
+                          shared_bytes=config.shared_bytes, cluster=config.cluster if config.cluster > 1 else None)
+            results.append(check(runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))))
+        cleared = not config.split_k or not runtime.to_host(matrices[-1], split[1]).any()
         for buffer in matrices:
             buffer.close()
-    if config.split_k:
-        from mlir_tile.isa.halves import encode
-
-        c = encode(c.sum(axis=0), output_element(dtype))
-    ok, worst = check(c)
+    ok, worst = all(ok for ok, _ in results) and cleared, max(worst for _, worst in results)
     return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM on Hopper's path ({config}: TMA, wgmma, stmatrix, TMA "
                 f"store) matches numpy: {ok} (largest error {worst:.2e})")

@@ -23,8 +23,8 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     from mlir_tile.models import reference
 
     if config.split_k:
-        raise ValueError("hopper gemm: a split-K CTA stores its accumulators as they are (no stmatrix, no TMA "
-                         "store): `run_and_check` checks its partials on the GPU")
+        raise ValueError("hopper gemm: a split-K CTA's result rests on the other splits' partials and flags in "
+                         "global memory, which the model of one CTA has not: `run_and_check` checks it on the GPU")
     from mlir_tile.tiling.tiled import tiled_store_c
     from mlir_tile.isa.tma import column_boxes
     from mlir_tile.isa.wgmma import descriptor_for

@@ -1,0 +1,75 @@
+"""A decode step's attention (one query a sequence, Llama-3-8B's 32 query / 8 KV heads, d 128, bf16), ours
+(`attention_with_kvcache`: a cache [batch, seq, 8, 128], and paged in shuffled pages of 16 and 64 tokens)
+beside torch's SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch, 8, seq, 128], on the GPU host:
+
+    PYTHONPATH=python python3 benchmarks/decode_attention.py
+
+Each call reads the caches' keys and values once: GB/s are those bytes over the median time of 50 calls back to
+back (samples in shuffled rounds, 10 rounds), against HBM's peak (H100 3,350 GB/s, H200 4,800). Every sequence
+is at its full length (no append: the read alone). FlashAttention-4's Hopper decode (no split-KV on sm_90) is in
+../shared/notes/anchors.md, measured in its own process, so not beside these numbers."""
+import random
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from mlir_tile.kernels import attention_with_kvcache
+
+HEADS, KV_HEADS, D = 32, 8, 128
+SHAPES = [(1, 4096), (1, 16384), (16, 4096), (64, 4096), (64, 16384)]
+
+
+def cases():
+    """(name, call, bytes read) of each shape's calls."""
+    for batch, seq in SHAPES:
+        q = torch.randn(batch, 1, HEADS, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, seq, KV_HEADS, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        lengths = torch.full((batch,), seq, dtype=torch.int32, device="cuda")
+        read = 2 * k.numel() * k.element_size()
+        yield f"b{batch} s{seq} ours", lambda q=q, k=k, v=v, lengths=lengths: attention_with_kvcache(
+            q, k, v, lengths), read
+        for page in (16, 64):
+            pages = batch * seq // page
+            order = torch.randperm(pages, device="cuda")
+            pools = [x.reshape(pages, page, KV_HEADS, D)[order.argsort()] for x in (k, v)]  # (page i at order[i])
+            table = order.view(batch, seq // page).int()
+            yield f"b{batch} s{seq} ours paged {page}", lambda q=q, pools=pools, table=table, lengths=lengths: (
+                attention_with_kvcache(q, *pools, lengths, block_table=table)), read
+        q_t, k_t, v_t = (x.transpose(1, 2) for x in (q, k, v))
+        yield f"b{batch} s{seq} SDPA", lambda q=q_t, k=k_t, v=v_t: F.scaled_dot_product_attention(
+            q, k, v, enable_gqa=True), read
+
+
+def main():
+    calls = {name: (call, read) for name, call, read in cases()}
+    reference = {}
+    for name, (call, _) in calls.items():  # (warm-up; ours paged and not give the same O, SDPA's within bf16)
+        o = call()
+        o = o[0] if isinstance(o, tuple) else o.transpose(1, 2)
+        shape = name.split(" ours")[0].split(" SDPA")[0]
+        if shape in reference:
+            assert (o.float() - reference[shape]).abs().max() < 2e-2, name
+        else:
+            reference[shape] = o.float()
+    samples = {name: [] for name in calls}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(10):
+        order = list(calls)
+        random.shuffle(order)
+        for name in order:
+            call = calls[name][0]
+            start.record()
+            for _ in range(50):
+                call()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / 50 * 1e3)
+    print(torch.cuda.get_device_name(), flush=True)
+    for name, (_, read) in calls.items():
+        us = statistics.median(samples[name])
+        print(f"{name}: {us:.1f} us, {read / us / 1e3:.0f} GB/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Split-KV's combine (flash-decoding's second pass), beside the kernel whose splits it sums (`sm90`,
+`split_kv`): each split s wrote, for each row (a query token of a head), O_s normalized by its own sum and its
+log-sum-exp lse_s (-inf, O_s 0, where its keys held none the row sees). The row's
+
+    O = sum_s exp(lse_s - M) O_s / sum_s exp(lse_s - M),  lse = M + log sum_s exp(lse_s - M),  M = max_s lse_s
+
+rounded to 16 bits (O 0 and lse -inf where no split saw a key). A row is read by d / 8 consecutive lanes, 8
+fp32 elements each; a CTA of 256 threads takes 256 / (d / 8) rows.
+
+Kernel parameters: `attention_combine(o_splits, lse_splits, o, lse, splits, tokens, heads)`: o_splits fp32
+[splits, tokens, heads, d], lse_splits fp32 [splits, heads, tokens], O 16-bit [tokens, heads, d], lse fp32
+[heads, tokens]. Grid `CombineConfig.grid(tokens x heads)`, block `THREADS`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir_tile.isa.targets import WARPGROUP_CHIP
+from mlir_tile.kernels.common import LOG2E
+from mlir_tile.kernels.flash.row_pieces import PIECE, THREADS, PieceRows
+
+KERNEL = "attention_combine"  # (a lane sums PIECE elements of a row: two 16-byte loads of each split's fp32 O)
+
+
+@dataclass(frozen=True)
+class CombineConfig(PieceRows):
+    head_dim: int = 128
+    element: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.rows_refused():
+            raise ValueError(f"attention combine: a head dim that is a multiple of {PIECE} up to {32 * PIECE}, f16 "
+                             f"or bf16; got {self.head_dim}, {self.element}")
+
+    def __str__(self) -> str:
+        return f"{KERNEL}_d{self.head_dim}_{self.element}_sm90a"
+
+
+def build_module(config: CombineConfig, context=None):
+    """The kernel of `config` (see the module's text)."""
+    from mlir_tile.builder import Global, Kernel
+
+    with Kernel(KERNEL, [Global("f32"), Global("f32"), Global(config.element), Global("f32"), "index", "index",
+                         "index"], block=(THREADS, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, context=context) as k:
+        _combine(k, config, *k.arguments)
+    return k.module
+
+
+def _combine(k, config: CombineConfig, o_splits, lse_splits, o, lse, splits, tokens, heads) -> None:
+    """This lane's piece of its row: the splits' largest log-sum-exp, then their O weighted and summed."""
+    from mlir import ir
+    from mlir.dialects import arith, vector
+    from mlir.dialects import math as math_dialect
+
+    from mlir_tile.builder.integers import with_operators
+
+    tokens, heads, d = with_operators(tokens), with_operators(heads), config.head_dim
+    thread = k.thread_id()
+    row = k.block_id() * (THREADS // config.lanes) + thread // config.lanes
+    inside = k.compare("ult", row, tokens * heads)
+    row = with_operators(k.select(inside, row, 0))  # (past the last row: row 0's loads, nothing stored)
+    token, head, column = row // heads, row % heads, (thread % config.lanes) * PIECE
+
+    def lse_of(split):
+        return k.load(lse_splits, [(split * heads + head) * tokens + token])
+    with k.loop(0, splits, carried=[k.constant(float("-inf"), "f32")]) as it:
+        it.next(arith.maximumf(it.values[0], lse_of(it.index)))
+    largest = it.results[0]
+    finite = arith.cmpf(arith.CmpFPredicate.ONE, largest, k.constant(float("-inf"), "f32"))
+    base = arith.select(finite, largest, k.constant(0.0, "f32"))  # (no split saw a key: every weight 0)
+    floats = ir.VectorType.get([PIECE], ir.F32Type.get())
+    zeros = vector.broadcast(floats, k.constant(0.0, "f32"))
+    with k.loop(0, splits, carried=[zeros, k.constant(0.0, "f32")]) as it:
+        weight = k.exp2(arith.mulf(arith.subf(lse_of(it.index), base), k.constant(LOG2E, "f32")))
+        at = ((it.index * tokens + token) * heads + head) * d + column
+        piece = vector.shuffle(*(k.load_vector(o_splits, [at + 4 * i], 4) for i in range(2)), list(range(PIECE)))
+        summed = vector.fma(vector.broadcast(floats, weight), piece, it.values[0])
+        it.next(summed, arith.addf(it.values[1], weight))
+    summed, total = it.results
+    seen = arith.cmpf(arith.CmpFPredicate.OGT, total, k.constant(0.0, "f32"))
+    inverse = arith.select(seen, k.divide(k.constant(1.0, "f32"), total), k.constant(0.0, "f32"))
+    halves = ir.VectorType.get([PIECE], ir.MemRefType(o.type).element_type)
+    with k.if_(inside):
+        k.store_vector(arith.truncf(halves, arith.mulf(summed, vector.broadcast(floats, inverse))), o,
+                       [row * d + column])
+    log_sum = arith.addf(base, arith.mulf(math_dialect.log2(total), k.constant(1 / LOG2E, "f32")))
+    with k.if_(inside & k.leads_lanes(config.lanes)):
+        k.store(arith.select(seen, log_sum, k.constant(float("-inf"), "f32")), lse, [head * tokens + token])

@@ -1,0 +1,250 @@
+"""The packed kernels' launches (`sm90_varlen`: sequences packed as token rows, FlashAttention's varlen form):
+packed K/V (`PackedAttention.packed`), a paged cache (`PackedAttention.paged`), the configuration each call
+takes (`packed_config`: the measured one for its length, pack_gqa for a decode step's few queries, page boxes,
+and split-KV where a decode step's items leave SMs idle, `kv_splits`, whose splits `combine` sums), and the
+checks of their arguments. `launch.HopperAttention` holds one (`packed`, `paged`)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from functools import partial
+
+from mlir_tile.kernels.common import MapOperand
+from mlir_tile.kernels.flash import combine, sm90, sm90_layouts
+from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig
+from mlir_tile.runtime import POINTER, TENSOR_MAP
+
+MAX_SPLITS = 32  # split-KV's most splits (flash-decoding's 128 is for longer caches than a decode step's SMs need)
+
+
+class PackedAttention:
+    """`HopperAttention`'s launches of the packed kernels, its library's, tensor maps and plans."""
+
+    def __init__(self, library, maps, plans, sms: int):
+        self.library, self.maps, self.plans, self.sms = library, maps, plans, sms
+
+    def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False,
+               max_seqlen_k: int | None = None, queried: int | None = None):
+        """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
+        [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
+        [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
+        covers: rows past it are not computed; `max_seqlen_k` at least its keys, None: total_k, which split-KV
+        shares out; `queried`, the sequences that hold queries where the others hold none, None: all, by which
+        split-KV shares out). f16 or bf16; q, k and v read in place where each token's row is (`token_rows`), O
+        contiguous."""
+        element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+        q, k, v = (token_rows(x) for x in (q, k, v))
+        total_k, kv_heads = k.shape[:2]
+        longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
+        batch = cu_seqlens_q.shape[0] - 1
+        return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, batch,
+                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=batch if queried is None else queried)
+
+    def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
+              causal: bool = False):
+        """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed queries against a paged K/V cache
+        (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
+        sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
+        pages_per_sequence]); q, cu_seqlens_q and max_seqlen_q as `packed`'s. ValueError in one line for what
+        the kernel does not take."""
+        element = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q)
+        q, block_table = token_rows(q), block_table.contiguous()
+        (pages, page_size, kv_heads, _), (batch, per_sequence) = k_pool.shape, block_table.shape
+        k_rows, v_rows = pool_rows(k_pool, v_pool)
+        return self._run(q, k_rows, v_rows, kv_heads, element, bool(causal), max_seqlen_q,
+                         per_sequence * page_size if pages else 0, batch,
+                         (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
+                         paging=(per_sequence, page_size, pages))
+
+    def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
+             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None):
+        """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
+        the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all)."""
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        total_q, heads, d = q.shape
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
+        if not (total_q and batch and max_seqlen_q):
+            return o, lse
+        if not (k.shape[0] and max_seqlen_k):  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
+            return o.zero_(), lse.fill_(float("-inf"))
+        config, tiles, splits = packed_config(d, causal, element, max_seqlen_q, heads // kv_heads,
+                                              paging[1] if paging else 0, max_seqlen_k=max_seqlen_k,
+                                              kv_items=(batch if queried is None else queried) * kv_heads,
+                                              sms=self.sms)
+        pitches = tuple(row_pitch(x) for x in (q, k, v))
+        shape = (total_q, k.shape[0], heads, kv_heads, batch, tiles, splits, pitches, paging)
+        plan = self.plans.of(("packed", config, *shape), lambda: self._plan(config, *shape))
+        partials = ((torch.empty(splits, *q.shape, dtype=torch.float32, device=q.device),
+                     torch.empty(splits, heads, total_q, dtype=torch.float32, device=q.device)) if splits > 1 else ())
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), pointers,
+             tuple(x.data_ptr() for x in partials))
+        return o, lse
+
+    def _plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
+              splits: int, pitches: tuple, paging: tuple):
+        """The launch over `batch` sequences' `tiles` row tiles (of the longest; pack_gqa, of its rows times the
+        group) of `heads` query heads (pack_gqa: of the K/V heads), `splits` CTAs each (then the combine's):
+        Q's, K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart (pack_gqa: Q's 3-D over
+        [tokens, heads, d], a box 64 / group tokens of `group` heads); `paging` (paged K/V): pages a sequence,
+        the page size and the pool's pages (K's and V's tokens)."""
+        module = self.library.module(str(config), partial(sm90.build_module, config))
+        box, d, group = sm90_layouts.boxes(config), config.head_dim, heads // kv_heads
+        maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
+            ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
+        if config.pack_gqa:
+            maps[0] = MapOperand(self.maps, (total_q, heads, d), d * config.element_bytes, box["q"], pitches[0],
+                                 box_matrices=box["q"].rows // group)
+        items = batch * (kv_heads if config.pack_gqa else heads)
+        # (paged: a sequence's keys at most its table row's, then the table's address and shape)
+        keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, items, group]
+                                + [POINTER] * 2 + [heads, total_q] + keys + ([splits] if config.split_kv else []),
+                                grid=config.grid(items, tiles * config.rows, self.sms) * splits,
+                                block=config.threads, shared_bytes=config.shared_bytes)
+        combined = None
+        if config.split_kv:
+            summing = combine.CombineConfig(d, config.element)
+            combined = self.library.module(str(summing), partial(combine.build_module, summing)).prepare(
+                combine.KERNEL, [POINTER] * 4 + [splits, total_q, heads], grid=summing.grid(total_q * heads),
+                block=combine.THREADS)
+        return _PackedPlan(launch, maps, combined)
+
+
+@functools.lru_cache(maxsize=1024)  # (each call asks; the configurations' checks cost host time a decode step has not)
+def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: int, page_size: int = 0, *,
+                  max_seqlen_k: int = 0, kv_items: int = 0, sms: int = 0):
+    """(the packed kernels' configuration, its row tiles a sequence, its splits) for sequences of at most
+    `max_seqlen_q` queries and `max_seqlen_k` keys, `group` query heads a K/V head, K/V in pages of `page_size`
+    tokens (0: packed rows): the measured configuration for that length (`HopperAttentionConfig.packed`), with
+    pack_gqa where a sequence's queries fill less than a row tile and the group divides a consumer's 64 rows (a
+    decode step's: the group's heads fill the rows, and K and V are read once a group), page boxes of a whole
+    key tile where the pages hold whole ones, split-KV for such a step's `kv_items` (batch x K/V heads) on `sms`
+    SMs (`kv_splits`)."""
+    config = HopperAttentionConfig.packed(d, causal, element, max_seqlen_q)
+    decode = max_seqlen_q < config.rows
+    pack = decode and 1 < group and 64 % group == 0
+    rows = (config.keys if page_size % config.keys == 0 else PAGE_ROWS) if page_size else 0
+    tiles = -(-max_seqlen_q * (group if pack else 1) // config.rows)
+    ctas = kv_items * (1 if pack else group) * tiles
+    splits = kv_splits(ctas, -(-max_seqlen_k // config.keys), sms * config.ctas_per_sm) if decode and sms else 1
+    return replace(config, pack_gqa=pack, page_rows=rows, split_kv=splits > 1), tiles, splits
+
+
+def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
+    """Split-KV's splits of `ctas` CTAs walking up to `key_tiles` key tiles each on `slots` CTA slots (SMs x CTAs
+    an SM): none where they fill most slots already;
+    else enough to fill them once, each split two key tiles at least (a split's fp32 O, written and read back
+    by the combine, costs about a key tile's K and V), at most MAX_SPLITS."""
+    if 5 * ctas >= 4 * slots:
+        return 1
+    return max(1, min(-(-slots // ctas), key_tiles // 2, MAX_SPLITS))
+
+
+class _PackedPlan:
+    """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
+    offsets' addresses (paged: the cache lengths' and the block table's); split-KV, the partials' and the
+    combine's launch."""
+
+    def __init__(self, launch, maps: list, combined=None):
+        self.launch, self.maps, self.combined = launch, maps, combined
+
+    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, pointers: tuple,
+                 partials: tuple = ()) -> None:
+        map_q, map_k, map_v = self.maps
+        if self.combined is None:
+            self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, *pointers)
+            return
+        self.launch(stream, map_q(q), map_k(k), map_v(v), *partials, *pointers)
+        self.combined(stream, *partials, o, lse)
+
+
+def pool_rows(*pools) -> tuple:
+    """Paged K/V pools [pages, page_size, kv_heads, d] as the kernel's maps read them, [pages x page_size,
+    kv_heads, d] token rows (views: `checked_paged` proves that the pages lie one after another)."""
+    return tuple(x.view(x.shape[0] * x.shape[1], *x.shape[2:]) for x in pools)
+
+
+def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> str:
+    """The element of `PackedAttention.paged`'s arguments, each checked (the pools' pages lying one after
+    another, each token's heads x d contiguous on 16 bytes: a pool is not copied); ValueError in one line
+    otherwise."""
+    import torch
+
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (k_pool, v_pool)) or k_pool.shape != v_pool.shape:
+        raise ValueError(f"attention (paged): k and v pools [pages, page_size, kv_heads, d] alike, got "
+                         f"{_described(k_pool)}, {_described(v_pool)}")
+    pages, page_size, kv_heads, d = k_pool.shape
+    if page_size % PAGE_ROWS or not page_size or (pages * max(page_size, 1) >= 2 ** 31):
+        raise ValueError(f"attention (paged): a page size of a multiple of {PAGE_ROWS} tokens, fewer than 2^31 "
+                         f"tokens in the pool; got {pages} pages of {page_size}")
+    if any(pages > 1 and x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)) or any(
+            token_rows(x) is not x for x in pool_rows(k_pool, v_pool)):
+        raise ValueError("attention (paged): a pool's pages one after another, each token's kv_heads x d contiguous, "
+                         "on 16 bytes (a pool is read in place, never copied)")
+    element = checked_packed(q, *pool_rows(k_pool, v_pool), cu_seqlens_q, cu_seqlens_q, longest)
+    batch = cu_seqlens_q.shape[0] - 1
+    if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != q.device
+           for x in (cache_lengths, block_table)) or cache_lengths.shape != (batch,) or (
+            block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] * page_size >= 2 ** 31):
+        raise ValueError(f"attention (paged): cache lengths int32 [batch] = [{batch}] and a block table int32 [batch, "
+                         f"pages_per_sequence] on {q.device}; got {_described(cache_lengths)}, "
+                         f"{_described(block_table)}")
+    return element
+
+
+def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
+    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`PackedAttention.packed`;
+    `longest` the bound the launch's grid is made for, the argument `name`); ValueError in one line otherwise."""
+    import torch
+
+    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+    if (element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 3 or k.dim() != 3
+            or k.shape != v.shape or k.shape[2] != q.shape[2] or not k.shape[1] or q.shape[1] % k.shape[1]):
+        raise ValueError(f"attention_varlen: q [total_q, heads, d], k and v [total_k, kv_heads, d] with kv_heads "
+                         f"dividing heads, all float16 or all bfloat16; got {tuple(q.shape)} {q.dtype}, "
+                         f"{tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
+    if q.shape[2] not in HEAD_DIMS:
+        raise ValueError(f"attention_varlen: head dim {', '.join(map(str, HEAD_DIMS))}, got {q.shape[2]}")
+    if not all(x.is_cuda for x in (q, k, v)):
+        raise ValueError(f"attention_varlen: q, k and v on a CUDA device, got {q.device}, {k.device}, {v.device}")
+    if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.device != q.device
+           or not x.is_contiguous() for x in (cu_seqlens_q, cu_seqlens_k)) or not (
+            2 <= cu_seqlens_q.shape[0] == cu_seqlens_k.shape[0]):
+        raise ValueError(f"attention_varlen: cu_seqlens_q and cu_seqlens_k int32 [batch + 1] (batch >= 1) on "
+                         f"{q.device}, contiguous; got {_described(cu_seqlens_q)}, {_described(cu_seqlens_k)}")
+    if isinstance(longest, bool) or not isinstance(longest, int) or longest < 0:
+        raise ValueError(f"attention_varlen: {name} a non-negative int, got {longest!r}")
+    return element
+
+
+def token_rows(x):
+    """Packed `x` [tokens, heads, d] as the packed kernels' 2-D maps read it, [tokens, heads x d] with a row stride
+    of whole 16 bytes: `x` itself where each token's heads x d are contiguous and on 16 bytes (a slice of a fused
+    projection, qkv.view(tokens, 3, heads, d)[:, 0], included: no copy), else a contiguous copy."""
+    _, heads, d = x.shape
+    rows = (x.stride(2) == 1 or d == 1) and (x.stride(1) == d or heads == 1)
+    pitch = row_pitch(x)
+    if rows and pitch >= heads * d * x.element_size() and pitch % 16 == 0 and x.data_ptr() % 16 == 0:
+        return x
+    return on_16_bytes(x.contiguous())
+
+
+def row_pitch(x) -> int:
+    """The bytes from one token's row of `token_rows(x)` to the next."""
+    return (x.stride(0) if x.shape[0] > 1 else x.shape[1] * x.shape[2]) * x.element_size()
+
+
+def on_16_bytes(x):
+    """`x`, or a copy of it where its data lies off 16 bytes (a view: x[1:], narrow, split): the kernels copy
+    16-byte chunks (cp.async, TMA), and torch's allocator lays a fresh tensor on 512 bytes."""
+    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
+
+
+def _described(x) -> str:
+    import torch
+
+    return f"{x.dtype} {tuple(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else repr(x)

@@ -1,0 +1,205 @@
+"""Attention of new queries against a KV cache (FlashAttention's `flash_attn_with_kvcache` convention, Hopper's
+path): per-sequence cache lengths on the device, new keys and values appended in place, GQA, causal aligned to
+each sequence's last key, the cache [batch, seq_cache, kv_heads, d] or paged (a pool of pages and a block
+table, vLLM's). A cache of one entry a sequence needs no kernel of its own: the packed kernels
+(`attention_cached`, `attention_varlen`'s launch) read it where it lies, sequence b's keys rows b x rows_per_entry to that + its length, each
+sequence followed by an empty one whose keys are the cache's unused rows up to the next entry
+(`cache_offsets`), so that one int32 offset array made on the device bounds them all (split-KV shares out by the
+entries, not the empty ones). A paged cache goes to the
+packed kernels' paged form (`attention_paged`, `sm90_varlen.Pages`). Nothing waits on the host: a CUDA graph
+holds the call."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from mlir_tile.kernels.flash.launch import sequence_offsets
+from mlir_tile.kernels.flash.packed import checked_paged
+from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
+from mlir_tile.kernels.ops import kernels_on, register_operator
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
+                           k_new: Optional[torch.Tensor] = None, v_new: Optional[torch.Tensor] = None, *,
+                           causal: bool = True, block_table: Optional[torch.Tensor] = None
+                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(o [batch, seq_q, heads, d], lse [batch, heads, seq_q] fp32) of q [batch, seq_q, heads, d] against the
+    first cache_seqlens[b] keys and values of k_cache and v_cache [batch, seq_cache, kv_heads, d] (kv_heads
+    dividing heads; cache_seqlens an int32 [batch] CUDA tensor or one int for all). Paged (`block_table` int32
+    [batch, pages_per_sequence]): k_cache and v_cache pools [pages, page_size, kv_heads, d] (page_size a multiple
+    of 16), sequence b's key i on page block_table[b, i / page_size], seq_cache pages_per_sequence x page_size.
+    With k_new and v_new [batch, seq_new, kv_heads, d], those are first written into the caches at keys
+    cache_seqlens[b] on (in place; cache_seqlens itself is not changed) and attended to as well. Keys past
+    seq_cache, or on a page id outside the pool, are dropped, the lengths clamped to [0, seq_cache]: never a
+    write or read outside the caches. Causal: query i of sequence b sees keys up to i + length_b - seq_q. fp16 or
+    bf16, d 64, 128 or 256; ValueError in one line otherwise."""
+    batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table)
+    seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    lengths = _lengths(cache_seqlens, batch, q.device)
+    if not batch:  # (torch's: empty results)
+        return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
+    lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
+    queries, query_offsets = q.reshape(batch * seq_q, heads, d), sequence_offsets(batch, seq_q, q.device)
+    if block_table is not None and k_new is not None:  # (the pools' pages, page size and layout, before they are
+        # written; unwritten, the operator checks them, once a call)
+        checked_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q)
+    if k_new is not None and seq_cache and k_new.shape[1]:  # (argmax takes no empty tensor)
+        keys = lengths[:, None].long() + torch.arange(k_new.shape[1], device=q.device)
+        if block_table is None:
+            entries = torch.arange(batch, device=q.device)[:, None].expand_as(keys)
+            _append((k_cache, v_cache), (k_new, v_new), (entries, keys), keys < seq_cache)
+        else:
+            pools = tuple(x.view(-1, *x.shape[2:]) for x in (k_cache, v_cache))  # (`checked_paged`: pages in a row)
+            _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
+        lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
+    if block_table is not None:
+        o, lse = torch.ops.mlir_tile.attention_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table,
+                                                     seq_q, bool(causal))
+    else:
+        k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
+        o, lse = torch.ops.mlir_tile.attention_cached(
+            queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
+            cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), seq_q, seq_cache, bool(causal))
+    return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
+
+
+def cache_offsets(lengths: torch.Tensor, rows_per_entry: int, total: int) -> torch.Tensor:
+    """int32 [2 batch + 1]: sequence 2b's keys rows b x rows_per_entry to that + lengths[b], sequence 2b + 1's
+    the rest up to the next entry (its queries none: `sequence_offsets(gaps=True)`), the last ending at
+    `total`."""
+    starts = torch.arange(lengths.shape[0], dtype=torch.int32, device=lengths.device) * rows_per_entry
+    ends = torch.full((1,), total, dtype=torch.int32, device=lengths.device)
+    return torch.cat((torch.stack((starts, starts + lengths), 1).flatten(), ends))
+
+
+def _append(caches, news, index, fits) -> None:
+    """news[b, j] (each [batch, seq_new, kv_heads, d]) written into its cache at index[b, j] (`index` a tuple of
+    long [batch, seq_new] tensors) where fits[b, j]; each write that does not fit goes where the first that fits
+    goes, with its value (where none fits, to the index of the first with the value already there), so no index
+    leaves the cache, nothing waits on the host and every row written twice gets one value."""
+    # (indices of one element, [1], not 0-d: torch reads a 0-d index tensor on the host, which a CUDA graph's
+    # capture refuses)
+    fits = fits.flatten()
+    first = fits.int().argmax().view(1)  # (0 where none fits)
+    some = fits[first]
+    index = tuple(torch.where(fits, i.flatten(), torch.where(some, i.flatten()[first], 0)) for i in index)
+    for cache, new in zip(caches, news):
+        new = new.flatten(0, 1)
+        fallback = torch.where(some[:, None, None], new[first], cache[tuple(i[:1] for i in index)])
+        cache.index_put_(index, torch.where(fits[:, None, None], new, fallback))
+
+
+def _page_rows(keys, block_table, pool_shape):
+    """((pool rows,), whether each fits) of keys [batch, seq_new] (long) of a paged cache: key i of sequence b at
+    row block_table[b, i / page_size] x page_size + i mod page_size of the pool's pages x page_size; it fits
+    where i is inside the table's row and the page inside the pool."""
+    pages, page_size = pool_shape
+    page_index = keys // page_size
+    inside = page_index < block_table.shape[1]
+    page = block_table.gather(1, page_index.clamp(max=block_table.shape[1] - 1)).long()
+    fits = inside & (page >= 0) & (page < pages)
+    return (page * page_size + keys % page_size,), fits  # (those that do not fit: `_append` moves them)
+
+
+def _cache_rows(k_cache, v_cache):
+    """(k, v as [rows, kv_heads, d] token rows, rows from one cache entry to the next): views where the two
+    caches' entries lie the same whole number (seq_cache or more) of token rows apart, else contiguous copies
+    (`attention_varlen` copies those whose tokens' heads x d do not lie together)."""
+    batch, seq_cache, kv_heads, d = k_cache.shape
+    if not seq_cache:
+        empty = k_cache.new_empty(0, kv_heads, d)
+        return empty, empty, 0
+    apart = {x.stride(0) // x.stride(1) if x.stride(1) and x.stride(0) % x.stride(1) == 0 else -1
+             for x in (k_cache, v_cache)}
+    rows_per_entry = apart.pop() if batch > 1 and len(apart) == 1 else seq_cache
+    if rows_per_entry < seq_cache:  # (entries overlapping, or apart by part of a row)
+        k_cache, v_cache, rows_per_entry = k_cache.contiguous(), v_cache.contiguous(), seq_cache
+    total = (batch - 1) * rows_per_entry + seq_cache
+    return (*(x.as_strided((total, kv_heads, d), x.stride()[1:]) for x in (k_cache, v_cache)), rows_per_entry)
+
+
+def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    if not (isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dtype == torch.int32
+            and tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.device == device):
+        raise ValueError(f"attention_with_kvcache: cache_seqlens an int or an int32 [batch] = [{batch}] tensor on "
+                         f"{device}, got {_described(cache_seqlens)}")
+    return cache_seqlens
+
+
+def _checked(q, k_cache, v_cache, k_new, v_new, block_table) -> tuple:
+    """q's [batch, seq_q, heads, d], each argument checked before the caches are written; ValueError in one line
+    otherwise."""
+    four_d = (q, k_cache, v_cache) + tuple(x for x in (k_new, v_new) if x is not None)
+    tensors = four_d + ((block_table,) if block_table is not None else ())
+    cache = "[batch, seq_cache, kv_heads, d]" if block_table is None else "pools [pages, page_size, kv_heads, d]"
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in four_d):
+        raise ValueError(f"attention_with_kvcache: q [batch, seq_q, heads, d], k_cache and v_cache {cache}, 4-D "
+                         f"tensors; got {', '.join(_described(x) for x in four_d)}")
+    batch, _, heads, d = q.shape
+    if k_cache.shape != v_cache.shape or k_cache.shape[3] != d or block_table is None and k_cache.shape[0] != batch:
+        raise ValueError(f"attention_with_kvcache: k_cache and v_cache {cache} alike, with q's d (and batch); got q "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if block_table is not None and not (isinstance(block_table, torch.Tensor) and block_table.dtype == torch.int32
+                                        and block_table.dim() == 2 and block_table.shape[0] == batch):
+        raise ValueError(f"attention_with_kvcache: block_table int32 [batch, pages_per_sequence] with q's batch "
+                         f"{batch}, got {_described(block_table)}")
+    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"attention_with_kvcache: q, k_cache and v_cache all float16 or all bfloat16, got {q.dtype}, "
+                         f"{k_cache.dtype}, {v_cache.dtype}")
+    if d not in HEAD_DIMS or not k_cache.shape[2] or heads % k_cache.shape[2]:
+        raise ValueError(f"attention_with_kvcache: head dim {', '.join(map(str, HEAD_DIMS))} and kv_heads dividing "
+                         f"heads, got d {d}, {heads} heads and {k_cache.shape[2]} kv_heads")
+    if len({x.device for x in tensors}) != 1 or not q.is_cuda:
+        raise ValueError(f"attention_with_kvcache: every tensor on one CUDA device, got "
+                         f"{', '.join(str(x.device) for x in tensors)}")
+    if (k_new is None) != (v_new is None) or k_new is not None and (
+            k_new.shape != v_new.shape or k_new.shape[0] != batch or k_new.shape[2:] != k_cache.shape[2:]
+            or k_new.dtype != k_cache.dtype or v_new.dtype != v_cache.dtype):
+        raise ValueError(f"attention_with_kvcache: k_new and v_new both or neither, [batch, seq_new, kv_heads, d] "
+                         f"of the caches' batch, heads, d and dtype; got {_described(k_new)}, {_described(v_new)}")
+    return tuple(q.shape)
+
+
+def _attention_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cache_lengths: torch.Tensor, block_table: torch.Tensor, max_seqlen_q: int,
+                     causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    paths = kernels_on(q.device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention_with_kvcache: a paged cache runs on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    return paths.hopper.packing.paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q,
+                                      causal=causal)
+
+
+def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q, causal):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+register_operator("attention_paged", _attention_paged, fake=_attention_paged_fake)
+
+
+def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                      causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`attention_varlen`'s over a contiguous cache's rows: sequence 2b cache entry b's keys with its queries,
+    2b + 1 the entry's rows past its length, with none (`cache_offsets`); split-KV shared out by the entries."""
+    paths = kernels_on(q.device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention_with_kvcache: a KV cache runs on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    return paths.hopper.packing.packed(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
+                                       max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2)
+
+
+def _attention_cached_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+    return _attention_paged_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, causal)
+
+
+register_operator("attention_cached", _attention_cached, fake=_attention_cached_fake)
+
+
+def _described(x) -> str:
+    return f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)

@@ -1,0 +1,188 @@
+"""`attention_with_kvcache` on the GPU (Hopper's path), as a serving engine calls it: random batches of cache
+lengths (0, 1 and full included), new keys appended in place (some past the cache's end: dropped), GQA, d 64,
+128 and 256, both dtypes and masks, against fp32 attention over each sequence's keys written out here, within
+twice the error torch's own 16-bit SDPA makes; the caches after the append against a copy written row by row;
+a cache that is a slice of a longer buffer; a CUDA graph replayed with other lengths; the one-line errors.
+Skipped without torch or an sm_90 GPU (the reason shown)."""
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernels' torch operators need torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the KV cache's attention runs on Hopper's path (sm_90) only")]
+from test_attention_varlen_gpu import _sequence_attention, _visible  # noqa: E402
+
+CASES = 60
+
+
+def _appended(cache, new, lengths):
+    """A copy of `cache` with new[b, j] written at row lengths[b] + j where that row exists."""
+    cache = cache.clone()
+    for b, length in enumerate(lengths):
+        for j in range(new.shape[1]):
+            if length + j < cache.shape[1]:
+                cache[b, length + j] = new[b, j]
+    return cache
+
+
+def _case(rng: random.Random, trial: int) -> dict:
+    seq_cache = rng.choice([1, 64, 127, 300, rng.randint(1, 1200)])
+    batch, heads = rng.randint(1, 4), rng.choice([1, 2, 4, 8])
+    return {"batch": batch, "seq_cache": seq_cache, "seq_q": rng.choice([1, 1, 2, 5, 16, 70]),
+            "heads": heads, "kv_heads": rng.choice([x for x in (1, 2, heads) if heads % x == 0]),
+            "d": (64, 128, 256)[trial % 3], "dtype": (torch.float16, torch.bfloat16)[trial % 2],
+            "causal": rng.random() < 0.7, "new": trial % 4 != 0,
+            "lengths": [rng.choice([0, 1, seq_cache, rng.randint(0, seq_cache)]) for _ in range(batch)]}
+
+
+def _check(o, lse, q, keys: list, values: list, c: dict) -> list:
+    """What differs between (o, lse) and fp32 attention of q over each sequence's `keys` and `values`."""
+    failures, seq_q, dtype = [], c["seq_q"], c["dtype"]
+    for b in range(c["batch"]):
+        seen = _visible(seq_q, keys[b].shape[0], c["causal"])
+        sees = seen.any(1)
+        if not sees.all() and (o[b][~sees].abs().max() != 0 or not torch.isneginf(lse[b][:, ~sees]).all()):
+            failures.append((b, "rows seeing no key"))
+        if not sees.any():
+            continue
+        parts = (q[b], keys[b], values[b])
+        exact, exact_lse = _sequence_attention(*parts, seen)
+        theirs = _sequence_attention(*parts, seen, dtype).float()
+        bound = 2 * float((theirs - exact)[sees].abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+        if float((o[b].float() - exact)[sees].abs().max()) > bound or float(
+                (lse[b][:, sees] - exact_lse[:, sees]).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
+            failures.append((b, "attention"))
+    return failures
+
+
+def test_queries_against_random_caches_match_fp32_attention_and_the_appends_are_row_by_row():
+    from mlir_tile.kernels import attention_with_kvcache
+
+    rng, failures = random.Random(61), []
+    for trial in range(CASES):
+        c = _case(rng, trial)
+        batch, seq_q, dtype = c["batch"], c["seq_q"], c["dtype"]
+        q = torch.randn(batch, seq_q, c["heads"], c["d"], device="cuda", dtype=dtype)
+        k_cache, v_cache = (torch.randn(batch, c["seq_cache"], c["kv_heads"], c["d"], device="cuda", dtype=dtype)
+                            for _ in range(2))
+        k_new, v_new = ((torch.randn(batch, seq_q, c["kv_heads"], c["d"], device="cuda", dtype=dtype)
+                         for _ in range(2)) if c["new"] else (None, None))
+        lengths = torch.tensor(c["lengths"], dtype=torch.int32, device="cuda")
+        expected_k, expected_v = ((_appended(k_cache, k_new, c["lengths"]), _appended(v_cache, v_new, c["lengths"]))
+                                  if c["new"] else (k_cache.clone(), v_cache.clone()))
+        o, lse = attention_with_kvcache(q, k_cache, v_cache, lengths, k_new, v_new, causal=c["causal"])
+        if not (torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)):
+            failures.append((trial, c, "cache"))
+        if not torch.equal(lengths.cpu(), torch.tensor(c["lengths"], dtype=torch.int32)):
+            failures.append((trial, c, "cache_seqlens changed"))
+        seen_keys = [min(length + (seq_q if c["new"] else 0), c["seq_cache"]) for length in c["lengths"]]
+        failures += [(trial, c, *failure) for failure in _check(
+            o, lse, q, [expected_k[b, :n] for b, n in enumerate(seen_keys)],
+            [expected_v[b, :n] for b, n in enumerate(seen_keys)], c)]
+    assert not failures, failures[:5]
+
+
+def test_a_cache_sliced_from_a_longer_buffer_is_read_and_written_where_it_lies():
+    """k_cache and v_cache the first 200 of 256 rows an entry (a pool whose entries are longer than the call's
+    window): the keys read in place, rows 200 on of the buffer never written."""
+    from mlir_tile.kernels import attention_with_kvcache
+
+    buffers = [torch.randn(3, 256, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    before = [x.clone() for x in buffers]
+    k_cache, v_cache = (x[:, :200] for x in buffers)
+    q, k_new, v_new = (torch.randn(3, 4, count, 128, device="cuda", dtype=torch.bfloat16) for count in (8, 2, 2))
+    lengths = [0, 150, 198]
+    contiguous = [x.contiguous() for x in (k_cache, v_cache)]
+    o, _ = attention_with_kvcache(q, k_cache, v_cache, torch.tensor(lengths, dtype=torch.int32, device="cuda"),
+                                  k_new, v_new)
+    expected, _ = attention_with_kvcache(q, *contiguous, torch.tensor(lengths, dtype=torch.int32, device="cuda"),
+                                         k_new, v_new)
+    assert torch.equal(o, expected)
+    assert all(torch.equal(x[:, 200:], y[:, 200:]) for x, y in zip(buffers, before))
+    assert torch.equal(k_cache, contiguous[0]) and torch.equal(v_cache, contiguous[1])
+
+
+def test_a_cuda_graph_replays_a_decode_step_with_other_lengths_and_tokens():
+    """One captured decode step (append one token, attend) replayed after new lengths and new token values are
+    copied into its inputs: the outputs and the caches equal an eager step's on copies."""
+    from mlir_tile.kernels import attention_with_kvcache
+
+    def inputs(seed):
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        return [torch.randn(*shape, device="cuda", dtype=torch.float16, generator=generator) for shape in (
+            (4, 1, 8, 128), (4, 512, 2, 128), (4, 512, 2, 128), (4, 1, 2, 128), (4, 1, 2, 128))]
+
+    static = inputs(1)
+    lengths = torch.tensor([5, 0, 300, 511], dtype=torch.int32, device="cuda")
+    attention_with_kvcache(*[x.clone() for x in static[:3]], lengths, *static[3:])  # (warm-up)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = attention_with_kvcache(*static[:3], lengths, *static[3:])
+    for step, new_lengths in enumerate(([1, 2, 3, 4], [511, 512, 0, 77])):
+        fresh = inputs(2 + step)
+        eager = [x.clone() for x in fresh]
+        expected = attention_with_kvcache(*eager[:3], torch.tensor(new_lengths, dtype=torch.int32, device="cuda"),
+                                          *eager[3:])
+        for into, value in zip(static, fresh):
+            into.copy_(value)
+        lengths.copy_(torch.tensor(new_lengths, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, expected[0]) and torch.equal(lse, expected[1]), new_lengths
+        assert torch.equal(static[1], eager[1]) and torch.equal(static[2], eager[2]), new_lengths
+
+
+def test_empty_batches_queries_caches_and_negative_lengths():
+    from mlir_tile.kernels import attention_with_kvcache
+
+    def call(batch, seq_q, seq_cache, new=0):
+        q = torch.randn(batch, seq_q, 4, 64, device="cuda", dtype=torch.float16)
+        cache = [torch.randn(batch, seq_cache, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2)]
+        added = [torch.randn(batch, new, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2)] if new else []
+        return attention_with_kvcache(q, *cache, 3, *added)
+
+    o, lse = call(0, 1, 16)
+    assert o.shape == (0, 1, 4, 64) and lse.shape == (0, 4, 1)
+    o, lse = call(2, 0, 16)
+    assert o.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    for new in (0, 1):  # (no cache rows: nothing fits, every row sees no key)
+        o, lse = call(2, 3, 0, new)
+        assert not o.any() and torch.isneginf(lse).all()
+    q, cache = torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16), torch.randn(1, 8, 2, 64, device="cuda",
+                                                                                         dtype=torch.float16)
+    none = cache[:, :0]  # (no new tokens: nothing written)
+    assert torch.equal(attention_with_kvcache(q, cache, cache.clone(), 3, none, none)[0],
+                       attention_with_kvcache(q, cache, cache.clone(), 3)[0])
+    q, cache, added = (torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16),
+                       torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.float16),
+                       torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16))
+    before = cache.clone()
+    o, _ = attention_with_kvcache(q, cache, cache.clone(), -5, added, added)  # (a negative length: 0)
+    assert torch.equal(cache[:, 0], added[:, 0]) and torch.equal(cache[:, 1:], before[:, 1:])
+    assert torch.allclose(o.float(), added.float(), atol=1e-3)  # (the one key it sees: its value)
+
+
+def test_what_it_does_not_take_is_a_one_line_value_error():
+    from mlir_tile.kernels import attention_with_kvcache
+
+    q = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.float16)
+    cache = torch.randn(2, 32, 2, 64, device="cuda", dtype=torch.float16)
+    lengths = torch.zeros(2, dtype=torch.int32, device="cuda")
+    for arguments, message in (
+            ((q[0], cache, cache, lengths), "4-D tensors"),
+            ((q, cache, cache[:, :, :1], lengths), "k_cache and v_cache"),
+            ((q, cache, cache, lengths.long()), "cache_seqlens an int or an int32"),
+            ((q, cache, cache, lengths[:1]), r"int32 \[batch\] = \[2\]"),
+            ((q, cache, cache, lengths, cache[:, :1]), "k_new and v_new both or neither"),
+            ((q, cache, cache, lengths, cache[:, :1].half(), cache[:, :1, :1]), "k_new and v_new both"),
+            ((q.float(), cache.float(), cache.float(), lengths), "float16 or all bfloat16"),
+            ((q.bfloat16(), cache, cache, lengths, cache[:, :1], cache[:, :1]), "float16 or all bfloat16"),
+            ((q[..., :32], cache[..., :32], cache[..., :32], lengths), "head dim"),
+            ((q[:, :, :3], cache, cache, lengths, cache[:, :1], cache[:, :1]), "kv_heads dividing heads")):
+        before = cache.clone()
+        with pytest.raises(ValueError, match=message) as raised:
+            attention_with_kvcache(*arguments)
+        assert "\n" not in str(raised.value) and torch.equal(cache, before)  # (refused before any write)
