@@ -5,7 +5,8 @@ beside torch's SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch
     PYTHONPATH=python python3 benchmarks/decode_attention.py
 
 Each call reads the caches' keys and values once: GB/s are those bytes over the median time of 50 calls back to
-back (samples in shuffled rounds, 10 rounds), against HBM's peak (H100 3,350 GB/s, H200 4,800). Every sequence
+back (samples in shuffled rounds, 10 rounds), against HBM's peak (H100 3,350 GB/s, H200 4,800); issued eagerly
+(the host's time a call included) and as one CUDA graph of the 50 (an engine's decode step: the kernels' own). Every sequence
 is at its full length (no append: the read alone). FlashAttention-4's Hopper decode (no split-KV on sm_90) is in
 ../shared/notes/anchors.md, measured in its own process, so not beside these numbers."""
 import random
@@ -18,6 +19,7 @@ from mlir_tile.kernels import attention_with_kvcache
 
 HEADS, KV_HEADS, D = 32, 8, 128
 SHAPES = [(1, 4096), (1, 16384), (16, 4096), (64, 4096), (64, 16384)]
+CALLS = 50
 
 
 def cases():
@@ -52,23 +54,33 @@ def main():
             assert (o.float() - reference[shape]).abs().max() < 2e-2, name
         else:
             reference[shape] = o.float()
-    samples = {name: [] for name in calls}
+    runs = {**{(name, "eager"): lambda call=call: [call() for _ in range(CALLS)] for name, (call, _) in calls.items()},
+            **{(name, "graph"): captured(call) for name, (call, _) in calls.items()}}
+    samples = {run: [] for run in runs}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(10):
-        order = list(calls)
+        order = list(runs)
         random.shuffle(order)
-        for name in order:
-            call = calls[name][0]
+        for run in order:
             start.record()
-            for _ in range(50):
-                call()
+            runs[run]()
             end.record()
             end.synchronize()
-            samples[name].append(start.elapsed_time(end) / 50 * 1e3)
+            samples[run].append(start.elapsed_time(end) / CALLS * 1e3)
     print(torch.cuda.get_device_name(), flush=True)
     for name, (_, read) in calls.items():
-        us = statistics.median(samples[name])
-        print(f"{name}: {us:.1f} us, {read / us / 1e3:.0f} GB/s", flush=True)
+        us = {way: statistics.median(samples[name, way]) for way in ("eager", "graph")}
+        print(f"{name}: " + ", ".join(f"{way} {t:.1f} us {read / t / 1e3:.0f} GB/s" for way, t in us.items()),
+              flush=True)
+
+
+def captured(call):
+    """The replay of a CUDA graph of CALLS calls of `call`."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            call()
+    return graph.replay
 
 
 if __name__ == "__main__":
