@@ -10,6 +10,7 @@ packed kernels' paged form (`attention_paged`, `sm90_varlen.Pages`). Nothing wai
 holds the call."""
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -68,9 +69,25 @@ def cache_offsets(lengths: torch.Tensor, rows_per_entry: int, total: int) -> tor
     """int32 [2 batch + 1]: sequence 2b's keys rows b x rows_per_entry to that + lengths[b], sequence 2b + 1's
     the rest up to the next entry (its queries none: `sequence_offsets(gaps=True)`), the last ending at
     `total`."""
-    starts = torch.arange(lengths.shape[0], dtype=torch.int32, device=lengths.device) * rows_per_entry
-    ends = torch.full((1,), total, dtype=torch.int32, device=lengths.device)
-    return torch.cat((torch.stack((starts, starts + lengths), 1).flatten(), ends))
+    starts, ends = _entry_bounds(lengths.shape[0], rows_per_entry, total, lengths.device)
+    return starts.index_add(0, ends, lengths)  # (one op: a decode step's host time is torch's ops, some us each)
+
+
+def _entry_bounds(batch: int, rows_per_entry: int, total: int, device):
+    """([2 batch + 1] int32: each entry's first row twice, then `total`; the positions of the second ones), made
+    once a shape (made afresh under a CUDA graph's capture, as `sequence_offsets`)."""
+    if torch.cuda.is_current_stream_capturing():
+        return _bounds(batch, rows_per_entry, total, device)
+    return _kept_bounds(batch, rows_per_entry, total, device)
+
+
+def _bounds(batch: int, rows_per_entry: int, total: int, device):
+    starts = torch.arange(2 * batch + 1, dtype=torch.int32, device=device).div(2, rounding_mode="floor")
+    starts = torch.where(starts < batch, starts * rows_per_entry, total).int()
+    return starts, torch.arange(1, 2 * batch, 2, device=device)
+
+
+_kept_bounds = functools.lru_cache(maxsize=256)(_bounds)
 
 
 def _append(caches, news, index, fits) -> None:
