@@ -268,7 +268,6 @@ residual_add = Epilogue("residual_add", lambda x, at: x + at.load("residual"), (
 ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 
-@functools.cache  # one Epilogue per combination: a launcher's plans are keyed by it
 @functools.lru_cache(maxsize=None)  # (one Epilogue per combination: a launcher's plans are keyed by it)
 def chain(bias_: bool = False, activation: str | None = None, residual: bool = False) -> Epilogue | None:
     """The ready-made epilogues in `matmul`'s order, as one kernel's: + bias, then the activation, then
