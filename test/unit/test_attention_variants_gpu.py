@@ -1,7 +1,8 @@
 """Attention's extension points on the GPU (Hopper), against torch's fp32 attention with the variant written
 out as an explicit mask and score function: examples/sliding_window.py on the grids the launcher picks, and
 `testing.attention_variants`' cases on the others (ping-pong, the launched grid, two consumers), a band of
-keys read from an integer operand, a score step reading a scalar. The kernels come from `make gpu-inputs`'
+keys read from an integer operand, a score step reading a scalar, and `kernels.flash.masks`' two-sided window,
+prefix-LM and Gemma 2's local layer (a window of 1024 keys with soft-capping). The kernels come from `make gpu-inputs`'
 cache (a GPU host has no compiler). Skipped without torch or an sm_90 GPU (the reason shown)."""
 import math
 import subprocess
@@ -27,13 +28,17 @@ def _expected(q, k, v, case):
     seq, d = q.shape[-2:]
     query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
     scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(d)
-    if case.variant == "softcap":
+    if case.variant in ("softcap", "gemma2_local"):
         scores = case.operands[0] * torch.tanh(scores / case.operands[0])
     hidden = key > query if case.causal else torch.zeros_like(key > query)
     if case.variant == "band":
         hidden = hidden | ((key - query).abs() > case.operands[0])
-    if case.variant == "sliding_window":
+    if case.variant in ("sliding_window", "gemma2_local"):
         hidden = hidden | (key > query) | (key <= query - 1024)
+    if case.variant == "window_100_50":
+        hidden = hidden | (key > query + 50) | (key < query - 100)
+    if case.variant == "prefix_lm_300":
+        hidden = hidden | ((key > query) & (key >= 300))
     scores = scores.masked_fill(hidden, float("-inf"))
     return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
 

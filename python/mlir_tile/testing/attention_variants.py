@@ -2,31 +2,18 @@
 their kernels, built where the compiler is (`build`: into the kernel cache of these sources, which
 test/gpu_inputs.py fills): the example's causal sliding window (examples/sliding_window.py), a two-sided band
 of keys whose width is an integer operand, and Gemma 2's soft-capping of the scores, a score step reading a
-scalar operand."""
+scalar operand (`kernels.flash.masks`' ready-made ones, with its prefix-LM and Gemma 2's local layer, a window
+built in with the soft-capping)."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from typing import NamedTuple
 
-from mlir_tile.kernels.epilogues import Operand, tanh
-from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
+from mlir_tile.kernels.flash.masks import band, combined, prefix_lm, sliding_window as window, softcap
+from mlir_tile.kernels.flash.variants import Variant
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sliding_window.py"
-
-
-def _band(query, seq, at):  # the keys within `width` of the query, either side
-    width = at.load("width")
-    return maximum(query - width, 0), minimum(query + width + 1, seq)
-
-
-def _softcap(s, at):  # cap * tanh(s / cap)
-    cap = at.load("cap")
-    return cap * tanh(s / cap)
-
-
-band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
-softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
 
 
 def _example():
@@ -60,11 +47,15 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
     Case("softcap", (30.0,), 128, 1500, causal=True), Case("softcap", (5.0,), 64, 2049),
     Case("softcap", (2.0,), 256, 300),
     Case("softcap", (10.0,), 128, 1000, shape=(("pingpong", True), ("persistent", False))),
+    Case("window_100_50", (), 128, 2000), Case("window_100_50", (), 64, 777), Case("prefix_lm_300", (), 64, 1500),
+    Case("prefix_lm_300", (), 128, 200), Case("gemma2_local", (50.0,), 128, 3000),
+    Case("gemma2_local", (5.0,), 256, 1100),
 )
 
 
 def variants() -> dict:
-    return {"sliding_window": sliding_window(), "band": band, "softcap": softcap}
+    return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
+            "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap)}
 
 
 def kernels():

@@ -1,0 +1,84 @@
+"""Ready-made attention variants (`variants.Variant`) for the masks and score steps models use, to pass as
+`attention(q, k, v, variant=..., operands=...)`:
+
+- `sliding_window(left, right=0)`: query i sees keys i - left to i + right (Mistral's, gpt-oss's and Gemma's
+  local layers: right 0, causal); the widths are built into the kernel, so each pair is a kernel of its own.
+- `band`: the same with one width either side read at the call (`operands=(width,)`): one kernel for every width.
+- `prefix_lm(prefix)`: the first `prefix` keys seen by every query, causal after them (T5's and PaliGemma's
+  prefix-LM).
+- `softcap`: Gemma 2's logit soft-capping, cap * tanh(s / cap) on each scaled score (`operands=(cap,)`).
+- `combined(*variants)`: the keys all of them let a query see, and their score steps in order (Gemma 2's local
+  layers: `combined(sliding_window(4095), softcap)`, `operands=(50.0,)`).
+
+Each mask is an interval of keys a query row, so a query tile visits only the key tiles its rows see and masks
+those at either end (`variants`' rules). The same arguments give the same object, whose kernels are built once.
+"""
+from __future__ import annotations
+
+import functools
+
+from mlir_tile.kernels.epilogues import Operand, tanh
+from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
+
+
+@functools.lru_cache(maxsize=None)
+def sliding_window(left: int, right: int = 0) -> Variant:
+    """Query i sees keys [i - left, i + right] of the sequence (right 0: causal, left keys before it)."""
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in (left, right)):
+        raise ValueError(f"sliding_window: left and right are non-negative ints, got {left!r}, {right!r}")
+
+    def window(query, seq, at):
+        return maximum(query - left, 0), minimum(query + (right + 1), seq)
+
+    return Variant("window", keys=window)
+
+
+def _band(query, seq, at):  # the keys within `width` of the query, either side
+    width = at.load("width")
+    return maximum(query - width, 0), minimum(query + width + 1, seq)
+
+
+def _softcap(s, at):  # cap * tanh(s / cap)
+    cap = at.load("cap")
+    return cap * tanh(s / cap)
+
+
+band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
+softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
+
+
+@functools.lru_cache(maxsize=None)
+def prefix_lm(prefix: int) -> Variant:
+    """Every query sees the first `prefix` keys, and each key up to its own (causal past the prefix)."""
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+        raise ValueError(f"prefix_lm: the prefix is a non-negative int, got {prefix!r}")
+
+    def prefix_then_causal(query, seq, at):
+        return 0, minimum(maximum(query + 1, prefix), seq)
+
+    return Variant("prefix_lm", keys=prefix_then_causal)
+
+
+@functools.lru_cache(maxsize=None)
+def combined(*parts: Variant) -> Variant:
+    """The keys every part lets a query see (the latest first, the earliest end) and the parts' score steps in
+    their order; their operands one after another (distinct names)."""
+    if len(parts) < 2 or not all(isinstance(part, Variant) for part in parts):
+        raise ValueError(f"combined: two or more Variants, got {parts!r}")
+    masks = [part.keys for part in parts if part.keys is not None]
+    steps = [part.score for part in parts if part.score is not None]
+
+    def keys(query, seq, at):
+        first, end = masks[0](query, seq, at)
+        for mask in masks[1:]:
+            other_first, other_end = mask(query, seq, at)
+            first, end = maximum(first, other_first), minimum(end, other_end)
+        return first, end
+
+    def score(s, at):
+        for step in steps:
+            s = step(s, at)
+        return s
+
+    return Variant("_".join(part.name for part in parts), keys=keys if masks else None,
+                   score=score if steps else None, operands=sum((part.operands for part in parts), ()))

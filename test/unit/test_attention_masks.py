@@ -1,0 +1,81 @@
+"""The ready-made masks (`kernels.flash.masks`) against their definitions written out as boolean masks (which
+key each query sees), on the host where the launcher checks them; their kernels built and assembled."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from mlir_tile.kernels.flash import masks
+from mlir_tile.kernels.flash.variants import HostSite
+
+
+def _seen(variant, seq: int, numbers: dict = None) -> np.ndarray:
+    """[seq, seq] bool: the keys the variant's interval gives each query row, on the host."""
+    query = np.arange(seq)
+    first, end = (np.broadcast_to(np.asarray(x), query.shape) for x in variant.keys(query, seq, HostSite(numbers or {})))
+    key = np.arange(seq)[None, :]
+    return (key >= first[:, None]) & (key < end[:, None])
+
+
+QUERY, KEY = np.arange(300)[:, None], np.arange(300)[None, :]  # (sliced to each length)
+
+
+@pytest.mark.parametrize("seq", [1, 2, 17, 300])
+@pytest.mark.parametrize("variant, numbers, written_out", [
+    (masks.sliding_window(0), {}, (KEY == QUERY)),
+    (masks.sliding_window(5), {}, (KEY <= QUERY) & (KEY >= QUERY - 5)),
+    (masks.sliding_window(7, 3), {}, (KEY <= QUERY + 3) & (KEY >= QUERY - 7)),
+    (masks.sliding_window(1000, 1000), {}, np.ones((300, 300), bool)),
+    (masks.band, {"width": 4}, np.abs(KEY - QUERY) <= 4),
+    (masks.prefix_lm(10), {}, (KEY < 10) | (KEY <= QUERY)),
+    (masks.prefix_lm(0), {}, KEY <= QUERY),
+    (masks.combined(masks.sliding_window(20), masks.prefix_lm(8)), {}, ((KEY < 8) | (KEY <= QUERY))
+     & (KEY <= QUERY) & (KEY >= QUERY - 20)),
+    (masks.combined(masks.band, masks.softcap), {"width": 2}, np.abs(KEY - QUERY) <= 2)],
+    ids=["diagonal", "window 5", "window 7 3", "wider than the sequence", "band 4", "prefix 10", "prefix 0",
+         "window and prefix", "band and softcap"])
+def test_each_mask_lets_a_query_see_the_keys_its_definition_does(variant, numbers, written_out, seq):
+    assert np.array_equal(_seen(variant, seq, numbers), written_out[:seq, :seq])
+    variant.check_keys(seq, tuple(numbers.values()))  # (the launcher's check: the kernel's rules kept)
+
+
+def test_the_same_arguments_give_the_same_variant_and_others_other_kernels():
+    assert masks.sliding_window(4095) is masks.sliding_window(4095)
+    assert masks.combined(masks.sliding_window(8), masks.softcap) is masks.combined(masks.sliding_window(8),
+                                                                                    masks.softcap)
+    suffixes = {v.suffix for v in (masks.sliding_window(8), masks.sliding_window(9), masks.sliding_window(8, 1),
+                                   masks.prefix_lm(8), masks.prefix_lm(9))}
+    assert len(suffixes) == 5
+    both = masks.combined(masks.band, masks.softcap)
+    assert both.name == "band_softcap" and [o.name for o in both.operands] == ["width", "cap"]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: masks.sliding_window(-1), "left and right are non-negative ints"),
+    (lambda: masks.sliding_window(3, 1.5), "left and right are non-negative ints"),
+    (lambda: masks.prefix_lm(True), "the prefix is a non-negative int"),
+    (lambda: masks.combined(masks.band), "two or more Variants"),
+    (lambda: masks.combined(masks.band, masks.band), "operands of distinct names")])
+def test_what_a_mask_does_not_take_is_a_value_error_where_it_is_made(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
+def test_gemma_2s_local_layer_assembles_without_spills_and_caps_each_score(tmp_path):
+    """A window of 4095 keys and soft-capping in one kernel (d 128, the grid the launcher picks at 8192 keys):
+    ptxas without spills; tanh's reciprocal on each of the 64 scores of the 4 softmaxes (first tile, the
+    window's leading tiles, the middle, the trailing ones)."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.flash import sm90
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
+
+    config = HopperAttentionConfig.picked(128, False, "bf16", 8192)
+    ptx = compile_to_ptx(sm90.build_module(config, variant=masks.combined(masks.sliding_window(4095), masks.softcap)))
+    assert len(re.findall(r"rcp\.approx\.ftz\.f32", ptx)) == 4 * 64
+    (tmp_path / "a.ptx").write_text(ptx)
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
