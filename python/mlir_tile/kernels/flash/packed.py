@@ -47,10 +47,10 @@ class PackedAttention:
         sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
         pages_per_sequence]); q, cu_seqlens_q and max_seqlen_q as `packed`'s. ValueError in one line for what
         the kernel does not take."""
-        element = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q)
+        element, (k_rows, v_rows) = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table,
+                                                  max_seqlen_q)
         q, block_table = token_rows(q), block_table.contiguous()
         (pages, page_size, kv_heads, _), (batch, per_sequence) = k_pool.shape, block_table.shape
-        k_rows, v_rows = pool_rows(k_pool, v_pool)
         return self._run(q, k_rows, v_rows, kv_heads, element, bool(causal), max_seqlen_q,
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
@@ -168,10 +168,10 @@ def pool_rows(*pools) -> tuple:
     return tuple(x.view(x.shape[0] * x.shape[1], *x.shape[2:]) for x in pools)
 
 
-def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> str:
-    """The element of `PackedAttention.paged`'s arguments, each checked (the pools' pages lying one after
-    another, each token's heads x d contiguous on 16 bytes: a pool is not copied); ValueError in one line
-    otherwise."""
+def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, longest) -> tuple:
+    """(the element, the pools' `pool_rows`) of `PackedAttention.paged`'s arguments, each checked (the pools'
+    pages lying one after another, each token's heads x d contiguous on 16 bytes: a pool is not copied);
+    ValueError in one line otherwise."""
     import torch
 
     if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (k_pool, v_pool)) or k_pool.shape != v_pool.shape:
@@ -181,11 +181,12 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
     if page_size % PAGE_ROWS or not page_size or (pages * max(page_size, 1) >= 2 ** 31):
         raise ValueError(f"attention (paged): a page size of a multiple of {PAGE_ROWS} tokens, fewer than 2^31 "
                          f"tokens in the pool; got {pages} pages of {page_size}")
+    rows = pool_rows(k_pool, v_pool)  # (views: made once, a decode step's host time is some us a torch op)
     if any(pages > 1 and x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)) or any(
-            token_rows(x) is not x for x in pool_rows(k_pool, v_pool)):
+            token_rows(x) is not x for x in rows):
         raise ValueError("attention (paged): a pool's pages one after another, each token's kv_heads x d contiguous, "
                          "on 16 bytes (a pool is read in place, never copied)")
-    element = checked_packed(q, *pool_rows(k_pool, v_pool), cu_seqlens_q, cu_seqlens_q, longest)
+    element = checked_packed(q, *rows, cu_seqlens_q, cu_seqlens_q, longest)
     batch = cu_seqlens_q.shape[0] - 1
     if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != q.device
            for x in (cache_lengths, block_table)) or cache_lengths.shape != (batch,) or (
@@ -193,7 +194,7 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
         raise ValueError(f"attention (paged): cache lengths int32 [batch] = [{batch}] and a block table int32 [batch, "
                          f"pages_per_sequence] on {q.device}; got {_described(cache_lengths)}, "
                          f"{_described(block_table)}")
-    return element
+    return element, rows
 
 
 def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
