@@ -18,7 +18,7 @@ import torch
 from mlir_tile.kernels.flash.launch import sequence_offsets
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
-from mlir_tile.kernels.ops import kernels_on, register_operator
+from mlir_tile.kernels.ops import kernels_on, plain_call, register_operator
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
@@ -55,11 +55,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
         lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
     if block_table is not None:
-        o, lse = torch.ops.mlir_tile.attention_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table,
-                                                     seq_q, bool(causal))
+        paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
+        o, lse = paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, bool(causal))
     else:
         k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
-        o, lse = torch.ops.mlir_tile.attention_cached(
+        cached = _attention_cached if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_cached
+        o, lse = cached(
             queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
             cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), seq_q, seq_cache, bool(causal))
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)

@@ -112,7 +112,7 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
         if out is not None:
             torch.ops.mlir_tile.matmul_out(a, b, b_layout, bias, activation, residual, out)
             return out
-        if _plain_call(a, b, bias, residual):  # (the operator's own implementation, without the dispatcher)
+        if plain_call(a, b, bias, residual):  # (the operator's own implementation, without the dispatcher)
             return _eager_matmul(a, b, b_layout, bias, activation, residual)
         if activation in _TORCH_ACTIVATIONS and _trains(a, b, bias, residual):
             return _unfused_activation(a, b, b_layout, bias, activation, residual)
@@ -127,7 +127,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
     torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
     per row (scale_a [M], scale_b [N]); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
-    if _plain_call(a, b, scale_a, scale_b):
+    if plain_call(a, b, scale_a, scale_b):
         return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout)
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
@@ -156,7 +156,7 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
         return torch.ops.mlir_tile.attention_fp8(q, k, v, descale_q, descale_k, descale_v, causal)
     if descale_q is not None or descale_k is not None or descale_v is not None:
         raise ValueError(f"attention: descales are for float8_e4m3fn q, k, v, got {q.dtype}")
-    if _plain_call(q, k, v):
+    if plain_call(q, k, v):
         return _eager_attention(q, k, v, causal)
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
@@ -173,14 +173,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
-    return torch.ops.mlir_tile.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                causal)
+    varlen = _attention_varlen if plain_call(q, k, v) else torch.ops.mlir_tile.attention_varlen
+    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # (a weight is a Parameter)
 
 
-def _plain_call(*tensors) -> bool:
+def plain_call(*tensors) -> bool:
     """Whether a call may run the operator's implementation straight: eager (not traced by torch.compile, no
     torch function or dispatch mode such as FakeTensor's), plain CUDA tensors, no gradient asked for. The
     dispatcher's two Python hops (autograd, then the CUDA kernel) cost 13-15 us a call on the H100's host
@@ -287,7 +287,7 @@ class _EagerMatmul:
 
 
 def _eager_matmul(a, b, b_layout, bias, activation, residual):
-    """`_matmul` for a call `_plain_call` lets through: the first of a key checked and run in full, the next
+    """`_matmul` for a call `plain_call` lets through: the first of a key checked and run in full, the next
     ones its plan's launch (`_EagerMatmul`)."""
     key = _eager_key(a, b, bias, residual, extra=(b_layout, activation))
     known = _eager.get(key)
@@ -465,7 +465,7 @@ class _EagerScaledMatmul:
 
 
 def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout):
-    """`_scaled_mm` for a call `_plain_call` lets through, as `_eager_matmul` runs matmul's."""
+    """`_scaled_mm` for a call `plain_call` lets through, as `_eager_matmul` runs matmul's."""
     key = _eager_key(a, b, scale_a, scale_b, extra=("scaled", b_layout))
     known = _eager.get(key)
     if known is not None:
@@ -483,7 +483,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
 
 
 def _eager_attention(q, k, v, causal: bool):
-    """`_attention` for a call `_plain_call` lets through: the first of a key checked and run in full, the next
+    """`_attention` for a call `plain_call` lets through: the first of a key checked and run in full, the next
     ones the launch plan it made (`flash.launch.AttentionPaths.planned`)."""
     key = _eager_key(q, k, v, extra=causal)
     known = _eager.get(key)
