@@ -2,20 +2,18 @@
 path): per-sequence cache lengths on the device, new keys and values appended in place, GQA, causal aligned to
 each sequence's last key, the cache [batch, seq_cache, kv_heads, d] or paged (a pool of pages and a block
 table, vLLM's). A cache of one entry a sequence needs no kernel of its own: the packed kernels
-(`attention_cached`, `attention_varlen`'s launch) read it where it lies, sequence b's keys rows b x rows_per_entry to that + its length, each
-sequence followed by an empty one whose keys are the cache's unused rows up to the next entry
-(`cache_offsets`), so that one int32 offset array made on the device bounds them all (split-KV shares out by the
-entries, not the empty ones). A paged cache goes to the
-packed kernels' paged form (`attention_paged`, `sm90_varlen.Pages`). Nothing waits on the host: a CUDA graph
-holds the call."""
+(`attention_cached`, `attention_varlen`'s launch) read it where it lies, sequence b's keys rows b x
+rows_per_entry to that + its length, each sequence followed by an empty one whose keys are the cache's unused
+rows up to the next entry (`cache_offsets`), so that one int32 offset array made on the device bounds them all
+(split-KV shares out by the entries, not the empty ones). A paged cache goes to the packed kernels' paged form
+(`attention_paged`, `sm90_varlen.Pages`). Nothing waits on the host: a CUDA graph holds the call."""
 from __future__ import annotations
 
-import functools
 from typing import Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels.flash.launch import sequence_offsets
+from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
 from mlir_tile.kernels.ops import kernels_on, plain_call, register_operator
@@ -74,21 +72,13 @@ def cache_offsets(lengths: torch.Tensor, rows_per_entry: int, total: int) -> tor
     return starts.index_add(0, ends, lengths)  # (one op: a decode step's host time is torch's ops, some us each)
 
 
+@kept_per_shape
 def _entry_bounds(batch: int, rows_per_entry: int, total: int, device):
     """([2 batch + 1] int32: each entry's first row twice, then `total`; the positions of the second ones), made
-    once a shape (made afresh under a CUDA graph's capture, as `sequence_offsets`)."""
-    if torch.cuda.is_current_stream_capturing():
-        return _bounds(batch, rows_per_entry, total, device)
-    return _kept_bounds(batch, rows_per_entry, total, device)
-
-
-def _bounds(batch: int, rows_per_entry: int, total: int, device):
+    once a shape."""
     starts = torch.arange(2 * batch + 1, dtype=torch.int32, device=device).div(2, rounding_mode="floor")
     starts = torch.where(starts < batch, starts * rows_per_entry, total).int()
     return starts, torch.arange(1, 2 * batch, 2, device=device)
-
-
-_kept_bounds = functools.lru_cache(maxsize=256)(_bounds)
 
 
 def _append(caches, news, index, fits) -> None:

@@ -137,19 +137,22 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-def sequence_offsets(batch: int, seq: int, device, *, gaps: bool = False):
-    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), or with `gaps` each
-    followed by an empty one ([2 batch + 1]: what a cache's queries pair with its keys' `cache_offsets`), made
-    once a shape (`_kept_offsets`); made afresh under a CUDA graph's capture, which only records the arange:
-    kept, its memory would be read by eager calls before any replay had written it."""
-    import torch
+def kept_per_shape(make):
+    """`make` (device tensors from ints and a device) made once a shape and kept; made afresh under a CUDA
+    graph's capture, which only records the ops: kept, its memory would be read by eager calls before any
+    replay had written it."""
+    kept = functools.lru_cache(maxsize=256)(make)
 
-    if torch.cuda.is_current_stream_capturing():
-        return _offsets(batch, seq, device, gaps)
-    return _kept_offsets(batch, seq, device, gaps)
+    @functools.wraps(make)
+    def made(*arguments):
+        import torch
+
+        return make(*arguments) if torch.cuda.is_current_stream_capturing() else kept(*arguments)
+    return made
 
 
-def _offsets(batch: int, seq: int, device, gaps: bool = False):
+@kept_per_shape
+def _offsets(batch: int, seq: int, device, gaps: bool):
     import torch
 
     if gaps:  # (sequence 2b's first token b x seq, 2b + 1's too)
@@ -157,7 +160,11 @@ def _offsets(batch: int, seq: int, device, gaps: bool = False):
     return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
 
 
-_kept_offsets = functools.lru_cache(maxsize=256)(_offsets)
+def sequence_offsets(batch: int, seq: int, device, *, gaps: bool = False):
+    """cu_seqlens of `batch` sequences of `seq` tokens each (int32 [batch + 1] on `device`), or with `gaps` each
+    followed by an empty one ([2 batch + 1]: what a cache's queries pair with its keys' `cache_offsets`), made
+    once a shape (`kept_per_shape`)."""
+    return _offsets(batch, seq, device, gaps)
 
 
 def grouped_heads(q, k, v) -> bool:

@@ -36,9 +36,8 @@ class PackedAttention:
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
-        batch = cu_seqlens_q.shape[0] - 1
-        return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, batch,
-                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=batch if queried is None else queried)
+        return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
+                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried)
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
               causal: bool = False):
