@@ -57,7 +57,9 @@ def test_the_same_arguments_give_the_same_variant_and_others_other_kernels():
     (lambda: masks.sliding_window(3, 1.5), "left and right are non-negative ints"),
     (lambda: masks.prefix_lm(True), "the prefix is a non-negative int"),
     (lambda: masks.combined(masks.band), "two or more Variants"),
-    (lambda: masks.combined(masks.band, masks.band), "operands of distinct names")])
+    (lambda: masks.combined(masks.band, masks.band), "operands of distinct names"),
+    (lambda: masks.combined(masks.sinks, masks.combined(masks.alibi, masks.sinks)), "one part with a sink, got 2"),
+    (lambda: masks.alibi_slopes(0), "heads is a positive int")])
 def test_what_a_mask_does_not_take_is_a_value_error_where_it_is_made(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -75,6 +77,48 @@ def test_gemma_2s_local_layer_assembles_without_spills_and_caps_each_score(tmp_p
     config = HopperAttentionConfig.picked(128, False, "bf16", 8192)
     ptx = compile_to_ptx(sm90.build_module(config, variant=masks.combined(masks.sliding_window(4095), masks.softcap)))
     assert len(re.findall(r"rcp\.approx\.ftz\.f32", ptx)) == 4 * 64
+    (tmp_path / "a.ptx").write_text(ptx)
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+def test_alibis_slopes_are_the_papers():
+    """Press et al.'s geometric slopes (their reference code's values, written out): 2^-1 .. 2^-8 for 8 heads;
+    for 12, those of 8 and then every other of 16's (2^-0.5, 2^-1.5, ...)."""
+    assert masks.alibi_slopes(8) == [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
+    assert masks.alibi_slopes(1) == [2 ** -8]
+    assert np.allclose(masks.alibi_slopes(12), [2.0 ** -e for e in (1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5)])
+
+
+def test_a_heads_operand_is_the_attention_variants_alone():
+    from mlir_tile.kernels.epilogues import Epilogue, Operand
+
+    with pytest.raises(ValueError, match="a GEMM has no heads"):
+        Epilogue("per_head", lambda x, at: x, (Operand("slopes", "head"),))
+    gpt_oss = masks.combined(masks.sliding_window(127), masks.sinks)
+    assert gpt_oss.sink is masks.sinks.sink and gpt_oss.score is None and gpt_oss.described() == "sinks (head)"
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas on PATH")
+@pytest.mark.parametrize("variant, causal, scores", [
+    (masks.alibi, True, "slopes"), (masks.combined(masks.sliding_window(127), masks.sinks), False, "sinks")])
+def test_alibi_and_sinks_assemble_without_spills_reading_one_value_a_head(variant, causal, scores, tmp_path):
+    """ALiBi: a row's distance from its first key converted (cvt.rn.f32.s64) in the masked and unmasked
+    softmaxes; sinks: two exp2 more than the window alone (a row half's sink share each); the head's value loaded
+    once an item (loaded where read, its address lived through the loop and spilled)."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.flash import sm90
+    from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
+
+    config = HopperAttentionConfig.picked(128, causal, "bf16", 4096)
+    ptx = compile_to_ptx(sm90.build_module(config, variant=variant))
+    if scores == "slopes":
+        assert ptx.count("cvt.rn.f32.s64") >= 2 and ptx.count("ld.global.b32") == 1
+    else:
+        window = compile_to_ptx(sm90.build_module(config, variant=masks.sliding_window(127)))
+        assert ptx.count("ex2.approx") == window.count("ex2.approx") + 2 and "ld.global.b32" not in window
+        assert ptx.count("ld.global.b32") == 1
     (tmp_path / "a.ptx").write_text(ptx)
     assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
                                capture_output=True, text=True)

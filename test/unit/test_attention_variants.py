@@ -18,9 +18,9 @@ from mlir_tile.testing.attention_variants import band, sliding_window, softcap
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (dict(name="a b", keys=len), "the name is an identifier"), (dict(name="none"), "give keys, score or both"),
-    (dict(name="n", score=3), "keys is a callable"),
-    (dict(name="n", score=len, operands=(Operand("x", "column"),)), "of kinds scalar, integer"),
+    (dict(name="a b", keys=len), "the name is an identifier"), (dict(name="none"), "give keys, score, sink or"),
+    (dict(name="n", score=3), "keys is a callable"), (dict(name="n", sink=3), "sink of \\(at\\)"),
+    (dict(name="n", score=len, operands=(Operand("x", "column"),)), "of kinds scalar, integer, head"),
     (dict(name="n", score=len, operands=(Operand("x", "scalar"), Operand("x", "integer"))), "distinct names")])
 def test_a_variant_is_checked_where_it_is_defined(arguments, message):
     with pytest.raises(ValueError, match=message):

@@ -2,7 +2,8 @@
 out as an explicit mask and score function: examples/sliding_window.py on the grids the launcher picks, and
 `testing.attention_variants`' cases on the others (ping-pong, the launched grid, two consumers), a band of
 keys read from an integer operand, a score step reading a scalar, and `kernels.flash.masks`' two-sided window,
-prefix-LM and Gemma 2's local layer (a window of 1024 keys with soft-capping). The kernels come from `make gpu-inputs`'
+prefix-LM, Gemma 2's local layer (a window of 1024 keys with soft-capping), ALiBi and gpt-oss's sinks (alone and
+with its window of 128 keys), their values a head's. The kernels come from `make gpu-inputs`'
 cache (a GPU host has no compiler). Skipped without torch or an sm_90 GPU (the reason shown)."""
 import math
 import subprocess
@@ -23,23 +24,41 @@ def kernel_cache(monkeypatch):
     monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())
 
 
-def _expected(q, k, v, case):
-    """torch's fp32 attention with the case's variant written out: (o, lse)."""
-    seq, d = q.shape[-2:]
+def _operands(case, batch: int, heads: int) -> tuple:
+    """The case's operands, "heads" and "batch_heads" as random tensors of one value a head (fp32, bf16)."""
+    made = {"heads": lambda: torch.rand(heads, device="cuda") * 0.3,
+            "batch_heads": lambda: (torch.randn(batch, heads, device="cuda") * 2).bfloat16()}
+    return tuple(made[x]() if x in made else x for x in case.operands)
+
+
+def _expected(q, k, v, case, operands=None):
+    """torch's fp32 attention with the case's variant written out (its operands `operands`, else the case's):
+    (o, lse)."""
+    batch, heads, seq, d = q.shape
+    operands = case.operands if operands is None else operands
     query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
     scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(d)
+    per_head = operands[0].float().expand(batch, heads)[:, :, None, None] if case.variant in (
+        "alibi", "sinks", "gpt_oss_local") else None
     if case.variant in ("softcap", "gemma2_local"):
         scores = case.operands[0] * torch.tanh(scores / case.operands[0])
+    if case.variant == "alibi":
+        scores = scores - per_head * (key - query).abs()
     hidden = key > query if case.causal else torch.zeros_like(key > query)
     if case.variant == "band":
         hidden = hidden | ((key - query).abs() > case.operands[0])
     if case.variant in ("sliding_window", "gemma2_local"):
         hidden = hidden | (key > query) | (key <= query - 1024)
+    if case.variant == "gpt_oss_local":
+        hidden = hidden | (key > query) | (key < query - 127)
     if case.variant == "window_100_50":
         hidden = hidden | (key > query + 50) | (key < query - 100)
     if case.variant == "prefix_lm_300":
         hidden = hidden | ((key > query) & (key >= 300))
     scores = scores.masked_fill(hidden, float("-inf"))
+    if case.variant in ("sinks", "gpt_oss_local"):  # (a column of the sink's logit, no value: dropped after)
+        scores = torch.cat([scores, per_head.expand(batch, heads, seq, 1)], -1)
+        return scores.softmax(-1)[..., :seq] @ v.float(), scores.logsumexp(-1)
     return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
 
 
@@ -61,8 +80,9 @@ def test_each_variant_matches_torch_with_it_written_out_on_each_grid():
     for case in CASES:
         q, k, v = (torch.randn(2, 3, case.seq, case.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         run = HopperAttention(kernels_on(q.device).library, dict(case.shape))
-        o, lse = run(q, k, v, causal=case.causal, variant=named[case.variant], operands=case.operands)
-        expected, expected_lse = _expected(q, k, v, case)
+        operands = _operands(case, *q.shape[:2])
+        o, lse = run(q, k, v, causal=case.causal, variant=named[case.variant], operands=operands)
+        expected, expected_lse = _expected(q, k, v, case, operands)
         errors = (o.float() - expected).abs().max().item(), (lse - expected_lse).abs().max().item()
         print(case, errors)
         if errors[0] > 2 ** -6 or errors[1] > 1e-3:
@@ -89,3 +109,36 @@ def test_a_variant_through_the_operator_and_what_it_does_not_take():
                           (lambda: attention(q, k, v, variant=softcap, operands=(1.0,), descale_q=q), "float16 or")):
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_per_head_operands_through_the_operator_in_a_cuda_graph_and_what_they_do_not_take():
+    """ALiBi's slopes and gpt-oss's sinks as the operator takes them ([heads] or [batch, heads] tensors), the sinks
+    read live by a captured graph (changed in place between replays); a head's operand of the wrong shape, dtype,
+    device or kind is a ValueError before any launch."""
+    from mlir_tile.kernels import attention
+    from mlir_tile.kernels.flash.masks import alibi, alibi_slopes, sinks
+    from mlir_tile.testing.attention_variants import Case
+
+    torch.manual_seed(5)  # (the lengths of cases of `attention_variants`, whose kernels `make gpu-inputs` built)
+    q, k, v = (torch.randn(2, 4, 1500, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    slopes = torch.tensor(alibi_slopes(4), device="cuda")
+    o, lse = attention(q, k, v, causal=True, variant=alibi, operands=(slopes,))
+    expected, expected_lse = _expected(q, k, v, Case("alibi", (), 128, 1500, causal=True), (slopes,))
+    assert (o.float() - expected).abs().max().item() <= 2 ** -6 and (lse - expected_lse).abs().max() <= 1e-3
+    q, k, v = (x[:, :, :1000] for x in (q, k, v))
+    logits = torch.zeros(4, device="cuda")
+    attention(q, k, v, variant=sinks, operands=(logits,))  # (built and planned outside the capture)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured, captured_lse = attention(q, k, v, variant=sinks, operands=(logits,))
+    for values in (torch.randn(4) * 3, torch.tensor([30.0, -30.0, 0.0, 2.0])):
+        logits.copy_(values)
+        graph.replay()
+        expected, expected_lse = _expected(q, k, v, Case("sinks", (), 128, 1000), (logits,))
+        assert (captured.float() - expected).abs().max().item() <= 2 ** -6
+        assert (captured_lse - expected_lse).abs().max().item() <= 1e-3
+    for operand, message in ((slopes[:3], r"\[heads\] or \[batch, heads\] on cuda:0, \(4,\) or \(2, 4\); got \(3,\)"),
+                             (slopes.int(), "a floating tensor"), (slopes.cpu(), "got .* on cpu"),
+                             (0.5, r"takes operands slopes \(head\) \(a head's: a tensor\)")):
+        with pytest.raises(ValueError, match=message):
+            attention(q, k, v, variant=alibi, operands=(operand,))

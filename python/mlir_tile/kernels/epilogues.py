@@ -1,7 +1,8 @@
 """Epilogues: what a GEMM does to each fp32 accumulator, with its place in C, before it is rounded and stored.
 
 An `Epilogue` is a Python function of (value, at) -> value, where `value` is the accumulator (an `F32`, which
-takes Python arithmetic: `+ - * /` with other `F32`s or numbers, `maximum`, `exp`, `tanh`, `sigmoid`) and
+takes Python arithmetic: `+ - * /` with other `F32`s or numbers, `maximum`, `absolute`, `exp`, `tanh`,
+`sigmoid`) and
 `at` says where it lies: `at.row`, `at.column` (index values of C's element) and `at.load(name)`, the element
 of one of the epilogue's operands there (an extra kernel argument: a per-column vector such as a bias, a
 per-row vector, an M x N matrix such as a residual, or an fp32 scalar), read as fp32. Loads are clamped into
@@ -24,8 +25,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("column", "row", "matrix", "scalar", "integer")  # an operand's shape: N elements, M elements, M x N,
-# one fp32, one integer (what `Site.equals` compares, a `Choice` selects by)
+KINDS = ("column", "row", "matrix", "scalar", "integer", "head")  # an operand's shape: N elements, M elements,
+# M x N, one fp32, one integer (what `Site.equals` compares, a `Choice` selects by); "head", one fp32 a query head,
+# is attention variants' alone
 LOG2_E = 1.4426950408889634
 
 
@@ -57,6 +59,9 @@ class Epilogue:
             raise ValueError(f"epilogue {self.name!r}: operand names repeat: {names}")
         if not callable(self.function):
             raise ValueError(f"epilogue {self.name!r}: the function is a callable of (value, at)")
+        if any(operand.kind == "head" for operand in self.operands):
+            raise ValueError(f"epilogue {self.name!r}: a GEMM has no heads (operands of kind 'head' are attention "
+                             f"variants')")
 
     def then(self, other: "Epilogue") -> "Epilogue":
         """This epilogue, then `other` on its result."""
@@ -226,6 +231,13 @@ def maximum(a: F32, b) -> F32:
 
 def minimum(a: F32, b) -> F32:
     return a._binary("minimumf", b)
+
+
+def absolute(x: F32) -> F32:
+    """|x|: `abs.f32`, one instruction (`maximum(x, -x)` is several: maximumf keeps NaNs)."""
+    from mlir.dialects import math as math_dialect
+
+    return F32(x.k, math_dialect.absf(x.value))
 
 
 def exp2(x: F32) -> F32:

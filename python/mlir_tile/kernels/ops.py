@@ -142,12 +142,18 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     float8_e4m3fn q, k, v (Hopper, d 128)
     with per-tensor descales (fp32 tensors of one element, FlashAttention-3's): softmax(q k^T descale_q descale_k /
     sqrt(d)) v descale_v, o in bfloat16.
-    `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees and a score step, reading
-    `operands` (numbers, in the variant's order); 16-bit q, k, v."""
+    `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees, a score step and a sink,
+    reading `operands` (in the variant's order: numbers, and a tensor [heads] or [batch, heads] for each of its
+    "head" operands); 16-bit q, k, v."""
     if variant is not None:
         if q.dtype == torch.float8_e4m3fn or any(x is not None for x in (descale_q, descale_k, descale_v)):
             raise ValueError("attention: a variant takes float16 or bfloat16 q, k, v (no descales)")
-        return _variant_operator(variant)(q, k, v, causal, [float(x) for x in operands])
+        heads = [operand.kind == "head" for operand in variant.operands]
+        if len(operands) != len(heads) or any(isinstance(x, torch.Tensor) != head for x, head in zip(operands, heads)):
+            raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: "
+                             f"a tensor); got {tuple(operands)!r}")
+        return _variant_operator(variant)(q, k, v, causal, [x for x in operands if isinstance(x, torch.Tensor)],
+                                          [float(x) for x in operands if not isinstance(x, torch.Tensor)])
     if operands:
         raise ValueError("attention: operands are a variant's")
     if q.dtype == torch.float8_e4m3fn:
@@ -414,21 +420,24 @@ def _custom_operator(epilogue: epilogues.Epilogue):
 
 def _variant_operator(variant):
     """A torch operator `mlir_tile::attention_<name>_<fingerprint>` for an attention variant, registered once:
-    its operands as numbers, in the variant's order."""
+    its "head" operands as tensors, the others as numbers, each in the variant's order."""
     name = f"attention{variant.suffix}"
     with _lock:
         if name in _custom_operators:
             return _custom_operators[name]
         kinds = [operand.kind for operand in variant.operands]
 
-        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tensors: List[torch.Tensor],
                 numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
-            operands = [int(x) if kind == "integer" and float(x).is_integer() else x for x, kind in zip(numbers, kinds)]
+            tensors, numbers, operands = iter(tensors), iter(numbers), []
+            for kind in kinds:  # (too few: None, which the launcher refuses)
+                x = next(tensors if kind == "head" else numbers, None)
+                operands.append(int(x) if kind == "integer" and isinstance(x, float) and x.is_integer() else x)
             return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
                                                   variant=variant, operands=operands)
 
-        operator = register_operator(name, run, fake=lambda q, k, v, causal, numbers: _attention_fake(q, k, v, causal),
-                                     backward=_ATTENTION_BACKWARD)
+        operator = register_operator(name, run, fake=lambda q, k, v, causal, tensors, numbers: _attention_fake(
+            q, k, v, causal), backward=_ATTENTION_BACKWARD)
         _custom_operators[name] = operator
         return operator
 

@@ -2,15 +2,15 @@
 their kernels, built where the compiler is (`build`: into the kernel cache of these sources, which
 test/gpu_inputs.py fills): the example's causal sliding window (examples/sliding_window.py), a two-sided band
 of keys whose width is an integer operand, and Gemma 2's soft-capping of the scores, a score step reading a
-scalar operand (`kernels.flash.masks`' ready-made ones, with its prefix-LM and Gemma 2's local layer, a window
-built in with the soft-capping)."""
+scalar operand (`kernels.flash.masks`' ready-made ones, with its prefix-LM, Gemma 2's local layer, a window
+built in with the soft-capping, ALiBi and gpt-oss's sinks, operands of one value a head)."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from typing import NamedTuple
 
-from mlir_tile.kernels.flash.masks import band, combined, prefix_lm, sliding_window as window, softcap
+from mlir_tile.kernels.flash.masks import alibi, band, combined, prefix_lm, sinks, sliding_window as window, softcap
 from mlir_tile.kernels.flash.variants import Variant
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sliding_window.py"
@@ -29,8 +29,9 @@ def sliding_window() -> Variant:
 
 
 class Case(NamedTuple):
-    """One run: `variant` with `operands`, head dim, sequence length, causal, and HopperAttention's `shape` (the
-    configuration's fields over those the launcher picks: ping-pong, the launched grid)."""
+    """One run: `variant` with `operands` ("heads" and "batch_heads" stand for a tensor of random values [heads]
+    and [batch, heads]), head dim, sequence length, causal, and HopperAttention's `shape` (the configuration's
+    fields over those the launcher picks: ping-pong, the launched grid)."""
     variant: str
     operands: tuple
     d: int
@@ -49,13 +50,16 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
     Case("softcap", (10.0,), 128, 1000, shape=(("pingpong", True), ("persistent", False))),
     Case("window_100_50", (), 128, 2000), Case("window_100_50", (), 64, 777), Case("prefix_lm_300", (), 64, 1500),
     Case("prefix_lm_300", (), 128, 200), Case("gemma2_local", (50.0,), 128, 3000),
-    Case("gemma2_local", (5.0,), 256, 1100),
+    Case("gemma2_local", (5.0,), 256, 1100), Case("alibi", ("heads",), 128, 1500, causal=True),
+    Case("alibi", ("batch_heads",), 64, 777), Case("sinks", ("heads",), 128, 1000),
+    Case("sinks", ("batch_heads",), 256, 300, causal=True), Case("gpt_oss_local", ("heads",), 64, 2000),
 )
 
 
 def variants() -> dict:
     return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
-            "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap)}
+            "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap), "alibi": alibi,
+            "sinks": sinks, "gpt_oss_local": combined(window(127), sinks)}
 
 
 def kernels():

@@ -289,8 +289,9 @@ class HopperAttention:
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
         """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
         v's): the scores are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v (FlashAttention-3's
-        descale_q, descale_k, descale_v). `variant` (`variants.Variant`) with its `operands` (numbers, in its
-        order): which keys each row sees and the score step."""
+        descale_q, descale_k, descale_v). `variant` (`variants.Variant`) with its `operands` (in its order:
+        numbers, and for a "head" operand a tensor [heads] or [batch, heads]): which keys each row sees, the
+        score step and the sink."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -306,7 +307,9 @@ class HopperAttention:
                              f"float8_e4m3fn: {', '.join(map(str, FP8_HEAD_DIMS))}), got {d}")
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
-        scales = _descales(descales, element, q.device) + _variant_arguments(variant, operands, bool(causal), seq)
+        # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
+        arguments, kept = _variant_arguments(variant, operands, bool(causal), seq, (batch, heads, q.device))
+        scales = _descales(descales, element, q.device) + arguments
         plan = self.plans.of(_plan_key(q, k, causal, element, variant),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant,
                                                 heads // k.shape[1]))
@@ -344,23 +347,43 @@ class _HopperPlan:
         self.launch(stream, map_q(q), map_k(k), map_v(v), map_o(o), lse, *scales)
 
 
-def _variant_arguments(variant, operands, causal: bool, seq: int) -> list:
-    """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints), its keys checked
-    for `seq` (`Variant.check_keys`); none without a variant."""
+def _variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple) -> tuple[list, list]:
+    """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints, the addresses of
+    its heads' fp32 values: `_per_head`, `per_head` (batch, heads, device)), its keys checked for `seq`
+    (`Variant.check_keys`); none without a variant. Also the tensors those addresses lie in, which the caller
+    holds until the launch (else the allocator may give their bytes to O)."""
     if variant is None:
         if operands:
             raise ValueError("attention: operands are a variant's")
-        return []
+        return [], []
     if variant.keys is not None and causal:
         raise ValueError(f"attention: variant {variant.name!r} says which keys each row sees; give it causal=False")
+    import torch
+
     kinds = [operand.kind for operand in variant.operands]
-    if len(operands) != len(kinds) or any(
-            isinstance(x, bool) or not isinstance(x, (int, float) if kind == "scalar" else int)
-            for x, kind in zip(operands, kinds)):
-        wanted = ", ".join(f"{operand.name} ({operand.kind})" for operand in variant.operands) or "none"
-        raise ValueError(f"attention: variant {variant.name!r} takes operands {wanted}; got {tuple(operands)!r}")
+    taken = {"scalar": (int, float), "integer": int, "head": torch.Tensor}
+    if len(operands) != len(kinds) or any(isinstance(x, bool) or not isinstance(x, taken[kind])
+                                          for x, kind in zip(operands, kinds)):
+        raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: a "
+                         f"tensor); got {tuple(operands)!r}")
     variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
-    return [float(x) if kind == "scalar" else int(x) for x, kind in zip(operands, kinds)]
+    kept = [_per_head(variant, operand.name, x, *per_head) if operand.kind == "head" else None
+            for x, operand in zip(operands, variant.operands)]
+    return [float(x) if kind == "scalar" else int(x) if kind == "integer" else laid.data_ptr()
+            for x, kind, laid in zip(operands, kinds, kept)], kept
+
+
+def _per_head(variant, name: str, values, batch: int, heads: int, device):
+    """A "head" operand's values as the kernel reads them, fp32 for each of batch x heads, from `values` [heads]
+    or [batch, heads] of a floating dtype on `device` (copied where they are not so already)."""
+    import torch
+
+    if (values.device != device or not values.is_floating_point()
+            or tuple(values.shape) not in ((heads,), (batch, heads))):
+        raise ValueError(f"attention: variant {variant.name!r}'s operand {name!r} is a floating tensor [heads] or "
+                         f"[batch, heads] on {device}, ({heads},) or ({batch}, {heads}); got {tuple(values.shape)} "
+                         f"{values.dtype} on {values.device}")
+    return values.to(torch.float32).expand(batch, heads).contiguous()
 
 
 def _empty(q, k, v) -> bool:

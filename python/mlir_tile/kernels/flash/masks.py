@@ -7,8 +7,13 @@
 - `prefix_lm(prefix)`: the first `prefix` keys seen by every query, causal after them (T5's and PaliGemma's
   prefix-LM).
 - `softcap`: Gemma 2's logit soft-capping, cap * tanh(s / cap) on each scaled score (`operands=(cap,)`).
-- `combined(*variants)`: the keys all of them let a query see, and their score steps in order (Gemma 2's local
-  layers: `combined(sliding_window(4095), softcap)`, `operands=(50.0,)`).
+- `alibi`: ALiBi's linear biases, each score less its head's slope times the key's distance from the query
+  (`operands=(slopes,)`, a tensor [heads] or [batch, heads]; `alibi_slopes(heads)` the paper's).
+- `sinks`: gpt-oss's learned attention sinks, a logit per head in each row's softmax sum with no value
+  (`operands=(sinks,)`, a tensor [heads] or [batch, heads]).
+- `combined(*variants)`: the keys all of them let a query see, their score steps in order and the sink of one
+  (Gemma 2's local layers: `combined(sliding_window(4095), softcap)`, `operands=(50.0,)`; gpt-oss's:
+  `combined(sliding_window(127), sinks)`).
 
 Each mask is an interval of keys a query row, so a query tile visits only the key tiles its rows see and masks
 those at either end (`variants`' rules). The same arguments give the same object, whose kernels are built once.
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import functools
 
-from mlir_tile.kernels.epilogues import Operand, tanh
+from mlir_tile.kernels.epilogues import Operand, absolute, tanh
 from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
 
 
@@ -43,8 +48,28 @@ def _softcap(s, at):  # cap * tanh(s / cap)
     return cap * tanh(s / cap)
 
 
+def _alibi(s, at):  # s - slope x |key - query|
+    return s - at.load("slopes") * absolute(at.distance)
+
+
+def _sink(at):
+    return at.load("sinks")
+
+
 band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
 softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
+alibi = Variant("alibi", score=_alibi, operands=(Operand("slopes", "head"),))
+sinks = Variant("sinks", sink=_sink, operands=(Operand("sinks", "head"),))
+
+
+def alibi_slopes(heads: int) -> list:
+    """ALiBi's slopes for `heads` heads (Press et al.: 2^(-8 i / n) for i = 1..n, n the power of two at or
+    below `heads`; past it, every other slope of 2n's)."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"alibi_slopes: heads is a positive int, got {heads!r}")
+    power = 1 << (heads.bit_length() - 1)
+    slopes = [2 ** (-8 * i / power) for i in range(1, power + 1)]
+    return slopes + [2 ** (-4 * i / power) for i in range(1, 2 * (heads - power), 2)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,12 +86,15 @@ def prefix_lm(prefix: int) -> Variant:
 
 @functools.lru_cache(maxsize=None)
 def combined(*parts: Variant) -> Variant:
-    """The keys every part lets a query see (the latest first, the earliest end) and the parts' score steps in
-    their order; their operands one after another (distinct names)."""
+    """The keys every part lets a query see (the latest first, the earliest end), the parts' score steps in
+    their order and the sink of one; their operands one after another (distinct names)."""
     if len(parts) < 2 or not all(isinstance(part, Variant) for part in parts):
         raise ValueError(f"combined: two or more Variants, got {parts!r}")
     masks = [part.keys for part in parts if part.keys is not None]
     steps = [part.score for part in parts if part.score is not None]
+    sunk = [part.sink for part in parts if part.sink is not None]
+    if len(sunk) > 1:
+        raise ValueError(f"combined: one part with a sink, got {len(sunk)}")
 
     def keys(query, seq, at):
         first, end = masks[0](query, seq, at)
@@ -81,4 +109,5 @@ def combined(*parts: Variant) -> Variant:
         return s
 
     return Variant("_".join(part.name for part in parts), keys=keys if masks else None,
-                   score=score if steps else None, operands=sum((part.operands for part in parts), ()))
+                   score=score if steps else None, operands=sum((part.operands for part in parts), ()),
+                   sink=sunk[0] if sunk else None)

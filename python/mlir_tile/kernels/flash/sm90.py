@@ -171,6 +171,7 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
                 splits = k.as_index(self.splits)
                 self.split, item = item % splits, item // splits
             self.head, query_tile = self.order.of_block(item)
+            self.head_values = self.variant.head_values(k, self.head, self.extras) if self.variant else {}
             self.q0 = query_tile * config.rows
             if config.varlen:
                 self.locate_in_sequence()
@@ -458,9 +459,9 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
 
     # ----- the epilogue -----
     def epilogue(self, last) -> None:
-        """O / the row sums (fp8: times V's descale) and the row's log-sum-exp (natural log, by the first lane of
-        its quad where the row lies inside the sequence); O through shared memory (`store_o`; `last`: the item's
-        last key tile in the K/V pipeline)."""
+        """O / the row sums (a variant's sink added to them: `sink_share`; fp8: times V's descale) and the row's
+        log-sum-exp (natural log, by the first lane of its quad where the row lies inside the sequence); O through
+        shared memory (`store_o`; `last`: the item's last key tile in the K/V pipeline)."""
         from mlir.dialects import arith
         from mlir.dialects import math as math_dialect
 
@@ -468,12 +469,14 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
         inverses, numerator = [], self.v_scale if self.config.fp8 else k.constant(1.0, "f32")
         for half in range(2):
             total = k.warp_reduce(k.load(self.row_sum, [half]), "add", lanes=4)
+            row, _ = self.o_acc.coordinate(self._first_slot(half))
+            if self.variant is not None and self.variant.sink is not None:  # (the sink's exp, the sum's units)
+                total = arith.addf(total, self.sink_share(row, half))
             inverse = k.divide(numerator, total)
             if varlen:  # (a row that sees no key: its sum 0, its O 0, its log-sum-exp -inf + log2(0) = -inf)
                 seen = arith.cmpf(arith.CmpFPredicate.OGT, total, k.constant(0.0, "f32"))
                 inverse = arith.select(seen, inverse, k.constant(0.0, "f32"))
             inverses.append(inverse)
-            row, _ = self.o_acc.coordinate(self._first_slot(half))
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
             if varlen:
@@ -486,6 +489,16 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
             self.store_o_rows(inverses)
         else:
             self.store_o(inverses, last)
+
+    def sink_share(self, row, half: int):
+        """exp2(sink x log2(e) - the row's max): the variant's sink logit in the units of the row's sum (its
+        probabilities are exp2 of the scores x log2(e) less that max)."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k = self.k
+        sink = self.variant.sink_logit(k, self._query(row), self.head_values, self.extras)
+        return k.exp2(math_dialect.fma(sink, k.constant(LOG2E, "f32"), arith.negf(k.load(self.row_max, [half]))))
 
     def store_o(self, inverses, last) -> None:
         """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile

@@ -7,9 +7,13 @@ is (`kernels.epilogues`). A `Variant` says
   query tile visits the key tiles from its first row's first key to its last row's end, and masks only the
   tiles at either end where some row does not see every key. Default: [0, seq).
 - `score(s, at) -> s`: the score step before the softmax, on each score s = q.k / sqrt(d) (an `F32`; fp8:
-  times q's and k's descales), `at.query` and `at.key` its place. Default: none.
-- `operands`: extra kernel arguments (`epilogues.Operand` of kind "scalar", fp32, or "integer", 64-bit), which
-  `at.load(name)` reads and the caller passes in order (`attention(..., variant=..., operands=(...))`).
+  times q's and k's descales), `at.query` and `at.key` its place, `at.distance` the key's position less the
+  query's (an `F32`). Default: none.
+- `sink(at) -> logit`: a row's attention sink (gpt-oss's learned sinks): a logit beside its scores in the
+  softmax's sum, with no value, so that a row may attend to nothing; `at.query` its row. Default: none.
+- `operands`: extra kernel arguments (`epilogues.Operand` of kind "scalar", fp32, "integer", 64-bit, or "head",
+  one fp32 per query head: a tensor [heads] or [batch, heads]), which `at.load(name)` reads (a "head" operand
+  at the row's head) and the caller passes in order (`attention(..., variant=..., operands=(...))`).
 
 In `keys`, `query` and `seq` (and integer operands) are index values while the kernel is built
 (`builder.integers.Int`) and numpy arrays on the host: write them with + - * and this module's `maximum` and
@@ -33,7 +37,7 @@ import numpy as np
 from mlir_tile.kernels import epilogues
 from mlir_tile.kernels.epilogues import F32, Operand
 
-KINDS = ("scalar", "integer")  # a variant's operands: one fp32, one 64-bit integer
+KINDS = ("scalar", "integer", "head")  # a variant's operands: one fp32, one 64-bit integer, one fp32 a head
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,16 @@ class Variant:
     keys: Callable | None = None
     score: Callable | None = None
     operands: tuple[Operand, ...] = ()
+    sink: Callable | None = None
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name.isidentifier()):
             raise ValueError(f"attention variant: the name is an identifier, got {self.name!r}")
-        if self.keys is None and self.score is None:
-            raise ValueError(f"attention variant {self.name!r}: give keys, score or both")
-        if any(f is not None and not callable(f) for f in (self.keys, self.score)):
+        if self.keys is None and self.score is None and self.sink is None:
+            raise ValueError(f"attention variant {self.name!r}: give keys, score, sink or some of them")
+        if any(f is not None and not callable(f) for f in (self.keys, self.score, self.sink)):
             raise ValueError(f"attention variant {self.name!r}: keys is a callable of (query, seq, at), score of "
-                             f"(s, at)")
+                             f"(s, at), sink of (at)")
         names = [operand.name for operand in self.operands]
         if len(set(names)) != len(names) or any(operand.kind not in KINDS for operand in self.operands):
             raise ValueError(f"attention variant {self.name!r}: operands of distinct names, of kinds "
@@ -61,16 +66,22 @@ class Variant:
     @functools.cached_property
     def fingerprint(self) -> str:
         """A digest of the name, the operands and the code of both functions (`epilogues.code_digest`)."""
-        return epilogues.code_digest(repr((self.name, self.operands)), self.keys, self.score)
+        return epilogues.code_digest(repr((self.name, self.operands)), self.keys, self.score, self.sink)
 
     @property
     def suffix(self) -> str:
         """What the kernels built with this variant add to their names."""
         return f"_{self.name}_{self.fingerprint}"
 
+    def described(self) -> str:
+        """The operands as errors name them: "width (integer), cap (scalar)"."""
+        return ", ".join(f"{operand.name} ({operand.kind})" for operand in self.operands) or "none"
+
     def parameters(self) -> list:
         """The kernel parameters of the operands, after the kernel's own."""
-        return ["f32" if operand.kind == "scalar" else "index" for operand in self.operands]
+        from mlir_tile.builder import Global
+
+        return [{"scalar": "f32", "integer": "index"}.get(operand.kind) or Global("f32") for operand in self.operands]
 
     # ----- on the host -----
     def check_keys(self, seq: int, numbers: tuple) -> None:
@@ -85,21 +96,42 @@ class Variant:
         None where it is 0 for every row (no `keys`)."""
         if self.keys is None:
             return None, k.as_index(seq)
-        at = Site(k, query, None, dict(zip((o.name for o in self.operands), zip(self.operands, arguments))))
-        first, end = self.keys(k.as_index(query), k.as_index(seq), at)
+        first, end = self.keys(k.as_index(query), k.as_index(seq), Site(k, query, None, {}, self._named(arguments)))
         return k.as_index(first), k.as_index(end)
 
-    def scores(self, k, scores, scale, query, keys, arguments) -> list:
-        """The score step on `scores` (fp32 products q.k) times `scale`, `query` their row and `keys` their
-        keys (index values)."""
-        operands = dict(zip((o.name for o in self.operands), zip(self.operands, arguments)))
-        stepped = []
-        for score, key in zip(scores, keys):
-            result = self.score(F32(k, score) * F32(k, scale), Site(k, query, key, operands))
-            if not isinstance(result, (F32, int, float)):
-                raise ValueError(f"attention variant {self.name!r}: score returns an F32 (or a number), got {result!r}")
-            stepped.append(result.value if isinstance(result, F32) else k.constant(float(result), "f32"))
-        return stepped
+    def head_values(self, k, head, arguments) -> dict:
+        """The "head" operands' values (F32s) at query head `head` (an index value, counted over batch x heads):
+        what the kernel loads once an item and `scores` and `sink_logit` take (loaded where read, their 64-bit
+        address stayed live through the item's loop and spilled)."""
+        return {operand.name: F32(k, k.load(argument, [head]))
+                for operand, argument in zip(self.operands, arguments) if operand.kind == "head"}
+
+    def scores(self, k, scores, scale, query, first_key, steps, heads: dict, arguments) -> list:
+        """The score step on `scores` (fp32 products q.k) times `scale`, `query` their row, their keys `first_key`
+        (an index value) plus `steps` (ints), `heads` the head's values (`head_values`). (Each distance is one
+        conversion a row plus its step: a conversion a score spilled.)"""
+        from mlir import ir
+        from mlir.dialects import arith
+
+        operands = self._named(arguments)
+        first, query = k.as_index(first_key), k.as_index(query)
+        nearest = F32(k, arith.sitofp(ir.F32Type.get(), arith.index_cast(ir.IntegerType.get_signless(64),
+                                                                         first - query)))
+        return [self._f32(k, "score", self.score(F32(k, score) * F32(k, scale), Site(
+            k, query, first + step, heads, operands, distance=lambda step=step: nearest + float(step))))
+            for score, step in zip(scores, steps)]
+
+    def sink_logit(self, k, query, heads: dict, arguments):
+        """Row `query`'s sink logit (an f32 value), `heads` the head's values (`head_values`)."""
+        return self._f32(k, "sink", self.sink(Site(k, query, None, heads, self._named(arguments))))
+
+    def _named(self, arguments) -> dict:
+        return dict(zip((o.name for o in self.operands), zip(self.operands, arguments)))
+
+    def _f32(self, k, function: str, result):
+        if not isinstance(result, (F32, int, float)):
+            raise ValueError(f"attention variant {self.name!r}: {function} returns an F32 (or a number), got {result!r}")
+        return result.value if isinstance(result, F32) else k.constant(float(result), "f32")
 
 
 @functools.lru_cache(maxsize=256)  # (a launcher asks on every call; a model's lengths repeat)
@@ -142,16 +174,28 @@ def _extreme(a, b, which: str, of_f32, of_numbers):
 
 
 class Site:
-    """Where a score lies in the kernel: `query`, `key` (index values; no key in `keys`) and `load(name)`, an
-    operand's value (an F32 for a scalar, an index value for an integer)."""
+    """Where a score lies in the kernel: `query` and `key` (index values; no key in `keys` and `sink`),
+    `distance` (key - query, an F32) and `load(name)`, an operand's value (an F32 for a scalar and for a head's,
+    `heads` holding those of the row's head; an index value for an integer)."""
 
-    def __init__(self, k, query, key, operands: dict):
-        self.k, self.query, self.key, self._operands = k, query, key, operands
+    def __init__(self, k, query, key, heads: dict, operands: dict, distance=None):
+        self.k, self.query, self.key, self._heads, self._operands = k, query, key, heads, operands
+        self._distance = distance
+
+    @property
+    def distance(self) -> F32:
+        if self._distance is None:
+            raise ValueError("attention variant: at.distance is a score's (keys and sink have no key)")
+        return self._distance()
 
     def load(self, name: str):
         if name not in self._operands:
             raise ValueError(f"attention variant: no operand {name!r}; it has {', '.join(self._operands) or 'none'}")
         operand, argument = self._operands[name]
+        if operand.kind == "head":
+            if name not in self._heads:
+                raise ValueError(f"attention variant: operand {name!r} is a head's; keys see no head")
+            return self._heads[name]
         return F32(self.k, argument) if operand.kind == "scalar" else self.k.as_index(argument)
 
 
