@@ -104,7 +104,7 @@ def test_a_heads_operand_is_the_attention_variants_alone():
 @pytest.mark.parametrize("variant, causal, scores", [
     (masks.alibi, True, "slopes"), (masks.combined(masks.sliding_window(127), masks.sinks), False, "sinks")])
 def test_alibi_and_sinks_assemble_without_spills_reading_one_value_a_head(variant, causal, scores, tmp_path):
-    """ALiBi: a row's distance from its first key converted (cvt.rn.f32.s64) in the masked and unmasked
+    """ALiBi: a row's distance from its first key converted (cvt.rn.f32.s32) in the masked and unmasked
     softmaxes; sinks: two exp2 more than the window alone (a row half's sink share each); the head's value loaded
     once an item (loaded where read, its address lived through the loop and spilled)."""
     from mlir_tile.compiler.compile import compile_to_ptx
@@ -114,7 +114,7 @@ def test_alibi_and_sinks_assemble_without_spills_reading_one_value_a_head(varian
     config = HopperAttentionConfig.picked(128, causal, "bf16", 4096)
     ptx = compile_to_ptx(sm90.build_module(config, variant=variant))
     if scores == "slopes":
-        assert ptx.count("cvt.rn.f32.s64") >= 2 and ptx.count("ld.global.b32") == 1
+        assert ptx.count("cvt.rn.f32.s32") >= 2 and ptx.count("ld.global.b32") == 1
     else:
         window = compile_to_ptx(sm90.build_module(config, variant=masks.sliding_window(127)))
         assert ptx.count("ex2.approx") == window.count("ex2.approx") + 2 and "ld.global.b32" not in window

@@ -44,6 +44,16 @@ def _expected(q, k, v, case, operands=None):
         scores = case.operands[0] * torch.tanh(scores / case.operands[0])
     if case.variant == "alibi":
         scores = scores - per_head * (key - query).abs()
+    scores = scores.masked_fill(_hidden(case, seq), float("-inf"))
+    if case.variant in ("sinks", "gpt_oss_local"):  # (a column of the sink's logit, no value: dropped after)
+        scores = torch.cat([scores, per_head.expand(batch, heads, seq, 1)], -1)
+        return scores.softmax(-1)[..., :seq] @ v.float(), scores.logsumexp(-1)
+    return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
+
+
+def _hidden(case, seq: int):
+    """[seq, seq] bool: the keys (columns) the case's variant hides from each query (rows), written out."""
+    query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
     hidden = key > query if case.causal else torch.zeros_like(key > query)
     if case.variant == "band":
         hidden = hidden | ((key - query).abs() > case.operands[0])
@@ -55,11 +65,9 @@ def _expected(q, k, v, case, operands=None):
         hidden = hidden | (key > query + 50) | (key < query - 100)
     if case.variant == "prefix_lm_300":
         hidden = hidden | ((key > query) & (key >= 300))
-    scores = scores.masked_fill(hidden, float("-inf"))
-    if case.variant in ("sinks", "gpt_oss_local"):  # (a column of the sink's logit, no value: dropped after)
-        scores = torch.cat([scores, per_head.expand(batch, heads, seq, 1)], -1)
-        return scores.softmax(-1)[..., :seq] @ v.float(), scores.logsumexp(-1)
-    return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
+    if case.variant == "first_100":
+        hidden = hidden | (key > query) | (key >= 100)
+    return hidden
 
 
 def test_the_sliding_window_example_matches_torch_on_the_launchers_grids():
@@ -142,3 +150,43 @@ def test_per_head_operands_through_the_operator_in_a_cuda_graph_and_what_they_do
                              (0.5, r"takes operands slopes \(head\) \(a head's: a tensor\)")):
         with pytest.raises(ValueError, match=message):
             attention(q, k, v, variant=alibi, operands=(operand,))
+
+
+def _gradients(forward, q, k, v, grad):
+    """(dq, dk, dv) of forward(q, k, v) -> (O, lse) for O's upstream `grad`, by autograd."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    o, _ = forward(q, k, v)
+    return torch.autograd.grad(o, (q, k, v), grad.to(o.dtype))
+
+
+def test_a_masks_gradients_match_fp32_autograd_within_torchs_own_error():
+    """A variant of keys alone trains: dq, dk, dv through the operator against fp32 autograd of the mask written
+    out, within twice the error of torch's 16-bit SDPA backward with the same boolean mask (plus the element's
+    rounding of the gradients' scale); first_100's keys past the 100th, seen by no row (the key blocks from the
+    second on visiting no query block), get dK = dV = 0. A score step's backward is not built: one line says so."""
+    from mlir_tile.kernels import attention
+    from mlir_tile.testing.attention_variants import BACKWARD_CASES, alibi, variants
+
+    named, failures = variants(), []
+    torch.manual_seed(11)
+    for case in BACKWARD_CASES:
+        q, k, v, grad = (torch.randn(2, 3, case.seq, case.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        exact = _gradients(lambda *x: _expected(*x, case), q.float(), k.float(), v.float(), grad.float())
+        ours = _gradients(lambda *x: attention(*x, variant=named[case.variant], operands=case.operands), q, k, v,
+                          grad)
+        seen = ~_hidden(case, case.seq)
+        torchs = _gradients(lambda *x: (torch.nn.functional.scaled_dot_product_attention(*x, attn_mask=seen), None),
+                            q, k, v, grad)
+        for name, got, theirs, truth in zip("qkv", ours, torchs, exact):
+            error = float((got.float() - truth).abs().max())
+            bound = 2 * float((theirs.float() - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
+                float(truth.abs().max()), 1e-2)
+            if not error <= bound:
+                failures.append((case, f"d{name}", error, bound))
+        if case.variant == "first_100":
+            assert not ours[1][:, :, 100:].any() and not ours[2][:, :, 100:].any()
+    assert not failures, failures
+    q = torch.randn(1, 2, 1500, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # (a case's kernel)
+    o, _ = attention(q, q, q, causal=True, variant=alibi, operands=(torch.ones(2, device="cuda"),))
+    with pytest.raises(NotImplementedError, match="variant 'alibi' has a score step or a sink"):
+        o.sum().backward()

@@ -249,3 +249,29 @@ def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed
     from mlir_tile.kernels.flash.launch import token_major
 
     assert token_major(q, k) == packed
+
+
+def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):
+    """A variant of keys alone (a mask): its kernel takes the variant's operands after its own (band: one
+    integer) and assembles; a score step, a sink, causal, packed sequences and the deterministic mode are
+    refused where the kernel is built. (Its gradients: test_attention_variants_gpu.py.)"""
+    import shutil
+    import subprocess
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.flash import masks
+
+    config = BackwardConfig(64, False, "bf16")
+    plain, band = (compile_to_ptx(sm90_backward.build_module(config, variant=variant)) for variant in (None, masks.band))
+    assert band.count(".param .u64") == plain.count(".param .u64") + 1
+    if shutil.which("ptxas"):
+        (tmp_path / "a.ptx").write_text(band)
+        assert subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                              capture_output=True).returncode == 0
+    for variant, options, message in ((masks.softcap, {}, "not yet a score step or a sink"),
+                                      (masks.sinks, {}, "not yet a score step or a sink"),
+                                      (masks.band, dict(causal=True), "not causal, not deterministic"),
+                                      (masks.band, dict(varlen=True), "not causal, not deterministic"),
+                                      (masks.band, dict(deterministic=True), "not causal, not deterministic")):
+        with pytest.raises(ValueError, match=message):
+            sm90_backward.build_module(BackwardConfig(64, element="bf16", **options), variant=variant)

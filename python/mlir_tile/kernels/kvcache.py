@@ -16,7 +16,7 @@ import torch
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
-from mlir_tile.kernels.ops import kernels_on, plain_call, register_operator
+from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,

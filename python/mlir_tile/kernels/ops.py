@@ -6,90 +6,15 @@ device (shipped, cached, or built on first use).
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
 import math
-import threading
 from typing import List, Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels import common, epilogues
-from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.flash import backward as flash_backward
+from mlir_tile.kernels import common, epilogues, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm import launch as gemm_launch
-from mlir_tile.kernels.library import KernelLibrary, KernelNotAvailable, compiler_installed
-from mlir_tile.runtime import Runtime, torch_stream
-
-_lock = threading.Lock()
-_per_device: dict = {}
-
-
-class _Kernels:
-    """One device's library and the two kernels' launchers on it."""
-
-    def __init__(self, device_index: int):
-        self.library = KernelLibrary(Runtime(device_index))
-        self.matmul = gemm_launch.Matmul(self.library)
-        self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
-        self._attention, self._attention_backward, self._scaled = None, None, None
-
-    @property
-    def scaled(self):
-        if self._scaled is None:
-            self._scaled = gemm_launch.ScaledMatmul(self.library)
-        return self._scaled
-
-    @property
-    def attention(self):
-        """The attention path picker of this device's library (`flash.launch.AttentionPaths`)."""
-        if self._attention is None:
-            self._attention = flash_launch.AttentionPaths(self.library)
-        return self._attention
-
-    @property
-    def attention_backward(self):
-        """Attention's backward on this device (`flash.backward.HopperAttentionBackward`): Hopper's path only."""
-        if self._attention_backward is None:
-            if not runs_warpgroup_kernels(self.library.chip):
-                raise ValueError(f"attention: the backward runs on Hopper's path (sm_90), which this GPU "
-                                 f"({self.library.chip}) has not")
-            self._attention_backward = flash_backward.HopperAttentionBackward(self.library)
-        return self._attention_backward
-
-
-def kernels_on(device: torch.device) -> _Kernels:
-    """The launchers of `device` (a CUDA device), made on first use."""
-    if device.type != "cuda":
-        raise ValueError(f"mlir_tile.kernels run on CUDA tensors, got tensors on {device}")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    with _lock:
-        if index not in _per_device:
-            _per_device[index] = _Kernels(index)
-        return _per_device[index]
-
-
-_LIBRARY = torch.library.Library("mlir_tile", "FRAGMENT")
-
-
-def _no_backward(what: str):
-    """A backward that says in one line that `what` has none yet."""
-    def backward(ctx, *grads):
-        raise NotImplementedError(what)
-    return backward
-
-
-def register_operator(name: str, function, *, fake, backward=None, setup_context=None, mutates_args=()):
-    """`torch.ops.mlir_tile.<name>`: `function` its implementation, registered straight on torch's dispatcher
-    for CUDA tensors (and CPU ones, which it refuses with a ValueError): torch.library.custom_op wraps it in
-    Python layers that cost 6-8 us a call more on the H100's host (benchmarks/host_time.py); `fake` its
-    outputs' shapes for torch.compile; `backward` its autograd formula, `setup_context` saving what that needs."""
-    _LIBRARY.define(name + torch.library.infer_schema(function, mutates_args=mutates_args))
-    for device in ("CUDA", "CPU"):
-        _LIBRARY.impl(name, function, device)
-    torch.library.register_fake(f"mlir_tile::{name}", fake, lib=_LIBRARY)
-    if backward is not None:
-        torch.library.register_autograd(f"mlir_tile::{name}", backward, lib=_LIBRARY,
-                                        setup_context=setup_context or (lambda ctx, inputs, output: None))
-    return getattr(torch.ops.mlir_tile, name).default
+from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
+from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
+from mlir_tile.runtime import torch_stream
 
 
 def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, epilogue=None, operands=(), out=None):
@@ -152,7 +77,7 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
         if len(operands) != len(heads) or any(isinstance(x, torch.Tensor) != head for x, head in zip(operands, heads)):
             raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: "
                              f"a tensor); got {tuple(operands)!r}")
-        return _variant_operator(variant)(q, k, v, causal, [x for x in operands if isinstance(x, torch.Tensor)],
+        return variant_ops.variant_operator(variant)(q, k, v, causal, [x for x in operands if isinstance(x, torch.Tensor)],
                                           [float(x) for x in operands if not isinstance(x, torch.Tensor)])
     if operands:
         raise ValueError("attention: operands are a variant's")
@@ -181,22 +106,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
     varlen = _attention_varlen if plain_call(q, k, v) else torch.ops.mlir_tile.attention_varlen
     return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # (a weight is a Parameter)
-
-
-def plain_call(*tensors) -> bool:
-    """Whether a call may run the operator's implementation straight: eager (not traced by torch.compile, no
-    torch function or dispatch mode such as FakeTensor's), plain CUDA tensors, no gradient asked for. The
-    dispatcher's two Python hops (autograd, then the CUDA kernel) cost 13-15 us a call on the H100's host
-    (benchmarks/host_time.py); everything else goes through `torch.ops.mlir_tile`, as the dispatcher wants."""
-    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
-            torch._C._len_torch_dispatch_stack():
-        return False
-    grad = torch.is_grad_enabled()
-    return all(x is None or (type(x) in _PLAIN and x.is_cuda and not (grad and x.requires_grad))
-               for x in tensors)
 
 
 def _output_shape(a, b, b_layout: str) -> List[int]:
@@ -378,7 +287,7 @@ def _matmul_transposed_a_fake(a, b):
 
 register_operator("matmul", _matmul, fake=_matmul_fake, backward=_matmul_backward, setup_context=_matmul_setup)
 register_operator("matmul_transposed_a", _matmul_transposed_a, fake=_matmul_transposed_a_fake,
-                  backward=_no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
+                  backward=no_backward("matmul_transposed_a has no backward: it is matmul's backward's product"))
 
 
 def _matmul_out(a: torch.Tensor, b: torch.Tensor, b_layout: str, bias: Optional[torch.Tensor],
@@ -393,16 +302,13 @@ register_operator("matmul_out", _matmul_out, fake=lambda a, b, b_layout, bias, a
                   mutates_args=("out",))
 
 
-_custom_operators: dict = {}
-
-
 def _custom_operator(epilogue: epilogues.Epilogue):
     """A torch operator `mlir_tile::matmul_<name>_<fingerprint>` for a user's epilogue, registered once: its
     tensor operands and its numbers (scalars and integers) in two lists, each in the epilogue's order."""
     suffix = common.epilogue_suffix(epilogue).replace("-", "_")
-    with _lock:
-        if suffix in _custom_operators:
-            return _custom_operators[suffix]
+    with registry.lock:
+        if suffix in registry.custom_operators:
+            return registry.custom_operators[suffix]
 
         def run(a: torch.Tensor, b: torch.Tensor, b_layout: str, tensors: List[torch.Tensor],
                 numbers: List[float]) -> torch.Tensor:
@@ -411,34 +317,10 @@ def _custom_operator(epilogue: epilogues.Epilogue):
             return out
 
         operator = register_operator(f"matmul{suffix}", run, fake=lambda a, b, b_layout, tensors, numbers: a.new_empty(
-            _output_shape(a, b, b_layout)), backward=_no_backward(
+            _output_shape(a, b, b_layout)), backward=no_backward(
             f"matmul: epilogue {epilogue.name!r} has no derivative here; train with the ready-made bias, "
             f"activation and residual, whose backward is built"))
-        _custom_operators[suffix] = operator
-        return operator
-
-
-def _variant_operator(variant):
-    """A torch operator `mlir_tile::attention_<name>_<fingerprint>` for an attention variant, registered once:
-    its "head" operands as tensors, the others as numbers, each in the variant's order."""
-    name = f"attention{variant.suffix}"
-    with _lock:
-        if name in _custom_operators:
-            return _custom_operators[name]
-        kinds = [operand.kind for operand in variant.operands]
-
-        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tensors: List[torch.Tensor],
-                numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
-            tensors, numbers, operands = iter(tensors), iter(numbers), []
-            for kind in kinds:  # (too few: None, which the launcher refuses)
-                x = next(tensors if kind == "head" else numbers, None)
-                operands.append(int(x) if kind == "integer" and isinstance(x, float) and x.is_integer() else x)
-            return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
-                                                  variant=variant, operands=operands)
-
-        operator = register_operator(name, run, fake=lambda q, k, v, causal, tensors, numbers: _attention_fake(
-            q, k, v, causal), backward=_ATTENTION_BACKWARD)
-        _custom_operators[name] = operator
+        registry.custom_operators[suffix] = operator
         return operator
 
 
@@ -597,11 +479,11 @@ def _attention_varlen_backward(ctx, grad_o, grad_lse):
     return dq, dk, dv, None, None, None, None, None
 
 
-_ATTENTION_BACKWARD = _no_backward("attention: fp8 inputs and variants have no backward pass yet")
 register_operator("attention_gradients", _attention_gradients, fake=_attention_gradients_fake)
 register_operator("attention", _attention, fake=_attention_fake, backward=_attention_backward,
                   setup_context=_attention_setup)
 register_operator("attention_varlen_gradients", _attention_varlen_gradients, fake=_attention_varlen_gradients_fake)
 register_operator("attention_varlen", _attention_varlen, fake=_attention_varlen_fake,
                   backward=_attention_varlen_backward, setup_context=_attention_varlen_setup)
-register_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake, backward=_ATTENTION_BACKWARD)
+register_operator("attention_fp8", _attention_fp8, fake=_attention_fp8_fake,
+                  backward=no_backward("attention: fp8 inputs have no backward pass yet"))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlir_tile.kernels.flash.masks import alibi, band, combined, prefix_lm, sinks, sliding_window as window, softcap
-from mlir_tile.kernels.flash.variants import Variant
+from mlir_tile.kernels.flash.variants import Variant, minimum
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sliding_window.py"
 
@@ -56,26 +56,38 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
 )
 
 
+BACKWARD_CASES = (  # (masks: variants of keys alone; first_100, key blocks past the 100th seen by no row)
+    Case("window_100_50", (), 128, 700), Case("band", (300,), 64, 1000), Case("prefix_lm_300", (), 256, 500),
+    Case("sliding_window", (), 128, 1500), Case("first_100", (), 64, 400),
+)
+
+
 def variants() -> dict:
     return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
             "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap), "alibi": alibi,
-            "sinks": sinks, "gpt_oss_local": combined(window(127), sinks)}
+            "sinks": sinks, "gpt_oss_local": combined(window(127), sinks),
+            "first_100": Variant("first_100", keys=lambda query, seq, at: (0, minimum(query + 1, 100)))}
 
 
 def kernels():
-    """(name, build) of each kernel the cases and the example launch (bf16: the launcher's picks)."""
+    """(name, build) of each kernel the cases and the example launch (bf16: the launcher's picks), and the
+    backward's of BACKWARD_CASES."""
     from functools import partial
 
-    from mlir_tile.kernels.flash import sm90
+    from mlir_tile.kernels.flash import sm90, sm90_backward
+    from mlir_tile.kernels.flash.sm90_backward_tiles import BackwardConfig
     from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
     named = variants()
-    runs = [(case.variant, case.d, case.seq, case.causal, dict(case.shape)) for case in CASES]
+    runs = [(case.variant, case.d, case.seq, case.causal, dict(case.shape)) for case in CASES + BACKWARD_CASES]
     runs += [("sliding_window", d, seq, False, {}) for d, seq in _example().SHAPES]
     built = {}
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
         built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
+    for case in BACKWARD_CASES:
+        config, variant = BackwardConfig(case.d, False, "bf16"), named[case.variant]
+        built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
     return built.items()
 
 

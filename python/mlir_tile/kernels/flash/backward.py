@@ -13,10 +13,11 @@ import math
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, operand_slots
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
-from mlir_tile.kernels.flash.launch import as_token_rows, grouped_heads, sequence_offsets, token_major
+from mlir_tile.kernels.flash.launch import (as_token_rows, grouped_heads, sequence_offsets, token_major,
+                                             variant_arguments)
 from mlir_tile.kernels.flash.packed import on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.runtime import POINTER, TENSOR_MAP
@@ -50,16 +51,21 @@ class HopperAttentionBackward:
     def __init__(self, library):
         self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
 
-    def __call__(self, grad, q, k, v, o, lse, *, causal: bool = False, grad_lse=None, deterministic=None):
+    def __call__(self, grad, q, k, v, o, lse, *, causal: bool = False, grad_lse=None, deterministic=None,
+                 variant=None, operands=()):
         """`grad_lse`: the log-sum-exp's gradient where it has one (d lse / d s is P, so it enters as
         dS = P (dP - (D - grad_lse)): D less it). `deterministic`: dQ the same bitwise from run to run (the key
         blocks' additions in their order: `BackwardConfig.deterministic`); None: as torch says
         (`torch.use_deterministic_algorithms`). Where the forward ran q, k, v as packed sequences (`token_major`:
         lengths that differ, or q as [batch, seq, heads, d] rows), so does this (`packed`), the gradients views of
-        its [tokens, heads, d]."""
+        its [tokens, heads, d]. `variant` (of keys alone: `variants.Variant`) with its `operands`: the gradients of
+        attention with its keys (not causal, not deterministic)."""
         import torch
 
-        if token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):
+        if variant is not None and (causal or _deterministic(deterministic)):
+            raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees (not "
+                             f"causal), and its dQ is not deterministic yet (torch.use_deterministic_algorithms)")
+        if variant is None and token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):
             return self._as_token_rows(grad, q, k, v, o, lse, causal, grad_lse, deterministic)
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
         if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
@@ -79,9 +85,12 @@ class HopperAttentionBackward:
         q, k, v, o, grad = (on_16_bytes(x.contiguous()) for x in (q, k, v, o, grad))
         lse = lse.float().contiguous()
         config = BackwardConfig(d, bool(causal), element, deterministic=_deterministic(deterministic))
-        plan = self.plans.of((config, batch * heads, batch * kv_heads, seq),
-                             lambda: self._plan(config, batch * heads, batch * kv_heads, seq))
-        return self._run(plan, config, (q, k, v, o, grad), lse, grad_lse, seq, batch * heads, config.padded(seq))
+        # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
+        arguments, kept = variant_arguments(variant, operands, False, seq, (batch, heads, q.device))
+        plan = self.plans.of((config, batch * heads, batch * kv_heads, seq, variant),
+                             lambda: self._plan(config, batch * heads, batch * kv_heads, seq, variant))
+        return self._run(plan, config, (q, k, v, o, grad), lse, grad_lse, seq, batch * heads, config.padded(seq),
+                         operands=arguments)
 
     def _as_token_rows(self, grad, q, k, v, o, lse, causal, grad_lse, deterministic):
         """`packed` on [batch, heads, seq, d] tensors as one sequence a batch entry (`launch.as_token_rows`), the
@@ -102,12 +111,13 @@ class HopperAttentionBackward:
                      for x, length in zip(gradients, (seq, k.shape[2], k.shape[2])))
 
     def _run(self, plan, config: BackwardConfig, tensors: tuple, lse, grad_lse, tokens: int, heads: int, padded: int,
-             places=None, offsets: tuple = ()):
+             places=None, offsets: tuple = (), operands: list = ()):
         """The three launches of both forms, on q, k, v, O and dO (`tensors`, as the kernel reads them) and the
         log-sum-exp of `heads` heads' `tokens` rows: the preprocessing into fresh statistics ([heads, padded]
         each: LSE log2(e) +inf and D 0 where no row lands), `plan`'s kernel into a zeroed dQaccum, the
         postprocessing; (dq, dk, dv), contiguous. Packed sequences: `places` each token's row of the statistics
-        and dQaccum (`packed_rows`), `offsets` cu_seqlens_q and cu_seqlens_k."""
+        and dQaccum (`packed_rows`), `offsets` cu_seqlens_q and cu_seqlens_k; `operands` a variant's launch
+        arguments."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -128,7 +138,7 @@ class HopperAttentionBackward:
         flags = _flags(config, heads, padded, q.device)
         plan(stream, q.data_ptr(), k.data_ptr(), v.data_ptr(), grad.data_ptr(), dq_sums.data_ptr(), dk.data_ptr(),
              dv.data_ptr(), statistics[0].data_ptr(), statistics[1].data_ptr(), *(x.data_ptr() for x in offsets),
-             *(f.data_ptr() for f in flags))
+             *operands, *(f.data_ptr() for f in flags))
         passes["finish"](stream, dq_sums.data_ptr(), dq.data_ptr(), *placed)
         return dq, dk, dv
 
@@ -145,9 +155,11 @@ class HopperAttentionBackward:
             return launches
         return self.plans.of(("rows", d, element, packed, tokens, heads, padded), plan)
 
-    def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int):
-        """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads)."""
-        module = self.library.module(str(config), partial(sm90_backward.build_module, config))
+    def _plan(self, config: BackwardConfig, heads: int, kv_heads: int, seq: int, variant=None):
+        """The launch over `heads` query heads (batch x heads) and `kv_heads` K/V heads (batch x kv_heads), with
+        `variant`'s keys."""
+        module = self.library.module(str(config) + (variant.suffix if variant else ""),
+                                     partial(sm90_backward.build_module, config, variant=variant))
         box, d = boxes(config), config.head_dim
         maps = [MapOperand(self.maps, ((heads if name in ("q", "do") else kv_heads) * seq, d), 2 * d, box[name])
                 for name in ("q", "k", "v", "do")]
@@ -157,9 +169,10 @@ class HopperAttentionBackward:
         maps += [MapOperand(self.maps, (heads, config.padded(seq)), 4 * config.padded(seq), box[name], floats=True)
                  for name in ("lse", "delta")]
         flags = [POINTER] if config.deterministic else []
-        launch = module.prepare(KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads] + flags,
+        operands = operand_slots(variant.operands if variant else ())
+        launch = module.prepare(KERNEL, [TENSOR_MAP] * 9 + [seq, heads, heads // kv_heads] + operands + flags,
                                 grid=config.grid(kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
-        return _BackwardPlan(config, launch, maps + [int] * len(flags))
+        return _BackwardPlan(config, launch, maps + [_given] * (len(operands) + len(flags)))
 
     def packed(self, grad, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k: int, *, causal: bool = False,
                grad_lse=None, deterministic=None):
@@ -254,6 +267,11 @@ def packed_rows(cu_seqlens_q, total_q: int, rows: int):
     first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
     inside = (tokens >= starts[sequence]) & (tokens < ends[sequence])
     return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1).int(), padded
+
+
+def _given(argument):
+    """A launch argument as it is (a pointer, a number)."""
+    return argument
 
 
 class _BackwardPlan:

@@ -308,7 +308,7 @@ class HopperAttention:
         if not all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (q, k, v)) or seq == 0:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
-        arguments, kept = _variant_arguments(variant, operands, bool(causal), seq, (batch, heads, q.device))
+        arguments, kept = variant_arguments(variant, operands, bool(causal), seq, (batch, heads, q.device))
         scales = _descales(descales, element, q.device) + arguments
         plan = self.plans.of(_plan_key(q, k, causal, element, variant),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant,
@@ -347,7 +347,7 @@ class _HopperPlan:
         self.launch(stream, map_q(q), map_k(k), map_v(v), map_o(o), lse, *scales)
 
 
-def _variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple) -> tuple[list, list]:
+def variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple) -> tuple[list, list]:
     """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints, the addresses of
     its heads' fp32 values: `_per_head`, `per_head` (batch, heads, device)), its keys checked for `seq`
     (`Variant.check_keys`); none without a variant. Also the tensors those addresses lie in, which the caller

@@ -58,29 +58,40 @@ from mlir_tile.kernels.common import LOG2E
 from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KERNEL, PRODUCER_REGISTERS,
                                                          BackwardConfig, band_steps, tiles)
 from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
+from mlir_tile.kernels.flash.variants import Variant
 
-def build_module(config: BackwardConfig = BackwardConfig(), context=None):
-    """The kernel of `config` (see the module's text)."""
+def build_module(config: BackwardConfig = BackwardConfig(), context=None, variant: Variant | None = None):
+    """The kernel of `config` (see the module's text); with `variant` (`variants.Variant`), the gradients of its
+    keys (its score step and sink have none here yet), its operands after the kernel's parameters."""
     from mlir_tile.builder import Global, Kernel, TensorMap
+
+    if variant is not None and (variant.keys is None or variant.score is not None or variant.sink is not None):
+        raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, not yet "
+                         f"a score step or a sink")
+    if variant is not None and (config.causal or config.varlen or config.deterministic):
+        raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs, not "
+                         f"causal, not deterministic")
 
     # (packed sequences: dK and dV pointers, as 16-bit pairs; cu_seqlens_q and _k, kv_heads, total_q, total_k and
     # the padded rows a head of dQaccum and the statistics)
     outputs = [TensorMap()] * 2 if not config.varlen else [Global("i32")] * 2
     packed = [Global("i32"), Global("i32"), "index", "index", "index", "index"] if config.varlen else []
     flags = [Global("i32")] if config.deterministic else []
-    with Kernel(KERNEL, [TensorMap()] * 5 + outputs + [TensorMap()] * 2 + ["index", "index", "index"] + packed + flags,
-                block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True, min_blocks_per_sm=1,
-                context=context) as k:
-        _Backward(k, config).build()
+    operands = variant.parameters() if variant is not None else []
+    with Kernel(KERNEL, [TensorMap()] * 5 + outputs + [TensorMap()] * 2 + ["index", "index", "index"] + packed
+                + operands + flags, block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, fast_math=True,
+                min_blocks_per_sm=1, context=context) as k:
+        _Backward(k, config, variant).build()
     return k.module
 
 
 class _Backward:
-    def __init__(self, k, config: BackwardConfig):
+    def __init__(self, k, config: BackwardConfig, variant: Variant | None = None):
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TmaPipeline
         from mlir_tile.isa.atoms import wgmma
 
-        self.k, self.config, self.d = k, config, config.head_dim
+        self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
+        self.extras = k.arguments[12:12 + len(variant.operands)] if variant is not None else ()
         (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
          self.delta_map, self.seq, _, group) = k.arguments[:12]
         self.tiles = tiles(config)
@@ -106,6 +117,8 @@ class _Backward:
             # causal: queries before the CTA's first key see none of its keys
             self.first = self.n0 // config.rows if config.causal else k.index(0)
             self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
+            if variant is not None:  # (the blocks holding the rows that see one of the CTA's keys)
+                self.first, self.count = self.blocks_seeing(seq)
             self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
             self.keys_end, self.shift, self.padded_start = seq, None, k.index(0)
             self.q_origin = self.kv_origin = None
@@ -148,6 +161,17 @@ class _Backward:
         self.padded_start = (sequence.q_start // rows + batch) * rows
         self.padded = k.as_index(self.padded)
         self.q_origin, self.kv_origin = sequence.q_start, sequence.k_start
+
+    def blocks_seeing(self, seq):
+        """A variant's: (first, count) of the query blocks with a row that sees one of the CTA's keys
+        (`Variant.rows_seeing`), none where no row does (dK and dV then 0)."""
+        from mlir_tile.builder.integers import maximum
+
+        k, rows = self.k, self.config.rows
+        lowest, beyond = self.variant.rows_seeing(k, self.n0, k.minimum(self.n0 + self.config.keys, seq), seq,
+                                                  self.extras)
+        first = lowest // rows
+        return first, maximum((beyond + (rows - 1)) // rows - first, 0, signed=True)
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -299,9 +323,18 @@ class _Backward:
                 "keys": [k.compare("ult", first_key + 8 * half, keys_end) for half in range(2)]}
 
     def kept(self, facts: dict, slot: int):
-        """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query."""
+        """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query,
+        or inside the variant's keys of the query."""
         half, step = self.s_halves[slot], self.s_columns[slot]
         keep = facts["keys"][half]
+        if self.variant is not None:  # (the query's keys relative to the thread's first, i32: the key's 8 x half)
+            from mlir.dialects import arith
+
+            k, first_key, at = self.k, facts["first_key"], self.k.constant(8 * half)
+            lowest, end = (k.as_i32(bound - first_key, signed=True) for bound in self.variant.key_interval(
+                k, facts["first_query"] + step, self.seq, self.extras))
+            return (keep & arith.cmpi(arith.CmpIPredicate.sle, lowest, at)
+                    & arith.cmpi(arith.CmpIPredicate.slt, at, end))
         if self.config.causal and self.shift is None:
             keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
         elif self.config.causal:  # (packed: the bottom-right diagonal, the query shifted by len_k - len_q)

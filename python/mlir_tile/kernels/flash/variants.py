@@ -99,6 +99,19 @@ class Variant:
         first, end = self.keys(k.as_index(query), k.as_index(seq), Site(k, query, None, {}, self._named(arguments)))
         return k.as_index(first), k.as_index(end)
 
+    def rows_seeing(self, k, first_key, end_key, seq, arguments) -> tuple:
+        """(lowest, beyond): the rows [lowest, beyond) that see a key of [first_key, end_key) (index values; the
+        backward's block of keys): from the first row whose end passes first_key to the first whose first
+        reaches end_key, both bounds non-decreasing in the row, so each a binary search (`_first_row`)."""
+        from mlir_tile.builder.integers import maximum as index_maximum
+
+        seq = k.as_index(seq)
+        lowest = _first_row(k, seq, lambda row: k.compare("sgt", self.key_interval(k, row, seq, arguments)[1],
+                                                          first_key))
+        beyond = _first_row(k, seq, lambda row: k.compare("sge", self.key_interval(k, row, seq, arguments)[0],
+                                                          end_key))
+        return lowest, index_maximum(beyond, lowest)
+
     def head_values(self, k, head, arguments) -> dict:
         """The "head" operands' values (F32s) at query head `head` (an index value, counted over batch x heads):
         what the kernel loads once an item and `scores` and `sink_logit` take (loaded where read, their 64-bit
@@ -115,8 +128,7 @@ class Variant:
 
         operands = self._named(arguments)
         first, query = k.as_index(first_key), k.as_index(query)
-        nearest = F32(k, arith.sitofp(ir.F32Type.get(), arith.index_cast(ir.IntegerType.get_signless(64),
-                                                                         first - query)))
+        nearest = F32(k, arith.sitofp(ir.F32Type.get(), k.as_i32(first - query, signed=True)))  # (|.| < 2^31)
         return [self._f32(k, "score", self.score(F32(k, score) * F32(k, scale), Site(
             k, query, first + step, heads, operands, distance=lambda step=step: nearest + float(step))))
             for score, step in zip(scores, steps)]
@@ -132,6 +144,19 @@ class Variant:
         if not isinstance(result, (F32, int, float)):
             raise ValueError(f"attention variant {self.name!r}: {function} returns an F32 (or a number), got {result!r}")
         return result.value if isinstance(result, F32) else k.constant(float(result), "f32")
+
+
+def _first_row(k, rows, holds):
+    """The first row r of [0, rows) where `holds(r)` (an i1, false then true as r grows), `rows` where none: a
+    binary search of 32 halvings (rows below 2^32), its bounds carried by the loop."""
+    from mlir_tile.builder.integers import with_operators
+
+    with k.loop(0, 32, carried=[k.index(0), rows]) as it:
+        low, high = (with_operators(value) for value in it.values)
+        middle = (low + high) // 2
+        searching, found = with_operators(k.compare("ult", low, high)), with_operators(holds(middle))
+        it.next(k.select(searching & ~found, middle + 1, low), k.select(searching & found, middle, high))
+    return with_operators(it.results[0])
 
 
 @functools.lru_cache(maxsize=256)  # (a launcher asks on every call; a model's lengths repeat)

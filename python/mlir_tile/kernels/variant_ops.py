@@ -1,0 +1,73 @@
+"""Attention variants (`flash.variants.Variant`) as torch operators: `mlir_tile::attention_<name>_<fingerprint>`,
+one a variant, registered on first use, its "head" operands as a list of tensors beside a list of numbers; and,
+for a variant of keys alone (a mask), its backward (`..._gradients`: `flash.backward` with the variant's keys).
+`ops.attention(..., variant=...)` calls them.
+
+No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+
+from mlir_tile.kernels import registry
+from mlir_tile.kernels.flash import launch as flash_launch
+from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
+
+
+def variant_operator(variant):
+    """The forward operator of `variant` (and its gradients' where it has a backward), registered once."""
+    name = f"attention{variant.suffix}"
+    with registry.lock:
+        if name not in registry.custom_operators:
+            registry.custom_operators[name] = _register(name, variant)
+        return registry.custom_operators[name]
+
+
+def _register(name: str, variant):
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tensors: List[torch.Tensor],
+            numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+        return kernels_on(q.device).attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal,
+                                              variant=variant, operands=_operands(variant, tensors, numbers))
+
+    def gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, tensors: List[torch.Tensor],
+                  numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return kernels_on(q.device).attention_backward(grad.contiguous(), q, k, v, o, lse, grad_lse=grad_lse,
+                                                       variant=variant,
+                                                       operands=_operands(variant, tensors, numbers))
+
+    def setup(ctx, inputs, output) -> None:
+        q, k, v, _, tensors, ctx.numbers = inputs
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, *output, *tensors)
+
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse, *tensors = ctx.saved_tensors
+        if grad_o is None and grad_lse is None:
+            return (None,) * 6
+        grad_o = torch.zeros_like(o) if grad_o is None else grad_o
+        dq, dk, dv = getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, tensors,
+                                                                        ctx.numbers)
+        return dq, dk, dv, None, None, None
+
+    def fake(q, k, v, causal, tensors, numbers):
+        return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
+
+    if variant.score is not None or variant.sink is not None:
+        return register_operator(name, run, fake=fake, backward=no_backward(
+            f"attention: variant {variant.name!r} has a score step or a sink, whose backward is not built yet (a "
+            f"variant of keys alone, a mask, trains)"))
+    register_operator(f"{name}_gradients", gradients,
+                      fake=lambda grad, grad_lse, q, k, v, o, lse, tensors, numbers: flash_launch.empty_gradients(
+                          q, k, v))
+    return register_operator(name, run, fake=fake, backward=backward, setup_context=setup)
+
+
+def _operands(variant, tensors: List[torch.Tensor], numbers: List[float]) -> list:
+    """The variant's operands in its order from the operator's two lists (too few: None, which the launcher
+    refuses); an integer operand's number as an int."""
+    tensors, numbers, operands = iter(tensors), iter(numbers), []
+    for operand in variant.operands:
+        x = next(tensors if operand.kind == "head" else numbers, None)
+        operands.append(int(x) if operand.kind == "integer" and isinstance(x, float) and x.is_integer() else x)
+    return operands
