@@ -41,14 +41,14 @@ def _register(name: str, variant):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, *output, *tensors)
 
-    def backward(ctx, grad_o, grad_lse):
+    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure: a list of Nones for each list)
         q, k, v, o, lse, *tensors = ctx.saved_tensors
+        unused = (None, [None] * len(tensors), [None] * len(ctx.numbers))
         if grad_o is None and grad_lse is None:
-            return (None,) * 6
+            return (None,) * 3 + unused
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o
-        dq, dk, dv = getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, tensors,
-                                                                        ctx.numbers)
-        return dq, dk, dv, None, None, None
+        return getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, tensors,
+                                                                  ctx.numbers) + unused
 
     def fake(q, k, v, causal, tensors, numbers):
         return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)

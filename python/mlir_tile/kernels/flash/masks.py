@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 
-from mlir_tile.kernels.epilogues import Operand, absolute, tanh
+from mlir_tile.kernels.epilogues import Operand, absolute, reciprocal, tanh
 from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
 
 
@@ -43,9 +43,9 @@ def _band(query, seq, at):  # the keys within `width` of the query, either side
     return maximum(query - width, 0), minimum(query + width + 1, seq)
 
 
-def _softcap(s, at):  # cap * tanh(s / cap)
+def _softcap(s, at):  # cap * tanh(s / cap), the division a reciprocal of the cap (IEEE's is some 20 instructions)
     cap = at.load("cap")
-    return cap * tanh(s / cap)
+    return cap * tanh(s * reciprocal(cap))
 
 
 def _alibi(s, at):  # s - slope x |key - query|

@@ -180,9 +180,11 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
     if page_size % PAGE_ROWS or not page_size or (pages * max(page_size, 1) >= 2 ** 31):
         raise ValueError(f"attention (paged): a page size of a multiple of {PAGE_ROWS} tokens, fewer than 2^31 "
                          f"tokens in the pool; got {pages} pages of {page_size}")
-    rows = pool_rows(k_pool, v_pool)  # (views: made once, a decode step's host time is some us a torch op)
-    if any(pages > 1 and x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool)) or any(
-            token_rows(x) is not x for x in rows):
+    # (the views made once, a decode step's host time is some us a torch op; they exist where pages lie one after
+    # another)
+    placed = not any(pages > 1 and x.stride(0) != page_size * x.stride(1) for x in (k_pool, v_pool))
+    rows = pool_rows(k_pool, v_pool) if placed else ()
+    if not placed or any(token_rows(x) is not x for x in rows):
         raise ValueError("attention (paged): a pool's pages one after another, each token's kv_heads x d contiguous, "
                          "on 16 bytes (a pool is read in place, never copied)")
     element = checked_packed(q, *rows, cu_seqlens_q, cu_seqlens_q, longest)

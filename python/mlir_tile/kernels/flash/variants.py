@@ -129,7 +129,7 @@ class Variant:
         operands = self._named(arguments)
         first, query = k.as_index(first_key), k.as_index(query)
         nearest = F32(k, arith.sitofp(ir.F32Type.get(), k.as_i32(first - query, signed=True)))  # (|.| < 2^31)
-        return [self._f32(k, "score", self.score(F32(k, score) * F32(k, scale), Site(
+        return [self._f32(k, "score", self.score(F32(k, score, fast=True) * F32(k, scale), Site(
             k, query, first + step, heads, operands, distance=lambda step=step: nearest + float(step))))
             for score, step in zip(scores, steps)]
 
