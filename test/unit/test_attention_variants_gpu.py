@@ -159,24 +159,24 @@ def _gradients(forward, q, k, v, grad):
     return torch.autograd.grad(o, (q, k, v), grad.to(o.dtype))
 
 
-def test_a_masks_gradients_match_fp32_autograd_within_torchs_own_error():
-    """A variant of keys alone trains: dq, dk, dv through the operator against fp32 autograd of the mask written
-    out, within twice the error of torch's 16-bit SDPA backward with the same boolean mask (plus the element's
-    rounding of the gradients' scale); first_100's keys past the 100th, seen by no row (the key blocks from the
-    second on visiting no query block), get dK = dV = 0. A score step's backward is not built: one line says so."""
+def test_a_variants_gradients_match_fp32_autograd_within_torchs_own_error():
+    """Masks and the score steps with their derivatives (softcap, ALiBi, Gemma 2's local layer) train: dq, dk, dv
+    through the operator against fp32 autograd of the variant written out, within twice the error of torch's
+    16-bit SDPA backward with the same mask and bias (plus the element's rounding of the gradients' scale);
+    first_100's keys past the 100th, seen by no row (the key blocks from the second on visiting no query block),
+    get dK = dV = 0. A sink's backward is not built: one line says so."""
     from mlir_tile.kernels import attention
-    from mlir_tile.testing.attention_variants import BACKWARD_CASES, alibi, variants
+    from mlir_tile.testing.attention_variants import BACKWARD_CASES, sinks, variants
 
     named, failures = variants(), []
     torch.manual_seed(11)
     for case in BACKWARD_CASES:
         q, k, v, grad = (torch.randn(2, 3, case.seq, case.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        exact = _gradients(lambda *x: _expected(*x, case), q.float(), k.float(), v.float(), grad.float())
-        ours = _gradients(lambda *x: attention(*x, variant=named[case.variant], operands=case.operands), q, k, v,
-                          grad)
-        seen = ~_hidden(case, case.seq)
-        torchs = _gradients(lambda *x: (torch.nn.functional.scaled_dot_product_attention(*x, attn_mask=seen), None),
-                            q, k, v, grad)
+        operands = _operands(case, 2, 3)
+        exact = _gradients(lambda *x: _expected(*x, case, operands), q.float(), k.float(), v.float(), grad.float())
+        ours = _gradients(lambda *x: attention(*x, causal=case.causal, variant=named[case.variant],
+                                               operands=operands), q, k, v, grad)
+        torchs = _gradients(lambda *x: (_bf16_reference(*x, case, operands), None), q, k, v, grad)
         for name, got, theirs, truth in zip("qkv", ours, torchs, exact):
             error = float((got.float() - truth).abs().max())
             bound = 2 * float((theirs.float() - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
@@ -186,7 +186,24 @@ def test_a_masks_gradients_match_fp32_autograd_within_torchs_own_error():
         if case.variant == "first_100":
             assert not ours[1][:, :, 100:].any() and not ours[2][:, :, 100:].any()
     assert not failures, failures
-    q = torch.randn(1, 2, 1500, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # (a case's kernel)
-    o, _ = attention(q, q, q, causal=True, variant=alibi, operands=(torch.ones(2, device="cuda"),))
-    with pytest.raises(NotImplementedError, match="variant 'alibi' has a score step or a sink"):
+    q = torch.randn(1, 2, 1000, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # (a case's kernel)
+    o, _ = attention(q, q, q, variant=sinks, operands=(torch.ones(2, device="cuda"),))
+    with pytest.raises(NotImplementedError, match="variant 'sinks' has a sink or a score step without"):
         o.sum().backward()
+
+
+def _bf16_reference(q, k, v, case, operands):
+    """torch's 16-bit attention with the case's variant: SDPA with the mask, or with the steps as a bf16 bias
+    (softcap's scores through torch's bf16 ops: the error a 16-bit implementation makes)."""
+    if case.variant in ("softcap", "gemma2_local"):
+        seq, cap = q.shape[-2], case.operands[0]
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scores = (cap * torch.tanh(scores / cap)).masked_fill(_hidden(case, seq), float("-inf"))
+        return scores.float().softmax(-1).to(q.dtype) @ v
+    mask = (~_hidden(case, q.shape[-2])).to(q.dtype).log() if case.variant != "alibi" else None  # (0 or -inf)
+    if case.variant == "alibi":
+        seq = q.shape[-2]
+        query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+        slopes = operands[0].float().expand(q.shape[0], q.shape[1])[:, :, None, None]
+        mask = (-slopes * (key - query).abs()).masked_fill(_hidden(case, seq), float("-inf")).to(q.dtype)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)

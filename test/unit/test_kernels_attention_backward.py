@@ -253,8 +253,9 @@ def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed
 
 def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):
     """A variant of keys alone (a mask): its kernel takes the variant's operands after its own (band: one
-    integer) and assembles; a score step, a sink, causal, packed sequences and the deterministic mode are
-    refused where the kernel is built. (Its gradients: test_attention_variants_gpu.py.)"""
+    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, a sink, packed sequences, and with keys causal
+    and the deterministic mode are refused where the kernel is built. (Its gradients:
+    test_attention_variants_gpu.py.)"""
     import shutil
     import subprocess
 
@@ -264,14 +265,20 @@ def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differen
     config = BackwardConfig(64, False, "bf16")
     plain, band = (compile_to_ptx(sm90_backward.build_module(config, variant=variant)) for variant in (None, masks.band))
     assert band.count(".param .u64") == plain.count(".param .u64") + 1
-    if shutil.which("ptxas"):
-        (tmp_path / "a.ptx").write_text(band)
-        assert subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
-                              capture_output=True).returncode == 0
-    for variant, options, message in ((masks.softcap, {}, "not yet a score step or a sink"),
-                                      (masks.sinks, {}, "not yet a score step or a sink"),
-                                      (masks.band, dict(causal=True), "not causal, not deterministic"),
-                                      (masks.band, dict(varlen=True), "not causal, not deterministic"),
+    stepped = [compile_to_ptx(sm90_backward.build_module(BackwardConfig(64, True, "bf16"), variant=variant))
+               for variant in (masks.softcap, masks.alibi)]  # (the steps recomputed: softcap's tanh a score)
+    assert stepped[0].count("tanh.approx.f32") == 32 and "tanh" not in stepped[1]
+    for number, ptx in enumerate([band] + stepped if shutil.which("ptxas") else []):
+        (tmp_path / f"{number}.ptx").write_text(ptx)
+        assert subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / f"{number}.ptx"), "-o",
+                               str(tmp_path / f"{number}.cubin")], capture_output=True).returncode == 0
+    from mlir_tile.kernels.flash.variants import Variant
+
+    without_derivative = Variant("doubled", score=lambda s, at: 2.0 * s)
+    for variant, options, message in ((without_derivative, {}, "score step with its score_gradient, not yet a sink"),
+                                      (masks.sinks, {}, "score step with its score_gradient, not yet a sink"),
+                                      (masks.band, dict(causal=True), "keys of its own not causal"),
+                                      (masks.softcap, dict(varlen=True), r"\[batch, heads, seq, d\] inputs"),
                                       (masks.band, dict(deterministic=True), "not causal, not deterministic")):
         with pytest.raises(ValueError, match=message):
             sm90_backward.build_module(BackwardConfig(64, element="bf16", **options), variant=variant)

@@ -1,6 +1,7 @@
 """Attention variants (`flash.variants.Variant`) as torch operators: `mlir_tile::attention_<name>_<fingerprint>`,
 one a variant, registered on first use, its "head" operands as a list of tensors beside a list of numbers; and,
-for a variant of keys alone (a mask), its backward (`..._gradients`: `flash.backward` with the variant's keys).
+for a variant that trains (a mask, a score step with its `score_gradient`, no sink), its backward (`..._gradients`:
+`flash.backward` with the variant).
 `ops.attention(..., variant=...)` calls them.
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
@@ -30,14 +31,14 @@ def _register(name: str, variant):
                                               variant=variant, operands=_operands(variant, tensors, numbers))
 
     def gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
-                  v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, tensors: List[torch.Tensor],
+                  v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, causal: bool, tensors: List[torch.Tensor],
                   numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return kernels_on(q.device).attention_backward(grad.contiguous(), q, k, v, o, lse, grad_lse=grad_lse,
-                                                       variant=variant,
+        return kernels_on(q.device).attention_backward(grad.contiguous(), q, k, v, o, lse, causal=causal,
+                                                       grad_lse=grad_lse, variant=variant,
                                                        operands=_operands(variant, tensors, numbers))
 
     def setup(ctx, inputs, output) -> None:
-        q, k, v, _, tensors, ctx.numbers = inputs
+        q, k, v, ctx.causal, tensors, ctx.numbers = inputs
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, *output, *tensors)
 
@@ -47,19 +48,19 @@ def _register(name: str, variant):
         if grad_o is None and grad_lse is None:
             return (None,) * 3 + unused
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o
-        return getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, tensors,
-                                                                  ctx.numbers) + unused
+        return getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, ctx.causal,
+                                                                  tensors, ctx.numbers) + unused
 
     def fake(q, k, v, causal, tensors, numbers):
         return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
 
-    if variant.score is not None or variant.sink is not None:
+    if variant.sink is not None or (variant.score is not None and variant.score_gradient is None):
         return register_operator(name, run, fake=fake, backward=no_backward(
-            f"attention: variant {variant.name!r} has a score step or a sink, whose backward is not built yet (a "
-            f"variant of keys alone, a mask, trains)"))
+            f"attention: variant {variant.name!r} has a sink or a score step without a score_gradient, whose "
+            f"backward is not built (masks and steps with their derivative train)"))
     register_operator(f"{name}_gradients", gradients,
-                      fake=lambda grad, grad_lse, q, k, v, o, lse, tensors, numbers: flash_launch.empty_gradients(
-                          q, k, v))
+                      fake=lambda grad, grad_lse, q, k, v, o, lse, causal, tensors, numbers: (
+                          flash_launch.empty_gradients(q, k, v)))
     return register_operator(name, run, fake=fake, backward=backward, setup_context=setup)
 
 

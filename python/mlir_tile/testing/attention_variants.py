@@ -56,9 +56,13 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
 )
 
 
-BACKWARD_CASES = (  # (masks: variants of keys alone; first_100, key blocks past the 100th seen by no row)
+BACKWARD_CASES = (  # (masks, and the steps with their derivatives; first_100, key blocks past the 100th seen by
+    # no row)
     Case("window_100_50", (), 128, 700), Case("band", (300,), 64, 1000), Case("prefix_lm_300", (), 256, 500),
     Case("sliding_window", (), 128, 1500), Case("first_100", (), 64, 400),
+    Case("softcap", (30.0,), 128, 1500, causal=True), Case("softcap", (5.0,), 64, 2049),
+    Case("alibi", ("heads",), 128, 1500, causal=True), Case("alibi", ("batch_heads",), 64, 777),
+    Case("gemma2_local", (5.0,), 256, 1100),
 )
 
 
@@ -86,7 +90,7 @@ def kernels():
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
         built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
     for case in BACKWARD_CASES:
-        config, variant = BackwardConfig(case.d, False, "bf16"), named[case.variant]
+        config, variant = BackwardConfig(case.d, case.causal, "bf16"), named[case.variant]
         built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
     return built.items()
 

@@ -58,11 +58,11 @@ class HopperAttentionBackward:
         blocks' additions in their order: `BackwardConfig.deterministic`); None: as torch says
         (`torch.use_deterministic_algorithms`). Where the forward ran q, k, v as packed sequences (`token_major`:
         lengths that differ, or q as [batch, seq, heads, d] rows), so does this (`packed`), the gradients views of
-        its [tokens, heads, d]. `variant` (of keys alone: `variants.Variant`) with its `operands`: the gradients of
-        attention with its keys (not causal, not deterministic)."""
+        its [tokens, heads, d]. `variant` (`variants.Variant`: keys, a score step with its score_gradient, no
+        sink) with its `operands`: the gradients of attention with it (with keys: not causal, not deterministic)."""
         import torch
 
-        if variant is not None and (causal or _deterministic(deterministic)):
+        if variant is not None and variant.keys is not None and (causal or _deterministic(deterministic)):
             raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees (not "
                              f"causal), and its dQ is not deterministic yet (torch.use_deterministic_algorithms)")
         if variant is None and token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):

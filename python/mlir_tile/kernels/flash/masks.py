@@ -6,12 +6,14 @@
 - `band`: the same with one width either side read at the call (`operands=(width,)`): one kernel for every width.
 - `prefix_lm(prefix)`: the first `prefix` keys seen by every query, causal after them (T5's and PaliGemma's
   prefix-LM).
-- `softcap`: Gemma 2's logit soft-capping, cap * tanh(s / cap) on each scaled score (`operands=(cap,)`).
+- `softcap`: Gemma 2's logit soft-capping, cap * tanh(s / cap) on each scaled score (`operands=(cap,)`); it
+  trains (its derivative 1 - (stepped / cap)^2), as ALiBi does and every mask.
 - `alibi`: ALiBi's linear biases, each score less its head's slope times the key's distance from the query
   (`operands=(slopes,)`, a tensor [heads] or [batch, heads]; `alibi_slopes(heads)` the paper's).
 - `sinks`: gpt-oss's learned attention sinks, a logit per head in each row's softmax sum with no value
   (`operands=(sinks,)`, a tensor [heads] or [batch, heads]).
-- `combined(*variants)`: the keys all of them let a query see, their score steps in order and the sink of one
+- `combined(*variants)`: the keys all of them let a query see, their score steps in order (trained where one
+  has a step, or every step's derivative is a number) and the sink of one
   (Gemma 2's local layers: `combined(sliding_window(4095), softcap)`, `operands=(50.0,)`; gpt-oss's:
   `combined(sliding_window(127), sinks)`).
 
@@ -21,6 +23,7 @@ those at either end (`variants`' rules). The same arguments give the same object
 from __future__ import annotations
 
 import functools
+import math
 
 from mlir_tile.kernels.epilogues import Operand, absolute, reciprocal, tanh
 from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
@@ -57,8 +60,13 @@ def _sink(at):
 
 
 band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
-softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),))
-alibi = Variant("alibi", score=_alibi, operands=(Operand("slopes", "head"),))
+def _softcap_gradient(stepped, at):  # d/ds cap tanh(s / cap) = 1 - tanh^2 = 1 - (stepped / cap)^2
+    ratio = stepped * reciprocal(at.load("cap"))
+    return 1.0 - ratio * ratio
+
+
+softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),), score_gradient=_softcap_gradient)
+alibi = Variant("alibi", score=_alibi, operands=(Operand("slopes", "head"),), score_gradient=1)
 sinks = Variant("sinks", sink=_sink, operands=(Operand("sinks", "head"),))
 
 
@@ -110,4 +118,14 @@ def combined(*parts: Variant) -> Variant:
 
     return Variant("_".join(part.name for part in parts), keys=keys if masks else None,
                    score=score if steps else None, operands=sum((part.operands for part in parts), ()),
-                   sink=sunk[0] if sunk else None)
+                   sink=sunk[0] if sunk else None, score_gradient=_chained([p for p in parts if p.score is not None]))
+
+
+def _chained(stepped: list):
+    """The derivative of the parts' steps in turn, where it follows from the last result: one step's own, or the
+    product of constant ones; else None (no backward: the chain rule needs each step's result)."""
+    if len(stepped) == 1:
+        return stepped[0].score_gradient
+    if stepped and all(part.constant_gradient for part in stepped):
+        return math.prod(part.score_gradient for part in stepped)
+    return None

@@ -65,12 +65,13 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None, varian
     keys (its score step and sink have none here yet), its operands after the kernel's parameters."""
     from mlir_tile.builder import Global, Kernel, TensorMap
 
-    if variant is not None and (variant.keys is None or variant.score is not None or variant.sink is not None):
-        raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, not yet "
-                         f"a score step or a sink")
-    if variant is not None and (config.causal or config.varlen or config.deterministic):
-        raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs, not "
-                         f"causal, not deterministic")
+    if variant is not None and (variant.sink is not None or (variant.score is not None
+                                                              and variant.score_gradient is None)):
+        raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys and a "
+                         f"score step with its score_gradient, not yet a sink")
+    if variant is not None and (config.varlen or (variant.keys is not None and (config.causal or config.deterministic))):
+        raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs; with "
+                         f"keys of its own not causal, not deterministic")
 
     # (packed sequences: dK and dV pointers, as 16-bit pairs; cu_seqlens_q and _k, kv_heads, total_q, total_k and
     # the padded rows a head of dQaccum and the statistics)
@@ -117,7 +118,7 @@ class _Backward:
             # causal: queries before the CTA's first key see none of its keys
             self.first = self.n0 // config.rows if config.causal else k.index(0)
             self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
-            if variant is not None:  # (the blocks holding the rows that see one of the CTA's keys)
+            if variant is not None and variant.keys is not None:  # (the blocks of the rows seeing the CTA's keys)
                 self.first, self.count = self.blocks_seeing(seq)
             self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
             self.keys_end, self.shift, self.padded_start = seq, None, k.index(0)
@@ -263,7 +264,11 @@ class _Backward:
             k.wgmma(self.s_atom, keys, self.operand(self.consumer_part(block, "q_band"), "q_band"), accumulators,
                     accumulate=False, a_row_block=key_block)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
-        facts = self.slot_facts(self.block_of(step)[1])
+        head, q0 = self.block_of(step)
+        facts = self.slot_facts(q0)
+        if self.variant is not None and self.variant.score is not None:  # (its head's values, its distances)
+            facts["heads"] = self.variant.head_values(k, head, self.extras)
+            facts["nearest"] = self.variant.distance(k, facts["first_key"], facts["first_query"])
         if config.split_columns:
             self.gradients_through_shared(step, q, do, facts)
             self.pipeline.release(step)  # (its Q, dO, LSE and D read)
@@ -327,7 +332,8 @@ class _Backward:
         or inside the variant's keys of the query."""
         half, step = self.s_halves[slot], self.s_columns[slot]
         keep = facts["keys"][half]
-        if self.variant is not None:  # (the query's keys relative to the thread's first, i32: the key's 8 x half)
+        if self.variant is not None and self.variant.keys is not None:  # (the query's keys relative to the
+            # thread's first, i32: the key's 8 x half)
             from mlir.dialects import arith
 
             k, first_key, at = self.k, facts["first_key"], self.k.constant(8 * half)
@@ -360,9 +366,22 @@ class _Backward:
         lse = self.block_statistics(step, 0, facts)
         zero, columns = k.constant(0.0, "f32"), self.s_columns
         for slot in range(self.config.score_rows // 2):
-            score = k.load(self.s_acc.registers, [slot])
-            probability = k.exp2(math_dialect.fma(score, self.scale, arith.negf(lse[columns[slot]])))
+            score, scale = k.load(self.s_acc.registers, [slot]), self.scale
+            if "heads" in facts:  # (a score step: on q.k / sqrt(d), then the softmax's log2(e) alone)
+                score, scale = self.stepped(score, facts, slot), k.constant(LOG2E, "f32")
+            probability = k.exp2(math_dialect.fma(score, scale, arith.negf(lse[columns[slot]])))
             k.store(arith.select(self.kept(facts, slot), probability, zero), self.s_acc.registers, [slot])
+
+    def score_site(self, facts: dict, slot: int):
+        """The variant's `at` of slot `slot`: its query and key, the head's values, key - query."""
+        half, step = self.s_halves[slot], self.s_columns[slot]
+        return self.variant.site(self.k, facts["first_query"] + step, facts["first_key"] + 8 * half, facts["heads"],
+                                 self.extras, distance=lambda: facts["nearest"] + float(8 * half - step))
+
+    def stepped(self, score, facts: dict, slot: int):
+        """The variant's score step on slot `slot`'s q.k (times 1 / sqrt(d))."""
+        return self.variant.stepped(self.k, score, self.k.constant(1 / math.sqrt(self.d), "f32"),
+                                    self.score_site(facts, slot))
 
     def score_gradients(self, step, facts: dict) -> None:
         """dS^T = P^T (dP^T - D[query]) over dP^T's accumulators (P^T read back from S^T's)."""
@@ -370,10 +389,27 @@ class _Backward:
 
         k, columns = self.k, self.s_columns
         delta = self.block_statistics(step, 1, facts)
+        stepped = "heads" in facts and not (self.variant.constant_gradient and self.variant.score_gradient == 1)
+        lse = self.block_statistics(step, 0, facts) if stepped else None
         for slot in range(self.config.score_rows // 2):
             probability = k.load(self.s_acc.registers, [slot])
             gradient = arith.subf(k.load(self.dp_acc.registers, [slot]), delta[columns[slot]])
-            k.store(arith.mulf(probability, gradient), self.dp_acc.registers, [slot])
+            score_gradient = arith.mulf(probability, gradient)
+            if stepped:  # (times the step's derivative at its result, log2(P) + LSE log2(e) over log2(e))
+                score_gradient = self.through_step(score_gradient, probability, lse[columns[slot]], facts, slot)
+            k.store(score_gradient, self.dp_acc.registers, [slot])
+
+    def through_step(self, score_gradient, probability, lse, facts: dict, slot: int):
+        """dS of the stepped score times the step's derivative at its result, recovered from P (P = exp2(stepped x
+        log2(e) - LSE log2(e))); 0 where P is (a key not seen: its result is -inf)."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k = self.k
+        result = arith.mulf(arith.addf(math_dialect.log2(probability), lse), k.constant(1 / LOG2E, "f32"))
+        derivative = self.variant.gradient_of(k, result, self.score_site(facts, slot))
+        seen = arith.cmpf(arith.CmpFPredicate.OGT, probability, k.constant(0.0, "f32"))
+        return arith.select(seen, arith.mulf(score_gradient, derivative), k.constant(0.0, "f32"))
 
     def query_gradient(self, step) -> None:
         """dS^T's band by stmatrix into the [keys, rows] tile; once both bands are in, dQ's columns of this

@@ -9,6 +9,9 @@ is (`kernels.epilogues`). A `Variant` says
 - `score(s, at) -> s`: the score step before the softmax, on each score s = q.k / sqrt(d) (an `F32`; fp8:
   times q's and k's descales), `at.query` and `at.key` its place, `at.distance` the key's position less the
   query's (an `F32`). Default: none.
+- `score_gradient(stepped, at) -> d stepped / d s`: the step's derivative, from its result (an `F32`), or a
+  number where it is constant (ALiBi's 1): with it the variant trains (the backward recomputes each score's step
+  and multiplies dS by it). Default: none (a variant with a score step and no derivative has no backward).
 - `sink(at) -> logit`: a row's attention sink (gpt-oss's learned sinks): a logit beside its scores in the
   softmax's sum, with no value, so that a row may attend to nothing; `at.query` its row. Default: none.
 - `operands`: extra kernel arguments (`epilogues.Operand` of kind "scalar", fp32, "integer", 64-bit, or "head",
@@ -49,24 +52,35 @@ class Variant:
     score: Callable | None = None
     operands: tuple[Operand, ...] = ()
     sink: Callable | None = None
+    score_gradient: Callable | None = None
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name.isidentifier()):
             raise ValueError(f"attention variant: the name is an identifier, got {self.name!r}")
         if self.keys is None and self.score is None and self.sink is None:
             raise ValueError(f"attention variant {self.name!r}: give keys, score, sink or some of them")
-        if any(f is not None and not callable(f) for f in (self.keys, self.score, self.sink)):
+        if any(f is not None and not callable(f) for f in (self.keys, self.score, self.sink)) or not (
+                self.score_gradient is None or callable(self.score_gradient) or self.constant_gradient):
             raise ValueError(f"attention variant {self.name!r}: keys is a callable of (query, seq, at), score of "
-                             f"(s, at), sink of (at)")
+                             f"(s, at), score_gradient of (stepped, at) or a number, sink of (at)")
+        if self.score_gradient is not None and self.score is None:
+            raise ValueError(f"attention variant {self.name!r}: a score_gradient is its score step's")
         names = [operand.name for operand in self.operands]
         if len(set(names)) != len(names) or any(operand.kind not in KINDS for operand in self.operands):
             raise ValueError(f"attention variant {self.name!r}: operands of distinct names, of kinds "
                              f"{', '.join(KINDS)}; got {self.operands}")
 
+    @property
+    def constant_gradient(self) -> bool:
+        """Whether the score step's derivative is a number (ALiBi's 1), not a function of its result."""
+        return isinstance(self.score_gradient, (int, float)) and not isinstance(self.score_gradient, bool)
+
     @functools.cached_property
     def fingerprint(self) -> str:
         """A digest of the name, the operands and the code of both functions (`epilogues.code_digest`)."""
-        return epilogues.code_digest(repr((self.name, self.operands)), self.keys, self.score, self.sink)
+        return epilogues.code_digest(repr((self.name, self.operands, self.score_gradient if self.constant_gradient
+                                           else None)), self.keys, self.score, self.sink,
+                                     None if self.constant_gradient else self.score_gradient)
 
     @property
     def suffix(self) -> str:
@@ -123,19 +137,41 @@ class Variant:
         """The score step on `scores` (fp32 products q.k) times `scale`, `query` their row, their keys `first_key`
         (an index value) plus `steps` (ints), `heads` the head's values (`head_values`). (Each distance is one
         conversion a row plus its step: a conversion a score spilled.)"""
+        operands = self._named(arguments)
+        first, query = k.as_index(first_key), k.as_index(query)
+        nearest = self.distance(k, first, query)
+        return [self.stepped(k, score, scale, Site(k, query, first + step, heads, operands,
+                                                   distance=lambda step=step: nearest + float(step)))
+                for score, step in zip(scores, steps)]
+
+    def stepped(self, k, score, scale, at: "Site"):
+        """The score step on one product q.k `score` (an f32 value) times `scale`, at `at`: an f32 value."""
+        return self._f32(k, "score", self.score(F32(k, score, fast=True) * F32(k, scale), at))
+
+    @staticmethod
+    def distance(k, key, query) -> F32:
+        """key - query (index values, |difference| < 2^31) as an F32 (`Site`'s distance adds a slot's constant)."""
         from mlir import ir
         from mlir.dialects import arith
 
-        operands = self._named(arguments)
-        first, query = k.as_index(first_key), k.as_index(query)
-        nearest = F32(k, arith.sitofp(ir.F32Type.get(), k.as_i32(first - query, signed=True)))  # (|.| < 2^31)
-        return [self._f32(k, "score", self.score(F32(k, score, fast=True) * F32(k, scale), Site(
-            k, query, first + step, heads, operands, distance=lambda step=step: nearest + float(step))))
-            for score, step in zip(scores, steps)]
+        return F32(k, arith.sitofp(ir.F32Type.get(), k.as_i32(k.as_index(key) - k.as_index(query), signed=True)),
+                   fast=True)
+
+    def gradient_of(self, k, stepped, at: "Site"):
+        """The step's derivative (`score_gradient`) at a score whose step gave `stepped` (an f32 value): an f32
+        value."""
+        if self.constant_gradient:
+            return k.constant(float(self.score_gradient), "f32")
+        return self._f32(k, "score_gradient", self.score_gradient(F32(k, stepped, fast=True), at))
 
     def sink_logit(self, k, query, heads: dict, arguments):
         """Row `query`'s sink logit (an f32 value), `heads` the head's values (`head_values`)."""
         return self._f32(k, "sink", self.sink(Site(k, query, None, heads, self._named(arguments))))
+
+    def site(self, k, query, key, heads: dict, arguments, distance=None) -> "Site":
+        """The `at` of a score at (query, key) (index values), `heads` the head's values, `distance` a callable
+        giving key - query as an F32 (one conversion a row and a constant a score, as `scores` makes them)."""
+        return Site(k, query, key, heads, self._named(arguments), distance=distance)
 
     def _named(self, arguments) -> dict:
         return dict(zip((o.name for o in self.operands), zip(self.operands, arguments)))
