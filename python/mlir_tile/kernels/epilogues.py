@@ -133,13 +133,23 @@ def _digest_function(digest, function, depth: int) -> None:
     except (OSError, TypeError):  # defined where no source is kept (an interactive session)
         digest.update(code.co_code + repr(code.co_consts).encode())
     for cell in function.__closure__ or ():
-        contents = cell.cell_contents
-        if isinstance(contents, Epilogue):
-            digest.update(contents.fingerprint.encode())
-        elif callable(contents):
-            _digest_function(digest, contents, depth + 1)
-        else:
-            digest.update(repr(contents).encode())
+        _digest_value(digest, cell.cell_contents, depth + 1)
+
+
+def _digest_value(digest, contents, depth: int) -> None:
+    """What a function closes over: an epilogue (or a variant) by its fingerprint, a function by its code, a list
+    or tuple element by element (its repr names functions by their addresses, which differ between processes:
+    a combined variant's kernels were named anew in each), anything else by its repr."""
+    if isinstance(getattr(contents, "fingerprint", None), str):
+        digest.update(contents.fingerprint.encode())
+    elif callable(contents):
+        _digest_function(digest, contents, depth)
+    elif isinstance(contents, (list, tuple)):
+        digest.update(f"{type(contents).__name__}{len(contents)}".encode())
+        for element in contents:
+            _digest_value(digest, element, depth)
+    else:
+        digest.update(repr(contents).encode())
 
 
 def epilogue(*operands: Operand, name: str | None = None) -> Callable[[Callable], Epilogue]:

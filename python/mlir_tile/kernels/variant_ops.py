@@ -42,9 +42,10 @@ def _register(name: str, variant):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, *output, *tensors)
 
-    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure: a list of Nones for each list)
+    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure as torch flattens it: the tensors' list a list of
+        # Nones, the numbers' list one leaf)
         q, k, v, o, lse, *tensors = ctx.saved_tensors
-        unused = (None, [None] * len(tensors), [None] * len(ctx.numbers))
+        unused = (None, [None] * len(tensors), None)
         if grad_o is None and grad_lse is None:
             return (None,) * 3 + unused
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o

@@ -137,17 +137,24 @@ def as_token_rows(x):
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
 
 
-def kept_per_shape(make):
-    """`make` (device tensors from ints and a device) made once a shape and kept; made afresh under a CUDA
-    graph's capture, which only records the ops: kept, its memory would be read by eager calls before any
-    replay had written it."""
-    kept = functools.lru_cache(maxsize=256)(make)
+def kept_per_shape(make, most: int = 256):
+    """`make` (device tensors from ints and a device) made once a shape and kept (the first `most` shapes). A
+    CUDA graph's capture reads one made before it (its memory written, never freed); one first asked for under a
+    capture is made afresh there and not kept (the capture only records the ops: kept, its memory would be read
+    by eager calls before any replay had written it). (Made afresh in every capture, they were some ten small
+    kernels in each replay of a decode step's graph.)"""
+    kept = {}
 
     @functools.wraps(make)
     def made(*arguments):
         import torch
 
-        return make(*arguments) if torch.cuda.is_current_stream_capturing() else kept(*arguments)
+        if arguments in kept:
+            return kept[arguments]
+        value = make(*arguments)
+        if len(kept) < most and not torch.cuda.is_current_stream_capturing():
+            kept[arguments] = value
+        return value
     return made
 
 
