@@ -21,6 +21,7 @@ from mlir_tile.testing.attention_variants import band, sliding_window, softcap
     (dict(name="a b", keys=len), "the name is an identifier"), (dict(name="none"), "give keys, score, sink or"),
     (dict(name="n", score=3), "keys is a callable"), (dict(name="n", sink=3), "sink of \\(at\\)"),
     (dict(name="n", score=len, score_gradient="1"), "or a number"),
+    (dict(name="n", sink="x", operands=(Operand("x", "scalar"),)), "or the name of a head operand"),
     (dict(name="n", keys=len, score_gradient=1), "a score_gradient is its score step's"),
     (dict(name="n", score=len, operands=(Operand("x", "column"),)), "of kinds scalar, integer, head"),
     (dict(name="n", score=len, operands=(Operand("x", "scalar"), Operand("x", "integer"))), "distinct names")])

@@ -253,8 +253,8 @@ def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed
 
 def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):
     """A variant of keys alone (a mask): its kernel takes the variant's operands after its own (band: one
-    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, a sink, packed sequences, and with keys causal
-    and the deterministic mode are refused where the kernel is built. (Its gradients:
+    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, packed
+    sequences, and with keys causal and the deterministic mode are refused where the kernel is built. (Its gradients:
     test_attention_variants_gpu.py.)"""
     import shutil
     import subprocess
@@ -275,8 +275,7 @@ def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differen
     from mlir_tile.kernels.flash.variants import Variant
 
     without_derivative = Variant("doubled", score=lambda s, at: 2.0 * s)
-    for variant, options, message in ((without_derivative, {}, "score step with its score_gradient, not yet a sink"),
-                                      (masks.sinks, {}, "score step with its score_gradient, not yet a sink"),
+    for variant, options, message in ((without_derivative, {}, "a score step with its score_gradient and a sink"),
                                       (masks.band, dict(causal=True), "keys of its own not causal"),
                                       (masks.softcap, dict(varlen=True), r"\[batch, heads, seq, d\] inputs"),
                                       (masks.band, dict(deterministic=True), "not causal, not deterministic")):

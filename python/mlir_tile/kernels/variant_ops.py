@@ -1,7 +1,8 @@
 """Attention variants (`flash.variants.Variant`) as torch operators: `mlir_tile::attention_<name>_<fingerprint>`,
 one a variant, registered on first use, its "head" operands as a list of tensors beside a list of numbers; and,
-for a variant that trains (a mask, a score step with its `score_gradient`, no sink), its backward (`..._gradients`:
-`flash.backward` with the variant).
+for a variant that trains (a mask, a score step with its `score_gradient`, a sink named as an operand), its
+backward (`..._gradients`: `flash.backward` with the variant; the sinks' gradient here, from O, dO and the
+log-sum-exp).
 `ops.attention(..., variant=...)` calls them.
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
@@ -42,27 +43,47 @@ def _register(name: str, variant):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, *output, *tensors)
 
-    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure as torch flattens it: the tensors' list a list of
-        # Nones, the numbers' list one leaf)
+    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure as torch flattens it: the tensors' list a list,
+        # the numbers' list one leaf)
         q, k, v, o, lse, *tensors = ctx.saved_tensors
-        unused = (None, [None] * len(tensors), None)
         if grad_o is None and grad_lse is None:
-            return (None,) * 3 + unused
+            return (None,) * 4 + ([None] * len(tensors), None)
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o
-        return getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, ctx.causal,
-                                                                  tensors, ctx.numbers) + unused
+        gradients = getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, ctx.causal,
+                                                                       tensors, ctx.numbers)
+        return (*gradients, None, _head_gradients(variant, tensors, grad_o, grad_lse, o, lse), None)
 
     def fake(q, k, v, causal, tensors, numbers):
         return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
 
-    if variant.sink is not None or (variant.score is not None and variant.score_gradient is None):
+    if (variant.sink is not None and variant.sink_operand is None) or (variant.score is not None
+                                                                       and variant.score_gradient is None):
         return register_operator(name, run, fake=fake, backward=no_backward(
-            f"attention: variant {variant.name!r} has a sink or a score step without a score_gradient, whose "
-            f"backward is not built (masks and steps with their derivative train)"))
+            f"attention: variant {variant.name!r} has a sink function or a score step without a score_gradient, "
+            f"whose backward is not built (masks, steps with their derivative and sinks given as an operand train)"))
     register_operator(f"{name}_gradients", gradients,
                       fake=lambda grad, grad_lse, q, k, v, o, lse, causal, tensors, numbers: (
                           flash_launch.empty_gradients(q, k, v)))
     return register_operator(name, run, fake=fake, backward=backward, setup_context=setup)
+
+
+def _head_gradients(variant, tensors: List[torch.Tensor], grad_o, grad_lse, o, lse) -> list:
+    """The gradients of the "head" operands (in their order): the sinks' where the variant's sink names one (dL/ds
+    = sum over the rows of p_s (dL/dlse - D), p_s = exp(s - lse) the sink's share, D = rowsum(dO O)), summed over
+    the batch for sinks given as [heads]; None for the others (ALiBi's slopes do not train)."""
+    heads = [operand.name for operand in variant.operands if operand.kind == "head"]
+    gradients = [None] * len(tensors)
+    if variant.sink_operand is None:
+        return gradients
+    place = heads.index(variant.sink_operand)
+    sinks, (batch, count) = tensors[place], lse.shape[:2]
+    share = torch.exp(sinks.float().expand(batch, count)[:, :, None] - lse)
+    rows = (grad_o.float() * o.float()).sum(-1)
+    if grad_lse is not None:
+        rows = rows - grad_lse
+    gradient = -(share * rows).sum(-1)
+    gradients[place] = (gradient.sum(0) if sinks.dim() == 1 else gradient).to(sinks.dtype)
+    return gradients
 
 
 def _operands(variant, tensors: List[torch.Tensor], numbers: List[float]) -> list:

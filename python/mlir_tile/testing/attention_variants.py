@@ -53,6 +53,7 @@ CASES = (  # (the example runs the window on the grids the launcher picks for d 
     Case("gemma2_local", (5.0,), 256, 1100), Case("alibi", ("heads",), 128, 1500, causal=True),
     Case("alibi", ("batch_heads",), 64, 777), Case("sinks", ("heads",), 128, 1000),
     Case("sinks", ("batch_heads",), 256, 300, causal=True), Case("gpt_oss_local", ("heads",), 64, 2000),
+    Case("constant_sink", (), 128, 1000),
 )
 
 
@@ -62,7 +63,8 @@ BACKWARD_CASES = (  # (masks, and the steps with their derivatives; first_100, k
     Case("sliding_window", (), 128, 1500), Case("first_100", (), 64, 400),
     Case("softcap", (30.0,), 128, 1500, causal=True), Case("softcap", (5.0,), 64, 2049),
     Case("alibi", ("heads",), 128, 1500, causal=True), Case("alibi", ("batch_heads",), 64, 777),
-    Case("gemma2_local", (5.0,), 256, 1100),
+    Case("gemma2_local", (5.0,), 256, 1100), Case("sinks", ("heads",), 128, 1000),
+    Case("gpt_oss_local", ("batch_heads",), 64, 2000),
 )
 
 
@@ -70,7 +72,8 @@ def variants() -> dict:
     return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
             "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap), "alibi": alibi,
             "sinks": sinks, "gpt_oss_local": combined(window(127), sinks),
-            "first_100": Variant("first_100", keys=lambda query, seq, at: (0, minimum(query + 1, 100)))}
+            "first_100": Variant("first_100", keys=lambda query, seq, at: (0, minimum(query + 1, 100))),
+            "constant_sink": Variant("constant_sink", sink=lambda at: 1.0)}
 
 
 def kernels():

@@ -11,7 +11,7 @@
 - `alibi`: ALiBi's linear biases, each score less its head's slope times the key's distance from the query
   (`operands=(slopes,)`, a tensor [heads] or [batch, heads]; `alibi_slopes(heads)` the paper's).
 - `sinks`: gpt-oss's learned attention sinks, a logit per head in each row's softmax sum with no value
-  (`operands=(sinks,)`, a tensor [heads] or [batch, heads]).
+  (`operands=(sinks,)`, a tensor [heads] or [batch, heads], which trains: the operator returns its gradient).
 - `combined(*variants)`: the keys all of them let a query see, their score steps in order (trained where one
   has a step, or every step's derivative is a number) and the sink of one
   (Gemma 2's local layers: `combined(sliding_window(4095), softcap)`, `operands=(50.0,)`; gpt-oss's:
@@ -55,10 +55,6 @@ def _alibi(s, at):  # s - slope x |key - query|
     return s - at.load("slopes") * absolute(at.distance)
 
 
-def _sink(at):
-    return at.load("sinks")
-
-
 band = Variant("band", keys=_band, operands=(Operand("width", "integer"),))
 def _softcap_gradient(stepped, at):  # d/ds cap tanh(s / cap) = 1 - tanh^2 = 1 - (stepped / cap)^2
     ratio = stepped * reciprocal(at.load("cap"))
@@ -67,7 +63,7 @@ def _softcap_gradient(stepped, at):  # d/ds cap tanh(s / cap) = 1 - tanh^2 = 1 -
 
 softcap = Variant("softcap", score=_softcap, operands=(Operand("cap", "scalar"),), score_gradient=_softcap_gradient)
 alibi = Variant("alibi", score=_alibi, operands=(Operand("slopes", "head"),), score_gradient=1)
-sinks = Variant("sinks", sink=_sink, operands=(Operand("sinks", "head"),))
+sinks = Variant("sinks", sink="sinks", operands=(Operand("sinks", "head"),))
 
 
 def alibi_slopes(heads: int) -> list:

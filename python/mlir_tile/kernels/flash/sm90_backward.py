@@ -61,14 +61,14 @@ from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 from mlir_tile.kernels.flash.variants import Variant
 
 def build_module(config: BackwardConfig = BackwardConfig(), context=None, variant: Variant | None = None):
-    """The kernel of `config` (see the module's text); with `variant` (`variants.Variant`), the gradients of its
-    keys (its score step and sink have none here yet), its operands after the kernel's parameters."""
+    """The kernel of `config` (see the module's text); with `variant` (`variants.Variant`), the gradients of
+    attention with its keys, its score step (`score_gradient`) and its sink (nothing to do: the log-sum-exp holds
+    it, and so P), its operands after the kernel's parameters."""
     from mlir_tile.builder import Global, Kernel, TensorMap
 
-    if variant is not None and (variant.sink is not None or (variant.score is not None
-                                                              and variant.score_gradient is None)):
-        raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys and a "
-                         f"score step with its score_gradient, not yet a sink")
+    if variant is not None and variant.score is not None and variant.score_gradient is None:
+        raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, a "
+                         f"score step with its score_gradient and a sink (P from the log-sum-exp, which holds it)")
     if variant is not None and (config.varlen or (variant.keys is not None and (config.causal or config.deterministic))):
         raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs; with "
                          f"keys of its own not causal, not deterministic")

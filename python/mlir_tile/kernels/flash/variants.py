@@ -13,7 +13,8 @@ is (`kernels.epilogues`). A `Variant` says
   number where it is constant (ALiBi's 1): with it the variant trains (the backward recomputes each score's step
   and multiplies dS by it). Default: none (a variant with a score step and no derivative has no backward).
 - `sink(at) -> logit`: a row's attention sink (gpt-oss's learned sinks): a logit beside its scores in the
-  softmax's sum, with no value, so that a row may attend to nothing; `at.query` its row. Default: none.
+  softmax's sum, with no value, so that a row may attend to nothing; `at.query` its row. Or the name of a "head"
+  operand, whose values are the sinks: then they train (the operator returns their gradient). Default: none.
 - `operands`: extra kernel arguments (`epilogues.Operand` of kind "scalar", fp32, "integer", 64-bit, or "head",
   one fp32 per query head: a tensor [heads] or [batch, heads]), which `at.load(name)` reads (a "head" operand
   at the row's head) and the caller passes in order (`attention(..., variant=..., operands=(...))`).
@@ -59,16 +60,24 @@ class Variant:
             raise ValueError(f"attention variant: the name is an identifier, got {self.name!r}")
         if self.keys is None and self.score is None and self.sink is None:
             raise ValueError(f"attention variant {self.name!r}: give keys, score, sink or some of them")
-        if any(f is not None and not callable(f) for f in (self.keys, self.score, self.sink)) or not (
-                self.score_gradient is None or callable(self.score_gradient) or self.constant_gradient):
+        if any(f is not None and not callable(f) for f in (self.keys, self.score)) or not (
+                self.score_gradient is None or callable(self.score_gradient) or self.constant_gradient) or not (
+                self.sink is None or callable(self.sink) or self.sink_operand is not None):
             raise ValueError(f"attention variant {self.name!r}: keys is a callable of (query, seq, at), score of "
-                             f"(s, at), score_gradient of (stepped, at) or a number, sink of (at)")
+                             f"(s, at), score_gradient of (stepped, at) or a number, sink of (at) or the name of a "
+                             f"head operand")
         if self.score_gradient is not None and self.score is None:
             raise ValueError(f"attention variant {self.name!r}: a score_gradient is its score step's")
         names = [operand.name for operand in self.operands]
         if len(set(names)) != len(names) or any(operand.kind not in KINDS for operand in self.operands):
             raise ValueError(f"attention variant {self.name!r}: operands of distinct names, of kinds "
                              f"{', '.join(KINDS)}; got {self.operands}")
+
+    @property
+    def sink_operand(self) -> str | None:
+        """The "head" operand whose values are the sinks, where `sink` names one (they train)."""
+        heads = [operand.name for operand in self.operands if operand.kind == "head"]
+        return self.sink if isinstance(self.sink, str) and self.sink in heads else None
 
     @property
     def constant_gradient(self) -> bool:
@@ -166,7 +175,8 @@ class Variant:
 
     def sink_logit(self, k, query, heads: dict, arguments):
         """Row `query`'s sink logit (an f32 value), `heads` the head's values (`head_values`)."""
-        return self._f32(k, "sink", self.sink(Site(k, query, None, heads, self._named(arguments))))
+        at = Site(k, query, None, heads, self._named(arguments))
+        return self._f32(k, "sink", at.load(self.sink) if self.sink_operand else self.sink(at))
 
     def site(self, k, query, key, heads: dict, arguments, distance=None) -> "Site":
         """The `at` of a score at (query, key) (index values), `heads` the head's values, `distance` a callable
