@@ -233,8 +233,18 @@ class _Backward:
         self.key_tile, self.value_tile = (self.operand(self.kv_ring.offset(k.index(0), part), "kv",
                                                        self.config.keys * self.d)
                                           for part in range(2))
-        with k.loop(0, self.count * self.group) as step:
-            self.query_block(step)
+        stepped = self.variant is not None and self.variant.score is not None
+        if stepped and any(operand.kind == "head" for operand in self.variant.operands) and not (
+                self.config.split_columns):  # (a query head's blocks in turn, its values loaded once for them:
+            # loaded a block, ALiBi's d 128 kernel spilled 264-280 bytes, not 140-164; d 256's, whose consumers split
+            # d's columns, and those without head values spill less in the flat loop)
+            with k.loop(0, self.group) as query_head:
+                heads = self.variant.head_values(k, self.kv_head * self.group + query_head, self.extras)
+                with k.loop(0, self.count) as block:
+                    self.query_block(query_head * self.count + block, heads)
+        else:
+            with k.loop(0, self.count * self.group) as step:
+                self.query_block(step)
         with k.if_(k.compare("eq", self.consumer_thread(), 0)):
             k.tma_store_wait(0)  # (dQ's last reductions have read its tile)
         self.epilogue()
@@ -251,9 +261,10 @@ class _Backward:
         step = self.steps[tile]
         return at + self.consumer * step if step else at
 
-    def query_block(self, step) -> None:
+    def query_block(self, step, heads: dict | None = None) -> None:
         """S^T and dP^T of this consumer's keys and query rows; dV, dK (`gradients_in_registers`, or where the
-        consumers split d's columns `gradients_through_shared`) and this consumer's share of dQ."""
+        consumers split d's columns `gradients_through_shared`) and this consumer's share of dQ (`heads`: a score
+        step's head values, `Variant.head_values`, where the caller loaded them; else loaded here)."""
         k, config, ring = self.k, self.config, self.ring
         stage = ring.stage(step)
         q, do = (ring.offset(stage, part) for part in range(2))
@@ -264,10 +275,10 @@ class _Backward:
             k.wgmma(self.s_atom, keys, self.operand(self.consumer_part(block, "q_band"), "q_band"), accumulators,
                     accumulate=False, a_row_block=key_block)
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
-        head, q0 = self.block_of(step)
-        facts = self.slot_facts(q0)
+        facts = self.slot_facts(self.block_of(step)[1])
         if self.variant is not None and self.variant.score is not None:  # (its head's values, its distances)
-            facts["heads"] = self.variant.head_values(k, head, self.extras)
+            facts["heads"] = heads if heads is not None else self.variant.head_values(k, self.block_of(step)[0],
+                                                                                      self.extras)
             facts["nearest"] = self.variant.distance(k, facts["first_key"], facts["first_query"])
         if config.split_columns:
             self.gradients_through_shared(step, q, do, facts)
