@@ -123,3 +123,15 @@ def test_alibi_and_sinks_assemble_without_spills_reading_one_value_a_head(varian
     assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
                                capture_output=True, text=True)
     assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
+def test_a_combined_variants_kernels_are_named_alike_in_every_process():
+    """The fingerprint of a variant whose functions close over a list of functions (`combined`'s) is the same in
+    another process (a list's repr holds its functions' addresses: digested so, the GPU host looked for kernels
+    under names no build had made)."""
+    import sys
+
+    made = "masks.combined(masks.sliding_window(1023), masks.softcap).suffix"
+    other = subprocess.run([sys.executable, "-c", f"from mlir_tile.kernels.flash import masks; print({made})"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert other == masks.combined(masks.sliding_window(1023), masks.softcap).suffix
