@@ -3,7 +3,8 @@ out as an explicit mask and score function: examples/sliding_window.py on the gr
 `testing.attention_variants`' cases on the others (ping-pong, the launched grid, two consumers), a band of
 keys read from an integer operand, a score step reading a scalar, and `kernels.flash.masks`' two-sided window,
 prefix-LM, Gemma 2's local layer (a window of 1024 keys with soft-capping), ALiBi and gpt-oss's sinks (alone and
-with its window of 128 keys), their values a head's. The kernels come from `make gpu-inputs`'
+with its window of 128 keys), their values a head's; their gradients (masks, softcap, ALiBi, the sinks'); 200
+random cases of the ready-made parts combined. The kernels come from `make gpu-inputs`'
 cache (a GPU host has no compiler). Skipped without torch or an sm_90 GPU (the reason shown)."""
 import math
 import subprocess
@@ -229,3 +230,52 @@ def _bf16_reference(q, k, v, case, operands):
         slopes = operands[0].float().expand(q.shape[0], q.shape[1])[:, :, None, None]
         mask = (-slopes * (key - query).abs()).masked_fill(_hidden(case, seq), float("-inf")).to(q.dtype)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _family_expected(q, k, v, case, operands):
+    """torch's fp32 attention with a random case's parts applied in their order (k and v repeated for q's heads'
+    groups): (o, lse)."""
+    from mlir_tile.testing.attention_variants import FAMILIES
+
+    batch, heads, seq, d = q.shape
+    k, v = (x.repeat_interleave(heads // x.shape[1], 1).float() for x in (k, v))
+    query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+    scores = q.float() @ k.transpose(-1, -2) / math.sqrt(d)
+    hidden, sink = (key > query) if case.causal else torch.zeros_like(key > query), None
+    for part, value in zip(FAMILIES[case.family], operands):
+        if part == "band":
+            hidden = hidden | ((key - query).abs() > value)
+        elif part == "softcap":
+            scores = value * torch.tanh(scores / value)
+        elif part == "alibi":
+            scores = scores - value.float().expand(batch, heads)[:, :, None, None] * (key - query).abs()
+        else:
+            sink = value.float().expand(batch, heads)[:, :, None, None].expand(batch, heads, seq, 1)
+    scores = scores.masked_fill(hidden, float("-inf"))
+    if sink is not None:
+        scores = torch.cat([scores, sink], -1)
+    return scores.softmax(-1)[..., :seq] @ v, scores.logsumexp(-1)
+
+
+def test_random_cases_of_the_ready_made_parts_match_torch():
+    """`attention_variants.random_cases`' 200 cases through the operator (bands, softcap, ALiBi and sinks alone and
+    combined; grouped-query heads; head values [heads] and [batch, heads]) against torch's fp32 math: O within
+    2^-6, the log-sum-exp within 1e-4 of its size (ALiBi's negative slopes make it thousands; tanh.approx's
+    relative error, up to 2^-11, moves it at small caps)."""
+    from mlir_tile.kernels import attention
+    from mlir_tile.testing.attention_variants import random_cases, variants
+
+    named, failures = variants(), []
+    torch.manual_seed(61)
+    for case in random_cases():
+        q = torch.randn(case.batch, case.heads, case.seq, case.d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(case.batch, case.kv_heads, case.seq, case.d, device="cuda", dtype=torch.bfloat16)
+                for _ in range(2))
+        operands = _operands(case, case.batch, case.heads)
+        o, lse = attention(q, k, v, causal=case.causal, variant=named[case.family], operands=operands)
+        expected, expected_lse = _family_expected(q, k, v, case, operands)
+        o_error = float((o.float() - expected).abs().max())
+        lse_error = float(((lse - expected_lse).abs() / expected_lse.abs().clamp(min=1)).max())
+        if not (o_error <= 2 ** -6 and lse_error <= 1e-4):
+            failures.append((case, o_error, lse_error))
+    assert not failures, failures[:10]

@@ -3,7 +3,8 @@ their kernels, built where the compiler is (`build`: into the kernel cache of th
 test/gpu_inputs.py fills): the example's causal sliding window (examples/sliding_window.py), a two-sided band
 of keys whose width is an integer operand, and Gemma 2's soft-capping of the scores, a score step reading a
 scalar operand (`kernels.flash.masks`' ready-made ones, with its prefix-LM, Gemma 2's local layer, a window
-built in with the soft-capping, ALiBi and gpt-oss's sinks, operands of one value a head)."""
+built in with the soft-capping, ALiBi and gpt-oss's sinks, operands of one value a head), and 200 random cases of
+the ready-made parts combined (`random_cases`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -68,12 +69,57 @@ BACKWARD_CASES = (  # (masks, and the steps with their derivatives; first_100, k
 )
 
 
+FAMILIES = {  # the random cases' variants: the ready-made parts each combines, in order (read at the call: one
+    # kernel a configuration serves every width, cap, slope and sink)
+    "band": ("band",), "softcap": ("softcap",), "alibi": ("alibi",), "sinks": ("sinks",),
+    "band_softcap": ("band", "softcap"), "band_sinks": ("band", "sinks"), "softcap_alibi": ("softcap", "alibi"),
+}
+
+
+PARTS = {"band": band, "softcap": softcap, "alibi": alibi, "sinks": sinks}
+
+
+class RandomCase(NamedTuple):
+    """One of `random_cases`: a family of FAMILIES with its operands (per part, in order; "heads" and
+    "batch_heads" as in `Case`), head dim, sequence length, causal, batch, query heads and K/V heads."""
+    family: str
+    operands: tuple
+    d: int
+    seq: int
+    causal: bool
+    batch: int
+    heads: int
+    kv_heads: int
+
+
+def random_cases(count: int = 200, seed: int = 61) -> list:
+    """`count` random cases (the same for a seed, so that `make gpu-inputs` builds their kernels here): every
+    family, head dims 64, 128 and 256, lengths from 1 across the tile edges to 2,100, causal where the family has
+    no keys of its own, grouped-query heads, widths 0 to past the sequence, caps 1 to 50, head values of both
+    shapes."""
+    import random
+
+    rng, cases = random.Random(seed), []
+    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000, 5000]), "softcap": lambda: rng.choice([1.0, 5.0, 30.0, 50.0]),
+            "alibi": lambda: rng.choice(["heads", "batch_heads"]), "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+    for _ in range(count):
+        family = rng.choice(sorted(FAMILIES))
+        heads = rng.choice([1, 2, 4, 8])
+        cases.append(RandomCase(family, tuple(draw[part]() for part in FAMILIES[family]), rng.choice([64, 128, 256]),
+                                rng.choice([1, 2, 63, 64, 65, 127, 128, 129, rng.randint(1, 700), rng.randint(700, 2100)]),
+                                "band" not in FAMILIES[family] and rng.random() < 0.5, rng.randint(1, 2), heads,
+                                rng.choice([x for x in (1, 2, 4, 8) if heads % x == 0])))
+    return cases
+
+
 def variants() -> dict:
     return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
             "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap), "alibi": alibi,
             "sinks": sinks, "gpt_oss_local": combined(window(127), sinks),
             "first_100": Variant("first_100", keys=lambda query, seq, at: (0, minimum(query + 1, 100))),
-            "constant_sink": Variant("constant_sink", sink=lambda at: 1.0)}
+            "constant_sink": Variant("constant_sink", sink=lambda at: 1.0),
+            **{family: combined(*(PARTS[part] for part in parts)) for family, parts in FAMILIES.items()
+               if len(parts) > 1}}
 
 
 def kernels():
@@ -88,6 +134,7 @@ def kernels():
     named = variants()
     runs = [(case.variant, case.d, case.seq, case.causal, dict(case.shape)) for case in CASES + BACKWARD_CASES]
     runs += [("sliding_window", d, seq, False, {}) for d, seq in _example().SHAPES]
+    runs += [(case.family, case.d, case.seq, case.causal, {}) for case in random_cases()]
     built = {}
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
