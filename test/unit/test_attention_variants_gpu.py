@@ -125,7 +125,7 @@ def test_a_variant_through_the_operator_and_what_it_does_not_take():
 def test_per_head_operands_through_the_operator_in_a_cuda_graph_and_what_they_do_not_take():
     """ALiBi's slopes and gpt-oss's sinks as the operator takes them ([heads] or [batch, heads] tensors), the sinks
     read live by a captured graph (changed in place between replays); a head's operand of the wrong shape, dtype,
-    device or kind is a ValueError before any launch."""
+    device or kind, or one asking for a gradient it does not get, is a ValueError before any launch."""
     from mlir_tile.kernels import attention
     from mlir_tile.kernels.flash.masks import alibi, alibi_slopes, sinks
     from mlir_tile.testing.attention_variants import Case
@@ -150,7 +150,8 @@ def test_per_head_operands_through_the_operator_in_a_cuda_graph_and_what_they_do
         assert (captured_lse - expected_lse).abs().max().item() <= 1e-3
     for operand, message in ((slopes[:3], r"\[heads\] or \[batch, heads\] on cuda:0, \(4,\) or \(2, 4\); got \(3,\)"),
                              (slopes.int(), "a floating tensor"), (slopes.cpu(), "got .* on cpu"),
-                             (0.5, r"takes operands slopes \(head\) \(a head's: a tensor\)")):
+                             (0.5, r"takes operands slopes \(head\) \(a head's: a tensor\)"),
+                             (slopes.clone().requires_grad_(), "operand 'slopes' gets no gradient")):
         with pytest.raises(ValueError, match=message):
             attention(q, k, v, variant=alibi, operands=(operand,))
 

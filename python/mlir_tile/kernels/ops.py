@@ -73,12 +73,7 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     if variant is not None:
         if q.dtype == torch.float8_e4m3fn or any(x is not None for x in (descale_q, descale_k, descale_v)):
             raise ValueError("attention: a variant takes float16 or bfloat16 q, k, v (no descales)")
-        heads = [operand.kind == "head" for operand in variant.operands]
-        if len(operands) != len(heads) or any(isinstance(x, torch.Tensor) != head for x, head in zip(operands, heads)):
-            raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: "
-                             f"a tensor); got {tuple(operands)!r}")
-        return variant_ops.variant_operator(variant)(q, k, v, causal, [x for x in operands if isinstance(x, torch.Tensor)],
-                                          [float(x) for x in operands if not isinstance(x, torch.Tensor)])
+        return variant_ops.attention(q, k, v, causal, variant, operands)
     if operands:
         raise ValueError("attention: operands are a variant's")
     if q.dtype == torch.float8_e4m3fn:

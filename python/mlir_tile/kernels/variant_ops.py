@@ -16,6 +16,23 @@ from mlir_tile.kernels.flash import launch as flash_launch
 from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
 
 
+def attention(q, k, v, causal: bool, variant, operands):
+    """`ops.attention(..., variant=variant, operands=operands)`: the operands checked against the variant's kinds
+    (a head's a tensor, the others numbers; a head's that does not train refused where autograd would want its
+    gradient: only a sink named as an operand trains), then its operator."""
+    heads = [operand.kind == "head" for operand in variant.operands]
+    if len(operands) != len(heads) or any(isinstance(x, torch.Tensor) != head for x, head in zip(operands, heads)):
+        raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: a "
+                         f"tensor); got {tuple(operands)!r}")
+    for x, operand in zip(operands, variant.operands):
+        if (isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
+                and operand.name != variant.sink_operand):
+            raise ValueError(f"attention: variant {variant.name!r}'s operand {operand.name!r} gets no gradient (only "
+                             f"a sink named as an operand trains); pass it detached")
+    return variant_operator(variant)(q, k, v, causal, [x for x in operands if isinstance(x, torch.Tensor)],
+                                     [float(x) for x in operands if not isinstance(x, torch.Tensor)])
+
+
 def variant_operator(variant):
     """The forward operator of `variant` (and its gradients' where it has a backward), registered once."""
     name = f"attention{variant.suffix}"
