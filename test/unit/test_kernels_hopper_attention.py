@@ -330,18 +330,19 @@ def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(f
 
 
 def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_splits(filecheck):
-    """Split-KV (flash-decoding): `kv_splits` fills the SMs once where a decode step's CTAs leave most idle, two
-    key tiles a split at least, at most MAX_SPLITS, none where the CTAs fill them or the keys are few; the split
+    """Split-KV (flash-decoding): `kv_splits` fills the SMs once (no partial second wave) where a decode step's
+    CTAs leave most idle, two key tiles a split at least, at most MAX_SPLITS, none where the CTAs fill them or the
+    keys are few; the split
     kernel takes block b as split b mod splits of item b / splits and stores its rows' O and log-sum-exp in fp32
     (no 16-bit O); the combine reads each split's log-sum-exp twice (the largest, then the weights) and its O by
     16-byte loads, and stores 16-byte rows of O; the ships hold the split kernels and the combines."""
     from mlir_tile.kernels.flash import combine
     from mlir_tile.kernels.flash.packed import MAX_SPLITS, kv_splits, packed_config
 
-    assert kv_splits(8, 128, 132) == 17 and kv_splits(128, 128, 132) == 1 and kv_splits(8, 3, 132) == 1
-    assert kv_splits(1, 1000, 132) == MAX_SPLITS and kv_splits(40, 8, 132) == 4
+    assert kv_splits(8, 128, 132) == 16 and kv_splits(128, 128, 132) == 1 and kv_splits(8, 3, 132) == 1
+    assert kv_splits(1, 1000, 132) == MAX_SPLITS and kv_splits(40, 8, 132) == 3  # (one wave: 120 CTAs, not 160)
     config, tiles, splits = packed_config(128, True, "bf16", 1, 4, max_seqlen_k=16384, kv_items=8, sms=132)
-    assert config.split_kv and config.pack_gqa and (tiles, splits) == (1, 17)
+    assert config.split_kv and config.pack_gqa and (tiles, splits) == (1, 16)
     assert packed_config(128, True, "bf16", 1, 4, max_seqlen_k=16384, kv_items=256, sms=132)[2] == 1
     assert packed_config(128, True, "bf16", 2048, 4, max_seqlen_k=16384, kv_items=1, sms=132)[2] == 1  # (prefill)
     ptx = _ptx(config)

@@ -136,11 +136,13 @@ def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: 
 def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
     """Split-KV's splits of `ctas` CTAs walking up to `key_tiles` key tiles each on `slots` CTA slots (SMs x CTAs
     an SM): none where they fill most slots already;
-    else enough to fill them once, each split two key tiles at least (a split's fp32 O, written and read back
-    by the combine, costs about a key tile's K and V), at most MAX_SPLITS."""
+    else as many as fill them once without a second, partial wave (4 x 8,192 keys on the H100 took 87.2 us in 5
+    splits, 160 CTAs on 132 SMs, and 79.2 in 4; 1 x 16,384 59.6 in 17, 57.9 in 16: docs/notes/serving-plan.md),
+    each split two key tiles at least (a split's fp32 O, written and read back by the combine, costs about a key
+    tile's K and V), at most MAX_SPLITS."""
     if 5 * ctas >= 4 * slots:
         return 1
-    return max(1, min(-(-slots // ctas), key_tiles // 2, MAX_SPLITS))
+    return max(1, min(slots // ctas, key_tiles // 2, MAX_SPLITS))
 
 
 class _PackedPlan:
