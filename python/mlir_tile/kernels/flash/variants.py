@@ -52,8 +52,8 @@ class Variant:
     keys: Callable | None = None
     score: Callable | None = None
     operands: tuple[Operand, ...] = ()
-    sink: Callable | None = None
-    score_gradient: Callable | None = None
+    sink: Callable | str | None = None
+    score_gradient: Callable | float | None = None
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name.isidentifier()):
@@ -86,7 +86,7 @@ class Variant:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """A digest of the name, the operands and the code of both functions (`epilogues.code_digest`)."""
+        """A digest of the name, the operands and the code of its functions (`epilogues.code_digest`)."""
         return epilogues.code_digest(repr((self.name, self.operands, self.score_gradient if self.constant_gradient
                                            else None)), self.keys, self.score, self.sink,
                                      None if self.constant_gradient else self.score_gradient)
@@ -137,8 +137,8 @@ class Variant:
 
     def head_values(self, k, head, arguments) -> dict:
         """The "head" operands' values (F32s) at query head `head` (an index value, counted over batch x heads):
-        what the kernel loads once an item and `scores` and `sink_logit` take (loaded where read, their 64-bit
-        address stayed live through the item's loop and spilled)."""
+        what the kernel loads once an item (the backward: once a query head) and `scores` and `sink_logit` take
+        (loaded where read, their 64-bit address stayed live through the item's loop and spilled)."""
         return {operand.name: F32(k, k.load(argument, [head]))
                 for operand, argument in zip(self.operands, arguments) if operand.kind == "head"}
 
@@ -146,11 +146,10 @@ class Variant:
         """The score step on `scores` (fp32 products q.k) times `scale`, `query` their row, their keys `first_key`
         (an index value) plus `steps` (ints), `heads` the head's values (`head_values`). (Each distance is one
         conversion a row plus its step: a conversion a score spilled.)"""
-        operands = self._named(arguments)
         first, query = k.as_index(first_key), k.as_index(query)
         nearest = self.distance(k, first, query)
-        return [self.stepped(k, score, scale, Site(k, query, first + step, heads, operands,
-                                                   distance=lambda step=step: nearest + float(step)))
+        return [self.stepped(k, score, scale, self.site(k, query, first + step, heads, arguments,
+                                                        distance=lambda step=step: nearest + float(step)))
                 for score, step in zip(scores, steps)]
 
     def stepped(self, k, score, scale, at: "Site"):
