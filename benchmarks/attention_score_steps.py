@@ -39,7 +39,8 @@ def build(directory: Path) -> None:
             config = HopperAttentionConfig.picked(d, causal, "bf16", seq)
             (folder / f"{config}.ptx").write_text(compile_to_ptx(sm90.build_module(config)))
             for step in _steps().values():
-                (folder / f"{config}{step.suffix}.ptx").write_text(compile_to_ptx(sm90.build_module(config, variant=step)))
+                built = compile_to_ptx(sm90.build_module(config, variant=step))
+                (folder / f"{config}{step.suffix}.ptx").write_text(built)
 
 
 def run(directory: Path) -> None:
@@ -68,8 +69,6 @@ def run(directory: Path) -> None:
                 print(json.dumps(row), flush=True)
                 results.append(row)
                 (directory / "attention_score_steps.json").write_text(json.dumps(results, indent=1))
-            del q, k, v
-            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

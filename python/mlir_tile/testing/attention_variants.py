@@ -100,13 +100,17 @@ def random_cases(count: int = 200, seed: int = 61) -> list:
     import random
 
     rng, cases = random.Random(seed), []
-    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000, 5000]), "softcap": lambda: rng.choice([1.0, 5.0, 30.0, 50.0]),
-            "alibi": lambda: rng.choice(["heads", "batch_heads"]), "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000, 5000]),
+            "softcap": lambda: rng.choice([1.0, 5.0, 30.0, 50.0]),
+            "alibi": lambda: rng.choice(["heads", "batch_heads"]),
+            "sinks": lambda: rng.choice(["heads", "batch_heads"])}
     for _ in range(count):
         family = rng.choice(sorted(FAMILIES))
         heads = rng.choice([1, 2, 4, 8])
-        cases.append(RandomCase(family, tuple(draw[part]() for part in FAMILIES[family]), rng.choice([64, 128, 256]),
-                                rng.choice([1, 2, 63, 64, 65, 127, 128, 129, rng.randint(1, 700), rng.randint(700, 2100)]),
+        operands, d = tuple(draw[part]() for part in FAMILIES[family]), rng.choice([64, 128, 256])
+        cases.append(RandomCase(family, operands, d,
+                                rng.choice([1, 2, 63, 64, 65, 127, 128, 129, rng.randint(1, 700),
+                                            rng.randint(700, 2100)]),
                                 "band" not in FAMILIES[family] and rng.random() < 0.5, rng.randint(1, 2), heads,
                                 rng.choice([x for x in (1, 2, 4, 8) if heads % x == 0])))
     return cases

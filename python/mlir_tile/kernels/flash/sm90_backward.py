@@ -69,7 +69,8 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None, varian
     if variant is not None and variant.score is not None and variant.score_gradient is None:
         raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, a "
                          f"score step with its score_gradient and a sink (P from the log-sum-exp, which holds it)")
-    if variant is not None and (config.varlen or (variant.keys is not None and (config.causal or config.deterministic))):
+    keyed = variant is not None and variant.keys is not None
+    if variant is not None and (config.varlen or (keyed and (config.causal or config.deterministic))):
         raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs; with "
                          f"keys of its own not causal, not deterministic")
 

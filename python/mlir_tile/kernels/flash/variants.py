@@ -187,7 +187,8 @@ class Variant:
 
     def _f32(self, k, function: str, result):
         if not isinstance(result, (F32, int, float)):
-            raise ValueError(f"attention variant {self.name!r}: {function} returns an F32 (or a number), got {result!r}")
+            raise ValueError(f"attention variant {self.name!r}: {function} returns an F32 (or a number), got "
+                             f"{result!r}")
         return result.value if isinstance(result, F32) else k.constant(float(result), "f32")
 
 
