@@ -37,26 +37,41 @@ def _expected(q, k, v, case, operands=None):
     (o, lse)."""
     batch, heads, seq, d = q.shape
     operands = case.operands if operands is None else operands
-    query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+    query, key = _positions(seq)
     scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(d)
-    per_head = operands[0].float().expand(batch, heads)[:, :, None, None] if case.variant in (
-        "alibi", "sinks", "gpt_oss_local") else q.new_ones(batch, heads, 1, 1, dtype=torch.float32)  # (1.0: a
-    # constant sink's)
     if case.variant in ("softcap", "gemma2_local"):
         scores = case.operands[0] * torch.tanh(scores / case.operands[0])
     if case.variant == "alibi":
-        scores = scores - per_head * (key - query).abs()
-    scores = scores.masked_fill(_hidden(case, seq), float("-inf"))
-    if case.variant in ("sinks", "gpt_oss_local", "constant_sink"):  # (a column of the sink's logit, no value:
-        # dropped after)
-        scores = torch.cat([scores, per_head.expand(batch, heads, seq, 1)], -1)
-        return scores.softmax(-1)[..., :seq] @ v.float(), scores.logsumexp(-1)
-    return scores.softmax(-1) @ v.float(), scores.logsumexp(-1)
+        scores = scores - _per_head(operands[0], batch, heads) * (key - query).abs()
+    sink = {"sinks": lambda: _per_head(operands[0], batch, heads),
+            "gpt_oss_local": lambda: _per_head(operands[0], batch, heads),
+            "constant_sink": lambda: q.new_ones(batch, heads, 1, 1, dtype=torch.float32)}.get(case.variant)
+    return _attend(scores, _hidden(case, seq), v.float(), sink and sink())
+
+
+def _positions(seq: int) -> tuple:
+    """(query [seq, 1], key [1, seq]): the rows' and the columns' positions."""
+    return torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+
+
+def _per_head(values, batch: int, heads: int):
+    """A head operand ([heads] or [batch, heads]) as fp32 [batch, heads, 1, 1]."""
+    return values.float().expand(batch, heads)[:, :, None, None]
+
+
+def _attend(scores, hidden, v, sink=None):
+    """(o, lse): the softmax of `scores` over the keys not `hidden`, beside a sink's column where given (logits
+    [batch, heads, 1, 1], no value: dropped after), times v."""
+    seq = scores.shape[-1]
+    scores = scores.masked_fill(hidden, float("-inf"))
+    if sink is not None:
+        scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], -1)
+    return scores.softmax(-1)[..., :seq] @ v, scores.logsumexp(-1)
 
 
 def _hidden(case, seq: int):
     """[seq, seq] bool: the keys (columns) the case's variant hides from each query (rows), written out."""
-    query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+    query, key = _positions(seq)
     hidden = key > query if case.causal else torch.zeros_like(key > query)
     if case.variant == "band":
         hidden = hidden | ((key - query).abs() > case.operands[0])
@@ -227,8 +242,8 @@ def _bf16_reference(q, k, v, case, operands):
     mask = (~_hidden(case, q.shape[-2])).to(q.dtype).log() if case.variant != "alibi" else None  # (0 or -inf)
     if case.variant == "alibi":
         seq = q.shape[-2]
-        query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
-        slopes = operands[0].float().expand(q.shape[0], q.shape[1])[:, :, None, None]
+        query, key = _positions(seq)
+        slopes = _per_head(operands[0], *q.shape[:2])
         mask = (-slopes * (key - query).abs()).masked_fill(_hidden(case, seq), float("-inf")).to(q.dtype)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
@@ -240,7 +255,7 @@ def _family_expected(q, k, v, case, operands):
 
     batch, heads, seq, d = q.shape
     k, v = (x.repeat_interleave(heads // x.shape[1], 1).float() for x in (k, v))
-    query, key = torch.arange(seq, device="cuda")[:, None], torch.arange(seq, device="cuda")[None, :]
+    query, key = _positions(seq)
     scores = q.float() @ k.transpose(-1, -2) / math.sqrt(d)
     hidden, sink = (key > query) if case.causal else torch.zeros_like(key > query), None
     for part, value in zip(FAMILIES[case.family], operands):
@@ -249,13 +264,10 @@ def _family_expected(q, k, v, case, operands):
         elif part == "softcap":
             scores = value * torch.tanh(scores / value)
         elif part == "alibi":
-            scores = scores - value.float().expand(batch, heads)[:, :, None, None] * (key - query).abs()
+            scores = scores - _per_head(value, batch, heads) * (key - query).abs()
         else:
-            sink = value.float().expand(batch, heads)[:, :, None, None].expand(batch, heads, seq, 1)
-    scores = scores.masked_fill(hidden, float("-inf"))
-    if sink is not None:
-        scores = torch.cat([scores, sink], -1)
-    return scores.softmax(-1)[..., :seq] @ v, scores.logsumexp(-1)
+            sink = _per_head(value, batch, heads)
+    return _attend(scores, hidden, v, sink)
 
 
 def test_random_cases_of_the_ready_made_parts_match_torch():
