@@ -95,7 +95,8 @@ def _head_gradients(variant, tensors: List[torch.Tensor], grad_o, grad_lse, o, l
     place = heads.index(variant.sink_operand)
     sinks, (batch, count) = tensors[place], lse.shape[:2]
     share = torch.exp(sinks.float().expand(batch, count)[:, :, None] - lse)
-    rows = (grad_o.float() * o.float()).sum(-1)
+    rows = (grad_o.float() * o.float()).sum(-1)  # (the backward's preprocessing makes D too, into statistics it
+    # frees: a pass more over O and dO, for sinks that train alone)
     if grad_lse is not None:
         rows = rows - grad_lse
     gradient = -(share * rows).sum(-1)
