@@ -122,3 +122,39 @@ def test_the_keys_are_checked_on_a_host_without_mlir():
                "sliding_window().check_keys(3000, ()); band.check_keys(700, (100,)); print('checked')")
     ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.strip() == "checked", ran.stderr
+
+
+def _assembled(tmp_path, module) -> str:
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    (tmp_path / "a.ptx").write_text(compile_to_ptx(module))
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                               capture_output=True, text=True)
+    assert assembled.returncode == 0, assembled.stderr
+    return assembled.stderr
+
+
+@pytest.mark.parametrize("index", [0, 4])
+def test_a_variant_on_a_kv_cache_assembles_without_spills(tmp_path, index):
+    """The paged window's decode step (GQA packed, split-KV) and the sinks' (each split's own, the sink in split
+    0's alone), as the launcher picks them for 132 SMs."""
+    if not shutil.which("ptxas"):
+        pytest.skip("ptxas is not installed")
+    from mlir_tile.testing.attention_variants import PACKED_CASES, packed_config_of, variants
+
+    case = PACKED_CASES[index]
+    config, _ = packed_config_of(case)
+    assert config.varlen and config.split_kv and (config.page_rows > 0) == (case.form == "paged")
+    assert " 0 bytes spill stores" in _assembled(tmp_path, sm90.build_module(config, variant=variants()[case.variant]))
+
+
+def test_rows_whose_keys_a_packed_walk_misses_are_poisoned_with_nan():
+    """Packed sequences' keys are checked on the host at the longest length only: with keys of its own, each
+    row's O and log-sum-exp are NaN where the item's walk does not cover its keys (two selects a row); with a
+    score step alone, or none, no NaN."""
+    from mlir_tile.kernels.flash.packed import packed_config
+
+    config, _, _ = packed_config(128, False, "bf16", 500, 4, max_seqlen_k=2048)
+    nan = "arith.constant 0x7FC00000 : f32"
+    assert _module(config, band).count(nan) >= 1
+    assert nan not in _module(config, softcap) and nan not in _module(config, None)

@@ -14,15 +14,17 @@ from typing import Optional, Tuple
 import torch
 
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
+from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
+from mlir_tile.kernels.flash.variants import per_head_values
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
                            k_new: Optional[torch.Tensor] = None, v_new: Optional[torch.Tensor] = None, *,
-                           causal: bool = True, block_table: Optional[torch.Tensor] = None
-                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+                           causal: bool = True, block_table: Optional[torch.Tensor] = None, variant=None,
+                           operands=()) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o [batch, seq_q, heads, d], lse [batch, heads, seq_q] fp32) of q [batch, seq_q, heads, d] against the
     first cache_seqlens[b] keys and values of k_cache and v_cache [batch, seq_cache, kv_heads, d] (kv_heads
     dividing heads; cache_seqlens an int32 [batch] CUDA tensor or one int for all). Paged (`block_table` int32
@@ -31,8 +33,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     With k_new and v_new [batch, seq_new, kv_heads, d], those are first written into the caches at keys
     cache_seqlens[b] on (in place; cache_seqlens itself is not changed) and attended to as well. Keys past
     seq_cache, or on a page id outside the pool, are dropped, the lengths clamped to [0, seq_cache]: never a
-    write or read outside the caches. Causal: query i of sequence b sees keys up to i + length_b - seq_q. fp16 or
-    bf16, d 64, 128 or 256; ValueError in one line otherwise."""
+    write or read outside the caches. Causal: query i of sequence b sees keys up to i + length_b - seq_q.
+    `variant` (`flash.variants.Variant`: a mask, a score step, a sink) with its `operands` as `ops.attention`'s
+    (a head's [heads] or [batch, heads]), `query` in its functions query i's position i + length_b - seq_q
+    among the sequence's keys and `seq` its length, the keys' rules checked on the host at seq_cache: a sliding
+    window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256; ValueError
+    in one line otherwise."""
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     lengths = _lengths(cache_seqlens, batch, q.device)
@@ -52,6 +58,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             pools = tuple(x.view(-1, *x.shape[2:]) for x in (k_cache, v_cache))  # (`checked_paged`: pages in a row)
             _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
         lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
+    if variant is not None or operands:
+        return _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, seq_cache,
+                             bool(causal), variant, operands)
     if block_table is not None:
         paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
         o, lse = paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, bool(causal))
@@ -62,6 +71,32 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
             cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), seq_q, seq_cache, bool(causal))
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
+
+
+def _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q: int, seq_cache: int,
+                  causal: bool, variant, operands):
+    """`attention_with_kvcache`'s attention with a variant (`variant_ops.packed`), its "head" operands laid out
+    for its sequences (a contiguous cache's entries are every other sequence: each entry's row twice)."""
+    if variant is None:
+        raise ValueError("attention_with_kvcache: operands are a variant's")
+    batch, heads = lengths.shape[0], queries.shape[1]
+    kinds = [operand.kind for operand in variant.operands]
+    if len(operands) != len(kinds):
+        raise ValueError(f"attention_with_kvcache: variant {variant.name!r} takes operands {variant.described()}; "
+                         f"got {tuple(operands)!r}")
+    operands = [per_head_values(variant, operand.name, x, batch, heads, queries.device)
+                if operand.kind == "head" and isinstance(x, torch.Tensor) else x
+                for x, operand in zip(operands, variant.operands)]
+    if block_table is not None:
+        o, lse = variant_ops.packed(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, seq_cache,
+                                    causal, variant, operands)
+    else:
+        k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
+        operands = [x.repeat_interleave(2, 0) if isinstance(x, torch.Tensor) else x for x in operands]
+        o, lse = variant_ops.packed(queries, k_rows, v_rows, sequence_offsets(batch, seq_q, queries.device, gaps=True),
+                                    cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), None, seq_q, seq_cache,
+                                    causal, variant, operands, gaps=True)
+    return o.view(batch, seq_q, heads, -1), lse.view(heads, batch, seq_q).permute(1, 0, 2)
 
 
 def cache_offsets(lengths: torch.Tensor, rows_per_entry: int, total: int) -> torch.Tensor:

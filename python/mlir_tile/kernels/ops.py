@@ -87,7 +87,8 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     return torch.ops.mlir_tile.attention(q, k, v, causal)
 
 
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False):
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, variant=None,
+                     operands=()):
     """(o, lse) of packed sequences (FlashAttention's `flash_attn_varlen_func` convention; Hopper, sm_90): q
     [total_q, heads, d], k and v [total_k, kv_heads, d] (kv_heads dividing heads), sequence b's queries rows
     cu_seqlens_q[b] to cu_seqlens_q[b + 1] and its keys rows cu_seqlens_k[b] to cu_seqlens_k[b + 1] (int32
@@ -95,10 +96,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     computed), `max_seqlen_k` its keys. o [total_q, heads, d], lse [heads, total_q] fp32. Causal per sequence,
     aligned to the bottom right where its lengths differ (query i sees keys up to i + len_k - len_q); a row
     that sees no key has o 0 and lse -inf. fp16 or bf16, d 64, 128 or 256; differentiable (o's
-    gradient and lse's: `flash.backward`'s packed kernels)."""
+    gradient and lse's: `flash.backward`'s packed kernels). `variant` with its `operands` as `attention`'s (a
+    head's [heads] or [batch, heads]), `query` in its functions query i's position i + len_k - len_q among its
+    sequence's keys and `seq` its keys, the keys' rules checked at max_seqlen_k: forward only."""
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
+    if variant is not None or operands:
+        if variant is None:
+            raise ValueError("attention_varlen: operands are a variant's")
+        return variant_ops.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, causal,
+                                  variant, operands)
     varlen = _attention_varlen if plain_call(q, k, v) else torch.ops.mlir_tile.attention_varlen
     return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
 

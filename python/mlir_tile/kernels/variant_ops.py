@@ -84,6 +84,54 @@ def _register(name: str, variant):
     return register_operator(name, run, fake=fake, backward=backward, setup_context=setup)
 
 
+def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seqlen_k: int, causal: bool, variant,
+           operands, gaps: bool = False):
+    """Packed sequences' attention with `variant` (`flash.packed.PackedAttention`'s): paged where `block_table`
+    is given (`keys` each sequence's count of keys), else over packed K/V rows (`keys` cu_seqlens_k; `gaps`: a
+    KV cache's, its entries every other sequence, `kvcache.cache_offsets`). Forward only: a call that asks for a gradient is
+    refused. Eager calls run it straight, others through its operator."""
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, *tensors)):
+        raise ValueError(f"attention: variant {variant.name!r} on packed sequences or a KV cache has no backward "
+                         f"(the dense [batch, heads, seq, d] form trains); call it under torch.no_grad()")
+    numbers = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
+    arguments = (q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps)
+    if registry.plain_call(q, k, v, *tensors):
+        return _packed_run(*arguments, variant, _operands(variant, tensors, numbers))
+    name = f"attention_packed{variant.suffix}"
+    with registry.lock:
+        if name not in registry.custom_operators:
+            registry.custom_operators[name] = _register_packed(name, variant)
+    return registry.custom_operators[name](*arguments, tensors, numbers)
+
+
+def _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, variant,
+                operands):
+    paths = kernels_on(q.device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention: variants on packed sequences run on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    if block_table is not None:
+        return paths.hopper.packing.paged(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, causal=causal,
+                                          variant=variant, operands=operands)
+    return paths.hopper.packing.packed(q, k, v, cu_seqlens_q, keys, max_seqlen_q, causal=causal,
+                                       max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2 if gaps else None,
+                                       variant=variant, operands=operands)
+
+
+def _register_packed(name: str, variant):
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, keys: torch.Tensor,
+            block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool, gaps: bool,
+            tensors: List[torch.Tensor], numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps,
+                           variant, _operands(variant, tensors, numbers))
+
+    def fake(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, tensors, numbers):
+        return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+    return register_operator(name, run, fake=fake)
+
+
 def _head_gradients(variant, tensors: List[torch.Tensor], grad_o, grad_lse, o, lse) -> list:
     """The gradients of the "head" operands (in their order): the sinks' where the variant's sink names one (dL/ds
     = sum over the rows of p_s (dL/dlse - D), p_s = exp(s - lse) the sink's share, D = rowsum(dO O)), summed over

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlir_tile.kernels.flash.masks import alibi, band, combined, prefix_lm, sinks, sliding_window as window, softcap
-from mlir_tile.kernels.flash.variants import Variant, minimum
+from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sliding_window.py"
 
@@ -69,6 +69,59 @@ BACKWARD_CASES = (  # (masks, and the steps with their derivatives; first_100, k
 )
 
 
+class PackedCase(NamedTuple):
+    """One run on packed sequences (`form` "varlen": `attention_varlen`, `lengths` (len_q, len_k) pairs) or a KV
+    cache (`attention_with_kvcache`, "cache" or "paged" in pages of `page_size`: `lengths` the cache lengths,
+    `seq_q` queries each, the cache `seq_cache` keys long): `variant` with `operands` (as `Case`'s), head dim,
+    query heads and K/V heads, causal. Its kernels are built for 132 SMs (the H100's and H200's: split-KV's
+    count follows the SMs)."""
+    variant: str
+    operands: tuple
+    form: str
+    lengths: tuple
+    d: int = 128
+    heads: int = 8
+    kv_heads: int = 2
+    seq_q: int = 1
+    seq_cache: int = 2048
+    page_size: int = 0
+    causal: bool = False
+
+
+PACKED_CASES = (  # (decode steps: pack_gqa and split-KV; lengths 0 and 1; prefill against a cache; varlen)
+    PackedCase("window_255", (), "paged", (0, 1, 300, 1000, 2048), page_size=64),
+    PackedCase("gemma2_local", (30.0,), "cache", (5, 1500, 3000), heads=16, kv_heads=8, seq_cache=4096),
+    PackedCase("softcap", (5.0,), "cache", (0, 4, 700), d=64, heads=4, kv_heads=1, seq_q=4, seq_cache=1024,
+               causal=True),
+    PackedCase("alibi", ("heads",), "paged", (1, 513, 4000), heads=32, kv_heads=8, seq_cache=4096, page_size=16,
+               causal=True),
+    PackedCase("sinks", ("batch_heads",), "cache", (3000, 17, 0), heads=8, kv_heads=8, seq_q=2, seq_cache=4096,
+               causal=True),
+    PackedCase("gpt_oss_local", ("heads",), "varlen", ((100, 100), (1, 50), (300, 700), (0, 10)), d=64, heads=4),
+    PackedCase("band", (17,), "varlen", ((64, 64), (129, 200)), d=256, heads=2, kv_heads=1),
+    PackedCase("window_100_50", (), "paged", (40, 700, 129), seq_q=64, seq_cache=1024, page_size=128),
+)
+
+
+NOT_MONOTONE = PackedCase("odd_end", (), "varlen", ((500, 500), (1, 2048)))  # (its keys' end is non-decreasing at
+# 2,048 keys, where the host checks them, and not at 500: the kernel's rows whose keys its walk misses get NaN)
+
+
+def packed_config_of(case: PackedCase, sms: int = 132):
+    """(the configuration, its module's name) the launcher picks for `case` on `sms` SMs."""
+    from mlir_tile.kernels.flash.packed import packed_config
+
+    group, batch = case.heads // case.kv_heads, len(case.lengths)
+    if case.form == "varlen":
+        seq_q, seq_k = (max(pair[i] for pair in case.lengths) for i in range(2))
+        seq_k = min(seq_k, sum(pair[1] for pair in case.lengths))
+    else:
+        seq_q, seq_k = case.seq_q, case.seq_cache
+    config, _, _ = packed_config(case.d, case.causal, "bf16", seq_q, group, case.page_size, max_seqlen_k=seq_k,
+                                 kv_items=batch * case.kv_heads, sms=sms)
+    return config, str(config) + variants()[case.variant].suffix
+
+
 FAMILIES = {  # the random cases' variants: the ready-made parts each combines, in order (read at the call: one
     # kernel a configuration serves every width, cap, slope and sink)
     "band": ("band",), "softcap": ("softcap",), "alibi": ("alibi",), "sinks": ("sinks",),
@@ -116,12 +169,17 @@ def random_cases(count: int = 200, seed: int = 61) -> list:
     return cases
 
 
+def _odd_end(query, seq, at):  # (causal at 1,500 keys or more; below, rows 0-49 see 10 keys more a row less)
+    return 0, minimum(query + 1 + maximum(minimum(1500 - seq, 1), 0) * maximum(50 - query, 0) * 10, seq)
+
+
 def variants() -> dict:
     return {"sliding_window": sliding_window(), "band": band, "softcap": softcap, "window_100_50": window(100, 50),
             "prefix_lm_300": prefix_lm(300), "gemma2_local": combined(window(1023), softcap), "alibi": alibi,
             "sinks": sinks, "gpt_oss_local": combined(window(127), sinks),
             "first_100": Variant("first_100", keys=lambda query, seq, at: (0, minimum(query + 1, 100))),
-            "constant_sink": Variant("constant_sink", sink=lambda at: 1.0),
+            "constant_sink": Variant("constant_sink", sink=lambda at: 1.0), "window_255": window(255),
+            "odd_end": Variant("odd_end", keys=_odd_end),
             **{family: combined(*(PARTS[part] for part in parts)) for family, parts in FAMILIES.items()
                if len(parts) > 1}}
 
@@ -143,6 +201,9 @@ def kernels():
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
         built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
+    for case in PACKED_CASES + (NOT_MONOTONE,):
+        config, name = packed_config_of(case)
+        built[name] = partial(sm90.build_module, config, variant=named[case.variant])
     for case in BACKWARD_CASES:
         config, variant = BackwardConfig(case.d, case.causal, "bf16"), named[case.variant]
         built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)

@@ -9,9 +9,10 @@ import functools
 from dataclasses import replace
 from functools import partial
 
-from mlir_tile.kernels.common import MapOperand
+from mlir_tile.kernels.common import MapOperand, operand_slots
 from mlir_tile.kernels.flash import combine, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig
+from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 MAX_SPLITS = 32  # split-KV's most splits (flash-decoding's 128 is for longer caches than a decode step's SMs need)
@@ -24,28 +25,32 @@ class PackedAttention:
         self.library, self.maps, self.plans, self.sms = library, maps, plans, sms
 
     def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False,
-               max_seqlen_k: int | None = None, queried: int | None = None):
+               max_seqlen_k: int | None = None, queried: int | None = None, variant=None, operands=()):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
         [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
         covers: rows past it are not computed; `max_seqlen_k` at least its keys, None: total_k, which split-KV
         shares out; `queried`, the sequences that hold queries where the others hold none, None: all, by which
         split-KV shares out). f16 or bf16; q, k and v read in place where each token's row is (`token_rows`), O
-        contiguous."""
+        contiguous. `variant` with its `operands` as `HopperAttention`'s (a head's [heads] or [batch, heads], a
+        row of each sequence), `query` in its functions the query's position among its sequence's keys (query
+        i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
+        `max_seqlen_k` (`checked_variant`)."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
         return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
-                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried)
+                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried,
+                         variant=(variant, operands))
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
-              causal: bool = False):
+              causal: bool = False, variant=None, operands=()):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed queries against a paged K/V cache
         (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
         sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
-        pages_per_sequence]); q, cu_seqlens_q and max_seqlen_q as `packed`'s. ValueError in one line for what
-        the kernel does not take."""
+        pages_per_sequence]); q, cu_seqlens_q, max_seqlen_q, `variant` and `operands` as `packed`'s (its keys
+        checked at the table's keys a sequence). ValueError in one line for what the kernel does not take."""
         element, (k_rows, v_rows) = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table,
                                                   max_seqlen_q)
         q, block_table = token_rows(q), block_table.contiguous()
@@ -53,17 +58,21 @@ class PackedAttention:
         return self._run(q, k_rows, v_rows, kv_heads, element, bool(causal), max_seqlen_q,
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
-                         paging=(per_sequence, page_size, pages))
+                         paging=(per_sequence, page_size, pages), variant=(variant, operands))
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
-             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None):
+             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None, variant: tuple = (None, ())):
         """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
-        the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all)."""
+        the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all);
+        `variant` (the variant, its operands)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
+        variant, operands = variant
+        # (`kept`: the per-head values as the kernel reads them, held until it is launched)
+        arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device))
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
         if not (total_q and batch and max_seqlen_q):
@@ -75,22 +84,23 @@ class PackedAttention:
                                               kv_items=(batch if queried is None else queried) * kv_heads,
                                               sms=self.sms)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
-        shape = (total_q, k.shape[0], heads, kv_heads, batch, tiles, splits, pitches, paging)
+        shape = (total_q, k.shape[0], heads, kv_heads, batch, tiles, splits, pitches, paging, variant)
         plan = self.plans.of(("packed", config, *shape), lambda: self._plan(config, *shape))
         partials = ((torch.empty(splits, *q.shape, dtype=torch.float32, device=q.device),
                      torch.empty(splits, heads, total_q, dtype=torch.float32, device=q.device)) if splits > 1 else ())
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), pointers,
-             tuple(x.data_ptr() for x in partials))
+        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+             pointers + tuple(arguments), tuple(x.data_ptr() for x in partials))
         return o, lse
 
     def _plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
-              splits: int, pitches: tuple, paging: tuple):
+              splits: int, pitches: tuple, paging: tuple, variant=None):
         """The launch over `batch` sequences' `tiles` row tiles (of the longest; pack_gqa, of its rows times the
         group) of `heads` query heads (pack_gqa: of the K/V heads), `splits` CTAs each (then the combine's):
         Q's, K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart (pack_gqa: Q's 3-D over
         [tokens, heads, d], a box 64 / group tokens of `group` heads); `paging` (paged K/V): pages a sequence,
-        the page size and the pool's pages (K's and V's tokens)."""
-        module = self.library.module(str(config), partial(sm90.build_module, config))
+        the page size and the pool's pages (K's and V's tokens); a variant's operands last."""
+        module = self.library.module(str(config) + (variant.suffix if variant else ""),
+                                     partial(sm90.build_module, config, variant=variant))
         box, d, group = sm90_layouts.boxes(config), config.head_dim, heads // kv_heads
         maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
             ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]), ("v", total_k, kv_heads, pitches[2]))]
@@ -101,7 +111,8 @@ class PackedAttention:
         # (paged: a sequence's keys at most its table row's, then the table's address and shape)
         keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, items, group]
-                                + [POINTER] * 2 + [heads, total_q] + keys + ([splits] if config.split_kv else []),
+                                + [POINTER] * 2 + [heads, total_q] + keys + ([splits] if config.split_kv else [])
+                                + operand_slots(variant.operands if variant else ()),
                                 grid=config.grid(items, tiles * config.rows, self.sms) * splits,
                                 block=config.threads, shared_bytes=config.shared_bytes)
         combined = None

@@ -73,8 +73,6 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     if variant is not None and variant.keys is not None and config.causal:
         raise ValueError(f"hopper attention: variant {variant.name!r} says which keys each row sees; with it the "
                          f"configuration is not causal")
-    if variant is not None and config.varlen:
-        raise ValueError("hopper attention: variants take [batch, heads, seq, d] inputs, not packed sequences")
     scales = [Global("f32")] * 3 if config.fp8 else []
     # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
     scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
@@ -171,7 +169,9 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
                 splits = k.as_index(self.splits)
                 self.split, item = item % splits, item // splits
             self.head, query_tile = self.order.of_block(item)
-            self.head_values = self.variant.head_values(k, self.head, self.extras) if self.variant else {}
+            # (packed: the item's index, batch x heads + head, is the operand's row; pack_gqa, each row's own)
+            values = self.variant.head_values(k, self.head, self.extras) if self.variant else {}
+            self.head_values = (values, values)
             self.q0 = query_tile * config.rows
             if config.varlen:
                 self.locate_in_sequence()
@@ -330,6 +330,8 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
 
     def attend(self) -> None:
         k = self.k
+        if self.config.varlen:
+            self.row_head_values()
         for half in range(2):
             k.store(self.negative_infinity, self.row_max, [half])
             k.store(k.constant(0.0, "f32"), self.row_sum, [half])
@@ -480,6 +482,9 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
             log_sum = arith.mulf(arith.addf(k.load(self.row_max, [half]), math_dialect.log2(total)),
                                  k.constant(1 / LOG2E, "f32"))
             if varlen:
+                if self.keys_of_rows:  # (NaN where the item's walk misses some of the row's keys)
+                    covered, nan = self.walk_covers(row), k.constant(float("nan"), "f32")
+                    inverses[-1], log_sum = (arith.select(covered, x, nan) for x in (inverse, log_sum))
                 self.store_lse(row, log_sum)
                 continue
             query = self._query(row)
@@ -497,8 +502,11 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
         from mlir.dialects import math as math_dialect
 
         k = self.k
-        sink = self.variant.sink_logit(k, self._query(row), self.head_values, self.extras)
-        return k.exp2(math_dialect.fma(sink, k.constant(LOG2E, "f32"), arith.negf(k.load(self.row_max, [half]))))
+        sink = self.variant.sink_logit(k, self.position(row), self.head_values[half], self.extras)
+        share = k.exp2(math_dialect.fma(sink, k.constant(LOG2E, "f32"), arith.negf(k.load(self.row_max, [half]))))
+        if self.config.split_kv:  # (split 0's alone: the combine sums the splits' exp(lse), the sink once)
+            share = arith.select(k.compare("eq", self.split, 0), share, k.constant(0.0, "f32"))
+        return share
 
     def store_o(self, inverses, last) -> None:
         """O's pairs packed and written by stmatrix into this consumer's 64-row band of the O tile
@@ -547,6 +555,19 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
         """The query of the item's `row` (of the accumulators' tile); pack_gqa: of its (query, head) pair."""
         query = self.q0 + (self.consumer * 64 + row)
         return self.split_row(query)[0] if self.config.pack_gqa else query
+
+    def position(self, row):
+        """The item's `row`'s query as a variant sees it: its position among the sequence's keys (packed: the
+        query plus len_k - len_q, bottom right, as causal; a signed index value)."""
+        return self.sequence.position(self._query(row)) if self.config.varlen else self._query(row)
+
+    def row_keys(self, row) -> tuple:
+        """(first, end): the keys the variant gives the item's `row` (packed: clamped into its sequence's
+        keys, where the host checked the rules at the longest only)."""
+        if self.config.varlen:
+            return self.sequence.clamped(self.variant.key_interval(self.k, self.position(row), self.sequence.k_length,
+                                                                   self.extras))
+        return self.variant.key_interval(self.k, self._query(row), self.seq, self.extras)
 
     def _first_slot(self, half: int) -> int:
         return next(slot for slot, h in enumerate(self.o_halves) if h == half)

@@ -4,8 +4,9 @@ score step, the mask, each row's running max and sum, the probabilities written 
 A mixin of the kernel (`sm90._HopperAttention`), whose attributes it reads: `s_acc` (S's accumulators) with
 `s_halves` and `s_columns` (each slot's row half and column step), `row_max` and `row_sum` (the two rows'
 registers), `scale` (the exp2 scale), `score_scale` (q.k's scale before a score step; None: no step),
-`variant`, `keys_of_rows`, `extras` (the variant's operands), `head_values` (its "head" operands' values at the
-item's head), `seq`, `negative_infinity`, `config`, and `key_tile_at(tile)` and `_query(row)`.
+`variant`, `keys_of_rows`, `extras` (the variant's operands), `head_values` (its "head" operands' values at
+each of the thread's two rows' heads), `seq`, `negative_infinity`, `config`, and `key_tile_at(tile)`, `_query(row)`,
+`position(row)` and `row_keys(row)`.
 """
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ class OnlineSoftmax:
         k = self.k
         row, _ = self.s_acc.coordinate(self.s_halves.index(half))
         first_key = k.as_index(self.key_tile_at(tile)) * self.config.keys + self.s_acc.coordinate(0)[1]
-        return self.variant.scores(k, scores, self.score_scale, self._query(row), first_key,
-                                   [self.s_columns[slot] for slot in slots], self.head_values, self.extras)
+        return self.variant.scores(k, scores, self.score_scale, self.position(row), first_key,
+                                   [self.s_columns[slot] for slot in slots], self.head_values[half], self.extras)
 
     def masked(self, scores, slots, tile, half: int) -> list:
         """Row `half`'s scores of `slots` in key tile `tile`, those of keys the row does not see at -inf: keys
@@ -72,7 +73,7 @@ class OnlineSoftmax:
         row, _ = self.s_acc.coordinate(self.s_halves.index(half))
         _, column = self.s_acc.coordinate(0)
         if self.keys_of_rows:
-            lowest, limit = self.variant.key_interval(k, self._query(row), self.seq, self.extras)
+            lowest, limit = self.row_keys(row)
         elif self.config.varlen:
             lowest, limit = None, self.sequence.key_end(self._query(row), self.config.causal)
         else:

@@ -59,6 +59,32 @@ class Sequence:
         walk.count = k.maximum(walk.count, 1)
         return walk
 
+    def between(self, keys: int, lowest: tuple, highest: tuple, share: tuple | None = None):
+        """The key tiles (`KeyTiles.between`) of rows whose keys run from `lowest` (first, end) of the first row
+        to `highest` of the last (`clamped`), or of those `share`'s, one tile at least (as `key_tiles`)."""
+        from mlir_tile.builder.integers import maximum
+        from mlir_tile.builder.schedule import KeyTiles
+
+        walk = KeyTiles.between(self.k, keys, lowest, highest)
+        if share is not None:
+            walk = walk.part(*share)
+        walk.count = maximum(walk.count, 1, signed=True)
+        return walk
+
+    def position(self, query):
+        """Query `query`'s position among the sequence's keys: query + len_k - len_q (signed)."""
+        return query + self.shift
+
+    def clamped(self, interval: tuple) -> tuple:
+        """A variant's keys (first, end) of a row clamped into the sequence's [0, len_k] (signed): first None
+        where it has none (every row's first key 0)."""
+        from mlir_tile.builder.integers import maximum, minimum
+
+        first, end = interval
+        if first is not None:
+            first = minimum(maximum(first, 0, signed=True), self.k_length, signed=True)
+        return first, minimum(maximum(end, 0, signed=True), self.k_length, signed=True)
+
     def key_end(self, query, causal: bool):
         """One past the last key query row `query` of the sequence sees (signed: at or below 0 where it sees
         none)."""
@@ -129,8 +155,10 @@ class PackedItems:
                                              self.total_q))
         else:
             self.g_lse = k.tensor(self.lse, (heads, self.total_q))[self.head, None]
+        self.batch = batch
         self.share = None
         self.key_tiles = self.consumer_key_tiles(self.q0, config.rows, config.causal)
+        self.walk = self.key_tiles  # (the item's, all its splits')
         if config.split_kv:  # (this split's share of the item's key tiles)
             per = (self.key_tiles.count + (k.as_index(self.splits) - 1)) // k.as_index(self.splits)
             self.share = (self.split * per, per)
@@ -141,6 +169,13 @@ class PackedItems:
         share): with pack_gqa those of their queries (fewer than `rows`, which bounds the causal tiles from
         above)."""
         first_query = self.split_row(first_row)[0] if self.config.pack_gqa else first_row
+        if self.keys_of_rows:  # (the variant's keys of the first row and of the last inside the sequence)
+            last = self.k.minimum(first_row + rows, self.q_rows) - 1
+            last_query = self.split_row(last)[0] if self.config.pack_gqa else last
+            lowest, highest = (self.sequence.clamped(self.variant.key_interval(
+                self.k, self.sequence.position(query), self.sequence.k_length, self.extras))
+                for query in (first_query, last_query))
+            return self.sequence.between(self.config.keys, lowest, highest, self.share)
         return self.sequence.key_tiles(self.config.keys, first_query, rows, causal, self.share)
 
     def split_row(self, packed) -> tuple:
@@ -154,6 +189,25 @@ class PackedItems:
         for bit in range(1, 7):  # (log2 of the group: the powers of two it reaches)
             shift += k.select(k.compare("uge", group, 1 << bit), k.index(1), k.index(0))
         return packed >> shift, packed & (group - 1)
+
+    def walk_covers(self, row):
+        """Whether the item's walk (all its splits') holds every key the variant gives the item's `row` (an i1):
+        the host checks that the keys are non-decreasing in the row at the longest sequence's length only, and
+        where they are not at this one a row gets O NaN, not a silently wrong result."""
+        k, walk, keys = self.k, self.walk, self.config.keys
+        first, end = self.row_keys(row)
+        lowest, beyond = walk.first * keys, (walk.first + walk.count) * keys
+        none = k.compare("sge", first, end)
+        return none | (k.compare("sge", first, lowest) & k.compare("sle", end, beyond))
+
+    def row_head_values(self) -> None:
+        """pack_gqa (a consumer's): the variant's "head" operands' values at the query heads of the thread's two
+        rows, which the item's group of heads shares out (row r's head r mod group), for `head_values`."""
+        if self.config.pack_gqa and self.variant is not None and self.variant.operands:
+            heads = self.k.as_index(self.heads)
+            rows = (self.s_acc.coordinate(self.s_halves.index(half))[0] for half in range(2))
+            self.head_values = tuple(self.variant.head_values(self.k, self.batch * heads + self.row_place(row)[2],
+                                                              self.extras) for row in rows)
 
     def q_band_at(self, consumer: int) -> tuple:
         """(the matrix or None, the row, the first column) of the consumer's band of Q: row q0 + 64 consumer of

@@ -224,6 +224,45 @@ def _checked_keys(variant: Variant, seq: int, numbers: tuple) -> None:
                              f"{row} it gives [{first[row]}, {end[row]})")
 
 
+def variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple) -> tuple[list, list]:
+    """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints, the addresses of
+    its heads' fp32 values: `per_head_values`, `per_head` (batch, heads, device)), its keys checked for `seq`
+    (`Variant.check_keys`); none without a variant. Also the tensors those addresses lie in, which the caller
+    holds until the launch (else the allocator may give their bytes to O)."""
+    if variant is None:
+        if operands:
+            raise ValueError("attention: operands are a variant's")
+        return [], []
+    if variant.keys is not None and causal:
+        raise ValueError(f"attention: variant {variant.name!r} says which keys each row sees; give it causal=False")
+    import torch
+
+    kinds = [operand.kind for operand in variant.operands]
+    taken = {"scalar": (int, float), "integer": int, "head": torch.Tensor}
+    if len(operands) != len(kinds) or any(isinstance(x, bool) or not isinstance(x, taken[kind])
+                                          for x, kind in zip(operands, kinds)):
+        raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: a "
+                         f"tensor); got {tuple(operands)!r}")
+    variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
+    kept = [per_head_values(variant, operand.name, x, *per_head) if operand.kind == "head" else None
+            for x, operand in zip(operands, variant.operands)]
+    return [float(x) if kind == "scalar" else int(x) if kind == "integer" else laid.data_ptr()
+            for x, kind, laid in zip(operands, kinds, kept)], kept
+
+
+def per_head_values(variant, name: str, values, batch: int, heads: int, device):
+    """A "head" operand's values as the kernel reads them, fp32 for each of batch x heads, from `values` [heads]
+    or [batch, heads] of a floating dtype on `device` (copied where they are not so already)."""
+    import torch
+
+    if (values.device != device or not values.is_floating_point()
+            or tuple(values.shape) not in ((heads,), (batch, heads))):
+        raise ValueError(f"attention: variant {variant.name!r}'s operand {name!r} is a floating tensor [heads] or "
+                         f"[batch, heads] on {device}, ({heads},) or ({batch}, {heads}); got {tuple(values.shape)} "
+                         f"{values.dtype} on {values.device}")
+    return values.to(torch.float32).expand(batch, heads).contiguous()
+
+
 def maximum(a, b):
     """The larger of two index values (signed), F32 values, or numbers and numpy arrays."""
     return _extreme(a, b, "maximum", epilogues.maximum, np.maximum)

@@ -1,0 +1,211 @@
+"""Attention's extension points on packed sequences and KV caches (Hopper): `attention_with_kvcache` (contiguous
+and paged caches, decode steps with GQA packing and split-KV, a prefill of 64 queries against a cache) and
+`attention_varlen` with a variant, each against torch's fp32 attention of each sequence with the variant
+written out as an explicit mask at the queries' positions (query i of len_q at i + len_k - len_q), ragged
+lengths 0 and 1 included; a windowed decode step replayed in a CUDA graph over other lengths; keys that the
+host can check only at the longest length giving NaN rows, never wrong ones; what the calls refuse. The
+kernels come from `make gpu-inputs`' cache (`testing.attention_variants.PACKED_CASES`, built for 132 SMs).
+Skipped without torch or an sm_90 GPU (the reason shown)."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the attention operator needs torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9),
+    reason="attention variants run on Hopper's path (TMA, wgmma): sm_90 only")]
+
+
+@pytest.fixture(autouse=True)
+def kernel_cache(monkeypatch):
+    from test_runtime_gpu import epilogue_cache
+
+    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())
+
+
+def _operand_values(case, batch: int) -> tuple:
+    """The case's operands, "heads" and "batch_heads" as random fp32 tensors [heads] and [batch, heads]."""
+    made = {"heads": lambda: torch.rand(case.heads, device="cuda") * 0.3,
+            "batch_heads": lambda: torch.randn(batch, case.heads, device="cuda") * 2}
+    return tuple(made[x]() if x in made else x for x in case.operands)
+
+
+def _hidden(case, position, key, seq_k: int):
+    """The keys (columns) the case's variant hides from the queries at `position` (rows), written out."""
+    hidden = key > position if case.causal else torch.zeros_like(key > position)
+    rules = {
+        "window_255": lambda: (key > position) | (key < position - 255),
+        "gemma2_local": lambda: (key > position) | (key <= position - 1024),
+        "gpt_oss_local": lambda: (key > position) | (key < position - 127),
+        "window_100_50": lambda: (key > position + 50) | (key < position - 100),
+        "band": lambda: (key - position).abs() > case.operands[0],
+        "odd_end": lambda: key >= (position + 1 + (50 - position).clamp(min=0) * 10 * int(seq_k < 1500)),
+    }
+    return hidden | rules[case.variant]() if case.variant in rules else hidden
+
+
+def _expected_sequence(case, q, k, v, operands, b: int):
+    """torch's fp32 (o [len_q, heads, d], lse [heads, len_q]) of sequence `b`'s q [len_q, heads, d] against its
+    k and v [len_k, kv_heads, d], the variant written out; a row that sees nothing: o 0, lse -inf (or the
+    sink's)."""
+    group = case.heads // case.kv_heads
+    qf = q.float().transpose(0, 1)
+    kf, vf = (x.float().repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))
+    len_q, len_k = q.shape[0], k.shape[0]
+    position = torch.arange(len_q, device="cuda")[:, None] + (len_k - len_q)
+    key = torch.arange(len_k, device="cuda")[None, :]
+    scores = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if case.variant in ("softcap", "gemma2_local"):
+        scores = operands[0] * torch.tanh(scores / operands[0])
+    heads = [x for x in operands if isinstance(x, torch.Tensor)]
+    per_head = heads and (heads[0] if heads[0].dim() == 1 else heads[0][b])[:, None, None]
+    if case.variant == "alibi":
+        scores = scores - per_head * (key - position).abs()
+    scores = scores.masked_fill(_hidden(case, position, key, len_k), float("-inf"))
+    if case.variant in ("sinks", "gpt_oss_local"):
+        scores = torch.cat([scores, per_head.expand(-1, len_q, 1)], -1)
+    lse = scores.logsumexp(-1)
+    weights = torch.nan_to_num(torch.exp(scores - lse[..., None]))[..., :len_k]
+    return (weights @ vf).transpose(0, 1), lse
+
+
+def _close(got, expected) -> float:
+    """The largest error, -inf against -inf none."""
+    error = (got.float() - expected).abs()
+    return torch.where(torch.isinf(expected) & (got == expected), 0.0, error).max().item() if got.numel() else 0.0
+
+
+def _run_cache(case, operands, lengths, caches=None):
+    """(o, lse, expected o, expected lse) of a KV cache case's call (`caches`: q and the caches to reuse)."""
+    from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.testing.attention_variants import variants
+
+    batch, d = len(case.lengths), case.d
+    if caches is None:
+        q = torch.randn(batch, case.seq_q, case.heads, d, device="cuda", dtype=torch.bfloat16)
+        k_cache, v_cache = (torch.randn(batch, case.seq_cache, case.kv_heads, d, device="cuda",
+                                        dtype=torch.bfloat16) for _ in range(2))
+        caches = q, k_cache, v_cache
+    q, k_cache, v_cache = caches
+    table = None
+    if case.form == "paged":  # (each sequence's pages a random choice of the pool's)
+        per = case.seq_cache // case.page_size
+        table = torch.randperm(batch * per, device="cuda", dtype=torch.int32).view(batch, per)
+        pool = [torch.empty(batch * per, case.page_size, case.kv_heads, d, device="cuda", dtype=torch.bfloat16)
+                for _ in range(2)]
+        for x, cache in zip(pool, (k_cache, v_cache)):
+            x[table.long().flatten()] = cache.reshape(batch * per, case.page_size, case.kv_heads, d)
+        k_arg, v_arg = pool
+    else:
+        k_arg, v_arg = k_cache, v_cache
+    o, lse = attention_with_kvcache(q, k_arg, v_arg, lengths, causal=case.causal, block_table=table,
+                                    variant=variants()[case.variant], operands=operands)
+    expected = [_expected_sequence(case, q[b], k_cache[b, :n], v_cache[b, :n], operands, b)
+                for b, n in enumerate(lengths.tolist())]
+    return o, lse, torch.stack([e[0] for e in expected]), torch.stack([e[1] for e in expected])
+
+
+def _run_varlen(case, operands):
+    from mlir_tile.kernels import attention_varlen
+    from mlir_tile.testing.attention_variants import variants
+
+    len_q, len_k = zip(*case.lengths)
+    q, k, v = (torch.randn(sum(n), heads, case.d, device="cuda", dtype=torch.bfloat16)
+               for n, heads in ((len_q, case.heads), (len_k, case.kv_heads), (len_k, case.kv_heads)))
+    offsets = [torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+               for n in (len_q, len_k)]
+    o, lse = attention_varlen(q, k, v, *offsets, max(len_q), max(len_k), causal=case.causal,
+                              variant=variants()[case.variant], operands=operands)
+    expected = [_expected_sequence(case, q[offsets[0][b]:offsets[0][b + 1]], k[offsets[1][b]:offsets[1][b + 1]],
+                                   v[offsets[1][b]:offsets[1][b + 1]], operands, b) for b in range(len(len_q))]
+    return o, lse, torch.cat([e[0] for e in expected]), torch.cat([e[1] for e in expected], 1)
+
+
+def test_each_packed_case_matches_torch_with_its_variant_written_out():
+    from mlir_tile.testing.attention_variants import PACKED_CASES
+
+    torch.manual_seed(61)
+    failures = []
+    with torch.no_grad():
+        for case in PACKED_CASES:
+            operands = _operand_values(case, len(case.lengths))
+            if case.form == "varlen":
+                o, lse, expected, expected_lse = _run_varlen(case, operands)
+            else:
+                lengths = torch.tensor(case.lengths, device="cuda", dtype=torch.int32)
+                o, lse, expected, expected_lse = _run_cache(case, operands, lengths)
+            errors = _close(o, expected), _close(lse, expected_lse)
+            print(case.variant, case.form, errors)
+            if not errors[0] <= 2 ** -6 or not errors[1] <= 1e-3:
+                failures.append((case, errors))
+    assert not failures, failures
+
+
+def test_a_windowed_decode_step_replays_in_a_cuda_graph_over_other_lengths():
+    from mlir_tile.testing.attention_variants import PACKED_CASES
+
+    case = PACKED_CASES[0]  # (the paged window, 255 keys back)
+    torch.manual_seed(7)
+    lengths = torch.tensor(case.lengths, device="cuda", dtype=torch.int32)
+    with torch.no_grad():
+        _run_cache(case, (), lengths)  # (its plans made before the capture)
+        batch = len(case.lengths)
+        caches = (torch.randn(batch, 1, case.heads, case.d, device="cuda", dtype=torch.bfloat16),
+                  *(torch.randn(batch, case.seq_cache, case.kv_heads, case.d, device="cuda", dtype=torch.bfloat16)
+                    for _ in range(2)))
+        from mlir_tile.kernels import attention_with_kvcache
+        from mlir_tile.testing.attention_variants import variants
+
+        q, k_cache, v_cache = caches
+        per = case.seq_cache // case.page_size
+        table = torch.arange(batch * per, device="cuda", dtype=torch.int32).view(batch, per)
+        pools = [x.reshape(batch * per, case.page_size, case.kv_heads, case.d) for x in (k_cache, v_cache)]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o, lse = attention_with_kvcache(q, *pools, lengths, block_table=table, causal=False,
+                                            variant=variants()["window_255"])
+        errors = []
+        for new in ((2048, 7, 256, 255, 1), (0, 0, 0, 0, 0), (1000, 1001, 1002, 3, 2000)):
+            lengths.copy_(torch.tensor(new, device="cuda", dtype=torch.int32))
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = torch.stack([_expected_sequence(case, q[b], k_cache[b, :n], v_cache[b, :n], (), b)[0]
+                                    for b, n in enumerate(new)])
+            errors.append(_close(o, expected))
+    assert max(errors) <= 2 ** -6, errors
+
+
+def test_keys_the_host_checks_only_at_the_longest_length_give_nan_rows_never_wrong_ones():
+    """`odd_end`'s keys are causal at 2,048 keys (the longest, where the host checks them) and not below 1,500:
+    rows 0-41 of a sequence of 500 see keys past the last row's, which the item's walk does not visit."""
+    from mlir_tile.testing.attention_variants import NOT_MONOTONE
+
+    torch.manual_seed(5)
+    with torch.no_grad():
+        o, lse, expected, _ = _run_varlen(NOT_MONOTONE, ())
+    rows = o.float().isnan().any(-1).any(-1)
+    fine = ~rows
+    assert rows[:500].any() and not rows[500:].any(), rows.nonzero()
+    assert _close(o[fine], expected[fine]) <= 2 ** -6
+
+
+def test_what_a_variant_on_a_cache_refuses_in_one_line():
+    from mlir_tile.kernels import attention_varlen, attention_with_kvcache
+    from mlir_tile.kernels.flash.masks import alibi, sliding_window
+    from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
+
+    q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(2, 256, 2, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="give it causal=False"):
+        attention_with_kvcache(q, cache, cache, 100, variant=sliding_window(10))
+    late = Variant("late", keys=lambda query, seq, at: (maximum(query - 10), minimum(query + 1, seq - 300)))
+    with pytest.raises(ValueError, match=r"keys\(query, seq=256\) must keep first < end"):
+        attention_with_kvcache(q, cache, cache, 100, causal=False, variant=late)
+    with pytest.raises(ValueError, match="operand 'slopes' is a floating tensor"):
+        attention_with_kvcache(q, cache, cache, 100, variant=alibi, operands=(torch.ones(3, device="cuda"),))
+    with pytest.raises(ValueError, match="operands are a variant's"):
+        attention_with_kvcache(q, cache, cache, 100, operands=(1.0,))
+    rows = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    offsets = torch.tensor([0, 10], device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="has no backward"):
+        attention_varlen(rows, rows, rows, offsets, offsets, 10, 10, variant=sliding_window(3))
