@@ -158,3 +158,20 @@ def test_rows_whose_keys_a_packed_walk_misses_are_poisoned_with_nan():
     nan = "arith.constant 0x7FC00000 : f32"
     assert _module(config, band).count(nan) >= 1
     assert nan not in _module(config, softcap) and nan not in _module(config, None)
+
+
+def test_the_random_packed_cases_cover_what_serving_asks_of_them():
+    """Issue 61's 200 random cases: every ready-made part, each form (packed sequences, contiguous and paged
+    caches), each page size, cache lengths 0 and 1, split-KV and GQA packing, decode steps and prefills."""
+    from mlir_tile.testing.attention_variants import FAMILIES, packed_config_of, random_packed_cases
+
+    cases = random_packed_cases()
+    configs = [packed_config_of(case)[0] for case in cases]
+    assert len(cases) == 200 and {case.variant for case in cases} == set(FAMILIES)
+    assert {case.form for case in cases} == {"varlen", "cache", "paged"}
+    assert {case.page_size for case in cases if case.form == "paged"} == {16, 64, 128, 256}
+    lengths = {n for case in cases if case.form != "varlen" for n in case.lengths}
+    assert {0, 1} <= lengths and {case.heads // case.kv_heads for case in cases} >= {1, 4, 8}
+    assert sum(c is not None and c.split_kv for c in configs) >= 50 and sum(c is not None and c.pack_gqa
+                                                                              for c in configs) >= 50
+    assert {case.seq_q == 1 for case in cases} == {True, False}

@@ -30,24 +30,20 @@ def _operand_values(case, batch: int) -> tuple:
     return tuple(made[x]() if x in made else x for x in case.operands)
 
 
-def _hidden(case, position, key, seq_k: int):
-    """The keys (columns) the case's variant hides from the queries at `position` (rows), written out."""
-    hidden = key > position if case.causal else torch.zeros_like(key > position)
-    rules = {
-        "window_255": lambda: (key > position) | (key < position - 255),
-        "gemma2_local": lambda: (key > position) | (key <= position - 1024),
-        "gpt_oss_local": lambda: (key > position) | (key < position - 127),
-        "window_100_50": lambda: (key > position + 50) | (key < position - 100),
-        "band": lambda: (key - position).abs() > case.operands[0],
-        "odd_end": lambda: key >= (position + 1 + (50 - position).clamp(min=0) * 10 * int(seq_k < 1500)),
-    }
-    return hidden | rules[case.variant]() if case.variant in rules else hidden
+WINDOWS = {"window_255": (255, 0), "gemma2_local": (1023, 0), "gpt_oss_local": (127, 0), "window_100_50": (100, 50)}
+
+
+def _parts(case) -> tuple:
+    """The parts that read the case's operands, in their order."""
+    from mlir_tile.testing.attention_variants import FAMILIES
+
+    return {"gemma2_local": ("softcap",), "gpt_oss_local": ("sinks",), **FAMILIES}.get(case.variant, ())
 
 
 def _expected_sequence(case, q, k, v, operands, b: int):
     """torch's fp32 (o [len_q, heads, d], lse [heads, len_q]) of sequence `b`'s q [len_q, heads, d] against its
-    k and v [len_k, kv_heads, d], the variant written out; a row that sees nothing: o 0, lse -inf (or the
-    sink's)."""
+    k and v [len_k, kv_heads, d], the variant written out at the queries' positions; a row that sees nothing: o
+    0, lse -inf (or the sink's)."""
     group = case.heads // case.kv_heads
     qf = q.float().transpose(0, 1)
     kf, vf = (x.float().repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))
@@ -55,24 +51,38 @@ def _expected_sequence(case, q, k, v, operands, b: int):
     position = torch.arange(len_q, device="cuda")[:, None] + (len_k - len_q)
     key = torch.arange(len_k, device="cuda")[None, :]
     scores = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if case.variant in ("softcap", "gemma2_local"):
-        scores = operands[0] * torch.tanh(scores / operands[0])
-    heads = [x for x in operands if isinstance(x, torch.Tensor)]
-    per_head = heads and (heads[0] if heads[0].dim() == 1 else heads[0][b])[:, None, None]
-    if case.variant == "alibi":
-        scores = scores - per_head * (key - position).abs()
-    scores = scores.masked_fill(_hidden(case, position, key, len_k), float("-inf"))
-    if case.variant in ("sinks", "gpt_oss_local"):
-        scores = torch.cat([scores, per_head.expand(-1, len_q, 1)], -1)
+    hidden, sink = key > position if case.causal else torch.zeros_like(key > position), None
+    if case.variant in WINDOWS:
+        left, right = WINDOWS[case.variant]
+        hidden = hidden | (key > position + right) | (key < position - left)
+    if case.variant == "odd_end":  # (rows 0-49 see 10 keys more a row less below 1,500 keys)
+        hidden = hidden | (key >= position + 1 + (50 - position).clamp(min=0) * 10 * int(len_k < 1500))
+    for part, value in zip(_parts(case), operands):
+        per_head = isinstance(value, torch.Tensor) and (value if value.dim() == 1 else value[b])[:, None, None]
+        if part == "band":
+            hidden = hidden | ((key - position).abs() > value)
+        elif part == "softcap":
+            scores = value * torch.tanh(scores / value)
+        elif part == "alibi":
+            scores = scores - per_head * (key - position).abs()
+        else:
+            sink = per_head
+    scores = scores.masked_fill(hidden, float("-inf"))
+    if sink is not None:
+        scores = torch.cat([scores, sink.expand(-1, len_q, 1)], -1)
     lse = scores.logsumexp(-1)
     weights = torch.nan_to_num(torch.exp(scores - lse[..., None]))[..., :len_k]
     return (weights @ vf).transpose(0, 1), lse
 
 
-def _close(got, expected) -> float:
-    """The largest error, -inf against -inf none."""
+def _close(got, expected, relative: bool = False) -> float:
+    """The largest error (`relative`: to the expected value's size, 1 at least), -inf against -inf none."""
+    if not got.numel():
+        return 0.0
     error = (got.float() - expected).abs()
-    return torch.where(torch.isinf(expected) & (got == expected), 0.0, error).max().item() if got.numel() else 0.0
+    if relative:
+        error = error / torch.where(torch.isinf(expected), 1.0, expected.abs().clamp(min=1))
+    return torch.where(torch.isinf(expected) & (got == expected), 0.0, error).max().item()
 
 
 def _run_cache(case, operands, lengths, caches=None):
@@ -121,6 +131,14 @@ def _run_varlen(case, operands):
     return o, lse, torch.cat([e[0] for e in expected]), torch.cat([e[1] for e in expected], 1)
 
 
+def _run_case(case):
+    """(o, lse, expected o, expected lse) of `case` with random inputs and operands."""
+    operands = _operand_values(case, len(case.lengths))
+    if case.form == "varlen":
+        return _run_varlen(case, operands)
+    return _run_cache(case, operands, torch.tensor(case.lengths, device="cuda", dtype=torch.int32))
+
+
 def test_each_packed_case_matches_torch_with_its_variant_written_out():
     from mlir_tile.testing.attention_variants import PACKED_CASES
 
@@ -128,17 +146,30 @@ def test_each_packed_case_matches_torch_with_its_variant_written_out():
     failures = []
     with torch.no_grad():
         for case in PACKED_CASES:
-            operands = _operand_values(case, len(case.lengths))
-            if case.form == "varlen":
-                o, lse, expected, expected_lse = _run_varlen(case, operands)
-            else:
-                lengths = torch.tensor(case.lengths, device="cuda", dtype=torch.int32)
-                o, lse, expected, expected_lse = _run_cache(case, operands, lengths)
+            o, lse, expected, expected_lse = _run_case(case)
             errors = _close(o, expected), _close(lse, expected_lse)
             print(case.variant, case.form, errors)
             if not errors[0] <= 2 ** -6 or not errors[1] <= 1e-3:
                 failures.append((case, errors))
     assert not failures, failures
+
+
+def test_random_packed_cases_of_the_ready_made_parts_match_torch():
+    """`attention_variants.random_packed_cases`' 200 cases (bands, softcap, ALiBi and sinks alone and combined;
+    contiguous and paged caches, pages of 16-256, lengths 0 and 1 to full, decode steps and prefills against a
+    cache, packed sequences; GQA; split-KV) against torch's fp32 math: O within 2^-6, the log-sum-exp within
+    1e-4 of its size (ALiBi's negative slopes make it thousands)."""
+    from mlir_tile.testing.attention_variants import random_packed_cases
+
+    torch.manual_seed(62)
+    failures = []
+    with torch.no_grad():
+        for case in random_packed_cases():
+            o, lse, expected, expected_lse = _run_case(case)
+            lse_error = _close(lse, expected_lse, relative=True)
+            if not (_close(o, expected) <= 2 ** -6 and lse_error <= 1e-4):
+                failures.append((case, _close(o, expected), lse_error))
+    assert not failures, (len(failures), failures[:8])
 
 
 def test_a_windowed_decode_step_replays_in_a_cuda_graph_over_other_lengths():

@@ -3,11 +3,13 @@ their kernels, built where the compiler is (`build`: into the kernel cache of th
 test/gpu_inputs.py fills): the example's causal sliding window (examples/sliding_window.py), a two-sided band
 of keys whose width is an integer operand, and Gemma 2's soft-capping of the scores, a score step reading a
 scalar operand (`kernels.flash.masks`' ready-made ones, with its prefix-LM, Gemma 2's local layer, a window
-built in with the soft-capping, ALiBi and gpt-oss's sinks, operands of one value a head), and 200 random cases of
-the ready-made parts combined (`random_cases`)."""
+built in with the soft-capping, ALiBi and gpt-oss's sinks, operands of one value a head), 200 random cases of
+the ready-made parts combined (`random_cases`); and those on packed sequences and KV caches
+(test_attention_variants_packed_gpu.py: `PACKED_CASES`, 200 random ones, `random_packed_cases`)."""
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -107,8 +109,37 @@ NOT_MONOTONE = PackedCase("odd_end", (), "varlen", ((500, 500), (1, 2048)))  # (
 # 2,048 keys, where the host checks them, and not at 500: the kernel's rows whose keys its walk misses get NaN)
 
 
+def random_packed_cases(count: int = 200, seed: int = 62) -> list:
+    """`count` random `PackedCase`s of FAMILIES (the same for a seed: `make gpu-inputs` builds their kernels): KV
+    caches contiguous and paged (pages of 16 to 256 tokens), cache lengths from 0 and 1 to full, decode steps of
+    1-4 queries (GQA packed, split-KV) and prefills of 16-200 against the cache, packed sequences of 0-700
+    queries and keys, head dims 64 and 128, GQA groups 1-8, widths 0 to past the cache, caps 1-30, head values of
+    both shapes."""
+    import random
+
+    rng, cases = random.Random(seed), []
+    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000]), "softcap": lambda: rng.choice([1.0, 5.0, 30.0]),
+            "alibi": lambda: rng.choice(["heads", "batch_heads"]), "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+    for _ in range(count):
+        family, form = rng.choice(sorted(FAMILIES)), rng.choice(["cache", "paged", "varlen"])
+        heads, kv_heads = rng.choice([(8, 2), (8, 8), (4, 1), (16, 4), (32, 4), (2, 1)])
+        batch, seq_cache = rng.randint(1, 4), rng.choice([256, 1024, 4096])
+        if form == "varlen":
+            lengths = tuple((rng.choice([0, 1, rng.randint(1, 700)]), rng.choice([0, 1, rng.randint(1, 700)]))
+                            for _ in range(batch))
+        else:
+            lengths = tuple(rng.choice([0, 1, seq_cache, rng.randint(0, seq_cache)]) for _ in range(batch))
+        cases.append(PackedCase(family, tuple(draw[part]() for part in FAMILIES[family]), form, lengths,
+                                d=rng.choice([64, 128]), heads=heads, kv_heads=kv_heads,
+                                seq_q=rng.choice([1, 1, 1, 2, 4, rng.randint(16, 200)]), seq_cache=seq_cache,
+                                page_size=rng.choice([16, 64, 128, 256]) if form == "paged" else 0,
+                                causal="band" not in FAMILIES[family] and rng.random() < 0.5))
+    return cases
+
+
 def packed_config_of(case: PackedCase, sms: int = 132):
-    """(the configuration, its module's name) the launcher picks for `case` on `sms` SMs."""
+    """(the configuration, its module's name) the launcher picks for `case` on `sms` SMs (None, None where it
+    launches none)."""
     from mlir_tile.kernels.flash.packed import packed_config
 
     group, batch = case.heads // case.kv_heads, len(case.lengths)
@@ -117,6 +148,8 @@ def packed_config_of(case: PackedCase, sms: int = 132):
         seq_k = min(seq_k, sum(pair[1] for pair in case.lengths))
     else:
         seq_q, seq_k = case.seq_q, case.seq_cache
+    if not (seq_q and seq_k):  # (no queries or no keys: the launcher returns without a kernel)
+        return None, None
     config, _, _ = packed_config(case.d, case.causal, "bf16", seq_q, group, case.page_size, max_seqlen_k=seq_k,
                                  kv_items=batch * case.kv_heads, sms=sms)
     return config, str(config) + variants()[case.variant].suffix
@@ -185,10 +218,8 @@ def variants() -> dict:
 
 
 def kernels():
-    """(name, build) of each kernel the cases and the example launch (bf16: the launcher's picks), and the
-    backward's of BACKWARD_CASES."""
-    from functools import partial
-
+    """(name, build) of each kernel the cases (the packed ones' and the random ones' included) and the example
+    launch (bf16: the launcher's picks), and the backward's of BACKWARD_CASES."""
     from mlir_tile.kernels.flash import sm90, sm90_backward
     from mlir_tile.kernels.flash.sm90_backward_tiles import BackwardConfig
     from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
@@ -201,9 +232,10 @@ def kernels():
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
         built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
-    for case in PACKED_CASES + (NOT_MONOTONE,):
+    for case in (*PACKED_CASES, NOT_MONOTONE, *random_packed_cases()):
         config, name = packed_config_of(case)
-        built[name] = partial(sm90.build_module, config, variant=named[case.variant])
+        if config is not None:
+            built[name] = partial(sm90.build_module, config, variant=named[case.variant])
     for case in BACKWARD_CASES:
         config, variant = BackwardConfig(case.d, case.causal, "bf16"), named[case.variant]
         built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
@@ -211,9 +243,17 @@ def kernels():
 
 
 def build(folder: Path) -> None:
-    """The kernels into `folder` as the cache of these sources lays them out for sm_90."""
-    from mlir_tile.compiler.compile import compile_to_ptx
+    """The kernels into `folder` as the cache of these sources lays them out for sm_90, a process a core."""
+    import multiprocessing
+    import os
 
     folder.mkdir(parents=True, exist_ok=True)
-    for name, make in kernels():
-        (folder / f"{name}.ptx").write_text(compile_to_ptx(make()))
+    with multiprocessing.get_context("fork").Pool(os.cpu_count()) as pool:  # (by index: lambdas do not pickle)
+        pool.map(partial(_build_one, folder), range(len(list(kernels()))))
+
+
+def _build_one(folder: Path, index: int) -> None:
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    name, make = list(kernels())[index]
+    (folder / f"{name}.ptx").write_text(compile_to_ptx(make()))
