@@ -249,8 +249,7 @@ def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_p
     """Packed sequences (`sm90_varlen`): each role reads its sequence's offsets (cu_seqlens_q and _k at b and
     b + 1), clamps them into the tensors' rows (min), loads 2-D boxes at (token, head x d + column), and stores
     O from the registers as 4-byte words (d / 4 a thread: two rows of d / 8 pairs) and the log-sum-exp, with no
-    stmatrix and no TMA store (a box would write into the next sequence); assembled without spills. A variant
-    with it is refused."""
+    stmatrix and no TMA store (a box would write into the next sequence); assembled without spills."""
     config = HopperAttentionConfig.packed(128, True, "bf16", 4096)
     assert config == HopperAttentionConfig(128, True, "bf16", uniform_q=True, varlen=True)
     ptx = _ptx(config)
@@ -269,10 +268,6 @@ def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_p
         assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
                                    capture_output=True, text=True)
         assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
-    from mlir_tile.kernels.flash.variants import Variant
-
-    with pytest.raises(ValueError, match="variants take .* not packed sequences"):
-        flash_sm90.build_module(config, variant=Variant("soft", score=lambda s, at: s))
 
 
 @pytest.mark.parametrize("d, page_rows", [(128, 16), (64, 64)])
