@@ -220,15 +220,18 @@ def test_keys_the_host_checks_only_at_the_longest_length_give_nan_rows_never_wro
     assert _close(o[fine], expected[fine]) <= 2 ** -6
 
 
-def test_what_a_variant_on_a_cache_refuses_in_one_line():
+def test_what_a_variant_on_a_cache_refuses_in_one_line_before_it_writes_the_cache():
     from mlir_tile.kernels import attention_varlen, attention_with_kvcache
     from mlir_tile.kernels.flash.masks import alibi, sliding_window
     from mlir_tile.kernels.flash.variants import Variant, maximum, minimum
 
     q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
     cache = torch.randn(2, 256, 2, 128, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="give it causal=False"):
-        attention_with_kvcache(q, cache, cache, 100, variant=sliding_window(10))
+    new = torch.randn(2, 1, 2, 128, device="cuda", dtype=torch.bfloat16)
+    before = cache.clone()
+    with pytest.raises(ValueError, match="give it causal=False"):  # (refused before the new keys are written)
+        attention_with_kvcache(q, cache, cache, 100, new, new, variant=sliding_window(10))
+    assert torch.equal(cache, before)
     late = Variant("late", keys=lambda query, seq, at: (maximum(query - 10), minimum(query + 1, seq - 300)))
     with pytest.raises(ValueError, match=r"keys\(query, seq=256\) must keep first < end"):
         attention_with_kvcache(q, cache, cache, 100, causal=False, variant=late)

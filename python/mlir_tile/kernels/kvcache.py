@@ -17,7 +17,7 @@ from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
-from mlir_tile.kernels.flash.variants import per_head_values
+from mlir_tile.kernels.flash.variants import per_head_values, variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 
 
@@ -45,6 +45,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if not batch:  # (torch's: empty results)
         return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
+    if variant is not None or operands:  # (checked before the caches are written)
+        operands = _variant_operands(variant, operands, bool(causal), seq_cache, batch, heads, q.device,
+                                     tuple(x for x in (q, k_cache, v_cache, k_new, v_new) if x is not None))
     queries, query_offsets = q.reshape(batch * seq_q, heads, d), sequence_offsets(batch, seq_q, q.device)
     if block_table is not None and k_new is not None:  # (the pools' pages, page size and layout, before they are
         # written; unwritten, the operator checks them, once a call)
@@ -73,20 +76,25 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
 
 
-def _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q: int, seq_cache: int,
-                  causal: bool, variant, operands):
-    """`attention_with_kvcache`'s attention with a variant (`variant_ops.packed`), its "head" operands laid out
-    for its sequences (a contiguous cache's entries are every other sequence: each entry's row twice)."""
+def _variant_operands(variant, operands, causal: bool, seq_cache: int, batch: int, heads: int, device,
+                      tensors: tuple) -> list:
+    """The variant's operands checked (`variant_arguments`: their kinds, its keys' rules at seq_cache, causal
+    beside keys of its own; no gradient asked of `tensors` or them), its "head" operands laid out as fp32
+    [batch, heads]."""
     if variant is None:
         raise ValueError("attention_with_kvcache: operands are a variant's")
+    variant_arguments(variant, operands, causal, seq_cache, (batch, heads, device))
+    variant_ops.refuse_gradients(variant, *tensors, *(x for x in operands if isinstance(x, torch.Tensor)))
+    return [per_head_values(variant, operand.name, x, batch, heads, device) if operand.kind == "head" else x
+            for x, operand in zip(operands, variant.operands)]
+
+
+def _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q: int, seq_cache: int,
+                  causal: bool, variant, operands):
+    """`attention_with_kvcache`'s attention with a variant (`variant_ops.packed`), its "head" operands
+    (`_variant_operands`) a row each of its sequences (a contiguous cache's entries are every other sequence:
+    each entry's row twice)."""
     batch, heads = lengths.shape[0], queries.shape[1]
-    kinds = [operand.kind for operand in variant.operands]
-    if len(operands) != len(kinds):
-        raise ValueError(f"attention_with_kvcache: variant {variant.name!r} takes operands {variant.described()}; "
-                         f"got {tuple(operands)!r}")
-    operands = [per_head_values(variant, operand.name, x, batch, heads, queries.device)
-                if operand.kind == "head" and isinstance(x, torch.Tensor) else x
-                for x, operand in zip(operands, variant.operands)]
     if block_table is not None:
         o, lse = variant_ops.packed(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, seq_cache,
                                     causal, variant, operands)

@@ -91,9 +91,7 @@ def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seql
     KV cache's, its entries every other sequence, `kvcache.cache_offsets`). Forward only: a call that asks for a gradient is
     refused. Eager calls run it straight, others through its operator."""
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, *tensors)):
-        raise ValueError(f"attention: variant {variant.name!r} on packed sequences or a KV cache has no backward "
-                         f"(the dense [batch, heads, seq, d] form trains); call it under torch.no_grad()")
+    refuse_gradients(variant, q, k, v, *tensors)
     numbers = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
     arguments = (q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps)
     if registry.plain_call(q, k, v, *tensors):
@@ -103,6 +101,13 @@ def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seql
         if name not in registry.custom_operators:
             registry.custom_operators[name] = _register_packed(name, variant)
     return registry.custom_operators[name](*arguments, tensors, numbers)
+
+
+def refuse_gradients(variant, *tensors) -> None:
+    """ValueError where a call of `variant` on packed sequences or a KV cache would be asked for a gradient."""
+    if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
+        raise ValueError(f"attention: variant {variant.name!r} on packed sequences or a KV cache has no backward "
+                         f"(the dense [batch, heads, seq, d] form trains); call it under torch.no_grad()")
 
 
 def _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, variant,
