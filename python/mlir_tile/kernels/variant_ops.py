@@ -60,15 +60,16 @@ def _register(name: str, variant):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, *output, *tensors)
 
-    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure as torch flattens it: the tensors' list a list,
-        # the numbers' list one leaf)
+    def backward(ctx, grad_o, grad_lse):  # (the inputs' structure as torch flattens it, `not_list_of_tensor`: a
+        # list holding a non-tensor is one leaf, a list of tensors a list, the empty list a list of none)
         q, k, v, o, lse, *tensors = ctx.saved_tensors
+        numbers = None if ctx.numbers else []
         if grad_o is None and grad_lse is None:
-            return (None,) * 4 + ([None] * len(tensors), None)
+            return (None,) * 4 + ([None] * len(tensors), numbers)
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o
         gradients = getattr(torch.ops.mlir_tile, f"{name}_gradients")(grad_o, grad_lse, q, k, v, o, lse, ctx.causal,
                                                                        tensors, ctx.numbers)
-        return (*gradients, None, _head_gradients(variant, tensors, grad_o, grad_lse, o, lse), None)
+        return (*gradients, None, _head_gradients(variant, tensors, grad_o, grad_lse, o, lse), numbers)
 
     def fake(q, k, v, causal, tensors, numbers):
         return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
