@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the attention operator needs torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9),
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
     reason="attention variants run on Hopper's path (TMA, wgmma): sm_90 only")]
 
 
