@@ -503,7 +503,13 @@ class _HopperAttention(OnlineSoftmax, PackedItems):
 
         k = self.k
         sink = self.variant.sink_logit(k, self.position(row), self.head_values[half], self.extras)
-        share = k.exp2(math_dialect.fma(sink, k.constant(LOG2E, "f32"), arith.negf(k.load(self.row_max, [half]))))
+        maximum = k.load(self.row_max, [half])
+        if self.config.varlen:  # (a row that saw no key has the max -inf: the sink's logit stands in, its share 1,
+            # and the log-sum-exp is the sink's, not -inf + inf)
+            unseen = arith.cmpf(arith.CmpFPredicate.OEQ, maximum, self.negative_infinity)
+            maximum = arith.select(unseen, arith.mulf(sink, k.constant(LOG2E, "f32")), maximum)
+            k.store(maximum, self.row_max, [half])
+        share = k.exp2(math_dialect.fma(sink, k.constant(LOG2E, "f32"), arith.negf(maximum)))
         if self.config.split_kv:  # (split 0's alone: the combine sums the splits' exp(lse), the sink once)
             share = arith.select(k.compare("eq", self.split, 0), share, k.constant(0.0, "f32"))
         return share
