@@ -175,3 +175,16 @@ def test_the_random_packed_cases_cover_what_serving_asks_of_them():
     assert sum(c is not None and c.split_kv for c in configs) >= 50 and sum(c is not None and c.pack_gqa
                                                                               for c in configs) >= 50
     assert {case.seq_q == 1 for case in cases} == {True, False}
+
+
+def test_a_sink_on_packed_sequences_stands_in_for_the_max_of_a_row_that_sees_no_key():
+    """A cache of length 0 (or queries before its first key) leaves a row's max at -inf: with a sink, that row
+    takes the sink's logit as its max (one compare with -inf a row, the thread's two), so its O is 0 and its
+    log-sum-exp the sink's, not -inf + inf; the dense kernel, whose rows each see a key, has no such compare."""
+    from mlir_tile.kernels.flash.masks import sinks
+    from mlir_tile.kernels.flash.packed import packed_config
+
+    config, _, _ = packed_config(128, True, "bf16", 2, 1, max_seqlen_k=4096, kv_items=24, sms=132)
+    assert config.split_kv
+    assert _module(config, sinks).count("arith.cmpf oeq") == 2 and "arith.cmpf oeq" not in _module(config, None)
+    assert "arith.cmpf oeq" not in _module(HopperAttentionConfig.of(128, True), sinks)
