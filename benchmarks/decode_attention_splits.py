@@ -6,10 +6,9 @@ SDPA, in CUDA graphs (the kernels' own time), on the GPU host:
 32 query / 8 KV heads of 128, bf16, one query a sequence, every sequence full; each count's O checked against the
 rule's. A sample: a graph of CALLS calls replayed, us a call; the median of SAMPLES. docs/notes/serving-plan.md
 (session 43) has a run."""
-import statistics
-
 import torch
 import torch.nn.functional as F
+from torch_timing import graph_microseconds
 
 from mlir_tile.kernels import attention_with_kvcache
 from mlir_tile.kernels.flash import packed
@@ -26,19 +25,7 @@ def forced(count):
 
 
 def timed(call) -> float:
-    call()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            call()
-    start, end, samples = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
-    for _ in range(SAMPLES):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / CALLS * 1e3)
-    return statistics.median(samples)
+    return graph_microseconds(call, CALLS, SAMPLES)
 
 
 _rule = packed.kv_splits

@@ -56,27 +56,15 @@ def build():
 
 def run():
     """Each shape's SDPA, then each configuration's, one line a shape."""
-    import statistics
     import torch
     import torch.nn.functional as F
+    from torch_timing import graph_microseconds
+
     from mlir_tile.kernels import attention_with_kvcache
     from mlir_tile.kernels.flash import packed
 
     def timed(call):
-        call()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(CALLS):
-                call()
-        samples = []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(5):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / CALLS * 1e3)
-        return statistics.median(samples)
+        return graph_microseconds(call, CALLS, samples=5)
 
     rule = packed.packed_config
     for batch, seq in SHAPES:

@@ -105,6 +105,28 @@ class _sampled_clock_and_power:
                                     "W": statistics.median(r[1] for r in middle), "samples": len(middle)})
 
 
+def graph_microseconds(call, calls: int = 30, samples: int = 7) -> float:
+    """A call's time in us as a CUDA graph of `calls` calls of it replays (an engine's decode step: the kernels'
+    own, no host), the median of `samples` replays; `call` run once first (its plans made)."""
+    import statistics
+
+    import torch
+
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    start, end, times = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+    for _ in range(samples):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls * 1e3)
+    return statistics.median(times)
+
+
 def clock_and_power(work) -> dict:
     """`work()`'s TFLOP/s, with the SM clock (MHz) and the board's power (W) meanwhile: nvidia-smi sampled every
     50 ms, the median of the middle half of the samples (the H200 lowers its clock to stay under its power

@@ -10,17 +10,8 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the attention operator needs torch")
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-    reason="attention variants run on Hopper's path (TMA, wgmma): sm_90 only")]
-
-
-@pytest.fixture(autouse=True)
-def kernel_cache(monkeypatch):
-    from test_runtime_gpu import epilogue_cache
-
-    monkeypatch.setenv("MLIR_TILE_CACHE_DIR", epilogue_cache())
+# (the dense variants' GPU test's torch, marks and autouse kernel cache: the same GPU and kernels)
+from test_attention_variants_gpu import kernel_cache, pytestmark, torch  # noqa: F401
 
 
 def _operand_values(case, batch: int) -> tuple:
