@@ -188,3 +188,19 @@ def test_a_sink_on_packed_sequences_stands_in_for_the_max_of_a_row_that_sees_no_
     assert config.split_kv
     assert _module(config, sinks).count("arith.cmpf oeq") == 2 and "arith.cmpf oeq" not in _module(config, None)
     assert "arith.cmpf oeq" not in _module(HopperAttentionConfig.of(128, True), sinks)
+
+
+def test_rows_of_packed_sequences_without_a_key_take_their_sinks_logit():
+    """No sequence has a key (no kernel launches): each row's log-sum-exp is -inf, or its sequence's sink logit
+    where the sinks are a head operand; a sink function, which only the kernel evaluates, is refused."""
+    torch = pytest.importorskip("torch", reason="the launcher's host half runs on torch tensors")
+    from mlir_tile.kernels.flash.masks import sinks
+    from mlir_tile.kernels.flash.packed import keyless_lse
+
+    offsets = torch.tensor([0, 2, 2, 5], dtype=torch.int32)  # (sequences of 2, 0 and 3 queries)
+    values = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # [batch, heads]
+    lse = keyless_lse(torch.empty(2, 5), sinks, [values], offsets)
+    assert lse.tolist() == [[1.0, 1.0, 5.0, 5.0, 5.0], [2.0, 2.0, 6.0, 6.0, 6.0]]
+    assert keyless_lse(torch.zeros(2, 5), None, [], offsets).isneginf().all()
+    with pytest.raises(ValueError, match="sink is a function"):
+        keyless_lse(torch.empty(2, 5), Variant("one", sink=lambda at: 1.0), [], offsets)

@@ -35,14 +35,14 @@ class PackedAttention:
         contiguous. `variant` with its `operands` as `HopperAttention`'s (a head's [heads] or [batch, heads], a
         row of each sequence), `query` in its functions the query's position among its sequence's keys (query
         i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
-        `max_seqlen_k` (`checked_variant`)."""
+        `max_seqlen_k` (`variants.variant_arguments`)."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
         return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
                          (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried,
-                         variant=(variant, operands))
+                         variant=(variant, operands, cu_seqlens_q))
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
               causal: bool = False, variant=None, operands=()):
@@ -58,19 +58,20 @@ class PackedAttention:
         return self._run(q, k_rows, v_rows, kv_heads, element, bool(causal), max_seqlen_q,
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
-                         paging=(per_sequence, page_size, pages), variant=(variant, operands))
+                         paging=(per_sequence, page_size, pages), variant=(variant, operands, cu_seqlens_q))
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
-             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None, variant: tuple = (None, ())):
+             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None,
+             variant: tuple = (None, (), None)):
         """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
         the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all);
-        `variant` (the variant, its operands)."""
+        `variant` (the variant, its operands, cu_seqlens_q)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
-        variant, operands = variant
+        variant, operands, query_offsets = variant
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device))
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -78,7 +79,7 @@ class PackedAttention:
         if not (total_q and batch and max_seqlen_q):
             return o, lse
         if not (k.shape[0] and max_seqlen_k):  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
-            return o.zero_(), lse.fill_(float("-inf"))
+            return o.zero_(), keyless_lse(lse, variant, kept, query_offsets)
         config, tiles, splits = packed_config(d, causal, element, max_seqlen_q, heads // kv_heads,
                                               paging[1] if paging else 0, max_seqlen_k=max_seqlen_k,
                                               kv_items=(batch if queried is None else queried) * kv_heads,
@@ -142,6 +143,24 @@ def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: 
     ctas = kv_items * (1 if pack else group) * tiles
     splits = kv_splits(ctas, -(-max_seqlen_k // config.keys), sms * config.ctas_per_sm) if decode and sms else 1
     return replace(config, pack_gqa=pack, page_rows=rows, split_kv=splits > 1), tiles, splits
+
+
+def keyless_lse(lse, variant, kept: list, query_offsets):
+    """The log-sum-exp [heads, total_q] of rows where no sequence has a key: -inf, or a sink's logit where the
+    variant's sink is a head operand (`kept`: its values [batch, heads] as `variant_arguments` laid them out;
+    each token's sequence from `query_offsets`, cu_seqlens_q, on the device). A sink function, which only the
+    kernel evaluates, is refused in one line: no kernel launches without a key."""
+    import torch
+
+    if variant is None or variant.sink is None:
+        return lse.fill_(float("-inf"))
+    if variant.sink_operand is None:
+        raise ValueError(f"attention: variant {variant.name!r}'s sink is a function, which runs in the kernel, and "
+                         f"no sequence has a key to launch one; give the sinks as a head operand")
+    sinks = kept[[operand.name for operand in variant.operands].index(variant.sink_operand)]
+    tokens = torch.arange(lse.shape[1], device=lse.device, dtype=query_offsets.dtype)
+    rows = torch.searchsorted(query_offsets[1:], tokens, right=True).clamp(max=sinks.shape[0] - 1)
+    return lse.copy_(sinks[rows].t())
 
 
 def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
