@@ -92,18 +92,23 @@ def test_a_score_step_runs_on_every_score_and_the_softmax_scales_by_log2e_alone(
     assert {"1.44269502", "0.0883883461"} <= constants and "0.127517432" not in constants  # (log2(e) / sqrt(d))
 
 
+def _assembled(tmp_path, module) -> str:
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    (tmp_path / "a.ptx").write_text(compile_to_ptx(module))
+    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o",
+                                str(tmp_path / "a.cubin")], capture_output=True, text=True)
+    assert assembled.returncode == 0, assembled.stderr
+    return assembled.stderr
+
+
 def test_a_variant_kernel_assembles_without_spills(tmp_path):
     """The window on d 128's persistent grid (the launcher's pick at S 3000), ptxas without spills (ping-pong's
     persistent walk spills 16 bytes with it: not the launcher's pick)."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
-    from mlir_tile.compiler.compile import compile_to_ptx
-
     config = HopperAttentionConfig.picked(128, False, "bf16", 3000)
-    (tmp_path / "a.ptx").write_text(compile_to_ptx(sm90.build_module(config, variant=sliding_window())))
-    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
-                               capture_output=True, text=True)
-    assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+    assert " 0 bytes spill stores" in _assembled(tmp_path, sm90.build_module(config, variant=sliding_window()))
 
 
 def test_a_causal_configuration_with_keys_of_its_own_is_refused():
@@ -122,16 +127,6 @@ def test_the_keys_are_checked_on_a_host_without_mlir():
                "sliding_window().check_keys(3000, ()); band.check_keys(700, (100,)); print('checked')")
     ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.strip() == "checked", ran.stderr
-
-
-def _assembled(tmp_path, module) -> str:
-    from mlir_tile.compiler.compile import compile_to_ptx
-
-    (tmp_path / "a.ptx").write_text(compile_to_ptx(module))
-    assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
-                               capture_output=True, text=True)
-    assert assembled.returncode == 0, assembled.stderr
-    return assembled.stderr
 
 
 @pytest.mark.parametrize("index", [0, 4])
@@ -204,3 +199,19 @@ def test_rows_of_packed_sequences_without_a_key_take_their_sinks_logit():
     assert keyless_lse(torch.zeros(2, 5), None, [], offsets).isneginf().all()
     with pytest.raises(ValueError, match="sink is a function"):
         keyless_lse(torch.empty(2, 5), Variant("one", sink=lambda at: 1.0), [], offsets)
+
+
+def test_keys_on_packed_sequences_are_checked_at_every_shorter_length_too():
+    """Packed sequences' lengths lie on the device: the host checks the keys at the longest length and at each
+    one up to SHORTER_CHECKED (all their rows at once), naming the first that breaks a rule; a window and a
+    band keep them at every length."""
+    from mlir_tile.kernels.flash.variants import SHORTER_CHECKED
+
+    def short(query, seq, at):  # (causal from 100 keys on; below, each row sees the keys up to seq - query)
+        return 0, minimum(maximum(query + 1, (seq - query) * maximum(minimum(100 - seq, 1), 0)), seq)
+
+    Variant("short", keys=short).check_keys(2048, ())
+    with pytest.raises(ValueError, match=r"keys\(query, seq=3\) must keep end non-decreasing; at row 1 it gives"):
+        Variant("short", keys=short).check_keys(2048, (), shorter=True)
+    sliding_window().check_keys(2 * SHORTER_CHECKED, (), shorter=True)
+    band.check_keys(2 * SHORTER_CHECKED, (7,), shorter=True)

@@ -36,9 +36,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     write or read outside the caches. Causal: query i of sequence b sees keys up to i + length_b - seq_q.
     `variant` (`flash.variants.Variant`: a mask, a score step, a sink) with its `operands` as `ops.attention`'s
     (a head's [heads] or [batch, heads]), `query` in its functions query i's position i + length_b - seq_q
-    among the sequence's keys and `seq` its length, the keys' rules checked on the host at seq_cache: a sliding
-    window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256; ValueError
-    in one line otherwise."""
+    among the sequence's keys and `seq` its length, the keys' rules checked on the host at seq_cache and below:
+    a sliding window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256;
+    ValueError in one line otherwise."""
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     lengths = _lengths(cache_seqlens, batch, q.device)
@@ -78,12 +78,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 def _variant_operands(variant, operands, causal: bool, seq_cache: int, batch: int, heads: int, device,
                       tensors: tuple) -> list:
-    """The variant's operands checked (`variant_arguments`: their kinds, its keys' rules at seq_cache, causal
-    beside keys of its own; no gradient asked of `tensors` or them), its "head" operands laid out as fp32
-    [batch, heads]."""
+    """The variant's operands checked (`variant_arguments`: their kinds, its keys' rules at seq_cache and the
+    lengths below, causal beside keys of its own; no gradient asked of `tensors` or them), its "head" operands
+    laid out as fp32 [batch, heads]."""
     if variant is None:
         raise ValueError("attention_with_kvcache: operands are a variant's")
-    variant_arguments(variant, operands, causal, seq_cache, (batch, heads, device))
+    variant_arguments(variant, operands, causal, seq_cache, (batch, heads, device), shorter=True)
     variant_ops.refuse_gradients(variant, *tensors, *(x for x in operands if isinstance(x, torch.Tensor)))
     return [per_head_values(variant, operand.name, x, batch, heads, device) if operand.kind == "head" else x
             for x, operand in zip(operands, variant.operands)]

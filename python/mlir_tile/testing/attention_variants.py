@@ -105,8 +105,8 @@ PACKED_CASES = (  # (decode steps: pack_gqa and split-KV; lengths 0 and 1; prefi
 )
 
 
-NOT_MONOTONE = PackedCase("odd_end", (), "varlen", ((500, 500), (1, 2048)))  # (its keys' end is non-decreasing at
-# 2,048 keys, where the host checks them, and not at 500: the kernel's rows whose keys its walk misses get NaN)
+NOT_MONOTONE = PackedCase("odd_end", (), "varlen", ((5000, 5000), (1, 8192)))  # (its keys' end is non-decreasing
+# at 8,192 keys and up to 4,096, where the host checks them, not at 5,000: rows whose keys the walk misses get NaN)
 
 
 def random_packed_cases(count: int = 200, seed: int = 62) -> list:
@@ -119,7 +119,8 @@ def random_packed_cases(count: int = 200, seed: int = 62) -> list:
 
     rng, cases = random.Random(seed), []
     draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000]), "softcap": lambda: rng.choice([1.0, 5.0, 30.0]),
-            "alibi": lambda: rng.choice(["heads", "batch_heads"]), "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+            "alibi": lambda: rng.choice(["heads", "batch_heads"]),
+            "sinks": lambda: rng.choice(["heads", "batch_heads"])}
     for _ in range(count):
         family, form = rng.choice(sorted(FAMILIES)), rng.choice(["cache", "paged", "varlen"])
         heads, kv_heads = rng.choice([(8, 2), (8, 8), (4, 1), (16, 4), (32, 4), (2, 1)])
@@ -202,8 +203,10 @@ def random_cases(count: int = 200, seed: int = 61) -> list:
     return cases
 
 
-def _odd_end(query, seq, at):  # (causal at 1,500 keys or more; below, rows 0-49 see 10 keys more a row less)
-    return 0, minimum(query + 1 + maximum(minimum(1500 - seq, 1), 0) * maximum(50 - query, 0) * 10, seq)
+def _odd_end(query, seq, at):  # (causal but at 4,097-5,999 keys, where rows 0-49 see 10 keys more a row less: past
+    # the lengths the host checks, SHORTER_CHECKED)
+    between = maximum(minimum(6000 - seq, 1), 0) * maximum(minimum(seq - 4096, 1), 0)
+    return 0, minimum(query + 1 + between * maximum(50 - query, 0) * 10, seq)
 
 
 def variants() -> dict:

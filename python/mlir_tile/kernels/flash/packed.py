@@ -35,7 +35,7 @@ class PackedAttention:
         contiguous. `variant` with its `operands` as `HopperAttention`'s (a head's [heads] or [batch, heads], a
         row of each sequence), `query` in its functions the query's position among its sequence's keys (query
         i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
-        `max_seqlen_k` (`variants.variant_arguments`)."""
+        `max_seqlen_k` and at every length up to `variants.SHORTER_CHECKED` (`variants.variant_arguments`)."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
@@ -73,7 +73,8 @@ class PackedAttention:
         total_q, heads, d = q.shape
         variant, operands, query_offsets = variant
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
-        arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device))
+        arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
+                                            shorter=True)
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
         if not (total_q and batch and max_seqlen_q):

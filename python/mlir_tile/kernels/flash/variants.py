@@ -107,11 +107,14 @@ class Variant:
         return [{"scalar": "f32", "integer": "index"}.get(operand.kind) or Global("f32") for operand in self.operands]
 
     # ----- on the host -----
-    def check_keys(self, seq: int, numbers: tuple) -> None:
+    def check_keys(self, seq: int, numbers: tuple, shorter: bool = False) -> None:
         """ValueError unless `keys` gives each row of a sequence of `seq` (the integer operands `numbers`, in
-        order) the keys [first, end) with 0 <= first < end <= seq, both non-decreasing in the row."""
+        order) the keys [first, end) with 0 <= first < end <= seq, both non-decreasing in the row; `shorter`
+        (packed sequences, whose lengths the host does not see): at every length up to SHORTER_CHECKED too."""
         if self.keys is not None:
             _checked_keys(self, seq, tuple(numbers))
+            if shorter:
+                _checked_shorter(self, min(seq - 1, SHORTER_CHECKED), tuple(numbers))
 
     # ----- in the kernel -----
     def key_interval(self, k, query, seq, arguments) -> tuple:
@@ -207,28 +210,53 @@ def _first_row(k, rows, holds):
 
 @functools.lru_cache(maxsize=256)  # (a launcher asks on every call; a model's lengths repeat)
 def _checked_keys(variant: Variant, seq: int, numbers: tuple) -> None:
+    _check_lengths(variant, np.array([seq]), numbers)
+
+
+SHORTER_CHECKED = 4096  # packed sequences: the lengths below the longest checked on the host, each (a row of
+# SHORTER_ROWS lengths at a time: some 0.1 s for all of them, once a variant, its numbers and the longest); past
+# them the kernel's `walk_covers` gives a row whose keys its walk misses NaN
+SHORTER_ROWS = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_shorter(variant: Variant, longest: int, numbers: tuple) -> None:
+    for first in range(1, longest + 1, SHORTER_ROWS):
+        _check_lengths(variant, np.arange(first, min(first + SHORTER_ROWS, longest + 1)), numbers)
+
+
+def _check_lengths(variant: Variant, lengths, numbers: tuple) -> None:
+    """ValueError naming the first length of `lengths` (and row) where `keys` breaks a rule: the rows of every
+    length evaluated at once (`keys` takes numpy arrays, [lengths, 1] beside [1, rows])."""
     integers = [operand.name for operand in variant.operands if operand.kind == "integer"]
     if len(numbers) != len(integers):
         raise ValueError(f"attention variant {variant.name!r}: {len(integers)} integer operands, got {numbers}")
-    values = dict(zip(integers, numbers))
-    query = np.arange(seq, dtype=np.int64)
-    first, end = (np.broadcast_to(np.asarray(x, dtype=np.int64), query.shape)
-                  for x in variant.keys(query, seq, HostSite(values)))
+    seq, query = lengths.astype(np.int64)[:, None], np.arange(int(lengths.max()), dtype=np.int64)[None, :]
+    first, end = (np.broadcast_to(np.asarray(x, dtype=np.int64), (seq.shape[0], query.shape[1]))
+                  for x in variant.keys(query, seq, HostSite(dict(zip(integers, numbers)))))
+    inside = query < seq
     rules = (("0 <= first", first < 0), ("end <= seq", end > seq), ("first < end (a row sees a key)", first >= end),
-             ("first non-decreasing", np.r_[False, first[1:] < first[:-1]]),
-             ("end non-decreasing", np.r_[False, end[1:] < end[:-1]]))
+             ("first non-decreasing", _falls(first)), ("end non-decreasing", _falls(end)))
     for rule, broken in rules:
+        broken = broken & inside
         if broken.any():
-            row = int(np.argmax(broken))
-            raise ValueError(f"attention variant {variant.name!r}: keys(query, seq={seq}) must keep {rule}; at row "
-                             f"{row} it gives [{first[row]}, {end[row]})")
+            length, row = np.unravel_index(int(np.argmax(broken)), broken.shape)
+            raise ValueError(f"attention variant {variant.name!r}: keys(query, seq={int(seq[length, 0])}) must keep "
+                             f"{rule}; at row {row} it gives [{first[length, row]}, {end[length, row]})")
 
 
-def variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple) -> tuple[list, list]:
+def _falls(bound):
+    """Where a row's bound lies below the row's before it (the first row never)."""
+    return np.concatenate([np.zeros((bound.shape[0], 1), bool), bound[:, 1:] < bound[:, :-1]], axis=1)
+
+
+def variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple,
+                      shorter: bool = False) -> tuple[list, list]:
     """A variant's operands as its launch's slots take them (floats for its fp32 scalars, ints, the addresses of
     its heads' fp32 values: `per_head_values`, `per_head` (batch, heads, device)), its keys checked for `seq`
-    (`Variant.check_keys`); none without a variant. Also the tensors those addresses lie in, which the caller
-    holds until the launch (else the allocator may give their bytes to O)."""
+    (`Variant.check_keys`; `shorter`, packed sequences: at the lengths below it too); none without a variant.
+    Also the tensors those addresses lie in, which the caller holds until the launch (else the allocator may
+    give their bytes to O)."""
     if variant is None:
         if operands:
             raise ValueError("attention: operands are a variant's")
@@ -243,7 +271,7 @@ def variant_arguments(variant, operands, causal: bool, seq: int, per_head: tuple
                                           for x, kind in zip(operands, kinds)):
         raise ValueError(f"attention: variant {variant.name!r} takes operands {variant.described()} (a head's: a "
                          f"tensor); got {tuple(operands)!r}")
-    variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"))
+    variant.check_keys(seq, tuple(x for x, kind in zip(operands, kinds) if kind == "integer"), shorter=shorter)
     kept = [per_head_values(variant, operand.name, x, *per_head) if operand.kind == "head" else None
             for x, operand in zip(operands, variant.operands)]
     return [float(x) if kind == "scalar" else int(x) if kind == "integer" else laid.data_ptr()
