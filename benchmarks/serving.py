@@ -33,27 +33,32 @@ class Layer:
     sinks: object = None
 
     def variant(self):
-        from mlir_tile.kernels.flash.masks import combined, sinks, sliding_window
+        return layer_variant(self.window, self.sinks is not None)
 
-        if self.sinks is None:
-            return None
-        return combined(sliding_window(self.window - 1), sinks) if self.window else sinks
+
+def layer_kinds(model: str, layers: int) -> list:
+    """(window, sinks) of each layer: gpt-oss's window of WINDOW keys on the even layers, sinks on every one;
+    Llama's (0, False)."""
+    return [(WINDOW if layer % 2 == 0 else 0, True) if model == "gpt-oss" else (0, False) for layer in range(layers)]
+
+
+def layer_variant(window: int, sinks: bool):
+    """The variant of a layer of `window` keys (0: all), with sinks or not (None: plain causal)."""
+    from mlir_tile.kernels.flash import masks
+
+    if not sinks:
+        return None
+    return masks.combined(masks.sliding_window(window - 1), masks.sinks) if window else masks.sinks
 
 
 def model_layers(model: str, layers: int, pool_shape: tuple):
-    """Each layer's zeroed K and V pools of `pool_shape` and its attention: gpt-oss's windows on the even layers,
-    sinks (random logits a head) on every one; Llama's plain."""
+    """Each layer's zeroed K and V pools of `pool_shape` and its attention (`layer_kinds`; sinks random logits
+    a head)."""
     import torch
 
     heads = MODELS[model][0]
-    made = []
-    for layer in range(layers):
-        pools = [torch.zeros(pool_shape, device="cuda", dtype=torch.bfloat16) for _ in "kv"]
-        if model == "gpt-oss":
-            made.append(Layer(pools, WINDOW if layer % 2 == 0 else 0, torch.randn(heads, device="cuda")))
-        else:
-            made.append(Layer(pools))
-    return made
+    return [Layer([torch.zeros(pool_shape, device="cuda", dtype=torch.bfloat16) for _ in "kv"], window,
+                  torch.randn(heads, device="cuda") if sinks else None) for window, sinks in layer_kinds(model, layers)]
 
 
 def attend(layer: Layer, q, lengths, k_new, v_new, table):
@@ -147,21 +152,16 @@ def build(arguments, prompts) -> None:
     folder = os.path.join(arguments.build, "kernels", source_digest(), "sm_90")
     os.makedirs(folder, exist_ok=True)
     capacity = -(-(max(prompts) + arguments.steps) // arguments.page) * arguments.page
-    for layer in distinct_layers(arguments.model):
-        for seq_q in (max(prompts), 1):
-            config, _, _ = packed_config(d, not layer.window, "bf16", seq_q, heads // kv_heads, arguments.page,
+    for window, sinks in sorted(set(layer_kinds(arguments.model, 2))):
+        variant = layer_variant(window, sinks)
+        for seq_q in (max(prompts), 1) if variant is not None else ():
+            config, _, _ = packed_config(d, not window, "bf16", seq_q, heads // kv_heads, arguments.page,
                                          max_seqlen_k=capacity, kv_items=arguments.requests * kv_heads, sms=132)
-            variant = layer.variant()
             path = os.path.join(folder, f"{config}{variant.suffix}.ptx")
             if not os.path.exists(path):
                 with open(path, "w") as out:
                     out.write(compile_to_ptx(sm90.build_module(config, variant=variant)))
                 print("built", os.path.basename(path), flush=True)
-
-
-def distinct_layers(model: str):
-    """The model's distinct layers' attention (no pools, a stand-in for the sinks' values)."""
-    return [Layer([], WINDOW, True), Layer([], 0, True)] if model == "gpt-oss" else []
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.flash.packed import checked_paged
 from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
-from mlir_tile.kernels.flash.variants import per_head_values, variant_arguments
+from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 
 
@@ -47,7 +47,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
     if variant is not None or operands:  # (checked before the caches are written)
         operands = _variant_operands(variant, operands, bool(causal), seq_cache, batch, heads, q.device,
-                                     tuple(x for x in (q, k_cache, v_cache, k_new, v_new) if x is not None))
+                                     tuple(x for x in (q, k_cache, v_cache, k_new, v_new) if x is not None),
+                                     entries_twice=block_table is None)
     queries, query_offsets = q.reshape(batch * seq_q, heads, d), sequence_offsets(batch, seq_q, q.device)
     if block_table is not None and k_new is not None:  # (the pools' pages, page size and layout, before they are
         # written; unwritten, the operator checks them, once a call)
@@ -61,50 +62,34 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             pools = tuple(x.view(-1, *x.shape[2:]) for x in (k_cache, v_cache))  # (`checked_paged`: pages in a row)
             _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
         lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
-    if variant is not None or operands:
-        return _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, seq_cache,
-                             bool(causal), variant, operands)
-    if block_table is not None:
-        paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
-        o, lse = paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, bool(causal))
-    else:
+    if block_table is not None:  # (the packed kernels' inputs: paged, each sequence's count of keys)
+        inputs = (queries, k_cache, v_cache, query_offsets, lengths)
+    else:  # (a contiguous cache's rows, its entries every other sequence: `cache_offsets`)
         k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
+        inputs = (queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
+                  cache_offsets(lengths, rows_per_entry, k_rows.shape[0]))
+    if variant is not None:
+        o, lse = variant_ops.packed(*inputs, block_table, seq_q, seq_cache, bool(causal), variant, operands,
+                                    gaps=block_table is None)
+    elif block_table is not None:
+        paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
+        o, lse = paged(*inputs, block_table, seq_q, bool(causal))
+    else:
         cached = _attention_cached if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_cached
-        o, lse = cached(
-            queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
-            cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), seq_q, seq_cache, bool(causal))
+        o, lse = cached(*inputs, seq_q, seq_cache, bool(causal))
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
 
 
 def _variant_operands(variant, operands, causal: bool, seq_cache: int, batch: int, heads: int, device,
-                      tensors: tuple) -> list:
-    """The variant's operands checked (`variant_arguments`: their kinds, its keys' rules at seq_cache and the
-    lengths below, causal beside keys of its own; no gradient asked of `tensors` or them), its "head" operands
-    laid out as fp32 [batch, heads]."""
-    if variant is None:
-        raise ValueError("attention_with_kvcache: operands are a variant's")
-    variant_arguments(variant, operands, causal, seq_cache, (batch, heads, device), shorter=True)
+                      tensors: tuple, entries_twice: bool) -> list:
+    """The variant's operands checked (`variant_arguments`: that there is a variant, their kinds, its keys' rules
+    at seq_cache and the lengths below, causal beside keys of its own; no gradient asked of `tensors` or them),
+    its "head" operands as `variant_arguments` lays them out, fp32 [batch, heads] (`entries_twice`: each row
+    twice, a contiguous cache's entries being every other sequence)."""
+    _, laid = variant_arguments(variant, operands, causal, seq_cache, (batch, heads, device), shorter=True)
     variant_ops.refuse_gradients(variant, *tensors, *(x for x in operands if isinstance(x, torch.Tensor)))
-    return [per_head_values(variant, operand.name, x, batch, heads, device) if operand.kind == "head" else x
-            for x, operand in zip(operands, variant.operands)]
-
-
-def _with_variant(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q: int, seq_cache: int,
-                  causal: bool, variant, operands):
-    """`attention_with_kvcache`'s attention with a variant (`variant_ops.packed`), its "head" operands
-    (`_variant_operands`) a row each of its sequences (a contiguous cache's entries are every other sequence:
-    each entry's row twice)."""
-    batch, heads = lengths.shape[0], queries.shape[1]
-    if block_table is not None:
-        o, lse = variant_ops.packed(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q, seq_cache,
-                                    causal, variant, operands)
-    else:
-        k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
-        operands = [x.repeat_interleave(2, 0) if isinstance(x, torch.Tensor) else x for x in operands]
-        o, lse = variant_ops.packed(queries, k_rows, v_rows, sequence_offsets(batch, seq_q, queries.device, gaps=True),
-                                    cache_offsets(lengths, rows_per_entry, k_rows.shape[0]), None, seq_q, seq_cache,
-                                    causal, variant, operands, gaps=True)
-    return o.view(batch, seq_q, heads, -1), lse.view(heads, batch, seq_q).permute(1, 0, 2)
+    return [x if values is None else values.repeat_interleave(2, 0) if entries_twice else values
+            for x, values in zip(operands, laid)]
 
 
 def cache_offsets(lengths: torch.Tensor, rows_per_entry: int, total: int) -> torch.Tensor:

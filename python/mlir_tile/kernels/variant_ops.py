@@ -89,8 +89,8 @@ def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seql
            operands, gaps: bool = False):
     """Packed sequences' attention with `variant` (`flash.packed.PackedAttention`'s): paged where `block_table`
     is given (`keys` each sequence's count of keys), else over packed K/V rows (`keys` cu_seqlens_k; `gaps`: a
-    KV cache's, its entries every other sequence, `kvcache.cache_offsets`). Forward only: a call that asks for a gradient is
-    refused. Eager calls run it straight, others through its operator."""
+    KV cache's, its entries every other sequence, `kvcache.cache_offsets`). Forward only: a call that asks for a
+    gradient is refused. Eager calls run it straight, others through its operator."""
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
     refuse_gradients(variant, q, k, v, *tensors)
     numbers = [float(x) for x in operands if not isinstance(x, torch.Tensor)]

@@ -113,14 +113,11 @@ def random_packed_cases(count: int = 200, seed: int = 62) -> list:
     """`count` random `PackedCase`s of FAMILIES (the same for a seed: `make gpu-inputs` builds their kernels): KV
     caches contiguous and paged (pages of 16 to 256 tokens), cache lengths from 0 and 1 to full, decode steps of
     1-4 queries (GQA packed, split-KV) and prefills of 16-200 against the cache, packed sequences of 0-700
-    queries and keys, head dims 64 and 128, GQA groups 1-8, widths 0 to past the cache, caps 1-30, head values of
-    both shapes."""
+    queries and keys, head dims 64 and 128, GQA groups 1-8, `_operand_draws`' operands."""
     import random
 
     rng, cases = random.Random(seed), []
-    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000]), "softcap": lambda: rng.choice([1.0, 5.0, 30.0]),
-            "alibi": lambda: rng.choice(["heads", "batch_heads"]),
-            "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+    draw = _operand_draws(rng)
     for _ in range(count):
         family, form = rng.choice(sorted(FAMILIES)), rng.choice(["cache", "paged", "varlen"])
         heads, kv_heads = rng.choice([(8, 2), (8, 8), (4, 1), (16, 4), (32, 4), (2, 1)])
@@ -179,6 +176,15 @@ class RandomCase(NamedTuple):
     kv_heads: int
 
 
+def _operand_draws(rng) -> dict:
+    """Each ready-made part's random operand (widths 0 to past the sequence, caps 1 to 50, head values of both
+    shapes), drawn from `rng` where called."""
+    return {"band": lambda: rng.choice([0, 1, 17, 100, 1000, 5000]),
+            "softcap": lambda: rng.choice([1.0, 5.0, 30.0, 50.0]),
+            "alibi": lambda: rng.choice(["heads", "batch_heads"]),
+            "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+
+
 def random_cases(count: int = 200, seed: int = 61) -> list:
     """`count` random cases (the same for a seed, so that `make gpu-inputs` builds their kernels here): every
     family, head dims 64, 128 and 256, lengths from 1 across the tile edges to 2,100, causal where the family has
@@ -187,10 +193,7 @@ def random_cases(count: int = 200, seed: int = 61) -> list:
     import random
 
     rng, cases = random.Random(seed), []
-    draw = {"band": lambda: rng.choice([0, 1, 17, 100, 1000, 5000]),
-            "softcap": lambda: rng.choice([1.0, 5.0, 30.0, 50.0]),
-            "alibi": lambda: rng.choice(["heads", "batch_heads"]),
-            "sinks": lambda: rng.choice(["heads", "batch_heads"])}
+    draw = _operand_draws(rng)
     for _ in range(count):
         family = rng.choice(sorted(FAMILIES))
         heads = rng.choice([1, 2, 4, 8])

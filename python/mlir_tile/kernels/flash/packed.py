@@ -41,8 +41,8 @@ class PackedAttention:
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
         return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
-                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried,
-                         variant=(variant, operands, cu_seqlens_q))
+                         (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried, variant=variant,
+                         operands=operands, query_offsets=cu_seqlens_q)
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
               causal: bool = False, variant=None, operands=()):
@@ -50,7 +50,7 @@ class PackedAttention:
         (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
         sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
         pages_per_sequence]); q, cu_seqlens_q, max_seqlen_q, `variant` and `operands` as `packed`'s (its keys
-        checked at the table's keys a sequence). ValueError in one line for what the kernel does not take."""
+        checked at the table's keys a sequence and below). ValueError in one line for what the kernel does not take."""
         element, (k_rows, v_rows) = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table,
                                                   max_seqlen_q)
         q, block_table = token_rows(q), block_table.contiguous()
@@ -58,20 +58,21 @@ class PackedAttention:
         return self._run(q, k_rows, v_rows, kv_heads, element, bool(causal), max_seqlen_q,
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
-                         paging=(per_sequence, page_size, pages), variant=(variant, operands, cu_seqlens_q))
+                         paging=(per_sequence, page_size, pages), variant=variant, operands=operands,
+                         query_offsets=cu_seqlens_q)
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
-             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None,
-             variant: tuple = (None, (), None)):
+             batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None, variant=None,
+             operands=(), query_offsets=None):
         """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
         the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all);
-        `variant` (the variant, its operands, cu_seqlens_q)."""
+        `variant` with its `operands` (`query_offsets`: cu_seqlens_q, for the sinks where no sequence has a
+        key)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
-        variant, operands, query_offsets = variant
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
                                             shorter=True)

@@ -471,9 +471,8 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
         return self.sequence.position(self._query(row)) if self.config.varlen else self._query(row)
 
     def row_keys(self, row) -> tuple:
-        """(first, end): the keys the variant gives the item's `row` (packed: clamped into its sequence's
-        keys, where the host checked the rules at the longest only)."""
+        """(first, end): the keys the variant gives the item's `row` (packed: clamped into its sequence's keys,
+        `query_keys`)."""
         if self.config.varlen:
-            return self.sequence.clamped(self.variant.key_interval(self.k, self.position(row), self.sequence.k_length,
-                                                                   self.extras))
+            return self.query_keys(self._query(row))
         return self.variant.key_interval(self.k, self._query(row), self.seq, self.extras)

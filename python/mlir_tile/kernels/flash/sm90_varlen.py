@@ -68,7 +68,8 @@ class Sequence:
         walk = KeyTiles.between(self.k, keys, lowest, highest)
         if share is not None:
             walk = walk.part(*share)
-        walk.count = maximum(walk.count, 1, signed=True)
+        walk.count = maximum(walk.count, 1, signed=True)  # (signed: keys that break the rules may end before
+        # they begin)
         return walk
 
     def position(self, query):
@@ -172,9 +173,7 @@ class PackedItems:
         if self.keys_of_rows:  # (the variant's keys of the first row and of the last inside the sequence)
             last = self.k.minimum(first_row + rows, self.q_rows) - 1
             last_query = self.split_row(last)[0] if self.config.pack_gqa else last
-            lowest, highest = (self.sequence.clamped(self.variant.key_interval(
-                self.k, self.sequence.position(query), self.sequence.k_length, self.extras))
-                for query in (first_query, last_query))
+            lowest, highest = (self.query_keys(query) for query in (first_query, last_query))
             return self.sequence.between(self.config.keys, lowest, highest, self.share)
         return self.sequence.key_tiles(self.config.keys, first_query, rows, causal, self.share)
 
@@ -190,10 +189,18 @@ class PackedItems:
             shift += k.select(k.compare("uge", group, 1 << bit), k.index(1), k.index(0))
         return packed >> shift, packed & (group - 1)
 
+    def query_keys(self, query) -> tuple:
+        """(first, end): the variant's keys of the sequence's query `query`, at its position among the keys,
+        clamped into them (`Sequence.clamped`)."""
+        sequence = self.sequence
+        return sequence.clamped(self.variant.key_interval(self.k, sequence.position(query), sequence.k_length,
+                                                          self.extras))
+
     def walk_covers(self, row):
         """Whether the item's walk (all its splits') holds every key the variant gives the item's `row` (an i1):
-        the host checks that the keys are non-decreasing in the row at the longest sequence's length only, and
-        where they are not at this one a row gets O NaN, not a silently wrong result."""
+        the host checks that the keys are non-decreasing in the row at the longest length and the shorter ones
+        up to `variants.SHORTER_CHECKED` only, and where they are not at this one a row gets O NaN, not a
+        silently wrong result."""
         k, walk, keys = self.k, self.walk, self.config.keys
         first, end = self.row_keys(row)
         lowest, beyond = walk.first * keys, (walk.first + walk.count) * keys

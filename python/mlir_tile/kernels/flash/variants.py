@@ -214,7 +214,7 @@ def _checked_keys(variant: Variant, seq: int, numbers: tuple) -> None:
 
 
 SHORTER_CHECKED = 4096  # packed sequences: the lengths below the longest checked on the host, each (a row of
-# SHORTER_ROWS lengths at a time: some 0.1 s for all of them, once a variant, its numbers and the longest); past
+# SHORTER_ROWS lengths at a time: some 0.03 s for all, once a variant, its numbers and the longest); past
 # them the kernel's `walk_covers` gives a row whose keys its walk misses NaN
 SHORTER_ROWS = 256
 
