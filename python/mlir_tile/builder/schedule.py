@@ -191,8 +191,10 @@ class KeyTiles:
         walk.count = relative(ceil_div(k, high_end, walk.keys))
         if high_first is not None:
             walk.lead = relative(ceil_div(k, high_first, walk.keys))
-        # (signed: end(first row) may end before the first tile of the walk; no tile is unmasked then)
-        walk.unmasked = arith.maxsi(relative(whole_tiles(k, low_end, walk.keys)), k.index(0))
+        # (signed: end(first row) may end before the first tile of the walk, no tile unmasked then; or, keys
+        # that break the rules, past end(last row)'s tile: no tile past the walk's)
+        walk.unmasked = arith.maxsi(arith.minsi(relative(whole_tiles(k, low_end, walk.keys)), walk.count),
+                                    k.index(0))
         walk.first, walk.count, walk.lead, walk.unmasked = map(with_operators, (walk.first, walk.count, walk.lead,
                                                                               walk.unmasked))
         return walk

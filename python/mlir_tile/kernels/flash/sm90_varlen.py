@@ -197,15 +197,21 @@ class PackedItems:
                                                           self.extras))
 
     def walk_covers(self, row):
-        """Whether the item's walk (all its splits') holds every key the variant gives the item's `row` (an i1):
-        the host checks that the keys are non-decreasing in the row at the longest length and the shorter ones
-        up to `variants.SHORTER_CHECKED` only, and where they are not at this one a row gets O NaN, not a
-        silently wrong result."""
+        """Whether the item's walk (all its splits') holds every key the variant gives the item's `row`, and the
+        row sees every key of the tiles the walk takes unmasked (past its first and `lead`, before `unmasked`)
+        (an i1): the host checks that the keys are non-decreasing in the row at the longest length and the
+        shorter ones up to `variants.SHORTER_CHECKED` only, and where they are not at this one a row gets O NaN,
+        not a silently wrong result."""
+        from mlir_tile.builder.integers import maximum
+
         k, walk, keys = self.k, self.walk, self.config.keys
         first, end = self.row_keys(row)
         lowest, beyond = walk.first * keys, (walk.first + walk.count) * keys
-        none = k.compare("sge", first, end)
-        return none | (k.compare("sge", first, lowest) & k.compare("sle", end, beyond))
+        inside = k.compare("sge", first, end) | (k.compare("sge", first, lowest) & k.compare("sle", end, beyond))
+        lead = 1 if walk.lead is None else maximum(walk.lead, 1, signed=True)
+        whole_from, whole_to = (walk.first + lead) * keys, (walk.first + walk.unmasked) * keys
+        seen = k.compare("sle", first, whole_from) & k.compare("sge", end, whole_to)
+        return inside & (k.compare("sge", whole_from, whole_to) | seen)
 
     def row_head_values(self) -> None:
         """pack_gqa (a consumer's): the variant's "head" operands' values at the query heads of the thread's two
