@@ -31,17 +31,18 @@ def _parts(case) -> tuple:
     return {"gemma2_local": ("softcap",), "gpt_oss_local": ("sinks",), **FAMILIES}.get(case.variant, ())
 
 
-def _expected_sequence(case, q, k, v, operands, b: int):
+def _expected_sequence(case, q, k, v, operands, b: int, element=torch.float32):
     """torch's fp32 (o [len_q, heads, d], lse [heads, len_q]) of sequence `b`'s q [len_q, heads, d] against its
     k and v [len_k, kv_heads, d], the variant written out at the queries' positions; a row that sees nothing: o
-    0, lse -inf (or the sink's)."""
+    0, lse -inf (or the sink's). `element` 16-bit: its products q k^T and P V in it (the softmax in fp32), the
+    error a 16-bit implementation makes."""
     group = case.heads // case.kv_heads
-    qf = q.float().transpose(0, 1)
-    kf, vf = (x.float().repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))
+    qf = q.to(element).transpose(0, 1)
+    kf, vf = (x.to(element).repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))
     len_q, len_k = q.shape[0], k.shape[0]
     position = torch.arange(len_q, device="cuda")[:, None] + (len_k - len_q)
     key = torch.arange(len_k, device="cuda")[None, :]
-    scores = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = (qf @ kf.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
     hidden, sink = key > position if case.causal else torch.zeros_like(key > position), None
     if case.variant in WINDOWS:
         left, right = WINDOWS[case.variant]
@@ -63,7 +64,7 @@ def _expected_sequence(case, q, k, v, operands, b: int):
         scores = torch.cat([scores, sink.expand(-1, len_q, 1)], -1)
     lse = scores.logsumexp(-1)
     weights = torch.nan_to_num(torch.exp(scores - lse[..., None]))[..., :len_k]
-    return (weights @ vf).transpose(0, 1), lse
+    return (weights.to(element) @ vf).float().transpose(0, 1), lse
 
 
 def _close(got, expected, relative: bool = False) -> float:
@@ -106,20 +107,34 @@ def _run_cache(case, operands, lengths, caches=None):
     return o, lse, torch.stack([e[0] for e in expected]), torch.stack([e[1] for e in expected])
 
 
-def _run_varlen(case, operands):
-    from mlir_tile.kernels import attention_varlen
-    from mlir_tile.testing.attention_variants import variants
-
+def _packed_inputs(case) -> tuple:
+    """Random bf16 q, k, v of a varlen case's sequences, and its cu_seqlens_q, cu_seqlens_k."""
     len_q, len_k = zip(*case.lengths)
     q, k, v = (torch.randn(sum(n), heads, case.d, device="cuda", dtype=torch.bfloat16)
                for n, heads in ((len_q, case.heads), (len_k, case.kv_heads), (len_k, case.kv_heads)))
     offsets = [torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
                for n in (len_q, len_k)]
+    return (q, k, v), offsets
+
+
+def _packed_expected(case, q, k, v, offsets, operands, element=torch.float32) -> tuple:
+    """`_expected_sequence` of each of a varlen case's sequences: (o [total_q, heads, d], lse [heads, total_q])."""
+    (cu_q, cu_k), expected = (x.tolist() for x in offsets), []
+    for b in range(len(cu_q) - 1):
+        keys = slice(cu_k[b], cu_k[b + 1])
+        expected.append(_expected_sequence(case, q[cu_q[b]:cu_q[b + 1]], k[keys], v[keys], operands, b, element))
+    return torch.cat([e[0] for e in expected]), torch.cat([e[1] for e in expected], 1)
+
+
+def _run_varlen(case, operands):
+    from mlir_tile.kernels import attention_varlen
+    from mlir_tile.testing.attention_variants import variants
+
+    (q, k, v), offsets = _packed_inputs(case)
+    len_q, len_k = zip(*case.lengths)
     o, lse = attention_varlen(q, k, v, *offsets, max(len_q), max(len_k), causal=case.causal,
                               variant=variants()[case.variant], operands=operands)
-    expected = [_expected_sequence(case, q[offsets[0][b]:offsets[0][b + 1]], k[offsets[1][b]:offsets[1][b + 1]],
-                                   v[offsets[1][b]:offsets[1][b + 1]], operands, b) for b in range(len(len_q))]
-    return o, lse, torch.cat([e[0] for e in expected]), torch.cat([e[1] for e in expected], 1)
+    return (o, lse, *_packed_expected(case, q, k, v, offsets, operands))
 
 
 def _run_case(case):
@@ -200,7 +215,8 @@ def test_a_windowed_decode_step_replays_in_a_cuda_graph_over_other_lengths():
 def test_keys_the_host_does_not_check_at_a_length_give_nan_rows_never_wrong_ones():
     """`odd_end`'s keys are causal at 8,192 keys (the longest) and up to 4,096 (where the host checks them), not
     at 5,000: rows 0-41 of a sequence of 5,000 see keys past the last row's, which the item's walk does not
-    visit."""
+    visit. (The first row's keys reach past the walk's last tile there: the consumers once walked on past it,
+    waiting for tiles the producer never loads, and the kernel hung.)"""
     from mlir_tile.testing.attention_variants import NOT_MONOTONE
 
     torch.manual_seed(5)
@@ -210,6 +226,53 @@ def test_keys_the_host_does_not_check_at_a_length_give_nan_rows_never_wrong_ones
     fine = ~rows
     assert rows[:5000].any() and not rows[5000:].any(), rows.nonzero()
     assert _close(o[fine], expected[fine]) <= 2 ** -6
+
+
+def test_packed_sequences_with_a_variant_train_within_torchs_own_error():
+    """`PACKED_BACKWARD_CASES` (windows, a band, softcap, ALiBi, sinks; lengths 0 and 1, fewer queries than keys
+    and more, a sequence past the lengths the host checks, GQA) through `attention_varlen`'s autograd: dq, dk, dv
+    against fp32 autograd of each sequence with its variant written out, within twice the error of the same
+    math with bf16 products (plus the element's rounding of the gradients' scale); the sinks' gradient (a loss
+    on the log-sum-exp too) within 2% of fp32 autograd's."""
+    from mlir_tile.kernels import attention_varlen
+    from mlir_tile.testing.attention_variants import PACKED_BACKWARD_CASES, variants
+
+    torch.manual_seed(60)
+    failures = []
+    for case in PACKED_BACKWARD_CASES:
+        inputs, offsets = _packed_inputs(case)
+        operands = _operand_values(case, len(case.lengths))
+        sinks = "sinks" in _parts(case)
+        upstream = [torch.randn_like(inputs[0]), torch.randn(case.heads, inputs[0].shape[0], device="cuda")]
+        len_q, len_k = zip(*case.lengths)
+
+        def ours(q, k, v, *operands):
+            return attention_varlen(q, k, v, *offsets, max(len_q), max(len_k), causal=case.causal,
+                                    variant=variants()[case.variant], operands=operands)
+
+        def gradients(forward, element):
+            leaves = [x.detach().to(element).requires_grad_() for x in inputs]
+            if sinks:
+                leaves.append(operands[0].detach().clone().requires_grad_())
+            o, lse = forward(*leaves[:3], *(leaves[3:] if sinks else operands))
+            outputs, grads = [o.float()], [upstream[0].float()]
+            if sinks:  # (every row's log-sum-exp finite: its sink's at least)
+                outputs.append(lse)
+                grads.append(upstream[1])
+            return [x.float() for x in torch.autograd.grad(outputs, leaves, grads)]
+
+        exact, theirs = (gradients(lambda *x, element=element: _packed_expected(
+            case, *x[:3], offsets, tuple(x[3:]), element), element) for element in (torch.float32, torch.bfloat16))
+        got = gradients(ours, torch.bfloat16)
+        for name, mine, bf16, truth in zip(("dq", "dk", "dv"), got, theirs, exact):
+            error = float((mine - truth).abs().max())
+            bound = 2 * float((bf16 - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
+                float(truth.abs().max()), 1e-2)
+            if not error <= bound:
+                failures.append((case.variant, name, error, bound))
+        if sinks and not float((got[3] - exact[3]).abs().max()) <= 0.02 * float(exact[3].abs().max()) + 1e-3:
+            failures.append((case.variant, "dsinks", float((got[3] - exact[3]).abs().max())))
+    assert not failures, failures
 
 
 def test_what_a_variant_on_a_cache_refuses_in_one_line_before_it_writes_the_cache():
@@ -235,7 +298,9 @@ def test_what_a_variant_on_a_cache_refuses_in_one_line_before_it_writes_the_cach
         attention_with_kvcache(q, cache, cache, 100, variant=alibi, operands=(torch.ones(3, device="cuda"),))
     with pytest.raises(ValueError, match="operands are a variant's"):
         attention_with_kvcache(q, cache, cache, 100, operands=(1.0,))
+    with pytest.raises(ValueError, match="on a KV cache has no backward"):
+        attention_with_kvcache(q.requires_grad_(), cache, cache, 100, causal=False, variant=sliding_window(10))
     rows = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     offsets = torch.tensor([0, 10], device="cuda", dtype=torch.int32)
-    with pytest.raises(ValueError, match="has no backward"):
-        attention_varlen(rows, rows, rows, offsets, offsets, 10, 10, variant=sliding_window(3))
+    with pytest.raises(ValueError, match="has a sink function"):
+        attention_varlen(rows, rows, rows, offsets, offsets, 10, 10, variant=Variant("one", sink=lambda at: 1.0))

@@ -253,8 +253,8 @@ def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed
 
 def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):
     """A variant of keys alone (a mask): its kernel takes the variant's operands after its own (band: one
-    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, packed
-    sequences, and with keys causal and the deterministic mode are refused where the kernel is built. (Its gradients:
+    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, and with
+    keys causal and the deterministic mode are refused where the kernel is built. (Its gradients:
     test_attention_variants_gpu.py.)"""
     import shutil
     import subprocess
@@ -276,8 +276,35 @@ def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differen
 
     without_derivative = Variant("doubled", score=lambda s, at: 2.0 * s)
     for variant, options, message in ((without_derivative, {}, "a score step with its score_gradient and a sink"),
-                                      (masks.band, dict(causal=True), "keys of its own not causal"),
-                                      (masks.softcap, dict(varlen=True), r"\[batch, heads, seq, d\] inputs"),
-                                      (masks.band, dict(deterministic=True), "not causal, not deterministic")):
+                                      (masks.band, dict(causal=True), "not causal, not deterministic"),
+                                      (masks.band, dict(deterministic=True, varlen=True), "not deterministic")):
         with pytest.raises(ValueError, match=message):
             sm90_backward.build_module(BackwardConfig(64, element="bf16", **options), variant=variant)
+
+
+def test_a_variant_on_packed_sequences_searches_its_rows_where_the_host_checked_its_keys(tmp_path):
+    """The packed backward with a variant: its operands after the packed sequences' six parameters (band's
+    integer the 19th), the keys' rows found by two binary searches of 32 halvings where the sequence's length
+    was checked on the host (up to `SHORTER_CHECKED` keys or max_seqlen_k, no more queries than keys), each
+    block of the sequence's rows walked where not; each assembles (ptxas spills 28-36 bytes at d 64 where the
+    plain packed kernel spills none: docs/notes/attention-backward.md). (Its gradients:
+    test_attention_variants_packed_gpu.py.)"""
+    import re
+    import subprocess
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.flash import masks
+    from mlir_tile.kernels.flash.variants import SHORTER_CHECKED
+
+    config = BackwardConfig(64, False, "bf16", varlen=True)
+    plain, band, alibi = (compile_to_ptx(sm90_backward.build_module(config, variant=variant))
+                          for variant in (None, masks.band, masks.alibi))
+    assert band.count(".param .u64") == plain.count(".param .u64") + 1
+    assert "attention_backward_param_18" in band and "attention_backward_param_18" not in plain
+    checked = rf"setp\.(lt|le)\.u64\s+%p\d+, %rd\d+, ({SHORTER_CHECKED}|{SHORTER_CHECKED + 1});"
+    assert re.search(checked, band) and not re.search(checked, plain), "the lengths checked on the host"
+    for number, ptx in enumerate((band, alibi)):
+        (tmp_path / f"{number}.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / f"{number}.ptx"), "-o",
+                                    str(tmp_path / f"{number}.cubin")], capture_output=True, text=True)
+        assert assembled.returncode == 0, assembled.stderr

@@ -98,7 +98,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     that sees no key has o 0 and lse -inf. fp16 or bf16, d 64, 128 or 256; differentiable (o's
     gradient and lse's: `flash.backward`'s packed kernels). `variant` with its `operands` as `attention`'s (a
     head's [heads] or [batch, heads]), `query` in its functions query i's position i + len_k - len_q among its
-    sequence's keys and `seq` its keys, the keys' rules checked at max_seqlen_k and below: forward only."""
+    sequence's keys and `seq` its keys, the keys' rules checked at max_seqlen_k and below; differentiable where the
+    variant trains (masks, score steps with their score_gradient, sinks given as an operand), with keys not causal
+    and not deterministic."""
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")

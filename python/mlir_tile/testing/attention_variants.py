@@ -105,6 +105,18 @@ PACKED_CASES = (  # (decode steps: pack_gqa and split-KV; lengths 0 and 1; prefi
 )
 
 
+PACKED_BACKWARD_CASES = (  # (packed sequences that train: lengths 0 and 1, fewer queries than keys and more,
+    # keys past SHORTER_CHECKED below the longest (4,500 of 5,000: every query block walked), GQA)
+    PackedCase("window_100_50", (), "varlen", ((300, 300), (0, 0), (1, 1), (700, 700), (50, 200), (300, 200))),
+    PackedCase("band", (70,), "varlen", ((1000, 1000), (129, 129), (1, 5)), d=64, heads=4, kv_heads=4),
+    PackedCase("softcap", (5.0,), "varlen", ((500, 500), (100, 300), (0, 7)), causal=True),
+    PackedCase("alibi", ("batch_heads",), "varlen", ((600, 600), (3, 3), (64, 100)), d=64, heads=4, kv_heads=1),
+    PackedCase("gpt_oss_local", ("batch_heads",), "varlen", ((4500, 4500), (5000, 5000), (1, 1)), d=64, heads=4,
+               kv_heads=2),
+    PackedCase("sinks", ("heads",), "varlen", ((700, 700), (0, 0), (33, 90)), heads=8, kv_heads=2),
+    PackedCase("gemma2_local", (5.0,), "varlen", ((1100, 1100), (64, 64)), d=256, heads=2, kv_heads=2),
+)
+
 NOT_MONOTONE = PackedCase("odd_end", (), "varlen", ((5000, 5000), (1, 8192)))  # (its keys' end is non-decreasing
 # at 8,192 keys and up to 4,096, where the host checks them, not at 5,000: rows whose keys the walk misses get NaN)
 
@@ -225,7 +237,7 @@ def variants() -> dict:
 
 def kernels():
     """(name, build) of each kernel the cases (the packed ones' and the random ones' included) and the example
-    launch (bf16: the launcher's picks), and the backward's of BACKWARD_CASES."""
+    launch (bf16: the launcher's picks), and the backward's of BACKWARD_CASES and PACKED_BACKWARD_CASES."""
     from mlir_tile.kernels.flash import sm90, sm90_backward
     from mlir_tile.kernels.flash.sm90_backward_tiles import BackwardConfig
     from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
@@ -245,6 +257,11 @@ def kernels():
     for case in BACKWARD_CASES:
         config, variant = BackwardConfig(case.d, case.causal, "bf16"), named[case.variant]
         built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
+    for case in PACKED_BACKWARD_CASES:  # (and their forward's)
+        config, variant = BackwardConfig(case.d, case.causal, "bf16", varlen=True), named[case.variant]
+        built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
+        config, name = packed_config_of(case)
+        built[name] = partial(sm90.build_module, config, variant=variant)
     return built.items()
 
 

@@ -175,13 +175,18 @@ class HopperAttentionBackward:
         return _BackwardPlan(config, launch, maps + [_given] * (len(operands) + len(flags)))
 
     def packed(self, grad, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k: int, *, causal: bool = False,
-               grad_lse=None, deterministic=None):
+               grad_lse=None, deterministic=None, variant=None, operands=()):
         """(dq, dk, dv) of `attention_varlen` (packed sequences, `sm90_varlen`: q, O, dO [total_q, heads, d], k, v
         [total_k, kv_heads, d], lse [heads, total_q]); dQaccum and the statistics at FlashAttention-3's padded
-        rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`)."""
+        rows: token t of sequence b at t - start_b + (start_b / rows + b) x rows (`packed_rows`). `variant` with
+        its `operands` as `__call__`'s, its keys checked as the forward's are (at max_seqlen_k and the lengths up
+        to `variants.SHORTER_CHECKED`)."""
         from mlir_tile.kernels.flash.packed import checked_packed, row_pitch, token_rows
 
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, "max_seqlen_k")
+        if variant is not None and variant.keys is not None and _deterministic(deterministic):
+            raise ValueError(f"attention_varlen backward: variant {variant.name!r}'s dQ is not deterministic yet "
+                             f"(torch.use_deterministic_algorithms)")
         q, k, v = (token_rows(x) for x in (q, k, v))
         (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
         if any(x.shape != q.shape or x.dtype != q.dtype for x in (o, grad)) or lse.shape != (heads, total_q):
@@ -195,20 +200,28 @@ class HopperAttentionBackward:
         if not (total_q and total_k and max_seqlen_k):
             return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)  # (contiguous, as the fake's)
         config = BackwardConfig(d, bool(causal), element, varlen=True, deterministic=_deterministic(deterministic))
+        # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
+        arguments, kept = variant_arguments(variant, operands, bool(causal), max_seqlen_k, (batch, heads, q.device),
+                                            shorter=True)
         rows, padded = packed_rows(cu_seqlens_q, total_q, config.rows)
-        blocks = -(-max_seqlen_k // config.keys)
+        # (the kernel's `seq`: the longest's keys, whole key blocks; a variant's keys' exactly, where it tells
+        # the lengths the host checked)
+        seq = -(-max_seqlen_k // config.keys) * config.keys
+        if variant is not None and variant.keys is not None:
+            seq = max_seqlen_k
         pitches = tuple(row_pitch(x) for x in (q, k, v))
-        shape = (total_q, total_k, heads, kv_heads, batch, blocks, pitches)
-        plan = self.plans.of(("packed", config, *shape), lambda: self._packed_plan(config, *shape))
+        shape = (total_q, total_k, heads, kv_heads, batch, seq, pitches)
+        plan = self.plans.of(("packed", config, *shape, variant), lambda: self._packed_plan(config, *shape, variant))
         o, grad = (on_16_bytes(x.contiguous()) for x in (o, grad))
         return self._run(plan, config, (q, k, v, o, grad), lse.float().contiguous(), grad_lse, total_q, heads, padded,
-                         places=rows, offsets=(cu_seqlens_q, cu_seqlens_k))
+                         places=rows, offsets=(cu_seqlens_q, cu_seqlens_k), operands=arguments)
 
     def _packed_plan(self, config: BackwardConfig, total_q: int, total_k: int, heads: int, kv_heads: int,
-                     batch: int, blocks: int, pitches: tuple):
-        """The launch over `batch` sequences' `blocks` blocks of keys (of the longest) of `kv_heads` K/V heads; q's,
-        k's and v's rows `pitches` bytes apart (dO's contiguous)."""
-        module = self.library.module(str(config), partial(sm90_backward.build_module, config))
+                     batch: int, seq: int, pitches: tuple, variant=None):
+        """The launch over `batch` sequences' blocks of keys (of the longest, `seq` keys) of `kv_heads` K/V heads;
+        q's, k's and v's rows `pitches` bytes apart (dO's contiguous); with `variant`'s operands."""
+        module = self.library.module(str(config) + (variant.suffix if variant else ""),
+                                     partial(sm90_backward.build_module, config, variant=variant))
         box, d, padded = boxes(config), config.head_dim, padded_rows(total_q, batch, config.rows)
         maps = [MapOperand(self.maps, (total, count * d), pitch, box[name]) for name, total, count, pitch in (
             ("q", total_q, heads, pitches[0]), ("k", total_k, kv_heads, pitches[1]),
@@ -218,11 +231,12 @@ class HopperAttentionBackward:
         maps += [MapOperand(self.maps, (heads, padded), 4 * padded, box[name], floats=True)
                  for name in ("lse", "delta")]
         flags = [POINTER] if config.deterministic else []
-        maps += [int] * (2 + len(flags))  # (pointers, given as they are)
-        seq = blocks * config.keys
+        operands = operand_slots(variant.operands if variant else ())
+        maps += [int] * 2 + [_given] * (len(operands) + len(flags))  # (pointers and numbers, given as they are)
         launch = module.prepare(KERNEL, [TENSOR_MAP] * 5 + [POINTER] * 2 + [TENSOR_MAP] * 2 + [
-            seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded] + flags,
-            grid=config.grid(batch * kv_heads, seq), block=config.threads, shared_bytes=config.shared_bytes)
+            seq, batch * kv_heads, heads // kv_heads] + [POINTER] * 2 + [kv_heads, total_q, total_k, padded]
+            + operands + flags, grid=config.grid(batch * kv_heads, seq), block=config.threads,
+            shared_bytes=config.shared_bytes)
         return _BackwardPlan(config, launch, maps)
 
 
@@ -257,16 +271,24 @@ def packed_rows(cu_seqlens_q, total_q: int, rows: int):
     import torch
 
     batch = cu_seqlens_q.shape[0] - 1
+    tokens, sequence, inside, starts = token_sequences(cu_seqlens_q, total_q)
+    padded = padded_rows(total_q, batch, rows)
+    first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
+    return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1).int(), padded
+
+
+def token_sequences(cu_seqlens_q, total_q: int) -> tuple:
+    """(the tokens 0 to total_q, each one's sequence, whether it lies inside it, the sequences' first tokens) of
+    packed rows, the bounds clamped into total_q as the kernel's `Sequence` clamps them (int64, on the device)."""
+    import torch
+
     offsets = cu_seqlens_q.long()
     offsets = torch.where(offsets < 0, total_q, offsets).clamp(max=total_q)  # (the kernel reads them unsigned)
     ends = offsets[1:]
     starts = torch.minimum(offsets[:-1], ends)
     tokens = torch.arange(total_q, device=cu_seqlens_q.device)
-    sequence = torch.searchsorted(ends, tokens, right=True).clamp(max=batch - 1)
-    padded = padded_rows(total_q, batch, rows)
-    first = (starts // rows + torch.arange(batch, device=tokens.device)) * rows
-    inside = (tokens >= starts[sequence]) & (tokens < ends[sequence])
-    return torch.where(inside, tokens - starts[sequence] + first[sequence], padded - 1).int(), padded
+    sequence = torch.searchsorted(ends, tokens, right=True).clamp(max=cu_seqlens_q.shape[0] - 2)
+    return tokens, sequence, (tokens >= starts[sequence]) & (tokens < ends[sequence]), starts
 
 
 def _given(argument):

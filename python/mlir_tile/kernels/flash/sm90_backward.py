@@ -69,10 +69,9 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None, varian
     if variant is not None and variant.score is not None and variant.score_gradient is None:
         raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, a "
                          f"score step with its score_gradient and a sink (P from the log-sum-exp, which holds it)")
-    keyed = variant is not None and variant.keys is not None
-    if variant is not None and (config.varlen or (keyed and (config.causal or config.deterministic))):
-        raise ValueError(f"attention backward: variant {variant.name!r} runs on [batch, heads, seq, d] inputs; with "
-                         f"keys of its own not causal, not deterministic")
+    if variant is not None and variant.keys is not None and (config.causal or config.deterministic):
+        raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees: not causal, "
+                         f"not deterministic")
 
     # (packed sequences: dK and dV pointers, as 16-bit pairs; cu_seqlens_q and _k, kv_heads, total_q, total_k and
     # the padded rows a head of dQaccum and the statistics)
@@ -93,7 +92,8 @@ class _Backward:
         from mlir_tile.isa.atoms import wgmma
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
-        self.extras = k.arguments[12:12 + len(variant.operands)] if variant is not None else ()
+        first_operand = 18 if config.varlen else 12  # (after the packed sequences' parameters)
+        self.extras = k.arguments[first_operand:first_operand + len(variant.operands)] if variant is not None else ()
         (self.q_map, self.k_map, self.v_map, self.do_map, self.dq_map, self.dk_map, self.dv_map, self.lse_map,
          self.delta_map, self.seq, _, group) = k.arguments[:12]
         self.tiles = tiles(config)
@@ -112,6 +112,7 @@ class _Backward:
             key_block = key_blocks - 1 - key_block
         self.n0 = key_block * keys
         self.group = k.as_index(group)
+        self.key_length, self.position_shift, self.first_head = self.seq, None, None  # (packed: the sequence's)
         if config.varlen:
             self.locate_in_sequence()
         else:
@@ -120,7 +121,7 @@ class _Backward:
             self.first = self.n0 // config.rows if config.causal else k.index(0)
             self.count = query_blocks - self.first  # a query head's blocks; the CTA walks them for each of the group
             if variant is not None and variant.keys is not None:  # (the blocks of the rows seeing the CTA's keys)
-                self.first, self.count = self.blocks_seeing(seq)
+                self.first, self.count = self.blocks_seeing(seq, seq)
             self.padded = query_blocks * config.rows  # a head's rows of dQaccum and of the statistics
             self.keys_end, self.shift, self.padded_start = seq, None, k.index(0)
             self.q_origin = self.kv_origin = None
@@ -163,17 +164,38 @@ class _Backward:
         self.padded_start = (sequence.q_start // rows + batch) * rows
         self.padded = k.as_index(self.padded)
         self.q_origin, self.kv_origin = sequence.q_start, sequence.k_start
+        if self.variant is not None:  # (its rows at their positions among the keys, its heads over batch x heads)
+            self.key_length, self.position_shift = sequence.k_length, sequence.shift
+            self.first_head = batch * kv_heads * self.group
+            if self.variant.keys is not None:
+                self.first, self.count = self.packed_blocks_seeing(sequence)
 
-    def blocks_seeing(self, seq):
+    def blocks_seeing(self, seq, rows, position=None):
         """A variant's: (first, count) of the query blocks with a row that sees one of the CTA's keys
-        (`Variant.rows_seeing`), none where no row does (dK and dV then 0)."""
+        (`Variant.rows_seeing` over `rows` rows, `position` a row's among the `seq` keys), none where no row does
+        (dK and dV then 0)."""
         from mlir_tile.builder.integers import maximum
 
-        k, rows = self.k, self.config.rows
+        k, block = self.k, self.config.rows
         lowest, beyond = self.variant.rows_seeing(k, self.n0, k.minimum(self.n0 + self.config.keys, seq), seq,
-                                                  self.extras)
-        first = lowest // rows
-        return first, maximum((beyond + (rows - 1)) // rows - first, 0, signed=True)
+                                                  self.extras, rows=rows, position=position)
+        first = lowest // block
+        return first, maximum((beyond + (block - 1)) // block - first, 0, signed=True)
+
+    def packed_blocks_seeing(self, sequence):
+        """`blocks_seeing` of a packed sequence where the host checked the keys' rules at its length (keys up to
+        `variants.SHORTER_CHECKED`, or max_seqlen_k: the `seq` parameter) and its queries' positions are among
+        its keys (no more queries than keys): the rules are what the search needs; else every block of its rows,
+        each score still masked by the variant's keys (a slower walk, never a wrong one)."""
+        from mlir_tile.kernels.flash.variants import SHORTER_CHECKED
+
+        k = self.k
+        searched = self.blocks_seeing(sequence.k_length, sequence.q_length, sequence.position)
+        checked = ((k.compare("ule", sequence.k_length, SHORTER_CHECKED)
+                    | k.compare("eq", sequence.k_length, k.as_index(self.seq)))
+                   & k.compare("ule", sequence.q_length, sequence.k_length))
+        every = (sequence.q_length + (self.config.rows - 1)) // self.config.rows
+        return k.select(checked, searched[0], k.index(0)), k.select(checked, searched[1], every)
 
     def build(self) -> None:
         k, config = self.k, self.config
@@ -240,7 +262,7 @@ class _Backward:
             # loaded a block, ALiBi's d 128 kernel spilled 264-280 bytes, not 140-164; d 256's, whose consumers split
             # d's columns, and those without head values spill less in the flat loop)
             with k.loop(0, self.group) as query_head:
-                heads = self.variant.head_values(k, self.kv_head * self.group + query_head, self.extras)
+                heads = self.head_values(self.kv_head * self.group + query_head)
                 with k.loop(0, self.count) as block:
                     self.query_block(query_head * self.count + block, heads)
         else:
@@ -278,15 +300,20 @@ class _Backward:
         k.wgmma_wait(0, [self.s_acc, self.dp_acc])
         facts = self.slot_facts(self.block_of(step)[1])
         if self.variant is not None and self.variant.score is not None:  # (its head's values, its distances)
-            facts["heads"] = heads if heads is not None else self.variant.head_values(k, self.block_of(step)[0],
-                                                                                      self.extras)
-            facts["nearest"] = self.variant.distance(k, facts["first_key"], facts["first_query"])
+            facts["heads"] = heads if heads is not None else self.head_values(self.block_of(step)[0])
+            facts["nearest"] = self.variant.distance(k, facts["first_key"], facts["position"])
         if config.split_columns:
             self.gradients_through_shared(step, q, do, facts)
             self.pipeline.release(step)  # (its Q, dO, LSE and D read)
             self.dq_product(step)
         else:
             self.gradients_in_registers(step, q, do, facts)
+
+    def head_values(self, head) -> dict:
+        """The variant's "head" operands' values of query head `head` (`Variant.head_values`; packed: of the
+        sequence's head, counted over batch x heads)."""
+        at = head if self.first_head is None else self.first_head + head
+        return self.variant.head_values(self.k, at, self.extras)
 
     def gradients_in_registers(self, step, q, do, facts: dict) -> None:
         """P^T, then dV += P^T dO issued under dS^T, then dK += dS^T Q; dS^T into shared memory and this consumer's
@@ -336,7 +363,8 @@ class _Backward:
         else:
             first_key = self.n0 + self.consumer * 64 + row
         first_query = q0 + column
-        return {"first_key": first_key, "first_query": first_query, "column": column,
+        position = first_query if self.position_shift is None else first_query + self.position_shift
+        return {"first_key": first_key, "first_query": first_query, "column": column, "position": position,
                 "keys": [k.compare("ult", first_key + 8 * half, keys_end) for half in range(2)]}
 
     def kept(self, facts: dict, slot: int):
@@ -350,7 +378,7 @@ class _Backward:
 
             k, first_key, at = self.k, facts["first_key"], self.k.constant(8 * half)
             lowest, end = (k.as_i32(bound - first_key, signed=True) for bound in self.variant.key_interval(
-                k, facts["first_query"] + step, self.seq, self.extras))
+                k, facts["position"] + step, self.key_length, self.extras))
             return (keep & arith.cmpi(arith.CmpIPredicate.sle, lowest, at)
                     & arith.cmpi(arith.CmpIPredicate.slt, at, end))
         if self.config.causal and self.shift is None:
@@ -387,7 +415,7 @@ class _Backward:
     def score_site(self, facts: dict, slot: int):
         """The variant's `at` of slot `slot`: its query and key, the head's values, key - query."""
         half, step = self.s_halves[slot], self.s_columns[slot]
-        return self.variant.site(self.k, facts["first_query"] + step, facts["first_key"] + 8 * half, facts["heads"],
+        return self.variant.site(self.k, facts["position"] + step, facts["first_key"] + 8 * half, facts["heads"],
                                  self.extras, distance=lambda: facts["nearest"] + float(8 * half - step))
 
     def stepped(self, score, facts: dict, slot: int):

@@ -125,17 +125,20 @@ class Variant:
         first, end = self.keys(k.as_index(query), k.as_index(seq), Site(k, query, None, {}, self._named(arguments)))
         return k.as_index(first), k.as_index(end)
 
-    def rows_seeing(self, k, first_key, end_key, seq, arguments) -> tuple:
-        """(lowest, beyond): the rows [lowest, beyond) that see a key of [first_key, end_key) (index values; the
-        backward's block of keys): from the first row whose end passes first_key to the first whose first
-        reaches end_key, both bounds non-decreasing in the row, so each a binary search (`_first_row`)."""
+    def rows_seeing(self, k, first_key, end_key, seq, arguments, rows=None, position=None) -> tuple:
+        """(lowest, beyond): the rows [lowest, beyond) of `rows` (`seq` where not given) that see a key of
+        [first_key, end_key) (index values; the backward's block of keys), `position(row)` a row's position among
+        the `seq` keys (the row where not given): from the first row whose end passes first_key to the first
+        whose first reaches end_key, both bounds non-decreasing in the row, so each a binary search
+        (`_first_row`)."""
         from mlir_tile.builder.integers import maximum as index_maximum
 
         seq = k.as_index(seq)
-        lowest = _first_row(k, seq, lambda row: k.compare("sgt", self.key_interval(k, row, seq, arguments)[1],
-                                                          first_key))
-        beyond = _first_row(k, seq, lambda row: k.compare("sge", self.key_interval(k, row, seq, arguments)[0],
-                                                          end_key))
+        rows, at = seq if rows is None else k.as_index(rows), position or (lambda row: row)
+        lowest = _first_row(k, rows, lambda row: k.compare("sgt", self.key_interval(k, at(row), seq, arguments)[1],
+                                                           first_key))
+        beyond = _first_row(k, rows, lambda row: k.compare("sge", self.key_interval(k, at(row), seq, arguments)[0],
+                                                           end_key))
         return lowest, index_maximum(beyond, lowest)
 
     def head_values(self, k, head, arguments) -> dict:
