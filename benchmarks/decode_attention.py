@@ -1,6 +1,7 @@
 """A decode step's attention (one query a sequence, Llama-3-8B's 32 query / 8 KV heads, d 128, bf16), ours
-(`attention_with_kvcache`: a cache [batch, seq, 8, 128], and paged in shuffled pages of 16 and 64 tokens)
-beside torch's SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch, 8, seq, 128], on the GPU host:
+(`attention_with_kvcache`: a cache [batch, seq, 8, 128], and paged in shuffled pages of 16 and 64 tokens; and the
+same caches in fp8 e4m3 with per-tensor descales, contiguous and in pages of 64, half the bytes) beside torch's
+SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch, 8, seq, 128], on the GPU host:
 
     PYTHONPATH=python python3 benchmarks/decode_attention.py
 
@@ -38,9 +39,30 @@ def cases():
             table = order.view(batch, seq // page).int()
             yield f"b{batch} s{seq} ours paged {page}", lambda q=q, pools=pools, table=table, lengths=lengths: (
                 attention_with_kvcache(q, *pools, lengths, block_table=table)), read
+        yield from fp8_cases(batch, seq, q, k, v, lengths)
         q_t, k_t, v_t = (x.transpose(1, 2) for x in (q, k, v))
         yield f"b{batch} s{seq} SDPA", lambda q=q_t, k=k_t, v=v_t: F.scaled_dot_product_attention(
             q, k, v, enable_gqa=True), read
+
+
+def fp8_cases(batch: int, seq: int, q, k, v, lengths):
+    """The shape's fp8 calls: q, k and v in e4m3 with per-tensor descales, the cache contiguous and in shuffled
+    pages of 64."""
+    scaled = []
+    for x in (q, k, v):
+        descale = (x.abs().max().float() / 448).reshape(1)
+        scaled.append(((x / descale).to(torch.float8_e4m3fn), descale))
+    (q8, sq), (k8, sk), (v8, sv) = scaled
+    descales = dict(descale_q=sq, descale_k=sk, descale_v=sv)
+    read = 2 * k8.numel()
+    yield f"b{batch} s{seq} ours fp8", lambda: attention_with_kvcache(q8, k8, v8, lengths, **descales), read
+    pages = batch * seq // 64
+    order = torch.randperm(pages, device="cuda")
+    pools = [x.view(torch.uint8).reshape(pages, 64, KV_HEADS, D)[order.argsort()].view(torch.float8_e4m3fn)
+             for x in (k8, v8)]
+    table = order.view(batch, seq // 64).int()
+    yield f"b{batch} s{seq} ours fp8 paged 64", lambda: attention_with_kvcache(
+        q8, *pools, lengths, block_table=table, **descales), read
 
 
 def main():

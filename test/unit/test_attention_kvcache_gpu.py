@@ -2,7 +2,8 @@
 lengths (0, 1 and full included), new keys appended in place (some past the cache's end: dropped), GQA, d 64,
 128 and 256, both dtypes and masks, against fp32 attention over each sequence's keys written out here, within
 twice the error torch's own 16-bit SDPA makes; the caches after the append against a copy written row by row;
-a cache that is a slice of a longer buffer; a CUDA graph replayed with other lengths; the one-line errors.
+fp8 caches, contiguous and paged, against fp32 attention of their values; a cache that is a slice of a longer
+buffer; a CUDA graph replayed with other lengths; the one-line errors.
 Skipped without torch or an sm_90 GPU (the reason shown)."""
 import random
 
@@ -165,8 +166,79 @@ def test_empty_batches_queries_caches_and_negative_lengths():
     assert torch.allclose(o.float(), added.float(), atol=1e-3)  # (the one key it sees: its value)
 
 
+def _quantized(*parts):
+    """`parts` (fp32) as float8_e4m3fn with one descale for them all (their largest at e4m3's 448), and the values
+    the fp8 ones stand for."""
+    descale = (max(float(x.abs().max()) for x in parts) / 448 or 1.0) * torch.ones(1, device="cuda")
+    fp8 = [(x / descale).to(torch.float8_e4m3fn) for x in parts]
+    return fp8, descale, [x.float() * descale for x in fp8]
+
+
+def test_an_fp8_cache_matches_fp32_attention_of_its_values_within_e4m3s_rounding_of_p():
+    """fp8 caches (q, the caches and the appended keys and values float8_e4m3fn with per-tensor descales, vLLM's
+    and FlashAttention-3's form), contiguous and paged in pages of 16, 64 and 128 (shuffled), decode steps (GQA
+    packed, split-KV over 8k keys) and prefills of 70 queries against the cache, lengths 0 and 1 included, causal
+    or not: O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max |O| of fp32 attention of the values the fp8 inputs
+    stand for (`attention`'s fp8 bound: P rounded to e4m3, e the scores' error), the log-sum-exp within 1e-3 + e,
+    rows that see no key O 0; the appended rows the new keys' bytes."""
+    from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
+
+    rng, failures = random.Random(45), []
+    for trial in range(16):
+        batch, seq_cache, page = rng.randint(1, 4), rng.choice([256, 1024, 8192]), (0, 16, 64, 128)[trial % 4]
+        heads, kv_heads = rng.choice([(32, 8), (8, 8), (16, 2)])
+        seq_q, causal, new = rng.choice([1, 1, 4, 70]), rng.random() < 0.5, trial % 3 != 0
+        lengths = [rng.choice([0, 1, seq_cache - seq_q, rng.randint(0, seq_cache - seq_q)]) for _ in range(batch)]
+        (q,), q_descale, (q_values,) = _quantized(2 * torch.randn(batch, seq_q, heads, 128, device="cuda"))
+        caches, descales, values = [], [], []
+        for _ in range(2):  # (K's, then V's: the cache and its new rows under one descale)
+            fp8, descale, dequantized = _quantized(2 * torch.randn(batch, seq_cache, kv_heads, 128, device="cuda"),
+                                                   2 * torch.randn(batch, seq_q, kv_heads, 128, device="cuda"))
+            caches.append(fp8)
+            descales.append(descale)
+            values.append(_appended(dequantized[0], dequantized[1], lengths) if new else dequantized[0])
+        (k_cache, k_new), (v_cache, v_new) = caches
+        appended = _appended(k_cache.view(torch.uint8), k_new.view(torch.uint8), lengths)
+        table, k_arg, v_arg = None, k_cache, v_cache
+        if page:  # (each sequence's pages a random choice of the pool's; written as bytes)
+            per = seq_cache // page
+            table = torch.randperm(batch * per, device="cuda", dtype=torch.int32).view(batch, per)
+            k_arg, v_arg = (torch.empty(batch * per, page, kv_heads, 128, device="cuda", dtype=torch.float8_e4m3fn)
+                            for _ in range(2))
+            for pool, cache in ((k_arg, k_cache), (v_arg, v_cache)):
+                pool.view(torch.uint8)[table.long().flatten()] = cache.view(torch.uint8).reshape(
+                    batch * per, page, kv_heads, 128)
+        o, lse = attention_with_kvcache(q, k_arg, v_arg, torch.tensor(lengths, dtype=torch.int32, device="cuda"),
+                                        k_new if new else None, v_new if new else None, causal=causal,
+                                        block_table=table, descale_q=q_descale, descale_k=descales[0],
+                                        descale_v=descales[1])
+        if new and not page and not torch.equal(k_cache.view(torch.uint8), appended):
+            failures.append((trial, "appended"))
+        for b, length in enumerate(lengths):
+            keys, got = min(length + (seq_q if new else 0), seq_cache), o[b].transpose(0, 1).float()
+            if not keys:  # (no key: O 0)
+                if bool(got.any()):
+                    failures.append((trial, b, "a sequence without keys"))
+                continue
+            qf, kf, vf = (x.transpose(0, 1) for x in (q_values[b], *(
+                x[b, :keys].repeat_interleave(heads // kv_heads, 1) for x in values)))
+            scores = (qf @ kf.transpose(-1, -2) / 128 ** 0.5).masked_fill(~_visible(seq_q, keys, causal),
+                                                                            float("-inf"))
+            sees = scores.isfinite().any(-1)
+            expected = torch.nan_to_num(scores.softmax(-1)) @ vf
+            e = FP8_ACCUMULATION * float((qf.abs() @ kf.abs().transpose(-1, -2)).max()) / 128 ** 0.5
+            bound = (2 ** -4 + 2 * e) * float(vf.abs().max()) + 2 ** -7 * float(expected.abs().max())
+            error = float((got - expected).abs().max())
+            lse_error = float((lse[b] - scores.logsumexp(-1))[sees].abs().max()) if bool(sees.any()) else 0.0
+            if o.dtype != torch.bfloat16 or error > bound or lse_error > 1e-3 + e or bool(got[~sees].any()):
+                failures.append((trial, b, page, seq_q, keys, causal, error, bound, lse_error))
+    assert not failures, failures[:6]
+
+
 def test_what_it_does_not_take_is_a_one_line_value_error():
     from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.kernels.flash.masks import sliding_window
 
     q = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.float16)
     cache = torch.randn(2, 32, 2, 64, device="cuda", dtype=torch.float16)
@@ -181,8 +253,17 @@ def test_what_it_does_not_take_is_a_one_line_value_error():
             ((q.float(), cache.float(), cache.float(), lengths), "float16 or all bfloat16"),
             ((q.bfloat16(), cache, cache, lengths, cache[:, :1], cache[:, :1]), "float16 or all bfloat16"),
             ((q[..., :32], cache[..., :32], cache[..., :32], lengths), "head dim"),
-            ((q[:, :, :3], cache, cache, lengths, cache[:, :1], cache[:, :1]), "kv_heads dividing heads")):
+            ((q[:, :, :3], cache, cache, lengths, cache[:, :1], cache[:, :1]), "kv_heads dividing heads"),
+            ((q.to(torch.float8_e4m3fn), cache, cache, lengths), "take descale_q, descale_k and descale_v")):
         before = cache.clone()
         with pytest.raises(ValueError, match=message) as raised:
             attention_with_kvcache(*arguments)
         assert "\n" not in str(raised.value) and torch.equal(cache, before)  # (refused before any write)
+    one, fp8 = torch.ones(1, device="cuda"), [x.to(torch.float8_e4m3fn) for x in (q, cache)]
+    with pytest.raises(ValueError, match=r"head dim 128 \(torch.float8_e4m3fn\)"):
+        attention_with_kvcache(fp8[0], fp8[1], fp8[1], lengths, descale_q=one, descale_k=one, descale_v=one)
+    with pytest.raises(ValueError, match="an fp8 cache takes no variant"):
+        attention_with_kvcache(*(x.to(torch.float8_e4m3fn) for x in (torch.randn(2, 1, 4, 128, device="cuda"),
+                                                                     *[torch.randn(2, 32, 2, 128, device="cuda")] * 2)),
+                               lengths, causal=False, descale_q=one, descale_k=one, descale_v=one,
+                               variant=sliding_window(8))

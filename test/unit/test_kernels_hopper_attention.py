@@ -177,8 +177,7 @@ def test_every_configuration_assembles_without_spills(tmp_path, config):
     (dict(head_dim=256, consumers=1, pingpong=False, keys=64, persistent=True), "grid takes head dims 64, 128"),
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=5), "1 to 4 CTAs an SM"),
     (dict(head_dim=64, consumers=1, keys=64, ctas_per_sm=4), "more than an SM's 233472"),
-    (dict(element="e4m3", varlen=True), "packed sequences take 16-bit"),
-    (dict(persistent=True, varlen=True), "packed sequences take 16-bit inputs on the launched grid"),
+    (dict(persistent=True, varlen=True), "packed sequences run on the launched grid"),
     (dict(page_rows=16), "paged K/V takes packed sequences"), (dict(varlen=True, page_rows=24), "multiple of 16"),
     (dict(varlen=True, keys=64, page_rows=128), "dividing the key tile's 64"),
     (dict(pack_gqa=True), "pack_gqa takes packed sequences"), (dict(split_kv=True), "split_kv takes packed")])
@@ -295,6 +294,30 @@ def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_
         assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
 
 
+@pytest.mark.parametrize("page_rows", [0, 16])
+def test_an_fp8_cache_stages_each_v_box_beside_ks_and_stores_o_in_bf16(tmp_path, page_rows):
+    """e4m3 on packed sequences and paged caches (an fp8 KV cache): each of a key tile's V boxes (a page's rows,
+    paged) lands in the staging ring, counted on its barrier, beside K's on the K/V pipeline's (the producer's
+    warps then write V^T, as the dense fp8 kernel's do); O's rows stored from the registers in bf16 (two a word);
+    the descales before the packed parameters; assembled without spills, as each shipped fp8 packed kernel."""
+    import re
+    from dataclasses import replace
+
+    config = replace(HopperAttentionConfig.packed(128, True, "e4m3", 1), page_rows=page_rows)
+    ptx = _ptx(config)
+    loads = re.findall(r"cp\.async\.bulk\.tensor.*\[(\w+)_full", ptx)  # (each TMA load's barrier)
+    per_tile = config.keys // page_rows if page_rows else 1
+    assert loads.count("staging") == loads.count("kv") > 0 and loads.count("kv") % per_tile == 0
+    assert "cvt.rn.bf16x2.f32" in ptx and "attention_param_10" in ptx  # (the third descale, then the packed ones)
+    shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
+    assert str(config) in shipped and sum("_e4m3_" in name and "_varlen" in name for name in shipped) == 2 * 4 * 4
+    if shutil.which("ptxas"):
+        (tmp_path / "a.ptx").write_text(ptx)
+        assembled = subprocess.run(["ptxas", "-v", "-arch=sm_90a", str(tmp_path / "a.ptx"), "-o", "/dev/null"],
+                                   capture_output=True, text=True)
+        assert assembled.returncode == 0 and " 0 bytes spill stores" in assembled.stderr, assembled.stderr
+
+
 def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(filecheck):
     """pack_gqa (`PackedItems`): Q's band is one 3-D box a 64 columns (token, head of the group, column), K's and
     V's stay 2-D; a row's query and head come from a shift and a mask (the group a power of two), no 64-bit
@@ -306,7 +329,8 @@ def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(f
 
     config, tiles, splits = packed_config(128, True, "bf16", 1, 8)
     assert config.pack_gqa and tiles == splits == 1 and str(config).endswith("_varlen_gqa_sm90a")
-    assert packed_config(128, True, "bf16", 1, 8, page_size=256)[0].page_rows == 128
+    assert [packed_config(128, True, "bf16", 1, 8, page_size=size)[0].page_rows for size in (256, 192, 64, 48)] == [
+        128, 64, 64, 16]
     assert not packed_config(128, True, "bf16", 1, 3)[0].pack_gqa  # (a group of 3 does not divide 64 rows)
     assert not packed_config(128, True, "bf16", 4096, 8)[0].pack_gqa  # (prefill: each head's rows fill tiles)
     assert packed_config(64, False, "f16", 40, 4) == (packed_config(64, False, "f16", 1, 4)[0], 3, 1)
@@ -321,7 +345,9 @@ def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(f
     """)
     assert ptx.count("div.u64") == _ptx(replace(config, pack_gqa=False)).count("div.u64") + 1
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
-    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * 3 * 2 * 3  # (d, mask, element, pages)
+    # (mask; d 64's and 256's elements x their 3 forms of K/V, packed rows and boxes of 16 and 64 rows; d 128's 3
+    # elements x 4: boxes of 128 rows too)
+    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * (2 * 3 + 3 * 4 + 2 * 3)
 
 
 def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_splits(filecheck):
@@ -359,7 +385,8 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     CHECK: st.global.b32
     """)
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
-    assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 3 * 2 * 2 * 2 * 3  # (d, mask, dtype, gqa, pages)
+    assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 2 * 2 * (2 * 3 + 3 * 4 + 2 * 3)  # (mask,
+    # gqa; d's elements x forms of K/V, as pack_gqa's above)
     assert {name for name in shipped if name.startswith("attention_combine")} == {
         f"attention_combine_d{d}_{element}_sm90a" for d in (64, 128, 256) for element in ("f16", "bf16")}
 

@@ -9,14 +9,14 @@ rows up to the next entry (`cache_offsets`), so that one int32 offset array made
 (`attention_paged`, `sm90_varlen.Pages`). Nothing waits on the host: a CUDA graph holds the call."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.flash.packed import checked_paged
-from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS
+from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 
@@ -24,7 +24,8 @@ from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
                            k_new: Optional[torch.Tensor] = None, v_new: Optional[torch.Tensor] = None, *,
                            causal: bool = True, block_table: Optional[torch.Tensor] = None, variant=None,
-                           operands=()) -> Tuple[torch.Tensor, torch.Tensor]:
+                           operands=(), descale_q=None, descale_k=None,
+                           descale_v=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o [batch, seq_q, heads, d], lse [batch, heads, seq_q] fp32) of q [batch, seq_q, heads, d] against the
     first cache_seqlens[b] keys and values of k_cache and v_cache [batch, seq_cache, kv_heads, d] (kv_heads
     dividing heads; cache_seqlens an int32 [batch] CUDA tensor or one int for all). Paged (`block_table` int32
@@ -37,14 +38,23 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     `variant` (`flash.variants.Variant`: a mask, a score step, a sink) with its `operands` as `ops.attention`'s
     (a head's [heads] or [batch, heads]), `query` in its functions query i's position i + length_b - seq_q
     among the sequence's keys and `seq` its length, the keys' rules checked on the host at seq_cache and below:
-    a sliding window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256;
-    ValueError in one line otherwise."""
-    batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table)
+    a sliding window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256; or
+    an fp8 cache (vLLM's and FlashAttention-3's): q, the caches and the new keys and values float8_e4m3fn, d 128,
+    with `descale_q`, `descale_k`, `descale_v` (fp32 tensors of one element, as `attention`'s: the scores (q k^T)
+    descale_q descale_k / sqrt(d), O P v descale_v), o bf16, no variant. ValueError in one line otherwise."""
+    descales = (descale_q, descale_k, descale_v)
+    fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
+    if fp8 and any(x is None for x in descales):
+        raise ValueError("attention_with_kvcache: float8_e4m3fn q and caches take descale_q, descale_k and descale_v")
+    batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     lengths = _lengths(cache_seqlens, batch, q.device)
     if not batch:  # (torch's: empty results)
-        return q.new_empty(q.shape), q.new_empty((0, heads, seq_q), dtype=torch.float32)
+        return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
+    if fp8 and (variant is not None or operands):
+        raise ValueError("attention_with_kvcache: an fp8 cache takes no variant yet")
+    scales = list(descales) if fp8 else []  # (the operators' schema: a list, empty for none)
     if variant is not None or operands:  # (checked before the caches are written)
         operands = _variant_operands(variant, operands, bool(causal), seq_cache, batch, heads, q.device,
                                      tuple(x for x in (q, k_cache, v_cache, k_new, v_new) if x is not None),
@@ -73,10 +83,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                     gaps=block_table is None)
     elif block_table is not None:
         paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
-        o, lse = paged(*inputs, block_table, seq_q, bool(causal))
+        o, lse = paged(*inputs, block_table, seq_q, bool(causal), scales)
     else:
         cached = _attention_cached if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_cached
-        o, lse = cached(*inputs, seq_q, seq_cache, bool(causal))
+        o, lse = cached(*inputs, seq_q, seq_cache, bool(causal), scales)
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
 
 
@@ -121,6 +131,8 @@ def _append(caches, news, index, fits) -> None:
     some = fits[first]
     index = tuple(torch.where(fits, i.flatten(), torch.where(some, i.flatten()[first], 0)) for i in index)
     for cache, new in zip(caches, news):
+        if cache.dtype == torch.float8_e4m3fn:  # (its bytes: torch's where and index_put take no fp8)
+            cache, new = cache.view(torch.uint8), new.view(torch.uint8)
         new = new.flatten(0, 1)
         fallback = torch.where(some[:, None, None], new[first], cache[tuple(i[:1] for i in index)])
         cache.index_put_(index, torch.where(fits[:, None, None], new, fallback))
@@ -165,9 +177,13 @@ def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
     return cache_seqlens
 
 
-def _checked(q, k_cache, v_cache, k_new, v_new, block_table) -> tuple:
-    """q's [batch, seq_q, heads, d], each argument checked before the caches are written; ValueError in one line
-    otherwise."""
+def _output(q) -> torch.dtype:
+    return torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+
+
+def _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8: bool) -> tuple:
+    """q's [batch, seq_q, heads, d], each argument checked before the caches are written (`fp8`: float8_e4m3fn
+    with descales); ValueError in one line otherwise."""
     four_d = (q, k_cache, v_cache) + tuple(x for x in (k_new, v_new) if x is not None)
     tensors = four_d + ((block_table,) if block_table is not None else ())
     cache = "[batch, seq_cache, kv_heads, d]" if block_table is None else "pools [pages, page_size, kv_heads, d]"
@@ -182,12 +198,14 @@ def _checked(q, k_cache, v_cache, k_new, v_new, block_table) -> tuple:
                                         and block_table.dim() == 2 and block_table.shape[0] == batch):
         raise ValueError(f"attention_with_kvcache: block_table int32 [batch, pages_per_sequence] with q's batch "
                          f"{batch}, got {_described(block_table)}")
-    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise ValueError(f"attention_with_kvcache: q, k_cache and v_cache all float16 or all bfloat16, got {q.dtype}, "
-                         f"{k_cache.dtype}, {v_cache.dtype}")
-    if d not in HEAD_DIMS or not k_cache.shape[2] or heads % k_cache.shape[2]:
-        raise ValueError(f"attention_with_kvcache: head dim {', '.join(map(str, HEAD_DIMS))} and kv_heads dividing "
-                         f"heads, got d {d}, {heads} heads and {k_cache.shape[2]} kv_heads")
+    elements = (torch.float8_e4m3fn,) if fp8 else (torch.float16, torch.bfloat16)
+    if q.dtype not in elements or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"attention_with_kvcache: q, k_cache and v_cache all float16 or all bfloat16 (with "
+                         f"descales, all float8_e4m3fn), got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    dims = FP8_HEAD_DIMS if fp8 else HEAD_DIMS
+    if d not in dims or not k_cache.shape[2] or heads % k_cache.shape[2]:
+        raise ValueError(f"attention_with_kvcache: head dim {', '.join(map(str, dims))} ({q.dtype}) and kv_heads "
+                         f"dividing heads, got d {d}, {heads} heads and {k_cache.shape[2]} kv_heads")
     if len({x.device for x in tensors}) != 1 or not q.is_cuda:
         raise ValueError(f"attention_with_kvcache: every tensor on one CUDA device, got "
                          f"{', '.join(str(x.device) for x in tensors)}")
@@ -200,26 +218,27 @@ def _checked(q, k_cache, v_cache, k_new, v_new, block_table) -> tuple:
 
 
 def _attention_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                     cache_lengths: torch.Tensor, block_table: torch.Tensor, max_seqlen_q: int,
-                     causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                     cache_lengths: torch.Tensor, block_table: torch.Tensor, max_seqlen_q: int, causal: bool,
+                     descales: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     paths = kernels_on(q.device).attention
     if paths.hopper is None:
         raise ValueError(f"attention_with_kvcache: a paged cache runs on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
     return paths.hopper.packing.paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q,
-                                      causal=causal)
+                                      causal=causal, descales=descales or None)
 
 
-def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q, causal):
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q, causal,
+                          descales):
+    return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 register_operator("attention_paged", _attention_paged, fake=_attention_paged_fake)
 
 
 def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                      causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                      descales: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """`attention_varlen`'s over a contiguous cache's rows: sequence 2b cache entry b's keys with its queries,
     2b + 1 the entry's rows past its length, with none (`cache_offsets`); split-KV shared out by the entries."""
     paths = kernels_on(q.device).attention
@@ -227,11 +246,13 @@ def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tenso
         raise ValueError(f"attention_with_kvcache: a KV cache runs on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
     return paths.hopper.packing.packed(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
-                                       max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2)
+                                       max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2,
+                                       descales=descales or None)
 
 
-def _attention_cached_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
-    return _attention_paged_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, causal)
+def _attention_cached_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                           descales):
+    return _attention_paged_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, causal, descales)
 
 
 register_operator("attention_cached", _attention_cached, fake=_attention_cached_fake)

@@ -9,10 +9,10 @@ from functools import partial
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
 from mlir_tile.kernels.flash import combine, sm80, sm90, sm90_layouts
-from mlir_tile.kernels.flash.packed import PackedAttention, on_16_bytes
+from mlir_tile.kernels.flash.packed import PackedAttention, descale_addresses, on_16_bytes
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
-from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
-                                                band_lengths)
+from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_BOXES, HopperAttentionConfig,
+                                                band_lengths, page_box_rows)
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -257,9 +257,9 @@ class Attention:
 def hopper_shipped_kernels(chip: str):
     """(name, build) of the kernels `HopperAttention` picks where `chip` runs them: each head dim, mask and
     element, and where the measured table changes it up to a length (`band_lengths`), those too; packed
-    sequences', and theirs over a paged cache (`page_rows`: pages of 16 rows, and of whole key tiles); a decode
+    sequences', and theirs over a paged cache (`page_rows`: boxes of 16 and 64 rows, and of whole key tiles); a decode
     step's (`packed.packed_config`: a sequence's queries fewer than a row tile), with pack_gqa and split-KV, and
-    split-KV's combines."""
+    split-KV's combines (e4m3's too: an fp8 KV cache's, O in bf16)."""
     if not runs_warpgroup_kernels(chip):
         return
     for d in HEAD_DIMS:
@@ -267,13 +267,12 @@ def hopper_shipped_kernels(chip: str):
             for element in ("f16", "bf16", "e4m3") if d in FP8_HEAD_DIMS else ("f16", "bf16"):
                 seqs = {1} | {longest + 1 for longest in band_lengths(d, causal, element)}
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
-                if element != "e4m3":
-                    packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
-                    decode = HopperAttentionConfig.packed(d, causal, element, 1)
-                    packed |= {replace(decode, pack_gqa=pack, split_kv=split) for pack in (False, True)
-                               for split in (False, True)}
-                    configs |= packed | {replace(config, page_rows=rows) for config in packed
-                                         for rows in (PAGE_ROWS, config.keys)}
+                packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
+                decode = HopperAttentionConfig.packed(d, causal, element, 1)
+                packed |= {replace(decode, pack_gqa=pack, split_kv=split) for pack in (False, True)
+                           for split in (False, True)}
+                configs |= packed | {replace(config, page_rows=rows) for config in packed
+                                     for rows in {page_box_rows(size, config.keys) for size in (*PAGE_BOXES, 256)}}
                 for config in sorted(configs, key=str):
                     yield str(config), partial(sm90.build_module, config)
         for element in ("f16", "bf16"):
@@ -317,7 +316,7 @@ class HopperAttention:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, bool(causal), seq, (batch, heads, q.device))
-        scales = _descales(descales, element, q.device) + arguments
+        scales = descale_addresses(descales, element, q.device) + arguments
         plan = self.plans.of(_plan_key(q, k, causal, element, variant),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant,
                                                 heads // k.shape[1]))
@@ -363,19 +362,3 @@ def _empty(q, k, v) -> bool:
     return (q.dim() == k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
             and 0 in q.shape[:3] and q.dtype == k.dtype == v.dtype
             and q.dtype in (torch.float16, torch.bfloat16, torch.float8_e4m3fn))
-
-
-def _descales(descales, element: str, device) -> list:
-    """fp8's three descales' addresses, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
-    import torch
-
-    if element != "e4m3":
-        if descales is not None:
-            raise ValueError("hopper attention: descales are for float8_e4m3fn inputs")
-        return []
-    if (not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
-            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device
-            for x in descales)):
-        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
-                         f"tensor of one element on {device}")
-    return [x.data_ptr() for x in descales]  # (one element: contiguous)

@@ -9,9 +9,10 @@ import functools
 from dataclasses import replace
 from functools import partial
 
-from mlir_tile.kernels.common import MapOperand, operand_slots
+from mlir_tile.kernels.common import MapOperand, operand_slots, output_element
 from mlir_tile.kernels.flash import combine, sm90, sm90_layouts
-from mlir_tile.kernels.flash.sm90_tiles import HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig
+from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
+                                                page_box_rows)
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -25,7 +26,8 @@ class PackedAttention:
         self.library, self.maps, self.plans, self.sms = library, maps, plans, sms
 
     def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False,
-               max_seqlen_k: int | None = None, queried: int | None = None, variant=None, operands=()):
+               max_seqlen_k: int | None = None, queried: int | None = None, variant=None, operands=(),
+               descales=None):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
         [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
@@ -35,22 +37,24 @@ class PackedAttention:
         contiguous. `variant` with its `operands` as `HopperAttention`'s (a head's [heads] or [batch, heads], a
         row of each sequence), `query` in its functions the query's position among its sequence's keys (query
         i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
-        `max_seqlen_k` and at every length up to `variants.SHORTER_CHECKED` (`variants.variant_arguments`)."""
+        `max_seqlen_k` and at every length up to `variants.SHORTER_CHECKED` (`variants.variant_arguments`).
+        float8_e4m3fn q, k and v (d 128, no variant) with `descales` (q's, k's, v's: fp32 tensors of one element,
+        as `HopperAttention`'s), O then bf16."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
         return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
                          (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried, variant=variant,
-                         operands=operands, query_offsets=cu_seqlens_q)
+                         operands=operands, query_offsets=cu_seqlens_q, descales=descales)
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
-              causal: bool = False, variant=None, operands=()):
+              causal: bool = False, variant=None, operands=(), descales=None):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed queries against a paged K/V cache
         (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
         sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
-        pages_per_sequence]); q, cu_seqlens_q, max_seqlen_q, `variant` and `operands` as `packed`'s (its keys
-        checked at the table's keys a sequence and below). ValueError in one line for what the kernel does not take."""
+        pages_per_sequence]); q, cu_seqlens_q, max_seqlen_q, `variant`, `operands` and `descales` as `packed`'s
+        (its keys checked at the table's keys a sequence and below). ValueError in one line for what the kernel does not take."""
         element, (k_rows, v_rows) = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table,
                                                   max_seqlen_q)
         q, block_table = token_rows(q), block_table.contiguous()
@@ -59,24 +63,27 @@ class PackedAttention:
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
                          paging=(per_sequence, page_size, pages), variant=variant, operands=operands,
-                         query_offsets=cu_seqlens_q)
+                         query_offsets=cu_seqlens_q, descales=descales)
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
              batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None, variant=None,
-             operands=(), query_offsets=None):
+             operands=(), query_offsets=None, descales=None):
         """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
         the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all);
         `variant` with its `operands` (`query_offsets`: cu_seqlens_q, for the sinks where no sequence has a
-        key)."""
+        key); fp8's `descales`."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
+        if element == "e4m3" and (variant is not None or operands):
+            raise ValueError("attention: float8_e4m3fn inputs on packed sequences or a KV cache take no variant yet")
+        scales = descale_addresses(descales, element, q.device)
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
                                             shorter=True)
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
         lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
         if not (total_q and batch and max_seqlen_q):
             return o, lse
@@ -92,7 +99,7 @@ class PackedAttention:
         partials = ((torch.empty(splits, *q.shape, dtype=torch.float32, device=q.device),
                      torch.empty(splits, heads, total_q, dtype=torch.float32, device=q.device)) if splits > 1 else ())
         plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-             pointers + tuple(arguments), tuple(x.data_ptr() for x in partials))
+             tuple(scales) + pointers + tuple(arguments), tuple(x.data_ptr() for x in partials))
         return o, lse
 
     def _plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
@@ -101,7 +108,8 @@ class PackedAttention:
         group) of `heads` query heads (pack_gqa: of the K/V heads), `splits` CTAs each (then the combine's):
         Q's, K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart (pack_gqa: Q's 3-D over
         [tokens, heads, d], a box 64 / group tokens of `group` heads); `paging` (paged K/V): pages a sequence,
-        the page size and the pool's pages (K's and V's tokens); a variant's operands last."""
+        the page size and the pool's pages (K's and V's tokens); fp8's descales first, a variant's operands
+        last."""
         module = self.library.module(str(config) + (variant.suffix if variant else ""),
                                      partial(sm90.build_module, config, variant=variant))
         box, d, group = sm90_layouts.boxes(config), config.head_dim, heads // kv_heads
@@ -114,13 +122,14 @@ class PackedAttention:
         # (paged: a sequence's keys at most its table row's, then the table's address and shape)
         keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, items, group]
-                                + [POINTER] * 2 + [heads, total_q] + keys + ([splits] if config.split_kv else [])
+                                + [POINTER] * (3 * config.fp8 + 2) + [heads, total_q] + keys
+                                + ([splits] if config.split_kv else [])
                                 + operand_slots(variant.operands if variant else ()),
                                 grid=config.grid(items, tiles * config.rows, self.sms) * splits,
                                 block=config.threads, shared_bytes=config.shared_bytes)
         combined = None
         if config.split_kv:
-            summing = combine.CombineConfig(d, config.element)
+            summing = combine.CombineConfig(d, output_element(config.element))
             combined = self.library.module(str(summing), partial(combine.build_module, summing)).prepare(
                 combine.KERNEL, [POINTER] * 4 + [splits, total_q, heads], grid=summing.grid(total_q * heads),
                 block=combine.THREADS)
@@ -135,12 +144,12 @@ def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: 
     tokens (0: packed rows): the measured configuration for that length (`HopperAttentionConfig.packed`), with
     pack_gqa where a sequence's queries fill less than a row tile and the group divides a consumer's 64 rows (a
     decode step's: the group's heads fill the rows, and K and V are read once a group), page boxes of a whole
-    key tile where the pages hold whole ones, split-KV for such a step's `kv_items` (batch x K/V heads) on `sms`
-    SMs (`kv_splits`)."""
+    key tile where the pages hold whole ones, else of 64 or 16 rows (`page_box_rows`), split-KV for such a step's
+    `kv_items` (batch x K/V heads) on `sms` SMs (`kv_splits`)."""
     config = HopperAttentionConfig.packed(d, causal, element, max_seqlen_q)
     decode = max_seqlen_q < config.rows
     pack = decode and 1 < group and 64 % group == 0
-    rows = (config.keys if page_size % config.keys == 0 else PAGE_ROWS) if page_size else 0
+    rows = page_box_rows(page_size, config.keys) if page_size else 0
     tiles = -(-max_seqlen_q * (group if pack else 1) // config.rows)
     ctas = kv_items * (1 if pack else group) * tiles
     splits = kv_splits(ctas, -(-max_seqlen_k // config.keys), sms * config.ctas_per_sm) if decode and sms else 1
@@ -233,18 +242,20 @@ def checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, l
 
 
 def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "max_seqlen_q") -> str:
-    """The element ("f16", "bf16") of packed sequences' q, k, v, each argument checked (`PackedAttention.packed`;
-    `longest` the bound the launch's grid is made for, the argument `name`); ValueError in one line otherwise."""
+    """The element ("f16", "bf16", "e4m3") of packed sequences' q, k, v, each argument checked
+    (`PackedAttention.packed`; `longest` the bound the launch's grid is made for, the argument `name`); ValueError
+    in one line otherwise."""
     import torch
 
-    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
+    element = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}.get(q.dtype)
     if (element is None or k.dtype != q.dtype or v.dtype != q.dtype or q.dim() != 3 or k.dim() != 3
             or k.shape != v.shape or k.shape[2] != q.shape[2] or not k.shape[1] or q.shape[1] % k.shape[1]):
         raise ValueError(f"attention_varlen: q [total_q, heads, d], k and v [total_k, kv_heads, d] with kv_heads "
-                         f"dividing heads, all float16 or all bfloat16; got {tuple(q.shape)} {q.dtype}, "
+                         f"dividing heads, all float16, bfloat16 or float8_e4m3fn; got {tuple(q.shape)} {q.dtype}, "
                          f"{tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
-    if q.shape[2] not in HEAD_DIMS:
-        raise ValueError(f"attention_varlen: head dim {', '.join(map(str, HEAD_DIMS))}, got {q.shape[2]}")
+    dims = FP8_HEAD_DIMS if element == "e4m3" else HEAD_DIMS
+    if q.shape[2] not in dims:
+        raise ValueError(f"attention_varlen: head dim {', '.join(map(str, dims))} ({q.dtype}), got {q.shape[2]}")
     if not all(x.is_cuda for x in (q, k, v)):
         raise ValueError(f"attention_varlen: q, k and v on a CUDA device, got {q.device}, {k.device}, {v.device}")
     if any(not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.dim() != 1 or x.device != q.device
@@ -255,6 +266,22 @@ def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "ma
     if isinstance(longest, bool) or not isinstance(longest, int) or longest < 0:
         raise ValueError(f"attention_varlen: {name} a non-negative int, got {longest!r}")
     return element
+
+
+def descale_addresses(descales, element: str, device) -> list:
+    """fp8's three descales' addresses, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
+    import torch
+
+    if element != "e4m3":
+        if descales is not None:
+            raise ValueError("hopper attention: descales are for float8_e4m3fn inputs")
+        return []
+    if (not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
+            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device
+            for x in descales)):
+        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
+                         f"tensor of one element on {device}")
+    return [x.data_ptr() for x in descales]  # (one element: contiguous)
 
 
 def token_rows(x):

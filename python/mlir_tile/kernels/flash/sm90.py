@@ -106,10 +106,13 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
                                   + config.split_kv:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
-        if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries)
-            self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[8:13]
-            self.paging = k.arguments[13:17]  # (paged K/V: the block table, pages a sequence, the page size, pages)
-            self.splits = k.arguments[13 + 4 * bool(config.page_rows)] if config.split_kv else None
+        if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries; after
+            # fp8's descales)
+            packed = 8 + 3 * config.fp8
+            self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[packed:packed + 5]
+            # (paged K/V: the block table, pages a sequence, the page size, pages)
+            self.paging = k.arguments[packed + 5:packed + 9]
+            self.splits = k.arguments[packed + 5 + 4 * bool(config.page_rows)] if config.split_kv else None
         self.storage = "i8" if config.fp8 else config.element
         self.order = QueryTiles(k, self.seq, config.rows, reverse=config.causal, heads=batch_heads,
                                 paired=config.causal and config.persistent)
@@ -131,13 +134,13 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, tile_elements)] * 2, start=config.q_bytes,
                               narrow=config.narrow_index)
         # fp8: V^T written by the producer warpgroup's 4 warps beside K's boxes; V's boxes into a staging ring
-        boxes = boxes_across * (2 - config.fp8) * (config.keys // config.page_rows if config.page_rows else 1)
-        self.pipeline = TmaPipeline(k, self.ring, readers, boxes, name="kv",
+        boxes = boxes_across * (config.keys // config.page_rows if config.page_rows else 1)  # (a tile's K or V)
+        self.pipeline = TmaPipeline(k, self.ring, readers, boxes * (2 - config.fp8), name="kv",
                                     writers=4 if config.fp8 else 0)
         if config.fp8:
             self.staging_ring = StageRing(k, self.shared, config.staged, [(self.storage, tile_elements)],
                                           start=config.staging_offset, narrow=config.narrow_index)
-            self.staging = TmaPipeline(k, self.staging_ring, 4, boxes_across, name="staging")
+            self.staging = TmaPipeline(k, self.staging_ring, 4, boxes, name="staging")
         self.warpgroup = k.broadcast(k.warpgroup_id()) if config.uniform_q else k.warpgroup_id()
         # (its bound proven: wgmma's row block of Q)
         self.consumer = (self.warpgroup - 1) % config.consumers

@@ -26,6 +26,15 @@ MEASURED_SHAPES = "hopper_shapes.json"  # beside this module: written by `benchm
 RESCALE_SLACK = 8.0
 # paged K/V: the fewest rows of a page box (two 128-byte swizzle atoms of 8 rows); pages of any multiple of it
 PAGE_ROWS = 16
+PAGE_BOXES = (PAGE_ROWS, 64)  # a paged key tile's box rows below the whole tile's: a box a page's rows at most (64:
+# a page of 64 tokens in 2 boxes of a 128-key tile, not 8; an fp8 tile's 8 boxes ran at half its contiguous twin's
+# bandwidth on the H100)
+
+
+def page_box_rows(page_size: int, keys: int) -> int:
+    """The rows of each box of a paged key tile of `keys` keys in pages of `page_size` tokens: the whole tile's
+    where the pages hold whole tiles, else the most of PAGE_BOXES that divide both."""
+    return max(rows for rows in (*PAGE_BOXES, keys) if page_size % rows == 0 and keys % rows == 0)
 
 
 def band_lengths(head_dim: int, causal: bool, element: str) -> tuple[int, ...]:
@@ -132,9 +141,9 @@ class HopperAttentionConfig:
         if self.fp8 and self.o_offset == self.staging_offset and self.staged * self.tile_bytes < self.o_bytes:
             raise ValueError(f"hopper attention: e4m3's O tile (16-bit) is written over the staged V tiles: "
                              f"{self.o_bytes} bytes, got {self.staged} staged tiles of {self.tile_bytes}")
-        if self.varlen and (self.fp8 or self.persistent):
-            raise ValueError("hopper attention: packed sequences take 16-bit inputs on the launched grid (one row "
-                             "tile a CTA), not e4m3 or a persistent walk")
+        if self.varlen and self.persistent:
+            raise ValueError("hopper attention: packed sequences run on the launched grid (one row tile a CTA), "
+                             "not a persistent walk")
         if self.pack_gqa and not self.varlen:
             raise ValueError("hopper attention: pack_gqa takes packed sequences (the query heads of a token lie "
                              "together in their rows)")

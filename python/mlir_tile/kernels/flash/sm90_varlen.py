@@ -13,6 +13,7 @@ the next sequence's rows (FlashAttention-3's `Use_TMA_O` is off for varlen for t
 """
 from __future__ import annotations
 
+from mlir_tile.kernels.common import output_element
 from mlir_tile.kernels.flash.sm90_tiles import ROW_BYTES
 
 
@@ -255,14 +256,19 @@ class PackedItems:
     def load_pages(self, index, key) -> None:
         """Paged K/V (its stage free): the key tile from key `key` on as boxes of `page_rows` rows, each box's K
         and V from its page's rows, its block table entry read just before (read before the stage's wait, the
-        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines)."""
+        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines); fp8,
+        V's into its staging stage once the transposer is done with that."""
         ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
-        stage = ring.stage(index)
+        stage, staged = ring.stage(index), None
+        if self.config.fp8:
+            self.staging.acquire(index)
+            staged = self.staging_ring.offset(self.staging_ring.stage(index))
         for box in range(self.config.keys // rows):
             row = self.pages.row(key + box * rows)
             for part, tensor_map in enumerate((self.k_map, self.v_map)):
-                self.load_boxes(self.pipeline, index, ring.offset(stage, part) + box * rows * ROW_BYTES, "k_page",
-                                tensor_map, row, column)
+                pipeline, at = (self.staging, staged) if part and staged is not None else (
+                    self.pipeline, ring.offset(stage, part))
+                self.load_boxes(pipeline, index, at + box * rows * ROW_BYTES, "k_page", tensor_map, row, column)
 
     def store_o_rows(self, inverses) -> None:
         """O's rows inside the sequence stored from the registers into O [total_q, heads x d] (`o_map`: its
@@ -278,7 +284,7 @@ class PackedItems:
         def first_word(row):
             inside, query, head = self.row_place(row)
             return inside, (first_token + query) * words + head * (d // per_word)
-        store_rows(k, self.o_acc, self.o_map, "f32" if split else self.config.element, first_word,
+        store_rows(k, self.o_acc, self.o_map, "f32" if split else output_element(self.config.element), first_word,
                    lambda half, x: arith.mulf(x, inverses[half]))
 
 
