@@ -238,7 +238,6 @@ def test_an_fp8_cache_matches_fp32_attention_of_its_values_within_e4m3s_rounding
 
 def test_what_it_does_not_take_is_a_one_line_value_error():
     from mlir_tile.kernels import attention_with_kvcache
-    from mlir_tile.kernels.flash.masks import sliding_window
 
     q = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.float16)
     cache = torch.randn(2, 32, 2, 64, device="cuda", dtype=torch.float16)
@@ -262,8 +261,3 @@ def test_what_it_does_not_take_is_a_one_line_value_error():
     one, fp8 = torch.ones(1, device="cuda"), [x.to(torch.float8_e4m3fn) for x in (q, cache)]
     with pytest.raises(ValueError, match=r"head dim 128 \(torch.float8_e4m3fn\)"):
         attention_with_kvcache(fp8[0], fp8[1], fp8[1], lengths, descale_q=one, descale_k=one, descale_v=one)
-    with pytest.raises(ValueError, match="an fp8 cache takes no variant"):
-        attention_with_kvcache(*(x.to(torch.float8_e4m3fn) for x in (torch.randn(2, 1, 4, 128, device="cuda"),
-                                                                     *[torch.randn(2, 32, 2, 128, device="cuda")] * 2)),
-                               lengths, causal=False, descale_q=one, descale_k=one, descale_v=one,
-                               variant=sliding_window(8))

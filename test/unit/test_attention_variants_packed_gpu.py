@@ -212,6 +212,57 @@ def test_a_windowed_decode_step_replays_in_a_cuda_graph_over_other_lengths():
     assert max(errors) <= 2 ** -6, errors
 
 
+def test_an_fp8_cache_takes_a_variant_within_e4m3s_rounding_of_p():
+    """`FP8_PACKED_CASES` (gpt-oss's local layer with sinks on a paged decode step, a window with split-KV over a
+    contiguous cache, ALiBi on 64 queries a step against pages of 16): q and the caches float8_e4m3fn with
+    per-tensor descales, O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max |O| of fp32 attention of the values the
+    fp8 inputs stand for with the variant written out (the fp8 cache test's bound), the log-sum-exp within
+    1e-3 + e of its size."""
+    from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
+    from mlir_tile.testing.attention_variants import FP8_PACKED_CASES, variants
+    from test_attention_kvcache_gpu import _quantized
+
+    torch.manual_seed(45)
+    failures = []
+    for case in FP8_PACKED_CASES:
+        batch = len(case.lengths)
+        operands = _operand_values(case, batch)
+        (q,), q_descale, (q_values,) = _quantized(2 * torch.randn(batch, case.seq_q, case.heads, case.d, device="cuda"))
+        caches, descales, values = [], [], []
+        for _ in range(2):
+            (cache,), descale, (dequantized,) = _quantized(
+                2 * torch.randn(batch, case.seq_cache, case.kv_heads, case.d, device="cuda"))
+            caches.append(cache)
+            descales.append(descale)
+            values.append(dequantized)
+        table = None
+        if case.form == "paged":  # (each sequence's pages a random choice of the pool's; written as bytes)
+            per = case.seq_cache // case.page_size
+            table = torch.randperm(batch * per, device="cuda", dtype=torch.int32).view(batch, per)
+            pools = [torch.empty(batch * per, case.page_size, case.kv_heads, case.d, device="cuda",
+                                 dtype=torch.float8_e4m3fn) for _ in range(2)]
+            for pool, cache in zip(pools, caches):
+                pool.view(torch.uint8)[table.long().flatten()] = cache.view(torch.uint8).reshape(
+                    batch * per, case.page_size, case.kv_heads, case.d)
+            caches = pools
+        lengths = torch.tensor(case.lengths, device="cuda", dtype=torch.int32)
+        o, lse = attention_with_kvcache(q, *caches, lengths, causal=case.causal, block_table=table,
+                                        variant=variants()[case.variant], operands=operands, descale_q=q_descale,
+                                        descale_k=descales[0], descale_v=descales[1])
+        for b, n in enumerate(case.lengths):
+            expected, expected_lse = _expected_sequence(case, q_values[b], values[0][b, :n], values[1][b, :n],
+                                                        operands, b)
+            keys = values[0][b, :n].repeat_interleave(case.heads // case.kv_heads, 1).transpose(0, 1).abs()
+            products = q_values[b].transpose(0, 1).abs() @ keys.transpose(-1, -2)  # (the scores' error's scale)
+            e = FP8_ACCUMULATION * (float(products.max()) if n else 0.0) / math.sqrt(case.d)
+            bound = (2 ** -4 + 2 * e) * float(values[1].abs().max()) + 2 ** -7 * float(expected.abs().max())
+            errors = _close(o[b], expected), _close(lse[b], expected_lse, relative=True)
+            if o.dtype != torch.bfloat16 or not (errors[0] <= bound and errors[1] <= 1e-3 + e):
+                failures.append((case.variant, b, n, errors, bound))
+    assert not failures, failures
+
+
 def test_keys_the_host_does_not_check_at_a_length_give_nan_rows_never_wrong_ones():
     """`odd_end`'s keys are causal at 8,192 keys (the longest) and up to 4,096 (where the host checks them), not
     at 5,000: rows 0-41 of a sequence of 5,000 see keys past the last row's, which the item's walk does not

@@ -41,7 +41,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     a sliding window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256; or
     an fp8 cache (vLLM's and FlashAttention-3's): q, the caches and the new keys and values float8_e4m3fn, d 128,
     with `descale_q`, `descale_k`, `descale_v` (fp32 tensors of one element, as `attention`'s: the scores (q k^T)
-    descale_q descale_k / sqrt(d), O P v descale_v), o bf16, no variant. ValueError in one line otherwise."""
+    descale_q descale_k / sqrt(d), O P v descale_v), o bf16, with a variant too. ValueError in one line
+    otherwise."""
     descales = (descale_q, descale_k, descale_v)
     fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
     if fp8 and any(x is None for x in descales):
@@ -52,8 +53,6 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if not batch:  # (torch's: empty results)
         return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
-    if fp8 and (variant is not None or operands):
-        raise ValueError("attention_with_kvcache: an fp8 cache takes no variant yet")
     scales = list(descales) if fp8 else []  # (the operators' schema: a list, empty for none)
     if variant is not None or operands:  # (checked before the caches are written)
         operands = _variant_operands(variant, operands, bool(causal), seq_cache, batch, heads, q.device,
@@ -80,7 +79,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                   cache_offsets(lengths, rows_per_entry, k_rows.shape[0]))
     if variant is not None:
         o, lse = variant_ops.packed(*inputs, block_table, seq_q, seq_cache, bool(causal), variant, operands,
-                                    gaps=block_table is None)
+                                    gaps=block_table is None, descales=scales)
     elif block_table is not None:
         paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
         o, lse = paged(*inputs, block_table, seq_q, bool(causal), scales)

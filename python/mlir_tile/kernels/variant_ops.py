@@ -102,11 +102,12 @@ def _register(name: str, variant):
 
 
 def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seqlen_k: int, causal: bool, variant,
-           operands, gaps: bool = False):
+           operands, gaps: bool = False, descales=()):
     """Packed sequences' attention with `variant` (`flash.packed.PackedAttention`'s): paged where `block_table`
     is given (`keys` each sequence's count of keys), else over packed K/V rows (`keys` cu_seqlens_k; `gaps`: a
-    KV cache's, its entries every other sequence, `kvcache.cache_offsets`). Packed sequences train where the
-    variant does (`_trains`); a cache's call that asks for a gradient is refused. Eager calls run it straight,
+    KV cache's, its entries every other sequence, `kvcache.cache_offsets`; `descales`: an fp8 cache's, q's, k's and
+    v's). Packed sequences train where the variant does (`_trains`); a cache's call that asks for a gradient is
+    refused. Eager calls run it straight,
     others through its operator."""
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
     if block_table is not None or gaps:
@@ -116,7 +117,7 @@ def packed(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q: int, max_seql
     else:
         _refuse_untrained_operands(variant, operands)
     numbers = [float(x) for x in operands if not isinstance(x, torch.Tensor)]
-    arguments = (q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps)
+    arguments = (q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, list(descales))
     if registry.plain_call(q, k, v, *tensors):
         return _packed_run(*arguments, variant, _operands(variant, tensors, numbers))
     name = f"attention_packed{variant.suffix}"
@@ -134,29 +135,32 @@ def refuse_gradients(variant, *tensors) -> None:
                          f"as an operand); call it under torch.no_grad()")
 
 
-def _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, variant,
-                operands):
+def _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, descales,
+                variant, operands):
     paths = kernels_on(q.device).attention
     if paths.hopper is None:
         raise ValueError(f"attention: variants on packed sequences run on Hopper's path (sm_90), which this GPU "
                          f"({paths.library.chip}) has not")
     if block_table is not None:
         return paths.hopper.packing.paged(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, causal=causal,
-                                          variant=variant, operands=operands)
+                                          variant=variant, operands=operands, descales=descales or None)
     return paths.hopper.packing.packed(q, k, v, cu_seqlens_q, keys, max_seqlen_q, causal=causal,
                                        max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2 if gaps else None,
-                                       variant=variant, operands=operands)
+                                       variant=variant, operands=operands, descales=descales or None)
 
 
 def _register_packed(name: str, variant):
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, keys: torch.Tensor,
             block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool, gaps: bool,
-            tensors: List[torch.Tensor], numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+            descales: List[torch.Tensor], tensors: List[torch.Tensor],
+            numbers: List[float]) -> Tuple[torch.Tensor, torch.Tensor]:
         return _packed_run(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps,
-                           variant, _operands(variant, tensors, numbers))
+                           descales, variant, _operands(variant, tensors, numbers))
 
-    def fake(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, tensors, numbers):
-        return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    def fake(q, k, v, cu_seqlens_q, keys, block_table, max_seqlen_q, max_seqlen_k, causal, gaps, descales, tensors,
+             numbers):
+        return (q.new_empty(q.shape, dtype=torch.bfloat16 if descales else q.dtype),
+                q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
     def gradients(grad: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -167,14 +171,15 @@ def _register_packed(name: str, variant):
             grad_lse=grad_lse, variant=variant, operands=_operands(variant, tensors, numbers))
 
     def setup(ctx, inputs, output) -> None:  # (a cache's calls ask for no gradient: `packed` refuses them)
-        q, k, v, cu_seqlens_q, keys, _, _, ctx.max_seqlen_k, ctx.causal, _, tensors, ctx.numbers = inputs
+        q, k, v, cu_seqlens_q, keys, _, _, ctx.max_seqlen_k, ctx.causal, _, descales, tensors, ctx.numbers = inputs
+        ctx.descales = len(descales)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, cu_seqlens_q, keys, *output, *tensors)
 
     def backward(ctx, grad_o, grad_lse):  # (the structure as the dense operator's `backward` gives it)
         q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, *tensors = ctx.saved_tensors
         numbers = None if ctx.numbers else []
-        none = (None,) * 7  # (cu_seqlens_q to gaps)
+        none = (None,) * 7 + ([None] * ctx.descales,)  # (cu_seqlens_q to gaps, the descales)
         if grad_o is None and grad_lse is None:
             return (None,) * 3 + none + ([None] * len(tensors), numbers)
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o

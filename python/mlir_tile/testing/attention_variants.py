@@ -75,7 +75,7 @@ class PackedCase(NamedTuple):
     """One run on packed sequences (`form` "varlen": `attention_varlen`, `lengths` (len_q, len_k) pairs) or a KV
     cache (`attention_with_kvcache`, "cache" or "paged" in pages of `page_size`: `lengths` the cache lengths,
     `seq_q` queries each, the cache `seq_cache` keys long): `variant` with `operands` (as `Case`'s), head dim,
-    query heads and K/V heads, causal. Its kernels are built for 132 SMs (the H100's and H200's: split-KV's
+    query heads and K/V heads, causal, the element ("e4m3": an fp8 cache, per-tensor descales). Its kernels are built for 132 SMs (the H100's and H200's: split-KV's
     count follows the SMs)."""
     variant: str
     operands: tuple
@@ -88,6 +88,7 @@ class PackedCase(NamedTuple):
     seq_cache: int = 2048
     page_size: int = 0
     causal: bool = False
+    element: str = "bf16"
 
 
 PACKED_CASES = (  # (decode steps: pack_gqa and split-KV; lengths 0 and 1; prefill against a cache; varlen)
@@ -104,6 +105,15 @@ PACKED_CASES = (  # (decode steps: pack_gqa and split-KV; lengths 0 and 1; prefi
     PackedCase("window_100_50", (), "paged", (40, 700, 129), seq_q=64, seq_cache=1024, page_size=128),
 )
 
+
+FP8_PACKED_CASES = (  # (fp8 caches with a variant: gpt-oss's local layer on a paged decode step, a window with
+    # split-KV over a contiguous cache, ALiBi on 64 queries a step against pages of 16)
+    PackedCase("gpt_oss_local", ("batch_heads",), "paged", (0, 1, 700, 2048), heads=32, kv_heads=8, page_size=64,
+               element="e4m3"),
+    PackedCase("window_255", (), "cache", (5, 3000, 8192), heads=16, kv_heads=2, seq_cache=8192, element="e4m3"),
+    PackedCase("alibi", ("heads",), "paged", (100, 1000), heads=8, kv_heads=8, seq_q=64, seq_cache=1024,
+               page_size=16, causal=True, element="e4m3"),
+)
 
 PACKED_BACKWARD_CASES = (  # (packed sequences that train: lengths 0 and 1, fewer queries than keys and more,
     # keys past SHORTER_CHECKED below the longest (4,500 of 5,000: every query block walked), GQA)
@@ -160,7 +170,7 @@ def packed_config_of(case: PackedCase, sms: int = 132):
         seq_q, seq_k = case.seq_q, case.seq_cache
     if not (seq_q and seq_k):  # (no queries or no keys: the launcher returns without a kernel)
         return None, None
-    config, _, _ = packed_config(case.d, case.causal, "bf16", seq_q, group, case.page_size, max_seqlen_k=seq_k,
+    config, _, _ = packed_config(case.d, case.causal, case.element, seq_q, group, case.page_size, max_seqlen_k=seq_k,
                                  kv_items=batch * case.kv_heads, sms=sms)
     return config, str(config) + variants()[case.variant].suffix
 
@@ -250,7 +260,7 @@ def kernels():
     for variant, d, seq, causal, shape in runs:
         config = HopperAttentionConfig.picked(d, causal, "bf16", seq, **shape)
         built[str(config) + named[variant].suffix] = partial(sm90.build_module, config, variant=named[variant])
-    for case in (*PACKED_CASES, NOT_MONOTONE, *random_packed_cases()):
+    for case in (*PACKED_CASES, *FP8_PACKED_CASES, NOT_MONOTONE, *random_packed_cases()):
         config, name = packed_config_of(case)
         if config is not None:
             built[name] = partial(sm90.build_module, config, variant=named[case.variant])

@@ -38,7 +38,7 @@ class PackedAttention:
         row of each sequence), `query` in its functions the query's position among its sequence's keys (query
         i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
         `max_seqlen_k` and at every length up to `variants.SHORTER_CHECKED` (`variants.variant_arguments`).
-        float8_e4m3fn q, k and v (d 128, no variant) with `descales` (q's, k's, v's: fp32 tensors of one element,
+        float8_e4m3fn q, k and v (d 128) with `descales` (q's, k's, v's: fp32 tensors of one element,
         as `HopperAttention`'s), O then bf16."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
@@ -77,8 +77,6 @@ class PackedAttention:
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
-        if element == "e4m3" and (variant is not None or operands):
-            raise ValueError("attention: float8_e4m3fn inputs on packed sequences or a KV cache take no variant yet")
         scales = descale_addresses(descales, element, q.device)
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
