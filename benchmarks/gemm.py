@@ -120,6 +120,7 @@ def _tile(bm: int, bn: int, bk: int, stages: int, *flags: dict) -> dict:
 
 WIDE, PERSISTENT, PINGPONG, CLUSTER_2, UNIFORM = ({"consumer_rows": 128}, {"persistent": True},
                                                  {"persistent": True, "pingpong": True}, {"cluster": 2}, {"uniform": True})
+PROMOTE = {"promote": True}  # fp8's precise accumulation (`HopperConfig.promote`)
 HOPPER_TILES = {"nk": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128, 256, 64, 4), _tile(128, 128, 64, 4),
                        _tile(128, 256, 64, 3, PERSISTENT), _tile(128, 256, 64, 3, CLUSTER_2), _tile(256, 128, 64, 4, WIDE),
                        _tile(256, 128, 64, 3, WIDE), _tile(128, 128, 64, 4, WIDE, PINGPONG),
@@ -131,18 +132,19 @@ HOPPER_TILES = {"nk": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128
                        _tile(128, 128, 64, 4, UNIFORM)]}
 FP8_TILES = {"nk": [_tile(128, 256, 128, 4), _tile(128, 256, 128, 3), _tile(256, 128, 128, 3),  # e4m3
                     _tile(128, 256, 128, 3, CLUSTER_2), _tile(256, 128, 128, 4, WIDE),
-                    _tile(256, 128, 128, 4, WIDE, UNIFORM)],
+                    _tile(256, 128, 128, 4, WIDE, UNIFORM), _tile(128, 128, 128, 4, PROMOTE),
+                    _tile(128, 192, 128, 4, PROMOTE)],
              "kn": [_tile(128, 256, 128, 3), _tile(128, 128, 128, 4), _tile(256, 128, 128, 3),
                     _tile(256, 128, 128, 3, WIDE), _tile(256, 128, 128, 3, WIDE, UNIFORM)]}
 
 
 def label(tile: dict) -> str:
     """A tile's short name in these runs' records (BMxBNxBKsSTAGES, then w: 128-row consumers, g: ping-pong, p:
-    persistent, c2: a cluster of 2, b: uniform)."""
+    persistent, c2: a cluster of 2, b: uniform, q: fp8's promoted accumulation)."""
     walk = "g" if tile.get("pingpong") else "p" if tile.get("persistent") else ""
     cluster = f"c{tile['cluster']}" if tile.get("cluster", 1) > 1 else ""
     return (f"{tile['bm']}x{tile['bn']}x{tile['bk']}s{tile['stages']}{'w' if tile.get('consumer_rows') == 128 else ''}"
-            f"{walk}{cluster}{'b' if tile.get('uniform') else ''}")
+            f"{walk}{cluster}{'b' if tile.get('uniform') else ''}{'q' if tile.get('promote') else ''}")
 
 
 def _library_candidate(tile: dict) -> bool:

@@ -451,6 +451,29 @@ def test_the_fp8_kernel_is_e4m3_wgmma_on_k_major_tiles_scaled_into_bf16(filechec
     _assembles(ptx, tmp_path)
 
 
+@pytest.mark.parametrize("bn", [128, 192])
+def test_fp8_promoted_accumulation_adds_each_k_tiles_partials_into_fp32(tmp_path, bn):
+    """`promote` (fp8's precise accumulation): each k-tile's batch summed by wgmma into partials of its own (the
+    fast kernel's 4 m64nNk32 a k-tile), waited for (the stage then released), BN / 2 fp32 adds a k-tile into the
+    accumulators, which no wgmma writes; assembled without spills at BN 128 and 192 (accumulators and partials
+    192 registers a thread at most: BN 256 is refused); one CTA on the reference model (the data path) is the
+    scaled exact product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {"bm": 128, "bn": bn, "bk": 128, "stages": 4, "promote": True}, "e4m3")
+    ptx, fast = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, replace(config, promote=False)))
+    adds = [len(re.findall(r"\badd(?:\.\w+)*\.f32\b", x)) for x in (ptx, fast)]
+    assert str(config).endswith("_fp8_promote_sm90a") and adds[0] == adds[1] + bn // 2
+    atom = f"wgmma.mma_async.sync.aligned.m64n{bn}k32.f32.e4m3.e4m3"
+    assert ptx.count(atom) == fast.count(atom) == 4
+    waits = [[len(re.findall(rf"wgmma\.wait_group\.sync\.aligned\s+{n};", x)) for n in (0, 1)] for x in (ptx, fast)]
+    assert waits == [[2, 0], [1, 1]]  # (a k-tile's batch waited for whole, not the k-tile before's; the epilogue's)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
 @pytest.mark.parametrize("tile, row_scales", [({"bm": 128, "bn": 128, "bk": 128, "stages": 3, "cluster": 2}, False), (hopper_tiles.FP8_ROWS_TILE, True)])
 def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row_scales):
     assert "give C as numpy does" in hopper_emulation.emulate(hopper_config("nk", tile, "e4m3", row_scales), 2, "e4m3")
@@ -507,6 +530,8 @@ def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 4}, "e4m3"), "BK 64 or 128"),
     (lambda: gemm_sm90.build_module("e4m3", hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3})), "e4m3 with 8-bit ones"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3}, "f16", row_scales=True), "row scales are fp8's"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "promote": True}, "e4m3"), "at most 192 registers"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -205,6 +205,8 @@ class _HopperGemm:
                        else k.compare("eq", k.thread_id(), first))
         # one per 64-row batch of the consumer's rows; batch b at A's row block consumer x batches + b
         self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
+        # (promoted accumulation: each k-tile's batch summed into partials of its own, then added in)
+        self.promoted = [k.accumulators(self.atom) for _ in self.accumulators] if config.promote else None
 
     def _split(self, partials, flags, splits) -> None:
         """Split-K: this CTA's C tile and split (`SplitK`: the grid is splits x the tiles), its run of k-tiles
@@ -383,6 +385,9 @@ class _HopperGemm:
         a_view, b_view = ring.views(ring.stage(in_ring))
         a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
         first_block = self.row_group * batches if batches > 1 else self.row_group
+        if config.promote:
+            self.promoted_step(a_tile, b_tile, first_block, in_ring)
+            return
         for batch, accumulators in enumerate(self.accumulators):
             k.wgmma(self.atom, a_tile, b_tile, accumulators,
                     a_row_block=first_block + batch if batch else first_block)
@@ -393,6 +398,27 @@ class _HopperGemm:
                 refill = ring.later(k_tile - 1, config.stages)
                 with k.if_(self.producer & k.compare("ult", refill, self.k_tiles)):
                     self.load(refill, origin, refill)
+
+    def promoted_step(self, a_tile, b_tile, first_block, in_ring) -> None:
+        """fp8's promoted accumulation: the k-tile's batches summed by wgmma into the partials (cleared first:
+        wgmma passes its registers' values in even where it does not read them, which would keep the k-tile
+        before's live), waited for, the stage released (its reads are done), each partial added into its fp32
+        accumulator (one add a slot: the other consumer's wgmmas run meanwhile)."""
+        from mlir.dialects import arith
+
+        k = self.k
+        zero = k.constant(0.0, "f32")
+        for batch, partials in enumerate(self.promoted):
+            for slot in range(self.config.bn // 2):
+                k.store(zero, partials.registers, [slot])
+            k.wgmma(self.atom, a_tile, b_tile, partials, accumulate=False,
+                    a_row_block=first_block + batch if batch else first_block)
+        k.wgmma_wait(0, self.promoted)
+        self.pipeline.release(in_ring)
+        for accumulators, partials in zip(self.accumulators, self.promoted):
+            for slot in range(self.config.bn // 2):
+                total = arith.addf(k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot]))
+                k.store(total, accumulators.registers, [slot])
 
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the

@@ -15,6 +15,8 @@ SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
+MAX_PROMOTED_REGISTERS = 192  # fp8's promoted accumulation: accumulators and partials of a consumer thread, of its
+# 232-240 (DeepGEMM takes BLOCK_N up to 160 for the same reason)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class HopperConfig:
     split_k: bool = False  # `splits` CTAs a C tile, each a run of k-tiles, fp32 partials for gemm_reduce to sum
     pingpong: bool = False  # persistent, two consumers of all BM rows taking the walk's tiles in turn, one's
     # epilogue under the other's main loop (CUTLASS's ping-pong)
+    promote: bool = False  # fp8 `precise` accumulation: each k-tile's products summed by wgmma into partials of
+    # their own, then added into the fp32 accumulators (cuBLASLt's default and DeepGEMM's promotion: wgmma's fp8
+    # sums keep fewer bits than fp32 over a long K); else `fast`, the products summed in the accumulators
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -69,6 +74,11 @@ class HopperConfig:
         if self.a_major not in ("mk", "km") or self.a_major == "km" and (self.element_bits != 16 or self.cluster > 1):
             raise ValueError(f"hopper gemm: A 'mk' ([M, K]) or 'km' ([K, M], read MN-major: 16-bit, one CTA a "
                              f"cluster); got {self}")
+        if self.promote and (self.element_bits != 8 or not self.specialized or self.persistent
+                             or 2 * self.accumulator_registers > MAX_PROMOTED_REGISTERS):
+            raise ValueError(f"hopper gemm: promoted accumulation is fp8's, warp-specialized, not persistent, the "
+                             f"accumulators and the partials at most {MAX_PROMOTED_REGISTERS} registers a thread "
+                             f"(BN <= {MAX_PROMOTED_REGISTERS} a 64-row consumer); got {self}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -183,6 +193,7 @@ class HopperConfig:
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
+                f"{'_promote' if self.promote else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
