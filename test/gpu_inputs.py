@@ -49,6 +49,8 @@ BY_COMMAND_LINE = {
     "gemm_hopper_bf16_kn_wide_split.ptx": _hopper("kn", "bf16", bm=256, consumer_rows=128, split_k=True),
     "gemm_hopper_e4m3.ptx": _hopper("nk", "e4m3"),
     "gemm_hopper_e4m3_kn.ptx": _hopper("kn", "e4m3"),
+    "gemm_hopper_e4m3_promote.ptx": _hopper("nk", "e4m3", bn=128, promote=True),
+    "gemm_hopper_e4m3_blockscales.ptx": _hopper("nk", "e4m3", bn=128, promote=True, block_scales=True),
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],
     "attention_hopper_d128.ptx": ["attention.py", "--arch", "sm_90a", "--head-dim", "128"],

@@ -474,6 +474,27 @@ def test_fp8_promoted_accumulation_adds_each_k_tiles_partials_into_fp32(tmp_path
     _assembles(ptx, tmp_path)
 
 
+def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
+    """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
+    wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
+    by an fma with its row's factor (BN / 2 a k-tile, no adds), C rounded without the per-tensor scales'
+    multiply; assembled without spills; one CTA of 3 k-tiles on the reference model (a different power of two a
+    k-block, row and column block) is the blockwise-scaled exact product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": True},
+                           "e4m3")
+    ptx, promoted = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, replace(config, block_scales=False)))
+    assert str(config).endswith("_promote_blockscales_sm90a")
+    assert ptx.count("fma.rn.f32") == promoted.count("fma.rn.f32") + config.bn // 2
+    assert ptx.count("ld.global") == 3 and promoted.count("ld.global") == 2  # (per tensor: the two scales, once)
+    assert ptx.count("mul.rn.f32") < promoted.count("mul.rn.f32")  # (no per-tensor multiply of C)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 3, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
 @pytest.mark.parametrize("tile, row_scales", [({"bm": 128, "bn": 128, "bk": 128, "stages": 3, "cluster": 2}, False), (hopper_tiles.FP8_ROWS_TILE, True)])
 def test_an_fp8_cta_on_the_reference_model_is_the_scaled_exact_product(tile, row_scales):
     assert "give C as numpy does" in hopper_emulation.emulate(hopper_config("nk", tile, "e4m3", row_scales), 2, "e4m3")
@@ -532,6 +553,8 @@ def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3}, "f16", row_scales=True), "row scales are fp8's"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "promote": True}, "e4m3"), "at most 192 registers"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "block_scales": True}, "e4m3"), "blockwise scales are applied"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "block_scales": True}, "e4m3"), "BN and BK 128"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -386,7 +386,7 @@ class _HopperGemm:
         a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
         first_block = self.row_group * batches if batches > 1 else self.row_group
         if config.promote:
-            self.promoted_step(a_tile, b_tile, first_block, in_ring)
+            self.promoted_step(a_tile, b_tile, first_block, in_ring, k_tile, origin)
             return
         for batch, accumulators in enumerate(self.accumulators):
             k.wgmma(self.atom, a_tile, b_tile, accumulators,
@@ -399,12 +399,14 @@ class _HopperGemm:
                 with k.if_(self.producer & k.compare("ult", refill, self.k_tiles)):
                     self.load(refill, origin, refill)
 
-    def promoted_step(self, a_tile, b_tile, first_block, in_ring) -> None:
+    def promoted_step(self, a_tile, b_tile, first_block, in_ring, k_tile, origin) -> None:
         """fp8's promoted accumulation: the k-tile's batches summed by wgmma into the partials (cleared first:
         wgmma passes its registers' values in even where it does not read them, which would keep the k-tile
         before's live), waited for, the stage released (its reads are done), each partial added into its fp32
-        accumulator (one add a slot: the other consumer's wgmmas run meanwhile)."""
+        accumulator (one add a slot: the other consumer's wgmmas run meanwhile); with blockwise scales, an fma by
+        its row's scale times the tile's block of B's (`block_factors`, loaded while the wgmmas run)."""
         from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
 
         k = self.k
         zero = k.constant(0.0, "f32")
@@ -413,12 +415,38 @@ class _HopperGemm:
                 k.store(zero, partials.registers, [slot])
             k.wgmma(self.atom, a_tile, b_tile, partials, accumulate=False,
                     a_row_block=first_block + batch if batch else first_block)
+        factors = self.block_factors(k_tile, origin) if self.config.block_scales else None
         k.wgmma_wait(0, self.promoted)
         self.pipeline.release(in_ring)
-        for accumulators, partials in zip(self.accumulators, self.promoted):
+        for batch, (accumulators, partials) in enumerate(zip(self.accumulators, self.promoted)):
             for slot in range(self.config.bn // 2):
-                total = arith.addf(k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot]))
+                total, partial = k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot])
+                total = (arith.addf(total, partial) if factors is None else
+                         math_dialect.fma(partial, factors[batch][slot % 4 // 2], total))
                 k.store(total, accumulators.registers, [slot])
+
+    def block_factors(self, k_tile, origin) -> list:
+        """Blockwise scales: per batch, the thread's two rows' (c0 c1, c2 c3) scale_a at k-tile `k_tile` times the
+        C tile's block of scale_b there (rows and blocks past C read at its last: their results are clipped)."""
+        from mlir.dialects import arith
+
+        from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
+
+        from mlir_tile.builder.integers import with_operators
+
+        k = self.k
+        n, k_tiles = with_operators(k.as_index(self.n)), with_operators(self.k_tiles)
+        c_c, blocks = k.identity_tensor((self.m, self.n)), (n + (BLOCK - 1)) // BLOCK
+        column_block = k.minimum(with_operators(origin[1]) // BLOCK, blocks - 1)
+        scale_b = k.load(self.scales[1], [with_operators(column_block) * k_tiles + k_tile])
+        factors = []
+        for batch in range(len(self.accumulators)):
+            place = self._place(c_c, origin, batch)
+            rows = (place[self.consumer_thread, slot][0] for slot in (0, 2))
+            last = with_operators(k.as_index(self.m)) - 1
+            factors.append([arith.mulf(k.load(self.scales[0], [with_operators(k.minimum(row, last)) * k_tiles + k_tile]),
+                                       scale_b) for row in rows])
+        return factors
 
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
@@ -523,7 +551,7 @@ class _HopperGemm:
         from mlir.dialects import arith
 
         k, cached = self.k, {}
-        if not self.scales:
+        if not self.scales or self.config.block_scales:  # (blockwise: applied as each k-tile was added in)
             return lambda value, slot: value
         if not self.config.row_scales:
             scale = arith.mulf(*(k.load(s, [0]) for s in self.scales))

@@ -26,10 +26,44 @@ def fp8_scales(m: int, n: int, row_scales: bool) -> tuple:
     return (2.0 ** -(np.arange(m) % 3)).astype(np.float32), (2.0 ** -(np.arange(n) % 4 + 1)).astype(np.float32)
 
 
-def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False):
+def block_scales(m: int, n: int, depth: int) -> tuple:
+    """Blockwise scales (powers of two: exact), scale_a [M, K / 128] 2^-((r + t) mod 3) for A's row r and k-block
+    t, scale_b [N / 128, K / 128] 2^-((j + 2 t) mod 4 + 1) for B's block j of rows: each product of a k-block
+    scaled differently from the next."""
+    import numpy as np
+
+    from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
+
+    blocks = -(-depth // BLOCK)
+    rows, columns = np.arange(m)[:, None], np.arange(-(-n // BLOCK))[:, None]
+    steps = np.arange(blocks)[None, :]
+    return ((2.0 ** -((rows + steps) % 3)).astype(np.float32),
+            (2.0 ** -((columns + 2 * steps) % 4 + 1)).astype(np.float32))
+
+
+def scaled_exact(a, b, scales, blockwise: bool):
+    """The exact product of fp8 values a (M x K) and b (K x N) times their scales: per tensor or row (`fp8_scales`),
+    or blockwise (`block_scales`: each 128-deep block of K times its row's and its column block's)."""
+    import numpy as np
+
+    from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
+
+    if not blockwise:
+        return a @ b * scales[0][:, None] * scales[1][None, :]
+    total = np.zeros((a.shape[0], b.shape[1]))
+    for t in range(scales[0].shape[1]):
+        block = slice(t * BLOCK, (t + 1) * BLOCK)
+        column_scales = np.repeat(scales[1][:, t], BLOCK)[:b.shape[1]]
+        total += a[:, block] @ b[block] * scales[0][:, t][:, None] * column_scales[None, :]
+    return total
+
+
+def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False,
+                     blockwise: bool = False):
     """(A bits M x K, B bits K x N, the fp8 scales, check(C bits) -> (ok, largest error)) of a product of
     `element`: 16-bit uniform values against numpy (`gemm.inputs`, `gemm.check`; no scales); e4m3 small
-    integers (exact products and sums), C the bf16 of the product times `fp8_scales`'."""
+    integers (exact products and sums), C the bf16 of the product times `fp8_scales`' (`blockwise`: times
+    `block_scales`', k-block by k-block)."""
     import numpy as np
 
     from mlir_tile.isa import fp8
@@ -41,10 +75,10 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
         return a, b, (), lambda c: check(c, a, b, element)
     rng = np.random.default_rng(seed)
     a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
-    scales = fp8_scales(m, n, row_scales)
+    scales = block_scales(m, n, depth) if blockwise else fp8_scales(m, n, row_scales)
 
     def check_fp8(c):
-        exact = fp8.decode(a, element) @ fp8.decode(b, element) * scales[0][:, None] * scales[1][None, :]
+        exact = scaled_exact(fp8.decode(a, element), fp8.decode(b, element), scales, blockwise)
         error = np.abs(decode(c, "bf16") - exact)
         return bool((error <= UNIT_ROUNDOFF["bf16"] * np.abs(exact)).all()), float(error.max())
     return a, b, scales, check_fp8
@@ -66,7 +100,8 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
     if min(shape) < 1 or n % config.unit or depth % config.k_unit:
         raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
                          f"rows on 16 bytes), not {m} x {n} x {depth}")
-    a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales)
+    a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales,
+                                           blockwise=config.block_scales)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:
         tiles = config.grid(m, n, runtime.device.properties.multiprocessor_count)

@@ -25,13 +25,17 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
         raise ValueError("hopper gemm: a split-K CTA's result rests on the other splits' partials and flags in "
                          "global memory, which the model of one CTA has not: `run_and_check` checks it on the GPU")
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
-    a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales)  # b: K x N
+    a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales,
+                                           config.block_scales)  # b: K x N
     decode = fp8.decode if element == "e4m3" else halves.decode
     accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
         stage = _stage(config, a, b, k_tile, a_bytes)
+        # (blockwise scales: each k-tile's products times its row's scale and the tile's block's, as promoted)
+        factor = scales[0][:, k_tile, None] * scales[1][0, k_tile] if config.block_scales else 1.0
         for group in range(config.bm // 64):
+            partial = np.zeros((64, config.bn))
             for step in range(config.bk // k_step):
                 fetched = []
                 for name, rows, origin, at in (("a", 64, (64 * group, k_step * step), 0),
@@ -39,8 +43,9 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                     fields, start = descriptor_for(layouts[name], bits, rows, k_step, origin)
                     fetched.append(decode(reference.wgmma_operand(stage, fields.bits(at + start), fields.major == "K",
                                                                   bits, rows), element))
-                accumulators[group] += fetched[0] @ fetched[1].T
-    ok, worst = check(_c_tile(config, layouts, accumulators, scales, element))
+                partial += fetched[0] @ fetched[1].T
+            accumulators[group] += partial * (factor[64 * group:64 * (group + 1)] if config.block_scales else 1.0)
+    ok, worst = check(_c_tile(config, layouts, accumulators, () if config.block_scales else scales, element))
     assert ok, f"C differs from numpy by up to {worst}"
     return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA on Hopper's path ({config}): TMA's "
             f"box writes, wgmma's operand fetches through the kernel's descriptors, stmatrix into the C tile and the "

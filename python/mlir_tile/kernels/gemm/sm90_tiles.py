@@ -15,6 +15,7 @@ SWIZZLE_BITS = 1024  # a 128-byte swizzle's row: BK is this many bits of A's and
 # its byte permutes' words below 56)
 PRODUCER_REGISTERS, TRANSPOSING_PRODUCER_REGISTERS = 40, 56
 TRANSPOSE_STAGES = 2  # fp8 B [K, N]: k-tiles of B as TMA wrote them, waiting for the producer's transposition
+BLOCK = 128  # fp8 blockwise scales' block: a row's 1 x 128 of A, 128 x 128 of B
 MAX_PROMOTED_REGISTERS = 192  # fp8's promoted accumulation: accumulators and partials of a consumer thread, of its
 # 232-240 (DeepGEMM takes BLOCK_N up to 160 for the same reason)
 
@@ -40,6 +41,8 @@ class HopperConfig:
     promote: bool = False  # fp8 `precise` accumulation: each k-tile's products summed by wgmma into partials of
     # their own, then added into the fp32 accumulators (cuBLASLt's default and DeepGEMM's promotion: wgmma's fp8
     # sums keep fewer bits than fp32 over a long K); else `fast`, the products summed in the accumulators
+    block_scales: bool = False  # fp8 blockwise scales (DeepGEMM's): scale_a [M, K / 128] (a row's 1 x 128 block
+    # of K), scale_b [N / 128, K / 128] (128 x 128 blocks), applied to each k-tile's partials as they are added in
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -79,6 +82,10 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: promoted accumulation is fp8's, warp-specialized, not persistent, the "
                              f"accumulators and the partials at most {MAX_PROMOTED_REGISTERS} registers a thread "
                              f"(BN <= {MAX_PROMOTED_REGISTERS} a 64-row consumer); got {self}")
+        if self.block_scales and (not self.promote or self.row_scales or self.bn != BLOCK or self.bk != BLOCK):
+            raise ValueError(f"hopper gemm: blockwise scales are applied where each k-tile's partials are added in "
+                             f"(promote), BN and BK {BLOCK} (one block of B's scales a k-tile), not beside row "
+                             f"scales; got {self}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -193,7 +200,7 @@ class HopperConfig:
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
-                f"{'_promote' if self.promote else ''}"
+                f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
