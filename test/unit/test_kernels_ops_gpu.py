@@ -300,23 +300,31 @@ def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activa
 
 
 @_hopper_only
-@pytest.mark.parametrize("row_scales", [False, True])
-def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(row_scales):
+@pytest.mark.parametrize("scaling", ["tensor", "rows", "blocks"])
+def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling):
     """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in
-    turn, power-of-two scales per tensor or per row: C is the bf16 of the exact scaled product, bit for bit."""
+    turn (blockwise: [N, K]), power-of-two scales per tensor, per row or blockwise (scale_a [M, K / 128], scale_b
+    [N / 128, K / 128], rounded up: DeepGEMM's): C is the bf16 of the exact scaled product, bit for bit."""
     from mlir_tile.kernels import scaled_mm
 
     rng, failures = random.Random(29), []
     for trial in range(HOPPER_CASES):
-        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2]
+        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2] if scaling != "blocks" else "nk"
         a = torch.randint(-3, 4, (m, k), device="cuda").float()
         b = torch.randint(-3, 4, (n, k) if layout == "nk" else (k, n), device="cuda").float()
-        if row_scales:
-            scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (size,), device="cuda").float() for size in (m, n))
+        b_kn = b.T if layout == "nk" else b
+        if scaling == "blocks":
+            blocks = [(m, -(-k // 128)), (-(-n // 128), -(-k // 128))]
+            scale_a, scale_b = (2.0 ** -torch.randint(0, 3, shape, device="cuda").float() for shape in blocks)
+            exact = sum((a[:, 128 * t:128 * (t + 1)] @ b_kn[128 * t:128 * (t + 1)]) * scale_a[:, t, None]
+                        * scale_b[:, t].repeat_interleave(128)[None, :n] for t in range(blocks[0][1]))
         else:
-            scale_a, scale_b = (torch.tensor([value], device="cuda") for value in (0.5, 0.25))
+            if scaling == "rows":
+                scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (size,), device="cuda").float() for size in (m, n))
+            else:
+                scale_a, scale_b = (torch.tensor([value], device="cuda") for value in (0.5, 0.25))
+            exact = (a @ b_kn) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
         got = scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scale_a, scale_b, b_layout=layout)
-        exact = (a @ (b.T if layout == "nk" else b)) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
         if not torch.equal(got, exact.to(torch.bfloat16)):
             failures.append(((m, n, k, layout), float((got.float() - exact).abs().max())))
     assert not failures, failures[:10]
@@ -333,6 +341,10 @@ def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
                           (lambda: scaled_mm(a, torch.ones(64, 24, device="cuda").to(torch.float8_e4m3fn), one, one,
                                              b_layout="kn"), "N a multiple of 16"),
                           (lambda: scaled_mm(a, a, torch.ones(3, device="cuda"), one), "of one element each"),
+                          (lambda: scaled_mm(a, a, torch.ones(32, 2, device="cuda"), torch.ones(1, 1, device="cuda")),
+                           r"blockwise \[M, K / 128\] = \[32, 1\]"),
+                          (lambda: scaled_mm(a, a.T.contiguous(), torch.ones(32, 1, device="cuda"),
+                                             torch.ones(1, 1, device="cuda"), b_layout="kn"), "blockwise scales take B"),
                           (lambda: scaled_mm(a, a, one, one, b_layout="mn"), "b_major 'nk'")):
         with pytest.raises(ValueError, match=message):
             call()

@@ -12,6 +12,7 @@ import torch
 
 from mlir_tile.kernels import common, epilogues, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
+from mlir_tile.kernels.gemm.launch import scaling_of
 from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
 from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 from mlir_tile.runtime import torch_stream
@@ -51,7 +52,9 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
 def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
     torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
-    per row (scale_a [M], scale_b [N]); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
+    per row (scale_a [M], scale_b [N]), or blockwise with b [N, K] (DeepGEMM's: scale_a [M, K / 128] a row's 1 x
+    128 blocks of K, scale_b [N / 128, K / 128] 128 x 128 blocks, rounded up; each k-block's products scaled as
+    they are added into fp32); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
     if plain_call(a, b, scale_a, scale_b):
         return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout)
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
@@ -368,8 +371,7 @@ def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout):
         return known(a, b, scale_a, scale_b)
     out = _scaled_mm(a, b, scale_a, scale_b, b_layout)
     if _takes_eagerly(a, b, scale_a, scale_b, out) and a.shape[1]:
-        row_scales = scale_a.numel() != 1 or scale_b.numel() != 1
-        plan = kernels_on(a.device).scaled.plan(b_layout, row_scales, *out.shape, a.shape[1])
+        plan = kernels_on(a.device).scaled.plan(b_layout, scaling_of(scale_a, scale_b), *out.shape, a.shape[1])
         _eager.keep(key, _EagerScaledMatmul(plan, out))
     return out
 

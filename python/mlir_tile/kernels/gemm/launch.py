@@ -12,8 +12,8 @@ from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
 from mlir_tile.kernels.gemm.sm90 import boxes
-from mlir_tile.kernels.gemm.sm90_tiles import (SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config, library_splits,
-                                               measured_tile, scaled_config)
+from mlir_tile.kernels.gemm.sm90_tiles import (BLOCK, SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config,
+                                               library_splits, measured_tile, scaled_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
@@ -330,7 +330,8 @@ def hopper_shipped_kernels(epilogues) -> list:
     epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
     operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`), with each of `epilogues`; A [K, M]'s (`a_major` "km", a
-    backward's dB) without an epilogue on each tile and split; fp8's with either B layout and either kind of scales (`scaled_config`)."""
+    backward's dB) without an epilogue on each tile and split; fp8's with either B layout and per-tensor or
+    per-row scales, and blockwise with B [N, K] (`scaled_config`)."""
     from functools import partial
 
     from mlir_tile.kernels.epilogues import chain
@@ -348,7 +349,8 @@ def hopper_shipped_kernels(epilogues) -> list:
     transposed_a = [(element, replace(hopper_config(major, tile), a_major="km", split_k=split), None)
                     for element in ("f16", "bf16") for major in ("nk", "kn")
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
-    eight = [("e4m3", scaled_config(major, rows), None) for major in ("nk", "kn") for rows in (False, True)]
+    eight = [("e4m3", scaled_config(major, scaling), None) for major in ("nk", "kn") for scaling in SCALINGS
+             if scaling != "blocks" or major == "nk"]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
@@ -358,7 +360,8 @@ class ScaledMatmul:
     """C = (A x B) * scale_a * scale_b in bf16 from fp8 e4m3 torch tensors, as torch._scaled_mm computes it, on
     Hopper's path (the sm_90 library): A [M, K] and B [N, K] (`b_major` "nk") or [K, N] ("kn", transposed in
     the kernel, where torch._scaled_mm needs a transposed copy), row-major; scale_a and scale_b fp32, one
-    element each (per tensor) or [M] and [N] (per row). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
+    element each (per tensor), [M] and [N] (per row), or blockwise [M, K / 128] and [N / 128, K / 128] (DeepGEMM's
+    1 x 128 and 128 x 128 blocks, rounded up; B [N, K]). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
     address on 16 bytes (TMA). On torch's current stream; the tensor maps kept (`TensorMaps`). ValueError for
     what the kernels do not take."""
 
@@ -373,11 +376,11 @@ class ScaledMatmul:
 
         from mlir_tile.runtime import torch_stream
 
-        m, n, depth, row_scales = _scaled_sizes(a, b, scale_a, scale_b, b_major)
+        m, n, depth, scaling = _scaled_sizes(a, b, scale_a, scale_b, b_major)
         if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
             c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
             return c if out is None else out.copy_(c)
-        plan = self.plan(b_major, row_scales, m, n, depth)
+        plan = self.plan(b_major, scaling, m, n, depth)
         if out is None:
             out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
@@ -390,14 +393,13 @@ class ScaledMatmul:
         plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
         return out if c is out else out.copy_(c)
 
-    def plan(self, b_major: str, row_scales: bool, m: int, n: int, depth: int) -> "_HopperPlan":
-        """The launch plan of an M x N x K product with B `b_major` and per-row scales or not: checked and made
-        on first use."""
-        return self.plans.of((b_major, row_scales, m, n, depth),
-                             lambda: self._plan(b_major, row_scales, m, n, depth))
+    def plan(self, b_major: str, scaling: str, m: int, n: int, depth: int) -> "_HopperPlan":
+        """The launch plan of an M x N x K product with B `b_major` and `scaling`'s scales (`SCALINGS`): checked
+        and made on first use."""
+        return self.plans.of((b_major, scaling, m, n, depth), lambda: self._plan(b_major, scaling, m, n, depth))
 
-    def _plan(self, b_major: str, row_scales: bool, m: int, n: int, depth: int) -> "_HopperPlan":
-        config = scaled_config(b_major, row_scales)
+    def _plan(self, b_major: str, scaling: str, m: int, n: int, depth: int) -> "_HopperPlan":
+        config = scaled_config(b_major, scaling)
         if n % config.unit or depth % config.k_unit:
             raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
                              f"bytes), got {m} x {n} x {depth} with B {b_major}")
@@ -411,8 +413,16 @@ class ScaledMatmul:
         return _HopperPlan(config, m, n, launch, maps)
 
 
-def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, bool]:
-    """(M, N, K, per-row scales) of ScaledMatmul's operands, or ValueError."""
+def scaling_of(scale_a, scale_b) -> str:
+    """The kind of scales (`SCALINGS`) fp8's scale_a and scale_b are, by their shapes alone: blockwise where they
+    are 2-D, per tensor where each has one element, else per row (`_scaled_sizes` checks their extents)."""
+    if scale_a.dim() == 2 or scale_b.dim() == 2:
+        return "blocks"
+    return "tensor" if scale_a.numel() == 1 and scale_b.numel() == 1 else "rows"
+
+
+def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, str]:
+    """(M, N, K, `scaling_of` the scales) of ScaledMatmul's operands, or ValueError."""
     import torch
 
     if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
@@ -425,9 +435,14 @@ def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, 
     if b_depth != depth:
         raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
                          f"differ")
-    per_tensor = scale_a.numel() == 1 and scale_b.numel() == 1
+    scaling, k_blocks, n_blocks = scaling_of(scale_a, scale_b), -(-depth // BLOCK), -(-n // BLOCK)
+    extents = {"tensor": ((1,), (1,)), "rows": ((m,), (n,)), "blocks": ((m, k_blocks), (n_blocks, k_blocks))}
+    shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
-            per_tensor or (scale_a.numel(), scale_b.numel()) == (m, n)):
-        raise ValueError(f"scaled matmul: float32 scales of one element each or of [M] = [{m}] and [N] = [{n}], got "
-                         f"{scale_a.dtype} {tuple(scale_a.shape)} and {scale_b.dtype} {tuple(scale_b.shape)}")
-    return m, n, depth, not per_tensor
+            shapes == extents[scaling] or scaling == "tensor" and scale_a.numel() == scale_b.numel() == 1):
+        raise ValueError(f"scaled matmul: float32 scales of one element each, of [M] = [{m}] and [N] = [{n}], or "
+                         f"blockwise [M, K / 128] = [{m}, {k_blocks}] and [N / 128, K / 128] = [{n_blocks}, "
+                         f"{k_blocks}] (rounded up); got {scale_a.dtype} {shapes[0]} and {scale_b.dtype} {shapes[1]}")
+    if scaling == "blocks" and b_major != "nk":
+        raise ValueError("scaled matmul: blockwise scales take B [N, K] (b_layout 'nk')")
+    return m, n, depth, scaling
