@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from mlir_tile.kernels import epilogues
 from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_tiles as hopper_tiles
 from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
@@ -407,8 +408,8 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
     measured tiles, the small tile's split-K kernels for each element and B layout (plain and `selectable`: the
     last split applies the epilogue), A [K, M]'s plain on each
-    tile and split, and fp8's for each B layout with per-tensor and per-row scales and B [N, K]'s blockwise
-    (`ScaledMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
+    tile and split, fp8's for each B layout with per-tensor and per-row scales and B [N, K]'s blockwise
+    (`ScaledMatmul`), and the fused SwiGLU's for each 16-bit element (`SwigluMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
     assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.gemm import launch as gemm_launch
@@ -417,10 +418,11 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
-                                                                     + 3) + 2 * 2 + 1
+                                                                     + 3) + 2 * 2 + 1 + 2
     assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 12
     assert sum("_e4m3_" in name for name in hopper) == 5 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert any(name.endswith("_nk_ws_fp8_promote_blockscales_sm90a") for name in hopper)
+    assert sum(name.endswith("_swiglu_sm90a") for name in hopper) == 2  # (f16's and bf16's: `swiglu_mm`)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))
     _assembles(compile_to_ptx(gemm_sm90.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
@@ -473,6 +475,46 @@ def test_fp8_promoted_accumulation_adds_each_k_tiles_partials_into_fp32(tmp_path
     assert waits == [[2, 0], [1, 1]]  # (a k-tile's batch waited for whole, not the k-tile before's; the epilogue's)
     assert "give C as numpy does" in hopper_emulation.emulate(config, 2, "e4m3")
     _assembles(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("major, tile, element", [("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3}, "bf16"),
+                                                   ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128}, "f16")])
+def test_fused_swiglu_pairs_each_gate_with_its_up_in_a_thread_and_stores_half_the_columns(tmp_path, major, tile,
+                                                                                        element):
+    """Fused SwiGLU (`swiglu`): B's rows gate and up weights interleaved a block of 8 at a time, so that each
+    output column's two factors lie in one thread's accumulators (`swiglu_pairs`, proven by the atoms' layouts:
+    slots 8 i + q and 8 i + 4 + q); C's tile BN / 2 wide (its stmatrix and TMA stores half the plain kernel's),
+    one silu a column (an exp2 each); assembled without spills; one CTA on the reference model is silu(gate) * up
+    of numpy's product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config(major, {**tile, "swiglu": True}, element)
+    assert gemm_sm90.swiglu_pairs(config.bn, element)[:5] == ((0, 4), (1, 5), (2, 6), (3, 7), (8, 12))
+    assert config.c_columns == config.bn // 2 and gemm_sm90.boxes(config)["c"] == gemm_sm90.boxes(replace(config, swiglu=False))["c"]
+    ptx, plain = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (config, replace(config, swiglu=False)))
+    stores = "cp.async.bulk.tensor.2d.global.shared"
+    assert 2 * ptx.count("stmatrix") == plain.count("stmatrix") and 2 * ptx.count(stores) == plain.count(stores)
+    assert ptx.count("ex2.approx") == config.consumer_rows // 64 * config.bn // 4
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, element)
+    _assembles(ptx, tmp_path)
+
+
+def test_swiglu_weights_interleave_gate_and_up_as_the_kernel_pairs_them():
+    """`ops.swiglu_weights` lays W_gate's and W_up's rows a block of 8 each in turn, so that the product's column
+    16 i + x is gate feature 8 i + x and 16 i + 8 + x its up (`reference.swiglu`'s, the kernel's pairs): x @ w^T
+    through `reference.swiglu` is silu(x W_gate^T) * (x W_up^T), in float64; F not a multiple of 8 is refused."""
+    torch = pytest.importorskip("torch", reason="swiglu_weights is a torch function")
+    from mlir_tile.kernels.gemm.reference import swiglu
+    from mlir_tile.kernels.ops import swiglu_weights
+
+    x, gate, up = (torch.randn(*shape, dtype=torch.float64) for shape in ((5, 24), (40, 24), (40, 24)))
+    product = (x @ swiglu_weights(gate, up).T).numpy()
+    expected = torch.nn.functional.silu(x @ gate.T) * (x @ up.T)
+    assert swiglu(product).shape == (5, 40) and abs(swiglu(product) - expected.numpy()).max() < 1e-12
+    with pytest.raises(ValueError, match="F a multiple of 8"):
+        swiglu_weights(gate[:12], up[:12])
 
 
 def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
@@ -556,6 +598,10 @@ def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "block_scales": True}, "e4m3"), "blockwise scales are applied"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "block_scales": True}, "e4m3"), "BN and BK 128"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "swiglu": True}, "e4m3"), "SwiGLU takes 16-bit"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 64, "stages": 4, "swiglu": True}, "bf16"), "BN a multiple of 128"),
+    (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
+                                    epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),
 ])
 def test_fp8_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

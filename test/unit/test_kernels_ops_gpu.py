@@ -331,6 +331,36 @@ def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling):
 
 
 @_hopper_only
+def test_swiglu_mm_is_silu_of_the_gate_times_the_up_projection():
+    """Fused SwiGLU (`swiglu_mm` on `swiglu_weights`) on random shapes, both dtypes, leading dimensions: within
+    twice the error of torch's 16-bit silu(F.linear) * F.linear against fp32 (plus the element's rounding of the
+    result's scale); a gradient asked for is refused in one line, as are weights not interleaved in 16 rows."""
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import swiglu_mm, swiglu_weights
+
+    rng, failures = random.Random(62), []
+    for trial in range(24):
+        m, features, depth = rng.choice([1, 7, 128, 1000, rng.randint(1, 3000)]), 8 * rng.randint(1, 600), 8 * rng.randint(1, 512)
+        dtype = (torch.bfloat16, torch.float16)[trial % 2]
+        x = torch.randn(2, m, depth, device="cuda", dtype=dtype)
+        gate, up = (torch.randn(features, depth, device="cuda", dtype=dtype) / depth ** 0.5 for _ in range(2))
+        got = swiglu_mm(x, swiglu_weights(gate, up))
+        exact = F.silu(x.float() @ gate.float().T) * (x.float() @ up.float().T)
+        theirs = (F.silu(F.linear(x, gate)) * F.linear(x, up)).float()
+        bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+        if got.shape != exact.shape or got.dtype != dtype or not float((got.float() - exact).abs().max()) <= bound:
+            failures.append(((m, features, depth, dtype), float((got.float() - exact).abs().max()), bound))
+    assert not failures, failures[:5]
+    weights = swiglu_weights(*(torch.randn(16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2)))
+    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="swiglu_mm: the fused SwiGLU has no backward"):
+        swiglu_mm(x, weights).sum().backward()
+    with pytest.raises(ValueError, match="a multiple of 16"):
+        swiglu_mm(x.detach(), weights[:24])
+
+
+@_hopper_only
 def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
     from mlir_tile.kernels import scaled_mm
 

@@ -304,6 +304,18 @@ def test_the_promoted_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape
     assert ok, line
 
 
+@pytest.mark.parametrize("shape", [(1000, 1024, 512), (1, 16, 16), (333, 208, 1000), (2048, 4096, 2048)])
+def test_the_fused_swiglu_hopper_gemm_is_silu_of_gate_times_up(runtime, shape):
+    """Fused SwiGLU (`HopperConfig.swiglu`, bf16, B [N, K] with gate and up rows interleaved a block of 8 at a
+    time): C [M, N / 2] is silu(gate) * up of numpy's product within C's rounding, with tails in M, N and K."""
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
+
+    ptx = gpu_input("gemm_hopper_bf16_swiglu.ptx").read_text()
+    tile = {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "swiglu": True}
+    ok, line = hopper_checks.run_and_check(ptx, dtype="bf16", b_major="nk", tile=tile, shape=shape)
+    assert ok, line
+
+
 _PERSISTENT = {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "persistent": True}
 _PINGPONG = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "persistent": True, "pingpong": True}
 

@@ -60,6 +60,38 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
+def swiglu_weights(w_gate, w_up):
+    """The weights `swiglu_mm` takes: w_gate and w_up [F, K] (one dtype, F a multiple of 8) interleaved a block of
+    8 rows at a time, [2F, K] (a copy: made once, where the weights are loaded)."""
+    if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.dim() == 2
+            and w_gate.shape == w_up.shape and w_gate.dtype == w_up.dtype and w_gate.shape[0] % 8 == 0):
+        raise ValueError(f"swiglu_weights: w_gate and w_up [F, K] alike, F a multiple of 8; got "
+                         f"{getattr(w_gate, 'shape', w_gate)} and {getattr(w_up, 'shape', w_up)}")
+    features, depth = w_gate.shape
+    return torch.stack([w_gate.reshape(features // 8, 8, depth), w_up.reshape(features // 8, 8, depth)], 1).reshape(
+        2 * features, depth)
+
+
+def swiglu_mm(x, w):
+    """silu(x W_gate^T) * (x W_up^T), Llama's MLP up-projection, in one GEMM (Hopper, sm_90): x [..., K] float16
+    or bfloat16 and w = `swiglu_weights(W_gate, W_up)` [2F, K]; [..., F] of x's dtype, the gate and up
+    products never written. Forward only: a call that asks for a gradient is refused."""
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 1:
+        raise ValueError("swiglu_mm: x [..., K] and w [2F, K] tensors")
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.ops.mlir_tile.swiglu_mm(rows, w.contiguous())
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def _swiglu_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return kernels_on(x.device).swiglu(x, w)
+
+
+register_operator("swiglu_mm", _swiglu_mm, fake=lambda x, w: x.new_empty(x.shape[0], w.shape[0] // 2),
+                  backward=no_backward("swiglu_mm: the fused SwiGLU has no backward yet; train with matmul and "
+                                       "torch's silu"))
+
+
 def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None, variant=None, operands=()):
     """(o, lse): softmax(q k^T / sqrt(d) (+ the causal mask)) v and each row's natural log-sum-exp (fp32), from
     q [batch, heads, seq, d] and k, v [batch, kv_heads, seq, d] (kv_heads dividing heads: grouped-query attention,

@@ -26,13 +26,19 @@ class _Kernels:
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm_launch.Matmul(self.library)
         self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
-        self._attention, self._attention_backward, self._scaled = None, None, None
+        self._attention, self._attention_backward, self._scaled, self._swiglu = None, None, None, None
 
     @property
     def scaled(self):
         if self._scaled is None:
             self._scaled = gemm_launch.ScaledMatmul(self.library)
         return self._scaled
+
+    @property
+    def swiglu(self):
+        if self._swiglu is None:
+            self._swiglu = gemm_launch.SwigluMatmul(self.library)
+        return self._swiglu
 
     @property
     def attention(self):

@@ -351,9 +351,60 @@ def hopper_shipped_kernels(epilogues) -> list:
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
     eight = [("e4m3", scaled_config(major, scaling), None) for major in ("nk", "kn") for scaling in SCALINGS
              if scaling != "blocks" or major == "nk"]
+    fused = [(element, swiglu_config(element), None) for element in ("f16", "bf16")]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
-             for element, config, epilogue in sixteen + split + transposed_a + eight}  # (an epilogue given that is a shipped chain: once)
+             for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
+
+
+def swiglu_config(element: str):
+    """`SwigluMatmul`'s kernel: the tile measured fastest for `element` with B [N, K], its epilogue fused SwiGLU."""
+    return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
+
+
+class SwigluMatmul:
+    """silu(x W_gate^T) * (x W_up^T) in one GEMM on Hopper's path (`HopperConfig.swiglu`): x [M, K] and w [2F, K],
+    W_gate's and W_up's rows interleaved a block of 8 at a time (`ops.swiglu_weights`), f16 or bf16, C [M, F] of
+    x's dtype, the gate and up products never written. K a multiple of 8, F of 8; on torch's current stream.
+    ValueError for what the kernel does not take."""
+
+    def __init__(self, library):
+        if not runs_warpgroup_kernels(library.chip):
+            raise ValueError(f"swiglu_mm: the fused kernel runs on Hopper's path (sm_90), not {library.chip}")
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
+        self.sms = library.runtime.device.properties.multiprocessor_count
+
+    def __call__(self, x, w):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
+        if element is None or w.dtype != x.dtype or x.dim() != 2 or w.dim() != 2 or w.shape[1] != x.shape[1]:
+            raise ValueError(f"swiglu_mm: x [M, K] and w [2F, K] of one dtype, float16 or bfloat16; got "
+                             f"{tuple(x.shape)} {x.dtype} and {tuple(w.shape)} {w.dtype}")
+        (m, depth), n = x.shape, w.shape[0]
+        if n % 16 or depth % 8 or not all(t.is_cuda and t.is_contiguous() for t in (x, w)):
+            raise ValueError(f"swiglu_mm: contiguous CUDA tensors, w's rows a multiple of 16 (swiglu_weights' "
+                             f"interleaved blocks) and K of 8; got {tuple(x.shape)} and {tuple(w.shape)}")
+        out = torch.zeros(m, n // 2, dtype=x.dtype, device=x.device)  # (K 0: silu(0) 0 = 0)
+        if 0 in (m, n, depth):
+            return out
+        plan = self.plans.of((element, m, n, depth), lambda: self._plan(element, m, n, depth))
+        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
+        plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [], torch_stream(x))
+        return out
+
+    def _plan(self, element: str, m: int, n: int, depth: int) -> "_HopperPlan":
+        config = swiglu_config(element)
+        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
+        box = boxes(config)
+        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]), MapOperand(self.maps, (n, depth), 2 * depth,
+                                                                                   box["b"]),
+                MapOperand(self.maps, (m, n // 2), n, box["c"], store=True)]
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit],
+                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
+        return _HopperPlan(config, m, n, launch, maps)
 
 
 class ScaledMatmul:

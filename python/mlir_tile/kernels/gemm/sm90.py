@@ -73,7 +73,30 @@ def tiles(config: HopperConfig) -> dict:
         b = Box(config.bn, config.bk, config.element_bits, 128).layout
     else:  # (n, k): n runs along a box's 64 columns, the boxes BK x 64 apart
         b = Layout(((SWIZZLE_COLUMNS, boxes_of), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS), swizzle)
-    return {"a": a, "b": b, **stored_tile(config.bm, config.bn), **staging}
+    return {"a": a, "b": b, **stored_tile(config.bm, config.c_columns), **staging}
+
+
+@functools.lru_cache(maxsize=None)
+def swiglu_pairs(bn: int, element: str) -> tuple:
+    """Fused SwiGLU: per accumulator slot of an m64n(BN / 2) atom (C's), the (gate, up) slots of the m64nBN atom
+    that hold its two factors in the same thread: B's rows interleaved a block of 8 at a time (`swiglu_weights`),
+    C's column 8 i + x is gate column 16 i + x's times up column 16 i + 8 + x's. Proven for every thread by the
+    atoms' accumulator layouts; ValueError otherwise."""
+    from mlir_tile.isa.atoms import wgmma
+
+    wide, narrow = wgmma(bn, element).c, wgmma(bn // 2, element).c
+    pairs = []
+    for slot in range(bn // 4):
+        gate = 8 * (slot // 4) + slot % 4
+        for thread in range(128):
+            row, column = narrow.rows.offset(thread, slot), narrow.columns.offset(thread, slot)
+            held = [(wide.rows.offset(thread, s), wide.columns.offset(thread, s)) for s in (gate, gate + 4)]
+            want = [(row, 16 * (column // 8) + column % 8), (row, 16 * (column // 8) + 8 + column % 8)]
+            if held != want:
+                raise ValueError(f"hopper gemm: SwiGLU's output slot {slot} of thread {thread} is at {(row, column)}, "
+                                 f"its factors' slots {gate} and {gate + 4} at {held}, not {want}")
+        pairs.append((gate, gate + 4))
+    return tuple(pairs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,6 +167,8 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     from mlir_tile.builder import Global, Kernel, TensorMap
     from mlir_tile.kernels.common import operand_parameters
 
+    if config.swiglu and epilogue is not None:
+        raise ValueError(f"hopper gemm: fused SwiGLU is the kernel's epilogue; got {epilogue!r} beside it")
     if (element, config.element_bits) not in (("f16", 16), ("bf16", 16), ("e4m3", 8)):
         raise ValueError(f"hopper gemm: f16 or bf16 with 16-bit configurations, e4m3 with 8-bit ones; got "
                          f"{element!r} and {config}")
@@ -430,9 +455,8 @@ class _HopperGemm:
         C tile's block of scale_b there (rows and blocks past C read at its last: their results are clipped)."""
         from mlir.dialects import arith
 
-        from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
-
         from mlir_tile.builder.integers import with_operators
+        from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
 
         k = self.k
         n, k_tiles = with_operators(k.as_index(self.n)), with_operators(self.k_tiles)
@@ -458,6 +482,9 @@ class _HopperGemm:
         k, config = self.k, self.config
         band = AccumulatorBand(k, self.tiles["c_band"], self.out)  # 64 rows, one warpgroup's stmatrix
         packed = [band.registers() for _ in self.accumulators]
+        if config.swiglu:
+            self.store_swiglu(band, packed)
+            return self.write_c(band, packed, origin, region)
         c_c = k.identity_tensor((self.m, self.n))
         places = [self._place(c_c, origin, batch) for batch in range(len(self.accumulators))]
 
@@ -471,6 +498,25 @@ class _HopperGemm:
                 band.pack(registers, accumulators.registers, config.bn, value)
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
+        self.write_c(band, packed, origin, region)
+
+    def store_swiglu(self, band, packed) -> None:
+        """Fused SwiGLU: each of C's BN / 2 columns silu(gate) * up of its two accumulators (`swiglu_pairs`),
+        packed as C's m64n(BN / 2) accumulators would be."""
+        from mlir_tile.kernels.epilogues import F32, sigmoid
+
+        k, pairs = self.k, swiglu_pairs(self.config.bn, self.element)
+        for accumulators, registers in zip(self.accumulators, packed):
+            swiglu = k.registers(len(pairs), "f32")
+            for slot, (gate, up) in enumerate(pairs):
+                g, u = (F32(k, k.load(accumulators.registers, [s])) for s in (gate, up))
+                k.store((g * sigmoid(g) * u).value, swiglu, [slot])
+            band.pack(registers, swiglu, self.config.c_columns, lambda slot, x: x)
+
+    def write_c(self, band, packed, origin, region: int) -> None:
+        """The packed bands into the C tile over the stages' bytes (each consumer's, one a batch), once every
+        consumer's batches have read them, then one TMA store per 64-column box by the storing thread."""
+        k = self.k
         self.consumers_meet()  # every consumer's batches have read the stages the C tile overwrites
         band_bytes = 64 * SWIZZLE_COLUMNS * ELEMENT_BYTES
         for batch, registers in enumerate(packed):
@@ -479,7 +525,9 @@ class _HopperGemm:
         k.async_proxy_fence()
         self.consumers_meet()
         row0, col0 = origin  # ([tma-store-coordinate]: tile indices, block ids and quotients and remainders of
-        with k.if_(self.storer):  # them, times the tile's extents: non-negative by construction)
+        if self.config.swiglu:  # them, times the tile's extents: non-negative by construction; SwiGLU's C: halved)
+            col0 = col0 // 2
+        with k.if_(self.storer):
             for column, box in k.boxes(self.shared, region, self.tiles["c"], self.out, SWIZZLE_COLUMNS):
                 k.tma_store(box, self.c_map, (row0, col0 + column))
             k.tma_store_wait(0)

@@ -10,7 +10,7 @@ def tensor_maps(runtime, a, b, c, m: int, n: int, depth: int, config: HopperConf
     kernel's boxes."""
     box = boxes(config)
     b_shape = (n, depth) if config.b_major == "nk" else (depth, n)
-    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), "c": (c, (m, n))}
+    shapes = {"a": (a, (m, depth)), "b": (b, b_shape), "c": (c, (m, n // 2 if config.swiglu else n))}
     return [runtime.tensor_map(int(matrix.handle), shape, shape[1] * box[name].element_bits // 8, box[name],
                                store=name == "c")
             for name, (matrix, shape) in shapes.items()]
@@ -59,20 +59,20 @@ def scaled_exact(a, b, scales, blockwise: bool):
 
 
 def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False,
-                     blockwise: bool = False):
+                     blockwise: bool = False, swiglu: bool = False):
     """(A bits M x K, B bits K x N, the fp8 scales, check(C bits) -> (ok, largest error)) of a product of
     `element`: 16-bit uniform values against numpy (`gemm.inputs`, `gemm.check`; no scales); e4m3 small
     integers (exact products and sums), C the bf16 of the product times `fp8_scales`' (`blockwise`: times
-    `block_scales`', k-block by k-block)."""
+    `block_scales`', k-block by k-block); `swiglu` (16-bit): C M x N / 2, `reference.check_swiglu`."""
     import numpy as np
 
     from mlir_tile.isa import fp8
     from mlir_tile.isa.halves import UNIT_ROUNDOFF, decode
-    from mlir_tile.kernels.gemm.reference import check, inputs
+    from mlir_tile.kernels.gemm.reference import check, check_swiglu, inputs
 
     if element != "e4m3":
         a, b = inputs(m, n, depth, seed=seed, element=element)
-        return a, b, (), lambda c: check(c, a, b, element)
+        return a, b, (), lambda c: (check_swiglu if swiglu else check)(c, a, b, element)
     rng = np.random.default_rng(seed)
     a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
     scales = block_scales(m, n, depth) if blockwise else fp8_scales(m, n, row_scales)
@@ -97,16 +97,17 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
     from mlir_tile.runtime import Runtime
 
     config, (m, n, depth) = hopper_config(b_major, tile, dtype, row_scales), shape
-    if min(shape) < 1 or n % config.unit or depth % config.k_unit:
+    if min(shape) < 1 or n % (16 if config.swiglu else config.unit) or depth % config.k_unit:
         raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
                          f"rows on 16 bytes), not {m} x {n} x {depth}")
     a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales,
-                                           blockwise=config.block_scales)
+                                           blockwise=config.block_scales, swiglu=config.swiglu)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
     with Runtime() as runtime:
         tiles = config.grid(m, n, runtime.device.properties.multiprocessor_count)
         split = ([np.zeros((splits - 1) * m * n, np.float32), np.zeros(tiles, np.int32)] if config.split_k else [])
-        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros((m, n), np.uint16), *scales, *split)]
+        c_shape = (m, n // 2 if config.swiglu else n)  # (SwiGLU: a column a gate and up pair)
+        matrices = [runtime.to_device(x) for x in (a, b_given, np.zeros(c_shape, np.uint16), *scales, *split)]
         maps = tensor_maps(runtime, *matrices[:3], m, n, depth, config)
         module = runtime.load_ptx(ptx, name=KERNEL)
         arguments = maps + [m, n // config.unit, depth // config.k_unit] + [int(x.handle) for x in matrices[3:]]
@@ -115,7 +116,7 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
             module.launch(KERNEL, arguments + ([splits] if config.split_k else []),
                           grid=ctas or tiles * (splits if config.split_k else 1), block=config.threads,
                           shared_bytes=config.shared_bytes, cluster=config.cluster if config.cluster > 1 else None)
-            results.append(check(runtime.to_host(matrices[2], np.zeros((m, n), np.uint16))))
+            results.append(check(runtime.to_host(matrices[2], np.zeros(c_shape, np.uint16))))
         cleared = not config.split_k or not runtime.to_host(matrices[-1], split[1]).any()
         for buffer in matrices:
             buffer.close()

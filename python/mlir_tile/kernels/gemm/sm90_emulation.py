@@ -26,7 +26,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                          "global memory, which the model of one CTA has not: `run_and_check` checks it on the GPU")
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
     a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales,
-                                           config.block_scales)  # b: K x N
+                                           config.block_scales, config.swiglu)  # b: K x N
     decode = fp8.decode if element == "e4m3" else halves.decode
     accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
@@ -45,6 +45,10 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                                                                   bits, rows), element))
                 partial += fetched[0] @ fetched[1].T
             accumulators[group] += partial * (factor[64 * group:64 * (group + 1)] if config.block_scales else 1.0)
+    if config.swiglu:  # (C's columns silu(gate) * up, the pairs `sm90.swiglu_pairs` proves a thread holds)
+        from mlir_tile.kernels.gemm.reference import swiglu
+
+        accumulators = np.stack([swiglu(band) for band in accumulators])
     ok, worst = check(_c_tile(config, layouts, accumulators, () if config.block_scales else scales, element))
     assert ok, f"C differs from numpy by up to {worst}"
     return (f"reference model: a {config.bm} x {config.bn} x {depth} {element} CTA on Hopper's path ({config}): TMA's "
@@ -103,7 +107,7 @@ def _c_tile(config: HopperConfig, layouts: dict, accumulators, scales, element: 
         packed = np.zeros((128, band.whole.slots), np.uint32)
         for thread in range(128):
             product = (accumulators[group] * (scale[64 * group:64 * (group + 1)] if scales else 1.0)).astype(np.float32)
-            for block in range(config.bn // 8):
+            for block in range(config.c_columns // 8):
                 for half in range(2):
                     pair = [product[reference.wgmma_accumulator_position(thread, 4 * block + 2 * half + i)]
                             for i in range(2)]
@@ -113,7 +117,7 @@ def _c_tile(config: HopperConfig, layouts: dict, accumulators, scales, element: 
         words[start:] = reference.emulate(band.whole.opcode, band.whole.shared, band.whole.registers, words[start:],
                                           packed, "warpgroup")
     shared = words.view(np.uint8)
-    out = np.zeros((config.bm, config.bn), np.uint16)
+    out = np.zeros((config.bm, config.c_columns), np.uint16)
     for first, box in column_boxes(layouts["c"], 16, SWIZZLE_COLUMNS):
         read = reference.tma_box_read(shared, 128, box.rows, box.columns * ELEMENT_BYTES, first * ELEMENT_BYTES)
         out[:, first // config.bm:first // config.bm + box.columns] = read.view(np.uint16)

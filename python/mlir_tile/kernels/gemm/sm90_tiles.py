@@ -43,6 +43,8 @@ class HopperConfig:
     # sums keep fewer bits than fp32 over a long K); else `fast`, the products summed in the accumulators
     block_scales: bool = False  # fp8 blockwise scales (DeepGEMM's): scale_a [M, K / 128] (a row's 1 x 128 block
     # of K), scale_b [N / 128, K / 128] (128 x 128 blocks), applied to each k-tile's partials as they are added in
+    swiglu: bool = False  # fused SwiGLU: B's rows gate and up weights interleaved a block of 8 at a time
+    # (`swiglu_weights`), C = silu(gate) * up, BN / 2 columns a tile (a thread holds each output's two factors)
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -86,6 +88,9 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: blockwise scales are applied where each k-tile's partials are added in "
                              f"(promote), BN and BK {BLOCK} (one block of B's scales a k-tile), not beside row "
                              f"scales; got {self}")
+        if self.swiglu and (self.element_bits != 16 or self.split_k or self.bn % (2 * SWIZZLE_COLUMNS)):
+            raise ValueError(f"hopper gemm: fused SwiGLU takes 16-bit inputs, no split-K, BN a multiple of "
+                             f"{2 * SWIZZLE_COLUMNS} (C's tile BN / 2 wide, in boxes of {SWIZZLE_COLUMNS}); got {self}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -112,6 +117,10 @@ class HopperConfig:
     @property
     def a_boxes(self) -> int:  # TMA boxes of A a k-tile: one K-major box, or (A [K, M]) one per 64 rows of BM
         return self.bm // SWIZZLE_COLUMNS if self.a_major == "km" else 1
+
+    @property
+    def c_columns(self) -> int:  # C's tile: BN columns, or (SwiGLU) one an interleaved gate and up pair
+        return self.bn // 2 if self.swiglu else self.bn
 
     @property
     def consumers(self) -> int:  # warpgroups issuing wgmma, `consumer_rows` rows of C each (ping-pong: 2 in turn)
@@ -180,7 +189,7 @@ class HopperConfig:
 
     @property
     def c_bytes(self) -> int:
-        return self.bm * self.bn * ELEMENT_BYTES
+        return self.bm * self.c_columns * ELEMENT_BYTES
 
     @property
     def tile(self) -> dict:
@@ -201,6 +210,7 @@ class HopperConfig:
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
                 f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
+                f"{'_swiglu' if self.swiglu else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
