@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from mlir_tile.kernels import epilogues
-from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_tiles as hopper_tiles
+from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_fused, sm90_tiles as hopper_tiles
 from mlir_tile.kernels.gemm.sm90_tiles import HopperConfig, hopper_config
 
 
@@ -491,7 +491,7 @@ def test_fused_swiglu_pairs_each_gate_with_its_up_in_a_thread_and_stores_half_th
     from mlir_tile.compiler.compile import compile_to_ptx
 
     config = hopper_config(major, {**tile, "swiglu": True}, element)
-    assert gemm_sm90.swiglu_pairs(config.bn, element)[:5] == ((0, 4), (1, 5), (2, 6), (3, 7), (8, 12))
+    assert sm90_fused.swiglu_pairs(config.bn, element)[:5] == ((0, 4), (1, 5), (2, 6), (3, 7), (8, 12))
     assert config.c_columns == config.bn // 2 and gemm_sm90.boxes(config)["c"] == gemm_sm90.boxes(replace(config, swiglu=False))["c"]
     ptx, plain = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (config, replace(config, swiglu=False)))
     stores = "cp.async.bulk.tensor.2d.global.shared"

@@ -40,6 +40,7 @@ import functools
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, stored_tile, transposed
 from mlir_tile.kernels.epilogues import Choice, Epilogue
+from mlir_tile.kernels.gemm.sm90_fused import FusedSteps
 from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, SWIZZLE_BITS,
                                                TRANSPOSE_STAGES)
 
@@ -74,29 +75,6 @@ def tiles(config: HopperConfig) -> dict:
     else:  # (n, k): n runs along a box's 64 columns, the boxes BK x 64 apart
         b = Layout(((SWIZZLE_COLUMNS, boxes_of), config.bk), ((1, config.bk * SWIZZLE_COLUMNS), SWIZZLE_COLUMNS), swizzle)
     return {"a": a, "b": b, **stored_tile(config.bm, config.c_columns), **staging}
-
-
-@functools.lru_cache(maxsize=None)
-def swiglu_pairs(bn: int, element: str) -> tuple:
-    """Fused SwiGLU: per accumulator slot of an m64n(BN / 2) atom (C's), the (gate, up) slots of the m64nBN atom
-    that hold its two factors in the same thread: B's rows interleaved a block of 8 at a time (`swiglu_weights`),
-    C's column 8 i + x is gate column 16 i + x's times up column 16 i + 8 + x's. Proven for every thread by the
-    atoms' accumulator layouts; ValueError otherwise."""
-    from mlir_tile.isa.atoms import wgmma
-
-    wide, narrow = wgmma(bn, element).c, wgmma(bn // 2, element).c
-    pairs = []
-    for slot in range(bn // 4):
-        gate = 8 * (slot // 4) + slot % 4
-        for thread in range(128):
-            row, column = narrow.rows.offset(thread, slot), narrow.columns.offset(thread, slot)
-            held = [(wide.rows.offset(thread, s), wide.columns.offset(thread, s)) for s in (gate, gate + 4)]
-            want = [(row, 16 * (column // 8) + column % 8), (row, 16 * (column // 8) + 8 + column % 8)]
-            if held != want:
-                raise ValueError(f"hopper gemm: SwiGLU's output slot {slot} of thread {thread} is at {(row, column)}, "
-                                 f"its factors' slots {gate} and {gate + 4} at {held}, not {want}")
-        pairs.append((gate, gate + 4))
-    return tuple(pairs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,7 +161,7 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     return k.module
 
 
-class _HopperGemm:
+class _HopperGemm(FusedSteps):
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TileOrder, TmaPipeline
@@ -424,54 +402,6 @@ class _HopperGemm:
                 with k.if_(self.producer & k.compare("ult", refill, self.k_tiles)):
                     self.load(refill, origin, refill)
 
-    def promoted_step(self, a_tile, b_tile, first_block, in_ring, k_tile, origin) -> None:
-        """fp8's promoted accumulation: the k-tile's batches summed by wgmma into the partials (cleared first:
-        wgmma passes its registers' values in even where it does not read them, which would keep the k-tile
-        before's live), waited for, the stage released (its reads are done), each partial added into its fp32
-        accumulator (one add a slot: the other consumer's wgmmas run meanwhile); with blockwise scales, an fma by
-        its row's scale times the tile's block of B's (`block_factors`, loaded while the wgmmas run)."""
-        from mlir.dialects import arith
-        from mlir.dialects import math as math_dialect
-
-        k = self.k
-        zero = k.constant(0.0, "f32")
-        for batch, partials in enumerate(self.promoted):
-            for slot in range(self.config.bn // 2):
-                k.store(zero, partials.registers, [slot])
-            k.wgmma(self.atom, a_tile, b_tile, partials, accumulate=False,
-                    a_row_block=first_block + batch if batch else first_block)
-        factors = self.block_factors(k_tile, origin) if self.config.block_scales else None
-        k.wgmma_wait(0, self.promoted)
-        self.pipeline.release(in_ring)
-        for batch, (accumulators, partials) in enumerate(zip(self.accumulators, self.promoted)):
-            for slot in range(self.config.bn // 2):
-                total, partial = k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot])
-                total = (arith.addf(total, partial) if factors is None else
-                         math_dialect.fma(partial, factors[batch][slot % 4 // 2], total))
-                k.store(total, accumulators.registers, [slot])
-
-    def block_factors(self, k_tile, origin) -> list:
-        """Blockwise scales: per batch, the thread's two rows' (c0 c1, c2 c3) scale_a at k-tile `k_tile` times the
-        C tile's block of scale_b there (rows and blocks past C read at its last: their results are clipped)."""
-        from mlir.dialects import arith
-
-        from mlir_tile.builder.integers import with_operators
-        from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
-
-        k = self.k
-        n, k_tiles = with_operators(k.as_index(self.n)), with_operators(self.k_tiles)
-        c_c, blocks = k.identity_tensor((self.m, self.n)), (n + (BLOCK - 1)) // BLOCK
-        column_block = k.minimum(with_operators(origin[1]) // BLOCK, blocks - 1)
-        scale_b = k.load(self.scales[1], [with_operators(column_block) * k_tiles + k_tile])
-        factors = []
-        for batch in range(len(self.accumulators)):
-            place = self._place(c_c, origin, batch)
-            rows = (place[self.consumer_thread, slot][0] for slot in (0, 2))
-            last = with_operators(k.as_index(self.m)) - 1
-            factors.append([arith.mulf(k.load(self.scales[0], [with_operators(k.minimum(row, last)) * k_tiles + k_tile]),
-                                       scale_b) for row in rows])
-        return factors
-
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
         C tile over the stages' bytes (one a batch), then one TMA store per 64-column box of it by the first
@@ -499,19 +429,6 @@ class _HopperGemm:
 
         for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
         self.write_c(band, packed, origin, region)
-
-    def store_swiglu(self, band, packed) -> None:
-        """Fused SwiGLU: each of C's BN / 2 columns silu(gate) * up of its two accumulators (`swiglu_pairs`),
-        packed as C's m64n(BN / 2) accumulators would be."""
-        from mlir_tile.kernels.epilogues import F32, sigmoid
-
-        k, pairs = self.k, swiglu_pairs(self.config.bn, self.element)
-        for accumulators, registers in zip(self.accumulators, packed):
-            swiglu = k.registers(len(pairs), "f32")
-            for slot, (gate, up) in enumerate(pairs):
-                g, u = (F32(k, k.load(accumulators.registers, [s])) for s in (gate, up))
-                k.store((g * sigmoid(g) * u).value, swiglu, [slot])
-            band.pack(registers, swiglu, self.config.c_columns, lambda slot, x: x)
 
     def write_c(self, band, packed, origin, region: int) -> None:
         """The packed bands into the C tile over the stages' bytes (each consumer's, one a batch), once every

@@ -45,7 +45,7 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                                                                   bits, rows), element))
                 partial += fetched[0] @ fetched[1].T
             accumulators[group] += partial * (factor[64 * group:64 * (group + 1)] if config.block_scales else 1.0)
-    if config.swiglu:  # (C's columns silu(gate) * up, the pairs `sm90.swiglu_pairs` proves a thread holds)
+    if config.swiglu:  # (C's columns silu(gate) * up, the pairs `sm90_fused.swiglu_pairs` proves a thread holds)
         from mlir_tile.kernels.gemm.reference import swiglu
 
         accumulators = np.stack([swiglu(band) for band in accumulators])
