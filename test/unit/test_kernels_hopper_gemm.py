@@ -409,7 +409,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     measured tiles, the small tile's split-K kernels for each element and B layout (plain and `selectable`: the
     last split applies the epilogue), A [K, M]'s plain on each
     tile and split, fp8's for each B layout with per-tensor and per-row scales and B [N, K]'s blockwise
-    (`ScaledMatmul`), and the fused SwiGLU's for each 16-bit element (`SwigluMatmul`), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
+    (`ScaledMatmul`), and the fused SwiGLU's and the grouped GEMM's for each 16-bit element, named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
     assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.gemm import launch as gemm_launch
@@ -418,11 +418,12 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
-                                                                     + 3) + 2 * 2 + 1 + 2
+                                                                     + 3) + 2 * 2 + 1 + 2 + 2
     assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 12
     assert sum("_e4m3_" in name for name in hopper) == 5 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert any(name.endswith("_nk_ws_fp8_promote_blockscales_sm90a") for name in hopper)
     assert sum(name.endswith("_swiglu_sm90a") for name in hopper) == 2  # (f16's and bf16's: `swiglu_mm`)
+    assert sum(name.endswith("_grouped_sm90a") for name in hopper) == 2  # (f16's and bf16's: `grouped_mm`)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))
     _assembles(compile_to_ptx(gemm_sm90.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)
@@ -517,6 +518,26 @@ def test_swiglu_weights_interleave_gate_and_up_as_the_kernel_pairs_them():
         swiglu_weights(gate[:12], up[:12])
 
 
+@pytest.mark.parametrize("element, tile", [("bf16", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}),
+                                           ("e4m3", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True,
+                                                     "block_scales": True})])
+def test_a_grouped_kernel_reads_its_groups_count_and_b_rows(tmp_path, element, tile):
+    """The masked grouped GEMM (`grouped`): two parameters more (the counts' address, T), the tile's group and
+    row within it one division (its count read once, before the roles split: a tile past it walks no k-tile in
+    either role), B's box at its group's rows (group x N + the tile's column), blockwise fp8 scale_b at its
+    group's blocks; assembled without spills."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {**tile, "grouped": True}, element)
+    ptx, dense = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (config, replace(config, grouped=False)))
+    assert str(config).endswith("_grouped_sm90a") and ptx.count(".param .u64") == dense.count(".param .u64") + 2
+    assert ptx.count("div.u64") == dense.count("div.u64") + 1
+    assert ptx.count("ld.global") == dense.count("ld.global") + 1  # (the tile's group's count)
+    _assembles(ptx, tmp_path)
+
+
 def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
     """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
     wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
@@ -599,6 +620,8 @@ def test_an_fp8_cta_with_b_kn_on_the_reference_model_is_the_scaled_exact_product
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "block_scales": True}, "e4m3"), "blockwise scales are applied"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "block_scales": True}, "e4m3"), "BN and BK 128"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "swiglu": True}, "e4m3"), "SwiGLU takes 16-bit"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True}, "bf16"), "grouped GEMM takes B"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "split_k": True}, "bf16"), "not split"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 64, "stages": 4, "swiglu": True}, "bf16"), "BN a multiple of 128"),
     (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
                                     epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),

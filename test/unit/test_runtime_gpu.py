@@ -316,6 +316,20 @@ def test_the_fused_swiglu_hopper_gemm_is_silu_of_gate_times_up(runtime, shape):
     assert ok, line
 
 
+@pytest.mark.parametrize("groups, rows, n, depth", [(5, 256, 200, 504), (1, 128, 8, 16), (9, 384, 1024, 2048)])
+def test_the_grouped_hopper_gemm_computes_each_groups_counted_rows(runtime, groups, rows, n, depth):
+    """The masked grouped GEMM (`HopperConfig.grouped`, MoE decode's layout): each group's own B, the counts read
+    on the device (0, 1 and all rows among them), a tile past its count doing nothing: each group's counted rows
+    of C against numpy's product."""
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
+
+    ptx = gpu_input("gemm_hopper_bf16_grouped.ptx").read_text()
+    tile = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True}
+    ok, line = hopper_checks.run_and_check_grouped(ptx, dtype="bf16", tile=tile, groups=groups, rows=rows, n=n,
+                                                   depth=depth)
+    assert ok, line
+
+
 _PERSISTENT = {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "persistent": True}
 _PINGPONG = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "persistent": True, "pingpong": True}
 

@@ -5,6 +5,7 @@
     y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
     y = scaled_mm(x8, w8, scale_x, scale_w)                            # fp8 e4m3 in, bf16 out (Hopper)
     h = swiglu_mm(x, swiglu_weights(w_gate, w_up))                      # silu(x w_gate^T) * (x w_up^T) (Hopper)
+    y = grouped_mm(x_e, w_e, counts)                                   # experts' rows: [E, T, K] x [E, N, K] (Hopper)
     o, lse = attention(q, k, v, causal=True)                           # [batch, heads, seq, d]
     o, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k)       # packed: [tokens, heads, d]
     o, lse = attention_with_kvcache(q, k_cache, v_cache, lengths, k_new, v_new)  # [batch, seq, heads, d]
@@ -16,8 +17,8 @@ are the ones the wheel ships for the GPU's chip, or built on first use where the
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
 """
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "matmul", "scaled_mm", "swiglu_mm",
-           "swiglu_weights"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "grouped_mm", "matmul", "scaled_mm",
+           "swiglu_mm", "swiglu_weights"]
 
 
 def __getattr__(name: str):

@@ -60,6 +60,23 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
 
 
+def grouped_mm(x, w, counts):
+    """A mixture of experts' masked grouped GEMM (DeepGEMM's masked layout; Hopper, sm_90): x [E, T, K] (each
+    expert's tokens in its first counts[e] rows), w [E, N, K] (each expert's weights, as F.linear lays them) and
+    counts int32 [E] on the device; [E, T, N] whose expert e's first counts[e] rows are x[e] @ w[e]^T (rows past
+    a count unspecified). float16 or bfloat16, T a multiple of 128; the counts read on the device, so a CUDA
+    graph holds the call. Forward only."""
+    return torch.ops.mlir_tile.grouped_mm(x, w, counts)
+
+
+def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    return kernels_on(x.device).grouped(x, w, counts)
+
+
+register_operator("grouped_mm", _grouped_mm, fake=lambda x, w, counts: x.new_empty(x.shape[0], x.shape[1], w.shape[1]),
+                  backward=no_backward("grouped_mm: the grouped GEMM has no backward yet"))
+
+
 def swiglu_weights(w_gate, w_up):
     """The weights `swiglu_mm` takes: w_gate and w_up [F, K] (one dtype, F a multiple of 8) interleaved a block of
     8 rows at a time, [2F, K] (a copy: made once, where the weights are loaded)."""

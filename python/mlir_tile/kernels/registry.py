@@ -26,13 +26,19 @@ class _Kernels:
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm_launch.Matmul(self.library)
         self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
-        self._attention, self._attention_backward, self._scaled, self._swiglu = None, None, None, None
+        self._attention, self._attention_backward, self._scaled, self._swiglu, self._grouped = (None,) * 5
 
     @property
     def scaled(self):
         if self._scaled is None:
             self._scaled = gemm_launch.ScaledMatmul(self.library)
         return self._scaled
+
+    @property
+    def grouped(self):
+        if self._grouped is None:
+            self._grouped = gemm_launch.GroupedMatmul(self.library)
+        return self._grouped
 
     @property
     def swiglu(self):

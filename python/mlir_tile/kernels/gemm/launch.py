@@ -351,7 +351,7 @@ def hopper_shipped_kernels(epilogues) -> list:
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
     eight = [("e4m3", scaled_config(major, scaling), None) for major in ("nk", "kn") for scaling in SCALINGS
              if scaling != "blocks" or major == "nk"]
-    fused = [(element, swiglu_config(element), None) for element in ("f16", "bf16")]
+    fused = [(element, config(element), None) for element in ("f16", "bf16") for config in (swiglu_config, grouped_config)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
@@ -404,6 +404,61 @@ class SwigluMatmul:
                 MapOperand(self.maps, (m, n // 2), n, box["c"], store=True)]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit],
                                 grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
+        return _HopperPlan(config, m, n, launch, maps)
+
+
+def grouped_config(element: str):
+    """`GroupedMatmul`'s kernel: the small tile (128 rows: the groups' T a multiple of it) with B [N, K], grouped."""
+    return replace(hopper_config("nk", SMALL_TILE, element), grouped=True)
+
+
+class GroupedMatmul:
+    """The masked grouped GEMM (a mixture of experts' decode step, DeepGEMM's masked layout) on Hopper's path
+    (`HopperConfig.grouped`): x [E, T, K], w [E, N, K] and counts int32 [E] on the device; C [E, T, N] of x's
+    dtype whose group e's first counts[e] rows are x[e] w[e]^T (rows past a count: unspecified, as the layout
+    has it). 16-bit; T a multiple of 128 (a tile's rows), N and K of 8; the counts read by the kernel, so a CUDA
+    graph holds the call. ValueError for what it does not take."""
+
+    def __init__(self, library):
+        if not runs_warpgroup_kernels(library.chip):
+            raise ValueError(f"grouped_mm: the grouped kernel runs on Hopper's path (sm_90), not {library.chip}")
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
+
+    def __call__(self, x, w, counts):
+        import torch
+
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
+        if (element is None or w.dtype != x.dtype or x.dim() != 3 or w.dim() != 3 or w.shape[0] != x.shape[0]
+                or w.shape[2] != x.shape[2]):
+            raise ValueError(f"grouped_mm: x [E, T, K] and w [E, N, K] of one dtype, float16 or bfloat16; got "
+                             f"{tuple(x.shape)} {x.dtype} and {tuple(w.shape)} {w.dtype}")
+        (groups, rows, depth), n = x.shape, w.shape[1]
+        if (not isinstance(counts, torch.Tensor) or counts.dtype != torch.int32 or counts.shape != (groups,)
+                or rows % SMALL_TILE["bm"] or n % 8 or depth % 8
+                or not all(t.is_cuda and t.is_contiguous() for t in (x, w, counts))):
+            raise ValueError(f"grouped_mm: contiguous CUDA tensors, counts int32 [E] = [{groups}], T a multiple of "
+                             f"{SMALL_TILE['bm']}, N and K of 8; got x {tuple(x.shape)}, w {tuple(w.shape)}, counts "
+                             f"{getattr(counts, 'dtype', counts)} {tuple(getattr(counts, 'shape', ()))}")
+        out = torch.zeros(groups, rows, n, dtype=x.dtype, device=x.device)
+        if 0 in (groups, rows, n, depth):
+            return out
+        plan = self.plans.of((element, groups, rows, n, depth), lambda: self._plan(element, groups, rows, n, depth))
+        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
+        plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [counts.data_ptr()], torch_stream(x))
+        return out
+
+    def _plan(self, element: str, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
+        config, m = grouped_config(element), groups * rows
+        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
+        box = boxes(config)
+        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]),
+                MapOperand(self.maps, (groups * n, depth), 2 * depth, box["b"]),
+                MapOperand(self.maps, (m, n), 2 * n, box["c"], store=True)]
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit,
+                                                                POINTER, rows],
+                                grid=config.grid(m, n, 1), block=config.threads, shared_bytes=config.shared_bytes)
         return _HopperPlan(config, m, n, launch, maps)
 
 

@@ -154,6 +154,7 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
     # split-K: the fp32 partials' workspace, the C tiles' flags and the splits
     parameters += [Global("f32"), Global("i32"), "index"] if config.split_k else []
+    parameters += [Global("i32"), "index"] if config.grouped else []  # (the groups' row counts, T)
     parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
     with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
@@ -171,7 +172,8 @@ class _HopperGemm(FusedSteps):
         self.out, self.storage = output_element(element), "i8" if config.element_bits == 8 else element
         self.a_map, self.b_map, self.c_map, self.m, n_units, k_units = k.arguments[:6]
         self.scales = k.arguments[6:8] if element == "e4m3" else []
-        self.extras = k.arguments[6 + len(self.scales) + 3 * config.split_k:]
+        self.extras = k.arguments[6 + len(self.scales) + 3 * config.split_k + 2 * config.grouped:]
+        self.groups = k.arguments[6 + len(self.scales):8 + len(self.scales)] if config.grouped else None
         # rows on 16 bytes, proven
         self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.k_unit)
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
@@ -239,6 +241,8 @@ class _HopperGemm(FusedSteps):
         first, own = (self.order.persistent(config.cluster) if config.persistent else
                       (self.split_tile, k.index(1)) if config.split_k else
                       (k.block_id() // config.cluster, k.index(1)))
+        if config.grouped:  # (a tile past its group's count: no turn for either role)
+            own = k.select(self.counted(self.origin(first)), k.index(1), k.index(0))
         lowered = config.producer_registers if config.rebalanced else None  # (reallocated where the config says)
         with k.role(self.warpgroup, "producer", lowered):  # one thread loads every k-tile
             if config.transposed:
@@ -265,6 +269,27 @@ class _HopperGemm(FusedSteps):
         if self.rank is None:
             return row0, col0
         return row0 + self.rank * self.config.bm, col0
+
+    def group_of(self, origin) -> tuple:
+        """Grouped: (the group of the C tile at `origin`, its first row within the group: T rows a group, BM
+        dividing T, so a tile never straddles two groups)."""
+        from mlir_tile.builder.integers import with_operators
+
+        k = self.k
+        row0, rows = with_operators(k.as_index(origin[0])), with_operators(k.as_index(self.groups[1]))
+        return row0 // rows, row0 % rows
+
+    def counted(self, origin):
+        """Grouped: whether the C tile at `origin` starts below its group's count (an i1)."""
+        group, row = self.group_of(origin)
+        count = self.k.as_index(self.k.load(self.groups[0], [group]), unsigned_from="i32")
+        return self.k.compare("ult", row, count)
+
+    def b_row(self, origin):
+        """B [N, K]'s row of the C tile at `origin`'s first column (grouped: in its group's N rows)."""
+        if not self.config.grouped:
+            return origin[1]
+        return self.group_of(origin)[0] * self.k.as_index(self.n) + self.k.as_index(origin[1])
 
     def _tile(self, first, turn):
         """The C tile of this CTA's walk at `turn`: first + turn x the grid's clusters (one turn unless
@@ -366,7 +391,7 @@ class _HopperGemm(FusedSteps):
                 self.staging.load(in_ring, k.tensor(view, box.layout), self.b_map, (column, col0 + first // config.bk))
             return
         if config.b_major == "nk" and config.cluster == 1:
-            pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (col0, column))
+            pipeline.load(in_ring, k.tensor(b_view, self.tiles["b"]), self.b_map, (self.b_row(origin), column))
             return
         b_at = self.ring.offset(self.ring.stage(in_ring), 1)
         for first, part in b_parts(config):  # B [K, N]: a box every 64 columns; this CTA's rows of each

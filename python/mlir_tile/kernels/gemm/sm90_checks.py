@@ -123,3 +123,39 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
     ok, worst = all(ok for ok, _ in results) and cleared, max(worst for _, worst in results)
     return ok, (f"GPU: {m} x {n} x {depth} {dtype} GEMM on Hopper's path ({config}: TMA, wgmma, stmatrix, TMA "
                 f"store) matches numpy: {ok} (largest error {worst:.2e})")
+
+
+def run_and_check_grouped(ptx: str, *, dtype: str = "bf16", tile: dict, groups: int = 5, rows: int = 256,
+                          n: int = 200, depth: int = 504, seed: int = 7) -> tuple[bool, str]:
+    """A grouped (masked) kernel of `tile` in `ptx` on `groups` groups of `rows` rows of A [groups x rows, K] and
+    B [groups x N, K] (16-bit random values), each group's count random from 0 to `rows` (0, 1 and `rows`
+    among them): each group's first count rows of C against numpy's product of its own A and B rows
+    (`reference.check`); the rows past the counts hold what the kernel left there (not checked)."""
+    import numpy as np
+
+    from mlir_tile.kernels.gemm.reference import check, inputs
+    from mlir_tile.runtime import Runtime
+
+    config = hopper_config("nk", tile, dtype)
+    rng = np.random.default_rng(seed)
+    counts = np.array([0, 1, rows, *rng.integers(0, rows + 1, groups)][:groups], np.int32)
+    parts = [inputs(rows, n, depth, seed=seed + g, element=dtype) for g in range(groups)]
+    a = np.concatenate([x for x, _ in parts])
+    b = np.concatenate([np.ascontiguousarray(y.T) for _, y in parts])  # (each group's B as [N, K])
+    with Runtime() as runtime:
+        matrices = [runtime.to_device(x) for x in (a, b, np.zeros((groups * rows, n), np.uint16), counts)]
+        maps = tensor_maps(runtime, *matrices[:3], groups * rows, n, depth, config)
+        maps[1] = runtime.tensor_map(int(matrices[1].handle), (groups * n, depth), depth * 2, boxes(config)["b"])
+        module = runtime.load_ptx(ptx, name=KERNEL)
+        module.launch(KERNEL, maps + [groups * rows, n // config.unit, depth // config.k_unit, int(matrices[3].handle),
+                                      rows], grid=config.grid(groups * rows, n, 1), block=config.threads,
+                      shared_bytes=config.shared_bytes)
+        c = runtime.to_host(matrices[2], np.zeros((groups * rows, n), np.uint16))
+        for buffer in matrices:
+            buffer.close()
+    results = [check(c[g * rows:g * rows + count], parts[g][0][:count], parts[g][1], dtype)
+               for g, count in enumerate(counts) if count]
+    ok, worst = all(ok for ok, _ in results), max((worst for _, worst in results), default=0.0)
+    return ok, (f"GPU: {groups} groups of {rows} rows, counts {counts.tolist()}, N {n}, K {depth} {dtype} grouped GEMM "
+                f"({config}) matches numpy on each group's counted rows: {ok} (largest error {worst:.2e})")
+

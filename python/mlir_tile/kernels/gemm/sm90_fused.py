@@ -3,7 +3,7 @@ products summed into partials of their own, then added into the fp32 accumulator
 (`block_scales`: an fma by the row's and the tile's block's scales as each k-tile is added in), and fused SwiGLU
 (`swiglu`: C = silu(gate) * up from the interleaved weights' pairs, `swiglu_pairs`). A mixin: it reads the
 kernel's `k`, `config`, `element`, `accumulators`, `promoted`, `pipeline`, `atom`, `scales`, `m`, `n`,
-`k_tiles`, `consumer_thread` and `_place`."""
+`k_tiles`, `consumer_thread`, `_place` and `group_of`."""
 from __future__ import annotations
 
 import functools
@@ -71,6 +71,8 @@ class FusedSteps:
         n, k_tiles = with_operators(k.as_index(self.n)), with_operators(self.k_tiles)
         c_c, blocks = k.identity_tensor((self.m, self.n)), (n + (BLOCK - 1)) // BLOCK
         column_block = k.minimum(with_operators(origin[1]) // BLOCK, blocks - 1)
+        if self.config.grouped:  # (scale_b [groups x N / 128, K / 128]: its group's blocks)
+            column_block = self.group_of(origin)[0] * blocks + column_block
         scale_b = k.load(self.scales[1], [with_operators(column_block) * k_tiles + k_tile])
         factors = []
         for batch in range(len(self.accumulators)):

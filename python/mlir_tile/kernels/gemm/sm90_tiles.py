@@ -45,6 +45,9 @@ class HopperConfig:
     # of K), scale_b [N / 128, K / 128] (128 x 128 blocks), applied to each k-tile's partials as they are added in
     swiglu: bool = False  # fused SwiGLU: B's rows gate and up weights interleaved a block of 8 at a time
     # (`swiglu_weights`), C = silu(gate) * up, BN / 2 columns a tile (a thread holds each output's two factors)
+    grouped: bool = False  # masked grouped GEMM (MoE decode, DeepGEMM's masked layout): A [E x T, K] and C [E x T,
+    # N] the experts' T rows each, B [E x N, K] their weights, each expert's first counts[e] rows computed (the
+    # counts on the device: a CUDA graph holds the call), T a multiple of BM; a tile past its count does nothing
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -91,6 +94,10 @@ class HopperConfig:
         if self.swiglu and (self.element_bits != 16 or self.split_k or self.bn % (2 * SWIZZLE_COLUMNS)):
             raise ValueError(f"hopper gemm: fused SwiGLU takes 16-bit inputs, no split-K, BN a multiple of "
                              f"{2 * SWIZZLE_COLUMNS} (C's tile BN / 2 wide, in boxes of {SWIZZLE_COLUMNS}); got {self}")
+        if self.grouped and (self.b_major != "nk" or not self.specialized or self.persistent or self.split_k
+                             or self.cluster > 1):
+            raise ValueError(f"hopper gemm: a grouped GEMM takes B [N, K] a group, warp-specialized, launched (not "
+                             f"persistent, not split, one CTA a cluster); got {self}")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -210,7 +217,7 @@ class HopperConfig:
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
                 f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
-                f"{'_swiglu' if self.swiglu else ''}"
+                f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
