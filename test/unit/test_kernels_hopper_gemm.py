@@ -408,7 +408,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
     measured tiles, the small tile's split-K kernels for each element and B layout (plain and `selectable`: the
     last split applies the epilogue), A [K, M]'s plain on each
-    tile and split, fp8's for each B layout with per-tensor and per-row scales and B [N, K]'s blockwise
+    tile and split, fp8's for each B layout with per-tensor and per-row scales (fast and precise) and B [N, K]'s blockwise
     (`ScaledMatmul`), and the fused SwiGLU's and the grouped GEMM's for each 16-bit element, named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
     assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
@@ -418,9 +418,10 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
-                                                                     + 3) + 2 * 2 + 1 + 2 + 2
+                                                                     + 3) + 2 * 2 * 2 + 1 + 2 + 2
     assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 12
-    assert sum("_e4m3_" in name for name in hopper) == 5 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
+    assert sum("_e4m3_" in name for name in hopper) == 9 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
+    assert sum(name.endswith("_fp8_promote_sm90a") or name.endswith("_rowscales_promote_sm90a") for name in hopper) == 4
     assert any(name.endswith("_nk_ws_fp8_promote_blockscales_sm90a") for name in hopper)
     assert sum(name.endswith("_swiglu_sm90a") for name in hopper) == 2  # (f16's and bf16's: `swiglu_mm`)
     assert sum(name.endswith("_grouped_sm90a") for name in hopper) == 2  # (f16's and bf16's: `grouped_mm`)

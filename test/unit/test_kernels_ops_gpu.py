@@ -300,11 +300,13 @@ def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activa
 
 
 @_hopper_only
-@pytest.mark.parametrize("scaling", ["tensor", "rows", "blocks"])
-def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling):
+@pytest.mark.parametrize("scaling, accumulation", [("tensor", "default"), ("rows", "default"), ("tensor", "precise"),
+                                                   ("rows", "precise"), ("blocks", "default")])
+def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling, accumulation):
     """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in
     turn (blockwise: [N, K]), power-of-two scales per tensor, per row or blockwise (scale_a [M, K / 128], scale_b
-    [N / 128, K / 128], rounded up: DeepGEMM's): C is the bf16 of the exact scaled product, bit for bit."""
+    [N / 128, K / 128], rounded up: DeepGEMM's), fast or precise accumulation: C is the bf16 of the exact scaled
+    product, bit for bit."""
     from mlir_tile.kernels import scaled_mm
 
     rng, failures = random.Random(29), []
@@ -324,7 +326,8 @@ def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling):
             else:
                 scale_a, scale_b = (torch.tensor([value], device="cuda") for value in (0.5, 0.25))
             exact = (a @ b_kn) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
-        got = scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scale_a, scale_b, b_layout=layout)
+        got = scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scale_a, scale_b, b_layout=layout,
+                        accumulation=accumulation)
         if not torch.equal(got, exact.to(torch.bfloat16)):
             failures.append(((m, n, k, layout), float((got.float() - exact).abs().max())))
     assert not failures, failures[:10]
@@ -420,6 +423,9 @@ def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
                            r"blockwise \[M, K / 128\] = \[32, 1\]"),
                           (lambda: scaled_mm(a, a.T.contiguous(), torch.ones(32, 1, device="cuda"),
                                              torch.ones(1, 1, device="cuda"), b_layout="kn"), "blockwise scales take B"),
+                          (lambda: scaled_mm(a, a, torch.ones(32, 1, device="cuda"), torch.ones(1, 1, device="cuda"),
+                                             accumulation="fast"), "accumulation 'precise'"),
+                          (lambda: scaled_mm(a, a, one, one, accumulation="exact"), "accumulation 'fast', 'precise'"),
                           (lambda: scaled_mm(a, a, one, one, b_layout="mn"), "b_major 'nk'")):
         with pytest.raises(ValueError, match=message):
             call()

@@ -12,7 +12,7 @@ import torch
 
 from mlir_tile.kernels import common, epilogues, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm.launch import scaling_of
+from mlir_tile.kernels.gemm.launch import precise_of, scaling_of
 from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
 from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 from mlir_tile.runtime import torch_stream
@@ -49,15 +49,18 @@ def matmul(a, b, *, b_layout="kn", bias=None, activation=None, residual=None, ep
     return result
 
 
-def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk"):
+def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk", accumulation="default"):
     """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
     torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
     per row (scale_a [M], scale_b [N]), or blockwise with b [N, K] (DeepGEMM's: scale_a [M, K / 128] a row's 1 x
     128 blocks of K, scale_b [N / 128, K / 128] 128 x 128 blocks, rounded up; each k-block's products scaled as
-    they are added into fp32); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16."""
+    they are added into fp32); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16.
+    `accumulation`: "fast" (wgmma's fp8 sums kept in the accumulators, cuBLASLt's use_fast_accum), "precise"
+    (each 128-deep k-block's sums added into fp32, cuBLASLt's default), "default" (blockwise: precise; else
+    fast, until precise is measured beside cuBLASLt)."""
     if plain_call(a, b, scale_a, scale_b):
-        return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout)
-    return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout)
+        return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
+    return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
 
 
 def grouped_mm(x, w, counts):
@@ -387,12 +390,12 @@ def _scaled_shape(a, b, b_layout: str) -> List[int]:
     return [a.shape[0], b.shape[0] if b_layout == "nk" else b.shape[1]]
 
 
-def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-               b_layout: str) -> torch.Tensor:
-    return kernels_on(a.device).scaled(a, b, scale_a, scale_b, b_major=b_layout)
+def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, b_layout: str,
+               accumulation: str) -> torch.Tensor:
+    return kernels_on(a.device).scaled(a, b, scale_a, scale_b, b_major=b_layout, accumulation=accumulation)
 
 
-def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout):
+def _scaled_mm_fake(a, b, scale_a, scale_b, b_layout, accumulation):
     return a.new_empty(_scaled_shape(a, b, b_layout), dtype=torch.bfloat16)
 
 
@@ -412,15 +415,17 @@ class _EagerScaledMatmul:
         return out
 
 
-def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout):
+def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation):
     """`_scaled_mm` for a call `plain_call` lets through, as `_eager_matmul` runs matmul's."""
-    key = _eager_key(a, b, scale_a, scale_b, extra=("scaled", b_layout))
+    key = _eager_key(a, b, scale_a, scale_b, extra=("scaled", b_layout, accumulation))
     known = _eager.get(key)
     if known is not None:
         return known(a, b, scale_a, scale_b)
-    out = _scaled_mm(a, b, scale_a, scale_b, b_layout)
+    out = _scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
     if _takes_eagerly(a, b, scale_a, scale_b, out) and a.shape[1]:
-        plan = kernels_on(a.device).scaled.plan(b_layout, scaling_of(scale_a, scale_b), *out.shape, a.shape[1])
+        scaling = scaling_of(scale_a, scale_b)
+        plan = kernels_on(a.device).scaled.plan(b_layout, scaling, precise_of(accumulation, scaling), *out.shape,
+                                                a.shape[1])
         _eager.keep(key, _EagerScaledMatmul(plan, out))
     return out
 

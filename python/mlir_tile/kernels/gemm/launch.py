@@ -331,7 +331,7 @@ def hopper_shipped_kernels(epilogues) -> list:
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
     operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`), with each of `epilogues`; A [K, M]'s (`a_major` "km", a
     backward's dB) without an epilogue on each tile and split; fp8's with either B layout and per-tensor or
-    per-row scales, and blockwise with B [N, K] (`scaled_config`)."""
+    per-row scales each accumulated fast and precise, and blockwise with B [N, K] (`scaled_config`)."""
     from functools import partial
 
     from mlir_tile.kernels.epilogues import chain
@@ -349,8 +349,9 @@ def hopper_shipped_kernels(epilogues) -> list:
     transposed_a = [(element, replace(hopper_config(major, tile), a_major="km", split_k=split), None)
                     for element in ("f16", "bf16") for major in ("nk", "kn")
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
-    eight = [("e4m3", scaled_config(major, scaling), None) for major in ("nk", "kn") for scaling in SCALINGS
-             if scaling != "blocks" or major == "nk"]
+    eight = [("e4m3", scaled_config(major, scaling, precise), None) for major in ("nk", "kn")
+             for scaling in SCALINGS for precise in (False, True)
+             if (scaling != "blocks" or major == "nk") and (scaling != "blocks" or precise)]
     fused = [(element, config(element), None) for element in ("f16", "bf16") for config in (swiglu_config, grouped_config)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
@@ -477,16 +478,19 @@ class ScaledMatmul:
         self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
         self.sms = library.runtime.device.properties.multiprocessor_count
 
-    def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None):
+    def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None, accumulation: str = "default"):
+        """`accumulation` (`precise_of`): "fast" (wgmma's fp8 sums in the accumulators), "precise" (each
+        k-tile's sums added into fp32: cuBLASLt's default), or "default": blockwise scales precise, else fast."""
         import torch
 
         from mlir_tile.runtime import torch_stream
 
         m, n, depth, scaling = _scaled_sizes(a, b, scale_a, scale_b, b_major)
+        precise = precise_of(accumulation, scaling)
         if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
             c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
             return c if out is None else out.copy_(c)
-        plan = self.plan(b_major, scaling, m, n, depth)
+        plan = self.plan(b_major, scaling, precise, m, n, depth)
         if out is None:
             out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
@@ -499,13 +503,14 @@ class ScaledMatmul:
         plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
         return out if c is out else out.copy_(c)
 
-    def plan(self, b_major: str, scaling: str, m: int, n: int, depth: int) -> "_HopperPlan":
-        """The launch plan of an M x N x K product with B `b_major` and `scaling`'s scales (`SCALINGS`): checked
-        and made on first use."""
-        return self.plans.of((b_major, scaling, m, n, depth), lambda: self._plan(b_major, scaling, m, n, depth))
+    def plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":
+        """The launch plan of an M x N x K product with B `b_major`, `scaling`'s scales (`SCALINGS`) and precise
+        accumulation or not: checked and made on first use."""
+        return self.plans.of((b_major, scaling, precise, m, n, depth),
+                             lambda: self._plan(b_major, scaling, precise, m, n, depth))
 
-    def _plan(self, b_major: str, scaling: str, m: int, n: int, depth: int) -> "_HopperPlan":
-        config = scaled_config(b_major, scaling)
+    def _plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":
+        config = scaled_config(b_major, scaling, precise)
         if n % config.unit or depth % config.k_unit:
             raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
                              f"bytes), got {m} x {n} x {depth} with B {b_major}")
@@ -517,6 +522,19 @@ class ScaledMatmul:
                                                                 POINTER, POINTER],
                                 grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
         return _HopperPlan(config, m, n, launch, maps)
+
+
+def precise_of(accumulation: str, scaling: str) -> bool:
+    """Whether an fp8 product of `scaling`'s scales accumulates precisely (`HopperConfig.promote`): as
+    `accumulation` asks ("fast", "precise"), or by default where the scales are blockwise (applied as each k-tile is
+    added in: always precise) and not otherwise (the faster kernel, until the precise one is measured beside
+    cuBLASLt's default: docs/notes/fp8-moe-plan.md)."""
+    if accumulation not in ("default", "fast", "precise"):
+        raise ValueError(f"scaled matmul: accumulation 'fast', 'precise' or 'default', got {accumulation!r}")
+    if accumulation == "fast" and scaling == "blocks":
+        raise ValueError("scaled matmul: blockwise scales are applied as each k-tile's sums are added in: "
+                         "accumulation 'precise' (or 'default')")
+    return accumulation == "precise" or scaling == "blocks"
 
 
 def scaling_of(scale_a, scale_b) -> str:

@@ -225,7 +225,8 @@ class HopperConfig:
 DEFAULT_TILE = {"bm": 128, "bn": 128, "bk": 64, "stages": 4}
 FP8_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 4}
 FP8_ROWS_TILE = {"bm": 128, "bn": 128, "bk": 128, "stages": 4}
-FP8_BLOCKS_TILE = {**FP8_ROWS_TILE, "promote": True, "block_scales": True}  # (blockwise: a block of B's scales a tile)
+FP8_PRECISE_TILE = {**FP8_ROWS_TILE, "promote": True}  # (accumulators and partials: BN 128 of 192 at most)
+FP8_BLOCKS_TILE = {**FP8_PRECISE_TILE, "block_scales": True}  # (blockwise: a block of B's scales a tile)
 FP8_KN_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 3}  # fp8 B [K, N]: the staging stages take the fourth stage's
 TILE_FIELDS = tuple(name for name in HopperConfig.__dataclass_fields__ if name not in ("b_major", "a_major",
                                                                                     "element_bits", "row_scales"))
@@ -303,11 +304,13 @@ def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int
 SCALINGS = ("tensor", "rows", "blocks")  # fp8's scales: one a tensor, one a row (scale_a [M], scale_b [N]), blockwise
 
 
-def scaled_config(b_major: str, scaling: str) -> HopperConfig:
+def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperConfig:
     """`ScaledMatmul`'s kernel for `scaling` (SCALINGS): the fp8 tile measured fastest for B's layout
-    (`measured_tile`), or with per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill),
-    or blockwise FP8_BLOCKS_TILE (promoted accumulation: the scales applied as each k-tile is added in)."""
+    (`measured_tile`), or with per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill);
+    `precise` (the promoted accumulation) FP8_PRECISE_TILE; blockwise FP8_BLOCKS_TILE (promoted: the scales
+    applied as each k-tile is added in)."""
     if scaling == "blocks":
         return hopper_config(b_major, FP8_BLOCKS_TILE, "e4m3")
     rows = scaling == "rows"
-    return hopper_config(b_major, FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major), "e4m3", rows)
+    tile = FP8_PRECISE_TILE if precise else FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major)
+    return hopper_config(b_major, tile, "e4m3", rows)
