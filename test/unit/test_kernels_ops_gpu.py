@@ -1,9 +1,9 @@
 """mlir_tile.kernels' torch operators on the GPU, as a user calls them (installed alone, they run the kernels the
 wheel ships): `matmul` on random shapes of both dtypes and B layouts, with and without each ready-made
 epilogue, against torch's fp32 product, and on Hopper (sm_90) 320 shapes a dtype and epilogue on Hopper's path;
-`scaled_mm` (fp8) bit for bit against the exact scaled product; `attention` on random cases (150 a dtype: f16,
-bf16, and e4m3 on Hopper) against fp32 softmax attention and its log-sum-exp; inside a torch.compile'd module; importing them loads no MLIR. Skipped
-without torch or a GPU (the reason shown)."""
+`attention` on random cases (150 a dtype: f16 and bf16) against fp32 softmax attention and its log-sum-exp;
+inside a torch.compile'd module; importing them loads no MLIR (the Hopper-only fp8 and mixture-of-experts
+operators: test_kernels_ops_hopper_gpu.py). Skipped without torch or a GPU (the reason shown)."""
 import random
 import subprocess
 import sys
@@ -142,52 +142,6 @@ def test_attention_matches_fp32_softmax_attention_and_its_log_sum_exp():
     assert not failures, failures[:10]
 
 
-@_hopper_only
-def test_fp8_attention_matches_fp32_attention_of_its_values_within_e4m3s_rounding_of_p():
-    """150 random (batch, heads, seq, causal) at d 128 in float8_e4m3fn with per-tensor descales: O (bf16) within
-    (2^-4 + 2 e) max |v| of fp32 attention of the values the fp8 inputs stand for (P is rounded to e4m3: a
-    relative error of at most 2^-4 on each weight; e bounds the scores' error, fp8 wgmma summing with about 13
-    bits: `flash.sm90_checks.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
-    inputs), so a key misplaced between P and V would show (an error of about max |v|)."""
-    from mlir_tile.kernels import attention
-    from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
-
-    rng, failures = random.Random(7), []
-    for trial in range(ATTENTION_CASES // 2):
-        batch, heads = rng.randint(1, 2), rng.randint(1, 4)
-        seq, causal = rng.choice([1, 17, 64, 65, 128, 129, 200, rng.randint(1, 700)]), rng.random() < 0.5
-        quantized, descales, values = [], [], []
-        for _ in range(3):
-            x = 2 * torch.randn(batch, heads, seq, 128, device="cuda")
-            descale = (x.abs().max() / 448).reshape(1)
-            quantized.append((x / descale).to(torch.float8_e4m3fn))
-            descales.append(descale)
-            values.append(quantized[-1].float() * descale)
-        o, lse = attention(*quantized, causal=causal, descale_q=descales[0], descale_k=descales[1],
-                           descale_v=descales[2])
-        scores = values[0] @ values[1].transpose(-1, -2) / 128 ** 0.5
-        if causal:
-            scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
-        expected = scores.softmax(-1) @ values[2]
-        o_error = float((o.float() - expected).abs().max())
-        lse_error = float((lse - scores.logsumexp(-1)).abs().max())
-        score_error = FP8_ACCUMULATION * float((values[0].abs() @ values[1].abs().transpose(-1, -2)).max()) / 128 ** 0.5
-        bound = (2 ** -4 + 2 * score_error) * float(values[2].abs().max()) + 2 ** -7 * float(expected.abs().max())
-        if o.dtype != torch.bfloat16 or o_error > bound or lse_error > 1e-3 + score_error:
-            failures.append(((batch, heads, seq, causal), o.dtype, o_error, bound, lse_error))
-    assert not failures, failures[:10]
-
-
-def test_fp8_attention_without_descales_or_with_them_on_16_bit_inputs_is_a_value_error():
-    from mlir_tile.kernels import attention
-
-    q = torch.randn(1, 1, 8, 128, device="cuda")
-    with pytest.raises(ValueError, match="take descale_q, descale_k and descale_v"):
-        attention(*(q.to(torch.float8_e4m3fn),) * 3)
-    with pytest.raises(ValueError, match="descales are for float8_e4m3fn"):
-        attention(*(q.half(),) * 3, descale_q=torch.ones(1, device="cuda"))
-
-
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -297,138 +251,6 @@ def test_the_operator_runs_the_shipped_chains_on_the_measured_tile(dtype, activa
         if worst is not None or launcher.last_config != hopper_tiles.hopper_config(layout, measured):
             failures.append(((m, n, k, layout), worst, str(launcher.last_config)))
     assert not failures, failures[:10]
-
-
-@_hopper_only
-@pytest.mark.parametrize("scaling, accumulation", [("tensor", "default"), ("rows", "default"), ("tensor", "precise"),
-                                                   ("rows", "precise"), ("blocks", "default")])
-def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling, accumulation):
-    """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in
-    turn (blockwise: [N, K]), power-of-two scales per tensor, per row or blockwise (scale_a [M, K / 128], scale_b
-    [N / 128, K / 128], rounded up: DeepGEMM's), fast or precise accumulation: C is the bf16 of the exact scaled
-    product, bit for bit."""
-    from mlir_tile.kernels import scaled_mm
-
-    rng, failures = random.Random(29), []
-    for trial in range(HOPPER_CASES):
-        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2] if scaling != "blocks" else "nk"
-        a = torch.randint(-3, 4, (m, k), device="cuda").float()
-        b = torch.randint(-3, 4, (n, k) if layout == "nk" else (k, n), device="cuda").float()
-        b_kn = b.T if layout == "nk" else b
-        if scaling == "blocks":
-            blocks = [(m, -(-k // 128)), (-(-n // 128), -(-k // 128))]
-            scale_a, scale_b = (2.0 ** -torch.randint(0, 3, shape, device="cuda").float() for shape in blocks)
-            exact = sum((a[:, 128 * t:128 * (t + 1)] @ b_kn[128 * t:128 * (t + 1)]) * scale_a[:, t, None]
-                        * scale_b[:, t].repeat_interleave(128)[None, :n] for t in range(blocks[0][1]))
-        else:
-            if scaling == "rows":
-                scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (size,), device="cuda").float() for size in (m, n))
-            else:
-                scale_a, scale_b = (torch.tensor([value], device="cuda") for value in (0.5, 0.25))
-            exact = (a @ b_kn) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
-        got = scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scale_a, scale_b, b_layout=layout,
-                        accumulation=accumulation)
-        if not torch.equal(got, exact.to(torch.bfloat16)):
-            failures.append(((m, n, k, layout), float((got.float() - exact).abs().max())))
-    assert not failures, failures[:10]
-
-
-@_hopper_only
-def test_grouped_mm_computes_each_experts_counted_rows_and_replays_in_a_graph():
-    """`grouped_mm` (masked, a mixture of experts' decode step) on random experts, tokens and counts (0, 1 and
-    all among them), both dtypes: each expert's counted rows within twice the error of torch's 16-bit product
-    against fp32 (plus the rounding of its scale); a CUDA graph of the call replayed with new counts and new
-    tokens computes the new rows; T not a multiple of 128 and counts not int32 [E] are refused in one line."""
-    from mlir_tile.kernels import grouped_mm
-
-    rng, failures = random.Random(63), []
-
-    def errors(got, x, w, counts):
-        found = []
-        for e, count in enumerate(counts.tolist()):
-            if not count:
-                continue
-            exact = x[e, :count].float() @ w[e].float().T
-            theirs = (x[e, :count] @ w[e].T).float()
-            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(x.dtype).eps * float(exact.abs().max())
-            if not float((got[e, :count].float() - exact).abs().max()) <= bound:
-                found.append((e, count))
-        return found
-
-    for trial in range(12):
-        experts, rows = rng.randint(1, 16), 128 * rng.randint(1, 4)
-        n, depth, dtype = 8 * rng.randint(1, 512), 8 * rng.randint(1, 512), (torch.bfloat16, torch.float16)[trial % 2]
-        x = torch.randn(experts, rows, depth, device="cuda", dtype=dtype)
-        w = torch.randn(experts, n, depth, device="cuda", dtype=dtype) / depth ** 0.5
-        counts = torch.tensor([rng.choice([0, 1, rows, rng.randint(0, rows)]) for _ in range(experts)],
-                              device="cuda", dtype=torch.int32)
-        failures += [(trial, found) for found in errors(grouped_mm(x, w, counts), x, w, counts)]
-    assert not failures, failures[:5]
-    graph = torch.cuda.CUDAGraph()
-    grouped_mm(x, w, counts)  # (its plan made before the capture)
-    with torch.cuda.graph(graph):
-        out = grouped_mm(x, w, counts)
-    counts.copy_(torch.tensor([rows - e % rows for e in range(x.shape[0])], device="cuda", dtype=torch.int32))
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    assert not errors(out, x, w, counts)
-    with pytest.raises(ValueError, match="T a multiple of 128"):
-        grouped_mm(x[:, :100], w, counts)
-    with pytest.raises(ValueError, match="counts int32"):
-        grouped_mm(x, w, counts.long())
-
-
-@_hopper_only
-def test_swiglu_mm_is_silu_of_the_gate_times_the_up_projection():
-    """Fused SwiGLU (`swiglu_mm` on `swiglu_weights`) on random shapes, both dtypes, leading dimensions: within
-    twice the error of torch's 16-bit silu(F.linear) * F.linear against fp32 (plus the element's rounding of the
-    result's scale); a gradient asked for is refused in one line, as are weights not interleaved in 16 rows."""
-    import torch.nn.functional as F
-
-    from mlir_tile.kernels import swiglu_mm, swiglu_weights
-
-    rng, failures = random.Random(62), []
-    for trial in range(24):
-        m, features, depth = rng.choice([1, 7, 128, 1000, rng.randint(1, 3000)]), 8 * rng.randint(1, 600), 8 * rng.randint(1, 512)
-        dtype = (torch.bfloat16, torch.float16)[trial % 2]
-        x = torch.randn(2, m, depth, device="cuda", dtype=dtype)
-        gate, up = (torch.randn(features, depth, device="cuda", dtype=dtype) / depth ** 0.5 for _ in range(2))
-        got = swiglu_mm(x, swiglu_weights(gate, up))
-        exact = F.silu(x.float() @ gate.float().T) * (x.float() @ up.float().T)
-        theirs = (F.silu(F.linear(x, gate)) * F.linear(x, up)).float()
-        bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
-        if got.shape != exact.shape or got.dtype != dtype or not float((got.float() - exact).abs().max()) <= bound:
-            failures.append(((m, features, depth, dtype), float((got.float() - exact).abs().max()), bound))
-    assert not failures, failures[:5]
-    weights = swiglu_weights(*(torch.randn(16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2)))
-    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="swiglu_mm: the fused SwiGLU has no backward"):
-        swiglu_mm(x, weights).sum().backward()
-    with pytest.raises(ValueError, match="a multiple of 16"):
-        swiglu_mm(x.detach(), weights[:24])
-
-
-@_hopper_only
-def test_what_scaled_mm_does_not_take_is_a_value_error_at_the_call():
-    from mlir_tile.kernels import scaled_mm
-
-    a = torch.ones(32, 64, device="cuda").to(torch.float8_e4m3fn)
-    one = torch.ones(1, device="cuda")
-    for call, message in ((lambda: scaled_mm(a.float(), a, one, one), "float8_e4m3fn"),
-                          (lambda: scaled_mm(a, a[:, :48].contiguous(), one, one), "K extents differ"),
-                          (lambda: scaled_mm(a, torch.ones(64, 24, device="cuda").to(torch.float8_e4m3fn), one, one,
-                                             b_layout="kn"), "N a multiple of 16"),
-                          (lambda: scaled_mm(a, a, torch.ones(3, device="cuda"), one), "of one element each"),
-                          (lambda: scaled_mm(a, a, torch.ones(32, 2, device="cuda"), torch.ones(1, 1, device="cuda")),
-                           r"blockwise \[M, K / 128\] = \[32, 1\]"),
-                          (lambda: scaled_mm(a, a.T.contiguous(), torch.ones(32, 1, device="cuda"),
-                                             torch.ones(1, 1, device="cuda"), b_layout="kn"), "blockwise scales take B"),
-                          (lambda: scaled_mm(a, a, torch.ones(32, 1, device="cuda"), torch.ones(1, 1, device="cuda"),
-                                             accumulation="fast"), "accumulation 'precise'"),
-                          (lambda: scaled_mm(a, a, one, one, accumulation="exact"), "accumulation 'fast', 'precise'"),
-                          (lambda: scaled_mm(a, a, one, one, b_layout="mn"), "b_major 'nk'")):
-        with pytest.raises(ValueError, match=message):
-            call()
 
 
 def test_attention_on_an_sm80_library_matches_fp32_attention():
@@ -715,24 +537,6 @@ def test_the_operators_registrations_pass_torchs_opcheck():
         torch.library.opcheck(operator, arguments, test_utils=checks)
 
 
-@_hopper_only
-def test_repeated_calls_reuse_their_launch_plan():
-    """bias + silu (a shipped chain on the measured tile, so the chain's own kernel runs), repeated: each call
-    finds the plan the first made (the plans are keyed by the epilogue, which had been a new object each
-    call: a plan more each call, kept)."""
-    from mlir_tile.kernels import matmul, ops
-
-    x, w = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16), torch.randn(4096, 512, device="cuda",
-                                                                                       dtype=torch.bfloat16)
-    bias = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-    launcher = ops.kernels_on(x.device).matmul
-    matmul(x, w, b_layout="nk", bias=bias, activation="silu")
-    before = len(launcher.plans)
-    for _ in range(5):
-        matmul(x, w, b_layout="nk", bias=bias, activation="silu")
-    assert len(launcher.plans) == before and "silu" in str(launcher.last_config) + str(list(launcher.plans)[-1])
-
-
 def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
     """A call like an earlier one (shapes, dtypes, layout, epilogue, alignment) runs that call's launch plan on
     its own tensors (`ops._EagerMatmul`, `PlannedAttention`): three calls of each case on fresh random tensors,
@@ -782,29 +586,4 @@ def test_repeated_eager_calls_take_their_plan_and_match_torch_on_new_tensors():
                 if not torch.equal(got, ((a @ b.T) * scale_a * scale_b).to(torch.bfloat16)):
                     failures.append(("scaled_mm", m, n, k, layout, call))
     torch.cuda.synchronize()
-    assert not failures, failures[:10]
-
-
-@_hopper_only
-def test_a_given_k_by_m_multiplies_as_its_transpose():
-    """`Matmul(a_major="km")`: A [K, M] read as it lies on Hopper's path (its kernels "_akm", split-K where the
-    tiles leave SMs idle), or transposed into a copy where TMA cannot take it (M off a multiple of 8, a view off
-    16 bytes); against fp32 on random shapes, each dtype and B layout."""
-    from mlir_tile.kernels import ops
-
-    launcher, rng, failures = ops.kernels_on(torch.device("cuda")).matmul, random.Random(31), []
-    for trial in range(64):
-        m, n = 8 * rng.randint(1, 64), 8 * rng.randint(1, 64)
-        k = rng.choice([8 * rng.randint(1, 128), 4096, 8192])
-        m += 3 if trial % 8 == 7 else 0  # (rows of A [K, M] off 16 bytes: the copy)
-        dtype, layout = (torch.float16, torch.bfloat16)[trial % 2], ("kn", "nk")[trial // 2 % 2]
-        a = torch.rand(k, m, device="cuda", dtype=dtype) * 2 - 1
-        b = torch.rand(*((k, n) if layout == "kn" else (n, k)), device="cuda", dtype=dtype) * 2 - 1
-        if trial % 8 == 3:
-            a = _offset(a, 1)  # (a view off 16 bytes: the copy)
-        got = launcher(a, b, b_major=layout, a_major="km")
-        transposed = m % 8 == 0 and trial % 8 != 3
-        if (worst := _wrong(got, a.T, b, layout, None, None, None)) is not None or (
-                transposed != ("_akm" in str(launcher.last_config))):
-            failures.append((m, n, k, layout, dtype, str(launcher.last_config), launcher.last_splits, worst))
     assert not failures, failures[:10]
