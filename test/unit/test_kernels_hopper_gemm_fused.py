@@ -1,0 +1,133 @@
+"""The Hopper GEMM's fused steps (`gemm/sm90_fused.py`) and grouped form without a GPU: fp8's promoted
+accumulation and its blockwise scales, fused SwiGLU (its pairs proven, its weights' interleave), the masked
+grouped GEMM, each in the PTX, by ptxas (no spills) and, where it applies, on the reference model's CTA; what
+each configuration refuses. Their GPU half: test_runtime_gpu.py and test_kernels_ops_hopper_gpu.py."""
+import re
+
+import pytest
+
+from mlir_tile.kernels import epilogues
+from mlir_tile.kernels.gemm import sm90 as gemm_sm90, sm90_emulation as hopper_emulation, sm90_fused
+from mlir_tile.kernels.gemm.sm90_tiles import hopper_config
+from test_kernels_hopper_gemm import _assembles
+
+
+@pytest.mark.parametrize("bn", [128, 192])
+def test_fp8_promoted_accumulation_adds_each_k_tiles_partials_into_fp32(tmp_path, bn):
+    """`promote` (fp8's precise accumulation): each k-tile's batch summed by wgmma into partials of its own (the
+    fast kernel's 4 m64nNk32 a k-tile), waited for (the stage then released), BN / 2 fp32 adds a k-tile into the
+    accumulators, which no wgmma writes; assembled without spills at BN 128 and 192 (accumulators and partials
+    192 registers a thread at most: BN 256 is refused); one CTA on the reference model (the data path) is the
+    scaled exact product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {"bm": 128, "bn": bn, "bk": 128, "stages": 4, "promote": True}, "e4m3")
+    ptx, fast = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, replace(config, promote=False)))
+    adds = [len(re.findall(r"\badd(?:\.\w+)*\.f32\b", x)) for x in (ptx, fast)]
+    assert str(config).endswith("_fp8_promote_sm90a") and adds[0] == adds[1] + bn // 2
+    atom = f"wgmma.mma_async.sync.aligned.m64n{bn}k32.f32.e4m3.e4m3"
+    assert ptx.count(atom) == fast.count(atom) == 4
+    waits = [[len(re.findall(rf"wgmma\.wait_group\.sync\.aligned\s+{n};", x)) for n in (0, 1)] for x in (ptx, fast)]
+    assert waits == [[2, 0], [1, 1]]  # (a k-tile's batch waited for whole, not the k-tile before's; the epilogue's)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("major, tile, element", [("nk", {"bm": 128, "bn": 256, "bk": 64, "stages": 3}, "bf16"),
+                                                   ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128}, "f16")])
+def test_fused_swiglu_pairs_each_gate_with_its_up_in_a_thread_and_stores_half_the_columns(tmp_path, major, tile,
+                                                                                        element):
+    """Fused SwiGLU (`swiglu`): B's rows gate and up weights interleaved a block of 8 at a time, so that each
+    output column's two factors lie in one thread's accumulators (`swiglu_pairs`, proven by the atoms' layouts:
+    slots 8 i + q and 8 i + 4 + q); C's tile BN / 2 wide (its stmatrix and TMA stores half the plain kernel's),
+    one silu a column (an exp2 each); assembled without spills; one CTA on the reference model is silu(gate) * up
+    of numpy's product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config(major, {**tile, "swiglu": True}, element)
+    assert sm90_fused.swiglu_pairs(config.bn, element)[:5] == ((0, 4), (1, 5), (2, 6), (3, 7), (8, 12))
+    assert config.c_columns == config.bn // 2 and gemm_sm90.boxes(config)["c"] == gemm_sm90.boxes(replace(config, swiglu=False))["c"]
+    ptx, plain = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (config, replace(config, swiglu=False)))
+    stores = "cp.async.bulk.tensor.2d.global.shared"
+    assert 2 * ptx.count("stmatrix") == plain.count("stmatrix") and 2 * ptx.count(stores) == plain.count(stores)
+    assert ptx.count("ex2.approx") == config.consumer_rows // 64 * config.bn // 4
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, element)
+    _assembles(ptx, tmp_path)
+
+
+def test_swiglu_weights_interleave_gate_and_up_as_the_kernel_pairs_them():
+    """`ops.swiglu_weights` lays W_gate's and W_up's rows a block of 8 each in turn, so that the product's column
+    16 i + x is gate feature 8 i + x and 16 i + 8 + x its up (`reference.swiglu`'s, the kernel's pairs): x @ w^T
+    through `reference.swiglu` is silu(x W_gate^T) * (x W_up^T), in float64; F not a multiple of 8 is refused."""
+    torch = pytest.importorskip("torch", reason="swiglu_weights is a torch function")
+    from mlir_tile.kernels.gemm.reference import swiglu
+    from mlir_tile.kernels.ops import swiglu_weights
+
+    x, gate, up = (torch.randn(*shape, dtype=torch.float64) for shape in ((5, 24), (40, 24), (40, 24)))
+    product = (x @ swiglu_weights(gate, up).T).numpy()
+    expected = torch.nn.functional.silu(x @ gate.T) * (x @ up.T)
+    assert swiglu(product).shape == (5, 40) and abs(swiglu(product) - expected.numpy()).max() < 1e-12
+    with pytest.raises(ValueError, match="F a multiple of 8"):
+        swiglu_weights(gate[:12], up[:12])
+
+
+@pytest.mark.parametrize("element, tile", [("bf16", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}),
+                                           ("e4m3", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True,
+                                                     "block_scales": True})])
+def test_a_grouped_kernel_reads_its_groups_count_and_b_rows(tmp_path, element, tile):
+    """The masked grouped GEMM (`grouped`): two parameters more (the counts' address, T), the tile's group and
+    row within it one division (its count read once, before the roles split: a tile past it walks no k-tile in
+    either role), B's box at its group's rows (group x N + the tile's column), blockwise fp8 scale_b at its
+    group's blocks; assembled without spills."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {**tile, "grouped": True}, element)
+    ptx, dense = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (config, replace(config, grouped=False)))
+    assert str(config).endswith("_grouped_sm90a") and ptx.count(".param .u64") == dense.count(".param .u64") + 2
+    assert ptx.count("div.u64") == dense.count("div.u64") + 1
+    assert ptx.count("ld.global") == dense.count("ld.global") + 1  # (the tile's group's count)
+    _assembles(ptx, tmp_path)
+
+
+def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
+    """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
+    wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
+    by an fma with its row's factor (BN / 2 a k-tile, no adds), C rounded without the per-tensor scales'
+    multiply; assembled without spills; one CTA of 3 k-tiles on the reference model (a different power of two a
+    k-block, row and column block) is the blockwise-scaled exact product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": True},
+                           "e4m3")
+    ptx, promoted = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, replace(config, block_scales=False)))
+    assert str(config).endswith("_promote_blockscales_sm90a")
+    assert ptx.count("fma.rn.f32") == promoted.count("fma.rn.f32") + config.bn // 2
+    assert ptx.count("ld.global") == 3 and promoted.count("ld.global") == 2  # (per tensor: the two scales, once)
+    assert ptx.count("mul.rn.f32") < promoted.count("mul.rn.f32")  # (no per-tensor multiply of C)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 3, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "promote": True}, "e4m3"), "at most 192 registers"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "block_scales": True}, "e4m3"), "blockwise scales are applied"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "block_scales": True}, "e4m3"), "BN and BK 128"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "swiglu": True}, "e4m3"), "SwiGLU takes 16-bit"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True}, "bf16"), "grouped GEMM takes B"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "split_k": True}, "bf16"), "not split"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 64, "stages": 4, "swiglu": True}, "bf16"), "BN a multiple of 128"),
+    (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
+                                    epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),
+])
+def test_fused_configurations_outside_the_kernel_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
