@@ -4,6 +4,7 @@ variant (`custom_operators`), and whether a call may skip the dispatcher (`plain
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
+import functools
 import threading
 
 import torch
@@ -26,25 +27,19 @@ class _Kernels:
         self.library = KernelLibrary(Runtime(device_index))
         self.matmul = gemm_launch.Matmul(self.library)
         self.unshipped = set()  # (dtype, shapes, layout, chain) whose ready-made chain this install lacks
-        self._attention, self._attention_backward, self._scaled, self._swiglu, self._grouped = (None,) * 5
+        self._attention, self._attention_backward = None, None
 
-    @property
+    @functools.cached_property
     def scaled(self):
-        if self._scaled is None:
-            self._scaled = gemm_launch.ScaledMatmul(self.library)
-        return self._scaled
+        return gemm_launch.ScaledMatmul(self.library)
 
-    @property
+    @functools.cached_property
     def grouped(self):
-        if self._grouped is None:
-            self._grouped = gemm_launch.GroupedMatmul(self.library)
-        return self._grouped
+        return gemm_launch.GroupedMatmul(self.library)
 
-    @property
+    @functools.cached_property
     def swiglu(self):
-        if self._swiglu is None:
-            self._swiglu = gemm_launch.SwigluMatmul(self.library)
-        return self._swiglu
+        return gemm_launch.SwigluMatmul(self.library)
 
     @property
     def attention(self):

@@ -363,34 +363,58 @@ def swiglu_config(element: str):
     return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
 
 
-class SwigluMatmul:
+class _HopperOperator:
+    """What the Hopper-only launchers share: the library (sm_90's, else ValueError naming `operator`), the tensor
+    maps, the plans, the SMs, and a plan's launch of one kernel over A, B and C maps."""
+    operator = "hopper gemm"
+
+    def __init__(self, library):
+        if not runs_warpgroup_kernels(library.chip):
+            raise ValueError(f"{self.operator}: runs on Hopper's path (sm_90), not {library.chip}")
+        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
+        self.sms = library.runtime.device.properties.multiprocessor_count
+
+    def launched(self, element: str, config, maps: list, m: int, n: int, depth: int, extras=()) -> "_HopperPlan":
+        """The plan of `config`'s kernel on an M x N x K product through `maps` (A's, B's and C's), the kernel's
+        parameters after the sizes `extras` (their types, or constants baked in)."""
+        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
+        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit, *extras],
+                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
+        return _HopperPlan(config, m, n, launch, maps)
+
+
+def _sixteen_bit(operator: str, x, w) -> str:
+    """x's and w's element (f16, bf16), one dtype, else ValueError naming `operator`."""
+    import torch
+
+    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
+    if element is None or w.dtype != x.dtype:
+        raise ValueError(f"{operator}: x and w of one dtype, float16 or bfloat16; got {x.dtype} and {w.dtype}")
+    return element
+
+
+class SwigluMatmul(_HopperOperator):
     """silu(x W_gate^T) * (x W_up^T) in one GEMM on Hopper's path (`HopperConfig.swiglu`): x [M, K] and w [2F, K],
     W_gate's and W_up's rows interleaved a block of 8 at a time (`ops.swiglu_weights`), f16 or bf16, C [M, F] of
     x's dtype, the gate and up products never written. K a multiple of 8, F of 8; on torch's current stream.
     ValueError for what the kernel does not take."""
-
-    def __init__(self, library):
-        if not runs_warpgroup_kernels(library.chip):
-            raise ValueError(f"swiglu_mm: the fused kernel runs on Hopper's path (sm_90), not {library.chip}")
-        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
-        self.sms = library.runtime.device.properties.multiprocessor_count
+    operator = "swiglu_mm"
 
     def __call__(self, x, w):
         import torch
 
         from mlir_tile.runtime import torch_stream
 
-        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
-        if element is None or w.dtype != x.dtype or x.dim() != 2 or w.dim() != 2 or w.shape[1] != x.shape[1]:
-            raise ValueError(f"swiglu_mm: x [M, K] and w [2F, K] of one dtype, float16 or bfloat16; got "
-                             f"{tuple(x.shape)} {x.dtype} and {tuple(w.shape)} {w.dtype}")
+        element = _sixteen_bit(self.operator, x, w)
+        if x.dim() != 2 or w.dim() != 2 or w.shape[1] != x.shape[1]:
+            raise ValueError(f"swiglu_mm: x [M, K] and w [2F, K]; got {tuple(x.shape)} and {tuple(w.shape)}")
         (m, depth), n = x.shape, w.shape[0]
         if n % 16 or depth % 8 or not all(t.is_cuda and t.is_contiguous() for t in (x, w)):
             raise ValueError(f"swiglu_mm: contiguous CUDA tensors, w's rows a multiple of 16 (swiglu_weights' "
                              f"interleaved blocks) and K of 8; got {tuple(x.shape)} and {tuple(w.shape)}")
-        out = torch.zeros(m, n // 2, dtype=x.dtype, device=x.device)  # (K 0: silu(0) 0 = 0)
-        if 0 in (m, n, depth):
-            return out
+        if 0 in (m, n, depth):  # (K 0: silu(0) 0 = 0)
+            return torch.zeros(m, n // 2, dtype=x.dtype, device=x.device)
+        out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
         plan = self.plans.of((element, m, n, depth), lambda: self._plan(element, m, n, depth))
         x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
         plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [], torch_stream(x))
@@ -398,14 +422,11 @@ class SwigluMatmul:
 
     def _plan(self, element: str, m: int, n: int, depth: int) -> "_HopperPlan":
         config = swiglu_config(element)
-        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
         box = boxes(config)
-        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]), MapOperand(self.maps, (n, depth), 2 * depth,
-                                                                                   box["b"]),
+        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]),
+                MapOperand(self.maps, (n, depth), 2 * depth, box["b"]),
                 MapOperand(self.maps, (m, n // 2), n, box["c"], store=True)]
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit],
-                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
-        return _HopperPlan(config, m, n, launch, maps)
+        return self.launched(element, config, maps, m, n, depth)
 
 
 def grouped_config(element: str):
@@ -413,28 +434,22 @@ def grouped_config(element: str):
     return replace(hopper_config("nk", SMALL_TILE, element), grouped=True)
 
 
-class GroupedMatmul:
+class GroupedMatmul(_HopperOperator):
     """The masked grouped GEMM (a mixture of experts' decode step, DeepGEMM's masked layout) on Hopper's path
     (`HopperConfig.grouped`): x [E, T, K], w [E, N, K] and counts int32 [E] on the device; C [E, T, N] of x's
     dtype whose group e's first counts[e] rows are x[e] w[e]^T (rows past a count: unspecified, as the layout
     has it). 16-bit; T a multiple of 128 (a tile's rows), N and K of 8; the counts read by the kernel, so a CUDA
     graph holds the call. ValueError for what it does not take."""
-
-    def __init__(self, library):
-        if not runs_warpgroup_kernels(library.chip):
-            raise ValueError(f"grouped_mm: the grouped kernel runs on Hopper's path (sm_90), not {library.chip}")
-        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
+    operator = "grouped_mm"
 
     def __call__(self, x, w, counts):
         import torch
 
         from mlir_tile.runtime import torch_stream
 
-        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
-        if (element is None or w.dtype != x.dtype or x.dim() != 3 or w.dim() != 3 or w.shape[0] != x.shape[0]
-                or w.shape[2] != x.shape[2]):
-            raise ValueError(f"grouped_mm: x [E, T, K] and w [E, N, K] of one dtype, float16 or bfloat16; got "
-                             f"{tuple(x.shape)} {x.dtype} and {tuple(w.shape)} {w.dtype}")
+        element = _sixteen_bit(self.operator, x, w)
+        if x.dim() != 3 or w.dim() != 3 or w.shape[0] != x.shape[0] or w.shape[2] != x.shape[2]:
+            raise ValueError(f"grouped_mm: x [E, T, K] and w [E, N, K]; got {tuple(x.shape)} and {tuple(w.shape)}")
         (groups, rows, depth), n = x.shape, w.shape[1]
         if (not isinstance(counts, torch.Tensor) or counts.dtype != torch.int32 or counts.shape != (groups,)
                 or rows % SMALL_TILE["bm"] or n % 8 or depth % 8
@@ -442,9 +457,9 @@ class GroupedMatmul:
             raise ValueError(f"grouped_mm: contiguous CUDA tensors, counts int32 [E] = [{groups}], T a multiple of "
                              f"{SMALL_TILE['bm']}, N and K of 8; got x {tuple(x.shape)}, w {tuple(w.shape)}, counts "
                              f"{getattr(counts, 'dtype', counts)} {tuple(getattr(counts, 'shape', ()))}")
-        out = torch.zeros(groups, rows, n, dtype=x.dtype, device=x.device)
         if 0 in (groups, rows, n, depth):
-            return out
+            return torch.zeros(groups, rows, n, dtype=x.dtype, device=x.device)
+        out = torch.empty(groups, rows, n, dtype=x.dtype, device=x.device)  # (rows past the counts: unspecified)
         plan = self.plans.of((element, groups, rows, n, depth), lambda: self._plan(element, groups, rows, n, depth))
         x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
         plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [counts.data_ptr()], torch_stream(x))
@@ -452,18 +467,14 @@ class GroupedMatmul:
 
     def _plan(self, element: str, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
         config, m = grouped_config(element), groups * rows
-        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
         box = boxes(config)
         maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]),
                 MapOperand(self.maps, (groups * n, depth), 2 * depth, box["b"]),
                 MapOperand(self.maps, (m, n), 2 * n, box["c"], store=True)]
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit,
-                                                                POINTER, rows],
-                                grid=config.grid(m, n, 1), block=config.threads, shared_bytes=config.shared_bytes)
-        return _HopperPlan(config, m, n, launch, maps)
+        return self.launched(element, config, maps, m, n, depth, (POINTER, rows))
 
 
-class ScaledMatmul:
+class ScaledMatmul(_HopperOperator):
     """C = (A x B) * scale_a * scale_b in bf16 from fp8 e4m3 torch tensors, as torch._scaled_mm computes it, on
     Hopper's path (the sm_90 library): A [M, K] and B [N, K] (`b_major` "nk") or [K, N] ("kn", transposed in
     the kernel, where torch._scaled_mm needs a transposed copy), row-major; scale_a and scale_b fp32, one
@@ -471,12 +482,7 @@ class ScaledMatmul:
     1 x 128 and 128 x 128 blocks, rounded up; B [N, K]). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
     address on 16 bytes (TMA). On torch's current stream; the tensor maps kept (`TensorMaps`). ValueError for
     what the kernels do not take."""
-
-    def __init__(self, library):
-        if not runs_warpgroup_kernels(library.chip):
-            raise ValueError(f"scaled matmul: fp8 runs on Hopper's path (the sm_90 library), not {library.chip}")
-        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
-        self.sms = library.runtime.device.properties.multiprocessor_count
+    operator = "scaled matmul"
 
     def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None, accumulation: str = "default"):
         """`accumulation` (`precise_of`): "fast" (wgmma's fp8 sums in the accumulators), "precise" (each
@@ -514,14 +520,10 @@ class ScaledMatmul:
         if n % config.unit or depth % config.k_unit:
             raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
                              f"bytes), got {m} x {n} x {depth} with B {b_major}")
-        module = self.library.module(sm90.kernel_name("e4m3", config), lambda: sm90.build_module("e4m3", config))
         box, b_rows = boxes(config), (depth, n) if b_major == "kn" else (n, depth)
         maps = [MapOperand(self.maps, (m, depth), depth, box["a"]), MapOperand(self.maps, b_rows, b_rows[1], box["b"]),
                 MapOperand(self.maps, (m, n), n * 2, box["c"], store=True)]  # (fp8 A and B; bf16 C)
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit,
-                                                                POINTER, POINTER],
-                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
-        return _HopperPlan(config, m, n, launch, maps)
+        return self.launched("e4m3", config, maps, m, n, depth, (POINTER, POINTER))
 
 
 def precise_of(accumulation: str, scaling: str) -> bool:
