@@ -1,6 +1,6 @@
-"""The Hopper GEMM's fused steps (`gemm/sm90_fused.py`) and grouped form without a GPU: fp8's promoted
+"""The Hopper GEMM's fused steps (`gemm/sm90_fused.py`) and grouped forms (masked, contiguous) without a GPU: fp8's promoted
 accumulation and its blockwise scales, fused SwiGLU (its pairs proven, its weights' interleave), the masked
-grouped GEMM, each in the PTX, by ptxas (no spills) and, where it applies, on the reference model's CTA; what
+and contiguous grouped GEMMs, each in the PTX, by ptxas (no spills) and, where it applies, on the reference model's CTA; what
 each configuration refuses. Their GPU half: test_runtime_gpu.py and test_kernels_ops_hopper_gpu.py."""
 import re
 
@@ -95,6 +95,31 @@ def test_a_grouped_kernel_reads_its_groups_count_and_b_rows(tmp_path, element, t
     _assembles(ptx, tmp_path)
 
 
+@pytest.mark.parametrize("element, tile", [("bf16", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}),
+                                           ("e4m3", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True,
+                                                     "block_scales": True})])
+def test_a_contiguous_grouped_kernel_locates_its_experts_rows_and_clips_cs_stores(tmp_path, element, tile):
+    """The contiguous grouped GEMM (`contiguous`, torch._grouped_mm's layout): the masked kernel's parameters (the
+    offsets' address, E), its C tile's expert and rows found before the roles split by a scan of the offsets (two
+    loads a thread a pass, a warp's sum by 5 shuffles up, the warps' sums through shared memory between block
+    barriers), C stored through a 3-D map (one `.3d` store a 64-column box, none 2-D) that clips the rows past the
+    expert's; assembled without spills."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    masked = hopper_config("nk", {**tile, "grouped": True}, element)
+    ptx, dense = (compile_to_ptx(gemm_sm90.build_module(element, x)) for x in (replace(masked, contiguous=True),
+                                                                              replace(masked, grouped=False)))
+    assert str(replace(masked, contiguous=True)).endswith("_grouped_contiguous_sm90a")
+    assert ptx.count(".param .u64") == dense.count(".param .u64") + 2
+    assert ptx.count("shfl.sync.up") == 5 and ptx.count("bar.sync") == dense.count("bar.sync") + 3
+    assert ptx.count("ld.global") == dense.count("ld.global") + 2  # (an expert's start and end)
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.global\.shared::cta", ptx)
+    assert stores == ["3"] * (tile["bn"] // 64)
+    _assembles(ptx, tmp_path)
+
+
 def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
     """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
     wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
@@ -125,6 +150,7 @@ def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(t
     (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True}, "bf16"), "grouped GEMM takes B"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "split_k": True}, "bf16"), "not split"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 64, "stages": 4, "swiglu": True}, "bf16"), "BN a multiple of 128"),
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "contiguous": True}, "bf16"), "a grouped GEMM's"),
     (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
                                     epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),
 ])

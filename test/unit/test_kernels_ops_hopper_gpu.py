@@ -98,8 +98,8 @@ def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling, accumul
 
 @_hopper_only
 def test_grouped_mm_computes_each_experts_counted_rows_and_replays_in_a_graph():
-    """`grouped_mm` (masked, a mixture of experts' decode step) on random experts, tokens and counts (0, 1 and
-    all among them), both dtypes: each expert's counted rows within twice the error of torch's 16-bit product
+    """`grouped_mm` (masked, a mixture of experts' decode step) on 300 random experts, tokens and counts (0, 1, odd
+    and all among them), both dtypes: each expert's counted rows within twice the error of torch's 16-bit product
     against fp32 (plus the rounding of its scale); a CUDA graph of the call replayed with new counts and new
     tokens computes the new rows; T not a multiple of 128 and counts not int32 [E] are refused in one line."""
     from mlir_tile.kernels import grouped_mm
@@ -107,23 +107,15 @@ def test_grouped_mm_computes_each_experts_counted_rows_and_replays_in_a_graph():
     rng, failures = random.Random(63), []
 
     def errors(got, x, w, counts):
-        found = []
-        for e, count in enumerate(counts.tolist()):
-            if not count:
-                continue
-            exact = x[e, :count].float() @ w[e].float().T
-            theirs = (x[e, :count] @ w[e].T).float()
-            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(x.dtype).eps * float(exact.abs().max())
-            if not float((got[e, :count].float() - exact).abs().max()) <= bound:
-                found.append((e, count))
-        return found
+        counted = counts.tolist()
+        return _expert_errors(lambda e: got[e, :counted[e]], lambda e: x[e, :counted[e]], w)
 
-    for trial in range(12):
-        experts, rows = rng.randint(1, 16), 128 * rng.randint(1, 4)
-        n, depth, dtype = 8 * rng.randint(1, 512), 8 * rng.randint(1, 512), (torch.bfloat16, torch.float16)[trial % 2]
+    for trial in range(300):
+        experts, rows = rng.choice([1, 2, 5, 16, rng.randint(1, 64)]), 128 * rng.randint(1, 4)
+        n, depth, dtype = 8 * rng.randint(1, 64), 8 * rng.randint(1, 64), (torch.bfloat16, torch.float16)[trial % 2]
         x = torch.randn(experts, rows, depth, device="cuda", dtype=dtype)
         w = torch.randn(experts, n, depth, device="cuda", dtype=dtype) / depth ** 0.5
-        counts = torch.tensor([rng.choice([0, 1, rows, rng.randint(0, rows)]) for _ in range(experts)],
+        counts = torch.tensor([rng.choice([0, 1, 7, rows, rng.randint(0, rows)]) for _ in range(experts)],
                               device="cuda", dtype=torch.int32)
         failures += [(trial, found) for found in errors(grouped_mm(x, w, counts), x, w, counts)]
     assert not failures, failures[:5]
@@ -139,6 +131,109 @@ def test_grouped_mm_computes_each_experts_counted_rows_and_replays_in_a_graph():
         grouped_mm(x[:, :100], w, counts)
     with pytest.raises(ValueError, match="counts int32"):
         grouped_mm(x, w, counts.long())
+
+
+def _expert_errors(got_rows, x_rows, w) -> list:
+    """The experts whose rows of `got_rows` (a function of the expert: its rows of ours, and of x) miss fp32's
+    product beyond twice torch's 16-bit error (plus 4 eps of the product's scale)."""
+    found = []
+    for e in range(w.shape[0]):
+        got, x = got_rows(e), x_rows(e)
+        if not len(x):
+            continue
+        exact = x.float() @ w[e].float().T
+        theirs = (x @ w[e].T).float()
+        bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(x.dtype).eps * float(exact.abs().max())
+        if not float((got.float() - exact).abs().max()) <= bound:
+            found.append((e, len(x), float((got.float() - exact).abs().max()), bound))
+    return found
+
+
+@_hopper_only
+def test_contiguous_grouped_mm_computes_each_experts_rows_and_replays_in_a_graph():
+    """`grouped_mm(x, w, offsets=...)` (contiguous, torch._grouped_mm's layout) on 300 random cases, both dtypes:
+    1 to 400 experts (a second pass of the kernel's scan past 384), rows per expert 0, 1, odd, a tile and one more,
+    random, some tokens past the last expert's (not computed), each expert's rows within twice the error of
+    torch's 16-bit product against fp32; a CUDA graph of the call replayed with new offsets computes the new rows; x [E, T, K] with offsets and offsets not int32 [E] are refused in one line."""
+    from mlir_tile.kernels import grouped_mm
+
+    rng, failures = random.Random(64), []
+
+    def case(experts, sizes, n, depth, dtype):
+        offsets = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+        tokens = int(sum(sizes)) + rng.choice([0, 0, 5])  # (rows past the last expert's: not computed)
+        x = torch.randn(tokens, depth, device="cuda", dtype=dtype)
+        w = torch.randn(experts, n, depth, device="cuda", dtype=dtype) / depth ** 0.5
+        return x, w, offsets
+
+    def rows_of(offsets, e):
+        ends = [0] + offsets.tolist()
+        return slice(ends[e], ends[e + 1])
+
+    for trial in range(300):
+        experts = rng.choice([1, 2, 3, 8, 16, 33, rng.randint(1, 64), 400 if trial % 50 == 0 else 5])
+        sizes = [rng.choice([0, 1, 7, 127, 128, 129, rng.randint(0, 300)]) for _ in range(experts)]
+        n, depth, dtype = 8 * rng.randint(1, 40), 8 * rng.randint(1, 40), (torch.bfloat16, torch.float16)[trial % 2]
+        x, w, offsets = case(experts, sizes, n, depth, dtype)
+        out = grouped_mm(x, w, offsets=offsets)
+        found = _expert_errors(lambda e: out[rows_of(offsets, e)], lambda e: x[rows_of(offsets, e)], w)
+        failures += [(trial, experts, n, depth, item) for item in found]
+    assert not failures, failures[:5]
+    x, w, offsets = case(8, [300, 0, 1, 129, 128, 64, 7, 500], 256, 512, torch.bfloat16)
+    grouped_mm(x, w, offsets=offsets)  # (its plan made before the capture)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = grouped_mm(x, w, offsets=offsets)
+    offsets.copy_(torch.tensor([1, 2, 260, 300, 700, 800, 1000, 1129], device="cuda", dtype=torch.int32))
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert not _expert_errors(lambda e: out[rows_of(offsets, e)], lambda e: x[rows_of(offsets, e)], w)
+    with pytest.raises(ValueError, match="x \\[E, T, K\\] \\(masked\\) or \\[tokens, K\\]"):
+        grouped_mm(x.view(1, *x.shape), w, offsets=offsets)
+    with pytest.raises(ValueError, match="offsets int32"):
+        grouped_mm(x, w, offsets=offsets.long())
+
+
+@_hopper_only
+@pytest.mark.parametrize("layout", ["masked", "contiguous"])
+def test_fp8_grouped_mm_is_the_exact_blockwise_product(layout):
+    """`grouped_mm` on float8_e4m3fn with DeepGEMM's blockwise scales (scale_x [..., K / 128], scale_w [E, N / 128,
+    K / 128], powers of two differing by block), masked and contiguous, 100 random cases each (experts with 0, 1
+    and odd rows among them): small integers (exact products and sums), so each expert's rows are the bf16 of the
+    exact blockwise product, bit for bit; 16-bit scales or none are refused in one line."""
+    from mlir_tile.kernels import grouped_mm
+
+    rng, failures = random.Random(65), []
+    for trial in range(100):
+        experts, n, depth = rng.randint(1, 12), 16 * rng.randint(1, 24), 16 * rng.randint(1, 24)
+        rows = 128 * rng.randint(1, 2) if layout == "masked" else None
+        sizes = [rng.choice([0, 1, 7, 129, rng.randint(0, rows or 300)]) for _ in range(experts)]
+        k_blocks, n_blocks = -(-depth // 128), -(-n // 128)
+        x_shape = (experts, rows, depth) if rows else (sum(sizes), depth)
+        x = torch.randint(-3, 4, x_shape, device="cuda").float()
+        w = torch.randint(-3, 4, (experts, n, depth), device="cuda").float()
+        scale_x = 2.0 ** -torch.randint(0, 3, (*x_shape[:-1], k_blocks), device="cuda").float()
+        scale_w = 2.0 ** -torch.randint(0, 3, (experts, n_blocks, k_blocks), device="cuda").float()
+        if rows:
+            sizes = [min(size, rows) for size in sizes]
+            got = grouped_mm(x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), torch.tensor(
+                sizes, device="cuda", dtype=torch.int32), scale_x=scale_x, scale_w=scale_w)
+            row_sets = [(got[e, :size], x[e, :size], scale_x[e, :size]) for e, size in enumerate(sizes)]
+        else:
+            ends = torch.tensor(sizes).cumsum(0).tolist()
+            got = grouped_mm(x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), offsets=torch.tensor(
+                ends, device="cuda", dtype=torch.int32), scale_x=scale_x, scale_w=scale_w)
+            row_sets = [(got[end - size:end], x[end - size:end], scale_x[end - size:end]) for size, end in zip(sizes, ends)]
+        for e, (ours, xe, sx) in enumerate(row_sets):
+            exact = sum((xe[:, 128 * t:128 * (t + 1)] @ w[e, :, 128 * t:128 * (t + 1)].T) * sx[:, t, None]
+                        * scale_w[e, :, t].repeat_interleave(128)[None, :n] for t in range(k_blocks))
+            if not torch.equal(ours, exact.to(torch.bfloat16)):
+                failures.append((trial, e, len(xe), n, depth, float((ours.float() - exact).abs().max())))
+    assert not failures, failures[:10]
+    with pytest.raises(ValueError, match="blockwise float32 scales"):
+        grouped_mm(x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), torch.zeros(experts, dtype=torch.int32,
+                   device="cuda") if rows else None, offsets=None if rows else torch.zeros(
+                       experts, dtype=torch.int32, device="cuda"), scale_x=scale_x.half(), scale_w=scale_w)
 
 
 @_hopper_only

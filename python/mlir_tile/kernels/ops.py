@@ -12,7 +12,7 @@ import torch
 
 from mlir_tile.kernels import common, epilogues, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm.launch import precise_of, scaling_of
+from mlir_tile.kernels.gemm.hopper_ops import precise_of, scaling_of
 from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
 from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 from mlir_tile.runtime import torch_stream
@@ -63,21 +63,42 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk", accumulation="default"):
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
 
 
-def grouped_mm(x, w, counts):
-    """A mixture of experts' masked grouped GEMM (DeepGEMM's masked layout; Hopper, sm_90): x [E, T, K] (each
-    expert's tokens in its first counts[e] rows), w [E, N, K] (each expert's weights, as F.linear lays them) and
-    counts int32 [E] on the device; [E, T, N] whose expert e's first counts[e] rows are x[e] @ w[e]^T (rows past
-    a count unspecified). float16 or bfloat16, T a multiple of 128; the counts read on the device, so a CUDA
-    graph holds the call. Forward only."""
-    return torch.ops.mlir_tile.grouped_mm(x, w, counts)
+def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
+    """A mixture of experts' grouped GEMM (Hopper, sm_90): w [E, N, K] (each expert's weights, as F.linear lays
+    them), float16 or bfloat16 (out of x's dtype; N and K multiples of 8), or float8_e4m3fn with DeepGEMM's
+    blockwise float32 scales (`scale_x` x's rows' 1 x 128 blocks of K, [..., K / 128]; `scale_w` [E, N / 128,
+    K / 128]; out bfloat16; N and K multiples of 16); the counts or offsets read on the device, so a CUDA graph
+    holds the call. Forward only.
+    - masked (decode, DeepGEMM's masked layout): x [E, T, K] (each expert's tokens in its first counts[e] rows)
+      and `counts` int32 [E]: [E, T, N] whose expert e's first counts[e] rows are x[e] @ w[e]^T (rows past a
+      count unspecified); T a multiple of 128;
+    - contiguous (training, prefill; torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)'s): x [tokens, K]
+      sorted by expert and `offsets` int32 [E], the cumulative ends of the experts' rows (nondecreasing):
+      [tokens, N] whose rows [offsets[e - 1], offsets[e]) are x's times w[e]^T (rows past offsets[E - 1]
+      unspecified)."""
+    if offsets is not None:
+        return torch.ops.mlir_tile.grouped_mm_contiguous(x, w, offsets, scale_x, scale_w)
+    return torch.ops.mlir_tile.grouped_mm(x, w, counts, scale_x, scale_w)
 
 
-def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    return kernels_on(x.device).grouped(x, w, counts)
+def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, scale_x: Optional[torch.Tensor],
+                scale_w: Optional[torch.Tensor]) -> torch.Tensor:
+    return kernels_on(x.device).grouped(x, w, counts, scale_x=scale_x, scale_w=scale_w)
 
 
-register_operator("grouped_mm", _grouped_mm, fake=lambda x, w, counts: x.new_empty(x.shape[0], x.shape[1], w.shape[1]),
-                  backward=no_backward("grouped_mm: the grouped GEMM has no backward yet"))
+def _grouped_mm_contiguous(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, scale_x: Optional[torch.Tensor],
+                           scale_w: Optional[torch.Tensor]) -> torch.Tensor:
+    return kernels_on(x.device).grouped(x, w, offsets=offsets, scale_x=scale_x, scale_w=scale_w)
+
+
+def _grouped_fake(x, w, counts_or_offsets, scale_x, scale_w):
+    """Both layouts' output: x's rows by N ([E, T, N] or [tokens, N]), bfloat16 from fp8."""
+    return x.new_empty(*x.shape[:-1], w.shape[1], dtype=torch.bfloat16 if x.dtype == torch.float8_e4m3fn else x.dtype)
+
+
+for _name, _function in (("grouped_mm", _grouped_mm), ("grouped_mm_contiguous", _grouped_mm_contiguous)):
+    register_operator(_name, _function, fake=_grouped_fake,
+                      backward=no_backward("grouped_mm: the grouped GEMM has no backward yet"))
 
 
 def swiglu_weights(w_gate, w_up):

@@ -12,7 +12,7 @@ import torch
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.flash import backward as flash_backward
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm import launch as gemm_launch
+from mlir_tile.kernels.gemm import hopper_ops, launch as gemm_launch
 from mlir_tile.kernels.library import KernelLibrary
 from mlir_tile.runtime import Runtime
 
@@ -31,15 +31,15 @@ class _Kernels:
 
     @functools.cached_property
     def scaled(self):
-        return gemm_launch.ScaledMatmul(self.library)
+        return hopper_ops.ScaledMatmul(self.library)
 
     @functools.cached_property
     def grouped(self):
-        return gemm_launch.GroupedMatmul(self.library)
+        return hopper_ops.GroupedMatmul(self.library)
 
     @functools.cached_property
     def swiglu(self):
-        return gemm_launch.SwigluMatmul(self.library)
+        return hopper_ops.SwigluMatmul(self.library)
 
     @property
     def attention(self):

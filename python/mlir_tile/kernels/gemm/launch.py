@@ -1,5 +1,5 @@
-"""The GEMM family's one launch module: `Matmul` (mma.sync or Hopper's path, picked here) and `ScaledMatmul`
-(fp8), their checks of what they are given, and the kernels shipped for each chip."""
+"""The GEMM family's launch module: `Matmul` (mma.sync or Hopper's path, picked here), its checks of what it is
+given, its plans, and the kernels shipped for each chip (the Hopper-only operators' too: `hopper_ops`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,9 +11,8 @@ from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
-from mlir_tile.kernels.gemm.sm90 import boxes
-from mlir_tile.kernels.gemm.sm90_tiles import (BLOCK, SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE, hopper_config,
-                                               library_splits, measured_tile, scaled_config)
+from mlir_tile.kernels.gemm.sm90_tiles import (SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE, grouped_config, hopper_config,
+                                               library_splits, measured_tile, scaled_config, swiglu_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
@@ -352,223 +351,9 @@ def hopper_shipped_kernels(epilogues) -> list:
     eight = [("e4m3", scaled_config(major, scaling, precise), None) for major in ("nk", "kn")
              for scaling in SCALINGS for precise in (False, True)
              if (scaling != "blocks" or major == "nk") and (scaling != "blocks" or precise)]
-    fused = [(element, config(element), None) for element in ("f16", "bf16") for config in (swiglu_config, grouped_config)]
+    fused = [(element, config, None) for element in ("f16", "bf16") for config in (swiglu_config(element),)]
+    fused += [(element, grouped_config(element, contiguous), None) for element in ("f16", "bf16", "e4m3")
+              for contiguous in (False, True)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
-
-
-def swiglu_config(element: str):
-    """`SwigluMatmul`'s kernel: the tile measured fastest for `element` with B [N, K], its epilogue fused SwiGLU."""
-    return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
-
-
-class _HopperOperator:
-    """What the Hopper-only launchers share: the library (sm_90's, else ValueError naming `operator`), the tensor
-    maps, the plans, the SMs, and a plan's launch of one kernel over A, B and C maps."""
-    operator = "hopper gemm"
-
-    def __init__(self, library):
-        if not runs_warpgroup_kernels(library.chip):
-            raise ValueError(f"{self.operator}: runs on Hopper's path (sm_90), not {library.chip}")
-        self.library, self.maps, self.plans = library, TensorMaps(library.runtime), Plans()
-        self.sms = library.runtime.device.properties.multiprocessor_count
-
-    def launched(self, element: str, config, maps: list, m: int, n: int, depth: int, extras=()) -> "_HopperPlan":
-        """The plan of `config`'s kernel on an M x N x K product through `maps` (A's, B's and C's), the kernel's
-        parameters after the sizes `extras` (their types, or constants baked in)."""
-        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
-        launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit, *extras],
-                                grid=config.grid(m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
-        return _HopperPlan(config, m, n, launch, maps)
-
-
-def _sixteen_bit(operator: str, x, w) -> str:
-    """x's and w's element (f16, bf16), one dtype, else ValueError naming `operator`."""
-    import torch
-
-    element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
-    if element is None or w.dtype != x.dtype:
-        raise ValueError(f"{operator}: x and w of one dtype, float16 or bfloat16; got {x.dtype} and {w.dtype}")
-    return element
-
-
-class SwigluMatmul(_HopperOperator):
-    """silu(x W_gate^T) * (x W_up^T) in one GEMM on Hopper's path (`HopperConfig.swiglu`): x [M, K] and w [2F, K],
-    W_gate's and W_up's rows interleaved a block of 8 at a time (`ops.swiglu_weights`), f16 or bf16, C [M, F] of
-    x's dtype, the gate and up products never written. K a multiple of 8, F of 8; on torch's current stream.
-    ValueError for what the kernel does not take."""
-    operator = "swiglu_mm"
-
-    def __call__(self, x, w):
-        import torch
-
-        from mlir_tile.runtime import torch_stream
-
-        element = _sixteen_bit(self.operator, x, w)
-        if x.dim() != 2 or w.dim() != 2 or w.shape[1] != x.shape[1]:
-            raise ValueError(f"swiglu_mm: x [M, K] and w [2F, K]; got {tuple(x.shape)} and {tuple(w.shape)}")
-        (m, depth), n = x.shape, w.shape[0]
-        if n % 16 or depth % 8 or not all(t.is_cuda and t.is_contiguous() for t in (x, w)):
-            raise ValueError(f"swiglu_mm: contiguous CUDA tensors, w's rows a multiple of 16 (swiglu_weights' "
-                             f"interleaved blocks) and K of 8; got {tuple(x.shape)} and {tuple(w.shape)}")
-        if 0 in (m, n, depth):  # (K 0: silu(0) 0 = 0)
-            return torch.zeros(m, n // 2, dtype=x.dtype, device=x.device)
-        out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
-        plan = self.plans.of((element, m, n, depth), lambda: self._plan(element, m, n, depth))
-        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
-        plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [], torch_stream(x))
-        return out
-
-    def _plan(self, element: str, m: int, n: int, depth: int) -> "_HopperPlan":
-        config = swiglu_config(element)
-        box = boxes(config)
-        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]),
-                MapOperand(self.maps, (n, depth), 2 * depth, box["b"]),
-                MapOperand(self.maps, (m, n // 2), n, box["c"], store=True)]
-        return self.launched(element, config, maps, m, n, depth)
-
-
-def grouped_config(element: str):
-    """`GroupedMatmul`'s kernel: the small tile (128 rows: the groups' T a multiple of it) with B [N, K], grouped."""
-    return replace(hopper_config("nk", SMALL_TILE, element), grouped=True)
-
-
-class GroupedMatmul(_HopperOperator):
-    """The masked grouped GEMM (a mixture of experts' decode step, DeepGEMM's masked layout) on Hopper's path
-    (`HopperConfig.grouped`): x [E, T, K], w [E, N, K] and counts int32 [E] on the device; C [E, T, N] of x's
-    dtype whose group e's first counts[e] rows are x[e] w[e]^T (rows past a count: unspecified, as the layout
-    has it). 16-bit; T a multiple of 128 (a tile's rows), N and K of 8; the counts read by the kernel, so a CUDA
-    graph holds the call. ValueError for what it does not take."""
-    operator = "grouped_mm"
-
-    def __call__(self, x, w, counts):
-        import torch
-
-        from mlir_tile.runtime import torch_stream
-
-        element = _sixteen_bit(self.operator, x, w)
-        if x.dim() != 3 or w.dim() != 3 or w.shape[0] != x.shape[0] or w.shape[2] != x.shape[2]:
-            raise ValueError(f"grouped_mm: x [E, T, K] and w [E, N, K]; got {tuple(x.shape)} and {tuple(w.shape)}")
-        (groups, rows, depth), n = x.shape, w.shape[1]
-        if (not isinstance(counts, torch.Tensor) or counts.dtype != torch.int32 or counts.shape != (groups,)
-                or rows % SMALL_TILE["bm"] or n % 8 or depth % 8
-                or not all(t.is_cuda and t.is_contiguous() for t in (x, w, counts))):
-            raise ValueError(f"grouped_mm: contiguous CUDA tensors, counts int32 [E] = [{groups}], T a multiple of "
-                             f"{SMALL_TILE['bm']}, N and K of 8; got x {tuple(x.shape)}, w {tuple(w.shape)}, counts "
-                             f"{getattr(counts, 'dtype', counts)} {tuple(getattr(counts, 'shape', ()))}")
-        if 0 in (groups, rows, n, depth):
-            return torch.zeros(groups, rows, n, dtype=x.dtype, device=x.device)
-        out = torch.empty(groups, rows, n, dtype=x.dtype, device=x.device)  # (rows past the counts: unspecified)
-        plan = self.plans.of((element, groups, rows, n, depth), lambda: self._plan(element, groups, rows, n, depth))
-        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
-        plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [counts.data_ptr()], torch_stream(x))
-        return out
-
-    def _plan(self, element: str, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
-        config, m = grouped_config(element), groups * rows
-        box = boxes(config)
-        maps = [MapOperand(self.maps, (m, depth), 2 * depth, box["a"]),
-                MapOperand(self.maps, (groups * n, depth), 2 * depth, box["b"]),
-                MapOperand(self.maps, (m, n), 2 * n, box["c"], store=True)]
-        return self.launched(element, config, maps, m, n, depth, (POINTER, rows))
-
-
-class ScaledMatmul(_HopperOperator):
-    """C = (A x B) * scale_a * scale_b in bf16 from fp8 e4m3 torch tensors, as torch._scaled_mm computes it, on
-    Hopper's path (the sm_90 library): A [M, K] and B [N, K] (`b_major` "nk") or [K, N] ("kn", transposed in
-    the kernel, where torch._scaled_mm needs a transposed copy), row-major; scale_a and scale_b fp32, one
-    element each (per tensor), [M] and [N] (per row), or blockwise [M, K / 128] and [N / 128, K / 128] (DeepGEMM's
-    1 x 128 and 128 x 128 blocks, rounded up; B [N, K]). K a multiple of 16 and N of 16 (B [K, N]) or 8, every
-    address on 16 bytes (TMA). On torch's current stream; the tensor maps kept (`TensorMaps`). ValueError for
-    what the kernels do not take."""
-    operator = "scaled matmul"
-
-    def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None, accumulation: str = "default"):
-        """`accumulation` (`precise_of`): "fast" (wgmma's fp8 sums in the accumulators), "precise" (each
-        k-tile's sums added into fp32: cuBLASLt's default), or "default": blockwise scales precise, else fast."""
-        import torch
-
-        from mlir_tile.runtime import torch_stream
-
-        m, n, depth, scaling = _scaled_sizes(a, b, scale_a, scale_b, b_major)
-        precise = precise_of(accumulation, scaling)
-        if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
-            c = torch.zeros(m, n, dtype=torch.bfloat16, device=a.device)
-            return c if out is None else out.copy_(c)
-        plan = self.plan(b_major, scaling, precise, m, n, depth)
-        if out is None:
-            out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
-        elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
-            raise ValueError(f"scaled matmul: out is a contiguous {m} x {n} CUDA tensor of bfloat16, got "
-                             f"{tuple(out.shape)} {out.dtype}")
-        # TMA takes matrices on 16 bytes: a view off them is copied onto them (A and B), or written through a
-        # fresh C and copied into it (out)
-        a, b = (x.clone() if x.data_ptr() % TMA_ADDRESS_BYTES else x for x in (a, b))
-        c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
-        plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
-        return out if c is out else out.copy_(c)
-
-    def plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":
-        """The launch plan of an M x N x K product with B `b_major`, `scaling`'s scales (`SCALINGS`) and precise
-        accumulation or not: checked and made on first use."""
-        return self.plans.of((b_major, scaling, precise, m, n, depth),
-                             lambda: self._plan(b_major, scaling, precise, m, n, depth))
-
-    def _plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":
-        config = scaled_config(b_major, scaling, precise)
-        if n % config.unit or depth % config.k_unit:
-            raise ValueError(f"scaled matmul: N a multiple of {config.unit} and K of {config.k_unit} (TMA: rows on 16 "
-                             f"bytes), got {m} x {n} x {depth} with B {b_major}")
-        box, b_rows = boxes(config), (depth, n) if b_major == "kn" else (n, depth)
-        maps = [MapOperand(self.maps, (m, depth), depth, box["a"]), MapOperand(self.maps, b_rows, b_rows[1], box["b"]),
-                MapOperand(self.maps, (m, n), n * 2, box["c"], store=True)]  # (fp8 A and B; bf16 C)
-        return self.launched("e4m3", config, maps, m, n, depth, (POINTER, POINTER))
-
-
-def precise_of(accumulation: str, scaling: str) -> bool:
-    """Whether an fp8 product of `scaling`'s scales accumulates precisely (`HopperConfig.promote`): as
-    `accumulation` asks ("fast", "precise"), or by default where the scales are blockwise (applied as each k-tile is
-    added in: always precise) and not otherwise (the faster kernel, until the precise one is measured beside
-    cuBLASLt's default: docs/notes/fp8-moe-plan.md)."""
-    if accumulation not in ("default", "fast", "precise"):
-        raise ValueError(f"scaled matmul: accumulation 'fast', 'precise' or 'default', got {accumulation!r}")
-    if accumulation == "fast" and scaling == "blocks":
-        raise ValueError("scaled matmul: blockwise scales are applied as each k-tile's sums are added in: "
-                         "accumulation 'precise' (or 'default')")
-    return accumulation == "precise" or scaling == "blocks"
-
-
-def scaling_of(scale_a, scale_b) -> str:
-    """The kind of scales (`SCALINGS`) fp8's scale_a and scale_b are, by their shapes alone: blockwise where they
-    are 2-D, per tensor where each has one element, else per row (`_scaled_sizes` checks their extents)."""
-    if scale_a.dim() == 2 or scale_b.dim() == 2:
-        return "blocks"
-    return "tensor" if scale_a.numel() == 1 and scale_b.numel() == 1 else "rows"
-
-
-def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, str]:
-    """(M, N, K, `scaling_of` the scales) of ScaledMatmul's operands, or ValueError."""
-    import torch
-
-    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"scaled matmul: A and B are float8_e4m3fn, got {a.dtype} and {b.dtype}")
-    if b_major not in ("kn", "nk") or a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"scaled matmul: 2-D A and B, b_major 'nk' (B [N, K]) or 'kn' (B [K, N]); got {b_major!r}")
-    if not all(t.is_cuda and t.is_contiguous() for t in (a, b, scale_a, scale_b)):
-        raise ValueError("scaled matmul: A, B and the scales are contiguous CUDA tensors")
-    (m, depth), (n, b_depth) = a.shape, (b.shape if b_major == "nk" else b.shape[::-1])
-    if b_depth != depth:
-        raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
-                         f"differ")
-    scaling, k_blocks, n_blocks = scaling_of(scale_a, scale_b), -(-depth // BLOCK), -(-n // BLOCK)
-    extents = {"tensor": ((1,), (1,)), "rows": ((m,), (n,)), "blocks": ((m, k_blocks), (n_blocks, k_blocks))}
-    shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
-    if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
-            shapes == extents[scaling] or scaling == "tensor" and scale_a.numel() == scale_b.numel() == 1):
-        raise ValueError(f"scaled matmul: float32 scales of one element each, of [M] = [{m}] and [N] = [{n}], or "
-                         f"blockwise [M, K / 128] = [{m}, {k_blocks}] and [N / 128, K / 128] = [{n_blocks}, "
-                         f"{k_blocks}] (rounded up); got {scale_a.dtype} {shapes[0]} and {scale_b.dtype} {shapes[1]}")
-    if scaling == "blocks" and b_major != "nk":
-        raise ValueError("scaled matmul: blockwise scales take B [N, K] (b_layout 'nk')")
-    return m, n, depth, scaling

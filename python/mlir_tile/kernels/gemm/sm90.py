@@ -41,6 +41,7 @@ from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, output_element, stored_tile, transposed
 from mlir_tile.kernels.epilogues import Choice, Epilogue
 from mlir_tile.kernels.gemm.sm90_fused import FusedSteps
+from mlir_tile.kernels.gemm.sm90_grouped import GroupedSteps
 from mlir_tile.kernels.gemm.sm90_tiles import (ELEMENT_BYTES, HopperConfig, SWIZZLE_BITS,
                                                TRANSPOSE_STAGES)
 
@@ -154,7 +155,8 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     parameters += [Global("f32"), Global("f32")] if element == "e4m3" else []
     # split-K: the fp32 partials' workspace, the C tiles' flags and the splits
     parameters += [Global("f32"), Global("i32"), "index"] if config.split_k else []
-    parameters += [Global("i32"), "index"] if config.grouped else []  # (the groups' row counts, T)
+    # grouped: the groups' row counts and T (masked), or the experts' offsets and E (contiguous)
+    parameters += [Global("i32"), "index"] if config.grouped else []
     parameters += operand_parameters(epilogue, output_element(element)) if epilogue is not None else []
     with Kernel(KERNEL, parameters, block=(config.threads, 1, 1), chip=WARPGROUP_CHIP, context=context,
                 cluster=(config.cluster, 1, 1) if config.cluster > 1 else None) as k:
@@ -162,7 +164,7 @@ def build_module(element: str = "f16", config: HopperConfig = HopperConfig(), co
     return k.module
 
 
-class _HopperGemm(FusedSteps):
+class _HopperGemm(FusedSteps, GroupedSteps):
     def __init__(self, k, element: str, config: HopperConfig, epilogue):
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TileOrder, TmaPipeline
@@ -178,7 +180,7 @@ class _HopperGemm(FusedSteps):
         self.n, self.depth = in_units(k, n_units, config.unit), in_units(k, k_units, config.k_unit)
         self.tiles, self.atom = tiles(config), wgmma(config.bn, element)
         # a cluster's CTAs take adjacent row tiles of one column (one C tile of cluster x BM rows to the order)
-        self.order = TileOrder(k, (self.m, self.n), (config.bm * config.cluster, config.bn),
+        self.order = TileOrder(k, (self.row_tiles(), self.n), (config.bm * config.cluster, config.bn),
                                max(1, config.group // config.cluster))
         self.rank = k.cluster_rank() if config.cluster > 1 else None
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
@@ -241,7 +243,10 @@ class _HopperGemm(FusedSteps):
         first, own = (self.order.persistent(config.cluster) if config.persistent else
                       (self.split_tile, k.index(1)) if config.split_k else
                       (k.block_id() // config.cluster, k.index(1)))
-        if config.grouped:  # (a tile past its group's count: no turn for either role)
+        if config.contiguous:  # (its expert's rows, before the roles split: every thread takes part)
+            self.locate_segment(first)
+            own = k.select(k.compare("ugt", self.segment[2], 0), k.index(1), k.index(0))
+        elif config.grouped:  # (a tile past its group's count: no turn for either role)
             own = k.select(self.counted(self.origin(first)), k.index(1), k.index(0))
         lowered = config.producer_registers if config.rebalanced else None  # (reallocated where the config says)
         with k.role(self.warpgroup, "producer", lowered):  # one thread loads every k-tile
@@ -266,30 +271,11 @@ class _HopperGemm(FusedSteps):
     def origin(self, tile):
         """The first element of this CTA's C tile of tile `tile` of the order (its rank's rows of a cluster's)."""
         row0, col0 = self.order.origin(tile)
+        if self.config.contiguous:  # (the located segment's first row: one tile a CTA)
+            return self.segment[1], col0
         if self.rank is None:
             return row0, col0
         return row0 + self.rank * self.config.bm, col0
-
-    def group_of(self, origin) -> tuple:
-        """Grouped: (the group of the C tile at `origin`, its first row within the group: T rows a group, BM
-        dividing T, so a tile never straddles two groups)."""
-        from mlir_tile.builder.integers import with_operators
-
-        k = self.k
-        row0, rows = with_operators(k.as_index(origin[0])), with_operators(k.as_index(self.groups[1]))
-        return row0 // rows, row0 % rows
-
-    def counted(self, origin):
-        """Grouped: whether the C tile at `origin` starts below its group's count (an i1)."""
-        group, row = self.group_of(origin)
-        count = self.k.as_index(self.k.load(self.groups[0], [group]), unsigned_from="i32")
-        return self.k.compare("ult", row, count)
-
-    def b_row(self, origin):
-        """B [N, K]'s row of the C tile at `origin`'s first column (grouped: in its group's N rows)."""
-        if not self.config.grouped:
-            return origin[1]
-        return self.group_of(origin)[0] * self.k.as_index(self.n) + self.k.as_index(origin[1])
 
     def _tile(self, first, turn):
         """The C tile of this CTA's walk at `turn`: first + turn x the grid's clusters (one turn unless
@@ -471,7 +457,8 @@ class _HopperGemm(FusedSteps):
             col0 = col0 // 2
         with k.if_(self.storer):
             for column, box in k.boxes(self.shared, region, self.tiles["c"], self.out, SWIZZLE_COLUMNS):
-                k.tma_store(box, self.c_map, (row0, col0 + column))
+                k.tma_store(box, self.c_map, self.clipped_store_at(row0, col0 + column) if self.config.contiguous
+                            else (row0, col0 + column))
             k.tma_store_wait(0)
 
     def reduce_splits(self, origin, region: int) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir_tile.isa.targets import REGISTER_FILE
 from mlir_tile.kernels.common import SWIZZLE_COLUMNS, check_shared, raised_registers
@@ -48,6 +48,9 @@ class HopperConfig:
     grouped: bool = False  # masked grouped GEMM (MoE decode, DeepGEMM's masked layout): A [E x T, K] and C [E x T,
     # N] the experts' T rows each, B [E x N, K] their weights, each expert's first counts[e] rows computed (the
     # counts on the device: a CUDA graph holds the call), T a multiple of BM; a tile past its count does nothing
+    contiguous: bool = False  # grouped, contiguous layout (MoE training and prefill): A [tokens, K] and C [tokens,
+    # N] sorted by expert, expert e's rows [offsets[e - 1], offsets[e]) (torch._grouped_mm's offsets: int32 [E], on
+    # the device), B [E x N, K]; row tiles made per expert (none straddles two), C's stores clipped at its last row
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -98,6 +101,8 @@ class HopperConfig:
                              or self.cluster > 1):
             raise ValueError(f"hopper gemm: a grouped GEMM takes B [N, K] a group, warp-specialized, launched (not "
                              f"persistent, not split, one CTA a cluster); got {self}")
+        if self.contiguous and not self.grouped:
+            raise ValueError("hopper gemm: the contiguous layout is a grouped GEMM's (grouped=True)")
         if self.row_scales and self.element_bits != 8:
             raise ValueError("hopper gemm: row scales are fp8's (16-bit inputs take no scales)")
         if self.transposed and (not self.specialized or self.persistent or self.cluster > 1 or self.bn % 128
@@ -218,6 +223,7 @@ class HopperConfig:
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
                 f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
+                f"{'_contiguous' if self.contiguous else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
@@ -314,3 +320,15 @@ def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperCo
     rows = scaling == "rows"
     tile = FP8_PRECISE_TILE if precise else FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major)
     return hopper_config(b_major, tile, "e4m3", rows)
+
+
+def swiglu_config(element: str):
+    """`SwigluMatmul`'s kernel: the tile measured fastest for `element` with B [N, K], its epilogue fused SwiGLU."""
+    return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
+
+
+def grouped_config(element: str, contiguous: bool = False):
+    """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit the small tile, e4m3 the blockwise
+    one (128 rows each: the masked groups' T a multiple of it)."""
+    tile = FP8_BLOCKS_TILE if element == "e4m3" else SMALL_TILE
+    return replace(hopper_config("nk", tile, element), grouped=True, contiguous=contiguous)
