@@ -6,6 +6,10 @@
   stacked weights + chunk + silu * (Llama-3-8B's MLP: K 4096, F 14336; M 128-8192), bf16;
 - the masked grouped GEMM (`grouped_mm`: E experts, T rows each, all counted) against a loop of F.linear over
   the experts and torch._grouped_mm where the installed torch has it, bf16;
+- the contiguous grouped GEMM (`grouped_mm(..., offsets=)`: tokens split unevenly among the experts, a
+  multinomial draw) against torch._grouped_mm, a loop of F.linear and a loop of our `matmul`, bf16;
+- the contiguous form's forward and backward (dx and dw) against torch._grouped_mm's and a loop of F.linear's
+  (the rows compare dw);
 - blockwise fp8 (`scaled_mm` with scale_a [M, K / 128], scale_b [N / 128, K / 128], all 1: the same product as
   per tensor) against torch._scaled_mm with the same scales where the installed torch takes them, cuBLASLt per
   tensor, and ours per tensor, fast and precise.
@@ -22,6 +26,7 @@ from torch_timing import sustained_interleaved
 
 SWIGLU_SHAPES = [(128, 4096, 14336), (2048, 4096, 14336), (8192, 4096, 14336)]  # M, K, F
 GROUPED_SHAPES = [(8, 256, 4096, 14336), (64, 128, 7168, 2048), (256, 128, 7168, 2048)]  # E, T, K, N
+CONTIGUOUS_SHAPES = [(8, 8192, 4096, 14336), (64, 16384, 7168, 2048), (256, 32768, 7168, 2048)]  # E, tokens, K, N
 FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 16384)]  # M, N, K
 
 
@@ -79,6 +84,67 @@ def grouped_rows() -> list:
     return rows
 
 
+def contiguous_rows() -> list:
+    import torch
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import grouped_mm, matmul
+
+    rows = []
+    for experts, tokens, depth, n in CONTIGUOUS_SHAPES:
+        generator = torch.Generator().manual_seed(experts)
+        sizes = torch.multinomial(torch.rand(experts, generator=generator) + 0.5, tokens, replacement=True,
+                                  generator=generator).bincount(minlength=experts).tolist()
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        offsets = torch.tensor(ends, device="cuda", dtype=torch.int32)
+        x = torch.randn(tokens, depth, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(experts, n, depth, device="cuda", dtype=torch.bfloat16) / depth ** 0.5
+        pieces = [(x[end - size:end], w[e]) for e, (size, end) in enumerate(zip(sizes, ends))]
+        calls = {"torch: F.linear a expert": lambda: torch.cat([F.linear(a, b) for a, b in pieces]),
+                 "ours: matmul a expert": lambda: torch.cat([matmul(a, b, b_layout="nk") for a, b in pieces]),
+                 "ours: grouped_mm contiguous": lambda: grouped_mm(x, w, offsets=offsets)}
+        if hasattr(torch, "_grouped_mm"):
+            w_t = w.transpose(1, 2)
+            calls["torch._grouped_mm"] = lambda: torch._grouped_mm(x, w_t, offs=offsets)
+        rows.append(_row("contiguous", (experts, tokens, depth, n), calls, {k: call() for k, call in calls.items()}))
+        del w, x, pieces
+        torch.cuda.empty_cache()
+    return rows
+
+
+def training_rows() -> list:
+    """The contiguous form's forward + backward (dx, dw) beside torch._grouped_mm's and a loop of F.linear's."""
+    import torch
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import grouped_mm
+
+    rows = []
+    for experts, tokens, depth, n in CONTIGUOUS_SHAPES[:2]:
+        sizes = [tokens // experts + (e % 3) * 8 - 8 for e in range(experts)]
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        offsets = torch.tensor(ends, device="cuda", dtype=torch.int32)
+        x = torch.randn(ends[-1], depth, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = (torch.randn(experts, n, depth, device="cuda", dtype=torch.bfloat16) / depth ** 0.5).requires_grad_()
+        grad = torch.randn(ends[-1], n, device="cuda", dtype=torch.bfloat16)
+
+        def step(forward):
+            def run():
+                x.grad = w.grad = None
+                forward().backward(grad)
+                return w.grad
+            return run
+        pieces = [(end - size, end) for size, end in zip(sizes, ends)]
+        calls = {"torch: F.linear a expert": step(lambda: torch.cat([F.linear(x[a:b], w[e]) for e, (a, b) in
+                                                                    enumerate(pieces)])),
+                 "ours: grouped_mm contiguous": step(lambda: grouped_mm(x, w, offsets=offsets))}
+        if hasattr(torch, "_grouped_mm"):
+            calls["torch._grouped_mm"] = step(lambda: torch._grouped_mm(x, w.transpose(1, 2), offs=offsets))
+        rows.append(_row("contiguous training (dw)", (experts, ends[-1], depth, n), calls,
+                         {k: call().clone() for k, call in calls.items()}))
+    return rows
+
+
 def fp8_rows() -> list:
     import torch
 
@@ -109,7 +175,7 @@ def main(directory: Path) -> None:
     import torch
 
     results = {"chip": torch.cuda.get_device_name(), "rows": []}
-    for part in (swiglu_rows, grouped_rows, fp8_rows):
+    for part in (grouped_rows, contiguous_rows, training_rows, fp8_rows, swiglu_rows):
         results["rows"] += part()
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "moe_gemms.json").write_text(json.dumps(results, indent=1))

@@ -60,12 +60,12 @@ def test_fused_swiglu_pairs_each_gate_with_its_up_in_a_thread_and_stores_half_th
 
 
 def test_swiglu_weights_interleave_gate_and_up_as_the_kernel_pairs_them():
-    """`ops.swiglu_weights` lays W_gate's and W_up's rows a block of 8 each in turn, so that the product's column
+    """`moe_ops.swiglu_weights` lays W_gate's and W_up's rows a block of 8 each in turn, so that the product's column
     16 i + x is gate feature 8 i + x and 16 i + 8 + x its up (`reference.swiglu`'s, the kernel's pairs): x @ w^T
     through `reference.swiglu` is silu(x W_gate^T) * (x W_up^T), in float64; F not a multiple of 8 is refused."""
     torch = pytest.importorskip("torch", reason="swiglu_weights is a torch function")
     from mlir_tile.kernels.gemm.reference import swiglu
-    from mlir_tile.kernels.ops import swiglu_weights
+    from mlir_tile.kernels.moe_ops import swiglu_weights
 
     x, gate, up = (torch.randn(*shape, dtype=torch.float64) for shape in ((5, 24), (40, 24), (40, 24)))
     product = (x @ swiglu_weights(gate, up).T).numpy()
@@ -120,6 +120,28 @@ def test_a_contiguous_grouped_kernel_locates_its_experts_rows_and_clips_cs_store
     _assembles(ptx, tmp_path)
 
 
+@pytest.mark.parametrize("which", [0, 1])
+def test_the_contiguous_grouped_gemms_gradients_read_their_operands_through_3d_maps(tmp_path, which):
+    """The contiguous form's gradients' kernels (`grouped_gradient_configs`): dx's reads w as B [K, N] through a
+    3-D map (its expert's matrix: every B load `.3d`) and stores as the forward does; dw's (`ragged_k`, A and B
+    read [K, M] and [K, N]) reads both through 3-D maps of BK rows (every load `.3d`: the k-tile past the
+    expert's rows zeros), its k-tiles the expert's (no scan of the offsets: two loads), C a 3-D store into [E, M,
+    N]; both assembled without spills."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.gemm.sm90_tiles import grouped_gradient_configs
+
+    config = grouped_gradient_configs("bf16")[which]
+    ptx = compile_to_ptx(gemm_sm90.build_module("bf16", config))
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.shared::cluster\.global", ptx)
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.global\.shared::cta", ptx)
+    assert str(config).endswith(("_kn_ws_grouped_contiguous_sm90a", "_kn_akm_ws_grouped_raggedk_sm90a")[which])
+    assert stores == ["3"] * (config.bn // 64)
+    boxes = config.bn // 64 + (config.bm // 64 if which else 0)  # (B's 64-column boxes; dw's A too, in 64 of BM)
+    assert loads == (["2"] if which == 0 else []) + ["3"] * boxes
+    assert ptx.count("shfl.sync.up") == (5, 0)[which]
+    _assembles(ptx, tmp_path)
+
+
 def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
     """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
     wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
@@ -148,9 +170,11 @@ def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(t
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "block_scales": True}, "e4m3"), "BN and BK 128"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "swiglu": True}, "e4m3"), "SwiGLU takes 16-bit"),
     (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True}, "bf16"), "grouped GEMM takes B"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "grouped": True, "contiguous": True}, "e4m3"), "grouped GEMM takes B"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "split_k": True}, "bf16"), "not split"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 64, "stages": 4, "swiglu": True}, "bf16"), "BN a multiple of 128"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "contiguous": True}, "bf16"), "a grouped GEMM's"),
+    (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "ragged_k": True}, "bf16"), "ragged reduction"),
     (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
                                     epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),
 ])

@@ -153,7 +153,7 @@ def _expert_errors(got_rows, x_rows, w) -> list:
 def test_contiguous_grouped_mm_computes_each_experts_rows_and_replays_in_a_graph():
     """`grouped_mm(x, w, offsets=...)` (contiguous, torch._grouped_mm's layout) on 300 random cases, both dtypes:
     1 to 400 experts (a second pass of the kernel's scan past 384), rows per expert 0, 1, odd, a tile and one more,
-    random, some tokens past the last expert's (not computed), each expert's rows within twice the error of
+    random, some tokens past the last expert's (zeros), each expert's rows within twice the error of
     torch's 16-bit product against fp32; a CUDA graph of the call replayed with new offsets computes the new rows; x [E, T, K] with offsets and offsets not int32 [E] are refused in one line."""
     from mlir_tile.kernels import grouped_mm
 
@@ -177,6 +177,8 @@ def test_contiguous_grouped_mm_computes_each_experts_rows_and_replays_in_a_graph
         x, w, offsets = case(experts, sizes, n, depth, dtype)
         out = grouped_mm(x, w, offsets=offsets)
         found = _expert_errors(lambda e: out[rows_of(offsets, e)], lambda e: x[rows_of(offsets, e)], w)
+        if out[sum(sizes):].any():
+            found.append("the rows past the last expert's are not zeros")
         failures += [(trial, experts, n, depth, item) for item in found]
     assert not failures, failures[:5]
     x, w, offsets = case(8, [300, 0, 1, 129, 128, 64, 7, 500], 256, 512, torch.bfloat16)
@@ -192,6 +194,43 @@ def test_contiguous_grouped_mm_computes_each_experts_rows_and_replays_in_a_graph
         grouped_mm(x.view(1, *x.shape), w, offsets=offsets)
     with pytest.raises(ValueError, match="offsets int32"):
         grouped_mm(x, w, offsets=offsets.long())
+
+
+@_hopper_only
+def test_contiguous_grouped_mm_differentiates_by_grouped_gemms():
+    """The contiguous form's gradients (`grouped_mm_input_gradient`: dx = each expert's grad rows times its w;
+    `grouped_mm_weight_gradient`: dw_e = its grad rows^T times its x rows, the reduction over its tokens) on 100
+    random cases, both dtypes, experts with 0, 1, odd and a tile's rows and one more, tokens past the last expert's:
+    dx and dw within twice the error of torch's 16-bit products against fp32 (dx zeros past the last expert's
+    rows, dw zeros for an expert without tokens)."""
+    from mlir_tile.kernels import grouped_mm
+
+    rng, failures = random.Random(66), []
+    for trial in range(100):
+        experts = rng.choice([1, 2, 5, 16, rng.randint(1, 40)])
+        sizes = [rng.choice([0, 1, 7, 63, 64, 65, 129, rng.randint(0, 300)]) for _ in range(experts)]
+        n, depth, dtype = 8 * rng.randint(1, 40), 8 * rng.randint(1, 40), (torch.bfloat16, torch.float16)[trial % 2]
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        tokens = ends[-1] + rng.choice([0, 3])
+        x = torch.randn(tokens, depth, device="cuda", dtype=dtype, requires_grad=True)
+        w = (torch.randn(experts, n, depth, device="cuda", dtype=dtype) / depth ** 0.5).requires_grad_()
+        grad = torch.randn(tokens, n, device="cuda", dtype=dtype)
+        grouped_mm(x, w, offsets=torch.tensor(ends, device="cuda", dtype=torch.int32)).backward(grad)
+        for e, (size, end) in enumerate(zip(sizes, ends)):
+            rows = slice(end - size, end)
+            if not size:  # (an expert without tokens: its dw zeros)
+                failures += [(trial, "dw", e, 0)] if w.grad[e].any() else []
+                continue
+            checks = [("dx", x.grad[rows], grad[rows], w[e].detach()), ("dw", w.grad[e], grad[rows].T, x[rows].detach())]
+            for name, got, left, right in checks:
+                exact = left.float() @ right.float()
+                bound = 2 * float(((left @ right).float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(
+                    exact.abs().max())
+                if not float((got.float() - exact).abs().max()) <= bound:
+                    failures.append((trial, name, e, size, n, depth, float((got.float() - exact).abs().max()), bound))
+        if x.grad[ends[-1]:].any():
+            failures.append((trial, "dx past the last expert's rows is not zeros"))
+    assert not failures, failures[:10]
 
 
 @_hopper_only

@@ -55,82 +55,12 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk", accumulation="default"):
     per row (scale_a [M], scale_b [N]), or blockwise with b [N, K] (DeepGEMM's: scale_a [M, K / 128] a row's 1 x
     128 blocks of K, scale_b [N / 128, K / 128] 128 x 128 blocks, rounded up; each k-block's products scaled as
     they are added into fp32); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16.
-    `accumulation`: "fast" (wgmma's fp8 sums kept in the accumulators, cuBLASLt's use_fast_accum), "precise"
-    (each 128-deep k-block's sums added into fp32, cuBLASLt's default), "default" (blockwise: precise; else
-    fast, until precise is measured beside cuBLASLt)."""
+    `accumulation`: "precise" or "default" (each 128-deep k-block's sums added into fp32, cuBLASLt's default
+    and its error), "fast" (wgmma's fp8 sums kept in the accumulators, cuBLASLt's use_fast_accum: faster, an RMS
+    error 1.2-2.1x at K 2624-16384; not with blockwise scales)."""
     if plain_call(a, b, scale_a, scale_b):
         return _eager_scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
     return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
-
-
-def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
-    """A mixture of experts' grouped GEMM (Hopper, sm_90): w [E, N, K] (each expert's weights, as F.linear lays
-    them), float16 or bfloat16 (out of x's dtype; N and K multiples of 8), or float8_e4m3fn with DeepGEMM's
-    blockwise float32 scales (`scale_x` x's rows' 1 x 128 blocks of K, [..., K / 128]; `scale_w` [E, N / 128,
-    K / 128]; out bfloat16; N and K multiples of 16); the counts or offsets read on the device, so a CUDA graph
-    holds the call. Forward only.
-    - masked (decode, DeepGEMM's masked layout): x [E, T, K] (each expert's tokens in its first counts[e] rows)
-      and `counts` int32 [E]: [E, T, N] whose expert e's first counts[e] rows are x[e] @ w[e]^T (rows past a
-      count unspecified); T a multiple of 128;
-    - contiguous (training, prefill; torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)'s): x [tokens, K]
-      sorted by expert and `offsets` int32 [E], the cumulative ends of the experts' rows (nondecreasing):
-      [tokens, N] whose rows [offsets[e - 1], offsets[e]) are x's times w[e]^T (rows past offsets[E - 1]
-      unspecified)."""
-    if offsets is not None:
-        return torch.ops.mlir_tile.grouped_mm_contiguous(x, w, offsets, scale_x, scale_w)
-    return torch.ops.mlir_tile.grouped_mm(x, w, counts, scale_x, scale_w)
-
-
-def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, scale_x: Optional[torch.Tensor],
-                scale_w: Optional[torch.Tensor]) -> torch.Tensor:
-    return kernels_on(x.device).grouped(x, w, counts, scale_x=scale_x, scale_w=scale_w)
-
-
-def _grouped_mm_contiguous(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, scale_x: Optional[torch.Tensor],
-                           scale_w: Optional[torch.Tensor]) -> torch.Tensor:
-    return kernels_on(x.device).grouped(x, w, offsets=offsets, scale_x=scale_x, scale_w=scale_w)
-
-
-def _grouped_fake(x, w, counts_or_offsets, scale_x, scale_w):
-    """Both layouts' output: x's rows by N ([E, T, N] or [tokens, N]), bfloat16 from fp8."""
-    return x.new_empty(*x.shape[:-1], w.shape[1], dtype=torch.bfloat16 if x.dtype == torch.float8_e4m3fn else x.dtype)
-
-
-for _name, _function in (("grouped_mm", _grouped_mm), ("grouped_mm_contiguous", _grouped_mm_contiguous)):
-    register_operator(_name, _function, fake=_grouped_fake,
-                      backward=no_backward("grouped_mm: the grouped GEMM has no backward yet"))
-
-
-def swiglu_weights(w_gate, w_up):
-    """The weights `swiglu_mm` takes: w_gate and w_up [F, K] (one dtype, F a multiple of 8) interleaved a block of
-    8 rows at a time, [2F, K] (a copy: made once, where the weights are loaded)."""
-    if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.dim() == 2
-            and w_gate.shape == w_up.shape and w_gate.dtype == w_up.dtype and w_gate.shape[0] % 8 == 0):
-        raise ValueError(f"swiglu_weights: w_gate and w_up [F, K] alike, F a multiple of 8; got "
-                         f"{getattr(w_gate, 'shape', w_gate)} and {getattr(w_up, 'shape', w_up)}")
-    features, depth = w_gate.shape
-    return torch.stack([w_gate.reshape(features // 8, 8, depth), w_up.reshape(features // 8, 8, depth)], 1).reshape(
-        2 * features, depth)
-
-
-def swiglu_mm(x, w):
-    """silu(x W_gate^T) * (x W_up^T), Llama's MLP up-projection, in one GEMM (Hopper, sm_90): x [..., K] float16
-    or bfloat16 and w = `swiglu_weights(W_gate, W_up)` [2F, K]; [..., F] of x's dtype, the gate and up
-    products never written. Forward only: a call that asks for a gradient is refused."""
-    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 1:
-        raise ValueError("swiglu_mm: x [..., K] and w [2F, K] tensors")
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
-    out = torch.ops.mlir_tile.swiglu_mm(rows, w.contiguous())
-    return out.view(*x.shape[:-1], out.shape[-1])
-
-
-def _swiglu_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return kernels_on(x.device).swiglu(x, w)
-
-
-register_operator("swiglu_mm", _swiglu_mm, fake=lambda x, w: x.new_empty(x.shape[0], w.shape[0] // 2),
-                  backward=no_backward("swiglu_mm: the fused SwiGLU has no backward yet; train with matmul and "
-                                       "torch's silu"))
 
 
 def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_v=None, variant=None, operands=()):

@@ -8,7 +8,8 @@ from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
 from mlir_tile.kernels.gemm import sm90
 from mlir_tile.kernels.gemm.launch import TMA_ADDRESS_BYTES, _HopperPlan
 from mlir_tile.kernels.gemm.sm90 import boxes
-from mlir_tile.kernels.gemm.sm90_tiles import (BLOCK, SMALL_TILE, grouped_config, scaled_config, swiglu_config)
+from mlir_tile.kernels.gemm.sm90_tiles import (BLOCK, grouped_config, grouped_gradient_configs,
+                                               scaled_config, swiglu_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 
@@ -46,7 +47,7 @@ def _sixteen_bit(operator: str, x, w) -> str:
 
 class SwigluMatmul(_HopperOperator):
     """silu(x W_gate^T) * (x W_up^T) in one GEMM on Hopper's path (`HopperConfig.swiglu`): x [M, K] and w [2F, K],
-    W_gate's and W_up's rows interleaved a block of 8 at a time (`ops.swiglu_weights`), f16 or bf16, C [M, F] of
+    W_gate's and W_up's rows interleaved a block of 8 at a time (`moe_ops.swiglu_weights`), f16 or bf16, C [M, F] of
     x's dtype, the gate and up products never written. K a multiple of 8, F of 8; on torch's current stream.
     ValueError for what the kernel does not take."""
     operator = "swiglu_mm"
@@ -90,15 +91,13 @@ class GroupedMatmul(_HopperOperator):
       128 (a tile's rows);
     - contiguous (training, prefill; torch._grouped_mm's): x [tokens, K] sorted by expert and offsets int32 [E],
       expert e's rows [offsets[e - 1], offsets[e]) (from 0): C [tokens, N], each expert's rows x's times its w^T
-      (rows past offsets[E - 1]: unspecified; offsets out of order: the rows two experts claim get either's
-      product, never a write outside C).
+      (rows past offsets[E - 1]: zeros; offsets out of order: the rows two experts claim get either's product,
+      never a write outside C); its gradients, `input_gradient` and `weight_gradient`.
     The counts and offsets are read by the kernel, so a CUDA graph holds the call."""
     operator = "grouped_mm"
 
     def __call__(self, x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
         import torch
-
-        from mlir_tile.runtime import torch_stream
 
         contiguous = offsets is not None
         element, (groups, rows, n, depth), vector = self._checked(x, w, counts, offsets)
@@ -111,12 +110,72 @@ class GroupedMatmul(_HopperOperator):
         if 0 in (groups, rows, n, depth):
             return torch.zeros(shape, dtype=dtype, device=x.device)
         out = torch.empty(shape, dtype=dtype, device=x.device)  # (rows no group computes: unspecified)
-        key = (element, contiguous, groups, rows, n, depth)
-        plan = self.plans.of(key, lambda: self._plan(element, config, groups, rows, n, depth))
-        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
-        plan(x.data_ptr(), w.data_ptr(), out.data_ptr() - plan.c_before,
-             [s.data_ptr() for s in scales] + [vector.data_ptr()], torch_stream(x))
-        return out
+        form = "contiguous" if contiguous else "masked"
+        plan = self.plans.of((element, form, groups, rows, n, depth),
+                             lambda: self._plan(element, config, form, groups, rows, n, depth))
+        return self._launch(plan, x, w, out, [s.data_ptr() for s in scales] + [vector.data_ptr()])
+
+    def input_gradient(self, grad, w, offsets):
+        """The contiguous form's dx [tokens, K]: each expert's rows of grad [tokens, N] times its w [N, K] (B [K,
+        N] read as it lies, through a 3-D map over w whose boxes stop at an expert's last row)."""
+        import torch
+
+        element, (tokens, n), (groups, _, depth) = self._gradient_operands(grad, w, offsets)
+        if w.shape[1] != n:
+            raise ValueError(f"grouped_mm: grad [tokens, N] and w [E, N, K], got {tuple(grad.shape)} and "
+                             f"{tuple(w.shape)}")
+        if 0 in (tokens, depth) or groups == 0 or n == 0:
+            return torch.zeros(tokens, depth, dtype=grad.dtype, device=grad.device)
+        config = grouped_gradient_configs(element)[0]
+        out = torch.empty(tokens, depth, dtype=grad.dtype, device=grad.device)
+        plan = self.plans.of((element, "dx", groups, tokens, depth, n),
+                             lambda: self._plan(element, config, "dx", groups, tokens, depth, n))
+        return self._launch(plan, grad, w, out, [offsets.data_ptr()])
+
+    def weight_gradient(self, grad, x, offsets):
+        """The contiguous form's dw [E, N, K]: expert e's grad rows [N x its tokens] times its x rows (both read
+        as they lie, A [tokens, N] as [K, M] and x as [K, N], the reduction each expert's tokens: `ragged_k`);
+        zeros for an expert without tokens."""
+        import torch
+
+        element, (tokens, n), (groups,) = self._gradient_operands(grad, x, offsets)
+        depth = x.shape[1]
+        if x.dim() != 2 or x.shape[0] != tokens:
+            raise ValueError(f"grouped_mm: grad [tokens, N] and x [tokens, K], got {tuple(grad.shape)} and "
+                             f"{tuple(x.shape)}")
+        if 0 in (groups, n, depth) or tokens == 0:
+            return torch.zeros(groups, n, depth, dtype=grad.dtype, device=grad.device)
+        config = grouped_gradient_configs(element)[1]
+        out = torch.empty(groups, n, depth, dtype=grad.dtype, device=grad.device)
+        plan = self.plans.of((element, "dw", groups, tokens, n, depth),
+                             lambda: self._plan(element, config, "dw", groups, tokens, n, depth))
+        return self._launch(plan, grad, x, out, [offsets.data_ptr()])
+
+    def _gradient_operands(self, grad, other, offsets) -> tuple:
+        """(the element, grad's [tokens, N], the experts' extents: w's [E, N, K], or (E,) beside x) of a
+        gradient's operands: 16-bit of one dtype, contiguous on the GPU, rows on 16 bytes, offsets int32 [E];
+        else ValueError."""
+        import torch
+
+        element = _sixteen_bit(self.operator, grad, other)
+        experts = tuple(other.shape) if other.dim() == 3 else tuple(offsets.shape[:1])
+        if (grad.dim() != 2 or not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32
+                or tuple(offsets.shape) != experts[:1] or grad.shape[1] % 8 or other.shape[-1] % 8
+                or not all(t.is_cuda and t.is_contiguous() for t in (grad, other, offsets))):
+            raise ValueError(f"grouped_mm's gradients: contiguous CUDA tensors, grad [tokens, N], offsets int32 [E], "
+                             f"N and K multiples of 8; got grad {tuple(grad.shape)}, {tuple(other.shape)}, offsets "
+                             f"{getattr(offsets, 'dtype', offsets)} {tuple(getattr(offsets, 'shape', ()))}")
+        return element, tuple(grad.shape), experts
+
+    @staticmethod
+    def _launch(plan, a, b, c, extras: list):
+        """`plan` on A, B and C (each copied onto 16 bytes where off them), each address moved back by the
+        bytes its map starts before the tensor (`_plan`'s `before`)."""
+        from mlir_tile.runtime import torch_stream
+
+        a, b = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (a, b))
+        plan(*(t.data_ptr() - before for t, before in zip((a, b, c), plan.before)), extras, torch_stream(a))
+        return c
 
     def _checked(self, x, w, counts, offsets) -> tuple:
         """(the element, (E, T or tokens, N, K), the counts or offsets) of a call, or ValueError."""
@@ -125,7 +184,7 @@ class GroupedMatmul(_HopperOperator):
         contiguous = offsets is not None
         fp8 = x.dtype == torch.float8_e4m3fn and w.dtype == x.dtype
         element = "e4m3" if fp8 else _sixteen_bit(self.operator, x, w)
-        if (counts is None) == contiguous:
+        if (counts is None) != contiguous:
             raise ValueError("grouped_mm: the masked layout's counts or the contiguous one's offsets, one of them")
         if x.dim() != (2 if contiguous else 3) or w.dim() != 3 or w.shape[2] != x.shape[-1] or (
                 not contiguous and w.shape[0] != x.shape[0]):
@@ -133,7 +192,7 @@ class GroupedMatmul(_HopperOperator):
                              f"{tuple(x.shape)} and {tuple(w.shape)}")
         (groups, n, depth), rows = w.shape, x.shape[-2]
         vector, name = (offsets, "offsets") if contiguous else (counts, "counts")
-        tile_rows = 1 if contiguous else SMALL_TILE["bm"]  # (a masked group's T: whole tiles)
+        tile_rows = 1 if contiguous else grouped_config(element).bm  # (a masked group's T: whole tiles)
         if (not isinstance(vector, torch.Tensor) or vector.dtype != torch.int32 or vector.shape != (groups,)
                 or rows % tile_rows or not all(t.is_cuda and t.is_contiguous() for t in (x, w, vector))):
             raise ValueError(f"grouped_mm: contiguous CUDA tensors, {name} int32 [E] = [{groups}]"
@@ -158,21 +217,40 @@ class GroupedMatmul(_HopperOperator):
                              f"scale_w {list(wanted[1])} (blocks of 128, rounded up); got {given[0]} and {given[1]}")
         return [scale_x, scale_w]
 
-    def _plan(self, element: str, config, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
-        """Masked: the maps of A [E x T, K], B [E x N, K], C [E x T, N]. Contiguous: A [tokens, K], B, and C's 3-D
-        map that clips each tile's stores at its expert's last row (`sm90_grouped.clipped_store_at`: tokens + 1
-        matrices of BM rows, matrix j's row i C's row j + i - BM, its address BM rows before C's: the plan's
-        `c_before` bytes); the kernel's last parameter E (contiguous) or T (masked)."""
-        fp8, contiguous = config.element_bits == 8, config.contiguous
-        m, box, in_bytes = rows if contiguous else groups * rows, boxes(config), config.element_bits // 8
-        c_map = (MapOperand(self.maps, (m + 1, config.bm, n), 2 * n, box["c"], 2 * n, store=True) if contiguous else
-                 MapOperand(self.maps, (m, n), 2 * n, box["c"], store=True))
-        maps = [MapOperand(self.maps, (m, depth), in_bytes * depth, box["a"]),
-                MapOperand(self.maps, (groups * n, depth), in_bytes * depth, box["b"]), c_map]
-        order_rows = config.bm * (-(-m // config.bm) + groups) if contiguous else m
-        plan = self.launched(element, config, maps, m, n, depth,
-                             (POINTER,) * (2 * fp8 + 1) + (groups if contiguous else rows,), order_rows=order_rows)
-        plan.c_before = config.bm * 2 * n if contiguous else 0
+    def _plan(self, element: str, config, form: str, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
+        """The launch plan of `form`: "masked" (A [E x T, K], B [E x N, K], C [E x T, N]), "contiguous" (A [tokens,
+        K], B [E x N, K], C through `ragged`'s map: `sm90_grouped.clipped_store_at`), "dx" (A grad [tokens, N], B
+        w [E, N, K] as a 3-D map of [K, N]s, C as contiguous's) or "dw" (`rows` the tokens, N x `depth` the
+        product: A grad and B x through `ragged` maps of BK rows, C [E, N, K]). The kernel's last parameter: T
+        (masked), else E."""
+        bm, bk, size = config.bm, config.bk, config.element_bits // 8
+        box, (m, product_n, product_depth) = boxes(config), (n, depth, rows) if form == "dw" else (
+            (rows if form != "masked" else groups * rows), n, depth)
+
+        def ragged(tensor_rows: int, columns: int, box_rows: int, which: str, element_bytes: int = 2):
+            """The 3-D map over [tensor_rows, columns] whose matrix j's row i is its row j + i - box_rows (its
+            address box_rows rows before the tensor's), and those bytes."""
+            stride = element_bytes * columns
+            return (MapOperand(self.maps, (tensor_rows + 1, box_rows, columns), stride, box[which], stride,
+                               store=which == "c"), box_rows * stride)
+
+        if form == "dw":
+            maps = [ragged(rows, n, bk, "a"), ragged(rows, depth, bk, "b"),
+                    (MapOperand(self.maps, (groups, n, depth), 2 * depth, box["c"], 2 * n * depth, store=True), 0)]
+        else:
+            a_map = (MapOperand(self.maps, (m, product_depth), size * product_depth, box["a"]), 0)
+            b_map = ((MapOperand(self.maps, (groups, product_depth, n), 2 * n, box["b"], 2 * product_depth * n), 0)
+                     if form == "dx" else (MapOperand(self.maps, (groups * n, product_depth), size * product_depth,
+                                                      box["b"]), 0))
+            c_map = (ragged(m, n, bm, "c") if form != "masked" else
+                     (MapOperand(self.maps, (m, n), 2 * n, box["c"], store=True), 0))
+            maps = [a_map, b_map, c_map]
+        order_rows = {"masked": m, "dw": groups * bm * -(-m // bm)}.get(form, bm * (-(-m // bm) + groups + 1))
+        k_extent = config.k_unit * -(-product_depth // config.k_unit)  # (dw: the tokens rounded up)
+        plan = self.launched(element, config, [map_ for map_, _ in maps], m, product_n, k_extent,
+                             (POINTER,) * (2 * (config.element_bits == 8) + 1) + (rows if form == "masked" else groups,),
+                             order_rows=order_rows)
+        plan.before = [before for _, before in maps]
         return plan
 
 
@@ -187,8 +265,8 @@ class ScaledMatmul(_HopperOperator):
     operator = "scaled matmul"
 
     def __call__(self, a, b, scale_a, scale_b, *, b_major: str = "nk", out=None, accumulation: str = "default"):
-        """`accumulation` (`precise_of`): "fast" (wgmma's fp8 sums in the accumulators), "precise" (each
-        k-tile's sums added into fp32: cuBLASLt's default), or "default": blockwise scales precise, else fast."""
+        """`accumulation` (`precise_of`): "fast" (wgmma's fp8 sums in the accumulators, cuBLASLt's
+        use_fast_accum), "precise" or "default" (each k-tile's sums added into fp32: cuBLASLt's default)."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -230,15 +308,15 @@ class ScaledMatmul(_HopperOperator):
 
 def precise_of(accumulation: str, scaling: str) -> bool:
     """Whether an fp8 product of `scaling`'s scales accumulates precisely (`HopperConfig.promote`): as
-    `accumulation` asks ("fast", "precise"), or by default where the scales are blockwise (applied as each k-tile is
-    added in: always precise) and not otherwise (the faster kernel, until the precise one is measured beside
-    cuBLASLt's default: docs/notes/fp8-moe-plan.md)."""
+    `accumulation` asks ("fast", "precise"; "default" is precise, as cuBLASLt's default accumulates: its RMS
+    error is cuBLASLt default's, fast's 1.2-2.1x it at K 2624-16384 on an H100, docs/notes/fp8-moe-plan.md).
+    Blockwise scales are applied as each k-tile is added in: always precise."""
     if accumulation not in ("default", "fast", "precise"):
         raise ValueError(f"scaled matmul: accumulation 'fast', 'precise' or 'default', got {accumulation!r}")
     if accumulation == "fast" and scaling == "blocks":
         raise ValueError("scaled matmul: blockwise scales are applied as each k-tile's sums are added in: "
                          "accumulation 'precise' (or 'default')")
-    return accumulation == "precise" or scaling == "blocks"
+    return accumulation != "fast"
 
 
 def scaling_of(scale_a, scale_b) -> str:

@@ -11,7 +11,8 @@ from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
-from mlir_tile.kernels.gemm.sm90_tiles import (SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE, grouped_config, hopper_config,
+from mlir_tile.kernels.gemm.sm90_tiles import (SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE, grouped_config,
+                                               grouped_gradient_configs, hopper_config,
                                                library_splits, measured_tile, scaled_config, swiglu_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -354,6 +355,7 @@ def hopper_shipped_kernels(epilogues) -> list:
     fused = [(element, config, None) for element in ("f16", "bf16") for config in (swiglu_config(element),)]
     fused += [(element, grouped_config(element, contiguous), None) for element in ("f16", "bf16", "e4m3")
               for contiguous in (False, True)]
+    fused += [(element, config, None) for element in ("f16", "bf16") for config in grouped_gradient_configs(element)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())

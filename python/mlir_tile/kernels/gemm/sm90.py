@@ -246,6 +246,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         if config.contiguous:  # (its expert's rows, before the roles split: every thread takes part)
             self.locate_segment(first)
             own = k.select(k.compare("ugt", self.segment[2], 0), k.index(1), k.index(0))
+        elif config.ragged_k:  # (its expert's rows: its k-tiles, none for an expert without rows)
+            self.locate_reduction(first)
         elif config.grouped:  # (a tile past its group's count: no turn for either role)
             own = k.select(self.counted(self.origin(first)), k.index(1), k.index(0))
         lowered = config.producer_registers if config.rebalanced else None  # (reallocated where the config says)
@@ -272,6 +274,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         """The first element of this CTA's C tile of tile `tile` of the order (its rank's rows of a cluster's)."""
         row0, col0 = self.order.origin(tile)
         if self.config.contiguous:  # (the located segment's first row: one tile a CTA)
+            return self.segment[1], col0
+        if self.config.ragged_k:  # (the row in its expert's C)
             return self.segment[1], col0
         if self.rank is None:
             return row0, col0
@@ -368,7 +372,9 @@ class _HopperGemm(FusedSteps, GroupedSteps):
             for first, box in a_parts(config):
                 view = k.view(self.shared, (box.rows * box.columns,), self.storage,
                               a_at + k.index(first * (config.element_bits // 8)))
-                pipeline.load(in_ring, k.tensor(view, box.layout), self.a_map, (column, row0 + first // config.bk))
+                at = (column, row0 + first // config.bk)
+                pipeline.load(in_ring, k.tensor(view, box.layout), self.a_map,
+                              self.ragged_at(k_tile, at[1]) if config.ragged_k else at)
         if config.transposed:  # into the staging stage, once the transposer released it
             self.staging.acquire(in_ring)
             staged = self.staging_ring.offset(self.staging_ring.stage(in_ring))
@@ -387,7 +393,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
                 box_row = box_row + self.rank * part.rows
             view = k.view(self.shared, (part.rows * part.columns,), self.storage,
                           b_at + k.as_index(first) * (config.element_bits // 8))
-            pipeline.load(in_ring, k.tensor(view, part.layout), self.b_map, (box_row, box_column),
+            at = self.grouped_b_at(k_tile, box_row, box_column) if config.grouped else (box_row, box_column)
+            pipeline.load(in_ring, k.tensor(view, part.layout), self.b_map, at,
                           multicast=None if self.rank is None else (1 << config.cluster) - 1)
 
     def step(self, in_ring, k_tile, origin) -> None:
@@ -457,7 +464,7 @@ class _HopperGemm(FusedSteps, GroupedSteps):
             col0 = col0 // 2
         with k.if_(self.storer):
             for column, box in k.boxes(self.shared, region, self.tiles["c"], self.out, SWIZZLE_COLUMNS):
-                k.tma_store(box, self.c_map, self.clipped_store_at(row0, col0 + column) if self.config.contiguous
+                k.tma_store(box, self.c_map, self.grouped_c_at(row0, col0 + column) if self.config.grouped
                             else (row0, col0 + column))
             k.tma_store_wait(0)
 

@@ -51,6 +51,9 @@ class HopperConfig:
     contiguous: bool = False  # grouped, contiguous layout (MoE training and prefill): A [tokens, K] and C [tokens,
     # N] sorted by expert, expert e's rows [offsets[e - 1], offsets[e]) (torch._grouped_mm's offsets: int32 [E], on
     # the device), B [E x N, K]; row tiles made per expert (none straddles two), C's stores clipped at its last row
+    ragged_k: bool = False  # grouped, the experts' rows the reduction (a contiguous grouped GEMM's weight gradient,
+    # dW_e = dY_e^T X_e): A [tokens, M] read as [K, M] ('km'), B [tokens, N] as [K, N] ('kn'), C [E, M, N], expert
+    # e summing its rows [offsets[e - 1], offsets[e]), the k-tile past its last row read as zeros (a 3-D map)
     uniform: bool = False  # the warpgroup's index broadcast from lane 0 (`Kernel.broadcast`): ptxas then keeps the
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
@@ -97,10 +100,14 @@ class HopperConfig:
         if self.swiglu and (self.element_bits != 16 or self.split_k or self.bn % (2 * SWIZZLE_COLUMNS)):
             raise ValueError(f"hopper gemm: fused SwiGLU takes 16-bit inputs, no split-K, BN a multiple of "
                              f"{2 * SWIZZLE_COLUMNS} (C's tile BN / 2 wide, in boxes of {SWIZZLE_COLUMNS}); got {self}")
-        if self.grouped and (self.b_major != "nk" or not self.specialized or self.persistent or self.split_k
-                             or self.cluster > 1):
-            raise ValueError(f"hopper gemm: a grouped GEMM takes B [N, K] a group, warp-specialized, launched (not "
-                             f"persistent, not split, one CTA a cluster); got {self}")
+        if self.grouped and ((self.b_major != "nk" and (self.element_bits != 16 or not (self.contiguous or self.ragged_k)))
+                             or not self.specialized
+                             or self.persistent or self.split_k or self.cluster > 1):
+            raise ValueError(f"hopper gemm: a grouped GEMM takes B [N, K] a group (16-bit contiguous ones [K, N] too), "
+                             f"warp-specialized, launched (not persistent, not split, one CTA a cluster); got {self}")
+        if self.ragged_k and (not self.grouped or self.contiguous or self.a_major != "km" or self.b_major != "kn"):
+            raise ValueError(f"hopper gemm: a ragged reduction is a grouped GEMM's (not contiguous) with A 'km' and "
+                             f"B 'kn' (the experts' rows of both); got {self}")
         if self.contiguous and not self.grouped:
             raise ValueError("hopper gemm: the contiguous layout is a grouped GEMM's (grouped=True)")
         if self.row_scales and self.element_bits != 8:
@@ -223,7 +230,7 @@ class HopperConfig:
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
                 f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
-                f"{'_contiguous' if self.contiguous else ''}"
+                f"{'_contiguous' if self.contiguous else ''}{'_raggedk' if self.ragged_k else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
@@ -231,8 +238,12 @@ class HopperConfig:
 DEFAULT_TILE = {"bm": 128, "bn": 128, "bk": 64, "stages": 4}
 FP8_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 4}
 FP8_ROWS_TILE = {"bm": 128, "bn": 128, "bk": 128, "stages": 4}
-FP8_PRECISE_TILE = {**FP8_ROWS_TILE, "promote": True}  # (accumulators and partials: BN 128 of 192 at most)
-FP8_BLOCKS_TILE = {**FP8_PRECISE_TILE, "block_scales": True}  # (blockwise: a block of B's scales a tile)
+# (promoted: accumulators and partials, BN 192 at most; 128 x 192 measured 0.82-0.96x cuBLASLt's default on an H100,
+# 128 x 128 0.77-0.88x: docs/notes/fp8-moe-plan.md)
+FP8_PRECISE_TILE = {**FP8_ROWS_TILE, "bn": 192, "promote": True}
+FP8_BLOCKS_TILE = {**FP8_ROWS_TILE, "promote": True, "block_scales": True}  # (blockwise: one block of B's scales a tile)
+GROUPED_TILE = {"bm": 128, "bn": 256, "bk": 64, "stages": 3}  # 16-bit grouped GEMMs: bf16's measured tile, BM 128 (a
+# masked group's T a multiple of it; a contiguous expert's last tile at most 127 rows short)
 FP8_KN_TILE = {"bm": 128, "bn": 256, "bk": 128, "stages": 3}  # fp8 B [K, N]: the staging stages take the fourth stage's
 TILE_FIELDS = tuple(name for name in HopperConfig.__dataclass_fields__ if name not in ("b_major", "a_major",
                                                                                     "element_bits", "row_scales"))
@@ -313,12 +324,14 @@ SCALINGS = ("tensor", "rows", "blocks")  # fp8's scales: one a tensor, one a row
 def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperConfig:
     """`ScaledMatmul`'s kernel for `scaling` (SCALINGS): the fp8 tile measured fastest for B's layout
     (`measured_tile`), or with per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill);
-    `precise` (the promoted accumulation) FP8_PRECISE_TILE; blockwise FP8_BLOCKS_TILE (promoted: the scales
-    applied as each k-tile is added in)."""
+    `precise` (the promoted accumulation) FP8_PRECISE_TILE (BN 128 with row scales, which spill 412 bytes beside
+    BN 192's, and with B [K, N], whose transposition takes boxes of 128); blockwise FP8_BLOCKS_TILE (promoted: the
+    scales applied as each k-tile is added in)."""
     if scaling == "blocks":
         return hopper_config(b_major, FP8_BLOCKS_TILE, "e4m3")
     rows = scaling == "rows"
-    tile = FP8_PRECISE_TILE if precise else FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major)
+    promoted = FP8_PRECISE_TILE if b_major == "nk" and not rows else {**FP8_PRECISE_TILE, "bn": 128}
+    tile = promoted if precise else FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major)
     return hopper_config(b_major, tile, "e4m3", rows)
 
 
@@ -328,7 +341,14 @@ def swiglu_config(element: str):
 
 
 def grouped_config(element: str, contiguous: bool = False):
-    """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit the small tile, e4m3 the blockwise
+    """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit GROUPED_TILE, e4m3 the blockwise
     one (128 rows each: the masked groups' T a multiple of it)."""
-    tile = FP8_BLOCKS_TILE if element == "e4m3" else SMALL_TILE
+    tile = FP8_BLOCKS_TILE if element == "e4m3" else GROUPED_TILE
     return replace(hopper_config("nk", tile, element), grouped=True, contiguous=contiguous)
+
+
+def grouped_gradient_configs(element: str) -> tuple:
+    """The contiguous grouped GEMM's gradients' kernels (16-bit): dx's (contiguous, w read as B [K, N]) and dw's
+    (`ragged_k`: grad and x read as A [K, M] and B [K, N], the reduction each expert's tokens)."""
+    return (replace(grouped_config(element, contiguous=True), b_major="kn"),
+            replace(grouped_config(element), a_major="km", b_major="kn", ragged_k=True))

@@ -1,0 +1,118 @@
+"""A mixture of experts' and a gated MLP's GEMMs on torch tensors (Hopper, sm_90), registered as torch custom
+operators with fake implementations: `grouped_mm` (masked and contiguous; the contiguous 16-bit form with its
+gradients, grouped GEMMs of their own) and `swiglu_mm` (fused SwiGLU) with its weights' interleave
+(`swiglu_weights`).
+
+No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
+"""
+from typing import Optional
+
+import torch
+
+from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
+
+
+def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
+    """A mixture of experts' grouped GEMM (Hopper, sm_90): w [E, N, K] (each expert's weights, as F.linear lays
+    them), float16 or bfloat16 (out of x's dtype; N and K multiples of 8), or float8_e4m3fn with DeepGEMM's
+    blockwise float32 scales (`scale_x` x's rows' 1 x 128 blocks of K, [..., K / 128]; `scale_w` [E, N / 128,
+    K / 128]; out bfloat16; N and K multiples of 16); the counts or offsets read on the device, so a CUDA graph
+    holds the call. The contiguous 16-bit form differentiates (dx and dw grouped GEMMs of its own); the masked
+    one and fp8 are forward only.
+    - masked (decode, DeepGEMM's masked layout): x [E, T, K] (each expert's tokens in its first counts[e] rows)
+      and `counts` int32 [E]: [E, T, N] whose expert e's first counts[e] rows are x[e] @ w[e]^T (rows past a
+      count unspecified); T a multiple of 128;
+    - contiguous (training, prefill; torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)'s): x [tokens, K]
+      sorted by expert and `offsets` int32 [E], the cumulative ends of the experts' rows (nondecreasing):
+      [tokens, N] whose rows [offsets[e - 1], offsets[e]) are x's times w[e]^T (rows past offsets[E - 1]
+      zeros)."""
+    if offsets is not None:
+        return torch.ops.mlir_tile.grouped_mm_contiguous(x, w, offsets, scale_x, scale_w)
+    return torch.ops.mlir_tile.grouped_mm(x, w, counts, scale_x, scale_w)
+
+
+def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, scale_x: Optional[torch.Tensor],
+                scale_w: Optional[torch.Tensor]) -> torch.Tensor:
+    return kernels_on(x.device).grouped(x, w, counts, scale_x=scale_x, scale_w=scale_w)
+
+
+def _grouped_mm_contiguous(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, scale_x: Optional[torch.Tensor],
+                           scale_w: Optional[torch.Tensor]) -> torch.Tensor:
+    return kernels_on(x.device).grouped(x, w, offsets=offsets, scale_x=scale_x, scale_w=scale_w)
+
+
+def _grouped_fake(x, w, counts_or_offsets, scale_x, scale_w):
+    """Both layouts' output: x's rows by N ([E, T, N] or [tokens, N]), bfloat16 from fp8."""
+    return x.new_empty(*x.shape[:-1], w.shape[1], dtype=torch.bfloat16 if x.dtype == torch.float8_e4m3fn else x.dtype)
+
+
+register_operator("grouped_mm", _grouped_mm, fake=_grouped_fake,
+                  backward=no_backward("grouped_mm: the masked layout (decode's) has no backward"))
+
+
+def _grouped_input_gradient(grad: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return kernels_on(grad.device).grouped.input_gradient(grad, w, offsets)
+
+
+def _grouped_weight_gradient(grad: torch.Tensor, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return kernels_on(grad.device).grouped.weight_gradient(grad, x, offsets)
+
+
+register_operator("grouped_mm_input_gradient", _grouped_input_gradient,
+                  fake=lambda grad, w, offsets: grad.new_empty(grad.shape[0], w.shape[2]))
+register_operator("grouped_mm_weight_gradient", _grouped_weight_gradient,
+                  fake=lambda grad, x, offsets: grad.new_empty(offsets.shape[0], grad.shape[1], x.shape[1]))
+
+
+def _grouped_setup(ctx, inputs, output):
+    x, w, offsets, scale_x, _ = inputs
+    if scale_x is not None:
+        ctx.mark_non_differentiable(output)
+    ctx.save_for_backward(x, w, offsets)
+
+
+def _grouped_backward(ctx, grad):
+    """The contiguous form's gradients, grouped GEMMs of its family: dx = each expert's grad rows times its w
+    (`grouped_mm_input_gradient`), dw = each expert's grad rows^T times its x rows (`grouped_mm_weight_gradient`:
+    the reduction over its tokens). 16-bit only (fp8's gradients: not yet)."""
+    x, w, offsets = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_x = torch.ops.mlir_tile.grouped_mm_input_gradient(grad, w, offsets) if ctx.needs_input_grad[0] else None
+    grad_w = torch.ops.mlir_tile.grouped_mm_weight_gradient(grad, x, offsets) if ctx.needs_input_grad[1] else None
+    return grad_x, grad_w, None, None, None
+
+
+register_operator("grouped_mm_contiguous", _grouped_mm_contiguous, fake=_grouped_fake, backward=_grouped_backward,
+                  setup_context=_grouped_setup)
+
+
+def swiglu_weights(w_gate, w_up):
+    """The weights `swiglu_mm` takes: w_gate and w_up [F, K] (one dtype, F a multiple of 8) interleaved a block of
+    8 rows at a time, [2F, K] (a copy: made once, where the weights are loaded)."""
+    if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.dim() == 2
+            and w_gate.shape == w_up.shape and w_gate.dtype == w_up.dtype and w_gate.shape[0] % 8 == 0):
+        raise ValueError(f"swiglu_weights: w_gate and w_up [F, K] alike, F a multiple of 8; got "
+                         f"{getattr(w_gate, 'shape', w_gate)} and {getattr(w_up, 'shape', w_up)}")
+    features, depth = w_gate.shape
+    return torch.stack([w_gate.reshape(features // 8, 8, depth), w_up.reshape(features // 8, 8, depth)], 1).reshape(
+        2 * features, depth)
+
+
+def swiglu_mm(x, w):
+    """silu(x W_gate^T) * (x W_up^T), Llama's MLP up-projection, in one GEMM (Hopper, sm_90): x [..., K] float16
+    or bfloat16 and w = `swiglu_weights(W_gate, W_up)` [2F, K]; [..., F] of x's dtype, the gate and up
+    products never written. Forward only: a call that asks for a gradient is refused."""
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 1:
+        raise ValueError("swiglu_mm: x [..., K] and w [2F, K] tensors")
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.ops.mlir_tile.swiglu_mm(rows, w.contiguous())
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def _swiglu_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return kernels_on(x.device).swiglu(x, w)
+
+
+register_operator("swiglu_mm", _swiglu_mm, fake=lambda x, w: x.new_empty(x.shape[0], w.shape[0] // 2),
+                  backward=no_backward("swiglu_mm: the fused SwiGLU has no backward yet; train with matmul and "
+                                       "torch's silu"))
