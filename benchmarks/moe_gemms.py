@@ -107,7 +107,6 @@ def contiguous_rows() -> list:
             w_t = w.transpose(1, 2)
             calls["torch._grouped_mm"] = lambda: torch._grouped_mm(x, w_t, offs=offsets)
         rows.append(_row("contiguous", (experts, tokens, depth, n), calls, {k: call() for k, call in calls.items()}))
-        del w, x, pieces
         torch.cuda.empty_cache()
     return rows
 
