@@ -237,13 +237,13 @@ def test_contiguous_grouped_mm_differentiates_by_grouped_gemms():
 @pytest.mark.parametrize("layout", ["masked", "contiguous"])
 def test_fp8_grouped_mm_is_the_exact_blockwise_product(layout):
     """`grouped_mm` on float8_e4m3fn with DeepGEMM's blockwise scales (scale_x [..., K / 128], scale_w [E, N / 128,
-    K / 128], powers of two differing by block), masked and contiguous, 100 random cases each (experts with 0, 1
-    and odd rows among them): small integers (exact products and sums), so each expert's rows are the bf16 of the
+    K / 128], powers of two of every magnitude, 2^-33 to 2^33, differing by block), masked and contiguous, 300
+    random cases each (experts with 0, 1 and odd rows among them): small integers (exact products and sums), so each expert's rows are the bf16 of the
     exact blockwise product, bit for bit; 16-bit scales or none are refused in one line."""
     from mlir_tile.kernels import grouped_mm
 
     rng, failures = random.Random(65), []
-    for trial in range(100):
+    for trial in range(300):
         experts, n, depth = rng.randint(1, 12), 16 * rng.randint(1, 24), 16 * rng.randint(1, 24)
         rows = 128 * rng.randint(1, 2) if layout == "masked" else None
         sizes = [rng.choice([0, 1, 7, 129, rng.randint(0, rows or 300)]) for _ in range(experts)]
@@ -251,8 +251,9 @@ def test_fp8_grouped_mm_is_the_exact_blockwise_product(layout):
         x_shape = (experts, rows, depth) if rows else (sum(sizes), depth)
         x = torch.randint(-3, 4, x_shape, device="cuda").float()
         w = torch.randint(-3, 4, (experts, n, depth), device="cuda").float()
-        scale_x = 2.0 ** -torch.randint(0, 3, (*x_shape[:-1], k_blocks), device="cuda").float()
-        scale_w = 2.0 ** -torch.randint(0, 3, (experts, n_blocks, k_blocks), device="cuda").float()
+        # (powers of two of every magnitude, a case's spread within 2^6 a factor: exact sums of fp32)
+        scale_x, scale_w = (2.0 ** (torch.randint(-3, 4, shape, device="cuda") + rng.randint(-30, 30)).float()
+                            for shape in ((*x_shape[:-1], k_blocks), (experts, n_blocks, k_blocks)))
         if rows:
             sizes = [min(size, rows) for size in sizes]
             got = grouped_mm(x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), torch.tensor(
