@@ -1,6 +1,6 @@
 """Issue 62's GEMMs beside torch's, in one process on the GPU host (the wheel's shipped kernels; nothing to build):
 
-    PYTHONPATH=python python3 benchmarks/moe_gemms.py DIR      # DIR/moe_gemms.json
+    PYTHONPATH=python python3 benchmarks/moe_gemms.py DIR [PART ...]   # DIR/moe_gemms.json; PARTS: all by default
 
 - fused SwiGLU (`swiglu_mm` on `swiglu_weights`) against F.linear twice + silu * and against one F.linear on the
   stacked weights + chunk + silu * (Llama-3-8B's MLP: K 4096, F 14336; M 128-8192), bf16;
@@ -170,11 +170,15 @@ def fp8_rows() -> list:
     return rows
 
 
-def main(directory: Path) -> None:
+PARTS = {"grouped": lambda: grouped_rows(), "contiguous": lambda: contiguous_rows(),
+         "training": lambda: training_rows(), "fp8": lambda: fp8_rows(), "swiglu": lambda: swiglu_rows()}
+
+
+def main(directory: Path, parts=tuple(PARTS)) -> None:
     import torch
 
     results = {"chip": torch.cuda.get_device_name(), "rows": []}
-    for part in (grouped_rows, contiguous_rows, training_rows, fp8_rows, swiglu_rows):
+    for part in (PARTS[name] for name in parts):
         results["rows"] += part()
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "moe_gemms.json").write_text(json.dumps(results, indent=1))
@@ -182,4 +186,4 @@ def main(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:] or tuple(PARTS))
