@@ -170,8 +170,8 @@ def fp8_rows() -> list:
     return rows
 
 
-PARTS = {"grouped": lambda: grouped_rows(), "contiguous": lambda: contiguous_rows(),
-         "training": lambda: training_rows(), "fp8": lambda: fp8_rows(), "swiglu": lambda: swiglu_rows()}
+PARTS = {"grouped": grouped_rows, "contiguous": contiguous_rows, "training": training_rows, "fp8": fp8_rows,
+         "swiglu": swiglu_rows}
 
 
 def main(directory: Path, parts=tuple(PARTS)) -> None:
