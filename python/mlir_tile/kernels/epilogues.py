@@ -296,6 +296,8 @@ relu = Epilogue("relu", lambda x, at: maximum(x, 0.0))
 gelu_tanh = Epilogue("gelu_tanh", lambda x, at: x * sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 silu = Epilogue("silu", lambda x, at: x * sigmoid(x))
 residual_add = Epilogue("residual_add", lambda x, at: x + at.load("residual"), (Operand("residual", "matrix"),))
+# each row times its weight: a mixture of experts' router weights on its experts' outputs (`grouped_mm`)
+row_scale = Epilogue("row_scale", lambda x, at: x * at.load("weights"), (Operand("weights", "row"),))
 ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 

@@ -5,14 +5,14 @@ gradients, grouped GEMMs of their own) and `swiglu_mm` (fused SwiGLU) with its w
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
 from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
 
 
-def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
+def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, epilogue=None, operands=()):
     """A mixture of experts' grouped GEMM (Hopper, sm_90): w [E, N, K] (each expert's weights, as F.linear lays
     them), float16 or bfloat16 (out of x's dtype; N and K multiples of 8), or float8_e4m3fn with DeepGEMM's
     blockwise float32 scales (`scale_x` x's rows' 1 x 128 blocks of K, [..., K / 128]; `scale_w` [E, N / 128,
@@ -25,7 +25,15 @@ def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
     - contiguous (training, prefill; torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)'s): x [tokens, K]
       sorted by expert and `offsets` int32 [E], the cumulative ends of the experts' rows (nondecreasing):
       [tokens, N] whose rows [offsets[e - 1], offsets[e]) are x's times w[e]^T (rows past offsets[E - 1]
-      zeros)."""
+      zeros); `epilogue` (an `epilogues.Epilogue`, with its `operands`: rows [tokens], columns [N] shared by the
+      experts, matrices [tokens, N], numbers) applied to each product before it is rounded, e.g.
+      `epilogues.row_scale` with the router's weights (forward only)."""
+    if epilogue is not None:
+        if offsets is None:
+            raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
+        tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+        numbers = [float(t) for t in operands if not isinstance(t, torch.Tensor)]
+        return _epilogue_operator(epilogue)(x, w, offsets, scale_x, scale_w, tensors, numbers)
     if offsets is not None:
         return torch.ops.mlir_tile.grouped_mm_contiguous(x, w, offsets, scale_x, scale_w)
     return torch.ops.mlir_tile.grouped_mm(x, w, counts, scale_x, scale_w)
@@ -39,6 +47,28 @@ def _grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, scale_x:
 def _grouped_mm_contiguous(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, scale_x: Optional[torch.Tensor],
                            scale_w: Optional[torch.Tensor]) -> torch.Tensor:
     return kernels_on(x.device).grouped(x, w, offsets=offsets, scale_x=scale_x, scale_w=scale_w)
+
+
+def _epilogue_operator(epilogue):
+    """`mlir_tile::grouped_mm_contiguous_<name>_<fingerprint>` for a user's epilogue, registered once (forward
+    only: the epilogue's derivative is not known): its tensor operands and its numbers in two lists."""
+    from mlir_tile.kernels import common, epilogues, registry
+
+    suffix = "grouped_mm_contiguous" + common.epilogue_suffix(epilogue).replace("-", "_")
+    with registry.lock:
+        if suffix not in registry.custom_operators:
+            def run(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, scale_x: Optional[torch.Tensor],
+                    scale_w: Optional[torch.Tensor], tensors: List[torch.Tensor], numbers: List[float]) -> torch.Tensor:
+                return kernels_on(x.device).grouped(x, w, offsets=offsets, scale_x=scale_x, scale_w=scale_w,
+                                                    epilogue=epilogue,
+                                                    operands=epilogues.arranged(epilogue, tensors, numbers))
+
+            registry.custom_operators[suffix] = register_operator(
+                suffix, run, fake=lambda x, w, offsets, scale_x, scale_w, tensors, numbers: _grouped_fake(
+                    x, w, offsets, scale_x, scale_w),
+                backward=no_backward(f"grouped_mm: epilogue {epilogue.name!r} has no derivative here; apply it "
+                                     f"after the product to train"))
+        return registry.custom_operators[suffix]
 
 
 def _grouped_fake(x, w, counts_or_offsets, scale_x, scale_w):

@@ -4,9 +4,9 @@ or precise accumulation), fused SwiGLU (`SwigluMatmul`) and the grouped GEMMs of
 from __future__ import annotations
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, operand_slots
 from mlir_tile.kernels.gemm import sm90
-from mlir_tile.kernels.gemm.launch import TMA_ADDRESS_BYTES, _HopperPlan
+from mlir_tile.kernels.gemm.launch import TMA_ADDRESS_BYTES, _HopperPlan, checked_operands
 from mlir_tile.kernels.gemm.sm90 import boxes
 from mlir_tile.kernels.gemm.sm90_tiles import (BLOCK, grouped_config, grouped_gradient_configs,
                                                scaled_config, swiglu_config)
@@ -25,11 +25,13 @@ class _HopperOperator:
         self.sms = library.runtime.device.properties.multiprocessor_count
 
     def launched(self, element: str, config, maps: list, m: int, n: int, depth: int, extras=(),
-                 order_rows: int | None = None) -> "_HopperPlan":
-        """The plan of `config`'s kernel on an M x N x K product through `maps` (A's, B's and C's), the kernel's
-        parameters after the sizes `extras` (their types, or constants baked in), its grid the C tiles of
-        `order_rows` x N (M x N unless given)."""
-        module = self.library.module(sm90.kernel_name(element, config), lambda: sm90.build_module(element, config))
+                 order_rows: int | None = None, epilogue=None) -> "_HopperPlan":
+        """The plan of `config`'s kernel (with `epilogue`, its operands' slots last) on an M x N x K product through
+        `maps` (A's, B's and C's), the kernel's parameters after the sizes `extras` (their types, or constants
+        baked in), its grid the C tiles of `order_rows` x N (M x N unless given)."""
+        module = self.library.module(sm90.kernel_name(element, config, epilogue),
+                                     lambda: sm90.build_module(element, config, epilogue=epilogue))
+        extras = [*extras, *(operand_slots(epilogue.operands) if epilogue is not None else [])]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [m, n // config.unit, depth // config.k_unit, *extras],
                                 grid=config.grid(order_rows or m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
         return _HopperPlan(config, m, n, launch, maps)
@@ -96,10 +98,15 @@ class GroupedMatmul(_HopperOperator):
     The counts and offsets are read by the kernel, so a CUDA graph holds the call."""
     operator = "grouped_mm"
 
-    def __call__(self, x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None):
+    def __call__(self, x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, epilogue=None, operands=()):
+        """`epilogue` (an `epilogues.Epilogue`, the contiguous form's; `operands` in its order: row operands
+        [tokens], e.g. `epilogues.row_scale`'s router weights, column ones [N] shared by the experts, matrix ones
+        [tokens, N]) applied to each product before it is rounded."""
         import torch
 
         contiguous = offsets is not None
+        if epilogue is not None and not contiguous:
+            raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
         element, (groups, rows, n, depth), vector = self._checked(x, w, counts, offsets)
         config = grouped_config(element, contiguous)
         scales = self._scales(scale_x, scale_w, x, groups, n, depth) if element == "e4m3" else []
@@ -111,9 +118,10 @@ class GroupedMatmul(_HopperOperator):
             return torch.zeros(shape, dtype=dtype, device=x.device)
         out = torch.empty(shape, dtype=dtype, device=x.device)  # (rows no group computes: unspecified)
         form = "contiguous" if contiguous else "masked"
-        plan = self.plans.of((element, form, groups, rows, n, depth),
-                             lambda: self._plan(element, config, form, groups, rows, n, depth))
-        return self._launch(plan, x, w, out, [s.data_ptr() for s in scales] + [vector.data_ptr()])
+        arguments = checked_operands(epilogue, operands, rows, n, out) if epilogue is not None else []
+        plan = self.plans.of((element, form, groups, rows, n, depth, epilogue),
+                             lambda: self._plan(element, config, form, groups, rows, n, depth, epilogue))
+        return self._launch(plan, x, w, out, [s.data_ptr() for s in scales] + [vector.data_ptr()] + arguments)
 
     def input_gradient(self, grad, w, offsets):
         """The contiguous form's dx [tokens, K]: each expert's rows of grad [tokens, N] times its w [N, K] (B [K,
@@ -217,7 +225,8 @@ class GroupedMatmul(_HopperOperator):
                              f"scale_w {list(wanted[1])} (blocks of 128, rounded up); got {given[0]} and {given[1]}")
         return [scale_x, scale_w]
 
-    def _plan(self, element: str, config, form: str, groups: int, rows: int, n: int, depth: int) -> "_HopperPlan":
+    def _plan(self, element: str, config, form: str, groups: int, rows: int, n: int, depth: int,
+              epilogue=None) -> "_HopperPlan":
         """The launch plan of `form`: "masked" (A [E x T, K], B [E x N, K], C [E x T, N]), "contiguous" (A [tokens,
         K], B [E x N, K], C through `ragged`'s map: `sm90_grouped.clipped_store_at`), "dx" (A grad [tokens, N], B
         w [E, N, K] as a 3-D map of [K, N]s, C as contiguous's) or "dw" (`rows` the tokens, N x `depth` the
@@ -249,7 +258,7 @@ class GroupedMatmul(_HopperOperator):
         k_extent = config.k_unit * -(-product_depth // config.k_unit)  # (dw: the tokens rounded up)
         plan = self.launched(element, config, [map_ for map_, _ in maps], m, product_n, k_extent,
                              (POINTER,) * (2 * (config.element_bits == 8) + 1) + (rows if form == "masked" else groups,),
-                             order_rows=order_rows)
+                             order_rows=order_rows, epilogue=epilogue)
         plan.before = [before for _, before in maps]
         return plan
 

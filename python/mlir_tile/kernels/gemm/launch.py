@@ -7,7 +7,7 @@ from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
-from mlir_tile.kernels.epilogues import Choice, Epilogue, selectable
+from mlir_tile.kernels.epilogues import Choice, Epilogue, row_scale, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
@@ -356,6 +356,7 @@ def hopper_shipped_kernels(epilogues) -> list:
     fused += [(element, grouped_config(element, contiguous), None) for element in ("f16", "bf16", "e4m3")
               for contiguous in (False, True)]
     fused += [(element, config, None) for element in ("f16", "bf16") for config in grouped_gradient_configs(element)]
+    fused += [(element, grouped_config(element, contiguous=True), row_scale) for element in ("f16", "bf16")]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())
