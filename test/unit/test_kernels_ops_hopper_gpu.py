@@ -411,3 +411,27 @@ def test_repeated_calls_reuse_their_launch_plan():
     for _ in range(5):
         matmul(x, w, b_layout="nk", bias=bias, activation="silu")
     assert len(launcher.plans) == before and "silu" in str(launcher.last_config) + str(list(launcher.plans)[-1])
+
+
+@_hopper_only
+def test_the_moe_operators_registrations_pass_torchs_opcheck():
+    """torch.library.opcheck on the MoE operators (`moe_ops`): grouped_mm's two layouts, the contiguous one's
+    gradients' operators and swiglu_mm: schema, fake implementation against the real outputs, autograd
+    registration (the contiguous form's backward exercised by test_contiguous_grouped_mm_differentiates_by_grouped_gemms)."""
+    from mlir_tile.kernels import moe_ops, swiglu_weights
+
+    x, w = torch.randn(300, 64, device="cuda", dtype=torch.bfloat16), torch.randn(4, 48, 64, device="cuda",
+                                                                              dtype=torch.bfloat16)
+    offsets = torch.tensor([100, 100, 250, 300], device="cuda", dtype=torch.int32)
+    grad = torch.randn(300, 48, device="cuda", dtype=torch.bfloat16)
+    masked = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16)
+    counts = torch.tensor([0, 1, 77, 128], device="cuda", dtype=torch.int32)
+    gate, up = (torch.randn(64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    assert moe_ops.grouped_mm is not None  # (the operators registered)
+    for operator, arguments in (
+            (torch.ops.mlir_tile.grouped_mm.default, (masked, w, counts, None, None)),
+            (torch.ops.mlir_tile.grouped_mm_contiguous.default, (x, w, offsets, None, None)),
+            (torch.ops.mlir_tile.grouped_mm_input_gradient.default, (grad, w, offsets)),
+            (torch.ops.mlir_tile.grouped_mm_weight_gradient.default, (grad, x, offsets)),
+            (torch.ops.mlir_tile.swiglu_mm.default, (x, swiglu_weights(gate, up)))):
+        torch.library.opcheck(operator, arguments, test_utils=("test_schema", "test_faketensor"))
