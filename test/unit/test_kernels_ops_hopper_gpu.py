@@ -321,7 +321,7 @@ def test_fp8_grouped_mm_is_the_exact_blockwise_product(layout):
 def test_swiglu_mm_is_silu_of_the_gate_times_the_up_projection():
     """Fused SwiGLU (`swiglu_mm` on `swiglu_weights`) on random shapes, both dtypes, leading dimensions: within
     twice the error of torch's 16-bit silu(F.linear) * F.linear against fp32 (plus the element's rounding of the
-    result's scale); a gradient asked for is refused in one line, as are weights not interleaved in 16 rows."""
+    result's scale); weights not interleaved in 16 rows are refused in one line."""
     import torch.nn.functional as F
 
     from mlir_tile.kernels import swiglu_mm, swiglu_weights
@@ -340,11 +340,41 @@ def test_swiglu_mm_is_silu_of_the_gate_times_the_up_projection():
             failures.append(((m, features, depth, dtype), float((got.float() - exact).abs().max()), bound))
     assert not failures, failures[:5]
     weights = swiglu_weights(*(torch.randn(16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2)))
-    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="swiglu_mm: the fused SwiGLU has no backward"):
-        swiglu_mm(x, weights).sum().backward()
     with pytest.raises(ValueError, match="a multiple of 16"):
-        swiglu_mm(x.detach(), weights[:24])
+        swiglu_mm(torch.randn(4, 64, device="cuda", dtype=torch.bfloat16), weights[:24])
+
+
+@_hopper_only
+def test_swiglu_mm_trains():
+    """`swiglu_mm`'s backward (the gate and up products recomputed, dg and du in fp32, dx and dw by `matmul`) on
+    24 random shapes, both dtypes: dx, and dw_gate and dw_up taken apart from the interleaved weights' gradient,
+    within twice the error of torch's 16-bit autograd of silu(F.linear) * F.linear against fp32's (plus 4 eps of
+    the scale)."""
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import swiglu_mm, swiglu_weights
+
+    rng, failures = random.Random(68), []
+    for trial in range(24):
+        m, features, depth = rng.choice([1, 7, 128, rng.randint(1, 1500)]), 8 * rng.randint(1, 200), 8 * rng.randint(1, 200)
+        dtype = (torch.bfloat16, torch.float16)[trial % 2]
+        x = torch.randn(m, depth, device="cuda", dtype=dtype)
+        gate, up = (torch.randn(features, depth, device="cuda", dtype=dtype) / depth ** 0.5 for _ in range(2))
+        grad = torch.randn(m, features, device="cuda", dtype=dtype)
+        results = []
+        for kind in (None, torch.float32, dtype):  # ours, fp32's, torch's 16-bit
+            inputs = [t.clone().to(kind or dtype).requires_grad_() for t in (x, gate, up)]
+            if kind is None:
+                weights = swiglu_weights(inputs[1], inputs[2])
+                swiglu_mm(inputs[0], weights).backward(grad)
+            else:
+                (F.silu(F.linear(inputs[0], inputs[1])) * F.linear(inputs[0], inputs[2])).backward(grad.to(kind))
+            results.append([t.grad.float() for t in inputs])
+        for name, ours, exact, theirs in zip(("dx", "dw_gate", "dw_up"), *results):
+            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+            if not float((ours - exact).abs().max()) <= bound:
+                failures.append((trial, name, m, features, depth, float((ours - exact).abs().max()), bound))
+    assert not failures, failures[:5]
 
 
 @_hopper_only

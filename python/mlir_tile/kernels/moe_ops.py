@@ -1,7 +1,7 @@
 """A mixture of experts' and a gated MLP's GEMMs on torch tensors (Hopper, sm_90), registered as torch custom
 operators with fake implementations: `grouped_mm` (masked and contiguous; the contiguous 16-bit form with its
-gradients, grouped GEMMs of their own) and `swiglu_mm` (fused SwiGLU) with its weights' interleave
-(`swiglu_weights`).
+gradients, grouped GEMMs of their own) and `swiglu_mm` (fused SwiGLU, with a backward of `matmul`'s GEMMs) with
+its weights' interleave (`swiglu_weights`).
 
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import torch
 
+import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.matmul*, which swiglu_mm's backward runs)
 from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
 
 
@@ -131,7 +132,8 @@ def swiglu_weights(w_gate, w_up):
 def swiglu_mm(x, w):
     """silu(x W_gate^T) * (x W_up^T), Llama's MLP up-projection, in one GEMM (Hopper, sm_90): x [..., K] float16
     or bfloat16 and w = `swiglu_weights(W_gate, W_up)` [2F, K]; [..., F] of x's dtype, the gate and up
-    products never written. Forward only: a call that asks for a gradient is refused."""
+    products never written. It trains: the backward recomputes the gate and up products (one GEMM) and takes dx
+    and dw by `matmul`'s kernels."""
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 1:
         raise ValueError("swiglu_mm: x [..., K] and w [2F, K] tensors")
     rows = x.reshape(-1, x.shape[-1]).contiguous()
@@ -143,6 +145,26 @@ def _swiglu_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return kernels_on(x.device).swiglu(x, w)
 
 
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _swiglu_backward(ctx, grad):
+    """h = silu(g) u from the interleaved weights' product [M, 2F] (a block of 8 gates, then their 8 ups): g and u
+    recomputed by one GEMM (`matmul`, B [2F, K]), dg = dh u silu'(g) and du = dh silu(g) in fp32, interleaved as
+    the weights are, then dx = d [M, 2F] w and dw = d^T x by `matmul`'s kernels (B as it lies; A^T read as it lies:
+    `matmul_transposed_a`)."""
+    x, w = ctx.saved_tensors
+    rows, features = x.shape[0], w.shape[0] // 2
+    both = torch.ops.mlir_tile.matmul(x, w, "nk", None, None, None).float().view(rows, features // 8, 2, 8)
+    gate, up = both[:, :, 0], both[:, :, 1]
+    sigmoid, dh = torch.sigmoid(gate), grad.float().view(rows, features // 8, 8)
+    d_gate = dh * up * sigmoid * (1 + gate * (1 - sigmoid))
+    d_both = torch.stack([d_gate, dh * gate * sigmoid], 2).reshape(rows, 2 * features).to(x.dtype)
+    grad_x = torch.ops.mlir_tile.matmul(d_both, w, "kn", None, None, None) if ctx.needs_input_grad[0] else None
+    grad_w = torch.ops.mlir_tile.matmul_transposed_a(d_both, x) if ctx.needs_input_grad[1] else None
+    return grad_x, grad_w
+
+
 register_operator("swiglu_mm", _swiglu_mm, fake=lambda x, w: x.new_empty(x.shape[0], w.shape[0] // 2),
-                  backward=no_backward("swiglu_mm: the fused SwiGLU has no backward yet; train with matmul and "
-                                       "torch's silu"))
+                  backward=_swiglu_backward, setup_context=_swiglu_setup)
