@@ -409,7 +409,8 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     last split applies the epilogue), A [K, M]'s plain on each
     tile and split, fp8's for each B layout with per-tensor and per-row scales (fast and precise) and B [N, K]'s blockwise
     (`ScaledMatmul`), the fused SwiGLU's for each 16-bit element and the grouped GEMMs' (masked, contiguous) for
-    each 16-bit element and blockwise fp8 and the contiguous one's gradients' and its router weights' (`row_scale`) (16-bit), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
+    each 16-bit element and blockwise fp8 and the contiguous one's gradients' its router weights' (`row_scale`) and an expert's
+    bias (`expert_bias`) (16-bit), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
     assembles without spills."""
     from mlir_tile.compiler.compile import compile_to_ptx
     from mlir_tile.kernels.gemm import launch as gemm_launch
@@ -418,7 +419,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
-                                                                     + 3) + 2 * 2 * 2 + 1 + 2 + 12
+                                                                     + 3) + 2 * 2 * 2 + 1 + 2 + 14
     assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 14
     assert sum("_e4m3_" in name for name in hopper) == 11 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert sum(name.endswith("_fp8_promote_sm90a") or name.endswith("_rowscales_promote_sm90a") for name in hopper) == 4
@@ -428,6 +429,7 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
     assert sum(name.endswith("_grouped_contiguous_sm90a") for name in hopper) == 5  # (and dx's, 16-bit)
     assert sum(name.endswith("_grouped_raggedk_sm90a") for name in hopper) == 2  # (dw's, 16-bit)
     assert sum("_grouped_contiguous_sm90a_row_scale_" in name for name in hopper) == 2  # (router weights, 16-bit)
+    assert sum("_grouped_contiguous_sm90a_expert_bias_" in name for name in hopper) == 2  # (a bias an expert)
     assert not any("_sm90a" in name for name, _ in gemm_launch.shipped_kernels("sm_80"))
     config = hopper_tiles.library_config(4096, 4096, "nk", sms=132, fill=0.9, epilogue=bias.then(gelu_tanh))
     _assembles(compile_to_ptx(gemm_sm90.build_module("bf16", config, epilogue=bias.then(gelu_tanh))), tmp_path)

@@ -177,6 +177,8 @@ def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(t
     (lambda: hopper_config("kn", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "grouped": True, "ragged_k": True}, "bf16"), "ragged reduction"),
     (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "swiglu": True}, "bf16"),
                                     epilogue=epilogues.relu), "SwiGLU is the kernel's epilogue"),
+    (lambda: gemm_sm90.build_module("bf16", hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}, "bf16"),
+                                    epilogue=epilogues.expert_bias), "a grouped GEMM's \\(its N a group\\)"),
 ])
 def test_fused_configurations_outside_the_kernel_are_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -197,16 +197,17 @@ def test_contiguous_grouped_mm_computes_each_experts_rows_and_replays_in_a_graph
 
 
 @_hopper_only
-def test_contiguous_grouped_mm_applies_an_epilogue_per_row():
-    """`grouped_mm(x, w, offsets=..., epilogue=row_scale, operands=(weights,))` (the router's weights on each
-    token's expert output, before rounding) on 100 random cases, both dtypes: each expert's rows within twice the
-    error of torch's 16-bit product times the weights against fp32; rows past the last expert zeros; an epilogue
-    on the masked form and weights of another length refused in one line."""
+def test_contiguous_grouped_mm_applies_an_epilogue_per_row_or_expert():
+    """`grouped_mm(x, w, offsets=..., epilogue=..., operands=...)` on 100 random cases each, both dtypes: the
+    router's weights (`row_scale`, a token's weight on its expert output) and an expert's own bias (`expert_bias`,
+    [E, N], a "group_column" operand), before rounding: each expert's rows within twice the error of torch's
+    16-bit product and epilogue against fp32; rows past the last expert zeros; an epilogue on the masked form and
+    operands of other shapes refused in one line."""
     from mlir_tile.kernels import grouped_mm
-    from mlir_tile.kernels.epilogues import row_scale
+    from mlir_tile.kernels.epilogues import expert_bias, row_scale
 
     rng, failures = random.Random(67), []
-    for trial in range(100):
+    for trial in range(200):
         experts = rng.choice([1, 3, 8, rng.randint(1, 40)])
         sizes = [rng.choice([0, 1, 7, 129, rng.randint(0, 300)]) for _ in range(experts)]
         n, depth, dtype = 8 * rng.randint(1, 40), 8 * rng.randint(1, 40), (torch.bfloat16, torch.float16)[trial % 2]
@@ -214,27 +215,34 @@ def test_contiguous_grouped_mm_applies_an_epilogue_per_row():
         tokens = ends[-1] + rng.choice([0, 5])
         x = torch.randn(tokens, depth, device="cuda", dtype=dtype)
         w = torch.randn(experts, n, depth, device="cuda", dtype=dtype) / depth ** 0.5
-        weights = torch.rand(tokens, device="cuda", dtype=dtype)
-        out = grouped_mm(x, w, offsets=torch.tensor(ends, device="cuda", dtype=torch.int32), epilogue=row_scale,
-                         operands=(weights,))
+        epilogue, operand = ((row_scale, torch.rand(tokens, device="cuda", dtype=dtype)) if trial % 4 < 2 else
+                             (expert_bias, torch.randn(experts, n, device="cuda", dtype=dtype)))
+        out = grouped_mm(x, w, offsets=torch.tensor(ends, device="cuda", dtype=torch.int32), epilogue=epilogue,
+                         operands=(operand,))
         for e, (size, end) in enumerate(zip(sizes, ends)):
             if not size:
                 continue
             rows = slice(end - size, end)
-            exact = (x[rows].float() @ w[e].float().T) * weights[rows, None].float()
-            theirs = ((x[rows] @ w[e].T) * weights[rows, None]).float()
-            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+            product, theirs = x[rows].float() @ w[e].float().T, x[rows] @ w[e].T
+            if epilogue is row_scale:
+                exact, theirs = product * operand[rows, None].float(), theirs * operand[rows, None]
+            else:
+                exact, theirs = product + operand[e].float(), theirs + operand[e]
+            bound = 2 * float((theirs.float() - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(
+                exact.abs().max())
             if not float((out[rows].float() - exact).abs().max()) <= bound:
-                failures.append((trial, e, size, n, depth))
+                failures.append((trial, epilogue.name, e, size, n, depth))
         if out[ends[-1]:].any():
             failures.append((trial, "rows past the last expert"))
     assert not failures, failures[:10]
+    offsets = torch.tensor(ends, device="cuda", dtype=torch.int32)
     with pytest.raises(ValueError, match="an epilogue is the contiguous form's"):
         grouped_mm(x.view(1, *x.shape), w[:1], torch.zeros(1, dtype=torch.int32, device="cuda"), epilogue=row_scale,
-                   operands=(weights,))
+                   operands=(x[:, 0],))
     with pytest.raises(ValueError, match="operand 'weights' is a contiguous"):
-        grouped_mm(x, w, offsets=torch.tensor(ends, device="cuda", dtype=torch.int32), epilogue=row_scale,
-                   operands=(weights[:-1],))
+        grouped_mm(x, w, offsets=offsets, epilogue=row_scale, operands=(x[:-1, 0].contiguous(),))
+    with pytest.raises(ValueError, match="operand 'bias' is a contiguous"):
+        grouped_mm(x, w, offsets=offsets, epilogue=expert_bias, operands=(w.new_zeros(w.shape[0] + 1, w.shape[1]),))
 
 
 @_hopper_only

@@ -11,25 +11,25 @@ HALF = 2  # bytes of a 16-bit element
 LOG2E = 1.4426950408889634  # log2(e): softmaxes run in the log2 domain (exp2)
 
 
-def for_each_arm(k, epilogue, extras, sizes, emit) -> None:
+def for_each_arm(k, epilogue, extras, sizes, emit, group=None) -> None:
     """`emit(finish)` emits the store code, `finish(value, row, column)` the epilogue on one accumulator (None
     where there is none): once, or for a `Choice` once per arm, inside the branch where its selector holds
-    (one branch a thread around the whole epilogue)."""
+    (one branch a thread around the whole epilogue). `group`: a grouped GEMM's tile's group (`Epilogue.apply`)."""
     if epilogue is None:
         emit(None)
         return
     operands = epilogue.operands
     if isinstance(epilogue, Epilogue):
-        emit(partial(_apply, k, epilogue, sizes, extras, operands))
+        emit(partial(_apply, k, epilogue, sizes, extras, operands, group))
         return
     selector = extras[[operand.name for operand in operands].index(epilogue.selector)]
     for code, arm in enumerate(epilogue.arms):
         with k.if_(k.compare("eq", selector, code)):
-            emit(partial(_apply, k, arm, sizes, extras, operands))
+            emit(partial(_apply, k, arm, sizes, extras, operands, group))
 
 
-def _apply(k, epilogue, sizes, extras, operands, value, row, column):
-    return epilogue.apply(k, value, row, column, *sizes, extras, operands)
+def _apply(k, epilogue, sizes, extras, operands, group, value, row, column):
+    return epilogue.apply(k, value, row, column, *sizes, extras, operands, group)
 
 
 def operand_parameters(epilogue, element: str) -> list:

@@ -25,9 +25,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("column", "row", "matrix", "scalar", "integer", "head")  # an operand's shape: N elements, M elements,
-# M x N, one fp32, one integer (what `Site.equals` compares, a `Choice` selects by); "head", one fp32 a query head,
-# is attention variants' alone
+KINDS = ("column", "row", "matrix", "scalar", "integer", "head", "group_column")  # an operand's shape: N elements, M
+# elements, M x N, one fp32, one integer (what `Site.equals` compares, a `Choice` selects by); "head", one fp32 a
+# query head, is attention variants' alone; "group_column", [E, N], a grouped GEMM's N a group (an expert's bias)
 LOG2_E = 1.4426950408889634
 
 
@@ -75,12 +75,13 @@ class Epilogue:
         """A digest of the name, the operands and the code of the function and of what it closes over."""
         return code_digest(repr((self.name, self.operands)), self.function)
 
-    def apply(self, k, value, row, column, m, n, arguments, operands: tuple | None = None):
+    def apply(self, k, value, row, column, m, n, arguments, operands: tuple | None = None, group=None):
         """The epilogue on one accumulator in kernel `k`: `value` an f32 ir.Value at (row, column) of an m x n C
         (index values); `arguments` the kernel arguments of `operands` (by default this epilogue's; a
-        `Choice`'s arm reads the Choice's), in order. Returns an f32 ir.Value."""
+        `Choice`'s arm reads the Choice's), in order; `group` a grouped GEMM's tile's group (an index value,
+        which "group_column" operands read by). Returns an f32 ir.Value."""
         operands = self.operands if operands is None else operands
-        at = Site(k, row, column, m, n, dict(zip((o.name for o in operands), zip(operands, arguments))))
+        at = Site(k, row, column, m, n, dict(zip((o.name for o in operands), zip(operands, arguments))), group)
         result = self.function(F32(k, value), at)
         if isinstance(result, (int, float)):
             result = F32.constant(k, result)
@@ -164,8 +165,9 @@ class Site:
     """Where an accumulator lies: `row`, `column` (index ir.Values) and `load(name)`, its operand's element
     there as an F32."""
 
-    def __init__(self, k, row, column, m, n, operands: dict):
+    def __init__(self, k, row, column, m, n, operands: dict, group=None):
         self.k, self.row, self.column, self.m, self.n, self._operands = k, row, column, m, n, operands
+        self.group = group
 
     def _operand(self, name: str, integer: bool):
         if name not in self._operands:
@@ -193,8 +195,14 @@ class Site:
 
         k = self.k
         row, column = k.identity_tensor((self.m, self.n)).clamped((self.row, self.column))  # clamped into C
-        tensor, at = {"column": ((self.n,), (column,)), "row": ((self.m,), (row,)),
-                      "matrix": ((self.m, self.n), (row, column))}[operand.kind]
+        if operand.kind == "group_column":
+            if self.group is None:
+                raise ValueError(f"epilogue: operand {name!r} is of kind group_column, a grouped GEMM's (its N a "
+                                 f"group)")
+            tensor, at = (self.k.as_index(self.group) + 1, self.n), (self.group, column)
+        else:
+            tensor, at = {"column": ((self.n,), (column,)), "row": ((self.m,), (row,)),
+                          "matrix": ((self.m, self.n), (row, column))}[operand.kind]
         value = arith.extf(ir.F32Type.get(), k.tensor(argument, tensor).load(at, where=where))
         return F32(k, value if where is None else arith.select(where, value, k.constant(0.0, "f32")))
 
@@ -298,6 +306,8 @@ silu = Epilogue("silu", lambda x, at: x * sigmoid(x))
 residual_add = Epilogue("residual_add", lambda x, at: x + at.load("residual"), (Operand("residual", "matrix"),))
 # each row times its weight: a mixture of experts' router weights on its experts' outputs (`grouped_mm`)
 row_scale = Epilogue("row_scale", lambda x, at: x * at.load("weights"), (Operand("weights", "row"),))
+# each expert's own bias [E, N] (`grouped_mm`)
+expert_bias = Epilogue("expert_bias", lambda x, at: x + at.load("bias"), (Operand("bias", "group_column"),))
 ACTIVATIONS = {"relu": relu, "gelu_tanh": gelu_tanh, "silu": silu}
 
 

@@ -100,15 +100,16 @@ class GroupedMatmul(_HopperOperator):
 
     def __call__(self, x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, epilogue=None, operands=()):
         """`epilogue` (an `epilogues.Epilogue`, the contiguous form's; `operands` in its order: row operands
-        [tokens], e.g. `epilogues.row_scale`'s router weights, column ones [N] shared by the experts, matrix ones
-        [tokens, N]) applied to each product before it is rounded."""
+        [tokens], e.g. `epilogues.row_scale`'s router weights, column ones [N] shared by the experts,
+        "group_column" ones [E, N] an expert's own, e.g. `epilogues.expert_bias`, matrix ones [tokens, N])
+        applied to each product before it is rounded."""
         import torch
 
         contiguous = offsets is not None
         if epilogue is not None and not contiguous:
             raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
         element, (groups, rows, n, depth), vector = self._checked(x, w, counts, offsets)
-        config = grouped_config(element, contiguous)
+        config = grouped_config(element, contiguous, epilogue)
         scales = self._scales(scale_x, scale_w, x, groups, n, depth) if element == "e4m3" else []
         if n % config.unit or depth % config.k_unit:
             raise ValueError(f"grouped_mm: N a multiple of {config.unit} and K of {config.k_unit} (TMA's rows on 16 "
@@ -118,7 +119,7 @@ class GroupedMatmul(_HopperOperator):
             return torch.zeros(shape, dtype=dtype, device=x.device)
         out = torch.empty(shape, dtype=dtype, device=x.device)  # (rows no group computes: unspecified)
         form = "contiguous" if contiguous else "masked"
-        arguments = checked_operands(epilogue, operands, rows, n, out) if epilogue is not None else []
+        arguments = checked_operands(epilogue, operands, rows, n, out, groups) if epilogue is not None else []
         plan = self.plans.of((element, form, groups, rows, n, depth, epilogue),
                              lambda: self._plan(element, config, form, groups, rows, n, depth, epilogue))
         return self._launch(plan, x, w, out, [s.data_ptr() for s in scales] + [vector.data_ptr()] + arguments)

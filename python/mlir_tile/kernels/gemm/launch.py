@@ -7,7 +7,7 @@ from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
-from mlir_tile.kernels.epilogues import Choice, Epilogue, row_scale, selectable
+from mlir_tile.kernels.epilogues import Choice, Epilogue, expert_bias, row_scale, selectable
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
@@ -214,10 +214,11 @@ def _element_and_sizes(a, b, b_major: str, a_major: str = "mk") -> tuple[str, tu
     return element, (m, n, depth)
 
 
-def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> list:
+def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a, groups: int | None = None) -> list:
     """The epilogue's operands as the values of its launch's slots (`_slots`: a tensor's address, a float, an
-    int), each checked against its kind, or ValueError. A tensor operand may be None where the epilogue does not
-    read it (`epilogues.selectable`): A's address stands in."""
+    int), each checked against its kind (a grouped GEMM's `groups` for "group_column" operands [E, N]), or
+    ValueError. A tensor operand may be None where the epilogue does not read it (`epilogues.selectable`): A's
+    address stands in."""
     declared = epilogue.operands if epilogue is not None else ()
     if len(operands) != len(declared):
         raise ValueError(f"gemm: the epilogue takes {len(declared)} operands "
@@ -234,7 +235,7 @@ def checked_operands(epilogue: Epilogue | None, operands, m: int, n: int, a) -> 
         if value is None:  # an operand the epilogue does not read (a branch on an integer leaves it out)
             arguments.append(a.data_ptr())
             continue
-        shape = {"column": (n,), "row": (m,), "matrix": (m, n)}[operand.kind]
+        shape = {"column": (n,), "row": (m,), "matrix": (m, n), "group_column": (groups, n)}[operand.kind]
         if (getattr(value, "shape", None) != shape or value.dtype != a.dtype or not value.is_contiguous()
                 or value.device != a.device):
             raise ValueError(f"gemm: epilogue operand {operand.name!r} is a contiguous {' x '.join(map(str, shape))} "
@@ -356,7 +357,8 @@ def hopper_shipped_kernels(epilogues) -> list:
     fused += [(element, grouped_config(element, contiguous), None) for element in ("f16", "bf16", "e4m3")
               for contiguous in (False, True)]
     fused += [(element, config, None) for element in ("f16", "bf16") for config in grouped_gradient_configs(element)]
-    fused += [(element, grouped_config(element, contiguous=True), row_scale) for element in ("f16", "bf16")]
+    fused += [(element, grouped_config(element, True, epilogue), epilogue) for element in ("f16", "bf16")
+              for epilogue in (row_scale, expert_bias)]
     named = {sm90.kernel_name(element, config, epilogue): partial(sm90.build_module, element, config, epilogue=epilogue)
              for element, config, epilogue in sixteen + split + transposed_a + eight + fused}  # (an epilogue given that is a shipped chain: once)
     return list(named.items())

@@ -445,7 +445,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
                     return x if finish is None else finish(x, *place[self.consumer_thread, slot])
                 band.pack(registers, accumulators.registers, config.bn, value)
 
-        for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack)
+        for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack,
+                     self.group_of(origin)[0] if config.grouped and self.epilogue is not None else None)
         self.write_c(band, packed, origin, region)
 
     def write_c(self, band, packed, origin, region: int) -> None:

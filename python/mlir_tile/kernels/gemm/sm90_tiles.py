@@ -340,10 +340,12 @@ def swiglu_config(element: str):
     return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
 
 
-def grouped_config(element: str, contiguous: bool = False):
-    """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit GROUPED_TILE, e4m3 the blockwise
-    one (128 rows each: the masked groups' T a multiple of it)."""
-    tile = FP8_BLOCKS_TILE if element == "e4m3" else GROUPED_TILE
+def grouped_config(element: str, contiguous: bool = False, epilogue=None):
+    """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit GROUPED_TILE (SMALL_TILE for an
+    `epilogue` that reads operands by column: beside 128 x 256's accumulators and the contiguous walk's values a
+    bias spills 300 bytes), e4m3 the blockwise one (128 rows each: the masked groups' T a multiple of it)."""
+    by_column = epilogue is not None and any(o.kind in ("column", "group_column", "matrix") for o in epilogue.operands)
+    tile = FP8_BLOCKS_TILE if element == "e4m3" else SMALL_TILE if by_column else GROUPED_TILE
     return replace(hopper_config("nk", tile, element), grouped=True, contiguous=contiguous)
 
 
