@@ -75,6 +75,27 @@ def test_swiglu_weights_interleave_gate_and_up_as_the_kernel_pairs_them():
         swiglu_weights(gate[:12], up[:12])
 
 
+def test_swiglu_mms_gradients_are_torchs_autograd_of_silu_gate_times_up():
+    """`moe_ops.swiglu_gradients` (swiglu_mm's backward, its GEMMs given: here torch's in float64) on the
+    interleaved weights: dx, and dW_gate and dW_up taken apart from the interleaved gradient, equal torch's
+    autograd of silu(x W_gate^T) * (x W_up^T) in float64 (to fp32's rounding of dg and du)."""
+    torch = pytest.importorskip("torch", reason="swiglu_mm's gradients are torch functions")
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import moe_ops
+
+    generator = torch.Generator().manual_seed(6)
+    x, gate, up = (torch.randn(rows, 40, generator=generator, dtype=torch.float64) for rows in (7, 24, 24))
+    grad = torch.randn(7, 24, generator=generator, dtype=torch.float64)
+    dx, dw = moe_ops.swiglu_gradients(
+        x, moe_ops.swiglu_weights(gate, up), grad,
+        lambda a, b, layout: a @ (b.T if layout == "nk" else b), lambda a, b: a.T @ b)
+    inputs = [t.clone().requires_grad_() for t in (x, gate, up)]
+    (F.silu(inputs[0] @ inputs[1].T) * (inputs[0] @ inputs[2].T)).backward(grad)
+    assert torch.allclose(dx, inputs[0].grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(dw, moe_ops.swiglu_weights(inputs[1].grad, inputs[2].grad), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("element, tile", [("bf16", {"bm": 128, "bn": 128, "bk": 64, "stages": 4}),
                                            ("e4m3", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True,
                                                      "block_scales": True})])

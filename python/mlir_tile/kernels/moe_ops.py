@@ -150,20 +150,24 @@ def _swiglu_setup(ctx, inputs, output):
 
 
 def _swiglu_backward(ctx, grad):
-    """h = silu(g) u from the interleaved weights' product [M, 2F] (a block of 8 gates, then their 8 ups): g and u
-    recomputed by one GEMM (`matmul`, B [2F, K]), dg = dh u silu'(g) and du = dh silu(g) in fp32, interleaved as
-    the weights are, then dx = d [M, 2F] w and dw = d^T x by `matmul`'s kernels (B as it lies; A^T read as it lies:
-    `matmul_transposed_a`)."""
     x, w = ctx.saved_tensors
+    return swiglu_gradients(x, w, grad, lambda a, b, layout: torch.ops.mlir_tile.matmul(a, b, layout, None, None, None),
+                            torch.ops.mlir_tile.matmul_transposed_a, ctx.needs_input_grad)
+
+
+def swiglu_gradients(x, w, grad, matmul, matmul_transposed_a, needed=(True, True)):
+    """swiglu_mm's (dx, dw): h = silu(g) u from the interleaved weights' product [M, 2F] (a block of 8 gates, then
+    their 8 ups); g and u recomputed by one GEMM (`matmul(x, w, "nk")`), dg = dh u silu'(g) and du = dh silu(g) in
+    fp32, interleaved as the weights are, then dx = d w (`matmul(d, w, "kn")`) and dw = d^T x
+    (`matmul_transposed_a(d, x)`: A^T read as it lies). The GEMMs given: the operator's are `matmul`'s kernels."""
     rows, features = x.shape[0], w.shape[0] // 2
-    both = torch.ops.mlir_tile.matmul(x, w, "nk", None, None, None).float().view(rows, features // 8, 2, 8)
+    both = matmul(x, w, "nk").float().view(rows, features // 8, 2, 8)
     gate, up = both[:, :, 0], both[:, :, 1]
     sigmoid, dh = torch.sigmoid(gate), grad.float().view(rows, features // 8, 8)
     d_gate = dh * up * sigmoid * (1 + gate * (1 - sigmoid))
     d_both = torch.stack([d_gate, dh * gate * sigmoid], 2).reshape(rows, 2 * features).to(x.dtype)
-    grad_x = torch.ops.mlir_tile.matmul(d_both, w, "kn", None, None, None) if ctx.needs_input_grad[0] else None
-    grad_w = torch.ops.mlir_tile.matmul_transposed_a(d_both, x) if ctx.needs_input_grad[1] else None
-    return grad_x, grad_w
+    return (matmul(d_both, w, "kn") if needed[0] else None,
+            matmul_transposed_a(d_both, x) if needed[1] else None)
 
 
 register_operator("swiglu_mm", _swiglu_mm, fake=lambda x, w: x.new_empty(x.shape[0], w.shape[0] // 2),
