@@ -1,15 +1,17 @@
 """The Hopper GEMM's (`sm90._HopperGemm`'s) grouped forms, a mixin: the masked layout (groups of T rows, each
-group's first counts[e] rows computed: `counted`) and the contiguous one (experts' rows sorted one after another,
+group's first counts[e] rows computed: `counted`), the contiguous one (experts' rows sorted one after another,
 torch._grouped_mm's offsets: each C tile's expert and rows located by a scan of the offsets before the roles split,
-`locate_segment`, and C's stores clipped at the expert's last row through a 3-D map, `clipped_store_at`). It reads
-the kernel's `k`, `config`, `groups`, `m`, `n` and `order`."""
+`locate_segment`, and C's stores clipped at the expert's last row through a 3-D map, `clipped_store_at`), with B
+[K, N] for its dx too (`grouped_b_at`), and the ragged reduction of its dw (`ragged_k`: `locate_reduction`,
+`ragged_at`). It reads the kernel's `k`, `config`, `groups`, `m`, `n`, `depth` and `order`, and sets `segment`,
+`reduction` and `k_tiles`."""
 from __future__ import annotations
 
 
 class GroupedSteps:
     def group_of(self, origin) -> tuple:
         """Grouped: (the group of the C tile at `origin`, its first row within the group: masked, T rows a
-        group, BM dividing T, so a tile never straddles two groups; contiguous, the located segment's expert and
+        group, BM dividing T, so a tile never straddles two groups; contiguous and ragged, the located expert and
         None)."""
         from mlir_tile.builder.integers import with_operators
 
