@@ -36,6 +36,17 @@ class _HopperOperator:
                                 grid=config.grid(order_rows or m, n, self.sms), block=config.threads, shared_bytes=config.shared_bytes)
         return _HopperPlan(config, m, n, launch, maps)
 
+    @staticmethod
+    def _launch(plan, a, b, c, extras: list):
+        """`plan` on torch tensors A, B and C on torch's current stream (A and B copied onto 16 bytes where off
+        them), each address moved back by the bytes its map starts before the tensor (`_HopperPlan.before`);
+        returns C."""
+        from mlir_tile.runtime import torch_stream
+
+        a, b = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (a, b))
+        plan(*(t.data_ptr() - before for t, before in zip((a, b, c), plan.before)), extras, torch_stream(a))
+        return c
+
 
 def _sixteen_bit(operator: str, x, w) -> str:
     """x's and w's element (f16, bf16), one dtype, else ValueError naming `operator`."""
@@ -57,8 +68,6 @@ class SwigluMatmul(_HopperOperator):
     def __call__(self, x, w):
         import torch
 
-        from mlir_tile.runtime import torch_stream
-
         element = _sixteen_bit(self.operator, x, w)
         if x.dim() != 2 or w.dim() != 2 or w.shape[1] != x.shape[1]:
             raise ValueError(f"swiglu_mm: x [M, K] and w [2F, K]; got {tuple(x.shape)} and {tuple(w.shape)}")
@@ -68,11 +77,8 @@ class SwigluMatmul(_HopperOperator):
                              f"interleaved blocks) and K of 8; got {tuple(x.shape)} and {tuple(w.shape)}")
         if 0 in (m, n, depth):  # (K 0: silu(0) 0 = 0)
             return torch.zeros(m, n // 2, dtype=x.dtype, device=x.device)
-        out = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
         plan = self.plans.of((element, m, n, depth), lambda: self._plan(element, m, n, depth))
-        x, w = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (x, w))
-        plan(x.data_ptr(), w.data_ptr(), out.data_ptr(), [], torch_stream(x))
-        return out
+        return self._launch(plan, x, w, torch.empty(m, n // 2, dtype=x.dtype, device=x.device), [])
 
     def _plan(self, element: str, m: int, n: int, depth: int) -> "_HopperPlan":
         config = swiglu_config(element)
@@ -99,15 +105,13 @@ class GroupedMatmul(_HopperOperator):
     operator = "grouped_mm"
 
     def __call__(self, x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, epilogue=None, operands=()):
-        """`epilogue` (an `epilogues.Epilogue`, the contiguous form's; `operands` in its order: row operands
-        [tokens], e.g. `epilogues.row_scale`'s router weights, column ones [N] shared by the experts,
-        "group_column" ones [E, N] an expert's own, e.g. `epilogues.expert_bias`, matrix ones [tokens, N])
-        applied to each product before it is rounded."""
+        """`epilogue` (an `epilogues.Epilogue`, which `moe_ops.grouped_mm` takes on the contiguous form;
+        `operands` in its order: row operands [tokens], e.g. `epilogues.row_scale`'s router weights, column ones
+        [N] shared by the experts, "group_column" ones [E, N] an expert's own, e.g. `epilogues.expert_bias`,
+        matrix ones [tokens, N]) applied to each product before it is rounded."""
         import torch
 
         contiguous = offsets is not None
-        if epilogue is not None and not contiguous:
-            raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
         element, (groups, rows, n, depth), vector = self._checked(x, w, counts, offsets)
         config = grouped_config(element, contiguous, epilogue)
         scales = self._scales(scale_x, scale_w, x, groups, n, depth) if element == "e4m3" else []
@@ -117,7 +121,7 @@ class GroupedMatmul(_HopperOperator):
         shape, dtype = (rows, n) if contiguous else (groups, rows, n), torch.bfloat16 if scales else x.dtype
         if 0 in (groups, rows, n, depth):
             return torch.zeros(shape, dtype=dtype, device=x.device)
-        out = torch.empty(shape, dtype=dtype, device=x.device)  # (rows no group computes: unspecified)
+        out = torch.empty(shape, dtype=dtype, device=x.device)  # (masked: rows past a count unspecified)
         form = "contiguous" if contiguous else "masked"
         arguments = checked_operands(epilogue, operands, rows, n, out, groups) if epilogue is not None else []
         plan = self.plans.of((element, form, groups, rows, n, depth, epilogue),
@@ -175,16 +179,6 @@ class GroupedMatmul(_HopperOperator):
                              f"N and K multiples of 8; got grad {tuple(grad.shape)}, {tuple(other.shape)}, offsets "
                              f"{getattr(offsets, 'dtype', offsets)} {tuple(getattr(offsets, 'shape', ()))}")
         return element, tuple(grad.shape), experts
-
-    @staticmethod
-    def _launch(plan, a, b, c, extras: list):
-        """`plan` on A, B and C (each copied onto 16 bytes where off them), each address moved back by the
-        bytes its map starts before the tensor (`_plan`'s `before`)."""
-        from mlir_tile.runtime import torch_stream
-
-        a, b = (t.clone() if t.data_ptr() % TMA_ADDRESS_BYTES else t for t in (a, b))
-        plan(*(t.data_ptr() - before for t, before in zip((a, b, c), plan.before)), extras, torch_stream(a))
-        return c
 
     def _checked(self, x, w, counts, offsets) -> tuple:
         """(the element, (E, T or tokens, N, K), the counts or offsets) of a call, or ValueError."""
@@ -279,8 +273,6 @@ class ScaledMatmul(_HopperOperator):
         use_fast_accum), "precise" or "default" (each k-tile's sums added into fp32: cuBLASLt's default)."""
         import torch
 
-        from mlir_tile.runtime import torch_stream
-
         m, n, depth, scaling = _scaled_sizes(a, b, scale_a, scale_b, b_major)
         precise = precise_of(accumulation, scaling)
         if 0 in (m, n, depth):  # (torch's: an empty C, or with K 0 zeros)
@@ -292,11 +284,9 @@ class ScaledMatmul(_HopperOperator):
         elif out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_cuda or not out.is_contiguous():
             raise ValueError(f"scaled matmul: out is a contiguous {m} x {n} CUDA tensor of bfloat16, got "
                              f"{tuple(out.shape)} {out.dtype}")
-        # TMA takes matrices on 16 bytes: a view off them is copied onto them (A and B), or written through a
-        # fresh C and copied into it (out)
-        a, b = (x.clone() if x.data_ptr() % TMA_ADDRESS_BYTES else x for x in (a, b))
+        # TMA takes matrices on 16 bytes: an out off them is written through a fresh C and copied into it
         c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
-        plan(a.data_ptr(), b.data_ptr(), c.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()], torch_stream(a))
+        self._launch(plan, a, b, c, [scale_a.data_ptr(), scale_b.data_ptr()])
         return out if c is out else out.copy_(c)
 
     def plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":

@@ -280,7 +280,9 @@ class _SplitPlan(_Plan):
 
 
 class _HopperPlan(_Plan):
-    """Hopper's path: A's, B's and C's tensor maps (`MapOperand`s: each address's map encoded once) by value."""
+    """Hopper's path: A's, B's and C's tensor maps (`MapOperand`s: each address's map encoded once) by value;
+    `before`, the bytes each map starts before its tensor (a grouped GEMM's ragged maps: `hopper_ops`)."""
+    before = (0, 0, 0)
 
     def __init__(self, config, m: int, n: int, launch, maps: list):
         super().__init__(config, m, n, launch)

@@ -63,17 +63,15 @@ class GroupedSteps:
         self.k_tiles = (rows + (bk - 1)) // bk
 
     def ragged_at(self, k_tile, column) -> tuple:
-        """A ragged reduction: the coordinate (matrix, row, column) of the box of BK rows of A or B at `k_tile` of
-        the expert's rows through a 3-D map whose matrix j's row i is the matrix's row j + i - BK (as
-        `grouped_c_at`'s for C): at matrix first + rows, row BK - rows, with `rows` the k-tile's rows inside the
-        expert's, so that those past them read as zeros."""
+        """A ragged reduction: the coordinate of the box of BK rows of A or B at `k_tile` of the expert's rows
+        (`ragged_box`: the k-tile's rows inside the expert's, those past them read as zeros)."""
         from mlir_tile.builder.integers import minimum, with_operators
 
         bk = self.config.bk
         start, rows = self.reduction
         first = with_operators(k_tile) * bk
         inside = minimum(bk, rows - first)
-        return (start + first + inside, bk - inside, column)
+        return ragged_box(start + first, inside, bk, column)
 
     def grouped_b_at(self, k_tile, box_row, box_column) -> tuple:
         """B [K, N]'s box coordinate of a grouped GEMM (contiguous: its expert's matrix of a 3-D map over B [E, K,
@@ -171,11 +169,18 @@ class GroupedSteps:
         return start, end, with_operators(k.select(inside & k.compare("ugt", end, start), end - start, k.index(0)))
 
     def clipped_store_at(self, row0, column) -> tuple:
-        """Contiguous: the coordinate (matrix, row, column) of a C box of BM rows at tile row `row0` through the
-        3-D map over C [tokens, N] whose matrix j's row i is C's row j + i - BM (matrices and rows one row apart,
-        its address BM rows before C's: `GroupedMatmul`): at matrix row0 + rows and row BM - rows, the box's rows
-        from the segment's `rows` on fall past the map's BM rows, which the store leaves alone."""
-        from mlir_tile.builder.integers import with_operators
+        """Contiguous: the coordinate of a C box of BM rows at tile row `row0` (`ragged_box`: the segment's rows
+        stored, those past them left alone)."""
+        return ragged_box(row0, self.segment[2], self.config.bm, column)
 
-        rows = with_operators(self.segment[2])
-        return (with_operators(row0) + rows, self.config.bm - rows, column)
+
+def ragged_box(first, rows, box_rows: int, column) -> tuple:
+    """The coordinate (matrix, row, column) of a box of `box_rows` rows from row `first` of a matrix [R, N]
+    through the 3-D map whose matrix j's row i is its row j + i - box_rows (matrices and rows one row apart, the
+    map's address box_rows rows before the matrix's: `GroupedMatmul._plan`'s `ragged`), of which only the first
+    `rows` (index values) are inside: at matrix first + rows, row box_rows - rows, the box's rows from `rows` on
+    fall past the map's box_rows rows (a load reads zeros there, a store leaves them alone)."""
+    from mlir_tile.builder.integers import with_operators
+
+    rows = with_operators(rows)
+    return (with_operators(first) + rows, box_rows - rows, column)
