@@ -47,6 +47,7 @@ def cases():
         yield "scaled_mm 16x4096x4096 (fp8)", {
             "operator": lambda: scaled_mm(x8, w8, one, one),
             "torch": lambda: torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16)}
+        yield from moe_cases(x, w)
     q = torch.randn(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)
     yield "attention 1x8x128x128", {"operator": lambda: attention(q, q, q),
                                     "torch": lambda: F.scaled_dot_product_attention(q, q, q)}
@@ -68,6 +69,26 @@ def cases():
             "operator": lambda: attention_with_kvcache(step, k_cache, v_cache, lengths),
             "paged": lambda: attention_with_kvcache(step, *pools, lengths, block_table=table),
             "torch": lambda: F.scaled_dot_product_attention(*heads_first, enable_gqa=True)}
+
+
+def moe_cases(x, w):
+    """The MoE operators on small shapes (Hopper's): fused SwiGLU, grouped GEMMs masked and contiguous (8 experts)."""
+    from mlir_tile.kernels import grouped_mm, swiglu_mm, swiglu_weights
+
+    gate, up = w[:1024], w[1024:2048]
+    fused = swiglu_weights(gate, up)
+    yield "swiglu_mm 16x4096x(2x1024)", {"operator": lambda: swiglu_mm(x, fused),
+                                        "torch": lambda: F.silu(F.linear(x, gate)) * F.linear(x, up)}
+    experts = w[:8 * 512, :1024].reshape(8, 512, 1024)
+    tokens = torch.randn(8, 128, 1024, device="cuda", dtype=torch.bfloat16)
+    counts = torch.full((8,), 100, device="cuda", dtype=torch.int32)
+    yield "grouped_mm masked 8x128x512x1024", {"operator": lambda: grouped_mm(tokens, experts, counts),
+                                              "torch": lambda: torch.bmm(tokens, experts.transpose(1, 2))}
+    flat, offsets = tokens.view(1024, 1024), torch.arange(1, 9, device="cuda", dtype=torch.int32) * 100
+    calls = {"operator": lambda: grouped_mm(flat, experts, offsets=offsets)}
+    if hasattr(torch, "_grouped_mm"):
+        calls["torch"] = lambda: torch._grouped_mm(flat, experts.transpose(1, 2), offs=offsets)
+    yield "grouped_mm contiguous 8 experts x 100 of 1024 tokens x 512x1024", calls
 
 
 def host_microseconds(call) -> float:

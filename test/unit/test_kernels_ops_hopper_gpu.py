@@ -473,3 +473,47 @@ def test_the_moe_operators_registrations_pass_torchs_opcheck():
             (torch.ops.mlir_tile.grouped_mm_weight_gradient.default, (grad, x, offsets)),
             (torch.ops.mlir_tile.swiglu_mm.default, (x, swiglu_weights(gate, up)))):
         torch.library.opcheck(operator, arguments, test_utils=("test_schema", "test_faketensor"))
+
+
+@_hopper_only
+def test_the_moe_operators_take_views_at_any_offset():
+    """swiglu_mm, grouped_mm (masked, contiguous, with an epilogue operand, fp8 with blockwise scales) and the
+    contiguous form's gradients on 60 random cases whose every tensor (x, w, grad, counts or offsets, scales,
+    operands) is a view 0-15 elements into a larger buffer (x[1:], narrow and split give these): no fault, and each
+    result bit for bit the same call's on aligned copies (what every other test here checks against torch)."""
+    from mlir_tile.kernels import grouped_mm, swiglu_mm
+    from mlir_tile.kernels.epilogues import expert_bias
+
+    rng, failures = random.Random(69), []
+
+    def views(*tensors):
+        return [_offset(t, rng.randint(0, 15)) for t in tensors]
+
+    for trial in range(60):
+        experts, n, depth, kind = rng.randint(1, 9), 16 * rng.randint(1, 16), 16 * rng.randint(1, 16), trial % 6
+        sizes = [rng.choice([0, 1, 7, 129, rng.randint(0, 200)]) for _ in range(experts)]
+        offsets = torch.tensor(sizes).cumsum(0).to(device="cuda", dtype=torch.int32)
+        x = torch.randn(int(offsets[-1]), depth, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(experts, n, depth, device="cuda", dtype=torch.bfloat16) / depth ** 0.5
+        if kind == 0:
+            call, inputs = swiglu_mm, (x, w[0])
+        elif kind == 1:
+            counts = torch.tensor([min(size, 128) for size in sizes], device="cuda", dtype=torch.int32)
+            call, inputs = grouped_mm, (torch.randn(experts, 128, depth, device="cuda", dtype=torch.bfloat16), w, counts)
+        elif kind == 2:
+            call, inputs = (lambda x, w, offsets, bias: grouped_mm(x, w, offsets=offsets, epilogue=expert_bias,
+                                                                      operands=(bias,))), (x, w, offsets, w[:, :, 0].clone())
+        elif kind == 3:
+            scale_x, scale_w = (2.0 ** torch.randint(-3, 4, shape, device="cuda").float() for shape in (
+                (len(x), -(-depth // 128)), (experts, -(-n // 128), -(-depth // 128))))
+            call, inputs = (lambda x, w, offsets, sx, sw: grouped_mm(x, w, offsets=offsets, scale_x=sx, scale_w=sw)), (
+                x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), offsets, scale_x, scale_w)
+        else:
+            grad = torch.randn(len(x), n, device="cuda", dtype=torch.bfloat16)
+            call, inputs = ((torch.ops.mlir_tile.grouped_mm_input_gradient, (grad, w, offsets)) if kind == 4 else
+                            (torch.ops.mlir_tile.grouped_mm_weight_gradient, (grad, x, offsets)))
+        aligned, moved = call(*inputs), call(*views(*inputs))
+        if not torch.equal(aligned, moved):
+            failures.append((trial, kind, experts, n, depth, float((aligned.float() - moved.float()).abs().max())))
+    torch.cuda.synchronize()
+    assert not failures, failures[:10]
