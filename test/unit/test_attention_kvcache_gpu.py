@@ -136,6 +136,51 @@ def test_a_cuda_graph_replays_a_decode_step_with_other_lengths_and_tokens():
         assert torch.equal(static[1], eager[1]) and torch.equal(static[2], eager[2]), new_lengths
 
 
+def test_repeated_decode_steps_run_their_kept_launch_on_new_lengths_and_values():
+    """A decode step's second and third calls on tensors of the first's shapes, strides and dtypes run the launch
+    the first kept (`kvcache._EagerStep`: no checks, no planning): 40 random cases, contiguous caches (some
+    sliced from longer buffers) and paged ones (shuffled pages of 16-64 tokens), lengths as a tensor or an int,
+    new values and lengths each call (negative and past the cache among them: clamped), each call against fp32
+    attention over the keys it should see; one step kept a key."""
+    from mlir_tile.kernels import attention_with_kvcache, kvcache
+
+    rng, failures = random.Random(63), []
+    for trial in range(40):
+        c = {**_case(rng, trial), "new": False}
+        batch, seq_q, heads, kv_heads, d, dtype = (c[x] for x in ("batch", "seq_q", "heads", "kv_heads", "d", "dtype"))
+        paged, page = trial % 2 == 1, 16 * rng.randint(1, 4)
+        seq_cache = page * -(-c["seq_cache"] // page) if paged else c["seq_cache"]
+        pages = seq_cache // page
+        sliced = not paged and trial % 4 == 0  # (entries of a longer buffer: rows past seq_cache never read)
+        buffers = [torch.empty(batch, seq_cache + 16 * sliced, kv_heads, d, device="cuda", dtype=dtype) for _ in range(2)]
+        caches, q = [x[:, :seq_cache] for x in buffers], torch.empty(batch, seq_q, heads, d, device="cuda", dtype=dtype)
+        table = torch.randperm(batch * pages, device="cuda").int().view(batch, pages) if paged else None
+        as_int = trial % 3 == 0
+        for call in range(3):
+            lengths = [rng.choice([0, 1, seq_cache, rng.randint(0, seq_cache)] + [-3, seq_cache + 5] * (call == 2))
+                       for _ in range(batch)]
+            lengths = lengths[:1] * batch if as_int else lengths
+            for x in (q, *caches):
+                x.copy_(torch.randn(x.shape, device="cuda", dtype=dtype))
+            given = caches
+            if paged:  # (page table[b, i] holds keys i x page on of sequence b)
+                given = [torch.empty(batch * pages, page, kv_heads, d, device="cuda", dtype=dtype) for _ in range(2)]
+                for pool, cache in zip(given, caches):
+                    pool[table.flatten().long()] = cache.reshape(batch * pages, page, kv_heads, d)
+            argument = lengths[0] if as_int else torch.tensor(lengths, dtype=torch.int32, device="cuda")
+            o, lse = attention_with_kvcache(q, *given, argument, causal=c["causal"], block_table=table)
+            if call == 0:
+                key = kvcache._step_key(q, *given, argument, table, (None,) * 3, c["causal"])
+                kept = len(kvcache._steps)
+            seen = [min(max(n, 0), seq_cache) for n in lengths]
+            failures += [(trial, call, paged, *failure) for failure in _check(
+                o, lse, q, [caches[0][b, :n] for b, n in enumerate(seen)], [caches[1][b, :n] for b, n in enumerate(seen)],
+                {**c, "seq_q": seq_q})]
+        if key not in kvcache._steps or len(kvcache._steps) != kept:
+            failures.append((trial, "the first call's step not kept, or another kept"))
+    assert not failures, failures[:5]
+
+
 def test_empty_batches_queries_caches_and_negative_lengths():
     from mlir_tile.kernels import attention_with_kvcache
 

@@ -15,7 +15,8 @@ import torch
 
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
-from mlir_tile.kernels.flash.packed import checked_paged
+from mlir_tile.kernels.common import Plans
+from mlir_tile.kernels.flash.packed import checked_paged, token_rows
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
@@ -47,12 +48,19 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
     if fp8 and any(x is None for x in descales):
         raise ValueError("attention_with_kvcache: float8_e4m3fn q and caches take descale_q, descale_k and descale_v")
+    plain = plain_call(q, k_cache, v_cache, k_new, v_new, block_table, *descales)
+    eager = plain and variant is None and not operands and k_new is None and v_new is None
+    if eager:
+        key = _step_key(q, k_cache, v_cache, cache_seqlens, block_table, descales, causal)
+        step = _steps.get(key)
+        if step is not None:
+            return step(q, k_cache, v_cache, cache_seqlens, block_table, descales)
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
-    lengths = _lengths(cache_seqlens, batch, q.device)
+    # (before the append: a negative length would index from the end)
+    lengths = _clamped_lengths(cache_seqlens, batch, seq_cache, q.device)
     if not batch:  # (torch's: empty results)
         return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((0, heads, seq_q), dtype=torch.float32)
-    lengths = lengths.clamp(0, seq_cache)  # (before the append: a negative length would index from the end)
     scales = list(descales) if fp8 else []  # (the operators' schema: a list, empty for none)
     if variant is not None or operands:  # (checked before the caches are written)
         operands = _variant_operands(variant, operands, bool(causal), seq_cache, batch, heads, q.device,
@@ -63,30 +71,103 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         # written; unwritten, the operator checks them, once a call)
         checked_paged(queries, k_cache, v_cache, query_offsets, lengths, block_table, seq_q)
     if k_new is not None and seq_cache and k_new.shape[1]:  # (argmax takes no empty tensor)
-        keys = lengths[:, None].long() + torch.arange(k_new.shape[1], device=q.device)
-        if block_table is None:
-            entries = torch.arange(batch, device=q.device)[:, None].expand_as(keys)
-            _append((k_cache, v_cache), (k_new, v_new), (entries, keys), keys < seq_cache)
-        else:
-            pools = tuple(x.view(-1, *x.shape[2:]) for x in (k_cache, v_cache))  # (`checked_paged`: pages in a row)
-            _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
-        lengths = (lengths + k_new.shape[1]).clamp(max=seq_cache)
+        lengths = _appended(q, k_cache, v_cache, k_new, v_new, lengths, block_table, seq_cache)
     if block_table is not None:  # (the packed kernels' inputs: paged, each sequence's count of keys)
         inputs = (queries, k_cache, v_cache, query_offsets, lengths)
     else:  # (a contiguous cache's rows, its entries every other sequence: `cache_offsets`)
         k_rows, v_rows, rows_per_entry = _cache_rows(k_cache, v_cache)
+        entries = (rows_per_entry, k_rows.shape[0])
         inputs = (queries, k_rows, v_rows, sequence_offsets(batch, seq_q, q.device, gaps=True),
-                  cache_offsets(lengths, rows_per_entry, k_rows.shape[0]))
+                  cache_offsets(lengths, *entries))
     if variant is not None:
         o, lse = variant_ops.packed(*inputs, block_table, seq_q, seq_cache, bool(causal), variant, operands,
                                     gaps=block_table is None, descales=scales)
+    elif eager:
+        o, lse = _first_step(key, inputs, block_table, (batch, seq_q, heads, d), seq_cache, bool(causal), scales,
+                             (q, k_cache, v_cache), None if block_table is not None else entries)
     elif block_table is not None:
-        paged = _attention_paged if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_paged
+        paged = _attention_paged if plain else torch.ops.mlir_tile.attention_paged
         o, lse = paged(*inputs, block_table, seq_q, bool(causal), scales)
     else:
-        cached = _attention_cached if plain_call(q, k_cache, v_cache) else torch.ops.mlir_tile.attention_cached
+        cached = _attention_cached if plain else torch.ops.mlir_tile.attention_cached
         o, lse = cached(*inputs, seq_q, seq_cache, bool(causal), scales)
     return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
+
+
+_steps = Plans(kept=1024)  # the eager decode steps (`_EagerStep`) by `_step_key`
+
+
+def _step_key(q, k_cache, v_cache, cache_seqlens, block_table, descales, causal) -> tuple:
+    """What an eager step's launch depends on: each tensor's shape, strides, dtype, device and the bytes past 16
+    its data starts at (cache_seqlens: its type where it is an int), and the mask."""
+    return bool(causal), *[(x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
+                           if isinstance(x, torch.Tensor) else type(x)
+                           for x in (q, k_cache, v_cache, cache_seqlens, block_table, *descales)]
+
+
+def _first_step(key, inputs, block_table, shape: tuple, seq_cache: int, causal: bool, scales: list, given: tuple,
+                entries: tuple | None) -> tuple:
+    """(O, the log-sum-exp) of an eager step's first call of `key` (`inputs` the packed kernels'; a contiguous
+    cache's `entries`: its rows from one entry to the next and all its rows, `cache_offsets`'), its launch then
+    kept as an `_EagerStep` where the kernel read q and the caches in place (`given`: q, k_cache and v_cache, at
+    the addresses the kernel was given)."""
+    packing, seq_q = _hopper_packing(given[0].device), shape[1]
+    if block_table is not None:
+        o, lse, plan = packing.paged(*inputs, block_table, seq_q, causal=causal, descales=scales or None,
+                                     with_plan=True)
+    else:
+        o, lse, plan = packing.packed(*inputs, seq_q, causal=causal, max_seqlen_k=seq_cache,
+                                      queried=inputs[3].shape[0] // 2, descales=scales or None, with_plan=True)
+    read = inputs[:1] if block_table is not None else inputs[:3]  # (the pools: in place, else `paged` refused them)
+    in_place = all(x is token_rows(x) and x.data_ptr() == y.data_ptr() for x, y in zip(read, given))
+    if plan is not None and in_place:
+        _steps.keep(key, _EagerStep(plan, shape, seq_cache, entries))
+    return o, lse
+
+
+class _EagerStep:
+    """An eager decode step (no append, no variant) whose key (`_step_key`) an earlier call checked and ran: its
+    lengths clamped, a contiguous cache's offsets made (`cache_offsets`, its `entries`; None: paged), the packed
+    kernels' plan (`packed._PackedPlan`) launched on the tensors' addresses."""
+
+    def __init__(self, plan, shape: tuple, seq_cache: int, entries: tuple | None):
+        self.plan, self.shape, self.seq_cache, self.entries = plan, shape, seq_cache, entries
+
+    def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, descales):
+        from mlir_tile.runtime import torch_stream
+
+        batch, seq_q, heads, d = self.shape
+        lengths = _clamped_lengths(cache_seqlens, batch, self.seq_cache, q.device)
+        if self.entries is None:
+            pointers = (sequence_offsets(batch, seq_q, q.device).data_ptr(), lengths.data_ptr(), block_table.data_ptr())
+        else:
+            offsets = cache_offsets(lengths, *self.entries)
+            pointers = (sequence_offsets(batch, seq_q, q.device, gaps=True).data_ptr(), offsets.data_ptr())
+        scales = tuple(x.data_ptr() for x in descales if x is not None)
+        o, lse = self.plan.run(torch_stream(q), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), scales + pointers)
+        return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
+
+
+def _hopper_packing(device):
+    """The packed kernels' launches (`flash.packed.PackedAttention`) on `device`; ValueError off Hopper."""
+    paths = kernels_on(device).attention
+    if paths.hopper is None:
+        raise ValueError(f"attention_with_kvcache: a KV cache runs on Hopper's path (sm_90), which this GPU "
+                         f"({paths.library.chip}) has not")
+    return paths.hopper.packing
+
+
+def _appended(q, k_cache, v_cache, k_new, v_new, lengths, block_table, seq_cache: int):
+    """The lengths after k_new and v_new are written into the caches at keys lengths[b] on (`_append`; paged:
+    at their pages' rows, `_page_rows`), those past seq_cache dropped."""
+    keys = lengths[:, None].long() + torch.arange(k_new.shape[1], device=q.device)
+    if block_table is None:
+        entries = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(keys)
+        _append((k_cache, v_cache), (k_new, v_new), (entries, keys), keys < seq_cache)
+    else:
+        pools = tuple(x.view(-1, *x.shape[2:]) for x in (k_cache, v_cache))  # (`checked_paged`: pages in a row)
+        _append(pools, (k_new, v_new), *_page_rows(keys, block_table, k_cache.shape[:2]))
+    return (lengths + k_new.shape[1]).clamp(max=seq_cache)
 
 
 def _variant_operands(variant, operands, causal: bool, seq_cache: int, batch: int, heads: int, device,
@@ -166,14 +247,16 @@ def _cache_rows(k_cache, v_cache):
     return (*(x.as_strided((total, kv_heads, d), x.stride()[1:]) for x in (k_cache, v_cache)), rows_per_entry)
 
 
-def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
+def _clamped_lengths(cache_seqlens, batch: int, seq_cache: int, device) -> torch.Tensor:
+    """cache_seqlens (an int, or an int32 [batch] tensor on `device`) as an int32 [batch] tensor clamped to [0,
+    seq_cache]; ValueError otherwise."""
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+        return torch.full((batch,), min(max(cache_seqlens, 0), seq_cache), dtype=torch.int32, device=device)
     if not (isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dtype == torch.int32
             and tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.device == device):
         raise ValueError(f"attention_with_kvcache: cache_seqlens an int or an int32 [batch] = [{batch}] tensor on "
                          f"{device}, got {_described(cache_seqlens)}")
-    return cache_seqlens
+    return cache_seqlens.clamp(0, seq_cache)
 
 
 def _output(q) -> torch.dtype:
@@ -219,11 +302,7 @@ def _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8: bool) -> tuple
 def _attention_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cache_lengths: torch.Tensor, block_table: torch.Tensor, max_seqlen_q: int, causal: bool,
                      descales: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    paths = kernels_on(q.device).attention
-    if paths.hopper is None:
-        raise ValueError(f"attention_with_kvcache: a paged cache runs on Hopper's path (sm_90), which this GPU "
-                         f"({paths.library.chip}) has not")
-    return paths.hopper.packing.paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q,
+    return _hopper_packing(q.device).paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q,
                                       causal=causal, descales=descales or None)
 
 
@@ -240,11 +319,7 @@ def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tenso
                       descales: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """`attention_varlen`'s over a contiguous cache's rows: sequence 2b cache entry b's keys with its queries,
     2b + 1 the entry's rows past its length, with none (`cache_offsets`); split-KV shared out by the entries."""
-    paths = kernels_on(q.device).attention
-    if paths.hopper is None:
-        raise ValueError(f"attention_with_kvcache: a KV cache runs on Hopper's path (sm_90), which this GPU "
-                         f"({paths.library.chip}) has not")
-    return paths.hopper.packing.packed(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
+    return _hopper_packing(q.device).packed(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=causal,
                                        max_seqlen_k=max_seqlen_k, queried=cu_seqlens_q.shape[0] // 2,
                                        descales=descales or None)
 

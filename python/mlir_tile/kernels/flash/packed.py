@@ -9,7 +9,7 @@ import functools
 from dataclasses import replace
 from functools import partial
 
-from mlir_tile.kernels.common import MapOperand, operand_slots, output_element
+from mlir_tile.kernels.common import MapOperand, allocator, operand_slots, output_element
 from mlir_tile.kernels.flash import combine, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
                                                 page_box_rows)
@@ -27,7 +27,7 @@ class PackedAttention:
 
     def packed(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, *, causal: bool = False,
                max_seqlen_k: int | None = None, queried: int | None = None, variant=None, operands=(),
-               descales=None):
+               descales=None, with_plan: bool = False):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed sequences (`sm90_varlen`: q
         [total_q, heads, d], k and v [total_k, kv_heads, d], kv_heads dividing heads; cu_seqlens_q and _k int32
         [batch + 1] on q's device; `max_seqlen_q` at least the longest sequence's queries, which the grid
@@ -39,22 +39,24 @@ class PackedAttention:
         i of len_q at i + len_k - len_q, as causal) and `seq` its keys: the host checks its keys' rules at
         `max_seqlen_k` and at every length up to `variants.SHORTER_CHECKED` (`variants.variant_arguments`).
         float8_e4m3fn q, k and v (d 128) with `descales` (q's, k's, v's: fp32 tensors of one element,
-        as `HopperAttention`'s), O then bf16."""
+        as `HopperAttention`'s), O then bf16. `with_plan`: and the launch plan that ran (`_PackedPlan`; None
+        where none did), which a call on tensors of the same shapes, strides and dtypes may run again."""
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
         q, k, v = (token_rows(x) for x in (q, k, v))
         total_k, kv_heads = k.shape[:2]
         longest = total_k if max_seqlen_k is None else min(max_seqlen_k, total_k)
         return self._run(q, k, v, kv_heads, element, bool(causal), max_seqlen_q, longest, cu_seqlens_q.shape[0] - 1,
                          (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()), queried=queried, variant=variant,
-                         operands=operands, query_offsets=cu_seqlens_q, descales=descales)
+                         operands=operands, query_offsets=cu_seqlens_q, descales=descales, with_plan=with_plan)
 
     def paged(self, q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table, max_seqlen_q: int, *,
-              causal: bool = False, variant=None, operands=(), descales=None):
+              causal: bool = False, variant=None, operands=(), descales=None, with_plan: bool = False):
         """(O [total_q, heads, d], log-sum-exp [heads, total_q] fp32) of packed queries against a paged K/V cache
         (`sm90_varlen.Pages`): k_pool and v_pool [pages, page_size, kv_heads, d] (page_size a multiple of 16),
         sequence b's keys its first cache_lengths[b] (int32 [batch]) on its pages block_table[b] (int32 [batch,
         pages_per_sequence]); q, cu_seqlens_q, max_seqlen_q, `variant`, `operands` and `descales` as `packed`'s
-        (its keys checked at the table's keys a sequence and below). ValueError in one line for what the kernel does not take."""
+        (its keys checked at the table's keys a sequence and below), `with_plan` too. ValueError in one line for
+        what the kernel does not take."""
         element, (k_rows, v_rows) = checked_paged(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_table,
                                                   max_seqlen_q)
         q, block_table = token_rows(q), block_table.contiguous()
@@ -63,15 +65,15 @@ class PackedAttention:
                          per_sequence * page_size if pages else 0, batch,
                          (cu_seqlens_q.data_ptr(), cache_lengths.data_ptr(), block_table.data_ptr()),
                          paging=(per_sequence, page_size, pages), variant=variant, operands=operands,
-                         query_offsets=cu_seqlens_q, descales=descales)
+                         query_offsets=cu_seqlens_q, descales=descales, with_plan=with_plan)
 
     def _run(self, q, k, v, kv_heads: int, element: str, causal: bool, max_seqlen_q: int, max_seqlen_k: int,
              batch: int, pointers: tuple, paging: tuple = (), queried: int | None = None, variant=None,
-             operands=(), query_offsets=None, descales=None):
-        """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape,
-        the split-KV partials made here where it splits (shared out by the `queried` sequences, None: all);
-        `variant` with its `operands` (`query_offsets`: cu_seqlens_q, for the sinks where no sequence has a
-        key); fp8's `descales`."""
+             operands=(), query_offsets=None, descales=None, with_plan: bool = False):
+        """O and the log-sum-exp of token rows q, k and v (paged: the pools' rows) by the plan of their shape
+        (`with_plan`: and that plan, None where no kernel runs), the split-KV partials made by it where it splits
+        (shared out by the `queried` sequences, None: all); `variant` with its `operands` (`query_offsets`:
+        cu_seqlens_q, for the sinks where no sequence has a key); fp8's `descales`."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -81,33 +83,33 @@ class PackedAttention:
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
                                             shorter=True)
-        o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
-        lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
-        if not (total_q and batch and max_seqlen_q):
-            return o, lse
-        if not (k.shape[0] and max_seqlen_k):  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
-            return o.zero_(), keyless_lse(lse, variant, kept, query_offsets)
+        if not (total_q and batch and max_seqlen_q and k.shape[0] and max_seqlen_k):
+            o = torch.empty(q.shape, dtype=torch.bfloat16 if element == "e4m3" else q.dtype, device=q.device)
+            lse = torch.empty(heads, total_q, dtype=torch.float32, device=q.device)
+            if total_q and batch and max_seqlen_q:  # (no sequence has a key: each row's O 0, its log-sum-exp -inf)
+                o, lse = o.zero_(), keyless_lse(lse, variant, kept, query_offsets)
+            return (o, lse, None) if with_plan else (o, lse)
         config, tiles, splits = packed_config(d, causal, element, max_seqlen_q, heads // kv_heads,
                                               paging[1] if paging else 0, max_seqlen_k=max_seqlen_k,
                                               kv_items=(batch if queried is None else queried) * kv_heads,
                                               sms=self.sms)
         pitches = tuple(row_pitch(x) for x in (q, k, v))
         shape = (total_q, k.shape[0], heads, kv_heads, batch, tiles, splits, pitches, paging, variant)
-        plan = self.plans.of(("packed", config, *shape), lambda: self._plan(config, *shape))
-        partials = ((torch.empty(splits, *q.shape, dtype=torch.float32, device=q.device),
-                     torch.empty(splits, heads, total_q, dtype=torch.float32, device=q.device)) if splits > 1 else ())
-        plan(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-             tuple(scales) + pointers + tuple(arguments), tuple(x.data_ptr() for x in partials))
-        return o, lse
+        plan = self.plans.of(("packed", config, *shape), lambda: self._plan(config, *shape, device=q.device))
+        o, lse = plan.run(torch_stream(q), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                          tuple(scales) + pointers + tuple(arguments))
+        return (o, lse, plan) if with_plan else (o, lse)
 
     def _plan(self, config, total_q: int, total_k: int, heads: int, kv_heads: int, batch: int, tiles: int,
-              splits: int, pitches: tuple, paging: tuple, variant=None):
+              splits: int, pitches: tuple, paging: tuple, variant=None, *, device=None):
         """The launch over `batch` sequences' `tiles` row tiles (of the longest; pack_gqa, of its rows times the
         group) of `heads` query heads (pack_gqa: of the K/V heads), `splits` CTAs each (then the combine's):
         Q's, K's and V's 2-D maps over [tokens, heads x d], rows `pitches` bytes apart (pack_gqa: Q's 3-D over
         [tokens, heads, d], a box 64 / group tokens of `group` heads); `paging` (paged K/V): pages a sequence,
         the page size and the pool's pages (K's and V's tokens); fp8's descales first, a variant's operands
-        last."""
+        last; O, the log-sum-exp and split-KV's partials allocated on `device` by it (`_PackedPlan.run`)."""
+        import torch
+
         module = self.library.module(str(config) + (variant.suffix if variant else ""),
                                      partial(sm90.build_module, config, variant=variant))
         box, d, group = sm90_layouts.boxes(config), config.head_dim, heads // kv_heads
@@ -131,7 +133,11 @@ class PackedAttention:
             combined = self.library.module(str(summing), partial(combine.build_module, summing)).prepare(
                 combine.KERNEL, [POINTER] * 4 + [splits, total_q, heads], grid=summing.grid(total_q * heads),
                 block=combine.THREADS)
-        return _PackedPlan(launch, maps, combined)
+        o_type = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[output_element(config.element)])
+        outputs = [((total_q, heads, d), o_type), ((heads, total_q), torch.float32)]
+        if config.split_kv:  # (each split's fp32 O and log-sum-exp, which the combine sums)
+            outputs += [((splits, total_q, heads, d), torch.float32), ((splits, heads, total_q), torch.float32)]
+        return _PackedPlan(launch, maps, [allocator(shape, dtype, device) for shape, dtype in outputs], combined)
 
 
 @functools.lru_cache(maxsize=1024)  # (each call asks; the configurations' checks cost host time a decode step has not)
@@ -187,19 +193,22 @@ def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
 class _PackedPlan:
     """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
     offsets' addresses (paged: the cache lengths' and the block table's); split-KV, the partials' and the
-    combine's launch."""
+    combine's launch. `outputs` make O, the log-sum-exp and the partials (`common.allocator`)."""
 
-    def __init__(self, launch, maps: list, combined=None):
-        self.launch, self.maps, self.combined = launch, maps, combined
+    def __init__(self, launch, maps: list, outputs: list, combined=None):
+        self.launch, self.maps, self.outputs, self.combined = launch, maps, outputs, combined
 
-    def __call__(self, stream: int, q: int, k: int, v: int, o: int, lse: int, pointers: tuple,
-                 partials: tuple = ()) -> None:
+    def run(self, stream: int, q: int, k: int, v: int, pointers: tuple) -> tuple:
+        """(O, the log-sum-exp) of the kernel on q, k and v at these addresses, `pointers` its other ones."""
+        o, lse, *partials = (new() for new in self.outputs)
         map_q, map_k, map_v = self.maps
         if self.combined is None:
-            self.launch(stream, map_q(q), map_k(k), map_v(v), o, lse, *pointers)
-            return
-        self.launch(stream, map_q(q), map_k(k), map_v(v), *partials, *pointers)
-        self.combined(stream, *partials, o, lse)
+            self.launch(stream, map_q(q), map_k(k), map_v(v), o.data_ptr(), lse.data_ptr(), *pointers)
+            return o, lse
+        addresses = [x.data_ptr() for x in partials]
+        self.launch(stream, map_q(q), map_k(k), map_v(v), *addresses, *pointers)
+        self.combined(stream, *addresses, o.data_ptr(), lse.data_ptr())
+        return o, lse
 
 
 def pool_rows(*pools) -> tuple:
