@@ -356,6 +356,44 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
     assert not failures, failures[:10]
 
 
+def test_repeated_token_major_calls_run_their_kept_step_on_new_values():
+    """Eager `attention` calls without gradients as packed sequences (keys longer than the queries, q a view of
+    [batch, seq, heads, d] or contiguous, k and v heads-first copies or views), three calls a case on new values:
+    the second and third run the first's kept `TokenRowsStep`, each against fp32 attention; 16 random cases."""
+    from mlir_tile.kernels import attention, ops
+    from mlir_tile.kernels.flash.launch import TokenRowsStep
+
+    rng, failures = random.Random(72), []
+    for trial in range(16):
+        batch, heads, d = rng.randint(1, 3), rng.choice([2, 4, 8]), (64, 128, 256)[trial % 3]
+        kv_heads, causal = rng.choice([x for x in (1, 2, heads) if heads % x == 0]), trial % 2 == 1
+        seq_q = rng.choice([1, 16, 130])
+        seq_k = seq_q + rng.choice([0, 5, 700]) if trial % 4 else seq_q
+        projections = [torch.empty(batch, seq, count, d, device="cuda", dtype=torch.float16)
+                       for seq, count in ((seq_q, heads), (seq_k, kv_heads), (seq_k, kv_heads))]
+        views = trial % 3 == 0
+        for call in range(3):
+            for x in projections:
+                x.copy_(torch.randn(x.shape, device="cuda", dtype=x.dtype))
+            q, k, v = (x.transpose(1, 2) if views else x.transpose(1, 2).contiguous() for x in projections)
+            o, lse = attention(q, k, v, causal=causal)
+            seen = _visible(seq_q, seq_k, causal)
+            for b in range(batch):
+                parts = [x[b].transpose(0, 1) for x in (q, k, v)]
+                exact, exact_lse = _sequence_attention(*parts, seen)
+                theirs = _sequence_attention(*parts, seen, torch.float16).float()
+                bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(torch.float16).eps * float(
+                    exact.abs().max())
+                if float((o[b].transpose(0, 1).float() - exact).abs().max()) > bound or float(
+                        (lse[b] - exact_lse).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
+                    failures.append((trial, call, b))
+        if seq_k != seq_q or views:
+            key = ops._eager_key(q, k, v, extra=(causal, q.stride(), k.stride(), v.stride()))
+            if not isinstance(ops._eager.get(key), TokenRowsStep):
+                failures.append((trial, "no step kept"))
+    assert not failures, failures[:10]
+
+
 def test_token_major_attention_is_captured_in_a_cuda_graph_at_shapes_new_to_it():
     """`attention` with keys longer than the queries (the packed kernels' path) first called inside a capture,
     forward and backward: replayed on new values, O and the gradients equal the eager call's bit for bit (in

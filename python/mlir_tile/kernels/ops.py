@@ -387,13 +387,20 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
 
 def _eager_attention(q, k, v, causal: bool):
     """`_attention` for a call `plain_call` lets through: the first of a key checked and run in full, the next
-    ones the launch plan it made (`flash.launch.AttentionPaths.planned`)."""
-    key = _eager_key(q, k, v, extra=causal)
+    ones the launch plan it made (`flash.launch.AttentionPaths.planned`; as packed sequences, `token_major`,
+    `flash.launch.TokenRowsStep`, the key then holding the strides)."""
+    paths = kernels_on(q.device).attention
+    token_rows = paths.takes_token_rows(q, k)
+    key = _eager_key(q, k, v, extra=(causal, *((q.stride(), k.stride(), v.stride()) if token_rows else ())))
     known = _eager.get(key)
     if known is not None:
         return known(q, k, v)
+    if token_rows:
+        o, lse, step = paths.packed_call(q, k, v, causal, with_plan=True)
+        if step is not None:
+            _eager.keep(key, step)
+        return o, lse
     result = _attention(q, k, v, causal)
-    paths = kernels_on(q.device).attention
     planned = paths.hopper is not None or k.shape == q.shape  # (else k, v repeated first)
     if _takes_eagerly(q, k, v) and planned and not flash_launch.token_major(q, k):
         _eager.keep(key, paths.planned(q, k, v, causal))

@@ -41,7 +41,7 @@ class AttentionPaths:
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
         if descales is None and variant is None and not operands and self.takes_token_rows(q, k):
-            return self._as_token_rows(q, k, v, causal)
+            return self.packed_call(q, k, v, causal)
         q, k, v = (on_16_bytes(x.contiguous()) for x in (q, k, v))
         if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
             return self.empty_outputs(q, k)
@@ -77,21 +77,21 @@ class AttentionPaths:
         o_type = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
         return q.new_empty(q.shape, dtype=o_type), q.new_empty(q.shape[:3], dtype=torch.float32)
 
-    def _as_token_rows(self, q, k, v, causal: bool):
+    def packed_call(self, q, k, v, causal: bool, with_plan: bool = False):
         """q, k, v [batch, heads, seq, d] as packed sequences, one a batch entry (`sequence_offsets`), their tokens'
         rows read in place where they lie as [batch, seq, heads, d] (else copied): O and the log-sum-exp as views
-        of the packed kernel's [tokens, heads, d] and [heads, tokens]."""
+        of the packed kernel's [tokens, heads, d] and [heads, tokens] (`with_plan`: and a `TokenRowsStep` that a
+        call on tensors of the same shapes, strides and dtype may run, None where no kernel ran)."""
         if not (k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]):
             raise ValueError(f"attention: q [batch, heads, seq_q, d], k and v [batch, kv_heads, seq_k, d]; got "
                              f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-        batch, heads, seq, d = q.shape
-        if batch == 0:  # (torch's: O and the log-sum-exp empty)
-            return self.empty_outputs(q, k)
+        if q.shape[0] == 0:  # (torch's: O and the log-sum-exp empty)
+            return (*self.empty_outputs(q, k), None) if with_plan else self.empty_outputs(q, k)
         rows = [as_token_rows(x) for x in (q, k, v)]
-        o, lse = self.hopper.packing.packed(*rows, sequence_offsets(batch, seq, q.device),
-                                            sequence_offsets(batch, k.shape[2], q.device), seq, causal=causal,
-                                            max_seqlen_k=k.shape[2])
-        return o.view(batch, seq, heads, d).transpose(1, 2), lse.view(heads, batch, seq).permute(1, 0, 2)
+        o, lse, plan = self.hopper.packing.packed(*rows, *_token_offsets(q, k), q.shape[2], causal=causal,
+                                                  max_seqlen_k=k.shape[2], with_plan=True)
+        outputs = _heads_first(o, lse, q.shape)
+        return (*outputs, plan and TokenRowsStep(plan, q.shape, k.shape[2])) if with_plan else outputs
 
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
         """A call on q, k, v of these shapes and dtype (contiguous, on 16 bytes, 16-bit: a call before checked
@@ -189,6 +189,36 @@ def _repeated_heads(q, k, v):
         raise ValueError(f"attention: q [batch, heads, seq, d], k and v [batch, kv_heads, seq, d] with kv_heads "
                          f"dividing heads, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     return (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
+
+
+def _token_offsets(q, k) -> tuple:
+    """cu_seqlens_q and cu_seqlens_k of q and k [batch, heads, seq, d] as packed sequences, one a batch entry."""
+    return sequence_offsets(q.shape[0], q.shape[2], q.device), sequence_offsets(k.shape[0], k.shape[2], q.device)
+
+
+def _heads_first(o, lse, shape):
+    """The packed kernels' O [tokens, heads, d] and log-sum-exp [heads, tokens] as [batch, heads, seq, d] and
+    [batch, heads, seq] views."""
+    batch, heads, seq, d = shape
+    return o.view(batch, seq, heads, d).transpose(1, 2), lse.view(heads, batch, seq).permute(1, 0, 2)
+
+
+class TokenRowsStep:
+    """An eager `attention` call on q, k, v run as packed sequences (`token_major`) whose shapes, strides and
+    dtype an earlier call checked: the rows (`token_rows` of `as_token_rows`: views, or the copies the call
+    needs), the offsets, the packed plan's launch (`_PackedPlan.run`)."""
+
+    def __init__(self, plan, shape: tuple, keys: int):
+        self.plan, self.shape, self.keys = plan, shape, keys
+
+    def __call__(self, q, k, v):
+        from mlir_tile.kernels.flash.packed import token_rows
+        from mlir_tile.runtime import torch_stream
+
+        rows = [token_rows(as_token_rows(x)) for x in (q, k, v)]
+        offsets = _token_offsets(q, k)
+        o, lse = self.plan.run(torch_stream(q), *(x.data_ptr() for x in rows), tuple(x.data_ptr() for x in offsets))
+        return _heads_first(o, lse, self.shape)
 
 
 class PlannedAttention:
