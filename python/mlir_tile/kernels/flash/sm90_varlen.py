@@ -112,15 +112,33 @@ class Pages:
         self.first_entry = with_operators(batch) * self.pages_per_sequence
         self.pool_rows = self.page_size * pages
 
-    def row(self, key):
-        """The pool row (an index value) of the sequence's key `key` (an index value counted from its first)."""
+    def rows(self, key, boxes: int, rows: int) -> list:
+        """The pool rows (index values) of `boxes` boxes of `rows` keys each from the sequence's key `key` on (an
+        index value counted from its first, a multiple of `rows`, which divides the page size): one division,
+        then each next box's page and place in it carried on (a box reaching the page's end starts the next
+        page), a 64-bit division a box having been most of a paged tile's producer instructions."""
+        from mlir_tile.builder.integers import with_operators
+
         k = self.k
-        page_index = key // self.page_size
+        page_index, within = with_operators(key // self.page_size), with_operators(key % self.page_size)
+        found = []
+        for box in range(boxes):
+            if box:
+                within = within + rows
+                wrapped = k.compare("eq", within, self.page_size)
+                page_index = with_operators(k.select(wrapped, page_index + 1, page_index))
+                within = with_operators(k.select(wrapped, k.index(0), within))
+            found.append(self._row(page_index, within))
+        return found
+
+    def _row(self, page_index, within):
+        """The pool row of place `within` on the sequence's page `page_index` (its block table's entry)."""
+        k = self.k
         inside = k.compare("ult", page_index, self.pages_per_sequence)
         entry = k.select(inside, self.first_entry + page_index, self.first_entry)  # (a load inside the row)
         page = k.as_index(k.load(self.table, [entry]), unsigned_from="i32")
         on_pool = inside & k.compare("ult", page, self.pages)
-        return k.select(on_pool, page * self.page_size + key % self.page_size, self.pool_rows)
+        return k.select(on_pool, page * self.page_size + within, self.pool_rows)
 
 
 class PackedItems:
@@ -263,8 +281,7 @@ class PackedItems:
         if self.config.fp8:
             self.staging.acquire(index)
             staged = self.staging_ring.offset(self.staging_ring.stage(index))
-        for box in range(self.config.keys // rows):
-            row = self.pages.row(key + box * rows)
+        for box, row in enumerate(self.pages.rows(key, self.config.keys // rows, rows)):
             for part, tensor_map in enumerate((self.k_map, self.v_map)):
                 pipeline, at = (self.staging, staged) if part and staged is not None else (
                     self.pipeline, ring.offset(stage, part))
