@@ -1,6 +1,6 @@
 """A decode step's attention (one query a sequence, Llama-3-8B's 32 query / 8 KV heads, d 128, bf16), ours
 (`attention_with_kvcache`: a cache [batch, seq, 8, 128], and paged in shuffled pages of 16 and 64 tokens; and the
-same caches in fp8 e4m3 with per-tensor descales, contiguous and in pages of 64, half the bytes) beside torch's
+same caches in fp8 e4m3 with per-tensor descales, contiguous and in pages of 16 and 64, half the bytes) beside torch's
 SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch, 8, seq, 128], on the GPU host:
 
     PYTHONPATH=python python3 benchmarks/decode_attention.py
@@ -47,7 +47,7 @@ def cases():
 
 def fp8_cases(batch: int, seq: int, q, k, v, lengths):
     """The shape's fp8 calls: q, k and v in e4m3 with per-tensor descales, the cache contiguous and in shuffled
-    pages of 64."""
+    pages of 16 and 64."""
     scaled = []
     for x in (q, k, v):
         descale = (x.abs().max().float() / 448).reshape(1)
@@ -56,13 +56,14 @@ def fp8_cases(batch: int, seq: int, q, k, v, lengths):
     descales = dict(descale_q=sq, descale_k=sk, descale_v=sv)
     read = 2 * k8.numel()
     yield f"b{batch} s{seq} ours fp8", lambda: attention_with_kvcache(q8, k8, v8, lengths, **descales), read
-    pages = batch * seq // 64
-    order = torch.randperm(pages, device="cuda")
-    pools = [x.view(torch.uint8).reshape(pages, 64, KV_HEADS, D)[order.argsort()].view(torch.float8_e4m3fn)
-             for x in (k8, v8)]
-    table = order.view(batch, seq // 64).int()
-    yield f"b{batch} s{seq} ours fp8 paged 64", lambda: attention_with_kvcache(
-        q8, *pools, lengths, block_table=table, **descales), read
+    for page in (16, 64):
+        pages = batch * seq // page
+        order = torch.randperm(pages, device="cuda")
+        pools = [x.view(torch.uint8).reshape(pages, page, KV_HEADS, D)[order.argsort()].view(torch.float8_e4m3fn)
+                 for x in (k8, v8)]
+        table = order.view(batch, seq // page).int()
+        yield f"b{batch} s{seq} ours fp8 paged {page}", lambda pools=pools, table=table: attention_with_kvcache(
+            q8, *pools, lengths, block_table=table, **descales), read
 
 
 def main():
