@@ -79,7 +79,7 @@ def moe_cases(x, w):
     fused = swiglu_weights(gate, up)
     yield "swiglu_mm 16x4096x(2x1024)", {"operator": lambda: swiglu_mm(x, fused),
                                         "torch": lambda: F.silu(F.linear(x, gate)) * F.linear(x, up)}
-    experts = w[:8 * 512, :1024].reshape(8, 512, 1024)
+    experts = w[:8 * 512, :1024].reshape(8, 512, 1024).contiguous()
     tokens = torch.randn(8, 128, 1024, device="cuda", dtype=torch.bfloat16)
     counts = torch.full((8,), 100, device="cuda", dtype=torch.int32)
     yield "grouped_mm masked 8x128x512x1024", {"operator": lambda: grouped_mm(tokens, experts, counts),

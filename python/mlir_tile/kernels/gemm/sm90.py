@@ -318,6 +318,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         if self.side is not None:
             with k.if_(k.compare("uge", turn, 1)):
                 self.barriers.wait_turn(self.side)
+        if config.block_scales:
+            self.prefetch_factors(origin)
         with k.loop(0, self.k_tiles) as k_tile:
             self.step(self._in_ring(turn, k_tile), k_tile, origin)
         if self.side is not None:
@@ -423,7 +425,10 @@ class _HopperGemm(FusedSteps, GroupedSteps):
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the
         C tile over the stages' bytes (one a batch), then one TMA store per 64-column box of it by the first
-        consumer thread."""
+        consumer thread (contiguous grouped: the tail's tiles, past the last expert, zeros with an epilogue too:
+        `epilogue_group`)."""
+        from mlir.dialects import arith
+
         from mlir_tile.builder.stores import AccumulatorBand
         from mlir_tile.kernels.common import for_each_arm
 
@@ -435,6 +440,7 @@ class _HopperGemm(FusedSteps, GroupedSteps):
             return self.write_c(band, packed, origin, region)
         c_c = k.identity_tensor((self.m, self.n))
         places = [self._place(c_c, origin, batch) for batch in range(len(self.accumulators))]
+        group, tail = self.epilogue_group(origin)
 
         def pack(finish):
             for accumulators, registers, place in zip(self.accumulators, packed, places):
@@ -442,11 +448,13 @@ class _HopperGemm(FusedSteps, GroupedSteps):
 
                 def value(slot, x, scaled=scaled, place=place):
                     x = scaled(x, slot)
-                    return x if finish is None else finish(x, *place[self.consumer_thread, slot])
+                    if finish is None:
+                        return x
+                    x = finish(x, *place[self.consumer_thread, slot])
+                    return x if tail is None else arith.select(tail, k.constant(0.0, "f32"), x)
                 band.pack(registers, accumulators.registers, config.bn, value)
 
-        for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack,
-                     self.group_of(origin)[0] if config.grouped and self.epilogue is not None else None)
+        for_each_arm(k, self.epilogue, self.extras, c_c.extent, pack, group)
         self.write_c(band, packed, origin, region)
 
     def write_c(self, band, packed, origin, region: int) -> None:

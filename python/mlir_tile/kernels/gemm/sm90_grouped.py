@@ -21,6 +21,20 @@ class GroupedSteps:
         row0, rows = with_operators(k.as_index(origin[0])), with_operators(k.as_index(self.groups[1]))
         return row0 // rows, row0 % rows
 
+    def epilogue_group(self, origin) -> tuple:
+        """(the group an epilogue's "group_column" operands are read at, None where not grouped or without an
+        epilogue; contiguous: whether the tile is the tail's, rows past the last expert, else None). The tail's
+        group E is read as E - 1, its rows' results then zeros (no write or read outside the operands)."""
+        if not self.config.grouped or self.epilogue is None:
+            return None, None
+        group = self.group_of(origin)[0]
+        if not self.config.contiguous:
+            return group, None
+        k = self.k
+        experts = k.as_index(self.groups[1])
+        tail = k.compare("eq", group, experts)
+        return k.select(tail, experts - k.index(1), group), tail
+
     def counted(self, origin):
         """Masked: whether the C tile at `origin` starts below its group's count (an i1)."""
         group, row = self.group_of(origin)
