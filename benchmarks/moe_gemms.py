@@ -7,7 +7,8 @@
 - the masked grouped GEMM (`grouped_mm`: E experts, T rows each, all counted) against a loop of F.linear over
   the experts and torch._grouped_mm where the installed torch has it, bf16;
 - the contiguous grouped GEMM (`grouped_mm(..., offsets=)`: tokens split unevenly among the experts, a
-  multinomial draw) against torch._grouped_mm, a loop of F.linear and a loop of our `matmul`, bf16;
+  multinomial draw) against torch._grouped_mm, a loop of F.linear and a loop of our `matmul`, bf16, and the
+  ceiling: one dense F.linear of the same FLOPs (every token on one expert's weights);
 - the contiguous form's forward and backward (dx and dw) against torch._grouped_mm's and a loop of F.linear's
   (the rows compare dw);
 - blockwise fp8 (`scaled_mm` with scale_a [M, K / 128], scale_b [N / 128, K / 128], all 1: the same product as
@@ -102,11 +103,14 @@ def contiguous_rows() -> list:
         pieces = [(x[end - size:end], w[e]) for e, (size, end) in enumerate(zip(sizes, ends))]
         calls = {"torch: F.linear a expert": lambda: torch.cat([F.linear(a, b) for a, b in pieces]),
                  "ours: matmul a expert": lambda: torch.cat([matmul(a, b, b_layout="nk") for a, b in pieces]),
-                 "ours: grouped_mm contiguous": lambda: grouped_mm(x, w, offsets=offsets)}
+                 "ours: grouped_mm contiguous": lambda: grouped_mm(x, w, offsets=offsets),
+                 # (the ceiling: the same FLOPs as one dense product, every token on expert 0's weights)
+                 "dense ceiling: F.linear of all tokens": lambda: F.linear(x, w[0])}
         if hasattr(torch, "_grouped_mm"):
             w_t = w.transpose(1, 2)
             calls["torch._grouped_mm"] = lambda: torch._grouped_mm(x, w_t, offs=offsets)
-        rows.append(_row("contiguous", (experts, tokens, depth, n), calls, {k: call() for k, call in calls.items()}))
+        rows.append(_row("contiguous", (experts, tokens, depth, n), calls,
+                         {k: call() for k, call in calls.items() if not k.startswith("dense")}))
         torch.cuda.empty_cache()
     return rows
 
