@@ -135,8 +135,8 @@ class PackedAttention:
                 block=combine.THREADS)
         o_type = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[output_element(config.element)])
         outputs = [((total_q, heads, d), o_type), ((heads, total_q), torch.float32)]
-        if config.split_kv:  # (each split's fp32 O and log-sum-exp, which the combine sums)
-            outputs += [((splits, total_q, heads, d), torch.float32), ((splits, heads, total_q), torch.float32)]
+        if config.split_kv:  # (each split's fp32 O, then its log-sum-exp, which the combine sums: one buffer)
+            outputs += [((splits * heads * total_q * (d + 1),), torch.float32)]
         return _PackedPlan(launch, maps, [allocator(shape, dtype, device) for shape, dtype in outputs], combined)
 
 
@@ -205,7 +205,8 @@ class _PackedPlan:
         if self.combined is None:
             self.launch(stream, map_q(q), map_k(k), map_v(v), o.data_ptr(), lse.data_ptr(), *pointers)
             return o, lse
-        addresses = [x.data_ptr() for x in partials]
+        first = partials[0].data_ptr()  # (O's [splits, total_q, heads, d], then [splits, heads, total_q])
+        addresses = (first, first + 4 * partials[0].numel() // (o.shape[-1] + 1) * o.shape[-1])
         self.launch(stream, map_q(q), map_k(k), map_v(v), *addresses, *pointers)
         self.combined(stream, *addresses, o.data_ptr(), lse.data_ptr())
         return o, lse
