@@ -10,7 +10,7 @@ from typing import List, Optional
 import torch
 
 import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.matmul*, which swiglu_mm's backward runs)
-from mlir_tile.kernels.registry import kernels_on, no_backward, register_operator
+from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 
 
 def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, epilogue=None, operands=()):
@@ -29,9 +29,13 @@ def grouped_mm(x, w, counts=None, *, offsets=None, scale_x=None, scale_w=None, e
       zeros); `epilogue` (an `epilogues.Epilogue`, with its `operands`: rows [tokens], columns [N] shared by the
       experts, matrices [tokens, N], numbers) applied to each product before it is rounded, e.g.
       `epilogues.row_scale` with the router's weights (forward only)."""
+    if epilogue is not None and offsets is None:
+        raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
+    if plain_call(x, w, counts, offsets, scale_x, scale_w, *(t for t in operands if isinstance(t, torch.Tensor))):
+        # (eager, no gradient asked: the launcher straight, without the dispatcher's two Python hops)
+        return kernels_on(x.device).grouped(x, w, counts, offsets=offsets, scale_x=scale_x, scale_w=scale_w,
+                                            epilogue=epilogue, operands=operands)
     if epilogue is not None:
-        if offsets is None:
-            raise ValueError("grouped_mm: an epilogue is the contiguous form's (offsets=...)")
         tensors = [t for t in operands if isinstance(t, torch.Tensor)]
         numbers = [float(t) for t in operands if not isinstance(t, torch.Tensor)]
         return _epilogue_operator(epilogue)(x, w, offsets, scale_x, scale_w, tensors, numbers)
@@ -137,7 +141,8 @@ def swiglu_mm(x, w):
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 1:
         raise ValueError("swiglu_mm: x [..., K] and w [2F, K] tensors")
     rows = x.reshape(-1, x.shape[-1]).contiguous()
-    out = torch.ops.mlir_tile.swiglu_mm(rows, w.contiguous())
+    run = _swiglu_mm if plain_call(rows, w) else torch.ops.mlir_tile.swiglu_mm  # (eager without a gradient: straight)
+    out = run(rows, w.contiguous())
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
