@@ -6,6 +6,7 @@ process:
 
     python benchmarks/fp8_accumulation.py build DIR      # here (MLIR): the kernels, as benchmarks/gemm.py names them
     python3 benchmarks/fp8_accumulation.py run DIR       # GPU host: DIR/fp8_accumulation.json
+    python3 benchmarks/fp8_accumulation.py profile DIR   # GPU host, ncu: the operators' fp8 kernels and cuBLASLt's
 
 Per shape: TFLOP/s (`torch_timing.sustained_interleaved`: back to back, shuffled rounds, medians, the SM clock
 and power beside) and each result's error against the float64 product of the same e4m3 values: RMS and largest,
@@ -69,5 +70,37 @@ def run(directory: Path) -> None:
             torch.cuda.empty_cache()
 
 
+def launch() -> None:
+    """One call each of the operators' fp8 GEMMs at 4096^3 (fast, precise, blockwise), then cuBLASLt's default:
+    what `profile` runs under ncu."""
+    import torch
+
+    from mlir_tile.kernels import scaled_mm
+
+    a, b = (torch.randn(4096, 4096, device="cuda").to(torch.float8_e4m3fn) for _ in range(2))
+    one = torch.ones(1, device="cuda")
+    scaled_mm(a, b, one, one, accumulation="fast")
+    scaled_mm(a, b, one, one, accumulation="precise")
+    scaled_mm(a, b, torch.ones(4096, 32, device="cuda"), torch.ones(32, 32, device="cuda"))
+    torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+
+
+def profile(directory: Path) -> None:
+    """ncu (`torch_timing.profile_launches`) of `launch`'s four kernels: the tensor pipe's busy share, stalls, and
+    cuBLASLt's kernel name (its tile)."""
+    from torch_timing import profile_launches
+
+    rows = [{"who": who, **{k: v for k, v in entry.items() if k != "unknown"}} for who, entry in zip(
+        ("fast", "precise", "blockwise", "cuBLASLt"), profile_launches([__file__, "launch"],
+                                                                       "gemm|sm90|cutlass|xmma|nvjet", 4))]
+    print("\n".join(json.dumps(row) for row in rows), flush=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "fp8_profile.json").write_text(json.dumps(rows, indent=1))
+
+
 if __name__ == "__main__":
-    {"build": build, "run": run}[sys.argv[1]](Path(sys.argv[2]))
+    if sys.argv[1] == "launch":
+        launch()
+    else:
+        {"build": build, "run": run, "profile": profile}[sys.argv[1]](Path(sys.argv[2]))
