@@ -164,8 +164,9 @@ def test_the_contiguous_grouped_gemms_gradients_read_their_operands_through_3d_m
 
 
 def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(tmp_path):
-    """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read while its
-    wgmmas run (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads), each partial added in
+    """`block_scales` (DeepGEMM's 1 x 128 of A, 128 x 128 of B, on `promote`): a k-tile's scales read a step ahead
+    (a thread's two rows' scale_a and the C tile's block of scale_b: 3 loads before the k-loop, k-tile 0's, and 3
+    in it, the next k-tile's), each partial added in
     by an fma with its row's factor (BN / 2 a k-tile, no adds), C rounded without the per-tensor scales'
     multiply; assembled without spills; one CTA of 3 k-tiles on the reference model (a different power of two a
     k-block, row and column block) is the blockwise-scaled exact product."""
@@ -178,7 +179,7 @@ def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(t
     ptx, promoted = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, replace(config, block_scales=False)))
     assert str(config).endswith("_promote_blockscales_sm90a")
     assert ptx.count("fma.rn.f32") == promoted.count("fma.rn.f32") + config.bn // 2
-    assert ptx.count("ld.global") == 3 and promoted.count("ld.global") == 2  # (per tensor: the two scales, once)
+    assert ptx.count("ld.global") == 6 and promoted.count("ld.global") == 2  # (per tensor: the two scales, once)
     assert ptx.count("mul.rn.f32") < promoted.count("mul.rn.f32")  # (no per-tensor multiply of C)
     assert "give C as numpy does" in hopper_emulation.emulate(config, 3, "e4m3")
     _assembles(ptx, tmp_path)

@@ -40,9 +40,9 @@ def test_packed_sequences_read_their_bounds_and_store_o_by_rows(filecheck, tmp_p
 @pytest.mark.parametrize("d, page_rows", [(128, 16), (64, 64)])
 def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_path, d, page_rows):
     """Paged K/V (`sm90_varlen.Pages`): the cache length read at b (not b + 1: a count, not offsets), then per key
-    tile, once its stage is free, per box of `page_rows` rows its page id read from the block table (one load a
-    box), the row selected (past the table's row or the pool: the pool's end), and K's and V's boxes of
-    `page_rows` rows loaded there; the maps' boxes are that tall; assembled without spills."""
+    tile, once its stage is free, each box of `page_rows` rows' page id read from the block table (one load a
+    box, the tile's together), the rows selected (past the table's row or the pool: the pool's end), then K's and
+    V's boxes of `page_rows` rows loaded there; the maps' boxes are that tall; assembled without spills."""
     from dataclasses import replace
 
     from mlir_tile.kernels.flash.sm90_layouts import boxes
@@ -51,8 +51,8 @@ def test_paged_kv_loads_each_page_box_from_its_block_table_entry(filecheck, tmp_
     assert str(config).endswith(f"_varlen_paged{page_rows}_sm90a") and boxes(config)["k"].rows == page_rows
     ptx = _ptx(config)
     per_tile, across = config.keys // page_rows, d // config.box_columns
-    box = "CHECK: ld.global.b32\n" + "CHECK: cp.async.bulk.tensor.2d\n" * (2 * across)  # (its entry, then K's and V's)
-    filecheck(ptx, "CHECK: .entry attention(\nCHECK: try_wait.parity.shared.b64 {{.*}}[q_empty\n" + box * per_tile)
+    tile = "CHECK: ld.global.b32\n" * per_tile + "CHECK: cp.async.bulk.tensor.2d\n" * (2 * across * per_tile)
+    filecheck(ptx, "CHECK: .entry attention(\nCHECK: try_wait.parity.shared.b64 {{.*}}[q_empty\n" + tile)
     assert ptx.count("cp.async.bulk.tensor.2d") == config.consumers * across + 2 * per_tile * across  # (Q's, K's, V's)
     assert ptx.count("ld.global.b32") == 6 + per_tile  # (each role's sequence bounds: 3 loads; a tile's entries)
     if shutil.which("ptxas"):

@@ -273,9 +273,9 @@ class PackedItems:
 
     def load_pages(self, index, key) -> None:
         """Paged K/V (its stage free): the key tile from key `key` on as boxes of `page_rows` rows, each box's K
-        and V from its page's rows, its block table entry read just before (read before the stage's wait, the
-        tile's entries spilled the producer's registers; one after another, they are the same few L1 lines); fp8,
-        V's into its staging stage once the transposer is done with that."""
+        and V from its page's rows (`Pages.rows`: the tile's block table entries, read together once the stage
+        is free; read before the stage's wait they had spilled the producer's registers); fp8, V's into its
+        staging stage once the transposer is done with that."""
         ring, rows, column = self.ring, self.config.page_rows, self.kv_origin[1]
         stage, staged = ring.stage(index), None
         if self.config.fp8:
