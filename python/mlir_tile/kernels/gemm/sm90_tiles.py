@@ -321,6 +321,7 @@ def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int
 SCALINGS = ("tensor", "rows", "blocks")  # fp8's scales: one a tensor, one a row (scale_a [M], scale_b [N]), blockwise
 
 
+@functools.lru_cache(maxsize=None)  # (asked each call: a HopperConfig's checks cost a call's host time)
 def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperConfig:
     """`ScaledMatmul`'s kernel for `scaling` (SCALINGS): the fp8 tile measured fastest for B's layout
     (`measured_tile`), or with per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill);
@@ -335,11 +336,13 @@ def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperCo
     return hopper_config(b_major, tile, "e4m3", rows)
 
 
+@functools.lru_cache(maxsize=None)  # (asked each call: a HopperConfig's checks cost a call's host time)
 def swiglu_config(element: str):
     """`SwigluMatmul`'s kernel: the tile measured fastest for `element` with B [N, K], its epilogue fused SwiGLU."""
     return replace(hopper_config("nk", measured_tile(element, "nk"), element), swiglu=True)
 
 
+@functools.lru_cache(maxsize=None)  # (asked each call: a HopperConfig's checks cost a call's host time)
 def grouped_config(element: str, contiguous: bool = False, epilogue=None):
     """`GroupedMatmul`'s kernel, masked or `contiguous`, with B [N, K]: 16-bit GROUPED_TILE (SMALL_TILE for an
     `epilogue` that reads operands by column: beside 128 x 256's accumulators and the contiguous walk's values a
@@ -349,6 +352,7 @@ def grouped_config(element: str, contiguous: bool = False, epilogue=None):
     return replace(hopper_config("nk", tile, element), grouped=True, contiguous=contiguous)
 
 
+@functools.lru_cache(maxsize=None)  # (asked each call: a HopperConfig's checks cost a call's host time)
 def grouped_gradient_configs(element: str) -> tuple:
     """The contiguous grouped GEMM's gradients' kernels (16-bit): dx's (contiguous, w read as B [K, N]) and dw's
     (`ragged_k`: grad and x read as A [K, M] and B [K, N], the reduction each expert's tokens)."""
