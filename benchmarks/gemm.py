@@ -133,7 +133,10 @@ HOPPER_TILES = {"nk": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128
 FP8_TILES = {"nk": [_tile(128, 256, 128, 4), _tile(128, 256, 128, 3), _tile(256, 128, 128, 3),  # e4m3
                     _tile(128, 256, 128, 3, CLUSTER_2), _tile(256, 128, 128, 4, WIDE),
                     _tile(256, 128, 128, 4, WIDE, UNIFORM), _tile(128, 128, 128, 4, PROMOTE),
-                    _tile(128, 192, 128, 4, PROMOTE)],
+                    _tile(128, 192, 128, 4, PROMOTE),
+                    # (cuBLASLt's default fp8 kernel on the H100: 128 x 128, 6 stages, clusters of 2; ncu, session 47)
+                    _tile(128, 128, 128, 6, PROMOTE), _tile(128, 128, 128, 4, PROMOTE, CLUSTER_2),
+                    _tile(128, 128, 128, 6, PROMOTE, CLUSTER_2), _tile(128, 192, 128, 5, PROMOTE)],
              "kn": [_tile(128, 256, 128, 3), _tile(128, 128, 128, 4), _tile(256, 128, 128, 3),
                     _tile(256, 128, 128, 3, WIDE), _tile(256, 128, 128, 3, WIDE, UNIFORM)]}
 
