@@ -3,7 +3,7 @@ products summed into partials of their own, then added into the fp32 accumulator
 (`block_scales`: an fma by the row's and the tile's block's scales as each k-tile is added in), and fused SwiGLU
 (`swiglu`: C = silu(gate) * up from the interleaved weights' pairs, `swiglu_pairs`). A mixin: it reads the
 kernel's `k`, `config`, `element`, `accumulators`, `promoted`, `pipeline`, `atom`, `scales`, `m`, `n`,
-`k_tiles`, `consumer_thread`, `_place` and `group_of`."""
+`k_tiles`, `consumer_thread`, `_place` and `group_of`, and sets `scale_registers` (blockwise)."""
 from __future__ import annotations
 
 import functools
