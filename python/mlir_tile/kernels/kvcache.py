@@ -20,6 +20,7 @@ from mlir_tile.kernels.flash.packed import checked_paged, token_rows
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
+from mlir_tile.runtime import torch_stream
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens,
@@ -134,8 +135,6 @@ class _EagerStep:
         self.plan, self.shape, self.seq_cache, self.entries = plan, shape, seq_cache, entries
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, descales):
-        from mlir_tile.runtime import torch_stream
-
         batch, seq_q, heads, d = self.shape
         lengths = _clamped_lengths(cache_seqlens, batch, self.seq_cache, q.device)
         if self.entries is None:

@@ -9,7 +9,7 @@ from functools import partial
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
 from mlir_tile.kernels.flash import combine, sm80, sm90, sm90_layouts
-from mlir_tile.kernels.flash.packed import PackedAttention, descale_addresses, on_16_bytes
+from mlir_tile.kernels.flash.packed import PackedAttention, descale_addresses, on_16_bytes, token_rows
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
 from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_BOXES, HopperAttentionConfig,
                                                 band_lengths, page_box_rows)
@@ -212,7 +212,6 @@ class TokenRowsStep:
         self.plan, self.shape, self.keys = plan, shape, keys
 
     def __call__(self, q, k, v):
-        from mlir_tile.kernels.flash.packed import token_rows
         from mlir_tile.runtime import torch_stream
 
         rows = [token_rows(as_token_rows(x)) for x in (q, k, v)]

@@ -137,7 +137,8 @@ class PackedAttention:
         outputs = [((total_q, heads, d), o_type), ((heads, total_q), torch.float32)]
         if config.split_kv:  # (each split's fp32 O, then its log-sum-exp, which the combine sums: one buffer)
             outputs += [((splits * heads * total_q * (d + 1),), torch.float32)]
-        return _PackedPlan(launch, maps, [allocator(shape, dtype, device) for shape, dtype in outputs], combined)
+        return _PackedPlan(launch, maps, [allocator(shape, dtype, device) for shape, dtype in outputs], combined,
+                           4 * splits * total_q * heads * d)
 
 
 @functools.lru_cache(maxsize=1024)  # (each call asks; the configurations' checks cost host time a decode step has not)
@@ -193,10 +194,11 @@ def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
 class _PackedPlan:
     """One packed-sequences shape's launch: q's, k's and v's tensor maps, O's, the log-sum-exp's and the
     offsets' addresses (paged: the cache lengths' and the block table's); split-KV, the partials' and the
-    combine's launch. `outputs` make O, the log-sum-exp and the partials (`common.allocator`)."""
+    combine's launch. `outputs` make O, the log-sum-exp and the partials (`common.allocator`: split-KV's O and
+    log-sum-exp in one buffer, the latter `lse_bytes` into it)."""
 
-    def __init__(self, launch, maps: list, outputs: list, combined=None):
-        self.launch, self.maps, self.outputs, self.combined = launch, maps, outputs, combined
+    def __init__(self, launch, maps: list, outputs: list, combined=None, lse_bytes: int = 0):
+        self.launch, self.maps, self.outputs, self.combined, self.lse_bytes = launch, maps, outputs, combined, lse_bytes
 
     def run(self, stream: int, q: int, k: int, v: int, pointers: tuple) -> tuple:
         """(O, the log-sum-exp) of the kernel on q, k and v at these addresses, `pointers` its other ones."""
@@ -206,7 +208,7 @@ class _PackedPlan:
             self.launch(stream, map_q(q), map_k(k), map_v(v), o.data_ptr(), lse.data_ptr(), *pointers)
             return o, lse
         first = partials[0].data_ptr()  # (O's [splits, total_q, heads, d], then [splits, heads, total_q])
-        addresses = (first, first + 4 * partials[0].numel() // (o.shape[-1] + 1) * o.shape[-1])
+        addresses = (first, first + self.lse_bytes)
         self.launch(stream, map_q(q), map_k(k), map_v(v), *addresses, *pointers)
         self.combined(stream, *addresses, o.data_ptr(), lse.data_ptr())
         return o, lse
