@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
     reason="the KV cache's attention runs on Hopper's path (sm_90) only")]
 from test_attention_varlen_gpu import _sequence_attention, _visible  # noqa: E402
+from test_kernels_ops_hopper_gpu import FP8_DESCALES, head_magnitudes, quantized  # noqa: E402
 
 CASES = 60
 
@@ -211,35 +212,35 @@ def test_empty_batches_queries_caches_and_negative_lengths():
     assert torch.allclose(o.float(), added.float(), atol=1e-3)  # (the one key it sees: its value)
 
 
-def _quantized(*parts):
-    """`parts` (fp32) as float8_e4m3fn with one descale for them all (their largest at e4m3's 448), and the values
-    the fp8 ones stand for."""
-    descale = (max(float(x.abs().max()) for x in parts) / 448 or 1.0) * torch.ones(1, device="cuda")
-    fp8 = [(x / descale).to(torch.float8_e4m3fn) for x in parts]
-    return fp8, descale, [x.float() * descale for x in fp8]
-
-
 def test_an_fp8_cache_matches_fp32_attention_of_its_values_within_e4m3s_rounding_of_p():
-    """fp8 caches (q, the caches and the appended keys and values float8_e4m3fn with per-tensor descales, vLLM's
-    and FlashAttention-3's form), contiguous and paged in pages of 16, 64 and 128 (shuffled), decode steps (GQA
-    packed, split-KV over 8k keys) and prefills of 70 queries against the cache, lengths 0 and 1 included, causal
-    or not: O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max |O| of fp32 attention of the values the fp8 inputs
-    stand for (`attention`'s fp8 bound: P rounded to e4m3, e the scores' error), the log-sum-exp within 1e-3 + e,
-    rows that see no key O 0; the appended rows the new keys' bytes."""
+    """fp8 caches (q, the caches and the appended keys and values float8_e4m3fn, vLLM's and FlashAttention-3's
+    form) with the descales in turn one a tensor, that expanded to [batch, kv_heads] (strides 0) and one a
+    (batch, K/V head) over inputs whose heads' magnitudes differ up to 64-fold, contiguous and paged in pages of
+    16, 64 and 128 (shuffled), decode steps (GQA packed, split-KV over 8k keys) and prefills of 70 queries
+    against the cache, lengths 0 and 1 included, causal or not: O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max
+    |O| of fp32 attention of the values the fp8 inputs stand for (`attention`'s fp8 bound: P rounded to e4m3, e
+    the scores' error), the log-sum-exp within 1e-3 + e, rows that see no key O 0; the appended rows the new
+    keys' bytes."""
     from mlir_tile.kernels import attention_with_kvcache
     from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
 
     rng, failures = random.Random(45), []
-    for trial in range(16):
+    for trial in range(24):
         batch, seq_cache, page = rng.randint(1, 4), rng.choice([256, 1024, 8192]), (0, 16, 64, 128)[trial % 4]
         heads, kv_heads = rng.choice([(32, 8), (8, 8), (16, 2)])
         seq_q, causal, new = rng.choice([1, 1, 4, 70]), rng.random() < 0.5, trial % 3 != 0
+        form, group = FP8_DESCALES[trial // 2 % 3], heads // kv_heads
         lengths = [rng.choice([0, 1, seq_cache - seq_q, rng.randint(0, seq_cache - seq_q)]) for _ in range(batch)]
-        (q,), q_descale, (q_values,) = _quantized(2 * torch.randn(batch, seq_q, heads, 128, device="cuda"))
+        magnitudes = head_magnitudes(batch, heads, group, 2, rng, 1.5)
+        (q,), q_descale, (q_values,) = quantized([2 * torch.randn(batch, seq_q, heads, 128, device="cuda")
+                                                  * magnitudes], group, form, 2)
         caches, descales, values = [], [], []
-        for _ in range(2):  # (K's, then V's: the cache and its new rows under one descale)
-            fp8, descale, dequantized = _quantized(2 * torch.randn(batch, seq_cache, kv_heads, 128, device="cuda"),
-                                                   2 * torch.randn(batch, seq_q, kv_heads, 128, device="cuda"))
+        for spread in (1.5, 3):  # (K's, then V's: the cache and its new rows under one set of descales)
+            magnitudes = head_magnitudes(batch, kv_heads, 1, 2, rng, spread)
+            fp8, descale, dequantized = quantized([2 * torch.randn(batch, seq_cache, kv_heads, 128, device="cuda")
+                                                   * magnitudes,
+                                                   2 * torch.randn(batch, seq_q, kv_heads, 128, device="cuda")
+                                                   * magnitudes], 1, form, 2)
             caches.append(fp8)
             descales.append(descale)
             values.append(_appended(dequantized[0], dequantized[1], lengths) if new else dequantized[0])
@@ -272,12 +273,15 @@ def test_an_fp8_cache_matches_fp32_attention_of_its_values_within_e4m3s_rounding
                                                                             float("-inf"))
             sees = scores.isfinite().any(-1)
             expected = torch.nan_to_num(scores.softmax(-1)) @ vf
-            e = FP8_ACCUMULATION * float((qf.abs() @ kf.abs().transpose(-1, -2)).max()) / 128 ** 0.5
-            bound = (2 ** -4 + 2 * e) * float(vf.abs().max()) + 2 ** -7 * float(expected.abs().max())
-            error = float((got - expected).abs().max())
-            lse_error = float((lse[b] - scores.logsumexp(-1))[sees].abs().max()) if bool(sees.any()) else 0.0
-            if o.dtype != torch.bfloat16 or error > bound or lse_error > 1e-3 + e or bool(got[~sees].any()):
-                failures.append((trial, b, page, seq_q, keys, causal, error, bound, lse_error))
+            # (each head's error against its own bound: their magnitudes differ)
+            e = FP8_ACCUMULATION * (qf.abs() @ kf.abs().transpose(-1, -2)).amax((-1, -2)) / 128 ** 0.5
+            bound = (2 ** -4 + 2 * e) * vf.abs().amax((-1, -2)) + 2 ** -7 * expected.abs().amax((-1, -2))
+            error = (got - expected).abs().amax((-1, -2))
+            lse_error = (lse[b] - scores.logsumexp(-1)).where(sees, 0).abs().amax(-1)
+            if o.dtype != torch.bfloat16 or bool((error > bound).any() or (lse_error > 1e-3 + e).any()
+                                                 or got[~sees].any()):
+                failures.append((trial, b, page, seq_q, keys, causal, form, float((error / bound).max()),
+                                 float((lse_error - e).max())))
     assert not failures, failures[:6]
 
 
@@ -306,3 +310,10 @@ def test_what_it_does_not_take_is_a_one_line_value_error():
     one, fp8 = torch.ones(1, device="cuda"), [x.to(torch.float8_e4m3fn) for x in (q, cache)]
     with pytest.raises(ValueError, match=r"head dim 128 \(torch.float8_e4m3fn\)"):
         attention_with_kvcache(fp8[0], fp8[1], fp8[1], lengths, descale_q=one, descale_k=one, descale_v=one)
+    q, cache = (torch.zeros(2, s, h, 128, device="cuda", dtype=torch.float8_e4m3fn) for s, h in ((1, 4), (32, 2)))
+    heads = torch.ones(2, 2, device="cuda")
+    for descales in ((heads, heads, one), (heads.T, heads.T, heads.T), (heads[:1],) * 3, (heads.double(),) * 3):
+        with pytest.raises(ValueError, match=r"descales") as raised:  # (mixed forms, not contiguous, not [2, 2])
+            attention_with_kvcache(q, cache, cache, lengths, descale_q=descales[0], descale_k=descales[1],
+                                   descale_v=descales[2])
+        assert "\n" not in str(raised.value)

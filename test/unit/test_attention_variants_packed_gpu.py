@@ -215,24 +215,26 @@ def test_a_windowed_decode_step_replays_in_a_cuda_graph_over_other_lengths():
 def test_an_fp8_cache_takes_a_variant_within_e4m3s_rounding_of_p():
     """`FP8_PACKED_CASES` (gpt-oss's local layer with sinks on a paged decode step, a window with split-KV over a
     contiguous cache, ALiBi on 64 queries a step against pages of 16): q and the caches float8_e4m3fn with
-    per-tensor descales, O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max |O| of fp32 attention of the values the
+    descales a (batch, K/V head), O (bf16) within (2^-4 + 2 e) max |v| + 2^-7 max |O| of fp32 attention of the values the
     fp8 inputs stand for with the variant written out (the fp8 cache test's bound), the log-sum-exp within
     1e-3 + e of its size."""
     from mlir_tile.kernels import attention_with_kvcache
     from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
     from mlir_tile.testing.attention_variants import FP8_PACKED_CASES, variants
-    from test_attention_kvcache_gpu import _quantized
+    from test_kernels_ops_hopper_gpu import quantized
 
     torch.manual_seed(45)
     failures = []
     for case in FP8_PACKED_CASES:
         batch = len(case.lengths)
         operands = _operand_values(case, batch)
-        (q,), q_descale, (q_values,) = _quantized(2 * torch.randn(batch, case.seq_q, case.heads, case.d, device="cuda"))
+        group = case.heads // case.kv_heads
+        (q,), q_descale, (q_values,) = quantized([2 * torch.randn(batch, case.seq_q, case.heads, case.d,
+                                                              device="cuda")], group, "heads", 2)
         caches, descales, values = [], [], []
         for _ in range(2):
-            (cache,), descale, (dequantized,) = _quantized(
-                2 * torch.randn(batch, case.seq_cache, case.kv_heads, case.d, device="cuda"))
+            (cache,), descale, (dequantized,) = quantized(
+                [2 * torch.randn(batch, case.seq_cache, case.kv_heads, case.d, device="cuda")], 1, "heads", 2)
             caches.append(cache)
             descales.append(descale)
             values.append(dequantized)

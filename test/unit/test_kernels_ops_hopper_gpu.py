@@ -16,39 +16,80 @@ F = torch.nn.functional
 pytestmark = pytest.mark.gpu
 
 
+FP8_DESCALES = ("tensor", "expanded", "heads")  # one a tensor; it as a [batch, kv_heads] view; [batch, kv_heads]
+
+
+def quantized(parts, group: int, form: str, heads_at: int):
+    """`parts` (fp32 tensors [batch, ...], `group` heads a K/V head along dim `heads_at`) as float8_e4m3fn under
+    one set of descales in `form` (FP8_DESCALES: "tensor", one element, the largest |x| at e4m3's 448;
+    "expanded", that as a [batch, kv_heads] view of strides 0, as vLLM passes it; "heads", [batch, kv_heads],
+    each K/V head's largest of its heads), and the values the fp8 ones stand for."""
+    batch, kv_heads = parts[0].shape[0], parts[0].shape[heads_at] // group
+    peaks = torch.stack([x.abs().movedim(heads_at, 1).reshape(batch, kv_heads, -1).amax(-1) for x in parts]).amax(0)
+    if form != "heads":
+        peaks = peaks.max().expand(batch, kv_heads)
+    descale = torch.where(peaks > 0, peaks / 448, torch.ones_like(peaks))
+
+    def spread(x):  # (each head's descale, as x broadcasts it)
+        shape = [batch] + [1] * (x.dim() - 1)
+        shape[heads_at] = kv_heads * group
+        return descale.repeat_interleave(group, 1).reshape(shape)
+
+    fp8 = [(x / spread(x)).to(torch.float8_e4m3fn) for x in parts]
+    given = descale.contiguous() if form == "heads" else descale[:1, 0].contiguous() if form == "tensor" else (
+        descale[:1, :1].contiguous().expand(batch, kv_heads))
+    return fp8, given, [x.float() * spread(x) for x in fp8]
+
+
+def head_magnitudes(batch: int, heads: int, group: int, heads_at: int, rng, spread: float) -> torch.Tensor:
+    """Factors 2^-spread to 2^spread, one a (batch, K/V head), laid out to broadcast over [batch, ...] with heads
+    at dim `heads_at` of 4: so that a descale read at another K/V head's place shows."""
+    factors = torch.tensor([[2.0 ** rng.uniform(-spread, spread) for _ in range(heads // group)] for _ in range(batch)],
+                           device="cuda").repeat_interleave(group, 1)
+    shape = [batch, 1, 1, 1]
+    shape[heads_at] = heads
+    return factors.reshape(shape)
+
+
 @_hopper_only
 def test_fp8_attention_matches_fp32_attention_of_its_values_within_e4m3s_rounding_of_p():
-    """150 random (batch, heads, seq, causal) at d 128 in float8_e4m3fn with per-tensor descales: O (bf16) within
-    (2^-4 + 2 e) max |v| of fp32 attention of the values the fp8 inputs stand for (P is rounded to e4m3: a
-    relative error of at most 2^-4 on each weight; e bounds the scores' error, fp8 wgmma summing with about 13
-    bits: `flash.sm90_checks.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2)
-    inputs), so a key misplaced between P and V would show (an error of about max |v|)."""
+    """150 random (batch, heads, kv_heads, seq, causal) at d 128 in float8_e4m3fn, the descales in turn one a
+    tensor, that expanded to [batch, kv_heads] (strides 0), and one a (batch, K/V head) over inputs whose heads'
+    magnitudes differ up to 64-fold (FlashAttention-3's form): O (bf16) within (2^-4 + 2 e) max |v| of fp32 attention
+    of the values the fp8 inputs stand for (P is rounded to e4m3: a relative error of at most 2^-4 on each
+    weight; e bounds the scores' error, fp8 wgmma summing with about 13 bits:
+    `flash.sm90_checks.fp8_score_error`'s), the log-sum-exp within 1e-3 + e; rows peaked (N(0, 2) inputs), so a
+    key misplaced between P and V would show (an error of about max |v|)."""
     from mlir_tile.kernels import attention
     from mlir_tile.kernels.flash.sm90_checks import FP8_ACCUMULATION
 
     rng, failures = random.Random(7), []
     for trial in range(ATTENTION_CASES // 2):
-        batch, heads = rng.randint(1, 2), rng.randint(1, 4)
+        batch, kv_heads, group = rng.randint(1, 3), rng.randint(1, 3), rng.choice([1, 1, 2, 4])
+        heads, form = kv_heads * group, FP8_DESCALES[trial % 3]
         seq, causal = rng.choice([1, 17, 64, 65, 128, 129, 200, rng.randint(1, 700)]), rng.random() < 0.5
-        quantized, descales, values = [], [], []
-        for _ in range(3):
-            x = 2 * torch.randn(batch, heads, seq, 128, device="cuda")
-            descale = (x.abs().max() / 448).reshape(1)
-            quantized.append((x / descale).to(torch.float8_e4m3fn))
+        quantized_parts, descales, values = [], [], []
+        for count, grouped, spread in ((heads, group, 1.5), (kv_heads, 1, 1.5), (kv_heads, 1, 3)):  # (q, k, v)
+            x = 2 * torch.randn(batch, count, seq, 128, device="cuda")
+            fp8, descale, value = quantized([x * head_magnitudes(batch, count, grouped, 1, rng, spread)], grouped,
+                                            form, 1)
+            quantized_parts += fp8
             descales.append(descale)
-            values.append(quantized[-1].float() * descale)
-        o, lse = attention(*quantized, causal=causal, descale_q=descales[0], descale_k=descales[1],
+            values += value
+        o, lse = attention(*quantized_parts, causal=causal, descale_q=descales[0], descale_k=descales[1],
                            descale_v=descales[2])
-        scores = values[0] @ values[1].transpose(-1, -2) / 128 ** 0.5
+        q_values, k_values, v_values = values[0], *(x.repeat_interleave(group, 1) for x in values[1:])
+        scores = q_values @ k_values.transpose(-1, -2) / 128 ** 0.5
         if causal:
             scores = scores.masked_fill(torch.ones(seq, seq, device="cuda").triu(1).bool(), float("-inf"))
-        expected = scores.softmax(-1) @ values[2]
-        o_error = float((o.float() - expected).abs().max())
-        lse_error = float((lse - scores.logsumexp(-1)).abs().max())
-        score_error = FP8_ACCUMULATION * float((values[0].abs() @ values[1].abs().transpose(-1, -2)).max()) / 128 ** 0.5
-        bound = (2 ** -4 + 2 * score_error) * float(values[2].abs().max()) + 2 ** -7 * float(expected.abs().max())
-        if o.dtype != torch.bfloat16 or o_error > bound or lse_error > 1e-3 + score_error:
-            failures.append(((batch, heads, seq, causal), o.dtype, o_error, bound, lse_error))
+        expected = scores.softmax(-1) @ v_values
+        o_error = (o.float() - expected).abs().amax((-1, -2))  # (each head's, against its own bound)
+        lse_error = (lse - scores.logsumexp(-1)).abs().amax(-1)
+        score_error = FP8_ACCUMULATION * (q_values.abs() @ k_values.abs().transpose(-1, -2)).amax((-1, -2)) / 128 ** 0.5
+        bound = (2 ** -4 + 2 * score_error) * v_values.abs().amax((-1, -2)) + 2 ** -7 * expected.abs().amax((-1, -2))
+        if o.dtype != torch.bfloat16 or bool((o_error > bound).any() or (lse_error > 1e-3 + score_error).any()):
+            failures.append(((batch, heads, kv_heads, seq, causal, form), o.dtype, float((o_error / bound).max()),
+                             float((lse_error - score_error).max())))
     assert not failures, failures[:10]
 
 

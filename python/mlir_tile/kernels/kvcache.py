@@ -16,7 +16,7 @@ import torch
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.common import Plans
-from mlir_tile.kernels.flash.packed import checked_paged, token_rows
+from mlir_tile.kernels.flash.packed import checked_paged, descale_addresses, token_rows
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
@@ -42,9 +42,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     among the sequence's keys and `seq` its length, the keys' rules checked on the host at seq_cache and below:
     a sliding window, softcap, ALiBi or sinks on a decode step (no backward). fp16 or bf16, d 64, 128 or 256; or
     an fp8 cache (vLLM's and FlashAttention-3's): q, the caches and the new keys and values float8_e4m3fn, d 128,
-    with `descale_q`, `descale_k`, `descale_v` (fp32 tensors of one element, as `attention`'s: the scores (q k^T)
-    descale_q descale_k / sqrt(d), O P v descale_v), o bf16, with a variant too. ValueError in one line
-    otherwise."""
+    with `descale_q`, `descale_k`, `descale_v` (fp32, each of one element or each [batch, kv_heads], as
+    `attention`'s and FlashAttention-3's: a K/V head's scores (q k^T) descale_q descale_k / sqrt(d), O P v
+    descale_v), o bf16, with a variant too. ValueError in one line otherwise."""
     descales = (descale_q, descale_k, descale_v)
     fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
     if fp8 and any(x is None for x in descales):
@@ -121,18 +121,21 @@ def _first_step(key, inputs, block_table, shape: tuple, seq_cache: int, causal: 
                                       queried=inputs[3].shape[0] // 2, descales=scales or None, with_plan=True)
     read = inputs[:1] if block_table is not None else inputs[:3]  # (the pools: in place, else `paged` refused them)
     in_place = all(x is token_rows(x) and x.data_ptr() == y.data_ptr() for x, y in zip(read, given))
-    if plan is not None and in_place:
-        _steps.keep(key, _EagerStep(plan, shape, seq_cache, entries))
+    if plan is not None and in_place:  # (the descales' stride and sequences a row, as the plan took them)
+        form = descale_addresses(scales, "e4m3", given[0].device, (shape[0], given[1].shape[2]),
+                                 1 if entries is None else 2)[3:] if scales else []
+        _steps.keep(key, _EagerStep(plan, shape, seq_cache, entries, tuple(form)))
     return o, lse
 
 
 class _EagerStep:
     """An eager decode step (no append, no variant) whose key (`_step_key`) an earlier call checked and ran: its
     lengths clamped, a contiguous cache's offsets made (`cache_offsets`, its `entries`; None: paged), the packed
-    kernels' plan (`packed._PackedPlan`) launched on the tensors' addresses."""
+    kernels' plan (`packed._PackedPlan`) launched on the tensors' addresses (fp8: the descales' `form`, their
+    stride and sequences a row, `descale_addresses`)."""
 
-    def __init__(self, plan, shape: tuple, seq_cache: int, entries: tuple | None):
-        self.plan, self.shape, self.seq_cache, self.entries = plan, shape, seq_cache, entries
+    def __init__(self, plan, shape: tuple, seq_cache: int, entries: tuple | None, form: tuple = ()):
+        self.plan, self.shape, self.seq_cache, self.entries, self.form = plan, shape, seq_cache, entries, form
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, descales):
         batch, seq_q, heads, d = self.shape
@@ -142,7 +145,7 @@ class _EagerStep:
         else:
             offsets = cache_offsets(lengths, *self.entries)
             pointers = (sequence_offsets(batch, seq_q, q.device, gaps=True).data_ptr(), offsets.data_ptr())
-        scales = tuple(x.data_ptr() for x in descales if x is not None)
+        scales = tuple(x.data_ptr() for x in descales if x is not None) + self.form
         o, lse = self.plan.run(torch_stream(q), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), scales + pointers)
         return o.view(batch, seq_q, heads, d), lse.view(heads, batch, seq_q).permute(1, 0, 2)
 

@@ -70,9 +70,8 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
     scale=None). Differentiable on Hopper (d 64, 128 and 256: `flash.backward`). On Hopper, k and v may be longer
     than q (causal aligned to the bottom right), and views of [batch, seq, heads, d] are read in place: both run
     as packed sequences (`flash.launch.token_major`), o and the gradients then views of [batch, seq, heads, d].
-    float8_e4m3fn q, k, v (Hopper, d 128)
-    with per-tensor descales (fp32 tensors of one element, FlashAttention-3's): softmax(q k^T descale_q descale_k /
-    sqrt(d)) v descale_v, o in bfloat16.
+    float8_e4m3fn q, k, v (Hopper, d 128) with descales (fp32, each of one element or each [batch, kv_heads]:
+    FlashAttention-3's): softmax(q k^T descale_q descale_k / sqrt(d)) v descale_v at each K/V head, o in bfloat16.
     `variant` (`kernels.flash.variants.Variant`, Hopper): which keys each row sees, a score step and a sink,
     reading `operands` (in the variant's order: numbers, and a tensor [heads] or [batch, heads] for each of its
     "head" operands); 16-bit q, k, v."""

@@ -311,7 +311,7 @@ def hopper_shipped_kernels(chip: str):
 
 class HopperAttention:
     """(O, log-sum-exp) of torch tensors q, k, v [batch, heads, seq, d] (contiguous; f16 or bf16 with d 64, 128
-    or 256; float8_e4m3fn with d 128 and per-tensor descales, O in bf16) on Hopper's path, on torch's current
+    or 256; float8_e4m3fn with d 128 and descales, O in bf16) on Hopper's path, on torch's current
     stream; kernels from `library` (a `KernelLibrary`), the tensor maps kept (`common.TensorMaps`).
     ValueError for what the kernel does not take."""
 
@@ -323,11 +323,11 @@ class HopperAttention:
         self.packing = PackedAttention(library, self.maps, self.plans, self.sms)  # (packed sequences, paged caches)
 
     def __call__(self, q, k, v, *, causal: bool = False, descales=None, variant=None, operands=()):
-        """`descales` (fp8 only, required there): fp32 tensors of one element each on q's device, (q's, k's,
-        v's): the scores are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v (FlashAttention-3's
-        descale_q, descale_k, descale_v). `variant` (`variants.Variant`) with its `operands` (in its order:
-        numbers, and for a "head" operand a tensor [heads] or [batch, heads]): which keys each row sees, the
-        score step and the sink."""
+        """`descales` (fp8 only, required there): (q's, k's, v's) fp32 tensors on q's device, each of one
+        element or each [batch, kv_heads] (FlashAttention-3's descale_q, descale_k, descale_v: `descale_addresses`):
+        the scores of a K/V head's queries are (q k^T) * descale_q * descale_k / sqrt(d), O is P v * descale_v.
+        `variant` (`variants.Variant`) with its `operands` (in its order: numbers, and for a "head" operand a
+        tensor [heads] or [batch, heads]): which keys each row sees, the score step and the sink."""
         import torch
 
         from mlir_tile.runtime import torch_stream
@@ -345,7 +345,7 @@ class HopperAttention:
             raise ValueError("hopper attention: contiguous CUDA tensors on 16 bytes (TMA) with seq >= 1")
         # (`kept`: a variant's per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, bool(causal), seq, (batch, heads, q.device))
-        scales = descale_addresses(descales, element, q.device) + arguments
+        scales = descale_addresses(descales, element, q.device, (batch, k.shape[1])) + arguments
         plan = self.plans.of(_plan_key(q, k, causal, element, variant),
                              lambda: self._plan(d, bool(causal), element, batch * heads, seq, variant,
                                                 heads // k.shape[1]))
@@ -364,7 +364,7 @@ class HopperAttention:
         maps = [MapOperand(self.maps, ((heads if name == "q" else heads // group) * seq, d), d * size, box[name])
                 for name in "qkv"]
         maps.append(MapOperand(self.maps, (heads, seq, d), d * o_size, box["o"], seq * d * o_size, store=True))
-        scales = ([POINTER] * 3 if element == "e4m3" else  # (the descales' addresses, or a variant's operands)
+        scales = ([POINTER] * sm90.FP8_PARAMETERS if element == "e4m3" else  # (the descales' addresses, or a variant's operands)
                   operand_slots(variant.operands if variant else ()))
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 4 + [POINTER, seq, heads, group] + scales,
                                 grid=config.grid(heads, seq, self.sms), block=config.threads,

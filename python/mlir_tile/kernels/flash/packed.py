@@ -79,7 +79,8 @@ class PackedAttention:
         from mlir_tile.runtime import torch_stream
 
         total_q, heads, d = q.shape
-        scales = descale_addresses(descales, element, q.device)
+        kv_heads_of = (queried or batch, kv_heads)  # (a contiguous cache: its entries' rows, each sequence's pair)
+        scales = descale_addresses(descales, element, q.device, kv_heads_of, batch // kv_heads_of[0])
         # (`kept`: the per-head values as the kernel reads them, held until it is launched)
         arguments, kept = variant_arguments(variant, operands, causal, max_seqlen_k, (batch, heads, q.device),
                                             shorter=True)
@@ -122,7 +123,7 @@ class PackedAttention:
         # (paged: a sequence's keys at most its table row's, then the table's address and shape)
         keys = [paging[0] * paging[1], POINTER, *paging] if paging else [total_k]
         launch = module.prepare(sm90.KERNEL, [TENSOR_MAP] * 3 + [POINTER] * 2 + [tiles * config.rows, items, group]
-                                + [POINTER] * (3 * config.fp8 + 2) + [heads, total_q] + keys
+                                + [POINTER] * (sm90.FP8_PARAMETERS * config.fp8 + 2) + [heads, total_q] + keys
                                 + ([splits] if config.split_kv else [])
                                 + operand_slots(variant.operands if variant else ()),
                                 grid=config.grid(items, tiles * config.rows, self.sms) * splits,
@@ -278,20 +279,28 @@ def checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, name: str = "ma
     return element
 
 
-def descale_addresses(descales, element: str, device) -> list:
-    """fp8's three descales' addresses, checked: fp32 tensors of one element on `device`; none for 16-bit inputs."""
+def descale_addresses(descales, element: str, device, rows: tuple = (), sequences_per_row: int = 1) -> list:
+    """fp8's descales as the kernels read them (`sm90._HopperAttention.descale`): q's, k's and v's addresses, then
+    their stride (0: one a tensor; 1: one a sequence's K/V head, FlashAttention-3's [batch, kv_heads] `rows`) and
+    `sequences_per_row` (a contiguous cache's two). Checked: float32 on `device`, each of one element (or a view
+    of one, strides 0: `expand`ed) or each a contiguous `rows`; none for 16-bit inputs. ValueError otherwise."""
     import torch
 
     if element != "e4m3":
         if descales is not None:
             raise ValueError("hopper attention: descales are for float8_e4m3fn inputs")
         return []
-    if (not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
-            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device
-            for x in descales)):
-        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), each a float32 "
-                         f"tensor of one element on {device}")
-    return [x.data_ptr() for x in descales]  # (one element: contiguous)
+    if not isinstance(descales, (tuple, list)) or len(descales) != 3 or any(
+            not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device != device for x in descales):
+        raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), float32 tensors "
+                         f"on {device}")
+    if all(x.numel() == 1 or x.numel() and not any(x.stride()) for x in descales):
+        return [x.data_ptr() for x in descales] + [0, 1]
+    if rows and all(tuple(x.shape) == tuple(rows) and x.is_contiguous() for x in descales):
+        return [x.data_ptr() for x in descales] + [1, sequences_per_row]
+    raise ValueError(f"hopper attention: the descales (q's, k's, v's) each of one element, or each contiguous "
+                     f"[batch, kv_heads] {list(rows) if rows else ''}; got "
+                     + ", ".join(f"{tuple(x.shape)} strides {x.stride()}" for x in descales))
 
 
 def token_rows(x):

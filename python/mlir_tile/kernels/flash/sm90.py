@@ -35,10 +35,11 @@ bands as the item's last tiles free their bytes: the next item's first S waits f
 this item's epilogue. The ping-pong turns run on across items.
 
 Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads, group[, descale_q, descale_k,
-descale_v])`: four CUtensorMaps (`boxes` lists their boxes: Q's 2-D over [batch * heads * seq, d], K's and V's
+descale_v, stride, sequences_per_row])`: four CUtensorMaps (`boxes` lists their boxes: Q's 2-D over [batch * heads * seq, d], K's and V's
 over [batch * kv_heads * seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for
 e4m3), lse [batch * heads, seq] f32, seq, batch x heads and the query heads a K/V head (heads / kv_heads) (64-bit),
-e4m3's three descales (f32, one element each). Grid
+e4m3's three descales (f32: one a tensor, stride 0, or [batch, kv_heads], stride 1, the item's K/V head's read;
+packed sequences, `sequences_per_row` sequences a row of them). Grid
 `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
 
 Packed sequences (`varlen`, `sm90_varlen`): `attention(q_map, k_map, v_map, o, lse, seq, batch_heads, group,
@@ -66,6 +67,7 @@ from mlir_tile.kernels.flash.variants import Variant
 
 
 KERNEL = "attention"
+FP8_PARAMETERS = 5  # the descales of Q, K and V (f32 pointers), their stride and sequences a row (`descale`)
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None, variant: Variant | None = None):
     """The kernel of `config` (see the module's text), computing `variant` (`variants.Variant`: its operands
     after the kernel's own parameters)."""
@@ -74,7 +76,7 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
     if variant is not None and variant.keys is not None and config.causal:
         raise ValueError(f"hopper attention: variant {variant.name!r} says which keys each row sees; with it the "
                          f"configuration is not causal")
-    scales = [Global("f32")] * 3 if config.fp8 else []
+    scales = [Global("f32")] * 3 + ["index", "index"] if config.fp8 else []  # (`FP8_PARAMETERS`)
     # (packed sequences: cu_seqlens_q and _k, heads, total_q and total_k)
     scales += [Global("i32"), Global("i32"), "index", "index", "index"] if config.varlen else []
     scales += [Global("i32"), "index", "index", "index"] if config.page_rows else []  # (the block table, its shape)
@@ -95,20 +97,18 @@ def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), contex
 
 class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
     def __init__(self, k, config: HopperAttentionConfig, variant: Variant | None):
-        from mlir.dialects import arith
-
         from mlir_tile.isa.atoms import wgmma
         from mlir_tile.builder.schedule import ConsumerBarriers, QueryTiles, StageRing, TmaPipeline
 
         self.k, self.config, self.d, self.variant = k, config, config.head_dim, variant
         self.keys_of_rows = variant is not None and variant.keys is not None  # (else all, or causal's)
-        self.extras = k.arguments[8 + 3 * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows)
+        self.extras = k.arguments[8 + FP8_PARAMETERS * config.fp8 + 5 * config.varlen + 4 * bool(config.page_rows)
                                   + config.split_kv:]
         self.q_map, self.k_map, self.v_map, self.o_map, self.lse, self.seq, batch_heads, group = k.arguments[:8]
         self.group = k.as_index(group)
         if config.varlen:  # (the O pointer `o_map`, as 16-bit pairs; `seq` the longest sequence's queries; after
             # fp8's descales)
-            packed = 8 + 3 * config.fp8
+            packed = 8 + FP8_PARAMETERS * config.fp8
             self.cu_seqlens_q, self.cu_seqlens_k, self.heads, self.total_q, self.total_k = k.arguments[packed:packed + 5]
             # (paged K/V: the block table, pages a sequence, the page size, pages)
             self.paging = k.arguments[packed + 5:packed + 9]
@@ -147,10 +147,8 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
         # a score step takes q.k / sqrt(d), and the softmax its results times log2(e) (else both scales at once)
         stepped = variant is not None and variant.score is not None
         self.scale = k.constant((1 if stepped else LOG2E) / math.sqrt(self.d), "f32")
-        if config.fp8:  # S's scale times the descales of Q and K; O's, V's
-            q_scale, k_scale, self.v_scale = (k.load(pointer, [0]) for pointer in k.arguments[8:11])
-            self.scale = arith.mulf(self.scale, arith.mulf(q_scale, k_scale))
         self.score_scale, self.scale = (self.scale, k.constant(LOG2E, "f32")) if stepped else (None, self.scale)
+        self.unscaled = (self.score_scale, self.scale)  # (fp8: times each item's descales, `descale`)
         self.negative_infinity = k.constant(float("-inf"), "f32")
 
     @contextlib.contextmanager
@@ -327,10 +325,34 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
         q_view = k.view(self.shared, (self.config.rows * self.d,), self.storage)
         self.q_tile = k.tensor(q_view, self.tiles["q"])
         with self.work():
+            if self.config.fp8:
+                self.descale()
             self.attend()
         if self.config.persistent and not self.config.o_in_stage:  # (the last item's stores read O's tile)
             with k.if_(k.compare("eq", self.consumer_thread(), 0)):
                 k.tma_store_wait(0)
+
+    def descale(self) -> None:
+        """fp8: the item's descales into S's scale (or the score step's: q's times k's) and O's (v's), each at
+        the item's K/V head of its sequence (`sequences_per_row` sequences a row of them, a contiguous cache's
+        two) times `stride` (0: one descale a tensor; 1: [batch, kv_heads], FlashAttention-3's)."""
+        from mlir.dialects import arith
+
+        k, config = self.k, self.config
+        pointers, (stride, sequences_per_row) = self.k.arguments[8:11], self.k.arguments[11:13]
+        if config.varlen:
+            kv_heads = k.as_index(self.heads) // self.group
+            kv_head = self.head if config.pack_gqa else self.head // self.group
+            kv_item = self.batch // k.as_index(sequences_per_row) * kv_heads + kv_head
+        else:  # (the item's head counts batch x heads: its K/V head's, batch x kv_heads)
+            kv_item = self.head // self.group
+        q_scale, k_scale, self.v_scale = (k.load(pointer, [kv_item * k.as_index(stride)]) for pointer in pointers)
+        descales = arith.mulf(q_scale, k_scale)
+        score_scale, scale = self.unscaled
+        if score_scale is not None:
+            self.score_scale = arith.mulf(score_scale, descales)
+        else:
+            self.scale = arith.mulf(scale, descales)
 
     def attend(self) -> None:
         k = self.k
