@@ -185,7 +185,35 @@ def test_fp8_blockwise_scales_multiply_each_k_tiles_partials_as_they_are_added(t
     _assembles(ptx, tmp_path)
 
 
+def test_fp8_scales_by_bs_rows_blocks_multiply_each_partial_by_its_rows_and_its_columns_scale(tmp_path):
+    """`row_blocks` (a weight gradient's 1 x 128 blocks of both operands, DeepGEMM's 1d1d): scale_a's two rows a
+    step ahead as `block_scales`' (4 loads, two before the k-loop), scale_b's 32 columns of a thread each k-tile
+    under its wgmmas at constant offsets from its first column (16 pairs, one 8-byte load each: [K / 128, N
+    padded] laid out MN-major by the host), each partial added in by an fma with its row's scale times its
+    column's (BN / 2 multiplies more than `block_scales`' per-row factors); assembled without spills; one CTA of
+    3 k-tiles on the reference model (a different power of two a k-block, row and column) is the exact
+    product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+    from mlir_tile.kernels.gemm.sm90_fused import column_slots
+
+    blocks = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": True},
+                           "e4m3")
+    config = replace(blocks, row_blocks=True)
+    ptx, blockwise = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, blocks))
+    assert str(config).endswith("_promote_blockscales_rowblocks_sm90a")
+    distinct, of_slot = column_slots(config.bn)
+    assert len(distinct) == config.bn // 4 and of_slot[:8] == (0, 1, 0, 1, 2, 3, 2, 3)
+    assert ptx.count("ld.global.v2.b32") == len(distinct) // 2 and ptx.count("ld.global.b32") == 4
+    assert ptx.count("fma.rn.f32") == blockwise.count("fma.rn.f32")
+    assert ptx.count("mul.rn.f32") >= blockwise.count("mul.rn.f32") + config.bn // 2 - 2
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 3, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
 @pytest.mark.parametrize("call, message", [
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "row_blocks": True}, "e4m3"), "blockwise scaling's"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "promote": True}, "e4m3"), "at most 192 registers"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "block_scales": True}, "e4m3"), "blockwise scales are applied"),

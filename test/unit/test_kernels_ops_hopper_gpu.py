@@ -105,25 +105,29 @@ def test_fp8_attention_without_descales_or_with_them_on_16_bit_inputs_is_a_value
 
 @_hopper_only
 @pytest.mark.parametrize("scaling, accumulation", [("tensor", "default"), ("rows", "default"), ("tensor", "precise"),
-                                                   ("rows", "precise"), ("blocks", "default")])
+                                                   ("rows", "precise"), ("blocks", "default"),
+                                                   ("row_blocks", "default")])
 def test_scaled_mm_is_the_exact_scaled_product_on_random_shapes(scaling, accumulation):
     """fp8 e4m3 small integers (exact products and sums), B [N, K] and [K, N] (transposed in the kernel) in
     turn (blockwise: [N, K]), power-of-two scales per tensor, per row or blockwise (scale_a [M, K / 128], scale_b
-    [N / 128, K / 128], rounded up: DeepGEMM's), fast or precise accumulation: C is the bf16 of the exact scaled
-    product, bit for bit."""
+    [N / 128, K / 128], or [N, K / 128] as a weight gradient's, rounded up: DeepGEMM's), fast or precise
+    accumulation: C is the bf16 of the exact scaled product, bit for bit."""
     from mlir_tile.kernels import scaled_mm
 
     rng, failures = random.Random(29), []
     for trial in range(HOPPER_CASES):
-        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2] if scaling != "blocks" else "nk"
+        blockwise = scaling in ("blocks", "row_blocks")
+        (m, n, k), layout = _hopper_sizes(rng, 16), ("nk", "kn")[trial % 2] if not blockwise else "nk"
         a = torch.randint(-3, 4, (m, k), device="cuda").float()
         b = torch.randint(-3, 4, (n, k) if layout == "nk" else (k, n), device="cuda").float()
         b_kn = b.T if layout == "nk" else b
-        if scaling == "blocks":
-            blocks = [(m, -(-k // 128)), (-(-n // 128), -(-k // 128))]
+        if blockwise:
+            rows_of_b = n if scaling == "row_blocks" else -(-n // 128)
+            blocks = [(m, -(-k // 128)), (rows_of_b, -(-k // 128))]
             scale_a, scale_b = (2.0 ** -torch.randint(0, 3, shape, device="cuda").float() for shape in blocks)
             exact = sum((a[:, 128 * t:128 * (t + 1)] @ b_kn[128 * t:128 * (t + 1)]) * scale_a[:, t, None]
-                        * scale_b[:, t].repeat_interleave(128)[None, :n] for t in range(blocks[0][1]))
+                        * scale_b[:, t].repeat_interleave(128 if scaling == "blocks" else 1)[None, :n]
+                        for t in range(blocks[0][1]))
         else:
             if scaling == "rows":
                 scale_a, scale_b = (2.0 ** -torch.randint(0, 3, (size,), device="cuda").float() for size in (m, n))

@@ -290,16 +290,17 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
 
 
 @pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (333, 200, 1008), (2048, 2048, 2048)])
-@pytest.mark.parametrize("blockwise", [False, True])
-def test_the_promoted_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, blockwise):
+@pytest.mark.parametrize("scales", ["promote", "blockscales", "rowblocks"])
+def test_the_promoted_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, scales):
     """fp8's precise accumulation (`HopperConfig.promote`: each k-tile's partials added into fp32), per-tensor
-    scales or blockwise ones (`block_scales`: A's 1 x 128 and B's 128 x 128 blocks, a different power of two for
-    each k-block, row and column block, applied as each k-tile is added in), with tails in M, N and K: C is the
-    bf16 of the exact product times the scales."""
+    scales or blockwise ones (`block_scales`: A's 1 x 128 and B's 128 x 128 blocks, or B's 1 x 128 too,
+    `row_blocks`, a different power of two for each k-block, row and column (block), applied as each k-tile is
+    added in), with tails in M, N and K: C is the bf16 of the exact product times the scales."""
     from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
-    ptx = gpu_input(f"gemm_hopper_e4m3_{'blockscales' if blockwise else 'promote'}.ptx").read_text()
-    tile = {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": blockwise}
+    ptx = gpu_input(f"gemm_hopper_e4m3_{scales}.ptx").read_text()
+    tile = {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": scales != "promote",
+            "row_blocks": scales == "rowblocks"}
     ok, line = hopper_checks.run_and_check(ptx, dtype="e4m3", b_major="nk", tile=tile, shape=shape)
     assert ok, line
 

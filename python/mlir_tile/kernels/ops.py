@@ -12,7 +12,7 @@ import torch
 
 from mlir_tile.kernels import common, epilogues, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm.hopper_ops import precise_of, scaling_of
+from mlir_tile.kernels.gemm.hopper_ops import kernel_scales, precise_of, scaling_of
 from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
 from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 from mlir_tile.runtime import torch_stream
@@ -53,8 +53,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, b_layout="nk", accumulation="default"):
     """(a @ b) * scale_a * scale_b in bfloat16 from float8_e4m3fn `a` [M, K] and `b` [N, K] (b_layout "nk",
     torch._scaled_mm's b.t()) or [K, N] ("kn": transposed inside the kernel), fp32 scales of one element or
     per row (scale_a [M], scale_b [N]), or blockwise with b [N, K] (DeepGEMM's: scale_a [M, K / 128] a row's 1 x
-    128 blocks of K, scale_b [N / 128, K / 128] 128 x 128 blocks, rounded up; each k-block's products scaled as
-    they are added into fp32); on Hopper (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16.
+    128 blocks of K, scale_b [N / 128, K / 128] 128 x 128 blocks, or [N, K / 128] a row's 1 x 128 blocks as a
+    weight gradient's, rounded up; each k-block's products scaled as they are added into fp32); on Hopper
+    (sm_90) only. N a multiple of 16 (of 8 with "nk"), K of 16.
     `accumulation`: "precise" or "default" (each 128-deep k-block's sums added into fp32, cuBLASLt's default
     and its error), "fast" (wgmma's fp8 sums kept in the accumulators, cuBLASLt's use_fast_accum: faster, an RMS
     error 1.2-2.1x at K 2624-16384; not with blockwise scales)."""
@@ -360,8 +361,8 @@ class _EagerScaledMatmul:
 
     def __call__(self, a, b, scale_a, scale_b):
         out = self.new_out()
-        self.plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), [scale_a.data_ptr(), scale_b.data_ptr()],
-                  torch_stream(a))
+        addresses, _held = kernel_scales(self.plan.config, scale_a, scale_b)  # (held until launched)
+        self.plan(a.data_ptr(), b.data_ptr(), out.data_ptr(), addresses, torch_stream(a))
         return out
 
 
@@ -373,7 +374,7 @@ def _eager_scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation):
         return known(a, b, scale_a, scale_b)
     out = _scaled_mm(a, b, scale_a, scale_b, b_layout, accumulation)
     if _takes_eagerly(a, b, scale_a, scale_b, out) and a.shape[1]:
-        scaling = scaling_of(scale_a, scale_b)
+        scaling = scaling_of(scale_a, scale_b, out.shape[1])
         plan = kernels_on(a.device).scaled.plan(b_layout, scaling, precise_of(accumulation, scaling), *out.shape,
                                                 a.shape[1])
         _eager.keep(key, _EagerScaledMatmul(plan, out))

@@ -286,7 +286,8 @@ class ScaledMatmul(_HopperOperator):
                              f"{tuple(out.shape)} {out.dtype}")
         # TMA takes matrices on 16 bytes: an out off them is written through a fresh C and copied into it
         c = out.new_empty(out.shape) if out.data_ptr() % TMA_ADDRESS_BYTES else out
-        self._launch(plan, a, b, c, [scale_a.data_ptr(), scale_b.data_ptr()])
+        addresses, _held = kernel_scales(plan.config, scale_a, scale_b)  # (held until launched)
+        self._launch(plan, a, b, c, addresses)
         return out if c is out else out.copy_(c)
 
     def plan(self, b_major: str, scaling: str, precise: bool, m: int, n: int, depth: int) -> "_HopperPlan":
@@ -313,18 +314,33 @@ def precise_of(accumulation: str, scaling: str) -> bool:
     Blockwise scales are applied as each k-tile is added in: always precise."""
     if accumulation not in ("default", "fast", "precise"):
         raise ValueError(f"scaled matmul: accumulation 'fast', 'precise' or 'default', got {accumulation!r}")
-    if accumulation == "fast" and scaling == "blocks":
+    if accumulation == "fast" and scaling in ("blocks", "row_blocks"):
         raise ValueError("scaled matmul: blockwise scales are applied as each k-tile's sums are added in: "
                          "accumulation 'precise' (or 'default')")
     return accumulation != "fast"
 
 
-def scaling_of(scale_a, scale_b) -> str:
-    """The kind of scales (`SCALINGS`) fp8's scale_a and scale_b are, by their shapes alone: blockwise where they
-    are 2-D, per tensor where each has one element, else per row (`_scaled_sizes` checks their extents)."""
+def scaling_of(scale_a, scale_b, n: int) -> str:
+    """The kind of scales (`SCALINGS`) fp8's scale_a and scale_b of an M x N product are, by their shapes alone:
+    blockwise where they are 2-D (scale_b one a row's 1 x 128 blocks where it has N > 1 rows, else one a 128 x
+    128 block), per tensor where each has one element, else per row (`_scaled_sizes` checks their extents)."""
     if scale_a.dim() == 2 or scale_b.dim() == 2:
-        return "blocks"
+        return "row_blocks" if n > 1 and scale_b.shape[0] == n else "blocks"
     return "tensor" if scale_a.numel() == 1 and scale_b.numel() == 1 else "rows"
+
+
+def kernel_scales(config, scale_a, scale_b) -> tuple[list, object]:
+    """(the scales' addresses as `config`'s kernel reads them, a tensor the caller holds until the launch, or
+    None): with B's rows' 1 x 128 blocks scale_b [N, K / 128] laid out MN-major and padded to whole tiles, [K /
+    128, N rounded up to BN] (`sm90_fused.column_scales_at`: each of a thread's columns at a constant offset), a
+    fresh tensor (freed after the launch: torch's allocator reuses it in stream order)."""
+    import torch.nn.functional as F
+
+    if not config.row_blocks:
+        return [scale_a.data_ptr(), scale_b.data_ptr()], None
+    n = scale_b.shape[0]
+    columns = F.pad(scale_b.t(), (0, -(-n // config.bn) * config.bn - n)).contiguous()
+    return [scale_a.data_ptr(), columns.data_ptr()], columns
 
 
 def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, str]:
@@ -341,14 +357,16 @@ def _scaled_sizes(a, b, scale_a, scale_b, b_major: str) -> tuple[int, int, int, 
     if b_depth != depth:
         raise ValueError(f"scaled matmul: A is {tuple(a.shape)} and B ({b_major}) {tuple(b.shape)}: the K extents "
                          f"differ")
-    scaling, k_blocks, n_blocks = scaling_of(scale_a, scale_b), -(-depth // BLOCK), -(-n // BLOCK)
-    extents = {"tensor": ((1,), (1,)), "rows": ((m,), (n,)), "blocks": ((m, k_blocks), (n_blocks, k_blocks))}
+    scaling, k_blocks, n_blocks = scaling_of(scale_a, scale_b, n), -(-depth // BLOCK), -(-n // BLOCK)
+    extents = {"tensor": ((1,), (1,)), "rows": ((m,), (n,)), "blocks": ((m, k_blocks), (n_blocks, k_blocks)),
+               "row_blocks": ((m, k_blocks), (n, k_blocks))}
     shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32 or not (
             shapes == extents[scaling] or scaling == "tensor" and scale_a.numel() == scale_b.numel() == 1):
         raise ValueError(f"scaled matmul: float32 scales of one element each, of [M] = [{m}] and [N] = [{n}], or "
                          f"blockwise [M, K / 128] = [{m}, {k_blocks}] and [N / 128, K / 128] = [{n_blocks}, "
-                         f"{k_blocks}] (rounded up); got {scale_a.dtype} {shapes[0]} and {scale_b.dtype} {shapes[1]}")
-    if scaling == "blocks" and b_major != "nk":
+                         f"{k_blocks}] or [N, K / 128] = [{n}, {k_blocks}] (rounded up); got {scale_a.dtype} "
+                         f"{shapes[0]} and {scale_b.dtype} {shapes[1]}")
+    if scaling in ("blocks", "row_blocks") and b_major != "nk":
         raise ValueError("scaled matmul: blockwise scales take B [N, K] (b_layout 'nk')")
     return m, n, depth, scaling

@@ -354,7 +354,7 @@ def hopper_shipped_kernels(epilogues) -> list:
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]
     eight = [("e4m3", scaled_config(major, scaling, precise), None) for major in ("nk", "kn")
              for scaling in SCALINGS for precise in (False, True)
-             if (scaling != "blocks" or major == "nk") and (scaling != "blocks" or precise)]
+             if scaling not in ("blocks", "row_blocks") or major == "nk" and precise]
     fused = [(element, config, None) for element in ("f16", "bf16") for config in (swiglu_config(element),)]
     fused += [(element, grouped_config(element, contiguous), None) for element in ("f16", "bf16", "e4m3")
               for contiguous in (False, True)]

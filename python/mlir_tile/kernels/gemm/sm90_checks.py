@@ -26,16 +26,16 @@ def fp8_scales(m: int, n: int, row_scales: bool) -> tuple:
     return (2.0 ** -(np.arange(m) % 3)).astype(np.float32), (2.0 ** -(np.arange(n) % 4 + 1)).astype(np.float32)
 
 
-def block_scales(m: int, n: int, depth: int) -> tuple:
+def block_scales(m: int, n: int, depth: int, row_blocks: bool = False) -> tuple:
     """Blockwise scales (powers of two: exact), scale_a [M, K / 128] 2^-((r + t) mod 3) for A's row r and k-block
-    t, scale_b [N / 128, K / 128] 2^-((j + 2 t) mod 4 + 1) for B's block j of rows: each product of a k-block
-    scaled differently from the next."""
+    t, scale_b [N / 128, K / 128] 2^-((j + 2 t) mod 4 + 1) for B's block j of rows (`row_blocks`: [N, K / 128],
+    for B's row j): each product of a k-block scaled differently from the next."""
     import numpy as np
 
     from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
 
     blocks = -(-depth // BLOCK)
-    rows, columns = np.arange(m)[:, None], np.arange(-(-n // BLOCK))[:, None]
+    rows, columns = np.arange(m)[:, None], np.arange(n if row_blocks else -(-n // BLOCK))[:, None]
     steps = np.arange(blocks)[None, :]
     return ((2.0 ** -((rows + steps) % 3)).astype(np.float32),
             (2.0 ** -((columns + 2 * steps) % 4 + 1)).astype(np.float32))
@@ -43,7 +43,8 @@ def block_scales(m: int, n: int, depth: int) -> tuple:
 
 def scaled_exact(a, b, scales, blockwise: bool):
     """The exact product of fp8 values a (M x K) and b (K x N) times their scales: per tensor or row (`fp8_scales`),
-    or blockwise (`block_scales`: each 128-deep block of K times its row's and its column block's)."""
+    or blockwise (`block_scales`: each 128-deep block of K times its row's and its column's block's, or with
+    scale_b's rows N, its column's own)."""
     import numpy as np
 
     from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
@@ -53,17 +54,19 @@ def scaled_exact(a, b, scales, blockwise: bool):
     total = np.zeros((a.shape[0], b.shape[1]))
     for t in range(scales[0].shape[1]):
         block = slice(t * BLOCK, (t + 1) * BLOCK)
-        column_scales = np.repeat(scales[1][:, t], BLOCK)[:b.shape[1]]
+        column_scales = (scales[1][:, t] if scales[1].shape[0] == b.shape[1] and b.shape[1] > 1
+                         else np.repeat(scales[1][:, t], BLOCK)[:b.shape[1]])
         total += a[:, block] @ b[block] * scales[0][:, t][:, None] * column_scales[None, :]
     return total
 
 
 def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, row_scales: bool = False,
-                     blockwise: bool = False, swiglu: bool = False):
+                     blockwise: bool = False, swiglu: bool = False, row_blocks: bool = False):
     """(A bits M x K, B bits K x N, the fp8 scales, check(C bits) -> (ok, largest error)) of a product of
     `element`: 16-bit uniform values against numpy (`gemm.inputs`, `gemm.check`; no scales); e4m3 small
     integers (exact products and sums), C the bf16 of the product times `fp8_scales`' (`blockwise`: times
-    `block_scales`', k-block by k-block); `swiglu` (16-bit): C M x N / 2, `reference.check_swiglu`."""
+    `block_scales`', k-block by k-block, `row_blocks` scale_b's by B's rows); `swiglu` (16-bit): C M x N / 2,
+    `reference.check_swiglu`."""
     import numpy as np
 
     from mlir_tile.isa import fp8
@@ -75,7 +78,7 @@ def inputs_and_check(m: int, n: int, depth: int, element: str, seed: int = 5, ro
         return a, b, (), lambda c: (check_swiglu if swiglu else check)(c, a, b, element)
     rng = np.random.default_rng(seed)
     a, b = (fp8.encode_integers(rng.integers(-3, 4, shape), element) for shape in ((m, depth), (depth, n)))
-    scales = block_scales(m, n, depth) if blockwise else fp8_scales(m, n, row_scales)
+    scales = block_scales(m, n, depth, row_blocks) if blockwise else fp8_scales(m, n, row_scales)
 
     def check_fp8(c):
         exact = scaled_exact(fp8.decode(a, element), fp8.decode(b, element), scales, blockwise)
@@ -101,8 +104,13 @@ def run_and_check(ptx: str, *, dtype: str = "f16", b_major: str = "nk", tile: di
         raise ValueError(f"hopper gemm: M, N, K >= 1 with N a multiple of {config.unit} and K of {config.k_unit} (TMA: "
                          f"rows on 16 bytes), not {m} x {n} x {depth}")
     a, b, scales, check = inputs_and_check(m, n, depth, dtype, row_scales=config.row_scales,
-                                           blockwise=config.block_scales, swiglu=config.swiglu)
+                                           blockwise=config.block_scales, swiglu=config.swiglu,
+                                           row_blocks=config.row_blocks)
     b_given = b if b_major == "kn" else np.ascontiguousarray(b.T)
+    if config.row_blocks:  # (scale_b as the kernel reads it: [K / 128, N rounded up to BN], `hopper_ops.kernel_scales`)
+        padded = np.zeros((scales[1].shape[1], -(-n // config.bn) * config.bn), np.float32)
+        padded[:, :n] = scales[1].T
+        scales = (scales[0], padded)
     with Runtime() as runtime:
         tiles = config.grid(m, n, runtime.device.properties.multiprocessor_count)
         split = ([np.zeros((splits - 1) * m * n, np.float32), np.zeros(tiles, np.int32)] if config.split_k else [])

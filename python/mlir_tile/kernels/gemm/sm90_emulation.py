@@ -26,14 +26,15 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
                          "global memory, which the model of one CTA has not: `run_and_check` checks it on the GPU")
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
     a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales,
-                                           config.block_scales, config.swiglu)  # b: K x N
+                                           config.block_scales, config.swiglu, config.row_blocks)  # b: K x N
     decode = fp8.decode if element == "e4m3" else halves.decode
     accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
     for k_tile in range(k_tiles):
         stage = _stage(config, a, b, k_tile, a_bytes)
         # (blockwise scales: each k-tile's products times its row's scale and the tile's block's, as promoted)
-        factor = scales[0][:, k_tile, None] * scales[1][0, k_tile] if config.block_scales else 1.0
+        factor = (scales[0][:, k_tile, None] * (scales[1][None, :, k_tile] if config.row_blocks else scales[1][0, k_tile])
+                  if config.block_scales else 1.0)
         for group in range(config.bm // 64):
             partial = np.zeros((64, config.bn))
             for step in range(config.bk // k_step):

@@ -32,6 +32,25 @@ def swiglu_pairs(bn: int, element: str) -> tuple:
     return tuple(pairs)
 
 
+@functools.lru_cache(maxsize=None)
+def column_slots(bn: int) -> tuple:
+    """The accumulator slots of an fp8 m64nBN atom that hold a thread's distinct columns, and per slot the index
+    among them of the one in its column: c0 c1 of each 8 columns (c2 c3 the same columns 8 rows down). Proven for
+    every thread by the atom's accumulator layout; ValueError otherwise."""
+    from mlir_tile.isa.atoms import wgmma
+
+    columns = wgmma(bn, "e4m3").c.columns
+    distinct = tuple(slot for slot in range(bn // 2) if slot % 4 < 2)
+    of_slot = tuple(distinct.index(slot - slot % 4 // 2 * 2) for slot in range(bn // 2))
+    for thread in range(128):
+        held = [columns.offset(thread, slot) for slot in distinct]
+        if len(set(held)) != len(held) or any(columns.offset(thread, slot) != held[of_slot[slot]]
+                                              for slot in range(bn // 2)):
+            raise ValueError(f"hopper gemm: thread {thread}'s accumulator columns are not those of slots "
+                             f"{distinct} (c0 c1 of each 8), each of the others' that of the slot 2 before it")
+    return distinct, of_slot
+
+
 class FusedSteps:
     def promoted_step(self, a_tile, b_tile, first_block, in_ring, k_tile, origin) -> None:
         """fp8's promoted accumulation: the k-tile's batches summed by wgmma into the partials (cleared first:
@@ -52,16 +71,28 @@ class FusedSteps:
                     a_row_block=first_block + batch if batch else first_block)
         if factors is not None:  # (the next k-tile's, the last's again at the end: their loads under this one)
             upcoming = self.block_scales_at(k.minimum(k_tile + 1, self.k_tiles - k.index(1)), origin)
+        if self.config.row_blocks:  # (this k-tile's columns', loaded under its wgmmas: a step ahead they spilled)
+            columns = self.column_scales_at(k_tile, origin)
+            factors = [(rows, columns) for rows, _ in factors]
         k.wgmma_wait(0, self.promoted)
         self.pipeline.release(in_ring)
         for batch, (accumulators, partials) in enumerate(zip(self.accumulators, self.promoted)):
             for slot in range(self.config.bn // 2):
                 total, partial = k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot])
                 total = (arith.addf(total, partial) if factors is None else
-                         math_dialect.fma(partial, factors[batch][slot % 4 // 2], total))
+                         math_dialect.fma(partial, self.factor(factors, batch, slot), total))
                 k.store(total, accumulators.registers, [slot])
         if factors is not None:
             self.carry_scales(upcoming)
+
+    def factor(self, factors, batch: int, slot: int):
+        """Accumulator slot `slot`'s blockwise factor in batch `batch` (`carried_factors`): its row's (the slot's
+        half: c0 c1 or c2 c3), times, with B's rows' blocks, its column's (`column_slots`)."""
+        from mlir.dialects import arith
+
+        rows, columns = factors[batch]
+        row = rows[slot % 4 // 2]
+        return row if columns is None else arith.mulf(row, columns[column_slots(self.config.bn)[1][slot]])
 
     def prefetch_factors(self, origin) -> None:
         """Blockwise scales, before a tile's k-tiles: k-tile 0's scales (`block_scales_at`) into the registers
@@ -70,26 +101,37 @@ class FusedSteps:
         most common stall: the tensor pipe busy 58% of the time against the per-tensor kernel's 78%); none where
         the tile takes no k-tile (a contiguous grouped GEMM's tail, whose group has no scales)."""
         k = self.k
-        self.scale_registers = k.registers(1 + 2 * len(self.accumulators), "f32")
+        self.scale_registers = k.registers(self.column_scales + 2 * len(self.accumulators), "f32")
         with k.if_(k.compare("ugt", self.k_tiles, 0)):
             self.carry_scales(self.block_scales_at(k.index(0), origin))
+
+    @property
+    def column_scales(self) -> int:
+        """Blockwise scale_b values a thread carries to the next k-tile: the tile's block's, or none (`row_blocks`:
+        its columns' are loaded at the k-tile, `column_scales_at`)."""
+        return 0 if self.config.row_blocks else 1
 
     def carry_scales(self, scales: list) -> None:
         for slot, scale in enumerate(scales):
             self.k.store(scale, self.scale_registers, [slot])
 
     def carried_factors(self) -> list:
-        """Per batch, the thread's two rows' factors (scale_a times the tile's block of scale_b) of the k-tile
-        whose scales the step before left (multiplied here: their loads' first use, a k-tile after them)."""
+        """Per batch, (the thread's two rows' factors, None) of the k-tile whose scales the step before left:
+        scale_a times the tile's block of scale_b (multiplied here: their loads' first use, a k-tile after them),
+        or with `row_blocks` scale_a alone (each column's scale_b multiplied in a slot at a time, `factor`)."""
         from mlir.dialects import arith
 
-        scale_b, *rows = (self.k.load(self.scale_registers, [slot]) for slot in range(1 + 2 * len(self.accumulators)))
-        factors = [arith.mulf(row, scale_b) for row in rows]
-        return [factors[2 * batch:2 * batch + 2] for batch in range(len(self.accumulators))]
+        carried = [self.k.load(self.scale_registers, [slot]) for slot in range(self.column_scales
+                                                                               + 2 * len(self.accumulators))]
+        columns, rows = carried[:self.column_scales], carried[self.column_scales:]
+        if not self.config.row_blocks:
+            rows, columns = [arith.mulf(row, columns[0]) for row in rows], None
+        return [(rows[2 * batch:2 * batch + 2], columns) for batch in range(len(self.accumulators))]
 
     def block_scales_at(self, k_tile, origin) -> list:
-        """Blockwise scales at k-tile `k_tile`: the C tile's block of scale_b, then per batch the thread's two rows'
-        (c0 c1, c2 c3) scale_a (rows and blocks past C read at its last: their results are clipped)."""
+        """Blockwise scales at k-tile `k_tile`: the C tile's block of scale_b (none with `row_blocks`), then per
+        batch the thread's two rows' (c0 c1, c2 c3) scale_a (rows and blocks past C read at its last: their results
+        are clipped)."""
         from mlir_tile.builder.integers import with_operators
         from mlir_tile.kernels.gemm.sm90_tiles import BLOCK
 
@@ -99,7 +141,8 @@ class FusedSteps:
         column_block = k.minimum(with_operators(origin[1]) // BLOCK, blocks - 1)
         if self.config.grouped:  # (scale_b [groups x N / 128, K / 128]: its group's blocks)
             column_block = self.group_of(origin)[0] * blocks + column_block
-        scales = [k.load(self.scales[1], [with_operators(column_block) * k_tiles + k_tile])]
+        scales = [] if self.config.row_blocks else [k.load(self.scales[1],
+                                                           [with_operators(column_block) * k_tiles + k_tile])]
         last = with_operators(k.as_index(self.m)) - 1
         for batch in range(len(self.accumulators)):
             place = self._place(c_c, origin, batch)
@@ -107,6 +150,25 @@ class FusedSteps:
                 row = with_operators(k.minimum(place[self.consumer_thread, slot][0], last))
                 scales.append(k.load(self.scales[0], [row * k_tiles + k_tile]))
         return scales
+
+    def column_scales_at(self, k_tile, origin) -> list:
+        """`row_blocks`: k-tile `k_tile`'s scale_b of each of the thread's columns (`column_slots`), scale_b read
+        as the host lays it, [K / 128, N rounded up to BN] (MN-major, a k-tile's columns side by side, padded:
+        `row_block_scales`), each at its constant offset from the thread's first column (per-column clipping
+        held 32 offsets across the k-loop and spilled), that offset the atom's, checked for every thread."""
+        from mlir_tile.builder.integers import with_operators
+
+        k, bn, distinct = self.k, self.config.bn, column_slots(self.config.bn)[0]
+        columns = self.atom.c.columns
+        offsets = [columns.offset(0, slot) - columns.offset(0, 0) for slot in distinct]
+        if any(columns.offset(thread, slot) - columns.offset(thread, 0) != offset for thread in range(128)
+               for slot, offset in zip(distinct, offsets)):
+            raise ValueError("hopper gemm: a thread's accumulator columns lie at offsets from its first that differ "
+                             "between threads")
+        place = self._place(k.identity_tensor((self.m, self.n)), origin, 0)
+        padded = (with_operators(k.as_index(self.n)) + (bn - 1)) // bn * bn
+        first = with_operators(k_tile) * padded + place[self.consumer_thread, 0][1]
+        return [k.load(self.scales[1], [first + offset]) for offset in offsets]
 
     def store_swiglu(self, band, packed) -> None:
         """Fused SwiGLU: each of C's BN / 2 columns silu(gate) * up of its two accumulators (`swiglu_pairs`),

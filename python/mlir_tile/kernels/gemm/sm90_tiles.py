@@ -43,6 +43,8 @@ class HopperConfig:
     # sums keep fewer bits than fp32 over a long K); else `fast`, the products summed in the accumulators
     block_scales: bool = False  # fp8 blockwise scales (DeepGEMM's): scale_a [M, K / 128] (a row's 1 x 128 block
     # of K), scale_b [N / 128, K / 128] (128 x 128 blocks), applied to each k-tile's partials as they are added in
+    row_blocks: bool = False  # blockwise, scale_b a row's 1 x 128 blocks of K too ([N, K / 128], as scale_a's): a
+    # weight gradient's (dW = dY^T X, both read along the tokens, DeepGEMM's 1d1d); each column's own a k-tile
     swiglu: bool = False  # fused SwiGLU: B's rows gate and up weights interleaved a block of 8 at a time
     # (`swiglu_weights`), C = silu(gate) * up, BN / 2 columns a tile (a thread holds each output's two factors)
     grouped: bool = False  # masked grouped GEMM (MoE decode, DeepGEMM's masked layout): A [E x T, K] and C [E x T,
@@ -97,6 +99,9 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: blockwise scales are applied where each k-tile's partials are added in "
                              f"(promote), BN and BK {BLOCK} (one block of B's scales a k-tile), not beside row "
                              f"scales; got {self}")
+        if self.row_blocks and (not self.block_scales or self.grouped):
+            raise ValueError(f"hopper gemm: scale_b by rows' 1 x 128 blocks is blockwise scaling's (block_scales), "
+                             f"of a dense product; got {self}")
         if self.swiglu and (self.element_bits != 16 or self.split_k or self.bn % (2 * SWIZZLE_COLUMNS)):
             raise ValueError(f"hopper gemm: fused SwiGLU takes 16-bit inputs, no split-K, BN a multiple of "
                              f"{2 * SWIZZLE_COLUMNS} (C's tile BN / 2 wide, in boxes of {SWIZZLE_COLUMNS}); got {self}")
@@ -229,6 +234,7 @@ class HopperConfig:
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
                 f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
+                f"{'_rowblocks' if self.row_blocks else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
                 f"{'_contiguous' if self.contiguous else ''}{'_raggedk' if self.ragged_k else ''}"
                 f"{'_uniform' if self.uniform else ''}_sm90a")
@@ -318,7 +324,8 @@ def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int
     return max(1, min(sms // tiles, depth // SPLIT_COLUMNS, most))
 
 
-SCALINGS = ("tensor", "rows", "blocks")  # fp8's scales: one a tensor, one a row (scale_a [M], scale_b [N]), blockwise
+SCALINGS = ("tensor", "rows", "blocks", "row_blocks")  # fp8's scales: one a tensor, one a row (scale_a [M], scale_b
+# [N]), blockwise (scale_a [M, K / 128], scale_b [N / 128, K / 128]), and scale_b by rows' blocks too ([N, K / 128])
 
 
 @functools.lru_cache(maxsize=None)  # (asked each call: a HopperConfig's checks cost a call's host time)
@@ -327,9 +334,9 @@ def scaled_config(b_major: str, scaling: str, precise: bool = False) -> HopperCo
     (`measured_tile`), or with per-row scales FP8_ROWS_TILE (beside 128 x 256's accumulators the scales spill);
     `precise` (the promoted accumulation) FP8_PRECISE_TILE (BN 128 with row scales, which spill 412 bytes beside
     BN 192's, and with B [K, N], whose transposition takes boxes of 128); blockwise FP8_BLOCKS_TILE (promoted: the
-    scales applied as each k-tile is added in)."""
-    if scaling == "blocks":
-        return hopper_config(b_major, FP8_BLOCKS_TILE, "e4m3")
+    scales applied as each k-tile is added in), with B's rows' blocks too (`row_blocks`)."""
+    if scaling in ("blocks", "row_blocks"):
+        return hopper_config(b_major, {**FP8_BLOCKS_TILE, "row_blocks": scaling == "row_blocks"}, "e4m3")
     rows = scaling == "rows"
     promoted = FP8_PRECISE_TILE if b_major == "nk" and not rows else {**FP8_PRECISE_TILE, "bn": 128}
     tile = promoted if precise else FP8_ROWS_TILE if rows else measured_tile("e4m3", b_major)
