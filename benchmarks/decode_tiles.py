@@ -42,7 +42,7 @@ def build(directory: Path) -> None:
     from mlir_tile.kernels.gemm import sm90
     from mlir_tile.kernels.library import source_digest
 
-    folder = directory / source_digest() / "sm_90"
+    folder = directory / "kernels" / source_digest() / "sm_90"  # (`library.cache_folder`'s layout)
     folder.mkdir(parents=True, exist_ok=True)
     for config in configs():
         (folder / f"{sm90.kernel_name('bf16', config, None)}.ptx").write_text(

@@ -383,6 +383,31 @@ def test_hoppers_path_splits_k_where_its_tiles_leave_sms_idle(sizes, splits):
     assert library_splits(*sizes, hopper_config("nk", SMALL_TILE), sms=132, fill=0.9, most=16) == splits
 
 
+@pytest.mark.parametrize("sizes, tile, splits", [
+    ((1, 4096, 4096), (64, 64, 8), 1),  # 64 tiles: the most the SMs hold; K one run of 4096
+    ((128, 4096, 4096), (64, 64, 8), 1),  # 2 x 64 tiles
+    ((16, 11008, 4096), (64, 128, 8), 1),  # 86 tiles (64 x 64's 172 pass the SMs)
+    ((128, 11008, 4096), (128, 128, 6), 1),  # 86 tiles of 128 rows
+    ((64, 4096, 11008), (64, 64, 8), 2),  # K two runs of 4096 at least, 128 CTAs
+    ((1, 20480, 4096, "kn"), (128, 128, 6), 1),  # f16 B [K, N]'s 128 x 256 leaves SMs idle, every decode tile
+    # passes them: the last
+])
+def test_decode_shaped_products_take_a_decode_tile_and_its_splits(sizes, tile, splits):
+    """M <= DECODE_ROWS with A [M, K] and no epilogue, where the measured tile leaves SMs idle: the decode tile
+    with the most tiles the SMs hold at once, split-K where K gives each split 4096 at least."""
+    from mlir_tile.kernels.epilogues import selectable
+    from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, library_config, library_splits
+
+    m, n, depth, major = (*sizes, "nk")[:4]
+    config = library_config(m, n, major, sms=132, fill=0.9, element="f16" if major == "kn" else "bf16", decode=True)
+    assert (config.bm, config.bn, config.stages) == tile
+    assert library_splits(m, n, depth, config, sms=132, fill=0.9, most=16) == splits
+    for refused in ({"decode": False}, {"decode": True, "epilogue": selectable}):  # (A [K, M]; an epilogue)
+        assert library_config(m, n, major, sms=132, fill=0.9, **refused) == hopper_config(major, SMALL_TILE)
+    assert library_config(256, 1024, "nk", sms=132, fill=0.9, element="bf16", decode=True) == hopper_config(
+        "nk", SMALL_TILE)  # (M past DECODE_ROWS)
+
+
 def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_fused():
     """The measured table (hopper_tiles.json, the benchmark's data) names a tile the kernel takes for every dtype
     and B layout; Matmul runs it where its CTAs fill the SMs and the epilogue is none or one chain, else the
@@ -406,9 +431,9 @@ def test_matmul_picks_the_measured_tile_where_it_fills_the_sms_and_no_choice_is_
 def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_path):
     """Each (element, B layout, epilogue) with its tiles, bias + each shipped activation as a chain on the
     measured tiles, the small tile's split-K kernels for each element and B layout (plain and `selectable`: the
-    last split applies the epilogue), A [K, M]'s plain on each
+    last split applies the epilogue), the decode tiles' plain, whole and split, A [K, M]'s plain on each
     tile and split, fp8's for each B layout with per-tensor and per-row scales (fast and precise) and B [N, K]'s blockwise
-    (`ScaledMatmul`), the fused SwiGLU's for each 16-bit element and the grouped GEMMs' (masked, contiguous) for
+    (1 x 128 / 128 x 128, and 1 x 128 for both: `ScaledMatmul`), the fused SwiGLU's for each 16-bit element and the grouped GEMMs' (masked, contiguous) for
     each 16-bit element and blockwise fp8 and the contiguous one's gradients' its router weights' (`row_scale`) and an expert's
     bias (`expert_bias`) (16-bit), named apart from the mma.sync kernels; a shipped chain's kernel on the measured tile
     assembles without spills."""
@@ -418,10 +443,13 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
 
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
+    decode = 2 * 2 * len(hopper_tiles.DECODE_TILES) * 2  # (each 16-bit element and B layout, whole and split)
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
-                                                                     + 3) + 2 * 2 * 2 + 1 + 2 + 14
-    assert sum("_splitk_sm90a" in name for name in hopper) == 12 and sum("_akm_" in name for name in hopper) == 14
-    assert sum("_e4m3_" in name for name in hopper) == 11 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
+                                                                     + 3) + 2 * 2 * 2 + 1 + 2 + 15 + decode
+    assert sum("_splitk_sm90a" in name for name in hopper) == 12 + decode // 2
+    assert sum("_akm_" in name for name in hopper) == 14
+    assert sum("_e4m3_" in name for name in hopper) == 12 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
+    assert any(name.endswith("_blockscales_rowblocks_sm90a") for name in hopper)
     assert sum(name.endswith("_fp8_promote_sm90a") or name.endswith("_rowscales_promote_sm90a") for name in hopper) == 4
     assert any(name.endswith("_nk_ws_fp8_promote_blockscales_sm90a") for name in hopper)
     assert sum(name.endswith("_swiglu_sm90a") for name in hopper) == 2  # (f16's and bf16's: `swiglu_mm`)

@@ -294,8 +294,8 @@ def descale_addresses(descales, element: str, device, rows: tuple = (), sequence
             not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device != device for x in descales):
         raise ValueError(f"hopper attention: float8_e4m3fn inputs take descales (q's, k's, v's), float32 tensors "
                          f"on {device}")
-    if all(x.numel() == 1 or x.numel() and not any(x.stride()) for x in descales):
-        return [x.data_ptr() for x in descales] + [0, 1]
+    if all(x.numel() and all(stride == 0 or size == 1 for size, stride in zip(x.shape, x.stride())) for x in descales):
+        return [x.data_ptr() for x in descales] + [0, 1]  # (one value each: every extent past 1 of stride 0)
     if rows and all(tuple(x.shape) == tuple(rows) and x.is_contiguous() for x in descales):
         return [x.data_ptr() for x in descales] + [1, sequences_per_row]
     raise ValueError(f"hopper attention: the descales (q's, k's, v's) each of one element, or each contiguous "

@@ -301,13 +301,29 @@ def _measured_tiles(element: str, b_major: str) -> tuple:
     return tuple(table[key]["fields"].items())
 
 
+# Decode-shaped products (M <= DECODE_ROWS, weights streamed once): smaller tiles whose CTAs come near the SMs'
+# count, measured fastest in CUDA graphs on an H100 (benchmarks/decode_tiles.py, docs/notes/operators.md session 48:
+# 0.82-1.01x cuBLAS against 0.65-0.94x on SMALL_TILE with split-K)
+DECODE_ROWS = 128
+DECODE_TILES = ({"bm": 64, "bn": 64, "bk": 64, "stages": 8}, {"bm": 64, "bn": 128, "bk": 64, "stages": 8},
+                {"bm": 128, "bn": 128, "bk": 64, "stages": 6})
+DECODE_SPLIT_COLUMNS = 4096  # K a decode tile's split takes at least (at K 4096 one split ran best, at 11008 two)
+
+
 def library_config(m: int, n: int, b_major: str, *, sms: int, fill: float, epilogue=None,
-                   element: str = "f16") -> HopperConfig:
+                   element: str = "f16", decode: bool = False) -> HopperConfig:
     """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
-    of the `sms` multiprocessors and the epilogue is none or one `Epilogue`, else SMALL_TILE."""
+    of the `sms` multiprocessors and the epilogue is none or one `Epilogue`; else, where `decode` (A [M, K], no
+    epilogue) and M is at most DECODE_ROWS, the one of DECODE_TILES with the most tiles that the SMs hold at
+    once (none: the last); else SMALL_TILE."""
     measured = hopper_config(b_major, measured_tile(element, b_major))
-    fills = measured.grid(m, n, sms) >= fill * sms
-    return measured if fills and not isinstance(epilogue, Choice) else hopper_config(b_major, SMALL_TILE)
+    if measured.grid(m, n, sms) >= fill * sms and not isinstance(epilogue, Choice):
+        return measured
+    if decode and epilogue is None and m <= DECODE_ROWS:
+        configs = [hopper_config(b_major, tile) for tile in DECODE_TILES]
+        held = [config for config in configs if config.grid(m, n, sms) <= sms]
+        return max(held, key=lambda config: config.grid(m, n, sms)) if held else configs[-1]
+    return hopper_config(b_major, SMALL_TILE)
 
 
 SPLIT_COLUMNS = 1024  # K each split of a split-K product on Hopper's path takes at least (16 k-tiles of 64)
@@ -317,11 +333,13 @@ def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int
                    most: int) -> int:
     """How many CTAs share each C tile's k-tiles on Hopper's path (`config` as `library_config` picked it): 1
     where its tiles cover `fill` of the SMs, else as many as fill the SMs once, each with SPLIT_COLUMNS of K at
-    least, `most` at most."""
+    least (a decode tile's, DECODE_SPLIT_COLUMNS), `most` at most."""
     tiles = config.grid(m, n, sms)
     if tiles >= fill * sms:
         return 1
-    return max(1, min(sms // tiles, depth // SPLIT_COLUMNS, most))
+    decode = any(config == hopper_config(config.b_major, tile) for tile in DECODE_TILES)
+    columns = DECODE_SPLIT_COLUMNS if decode else SPLIT_COLUMNS
+    return max(1, min(sms // tiles, depth // columns, most))
 
 
 SCALINGS = ("tensor", "rows", "blocks", "row_blocks")  # fp8's scales: one a tensor, one a row (scale_a [M], scale_b
