@@ -4,6 +4,7 @@ cuBLAS), each kernel's own time (CUDA graphs, no host), beside cuBLAS (F.linear)
 
     python benchmarks/decode_tiles.py build DIR     # here (MLIR): each candidate tile, split and whole, into DIR
     MLIR_TILE_CACHE_DIR=DIR python3 benchmarks/decode_tiles.py run OUT    # GPU host: OUT/decode_tiles.json
+    python3 benchmarks/decode_tiles.py library OUT                         # GPU host: the library's pick alone
 
 Each product cycles through enough copies of its weights to pass the 50 MB L2 (a model's layers each read their
 own), so that a call streams B from HBM as a decode step does; the GPU time is the median of a CUDA graph of 30
@@ -77,7 +78,7 @@ def forced(tile: dict, splits: int, x, w):
     return matmul
 
 
-def run(out: Path) -> None:
+def run(out: Path, candidates_too: bool = True) -> None:
     import torch
     import torch.nn.functional as F
     from torch_timing import graph_microseconds
@@ -98,7 +99,7 @@ def run(out: Path) -> None:
 
         times = {"cuBLAS": graph_microseconds(cycled(lambda w: F.linear(x, w))),
                  "library": graph_microseconds(cycled(lambda w: matmul(x, w, b_layout="nk")))}
-        for tile, splits in candidates(m, n, k, sms):
+        for tile, splits in candidates(m, n, k, sms) if candidates_too else ():
             name = f"{tile['bm']}x{tile['bn']}s{tile['stages']} x{splits}"
             try:
                 product = forced(tile, splits, x, weights[0])
@@ -123,4 +124,4 @@ def run(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    {"build": build, "run": run}[sys.argv[1]](Path(sys.argv[2]))
+    {"build": build, "run": run, "library": lambda out: run(out, candidates_too=False)}[sys.argv[1]](Path(sys.argv[2]))
