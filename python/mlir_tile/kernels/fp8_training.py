@@ -1,0 +1,116 @@
+"""fp8 training's linear layer (DeepSeek-V3's recipe, Hopper, sm_90): `fp8_linear(x, weight)` is F.linear(x,
+weight) with each GEMM of its forward and backward an fp8 `scaled_mm` with blockwise scales, the operands
+quantized to e4m3 on the fly (each block's largest |value| at e4m3's 448):
+- forward, y = x w^T: x by a token's 1 x 128 blocks of K, w by 128 x 128 blocks;
+- dx = dy w: dy by a token's 1 x 128 blocks of N, w^T the forward's blocks transposed (the same 128 x 128 blocks);
+- dw = dy^T x: dy^T and x^T each by a row's 1 x 128 blocks along the tokens (`scaled_mm`'s 1 x 128 for both), the
+  tokens padded with zeros to a multiple of 16 (TMA's rows).
+Registered as torch.ops.mlir_tile.fp8_linear with a fake and its autograd formula, so torch.compile traces it.
+
+No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
+"""
+from typing import Callable, Tuple
+
+import torch
+import torch.nn.functional as F
+
+import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.scaled_mm, which every GEMM here runs)
+from mlir_tile.kernels.registry import register_operator
+
+BLOCK = 128  # the scales' blocks: 1 x 128 of a row, 128 x 128 of a matrix (`gemm.sm90_tiles.BLOCK`)
+E4M3_LARGEST = 448.0
+ROWS = 16  # a reduction's extent is a multiple of it (fp8 rows on TMA's 16 bytes)
+
+
+def fp8_linear(x, weight):
+    """x [..., K] @ weight [N, K]^T, x and weight float16 or bfloat16 (one dtype; K and N multiples of 16), each
+    GEMM (forward, dx, dw) an e4m3 product with blockwise scales (the module's text); the result and the
+    gradients in x's and weight's dtype. ValueError in one line for what it does not take."""
+    return torch.ops.mlir_tile.fp8_linear(x, weight)
+
+
+def quantized_rows(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 [R, C], fp32 [R, ceil(C / 128)]) of x [R, C]: each row's 1 x 128 blocks under a scale of their own
+    (the block's largest |x| / 448; 1 for a block of zeros), the last block's columns past C as zeros."""
+    rows, columns = x.shape
+    blocks = F.pad(x.float(), (0, -columns % BLOCK)).view(rows, -1, BLOCK)
+    scales = _scales(blocks.abs().amax(-1))
+    quantized = (blocks / scales[..., None]).to(torch.float8_e4m3fn).view(rows, -1)[:, :columns]
+    return quantized.contiguous(), scales
+
+
+def quantized_blocks(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 [N, K], fp32 [ceil(N / 128), ceil(K / 128)]) of w [N, K]: 128 x 128 blocks under a scale each."""
+    rows, columns = w.shape
+    padded = F.pad(w.float(), (0, -columns % BLOCK, 0, -rows % BLOCK))
+    blocks = padded.view(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK)
+    scales = _scales(blocks.abs().amax((1, 3)))
+    quantized = (blocks / scales[:, None, :, None]).to(torch.float8_e4m3fn).view(padded.shape)[:rows, :columns]
+    return quantized.contiguous(), scales
+
+
+def _scales(largest: torch.Tensor) -> torch.Tensor:
+    return torch.where(largest > 0, largest / E4M3_LARGEST, torch.ones_like(largest))
+
+
+def forward_product(x2: torch.Tensor, weight: torch.Tensor, scaled: Callable) -> torch.Tensor:
+    """x2 [M, K] @ weight^T by `scaled(a, b, scale_a, scale_b)` (an fp8 product of b [N, K] with blockwise
+    scales, bf16 out)."""
+    (a, scale_a), (b, scale_b) = quantized_rows(x2), quantized_blocks(weight)
+    return scaled(a, b, scale_a, scale_b)
+
+
+def gradients(x2: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
+              scaled: Callable) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(dx [M, K], dw [N, K]) of x2 [M, K] @ weight^T given grad [M, N], each by `scaled` (`forward_product`'s):
+    dx = dy w with dy by its rows' 1 x 128 blocks and w^T by the forward's 128 x 128 blocks transposed; dw = dy^T
+    x with both read along the tokens by rows' 1 x 128 blocks, the tokens padded with zeros to a multiple of
+    ROWS."""
+    (dy, scale_dy), (w, scale_w) = quantized_rows(grad), quantized_blocks(weight)
+    dx = scaled(dy, w.t().contiguous(), scale_dy, scale_w.t().contiguous())
+    tokens = -x2.shape[0] % ROWS
+    (dy_t, scale_dy_t), (x_t, scale_x_t) = (quantized_rows(F.pad(t.t(), (0, tokens))) for t in (grad, x2))
+    return dx, scaled(dy_t, x_t, scale_dy_t, scale_x_t)
+
+
+def _device_scaled(a, b, scale_a, scale_b):
+    return torch.ops.mlir_tile.scaled_mm(a, b, scale_a, scale_b, "nk", "default")
+
+
+def _checked(x: torch.Tensor, weight: torch.Tensor) -> None:
+    if not (x.dtype == weight.dtype and x.dtype in (torch.float16, torch.bfloat16) and weight.dim() == 2
+            and x.dim() >= 1 and x.shape[-1] == weight.shape[1] and weight.shape[0] % ROWS == 0
+            and weight.shape[1] % ROWS == 0):
+        raise ValueError(f"fp8_linear: x [..., K] and weight [N, K] of one dtype, float16 or bfloat16, K and N "
+                         f"multiples of {ROWS}; got {tuple(x.shape)} {x.dtype} and {tuple(weight.shape)} "
+                         f"{weight.dtype}")
+
+
+def _fp8_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    _checked(x, weight)
+    x2 = x.reshape(-1, x.shape[-1])
+    if not x2.shape[0]:
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+    return forward_product(x2, weight, _device_scaled).to(x.dtype).view(*x.shape[:-1], weight.shape[0])
+
+
+def _fp8_linear_fake(x, weight):
+    _checked(x, weight)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _fp8_linear_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _fp8_linear_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    x2, grad2 = x.reshape(-1, x.shape[-1]), grad.reshape(-1, weight.shape[0])
+    if not x2.shape[0]:
+        return torch.zeros_like(x), torch.zeros_like(weight)
+    dx, dw = gradients(x2, weight, grad2, _device_scaled)
+    return dx.to(x.dtype).view(x.shape), dw.to(weight.dtype)
+
+
+register_operator("fp8_linear", _fp8_linear, fake=_fp8_linear_fake, backward=_fp8_linear_backward,
+                  setup_context=_fp8_linear_setup)

@@ -1,0 +1,59 @@
+"""fp8 training's linear layer (`kernels.fp8_training`) on the CPU: its blockwise quantization against each
+value's e4m3 rounding, and its forward and gradients, each GEMM an exact product of the dequantized operands
+written out here, against float64 autograd of F.linear within fp8's error. (The GPU's `scaled_mm` runs them in
+test_kernels_ops_hopper_gpu.py.) Skipped without torch."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="fp8_linear's quantization and gradients are torch functions")
+
+
+def _dequantized(q, scales, rows: int, columns: int):
+    """q (e4m3) times its scales, each scale over its block: [R, C / 128] 1 x 128 blocks of a row, or [R / 128,
+    C / 128] 128 x 128 blocks where it has fewer rows than q (written here, not the module's layout code)."""
+    per_row = scales.shape[0] == q.shape[0] and q.shape[0] > 1
+    spread = scales.repeat_interleave(128, 1) if per_row else scales.repeat_interleave(128, 0).repeat_interleave(128, 1)
+    return q.double() * spread[:rows, :columns].double()
+
+
+def _exact_scaled(a, b, scale_a, scale_b):
+    """The exact product of e4m3 a [M, K] and b [N, K]^T under their blockwise scales (scaled_mm's contract)."""
+    return _dequantized(a, scale_a, *a.shape) @ _dequantized(b, scale_b, *b.shape).T
+
+
+@pytest.mark.parametrize("which", ["rows", "blocks"])
+def test_blockwise_quantization_rounds_each_value_to_e4m3_under_its_blocks_scale(which):
+    from mlir_tile.kernels import fp8_training
+
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(200, 333, generator=generator) * torch.logspace(-3, 3, 333)  # (blocks of unlike magnitudes)
+    x[5, 128:256] = 0  # (a block of zeros: scale 1)
+    q, scales = (fp8_training.quantized_rows if which == "rows" else fp8_training.quantized_blocks)(x)
+    blocks = (200, 3) if which == "rows" else (2, 3)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == x.shape and scales.shape == blocks
+    values = _dequantized(q, scales, *x.shape)
+    spread = scales.repeat_interleave(128, -1).repeat_interleave(1 if which == "rows" else 128, 0)[:200, :333]
+    # (each block's largest at 448, up to the fp32 scale's rounding: e4m3's next value up would be 480)
+    assert float((x.double().abs() / spread.double()).max()) <= 448 * (1 + 2 ** -20)
+    error = (values - x.double()).abs()
+    assert bool((error <= 2 ** -4 * x.double().abs() + 2 ** -10 * spread.double()).all())  # (subnormals: 2^-9 steps)
+    assert not bool(values[5, 128:256].any())
+
+
+@pytest.mark.parametrize("tokens", [1, 37, 256])
+def test_fp8_linears_forward_and_gradients_are_f_linears_within_fp8s_error(tokens):
+    """Relative RMS errors against float64 autograd of F.linear: the forward and dx (two quantized operands)
+    and dw (two quantized operands along the tokens, padded to 16) within 0.08, what e4m3's 3-bit mantissas
+    leave of random products (each operand 2^-5 RMS relative)."""
+    from mlir_tile.kernels import fp8_training
+
+    generator = torch.Generator().manual_seed(tokens)
+    x, weight, grad = (torch.randn(*shape, generator=generator, dtype=torch.float64)
+                       for shape in ((tokens, 256), (384, 256), (tokens, 384)))
+    inputs = [t.clone().requires_grad_() for t in (x, weight)]
+    expected = torch.nn.functional.linear(*inputs)
+    expected.backward(grad)
+    y = fp8_training.forward_product(x, weight, _exact_scaled)
+    dx, dw = fp8_training.gradients(x, weight, grad, _exact_scaled)
+    for got, want in ((y, expected.detach()), (dx, inputs[0].grad), (dw, inputs[1].grad)):
+        assert got.shape == want.shape
+        assert float((got - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()) < 0.08
