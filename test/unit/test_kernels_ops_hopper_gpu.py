@@ -596,6 +596,5 @@ def test_fp8_linear_trains_within_fp8s_error_of_f_linear():
                 failures.append((trial, lead, k, n, name, got.dtype, error))
     assert not failures, failures[:8]
     with pytest.raises(ValueError, match="multiples of 16") as raised:
-        fp8_linear(torch.randn(4, 24, device="cuda", dtype=torch.bfloat16),
-                   torch.randn(16, 24, device="cuda", dtype=torch.bfloat16))
+        fp8_linear(*(torch.randn(rows, 24, device="cuda", dtype=torch.bfloat16) for rows in (4, 16)))
     assert "\n" not in str(raised.value)
