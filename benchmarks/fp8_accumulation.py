@@ -5,7 +5,7 @@ own and added into them (`HopperConfig.promote`, 128 x 128 and 128 x 192), besid
 process:
 
     python benchmarks/fp8_accumulation.py build DIR      # here (MLIR): the kernels, as benchmarks/gemm.py names them
-    python3 benchmarks/fp8_accumulation.py run DIR       # GPU host: DIR/fp8_accumulation.json
+    python3 benchmarks/fp8_accumulation.py run DIR [LABEL ...]  # GPU host: DIR/fp8_accumulation.json (those tiles)
     python3 benchmarks/fp8_accumulation.py profile DIR   # GPU host, ncu: the operators' fp8 kernels and cuBLASLt's
 
 Per shape: TFLOP/s (`torch_timing.sustained_interleaved`: back to back, shuffled rounds, medians, the SM clock
@@ -35,7 +35,8 @@ def build(directory: Path) -> None:
         (directory / f"hopper_e4m3_nk_{gemm.label(tile)}.ptx").write_text(compile_to_ptx(module))
 
 
-def run(directory: Path) -> None:
+def run(directory: Path, labels: tuple = ()) -> None:
+    """`labels`: the tiles (`gemm.label`) to time, none: all."""
     import torch
 
     from mlir_tile.runtime import Runtime
@@ -43,7 +44,8 @@ def run(directory: Path) -> None:
     rows = []
     with Runtime() as runtime:
         modules = {gemm.label(tile): runtime.load_ptx((directory / f"hopper_e4m3_nk_{gemm.label(tile)}.ptx")
-                                                      .read_text(), name=gemm.label(tile)) for tile in TILES}
+                                                      .read_text(), name=gemm.label(tile)) for tile in TILES
+                   if not labels or gemm.label(tile) in labels}
         for m, n, k in SHAPES:
             a, b = (torch.randn(rows_, k, device="cuda").to(torch.float8_e4m3fn) for rows_ in (m, n))
             scales = [torch.ones(1, device="cuda") for _ in range(2)]
@@ -102,5 +104,7 @@ def profile(directory: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "launch":
         launch()
+    elif sys.argv[1] == "run":
+        run(Path(sys.argv[2]), tuple(sys.argv[3:]))
     else:
-        {"build": build, "run": run, "profile": profile}[sys.argv[1]](Path(sys.argv[2]))
+        {"build": build, "profile": profile}[sys.argv[1]](Path(sys.argv[2]))

@@ -121,6 +121,7 @@ def _tile(bm: int, bn: int, bk: int, stages: int, *flags: dict) -> dict:
 WIDE, PERSISTENT, PINGPONG, CLUSTER_2, UNIFORM = ({"consumer_rows": 128}, {"persistent": True},
                                                  {"persistent": True, "pingpong": True}, {"cluster": 2}, {"uniform": True})
 PROMOTE = {"promote": True}  # fp8's precise accumulation (`HopperConfig.promote`)
+PAIRED = {"promote": True, "paired": True}  # (two partial sets, k-tile t - 1's added in under t's: `paired`)
 HOPPER_TILES = {"nk": [_tile(128, 256, 64, 3), _tile(256, 128, 64, 3), _tile(128, 256, 64, 4), _tile(128, 128, 64, 4),
                        _tile(128, 256, 64, 3, PERSISTENT), _tile(128, 256, 64, 3, CLUSTER_2), _tile(256, 128, 64, 4, WIDE),
                        _tile(256, 128, 64, 3, WIDE), _tile(128, 128, 64, 4, WIDE, PINGPONG),
@@ -136,18 +137,20 @@ FP8_TILES = {"nk": [_tile(128, 256, 128, 4), _tile(128, 256, 128, 3), _tile(256,
                     _tile(128, 192, 128, 4, PROMOTE),
                     # (cuBLASLt's default fp8 kernel on the H100: 128 x 128, 6 stages, clusters of 2; ncu, session 47)
                     _tile(128, 128, 128, 6, PROMOTE), _tile(128, 128, 128, 4, PROMOTE, CLUSTER_2),
-                    _tile(128, 128, 128, 6, PROMOTE, CLUSTER_2), _tile(128, 192, 128, 5, PROMOTE)],
+                    _tile(128, 128, 128, 6, PROMOTE, CLUSTER_2), _tile(128, 192, 128, 5, PROMOTE),
+                    _tile(128, 128, 128, 4, PAIRED), _tile(128, 128, 128, 6, PAIRED)],
              "kn": [_tile(128, 256, 128, 3), _tile(128, 128, 128, 4), _tile(256, 128, 128, 3),
                     _tile(256, 128, 128, 3, WIDE), _tile(256, 128, 128, 3, WIDE, UNIFORM)]}
 
 
 def label(tile: dict) -> str:
     """A tile's short name in these runs' records (BMxBNxBKsSTAGES, then w: 128-row consumers, g: ping-pong, p:
-    persistent, c2: a cluster of 2, b: uniform, q: fp8's promoted accumulation)."""
+    persistent, c2: a cluster of 2, b: uniform, q: fp8's promoted accumulation, q2: with two partial sets)."""
     walk = "g" if tile.get("pingpong") else "p" if tile.get("persistent") else ""
     cluster = f"c{tile['cluster']}" if tile.get("cluster", 1) > 1 else ""
     return (f"{tile['bm']}x{tile['bn']}x{tile['bk']}s{tile['stages']}{'w' if tile.get('consumer_rows') == 128 else ''}"
-            f"{walk}{cluster}{'b' if tile.get('uniform') else ''}{'q' if tile.get('promote') else ''}")
+            f"{walk}{cluster}{'b' if tile.get('uniform') else ''}{'q' if tile.get('promote') else ''}"
+            f"{'2' if tile.get('paired') else ''}")
 
 
 def _library_candidate(tile: dict) -> bool:

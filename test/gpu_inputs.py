@@ -53,6 +53,7 @@ BY_COMMAND_LINE = {
     "gemm_hopper_bf16_swiglu.ptx": _hopper("nk", "bf16", bn=256, stages=3, swiglu=True),
     "gemm_hopper_bf16_grouped.ptx": _hopper("nk", "bf16", bn=128, stages=4, grouped=True),
     "gemm_hopper_e4m3_blockscales.ptx": _hopper("nk", "e4m3", bn=128, promote=True, block_scales=True),
+    "gemm_hopper_e4m3_paired.ptx": _hopper("nk", "e4m3", bn=128, promote=True, paired=True),
     "gemm_hopper_e4m3_rowblocks.ptx": _hopper("nk", "e4m3", bn=128, promote=True, block_scales=True, row_blocks=True),
     "attention.ptx": ["attention.py"],
     "attention_bf16_d128_causal.ptx": ["attention.py", "--dtype", "bf16", "--head-dim", "128", "--causal", "--tuned"],

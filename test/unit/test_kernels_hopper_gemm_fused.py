@@ -212,7 +212,28 @@ def test_fp8_scales_by_bs_rows_blocks_multiply_each_partial_by_its_rows_and_its_
     _assembles(ptx, tmp_path)
 
 
+def test_paired_partials_add_each_k_tile_in_under_the_next_ones_wgmmas(tmp_path):
+    """`paired` (two partial sets): k-tile 0 issued into the first; the k-loop by pairs, each k-tile's batch issued
+    before the one before is waited for with a `wgmma.wait_group 1` (its own group left in flight: three such
+    waits, the pair's two and the even tail's) and added in; the last k-tile's set added after a wait for all;
+    four issue sites of BK / 32 m64n128k32 batches; assembled without spills (accumulators and two sets: 192
+    registers); one CTA of 3 k-tiles on the reference model is the scaled exact product."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    promoted = hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True}, "e4m3")
+    config = replace(promoted, paired=True)
+    ptx = compile_to_ptx(gemm_sm90.build_module("e4m3", config))
+    assert str(config).endswith("_promote_paired_sm90a")
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 3
+    assert ptx.count("wgmma.mma_async") == 4 * config.bk // 32
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 3, "e4m3")
+    _assembles(ptx, tmp_path)
+
+
 @pytest.mark.parametrize("call, message", [
+    (lambda: hopper_config("nk", {"bm": 128, "bn": 192, "bk": 128, "stages": 4, "promote": True, "paired": True}, "e4m3"), "two partial sets"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "row_blocks": True}, "e4m3"), "blockwise scaling's"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "promote": True}, "e4m3"), "at most 192 registers"),
     (lambda: hopper_config("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "promote": True}, "f16"), "promoted accumulation is fp8's"),

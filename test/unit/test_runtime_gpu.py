@@ -289,18 +289,19 @@ def test_the_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, row_sca
     assert ok, line
 
 
-@pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (333, 200, 1008), (2048, 2048, 2048)])
-@pytest.mark.parametrize("scales", ["promote", "blockscales", "rowblocks"])
+@pytest.mark.parametrize("shape", [(1000, 1016, 512), (1, 8, 16), (333, 200, 1008), (257, 136, 640), (2048, 2048, 2048)])
+@pytest.mark.parametrize("scales", ["promote", "paired", "blockscales", "rowblocks"])
 def test_the_promoted_fp8_hopper_gemm_is_the_scaled_exact_product(runtime, shape, scales):
     """fp8's precise accumulation (`HopperConfig.promote`: each k-tile's partials added into fp32), per-tensor
     scales or blockwise ones (`block_scales`: A's 1 x 128 and B's 128 x 128 blocks, or B's 1 x 128 too,
     `row_blocks`, a different power of two for each k-block, row and column (block), applied as each k-tile is
-    added in), with tails in M, N and K: C is the bf16 of the exact product times the scales."""
+    added in), per-tensor with two partial sets (`paired`: K's k-tiles even and odd among the shapes), with tails
+    in M, N and K: C is the bf16 of the exact product times the scales."""
     from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
 
     ptx = gpu_input(f"gemm_hopper_e4m3_{scales}.ptx").read_text()
-    tile = {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "block_scales": scales != "promote",
-            "row_blocks": scales == "rowblocks"}
+    tile = {"bm": 128, "bn": 128, "bk": 128, "stages": 4, "promote": True, "paired": scales == "paired",
+            "block_scales": scales in ("blockscales", "rowblocks"), "row_blocks": scales == "rowblocks"}
     ok, line = hopper_checks.run_and_check(ptx, dtype="e4m3", b_major="nk", tile=tile, shape=shape)
     assert ok, line
 

@@ -214,6 +214,7 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         self.accumulators = [k.accumulators(self.atom) for _ in range(config.consumer_rows // 64)]
         # (promoted accumulation: each k-tile's batch summed into partials of its own, then added in)
         self.promoted = [k.accumulators(self.atom) for _ in self.accumulators] if config.promote else None
+        self.second = [k.accumulators(self.atom) for _ in self.accumulators] if config.paired else None
 
     def _split(self, partials, flags, splits) -> None:
         """Split-K: this CTA's C tile and split (`SplitK`: the grid is splits x the tiles), its run of k-tiles
@@ -320,8 +321,11 @@ class _HopperGemm(FusedSteps, GroupedSteps):
                 self.barriers.wait_turn(self.side)
         if config.block_scales:
             self.prefetch_factors(origin)
-        with k.loop(0, self.k_tiles) as k_tile:
-            self.step(self._in_ring(turn, k_tile), k_tile, origin)
+        if config.paired:
+            self.paired_steps(turn)
+        else:
+            with k.loop(0, self.k_tiles) as k_tile:
+                self.step(self._in_ring(turn, k_tile), k_tile, origin)
         if self.side is not None:
             with k.if_(k.compare("ult", turn + 1, turns)):
                 self.barriers.pass_turn(self.side)

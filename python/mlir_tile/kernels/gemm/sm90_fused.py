@@ -85,6 +85,58 @@ class FusedSteps:
         if factors is not None:
             self.carry_scales(upcoming)
 
+    def paired_steps(self, turn) -> None:
+        """The promoted k-loop with two partial sets (`paired`): k-tile 0's batch issued into the first; then
+        k-tiles by pairs (t into the second set, t + 1 into the first: each set's registers named statically),
+        each issued before the k-tile before it is waited for (its own groups left in flight) and that one's set
+        added into the accumulators under its wgmmas, its stage released; then, K's k-tiles even, the last one
+        into the second set; the last set added in after a wait for all. (Each stage is released as `in_ring -
+        1` or `in_ring` of the one just issued: the in-flight checks prove them apart.)"""
+        k, sets, count, batches = self.k, (self.promoted, self.second), self.k_tiles, len(self.accumulators)
+        self.issue_partials(self._in_ring(turn, 0), sets[0])
+        with k.loop(1, count - (count - k.index(1)) % 2, 2) as k_tile:  # (whole pairs: k-tiles t and t + 1)
+            in_ring = self._in_ring(turn, k_tile)
+            self.issue_partials(in_ring, sets[1])
+            self.settle_partials(in_ring - 1, sets[0], batches)
+            self.issue_partials(in_ring + 1, sets[0])
+            self.settle_partials(in_ring, sets[1], batches)
+        last = self._in_ring(turn, count - k.index(1))
+        with k.if_(k.compare("eq", count % 2, 0)):  # (the last k-tile odd: into the second set)
+            self.issue_partials(last, sets[1])
+            self.settle_partials(last - 1, sets[0], batches)
+            self.settle_partials(last, sets[1], 0)
+        with k.if_(k.compare("eq", count % 2, 1)):
+            self.settle_partials(last, sets[0], 0)
+
+    def issue_partials(self, in_ring, partials) -> None:
+        """The pipeline's `in_ring`-th k-tile's batch, once its stage is full, summed by wgmma into `partials`
+        (cleared first, as `promoted_step`'s)."""
+        k = self.k
+        self.pipeline.wait(in_ring)
+        a_view, b_view = self.ring.views(self.ring.stage(in_ring))
+        a_tile, b_tile = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"])
+        batches = len(self.accumulators)
+        first_block = self.row_group * batches if batches > 1 else self.row_group
+        zero = k.constant(0.0, "f32")
+        for batch, registers in enumerate(partials):
+            for slot in range(self.config.bn // 2):
+                k.store(zero, registers.registers, [slot])
+            k.wgmma(self.atom, a_tile, b_tile, registers, accumulate=False,
+                    a_row_block=first_block + batch if batch else first_block)
+
+    def settle_partials(self, in_ring, partials, pending: int) -> None:
+        """The `in_ring`-th k-tile's `partials` waited for (`pending` groups, a later k-tile's, left in flight),
+        its stage released, each added into its fp32 accumulator."""
+        from mlir.dialects import arith
+
+        k = self.k
+        k.wgmma_wait(pending, partials)
+        self.pipeline.release(in_ring)
+        for accumulators, registers in zip(self.accumulators, partials):
+            for slot in range(self.config.bn // 2):
+                total = arith.addf(k.load(accumulators.registers, [slot]), k.load(registers.registers, [slot]))
+                k.store(total, accumulators.registers, [slot])
+
     def factor(self, factors, batch: int, slot: int):
         """Accumulator slot `slot`'s blockwise factor in batch `batch` (`carried_factors`): its row's (the slot's
         half: c0 c1 or c2 c3), times, with B's rows' blocks, its column's (`column_slots`)."""

@@ -41,6 +41,8 @@ class HopperConfig:
     promote: bool = False  # fp8 `precise` accumulation: each k-tile's products summed by wgmma into partials of
     # their own, then added into the fp32 accumulators (cuBLASLt's default and DeepGEMM's promotion: wgmma's fp8
     # sums keep fewer bits than fp32 over a long K); else `fast`, the products summed in the accumulators
+    paired: bool = False  # promoted with two partial sets: k-tile t's batch issued into set t mod 2, then k-tile
+    # t - 1's waited for (`wgmma_wait` of this one's groups) and added in under it (the k-loop unrolled by two)
     block_scales: bool = False  # fp8 blockwise scales (DeepGEMM's): scale_a [M, K / 128] (a row's 1 x 128 block
     # of K), scale_b [N / 128, K / 128] (128 x 128 blocks), applied to each k-tile's partials as they are added in
     row_blocks: bool = False  # blockwise, scale_b a row's 1 x 128 blocks of K too ([N, K / 128], as scale_a's): a
@@ -95,6 +97,11 @@ class HopperConfig:
             raise ValueError(f"hopper gemm: promoted accumulation is fp8's, warp-specialized, not persistent, the "
                              f"accumulators and the partials at most {MAX_PROMOTED_REGISTERS} registers a thread "
                              f"(BN <= {MAX_PROMOTED_REGISTERS} a 64-row consumer); got {self}")
+        if self.paired and (not self.promote or self.block_scales or self.grouped
+                            or 3 * self.accumulator_registers > MAX_PROMOTED_REGISTERS):
+            raise ValueError(f"hopper gemm: paired partials are the promoted accumulation's (no blockwise scales, "
+                             f"not grouped), the accumulators and two partial sets at most {MAX_PROMOTED_REGISTERS} "
+                             f"registers a thread (BN <= 128 a 64-row consumer); got {self}")
         if self.block_scales and (not self.promote or self.row_scales or self.bn != BLOCK or self.bk != BLOCK):
             raise ValueError(f"hopper gemm: blockwise scales are applied where each k-tile's partials are added in "
                              f"(promote), BN and BK {BLOCK} (one block of B's scales a k-tile), not beside row "
@@ -233,7 +240,8 @@ class HopperConfig:
                 f"{f'_c{self.cluster}' if self.cluster > 1 else ''}{'_fp8' if self.element_bits == 8 else ''}"
                 f"{'_rowscales' if self.row_scales else ''}{'_r128' if self.consumer_rows == 128 else ''}"
                 f"{'_splitk' if self.split_k else ''}{'_pingpong' if self.pingpong else ''}"
-                f"{'_promote' if self.promote else ''}{'_blockscales' if self.block_scales else ''}"
+                f"{'_promote' if self.promote else ''}{'_paired' if self.paired else ''}"
+                f"{'_blockscales' if self.block_scales else ''}"
                 f"{'_rowblocks' if self.row_blocks else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
                 f"{'_contiguous' if self.contiguous else ''}{'_raggedk' if self.ragged_k else ''}"
