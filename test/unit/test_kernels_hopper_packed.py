@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from mlir_tile.kernels.flash import launch as flash_launch
+from mlir_tile.kernels.flash import launch as flash_launch, sm90 as flash_sm90
 from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 from test_kernels_hopper_attention import _ptx
 
@@ -67,7 +67,9 @@ def test_an_fp8_cache_stages_each_v_box_beside_ks_and_stores_o_in_bf16(tmp_path,
     """e4m3 on packed sequences and paged caches (an fp8 KV cache): each of a key tile's V boxes (a page's rows,
     paged) lands in the staging ring, counted on its barrier, beside K's on the K/V pipeline's (the producer's
     warps then write V^T, as the dense fp8 kernel's do); O's rows stored from the registers in bf16 (two a word);
-    the descales before the packed parameters; assembled without spills, as each shipped fp8 packed kernel."""
+    the descales before the packed parameters (three addresses, their stride and the sequences a row of them:
+    each item reads its own, `sm90._HopperAttention.descale`); assembled without spills, as each shipped fp8 packed
+    kernel."""
     from dataclasses import replace
 
     config = replace(HopperAttentionConfig.packed(128, True, "e4m3", 1), page_rows=page_rows)
@@ -76,6 +78,9 @@ def test_an_fp8_cache_stages_each_v_box_beside_ks_and_stores_o_in_bf16(tmp_path,
     per_tile = config.keys // page_rows if page_rows else 1
     assert loads.count("staging") == loads.count("kv") > 0 and loads.count("kv") % per_tile == 0
     assert "cvt.rn.bf16x2.f32" in ptx and "attention_param_10" in ptx  # (the third descale, then the packed ones)
+    parameters = [int(x) for x in re.findall(r"\.param .*attention_param_(\d+)", ptx)]
+    assert max(parameters) == 7 + flash_sm90.FP8_PARAMETERS + 5 + 4 * bool(page_rows)  # (O to group, fp8's, packed's)
+    assert all(f"[attention_param_{index}]" in ptx for index in (11, 12))  # (the descales' stride, sequences a row)
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
     assert str(config) in shipped and sum("_e4m3_" in name and "_varlen" in name for name in shipped) == 2 * 4 * 4
     if shutil.which("ptxas"):
