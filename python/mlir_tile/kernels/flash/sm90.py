@@ -35,11 +35,11 @@ bands as the item's last tiles free their bytes: the next item's first S waits f
 this item's epilogue. The ping-pong turns run on across items.
 
 Kernel parameters: `attention(q_map, k_map, v_map, o_map, lse, seq, batch_heads, group[, descale_q, descale_k,
-descale_v, stride, sequences_per_row])`: four CUtensorMaps (`boxes` lists their boxes: Q's 2-D over [batch * heads * seq, d], K's and V's
-over [batch * kv_heads * seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the inputs' type, bf16 for
-e4m3), lse [batch * heads, seq] f32, seq, batch x heads and the query heads a K/V head (heads / kv_heads) (64-bit),
-e4m3's three descales (f32: one a tensor, stride 0, or [batch, kv_heads], stride 1, the item's K/V head's read;
-packed sequences, `sequences_per_row` sequences a row of them). Grid
+descale_v, stride, sequences_per_row])`: four CUtensorMaps (`boxes` lists their boxes: Q's 2-D over [batch *
+heads * seq, d], K's and V's over [batch * kv_heads * seq, d], O's 3-D over [batch * heads, seq, d], O 16-bit: the
+inputs' type, bf16 for e4m3), lse [batch * heads, seq] f32, seq, batch x heads and the query heads a K/V head
+(heads / kv_heads) (64-bit), e4m3's three descales (f32: one a tensor, stride 0, or [batch, kv_heads], stride 1,
+the item's K/V head's read; packed sequences, `sequences_per_row` sequences a row of them). Grid
 `HopperAttentionConfig.grid`, block `threads`, `shared_bytes` of dynamic shared memory.
 
 Packed sequences (`varlen`, `sm90_varlen`): `attention(q_map, k_map, v_map, o, lse, seq, batch_heads, group,
@@ -68,6 +68,8 @@ from mlir_tile.kernels.flash.variants import Variant
 
 KERNEL = "attention"
 FP8_PARAMETERS = 5  # the descales of Q, K and V (f32 pointers), their stride and sequences a row (`descale`)
+
+
 def build_module(config: HopperAttentionConfig = HopperAttentionConfig(), context=None, variant: Variant | None = None):
     """The kernel of `config` (see the module's text), computing `variant` (`variants.Variant`: its operands
     after the kernel's own parameters)."""
