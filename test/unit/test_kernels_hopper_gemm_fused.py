@@ -203,7 +203,7 @@ def test_fp8_scales_by_bs_rows_blocks_multiply_each_partial_by_its_rows_and_its_
     config = replace(blocks, row_blocks=True)
     ptx, blockwise = (compile_to_ptx(gemm_sm90.build_module("e4m3", x)) for x in (config, blocks))
     assert str(config).endswith("_promote_blockscales_rowblocks_sm90a")
-    distinct, of_slot = column_slots(config.bn)
+    distinct, of_slot, _ = column_slots(config.bn)
     assert len(distinct) == config.bn // 4 and of_slot[:8] == (0, 1, 0, 1, 2, 3, 2, 3)
     assert ptx.count("ld.global.v2.b32") == len(distinct) // 2 and ptx.count("ld.global.b32") == 4
     assert ptx.count("fma.rn.f32") == blockwise.count("fma.rn.f32")

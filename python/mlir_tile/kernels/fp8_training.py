@@ -32,23 +32,23 @@ def fp8_linear(x, weight):
 def quantized_rows(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(e4m3 [R, C], fp32 [R, ceil(C / 128)]) of x [R, C]: each row's 1 x 128 blocks under a scale of their own
     (the block's largest |x| / 448; 1 for a block of zeros), the last block's columns past C as zeros."""
-    rows, columns = x.shape
-    # (three passes over x: each block's largest |x| in one reduction, the division in fp32, the cast; a pad and a
-    # slice only where C is not a multiple of 128)
-    padded = x if columns % BLOCK == 0 else F.pad(x, (0, -columns % BLOCK))
-    blocks = padded.reshape(rows, -1, BLOCK)
-    scales = _scales(torch.linalg.vector_norm(blocks, float("inf"), dim=-1).float())  # (a max: exact in x's dtype)
-    quantized = torch.div(blocks, scales[..., None]).to(torch.float8_e4m3fn).view(rows, -1)
-    return (quantized if columns % BLOCK == 0 else quantized[:, :columns].contiguous()), scales
+    return _quantized(x, 1)
 
 
 def quantized_blocks(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(e4m3 [N, K], fp32 [ceil(N / 128), ceil(K / 128)]) of w [N, K]: 128 x 128 blocks under a scale each."""
-    rows, columns = w.shape
-    whole = rows % BLOCK == 0 and columns % BLOCK == 0  # (as `quantized_rows`: no pad and slice where whole)
-    padded = w if whole else F.pad(w, (0, -columns % BLOCK, 0, -rows % BLOCK))
-    blocks = padded.reshape(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK)
-    scales = _scales(torch.linalg.vector_norm(blocks, float("inf"), dim=(1, 3)).float())
+    return _quantized(w, BLOCK)
+
+
+def _quantized(x: torch.Tensor, block_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """x [R, C] in blocks of `block_rows` x 128, each under its own scale: three passes over x (each block's
+    largest |x| in one reduction, the division in fp32, the cast), a pad and a slice only where R or C is not a
+    whole number of blocks."""
+    rows, columns = x.shape
+    whole = rows % block_rows == 0 and columns % BLOCK == 0
+    padded = x if whole else F.pad(x, (0, -columns % BLOCK, 0, -rows % block_rows))
+    blocks = padded.reshape(padded.shape[0] // block_rows, block_rows, padded.shape[1] // BLOCK, BLOCK)
+    scales = _scales(torch.linalg.vector_norm(blocks, float("inf"), dim=(1, 3)).float())  # (a max: exact in x's dtype)
     quantized = torch.div(blocks, scales[:, None, :, None]).to(torch.float8_e4m3fn).view(padded.shape)
     return (quantized if whole else quantized[:rows, :columns].contiguous()), scales
 

@@ -408,10 +408,8 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         before retired, the stage before released by every consumer warp (and, unspecialized, refilled by
         thread 0 with the k-tile `stages` after that one)."""
         k, config, ring, pipeline = self.k, self.config, self.ring, self.pipeline
-        pipeline.wait(in_ring)
-        a_view, b_view = ring.views(ring.stage(in_ring))
-        a_tile, b_tile, batches = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), len(self.accumulators)
-        first_block = self.row_group * batches if batches > 1 else self.row_group
+        a_tile, b_tile, first_block = self.stage_tiles(in_ring)
+        batches = len(self.accumulators)
         if config.promote:
             self.promoted_step(a_tile, b_tile, first_block, in_ring, k_tile, origin)
             return
@@ -425,6 +423,15 @@ class _HopperGemm(FusedSteps, GroupedSteps):
                 refill = ring.later(k_tile - 1, config.stages)
                 with k.if_(self.producer & k.compare("ult", refill, self.k_tiles)):
                     self.load(refill, origin, refill)
+
+    def stage_tiles(self, in_ring) -> tuple:
+        """(A's tile, B's tile, the consumer's first row block of A) of the pipeline's `in_ring`-th k-tile, once
+        its stage is full."""
+        k, ring, batches = self.k, self.ring, len(self.accumulators)
+        self.pipeline.wait(in_ring)
+        a_view, b_view = ring.views(ring.stage(in_ring))
+        first_block = self.row_group * batches if batches > 1 else self.row_group
+        return k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"]), first_block
 
     def store_c(self, origin, region: int) -> None:
         """The accumulators (the epilogue applied) packed, each consumer's stmatrix into its 64-row bands of the

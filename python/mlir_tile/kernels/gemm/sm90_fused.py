@@ -34,21 +34,25 @@ def swiglu_pairs(bn: int, element: str) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def column_slots(bn: int) -> tuple:
-    """The accumulator slots of an fp8 m64nBN atom that hold a thread's distinct columns, and per slot the index
-    among them of the one in its column: c0 c1 of each 8 columns (c2 c3 the same columns 8 rows down). Proven for
-    every thread by the atom's accumulator layout; ValueError otherwise."""
+    """(the accumulator slots of an fp8 m64nBN atom that hold a thread's distinct columns, per slot the index
+    among them of the one in its column, each distinct one's column less the thread's first): c0 c1 of each 8
+    columns (c2 c3 the same columns 8 rows down), at the same offsets for every thread. Proven for every thread
+    by the atom's accumulator layout; ValueError otherwise."""
     from mlir_tile.isa.atoms import wgmma
 
     columns = wgmma(bn, "e4m3").c.columns
     distinct = tuple(slot for slot in range(bn // 2) if slot % 4 < 2)
     of_slot = tuple(distinct.index(slot - slot % 4 // 2 * 2) for slot in range(bn // 2))
+    offsets = tuple(columns.offset(0, slot) - columns.offset(0, 0) for slot in distinct)
     for thread in range(128):
         held = [columns.offset(thread, slot) for slot in distinct]
         if len(set(held)) != len(held) or any(columns.offset(thread, slot) != held[of_slot[slot]]
-                                              for slot in range(bn // 2)):
+                                              for slot in range(bn // 2)) or any(
+                column - held[0] != offset for column, offset in zip(held, offsets)):
             raise ValueError(f"hopper gemm: thread {thread}'s accumulator columns are not those of slots "
-                             f"{distinct} (c0 c1 of each 8), each of the others' that of the slot 2 before it")
-    return distinct, of_slot
+                             f"{distinct} (c0 c1 of each 8) at offsets {offsets} from its first, each of the "
+                             f"others' that of the slot 2 before it")
+    return distinct, of_slot, offsets
 
 
 class FusedSteps:
@@ -58,32 +62,46 @@ class FusedSteps:
         before's live), waited for, the stage released (its reads are done), each partial added into its fp32
         accumulator (one add a slot: the other consumer's wgmmas run meanwhile); with blockwise scales, an fma by
         its row's scale times the tile's block of B's (loaded a step before: `prefetch_factors`)."""
-        from mlir.dialects import arith
-        from mlir.dialects import math as math_dialect
-
         k = self.k
-        zero = k.constant(0.0, "f32")
         factors = self.carried_factors() if self.config.block_scales else None  # (loaded a step before)
-        for batch, partials in enumerate(self.promoted):
-            for slot in range(self.config.bn // 2):
-                k.store(zero, partials.registers, [slot])
-            k.wgmma(self.atom, a_tile, b_tile, partials, accumulate=False,
-                    a_row_block=first_block + batch if batch else first_block)
+        self.summed_into(self.promoted, a_tile, b_tile, first_block)
         if factors is not None:  # (the next k-tile's, the last's again at the end: their loads under this one)
             upcoming = self.block_scales_at(k.minimum(k_tile + 1, self.k_tiles - k.index(1)), origin)
         if self.config.row_blocks:  # (this k-tile's columns', loaded under its wgmmas: a step ahead they spilled)
             columns = self.column_scales_at(k_tile, origin)
             factors = [(rows, columns) for rows, _ in factors]
-        k.wgmma_wait(0, self.promoted)
-        self.pipeline.release(in_ring)
-        for batch, (accumulators, partials) in enumerate(zip(self.accumulators, self.promoted)):
+        self.settle_partials(in_ring, self.promoted, 0, factors)
+        if factors is not None:
+            self.carry_scales(upcoming)
+
+    def summed_into(self, partials, a_tile, b_tile, first_block) -> None:
+        """A k-tile's batches summed by wgmma into `partials` (cleared first: wgmma passes its registers' values
+        in even where it does not read them, which would keep the k-tile before's live)."""
+        k = self.k
+        zero = k.constant(0.0, "f32")
+        for batch, registers in enumerate(partials):
             for slot in range(self.config.bn // 2):
-                total, partial = k.load(accumulators.registers, [slot]), k.load(partials.registers, [slot])
+                k.store(zero, registers.registers, [slot])
+            k.wgmma(self.atom, a_tile, b_tile, registers, accumulate=False,
+                    a_row_block=first_block + batch if batch else first_block)
+
+    def settle_partials(self, in_ring, partials, pending: int, factors=None) -> None:
+        """The `in_ring`-th k-tile's `partials` waited for (`pending` groups, a later k-tile's, left in flight),
+        its stage released (its reads are done), each added into its fp32 accumulator (one add a slot: the
+        other consumer's wgmmas, and a paired kernel's next k-tile's, run meanwhile); with blockwise `factors`
+        (`carried_factors`), an fma by the slot's `factor`."""
+        from mlir.dialects import arith
+        from mlir.dialects import math as math_dialect
+
+        k = self.k
+        k.wgmma_wait(pending, partials)
+        self.pipeline.release(in_ring)
+        for batch, (accumulators, registers) in enumerate(zip(self.accumulators, partials)):
+            for slot in range(self.config.bn // 2):
+                total, partial = k.load(accumulators.registers, [slot]), k.load(registers.registers, [slot])
                 total = (arith.addf(total, partial) if factors is None else
                          math_dialect.fma(partial, self.factor(factors, batch, slot), total))
                 k.store(total, accumulators.registers, [slot])
-        if factors is not None:
-            self.carry_scales(upcoming)
 
     def paired_steps(self, turn) -> None:
         """The promoted k-loop with two partial sets (`paired`): k-tile 0's batch issued into the first; then
@@ -109,33 +127,8 @@ class FusedSteps:
             self.settle_partials(last, sets[0], 0)
 
     def issue_partials(self, in_ring, partials) -> None:
-        """The pipeline's `in_ring`-th k-tile's batch, once its stage is full, summed by wgmma into `partials`
-        (cleared first, as `promoted_step`'s)."""
-        k = self.k
-        self.pipeline.wait(in_ring)
-        a_view, b_view = self.ring.views(self.ring.stage(in_ring))
-        a_tile, b_tile = k.tensor(a_view, self.tiles["a"]), k.tensor(b_view, self.tiles["b"])
-        batches = len(self.accumulators)
-        first_block = self.row_group * batches if batches > 1 else self.row_group
-        zero = k.constant(0.0, "f32")
-        for batch, registers in enumerate(partials):
-            for slot in range(self.config.bn // 2):
-                k.store(zero, registers.registers, [slot])
-            k.wgmma(self.atom, a_tile, b_tile, registers, accumulate=False,
-                    a_row_block=first_block + batch if batch else first_block)
-
-    def settle_partials(self, in_ring, partials, pending: int) -> None:
-        """The `in_ring`-th k-tile's `partials` waited for (`pending` groups, a later k-tile's, left in flight),
-        its stage released, each added into its fp32 accumulator."""
-        from mlir.dialects import arith
-
-        k = self.k
-        k.wgmma_wait(pending, partials)
-        self.pipeline.release(in_ring)
-        for accumulators, registers in zip(self.accumulators, partials):
-            for slot in range(self.config.bn // 2):
-                total = arith.addf(k.load(accumulators.registers, [slot]), k.load(registers.registers, [slot]))
-                k.store(total, accumulators.registers, [slot])
+        """The pipeline's `in_ring`-th k-tile's batch, once its stage is full, summed into `partials`."""
+        self.summed_into(partials, *self.stage_tiles(in_ring))
 
     def factor(self, factors, batch: int, slot: int):
         """Accumulator slot `slot`'s blockwise factor in batch `batch` (`carried_factors`): its row's (the slot's
@@ -206,21 +199,15 @@ class FusedSteps:
     def column_scales_at(self, k_tile, origin) -> list:
         """`row_blocks`: k-tile `k_tile`'s scale_b of each of the thread's columns (`column_slots`), scale_b read
         as the host lays it, [K / 128, N rounded up to BN] (MN-major, a k-tile's columns side by side, padded:
-        `row_block_scales`), each at its constant offset from the thread's first column (per-column clipping
-        held 32 offsets across the k-loop and spilled), that offset the atom's, checked for every thread."""
+        `hopper_ops.kernel_scales`), each at its constant offset from the thread's first column (per-column
+        clipping held 32 offsets across the k-loop and spilled)."""
         from mlir_tile.builder.integers import with_operators
 
-        k, bn, distinct = self.k, self.config.bn, column_slots(self.config.bn)[0]
-        columns = self.atom.c.columns
-        offsets = [columns.offset(0, slot) - columns.offset(0, 0) for slot in distinct]
-        if any(columns.offset(thread, slot) - columns.offset(thread, 0) != offset for thread in range(128)
-               for slot, offset in zip(distinct, offsets)):
-            raise ValueError("hopper gemm: a thread's accumulator columns lie at offsets from its first that differ "
-                             "between threads")
+        k, bn = self.k, self.config.bn
         place = self._place(k.identity_tensor((self.m, self.n)), origin, 0)
         padded = (with_operators(k.as_index(self.n)) + (bn - 1)) // bn * bn
         first = with_operators(k_tile) * padded + place[self.consumer_thread, 0][1]
-        return [k.load(self.scales[1], [first + offset]) for offset in offsets]
+        return [k.load(self.scales[1], [first + offset]) for offset in column_slots(bn)[2]]
 
     def store_swiglu(self, band, packed) -> None:
         """Fused SwiGLU: each of C's BN / 2 columns silu(gate) * up of its two accumulators (`swiglu_pairs`),
