@@ -39,6 +39,20 @@ def test_blockwise_quantization_rounds_each_value_to_e4m3_under_its_blocks_scale
     assert not bool(values[5, 128:256].any())
 
 
+@pytest.mark.parametrize("which", ["rows", "blocks"])
+def test_a_transposed_view_quantizes_as_its_contiguous_copy_into_row_major_tensors(which):
+    """A weight gradient's operands are transposed views (dy^T, x^T) of whole blocks: the quantized values and the
+    scales come out row-major (as `scaled_mm` takes them) and equal to the contiguous copy's (the view's blocks
+    once kept its strides, and `scaled_mm` refused them)."""
+    from mlir_tile.kernels import fp8_training
+
+    quantize = fp8_training.quantized_rows if which == "rows" else fp8_training.quantized_blocks
+    x = torch.randn(256, 384, generator=torch.Generator().manual_seed(4)).t()
+    (q, scales), (q_copy, scales_copy) = quantize(x), quantize(x.contiguous())
+    assert q.is_contiguous() and scales.is_contiguous()
+    assert torch.equal(q.view(torch.uint8), q_copy.view(torch.uint8)) and torch.equal(scales, scales_copy)
+
+
 @pytest.mark.parametrize("tokens", [1, 37, 256])
 def test_fp8_linears_forward_and_gradients_are_f_linears_within_fp8s_error(tokens):
     """Relative RMS errors against float64 autograd of F.linear: the forward and dx (two quantized operands)

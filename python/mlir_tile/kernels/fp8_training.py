@@ -44,6 +44,7 @@ def _quantized(x: torch.Tensor, block_rows: int) -> Tuple[torch.Tensor, torch.Te
     """x [R, C] in blocks of `block_rows` x 128, each under its own scale: three passes over x (each block's
     largest |x| in one reduction, the division in fp32, the cast), a pad and a slice only where R or C is not a
     whole number of blocks."""
+    x = x.contiguous()  # (a transposed view's blocks would come out with its strides, not [R, C] row-major)
     rows, columns = x.shape
     whole = rows % block_rows == 0 and columns % BLOCK == 0
     padded = x if whole else F.pad(x, (0, -columns % BLOCK, 0, -rows % block_rows))
