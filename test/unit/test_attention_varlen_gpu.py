@@ -316,7 +316,8 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
     """`attention` on [batch, heads, seq, d] views of [batch, seq, heads, d] projections (read in place by the
     packed kernels) and on q shorter than k (a cache's last queries: causal aligned to the bottom right), d 64, 128
     and 256, grouped heads: O, the log-sum-exp and dq, dk, dv per batch entry within the bounds of the packed
-    tests, O and the gradients laid out as [batch, seq, heads, d] (the fakes' layouts: `empty_outputs`)."""
+    tests, O and the gradients laid out as the fakes say (`empty_outputs`): as [batch, seq, heads, d], or
+    contiguous where heads-first k and v are read in place (`heads_as_sequences`: a head's queries, or a row a head)."""
     from mlir_tile.kernels import attention
     from mlir_tile.kernels.flash.launch import empty_gradients
     from mlir_tile.kernels.ops import kernels_on
@@ -334,7 +335,7 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
         grad = torch.randn(batch, heads, seq_q, d, device="cuda", dtype=dtype)
         o, lse = attention(q, k, v, causal=causal)
         ours = torch.autograd.grad(o, (q, k, v), grad)
-        expected = kernels_on(q.device).attention.empty_outputs(q, k) + empty_gradients(q, k, v)
+        expected = kernels_on(q.device).attention.empty_outputs(q, k, v) + empty_gradients(q, k, v)
         if [x.stride() for x in (o, lse, *ours)] != [x.stride() for x in expected]:
             failures.append((trial, "strides", [x.stride() for x in (o, lse, *ours)]))
         seen = _visible(seq_q, seq_k, causal)

@@ -408,7 +408,7 @@ def _eager_attention(q, k, v, causal: bool):
 
 
 def _attention_fake(q, k, v, causal):
-    return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
+    return kernels_on(q.device).attention.empty_outputs(q, k, v)  # (laid out as the path that runs writes them)
 
 
 def _attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale_q: torch.Tensor,

@@ -91,7 +91,7 @@ def _register(name: str, variant):
         return (*gradients, None, _head_gradients(variant, tensors, grad_o, grad_lse, o, lse), numbers)
 
     def fake(q, k, v, causal, tensors, numbers):
-        return kernels_on(q.device).attention.empty_outputs(q, k)  # (laid out as the path that runs writes them)
+        return kernels_on(q.device).attention.empty_outputs(q, k, v)  # (laid out as the path that runs writes them)
 
     if not _trains(variant):
         return register_operator(name, run, fake=fake, backward=no_backward(_untrainable(variant)))

@@ -16,7 +16,7 @@ from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, operand_slots
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
-from mlir_tile.kernels.flash.launch import as_token_rows, grouped_heads, sequence_offsets, token_major
+from mlir_tile.kernels.flash.launch import grouped_heads, packing_of, token_major
 from mlir_tile.kernels.flash.packed import on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.kernels.flash.variants import variant_arguments
@@ -93,22 +93,19 @@ class HopperAttentionBackward:
                          operands=arguments)
 
     def _as_token_rows(self, grad, q, k, v, o, lse, causal, grad_lse, deterministic):
-        """`packed` on [batch, heads, seq, d] tensors as one sequence a batch entry (`launch.as_token_rows`), the
+        """`packed` on [batch, heads, seq, d] tensors laid out as the forward laid them (`launch.packing_of`), the
         statistics [batch, heads, seq] as [heads, tokens]."""
-        batch, heads, seq, d = q.shape
         if lse.shape != q.shape[:3]:
             raise ValueError(f"attention backward: the log-sum-exp [batch, heads, seq] {tuple(q.shape[:3])}, got "
                              f"{tuple(lse.shape)}")
-        statistic = lambda x: None if x is None else x.permute(1, 0, 2).reshape(heads, batch * seq)  # noqa: E731
-        rows = [as_token_rows(x) for x in (grad, q, k, v, o)]
-        if batch == 0:  # (no sequence: empty gradients, as torch's)
-            gradients = [x.new_zeros(x.shape) for x in rows[1:4]]
-        else:
-            gradients = self.packed(*rows, statistic(lse), sequence_offsets(batch, seq, q.device),
-                                    sequence_offsets(batch, k.shape[2], q.device), k.shape[2], causal=causal,
-                                    grad_lse=statistic(grad_lse), deterministic=deterministic)
-        return tuple(x.view(batch, length, x.shape[1], d).transpose(1, 2)
-                     for x, length in zip(gradients, (seq, k.shape[2], k.shape[2])))
+        packing = packing_of(q, k, v)
+        if q.shape[0] == 0:  # (no sequence: empty gradients, as torch's)
+            return packing.empty_gradients(q, k, v)
+        cu_seqlens_q, cu_seqlens_k = packing.offsets(q.device)
+        gradients = self.packed(*(packing.rows(x) for x in (grad, q, k, v, o)), packing.statistic(lse), cu_seqlens_q,
+                                cu_seqlens_k, packing.keys, causal=packing.causal(causal),
+                                grad_lse=packing.statistic(grad_lse), deterministic=deterministic)
+        return packing.gradients(*gradients)
 
     def _run(self, plan, config: BackwardConfig, tensors: tuple, lse, grad_lse, tokens: int, heads: int, padded: int,
              places=None, offsets: tuple = (), operands: list = ()):

@@ -44,7 +44,7 @@ class AttentionPaths:
             return self.packed_call(q, k, v, causal)
         q, k, v = (on_16_bytes(x.contiguous()) for x in (q, k, v))
         if _empty(q, k, v):  # (torch's: O and the log-sum-exp empty)
-            return self.empty_outputs(q, k)
+            return self.empty_outputs(q, k, v)
         if variant is not None and self.hopper is None:
             raise ValueError(f"attention: variants run on Hopper's path, which this GPU ({self.library.chip}) has not")
         if variant is not None:
@@ -65,33 +65,32 @@ class AttentionPaths:
 
         return self.hopper is not None and q.dtype in (torch.float16, torch.bfloat16) and token_major(q, k)
 
-    def empty_outputs(self, q, k):
-        """(O, log-sum-exp) as a call on q, k of these shapes and strides gives them (the operator's fake): O in
+    def empty_outputs(self, q, k, v):
+        """(O, log-sum-exp) as a call on q, k, v of these shapes and strides gives them (the operator's fake): O in
         q's shape, the log-sum-exp [batch, heads, seq] fp32, each laid out as the path that runs writes it."""
         import torch
 
-        batch, heads, seq, d = q.shape
-        if self.takes_token_rows(q, k):  # (as the packed kernels write them: [tokens, heads, d], [heads, tokens])
-            return (q.new_empty(batch, seq, heads, d).transpose(1, 2),
-                    q.new_empty(heads, batch, seq, dtype=torch.float32).permute(1, 0, 2))
+        if self.takes_token_rows(q, k):
+            return packing_of(q, k, v).empty_outputs(q)
         o_type = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
         return q.new_empty(q.shape, dtype=o_type), q.new_empty(q.shape[:3], dtype=torch.float32)
 
     def packed_call(self, q, k, v, causal: bool, with_plan: bool = False):
-        """q, k, v [batch, heads, seq, d] as packed sequences, one a batch entry (`sequence_offsets`), their tokens'
-        rows read in place where they lie as [batch, seq, heads, d] (else copied): O and the log-sum-exp as views
-        of the packed kernel's [tokens, heads, d] and [heads, tokens] (`with_plan`: and a `TokenRowsStep` that a
-        call on tensors of the same shapes, strides and dtype may run, None where no kernel ran)."""
+        """q, k, v [batch, heads, seq, d] as packed sequences (`packing_of`: a batch entry's token rows, or a (batch,
+        K/V head)'s rows read in place): O and the log-sum-exp as views of the packed kernel's (`with_plan`: and a
+        `TokenRowsStep` that a call on tensors of the same shapes, strides and dtype may run, None where no kernel
+        ran)."""
         if not (k.dim() == 4 and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]):
             raise ValueError(f"attention: q [batch, heads, seq_q, d], k and v [batch, kv_heads, seq_k, d]; got "
                              f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        packing = packing_of(q, k, v)
         if q.shape[0] == 0:  # (torch's: O and the log-sum-exp empty)
-            return (*self.empty_outputs(q, k), None) if with_plan else self.empty_outputs(q, k)
-        rows = [as_token_rows(x) for x in (q, k, v)]
-        o, lse, plan = self.hopper.packing.packed(*rows, *_token_offsets(q, k), q.shape[2], causal=causal,
-                                                  max_seqlen_k=k.shape[2], with_plan=True)
-        outputs = _heads_first(o, lse, q.shape)
-        return (*outputs, plan and TokenRowsStep(plan, q.shape, k.shape[2])) if with_plan else outputs
+            return (*packing.empty_outputs(q), None) if with_plan else packing.empty_outputs(q)
+        o, lse, plan = self.hopper.packing.packed(*(packing.rows(x) for x in (q, k, v)), *packing.offsets(q.device),
+                                                  packing.queries, causal=packing.causal(causal),
+                                                  max_seqlen_k=packing.keys, with_plan=True)
+        outputs = packing.outputs(o, lse)
+        return (*outputs, plan and TokenRowsStep(plan, packing)) if with_plan else outputs
 
     def planned(self, q, k, v, causal: bool) -> "PlannedAttention":
         """A call on q, k, v of these shapes and dtype (contiguous, on 16 bytes, 16-bit: a call before checked
@@ -124,11 +123,11 @@ def token_major(q, k) -> bool:
 
 
 def empty_gradients(q, k, v) -> tuple:
-    """(dq, dk, dv) as the backward gives them (the operator's fake): contiguous, or views of [batch, seq, heads, d]
-    where it runs them as packed sequences (`token_major`)."""
+    """(dq, dk, dv) as the backward gives them (the operator's fake): contiguous, or laid out as the packed
+    sequences it runs where the forward did (`token_major`, `packing_of`)."""
     if not token_major(q, k):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    return tuple(x.new_empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3]).transpose(1, 2) for x in (q, k, v))
+    return packing_of(q, k, v).empty_gradients(q, k, v)
 
 
 def as_token_rows(x):
@@ -136,6 +135,103 @@ def as_token_rows(x):
     heads, d] (`token_rows` then reads it in place), else a copy."""
     batch, heads, seq, d = x.shape
     return x.transpose(1, 2).reshape(batch * seq, heads, d)
+
+
+def heads_as_sequences(q, k, v) -> bool:
+    """Whether q, k, v [batch, heads, seq, d] that `attention` runs as packed sequences (`token_major`) are each
+    contiguous heads-first (Hugging Face's caches) with each K/V head's queries one head's rows (kv_heads = heads)
+    or one row a head (a decode step, grouped heads too): then each (batch, K/V head) is a sequence of one head,
+    its query heads' rows one after another, read in place (`HeadSequences`); else a batch entry's token rows
+    (`TokenRows`: copies of heads-first tensors)."""
+    return (all(x.dim() == 4 and x.is_contiguous() for x in (q, k, v)) and k.shape == v.shape
+            and 1 <= k.shape[1] and q.shape[1] % k.shape[1] == 0 and (k.shape[1] == q.shape[1] or q.shape[2] == 1))
+
+
+def packing_of(q, k, v):
+    """How a `token_major` call lays q, k, v out as packed sequences: `HeadSequences` where `heads_as_sequences`,
+    else `TokenRows`."""
+    return (HeadSequences if heads_as_sequences(q, k, v) else TokenRows)(q.shape, k.shape)
+
+
+class TokenRows:
+    """q, k, v [batch, heads, seq, d] as packed sequences, one a batch entry, their rows [batch x seq, heads, d]
+    (`as_token_rows`: views where they lie as [batch, seq, heads, d], else copies); O, the log-sum-exp and the
+    gradients as views of the packed kernels' [tokens, heads, d] and [heads, tokens]."""
+
+    def __init__(self, q_shape, k_shape):
+        self.q_shape, self.k_shape = tuple(q_shape), tuple(k_shape)
+        self.queries, self.keys = q_shape[2], k_shape[2]
+
+    def rows(self, x):
+        return as_token_rows(x)
+
+    def offsets(self, device) -> tuple:
+        """cu_seqlens_q and cu_seqlens_k."""
+        batch = self.q_shape[0]
+        return sequence_offsets(batch, self.queries, device), sequence_offsets(batch, self.keys, device)
+
+    def causal(self, causal: bool) -> bool:
+        return causal
+
+    def outputs(self, o, lse) -> tuple:
+        return _heads_first(o, lse, self.q_shape)
+
+    def statistic(self, x):
+        """A [batch, heads, seq] statistic (the log-sum-exp, its gradient) as the packed kernels' [heads, tokens]."""
+        return None if x is None else x.permute(1, 0, 2).reshape(self.q_shape[1], -1)
+
+    def gradients(self, dq, dk, dv) -> tuple:
+        return tuple(x.view(shape[0], shape[2], shape[1], shape[3]).transpose(1, 2)
+                     for x, shape in zip((dq, dk, dv), (self.q_shape, self.k_shape, self.k_shape)))
+
+    def empty_outputs(self, q) -> tuple:
+        import torch
+
+        batch, heads, seq, d = q.shape
+        return (q.new_empty(batch, seq, heads, d).transpose(1, 2),
+                q.new_empty(heads, batch, seq, dtype=torch.float32).permute(1, 0, 2))
+
+    def empty_gradients(self, q, k, v) -> tuple:
+        return tuple(x.new_empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3]).transpose(1, 2) for x in (q, k, v))
+
+
+class HeadSequences(TokenRows):
+    """q, k, v [batch, heads, seq, d] (`heads_as_sequences`) as packed sequences of one head, one a (batch, K/V
+    head): its queries the rows of its query heads one after another, [batch x heads x seq, 1, d] read in place;
+    O, the log-sum-exp and the gradients contiguous heads-first. Grouped heads come here with one query row a head,
+    which sees every key, causal or not: a sequence of several rows is then run without the mask (which would
+    hide a sequence's last keys from its first rows)."""
+
+    def __init__(self, q_shape, k_shape):
+        super().__init__(q_shape, k_shape)
+        self.queries = q_shape[1] // k_shape[1] * q_shape[2]
+
+    def rows(self, x):
+        return x.reshape(-1, 1, x.shape[3])
+
+    def offsets(self, device) -> tuple:
+        sequences = self.k_shape[0] * self.k_shape[1]
+        return sequence_offsets(sequences, self.queries, device), sequence_offsets(sequences, self.keys, device)
+
+    def causal(self, causal: bool) -> bool:
+        return causal and self.queries == self.q_shape[2]
+
+    def outputs(self, o, lse) -> tuple:
+        return o.view(self.q_shape), lse.view(self.q_shape[:3])
+
+    def statistic(self, x):
+        return None if x is None else x.reshape(1, -1)
+
+    def gradients(self, dq, dk, dv) -> tuple:
+        return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
+
+    def empty_outputs(self, q) -> tuple:
+        import torch
+
+        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    def empty_gradients(self, q, k, v) -> tuple:
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def kept_per_shape(make, most: int = 256):
@@ -191,11 +287,6 @@ def _repeated_heads(q, k, v):
     return (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
 
 
-def _token_offsets(q, k) -> tuple:
-    """cu_seqlens_q and cu_seqlens_k of q and k [batch, heads, seq, d] as packed sequences, one a batch entry."""
-    return sequence_offsets(q.shape[0], q.shape[2], q.device), sequence_offsets(k.shape[0], k.shape[2], q.device)
-
-
 def _heads_first(o, lse, shape):
     """The packed kernels' O [tokens, heads, d] and log-sum-exp [heads, tokens] as [batch, heads, seq, d] and
     [batch, heads, seq] views."""
@@ -205,19 +296,19 @@ def _heads_first(o, lse, shape):
 
 class TokenRowsStep:
     """An eager `attention` call on q, k, v run as packed sequences (`token_major`) whose shapes, strides and
-    dtype an earlier call checked: the rows (`token_rows` of `as_token_rows`: views, or the copies the call
+    dtype an earlier call checked: the rows (`token_rows` of its `packing`'s: views, or the copies the call
     needs), the offsets, the packed plan's launch (`_PackedPlan.run`)."""
 
-    def __init__(self, plan, shape: tuple, keys: int):
-        self.plan, self.shape, self.keys = plan, shape, keys
+    def __init__(self, plan, packing: TokenRows):
+        self.plan, self.packing = plan, packing
 
     def __call__(self, q, k, v):
         from mlir_tile.runtime import torch_stream
 
-        rows = [token_rows(as_token_rows(x)) for x in (q, k, v)]
-        offsets = _token_offsets(q, k)
+        rows = [token_rows(self.packing.rows(x)) for x in (q, k, v)]
+        offsets = self.packing.offsets(q.device)
         o, lse = self.plan.run(torch_stream(q), *(x.data_ptr() for x in rows), tuple(x.data_ptr() for x in offsets))
-        return _heads_first(o, lse, self.shape)
+        return self.packing.outputs(o, lse)
 
 
 class PlannedAttention:
