@@ -186,9 +186,6 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         self.k_tiles = k.as_index(ceil_div(k, self.depth, config.bk))
         if config.split_k:
             self._split(*k.arguments[6:9])
-        # (rotated: this CTA's first k-tile of its run; a run of none rotates by none)
-        self.rotation = (k.block_id() % k.select(k.compare("ugt", self.k_tiles, 0), self.k_tiles, k.index(1))
-                         if config.rotated else None)
         self.shared = k.dynamic_shared(alignment=1024)
         self.ring = StageRing(k, self.shared, config.stages, [(self.storage, part) for part in config.parts])
         self.barriers = ConsumerBarriers(k, config.consumers)
@@ -372,8 +369,6 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         k, config, pipeline = self.k, self.config, self.pipeline
         pipeline.acquire(in_ring)
         a_view, b_view = self.ring.views(self.ring.stage(in_ring))
-        if config.rotated:
-            k_tile = (k_tile + self.rotation) % self.k_tiles
         column = (self.k_first + k_tile if config.split_k else k_tile) * config.bk
         row0, col0 = origin
         if config.a_major == "mk":

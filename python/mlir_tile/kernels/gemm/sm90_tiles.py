@@ -62,9 +62,6 @@ class HopperConfig:
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
     # yet timed)
-    rotated: bool = False  # each CTA takes its run of k-tiles from its own one on (its block id's place among them,
-    # round to the first): decode's CTAs all read A's few rows, and in the same order they asked L2 for one line at
-    # once (1 x 4096 x 4096 took 22.1 us where 64 rows took 16.4: docs/notes/operators.md, session 49)
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -123,10 +120,6 @@ class HopperConfig:
         if self.ragged_k and (not self.grouped or self.contiguous or self.a_major != "km" or self.b_major != "kn"):
             raise ValueError(f"hopper gemm: a ragged reduction is a grouped GEMM's (not contiguous) with A 'km' and "
                              f"B 'kn' (the experts' rows of both); got {self}")
-        if self.rotated and (self.element_bits != 16 or self.a_major != "mk" or self.persistent or self.grouped
-                             or self.swiglu or not self.specialized):
-            raise ValueError(f"hopper gemm: rotated k-tiles are a launched, warp-specialized, 16-bit product's with "
-                             f"A [M, K] (consumers then take k-tiles in any order); got {self}")
         if self.contiguous and not self.grouped:
             raise ValueError("hopper gemm: the contiguous layout is a grouped GEMM's (grouped=True)")
         if self.row_scales and self.element_bits != 8:
@@ -252,7 +245,7 @@ class HopperConfig:
                 f"{'_rowblocks' if self.row_blocks else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
                 f"{'_contiguous' if self.contiguous else ''}{'_raggedk' if self.ragged_k else ''}"
-                f"{'_uniform' if self.uniform else ''}{'_rotated' if self.rotated else ''}_sm90a")
+                f"{'_uniform' if self.uniform else ''}_sm90a")
 
 
 # A tile: HopperConfig's fields other than B's layout and the elements (`HopperConfig.of`), as data
