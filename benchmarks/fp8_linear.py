@@ -5,8 +5,9 @@ forward and a backward a call, in one process on the GPU host:
 
 Per shape (tokens, K, N: Llama-3-8B's and DeepSeek-V3's projections): ms a forward + backward
 (`torch_timing.sustained_interleaved`: back to back, shuffled rounds, medians, the SM clock and power beside), its
-three GEMMs alone in fp8 (`scaled_mm` on operands quantized once, outside the timing), and each result's relative
-RMS error against fp32's: what the quantization's torch ops cost beside the GEMMs they feed."""
+three GEMMs alone in fp8 (`scaled_mm` on operands quantized once, outside the timing), x's quantization by the
+library's kernel (`gemm.quantize`) and by torch's ops, and each result's relative RMS error against fp32's: what
+the quantizations cost beside the GEMMs they feed."""
 import json
 import sys
 from pathlib import Path
@@ -36,7 +37,9 @@ def main(out: Path) -> None:
         gemms.append(((dy, scale_dy), (w.t().contiguous(), scale_w.t().contiguous())))
         gemms.append(tuple(fp8_training.quantized_rows(t.t()) for t in (grad, x.detach())))
         calls = {"bf16 F.linear": trained(F.linear), "fp8_linear": trained(fp8_training.fp8_linear),
-                 "its three fp8 GEMMs": lambda: [scaled_mm(a, b, sa, sb) for (a, sa), (b, sb) in gemms]}
+                 "its three fp8 GEMMs": lambda: [scaled_mm(a, b, sa, sb) for (a, sa), (b, sb) in gemms],
+                 "x's 1 x 128 quantization (kernel)": lambda: fp8_training.quantized_rows(x.detach()),
+                 "x's 1 x 128 quantization (torch's ops)": lambda: fp8_training.quantized_by_torch(x.detach(), 1)}
         seconds, conditions = sustained_interleaved(calls)
         exact = [t.detach().float().requires_grad_() for t in (x, weight)]
         want = F.linear(*exact)

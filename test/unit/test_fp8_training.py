@@ -1,7 +1,7 @@
 """fp8 training's linear layer (`kernels.fp8_training`) on the CPU: its blockwise quantization against each
 value's e4m3 rounding, and its forward and gradients, each GEMM an exact product of the dequantized operands
-written out here, against float64 autograd of F.linear within fp8's error. (The GPU's `scaled_mm` runs them in
-test_kernels_ops_hopper_gpu.py.) Skipped without torch."""
+written out here, against float64 autograd of F.linear within fp8's error. (The GPU's kernels run them in
+test_fp8_training_gpu.py.) Skipped without torch."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="fp8_linear's quantization and gradients are torch functions")

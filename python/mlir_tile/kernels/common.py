@@ -180,6 +180,12 @@ class MapOperand:
         return found
 
 
+def on_16_bytes(x):
+    """`x`, or a copy of it where its data lies off 16 bytes (a view: x[1:], narrow, split): the kernels copy
+    16-byte chunks (cp.async, TMA), and torch's allocator lays a fresh tensor on 512 bytes."""
+    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
+
+
 class Plans(dict):
     """Launch plans by key, the `kept` most recently made kept: a model whose number of rows changes each step
     makes a plan a length, which would otherwise pile up. A lookup is a dict's; adding one (`keep`) holds a lock,

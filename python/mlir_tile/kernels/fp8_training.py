@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.scaled_mm, which every GEMM here runs)
-from mlir_tile.kernels.registry import register_operator
+from mlir_tile.kernels.gemm.quantize import PIECE
+from mlir_tile.kernels.registry import kernels_on, register_operator
 
 BLOCK = 128  # the scales' blocks: 1 x 128 of a row, 128 x 128 of a matrix (`gemm.sm90_tiles.BLOCK`)
 E4M3_LARGEST = 448.0
@@ -41,9 +42,16 @@ def quantized_blocks(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def _quantized(x: torch.Tensor, block_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """x [R, C] in blocks of `block_rows` x 128, each under its own scale: three passes over x (each block's
-    largest |x| in one reduction, the division in fp32, the cast), a pad and a slice only where R or C is not a
-    whole number of blocks."""
+    """x [R, C] in blocks of `block_rows` x 128 by the library's kernel in one pass (`gemm.quantize`: a CUDA tensor
+    of 16-bit floats, C a multiple of 8), else by torch's ops (`quantized_by_torch`)."""
+    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 2 and x.shape[1] % PIECE == 0:
+        return kernels_on(x.device).quantize(x, block_rows)
+    return quantized_by_torch(x, block_rows)
+
+
+def quantized_by_torch(x: torch.Tensor, block_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`_quantized` by torch's ops: three passes over x (each block's largest |x| in one reduction, the division
+    in fp32, the cast), a pad and a slice only where R or C is not a whole number of blocks."""
     x = x.contiguous()  # (a transposed view's blocks would come out with its strides, not [R, C] row-major)
     rows, columns = x.shape
     whole = rows % block_rows == 0 and columns % BLOCK == 0

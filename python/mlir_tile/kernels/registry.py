@@ -12,7 +12,7 @@ import torch
 from mlir_tile.isa.targets import runs_warpgroup_kernels
 from mlir_tile.kernels.flash import backward as flash_backward
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm import hopper_ops, launch as gemm_launch
+from mlir_tile.kernels.gemm import hopper_ops, launch as gemm_launch, quantize
 from mlir_tile.kernels.library import KernelLibrary
 from mlir_tile.runtime import Runtime
 
@@ -32,6 +32,11 @@ class _Kernels:
     @functools.cached_property
     def scaled(self):
         return hopper_ops.ScaledMatmul(self.library)
+
+    @functools.cached_property
+    def quantize(self):
+        """fp8 quantization by blocks (`gemm.quantize.Quantizer`)."""
+        return quantize.Quantizer(self.library)
 
     @functools.cached_property
     def grouped(self):

@@ -14,7 +14,7 @@ from pathlib import Path
 from mlir_tile.isa.targets import LIBRARY_CHIPS
 from mlir_tile.kernels.flash import backward as flash_backward
 from mlir_tile.kernels.flash import launch as flash_launch
-from mlir_tile.kernels.gemm import launch as gemm_launch
+from mlir_tile.kernels.gemm import launch as gemm_launch, quantize
 from mlir_tile.kernels.library import SHIPPED, source_digest
 
 CHIPS = LIBRARY_CHIPS
@@ -23,7 +23,7 @@ CHIPS = LIBRARY_CHIPS
 def kernels(chip: str) -> list:
     """(name, build) of the kernels shipped for `chip`."""
     return (list(gemm_launch.shipped_kernels(chip)) + list(flash_launch.shipped_kernels(chip))
-            + list(flash_backward.shipped_kernels(chip)))
+            + list(flash_backward.shipped_kernels(chip)) + list(quantize.shipped_kernels(chip)))
 
 
 def _build(job: tuple[str, str, str]) -> str:

@@ -13,11 +13,10 @@ import math
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, operand_slots
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, on_16_bytes, operand_slots
 from mlir_tile.kernels.flash import backward_rows, sm90_backward
 from mlir_tile.kernels.flash.backward_rows import RowsConfig
 from mlir_tile.kernels.flash.launch import grouped_heads, packing_of, token_major
-from mlir_tile.kernels.flash.packed import on_16_bytes
 from mlir_tile.kernels.flash.sm90_backward_tiles import BACKWARD_HEAD_DIMS, KERNEL, BackwardConfig, boxes
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.runtime import POINTER, TENSOR_MAP

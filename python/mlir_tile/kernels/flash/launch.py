@@ -7,9 +7,9 @@ from dataclasses import replace
 from functools import partial
 
 from mlir_tile.isa.targets import runs_warpgroup_kernels
-from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, operand_slots
+from mlir_tile.kernels.common import MapOperand, Plans, TensorMaps, allocator, on_16_bytes, operand_slots
 from mlir_tile.kernels.flash import combine, sm80, sm90, sm90_layouts
-from mlir_tile.kernels.flash.packed import PackedAttention, descale_addresses, on_16_bytes, token_rows
+from mlir_tile.kernels.flash.packed import PackedAttention, descale_addresses, token_rows
 from mlir_tile.kernels.flash.sm80_tiles import CONFIGS, Config, picked
 from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_BOXES, HopperAttentionConfig,
                                                 band_lengths, page_box_rows)

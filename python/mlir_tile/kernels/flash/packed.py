@@ -9,7 +9,7 @@ import functools
 from dataclasses import replace
 from functools import partial
 
-from mlir_tile.kernels.common import MapOperand, allocator, operand_slots, output_element
+from mlir_tile.kernels.common import MapOperand, allocator, on_16_bytes, operand_slots, output_element
 from mlir_tile.kernels.flash import combine, sm90, sm90_layouts
 from mlir_tile.kernels.flash.sm90_tiles import (FP8_HEAD_DIMS, HEAD_DIMS, PAGE_ROWS, HopperAttentionConfig,
                                                 page_box_rows)
@@ -318,12 +318,6 @@ def token_rows(x):
 def row_pitch(x) -> int:
     """The bytes from one token's row of `token_rows(x)` to the next."""
     return (x.stride(0) if x.shape[0] > 1 else x.shape[1] * x.shape[2]) * x.element_size()
-
-
-def on_16_bytes(x):
-    """`x`, or a copy of it where its data lies off 16 bytes (a view: x[1:], narrow, split): the kernels copy
-    16-byte chunks (cp.async, TMA), and torch's allocator lays a fresh tensor on 512 bytes."""
-    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
 
 
 def _described(x) -> str:

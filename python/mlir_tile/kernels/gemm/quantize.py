@@ -1,0 +1,215 @@
+"""fp8 quantization by blocks (issue 62, `fp8_training`: DeepSeek-V3's recipe): x [rows, columns] of 16-bit
+floats into e4m3 [rows, columns] under one fp32 scale a block of `block_rows` x 128 (a row's 1 x 128 of
+activations and gradients, or a weight's 128 x 128), each block's largest |x| at e4m3's 448 (a block of zeros:
+scale 1), in one pass over x where torch's ops made three (the blocks' largest in a reduction, the division into
+an fp32 copy, the cast).
+
+A block's row of 128 columns is read by 16 consecutive lanes, 16 bytes (8 elements) each, so a CTA of 256 threads
+holds 16 such rows. `block_rows` 1: a CTA takes 16 blocks, one a half-warp (its largest a butterfly over the 16
+lanes); 128: one block, each half-warp 8 of its rows, 16 apart (its largest over the warp, then over the CTA's 8
+warps through shared memory). Each value is divided by its block's scale in fp32 (as torch's division is) and
+rounded to nearest e4m3 (`cvt.rn.satfinite`: the largest, 448, stays 448 where the scale's rounding would take
+it past). Columns and rows past the matrix read as zeros, so a last block's scale is over the values it has; none
+of them is written.
+
+Kernel parameters: `quantize(x, q, scales, rows, pieces, blocks)`: x (16-bit) and q (e4m3) [rows, 8 x pieces]
+row-major on 16 bytes, scales fp32 [ceil(rows / block_rows), blocks], blocks = ceil(8 x pieces / 128). Grid
+`QuantizeConfig.grid`, block THREADS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from mlir_tile.isa.targets import WARPGROUP_CHIP, runs_warpgroup_kernels
+
+THREADS = 256
+PIECE = 8  # elements a lane reads: 16 bytes of 16-bit ones
+BLOCK = 128  # a block's columns
+LANES = BLOCK // PIECE  # a block's row: a half-warp
+E4M3_LARGEST = 448.0
+BLOCK_ROWS = (1, BLOCK)
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    element: str = "bf16"
+    block_rows: int = 1  # 1 (a row's 1 x 128 blocks) or 128 (128 x 128 blocks)
+
+    def __post_init__(self) -> None:
+        if self.element not in ("f16", "bf16") or self.block_rows not in BLOCK_ROWS:
+            raise ValueError(f"quantize: f16 or bf16 values in blocks of {' or '.join(map(str, BLOCK_ROWS))} rows "
+                             f"x {BLOCK}; got {self.element}, {self.block_rows}")
+
+    def __str__(self) -> str:
+        return f"quantize_{self.element}_{self.block_rows}x{BLOCK}_sm90a"
+
+    def grid(self, rows: int, blocks: int) -> int:
+        """CTAs over the scales' blocks of `rows` rows and `blocks` blocks a row of them."""
+        row_blocks = -(-rows // self.block_rows)
+        return -(-row_blocks * blocks // (THREADS // LANES)) if self.block_rows == 1 else row_blocks * blocks
+
+
+def shipped_kernels(chip: str):
+    """(name, build) of the quantizers a chip of e4m3 conversions (sm_89 on; the library's: Hopper's) runs."""
+    if runs_warpgroup_kernels(chip):
+        for element in ("f16", "bf16"):
+            for block_rows in BLOCK_ROWS:
+                config = QuantizeConfig(element, block_rows)
+                yield str(config), partial(build_module, config)
+
+
+def build_module(config: QuantizeConfig, context=None):
+    """The kernel of `config` (see the module's text)."""
+    from mlir_tile.builder import Global, Kernel
+
+    parameters = [Global(config.element), Global("i8"), Global("f32"), "index", "index", "index"]
+    with Kernel("quantize", parameters, block=(THREADS, 1, 1), chip=WARPGROUP_CHIP, context=context) as k:
+        _Quantize(k, config).build()
+    return k.module
+
+
+class _Quantize:
+    def __init__(self, k, config: QuantizeConfig):
+        from mlir_tile.builder.integers import with_operators
+        from mlir_tile.builder.tensor import in_units
+
+        self.k, self.config = k, config
+        self.x, self.q, self.scales = k.arguments[:3]
+        self.rows, self.blocks = (with_operators(a) for a in (k.arguments[3], k.arguments[5]))
+        self.columns = in_units(k, k.arguments[4], PIECE)  # (a multiple of PIECE: each piece on 16 bytes, proven)
+        thread = k.thread_id()
+        self.lane, self.half_warp = thread % LANES, thread // LANES
+
+    def build(self) -> None:
+        k = self.k
+        if self.config.block_rows == 1:  # this half-warp's block: a row's
+            block = k.block_id() * (THREADS // LANES) + self.half_warp
+            inside = k.compare("ult", block, self.rows * self.blocks)
+            block = k.select(inside, block, k.index(0))
+            row, column_block = block // self.blocks, block % self.blocks
+            pieces = [self.piece(row, column_block, inside)]
+            largest = k.warp_reduce(self.largest(pieces), "max", lanes=LANES)
+            scale = self.scale(largest)
+            with k.if_(inside & k.leads_lanes(LANES)):
+                k.store(scale, self.scales, [row * self.blocks + column_block])
+        else:  # the CTA's block, 8 rows a half-warp
+            row_block, column_block = k.block_id() // self.blocks, k.block_id() % self.blocks
+            first = row_block * BLOCK + self.half_warp
+            pieces = [self.piece(first + (THREADS // LANES) * i, column_block)
+                      for i in range(BLOCK * LANES // THREADS)]
+            scale = self.scale(self.block_largest(self.largest(pieces)))
+            with k.if_(k.compare("eq", k.thread_id(), 0)):
+                k.store(scale, self.scales, [row_block * self.blocks + column_block])
+        for row, column, values, present in pieces:
+            self.store(row, column, values, scale, present)
+
+    def piece(self, row, column_block, inside=None):
+        """(row, its first column, the 8 values as fp32, whether they are in the matrix) of this lane's piece
+        of `row`'s block `column_block` (`inside`: and the block is one of the matrix's): zeros where the piece
+        lies past the matrix (its load then of the first piece, which every call has)."""
+        from mlir import ir
+        from mlir.dialects import arith, vector
+
+        k = self.k
+        column = column_block * BLOCK + self.lane * PIECE
+        present = k.compare("ult", row, self.rows) & k.compare("ult", column, self.columns)
+        if inside is not None:
+            present = inside & present
+        at = k.select(present, row * self.columns + column, k.index(0))
+        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
+        loaded = arith.extf(floats, k.load_vector(self.x, [at], PIECE))
+        zeros = vector.broadcast(floats, k.constant(0.0, "f32"))
+        return row, column, arith.select(present, loaded, zeros), present
+
+    def largest(self, pieces) -> object:
+        """The largest |value| of this lane's pieces."""
+        from mlir import ir
+        from mlir.dialects import arith, math, vector
+
+        each = [vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, math.absf(values))
+                for _, _, values, _ in pieces]
+        largest = each[0]
+        for value in each[1:]:
+            largest = arith.maximumf(largest, value)
+        return largest
+
+    def block_largest(self, largest):
+        """The CTA's largest of each thread's `largest`: over each warp, then over the warps in shared memory."""
+        from mlir.dialects import arith
+
+        k = self.k
+        warps = THREADS // 32
+        per_warp = k.shared("largest", warps, "f32")
+        largest = k.warp_reduce(largest, "max")
+        with k.if_(k.leads_lanes(32)):
+            k.store(largest, per_warp, [k.warp_id()])
+        k.barrier()
+        result = k.load(per_warp, [0])
+        for warp in range(1, warps):
+            result = arith.maximumf(result, k.load(per_warp, [warp]))
+        return result
+
+    def scale(self, largest):
+        """The block's scale: its largest / 448, or 1 for a block of zeros."""
+        from mlir.dialects import arith
+
+        k = self.k
+        positive = arith.cmpf(arith.CmpFPredicate.OGT, largest, k.constant(0.0, "f32"))
+        return arith.select(positive, arith.divf(largest, k.constant(E4M3_LARGEST, "f32")), k.constant(1.0, "f32"))
+
+    def store(self, row, column, values, scale, present) -> None:
+        """The piece's values over the scale, rounded to e4m3, as 8 bytes of q where the piece is in the matrix."""
+        from mlir import ir
+        from mlir.dialects import arith, vector
+
+        k = self.k
+        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
+        scaled = arith.divf(values, vector.broadcast(floats, scale))
+        words = [k.pack_f8([vector.extract(scaled, [], [4 * word + i]) for i in range(4)]) for word in range(2)]
+        pair = vector.from_elements(ir.VectorType.get([2], ir.IntegerType.get_signless(32)), words)
+        packed = vector.bitcast(ir.VectorType.get([PIECE], ir.IntegerType.get_signless(8)), pair)
+        with k.if_(present):
+            k.store_vector(packed, self.q, [row * self.columns + column])
+
+
+class Quantizer:
+    """(e4m3 [R, C], fp32 scales [ceil(R / block_rows), ceil(C / 128)]) of a 16-bit torch tensor x [R, C] (C a
+    multiple of 8) by the `quantize` kernel of the library's chip, on torch's current stream: x read where it is
+    (a view that is not row-major on 16 bytes copied first), one launch plan a shape. ValueError for what it
+    does not take."""
+
+    def __init__(self, library):
+        from mlir_tile.kernels.common import Plans
+
+        self.library, self.plans = library, Plans()
+
+    def __call__(self, x, block_rows: int):
+        import torch
+
+        from mlir_tile.kernels.common import on_16_bytes
+        from mlir_tile.runtime import torch_stream
+
+        element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
+        if element is None or x.dim() != 2 or x.shape[1] % PIECE or not x.is_cuda:
+            raise ValueError(f"quantize: a 2-D float16 or bfloat16 CUDA tensor of columns a multiple of {PIECE}, got "
+                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
+        config = QuantizeConfig(element, block_rows)
+        rows, columns = x.shape
+        blocks = -(-columns // BLOCK)
+        q = torch.empty(rows, columns, dtype=torch.float8_e4m3fn, device=x.device)
+        scales = torch.empty(-(-rows // block_rows), blocks, dtype=torch.float32, device=x.device)
+        if x.numel() == 0:
+            return q, scales
+        x = on_16_bytes(x.contiguous())
+        launch = self.plans.of((config, rows, columns), lambda: self._plan(config, rows, columns))
+        launch(torch_stream(x), x.data_ptr(), q.data_ptr(), scales.data_ptr())
+        return q, scales
+
+    def _plan(self, config: QuantizeConfig, rows: int, columns: int):
+        from mlir_tile.runtime import POINTER
+
+        blocks = -(-columns // BLOCK)
+        module = self.library.module(str(config), partial(build_module, config))
+        return module.prepare("quantize", [POINTER] * 3 + [rows, columns // PIECE, blocks],
+                              grid=config.grid(rows, blocks), block=THREADS)
