@@ -53,6 +53,17 @@ def test_a_transposed_view_quantizes_as_its_contiguous_copy_into_row_major_tenso
     assert torch.equal(q.view(torch.uint8), q_copy.view(torch.uint8)) and torch.equal(scales, scales_copy)
 
 
+def test_columns_quantize_x_transposed_with_zero_tokens_up_to_16():
+    """A weight gradient's operand: x [T, C] as x^T [C, T16] by its rows' 1 x 128 blocks along T, the tokens past T
+    zeros (`scaled_mm`'s rows on 16 bytes), its values those of x^T's rows."""
+    from mlir_tile.kernels import fp8_training
+
+    x = torch.randn(37, 24, generator=torch.Generator().manual_seed(5)) * 100
+    q, scales = fp8_training.quantized_columns(x)
+    assert q.shape == (24, 48) and scales.shape == (24, 1) and not q.float()[:, 37:].any()
+    assert torch.allclose(_dequantized(q, scales, 24, 48)[:, :37], x.t().double(), rtol=2 ** -3, atol=1e-6)
+
+
 @pytest.mark.parametrize("tokens", [1, 37, 256])
 def test_fp8_linears_forward_and_gradients_are_f_linears_within_fp8s_error(tokens):
     """Relative RMS errors against float64 autograd of F.linear: the forward and dx (two quantized operands)

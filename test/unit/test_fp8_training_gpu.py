@@ -14,15 +14,15 @@ F = torch.nn.functional
 
 @_hopper_only
 def test_the_quantization_kernel_is_torchs_blockwise_quantization_bit_for_bit():
-    """160 random matrices (rows 1-700, columns multiples of 8 up to 1,100: blocks cut by both edges; f16 and bf16;
-    1 x 128 and 128 x 128 blocks), values of magnitudes 2^-30 to 2^15 (f16: 2^-14 to 2^12) by column, a block of zeros, a view of a
+    """240 random matrices (rows 1-700, columns multiples of 8 up to 1,100: blocks cut by both edges; f16 and bf16;
+    1 x 128 and 128 x 128 blocks, and x^T's 1 x 128 blocks padded to 16 tokens, a weight gradient's), values of magnitudes 2^-30 to 2^15 (f16: 2^-14 to 2^12) by column, a block of zeros, a view of a
     larger buffer (a transposed view, one off 16 bytes): the kernel's e4m3 bytes and scales equal torch's ops' on
     the same values, and a tensor it does not take is a one-line ValueError."""
-    from mlir_tile.kernels.fp8_training import _quantized, quantized_by_torch
+    from mlir_tile.kernels.fp8_training import _quantized, quantized_by_torch, quantized_columns
 
     rng, failures = random.Random(49), []
-    for trial in range(160):
-        dtype, block_rows = (torch.bfloat16, torch.float16)[trial % 2], (1, 128)[trial // 2 % 2]
+    for trial in range(240):
+        dtype, form = (torch.bfloat16, torch.float16)[trial % 2], ("rows", "blocks", "columns")[trial // 2 % 3]
         rows, columns = rng.randint(1, 700), 8 * rng.randint(1, 137)
         magnitudes = torch.logspace(*((-30, 15) if dtype == torch.bfloat16 else (-14, 12)), columns, base=2, device="cuda")
         x = (torch.randn(rows, columns, device="cuda") * magnitudes[torch.randperm(columns, device="cuda")]).to(dtype)
@@ -32,10 +32,14 @@ def test_the_quantization_kernel_is_torchs_blockwise_quantization_bit_for_bit():
             x = x.t().contiguous().t()
         elif view == 2:  # (off 16 bytes)
             x = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(rows, columns)
-        (q, scales), (want_q, want_scales) = _quantized(x, block_rows), quantized_by_torch(x, block_rows)
-        if not (torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(scales, want_scales)):
-            differing = int((q.view(torch.uint8) != want_q.view(torch.uint8)).sum())
-            failures.append((trial, dtype, block_rows, rows, columns, view, differing))
+        if form == "columns":  # (torch's: x^T padded with zero tokens, then its rows' blocks)
+            (q, scales), want = quantized_columns(x), quantized_by_torch(F.pad(x.t(), (0, -rows % 16)), 1)
+        else:
+            block_rows = 1 if form == "rows" else 128
+            (q, scales), want = _quantized(x, block_rows), quantized_by_torch(x, block_rows)
+        if not (q.shape == want[0].shape and torch.equal(q.view(torch.uint8), want[0].view(torch.uint8))
+                and torch.equal(scales, want[1])):
+            failures.append((trial, dtype, form, rows, columns, view, tuple(q.shape), tuple(want[0].shape)))
     assert not failures, failures[:8]
     from mlir_tile.kernels.ops import kernels_on
 

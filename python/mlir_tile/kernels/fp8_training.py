@@ -41,10 +41,24 @@ def quantized_blocks(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return _quantized(w, BLOCK)
 
 
+def quantized_columns(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 [C, T16], fp32 [C, ceil(T16 / 128)]) of x [T, C] transposed, T16 = T rounded up to a multiple of ROWS
+    with zeros: each column's 1 x 128 blocks along T (a weight gradient's operands), in one pass where the
+    library's kernel takes x, else by torch's ops on a padded copy of x^T."""
+    if _takes(x):
+        return kernels_on(x.device).quantize(x, 1, transposed=True)
+    return quantized_by_torch(F.pad(x.t(), (0, -x.shape[0] % ROWS)), 1)
+
+
+def _takes(x: torch.Tensor) -> bool:
+    """Whether the library's kernel quantizes x: a 2-D CUDA tensor of 16-bit floats, its columns a multiple of 8."""
+    return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 2 and x.shape[1] % PIECE == 0
+
+
 def _quantized(x: torch.Tensor, block_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """x [R, C] in blocks of `block_rows` x 128 by the library's kernel in one pass (`gemm.quantize`: a CUDA tensor
     of 16-bit floats, C a multiple of 8), else by torch's ops (`quantized_by_torch`)."""
-    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 2 and x.shape[1] % PIECE == 0:
+    if _takes(x):
         return kernels_on(x.device).quantize(x, block_rows)
     return quantized_by_torch(x, block_rows)
 
@@ -81,8 +95,7 @@ def gradients(x2: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
     ROWS."""
     (dy, scale_dy), (w, scale_w) = quantized_rows(grad), quantized_blocks(weight)
     dx = scaled(dy, w.t().contiguous(), scale_dy, scale_w.t().contiguous())
-    tokens = -x2.shape[0] % ROWS
-    (dy_t, scale_dy_t), (x_t, scale_x_t) = (quantized_rows(F.pad(t.t(), (0, tokens))) for t in (grad, x2))
+    (dy_t, scale_dy_t), (x_t, scale_x_t) = (quantized_columns(t) for t in (grad, x2))
     return dx, scaled(dy_t, x_t, scale_dy_t, scale_x_t)
 
 

@@ -10,14 +10,19 @@ lanes); 128: one block, each half-warp 8 of its rows, 16 apart (its largest over
 warps through shared memory). Each value is divided by its block's scale in fp32 (as torch's division is) and
 rounded to nearest e4m3 (`cvt.rn.satfinite`: the largest, 448, stays 448 where the scale's rounding would take
 it past). Columns and rows past the matrix read as zeros, so a last block's scale is over the values it has; none
-of them is written.
+of them is written. `transposed` (a weight gradient's operands, dw = dy^T x: both by 1 x 128 blocks along the
+tokens): x [T, C] into x^T [C, T16], T16 = T rounded up to 16 (TMA's rows) written as zeros past T, a CTA 128
+tokens of 64 columns (`_QuantizeTransposed`), where a copy of x^T and a pass over it did it before.
 
 Kernel parameters: `quantize(x, q, scales, rows, pieces, blocks)`: x (16-bit) and q (e4m3) [rows, 8 x pieces]
-row-major on 16 bytes, scales fp32 [ceil(rows / block_rows), blocks], blocks = ceil(8 x pieces / 128). Grid
+row-major on 16 bytes, scales fp32 [ceil(rows / block_rows), blocks], blocks = ceil(8 x pieces / 128);
+transposed `quantize(x, q, scales, tokens, pieces, column_tiles, padded)`: x [tokens, 8 x pieces], q [8 x pieces,
+16 x padded], scales [8 x pieces, ceil(16 x padded / 128)], column_tiles = ceil(pieces / 8). Grid
 `QuantizeConfig.grid`, block THREADS.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import partial
 
@@ -35,18 +40,25 @@ BLOCK_ROWS = (1, BLOCK)
 class QuantizeConfig:
     element: str = "bf16"
     block_rows: int = 1  # 1 (a row's 1 x 128 blocks) or 128 (128 x 128 blocks)
+    transposed: bool = False  # x [T, C] quantized as x^T [C, T_padded] by its rows' 1 x 128 blocks (a weight
+    # gradient's operands: dw = dy^T x, both along the tokens), T_padded a multiple of 16 past T written as zeros
 
     def __post_init__(self) -> None:
-        if self.element not in ("f16", "bf16") or self.block_rows not in BLOCK_ROWS:
+        if self.element not in ("f16", "bf16") or self.block_rows not in BLOCK_ROWS or (
+                self.transposed and self.block_rows != 1):
             raise ValueError(f"quantize: f16 or bf16 values in blocks of {' or '.join(map(str, BLOCK_ROWS))} rows "
-                             f"x {BLOCK}; got {self.element}, {self.block_rows}")
+                             f"x {BLOCK} (transposed: 1); got {self.element}, {self.block_rows}"
+                             f"{', transposed' if self.transposed else ''}")
 
     def __str__(self) -> str:
-        return f"quantize_{self.element}_{self.block_rows}x{BLOCK}_sm90a"
+        return f"quantize_{self.element}_{self.block_rows}x{BLOCK}{'_transposed' if self.transposed else ''}_sm90a"
 
     def grid(self, rows: int, blocks: int) -> int:
-        """CTAs over the scales' blocks of `rows` rows and `blocks` blocks a row of them."""
+        """CTAs over the scales' blocks of `rows` rows and `blocks` blocks a row of them (transposed: over x's
+        `rows` tokens, in tiles of 128, and `blocks` tiles of 64 of its columns)."""
         row_blocks = -(-rows // self.block_rows)
+        if self.transposed:
+            return -(-rows // BLOCK) * blocks
         return -(-row_blocks * blocks // (THREADS // LANES)) if self.block_rows == 1 else row_blocks * blocks
 
 
@@ -54,8 +66,8 @@ def shipped_kernels(chip: str):
     """(name, build) of the quantizers a chip of e4m3 conversions (sm_89 on; the library's: Hopper's) runs."""
     if runs_warpgroup_kernels(chip):
         for element in ("f16", "bf16"):
-            for block_rows in BLOCK_ROWS:
-                config = QuantizeConfig(element, block_rows)
+            for block_rows, transposed in ((1, False), (BLOCK, False), (1, True)):
+                config = QuantizeConfig(element, block_rows, transposed)
                 yield str(config), partial(build_module, config)
 
 
@@ -64,8 +76,9 @@ def build_module(config: QuantizeConfig, context=None):
     from mlir_tile.builder import Global, Kernel
 
     parameters = [Global(config.element), Global("i8"), Global("f32"), "index", "index", "index"]
-    with Kernel("quantize", parameters, block=(THREADS, 1, 1), chip=WARPGROUP_CHIP, context=context) as k:
-        _Quantize(k, config).build()
+    with Kernel("quantize", parameters + ["index"] * config.transposed, block=(THREADS, 1, 1), chip=WARPGROUP_CHIP,
+                context=context) as k:
+        (_QuantizeTransposed if config.transposed else _Quantize)(k, config).build()
     return k.module
 
 
@@ -90,7 +103,7 @@ class _Quantize:
             row, column_block = block // self.blocks, block % self.blocks
             pieces = [self.piece(row, column_block, inside)]
             largest = k.warp_reduce(self.largest(pieces), "max", lanes=LANES)
-            scale = self.scale(largest)
+            scale = _scale(k, largest)
             with k.if_(inside & k.leads_lanes(LANES)):
                 k.store(scale, self.scales, [row * self.blocks + column_block])
         else:  # the CTA's block, 8 rows a half-warp
@@ -98,7 +111,7 @@ class _Quantize:
             first = row_block * BLOCK + self.half_warp
             pieces = [self.piece(first + (THREADS // LANES) * i, column_block)
                       for i in range(BLOCK * LANES // THREADS)]
-            scale = self.scale(self.block_largest(self.largest(pieces)))
+            scale = _scale(k, self.block_largest(self.largest(pieces)))
             with k.if_(k.compare("eq", k.thread_id(), 0)):
                 k.store(scale, self.scales, [row_block * self.blocks + column_block])
         for row, column, values, present in pieces:
@@ -150,41 +163,81 @@ class _Quantize:
             result = arith.maximumf(result, k.load(per_warp, [warp]))
         return result
 
-    def scale(self, largest):
-        """The block's scale: its largest / 448, or 1 for a block of zeros."""
-        from mlir.dialects import arith
-
-        k = self.k
-        positive = arith.cmpf(arith.CmpFPredicate.OGT, largest, k.constant(0.0, "f32"))
-        return arith.select(positive, arith.divf(largest, k.constant(E4M3_LARGEST, "f32")), k.constant(1.0, "f32"))
-
     def store(self, row, column, values, scale, present) -> None:
         """The piece's values over the scale, rounded to e4m3, as 8 bytes of q where the piece is in the matrix."""
         from mlir import ir
-        from mlir.dialects import arith, vector
+        from mlir.dialects import vector
 
         k = self.k
-        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
-        scaled = arith.divf(values, vector.broadcast(floats, scale))
-        words = [k.pack_f8([vector.extract(scaled, [], [4 * word + i]) for i in range(4)]) for word in range(2)]
+        words = [_rounded(k, [vector.extract(values, [], [4 * word + i]) for i in range(4)], scale) for word in range(2)]
         pair = vector.from_elements(ir.VectorType.get([2], ir.IntegerType.get_signless(32)), words)
         packed = vector.bitcast(ir.VectorType.get([PIECE], ir.IntegerType.get_signless(8)), pair)
         with k.if_(present):
             k.store_vector(packed, self.q, [row * self.columns + column])
 
 
+class _QuantizeTransposed:
+    """x [T, C] as x^T [C, T_padded] by 1 x 128 blocks along T: a CTA takes 128 tokens of 64 of x's columns, warp
+    w the 8 columns of piece w, lane g tokens 4g to 4g + 3 (one piece each), so that a column's block is one
+    warp's (its largest a butterfly over the 32 lanes); each lane writes its 4 tokens of a column as one i32 of
+    x^T's row (a warp: 128 bytes of it). Tokens from T to T_padded are zeros, written; the rest past it are not."""
+
+    def __init__(self, k, config: QuantizeConfig):
+        from mlir_tile.builder.integers import with_operators
+        from mlir_tile.builder.tensor import in_units
+
+        self.k = k
+        self.x, self.q, self.scales = k.arguments[:3]
+        self.tokens, self.tiles = (with_operators(a) for a in (k.arguments[3], k.arguments[5]))
+        self.columns = in_units(k, k.arguments[4], PIECE)
+        self.padded = with_operators(in_units(k, k.arguments[6], 16))  # (x^T's rows on 16 bytes, proven)
+        self.warp, self.lane = k.thread_id() // 32, k.thread_id() % 32
+
+    def build(self) -> None:
+        from mlir import ir
+        from mlir.dialects import arith, math, vector
+
+        k = self.k
+        token_tile, column_tile = k.block_id() // self.tiles, k.block_id() % self.tiles
+        first_token = token_tile * BLOCK + self.lane * 4
+        column = column_tile * (8 * PIECE) + self.warp * PIECE
+        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
+        pieces = []
+        for i in range(4):
+            token = first_token + i
+            present = k.compare("ult", token, self.tokens) & k.compare("ult", column, self.columns)
+            at = k.select(present, token * self.columns + column, k.index(0))
+            loaded = arith.extf(floats, k.load_vector(self.x, [at], PIECE))
+            pieces.append(arith.select(present, loaded, vector.broadcast(floats, k.constant(0.0, "f32"))))
+        blocks = (self.padded + (BLOCK - 1)) // BLOCK  # (the scales' columns)
+        word = ir.VectorType.get([1], ir.IntegerType.get_signless(32))
+        for j in range(PIECE):  # x's column `column + j`: x^T's row
+            values = [vector.extract(piece, [], [j]) for piece in pieces]
+            largest = functools.reduce(arith.maximumf, [math.absf(value) for value in values])
+            scale = _scale(k, k.warp_reduce(largest, "max"))
+            row = column + j
+            there = k.compare("ult", row, self.columns)
+            rounded = vector.from_elements(word, [_rounded(k, values, scale)])
+            with k.if_(there & k.compare("ult", first_token, self.padded)):
+                k.store_vector(vector.bitcast(ir.VectorType.get([4], ir.IntegerType.get_signless(8)), rounded),
+                               self.q, [row * self.padded + first_token])
+            with k.if_(there & k.compare("eq", self.lane, 0)):
+                k.store(scale, self.scales, [row * blocks + token_tile])
+
+
 class Quantizer:
     """(e4m3 [R, C], fp32 scales [ceil(R / block_rows), ceil(C / 128)]) of a 16-bit torch tensor x [R, C] (C a
-    multiple of 8) by the `quantize` kernel of the library's chip, on torch's current stream: x read where it is
-    (a view that is not row-major on 16 bytes copied first), one launch plan a shape. ValueError for what it
-    does not take."""
+    multiple of 8) by the `quantize` kernel of the library's chip, on torch's current stream (`transposed`: of x^T
+    [C, R16], R16 = R rounded up to a multiple of 16 with zeros, in 1 x 128 blocks along R); x read where it is (a
+    view that is not row-major on 16 bytes copied first), one launch plan a shape. ValueError for what it does
+    not take."""
 
     def __init__(self, library):
         from mlir_tile.kernels.common import Plans
 
         self.library, self.plans = library, Plans()
 
-    def __call__(self, x, block_rows: int):
+    def __call__(self, x, block_rows: int, transposed: bool = False):
         import torch
 
         from mlir_tile.kernels.common import on_16_bytes
@@ -194,12 +247,12 @@ class Quantizer:
         if element is None or x.dim() != 2 or x.shape[1] % PIECE or not x.is_cuda:
             raise ValueError(f"quantize: a 2-D float16 or bfloat16 CUDA tensor of columns a multiple of {PIECE}, got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
-        config = QuantizeConfig(element, block_rows)
+        config = QuantizeConfig(element, block_rows, transposed)
         rows, columns = x.shape
-        blocks = -(-columns // BLOCK)
-        q = torch.empty(rows, columns, dtype=torch.float8_e4m3fn, device=x.device)
-        scales = torch.empty(-(-rows // block_rows), blocks, dtype=torch.float32, device=x.device)
-        if x.numel() == 0:
+        shape = (columns, -(-rows // 16) * 16) if transposed else (rows, columns)
+        q = torch.empty(shape, dtype=torch.float8_e4m3fn, device=x.device)
+        scales = torch.empty(-(-shape[0] // block_rows), -(-shape[1] // BLOCK), dtype=torch.float32, device=x.device)
+        if q.numel() == 0:
             return q, scales
         x = on_16_bytes(x.contiguous())
         launch = self.plans.of((config, rows, columns), lambda: self._plan(config, rows, columns))
@@ -209,7 +262,24 @@ class Quantizer:
     def _plan(self, config: QuantizeConfig, rows: int, columns: int):
         from mlir_tile.runtime import POINTER
 
-        blocks = -(-columns // BLOCK)
         module = self.library.module(str(config), partial(build_module, config))
-        return module.prepare("quantize", [POINTER] * 3 + [rows, columns // PIECE, blocks],
-                              grid=config.grid(rows, blocks), block=THREADS)
+        if config.transposed:  # (x's tokens, its pieces, its tiles of 64 columns, x^T's row in 16s)
+            sizes = [rows, columns // PIECE, -(-columns // (8 * PIECE)), -(-rows // 16)]
+        else:
+            sizes = [rows, columns // PIECE, -(-columns // BLOCK)]
+        return module.prepare("quantize", [POINTER] * 3 + sizes, grid=config.grid(rows, sizes[2]), block=THREADS)
+
+
+def _scale(k, largest):
+    """A block's scale: its largest |value| / 448, or 1 for a block of zeros."""
+    from mlir.dialects import arith
+
+    positive = arith.cmpf(arith.CmpFPredicate.OGT, largest, k.constant(0.0, "f32"))
+    return arith.select(positive, arith.divf(largest, k.constant(E4M3_LARGEST, "f32")), k.constant(1.0, "f32"))
+
+
+def _rounded(k, values, scale):
+    """Four fp32 values over their block's scale (IEEE division, as torch's), rounded to e4m3 in one i32 word."""
+    from mlir.dialects import arith
+
+    return k.pack_f8([arith.divf(value, scale) for value in values])
