@@ -1,0 +1,62 @@
+"""How `attention` lays q, k, v [batch, heads, seq, d] out as packed sequences (`flash.launch.packing_of`), on the
+CPU: the packed kernels' contract (cu_seqlens, each sequence's queries against its keys, causal aligned to the
+bottom right, O [tokens, heads, d], the log-sum-exp [heads, tokens]) written out here in torch, run on the rows,
+offsets and mask a packing gives, and its outputs read back: SDPA's O and log-sum-exp on the tensors as given.
+Skipped without torch."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the packings lay torch tensors out")
+
+
+def _packed_attention(q, k, v, cu_q, cu_k, causal: bool):
+    """The packed kernels' results by their contract: sequence b's queries rows cu_q[b]:cu_q[b + 1] of q [total_q,
+    heads, d] against its keys rows cu_k[b]:cu_k[b + 1] of k and v [total_k, kv_heads, d], query i of len_q seeing
+    keys up to i + len_k - len_q where causal (a row seeing none: O 0, log-sum-exp -inf); (O [total_q, heads, d],
+    log-sum-exp [heads, total_q])."""
+    heads, group = q.shape[1], q.shape[1] // k.shape[1]
+    o, lse = torch.zeros_like(q), torch.full((heads, q.shape[0]), -math.inf, dtype=torch.float64)
+    for b in range(cu_q.shape[0] - 1):
+        queries, keys = range(int(cu_q[b]), int(cu_q[b + 1])), range(int(cu_k[b]), int(cu_k[b + 1]))
+        for h in range(heads):
+            scores = q[queries.start:queries.stop, h] @ k[keys.start:keys.stop, h // group].T / math.sqrt(q.shape[2])
+            if causal:
+                shift = len(keys) - len(queries)
+                seen = torch.arange(len(keys))[None, :] <= torch.arange(len(queries))[:, None] + shift
+                scores = scores.masked_fill(~seen, -math.inf)
+            lse[h, queries.start:queries.stop] = torch.logsumexp(scores, -1)
+            weights = torch.nan_to_num(torch.softmax(scores, -1))
+            o[queries.start:queries.stop, h] = weights @ v[keys.start:keys.stop, h // group]
+    return o, lse
+
+
+@pytest.mark.parametrize("heads, kv_heads, seq_q, seq_k, causal, form", [
+    (4, 4, 5, 9, True, "HeadSequences"), (4, 4, 5, 9, False, "HeadSequences"),  # a head's queries
+    (8, 2, 1, 7, True, "HeadSequences"), (8, 2, 1, 7, False, "HeadSequences"),  # a decode step: a row a head
+    (8, 2, 3, 7, True, "TokenRows"), (4, 4, 9, 5, True, "HeadSequences")])  # grouped rows; fewer keys than queries
+def test_a_packing_runs_the_packed_contract_into_sdpas_results(heads, kv_heads, seq_q, seq_k, causal, form,
+                                                               monkeypatch):
+    from mlir_tile.kernels.flash.launch import packing_of
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build has no CUDA)
+
+    generator = torch.Generator().manual_seed(heads + seq_q)
+    q = torch.randn(2, heads, seq_q, 16, dtype=torch.float64, generator=generator)
+    k, v = (torch.randn(2, kv_heads, seq_k, 16, dtype=torch.float64, generator=generator) for _ in range(2))
+    packing = packing_of(q, k, v)
+    assert type(packing).__name__ == form
+    cu_q, cu_k = packing.offsets(q.device)
+    o, lse = packing.outputs(*_packed_attention(*(packing.rows(x) for x in (q, k, v)), cu_q, cu_k,
+                                                 packing.causal(causal)))
+    group = heads // kv_heads
+    wide_k, wide_v = (x.repeat_interleave(group, 1) for x in (k, v))
+    scores = q @ wide_k.transpose(-1, -2) / math.sqrt(16)
+    if causal:  # (bottom right: query i sees keys up to i + seq_k - seq_q)
+        seen = torch.arange(seq_k)[None, :] <= torch.arange(seq_q)[:, None] + seq_k - seq_q
+        scores = scores.masked_fill(~seen, -math.inf)
+    want_lse = torch.logsumexp(scores, -1)
+    want = torch.nan_to_num(torch.softmax(scores, -1)) @ wide_v
+    assert o.shape == q.shape and lse.shape == q.shape[:3]
+    assert torch.allclose(o, want, atol=1e-12) and torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    assert torch.allclose(lse[~torch.isinf(lse)], want_lse[~torch.isinf(want_lse)], atol=1e-12)
