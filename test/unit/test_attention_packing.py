@@ -60,3 +60,21 @@ def test_a_packing_runs_the_packed_contract_into_sdpas_results(heads, kv_heads, 
     assert o.shape == q.shape and lse.shape == q.shape[:3]
     assert torch.allclose(o, want, atol=1e-12) and torch.equal(torch.isinf(lse), torch.isinf(want_lse))
     assert torch.allclose(lse[~torch.isinf(lse)], want_lse[~torch.isinf(want_lse)], atol=1e-12)
+
+
+def test_a_variants_fakes_give_the_dense_kernels_layouts_for_a_token_major_q():
+    """A variant runs q, k, v made contiguous on the dense kernels (never packed): its operator's fakes give O
+    and the gradients contiguous, as that path writes them, for q a [batch, heads, seq, d] view of [batch, seq,
+    heads, d] too (which plain `attention` runs packed, its O then a view of [batch, seq, heads, d])."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mlir_tile.kernels import attention
+    from mlir_tile.kernels.flash.masks import sliding_window
+
+    with FakeTensorMode():
+        q = torch.empty(2, 64, 8, 128, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+        k, v = (torch.empty(2, 2, 64, 128, dtype=torch.bfloat16).requires_grad_() for _ in range(2))
+        o, lse = attention(q, k, v, variant=sliding_window(15))
+        gradients = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+    assert o.is_contiguous() and lse.is_contiguous() and lse.shape == (2, 8, 64)
+    assert all(x.is_contiguous() and x.shape == y.shape for x, y in zip(gradients, (q, k, v)))
