@@ -21,7 +21,11 @@ SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096)
 TILES = [{"bm": 128, "bn": 128, "bk": 64, "stages": 4}, {"bm": 64, "bn": 128, "bk": 64, "stages": 8},
          {"bm": 64, "bn": 64, "bk": 64, "stages": 8}, {"bm": 128, "bn": 64, "bk": 64, "stages": 6},
          {"bm": 64, "bn": 256, "bk": 64, "stages": 5}, {"bm": 128, "bn": 128, "bk": 64, "stages": 6},
-         {"bm": 64, "bn": 64, "bk": 64, "stages": 12}]
+         {"bm": 64, "bn": 64, "bk": 64, "stages": 12},
+         # (A's box of a few rows where M is no more: TMA then fills no rows of zeros; `HopperConfig.a_rows`)
+         {"bm": 64, "bn": 64, "bk": 64, "stages": 8, "a_rows": 8},
+         {"bm": 64, "bn": 64, "bk": 64, "stages": 8, "a_rows": 16},
+         {"bm": 64, "bn": 128, "bk": 64, "stages": 8, "a_rows": 16}]
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 L2_BYTES = 50 * 2 ** 20
 HBM_BYTES_PER_SECOND = 3.0e12  # an H100's copy, measured (docs/measured.md)
@@ -55,6 +59,8 @@ def candidates(m: int, n: int, k: int, sms: int):
     from mlir_tile.kernels.gemm import sm90_tiles
 
     for tile in TILES:
+        if m > tile.get("a_rows", m):  # (such a tile loads only its first a_rows rows of A)
+            continue
         tiles = sm90_tiles.hopper_config("nk", tile, "bf16").grid(m, n, sms)
         for splits in SPLITS:
             if sms // 3 <= tiles * splits <= 2 * sms and k // splits >= 256 or splits == 1 and tiles * 3 >= sms:

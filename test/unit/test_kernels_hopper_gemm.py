@@ -257,6 +257,27 @@ def test_a_uniform_kernel_broadcasts_the_warpgroups_index(tmp_path, major, tile)
     assert "give C as numpy does" in hopper_emulation.emulate(config, 1, "bf16")
 
 
+@pytest.mark.parametrize("a_rows, bn", [(8, 64), (16, 128)])
+def test_a_decode_tile_loads_a_box_of_as_many_rows_of_a_as_m_has(tmp_path, a_rows, bn):
+    """`a_rows` (decode, M <= a_rows): A's TMA box and each stage's expected bytes are those rows' (a_rows x 128 bytes
+    beside B's box), the kernel otherwise the decode tile's; one CTA on the reference model (A's rows past a_rows
+    zero, the stage's too) gives numpy's product; a box that is not whole 8-row swizzle atoms below BM is refused."""
+    from dataclasses import replace
+
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    config = replace(hopper_config("nk", {"bm": 64, "bn": bn, "bk": 64, "stages": 8}), a_rows=a_rows)
+    assert gemm_sm90.boxes(config)["a"].rows == a_rows and str(config).endswith(f"_a{a_rows}_sm90a")
+    ptx = compile_to_ptx(gemm_sm90.build_module("bf16", config))
+    expected = sorted(int(x) for x in re.findall(r"mov\.b32\s+%r\d+, (\d+);\s+mbarrier\.arrive\.expect_tx", ptx))
+    assert expected == sorted([a_rows * 128, bn * 128]), expected
+    _assembles(ptx, tmp_path)
+    assert "give C as numpy does" in hopper_emulation.emulate(config, 2, "bf16")
+    for refused in (12, 64, 0.5):
+        with pytest.raises(ValueError, match="a_rows"):
+            replace(config, a_rows=refused)
+
+
 @pytest.mark.parametrize("major, tile, element", [("nk", {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "split_k": True}, "f16"), ("kn", {"bm": 256, "bn": 128, "bk": 64, "stages": 4, "consumer_rows": 128, "split_k": True}, "bf16")])
 def test_a_split_k_kernel_reduces_its_splits_in_one_launch(filecheck, tmp_path, major, tile, element):
     """Split-K ("k") in one launch: the workspace, the flags and the splits after the sizes; each CTA's tile and

@@ -161,6 +161,8 @@ class Matmul:
         applying the epilogue, `sm90.reduce_splits`)."""
         config = replace(sm90_tiles.library_config(m, n, b_major, sms=self.sms, fill=FILL, epilogue=epilogue,
                                                    element=element, decode=a_major == "mk"), a_major=a_major)
+        if config.a_rows and m > config.a_rows:  # (its tile's rows past a_rows are not loaded: C's past M alone)
+            raise ValueError(f"gemm: {config} loads {config.a_rows} rows of A, fewer than M = {m}")
         splits = 1 if whole else library_splits(m, n, depth, config, sms=self.sms, fill=FILL, most=MAX_SPLITS)
         config = replace(config, split_k=splits > 1)
         module = self.library.module(sm90.kernel_name(element, config, epilogue),

@@ -104,12 +104,18 @@ def boxes(config: HopperConfig):
 def a_parts(config: HopperConfig) -> tuple:
     """(first element, box) of each TMA box of a stage's A tile: A [M, K] one box; [K, M] one every 64 rows of
     BM (BK rows by 64 columns of A [K, M], side by side), each proven a box's layout from its first element."""
-    from mlir_tile.isa.tma import box_for, column_boxes
+    from mlir_tile.isa.tma import Box, box_for, column_boxes
 
     layouts = tiles(config)
-    if config.a_major == "mk":
-        return ((0, box_for(layouts["a"], config.element_bits)),)
-    return tuple(column_boxes(transposed(layouts["a"]), 16, SWIZZLE_COLUMNS))
+    if config.a_major == "km":
+        return tuple(column_boxes(transposed(layouts["a"]), 16, SWIZZLE_COLUMNS))
+    box = box_for(layouts["a"], config.element_bits)
+    if not config.a_rows:
+        return ((0, box),)
+    part = Box(config.a_rows, box.columns, box.element_bits, box.swizzle_bytes)  # (the tile's first rows, proven)
+    if any(box.layout.offset(i, j) != part.layout.offset(i, j) for i in range(part.rows) for j in range(part.columns)):
+        raise ValueError(f"hopper gemm: A's first {part.rows} rows are not the box {part}")
+    return ((0, part),)
 
 
 @functools.lru_cache(maxsize=None)
@@ -371,8 +377,9 @@ class _HopperGemm(FusedSteps, GroupedSteps):
         a_view, b_view = self.ring.views(self.ring.stage(in_ring))
         column = (self.k_first + k_tile if config.split_k else k_tile) * config.bk
         row0, col0 = origin
-        if config.a_major == "mk":
-            pipeline.load(in_ring, k.tensor(a_view, self.tiles["a"]), self.a_map, (row0, column))
+        if config.a_major == "mk":  # (a_rows: the part's rows of the tile)
+            a_layout = a_parts(config)[0][1].layout if config.a_rows else self.tiles["a"]
+            pipeline.load(in_ring, k.tensor(a_view, a_layout), self.a_map, (row0, column))
         else:  # A [K, M]: a box of BK rows every 64 of BM
             a_at = self.ring.offset(self.ring.stage(in_ring))
             for first, box in a_parts(config):

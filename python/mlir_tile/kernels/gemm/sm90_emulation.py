@@ -27,6 +27,8 @@ def emulate(config: HopperConfig = HopperConfig(), k_tiles: int = 2, element: st
     layouts, depth, bits = tiles(config), k_tiles * config.bk, config.element_bits
     a, b, scales, check = inputs_and_check(config.bm, config.bn, depth, element, 3, config.row_scales,
                                            config.block_scales, config.swiglu, config.row_blocks)  # b: K x N
+    if config.a_rows:  # (M at most a_rows: the model's stage holds zeros past them where the kernel's holds what it
+        a[config.a_rows:] = 0  # held, which reaches only C's rows past M, clipped by its store)
     decode = fp8.decode if element == "e4m3" else halves.decode
     accumulators = np.zeros((config.bm // 64, 64, config.bn))  # by 64-row band (a consumer's batch)
     a_bytes, k_step = config.parts[0] * bits // 8, 256 // bits  # a wgmma's K: 32 bytes
@@ -71,7 +73,7 @@ def _stage(config: HopperConfig, a, b, k_tile: int, a_bytes: int):
     given_a = a[:, columns] if config.a_major == "mk" else a[:, columns].T  # A's rows as its tensor map has them
     for first, box in a_parts(config):  # (A [K, M]: a box every 64 rows of BM)
         reference.tma_box_write(np.ascontiguousarray(given_a[:, first // config.bk:first // config.bk + box.columns]
-                                                     if config.a_major == "km" else given_a),
+                                                     if config.a_major == "km" else given_a[:box.rows]),
                                 128, stage, first * bits // 8)
     given = b[columns].T if config.b_major == "nk" else b[columns]  # B's rows as its tensor map has them
     if config.transposed:  # TMA's boxes into the staging stage, rewritten K-major into the stage

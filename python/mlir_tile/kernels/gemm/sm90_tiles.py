@@ -62,6 +62,10 @@ class HopperConfig:
     # consumers' descriptors in uniform registers, not moved there (R2UR) before each wgmma (launched grids: no
     # moves left in the main loop, 104 -> 72 instructions a k-tile at 256 x 128; persistent ones keep theirs; not
     # yet timed)
+    a_rows: int = 0  # A's box rows where fewer than BM (a multiple of 8): the product's M is at most that (decode,
+    # one row tile), and TMA fills only those rows of the tile, not BM - M rows of zeros (1 x 4096^2 took 22.1 us
+    # where 64 rows took 16.4 on one grid: docs/notes/operators.md, session 49); the tile's other rows keep what
+    # they held and reach only C's rows past M, which its store clips. Not yet picked by the library, not yet run
 
     def __post_init__(self) -> None:
         if self.bm % 64 or not 64 <= self.bm <= 256 or self.bn % SWIZZLE_COLUMNS or not 64 <= self.bn <= 256:
@@ -120,6 +124,10 @@ class HopperConfig:
         if self.ragged_k and (not self.grouped or self.contiguous or self.a_major != "km" or self.b_major != "kn"):
             raise ValueError(f"hopper gemm: a ragged reduction is a grouped GEMM's (not contiguous) with A 'km' and "
                              f"B 'kn' (the experts' rows of both); got {self}")
+        if self.a_rows and (self.a_rows % 8 or not 8 <= self.a_rows < self.bm or self.a_major != "mk"
+                            or self.cluster > 1 or self.grouped or self.persistent):
+            raise ValueError(f"hopper gemm: A's box rows (a_rows) a multiple of 8 below BM, of A [M, K], one CTA a "
+                             f"cluster, launched, not grouped; got {self}")
         if self.contiguous and not self.grouped:
             raise ValueError("hopper gemm: the contiguous layout is a grouped GEMM's (grouped=True)")
         if self.row_scales and self.element_bits != 8:
@@ -245,7 +253,7 @@ class HopperConfig:
                 f"{'_rowblocks' if self.row_blocks else ''}"
                 f"{'_swiglu' if self.swiglu else ''}{'_grouped' if self.grouped else ''}"
                 f"{'_contiguous' if self.contiguous else ''}{'_raggedk' if self.ragged_k else ''}"
-                f"{'_uniform' if self.uniform else ''}_sm90a")
+                f"{'_uniform' if self.uniform else ''}{f'_a{self.a_rows}' if self.a_rows else ''}_sm90a")
 
 
 # A tile: HopperConfig's fields other than B's layout and the elements (`HopperConfig.of`), as data
