@@ -51,6 +51,7 @@ BY_COMMAND_LINE = {
     "gemm_hopper_e4m3_kn.ptx": _hopper("kn", "e4m3"),
     "gemm_hopper_e4m3_promote.ptx": _hopper("nk", "e4m3", bn=128, promote=True),
     "gemm_hopper_bf16_swiglu.ptx": _hopper("nk", "bf16", bn=256, stages=3, swiglu=True),
+    "gemm_hopper_bf16_decode_a16.ptx": _hopper("nk", "bf16", bm=64, bn=64, stages=8, a_rows=16),
     "gemm_hopper_bf16_grouped.ptx": _hopper("nk", "bf16", bn=128, stages=4, grouped=True),
     "gemm_hopper_e4m3_blockscales.ptx": _hopper("nk", "e4m3", bn=128, promote=True, block_scales=True),
     "gemm_hopper_e4m3_paired.ptx": _hopper("nk", "e4m3", bn=128, promote=True, paired=True),

@@ -318,6 +318,19 @@ def test_the_fused_swiglu_hopper_gemm_is_silu_of_gate_times_up(runtime, shape):
     assert ok, line
 
 
+@pytest.mark.parametrize("shape", [(1, 1000, 504), (16, 1016, 1000), (7, 64, 16), (9, 4096, 4096)])
+def test_a_decode_tiles_box_of_m_rows_of_a_gives_numpys_product(runtime, shape):
+    """`HopperConfig.a_rows` 16 (bf16, 64 x 64 on 8 stages, B [N, K]): A's box of 16 rows where M is at most 16, the
+    tile's other rows never loaded (only C's rows past M would read them, which the store clips): C is numpy's
+    product within C's rounding, with tails in N and K."""
+    from mlir_tile.kernels.gemm import sm90_checks as hopper_checks
+
+    ptx = gpu_input("gemm_hopper_bf16_decode_a16.ptx").read_text()
+    tile = {"bm": 64, "bn": 64, "bk": 64, "stages": 8, "a_rows": 16}
+    ok, line = hopper_checks.run_and_check(ptx, dtype="bf16", b_major="nk", tile=tile, shape=shape)
+    assert ok, line
+
+
 @pytest.mark.parametrize("groups, rows, n, depth", [(5, 256, 200, 504), (1, 128, 8, 16), (9, 384, 1024, 2048)])
 def test_the_grouped_hopper_gemm_computes_each_groups_counted_rows(runtime, groups, rows, n, depth):
     """The masked grouped GEMM (`HopperConfig.grouped`, MoE decode's layout): each group's own B, the counts read
