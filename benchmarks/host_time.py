@@ -53,7 +53,7 @@ def cases():
                                     "torch": lambda: F.scaled_dot_product_attention(q, q, q)}
     last, cache = torch.randn(1, 8, 16, 128, device="cuda", dtype=torch.bfloat16), torch.randn(
         1, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
-    yield "attention 1x8x16x128 on 1024 keys (token rows)", {
+    yield "attention 1x8x16x128 on 1024 keys (a heads-first cache, read in place)", {
         "operator": lambda: attention(last, cache, cache),
         "torch": lambda: F.scaled_dot_product_attention(last, cache, cache)}
     if torch.cuda.get_device_capability() == (9, 0):  # (a decode step, 32/8 heads: contiguous and paged caches)
@@ -65,9 +65,11 @@ def cases():
         table = torch.arange(64, dtype=torch.int32, device="cuda").view(4, 16)
         pools = [x.view(64, 64, 8, 128) for x in (k_cache, v_cache)]
         heads_first = [x.transpose(1, 2) for x in (step, k_cache, v_cache)]
+        cached = [x.contiguous() for x in heads_first]  # (Hugging Face's static cache: [batch, kv_heads, seq, d])
         yield "decode 4x32 heads on 1000 of 1024 keys (kv 8)", {
             "operator": lambda: attention_with_kvcache(step, k_cache, v_cache, lengths),
             "paged": lambda: attention_with_kvcache(step, *pools, lengths, block_table=table),
+            "heads-first attention on 1024": lambda: attention(*cached),
             "torch": lambda: F.scaled_dot_product_attention(*heads_first, enable_gqa=True)}
 
 
@@ -112,14 +114,15 @@ def replayed(call):
 
 
 def profile(calls: dict) -> str:
-    """cProfile of CALLS calls of each of our calls (operator, launcher): the functions taking the most time."""
+    """cProfile of CALLS calls of each of our calls (all but torch's and the graphs'): the functions taking the most
+    time."""
     import cProfile
     import io
     import pstats
 
     report = io.StringIO()
-    for who in ("operator", "launcher", "paged"):
-        if who in calls:
+    for who in calls:
+        if who != "torch" and "graph" not in who:
             profiler = cProfile.Profile()
             profiler.runcall(lambda: [calls[who]() for _ in range(CALLS)])
             report.write(f"--- {who}\n")
