@@ -15,12 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import mlir_tile.kernels.ops  # noqa: F401  (registers torch.ops.mlir_tile.scaled_mm, which every GEMM here runs)
-from mlir_tile.kernels.gemm.quantize import PIECE
+# (the scales' blocks, 1 x 128 of a row and 128 x 128 of a matrix; e4m3's largest; a reduction's extent a multiple
+# of ROWS, fp8 rows on TMA's 16 bytes)
+from mlir_tile.kernels.gemm.quantize import BLOCK, E4M3_LARGEST, PIECE, ROWS
 from mlir_tile.kernels.registry import kernels_on, register_operator
-
-BLOCK = 128  # the scales' blocks: 1 x 128 of a row, 128 x 128 of a matrix (`gemm.sm90_tiles.BLOCK`)
-E4M3_LARGEST = 448.0
-ROWS = 16  # a reduction's extent is a multiple of it (fp8 rows on TMA's 16 bytes)
 
 
 def fp8_linear(x, weight):

@@ -65,7 +65,7 @@ class HopperAttentionBackward:
             raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees (not "
                              f"causal), and its dQ is not deterministic yet (torch.use_deterministic_algorithms)")
         if variant is None and token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):
-            return self._as_token_rows(grad, q, k, v, o, lse, causal, grad_lse, deterministic)
+            return self._as_packed(grad, q, k, v, o, lse, causal, grad_lse, deterministic)
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
         if element is None or any(x.dtype != q.dtype for x in (k, v, o, grad)):
             raise ValueError(f"attention backward: q, k, v, O and dO all float16 or all bfloat16, got "
@@ -91,7 +91,7 @@ class HopperAttentionBackward:
         return self._run(plan, config, (q, k, v, o, grad), lse, grad_lse, seq, batch * heads, config.padded(seq),
                          operands=arguments)
 
-    def _as_token_rows(self, grad, q, k, v, o, lse, causal, grad_lse, deterministic):
+    def _as_packed(self, grad, q, k, v, o, lse, causal, grad_lse, deterministic):
         """`packed` on [batch, heads, seq, d] tensors laid out as the forward laid them (`launch.packing_of`), the
         statistics [batch, heads, seq] as [heads, tokens]."""
         if lse.shape != q.shape[:3]:

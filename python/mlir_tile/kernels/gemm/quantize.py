@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from functools import partial
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP, runs_warpgroup_kernels
+from mlir_tile.kernels.gemm.sm90_tiles import BLOCK  # (a block's columns: the GEMMs' blockwise scales')
 
 THREADS = 256
 PIECE = 8  # elements a lane reads: 16 bytes of 16-bit ones
-BLOCK = 128  # a block's columns
 LANES = BLOCK // PIECE  # a block's row: a half-warp
 E4M3_LARGEST = 448.0
 BLOCK_ROWS = (1, BLOCK)
+ROWS = 16  # x^T's rows (the tokens) a multiple of it, zeros past T: fp8 rows on TMA's 16 bytes
 
 
 @dataclass(frozen=True)
@@ -120,32 +121,22 @@ class _Quantize:
     def piece(self, row, column_block, inside=None):
         """(row, its first column, the 8 values as fp32, whether they are in the matrix) of this lane's piece
         of `row`'s block `column_block` (`inside`: and the block is one of the matrix's): zeros where the piece
-        lies past the matrix (its load then of the first piece, which every call has)."""
-        from mlir import ir
-        from mlir.dialects import arith, vector
-
+        lies past the matrix (`_piece`)."""
         k = self.k
         column = column_block * BLOCK + self.lane * PIECE
         present = k.compare("ult", row, self.rows) & k.compare("ult", column, self.columns)
         if inside is not None:
             present = inside & present
-        at = k.select(present, row * self.columns + column, k.index(0))
-        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
-        loaded = arith.extf(floats, k.load_vector(self.x, [at], PIECE))
-        zeros = vector.broadcast(floats, k.constant(0.0, "f32"))
-        return row, column, arith.select(present, loaded, zeros), present
+        return row, column, _piece(k, self.x, row * self.columns + column, present), present
 
-    def largest(self, pieces) -> object:
+    def largest(self, pieces):
         """The largest |value| of this lane's pieces."""
         from mlir import ir
         from mlir.dialects import arith, math, vector
 
-        each = [vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, math.absf(values))
-                for _, _, values, _ in pieces]
-        largest = each[0]
-        for value in each[1:]:
-            largest = arith.maximumf(largest, value)
-        return largest
+        return functools.reduce(arith.maximumf, [
+            vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, math.absf(values))
+            for _, _, values, _ in pieces])
 
     def block_largest(self, largest):
         """The CTA's largest of each thread's `largest`: over each warp, then over the warps in shared memory."""
@@ -158,10 +149,8 @@ class _Quantize:
         with k.if_(k.leads_lanes(32)):
             k.store(largest, per_warp, [k.warp_id()])
         k.barrier()
-        result = k.load(per_warp, [0])
-        for warp in range(1, warps):
-            result = arith.maximumf(result, k.load(per_warp, [warp]))
-        return result
+        return functools.reduce(lambda result, warp: arith.maximumf(result, k.load(per_warp, [warp])),
+                                range(1, warps), k.load(per_warp, [0]))
 
     def store(self, row, column, values, scale, present) -> None:
         """The piece's values over the scale, rounded to e4m3, as 8 bytes of q where the piece is in the matrix."""
@@ -190,7 +179,7 @@ class _QuantizeTransposed:
         self.x, self.q, self.scales = k.arguments[:3]
         self.tokens, self.tiles = (with_operators(a) for a in (k.arguments[3], k.arguments[5]))
         self.columns = in_units(k, k.arguments[4], PIECE)
-        self.padded = with_operators(in_units(k, k.arguments[6], 16))  # (x^T's rows on 16 bytes, proven)
+        self.padded = with_operators(in_units(k, k.arguments[6], ROWS))  # (x^T's rows on 16 bytes, proven)
         self.warp, self.lane = k.thread_id() // 32, k.thread_id() % 32
 
     def build(self) -> None:
@@ -201,14 +190,10 @@ class _QuantizeTransposed:
         token_tile, column_tile = k.block_id() // self.tiles, k.block_id() % self.tiles
         first_token = token_tile * BLOCK + self.lane * 4
         column = column_tile * (8 * PIECE) + self.warp * PIECE
-        floats = ir.VectorType.get([PIECE], ir.F32Type.get())
         pieces = []
-        for i in range(4):
-            token = first_token + i
+        for token in (first_token + i for i in range(4)):
             present = k.compare("ult", token, self.tokens) & k.compare("ult", column, self.columns)
-            at = k.select(present, token * self.columns + column, k.index(0))
-            loaded = arith.extf(floats, k.load_vector(self.x, [at], PIECE))
-            pieces.append(arith.select(present, loaded, vector.broadcast(floats, k.constant(0.0, "f32"))))
+            pieces.append(_piece(k, self.x, token * self.columns + column, present))
         blocks = (self.padded + (BLOCK - 1)) // BLOCK  # (the scales' columns)
         word = ir.VectorType.get([1], ir.IntegerType.get_signless(32))
         for j in range(PIECE):  # x's column `column + j`: x^T's row
@@ -249,7 +234,7 @@ class Quantizer:
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
         config = QuantizeConfig(element, block_rows, transposed)
         rows, columns = x.shape
-        shape = (columns, -(-rows // 16) * 16) if transposed else (rows, columns)
+        shape = (columns, -(-rows // ROWS) * ROWS) if transposed else (rows, columns)
         q = torch.empty(shape, dtype=torch.float8_e4m3fn, device=x.device)
         scales = torch.empty(-(-shape[0] // block_rows), -(-shape[1] // BLOCK), dtype=torch.float32, device=x.device)
         if q.numel() == 0:
@@ -263,8 +248,8 @@ class Quantizer:
         from mlir_tile.runtime import POINTER
 
         module = self.library.module(str(config), partial(build_module, config))
-        if config.transposed:  # (x's tokens, its pieces, its tiles of 64 columns, x^T's row in 16s)
-            sizes = [rows, columns // PIECE, -(-columns // (8 * PIECE)), -(-rows // 16)]
+        if config.transposed:  # (x's tokens, its pieces, its tiles of 64 columns, x^T's row in ROWS)
+            sizes = [rows, columns // PIECE, -(-columns // (8 * PIECE)), -(-rows // ROWS)]
         else:
             sizes = [rows, columns // PIECE, -(-columns // BLOCK)]
         return module.prepare("quantize", [POINTER] * 3 + sizes, grid=config.grid(rows, sizes[2]), block=THREADS)
@@ -283,3 +268,14 @@ def _rounded(k, values, scale):
     from mlir.dialects import arith
 
     return k.pack_f8([arith.divf(value, scale) for value in values])
+
+
+def _piece(k, x, at, present):
+    """The 8 values of x from element `at` as fp32, zeros where the piece is not `present` (past the matrix: its
+    load then of the first piece, which every call has)."""
+    from mlir import ir
+    from mlir.dialects import arith, vector
+
+    floats = ir.VectorType.get([PIECE], ir.F32Type.get())
+    loaded = arith.extf(floats, k.load_vector(x, [k.select(present, at, k.index(0))], PIECE))
+    return arith.select(present, loaded, vector.broadcast(floats, k.constant(0.0, "f32")))
