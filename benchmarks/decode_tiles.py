@@ -106,7 +106,8 @@ def run(out: Path, candidates_too: bool = True) -> None:
         times = {"cuBLAS": graph_microseconds(cycled(lambda w: F.linear(x, w))),
                  "library": graph_microseconds(cycled(lambda w: matmul(x, w, b_layout="nk")))}
         for tile, splits in candidates(m, n, k, sms) if candidates_too else ():
-            name = f"{tile['bm']}x{tile['bn']}s{tile['stages']} x{splits}"
+            rows_of_a = f"a{tile['a_rows']}" if "a_rows" in tile else ""
+            name = f"{tile['bm']}x{tile['bn']}s{tile['stages']}{rows_of_a} x{splits}"
             try:
                 product = forced(tile, splits, x, weights[0])
             except Exception as error:  # (a candidate the launcher refuses: recorded, not timed)
