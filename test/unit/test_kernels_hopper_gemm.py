@@ -404,24 +404,26 @@ def test_hoppers_path_splits_k_where_its_tiles_leave_sms_idle(sizes, splits):
     assert library_splits(*sizes, hopper_config("nk", SMALL_TILE), sms=132, fill=0.9, most=16) == splits
 
 
-@pytest.mark.parametrize("sizes, tile, splits", [
-    ((1, 4096, 4096), (64, 64, 8), 1),  # 64 tiles: the most the SMs hold; K one run of 4096
-    ((128, 4096, 4096), (64, 64, 8), 1),  # 2 x 64 tiles
-    ((16, 11008, 4096), (64, 128, 8), 1),  # 86 tiles (64 x 64's 172 pass the SMs)
-    ((128, 11008, 4096), (128, 128, 6), 1),  # 86 tiles of 128 rows
-    ((64, 4096, 11008), (64, 64, 8), 2),  # K two runs of 4096 at least, 128 CTAs
-    ((1, 20480, 4096, "kn"), (128, 128, 6), 1),  # f16 B [K, N]'s 128 x 256 leaves SMs idle, every decode tile
+@pytest.mark.parametrize("sizes, tile, splits, a_rows", [
+    ((1, 4096, 4096), (64, 64, 8), 1, 8),  # 64 tiles: the most the SMs hold; K one run of 4096; A's first 8 rows
+    ((128, 4096, 4096), (64, 64, 8), 1, 0),  # 2 x 64 tiles
+    ((16, 11008, 4096), (64, 128, 8), 1, 16),  # 86 tiles (64 x 64's 172 pass the SMs)
+    ((128, 11008, 4096), (128, 128, 6), 1, 0),  # 86 tiles of 128 rows
+    ((64, 4096, 11008), (64, 64, 8), 2, 0),  # K two runs of 4096 at least, 128 CTAs
+    ((17, 4096, 11008), (64, 64, 8), 2, 32),
+    ((1, 20480, 4096, "kn"), (128, 128, 6), 1, 8),  # f16 B [K, N]'s 128 x 256 leaves SMs idle, every decode tile
     # passes them: the last
 ])
-def test_decode_shaped_products_take_a_decode_tile_and_its_splits(sizes, tile, splits):
+def test_decode_shaped_products_take_a_decode_tile_and_its_splits(sizes, tile, splits, a_rows):
     """M <= DECODE_ROWS with A [M, K] and no epilogue, where the measured tile leaves SMs idle: the decode tile
-    with the most tiles the SMs hold at once, split-K where K gives each split 4096 at least."""
+    with the most tiles the SMs hold at once, split-K where K gives each split 4096 at least, A's box the
+    first DECODE_A_ROWS rows where M is no more."""
     from mlir_tile.kernels.epilogues import selectable
     from mlir_tile.kernels.gemm.sm90_tiles import SMALL_TILE, library_config, library_splits
 
     m, n, depth, major = (*sizes, "nk")[:4]
     config = library_config(m, n, major, sms=132, fill=0.9, element="f16" if major == "kn" else "bf16", decode=True)
-    assert (config.bm, config.bn, config.stages) == tile
+    assert (config.bm, config.bn, config.stages, config.a_rows) == (*tile, a_rows)
     assert library_splits(m, n, depth, config, sms=132, fill=0.9, most=16) == splits
     for refused in ({"decode": False}, {"decode": True, "epilogue": selectable}):  # (A [K, M]; an epilogue)
         assert library_config(m, n, major, sms=132, fill=0.9, **refused) == hopper_config(major, SMALL_TILE)
@@ -464,10 +466,11 @@ def test_the_sm90_library_ships_the_hopper_kernels_matmul_picks(filecheck, tmp_p
 
     names = [name for name, _ in gemm_launch.shipped_kernels("sm_90")]
     hopper = [name for name in names if name.endswith("_sm90a") or "_sm90a_" in name]
-    decode = 2 * 2 * len(hopper_tiles.DECODE_TILES) * 2  # (each 16-bit element and B layout, whole and split)
+    # (each 16-bit element and B layout, whole and split, A's whole box and its first DECODE_A_ROWS rows)
+    decode = 2 * 2 * len(hopper_tiles.DECODE_TILES) * 2 * (1 + len(hopper_tiles.DECODE_A_ROWS))
     assert len(names) == len(set(names)) and len(hopper) == 2 * 2 * (2 + 1 + len(hopper_tiles.SHIPPED_ACTIVATIONS) + 2
                                                                      + 3) + 2 * 2 * 2 + 1 + 2 + 15 + decode
-    assert sum("_splitk_sm90a" in name for name in hopper) == 12 + decode // 2
+    assert sum("_splitk_" in name for name in hopper) == 12 + decode // 2
     assert sum("_akm_" in name for name in hopper) == 14
     assert sum("_e4m3_" in name for name in hopper) == 12 and any("_kn_ws_fp8_rowscales" in name for name in hopper)
     assert any(name.endswith("_blockscales_rowblocks_sm90a") for name in hopper)

@@ -11,8 +11,8 @@ from mlir_tile.kernels.epilogues import Choice, Epilogue, expert_bias, row_scale
 from mlir_tile.kernels.gemm import sm80, sm90, sm90_tiles
 from mlir_tile.kernels.gemm.sm80_tiles import (FILL, HALF, MAX_SPLITS, PERSISTENT, SPLIT_VARIANTS, TILES, pick_splits,
                                                pick_tile, smallest_tile, variant, variants_for)
-from mlir_tile.kernels.gemm.sm90_tiles import (DECODE_TILES, SCALINGS, SHIPPED_ACTIVATIONS, SMALL_TILE,
-                                               grouped_config, grouped_gradient_configs, hopper_config,
+from mlir_tile.kernels.gemm.sm90_tiles import (DECODE_A_ROWS, DECODE_TILES, SCALINGS, SHIPPED_ACTIVATIONS,
+                                               SMALL_TILE, grouped_config, grouped_gradient_configs, hopper_config,
                                                library_splits, measured_tile, scaled_config, swiglu_config)
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
@@ -335,8 +335,9 @@ def hopper_shipped_kernels(epilogues) -> list:
     epilogue of `epilogues` (None: plain) with the tiles `library_config` takes for it (a `Choice`: SMALL_TILE
     only); bias + each of SHIPPED_ACTIVATIONS as a chain on the measured tiles (not on SMALL_TILE: there the
     operators take `selectable`); SMALL_TILE's split-K kernels (`library_splits`), with each of `epilogues`; the
-    decode tiles' (DECODE_TILES), whole and split, without one; A [K, M]'s (`a_major` "km", a backward's dB)
-    without an epilogue on each tile and split; fp8's with either B layout and per-tensor or
+    decode tiles' (DECODE_TILES), whole and split, loading A's whole box or its first DECODE_A_ROWS rows, without
+    one; A [K, M]'s (`a_major` "km", a backward's dB) without an epilogue on each tile and split; fp8's with either
+    B layout and per-tensor or
     per-row scales each accumulated fast and precise, and blockwise with B [N, K] (`scaled_config`)."""
     from functools import partial
 
@@ -352,8 +353,9 @@ def hopper_shipped_kernels(epilogues) -> list:
                for tile in tiles_for(element, major, epilogue, chained)]
     split = [(element, replace(hopper_config(major, SMALL_TILE), split_k=True), epilogue) for element in ("f16", "bf16")
              for major in ("nk", "kn") for epilogue in epilogues]
-    split += [(element, replace(hopper_config(major, tile), split_k=split_k), None) for element in ("f16", "bf16")
-              for major in ("nk", "kn") for tile in DECODE_TILES for split_k in (False, True)]
+    split += [(element, replace(hopper_config(major, tile), split_k=split_k, a_rows=rows), None)
+              for element in ("f16", "bf16") for major in ("nk", "kn") for tile in DECODE_TILES
+              for split_k in (False, True) for rows in (0, *DECODE_A_ROWS)]
     transposed_a = [(element, replace(hopper_config(major, tile), a_major="km", split_k=split), None)
                     for element in ("f16", "bf16") for major in ("nk", "kn")
                     for tile, split in ((measured_tile(element, major), False), (SMALL_TILE, False), (SMALL_TILE, True))]

@@ -324,6 +324,9 @@ DECODE_ROWS = 128
 DECODE_TILES = ({"bm": 64, "bn": 64, "bk": 64, "stages": 8}, {"bm": 64, "bn": 128, "bk": 64, "stages": 8},
                 {"bm": 128, "bn": 128, "bk": 64, "stages": 6})
 DECODE_SPLIT_COLUMNS = 4096  # K a decode tile's split takes at least (at K 4096 one split ran best, at 11008 two)
+# A's box rows of a decode tile where M is no more (`HopperConfig.a_rows`): TMA's zero fill of a 64-row box past M
+# made M = 1 the slowest row count (1 x 4096^2 22.7 us on 64 rows, 15.8 on 8 or 16; cuBLAS 15.6: H100, session 50)
+DECODE_A_ROWS = (8, 16, 32)
 
 
 def library_config(m: int, n: int, b_major: str, *, sms: int, fill: float, epilogue=None,
@@ -331,14 +334,15 @@ def library_config(m: int, n: int, b_major: str, *, sms: int, fill: float, epilo
     """`Matmul`'s kernel for an M x N product: the measured tile (`measured_tile`) where its CTAs cover `fill`
     of the `sms` multiprocessors and the epilogue is none or one `Epilogue`; else, where `decode` (A [M, K], no
     epilogue) and M is at most DECODE_ROWS, the one of DECODE_TILES with the most tiles that the SMs hold at
-    once (none: the last); else SMALL_TILE."""
+    once (none: the last), loading A's first DECODE_A_ROWS rows where M is no more; else SMALL_TILE."""
     measured = hopper_config(b_major, measured_tile(element, b_major))
     if measured.grid(m, n, sms) >= fill * sms and not isinstance(epilogue, Choice):
         return measured
     if decode and epilogue is None and m <= DECODE_ROWS:
         configs = [hopper_config(b_major, tile) for tile in DECODE_TILES]
         held = [config for config in configs if config.grid(m, n, sms) <= sms]
-        return max(held, key=lambda config: config.grid(m, n, sms)) if held else configs[-1]
+        picked = max(held, key=lambda config: config.grid(m, n, sms)) if held else configs[-1]
+        return replace(picked, a_rows=next((rows for rows in DECODE_A_ROWS if m <= rows), 0))
     return hopper_config(b_major, SMALL_TILE)
 
 
@@ -353,7 +357,7 @@ def library_splits(m: int, n: int, depth: int, config: HopperConfig, *, sms: int
     tiles = config.grid(m, n, sms)
     if tiles >= fill * sms:
         return 1
-    decode = any(config == hopper_config(config.b_major, tile) for tile in DECODE_TILES)
+    decode = any(replace(config, a_rows=0) == hopper_config(config.b_major, tile) for tile in DECODE_TILES)
     columns = DECODE_SPLIT_COLUMNS if decode else SPLIT_COLUMNS
     return max(1, min(sms // tiles, depth // columns, most))
 
