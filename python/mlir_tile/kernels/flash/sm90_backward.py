@@ -297,7 +297,7 @@ class _Backward:
         for keys, block, accumulators in ((self.key_tile, q, self.s_acc), (self.value_tile, do, self.dp_acc)):
             k.wgmma(self.s_atom, keys, self.operand(self.consumer_part(block, "q_band"), "q_band"), accumulators,
                     accumulate=False, a_row_block=key_block)
-        k.wgmma_wait(0, [self.s_acc, self.dp_acc])
+        k.wgmma_wait(1, [self.s_acc])  # (S^T's batch: P^T made under dP^T's)
         facts = self.slot_facts(self.block_of(step)[1])
         if self.variant is not None and self.variant.score is not None:  # (its head's values, its distances)
             facts["heads"] = heads if heads is not None else self.head_values(self.block_of(step)[0])
@@ -323,12 +323,13 @@ class _Backward:
         self.probabilities(step, facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
+        k.wgmma_wait(1, [self.dp_acc])  # (dP^T's batch; dV's in flight)
         self.score_gradients(step, facts)
         self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
         k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
+        self.query_gradient(step)  # (dS^T's band written under dV's and dK's batches, which only read P^T and dS^T)
         k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
         self.pipeline.release(step)  # (its Q, dO, LSE and D read)
-        self.query_gradient(step)
 
     def gradients_through_shared(self, step, q, do, facts: dict) -> None:
         """The consumers splitting d's columns: P^T's and dS^T's bands of this consumer's rows by stmatrix into
@@ -336,6 +337,7 @@ class _Backward:
         and dK += dS^T Q over this consumer's columns, every operand from shared memory."""
         k, config = self.k, self.config
         self.probabilities(step, facts)
+        k.wgmma_wait(0, [self.dp_acc])
         self.score_gradients(step, facts)
         self.score_bands([self.s_acc, self.dp_acc], [config.p_offset, config.ds_offset])
         scores = [k.index(config.p_offset), k.index(config.ds_offset)]
