@@ -7,6 +7,8 @@ on the GPU (no MLIR there: the kernels the wheel ships, or `python -m mlir_tile.
                                          # graph (the GPU's alone), the share of HBM bandwidth
     python3 benchmarks/ops.py OUT train  # OUT/ops_train.json: a linear layer's training step, ours and torch's
     python3 benchmarks/ops.py OUT backward  # OUT/ops_backward.json: attention's backward beside cuDNN's and FA2's
+    MLIR_TILE_BASELINE_KERNELS=DIR python3 benchmarks/ops.py OUT backward  # and beside the backward of DIR's
+                                         # kernels (DIR/sm_90/*.ptx: an earlier tree's shipped folder)
     python3 benchmarks/ops.py OUT varlen    # OUT/ops_varlen.json: packed sequences' attention (the issue's batch)
 
 Cases: the plain product through the operator (`torch.ops.mlir_tile.matmul`) and through the launcher beneath it
@@ -117,6 +119,19 @@ BACKWARD = [(4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (8, 16, 2048, 6
             (2, 16, 4096, 256, True)]  # batch, heads, seq, d
 
 
+def baseline_backward(ours):
+    """The backward launcher (`flash.backward`) over the kernels in the folder MLIR_TILE_BASELINE_KERNELS names
+    (their PTX by chip, as the package ships them: an earlier tree's, to time a change against in one process),
+    or None where it names none."""
+    import os
+
+    from mlir_tile.kernels.flash.backward import HopperAttentionBackward
+    from mlir_tile.kernels.library import KernelLibrary
+
+    folder = os.environ.get("MLIR_TILE_BASELINE_KERNELS")
+    return HopperAttentionBackward(KernelLibrary(ours.library.runtime, shipped=Path(folder))) if folder else None
+
+
 def backward(out: Path) -> int:
     """Attention's backward (bf16) as a training step runs it: ours (the launcher beneath the operator's autograd
     formula, `flash.backward`, with its pre- and postprocessing kernels, given O and the log-sum-exp) against
@@ -142,6 +157,10 @@ def backward(out: Path) -> int:
                                            deterministic=False),
                  "ours deterministic": lambda: gradients(grad, q.detach(), k.detach(), v.detach(), o, lse,
                                                          causal=causal, deterministic=True)}
+        baseline = baseline_backward(gradients)
+        if baseline is not None:
+            calls["baseline"] = lambda: baseline(grad, q.detach(), k.detach(), v.detach(), o, lse, causal=causal,
+                                                 deterministic=False)
         declined = {}
         for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FlashAttention-2", SDPBackend.FLASH_ATTENTION)):
             try:  # (a backend that does not take the shape is left out, saying why)
