@@ -18,12 +18,11 @@ head, whose dK and dV sums are the CTA's registers across all of them). Per quer
   form), dO and Q read MN-major from their tiles; at d 256, P^T and dS^T of each consumer's 32 rows written by
   stmatrix into [keys, rows] tiles (a 64-byte swizzled box each), then each consumer's columns of dV and dK
   multiplied from them over all the block's rows (`gradients_through_shared`);
-- dS^T written by stmatrix as its 64-row band of a [keys, rows] tile, which is, element for element, the A
-  [K, M] tile of dQ = dS K read MN-major (`kernels.common.stored_tile`; the GEMM's `a_major` "km"); once both
-  bands are in (named barrier), consumer c multiplies its share of dQ's columns over all the CTA's keys (K read
-  MN-major), writes the fp32 sums into its part of an fp32 tile, and its first thread adds the tile into dQaccum
-  by TMA reductions (`Kernel.tma_reduce_add`: atomic per element; the CTAs of other key blocks add into the
-  same rows in no order).
+- dS^T by stmatrix as its 64-row band of a [keys, rows] tile, element for element the A [K, M] of dQ = dS K read
+  MN-major (`kernels.common.stored_tile`, `a_major` "km"); both bands in (named barrier), consumer c multiplies
+  its share of dQ's columns over the CTA's keys, stores the fp32 sums into its part of a tile, and its first
+  thread adds it into dQaccum by TMA reductions (`Kernel.tma_reduce_add`: atomic, the key blocks in no order).
+  The batches overlap as FlashAttention-3's: P^T made under dP^T's, dS^T under dV's, dQ's stored under dK's.
 
 The epilogue writes dK (times the softmax scale) and dV by stmatrix over the K and V tiles and stores them by TMA
 through 3-D maps, which stop at the head's last row.
@@ -55,6 +54,7 @@ import math
 
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E
+from mlir_tile.kernels.flash.sm90_backward_scores import BackwardScores
 from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KERNEL, PRODUCER_REGISTERS,
                                                          BackwardConfig, band_steps, tiles)
 from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
@@ -86,7 +86,7 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None, varian
     return k.module
 
 
-class _Backward:
+class _Backward(BackwardScores):
     def __init__(self, k, config: BackwardConfig, variant: Variant | None = None):
         from mlir_tile.builder.schedule import ConsumerBarriers, StageRing, TmaPipeline
         from mlir_tile.isa.atoms import wgmma
@@ -316,25 +316,41 @@ class _Backward:
         return self.variant.head_values(self.k, at, self.extras)
 
     def gradients_in_registers(self, step, q, do, facts: dict) -> None:
-        """P^T, then dV += P^T dO issued under dS^T, then dK += dS^T Q; dS^T into shared memory and this consumer's
-        share of dQ. (Each of P^T and dS^T packed as soon as it is made: the dK and dV accumulators hold 128 of a
-        thread's 240 registers at d 128.)"""
-        k, elements = self.k, self.config.rows * self.d
+        """P^T, then dV += P^T dO issued under dS^T; where every consumer adds a share of dQ (and not deterministic),
+        dS^T's band stored under dV's batch, dQ's batch, dK += dS^T Q's, and dQ's sums stored under it
+        (FlashAttention-3's order); else dK's, then dS^T's band and dQ. (P^T and dS^T packed as soon as made: dK's
+        and dV's accumulators hold 128 of a thread's 240 registers at d 128.)"""
+        k, config, elements = self.k, self.config, self.config.rows * self.d
         self.probabilities(step, facts)
         self.p = k.accumulators_as_a(self.s_acc, self.d_atom, into=self.p)
         k.wgmma(self.d_atom, self.p, self.operand(do, "q_mn", elements), self.dv_acc)
         k.wgmma_wait(1, [self.dp_acc])  # (dP^T's batch; dV's in flight)
         self.score_gradients(step, facts)
         self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
+        overlapped = config.adders == config.consumers and not config.deterministic
+        if overlapped:
+            self.score_bands([self.dp_acc], [config.ds_offset])
+            self.dq_batch()
         k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
-        self.query_gradient(step)  # (dS^T's band written under dV's and dK's batches, which only read P^T and dS^T)
-        k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
-        self.pipeline.release(step)  # (its Q, dO, LSE and D read)
+        if overlapped:
+            k.wgmma_wait(1, [self.dq_acc])  # (dV's and dQ's batches; dK's in flight)
+            self.add_dq(step)
+        if config.deterministic:  # (the stage released before dQ's turn: held across its wait, 288-392 bytes
+            self.release_block(step)  # spilled at d 128, not 124-156)
+        if not overlapped:
+            self.score_bands([self.dp_acc], [config.ds_offset])
+            self.dq_product(step)
+        if not config.deterministic:
+            self.release_block(step)
+
+    def release_block(self, step) -> None:
+        """The block's Q/dO stage released once dV's and dK's batches are done (its Q, dO, LSE and D read)."""
+        self.k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
+        self.pipeline.release(step)
 
     def gradients_through_shared(self, step, q, do, facts: dict) -> None:
-        """The consumers splitting d's columns: P^T's and dS^T's bands of this consumer's rows by stmatrix into
-        their tiles; once both consumers' are in (and the block before's products have read them), dV += P^T dO
-        and dK += dS^T Q over this consumer's columns, every operand from shared memory."""
+        """The consumers splitting d's columns: P^T's and dS^T's bands of this consumer's rows into their tiles;
+        both consumers' in, dV += P^T dO and dK += dS^T Q over its columns, all operands from shared memory."""
         k, config = self.k, self.config
         self.probabilities(step, facts)
         k.wgmma_wait(0, [self.dp_acc])
@@ -347,117 +363,12 @@ class _Backward:
         k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
 
     def cleared(self, *accumulators) -> None:
-        """Zeros written over accumulators that a wgmma then writes whole (accumulate=False): `wgmma` passes
-        the registers' values in all the same, and without this they would be the block before's, live across
-        the loop."""
+        """Zeros over accumulators a wgmma writes whole (accumulate=False): `wgmma` passes the registers in all the
+        same, else the block before's, live across the loop."""
         zero = self.k.constant(0.0, "f32")
         for accumulator in accumulators:
             for slot in range(accumulator.atom.shape[1] // 2):
                 self.k.store(zero, accumulator.registers, [slot])
-
-    def slot_facts(self, q0) -> dict:
-        """What each S^T slot needs of its key (its row) and query (its column) in the block of `q0`: the thread's
-        first key, query and column, whether each of its two keys lies inside the sequence."""
-        k, keys_end = self.k, self.k.as_index(self.keys_end)
-        row, column = self.s_acc.coordinate(0)
-        if self.config.split_columns:  # (all the CTA's keys, the consumer's band of the block's rows)
-            first_key, column = self.n0 + row, self.consumer * self.config.score_rows + column
-        else:
-            first_key = self.n0 + self.consumer * 64 + row
-        first_query = q0 + column
-        position = first_query if self.position_shift is None else first_query + self.position_shift
-        return {"first_key": first_key, "first_query": first_query, "column": column, "position": position,
-                "keys": [k.compare("ult", first_key + 8 * half, keys_end) for half in range(2)]}
-
-    def kept(self, facts: dict, slot: int):
-        """Whether slot `slot`'s key is seen by its query: inside the sequence, and (causal) not past the query,
-        or inside the variant's keys of the query."""
-        half, step = self.s_halves[slot], self.s_columns[slot]
-        keep = facts["keys"][half]
-        if self.variant is not None and self.variant.keys is not None:  # (the query's keys relative to the
-            # thread's first, i32: the key's 8 x half)
-            from mlir.dialects import arith
-
-            k, first_key, at = self.k, facts["first_key"], self.k.constant(8 * half)
-            lowest, end = (k.as_i32(bound - first_key, signed=True) for bound in self.variant.key_interval(
-                k, facts["position"] + step, self.key_length, self.extras))
-            return (keep & arith.cmpi(arith.CmpIPredicate.sle, lowest, at)
-                    & arith.cmpi(arith.CmpIPredicate.slt, at, end))
-        if self.config.causal and self.shift is None:
-            keep = keep & self.k.compare("ule", facts["first_key"] + 8 * half, facts["first_query"] + step)
-        elif self.config.causal:  # (packed: the bottom-right diagonal, the query shifted by len_k - len_q)
-            keep = keep & self.k.compare("sle", facts["first_key"] + 8 * half, facts["first_query"] + step + self.shift)
-        return keep
-
-    def statistic(self, at):
-        """The block's row of LSE log2(e) or of D at byte `at`: one unswizzled box of `rows` fp32 values."""
-        return self.operand(at, "statistic", self.config.rows, "f32")
-
-    def block_statistics(self, step, part: int, facts: dict) -> dict:
-        """Per column step of the thread's S^T slots, its query's LSE log2(e) (part 0) or D (1) in block `step`."""
-        row = self.statistic(self.statistics.offset(self.statistics.stage(step), part))
-        return {at: row[0, facts["column"] + at] for at in sorted(set(self.s_columns))}
-
-    def probabilities(self, step, facts: dict) -> None:
-        """P^T = exp2(S^T scale log2(e) - LSE log2(e)) over S^T's accumulators, 0 where the key is not seen (a
-        query past the sequence has LSE +inf in the caller's padding: exp2(-inf) = 0)."""
-        from mlir.dialects import arith
-        from mlir.dialects import math as math_dialect
-
-        k = self.k
-        lse = self.block_statistics(step, 0, facts)
-        zero, columns = k.constant(0.0, "f32"), self.s_columns
-        for slot in range(self.config.score_rows // 2):
-            score, scale = k.load(self.s_acc.registers, [slot]), self.scale
-            if "heads" in facts:  # (a score step: on q.k / sqrt(d), then the softmax's log2(e) alone)
-                score, scale = self.stepped(score, facts, slot), k.constant(LOG2E, "f32")
-            probability = k.exp2(math_dialect.fma(score, scale, arith.negf(lse[columns[slot]])))
-            k.store(arith.select(self.kept(facts, slot), probability, zero), self.s_acc.registers, [slot])
-
-    def score_site(self, facts: dict, slot: int):
-        """The variant's `at` of slot `slot`: its query and key, the head's values, key - query."""
-        half, step = self.s_halves[slot], self.s_columns[slot]
-        return self.variant.site(self.k, facts["position"] + step, facts["first_key"] + 8 * half, facts["heads"],
-                                 self.extras, distance=lambda: facts["nearest"] + float(8 * half - step))
-
-    def stepped(self, score, facts: dict, slot: int):
-        """The variant's score step on slot `slot`'s q.k (times 1 / sqrt(d))."""
-        return self.variant.stepped(self.k, score, self.k.constant(1 / math.sqrt(self.d), "f32"),
-                                    self.score_site(facts, slot))
-
-    def score_gradients(self, step, facts: dict) -> None:
-        """dS^T = P^T (dP^T - D[query]) over dP^T's accumulators (P^T read back from S^T's)."""
-        from mlir.dialects import arith
-
-        k, columns = self.k, self.s_columns
-        delta = self.block_statistics(step, 1, facts)
-        stepped = "heads" in facts and not (self.variant.constant_gradient and self.variant.score_gradient == 1)
-        lse = self.block_statistics(step, 0, facts) if stepped else None
-        for slot in range(self.config.score_rows // 2):
-            probability = k.load(self.s_acc.registers, [slot])
-            gradient = arith.subf(k.load(self.dp_acc.registers, [slot]), delta[columns[slot]])
-            score_gradient = arith.mulf(probability, gradient)
-            if stepped:  # (times the step's derivative at its result, log2(P) + LSE log2(e) over log2(e))
-                score_gradient = self.through_step(score_gradient, probability, lse[columns[slot]], facts, slot)
-            k.store(score_gradient, self.dp_acc.registers, [slot])
-
-    def through_step(self, score_gradient, probability, lse, facts: dict, slot: int):
-        """dS of the stepped score times the step's derivative at its result, recovered from P (P = exp2(stepped x
-        log2(e) - LSE log2(e))); 0 where P is (a key not seen: its result is -inf)."""
-        from mlir.dialects import arith
-        from mlir.dialects import math as math_dialect
-
-        k = self.k
-        result = arith.mulf(arith.addf(math_dialect.log2(probability), lse), k.constant(1 / LOG2E, "f32"))
-        derivative = self.variant.gradient_of(k, result, self.score_site(facts, slot))
-        seen = arith.cmpf(arith.CmpFPredicate.OGT, probability, k.constant(0.0, "f32"))
-        return arith.select(seen, arith.mulf(score_gradient, derivative), k.constant(0.0, "f32"))
-
-    def query_gradient(self, step) -> None:
-        """dS^T's band by stmatrix into the [keys, rows] tile; once both bands are in, dQ's columns of this
-        consumer (over the CTA's keys) into its part of the fp32 tile, added into dQaccum by its first thread."""
-        self.score_bands([self.dp_acc], [self.config.ds_offset])
-        self.dq_product(step)
 
     def score_bands(self, accumulators: list, firsts: list) -> None:
         """Each of `accumulators` (P^T or dS^T, in S^T's or dP^T's registers) by stmatrix as this consumer's band
@@ -478,15 +389,20 @@ class _Backward:
         self.barriers.meet_all()
 
     def dq_product(self, step) -> None:
-        """This consumer's share of dQ = dS K over the CTA's keys (dS^T's tile written), added into dQaccum."""
-        k, config = self.k, self.config
-        with k.if_(k.compare("ult", self.consumer, config.adders)):
-            ds_tile = self.operand(k.index(config.ds_offset), "ds_a", config.keys * config.rows)
-            k_part = self.operand(self.consumer * self.steps["k_dq"], "k_dq", config.keys * config.dq_columns)
-            self.cleared(self.dq_acc)
-            k.wgmma(self.dq_atom, ds_tile, k_part, self.dq_acc, accumulate=False)
+        """This consumer's share of dQ (`dq_batch`) added into dQaccum, where it adds one (`adders`)."""
+        k = self.k
+        with k.if_(k.compare("ult", self.consumer, self.config.adders)):
+            self.dq_batch()
             k.wgmma_wait(0, [self.dq_acc])
             self.add_dq(step)
+
+    def dq_batch(self) -> None:
+        """This consumer's dQ = dS K over its columns and the CTA's keys issued (dS^T's tile written)."""
+        k, config = self.k, self.config
+        ds_tile = self.operand(k.index(config.ds_offset), "ds_a", config.keys * config.rows)
+        k_part = self.operand(self.consumer * self.steps["k_dq"], "k_dq", config.keys * config.dq_columns)
+        self.cleared(self.dq_acc)
+        k.wgmma(self.dq_atom, ds_tile, k_part, self.dq_acc, accumulate=False)
 
     def add_dq(self, step) -> None:
         """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
