@@ -295,17 +295,20 @@ def _heads_first(o, lse, shape):
 
 
 class TokenRowsStep:
-    """An eager `attention` call on q, k, v run as packed sequences (`token_major`) whose shapes, strides and
-    dtype an earlier call checked: the rows (`token_rows` of its `packing`'s: views, or the copies the call
-    needs), the offsets, the packed plan's launch (`_PackedPlan.run`)."""
+    """An eager `attention` call on q, k, v run as packed sequences (`token_major`) whose shapes, strides, dtype
+    and offset past 16 bytes an earlier call checked (its key): the rows (its `packing`'s, read in place where the
+    first call's were, else `token_rows`' copies), the offsets, the packed plan's launch (`_PackedPlan.run`)."""
 
     def __init__(self, plan, packing: TokenRows):
-        self.plan, self.packing = plan, packing
+        self.plan, self.packing, self.in_place = plan, packing, None
 
     def __call__(self, q, k, v):
         from mlir_tile.runtime import torch_stream
 
-        rows = [token_rows(self.packing.rows(x)) for x in (q, k, v)]
+        rows = [self.packing.rows(x) for x in (q, k, v)]
+        if self.in_place is None:  # (what the key fixes decides it: the first call's answer is every call's)
+            self.in_place = [token_rows(x) is x for x in rows]
+        rows = [x if kept else token_rows(x) for x, kept in zip(rows, self.in_place)]
         offsets = self.packing.offsets(q.device)
         o, lse = self.plan.run(torch_stream(q), *(x.data_ptr() for x in rows), tuple(x.data_ptr() for x in offsets))
         return self.packing.outputs(o, lse)
