@@ -78,3 +78,41 @@ def test_a_variants_fakes_give_the_dense_kernels_layouts_for_a_token_major_q():
         gradients = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
     assert o.is_contiguous() and lse.is_contiguous() and lse.shape == (2, 8, 64)
     assert all(x.is_contiguous() and x.shape == y.shape for x, y in zip(gradients, (q, k, v)))
+
+
+@pytest.mark.parametrize("kv_heads, seq_q, in_place", [(8, 1, True), (2, 3, False)])
+def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_them(kv_heads, seq_q, in_place,
+                                                                                  monkeypatch):
+    """`TokenRowsStep` on new q, k, v of the first call's shapes and strides: its plan reads q's, k's and v's own
+    memory where the packing reads them in place (a decode step's heads as sequences), else copies holding the
+    token rows' values (grouped heads of several queries: [batch x seq, heads, d])."""
+    import ctypes
+
+    from mlir_tile.kernels.flash import launch
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build has no CUDA)
+    monkeypatch.setattr("mlir_tile.runtime.torch_stream", lambda tensor: 0)
+    read = []
+
+    class Plan:  # (what the launch would read at each address, copied while the call holds its tensors)
+        def run(self, stream, *addresses_and_offsets):
+            for address, like in zip(addresses_and_offsets[:3], (q, k, v)):
+                rows = packing.rows(like)
+                memory = (ctypes.c_char * (rows.numel() * rows.element_size())).from_address(address)
+                read.append((address, torch.frombuffer(bytearray(memory), dtype=like.dtype).view(rows.shape)))
+            return torch.zeros(packing.rows(q).shape), torch.zeros(1, q.numel() // q.shape[-1])
+
+    def tensors(seed):
+        generator = torch.Generator().manual_seed(seed)
+        return (torch.randn(2, 8, seq_q, 16, generator=generator),
+                *(torch.randn(2, kv_heads, 5, 16, generator=generator) for _ in range(2)))
+    q, k, v = tensors(0)
+    packing = launch.packing_of(q, k, v)
+    step = launch.TokenRowsStep(Plan(), packing)
+    for seed in range(3):
+        q, k, v = tensors(seed)
+        read.clear()
+        step(q, k, v)
+        for (address, values), x in zip(read, (q, k, v)):
+            assert (address == x.data_ptr()) == in_place
+            assert torch.equal(values, packing.rows(x).contiguous())
