@@ -304,7 +304,7 @@ class _Backward(BackwardScores):
             facts["nearest"] = self.variant.distance(k, facts["first_key"], facts["position"])
         if config.split_columns:
             self.gradients_through_shared(step, q, do, facts)
-            self.pipeline.release(step)  # (its Q, dO, LSE and D read)
+            self.release_block(step)
             self.dq_product(step)
         else:
             self.gradients_in_registers(step, q, do, facts)
@@ -360,7 +360,6 @@ class _Backward(BackwardScores):
         for first, block, accumulators in zip(scores, (do, q), (self.dv_acc, self.dk_acc)):
             columns = self.operand(self.consumer_part(block, "q_mn"), "q_mn")
             k.wgmma(self.d_atom, self.operand(first, "scores_a"), columns, accumulators)
-        k.wgmma_wait(0, [self.dv_acc, self.dk_acc])
 
     def cleared(self, *accumulators) -> None:
         """Zeros over accumulators a wgmma writes whole (accumulate=False): `wgmma` passes the registers in all the
