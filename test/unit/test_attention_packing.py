@@ -34,7 +34,9 @@ def _packed_attention(q, k, v, cu_q, cu_k, causal: bool):
 @pytest.mark.parametrize("heads, kv_heads, seq_q, seq_k, causal, form", [
     (4, 4, 5, 9, True, "HeadSequences"), (4, 4, 5, 9, False, "HeadSequences"),  # a head's queries
     (8, 2, 1, 7, True, "HeadSequences"), (8, 2, 1, 7, False, "HeadSequences"),  # a decode step: a row a head
-    (8, 2, 3, 7, True, "TokenRows"), (4, 4, 9, 5, True, "HeadSequences")])  # grouped rows; fewer keys than queries
+    (8, 2, 3, 7, True, "QueryHeadSequences"), (8, 2, 3, 7, False, "QueryHeadSequences"),  # grouped heads' queries
+    (6, 3, 4, 2, True, "QueryHeadSequences"),  # (fewer keys than queries: rows that see none)
+    (8, 2, 3, 7, True, "TokenRows"), (4, 4, 9, 5, True, "HeadSequences")])  # q a view of token rows; fewer keys
 def test_a_packing_runs_the_packed_contract_into_sdpas_results(heads, kv_heads, seq_q, seq_k, causal, form,
                                                                monkeypatch):
     from mlir_tile.kernels.flash.launch import packing_of
@@ -43,6 +45,8 @@ def test_a_packing_runs_the_packed_contract_into_sdpas_results(heads, kv_heads, 
 
     generator = torch.Generator().manual_seed(heads + seq_q)
     q = torch.randn(2, heads, seq_q, 16, dtype=torch.float64, generator=generator)
+    if form == "TokenRows":  # (q [batch, seq, heads, d] seen heads-first: not read as sequences of a head)
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
     k, v = (torch.randn(2, kv_heads, seq_k, 16, dtype=torch.float64, generator=generator) for _ in range(2))
     packing = packing_of(q, k, v)
     assert type(packing).__name__ == form
@@ -80,12 +84,13 @@ def test_a_variants_fakes_give_the_dense_kernels_layouts_for_a_token_major_q():
     assert all(x.is_contiguous() and x.shape == y.shape for x, y in zip(gradients, (q, k, v)))
 
 
-@pytest.mark.parametrize("kv_heads, seq_q, in_place", [(8, 1, True), (2, 3, False)])
-def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_them(kv_heads, seq_q, in_place,
-                                                                                  monkeypatch):
+@pytest.mark.parametrize("kv_heads, seq_q, token_major_q, in_place", [
+    (8, 1, False, (True,) * 3), (2, 3, False, (True,) * 3), (2, 3, True, (True, False, False))])
+def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_them(kv_heads, seq_q, token_major_q,
+                                                                                  in_place, monkeypatch):
     """`TokenRowsStep` on new q, k, v of the first call's shapes and strides: its plan reads q's, k's and v's own
-    memory where the packing reads them in place (a decode step's heads as sequences), else copies holding the
-    token rows' values (grouped heads of several queries: [batch x seq, heads, d])."""
+    memory where the packing reads them in place (heads-first tensors as sequences of a head; q a view of
+    [batch, seq, heads, d]), else copies holding the token rows' values (heads-first k and v beside such a q)."""
     import ctypes
 
     from mlir_tile.kernels.flash import launch
@@ -104,8 +109,9 @@ def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_the
 
     def tensors(seed):
         generator = torch.Generator().manual_seed(seed)
-        return (torch.randn(2, 8, seq_q, 16, generator=generator),
-                *(torch.randn(2, kv_heads, 5, 16, generator=generator) for _ in range(2)))
+        q = torch.randn(2, seq_q, 8, 16, generator=generator).transpose(1, 2) if token_major_q else torch.randn(
+            2, 8, seq_q, 16, generator=generator)
+        return q, *(torch.randn(2, kv_heads, 5, 16, generator=generator) for _ in range(2))
     q, k, v = tensors(0)
     packing = launch.packing_of(q, k, v)
     step = launch.TokenRowsStep(Plan(), packing)
@@ -113,6 +119,6 @@ def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_the
         q, k, v = tensors(seed)
         read.clear()
         step(q, k, v)
-        for (address, values), x in zip(read, (q, k, v)):
-            assert (address == x.data_ptr()) == in_place
+        for (address, values), x, kept in zip(read, (q, k, v), in_place):
+            assert (address == x.data_ptr()) == kept
             assert torch.equal(values, packing.rows(x).contiguous())

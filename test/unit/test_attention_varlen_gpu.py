@@ -318,43 +318,70 @@ def test_attention_on_token_major_views_and_longer_keys_runs_packed_and_matches_
     and 256, grouped heads: O, the log-sum-exp and dq, dk, dv per batch entry within the bounds of the packed
     tests, O and the gradients laid out as the fakes say (`empty_outputs`): as [batch, seq, heads, d], or
     contiguous where heads-first k and v are read in place (`heads_as_sequences`: a head's queries, or a row a head)."""
+    rng, failures = random.Random(71), []
+    for trial in range(24):
+        batch, heads, d = rng.randint(1, 3), rng.choice([2, 4, 8]), (64, 128, 256)[trial % 3]
+        kv_heads, causal = rng.choice([x for x in (1, 2, heads) if heads % x == 0]), trial % 2 == 1
+        seq_q = rng.choice([1, 17, 130, 300])
+        seq_k = seq_q if trial % 4 < 2 else seq_q + rng.choice([0, 5, 200, 700])
+        projections = [torch.randn(batch, seq, count, d, device="cuda", dtype=torch.bfloat16)
+                       for seq, count in ((seq_q, heads), (seq_k, kv_heads), (seq_k, kv_heads))]
+        q, k, v = (x.transpose(1, 2) if trial % 4 in (0, 3) else x.transpose(1, 2).contiguous() for x in projections)
+        failures += [(trial, *failure) for failure in _packed_call_failures(q, k, v, causal)]
+    assert not failures, failures[:10]
+
+
+def test_grouped_heads_of_several_queries_against_a_heads_first_cache_match_fp32():
+    """Contiguous heads-first q, k, v of grouped heads, q of 2-130 queries against 1-900 keys, causal or not (the
+    packing `QueryHeadSequences`: each query head a sequence of its own, its K/V head's rows read in place; the
+    backward on token rows): as the test above, 16 random cases (fewer keys than queries among them: rows that
+    see none)."""
+    rng, failures = random.Random(73), []
+    for trial in range(16):
+        batch, d, group = rng.randint(1, 3), (64, 128, 256)[trial % 3], rng.choice([2, 4, 8])
+        kv_heads, seq_q = rng.choice([1, 2]), rng.choice([2, 5, 17, 64, 130])
+        seq_k = rng.choice([1, 3]) if trial % 8 == 7 else seq_q + rng.choice([1, 40, 700])
+        q = torch.randn(batch, kv_heads * group, seq_q, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, kv_heads, seq_k, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        failures += [(trial, *failure) for failure in _packed_call_failures(q, k, v, trial % 4 != 1)]
+    assert not failures, failures[:10]
+
+
+def _packed_call_failures(q, k, v, causal: bool, dtype=torch.bfloat16) -> list:
+    """`attention` and its gradients on q, k, v [batch, heads, seq, d] against fp32 attention per batch entry
+    (bounds of the packed tests), O's, the log-sum-exp's and the gradients' strides against the fakes': what
+    failed."""
     from mlir_tile.kernels import attention
     from mlir_tile.kernels.flash.launch import empty_gradients
     from mlir_tile.kernels.ops import kernels_on
 
-    rng, failures = random.Random(71), []
-    for trial in range(24):
-        batch, heads, d, dtype = rng.randint(1, 3), rng.choice([2, 4, 8]), (64, 128, 256)[trial % 3], torch.bfloat16
-        kv_heads, causal = rng.choice([x for x in (1, 2, heads) if heads % x == 0]), trial % 2 == 1
-        seq_q = rng.choice([1, 17, 130, 300])
-        seq_k = seq_q if trial % 4 < 2 else seq_q + rng.choice([0, 5, 200, 700])
-        projections = [torch.randn(batch, seq, count, d, device="cuda", dtype=dtype)
-                       for seq, count in ((seq_q, heads), (seq_k, kv_heads), (seq_k, kv_heads))]
-        q, k, v = (x.transpose(1, 2) if trial % 4 in (0, 3) else x.transpose(1, 2).contiguous() for x in projections)
-        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-        grad = torch.randn(batch, heads, seq_q, d, device="cuda", dtype=dtype)
-        o, lse = attention(q, k, v, causal=causal)
-        ours = torch.autograd.grad(o, (q, k, v), grad)
-        expected = kernels_on(q.device).attention.empty_outputs(q, k, v) + empty_gradients(q, k, v)
-        if [x.stride() for x in (o, lse, *ours)] != [x.stride() for x in expected]:
-            failures.append((trial, "strides", [x.stride() for x in (o, lse, *ours)]))
-        seen = _visible(seq_q, seq_k, causal)
-        for b in range(batch):
-            parts = [x[b].transpose(0, 1) for x in (q, k, v, grad)]  # (one sequence: [seq, heads, d])
-            exact, exact_lse = _sequence_attention(*parts[:3], seen)
-            theirs = _sequence_attention(*parts[:3], seen, dtype).float()
-            bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
-            if float((o[b].transpose(0, 1).float() - exact).abs().max()) > bound or float(
-                    (lse[b] - exact_lse).abs().max()) > 1e-3 * max(1.0, float(exact_lse.abs().max())):
-                failures.append((trial, b, "forward"))
-            truth, torchs = _sequence_gradients(*parts, seen), _sequence_gradients(*parts, seen, dtype)
-            shifts = _rounded_o_shift(*parts, seen, dtype)
-            for name, got, their, true, shift in zip("qkv", ours, torchs, truth, shifts):
-                error = float((got[b].transpose(0, 1).float() - true).abs().max())
-                if error > 2 * float((their.float() - true).abs().max()) + 2 * shift + 4 * torch.finfo(
-                        dtype).eps * max(float(true.abs().max()), 1e-2):
-                    failures.append((trial, b, f"d{name}", error))
-    assert not failures, failures[:10]
+    batch, heads, seq_q, d = q.shape
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    grad = torch.randn(batch, heads, seq_q, d, device="cuda", dtype=dtype)
+    o, lse = attention(q, k, v, causal=causal)
+    ours, failures = torch.autograd.grad(o, (q, k, v), grad), []
+    expected = kernels_on(q.device).attention.empty_outputs(q, k, v) + empty_gradients(q, k, v)
+    if [x.stride() for x in (o, lse, *ours)] != [x.stride() for x in expected]:
+        failures.append(("strides", [x.stride() for x in (o, lse, *ours)]))
+    seen = _visible(seq_q, k.shape[2], causal)
+    for b in range(batch):
+        parts = [x[b].transpose(0, 1) for x in (q, k, v, grad)]  # (one sequence: [seq, heads, d])
+        exact, exact_lse = _masked_attention(*parts[:3], seen), _sequence_attention(*parts[:3], seen)[1]
+        theirs = _masked_attention(*parts[:3], seen, dtype)  # (rows that see no key: O 0, log-sum-exp -inf)
+        bound = 2 * float((theirs - exact).abs().max()) + 4 * torch.finfo(dtype).eps * float(exact.abs().max())
+        finite = ~torch.isinf(exact_lse)
+        if float((o[b].transpose(0, 1).float() - exact).abs().max()) > bound or not torch.equal(
+                torch.isinf(lse[b]), ~finite) or float((lse[b] - exact_lse)[finite].abs().max(initial=0)) > 1e-3 * max(
+                1.0, float(exact_lse[finite].abs().max(initial=0))):
+            failures.append((b, "forward"))
+        truth, torchs = _sequence_gradients(*parts, seen), _sequence_gradients(*parts, seen, dtype)
+        shifts = _rounded_o_shift(*parts, seen, dtype)
+        for name, got, their, true, shift in zip("qkv", ours, torchs, truth, shifts):
+            error = float((got[b].transpose(0, 1).float() - true).abs().max())
+            if error > 2 * float((their.float() - true).abs().max()) + 2 * shift + 4 * torch.finfo(
+                    dtype).eps * max(float(true.abs().max()), 1e-2):
+                failures.append((b, f"d{name}", error))
+    return failures
 
 
 def test_repeated_token_major_calls_run_their_kept_step_on_new_values():

@@ -251,22 +251,25 @@ def test_token_major_takes_views_of_projections_and_unequal_lengths(q, k, packed
     assert token_major(q, k) == packed
 
 
-@pytest.mark.parametrize("q, k, in_place, queries, causal", [
-    (_Strided((2, 8, 1, 64)), _Strided((2, 2, 700, 64)), True, 4, False),  # a decode step: a row a head, grouped
-    (_Strided((2, 8, 5, 64)), _Strided((2, 8, 700, 64)), True, 5, True),  # kv_heads = heads: a head's queries
-    (_Strided((2, 8, 5, 64)), _Strided((2, 2, 700, 64)), False, 5, True),  # grouped heads' several rows: token rows
-    (_Strided((2, 8, 5, 64), (0, 2, 1, 3)), _Strided((2, 8, 700, 64)), False, 5, True),  # q a view of [b, s, h, d]
-    (_Strided((2, 8, 5, 64)), _Strided((2, 8, 700, 64), (0, 2, 1, 3)), False, 5, True)])  # k one too
-def test_contiguous_heads_first_k_and_v_are_read_in_place_as_sequences_of_one_head(q, k, in_place, queries, causal):
-    """`launch.heads_as_sequences` (Hugging Face's caches, [batch, kv_heads, seq, d], beside fewer queries): each
-    (batch, K/V head) a sequence of one head, its query heads' rows one after another, where q, k and v are
-    contiguous and a K/V head's queries are one head's or one row each; its sequences hold that many queries, the
-    mask kept only where they are one head's (a row a head sees every key)."""
+@pytest.mark.parametrize("q, k, form, queries, causal", [
+    (_Strided((2, 8, 1, 64)), _Strided((2, 2, 700, 64)), "HeadSequences", 4, False),  # a decode step: a row a head
+    (_Strided((2, 8, 5, 64)), _Strided((2, 8, 700, 64)), "HeadSequences", 5, True),  # kv_heads = heads
+    (_Strided((2, 8, 5, 64)), _Strided((2, 2, 700, 64)), "QueryHeadSequences", 5, True),  # grouped heads' queries
+    (_Strided((2, 8, 5, 64), (0, 2, 1, 3)), _Strided((2, 8, 700, 64)), "TokenRows", 5, True),  # q of [b, s, h, d]
+    (_Strided((2, 8, 5, 64)), _Strided((2, 8, 700, 64), (0, 2, 1, 3)), "TokenRows", 5, True)])  # k one too
+def test_contiguous_heads_first_k_and_v_are_read_in_place_as_sequences_of_one_head(q, k, form, queries, causal):
+    """`launch.heads_as_sequences` (Hugging Face's caches, [batch, kv_heads, seq, d], beside fewer queries), where
+    q, k and v are contiguous: each (batch, K/V head) a sequence of one head, its query heads' rows one after
+    another, where a K/V head's queries are one head's or one row each (its sequences hold that many queries, the
+    mask kept only where they are one head's: a row a head sees every key); else each (batch, query head) one,
+    the backward then on token rows (a K/V head's query heads add into its dK and dV)."""
     from mlir_tile.kernels.flash.launch import heads_as_sequences, packing_of
 
-    assert heads_as_sequences(q, k, k) == in_place
+    assert heads_as_sequences(q, k, k) == (form != "TokenRows")
     packing = packing_of(q, k, k)
+    assert type(packing).__name__ == form
     assert (packing.queries, packing.keys, packing.causal(True)) == (queries, 700, causal)
+    assert type(packing.backward).__name__ == ("TokenRows" if form == "QueryHeadSequences" else form)
 
 
 def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):

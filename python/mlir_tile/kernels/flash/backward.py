@@ -97,7 +97,7 @@ class HopperAttentionBackward:
         if lse.shape != q.shape[:3]:
             raise ValueError(f"attention backward: the log-sum-exp [batch, heads, seq] {tuple(q.shape[:3])}, got "
                              f"{tuple(lse.shape)}")
-        packing = packing_of(q, k, v)
+        packing = packing_of(q, k, v).backward
         if q.shape[0] == 0:  # (no sequence: empty gradients, as torch's)
             return packing.empty_gradients(q, k, v)
         cu_seqlens_q, cu_seqlens_k = packing.offsets(q.device)

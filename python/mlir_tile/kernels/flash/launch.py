@@ -127,7 +127,7 @@ def empty_gradients(q, k, v) -> tuple:
     sequences it runs where the forward did (`token_major`, `packing_of`)."""
     if not token_major(q, k):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    return packing_of(q, k, v).empty_gradients(q, k, v)
+    return packing_of(q, k, v).backward.empty_gradients(q, k, v)
 
 
 def as_token_rows(x):
@@ -139,18 +139,22 @@ def as_token_rows(x):
 
 def heads_as_sequences(q, k, v) -> bool:
     """Whether q, k, v [batch, heads, seq, d] that `attention` runs as packed sequences (`token_major`) are each
-    contiguous heads-first (Hugging Face's caches) with each K/V head's queries one head's rows (kv_heads = heads)
-    or one row a head (a decode step, grouped heads too): then each (batch, K/V head) is a sequence of one head,
-    its query heads' rows one after another, read in place (`HeadSequences`); else a batch entry's token rows
-    (`TokenRows`: copies of heads-first tensors)."""
+    contiguous heads-first (Hugging Face's caches): then they are read in place as sequences of one head
+    (`HeadSequences`, `QueryHeadSequences`); else a batch entry's token rows (`TokenRows`: copies of heads-first
+    tensors)."""
     return (all(x.dim() == 4 and x.is_contiguous() for x in (q, k, v)) and k.shape == v.shape
-            and 1 <= k.shape[1] and q.shape[1] % k.shape[1] == 0 and (k.shape[1] == q.shape[1] or q.shape[2] == 1))
+            and 1 <= k.shape[1] and q.shape[1] % k.shape[1] == 0)
 
 
 def packing_of(q, k, v):
-    """How a `token_major` call lays q, k, v out as packed sequences: `HeadSequences` where `heads_as_sequences`,
+    """How a `token_major` call lays q, k, v out as packed sequences: where `heads_as_sequences`, a (batch, K/V
+    head) a sequence (`HeadSequences`: each K/V head's queries one head's rows, kv_heads = heads, or one row a
+    head, a decode step) or a (batch, query head) one (`QueryHeadSequences`: grouped heads of several queries);
     else `TokenRows`."""
-    return (HeadSequences if heads_as_sequences(q, k, v) else TokenRows)(q.shape, k.shape)
+    if not heads_as_sequences(q, k, v):
+        return TokenRows(q.shape, k.shape)
+    grouped_queries = k.shape[1] != q.shape[1] and q.shape[2] > 1
+    return (QueryHeadSequences if grouped_queries else HeadSequences)(q.shape, k.shape)
 
 
 class TokenRows:
@@ -161,6 +165,7 @@ class TokenRows:
     def __init__(self, q_shape, k_shape):
         self.q_shape, self.k_shape = tuple(q_shape), tuple(k_shape)
         self.queries, self.keys = q_shape[2], k_shape[2]
+        self.backward = self  # (the packing the backward runs on)
 
     def rows(self, x):
         return as_token_rows(x)
@@ -196,8 +201,9 @@ class TokenRows:
 
 
 class HeadSequences(TokenRows):
-    """q, k, v [batch, heads, seq, d] (`heads_as_sequences`) as packed sequences of one head, one a (batch, K/V
-    head): its queries the rows of its query heads one after another, [batch x heads x seq, 1, d] read in place;
+    """q, k, v [batch, heads, seq, d] (`heads_as_sequences`, kv_heads = heads or one query a head) as packed
+    sequences of one head, one a (batch, K/V head): its queries the rows of its query heads one after another,
+    [batch x heads x seq, 1, d] read in place;
     O, the log-sum-exp and the gradients contiguous heads-first. Grouped heads come here with one query row a head,
     which sees every key, causal or not: a sequence of several rows is then run without the mask (which would
     hide a sequence's last keys from its first rows)."""
@@ -234,6 +240,31 @@ class HeadSequences(TokenRows):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
+class QueryHeadSequences(HeadSequences):
+    """Contiguous heads-first q, k, v (`heads_as_sequences`) with grouped heads of several queries each: each
+    (batch, query head) a packed sequence of one head, its queries [batch x heads x seq, 1, d] and its K/V
+    head's keys read in place, each sequence followed by an empty one so that the next may start its keys
+    anywhere (`sequence_offsets(gaps=True)`'s form: the query heads of a K/V head read its rows in turn), causal
+    as any sequence of a head's queries; O and the log-sum-exp contiguous heads-first. The backward runs on token
+    rows (`backward`: copies), whose sequences add a K/V head's query heads into its dK and dV (sequences of
+    their own would each write them)."""
+
+    def __init__(self, q_shape, k_shape):
+        super().__init__(q_shape, k_shape)
+        self.queries, self.backward = q_shape[2], TokenRows(q_shape, k_shape)
+
+    def offsets(self, device) -> tuple:
+        batch, heads = self.q_shape[:2]
+        return (sequence_offsets(batch * heads, self.queries, device, gaps=True),
+                _query_head_keys(batch, heads, self.k_shape[1], self.keys, device))
+
+    def causal(self, causal: bool) -> bool:
+        return causal
+
+    def empty_gradients(self, q, k, v) -> tuple:
+        return self.backward.empty_gradients(q, k, v)
+
+
 def kept_per_shape(make, most: int = 256):
     """`make` (device tensors from ints and a device) made once a shape and kept (the first `most` shapes). A
     CUDA graph's capture reads one made before it (its memory written, never freed); one first asked for under a
@@ -262,6 +293,19 @@ def _offsets(batch: int, seq: int, device, gaps: bool):
     if gaps:  # (sequence 2b's first token b x seq, 2b + 1's too)
         return torch.arange(2 * batch + 1, dtype=torch.int32, device=device).add(1).div(2, rounding_mode="floor") * seq
     return torch.arange(batch + 1, dtype=torch.int32, device=device) * seq
+
+
+@kept_per_shape
+def _query_head_keys(batch: int, heads: int, kv_heads: int, seq: int, device):
+    """cu_seqlens_k of `QueryHeadSequences`: (batch b, query head h)'s keys the rows of K/V head h / group of
+    [batch x kv_heads x seq] (its sequence 2 (b heads + h)), each followed by an empty sequence (int32 [2 batch
+    heads + 1])."""
+    import torch
+
+    sequence = torch.arange(batch * heads, device=device)
+    starts = (sequence // heads * kv_heads + sequence % heads // (heads // kv_heads)) * seq
+    ends = torch.stack((starts, starts + seq), 1).flatten()
+    return torch.cat((ends, ends.new_full((1,), batch * kv_heads * seq))).to(torch.int32)
 
 
 def sequence_offsets(batch: int, seq: int, device, *, gaps: bool = False):
