@@ -4,6 +4,7 @@ bottom right, O [tokens, heads, d], the log-sum-exp [heads, tokens]) written out
 offsets and mask a packing gives, and its outputs read back: SDPA's O and log-sum-exp on the tensors as given.
 Skipped without torch."""
 import math
+import re
 
 import pytest
 
@@ -122,3 +123,58 @@ def test_a_kept_step_gives_its_plan_each_calls_rows_in_place_or_as_copies_of_the
         for (address, values), x, kept in zip(read, (q, k, v), in_place):
             assert (address == x.data_ptr()) == kept
             assert torch.equal(values, packing.rows(x).contiguous())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_used_keys_run_the_packed_contract_into_each_sequences_attention_on_its_first_keys(causal):
+    """`kvcache.used_key_offsets` (attention_varlen's seqused_k over contiguous keys): the packed kernels'
+    contract on its offsets gives each sequence's queries attention on the first seqused_k[b] of its keys
+    (clamped to [0, its keys]; causal aligned to the last of them), written out here per sequence; ragged lengths
+    with empty sequences, none used, more used than held and a negative count."""
+    from mlir_tile.kernels.kvcache import used_key_offsets
+
+    generator = torch.Generator().manual_seed(7)
+    lengths_q, lengths_k, used = [3, 0, 5, 1, 4], [6, 2, 5, 0, 9], [4, 2, 9, 0, -3]
+    cu_q, cu_k = (torch.tensor([0, *torch.tensor(x).cumsum(0).tolist()], dtype=torch.int32)
+                  for x in (lengths_q, lengths_k))
+    q = torch.randn(sum(lengths_q), 4, 16, dtype=torch.float64, generator=generator)
+    k, v = (torch.randn(sum(lengths_k), 2, 16, dtype=torch.float64, generator=generator) for _ in range(2))
+    offsets = used_key_offsets(cu_q, cu_k, torch.tensor(used, dtype=torch.int32))
+    assert all(x.dtype == torch.int32 and x.shape == (2 * len(used) + 1,) for x in offsets)
+    o, lse = _packed_attention(q, k, v, *offsets, causal)
+    for b, (len_q, count) in enumerate(zip(lengths_q, used)):
+        count = min(max(count, 0), lengths_k[b])
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b]) + count)
+        wide_k, wide_v = (x[keys].repeat_interleave(2, 1).transpose(0, 1) for x in (k, v))
+        scores = q[rows].transpose(0, 1) @ wide_k.transpose(-1, -2) / 4
+        if causal:
+            scores = scores.masked_fill(torch.arange(count)[None, :] > torch.arange(len_q)[:, None] + count - len_q,
+                                        -math.inf)
+        want = torch.nan_to_num(torch.softmax(scores, -1)) @ wide_v
+        assert torch.allclose(o[rows].transpose(0, 1), want, atol=1e-12)
+        assert torch.equal(torch.isinf(lse[:, rows]), torch.isinf(torch.logsumexp(scores, -1)))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(seqused_k=None), "seqused_k int32 [batch] = [2]"),
+    (dict(seqused_k="int64"), "seqused_k int32 [batch] = [2]"),
+    (dict(cu_seqlens_k="short"), "cu_seqlens_k int32 [batch + 1] = [3] beside seqused_k"),
+    (dict(block_table="table"), "a paged cache (block_table) takes cu_seqlens_k=None"),
+    (dict(cu_seqlens_q="float"), "cu_seqlens_q int32 [batch + 1]")])
+def test_what_a_varlen_call_over_a_cache_does_not_take_is_a_one_line_value_error(change, message):
+    from mlir_tile.kernels.ops import attention_varlen
+
+    q, k = torch.zeros(4, 2, 64, dtype=torch.bfloat16), torch.zeros(6, 2, 64, dtype=torch.bfloat16)
+    arguments = dict(cu_seqlens_q=torch.tensor([0, 1, 4], dtype=torch.int32),
+                     cu_seqlens_k=torch.tensor([0, 3, 6], dtype=torch.int32),
+                     seqused_k=torch.tensor([2, 3], dtype=torch.int32), block_table=None)
+    values = {"int64": torch.tensor([2, 3]), "short": torch.tensor([0, 6], dtype=torch.int32),
+              "table": torch.zeros(2, 1, dtype=torch.int32), "float": torch.tensor([0.0, 1.0, 4.0])}
+    arguments.update({name: values.get(value, value) for name, value in change.items()})
+    if change == dict(seqused_k=None):
+        arguments["block_table"] = values["table"]
+        arguments["cu_seqlens_k"] = None
+    with pytest.raises(ValueError, match=re.escape(message)) as raised:
+        attention_varlen(q, k, k, arguments["cu_seqlens_q"], arguments["cu_seqlens_k"], 3, 3,
+                         seqused_k=arguments["seqused_k"], block_table=arguments["block_table"])
+    assert "\n" not in str(raised.value)

@@ -100,6 +100,64 @@ def test_queries_against_random_paged_caches_match_fp32_attention_and_the_append
     assert not failures, failures[:5]
 
 
+def test_varlen_queries_over_used_keys_and_paged_pools_match_fp32_attention():
+    """`attention_varlen` over a KV cache (vLLM's mixed batch: prefill chunks and decode steps of ragged lengths in
+    one call): each sequence's queries (0, 1 or several) against the first seqused_k[b] of its keys (0, 1, all,
+    more than held, negative), contiguous (cu_seqlens_k, `kvcache.used_key_offsets`) and paged (shuffled tables,
+    pages of 16 to 256), within twice the error of torch's own 16-bit SDPA, rows that see no key O 0 and
+    log-sum-exp -inf, the paged call bit for bit the contiguous one on the same keys; 24 random cases."""
+    from mlir_tile.kernels import attention_varlen
+    from test_attention_varlen_gpu import _sequence_attention, _visible
+
+    rng, failures = random.Random(63), []
+    for trial in range(24):
+        batch, heads, d, dtype = rng.randint(1, 5), rng.choice([2, 4, 8]), (64, 128, 256)[trial % 3], torch.bfloat16
+        kv_heads, causal, page_size = rng.choice([1, 2]), trial % 4 != 3, rng.choice([16, 64, 256])
+        per_sequence = rng.randint(1, 4)
+        held = [rng.randint(0, per_sequence * page_size) for _ in range(batch)]
+        used = [rng.choice([0, 1, n, n + 5, -2, rng.randint(0, n)]) for n in held]
+        lengths_q = [rng.choice([0, 1, 1, 7, 130]) for _ in range(batch)]
+        cu_q, cu_k = ([0, *(sum(x[:i + 1]) for i in range(batch))] for x in (lengths_q, held))
+        q = torch.randn(cu_q[-1], heads, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(cu_k[-1], kv_heads, d, device="cuda", dtype=dtype) for _ in range(2))
+        order = rng.sample(range(batch * per_sequence), batch * per_sequence) if trial % 2 else list(
+            range(batch * per_sequence))  # (shuffled pages, or each sequence's in order)
+        table = [order[b * per_sequence:(b + 1) * per_sequence] for b in range(batch)]
+        pools = [torch.zeros(batch * per_sequence, page_size, kv_heads, d, device="cuda", dtype=dtype) for _ in "kv"]
+        for b in range(batch):
+            for pool, x in zip(pools, (k, v)):
+                pool.view(-1, kv_heads, d)[[page * page_size + i for page in table[b] for i in range(page_size)]
+                                           [:held[b]]] = x[cu_k[b]:cu_k[b + 1]]
+        as_int = lambda values: torch.tensor(values, dtype=torch.int32, device="cuda")  # noqa: E731
+        with torch.no_grad():
+            o, lse = attention_varlen(q, k, v, as_int(cu_q), as_int(cu_k), max(lengths_q), max(held), causal=causal,
+                                      seqused_k=as_int(used))
+            paged = attention_varlen(q, *pools, as_int(cu_q), None, max(lengths_q), 0, causal=causal,
+                                     seqused_k=as_int(used), block_table=as_int(table))
+        if not (torch.equal(o, paged[0]) and torch.equal(lse, paged[1])):
+            failures.append((trial, "paged not the contiguous call's bits"))
+        for b in range(batch):
+            rows, count = slice(cu_q[b], cu_q[b + 1]), min(max(used[b], 0), held[b])
+            if not lengths_q[b]:
+                continue
+            seen = _visible(lengths_q[b], count, causal)
+            sees = seen.any(1)
+            if not sees.all() and (o[rows][~sees].abs().max() != 0 or not torch.isneginf(lse[:, rows][:, ~sees]).all()):
+                failures.append((trial, b, "rows seeing no key"))
+            if not sees.any():
+                continue
+            parts = (q[rows], k[cu_k[b]:cu_k[b] + count], v[cu_k[b]:cu_k[b] + count])
+            exact, exact_lse = _sequence_attention(*parts, seen)
+            theirs = _sequence_attention(*parts, seen, dtype).float()
+            bound = 2 * float((theirs - exact)[sees].abs().max()) + 4 * torch.finfo(dtype).eps * float(
+                exact.abs().max())
+            if float((o[rows].float() - exact)[sees].abs().max()) > bound or float(
+                    (lse[:, rows][:, sees] - exact_lse[:, sees]).abs().max()) > 1e-3 * max(1.0, float(
+                    exact_lse.abs().max())):
+                failures.append((trial, b, "attention", lengths_q[b], count, causal))
+    assert not failures, failures[:5]
+
+
 def test_a_decode_step_over_long_caches_is_split_among_many_ctas_and_combined():
     """Few CTAs (2 sequences x 2 K/V heads) over caches of up to 9,000 keys: split-KV (`packed.kv_splits`: 32
     splits of 3 key tiles, most of the short sequence's empty) and its combine, paged and not, against fp32

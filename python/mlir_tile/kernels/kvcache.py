@@ -19,7 +19,7 @@ from mlir_tile.kernels.common import Plans
 from mlir_tile.kernels.flash.packed import checked_paged, descale_addresses, token_rows
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
-from mlir_tile.kernels.registry import kernels_on, plain_call, register_operator
+from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
 from mlir_tile.runtime import torch_stream
 
 
@@ -96,6 +96,66 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 
 _steps = Plans(kept=1024)  # the eager decode steps (`_EagerStep`) by `_step_key`
+
+
+def varlen_over_cache(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, seqused_k,
+                      block_table, causal: bool, variant=None, operands=()):
+    """`ops.attention_varlen` over a KV cache, as FlashAttention-3's and vLLM's varlen calls take one (a batch of
+    prefill chunks and decode steps in one call): sequence b's keys the first seqused_k[b] (int32 [batch] on the
+    device, clamped to what the sequence holds) of its rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v
+    [total_k, kv_heads, d], or with `block_table` (cu_seqlens_k None) of its pages, k and v pools [pages,
+    page_size, kv_heads, d] (`attention_paged`; max_seqlen_k unused: the table bounds the keys). Causal aligned
+    to each sequence's last used key. No backward. ValueError in one line for what it does not take."""
+    _checked_varlen_cache(q, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table)
+    if block_table is not None:
+        seq_cache = k.shape[1] * block_table.shape[1] if k.dim() == 4 else 0
+        lengths, keys = seqused_k.clamp(0, seq_cache), seq_cache
+        offsets_q = cu_seqlens_q
+    else:
+        (offsets_q, lengths), keys = used_key_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k), max_seqlen_k
+    if variant is not None:
+        return variant_ops.packed(q, k, v, offsets_q, lengths, block_table, max_seqlen_q, keys, bool(causal),
+                                  variant, operands, gaps=block_table is None)
+    plain = plain_call(q, k, v, cu_seqlens_q, lengths, block_table)
+    if block_table is not None:
+        paged = _attention_paged if plain else torch.ops.mlir_tile.attention_paged
+        return paged(q, k, v, offsets_q, lengths, block_table, max_seqlen_q, bool(causal), [])
+    cached = _attention_cached if plain else torch.ops.mlir_tile.attention_cached
+    return cached(q, k, v, offsets_q, lengths, max_seqlen_q, keys, bool(causal), [])
+
+
+def used_key_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k) -> tuple:
+    """(cu_seqlens_q, cu_seqlens_k) of the packed kernels, int32 [2 batch + 1], for sequence b's queries
+    against the first seqused_k[b] (clamped to [0, its keys]) of its keys: sequence 2b those, 2b + 1 no query and
+    the keys past them (`sequence_offsets(gaps=True)`'s form, as a cache's `cache_offsets`)."""
+    starts, ends = cu_seqlens_k[:-1], cu_seqlens_k[1:]
+    used = torch.minimum(seqused_k.clamp(min=0), ends - starts)
+    return (torch.cat((torch.stack((cu_seqlens_q[:-1], cu_seqlens_q[1:]), 1).flatten(), cu_seqlens_q[-1:])),
+            torch.cat((torch.stack((starts, starts + used), 1).flatten(), cu_seqlens_k[-1:])))
+
+
+def _checked_varlen_cache(q, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table) -> None:
+    """`varlen_over_cache`'s offsets and used lengths checked before torch's ops read them (the kernels' own
+    checks follow); ValueError in one line otherwise."""
+    def offsets(x) -> bool:
+        return isinstance(x, torch.Tensor) and x.dtype == torch.int32 and x.dim() == 1 and x.shape[0] >= 2
+    if not offsets(cu_seqlens_q):
+        raise ValueError(f"attention_varlen: cu_seqlens_q int32 [batch + 1] (batch >= 1), got "
+                         f"{_described(cu_seqlens_q)}")
+    batch = cu_seqlens_q.shape[0] - 1
+    if block_table is None and not (offsets(cu_seqlens_k) and cu_seqlens_k.shape == cu_seqlens_q.shape):
+        raise ValueError(f"attention_varlen: cu_seqlens_k int32 [batch + 1] = [{batch + 1}] beside seqused_k, got "
+                         f"{_described(cu_seqlens_k)}")
+    if block_table is not None and cu_seqlens_k is not None:
+        raise ValueError("attention_varlen: a paged cache (block_table) takes cu_seqlens_k=None, its keys "
+                         "seqused_k's on the table's pages")
+    if not (isinstance(seqused_k, torch.Tensor) and seqused_k.dtype == torch.int32
+            and tuple(seqused_k.shape) == (batch,) and seqused_k.device == q.device):
+        raise ValueError(f"attention_varlen: seqused_k int32 [batch] = [{batch}] on q's device {q.device}"
+                         f"{' (a paged cache takes it)' if block_table is not None else ''}, got "
+                         f"{_described(seqused_k)}")
+    if any(x is not None and x.device != q.device for x in (cu_seqlens_q, cu_seqlens_k)):
+        raise ValueError(f"attention_varlen: cu_seqlens_q and cu_seqlens_k on q's device {q.device}")
 
 
 def _step_key(q, k_cache, v_cache, cache_seqlens, block_table, descales, causal) -> tuple:
@@ -313,7 +373,9 @@ def _attention_paged_fake(q, k_pool, v_pool, cu_seqlens_q, cache_lengths, block_
     return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-register_operator("attention_paged", _attention_paged, fake=_attention_paged_fake)
+_NO_BACKWARD = ("attention over a KV cache (attention_with_kvcache, attention_varlen's seqused_k and block_table) "
+                "has no backward; call it under torch.no_grad()")
+register_operator("attention_paged", _attention_paged, fake=_attention_paged_fake, backward=no_backward(_NO_BACKWARD))
 
 
 def _attention_cached(q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -331,7 +393,8 @@ def _attention_cached_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_se
     return _attention_paged_fake(q, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, causal, descales)
 
 
-register_operator("attention_cached", _attention_cached, fake=_attention_cached_fake)
+register_operator("attention_cached", _attention_cached, fake=_attention_cached_fake,
+                  backward=no_backward(_NO_BACKWARD))
 
 
 def _described(x) -> str:

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from mlir_tile.kernels import common, epilogues, registry, variant_ops
+from mlir_tile.kernels import common, epilogues, kvcache, registry, variant_ops
 from mlir_tile.kernels.flash import launch as flash_launch
 from mlir_tile.kernels.gemm.hopper_ops import kernel_scales, precise_of, scaling_of
 from mlir_tile.kernels.library import KernelNotAvailable, compiler_installed
@@ -94,7 +94,7 @@ def attention(q, k, v, *, causal=False, descale_q=None, descale_k=None, descale_
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, variant=None,
-                     operands=()):
+                     operands=(), seqused_k=None, block_table=None):
     """(o, lse) of packed sequences (FlashAttention's `flash_attn_varlen_func` convention; Hopper, sm_90): q
     [total_q, heads, d], k and v [total_k, kv_heads, d] (kv_heads dividing heads), sequence b's queries rows
     cu_seqlens_q[b] to cu_seqlens_q[b + 1] and its keys rows cu_seqlens_k[b] to cu_seqlens_k[b + 1] (int32
@@ -106,10 +106,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     head's [heads] or [batch, heads]), `query` in its functions query i's position i + len_k - len_q among its
     sequence's keys and `seq` its keys, the keys' rules checked at max_seqlen_k and below; differentiable where the
     variant trains (masks, score steps with their score_gradient, sinks given as an operand), with keys not causal
-    and not deterministic."""
+    and not deterministic. Over a KV cache (FlashAttention-3's and vLLM's varlen calls, a batch of prefill chunks
+    and decode steps in one; no backward): `seqused_k` (int32 [batch]) each sequence's keys the first seqused_k[b]
+    of its own, and with `block_table` (int32 [batch, pages_per_sequence], cu_seqlens_k None) k and v pools
+    [pages, page_size, kv_heads, d], sequence b's key i on page block_table[b, i / page_size]
+    (`kvcache.varlen_over_cache`); causal then aligned to each sequence's last used key."""
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
+    if seqused_k is not None or block_table is not None:
+        return kvcache.varlen_over_cache(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                         block_table, causal, variant, operands)
     if variant is not None or operands:
         if variant is None:
             raise ValueError("attention_varlen: operands are a variant's")
