@@ -4,6 +4,7 @@ same caches in fp8 e4m3 with per-tensor descales, contiguous and in pages of 16 
 SDPA (`enable_gqa`, its fused kernels) on the same keys as [batch, 8, seq, 128], on the GPU host:
 
     PYTHONPATH=python python3 benchmarks/decode_attention.py
+    PYTHONPATH=python python3 benchmarks/decode_attention.py --timeline   # where a step's time goes, kernel by kernel
 
 Each call reads the caches' keys and values once: GB/s are those bytes over the median time of 50 calls back to
 back (samples in shuffled rounds, 10 rounds), against HBM's peak (H100 3,350 GB/s, H200 4,800); issued eagerly
@@ -106,5 +107,35 @@ def captured(call):
     return graph.replay
 
 
+def timeline() -> None:
+    """Each case's CUDA graph of CALLS calls replayed once under torch.profiler: a step's time, each kernel's
+    median duration and the median gap between one kernel's end and the next's start (launch and prologue
+    costs that a graph does not hide: split-KV's combine, and each step's first kernel after the last)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, call, _ in cases():
+        call()
+        replay = captured(call)
+        replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+            replay()
+            torch.cuda.synchronize()
+        kernels = sorted((e for e in profiled.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                         key=lambda e: e.time_range.start)
+        durations = {}
+        for e in kernels:
+            durations.setdefault(e.name[:48], []).append(e.time_range.elapsed_us())
+        gaps = [after.time_range.start - before.time_range.end for before, after in zip(kernels, kernels[1:])]
+        step = (kernels[-1].time_range.end - kernels[0].time_range.start) / CALLS
+        print(f"{name}: {step:.1f} us a step, gaps {statistics.median(gaps):.2f} us; " + ", ".join(
+            f"{kernel} {statistics.median(d):.2f} us" for kernel, d in durations.items()), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--timeline" in sys.argv[1:]:
+        timeline()
+    else:
+        main()

@@ -5,6 +5,7 @@ what sets the pace. In one process on the GPU host.
     python3 benchmarks/host_time.py OUT     # OUT/host_time.json: microseconds of host time a call, per case
     python3 benchmarks/host_time.py OUT --profile  # and where an operator call's host time goes (cProfile)
     python3 benchmarks/host_time.py OUT --case decode  # the cases whose names hold "decode" alone
+    python3 benchmarks/host_time.py OUT --trace    # and torch.profiler's table of each call (ops, driver calls)
 
 A figure: CALLS calls issued back to back (the GPU is idle between them, not the host), the wall time until the
 last returned (no synchronization) over CALLS; the median of ROUNDS rounds, the calls of a case taking turns.
@@ -131,7 +132,24 @@ def profile(calls: dict) -> str:
     return report.getvalue()
 
 
-def main(out: Path, profiled: bool = False, case: str = "") -> int:
+def traced(calls: dict) -> str:
+    """torch.profiler's table of 50 calls of each of our calls (CPU and CUDA: torch's ops, the driver's launches
+    and copies, by their own host time), where cProfile sees only the Python."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tables = []
+    for who, call in calls.items():
+        if who != "torch" and "graph" not in who:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+                for _ in range(50):
+                    call()
+                torch.cuda.synchronize()
+            tables.append(f"--- {who}\n" + profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=16,
+                                                                         max_name_column_width=48))
+    return "\n".join(tables)
+
+
+def main(out: Path, profiled: bool = False, case: str = "", trace: bool = False) -> int:
     results = []
     for name, calls in cases():
         if case not in name:
@@ -146,6 +164,8 @@ def main(out: Path, profiled: bool = False, case: str = "") -> int:
         print(json.dumps(row), flush=True)
         if profiled:
             print(profile(calls), flush=True)
+        if trace:
+            print(traced(calls), flush=True)
         results.append(row)
     out.mkdir(parents=True, exist_ok=True)
     (out / "host_time.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -158,5 +178,6 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path, help="the folder host_time.json goes to")
     parser.add_argument("--profile", action="store_true", help="and where each of our calls' host time goes")
     parser.add_argument("--case", default="", help="only the cases whose names hold this")
+    parser.add_argument("--trace", action="store_true", help="and torch.profiler's table of each of our calls")
     arguments = parser.parse_args()
-    sys.exit(main(arguments.out, arguments.profile, arguments.case))
+    sys.exit(main(arguments.out, arguments.profile, arguments.case, arguments.trace))
