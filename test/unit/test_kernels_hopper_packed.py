@@ -4,6 +4,7 @@ ptxas; the GPU half: test_attention_varlen_gpu.py, test_attention_kvcache_gpu.py
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -127,8 +128,10 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     CTAs leave most idle, two key tiles a split at least, at most MAX_SPLITS, none where the CTAs fill them or the
     keys are few; the split
     kernel takes block b as split b mod splits of item b / splits and stores its rows' O and log-sum-exp in fp32
-    (no 16-bit O); the combine reads each split's log-sum-exp twice (the largest, then the weights) and its O by
-    16-byte loads, and stores 16-byte rows of O; the ships hold the split kernels and the combines."""
+    (no 16-bit O), and lets its dependent start as it begins (`launch_dependents`); the combine, that dependent,
+    waits for it before its first read (`griddepcontrol.wait`), reads each split's log-sum-exp twice (the
+    largest, then the weights) and its O by 16-byte loads, and stores 16-byte rows of O; the ships hold the split
+    kernels and the combines."""
     from mlir_tile.kernels.flash import combine
     from mlir_tile.kernels.flash.packed import MAX_SPLITS, kv_splits, packed_config
 
@@ -141,12 +144,16 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     ptx = _ptx(config)
     # (O's fp32 pairs by 8-byte stores, where the packed kernel's 16-bit pairs take 4; the two rows' lse)
     assert ptx.count("st.global.v2.b32") == 128 // 4 and ptx.count("st.global.b32") == 2
+    assert ptx.count("griddepcontrol.launch_dependents;") == 1 and "griddepcontrol.wait" not in ptx
+    assert "griddepcontrol" not in _ptx(replace(config, split_kv=False))
     from conftest import shared_ptx
 
     summing = combine.CombineConfig(128, "bf16")
     summed = shared_ptx(str(summing), lambda: combine.build_module(summing))
     filecheck(summed, """
     CHECK: .entry attention_combine(
+    CHECK-NOT: ld.global
+    CHECK: griddepcontrol.wait;
     CHECK: ld.global.b32
     CHECK: max{{.*}}.f32
     CHECK: ld.global.b32

@@ -133,7 +133,25 @@ def test_a_cluster_launch_counts_its_grid_in_blocks_and_refuses_a_partial_cluste
 
     shape = _launch_shape((8, 2), 384, 1024, cluster=2)
     assert (shape.grid, shape.block, shape.shared_bytes) == ((8, 2, 1), (384, 1, 1), 1024)
-    assert (shape.clustered.gridDimX, shape.clustered.attrs[0].value.clusterDim.x) == (8, 2)
-    assert _launch_shape(5, 128, 0).clustered is None
+    assert (shape.extended.gridDimX, shape.extended.attrs[0].value.clusterDim.x) == (8, 2)
+    assert _launch_shape(5, 128, 0).extended is None
     with pytest.raises(ValueError, match=r"a grid of \(5, 1, 1\) blocks is no whole number of clusters of \(2, 1, 1\)"):
         _launch_shape(5, 128, 0, cluster=2)
+
+
+def test_a_dependent_launch_carries_programmatic_stream_serialization_beside_a_cluster(monkeypatch):
+    """`prepare(..., dependent=True)`'s shape: cuLaunchKernelEx's config with the programmatic stream serialization
+    attribute (after the cluster's where there is one), none where `DEPENDENT_LAUNCHES` is off."""
+    import mlir_tile.runtime as runtime
+    from mlir_tile.runtime import _driver, _launch_shape
+
+    ids = _driver().CUlaunchAttributeID
+    shape = _launch_shape(6, 256, 0, dependent=True)
+    assert shape.extended.numAttrs == 1 and shape.extended.gridDimX == 6
+    assert shape.extended.attrs[0].id == ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert shape.extended.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    both = _launch_shape(8, 384, 0, cluster=2, dependent=True).extended
+    assert [a.id for a in both.attrs] == [ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                          ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    monkeypatch.setattr(runtime, "DEPENDENT_LAUNCHES", False)
+    assert _launch_shape(6, 256, 0, dependent=True).extended is None

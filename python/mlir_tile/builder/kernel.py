@@ -23,6 +23,7 @@ from mlir_tile.builder.tensor import Tensors
 from mlir_tile.builder import asynchrony
 from mlir_tile.builder.asynchrony import WgmmaGroups
 from mlir_tile.builder.cluster import Clusters
+from mlir_tile.builder.grids import GridDependencies
 from mlir_tile.builder.integers import Int, with_operators
 from mlir_tile.builder.warpgroup import Warpgroups
 from mlir_tile.analysis.adapter import transfer_ops, transfer_verdict
@@ -114,7 +115,7 @@ def _building(method):
     return call
 
 
-class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
+class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters, GridDependencies):
     """A module with one `gpu.module` holding one `gpu.func` kernel, built inside a `with` block.
 
     Arguments are types, their text, or `Global(element, alignment)` arrays; static memrefs and Globals are
@@ -409,7 +410,7 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters):
 def _check_every_public_call(kernel: type) -> None:
     """Every public method of the kernel and its mixins, wrapped by `_building`: one place checks them all,
     a method added later included."""
-    for part in (Memory, Copies, Compute, Tensors, Warpgroups, Clusters, kernel):
+    for part in (Memory, Copies, Compute, Tensors, Warpgroups, Clusters, GridDependencies, kernel):
         for name, method in list(vars(part).items()):
             if not name.startswith("_") and callable(method) and not isinstance(method, type):
                 setattr(kernel, name, _building(method))

@@ -127,6 +127,8 @@ def nvvm_requirement(op_name: str, shape: str | None = None, element: str | None
         return Requirement(op_name.removeprefix("nvvm."), 90, 80)
     if op_name in _CLUSTER_OPS:
         return Requirement(op_name.removeprefix("nvvm."), 90, 78)
+    if op_name == "nvvm.griddepcontrol":  # (programmatic dependent launch)
+        return Requirement("griddepcontrol", 90, 78)
     if op_name == "nvvm.setmaxregister":
         return Requirement("setmaxnreg", 90, 80, specific=True)
     if op_name.startswith("nvvm.wgmma"):

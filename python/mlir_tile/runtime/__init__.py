@@ -262,33 +262,46 @@ class TensorMapValue(ctypes.c_ubyte * 128):
 
 @dataclass(frozen=True)
 class _Shape:
-    """A launch's grid and block (x, y, z), dynamic shared bytes and, for a cluster launch, the driver's
-    CUlaunchConfig with the cluster's dimensions (its stream set at each launch)."""
+    """A launch's grid and block (x, y, z), dynamic shared bytes and, for a cluster's or a dependent's launch,
+    the driver's CUlaunchConfig with its attributes (its stream set at each launch)."""
     grid: tuple
     block: tuple
     shared_bytes: int
-    clustered: object = None
+    extended: object = None
 
 
-def _launch_shape(grid, block, shared_bytes: int, cluster=None) -> _Shape:
+# Whether `prepare(..., dependent=True)` launches as the dependent of the kernel before it (a switch for measuring
+# with and without; set before the launches are prepared)
+DEPENDENT_LAUNCHES = True
+
+
+def _launch_shape(grid, block, shared_bytes: int, cluster=None, dependent: bool = False) -> _Shape:
     """The launch shape of `grid` blocks of `block` threads; with `cluster` (CTAs a cluster, dividing the grid
-    along each dimension) a CUlaunchConfig carrying the cluster dimension."""
+    along each dimension) or `dependent` (programmatic stream serialization: the kernel may start before the one
+    before it on its stream ends, and waits for it at `griddepcontrol.wait`, `Kernel.wait_for_prerequisites`) a
+    CUlaunchConfig carrying those attributes."""
     grid3, block3 = (tuple(v) + (1,) * (3 - len(v)) if isinstance(v, (tuple, list)) else (v, 1, 1)
                      for v in (grid, block))
-    if cluster is None:
+    dependent = dependent and DEPENDENT_LAUNCHES
+    if cluster is None and not dependent:
         return _Shape(grid3, block3, shared_bytes)
-    cluster3 = tuple(cluster) + (1,) * (3 - len(cluster)) if isinstance(cluster, (tuple, list)) else (cluster, 1, 1)
-    if any(g % c for g, c in zip(grid3, cluster3)):
-        raise ValueError(f"launch: a grid of {grid3} blocks is no whole number of clusters of {cluster3}")
-    driver = _driver()
+    driver, attributes = _driver(), []
+    if cluster is not None:
+        cluster3 = tuple(cluster) + (1,) * (3 - len(cluster)) if isinstance(cluster, (tuple, list)) else (cluster, 1, 1)
+        if any(g % c for g, c in zip(grid3, cluster3)):
+            raise ValueError(f"launch: a grid of {grid3} blocks is no whole number of clusters of {cluster3}")
+        attributes.append(driver.CUlaunchAttribute())
+        attributes[-1].id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attributes[-1].value.clusterDim.x, attributes[-1].value.clusterDim.y, attributes[-1].value.clusterDim.z = cluster3
+    if dependent:
+        attributes.append(driver.CUlaunchAttribute())
+        attributes[-1].id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attributes[-1].value.programmaticStreamSerializationAllowed = 1
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid3
     config.blockDimX, config.blockDimY, config.blockDimZ = block3
     config.sharedMemBytes = shared_bytes
-    attribute = driver.CUlaunchAttribute()
-    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster3
-    config.attrs, config.numAttrs = [attribute], 1
+    config.attrs, config.numAttrs = attributes, len(attributes)
     return _Shape(grid3, block3, shared_bytes, config)
 
 
@@ -302,20 +315,20 @@ def _driver_library():
     return library
 
 
-_CLUSTERED = threading.Lock()  # (a cluster launch's CUlaunchConfig is shared: its stream set, then launched)
+_EXTENDED = threading.Lock()  # (an extended launch's CUlaunchConfig is shared: its stream set, then launched)
 INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT: the calling thread has no current context yet
 
 
 def _launch(kernel: int, shape: _Shape, stream: int, pointers) -> int:
-    """cuLaunchKernel (cuLaunchKernelEx for a cluster) of `kernel` (a CUkernel's handle) on stream handle
-    `stream`, `pointers` the addresses of its parameters' values (a ctypes array), which the driver copies at
-    the launch; the driver's CUresult."""
+    """cuLaunchKernel (cuLaunchKernelEx for a cluster's or a dependent's launch) of `kernel` (a CUkernel's handle)
+    on stream handle `stream`, `pointers` the addresses of its parameters' values (a ctypes array), which the
+    driver copies at the launch; the driver's CUresult."""
     library = _driver_library()
-    if shape.clustered is None:
+    if shape.extended is None:
         return library.cuLaunchKernel(kernel, *shape.grid, *shape.block, shape.shared_bytes, stream, pointers, None)
-    with _CLUSTERED:
-        shape.clustered.hStream = stream
-        return library.cuLaunchKernelEx(shape.clustered.getPtr(), kernel, pointers, None)
+    with _EXTENDED:
+        shape.extended.hStream = stream
+        return library.cuLaunchKernelEx(shape.extended.getPtr(), kernel, pointers, None)
 
 
 def _launched(runtime: "Runtime", kernel: int, shape: _Shape, stream: int, pointers) -> None:
@@ -506,23 +519,27 @@ class LoadedModule:
                 buffer.close()
 
     def prepare(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,
-                cluster=None) -> Launch:
+                cluster=None, dependent: bool = False) -> Launch:
         """`kernel_name`'s launch prepared once (`Launch`): `arguments` as `launch` takes them (no numpy arrays),
-        with a `Slot` (`POINTER`, `TENSOR_MAP`, `Slot(ctypes.c_float)`, ...) for each value given at every call."""
+        with a `Slot` (`POINTER`, `TENSOR_MAP`, `Slot(ctypes.c_float)`, ...) for each value given at every call.
+        `dependent`: launched as the dependent of the kernel before it on its stream (`_launch_shape`; the kernel
+        waits for that one before it reads what it wrote, `Kernel.wait_for_prerequisites`)."""
         self.runtime.on_this_thread()
-        return Launch(self, kernel_name, arguments, self._config(kernel_name, grid, block, shared_bytes, cluster))
+        return Launch(self, kernel_name, arguments, self._config(kernel_name, grid, block, shared_bytes, cluster,
+                                                                 dependent))
 
-    def _config(self, kernel_name: str, grid, block, shared_bytes: int, cluster=None) -> _Shape:
+    def _config(self, kernel_name: str, grid, block, shared_bytes: int, cluster=None, dependent: bool = False) -> _Shape:
         """The launch shape (`_launch_shape`), made (and the kernel's dynamic shared memory allowed) once."""
+        dependent = dependent and DEPENDENT_LAUNCHES
         try:
-            key = (kernel_name, grid, block, shared_bytes, cluster)
+            key = (kernel_name, grid, block, shared_bytes, cluster, dependent)
             config = self._configs.get(key)
         except TypeError:  # a list
-            key = (kernel_name, str(grid), str(block), shared_bytes, str(cluster))
+            key = (kernel_name, str(grid), str(block), shared_bytes, str(cluster), dependent)
             config = self._configs.get(key)
         if config is None:
             self.runtime.allow_dynamic_shared(self.kernel(kernel_name), shared_bytes)
-            config = self._configs[key] = _launch_shape(grid, block, shared_bytes, cluster)
+            config = self._configs[key] = _launch_shape(grid, block, shared_bytes, cluster, dependent)
         return config
 
     def time(self, kernel_name: str, arguments: Sequence, *, grid=1, block=32, shared_bytes: int = 0,

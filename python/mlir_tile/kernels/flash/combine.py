@@ -9,7 +9,9 @@ fp32 elements each; a CTA of 256 threads takes 256 / (d / 8) rows.
 
 Kernel parameters: `attention_combine(o_splits, lse_splits, o, lse, splits, tokens, heads)`: o_splits fp32
 [splits, tokens, heads, d], lse_splits fp32 [splits, heads, tokens], O 16-bit [tokens, heads, d], lse fp32
-[heads, tokens]. Grid `CombineConfig.grid(tokens x heads)`, block `THREADS`.
+[heads, tokens]. Grid `CombineConfig.grid(tokens x heads)`, block `THREADS`. Launched as the dependent of the
+split kernel (`prepare(..., dependent=True)`), which lets it start as its CTAs begin (`launch_dependents`): its
+launch and its rows' addresses run under the splits' work, its reads after `wait_for_prerequisites`.
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def _combine(k, config: CombineConfig, o_splits, lse_splits, o, lse, splits, tok
 
     def lse_of(split):
         return k.load(lse_splits, [(split * heads + head) * tokens + token])
+    k.wait_for_prerequisites()  # (launched as the split kernel's dependent: its partials written and visible)
     with k.loop(0, splits, carried=[k.constant(float("-inf"), "f32")]) as it:
         it.next(arith.maximumf(it.values[0], lse_of(it.index)))
     largest = it.results[0]

@@ -226,6 +226,8 @@ class _HopperAttention(OnlineSoftmax, Epilogue, PackedItems):
 
     def build(self) -> None:
         k, config = self.k, self.config
+        if config.split_kv:  # (the combine, launched as this kernel's dependent, may start; it waits for this one)
+            k.launch_dependents()
         with k.role(self.warpgroup, "producer", config.producer_registers):
             if config.fp8:
                 self.produce_transposed()
