@@ -290,13 +290,15 @@ def _launch_shape(grid, block, shared_bytes: int, cluster=None, dependent: bool 
         cluster3 = tuple(cluster) + (1,) * (3 - len(cluster)) if isinstance(cluster, (tuple, list)) else (cluster, 1, 1)
         if any(g % c for g, c in zip(grid3, cluster3)):
             raise ValueError(f"launch: a grid of {grid3} blocks is no whole number of clusters of {cluster3}")
-        attributes.append(driver.CUlaunchAttribute())
-        attributes[-1].id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attributes[-1].value.clusterDim.x, attributes[-1].value.clusterDim.y, attributes[-1].value.clusterDim.z = cluster3
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster3
+        attributes.append(attribute)
     if dependent:
-        attributes.append(driver.CUlaunchAttribute())
-        attributes[-1].id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attributes[-1].value.programmaticStreamSerializationAllowed = 1
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        attributes.append(attribute)
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid3
     config.blockDimX, config.blockDimY, config.blockDimZ = block3
@@ -528,7 +530,8 @@ class LoadedModule:
         return Launch(self, kernel_name, arguments, self._config(kernel_name, grid, block, shared_bytes, cluster,
                                                                  dependent))
 
-    def _config(self, kernel_name: str, grid, block, shared_bytes: int, cluster=None, dependent: bool = False) -> _Shape:
+    def _config(self, kernel_name: str, grid, block, shared_bytes: int, cluster=None,
+                dependent: bool = False) -> _Shape:
         """The launch shape (`_launch_shape`), made (and the kernel's dynamic shared memory allowed) once."""
         dependent = dependent and DEPENDENT_LAUNCHES
         try:
