@@ -182,6 +182,34 @@ def test_repeated_decode_steps_run_their_kept_launch_on_new_lengths_and_values()
     assert not failures, failures[:5]
 
 
+def test_a_decode_step_launches_its_kernels_alone():
+    """A kept decode step on a contiguous cache of a multiple of 64 rows (run on the paged kernels, each entry a page:
+    `kvcache._entries_as_pages`) and on a paged one launches the split kernel and its combine and nothing else
+    (no torch op for the lengths or the offsets: the kernels clamp the lengths), lengths as a tensor or an int;
+    its O is, within bf16's rounding, the same keys' through the contiguous form (a cache of 3,000 rows, which is
+    not a multiple of 64)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mlir_tile.kernels import attention_with_kvcache
+
+    q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    caches = [torch.randn(1, 4096, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    pools = [x.view(64, 64, 8, 128) for x in caches]
+    table = torch.arange(64, dtype=torch.int32, device="cuda").view(1, 64)
+    for lengths in (torch.tensor([3000], dtype=torch.int32, device="cuda"), 3000):
+        for given, block_table in ((caches, None), (pools, table)):
+            for _ in range(2):  # (the second runs the kept step)
+                attention_with_kvcache(q, *given, lengths, block_table=block_table)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+                o, _ = attention_with_kvcache(q, *given, lengths, block_table=block_table)
+                torch.cuda.synchronize()
+            kernels = [e.name for e in profiled.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            assert len(kernels) == 2 and all(name.startswith("attention") for name in kernels), kernels
+    unpaged = attention_with_kvcache(q, *(x[:, :3000].contiguous() for x in caches), 3000)[0]  # (3,000 rows)
+    assert (o.float() - unpaged.float()).abs().max() < 2e-2
+
+
 def test_empty_batches_queries_caches_and_negative_lengths():
     from mlir_tile.kernels import attention_with_kvcache
 

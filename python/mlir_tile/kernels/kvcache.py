@@ -49,6 +49,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
     if fp8 and any(x is None for x in descales):
         raise ValueError("attention_with_kvcache: float8_e4m3fn q and caches take descale_q, descale_k and descale_v")
+    if block_table is None and _entries_as_pages(q, k_cache, v_cache):  # (the paged kernels: no offsets to make)
+        block_table = _entry_table(k_cache.shape[0], q.device)
     plain = plain_call(q, k_cache, v_cache, k_new, v_new, block_table, *descales)
     eager = plain and variant is None and not operands and k_new is None and v_new is None
     if eager:
@@ -58,8 +60,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             return step(q, k_cache, v_cache, cache_seqlens, block_table, descales)
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
-    # (before the append: a negative length would index from the end)
-    lengths = _clamped_lengths(cache_seqlens, batch, seq_cache, q.device)
+    # (clamped before an append, where a negative length would index from the end, and for a contiguous cache's
+    # offsets; the paged kernels clamp them themselves)
+    clamped = k_new is not None or block_table is None
+    lengths = (_clamped_lengths if clamped else _given_lengths)(cache_seqlens, batch, seq_cache, q.device)
     if not batch:  # (torch's: empty results)
         return q.new_empty(q.shape, dtype=_output(q)), q.new_empty((0, heads, seq_q), dtype=torch.float32)
     scales = list(descales) if fp8 else []  # (the operators' schema: a list, empty for none)
@@ -108,8 +112,7 @@ def varlen_over_cache(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, ma
     to each sequence's last used key. No backward. ValueError in one line for what it does not take."""
     _checked_varlen_cache(q, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table)
     if block_table is not None:
-        seq_cache = k.shape[1] * block_table.shape[1] if k.dim() == 4 else 0
-        lengths, keys = seqused_k.clamp(0, seq_cache), seq_cache
+        lengths, keys = seqused_k, k.shape[1] * block_table.shape[1] if k.dim() == 4 else 0  # (the kernels clamp them)
         offsets_q = cu_seqlens_q
     else:
         (offsets_q, lengths), keys = used_key_offsets(cu_seqlens_q, cu_seqlens_k, seqused_k), max_seqlen_k
@@ -199,7 +202,8 @@ class _EagerStep:
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, descales):
         batch, seq_q, heads, d = self.shape
-        lengths = _clamped_lengths(cache_seqlens, batch, self.seq_cache, q.device)
+        lengths = (_given_lengths if self.entries is None else _clamped_lengths)(cache_seqlens, batch, self.seq_cache,
+                                                                                 q.device)
         if self.entries is None:
             pointers = (sequence_offsets(batch, seq_q, q.device).data_ptr(), lengths.data_ptr(), block_table.data_ptr())
         else:
@@ -312,13 +316,43 @@ def _cache_rows(k_cache, v_cache):
 def _clamped_lengths(cache_seqlens, batch: int, seq_cache: int, device) -> torch.Tensor:
     """cache_seqlens (an int, or an int32 [batch] tensor on `device`) as an int32 [batch] tensor clamped to [0,
     seq_cache]; ValueError otherwise."""
+    return _given_lengths(cache_seqlens, batch, seq_cache, device).clamp(0, seq_cache)
+
+
+def _given_lengths(cache_seqlens, batch: int, seq_cache: int, device) -> torch.Tensor:
+    """cache_seqlens as the paged kernels read it (they clamp it): the int32 [batch] tensor itself, or an int's,
+    clamped to [0, seq_cache] and made once a value (`kept_per_shape`: no op a step); ValueError otherwise."""
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        return torch.full((batch,), min(max(cache_seqlens, 0), seq_cache), dtype=torch.int32, device=device)
+        return _constant_lengths(min(max(cache_seqlens, 0), seq_cache), batch, device)
     if not (isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dtype == torch.int32
             and tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.device == device):
         raise ValueError(f"attention_with_kvcache: cache_seqlens an int or an int32 [batch] = [{batch}] tensor on "
                          f"{device}, got {_described(cache_seqlens)}")
-    return cache_seqlens.clamp(0, seq_cache)
+    return cache_seqlens
+
+
+@kept_per_shape
+def _constant_lengths(length: int, batch: int, device) -> torch.Tensor:
+    return torch.full((batch,), length, dtype=torch.int32, device=device)
+
+
+def _entries_as_pages(q, k_cache, v_cache) -> bool:
+    """Whether a contiguous cache [batch, seq_cache, kv_heads, d] runs as a pool of `batch` pages of seq_cache
+    rows, each sequence's own (`_entry_table`): the paged kernels take each sequence's length as it is, where the
+    contiguous form's offsets take torch's ops a step (three small kernels in a decode step's graph). Where its
+    entries lie one after another on 16 bytes, q's batch theirs, and seq_cache a multiple of 64 (whole boxes of
+    64 or 128 rows a key tile, `page_box_rows`)."""
+    return (all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k_cache, v_cache))
+            and k_cache.shape == v_cache.shape and k_cache.dtype == v_cache.dtype == q.dtype
+            and (k_cache.shape[0], k_cache.shape[3]) == (q.shape[0], q.shape[3]) and k_cache.shape[1] % 64 == 0
+            and k_cache.shape[1] and all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0
+                                         for x in (k_cache, v_cache)))
+
+
+@kept_per_shape
+def _entry_table(batch: int, device) -> torch.Tensor:
+    """The block table of a contiguous cache seen as pages (`_entries_as_pages`): sequence b's one page, entry b."""
+    return torch.arange(batch, dtype=torch.int32, device=device).view(batch, 1)
 
 
 def _output(q) -> torch.dtype:

@@ -23,9 +23,13 @@ class Sequence:
     sequence, never a write outside O or the log-sum-exp): its first query and key rows (`q_start`, `k_start`),
     its lengths, and `shift` = len_k - len_q (an index value read as signed: the bottom-right causal diagonal's
     offset). `key_lengths` (paged K/V): cu_seqlens_k holds each sequence's count of keys, not offsets (its keys
-    lie on its pages, `Pages`, from key 0), clamped to `total_k`, the most its block table's row holds."""
+    lie on its pages, `Pages`, from key 0), read signed and clamped to [0, `total_k`], the most its block table's
+    row holds (so the host passes a cache's lengths as they are: a negative one is no key, not every key)."""
 
     def __init__(self, kernel, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, key_lengths: bool = False):
+        from mlir import ir
+        from mlir.dialects import arith
+
         from mlir_tile.builder.integers import with_operators
 
         k = self.k = kernel
@@ -37,8 +41,8 @@ class Sequence:
         self.q_start, self.q_length = bounds(cu_seqlens_q, total_q)
         if key_lengths:
             self.k_start = with_operators(k.index(0))
-            self.k_length = with_operators(k.minimum(k.as_index(k.load(cu_seqlens_k, [batch]), unsigned_from="i32"),
-                                                     total_k))
+            count = arith.index_cast(ir.IndexType.get(), k.load(cu_seqlens_k, [batch]))  # (signed)
+            self.k_length = with_operators(k.minimum(k.maximum(count, 0, signed=True), total_k))
         else:
             self.k_start, self.k_length = bounds(cu_seqlens_k, total_k)
         self.shift = self.k_length - self.q_length
