@@ -35,9 +35,9 @@ def configs():
     from mlir_tile.kernels.flash.sm90_tiles import HopperAttentionConfig
 
     decode = HopperAttentionConfig.packed(D, True, "bf16", 1)
-    for fields in CANDIDATES:
+    for fields in CANDIDATES:  # (the caches' entries run as pages of a multiple of 64 rows: boxes of a key tile)
         for split in (False, True):
-            yield replace(decode, **fields, pack_gqa=True, split_kv=split)
+            yield replace(decode, **fields, pack_gqa=True, split_kv=split, page_rows=fields["keys"])
 
 
 def build(directory: Path) -> None:
@@ -74,7 +74,7 @@ def forced(fields: dict, splits: int):
 
     def candidate(*arguments, **keywords):
         config, tiles, _ = _library_config(*arguments, **keywords)
-        config = replace(config, **fields, split_kv=splits > 1)
+        config = replace(config, **fields, split_kv=splits > 1, page_rows=fields["keys"] if config.page_rows else 0)
         return config, -(-arguments[3] * arguments[4] // config.rows), splits
     packed.packed_config = candidate
 
