@@ -132,15 +132,18 @@ def test_the_keys_are_checked_on_a_host_without_mlir():
 @pytest.mark.parametrize("cases, index", [("PACKED_CASES", 0), ("PACKED_CASES", 4), ("FP8_PACKED_CASES", 0)])
 def test_a_variant_on_a_kv_cache_assembles_without_spills(tmp_path, cases, index):
     """The paged window's decode step (GQA packed, split-KV), the sinks' (each split's own, the sink in split
-    0's alone) and gpt-oss's local layer on an fp8 cache in pages of 64, as the launcher picks them for 132 SMs."""
+    0's alone; its contiguous cache of 4,096 rows a sequence run as pages of one entry, `entries_as_pages`) and
+    gpt-oss's local layer on an fp8 cache in pages of 64, as the launcher picks them for 132 SMs."""
     if not shutil.which("ptxas"):
         pytest.skip("ptxas is not installed")
     from mlir_tile.testing import attention_variants
+    from mlir_tile.kernels.flash.packed import entries_as_pages
     from mlir_tile.testing.attention_variants import packed_config_of, variants
 
     case = getattr(attention_variants, cases)[index]
     config, _ = packed_config_of(case)
-    assert config.varlen and config.split_kv and (config.page_rows > 0) == (case.form == "paged")
+    paged = case.form == "paged" or entries_as_pages(case.seq_cache)
+    assert config.varlen and config.split_kv and (config.page_rows > 0) == paged
     assert " 0 bytes spill stores" in _assembled(tmp_path, sm90.build_module(config, variant=variants()[case.variant]))
 
 

@@ -16,7 +16,7 @@ import torch
 from mlir_tile.kernels.flash.launch import kept_per_shape, sequence_offsets
 from mlir_tile.kernels import variant_ops
 from mlir_tile.kernels.common import Plans
-from mlir_tile.kernels.flash.packed import checked_paged, descale_addresses, token_rows
+from mlir_tile.kernels.flash.packed import checked_paged, descale_addresses, entries_as_pages, token_rows
 from mlir_tile.kernels.flash.sm90_tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.kernels.registry import kernels_on, no_backward, plain_call, register_operator
@@ -340,13 +340,12 @@ def _entries_as_pages(q, k_cache, v_cache) -> bool:
     """Whether a contiguous cache [batch, seq_cache, kv_heads, d] runs as a pool of `batch` pages of seq_cache
     rows, each sequence's own (`_entry_table`): the paged kernels take each sequence's length as it is, where the
     contiguous form's offsets take torch's ops a step (three small kernels in a decode step's graph). Where its
-    entries lie one after another on 16 bytes, q's batch theirs, and seq_cache a multiple of 64 (whole boxes of
-    64 or 128 rows a key tile, `page_box_rows`)."""
+    entries lie one after another on 16 bytes, q's batch and d theirs, and seq_cache one `packed.entries_as_pages`
+    takes."""
     return (all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k_cache, v_cache))
             and k_cache.shape == v_cache.shape and k_cache.dtype == v_cache.dtype == q.dtype
-            and (k_cache.shape[0], k_cache.shape[3]) == (q.shape[0], q.shape[3]) and k_cache.shape[1] % 64 == 0
-            and k_cache.shape[1] and all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0
-                                         for x in (k_cache, v_cache)))
+            and (k_cache.shape[0], k_cache.shape[3]) == (q.shape[0], q.shape[3]) and entries_as_pages(k_cache.shape[1])
+            and all(x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 for x in (k_cache, v_cache)))
 
 
 @kept_per_shape

@@ -160,9 +160,11 @@ def random_packed_cases(count: int = 200, seed: int = 62) -> list:
 def packed_config_of(case: PackedCase, sms: int = 132):
     """(the configuration, its module's name) the launcher picks for `case` on `sms` SMs (None, None where it
     launches none)."""
-    from mlir_tile.kernels.flash.packed import packed_config
+    from mlir_tile.kernels.flash.packed import entries_as_pages, packed_config
 
     group, batch = case.heads // case.kv_heads, len(case.lengths)
+    page_size = case.page_size or (case.seq_cache if case.form == "cache" and entries_as_pages(case.seq_cache)
+                                   else 0)  # (a whole contiguous cache of such entries runs as pages of one entry)
     if case.form == "varlen":
         seq_q, seq_k = (max(pair[i] for pair in case.lengths) for i in range(2))
         seq_k = min(seq_k, sum(pair[1] for pair in case.lengths))
@@ -170,7 +172,7 @@ def packed_config_of(case: PackedCase, sms: int = 132):
         seq_q, seq_k = case.seq_q, case.seq_cache
     if not (seq_q and seq_k):  # (no queries or no keys: the launcher returns without a kernel)
         return None, None
-    config, _, _ = packed_config(case.d, case.causal, case.element, seq_q, group, case.page_size, max_seqlen_k=seq_k,
+    config, _, _ = packed_config(case.d, case.causal, case.element, seq_q, group, page_size, max_seqlen_k=seq_k,
                                  kv_items=batch * case.kv_heads, sms=sms)
     return config, str(config) + variants()[case.variant].suffix
 

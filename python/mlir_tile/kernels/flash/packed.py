@@ -17,6 +17,15 @@ from mlir_tile.kernels.flash.variants import variant_arguments
 from mlir_tile.runtime import POINTER, TENSOR_MAP
 
 MAX_SPLITS = 32  # split-KV's most splits (flash-decoding's 128 is for longer caches than a decode step's SMs need)
+ENTRY_PAGE_ROWS = 64  # a contiguous cache whose entries are a multiple of this many rows runs as pages of one entry
+
+
+def entries_as_pages(seq_cache: int) -> bool:
+    """Whether a contiguous KV cache of `seq_cache` rows a sequence (laid out whole, `kvcache._entries_as_pages`)
+    runs on the paged kernels, each sequence's entry its one page: the paged kernels take each sequence's length
+    as it is, where the contiguous form's offsets take torch's ops a step; entries of a multiple of
+    ENTRY_PAGE_ROWS rows, so that a key tile is one or two boxes (`page_box_rows`)."""
+    return seq_cache > 0 and seq_cache % ENTRY_PAGE_ROWS == 0
 
 
 class PackedAttention:
