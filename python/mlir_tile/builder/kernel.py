@@ -304,12 +304,16 @@ class Kernel(Memory, Copies, Compute, Tensors, Warpgroups, Clusters, GridDepende
             value -= 1 << width  # an unsigned bit pattern as the signed value it is
         return arith.constant(kind, value)
 
-    def as_index(self, value: ir.Value | int, unsigned_from: str | None = None) -> ir.Value:
+    def as_index(self, value: ir.Value | int, unsigned_from: str | None = None,
+                 signed_from: str | None = None) -> ir.Value:
         """An index value: `value` itself, an int's constant, or with `unsigned_from="i32"` an i32 value
-        widened unsigned (`arith.index_castui`)."""
+        widened unsigned (`arith.index_castui`), with `signed_from="i32"` widened signed (`arith.index_cast`: a
+        negative count stays negative)."""
         if isinstance(value, ir.Value):
             if unsigned_from is not None and value.type == parse_type(unsigned_from):
                 return arith.index_castui(ir.IndexType.get(), value)
+            if signed_from is not None and value.type == parse_type(signed_from):
+                return arith.index_cast(ir.IndexType.get(), value)
             if not isinstance(value.type, ir.IndexType):
                 raise BuilderError(f"expected an index value, got one of type {value.type}")
             return value

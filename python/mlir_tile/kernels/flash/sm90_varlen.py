@@ -27,9 +27,6 @@ class Sequence:
     row holds (so the host passes a cache's lengths as they are: a negative one is no key, not every key)."""
 
     def __init__(self, kernel, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, key_lengths: bool = False):
-        from mlir import ir
-        from mlir.dialects import arith
-
         from mlir_tile.builder.integers import with_operators
 
         k = self.k = kernel
@@ -41,7 +38,7 @@ class Sequence:
         self.q_start, self.q_length = bounds(cu_seqlens_q, total_q)
         if key_lengths:
             self.k_start = with_operators(k.index(0))
-            count = arith.index_cast(ir.IndexType.get(), k.load(cu_seqlens_k, [batch]))  # (signed)
+            count = k.as_index(k.load(cu_seqlens_k, [batch]), signed_from="i32")
             self.k_length = with_operators(k.minimum(k.maximum(count, 0, signed=True), total_k))
         else:
             self.k_start, self.k_length = bounds(cu_seqlens_k, total_k)
