@@ -397,6 +397,8 @@ CALLS = [
     ("cluster_rank", lambda p, d: p.k.cluster_rank()),
     ("cluster_barrier", lambda p, d: p.k.cluster_barrier()),
     ("arrive_remote", lambda p, d: p.k.arrive_remote(p.barriers(), p.small(0, 1), p.small(0, 1, 5, p.of_type("index")))),
+    ("wait_for_prerequisites", lambda p, d: p.k.wait_for_prerequisites()),
+    ("launch_dependents", lambda p, d: p.k.launch_dependents()),
     ("wgmma's wait and accumulators", _wgmma_after),
     ("global_thread_id", lambda p, d: p.k.global_thread_id()),
     ("leads_lanes", lambda p, d: p.k.leads_lanes(p.small(4, 32, 3))),
