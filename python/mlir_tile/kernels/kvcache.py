@@ -49,8 +49,6 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     fp8 = q.dtype == torch.float8_e4m3fn or any(x is not None for x in descales)
     if fp8 and any(x is None for x in descales):
         raise ValueError("attention_with_kvcache: float8_e4m3fn q and caches take descale_q, descale_k and descale_v")
-    if block_table is None and _entries_as_pages(q, k_cache, v_cache):  # (the paged kernels: no offsets to make)
-        block_table = _entry_table(k_cache.shape[0], q.device)
     plain = plain_call(q, k_cache, v_cache, k_new, v_new, block_table, *descales)
     eager = plain and variant is None and not operands and k_new is None and v_new is None
     if eager:
@@ -58,6 +56,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         step = _steps.get(key)
         if step is not None:
             return step(q, k_cache, v_cache, cache_seqlens, block_table, descales)
+    entry_table = None
+    if block_table is None and _entries_as_pages(q, k_cache, v_cache):  # (the paged kernels: no offsets to make)
+        block_table = entry_table = _entry_table(k_cache.shape[0], q.device)
     batch, seq_q, heads, d = _checked(q, k_cache, v_cache, k_new, v_new, block_table, fp8)
     seq_cache = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     # (clamped before an append, where a negative length would index from the end, and for a contiguous cache's
@@ -89,7 +90,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                     gaps=block_table is None, descales=scales)
     elif eager:
         o, lse = _first_step(key, inputs, block_table, (batch, seq_q, heads, d), seq_cache, bool(causal), scales,
-                             (q, k_cache, v_cache), None if block_table is not None else entries)
+                             (q, k_cache, v_cache), None if block_table is not None else entries, entry_table)
     elif block_table is not None:
         paged = _attention_paged if plain else torch.ops.mlir_tile.attention_paged
         o, lse = paged(*inputs, block_table, seq_q, bool(causal), scales)
@@ -170,11 +171,12 @@ def _step_key(q, k_cache, v_cache, cache_seqlens, block_table, descales, causal)
 
 
 def _first_step(key, inputs, block_table, shape: tuple, seq_cache: int, causal: bool, scales: list, given: tuple,
-                entries: tuple | None) -> tuple:
+                entries: tuple | None, entry_table=None) -> tuple:
     """(O, the log-sum-exp) of an eager step's first call of `key` (`inputs` the packed kernels'; a contiguous
-    cache's `entries`: its rows from one entry to the next and all its rows, `cache_offsets`'), its launch then
-    kept as an `_EagerStep` where the kernel read q and the caches in place (`given`: q, k_cache and v_cache, at
-    the addresses the kernel was given)."""
+    cache's `entries`: its rows from one entry to the next and all its rows, `cache_offsets`'; `entry_table`: a
+    whole contiguous cache's table where it runs as pages, which the key does not hold), its launch then kept as
+    an `_EagerStep` where the kernel read q and the caches in place (`given`: q, k_cache and v_cache, at the
+    addresses the kernel was given)."""
     packing, seq_q = _hopper_packing(given[0].device), shape[1]
     if block_table is not None:
         o, lse, plan = packing.paged(*inputs, block_table, seq_q, causal=causal, descales=scales or None,
@@ -187,25 +189,29 @@ def _first_step(key, inputs, block_table, shape: tuple, seq_cache: int, causal: 
     if plan is not None and in_place:  # (the descales' stride and sequences a row, as the plan took them)
         form = descale_addresses(scales, "e4m3", given[0].device, (shape[0], given[1].shape[2]),
                                  1 if entries is None else 2)[3:] if scales else []
-        _steps.keep(key, _EagerStep(plan, shape, seq_cache, entries, tuple(form)))
+        _steps.keep(key, _EagerStep(plan, shape, seq_cache, entries, tuple(form), entry_table))
     return o, lse
 
 
 class _EagerStep:
-    """An eager decode step (no append, no variant) whose key (`_step_key`) an earlier call checked and ran: its
-    lengths clamped, a contiguous cache's offsets made (`cache_offsets`, its `entries`; None: paged), the packed
+    """An eager decode step (no append, no variant) whose key (`_step_key`) an earlier call checked and ran: a
+    contiguous cache's lengths clamped and its offsets made (`cache_offsets`, its `entries`; None: paged, the
+    kernels clamp the lengths), the packed
     kernels' plan (`packed._PackedPlan`) launched on the tensors' addresses (fp8: the descales' `form`, their
-    stride and sequences a row, `descale_addresses`)."""
+    stride and sequences a row, `descale_addresses`; `entry_table`: the table of a whole contiguous cache run as
+    pages, `_entries_as_pages`, which its calls do not pass)."""
 
-    def __init__(self, plan, shape: tuple, seq_cache: int, entries: tuple | None, form: tuple = ()):
+    def __init__(self, plan, shape: tuple, seq_cache: int, entries: tuple | None, form: tuple = (), entry_table=None):
         self.plan, self.shape, self.seq_cache, self.entries, self.form = plan, shape, seq_cache, entries, form
+        self.entry_table = entry_table
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, descales):
         batch, seq_q, heads, d = self.shape
         lengths = (_given_lengths if self.entries is None else _clamped_lengths)(cache_seqlens, batch, self.seq_cache,
                                                                                  q.device)
         if self.entries is None:
-            pointers = (sequence_offsets(batch, seq_q, q.device).data_ptr(), lengths.data_ptr(), block_table.data_ptr())
+            table = block_table if self.entry_table is None else self.entry_table
+            pointers = (sequence_offsets(batch, seq_q, q.device).data_ptr(), lengths.data_ptr(), table.data_ptr())
         else:
             offsets = cache_offsets(lengths, *self.entries)
             pointers = (sequence_offsets(batch, seq_q, q.device, gaps=True).data_ptr(), offsets.data_ptr())
