@@ -5,6 +5,7 @@ cuBLAS), each kernel's own time (CUDA graphs, no host), beside cuBLAS (F.linear)
     python benchmarks/decode_tiles.py build DIR     # here (MLIR): each candidate tile, split and whole, into DIR
     MLIR_TILE_CACHE_DIR=DIR python3 benchmarks/decode_tiles.py run OUT    # GPU host: OUT/decode_tiles.json
     python3 benchmarks/decode_tiles.py library OUT                         # GPU host: the library's pick alone
+    python3 benchmarks/decode_tiles.py profile OUT     # GPU host, ncu: the library's and cuBLAS's at M = 64 and 128
 
 Each product cycles through enough copies of its weights to pass the 50 MB L2 (a model's layers each read their
 own), so that a call streams B from HBM as a decode step does; the GPU time is the median of a CUDA graph of 30
@@ -133,5 +134,39 @@ def run(out: Path, candidates_too: bool = True) -> None:
     (out / "decode_tiles.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
 
 
+def launch() -> None:
+    """One call each of the library's product and cuBLAS's (F.linear) at M = 64 and 128 by 4096 x 4096 (where the
+    library's decode tiles run 0.90x cuBLAS), weights of their own past the L2: what `profile` runs under ncu."""
+    import torch
+    import torch.nn.functional as F
+
+    from mlir_tile.kernels import matmul
+
+    for m in (64, 128):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        weights = [torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64 for _ in range(4)]
+        matmul(x, weights[0], b_layout="nk")  # (its plan made and its kernel loaded before the profiled launches)
+        torch.cuda.synchronize()
+        matmul(x, weights[1], b_layout="nk")
+        F.linear(x, weights[2])
+    torch.cuda.synchronize()
+
+
+def profile(out: Path) -> None:
+    """ncu (`torch_timing.profile_launches`) of `launch`'s profiled kernels: time, DRAM throughput, stalls."""
+    from torch_timing import profile_launches
+
+    rows = [{"who": who, **{k: v for k, v in entry.items() if k != "unknown"}} for who, entry in zip(
+        ("ours M 64 (plan)", "ours M 64", "cuBLAS M 64", "ours M 128 (plan)", "ours M 128", "cuBLAS M 128"),
+        profile_launches([__file__, "launch"], "gemm|sm90|cutlass|xmma|nvjet", 6))]
+    print("\n".join(json.dumps(row) for row in rows), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decode_tiles_profile.json").write_text(json.dumps(rows, indent=1))
+
+
 if __name__ == "__main__":
-    {"build": build, "run": run, "library": lambda out: run(out, candidates_too=False)}[sys.argv[1]](Path(sys.argv[2]))
+    if sys.argv[1] == "launch":
+        launch()
+    else:
+        {"build": build, "run": run, "profile": profile,
+         "library": lambda out: run(out, candidates_too=False)}[sys.argv[1]](Path(sys.argv[2]))

@@ -174,6 +174,8 @@ PROFILE_METRICS = {
     "wgmma pipe %": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "issue active %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
     "dram read bytes": "dram__bytes_read.sum",
+    "duration ns": "gpu__time_duration.sum",
+    "dram %": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "L2 hit %": "lts__t_sector_hit_rate.pct",
     **{f"stall {reason}": f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
        for reason in ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
