@@ -178,3 +178,22 @@ def test_what_a_varlen_call_over_a_cache_does_not_take_is_a_one_line_value_error
         attention_varlen(q, k, k, arguments["cu_seqlens_q"], arguments["cu_seqlens_k"], 3, 3,
                          seqused_k=arguments["seqused_k"], block_table=arguments["block_table"])
     assert "\n" not in str(raised.value)
+
+
+def test_a_varlen_call_over_a_cache_traces_to_the_cache_operators_fakes():
+    """Under torch's fake tensors (as torch.compile traces a model), attention_varlen over a paged pool and over
+    contiguous keys with seqused_k reach the cache operators' fakes (`attention_paged`, `attention_cached`, the
+    used keys' offsets by torch's ops): O [total_q, heads, d] in q's dtype, the log-sum-exp [heads, total_q]."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mlir_tile.kernels.ops import attention_varlen
+
+    with FakeTensorMode():
+        q = torch.empty(10, 8, 128, dtype=torch.bfloat16)
+        pool, keys = torch.empty(6, 64, 2, 128, dtype=torch.bfloat16), torch.empty(20, 2, 128, dtype=torch.bfloat16)
+        cu, used = torch.empty(4, dtype=torch.int32), torch.empty(3, dtype=torch.int32)
+        table = torch.empty(3, 2, dtype=torch.int32)
+        outputs = [attention_varlen(q, pool, pool, cu, None, 7, 0, causal=True, seqused_k=used, block_table=table),
+                   attention_varlen(q, keys, keys, cu, cu, 7, 9, causal=True, seqused_k=used)]
+    for o, lse in outputs:
+        assert (o.shape, o.dtype, lse.shape, lse.dtype) == ((10, 8, 128), torch.bfloat16, (8, 10), torch.float32)
