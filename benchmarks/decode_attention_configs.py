@@ -60,8 +60,8 @@ def build(directory: Path) -> None:
                                if "spill" in line or "Used" in line), flush=True)
 
 
-def forced(fields: dict, splits: int):
-    """`packed.packed_config` giving the candidate with `splits` (None: the library's own)."""
+def forced(library_config, fields: dict | None, splits: int = 0):
+    """`packed.packed_config` giving the candidate with `splits` (None: `library_config`, the library's own)."""
     from dataclasses import replace
 
     from mlir_tile.kernels import kvcache
@@ -69,11 +69,11 @@ def forced(fields: dict, splits: int):
 
     kvcache._steps.clear()  # (eager steps are kept by the tensors' shapes: made afresh for this configuration)
     if fields is None:
-        packed.packed_config = _library_config
+        packed.packed_config = library_config
         return
 
     def candidate(*arguments, **keywords):
-        config, tiles, _ = _library_config(*arguments, **keywords)
+        config, tiles, _ = library_config(*arguments, **keywords)
         config = replace(config, **fields, split_kv=splits > 1, page_rows=fields["keys"] if config.page_rows else 0)
         return config, -(-arguments[3] * arguments[4] // config.rows), splits
     packed.packed_config = candidate
@@ -109,8 +109,9 @@ def run(out: Path) -> None:
     from torch_timing import graph_microseconds
 
     from mlir_tile.kernels import attention_with_kvcache
+    from mlir_tile.kernels.flash import packed
 
-    rows = []
+    library_config, rows = packed.packed_config, []
     for batch, seq in SHAPES:
         q = torch.randn(batch, 1, HEADS, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(batch, seq, KV_HEADS, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -127,7 +128,7 @@ def run(out: Path) -> None:
                     continue
                 name = "r{}k{}s{}o{} x{}".format(64 * fields["consumers"], fields["keys"], fields["stages"],
                                                  fields.get("ctas_per_sm", 1), splits)
-                forced(fields, splits)
+                forced(library_config, fields, splits)
                 try:
                     error = float((call()[0].float() - expected).abs().max())
                     assert error < 2e-2, (name, error)
@@ -135,7 +136,7 @@ def run(out: Path) -> None:
                 except Exception as failure:  # (a candidate the launcher refuses: recorded, not timed)
                     times[name] = f"{type(failure).__name__}: {str(failure)[:120]}"
                 finally:
-                    forced(None, 0)
+                    forced(library_config, None)
         timed = {name: t for name, t in times.items() if isinstance(t, float)}
         best = min((name for name in timed if not name.startswith(("SDPA", "library"))), key=timed.__getitem__)
         row = {"batch": batch, "keys": seq, "best": best, "best GB/s": round(gigabytes / timed[best]),
@@ -148,12 +149,5 @@ def run(out: Path) -> None:
                                                                     "rows": rows}, indent=1))
 
 
-def _packed_config():
-    from mlir_tile.kernels.flash import packed
-
-    return packed.packed_config
-
-
 if __name__ == "__main__":
-    _library_config = _packed_config()
     {"build": build, "run": run}[sys.argv[1]](Path(sys.argv[2]))

@@ -258,12 +258,6 @@ class QueryHeadSequences(HeadSequences):
         return (sequence_offsets(batch * heads, self.queries, device, gaps=True),
                 _query_head_keys(batch, heads, self.k_shape[1], self.keys, device))
 
-    def causal(self, causal: bool) -> bool:
-        return causal
-
-    def empty_gradients(self, q, k, v) -> tuple:
-        return self.backward.empty_gradients(q, k, v)
-
 
 def kept_per_shape(make, most: int = 256):
     """`make` (device tensors from ints and a device) made once a shape and kept (the first `most` shapes). A
