@@ -160,7 +160,8 @@ def test_used_keys_run_the_packed_contract_into_each_sequences_attention_on_its_
     (dict(seqused_k="int64"), "seqused_k int32 [batch] = [2]"),
     (dict(cu_seqlens_k="short"), "cu_seqlens_k int32 [batch + 1] = [3] beside seqused_k"),
     (dict(block_table="table"), "a paged cache (block_table) takes cu_seqlens_k=None"),
-    (dict(cu_seqlens_q="float"), "cu_seqlens_q int32 [batch + 1]")])
+    (dict(cu_seqlens_q="float"), "cu_seqlens_q int32 [batch + 1]"),
+    (dict(operands=(3.0,)), "operands are a variant's")])
 def test_what_a_varlen_call_over_a_cache_does_not_take_is_a_one_line_value_error(change, message):
     from mlir_tile.kernels.ops import attention_varlen
 
@@ -176,7 +177,8 @@ def test_what_a_varlen_call_over_a_cache_does_not_take_is_a_one_line_value_error
         arguments["cu_seqlens_k"] = None
     with pytest.raises(ValueError, match=re.escape(message)) as raised:
         attention_varlen(q, k, k, arguments["cu_seqlens_q"], arguments["cu_seqlens_k"], 3, 3,
-                         seqused_k=arguments["seqused_k"], block_table=arguments["block_table"])
+                         seqused_k=arguments["seqused_k"], block_table=arguments["block_table"],
+                         operands=arguments.get("operands", ()))
     assert "\n" not in str(raised.value)
 
 

@@ -114,12 +114,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"attention_varlen: {name} a non-negative int, got {x!r}")
+    if operands and variant is None:
+        raise ValueError("attention_varlen: operands are a variant's")
     if seqused_k is not None or block_table is not None:
         return kvcache.varlen_over_cache(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                          block_table, causal, variant, operands)
-    if variant is not None or operands:
-        if variant is None:
-            raise ValueError("attention_varlen: operands are a variant's")
+    if variant is not None:
         return variant_ops.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, causal,
                                   variant, operands)
     varlen = _attention_varlen if plain_call(q, k, v) else torch.ops.mlir_tile.attention_varlen
