@@ -1,6 +1,8 @@
 """The kernel builder's new calls: every misuse is a BuilderError naming the reason; alignment proofs accept
 what the IR proves and nothing more; planned copy addresses equal the layout's offsets; the grid's thread
 index, the lanes that lead their groups and views from a warp's part, interpreted (index_code)."""
+import re
+
 import pytest
 from mlir import ir
 from mlir.dialects import arith
@@ -187,3 +189,20 @@ def test_the_grid_index_and_the_lanes_that_lead_their_group(thread, block):
 
     stored = run(index_kernel(0, build, block=128), [], thread=thread, block=block)
     assert stored == {0: block * 128 + thread, 1: int(thread % 4 == 0), 2: int(thread % 32 == 0), 3: 64 + 4 * thread}
+
+
+@pytest.mark.parametrize("mode, offset, width", [("idx", 3, 16), ("down", 2, 8), ("up", 1, 4), ("xor", 4, 8)])
+def test_a_shuffle_within_segments_takes_the_whole_warp(mode, offset, width):
+    """A shuffle within segments narrower than the warp (CUDA's width) is a full-warp `shfl.sync` (member mask -1:
+    upstream's width would leave the lanes past it out, their result undefined): idx from the segment's first lane
+    plus the offset, down and up with each lane whose source leaves its segment keeping its value, xor as it is."""
+    from mlir_tile.compiler.compile import compile_to_ptx
+
+    with Kernel("shuffles", [Global("f32")], block=(64, 1, 1)) as k:
+        value = k.load(k.arguments[0], [k.thread_id()])
+        k.store(k.shuffle(value, offset, mode, width=width), k.arguments[0], [k.thread_id()])
+    ptx = compile_to_ptx(k.module)
+    shuffles = re.findall(r"shfl\.sync\.(\w+)\.b32\s+%r\d+, %r\d+, (%r\d+|\d+), (\d+), (-?\d+);", ptx)
+    assert [(kind, member) for kind, _, _, member in shuffles] == [({"xor": "bfly"}.get(mode, mode), "-1")]
+    assert (shuffles[0][1].startswith("%r")) == (mode == "idx")  # (idx: a source lane computed from the lane id)
+    assert ("selp" in ptx) == (mode in ("down", "up"))

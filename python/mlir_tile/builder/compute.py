@@ -234,8 +234,11 @@ class Compute:
 
     # ----- warps -----
     def shuffle(self, value: ir.Value, offset: int, mode: str = "xor", width: int = 32) -> ir.Value:
-        """`shfl.sync` of a 32-bit value among `width` lanes (a power of two up to 32): xor (butterfly),
-        down, up or idx (`offset` is then the source lane)."""
+        """`shfl.sync` of a 32-bit value over the whole warp, within each segment of `width` consecutive lanes (a
+        power of two up to 32, CUDA's `__shfl_sync` width): xor (butterfly), down or up by `offset` (a lane whose
+        source would leave its segment keeps its own value), or idx (`offset` the source lane within the
+        segment). Every lane takes part (upstream's `gpu.shuffle` width is the count of lanes taking part from
+        lane 0, the rest undefined: a narrower segment is made here from the full warp's shuffle)."""
         if mode not in SHUFFLE_MODES:
             raise BuilderError(f"shuffle: mode is one of {SHUFFLE_MODES}, got {mode!r}")
         if width not in (1, 2, 4, 8, 16, 32) or not isinstance(offset, int) or not 0 <= offset < width:
@@ -243,8 +246,19 @@ class Compute:
                                f"{width!r}")
         if not isinstance(value, ir.Value) or getattr(value.type, "width", None) != 32:
             raise BuilderError(f"shuffle: a 32-bit value (f32, i32), got {value!r}")
-        shuffled, _ = gpu.shuffle(value, self.constant(offset), self.constant(width), getattr(gpu.ShuffleMode, mode.upper()))
-        return shuffled
+        kind = getattr(gpu.ShuffleMode, mode.upper())
+        if width == 32 or mode == "xor":  # (a butterfly by less than the width stays in its segment)
+            return gpu.shuffle(value, self.constant(offset), self.constant(32), kind)[0]
+        lane, warp = self.lane_id(), self.constant(32)
+        within = arith.remui(lane, self.index(width))
+        if mode == "idx":  # (the segment's first lane plus the offset)
+            source = arith.index_cast(ir.IntegerType.get_signless(32), arith.addi(arith.subi(lane, within),
+                                                                                   self.index(offset)))
+            return gpu.shuffle(value, source, warp, kind)[0]
+        moved = gpu.shuffle(value, self.constant(offset), warp, kind)[0]
+        stays = (arith.cmpi(arith.CmpIPredicate.ult, arith.addi(within, self.index(offset)), self.index(width))
+                 if mode == "down" else arith.cmpi(arith.CmpIPredicate.uge, within, self.index(offset)))
+        return arith.select(stays, moved, value)
 
     def broadcast(self, value: ir.Value) -> ir.Value:
         """`value` as lane 0 of the warp holds it (`shfl.sync.idx` from lane 0; an index in two 32-bit halves):
