@@ -129,9 +129,11 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     keys are few; the split
     kernel takes block b as split b mod splits of item b / splits and stores its rows' O and log-sum-exp in fp32
     (no 16-bit O), and lets its dependent start as it begins (`launch_dependents`); the combine, that dependent,
-    waits for it before its first read (`griddepcontrol.wait`), reads each split's log-sum-exp twice (the
-    largest, then the weights) and its O by 16-byte loads, and stores 16-byte rows of O; the ships hold the split
-    kernels and the combines."""
+    waits for it before its first read (`griddepcontrol.wait`), each of a row's 16 lanes reading one split's
+    log-sum-exp of a chunk of 16 (the largest over the lanes by a butterfly), then its weight, the chunk's 16 O
+    pieces by 16-byte loads all issued before the first sum, each split's weight from its lane (a full-warp
+    shuffle), the row's total by a butterfly, 16-byte rows of O stored; the ships hold the split kernels and the
+    combines."""
     from mlir_tile.kernels.flash import combine
     from mlir_tile.kernels.flash.packed import MAX_SPLITS, kv_splits, packed_config
 
@@ -156,13 +158,17 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     CHECK: griddepcontrol.wait;
     CHECK: ld.global.b32
     CHECK: max{{.*}}.f32
+    CHECK: shfl.sync.bfly.b32 {{.*}}, 8, 31, -1;
     CHECK: ld.global.b32
     CHECK: ex2.approx
-    CHECK: ld.global.v4.b32
-    CHECK: ld.global.v4.b32
+    CHECK-COUNT-32: ld.global.v4.b32
+    CHECK-NOT: ld.global
+    CHECK: shfl.sync.idx.b32 {{.*}}, %r{{[0-9]+}}, 31, -1;
+    CHECK: fma.rn
     CHECK: st.global.v4.b32
     CHECK: st.global.b32
     """)
+    assert summed.count("shfl.sync.idx.b32") == 16 and summed.count("shfl.sync.bfly.b32") == 2 * 4
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
     assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 2 * 2 * (2 * 3 + 3 * 4 + 2 * 3)  # (mask,
     # gqa; d's elements x forms of K/V, as pack_gqa's above)

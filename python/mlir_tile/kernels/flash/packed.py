@@ -142,7 +142,7 @@ class PackedAttention:
             summing = combine.CombineConfig(d, output_element(config.element))
             combined = self.library.module(str(summing), partial(combine.build_module, summing)).prepare(
                 combine.KERNEL, [POINTER] * 4 + [splits, total_q, heads], grid=summing.grid(total_q * heads),
-                block=combine.THREADS, dependent=True)  # (its launch under the splits' work: `combine`)
+                block=summing.threads, dependent=True)  # (its launch under the splits' work: `combine`)
         o_type = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[output_element(config.element)])
         outputs = [((total_q, heads, d), o_type), ((heads, total_q), torch.float32)]
         if config.split_kv:  # (each split's fp32 O, then its log-sum-exp, which the combine sums: one buffer)

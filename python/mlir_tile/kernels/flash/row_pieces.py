@@ -11,12 +11,14 @@ class PieceRows:
     """A mixin of a frozen dataclass with `head_dim` and `element`: `lanes` a row, `grid` of a count of rows,
     `check_rows` of its fields."""
 
+    threads = THREADS  # a CTA's
+
     @property
     def lanes(self) -> int:  # lanes a row
         return self.head_dim // PIECE
 
     def grid(self, rows: int) -> int:
-        return -(-rows // (THREADS // self.lanes))
+        return -(-rows // (self.threads // self.lanes))
 
     def rows_refused(self) -> bool:
         """Whether the head dim is not a multiple of PIECE up to 32 x PIECE (a warp a row at most), or the
