@@ -110,14 +110,16 @@ def test_what_the_kernel_does_not_take_is_a_value_error(options, message):
         BackwardConfig(**options)
 
 
-def test_the_ctas_on_the_reference_model_give_numpys_gradients():
-    """Every CTA of d 64, causal, 150 positions (a key block and a tail of 22), two query heads on one K/V head,
-    on the reference model (`sm90_backward_emulation`: TMA's box writes, wgmma's fetches through the kernel's
-    descriptors, stmatrix's and the TMA reductions' and stores' models): dQ, dK, dV within 4 units of bf16's
-    rounding of numpy's backward (a misplaced box or descriptor moves whole rows)."""
+@pytest.mark.parametrize("d, causal, seq", [(64, True, 150), (128, False, 200)])
+def test_the_ctas_on_the_reference_model_give_numpys_gradients(d, causal, seq):
+    """Every CTA of d 64, causal, 150 positions (a key block and a tail of 22), and of d 128 on 200 (dQ's two
+    consumers' parts), two query heads on one K/V head, on the reference model (`sm90_backward_emulation`: TMA's
+    box writes, wgmma's fetches through the kernel's descriptors, stmatrix's and the TMA reductions' and stores'
+    models; the query blocks' dS^T and dQ tiles in turn): dQ, dK, dV within 4 units of bf16's rounding of numpy's
+    backward (a misplaced box or descriptor moves whole rows)."""
     from mlir_tile.kernels.flash.sm90_backward_emulation import emulate
 
-    assert emulate(BackwardConfig(64, True, "bf16"), seq=150, heads=2, kv_heads=1) < 2 ** -6
+    assert emulate(BackwardConfig(d, causal, "bf16"), seq=seq, heads=2, kv_heads=1) < 2 ** -6
 
 
 def test_d_256s_ctas_pass_p_and_ds_through_shared_memory_on_the_reference_model():
