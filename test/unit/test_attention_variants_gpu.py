@@ -193,16 +193,9 @@ def test_a_variants_gradients_match_fp32_autograd_within_torchs_own_error():
     for case in BACKWARD_CASES:
         q, k, v, grad = (torch.randn(2, 3, case.seq, case.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         operands = _operands(case, 2, 3)
-        exact = _gradients(lambda *x: _expected(*x, case, operands), q.float(), k.float(), v.float(), grad.float())
         ours = _gradients(lambda *x: attention(*x, causal=case.causal, variant=named[case.variant],
                                                operands=operands), q, k, v, grad)
-        torchs = _gradients(lambda *x: (_bf16_reference(*x, case, operands), None), q, k, v, grad)
-        for name, got, theirs, truth in zip("qkv", ours, torchs, exact):
-            error = float((got.float() - truth).abs().max())
-            bound = 2 * float((theirs.float() - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
-                float(truth.abs().max()), 1e-2)
-            if not error <= bound:
-                failures.append((case, f"d{name}", error, bound))
+        failures += _gradient_failures(case, operands, (q, k, v, grad), ours)
         if case.variant == "first_100":
             assert not ours[1][:, :, 100:].any() and not ours[2][:, :, 100:].any()
         if case.variant in ("sinks", "gpt_oss_local"):
@@ -212,6 +205,49 @@ def test_a_variants_gradients_match_fp32_autograd_within_torchs_own_error():
     o, _ = attention(q, q, q, variant=named["constant_sink"])
     with pytest.raises(NotImplementedError, match="variant 'constant_sink' has a sink function"):
         o.sum().backward()
+
+
+def test_a_masks_deterministic_backward_gives_the_same_bits_each_run_within_the_same_bound():
+    """torch.use_deterministic_algorithms with a mask (`DETERMINISTIC_MASKS`: windows whose key blocks start
+    their walks at different query blocks, first_100's blocks that walk none, gpt-oss's local window with its
+    sinks): each query block's dQ additions in the key blocks' order from the first that reaches it
+    (`_Backward.first_adder`; a wrong count hangs, which the run's timeout reports): two runs give dq, dk, dv
+    bitwise equal, within the bound of the test above against fp32 autograd."""
+    from mlir_tile.kernels import attention
+    from mlir_tile.testing.attention_variants import BACKWARD_CASES, DETERMINISTIC_MASKS, variants
+
+    named, failures = variants(), []
+    torch.manual_seed(12)
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # (warn only: the fp32 reference's cuBLAS products)
+    try:
+        for case in (case for case in BACKWARD_CASES if case.variant in DETERMINISTIC_MASKS):
+            q, k, v, grad = (torch.randn(2, 3, case.seq, case.d, device="cuda", dtype=torch.bfloat16)
+                             for _ in range(4))
+            operands = _operands(case, 2, 3)
+            runs = [_gradients(lambda *x: attention(*x, variant=named[case.variant], operands=operands), q, k, v,
+                               grad) for _ in range(2)]
+            assert all(torch.equal(a, b) for a, b in zip(*runs)), case
+            failures += _gradient_failures(case, operands, (q, k, v, grad), runs[0])
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert not failures, failures
+
+
+def _gradient_failures(case, operands, inputs, ours) -> list:
+    """(case, gradient, error, bound) where `ours` (dq, dk, dv) is past twice torch's 16-bit error of fp32
+    autograd (plus the element's rounding of the gradients' scale)."""
+    q, k, v, grad = inputs
+    exact = _gradients(lambda *x: _expected(*x, case, operands), q.float(), k.float(), v.float(), grad.float())
+    torchs = _gradients(lambda *x: (_bf16_reference(*x, case, operands), None), q, k, v, grad)
+    failures = []
+    for name, got, theirs, truth in zip("qkv", ours, torchs, exact):
+        error = float((got.float() - truth).abs().max())
+        bound = 2 * float((theirs.float() - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
+            float(truth.abs().max()), 1e-2)
+        if not error <= bound:
+            failures.append((case, f"d{name}", error, bound))
+    return failures
 
 
 def _sink_gradient_errors(case, q, k, v, grad, sinks, variant) -> list:

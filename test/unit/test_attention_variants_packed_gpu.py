@@ -287,45 +287,75 @@ def test_packed_sequences_with_a_variant_train_within_torchs_own_error():
     against fp32 autograd of each sequence with its variant written out, within twice the error of the same
     math with bf16 products (plus the element's rounding of the gradients' scale); the sinks' gradient (a loss
     on the log-sum-exp too) within 2% of fp32 autograd's."""
-    from mlir_tile.kernels import attention_varlen
-    from mlir_tile.testing.attention_variants import PACKED_BACKWARD_CASES, variants
+    from mlir_tile.testing.attention_variants import PACKED_BACKWARD_CASES
 
     torch.manual_seed(60)
     failures = []
     for case in PACKED_BACKWARD_CASES:
-        inputs, offsets = _packed_inputs(case)
-        operands = _operand_values(case, len(case.lengths))
-        sinks = "sinks" in _parts(case)
-        upstream = [torch.randn_like(inputs[0]), torch.randn(case.heads, inputs[0].shape[0], device="cuda")]
-        len_q, len_k = zip(*case.lengths)
-
-        def ours(q, k, v, *operands):
-            return attention_varlen(q, k, v, *offsets, max(len_q), max(len_k), causal=case.causal,
-                                    variant=variants()[case.variant], operands=operands)
-
-        def gradients(forward, element):
-            leaves = [x.detach().to(element).requires_grad_() for x in inputs]
-            if sinks:
-                leaves.append(operands[0].detach().clone().requires_grad_())
-            o, lse = forward(*leaves[:3], *(leaves[3:] if sinks else operands))
-            outputs, grads = [o.float()], [upstream[0].float()]
-            if sinks:  # (every row's log-sum-exp finite: its sink's at least)
-                outputs.append(lse)
-                grads.append(upstream[1])
-            return [x.float() for x in torch.autograd.grad(outputs, leaves, grads)]
-
-        exact, theirs = (gradients(lambda *x, element=element: _packed_expected(
-            case, *x[:3], offsets, tuple(x[3:]), element), element) for element in (torch.float32, torch.bfloat16))
-        got = gradients(ours, torch.bfloat16)
-        for name, mine, bf16, truth in zip(("dq", "dk", "dv"), got, theirs, exact):
-            error = float((mine - truth).abs().max())
-            bound = 2 * float((bf16 - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
-                float(truth.abs().max()), 1e-2)
-            if not error <= bound:
-                failures.append((case.variant, name, error, bound))
-        if sinks and not float((got[3] - exact[3]).abs().max()) <= 0.02 * float(exact[3].abs().max()) + 1e-3:
-            failures.append((case.variant, "dsinks", float((got[3] - exact[3]).abs().max())))
+        failures += _training_failures(case)
     assert not failures, failures
+
+
+def test_a_masks_packed_deterministic_backward_gives_the_same_bits_each_run_within_the_same_bound():
+    """torch.use_deterministic_algorithms with a mask on packed sequences (`DETERMINISTIC_MASKS` of
+    PACKED_BACKWARD_CASES: windows and a band over lengths 0, 1 and more queries than keys, GQA; gpt-oss's local
+    window at 4,500 keys, past what the host checks, where every key block walks every query block): two runs
+    give the same bits, within the bound of the test above."""
+    from mlir_tile.testing.attention_variants import DETERMINISTIC_MASKS, PACKED_BACKWARD_CASES
+
+    torch.manual_seed(61)
+    failures = []
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # (warn only: the fp32 reference's cuBLAS products)
+    try:
+        for case in (case for case in PACKED_BACKWARD_CASES if case.variant in DETERMINISTIC_MASKS):
+            failures += _training_failures(case, runs=2)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert not failures, failures
+
+
+def _training_failures(case, runs: int = 1) -> list:
+    """(variant, gradient, error, bound) where `case`'s gradients through `attention_varlen` are past twice the
+    error of bf16 products of fp32 autograd's; `runs` runs of ours, each the same bits."""
+    from mlir_tile.kernels import attention_varlen
+    from mlir_tile.testing.attention_variants import variants
+
+    failures = []
+    inputs, offsets = _packed_inputs(case)
+    operands = _operand_values(case, len(case.lengths))
+    sinks = "sinks" in _parts(case)
+    upstream = [torch.randn_like(inputs[0]), torch.randn(case.heads, inputs[0].shape[0], device="cuda")]
+    len_q, len_k = zip(*case.lengths)
+
+    def ours(q, k, v, *operands):
+        return attention_varlen(q, k, v, *offsets, max(len_q), max(len_k), causal=case.causal,
+                                variant=variants()[case.variant], operands=operands)
+
+    def gradients(forward, element):
+        leaves = [x.detach().to(element).requires_grad_() for x in inputs]
+        if sinks:
+            leaves.append(operands[0].detach().clone().requires_grad_())
+        o, lse = forward(*leaves[:3], *(leaves[3:] if sinks else operands))
+        outputs, grads = [o.float()], [upstream[0].float()]
+        if sinks:  # (every row's log-sum-exp finite: its sink's at least)
+            outputs.append(lse)
+            grads.append(upstream[1])
+        return [x.float() for x in torch.autograd.grad(outputs, leaves, grads)]
+
+    exact, theirs = (gradients(lambda *x, element=element: _packed_expected(
+        case, *x[:3], offsets, tuple(x[3:]), element), element) for element in (torch.float32, torch.bfloat16))
+    got, *again = (gradients(ours, torch.bfloat16) for _ in range(runs))
+    assert all(torch.equal(a, b) for run in again for a, b in zip(got, run)), case
+    for name, mine, bf16, truth in zip(("dq", "dk", "dv"), got, theirs, exact):
+        error = float((mine - truth).abs().max())
+        bound = 2 * float((bf16 - truth).abs().max()) + 4 * torch.finfo(torch.bfloat16).eps * max(
+            float(truth.abs().max()), 1e-2)
+        if not error <= bound:
+            failures.append((case.variant, name, error, bound))
+    if sinks and not float((got[3] - exact[3]).abs().max()) <= 0.02 * float(exact[3].abs().max()) + 1e-3:
+        failures.append((case.variant, "dsinks", float((got[3] - exact[3]).abs().max())))
+    return failures
 
 
 def test_what_a_variant_on_a_cache_refuses_in_one_line_before_it_writes_the_cache():

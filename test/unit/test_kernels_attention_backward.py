@@ -7,6 +7,8 @@ import functools
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mlir_tile.kernels.flash import sm90_backward
 from mlir_tile.kernels.flash.sm90_backward_tiles import BackwardConfig, tiles
@@ -304,9 +306,9 @@ def test_contiguous_heads_first_k_and_v_are_read_in_place_as_sequences_of_one_he
 
 def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differentiate(tmp_path):
     """A variant of keys alone (a mask): its kernel takes the variant's operands after its own (band: one
-    integer) and assembles, as softcap's and ALiBi's (causal) do; a score step without its derivative, and with
-    keys causal and the deterministic mode are refused where the kernel is built. (Its gradients:
-    test_attention_variants_gpu.py.)"""
+    integer) and assembles, as softcap's and ALiBi's (causal) and its deterministic kernels (plain and packed)
+    do; a score step without its derivative, and keys with causal, are refused where the kernel is built. (Its
+    gradients: test_attention_variants_gpu.py.)"""
     import shutil
     import subprocess
 
@@ -319,7 +321,11 @@ def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differen
     stepped = [compile_to_ptx(sm90_backward.build_module(BackwardConfig(64, True, "bf16"), variant=variant))
                for variant in (masks.softcap, masks.alibi)]  # (the steps recomputed: softcap's tanh a score)
     assert stepped[0].count("tanh.approx.f32") == 32 and "tanh" not in stepped[1]
-    for number, ptx in enumerate([band] + stepped if shutil.which("ptxas") else []):
+    ordered = [compile_to_ptx(sm90_backward.build_module(BackwardConfig(64, element="bf16", deterministic=True,
+                                                                        varlen=packed), variant=masks.band))
+               for packed in (False, True)]
+    assert all(ptx.count("ld.acquire.gpu") == ptx.count("red.release.gpu") == 1 for ptx in ordered)
+    for number, ptx in enumerate([band] + stepped + ordered if shutil.which("ptxas") else []):
         (tmp_path / f"{number}.ptx").write_text(ptx)
         assert subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / f"{number}.ptx"), "-o",
                                str(tmp_path / f"{number}.cubin")], capture_output=True).returncode == 0
@@ -327,10 +333,37 @@ def test_a_masks_backward_takes_its_operands_and_refuses_what_it_cannot_differen
 
     without_derivative = Variant("doubled", score=lambda s, at: 2.0 * s)
     for variant, options, message in ((without_derivative, {}, "a score step with its score_gradient and a sink"),
-                                      (masks.band, dict(causal=True), "not causal, not deterministic"),
-                                      (masks.band, dict(deterministic=True, varlen=True), "not deterministic")):
+                                      (masks.band, dict(causal=True), "not causal")):
         with pytest.raises(ValueError, match=message):
             sm90_backward.build_module(BackwardConfig(64, element="bf16", **options), variant=variant)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_key_blocks_reaching_a_query_block_are_consecutive_from_its_first_rows_first_key(data):
+    """The deterministic mode's order under a mask (`_Backward.first_adder`): key block n walks query blocks
+    [lowest // 64, ceil(beyond / 64)), lowest the first row whose end passes its first key, beyond the first row
+    (not below lowest) whose first key reaches its end (`blocks_seeing`); each query block's flag counts its
+    adders' turns from 0, the turn n less the block of its first row's first key, and a CTA that waits for a
+    turn no block before it takes would hang. On random masks (both bounds non-decreasing, as the host checks):
+    the key blocks that walk each query block, enumerated, are exactly the turns 0, 1, ... from that block."""
+    rows, seq = data.draw(st.integers(1, 700)), data.draw(st.integers(1, 700))
+    steps = data.draw(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=rows, max_size=rows))
+    first, end = [], []
+    for row, (rise, widen) in enumerate(steps):  # (each row sees keys [first, end), first < end <= seq)
+        low = min((first[-1] if row else 0) + rise * rise, seq - 1)
+        first.append(low)
+        end.append(min(max(end[-1] if row else 1, low + 1 + widen * widen * 7), seq))
+    keys, block = 128, 64
+    reaching = {}
+    for n in range(-(-seq // keys)):
+        first_key, end_key = n * keys, min((n + 1) * keys, seq)
+        lowest = next((r for r in range(rows) if end[r] > first_key), rows)
+        beyond = max(next((r for r in range(rows) if first[r] >= end_key), rows), lowest)
+        for m in range(lowest // block, -(-beyond // block)):
+            reaching.setdefault(m, []).append(n)
+    for m, adders in reaching.items():
+        assert [n - first[m * block] // keys for n in adders] == list(range(len(adders))), (m, adders)
 
 
 def test_a_variant_on_packed_sequences_searches_its_rows_where_the_host_checked_its_keys(tmp_path):

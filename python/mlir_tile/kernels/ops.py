@@ -105,8 +105,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     gradient and lse's: `flash.backward`'s packed kernels). `variant` with its `operands` as `attention`'s (a
     head's [heads] or [batch, heads]), `query` in its functions query i's position i + len_k - len_q among its
     sequence's keys and `seq` its keys, the keys' rules checked at max_seqlen_k and below; differentiable where the
-    variant trains (masks, score steps with their score_gradient, sinks given as an operand), with keys not causal
-    and not deterministic. Over a KV cache (FlashAttention-3's and vLLM's varlen calls, a batch of prefill chunks
+    variant trains (masks, score steps with their score_gradient, sinks given as an operand), with keys not causal.
+    Over a KV cache (FlashAttention-3's and vLLM's varlen calls, a batch of prefill chunks
     and decode steps in one; no backward): `seqused_k` (int32 [batch]) each sequence's keys the first seqused_k[b]
     of its own, and with `block_table` (int32 [batch, pages_per_sequence], cu_seqlens_k None) k and v pools
     [pages, page_size, kv_heads, d], sequence b's key i on page block_table[b, i / page_size]

@@ -70,6 +70,9 @@ BACKWARD_CASES = (  # (masks, and the steps with their derivatives; first_100, k
     Case("gpt_oss_local", ("batch_heads",), 64, 2000),
 )
 
+DETERMINISTIC_MASKS = ("window_100_50", "band", "first_100", "gpt_oss_local")  # (BACKWARD_CASES' and
+# PACKED_BACKWARD_CASES' of these, in the deterministic mode too)
+
 
 class PackedCase(NamedTuple):
     """One run on packed sequences (`form` "varlen": `attention_varlen`, `lengths` (len_q, len_k) pairs) or a KV
@@ -266,14 +269,15 @@ def kernels():
         config, name = packed_config_of(case)
         if config is not None:
             built[name] = partial(sm90.build_module, config, variant=named[case.variant])
-    for case in BACKWARD_CASES:
-        config, variant = BackwardConfig(case.d, case.causal, "bf16"), named[case.variant]
-        built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
-    for case in PACKED_BACKWARD_CASES:  # (and their forward's)
-        config, variant = BackwardConfig(case.d, case.causal, "bf16", varlen=True), named[case.variant]
-        built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
+    for packed, cases in ((False, BACKWARD_CASES), (True, PACKED_BACKWARD_CASES)):
+        for case in cases:
+            variant = named[case.variant]
+            for ordered in (False, True) if case.variant in DETERMINISTIC_MASKS else (False,):
+                config = BackwardConfig(case.d, case.causal, "bf16", varlen=packed, deterministic=ordered)
+                built[str(config) + variant.suffix] = partial(sm90_backward.build_module, config, variant=variant)
+    for case in PACKED_BACKWARD_CASES:  # (their forward's)
         config, name = packed_config_of(case)
-        built[name] = partial(sm90.build_module, config, variant=variant)
+        built[name] = partial(sm90.build_module, config, variant=named[case.variant])
     return built.items()
 
 

@@ -58,12 +58,12 @@ class HopperAttentionBackward:
         (`torch.use_deterministic_algorithms`). Where the forward ran q, k, v as packed sequences (`token_major`:
         lengths that differ, or q as [batch, seq, heads, d] rows), so does this (`packed`), the gradients views of
         its [tokens, heads, d]. `variant` (`variants.Variant`: keys, a score step with its score_gradient, no
-        sink) with its `operands`: the gradients of attention with it (with keys: not causal, not deterministic)."""
+        sink) with its `operands`: the gradients of attention with it (with keys: not causal)."""
         import torch
 
-        if variant is not None and variant.keys is not None and (causal or _deterministic(deterministic)):
-            raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees (not "
-                             f"causal), and its dQ is not deterministic yet (torch.use_deterministic_algorithms)")
+        if variant is not None and variant.keys is not None and causal:
+            raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees: not "
+                             f"causal (its keys say it)")
         if variant is None and token_major(q, k) and k.dim() == 4 and all(x.shape == q.shape for x in (o, grad)):
             return self._as_packed(grad, q, k, v, o, lse, causal, grad_lse, deterministic)
         element = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(q.dtype)
@@ -180,9 +180,6 @@ class HopperAttentionBackward:
         from mlir_tile.kernels.flash.packed import checked_packed, row_pitch, token_rows
 
         element = checked_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, "max_seqlen_k")
-        if variant is not None and variant.keys is not None and _deterministic(deterministic):
-            raise ValueError(f"attention_varlen backward: variant {variant.name!r}'s dQ is not deterministic yet "
-                             f"(torch.use_deterministic_algorithms)")
         q, k, v = (token_rows(x) for x in (q, k, v))
         (total_q, heads, d), (total_k, kv_heads, _) = q.shape, k.shape
         if any(x.shape != q.shape or x.dtype != q.dtype for x in (o, grad)) or lse.shape != (heads, total_q):

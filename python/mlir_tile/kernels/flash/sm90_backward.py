@@ -69,9 +69,8 @@ def build_module(config: BackwardConfig = BackwardConfig(), context=None, varian
     if variant is not None and variant.score is not None and variant.score_gradient is None:
         raise ValueError(f"attention backward: variant {variant.name!r}: the backward takes a variant's keys, a "
                          f"score step with its score_gradient and a sink (P from the log-sum-exp, which holds it)")
-    if variant is not None and variant.keys is not None and (config.causal or config.deterministic):
-        raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees: not causal, "
-                         f"not deterministic")
+    if variant is not None and variant.keys is not None and config.causal:
+        raise ValueError(f"attention backward: variant {variant.name!r} says which keys each row sees: not causal")
 
     # (packed sequences: dK and dV pointers, as 16-bit pairs; cu_seqlens_q and _k, kv_heads, total_q, total_k and
     # the padded rows a head of dQaccum and the statistics)
@@ -195,6 +194,7 @@ class _Backward(BackwardScores):
                     | k.compare("eq", sequence.k_length, k.as_index(self.seq)))
                    & k.compare("ule", sequence.q_length, sequence.k_length))
         every = (sequence.q_length + (self.config.rows - 1)) // self.config.rows
+        self.searched = checked
         return k.select(checked, searched[0], k.index(0)), k.select(checked, searched[1], every)
 
     def build(self) -> None:
@@ -461,10 +461,29 @@ class _Backward(BackwardScores):
         walk then adds last and waits least)."""
         keys = self.config.keys
         n = self.n0 // keys
+        if self.variant is not None and self.variant.keys is not None:
+            return n - self.first_adder(q0)
         if not self.config.causal:
             return n
         last_key = q0 + (self.config.rows - 1) + (0 if self.shift is None else self.shift)  # (>= n0: n reaches q0)
         return self.k.minimum(last_key // keys, (self.k.as_index(self.keys_end) - 1) // keys) - n
+
+    def first_adder(self, q0):
+        """A variant's keys: the first key block that adds into the query block at `q0`, the block of the first key
+        its first row sees. (Key block n walks query blocks [lowest_n / rows, ceil(beyond_n / rows)), both bounds
+        non-decreasing in n (`blocks_seeing`); so the blocks reaching query block m are those from the first whose
+        beyond passes m x rows, i.e. whose end passes row m x rows's first key, up to the last whose lowest is in
+        m: consecutive, each CTA's turn its distance from the first. Packed rows the host did not check: every
+        block walks every query block, the first block 0.)"""
+        from mlir_tile.builder.integers import with_operators
+
+        k, keys = self.k, self.config.keys
+        if not self.config.varlen:
+            return with_operators(self.variant.key_interval(k, q0, self.seq, self.extras)[0]) // keys
+        sequence = self.sequence
+        first = with_operators(self.variant.key_interval(k, sequence.position(q0), sequence.k_length,
+                                                         self.extras)[0]) // keys
+        return k.select(self.searched, first, k.index(0))
 
     def epilogue(self) -> None:
         """dK (times the softmax scale) and dV by stmatrix over this consumer's band of the K and V tiles (once
