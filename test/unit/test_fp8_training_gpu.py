@@ -15,16 +15,18 @@ F = torch.nn.functional
 @_hopper_only
 def test_the_quantization_kernel_is_torchs_blockwise_quantization_bit_for_bit():
     """240 random matrices (rows 1-700, columns multiples of 8 up to 1,100: blocks cut by both edges; f16 and bf16;
-    1 x 128 and 128 x 128 blocks, and x^T's 1 x 128 blocks padded to 16 tokens, a weight gradient's), values of magnitudes 2^-30 to 2^15 (f16: 2^-14 to 2^12) by column, a block of zeros, a view of a
-    larger buffer (a transposed view, one off 16 bytes): the kernel's e4m3 bytes and scales equal torch's ops' on
-    the same values, and a tensor it does not take is a one-line ValueError."""
+    1 x 128 and 128 x 128 blocks, and x^T's 1 x 128 blocks padded to 16 tokens, a weight gradient's), values of
+    magnitudes 2^-30 to 2^15 (f16: 2^-14 to 2^12) by column, a block of zeros, a view of a larger buffer (a
+    transposed view, one off 16 bytes): the kernel's e4m3 bytes and scales equal torch's ops' on the same values,
+    and a tensor it does not take is a one-line ValueError."""
     from mlir_tile.kernels.fp8_training import _quantized, quantized_by_torch, quantized_columns
 
     rng, failures = random.Random(49), []
     for trial in range(240):
         dtype, form = (torch.bfloat16, torch.float16)[trial % 2], ("rows", "blocks", "columns")[trial // 2 % 3]
         rows, columns = rng.randint(1, 700), 8 * rng.randint(1, 137)
-        magnitudes = torch.logspace(*((-30, 15) if dtype == torch.bfloat16 else (-14, 12)), columns, base=2, device="cuda")
+        magnitudes = torch.logspace(*((-30, 15) if dtype == torch.bfloat16 else (-14, 12)), columns, base=2,
+                                    device="cuda")
         x = (torch.randn(rows, columns, device="cuda") * magnitudes[torch.randperm(columns, device="cuda")]).to(dtype)
         x[: min(rows, 128), :128] = 0
         view = trial % 5
@@ -52,12 +54,13 @@ def test_the_quantization_kernel_is_torchs_blockwise_quantization_bit_for_bit():
 def test_fp8_linear_trains_within_fp8s_error_of_f_linear():
     """`fp8_linear` (DeepSeek-V3's recipe: each GEMM of forward, dx and dw an e4m3 `scaled_mm` with blockwise
     scales, the operands quantized on the fly) on 40 random shapes (tokens 1-600 with leading dimensions, K and N
-    multiples of 16 up to 1,024, bf16 and f16): the output and both gradients within 0.08 relative RMS of fp32
-    F.linear's (e4m3's 3-bit mantissas leave about 0.04 on random products), in x's and weight's dtypes; a shape
-    it does not take is a one-line ValueError."""
+    multiples of 16 up to 1,024, bf16 and f16; four under torch.compile): the output and both gradients within
+    0.08 relative RMS of fp32 F.linear's (e4m3's 3-bit mantissas leave about 0.04 on random products), in x's
+    and weight's dtypes; a shape it does not take is a one-line ValueError."""
     from mlir_tile.kernels.fp8_training import fp8_linear
 
     rng, failures = random.Random(48), []
+    compiled = torch.compile(fp8_linear, fullgraph=True)  # (its backward traced to its gradients' operator)
     for trial in range(40):
         dtype = (torch.bfloat16, torch.float16)[trial % 2]
         lead = rng.choice([(rng.randint(1, 600),), (rng.randint(1, 4), rng.randint(1, 150))])
@@ -65,7 +68,7 @@ def test_fp8_linear_trains_within_fp8s_error_of_f_linear():
         x = torch.randn(*lead, k, device="cuda", dtype=dtype, requires_grad=True)
         weight = (torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5).requires_grad_()
         grad = torch.randn(*lead, n, device="cuda", dtype=dtype)
-        y = fp8_linear(x, weight)
+        y = (compiled if trial % 10 == 9 else fp8_linear)(x, weight)
         y.backward(grad)
         exact = [t.detach().float().requires_grad_() for t in (x, weight)]
         want = F.linear(*exact)
@@ -77,4 +80,45 @@ def test_fp8_linear_trains_within_fp8s_error_of_f_linear():
     assert not failures, failures[:8]
     with pytest.raises(ValueError, match="multiples of 16") as raised:
         fp8_linear(*(torch.randn(rows, 24, device="cuda", dtype=torch.bfloat16) for rows in (4, 16)))
+    assert "\n" not in str(raised.value)
+
+
+@_hopper_only
+def test_fp8_grouped_linear_trains_within_fp8s_error_of_each_experts_linear():
+    """`fp8_grouped_linear` on 30 random mixtures (1-8 experts of 0 to 300 tokens each, rows past the last
+    expert's, K and N multiples of 16 up to 768, bf16 and f16; plain and under torch.compile): the output and dx
+    within 0.08 relative RMS of fp32 autograd of each expert's F.linear, dw (16-bit) within 0.01, rows past the
+    last expert zeros with zero gradients; a shape it does not take is a one-line ValueError."""
+    from mlir_tile.kernels.fp8_training import fp8_grouped_linear
+
+    rng, failures = random.Random(62), []
+    compiled = torch.compile(fp8_grouped_linear, fullgraph=True)
+    for trial in range(30):
+        dtype = (torch.bfloat16, torch.float16)[trial % 2]
+        counts = [rng.choice([0, 1, rng.randint(2, 300)]) for _ in range(rng.randint(1, 8))]
+        tail, (k, n) = rng.randint(0, 5), (16 * rng.randint(1, 48) for _ in range(2))
+        x = torch.randn(sum(counts) + tail, k, device="cuda", dtype=dtype, requires_grad=True)
+        weight = (torch.randn(len(counts), n, k, device="cuda", dtype=dtype) / k ** 0.5).requires_grad_()
+        offsets = torch.tensor(counts, device="cuda").cumsum(0).int()
+        grad = torch.randn(x.shape[0], n, device="cuda", dtype=dtype)
+        y = (compiled if trial % 10 == 9 else fp8_grouped_linear)(x, weight, offsets)
+        y.backward(grad)
+        exact = [t.detach().float().requires_grad_() for t in (x, weight)]
+        bounds = [0] + offsets.tolist()
+        want = torch.cat([F.linear(exact[0][s:e], exact[1][expert]) for expert, (s, e) in
+                          enumerate(zip(bounds, bounds[1:]))] + [exact[0].new_zeros(tail, n)])
+        want.backward(grad.float())
+        for name, got, expected, bound in (("y", y, want, 0.08), ("dx", x.grad, exact[0].grad, 0.08),
+                                           ("dw", weight.grad, exact[1].grad, 0.01)):
+            scale = float(expected.pow(2).mean().sqrt()) or 1.0
+            error = float((got.float() - expected).pow(2).mean().sqrt()) / scale
+            if got.dtype != dtype or got.shape != expected.shape or not error < bound:
+                failures.append((trial, counts, tail, k, n, name, got.dtype, error))
+        if tail and (y[-tail:].any() or x.grad[-tail:].any()):
+            failures.append((trial, "rows past the last expert"))
+    assert not failures, failures[:8]
+    with pytest.raises(ValueError, match="multiples of 16") as raised:
+        fp8_grouped_linear(torch.randn(4, 24, device="cuda", dtype=torch.bfloat16),
+                           torch.randn(2, 16, 24, device="cuda", dtype=torch.bfloat16),
+                           torch.tensor([2, 4], device="cuda", dtype=torch.int32))
     assert "\n" not in str(raised.value)

@@ -5,6 +5,7 @@
     y = matmul(x, w, b_layout="nk", bias=b, activation="gelu_tanh")   # gelu(x @ w.T + b), as F.linear lays w
     y = scaled_mm(x8, w8, scale_x, scale_w)                            # fp8 e4m3 in, bf16 out (Hopper)
     y = fp8_linear(x, w)                                               # F.linear trained in fp8 (Hopper)
+    y = fp8_grouped_linear(x, w_e, offs)                               # experts' layer trained in fp8 (Hopper)
     h = swiglu_mm(x, swiglu_weights(w_gate, w_up))                      # silu(x w_gate^T) * (x w_up^T) (Hopper)
     y = grouped_mm(x_e, w_e, counts)                                   # experts' rows: [E, T, K] x [E, N, K] (Hopper)
     y = grouped_mm(x, w_e, offsets=offs)                               # sorted by expert: [tokens, K] (Hopper)
@@ -20,8 +21,8 @@ are the ones the wheel ships for the GPU's chip, or built on first use where the
 modules of this package; `python -m mlir_tile.kernels.gemm --help` is their command line.
 """
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "fp8_linear", "grouped_mm", "matmul",
-           "scaled_mm", "swiglu_mm", "swiglu_weights"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "fp8_grouped_linear", "fp8_linear",
+           "grouped_mm", "matmul", "scaled_mm", "swiglu_mm", "swiglu_weights"]
 
 
 def __getattr__(name: str):
@@ -29,10 +30,10 @@ def __getattr__(name: str):
         from mlir_tile.kernels import kvcache
 
         return kvcache.attention_with_kvcache
-    if name == "fp8_linear":
+    if name in ("fp8_linear", "fp8_grouped_linear"):
         from mlir_tile.kernels import fp8_training
 
-        return fp8_training.fp8_linear
+        return getattr(fp8_training, name)
     if name in ("grouped_mm", "swiglu_mm", "swiglu_weights"):
         from mlir_tile.kernels import moe_ops
 

@@ -7,6 +7,12 @@ quantized to e4m3 on the fly (each block's largest |value| at e4m3's 448):
   tokens padded with zeros to a multiple of 16 (TMA's rows).
 Registered as torch.ops.mlir_tile.fp8_linear with a fake and its autograd formula, so torch.compile traces it.
 
+`fp8_grouped_linear(x, weight, offsets)` is a mixture of experts' layer the same way, on `grouped_mm`'s contiguous
+form (x's tokens sorted by expert, weight [E, N, K]): the forward and dx e4m3 grouped GEMMs with blockwise scales
+(x and dy by a token's 1 x 128 blocks, each expert's weight by its own 128 x 128 blocks, dx's w^T those blocks
+transposed); dw each expert's dy^T x by the 16-bit grouped weight gradient (an e4m3 reduction over an expert's
+ragged tokens, DeepGEMM's k-grouped GEMM, is not built).
+
 No `from __future__ import annotations` here: torch reads the operators' schemas from their annotations.
 """
 from typing import Callable, Tuple
@@ -112,6 +118,89 @@ def _checked(x: torch.Tensor, weight: torch.Tensor) -> None:
                          f"{weight.dtype}")
 
 
+def fp8_grouped_linear(x, weight, offsets):
+    """x [tokens, K] sorted by expert, weight [E, N, K], offsets int32 [E] (the cumulative ends of the experts'
+    rows, `grouped_mm`'s contiguous form): [tokens, N] whose rows of expert e are x's times weight[e]^T (rows
+    past offsets[E - 1] zeros), in x's dtype (float16 or bfloat16, weight's too; N and K multiples of 16); the
+    forward and dx e4m3 grouped GEMMs with blockwise scales, dw 16-bit (the module's text). ValueError in one line
+    for what it does not take."""
+    return torch.ops.mlir_tile.fp8_grouped_linear(x, weight, offsets)
+
+
+def quantized_experts(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 [E, N, K], fp32 [E, ceil(N / 128), ceil(K / 128)]) of weight [E, N, K]: each expert's 128 x 128 blocks
+    (its N padded with zero rows to whole blocks where it is not, so that no block holds two experts' rows)."""
+    experts, n, depth = weight.shape
+    whole = n % BLOCK == 0
+    padded = weight if whole else F.pad(weight, (0, 0, 0, -n % BLOCK))
+    q, scales = quantized_blocks(padded.reshape(-1, depth))
+    q = q.view(experts, -1, depth)
+    return (q if whole else q[:, :n].contiguous()), scales.view(experts, -1, scales.shape[1])
+
+
+def grouped_forward_product(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
+                            grouped: Callable) -> torch.Tensor:
+    """x [tokens, K] @ each expert's weight^T by `grouped(a, b, offsets, scale_a, scale_b)` (an e4m3 grouped
+    product of b [E, N, K] with blockwise scales, contiguous form, bf16 out)."""
+    (a, scale_a), (b, scale_b) = quantized_rows(x), quantized_experts(weight)
+    return grouped(a, b, offsets, scale_a, scale_b)
+
+
+def grouped_gradients(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, grad: torch.Tensor,
+                      grouped: Callable, weight_gradient: Callable) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(dx [tokens, K], dw [E, N, K]) given grad [tokens, N]: dx = each expert's dy rows times its w by `grouped`
+    (`grouped_forward_product`'s), dy by its rows' 1 x 128 blocks, w^T its experts' 128 x 128 blocks transposed;
+    dw by `weight_gradient(grad, x, offsets)`."""
+    (dy, scale_dy), (w, scale_w) = quantized_rows(grad), quantized_experts(weight)
+    dx = grouped(dy, w.transpose(1, 2).contiguous(), offsets, scale_dy, scale_w.transpose(1, 2).contiguous())
+    return dx, weight_gradient(grad, x, offsets)
+
+
+def _device_grouped(a, b, offsets, scale_a, scale_b):
+    return kernels_on(a.device).grouped(a, b, offsets=offsets, scale_x=scale_a, scale_w=scale_b)
+
+
+def _device_weight_gradient(grad, x, offsets):
+    return kernels_on(grad.device).grouped.weight_gradient(grad, x, offsets)
+
+
+def _checked_grouped(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> None:
+    if not (x.dtype == weight.dtype and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 2
+            and weight.dim() == 3 and x.shape[1] == weight.shape[2] and weight.shape[1] % ROWS == 0
+            and weight.shape[2] % ROWS == 0 and offsets.dtype == torch.int32
+            and tuple(offsets.shape) == weight.shape[:1]):
+        raise ValueError(f"fp8_grouped_linear: x [tokens, K] and weight [E, N, K] of one dtype, float16 or "
+                         f"bfloat16, K and N multiples of {ROWS}, offsets int32 [E]; got {tuple(x.shape)} {x.dtype}, "
+                         f"{tuple(weight.shape)} {weight.dtype}, offsets {offsets.dtype} {tuple(offsets.shape)}")
+
+
+def _fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    _checked_grouped(x, weight, offsets)
+    if 0 in (*x.shape, *weight.shape):
+        return x.new_zeros((x.shape[0], weight.shape[1]))
+    x, weight = x.contiguous(), weight.contiguous()
+    return grouped_forward_product(x, weight, offsets.contiguous(), _device_grouped).to(x.dtype)
+
+
+def _fp8_grouped_linear_fake(x, weight, offsets):
+    _checked_grouped(x, weight, offsets)
+    return x.new_empty((x.shape[0], weight.shape[1]))
+
+
+def _fp8_grouped_linear_gradients(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
+                                  grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    if 0 in (*x.shape, *weight.shape):
+        return x.new_zeros(x.shape), weight.new_zeros(weight.shape)
+    dx, dw = grouped_gradients(x.contiguous(), weight.contiguous(), offsets.contiguous(), grad.contiguous(),
+                               _device_grouped, _device_weight_gradient)
+    return dx.to(x.dtype), dw.to(weight.dtype)
+
+
+def _fp8_grouped_linear_backward(ctx, grad):
+    x, weight, offsets = ctx.saved_tensors  # (an operator of its own, as fp8_linear's: `_fp8_linear_backward`)
+    return (*torch.ops.mlir_tile.fp8_grouped_linear_gradients(x, weight, offsets, grad), None)
+
+
 def _fp8_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _checked(x, weight)
     x2 = x.reshape(-1, x.shape[-1])
@@ -129,14 +218,29 @@ def _fp8_linear_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(*inputs)
 
 
-def _fp8_linear_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
+def _fp8_linear_gradients(x: torch.Tensor, weight: torch.Tensor,
+                          grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     x2, grad2 = x.reshape(-1, x.shape[-1]), grad.reshape(-1, weight.shape[0])
     if not x2.shape[0]:
-        return torch.zeros_like(x), torch.zeros_like(weight)
+        return x.new_zeros(x.shape), weight.new_zeros(weight.shape)
     dx, dw = gradients(x2, weight, grad2, _device_scaled)
     return dx.to(x.dtype).view(x.shape), dw.to(weight.dtype)
 
 
+def _fp8_linear_backward(ctx, grad):
+    # (the gradients an operator of their own, so that torch.compile traces the backward to its fake: the
+    # quantizing launchers take real tensors)
+    x, weight = ctx.saved_tensors
+    return torch.ops.mlir_tile.fp8_linear_gradients(x, weight, grad)
+
+
+def _gradients_fake(x, weight, *rest):
+    return x.new_empty(x.shape), weight.new_empty(weight.shape)
+
+
 register_operator("fp8_linear", _fp8_linear, fake=_fp8_linear_fake, backward=_fp8_linear_backward,
                   setup_context=_fp8_linear_setup)
+register_operator("fp8_grouped_linear", _fp8_grouped_linear, fake=_fp8_grouped_linear_fake,
+                  backward=_fp8_grouped_linear_backward, setup_context=_fp8_linear_setup)
+register_operator("fp8_linear_gradients", _fp8_linear_gradients, fake=_gradients_fake)
+register_operator("fp8_grouped_linear_gradients", _fp8_grouped_linear_gradients, fake=_gradients_fake)
