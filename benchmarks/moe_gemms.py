@@ -10,7 +10,7 @@
   multinomial draw) against torch._grouped_mm, a loop of F.linear and a loop of our `matmul`, bf16, and the
   ceiling: one dense F.linear of the same FLOPs (every token on one expert's weights);
 - the contiguous form's forward and backward (dx and dw) against torch._grouped_mm's and a loop of F.linear's
-  (the rows compare dw);
+  (the rows compare dw), and `fp8_grouped_linear`'s (the forward and dx blockwise fp8 grouped GEMMs);
 - blockwise fp8 (`scaled_mm` with scale_a [M, K / 128], scale_b [N / 128, K / 128], all 1: the same product as
   per tensor) against torch._scaled_mm with the same scales where the installed torch takes them, cuBLASLt per
   tensor, and ours per tensor, fast and precise.
@@ -120,7 +120,7 @@ def training_rows() -> list:
     import torch
     import torch.nn.functional as F
 
-    from mlir_tile.kernels import grouped_mm
+    from mlir_tile.kernels import fp8_grouped_linear, grouped_mm
 
     rows = []
     for experts, tokens, depth, n in CONTIGUOUS_SHAPES[:2]:
@@ -140,7 +140,8 @@ def training_rows() -> list:
         pieces = [(end - size, end) for size, end in zip(sizes, ends)]
         calls = {"torch: F.linear a expert": step(lambda: torch.cat([F.linear(x[a:b], w[e]) for e, (a, b) in
                                                                     enumerate(pieces)])),
-                 "ours: grouped_mm contiguous": step(lambda: grouped_mm(x, w, offsets=offsets))}
+                 "ours: grouped_mm contiguous": step(lambda: grouped_mm(x, w, offsets=offsets)),
+                 "ours: fp8_grouped_linear": step(lambda: fp8_grouped_linear(x, w, offsets))}
         if hasattr(torch, "_grouped_mm"):
             calls["torch._grouped_mm"] = step(lambda: torch._grouped_mm(x, w.transpose(1, 2), offs=offsets))
         rows.append(_row("contiguous training (dw)", (experts, ends[-1], depth, n), calls,
