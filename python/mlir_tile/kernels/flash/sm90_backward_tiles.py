@@ -112,7 +112,7 @@ class BackwardConfig:
         barrier of its own (FlashAttention-4's Hopper backward keeps two dS tiles so)."""
         if self.split_columns:
             return 1
-        doubled = self.p_offset + 2 * (self.scores_bytes + self.dq_bytes) + self.statistics_bytes
+        doubled = self.p_offset + 2 * (self.scores_bytes + self.dq_bytes) + self.stages * 2 * self.rows * 4
         return 2 if doubled + BARRIER_BYTES <= max_shared_bytes(WARPGROUP_CHIP) else 1
 
     @property
@@ -128,12 +128,8 @@ class BackwardConfig:
         return self.dq_offset + self.buffers * self.dq_bytes
 
     @property
-    def statistics_bytes(self) -> int:  # the stages' LSE log2(e) and D rows
-        return self.stages * 2 * self.rows * 4
-
-    @property
     def shared_bytes(self) -> int:
-        return self.statistics_offset + self.statistics_bytes
+        return self.statistics_offset + self.stages * 2 * self.rows * 4
 
     def grid(self, batch_kv_heads: int, seq: int) -> int:
         """CTAs to launch: one a (K/V head, block of `keys` keys)."""
