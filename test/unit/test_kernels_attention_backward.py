@@ -68,7 +68,7 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_
     issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, (\{|%rd)", ptx)
     # S^T and dP^T over d (4 k16 steps each), dQ over 128 keys (8): from shared; dV and dK over 64 queries (4 each)
     assert issued.count("%rd") == 2 * 64 // 16 + 128 // 16 and issued.count("{") == 2 * 64 // 16
-    assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 8  # dQ's fp32 boxes of 8 columns (32 bytes)
+    assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 32  # dQ's two fp32 boxes of 32 columns
     # K, V; two stages of Q and dO; two dS^T tiles and two of dQ's sums; the stages' statistics
     assert config.buffers == 2
     assert config.shared_bytes == (2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 2 * (128 * 64 * 2 + 64 * 64 * 4)
@@ -81,7 +81,7 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_
 def test_at_d_256_the_consumers_split_the_rows_of_s_and_the_columns_of_the_gradients(filecheck):
     """d 256, bf16: a CTA of 64 keys; each consumer's S^T and dP^T m64n32 over d (16 k16 steps, its 32 rows of the
     block), its P^T and dS^T bands by stmatrix, then dV, dK (over the block's 64 rows) and dQ (over the 64 keys)
-    m64n128 with both operands from shared memory, each consumer adding its 128 columns of dQ (four fp32 boxes of 32 columns);
+    m64n128 with both operands from shared memory, each consumer adding its 128 columns of dQ (four fp32 boxes);
     one stage of Q and dO (two would pass the shared memory a block may use)."""
     config = BackwardConfig(256, False, "bf16")
     ptx = _ptx(config)
@@ -145,38 +145,16 @@ def test_packed_sequences_store_dk_and_dv_by_rows_and_add_dq_at_padded_rows():
     assert str(config).endswith("_varlen_sm90a")
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_a_warps_dq_stores_take_two_wavefronts_each(d):
-    """dQ's fp32 tile (boxes of 8 columns, unswizzled) takes each 8-byte store of an accumulator slot pair in
-    2 shared-memory wavefronts, the least for 256 bytes: a half-warp's 16 lanes (rows i..i+3, four lanes a row's
-    8 columns, as PTX's wgmma D fragment lays them) on 32 distinct banks. The 128-byte-swizzled boxes of 32
-    columns took 4."""
-    config = BackwardConfig(d, False, "bf16")
-    tile = tiles(config)["dq"]
-
-    def wavefronts(lanes, slot_pair, h):  # (distinct words on the busiest bank)
-        banks = {}
-        for lane in lanes:
-            row, column = lane // 4 + 8 * h, 8 * slot_pair + 2 * (lane % 4)
-            for word in (tile.offset(row, column), tile.offset(row, column + 1)):
-                banks.setdefault(word % 32, set()).add(word)
-        return max(len(words) for words in banks.values())
-
-    for n in range(config.dq_columns // 8):
-        for h in range(2):
-            assert wavefronts(range(16), n, h) == wavefronts(range(16, 32), n, h) == 1
-
-
 def test_the_deterministic_mode_waits_for_its_turn_around_each_dq_reduction():
     """Deterministic (d 128, causal): each consumer's first thread waits for its flag to reach the CTA's key block
-    (n0 / 128), adds its eight fp32 boxes, waits for their writes (no `.read`) and releases the flag: one spin, one
+    (n0 / 128), adds its two fp32 boxes, waits for their writes (no `.read`) and releases the flag: one spin, one
     release, in that order around the reductions, and the flags a (head, block of 64 rows, adder: two at d 128)."""
     config = BackwardConfig(128, True, "bf16", deterministic=True)
     ptx = _ptx(config)
     spin, release = ptx.index("ld.acquire.gpu.u32"), ptx.index("red.release.gpu.add.u32")
     reductions = [m.start() for m in re.finditer(r"cp\.reduce\.async\.bulk\.tensor", ptx)]
-    assert len(reductions) == 64 // 8 and spin < reductions[0] < reductions[-1] < release
-    assert re.search(r"cp\.async\.bulk\.wait_group\s+0;", ptx[reductions[-1]:release])
+    assert len(reductions) == 2 and spin < reductions[0] < reductions[1] < release
+    assert re.search(r"cp\.async\.bulk\.wait_group\s+0;", ptx[reductions[1]:release])
     assert ptx.count("ld.acquire.gpu") == ptx.count("red.release.gpu") == 1
     assert config.flags(heads=3, padded=192) == 3 * 3 * 2 and BackwardConfig(64, deterministic=True).adders == 1
     assert str(config).endswith("_deterministic_sm90a") and "red.release" not in _ptx(BackwardConfig(128, True, "bf16"))

@@ -55,8 +55,8 @@ import math
 from mlir_tile.isa.targets import WARPGROUP_CHIP
 from mlir_tile.kernels.common import LOG2E
 from mlir_tile.kernels.flash.sm90_backward_scores import BackwardScores
-from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, KERNEL, PRODUCER_REGISTERS, BackwardConfig,
-                                                         band_steps, tiles)
+from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, KERNEL, PRODUCER_REGISTERS,
+                                                         BackwardConfig, band_steps, tiles)
 from mlir_tile.kernels.flash.sm90_layouts import column_steps, row_halves
 from mlir_tile.kernels.flash.variants import Variant
 
@@ -448,7 +448,7 @@ class _Backward(BackwardScores):
             if config.deterministic:
                 flag = (row // config.rows) * config.adders + self.consumer
                 k.wait_flag(self.flags, flag, k.as_i32(self.turn(q0)))
-            for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", config.float_box_columns):
+            for column, box in k.boxes(self.shared, first, self.tiles["dq"], "f32", FLOAT_BOX_COLUMNS):
                 k.tma_reduce_add(box, self.dq_map, (row, self.consumer * config.dq_columns + column))
             if config.deterministic:
                 k.tma_store_wait(0, complete=True)

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from mlir_tile.kernels.common import LOG2E
-from mlir_tile.kernels.flash.sm90_backward_tiles import BOX_COLUMNS, BackwardConfig, band_steps, tiles
+from mlir_tile.kernels.flash.sm90_backward_tiles import (BOX_COLUMNS, FLOAT_BOX_COLUMNS, BackwardConfig, band_steps,
+                                                         tiles)
 from mlir_tile.tiling.tiled import packed_slot
 
 
@@ -187,9 +188,8 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
                 for row in range(rows):
                     for column in range(share):
                         floats[layouts["dq"].offset(row, column)] = dq[row, column]
-                for offset, column, box in _boxes(layouts["dq"], 32, config.float_box_columns):
-                    read = tma_box_read(shared, box.swizzle_bytes, box.rows, 4 * box.columns,
-                                        first + 4 * offset).view(np.float32)
+                for offset, column, box in _boxes(layouts["dq"], 32, FLOAT_BOX_COLUMNS):
+                    read = tma_box_read(shared, 128, box.rows, 4 * box.columns, first + 4 * offset).view(np.float32)
                     dq_sums[head, q0:q0 + rows, consumer * share + column:][:, :box.columns] += read
     bands = []  # (every consumer's bands written, as the kernel's, before any is stored: overlaps show)
     for part, (accumulators, scaled) in enumerate(((dk_acc, True), (dv_acc, False))):

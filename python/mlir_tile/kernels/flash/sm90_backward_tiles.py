@@ -22,7 +22,7 @@ from mlir_tile.kernels.flash.sm90_layouts import consumer_band
 
 KERNEL = "attention_backward"
 BACKWARD_HEAD_DIMS = (64, 128, 256)
-BOX_COLUMNS = 64  # 128 bytes of 16-bit elements
+BOX_COLUMNS, FLOAT_BOX_COLUMNS = 64, 32  # 128 bytes of 16-bit and of fp32 elements
 PRODUCER_REGISTERS = 24
 SCORES_SWIZZLE = 64  # the bytes of a consumer's 32 rows of P^T or dS^T where the consumers split d's columns
 
@@ -144,13 +144,6 @@ class BackwardConfig:
                 f"{'_varlen' if self.varlen else ''}{'_deterministic' if self.deterministic else ''}_sm90a")
 
     @property
-    def float_box_columns(self) -> int:
-        """The columns of dQ's fp32 boxes: 8 (32 bytes, unswizzled: `_float_boxes`); 32 (128 bytes, swizzled) where
-        the consumers split d's columns, whose 128 columns a consumer in boxes of 8 spilled 784-884 bytes (32-104
-        in four boxes)."""
-        return 32 if self.split_columns else 8
-
-    @property
     def adders(self) -> int:
         """The consumers that add a share of dQ's columns into a query block's rows."""
         return self.head_dim // self.dq_columns
@@ -182,19 +175,8 @@ def tiles(config: BackwardConfig) -> dict:
     return {"kv": kv, "q": block, "q_band": Layout((config.score_rows, block.shape[1]), block.stride, block.swizzle),
             "q_mn": transposed(boxed_tile(rows, config.kv_columns)), "ds_band": band, "ds_a": transposed(ds["c"]),
             "scores_a": ds["c"], "k_dq": transposed(boxed_tile(keys, config.dq_columns)),
-            "dq": _float_boxes(rows, config.dq_columns) if config.float_box_columns == 8 else boxed_tile(
-                rows, config.dq_columns, 32), "out": consumer_band(out["c"]), "out_band": out["c_band"],
+            "dq": boxed_tile(rows, config.dq_columns, 32), "out": consumer_band(out["c"]), "out_band": out["c_band"],
             "statistic": Layout((1, rows), (rows, 1))}
-
-
-def _float_boxes(rows: int, columns: int):
-    """dQ's fp32 sums as unswizzled TMA boxes of 8 columns (32 bytes) side by side: a warp's 8-byte
-    stores of an accumulator slot pair (rows i and i + 8 of 8 lanes' quads apart) put each half-warp's four rows'
-    32 bytes on 128 bytes of distinct banks, 2 wavefronts a store; 128-byte-swizzled boxes of 32 columns put rows
-    2i and 2i + 1 on the same banks (4 wavefronts)."""
-    from mlir_tile.algebra.layout import Layout
-
-    return Layout((rows, (8, columns // 8)), (8, (1, rows * 8)))
 
 
 def band_steps(config: BackwardConfig) -> dict:
@@ -218,7 +200,7 @@ def boxes(config: BackwardConfig) -> dict:
 
     layouts = tiles(config)
     first = {name: boxes_at(layouts[tile], bits, columns)[0][2] for name, tile, bits, columns in (
-        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, config.float_box_columns),
+        ("q", "q", 16, BOX_COLUMNS), ("k", "kv", 16, BOX_COLUMNS), ("dq", "dq", 32, FLOAT_BOX_COLUMNS),
         ("dk", "out", 16, BOX_COLUMNS))}
     statistic = Box(1, config.rows, 32, 0)
     return {"q": first["q"], "do": first["q"], "k": first["k"], "v": first["k"], "dq": first["dq"],
