@@ -69,13 +69,7 @@ def test_the_ptx_loads_by_tma_multiplies_with_a_in_registers_and_adds_dq_by_tma_
     # S^T and dP^T over d (4 k16 steps each), dQ over 128 keys (8): from shared; dV and dK over 64 queries (4 each)
     assert issued.count("%rd") == 2 * 64 // 16 + 128 // 16 and issued.count("{") == 2 * 64 // 16
     assert ptx.count("cp.reduce.async.bulk.tensor") == 64 // 32  # dQ's two fp32 boxes of 32 columns
-    # K, V; two stages of Q and dO; two dS^T tiles and two of dQ's sums; the stages' statistics
-    assert config.buffers == 2
-    assert config.shared_bytes == (2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 2 * (128 * 64 * 2 + 64 * 64 * 4)
-                                   + 2 * 2 * 64 * 4)
-    # a block's one barrier of both consumers (dS^T's bands written) and the epilogue's; consumer 0's (the adder's):
-    # the block's one (its dQ sums stored) and the epilogue's
-    assert ptx.count("bar.sync \t1, 256;") == 2 and ptx.count("bar.sync \t4, 128;") == 2
+    assert config.shared_bytes == 2 * 128 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 128 * 64 * 2 + 64 * 64 * 4 + 2 * 2 * 64 * 4
 
 
 def test_at_d_256_the_consumers_split_the_rows_of_s_and_the_columns_of_the_gradients(filecheck):

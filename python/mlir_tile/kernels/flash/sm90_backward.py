@@ -329,8 +329,8 @@ class _Backward(BackwardScores):
         self.ds = k.accumulators_as_a(self.dp_acc, self.d_atom, into=self.ds)
         overlapped = config.adders == config.consumers and not config.deterministic
         if overlapped:
-            self.score_bands([self.dp_acc], [self.scores_tile(step)])
-            self.dq_batch(step)
+            self.score_bands([self.dp_acc], [config.ds_offset])
+            self.dq_batch()
         k.wgmma(self.d_atom, self.ds, self.operand(q, "q_mn", elements), self.dk_acc)
         if overlapped:
             k.wgmma_wait(1, [self.dq_acc])  # (dV's and dQ's batches; dK's in flight)
@@ -338,7 +338,7 @@ class _Backward(BackwardScores):
         if config.deterministic:  # (the stage released before dQ's turn: held across its wait, 288-392 bytes
             self.release_block(step)  # spilled at d 128, not 124-156)
         if not overlapped:
-            self.score_bands([self.dp_acc], [self.scores_tile(step)])
+            self.score_bands([self.dp_acc], [config.ds_offset])
             self.dq_product(step)
         if not config.deterministic:
             self.release_block(step)
@@ -355,8 +355,8 @@ class _Backward(BackwardScores):
         self.probabilities(step, facts)
         k.wgmma_wait(0, [self.dp_acc])
         self.score_gradients(step, facts)
-        scores = [k.index(config.p_offset), self.scores_tile(step)]
-        self.score_bands([self.s_acc, self.dp_acc], scores)
+        self.score_bands([self.s_acc, self.dp_acc], [config.p_offset, config.ds_offset])
+        scores = [k.index(config.p_offset), k.index(config.ds_offset)]
         for first, block, accumulators in zip(scores, (do, q), (self.dv_acc, self.dk_acc)):
             columns = self.operand(self.consumer_part(block, "q_mn"), "q_mn")
             k.wgmma(self.d_atom, self.operand(first, "scores_a"), columns, accumulators)
@@ -372,9 +372,7 @@ class _Backward(BackwardScores):
     def score_bands(self, accumulators: list, firsts: list) -> None:
         """Each of `accumulators` (P^T or dS^T, in S^T's or dP^T's registers) by stmatrix as this consumer's band
         of the [keys, rows] tile at byte `firsts[i]`: packed, written once every consumer's products of the block
-        before have read the tiles (with two tiles, `BackwardConfig.buffers`, they read the other: every consumer
-        met the last barrier here after its products of the block before that were done), then fenced for wgmma
-        and waited for by every consumer (named barriers)."""
+        before have read the tiles, then fenced for wgmma and waited for by every consumer (named barriers)."""
         from mlir_tile.builder.stores import AccumulatorBand
 
         k, config = self.k, self.config
@@ -383,10 +381,9 @@ class _Backward(BackwardScores):
         for accumulator in accumulators:
             packed.append(band.registers())
             band.pack(packed[-1], accumulator.registers, config.score_rows, lambda slot, x: x)
-        if config.buffers == 1:
-            self.barriers.meet_all()
+        self.barriers.meet_all()
         for registers, first in zip(packed, firsts):
-            band.write(registers, self.shared, self.consumer_part(first, "ds_band"))
+            band.write(registers, self.shared, self.consumer_part(k.index(first), "ds_band"))
         k.async_proxy_fence()
         self.barriers.meet_all()
 
@@ -394,39 +391,33 @@ class _Backward(BackwardScores):
         """This consumer's share of dQ (`dq_batch`) added into dQaccum, where it adds one (`adders`)."""
         k = self.k
         with k.if_(k.compare("ult", self.consumer, self.config.adders)):
-            self.dq_batch(step)
+            self.dq_batch()
             k.wgmma_wait(0, [self.dq_acc])
             self.add_dq(step)
 
-    def dq_batch(self, step) -> None:
-        """This consumer's dQ = dS K over its columns and the CTA's keys issued (block `step`'s dS^T tile
-        written)."""
+    def dq_batch(self) -> None:
+        """This consumer's dQ = dS K over its columns and the CTA's keys issued (dS^T's tile written)."""
         k, config = self.k, self.config
-        ds_tile = self.operand(self.scores_tile(step), "ds_a", config.keys * config.rows)
+        ds_tile = self.operand(k.index(config.ds_offset), "ds_a", config.keys * config.rows)
         k_part = self.operand(self.consumer * self.steps["k_dq"], "k_dq", config.keys * config.dq_columns)
         self.cleared(self.dq_acc)
         k.wgmma(self.dq_atom, ds_tile, k_part, self.dq_acc, accumulate=False)
 
     def add_dq(self, step) -> None:
-        """This consumer's dQ sums into its part of block `step`'s fp32 tile (once the reductions that read it
-        before are done reading: with one tile, its first thread waits for them before a barrier; with two, the
-        block before waited for the ones before it, and this block waits for the block before's, the tile the
-        next block writes, at its one barrier), then added into dQaccum's rows of the query block by TMA
-        reductions. Deterministic: the key blocks in a fixed order (`turn`), a flag a (query head, block of
-        rows, adder) counting the turns: the first thread waits for the flag to reach its turn, adds, waits for
-        the additions to be written and counts its turn (FlashAttention-3's semaphores; the CTAs whose turns come
-        first are launched first)."""
+        """This consumer's dQ sums into its part of the fp32 tile (once its previous reductions have read it),
+        then added into dQaccum's rows of the query block by TMA reductions. Deterministic: the key blocks in a
+        fixed order (`turn`), a flag a (query head, block of rows, adder) counting the turns: the first thread
+        waits for the flag to reach its turn, adds, waits for the additions to be written and counts its turn
+        (FlashAttention-3's semaphores; the CTAs whose turns come first are launched first)."""
         from mlir import ir
         from mlir.dialects import vector
 
         k, config = self.k, self.config
         thread = self.consumer_thread()
-        first = self.buffered(config.dq_offset, step, config.dq_bytes) + self.consumer * (
-            config.rows * config.dq_columns * 4)
-        if config.buffers == 1:
-            with k.if_(k.compare("eq", thread, 0)):
-                k.tma_store_wait(0)
-            self.barriers.meet_own(self.consumer)
+        first = k.index(config.dq_offset) + self.consumer * (config.rows * config.dq_columns * 4)
+        with k.if_(k.compare("eq", thread, 0)):
+            k.tma_store_wait(0)
+        self.barriers.meet_own(self.consumer)
         part = self.operand(first, "dq", config.rows * config.dq_columns, "f32")
         pairs = ir.VectorType.get([2], ir.F32Type.get())
         columns, halves = column_steps(self.dq_atom), row_halves(self.dq_atom)
@@ -438,9 +429,6 @@ class _Backward(BackwardScores):
             pair = vector.from_elements(pairs, [k.load(self.dq_acc.registers, [slot + i]) for i in range(2)])
             k.store_vector(pair, part.memory, [part.offset((row, column))])
         k.async_proxy_fence()
-        if config.buffers == 2:
-            with k.if_(k.compare("eq", thread, 0)):
-                k.tma_store_wait(0)
         self.barriers.meet_own(self.consumer)
         head, q0 = self.block_of(step)
         row = head * self.padded + (self.padded_start + q0 if self.config.varlen else q0)
@@ -538,16 +526,6 @@ class _Backward(BackwardScores):
         store_rows(k, self.dk_acc, self.dk_map, self.config.element, first_word,
                    lambda half, x: arith.mulf(x, softmax_scale))
         store_rows(k, self.dv_acc, self.dv_map, self.config.element, first_word, lambda half, x: x)
-
-    def scores_tile(self, step):
-        """Byte of block `step`'s dS^T tile."""
-        return self.buffered(self.config.ds_offset, step, self.config.scores_bytes)
-
-    def buffered(self, first: int, step, size: int):
-        """Byte `first` of a tile of `size` bytes written once a query block, moved to block `step`'s where there
-        are two (`BackwardConfig.buffers`)."""
-        at = self.k.index(first)
-        return at + (step % 2) * size if self.config.buffers == 2 else at
 
     def consumer_thread(self):
         return self.k.thread_id() % 128

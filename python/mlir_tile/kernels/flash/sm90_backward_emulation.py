@@ -139,13 +139,10 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
     dk_acc, dv_acc = np.zeros((2, 64, config.kv_columns)), np.zeros((2, 64, config.kv_columns))
     fetch = lambda tile, at, count, row0, depth: _fetch(shared, layouts[tile], at, count, row0, depth, element)
     scale = LOG2E / math.sqrt(d)
-    first_block, step = n0 // rows if config.causal else 0, -1
+    first_block = n0 // rows if config.causal else 0
     for head in range(kv_head * group, (kv_head + 1) * group):
         for block in range(first_block, -(-seq // rows)):
             q0, stage = block * rows, 2 * config.kv_bytes  # (stage 0: the model keeps one block at a time)
-            step += 1  # (dS^T's and dQ's tiles: block step's of `config.buffers`)
-            ds_at = config.ds_offset + step % config.buffers * config.scores_bytes
-            dq_at = config.dq_offset + step % config.buffers * config.dq_bytes
             for part, matrix in enumerate((q, grad)):
                 _write_tile(shared, layouts["q"], _rows(matrix, head * seq + q0, rows), stage + part * config.block_bytes,
                             16, BOX_COLUMNS)
@@ -166,7 +163,7 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
                 p_t = np.where(seen, np.exp2(s_t * scale - row_statistics[0][None, band]), 0.0)
                 ds_t = p_t * (dp_t - row_statistics[1][None, band])
                 if split:  # (both bands into their tiles; the products below read them)
-                    for at, values in ((config.p_offset, p_t), (ds_at, ds_t)):
+                    for at, values in ((config.p_offset, p_t), (config.ds_offset, ds_t)):
                         _write_band(shared, layouts["ds_band"], _stmatrix(layouts["ds_band"], values, element),
                                     at + consumer * steps["ds_band"])
                     continue
@@ -174,16 +171,16 @@ def _cta(config: BackwardConfig, kv_head: int, n0: int, seq: int, group: int, in
                 dv_acc[consumer] += rounded[0] @ fetch("q_mn", stage + config.block_bytes, d, 0, rows).T
                 dk_acc[consumer] += rounded[1] @ fetch("q_mn", stage, d, 0, rows).T
                 _write_band(shared, layouts["ds_band"], _stmatrix(layouts["ds_band"], ds_t, element),
-                            ds_at + consumer * steps["ds_band"])
+                            config.ds_offset + consumer * steps["ds_band"])
             for consumer in range(2 if split else 0):
-                for accumulators, at, part in ((dv_acc, config.p_offset, 1), (dk_acc, ds_at, 0)):
+                for accumulators, at, part in ((dv_acc, config.p_offset, 1), (dk_acc, config.ds_offset, 0)):
                     accumulators[consumer] += fetch("scores_a", at, 64, 0, rows) @ fetch(
                         "q_mn", stage + part * config.block_bytes + consumer * steps["q_mn"], config.kv_columns, 0,
                         rows).T
             for consumer in range(d // share):
-                dq = fetch("ds_a", ds_at, rows, 0, keys) @ fetch("k_dq", consumer * steps["k_dq"], share, 0,
+                dq = fetch("ds_a", config.ds_offset, rows, 0, keys) @ fetch("k_dq", consumer * steps["k_dq"], share, 0,
                                                                             keys).T
-                first = dq_at + consumer * rows * share * 4
+                first = config.dq_offset + consumer * rows * share * 4
                 floats = shared[first:first + rows * share * 4].view(np.float32)
                 for row in range(rows):
                     for column in range(share):

@@ -15,9 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from mlir_tile.isa.targets import WARPGROUP_CHIP, max_shared_bytes
-from mlir_tile.kernels.common import (BARRIER_BYTES, boxed_tile, check_shared, raised_registers, stored_tile,
-                                      transposed)
+from mlir_tile.kernels.common import boxed_tile, check_shared, raised_registers, stored_tile, transposed
 from mlir_tile.kernels.flash.sm90_layouts import consumer_band
 
 KERNEL = "attention_backward"
@@ -101,31 +99,16 @@ class BackwardConfig:
         return 2 * self.kv_bytes + 2 * self.stages * self.block_bytes
 
     @property
-    def dq_bytes(self) -> int:  # dQ's fp32 [rows, d] tile
-        return self.rows * self.head_dim * 4
-
-    @property
-    def buffers(self) -> int:
-        """dS^T's tiles and dQ's: 2 where they fit beside the stages (not where the consumers split d's columns:
-        there a block's own dV and dK products read its P^T and dS^T), query block i writing tiles i % 2 while the
-        dQ products and reductions of block i - 1 may still read the others, so that neither waits for them at a
-        barrier of its own (FlashAttention-4's Hopper backward keeps two dS tiles so)."""
-        if self.split_columns:
-            return 1
-        doubled = self.p_offset + 2 * (self.scores_bytes + self.dq_bytes) + self.stages * 2 * self.rows * 4
-        return 2 if doubled + BARRIER_BYTES <= max_shared_bytes(WARPGROUP_CHIP) else 1
-
-    @property
-    def ds_offset(self) -> int:  # dS^T's [keys, rows] tiles
+    def ds_offset(self) -> int:  # dS^T's [keys, rows] tile
         return self.p_offset + (self.scores_bytes if self.split_columns else 0)
 
     @property
-    def dq_offset(self) -> int:  # dQ's fp32 [rows, d] tiles
-        return self.ds_offset + self.buffers * self.scores_bytes
+    def dq_offset(self) -> int:  # dQ's fp32 [rows, d] tile
+        return self.ds_offset + self.scores_bytes
 
     @property
-    def statistics_offset(self) -> int:  # the stages' LSE log2(e) and D rows (fp32), after dQ's tiles
-        return self.dq_offset + self.buffers * self.dq_bytes
+    def statistics_offset(self) -> int:  # the stages' LSE log2(e) and D rows (fp32), after dQ's tile
+        return self.dq_offset + self.rows * self.head_dim * 4
 
     @property
     def shared_bytes(self) -> int:
