@@ -103,7 +103,9 @@ def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(f
     config, tiles, splits = packed_config(128, True, "bf16", 1, 8)
     assert config.pack_gqa and tiles == splits == 1 and str(config).endswith("_varlen_gqa_sm90a")
     assert [packed_config(128, True, "bf16", 1, 8, page_size=size)[0].page_rows for size in (256, 192, 64, 48)] == [
-        128, 64, 64, 16]
+        64, 64, 64, 16]  # (d 128's decode tile: 64 rows, key tiles of 64, two CTAs an SM; `decoding`)
+    assert (config.rows, config.keys, config.stages, config.ctas_per_sm) == (64, 64, 3, 2)
+    assert packed_config(128, True, "e4m3", 1, 8)[0].keys == 128  # (fp8's: the prefill's, not measured)
     assert not packed_config(128, True, "bf16", 1, 3)[0].pack_gqa  # (a group of 3 does not divide 64 rows)
     assert not packed_config(128, True, "bf16", 4096, 8)[0].pack_gqa  # (prefill: each head's rows fill tiles)
     assert packed_config(64, False, "f16", 40, 4) == (packed_config(64, False, "f16", 1, 4)[0], 3, 1)
@@ -118,9 +120,9 @@ def test_pack_gqa_loads_a_groups_heads_as_one_3d_box_and_splits_rows_by_shifts(f
     """)
     assert ptx.count("div.u64") == _ptx(replace(config, pack_gqa=False)).count("div.u64") + 1
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
-    # (mask; d 64's and 256's elements x their 3 forms of K/V, packed rows and boxes of 16 and 64 rows; d 128's 3
-    # elements x 4: boxes of 128 rows too)
-    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * (2 * 3 + 3 * 4 + 2 * 3)
+    # (mask; d 64's and 256's elements x their 3 forms of K/V, packed rows and boxes of 16 and 64 rows; d 128's 16
+    # bits the same on its decode tile's 64 keys, e4m3 x 4: boxes of 128 rows too)
+    assert sum(name.endswith("_gqa_sm90a") for name in shipped) == 2 * (2 * 3 + 2 * 3 + 4 + 2 * 3)
 
 
 def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_splits(filecheck):
@@ -170,8 +172,8 @@ def test_split_kv_shares_out_a_decode_steps_key_tiles_and_its_combine_sums_the_s
     """)
     assert summed.count("shfl.sync.idx.b32") == 16 and summed.count("shfl.sync.bfly.b32") == 2 * 4
     shipped = {name for name, _ in flash_launch.hopper_shipped_kernels("sm_90")}
-    assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 2 * 2 * (2 * 3 + 3 * 4 + 2 * 3)  # (mask,
-    # gqa; d's elements x forms of K/V, as pack_gqa's above)
+    assert sum(name.endswith("_splitkv_sm90a") for name in shipped) == 2 * (2 * 3 + 3 * 4 + 2 * 3) + 2 * (
+        2 * 3 + 2 * 3 + 4 + 2 * 3)  # (mask; d's elements x forms of K/V, not packed and packed as pack_gqa's above)
     assert {name for name in shipped if name.startswith("attention_combine")} == {
         f"attention_combine_d{d}_{element}_sm90a" for d in (64, 128, 256) for element in ("f16", "bf16")}
 

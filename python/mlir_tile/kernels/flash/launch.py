@@ -430,8 +430,8 @@ def hopper_shipped_kernels(chip: str):
                 configs = {HopperAttentionConfig.picked(d, causal, element, seq) for seq in seqs}
                 packed = {HopperAttentionConfig.packed(d, causal, element, seq) for seq in seqs}
                 decode = HopperAttentionConfig.packed(d, causal, element, 1)
-                packed |= {replace(decode, pack_gqa=pack, split_kv=split) for pack in (False, True)
-                           for split in (False, True)}
+                packed |= {replace(decode.decoding() if pack else decode, pack_gqa=pack, split_kv=split)
+                           for pack in (False, True) for split in (False, True)}
                 configs |= packed | {replace(config, page_rows=rows) for config in packed
                                      for rows in {page_box_rows(size, config.keys) for size in (*PAGE_BOXES, 256)}}
                 for config in sorted(configs, key=str):

@@ -164,10 +164,11 @@ def packed_config(d: int, causal: bool, element: str, max_seqlen_q: int, group: 
     config = HopperAttentionConfig.packed(d, causal, element, max_seqlen_q)
     decode = max_seqlen_q < config.rows
     pack = decode and 1 < group and 64 % group == 0
+    config = config.decoding() if pack else config
     rows = page_box_rows(page_size, config.keys) if page_size else 0
     tiles = -(-max_seqlen_q * (group if pack else 1) // config.rows)
     ctas = kv_items * (1 if pack else group) * tiles
-    splits = kv_splits(ctas, -(-max_seqlen_k // config.keys), sms * config.ctas_per_sm) if decode and sms else 1
+    splits = kv_splits(ctas, -(-max_seqlen_k // config.keys), sms) if decode and sms else 1
     return replace(config, pack_gqa=pack, page_rows=rows, split_kv=splits > 1), tiles, splits
 
 
@@ -190,8 +191,10 @@ def keyless_lse(lse, variant, kept: list, query_offsets):
 
 
 def kv_splits(ctas: int, key_tiles: int, slots: int) -> int:
-    """Split-KV's splits of `ctas` CTAs walking up to `key_tiles` key tiles each on `slots` CTA slots (SMs x CTAs
-    an SM): none where they fill most slots already;
+    """Split-KV's splits of `ctas` CTAs walking up to `key_tiles` key tiles each on `slots` SMs, one split CTA an SM
+    where a configuration holds more (a decode tile's two CTAs an SM hide one's prologue and stores under the
+    other's loads; twice the splits only shortened each: 32 of 64-key tiles at batch 1 x 4,096 keys took 12.68 us
+    against 16's 9.64 on the H100): none where they fill most slots already;
     else as many as fill them once without a second, partial wave (4 x 8,192 keys on the H100 took 87.2 us in 5
     splits, 160 CTAs on 132 SMs, and 79.2 in 4; 1 x 16,384 59.6 in 17, 57.9 in 16: docs/notes/serving-plan.md),
     each split two key tiles at least (a split's fp32 O, written and read back by the combine, costs about a key
