@@ -31,7 +31,7 @@ cmake-check: $(STAMP)
 gpu-inputs: $(STAMP)
 	$(BIN)/python test/gpu_inputs.py build/gpu-inputs
 
-# The kernels `mlir_tile.kernels` may pick, for sm_90 and sm_80, into the package (692, 20-25 minutes on
+# The kernels `mlir_tile.kernels` may pick, for sm_90 and sm_80, into the package (684, 20-25 minutes on
 # two cores; kept between runs), then the wheel that ships them into dist/: `pip install dist/mlir_tile-*.whl`
 # on a GPU host runs matmul and attention without the compiler.
 kernels: $(STAMP)
